@@ -1,0 +1,170 @@
+#include "codegen/ir/builder.h"
+
+#include <cmath>
+
+namespace sf {
+
+namespace {
+[[noreturn]] void throw_at(SourceLoc loc, std::string msg) {
+  throw DiagError{Diag{"", loc, std::move(msg)}};
+}
+}  // namespace
+
+const TensorType& Value::type() const { return builder->node(*this).type; }
+
+GraphBuilder::GraphBuilder(std::string name, Mesh mesh) {
+  g_.name_ = std::move(name);
+  g_.mesh_ = std::move(mesh);
+}
+
+Value GraphBuilder::push(Node n) {
+  g_.nodes_.push_back(std::move(n));
+  return Value{this, static_cast<ValueId>(g_.nodes_.size() - 1)};
+}
+
+std::optional<Value> GraphBuilder::lookup(const std::string& name) const {
+  for (size_t i = 0; i < g_.nodes_.size(); ++i)
+    if (g_.nodes_[i].name == name)
+      return Value{const_cast<GraphBuilder*>(this), static_cast<ValueId>(i)};
+  return std::nullopt;
+}
+
+Value GraphBuilder::param(const std::string& name, DType dtype, Shape shape,
+                          std::optional<PlacementSpec> placement, SourceLoc loc) {
+  if (lookup(name)) throw_at(loc, "'" + name + "' is already defined");
+  for (int64_t d : shape)
+    if (d < 0) throw_at(loc, "parameter '" + name + "': dimension " + std::to_string(d) + " is negative");
+  Node n;
+  n.op = OpKind::Param;
+  n.type = {dtype, std::move(shape)};
+  n.name = name;
+  n.loc = loc;
+  if (placement) {
+    if (auto err = check_placements(*placement, g_.mesh_, n.type.rank()))
+      throw_at(loc, "parameter '" + name + "': " + *err);
+    n.placement = std::move(placement);
+  }
+  Value v = push(std::move(n));
+  g_.params_.push_back(v.id);
+  return v;
+}
+
+Value GraphBuilder::constant(double v, DType dtype, SourceLoc loc) {
+  Node n;
+  n.op = OpKind::Constant;
+  n.attrs = normalize_attrs(OpKind::Constant, {AttrValue(v), AttrValue(dtype)}, {});
+  n.type = {dtype, {}};
+  n.loc = loc;
+  return push(std::move(n));
+}
+
+Value GraphBuilder::op(OpKind k, const std::vector<Value>& inputs,
+                       const std::vector<AttrValue>& positional,
+                       const std::vector<std::pair<std::string, AttrValue>>& named, SourceLoc loc) {
+  Node n;
+  n.op = k;
+  n.loc = loc;
+  std::vector<Operand> operands;
+  for (const Value& v : inputs) {
+    if (v.builder != this) throw_at(loc, std::string(op_name(k)) + ": operand from another graph");
+    n.inputs.push_back(v.id);
+    operands.push_back({node(v).type, node(v).op == OpKind::Constant});
+  }
+  try {
+    n.attrs = normalize_attrs(k, positional, named);
+    n.type = infer_type(k, operands, n.attrs, g_.mesh_);
+  } catch (const OpError& e) {
+    throw_at(loc, e.message);
+  }
+  return push(std::move(n));
+}
+
+void GraphBuilder::name(Value v, const std::string& name, SourceLoc loc) {
+  if (lookup(name)) throw_at(loc, "'" + name + "' is already defined");
+  Node& n = g_.nodes_[static_cast<size_t>(v.id)];
+  if (!n.name.empty() || n.op == OpKind::Constant) {
+    // `y = x` or `y = 2.0`: an alias. Give it its own node so every name has one.
+    Value copy = op(OpKind::Cast, {v}, {AttrValue(n.type.dtype)}, {}, loc);
+    g_.nodes_[static_cast<size_t>(copy.id)].name = name;
+    return;
+  }
+  n.name = name;
+}
+
+void GraphBuilder::constrain(Value v, const PlacementSpec& spec, SourceLoc loc) {
+  Node& n = g_.nodes_[static_cast<size_t>(v.id)];
+  if (auto err = check_placements(spec, g_.mesh_, n.type.rank())) throw_at(loc, *err);
+  n.placement = spec;
+}
+
+void GraphBuilder::ret(Value v, std::optional<PlacementSpec> placement, SourceLoc loc) {
+  const Node& n = node(v);
+  if (placement) {
+    if (auto err = check_placements(*placement, g_.mesh_, n.type.rank())) throw_at(loc, *err);
+  }
+  Output o;
+  o.value = v.id;
+  o.name = n.name.empty() ? "out" + std::to_string(g_.outputs_.size()) : n.name;
+  for (const Output& prev : g_.outputs_)
+    if (prev.name == o.name) o.name += "_" + std::to_string(g_.outputs_.size());
+  o.placement = std::move(placement);
+  o.loc = loc;
+  g_.outputs_.push_back(std::move(o));
+}
+
+PlacementSpec GraphBuilder::spec(const std::vector<std::pair<std::string, Placement>>& dims) const {
+  PlacementSpec s;
+  s.per_dim.assign(g_.mesh_.dims.size(), Placement::replicate());
+  for (const auto& [name, p] : dims) {
+    auto i = g_.mesh_.find(name);
+    if (!i) throw_at({}, "unknown mesh dimension '" + name + "'");
+    s.per_dim[static_cast<size_t>(*i)] = p;
+  }
+  return s;
+}
+
+Result<Graph> GraphBuilder::finish() {
+  Graph g = std::move(g_);
+  g_ = Graph{};
+  if (auto d = verify(g)) return *d;
+  return g;
+}
+
+Value unary(OpKind k, Value x) { return x.builder->op(k, {x}); }
+Value binary(OpKind k, Value a, Value b) { return a.builder->op(k, {a, b}); }
+static Value literal(GraphBuilder* b, double v) {
+  bool integral = std::nearbyint(v) == v && std::fabs(v) < 9.0e15;
+  return b->constant(v, integral ? DType::I64 : DType::F32);
+}
+Value binary(OpKind k, Value a, double b) { return a.builder->op(k, {a, literal(a.builder, b)}); }
+Value binary(OpKind k, double a, Value b) { return b.builder->op(k, {literal(b.builder, a), b}); }
+
+Value cast(Value x, DType t) { return x.builder->op(OpKind::Cast, {x}, {AttrValue(t)}); }
+Value matmul(Value a, Value b) { return a.builder->op(OpKind::Matmul, {a, b}); }
+Value transpose(Value x, int64_t d0, int64_t d1) {
+  return x.builder->op(OpKind::Transpose, {x}, {AttrValue(d0), AttrValue(d1)});
+}
+Value permute(Value x, std::vector<int64_t> dims) {
+  return x.builder->op(OpKind::Permute, {x}, {AttrValue(std::move(dims))});
+}
+Value reshape(Value x, std::vector<int64_t> shape) {
+  return x.builder->op(OpKind::Reshape, {x}, {AttrValue(std::move(shape))});
+}
+Value expand(Value x, std::vector<int64_t> shape) {
+  return x.builder->op(OpKind::Expand, {x}, {AttrValue(std::move(shape))});
+}
+static Value reduce(OpKind k, Value x, std::vector<int64_t> dims, bool keepdim) {
+  return x.builder->op(k, {x}, {AttrValue(std::move(dims)), AttrValue(keepdim)});
+}
+Value sum(Value x, std::vector<int64_t> dims, bool keepdim) { return reduce(OpKind::Sum, x, std::move(dims), keepdim); }
+Value max(Value x, std::vector<int64_t> dims, bool keepdim) { return reduce(OpKind::Max, x, std::move(dims), keepdim); }
+Value mean(Value x, std::vector<int64_t> dims, bool keepdim) { return reduce(OpKind::Mean, x, std::move(dims), keepdim); }
+Value softmax(Value x, int64_t dim) { return x.builder->op(OpKind::Softmax, {x}, {AttrValue(dim)}); }
+Value layer_norm(Value x, Value w, Value b, double eps) {
+  return x.builder->op(OpKind::LayerNorm, {x, w, b}, {AttrValue(eps)});
+}
+Value rms_norm(Value x, Value w, double eps) { return x.builder->op(OpKind::RmsNorm, {x, w}, {AttrValue(eps)}); }
+Value where(Value c, Value a, Value b) { return c.builder->op(OpKind::Where, {c, a, b}); }
+Value embedding(Value indices, Value weight) { return indices.builder->op(OpKind::Embedding, {indices, weight}); }
+
+}  // namespace sf

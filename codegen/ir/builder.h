@@ -1,0 +1,106 @@
+// Building graphs from C++: every op is checked as it is added (the shape rule runs
+// at once), and finish() runs the verifier, so a Graph that exists is well formed.
+//
+//   sf::GraphBuilder b("mlp", sf::Mesh{{{"tp", 4}}});
+//   auto x = b.param("x", sf::DType::F32, {20, 10});
+//   auto w = b.param("w", sf::DType::F32, {16, 10}, b.spec({{"tp", sf::Placement::shard(0)}}));
+//   auto h = sf::relu(sf::matmul(x, sf::transpose(w, 0, 1)) + 1.0);
+//   b.ret(h);
+//   sf::Result<sf::Graph> g = b.finish();
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codegen/ir/graph.h"
+
+namespace sf {
+
+class GraphBuilder;
+
+// A handle to a value under construction.
+struct Value {
+  GraphBuilder* builder = nullptr;
+  ValueId id = -1;
+  const TensorType& type() const;
+};
+
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(std::string name, Mesh mesh = {});
+
+  // Adds a parameter. Throws DiagError on a duplicate name, a negative dimension or
+  // an invalid placement.
+  Value param(const std::string& name, DType dtype, Shape shape,
+              std::optional<PlacementSpec> placement = std::nullopt, SourceLoc loc = {});
+  // A number literal: a weak scalar (f32 for a float, i64 for an integer literal).
+  Value constant(double v, DType dtype = DType::F32, SourceLoc loc = {});
+  // Adds an op. Attributes are positional (schema order) and/or named; the op's
+  // shape rule runs now and throws DiagError (at `loc`) if it rejects the operands.
+  Value op(OpKind k, const std::vector<Value>& inputs, const std::vector<AttrValue>& positional = {},
+           const std::vector<std::pair<std::string, AttrValue>>& named = {}, SourceLoc loc = {});
+  // Gives a value a name (a statement `name = ...`); throws on a redefinition.
+  void name(Value v, const std::string& name, SourceLoc loc = {});
+  // A sharding constraint on a value (`... {tp: S(1)}` after a statement).
+  void constrain(Value v, const PlacementSpec& spec, SourceLoc loc = {});
+  void ret(Value v, std::optional<PlacementSpec> placement = std::nullopt, SourceLoc loc = {});
+
+  // A spec from (mesh dim name, placement) pairs; unnamed dims are R. Throws on an
+  // unknown mesh dim.
+  PlacementSpec spec(const std::vector<std::pair<std::string, Placement>>& dims) const;
+
+  const Mesh& mesh() const { return g_.mesh_; }
+  const Node& node(Value v) const { return g_.nodes_[static_cast<size_t>(v.id)]; }
+  std::optional<Value> lookup(const std::string& name) const;
+
+  // Verifies and returns the graph; the builder is left empty.
+  Result<Graph> finish();
+
+ private:
+  Value push(Node n);
+  Graph g_;
+};
+
+// Ops as C++ functions. Each adds to the builder its first Value operand belongs to.
+Value unary(OpKind k, Value x);
+Value binary(OpKind k, Value a, Value b);
+Value binary(OpKind k, Value a, double b);
+Value binary(OpKind k, double a, Value b);
+
+inline Value operator+(Value a, Value b) { return binary(OpKind::Add, a, b); }
+inline Value operator-(Value a, Value b) { return binary(OpKind::Sub, a, b); }
+inline Value operator*(Value a, Value b) { return binary(OpKind::Mul, a, b); }
+inline Value operator/(Value a, Value b) { return binary(OpKind::Div, a, b); }
+inline Value operator+(Value a, double b) { return binary(OpKind::Add, a, b); }
+inline Value operator-(Value a, double b) { return binary(OpKind::Sub, a, b); }
+inline Value operator*(Value a, double b) { return binary(OpKind::Mul, a, b); }
+inline Value operator/(Value a, double b) { return binary(OpKind::Div, a, b); }
+inline Value operator+(double a, Value b) { return binary(OpKind::Add, a, b); }
+inline Value operator-(double a, Value b) { return binary(OpKind::Sub, a, b); }
+inline Value operator*(double a, Value b) { return binary(OpKind::Mul, a, b); }
+inline Value operator/(double a, Value b) { return binary(OpKind::Div, a, b); }
+inline Value operator-(Value a) { return unary(OpKind::Neg, a); }
+
+inline Value relu(Value x) { return unary(OpKind::Relu, x); }
+inline Value exp(Value x) { return unary(OpKind::Exp, x); }
+inline Value tanh(Value x) { return unary(OpKind::Tanh, x); }
+inline Value sigmoid(Value x) { return unary(OpKind::Sigmoid, x); }
+inline Value gelu(Value x) { return unary(OpKind::Gelu, x); }
+inline Value silu(Value x) { return unary(OpKind::Silu, x); }
+Value cast(Value x, DType t);
+Value matmul(Value a, Value b);
+Value transpose(Value x, int64_t d0, int64_t d1);
+Value permute(Value x, std::vector<int64_t> dims);
+Value reshape(Value x, std::vector<int64_t> shape);
+Value expand(Value x, std::vector<int64_t> shape);
+Value sum(Value x, std::vector<int64_t> dims = {}, bool keepdim = false);
+Value max(Value x, std::vector<int64_t> dims = {}, bool keepdim = false);
+Value mean(Value x, std::vector<int64_t> dims = {}, bool keepdim = false);
+Value softmax(Value x, int64_t dim = -1);
+Value layer_norm(Value x, Value w, Value b, double eps = 1e-5);
+Value rms_norm(Value x, Value w, double eps = 1e-6);
+Value where(Value c, Value a, Value b);
+Value embedding(Value indices, Value weight);
+
+}  // namespace sf

@@ -1,0 +1,50 @@
+// Located errors and the Result type every user-facing boundary returns.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace sf {
+
+struct SourceLoc {
+  int line = 0;  // 1-based; 0 means "no location"
+  int col = 0;
+};
+
+// An error meant for the user: `file:line:col: error: message`.
+struct Diag {
+  std::string file;
+  SourceLoc loc;
+  std::string message;
+
+  std::string str() const;
+};
+
+// A value or the Diag that says why there is none.
+template <class T>
+class Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit on purpose
+  Result(Diag d) : v_(std::move(d)) {}       // NOLINT
+  bool ok() const { return v_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+  T& value() & { return std::get<0>(v_); }
+  const T& value() const& { return std::get<0>(v_); }
+  T&& value() && { return std::get<0>(std::move(v_)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const Diag& error() const { return std::get<1>(v_); }
+
+ private:
+  std::variant<T, Diag> v_;
+};
+
+// Thrown only inside a component and turned into a Diag at its boundary (the
+// parser, the builder); never escapes a function that returns Result.
+struct DiagError {
+  Diag diag;
+};
+
+}  // namespace sf

@@ -1,0 +1,103 @@
+// The op table: for every op in ops.def its name, arity, attributes with defaults,
+// and its shape/dtype rule. Everything else (printer, parser, verifier, reference
+// evaluator, decompositions, later sharding rules and emitters) looks ops up here.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "codegen/ir/mesh.h"
+#include "codegen/ir/tensor.h"
+
+namespace sf {
+
+enum class OpKind : uint8_t {
+#define SF_OP(kind, name, arity, category) kind,
+#include "codegen/ir/ops.def"
+#undef SF_OP
+};
+
+enum class OpCategory : uint8_t {
+  Leaf, Unary, Binary, Compare, Where, Reduce, Matmul, Movement, Gather, Composite, Collective
+};
+
+// Attribute kinds; the order matches AttrValue's alternatives.
+enum class AttrType : uint8_t { Int, IntList, Float, Bool, DType, Ident, Placements };
+using AttrValue =
+    std::variant<int64_t, std::vector<int64_t>, double, bool, DType, std::string, PlacementSpec>;
+
+struct AttrSpec {
+  std::string_view name;
+  AttrType type;
+  std::optional<AttrValue> default_value;  // nullopt: required
+};
+
+// An op's attributes, complete (every attribute of the schema, defaults filled in)
+// and in schema order once normalize_attrs has run.
+struct Attrs {
+  std::vector<std::pair<std::string, AttrValue>> items;
+
+  const AttrValue* find(std::string_view name) const;
+  int64_t get_int(std::string_view name) const;
+  const std::vector<int64_t>& get_ints(std::string_view name) const;
+  double get_float(std::string_view name) const;
+  bool get_bool(std::string_view name) const;
+  DType get_dtype(std::string_view name) const;
+  const std::string& get_ident(std::string_view name) const;
+  const PlacementSpec& get_placements(std::string_view name) const;
+  bool operator==(const Attrs&) const = default;
+};
+
+struct OpInfo {
+  OpKind kind;
+  std::string_view name;
+  int arity;
+  OpCategory category;
+  std::span<const AttrSpec> attrs;
+};
+
+const OpInfo& op_info(OpKind k);
+std::string_view op_name(OpKind k);
+std::optional<OpKind> find_op(std::string_view name);
+std::span<const OpInfo> all_ops();
+
+// What a shape rule or attribute check reports; the caller adds the location.
+struct OpError {
+  std::string message;
+};
+
+// Resolves positional and named attributes against the op's schema: unknown name,
+// duplicate, wrong type or missing required attribute -> OpError. Ints are accepted
+// where a float is expected. Returns the complete attribute list in schema order.
+Attrs normalize_attrs(OpKind k, const std::vector<AttrValue>& positional,
+                      const std::vector<std::pair<std::string, AttrValue>>& named);
+
+// An operand's type, and whether it is a weak scalar (a number literal, which
+// does not widen a tensor's dtype: `mul(x_f16, 2.0)` stays f16, as in PyTorch).
+struct Operand {
+  TensorType type;
+  bool weak = false;
+};
+
+// The result type of `k` applied to `in` with complete attrs, or OpError saying
+// what was expected and what was found.
+TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& attrs,
+                      const Mesh& mesh);
+
+// Helpers shared by passes.
+// Normalises a possibly negative dim against `rank`; nullopt if out of range.
+std::optional<int> normalize_dim(int64_t d, int rank);
+// NumPy broadcasting of two shapes; nullopt if incompatible.
+std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b);
+// Result dtype of a binary op between two operands with weak-scalar rules.
+DType binary_result_dtype(const Operand& a, const Operand& b);
+
+std::string attr_value_str(const AttrValue& v, const Mesh& mesh);
+
+}  // namespace sf

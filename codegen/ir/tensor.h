@@ -1,0 +1,57 @@
+// Static shapes, tensor types and a plain host tensor (C order, native element
+// layout: f16/bf16 stored as their 16-bit patterns, bool as one byte).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/ir/dtype.h"
+
+namespace sf {
+
+using Shape = std::vector<int64_t>;
+
+int64_t numel(const Shape& s);
+// C-order strides in elements.
+std::vector<int64_t> contiguous_strides(const Shape& s);
+std::string shape_str(const Shape& s);  // "[20, 10]"
+
+struct TensorType {
+  DType dtype = DType::F32;
+  Shape shape;
+
+  int rank() const { return static_cast<int>(shape.size()); }
+  bool operator==(const TensorType&) const = default;
+  std::string str() const;  // "f32[20, 10]"
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(DType dtype, Shape shape);  // zero-filled
+
+  DType dtype() const { return type_.dtype; }
+  const Shape& shape() const { return type_.shape; }
+  const TensorType& type() const { return type_; }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return data_.size(); }
+  std::byte* data() { return data_.data(); }
+  const std::byte* data() const { return data_.data(); }
+
+  // Element at flat (C-order) index as a double; exact for every dtype but i64
+  // beyond 2^53 (use get_int for those).
+  double get(int64_t i) const;
+  // Stores v rounded to the dtype (round_to_dtype).
+  void set(int64_t i, double v);
+  int64_t get_int(int64_t i) const;
+  void set_int(int64_t i, int64_t v);
+
+ private:
+  TensorType type_;
+  int64_t numel_ = 0;
+  std::vector<std::byte> data_;
+};
+
+}  // namespace sf

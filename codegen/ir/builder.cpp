@@ -23,10 +23,9 @@ Value GraphBuilder::push(Node n) {
 }
 
 std::optional<Value> GraphBuilder::lookup(const std::string& name) const {
-  for (size_t i = 0; i < g_.nodes_.size(); ++i)
-    if (g_.nodes_[i].name == name)
-      return Value{const_cast<GraphBuilder*>(this), static_cast<ValueId>(i)};
-  return std::nullopt;
+  auto it = names_.find(name);
+  if (it == names_.end()) return std::nullopt;
+  return Value{const_cast<GraphBuilder*>(this), it->second};
 }
 
 Value GraphBuilder::param(const std::string& name, DType dtype, Shape shape,
@@ -46,6 +45,7 @@ Value GraphBuilder::param(const std::string& name, DType dtype, Shape shape,
   }
   Value v = push(std::move(n));
   g_.params_.push_back(v.id);
+  names_[name] = v.id;
   return v;
 }
 
@@ -86,9 +86,11 @@ void GraphBuilder::name(Value v, const std::string& name, SourceLoc loc) {
     // `y = x` or `y = 2.0`: an alias. Give it its own node so every name has one.
     Value copy = op(OpKind::Cast, {v}, {AttrValue(n.type.dtype)}, {}, loc);
     g_.nodes_[static_cast<size_t>(copy.id)].name = name;
+    names_[name] = copy.id;
     return;
   }
   n.name = name;
+  names_[name] = v.id;
 }
 
 void GraphBuilder::constrain(Value v, const PlacementSpec& spec, SourceLoc loc) {
@@ -126,6 +128,7 @@ PlacementSpec GraphBuilder::spec(const std::vector<std::pair<std::string, Placem
 Result<Graph> GraphBuilder::finish() {
   Graph g = std::move(g_);
   g_ = Graph{};
+  names_.clear();
   if (auto d = verify(g)) return *d;
   return g;
 }

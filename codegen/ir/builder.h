@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,7 @@ class GraphBuilder {
  private:
   Value push(Node n);
   Graph g_;
+  std::unordered_map<std::string, ValueId> names_;
 };
 
 // Ops as C++ functions. Each adds to the builder its first Value operand belongs to.

@@ -1,0 +1,59 @@
+#include "codegen/reference/compare.h"
+
+#include <cmath>
+
+namespace sf {
+
+Tolerance default_tolerance(DType t) {
+  switch (t) {
+    case DType::F32: return {1e-4, 1e-5};
+    case DType::F16: return {1e-2, 1e-3};
+    case DType::BF16: return {5e-2, 1e-2};
+    case DType::I32:
+    case DType::I64:
+    case DType::Bool: return {0, 0};
+  }
+  return {0, 0};
+}
+
+Comparison compare(const Tensor& got, const Tensor& want, Tolerance tol) {
+  Comparison c;
+  if (!(got.type() == want.type())) {
+    c.mismatches = std::max<int64_t>(1, want.numel());
+    c.first_mismatch = 0;
+    c.max_abs_err = INFINITY;
+    return c;
+  }
+  bool integral = !is_float(want.dtype());
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    bool bad;
+    double err;
+    double b = want.get(i);
+    if (integral) {
+      int64_t ga = got.get_int(i), wb = want.get_int(i);
+      bad = ga != wb;
+      err = bad ? std::fabs(static_cast<double>(ga) - static_cast<double>(wb)) : 0.0;
+    } else {
+      double a = got.get(i);
+      if (std::isnan(a) || std::isnan(b)) {
+        bad = std::isnan(a) != std::isnan(b);
+        err = bad ? INFINITY : 0.0;
+      } else if (std::isinf(a) || std::isinf(b)) {
+        bad = a != b;
+        err = bad ? INFINITY : 0.0;
+      } else {
+        err = std::fabs(a - b);
+        bad = err > tol.atol + tol.rtol * std::fabs(b);
+      }
+    }
+    c.max_abs_err = std::max(c.max_abs_err, err);
+    if (b != 0 && std::isfinite(err)) c.max_rel_err = std::max(c.max_rel_err, err / std::fabs(b));
+    if (bad) {
+      if (c.first_mismatch < 0) c.first_mismatch = i;
+      ++c.mismatches;
+    }
+  }
+  return c;
+}
+
+}  // namespace sf

@@ -1,0 +1,33 @@
+// Compares a computed tensor with the reference evaluator's, allclose-style.
+#pragma once
+
+#include <string>
+
+#include "codegen/ir/tensor.h"
+
+namespace sf {
+
+struct Tolerance {
+  double rtol = 0;
+  double atol = 0;
+};
+
+// The default tolerance for comparing a result of dtype `t` with the float64
+// reference rounded to `t`. Looser than torch.testing's defaults because a lowered
+// program rounds every intermediate to the storage dtype while the reference
+// rounds once: f32 rtol 1e-4, f16 1e-2, bf16 5e-2; exact for integers and bool.
+Tolerance default_tolerance(DType t);
+
+struct Comparison {
+  double max_abs_err = 0;
+  double max_rel_err = 0;  // |a - b| / |b| over elements with b != 0
+  int64_t mismatches = 0;  // elements outside atol + rtol * |b| (NaN matches only NaN)
+  int64_t first_mismatch = -1;
+  bool ok() const { return mismatches == 0; }
+};
+
+// `got` and `want` must have the same type (shape and dtype); else every element
+// counts as a mismatch.
+Comparison compare(const Tensor& got, const Tensor& want, Tolerance tol);
+
+}  // namespace sf

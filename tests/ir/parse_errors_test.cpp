@@ -1,0 +1,118 @@
+// Every kind of malformed graph gets `file:line:col: error: ...`: a table of inputs
+// with the location and words the message must have (columns counted by hand).
+#include <gtest/gtest.h>
+
+#include "codegen/ir/parser.h"
+
+namespace sf {
+namespace {
+
+struct BadInput {
+  const char* name;
+  std::string text;
+  const char* where;  // "line:col"
+  const char* words;  // a substring the message must contain
+};
+
+std::string nested_negs(int depth) {
+  std::string s = "graph g(x: f32[2]) {\n  y = ";
+  for (int i = 0; i < depth; ++i) s += "neg(";
+  s += "x";
+  for (int i = 0; i < depth; ++i) s += ")";
+  return s + "\n  return y\n}\n";
+}
+
+const BadInput kCases[] = {
+    {"UnclosedParen", "graph g(x: f32[2]) {\n  y = add(x, x\n  return y\n}\n", "3:3",
+     "expected ',' or ')' to close 'add(' opened at 2:10, found 'return'"},
+    {"UnclosedBrace", "graph g(x: f32[2]) {\n  y = neg(x)\n  return y\n", "4:1",
+     "unexpected end of file: expected '}' to close graph 'g' opened at 1:20"},
+    {"TruncatedInCall", "graph g(x: f32[2]) {\n  y = add(x,", "2:13",
+     "unexpected end of file: expected ')' to close 'add(' opened at 2:10"},
+    {"TruncatedInParams", "graph g(x: f32[2", "1:17", "expected ',' or ']' to close the shape"},
+    {"Empty", "", "1:1", "expected 'graph'"},
+    {"UndefinedValue", "graph g(x: f32[2]) {\n  y = neg(z)\n  return y\n}\n", "2:11",
+     "undefined value 'z'"},
+    {"RedefinedValue", "graph g(x: f32[2]) {\n  x = neg(x)\n  return x\n}\n", "2:3",
+     "'x' is already defined at 1:9"},
+    {"RedefinedParam", "graph g(x: f32[2], x: f32[3]) {\n  return x\n}\n", "1:20",
+     "'x' is already defined at 1:9"},
+    {"UnknownOp", "graph g(x: f32[2]) {\n  y = foo(x)\n  return y\n}\n", "2:7", "unknown op 'foo'"},
+    {"UnknownAttribute", "graph g(x: f32[2]) {\n  y = sum(x, axis=[0])\n  return y\n}\n", "2:7",
+     "sum has no attribute 'axis' (it takes: dims, keepdim)"},
+    {"AttributeWrongType", "graph g(x: f32[2]) {\n  y = sum(x, keepdim=[0])\n  return y\n}\n", "2:7",
+     "attribute 'keepdim' expects true or false"},
+    {"MissingOperand", "graph g(x: f32[2]) {\n  y = add(x)\n  return y\n}\n", "2:7",
+     "add expects 2 operand(s), got 1"},
+    {"ExtraOperand", "graph g(x: f32[2]) {\n  y = neg(x, x)\n  return y\n}\n", "2:14",
+     "neg takes 1 operand(s), found an extra argument 'x'"},
+    {"MissingRequiredAttribute", "graph g(x: f32[2, 3]) {\n  y = transpose(x, 0)\n  return y\n}\n",
+     "2:7", "missing required attribute 'dim1'"},
+    {"MatmulShapes", "graph g(a: f32[2, 3], b: f32[4, 5]) {\n  y = matmul(a, b)\n  return y\n}\n",
+     "2:7", "matmul: contraction dims differ: f32[2, 3] has 3 columns but f32[4, 5] has 4 rows"},
+    {"BroadcastShapes", "graph g(a: f32[2, 3], b: f32[4]) {\n  y = add(a, b)\n  return y\n}\n", "2:7",
+     "add: shapes [2, 3] and [4] do not broadcast"},
+    {"ReshapeCount", "graph g(a: f32[2, 3]) {\n  y = reshape(a, shape=[4, 2])\n  return y\n}\n",
+     "2:7", "reshape: f32[2, 3] has 6 elements but [4, 2] has 8"},
+    {"ReductionDimRange", "graph g(a: f32[2, 3]) {\n  y = sum(a, dims=[2])\n  return y\n}\n", "2:7",
+     "sum: dim 2 is out of range for a rank-2 operand (expected -2..1)"},
+    {"TransposeDimRange", "graph g(a: f32[2, 3]) {\n  y = transpose(a, 0, -3)\n  return y\n}\n",
+     "2:7", "transpose: dim1 -3 is out of range"},
+    {"ShardDimRange", "mesh tp=2\ngraph g(a: f32[2, 3] {tp: S(2)}) {\n  return a\n}\n", "2:22",
+     "parameter 'a': placement tp: S(2) is out of range for a rank-2 value"},
+    {"ShardDimRangeOnStatement",
+     "mesh tp=2\ngraph g(a: f32[2, 3]) {\n  y = neg(a) {tp: S(-3)}\n  return y\n}\n", "3:14",
+     "placement tp: S(-3) is out of range"},
+    {"UnknownMeshDim", "mesh tp=2\ngraph g(a: f32[2, 3] {pp: S(0)}) {\n  return a\n}\n", "2:23",
+     "unknown mesh dimension 'pp' (the mesh is 'tp=2')"},
+    {"UnknownMeshDimInCollective",
+     "mesh tp=2\ngraph g(a: f32[2, 3]) {\n  y = all_gather(a, mesh_dim=pp)\n  return y\n}\n", "3:7",
+     "all_gather: unknown mesh dimension 'pp'"},
+    {"MeshSizeZero", "mesh tp=0\ngraph g(a: f32[2]) {\n  return a\n}\n", "1:9",
+     "mesh dimension 'tp' has size 0 (expected >= 1)"},
+    {"UnknownDtype", "graph g(x: f33[2]) {\n  return x\n}\n", "1:12", "unknown dtype 'f33'"},
+    {"NegativeDim", "graph g(x: f32[-2]) {\n  return x\n}\n", "1:16", "dimension -2 is negative"},
+    {"OverflowingDim", "graph g(x: f32[99999999999999999999]) {\n  return x\n}\n", "1:16",
+     "dimension 99999999999999999999 does not fit in 64 bits"},
+    {"OverflowingElementCount", "graph g(x: f32[4294967296, 4294967296]) {\n  return x\n}\n", "1:28",
+     "overflows"},
+    {"BinaryGarbage", std::string("graph g(x: f32[2]) {\x01\x02\xff", 23), "1:21",
+     "unexpected byte 0x01 (is this a text file?)"},
+    {"BinaryFile", std::string("\x7f" "ELF\x02\x01\x01\x00", 8), "1:1", "unexpected byte 0x7f"},
+    {"ReturnUndefined", "graph g(x: f32[2]) {\n  return q\n}\n", "2:10", "undefined value 'q'"},
+    {"NoReturn", "graph g(x: f32[2]) {\n  y = neg(x)\n}\n", "3:1", "graph 'g' has no return statement"},
+    {"TooDeep", nested_negs(300), "2:", "calls nest deeper than"},
+    {"TrailingGarbage", "graph g(x: f32[2]) {\n  return x\n}\nextra\n", "4:1",
+     "unexpected 'extra' after the graph"},
+    {"UnknownPlacement", "mesh tp=2\ngraph g(a: f32[2] {tp: Q}) {\n  return a\n}\n", "2:24",
+     "unknown placement 'Q'"},
+    {"FloatOperandForMatmulMismatch",
+     "graph g(a: f32[2, 2], b: f16[2, 2]) {\n  y = matmul(a, b)\n  return y\n}\n", "2:7",
+     "matmul expects operands of one dtype"},
+    {"WhereNeedsBool", "graph g(a: f32[2]) {\n  y = where(a, a, a)\n  return y\n}\n", "2:7",
+     "where expects a bool condition"},
+};
+
+class ParseError : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(ParseError, IsLocatedAndSaysWhatWasExpected) {
+  const BadInput& c = GetParam();
+  Result<Graph> g = parse_graph(c.text, "bad.sf");
+  ASSERT_FALSE(g.ok()) << c.name << " was accepted";
+  std::string msg = g.error().str();
+  EXPECT_EQ(msg.rfind(std::string("bad.sf:") + c.where, 0), 0u) << msg;
+  EXPECT_NE(msg.find(": error: "), std::string::npos) << msg;
+  EXPECT_NE(msg.find(c.words), std::string::npos) << msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKinds, ParseError, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(ParseFile, MissingFileNamesIt) {
+  Result<Graph> g = parse_file("/nonexistent/dir/g.sf");
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().str(), "/nonexistent/dir/g.sf: error: cannot open file");
+}
+
+}  // namespace
+}  // namespace sf

@@ -1,0 +1,82 @@
+// `shardfuse check G.sf`: parse, verify, summarise.
+#include <iostream>
+#include <map>
+
+#include "codegen/ir/parser.h"
+#include "tools/shardfuse/commands.h"
+
+namespace sf::cli {
+
+std::optional<Graph> load_graph(const std::string& path) {
+  Result<Graph> g = parse_file(path);
+  if (!g.ok()) {
+    std::cerr << g.error().str() << "\n";
+    return std::nullopt;
+  }
+  return std::move(g).value();
+}
+
+std::optional<int64_t> resolve_world(const Graph& g, std::optional<int64_t> world) {
+  int64_t mesh_ranks = g.mesh().world_size();
+  if (!world) return mesh_ranks;
+  if (*world != mesh_ranks) {
+    std::cerr << "error: --world " << *world << " does not match the mesh of graph '" << g.name()
+              << "' (" << (g.mesh().dims.empty() ? std::string("no mesh line: 1 rank")
+                                                  : "'" + g.mesh().str() + "': " + std::to_string(mesh_ranks) + " ranks")
+              << ")\n";
+    return std::nullopt;
+  }
+  return world;
+}
+
+static void print_summary(const Graph& g) {
+  const Mesh& mesh = g.mesh();
+  std::cout << "graph " << g.name() << ": mesh "
+            << (mesh.dims.empty() ? std::string("(none, 1 rank)")
+                                  : mesh.str() + " (" + std::to_string(mesh.world_size()) + " ranks)")
+            << "\n";
+  std::cout << "params (" << g.params().size() << "):\n";
+  for (ValueId p : g.params()) {
+    const Node& n = g.node(p);
+    std::cout << "  " << n.name << ": " << n.type.str();
+    if (n.placement) std::cout << " " << n.placement->str(mesh);
+    std::cout << "\n";
+  }
+  std::map<std::string_view, int> per_op;
+  for (const Node& n : g.nodes())
+    if (op_info(n.op).category != OpCategory::Leaf) ++per_op[op_name(n.op)];
+  std::cout << "ops: " << g.op_count();
+  std::string sep = " (";
+  for (const auto& [name, count] : per_op) {
+    std::cout << sep << name << " " << count;
+    sep = ", ";
+  }
+  std::cout << (per_op.empty() ? "" : ")") << "\n";
+  std::cout << "outputs (" << g.outputs().size() << "):\n";
+  for (const Output& o : g.outputs()) {
+    std::cout << "  " << o.name << ": " << g.node(o.value).type.str();
+    if (o.placement) std::cout << " " << o.placement->str(mesh);
+    std::cout << "\n";
+  }
+}
+
+void add_check(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("check", "Parse and verify a graph, print a summary");
+  // Owned by the callback, which the app keeps: CLI11 binds options by reference.
+  auto file = std::make_shared<std::string>();
+  cmd->add_option("graph", *file, "the .sf graph file")->required();
+  cmd->footer(
+      "Exit status 0 if the graph is well formed; 1 with 'file:line:col: error: ...' otherwise.\n"
+      "Example:\n  shardfuse check examples/tp_mlp.sf");
+  cmd->callback([file, &exit_code] {
+    std::optional<Graph> g = load_graph(*file);
+    if (!g) {
+      exit_code = 1;
+      return;
+    }
+    print_summary(*g);
+    exit_code = 0;
+  });
+}
+
+}  // namespace sf::cli

@@ -1,6 +1,5 @@
 #include "codegen/ir/builder.h"
 
-#include <cmath>
 
 namespace sf {
 
@@ -135,12 +134,10 @@ Result<Graph> GraphBuilder::finish() {
 
 Value unary(OpKind k, Value x) { return x.builder->op(k, {x}); }
 Value binary(OpKind k, Value a, Value b) { return a.builder->op(k, {a, b}); }
-static Value literal(GraphBuilder* b, double v) {
-  bool integral = std::nearbyint(v) == v && std::fabs(v) < 9.0e15;
-  return b->constant(v, integral ? DType::I64 : DType::F32);
-}
-Value binary(OpKind k, Value a, double b) { return a.builder->op(k, {a, literal(a.builder, b)}); }
-Value binary(OpKind k, double a, Value b) { return b.builder->op(k, {literal(b.builder, a), b}); }
+Value binary(OpKind k, Value a, double b) { return a.builder->op(k, {a, a.builder->constant(b, DType::F32)}); }
+Value binary(OpKind k, double a, Value b) { return b.builder->op(k, {b.builder->constant(a, DType::F32), b}); }
+Value binary(OpKind k, Value a, int b) { return a.builder->op(k, {a, a.builder->constant(b, DType::I64)}); }
+Value binary(OpKind k, int a, Value b) { return b.builder->op(k, {b.builder->constant(a, DType::I64), b}); }
 
 Value cast(Value x, DType t) { return x.builder->op(OpKind::Cast, {x}, {AttrValue(t)}); }
 Value matmul(Value a, Value b) { return a.builder->op(OpKind::Matmul, {a, b}); }

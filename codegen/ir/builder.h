@@ -67,8 +67,11 @@ class GraphBuilder {
 // Ops as C++ functions. Each adds to the builder its first Value operand belongs to.
 Value unary(OpKind k, Value x);
 Value binary(OpKind k, Value a, Value b);
+// A C++ double is a float literal (f32), an int an integer literal (i64); both weak.
 Value binary(OpKind k, Value a, double b);
 Value binary(OpKind k, double a, Value b);
+Value binary(OpKind k, Value a, int b);
+Value binary(OpKind k, int a, Value b);
 
 inline Value operator+(Value a, Value b) { return binary(OpKind::Add, a, b); }
 inline Value operator-(Value a, Value b) { return binary(OpKind::Sub, a, b); }
@@ -82,6 +85,14 @@ inline Value operator+(double a, Value b) { return binary(OpKind::Add, a, b); }
 inline Value operator-(double a, Value b) { return binary(OpKind::Sub, a, b); }
 inline Value operator*(double a, Value b) { return binary(OpKind::Mul, a, b); }
 inline Value operator/(double a, Value b) { return binary(OpKind::Div, a, b); }
+inline Value operator+(Value a, int b) { return binary(OpKind::Add, a, b); }
+inline Value operator+(int a, Value b) { return binary(OpKind::Add, a, b); }
+inline Value operator-(Value a, int b) { return binary(OpKind::Sub, a, b); }
+inline Value operator-(int a, Value b) { return binary(OpKind::Sub, a, b); }
+inline Value operator*(Value a, int b) { return binary(OpKind::Mul, a, b); }
+inline Value operator*(int a, Value b) { return binary(OpKind::Mul, a, b); }
+inline Value operator/(Value a, int b) { return binary(OpKind::Div, a, b); }
+inline Value operator/(int a, Value b) { return binary(OpKind::Div, a, b); }
 inline Value operator-(Value a) { return unary(OpKind::Neg, a); }
 
 inline Value relu(Value x) { return unary(OpKind::Relu, x); }

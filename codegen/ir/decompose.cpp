@@ -1,0 +1,163 @@
+#include "codegen/ir/decompose.h"
+
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+#include "codegen/ir/builder.h"
+
+namespace sf {
+
+namespace {
+
+bool is_composite(OpKind k) { return op_info(k).category == OpCategory::Composite; }
+
+// Emits the primitives of one composite, each at the composite's source location so a
+// Diag about any of them points at the line the user wrote.
+struct Emitter {
+  GraphBuilder& b;
+  SourceLoc loc;
+
+  Value op(OpKind k, std::vector<Value> in, std::vector<AttrValue> attrs = {}) {
+    return b.op(k, in, attrs, {}, loc);
+  }
+  // An f32 literal: weak, so it never widens the tensor it meets.
+  Value lit(double v) { return b.constant(v, DType::F32, loc); }
+  Value reduce(OpKind k, Value x, const std::vector<int64_t>& dims) {
+    return op(k, {x}, {AttrValue(dims), AttrValue(true)});
+  }
+  // Half types compute in f32 (PyTorch's opmath type for f16/bf16) and round once at
+  // the end.
+  Value up(Value x) { return x.type().dtype == DType::F32 ? x : op(OpKind::Cast, {x}, {DType::F32}); }
+  Value down(Value y, DType t) { return y.type().dtype == t ? y : op(OpKind::Cast, {y}, {t}); }
+
+  Value gelu(Value x0, bool tanh_approx) {
+    Value x = up(x0);
+    Value inner;
+    if (tanh_approx) {
+      Value cube = op(OpKind::Mul, {op(OpKind::Mul, {x, x}), x});
+      Value poly = op(OpKind::Add, {x, op(OpKind::Mul, {lit(0.044715), cube})});
+      inner = op(OpKind::Tanh, {op(OpKind::Mul, {lit(std::sqrt(2.0 / std::numbers::pi)), poly})});
+    } else {
+      inner = op(OpKind::Erf, {op(OpKind::Mul, {x, lit(1.0 / std::numbers::sqrt2)})});
+    }
+    Value half_x = op(OpKind::Mul, {lit(0.5), x});
+    return down(op(OpKind::Mul, {half_x, op(OpKind::Add, {lit(1.0), inner})}), x0.type().dtype);
+  }
+
+  Value softmax(Value x0, int64_t dim) {
+    // With no elements there is nothing to compute, and a max over an empty dim has no
+    // value (the evaluator rejects it), so the result is the empty input, copied.
+    if (numel(x0.type().shape) == 0) return op(OpKind::Cast, {x0}, {x0.type().dtype});
+    Value x = up(x0);
+    Value e = op(OpKind::Exp, {op(OpKind::Sub, {x, reduce(OpKind::Max, x, {dim})})});
+    return down(op(OpKind::Div, {e, reduce(OpKind::Sum, e, {dim})}), x0.type().dtype);
+  }
+
+  // layer_norm (center, with bias) or rms_norm (no centring, no bias).
+  Value norm(Value x0, Value w, std::optional<Value> bias, double eps, bool center) {
+    std::vector<int64_t> dims;
+    for (int64_t d = -w.type().rank(); d < 0; ++d) dims.push_back(d);
+    Value x = up(x0);
+    if (center) x = op(OpKind::Sub, {x, reduce(OpKind::Mean, x, dims)});
+    Value var = reduce(OpKind::Mean, op(OpKind::Mul, {x, x}), dims);
+    Value inv = op(OpKind::Rsqrt, {op(OpKind::Add, {var, lit(eps)})});
+    Value y = op(OpKind::Mul, {op(OpKind::Mul, {x, inv}), up(w)});
+    if (bias) y = op(OpKind::Add, {y, up(*bias)});
+    return down(y, x0.type().dtype);
+  }
+};
+
+}  // namespace
+
+Graph decompose(const Graph& g) {
+  bool any = false;
+  for (const Node& n : g.nodes()) any = any || is_composite(n.op);
+  if (!any) return g;
+
+  GraphBuilder b(g.name(), g.mesh());
+  std::vector<Value> map(g.nodes().size());
+  try {
+    for (size_t i = 0; i < g.nodes().size(); ++i) {
+      const Node& n = g.nodes()[i];
+      std::vector<Value> in;
+      for (ValueId v : n.inputs) in.push_back(map[static_cast<size_t>(v)]);
+      Value v;
+      switch (n.op) {
+        case OpKind::Param:
+          map[i] = b.param(n.name, n.type.dtype, n.type.shape, n.placement, n.loc);
+          continue;
+        case OpKind::Constant:
+          v = b.constant(n.attrs.get_float("value"), n.attrs.get_dtype("dtype"), n.loc);
+          break;
+        case OpKind::Gelu: v = Emitter{b, n.loc}.gelu(in[0], false); break;
+        case OpKind::GeluTanh: v = Emitter{b, n.loc}.gelu(in[0], true); break;
+        case OpKind::Softmax: v = Emitter{b, n.loc}.softmax(in[0], n.attrs.get_int("dim")); break;
+        case OpKind::LayerNorm:
+          v = Emitter{b, n.loc}.norm(in[0], in[1], in[2], n.attrs.get_float("eps"), true);
+          break;
+        case OpKind::RmsNorm:
+          v = Emitter{b, n.loc}.norm(in[0], in[1], std::nullopt, n.attrs.get_float("eps"), false);
+          break;
+        // Primitives are copied as they are. Listed one by one so that a new op in
+        // ops.def must be classified here (-Werror=switch).
+        case OpKind::Neg:
+        case OpKind::Abs:
+        case OpKind::Exp:
+        case OpKind::Log:
+        case OpKind::Sqrt:
+        case OpKind::Rsqrt:
+        case OpKind::Tanh:
+        case OpKind::Sigmoid:
+        case OpKind::Relu:
+        case OpKind::Silu:
+        case OpKind::Sin:
+        case OpKind::Cos:
+        case OpKind::Reciprocal:
+        case OpKind::Erf:
+        case OpKind::Cast:
+        case OpKind::Add:
+        case OpKind::Sub:
+        case OpKind::Mul:
+        case OpKind::Div:
+        case OpKind::Maximum:
+        case OpKind::Minimum:
+        case OpKind::Pow:
+        case OpKind::Eq:
+        case OpKind::Ne:
+        case OpKind::Lt:
+        case OpKind::Le:
+        case OpKind::Gt:
+        case OpKind::Ge:
+        case OpKind::Where:
+        case OpKind::Sum:
+        case OpKind::Max:
+        case OpKind::Min:
+        case OpKind::Mean:
+        case OpKind::Matmul:
+        case OpKind::Transpose:
+        case OpKind::Permute:
+        case OpKind::Reshape:
+        case OpKind::Expand:
+        case OpKind::Embedding:
+        case OpKind::AllGather:
+        case OpKind::ReduceScatter:
+        case OpKind::AllReduce:
+        case OpKind::AllToAll:
+        case OpKind::Redistribute: v = b.op(n.op, in, {}, n.attrs.items, n.loc); break;
+      }
+      if (!n.name.empty()) b.name(v, n.name, n.loc);
+      if (n.placement) b.constrain(v, *n.placement, n.loc);
+      map[i] = v;
+    }
+    for (const Output& o : g.outputs()) b.ret(map[static_cast<size_t>(o.value)], o.placement, o.loc);
+  } catch (const DiagError& e) {
+    // The input passed the verifier, so a rejected rebuild is a bug in this file.
+    throw std::logic_error("internal error in decompose: " + e.diag.str());
+  }
+  Result<Graph> r = b.finish();
+  if (!r) throw std::logic_error("internal error in decompose: " + r.error().str());
+  return std::move(r).value();
+}
+
+}  // namespace sf

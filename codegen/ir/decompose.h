@@ -1,0 +1,25 @@
+// Decomposition of composite ops into primitives, run after verification and before
+// sharding propagation and fusion (DESIGN.md, "Data flow"), so that later stages see
+// only ops a fusion group can hold (elementwise, reductions, matmul, movement).
+#pragma once
+
+#include "codegen/ir/graph.h"
+
+namespace sf {
+
+// Rebuilds `g` with every composite (gelu, gelu_tanh, softmax, layer_norm, rms_norm)
+// replaced by primitives:
+//   gelu(x)        = 0.5 * x * (1 + erf(x * 1/sqrt(2)))
+//   gelu_tanh(x)   = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x*x*x)))
+//   softmax(x, d)  = e / sum(e, [d], keepdim)  with e = exp(x - max(x, [d], keepdim))
+//   layer_norm     = (x - m) * rsqrt(mean((x - m)^2) + eps) * w + b,  m = mean(x)
+//   rms_norm       = x * rsqrt(mean(x * x) + eps) * w
+// (means over the trailing w.rank() dims, keepdim). f16/bf16 operands are cast to f32,
+// computed in f32 and the result cast back, as PyTorch's kernels compute these ops in
+// float for half types. Every other node is kept with its name, attributes, location,
+// param placement and sharding constraint; a composite's name and constraint move to
+// the node that now produces its value; outputs keep their names and placements.
+// A graph without composites is returned unchanged (a copy of `g`).
+Graph decompose(const Graph& g);
+
+}  // namespace sf

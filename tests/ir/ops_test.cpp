@@ -1,0 +1,171 @@
+// Shape and dtype inference, table-driven over every op in ops.def. A row per
+// op (several for the interesting ones); a final test fails if an op has no row.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "codegen/ir/ops.h"
+
+namespace sf {
+namespace {
+
+struct InferCase {
+  const char* op;
+  std::vector<Operand> in;
+  std::vector<std::pair<std::string, AttrValue>> attrs;
+  TensorType want;
+};
+
+Operand T(DType d, Shape s) { return {TensorType{d, std::move(s)}, false}; }
+Operand W(DType d) { return {TensorType{d, {}}, true}; }  // a number literal
+constexpr DType f32 = DType::F32, f16 = DType::F16, bf16 = DType::BF16, i32 = DType::I32,
+                i64 = DType::I64, b1 = DType::Bool;
+using V = std::vector<int64_t>;
+
+const Mesh kMesh{{{"dp", 2}, {"tp", 4}}};
+
+std::vector<InferCase> cases() {
+  std::vector<InferCase> c;
+  for (const char* u : {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "silu",
+                        "sin", "cos", "reciprocal", "erf", "gelu", "gelu_tanh"})
+    c.push_back({u, {T(bf16, {3, 5})}, {}, {bf16, {3, 5}}});
+  c.push_back({"relu", {T(i32, {2})}, {}, {i32, {2}}});
+  c.push_back({"cast", {T(f32, {2, 2})}, {{"dtype", AttrValue(bf16)}}, {bf16, {2, 2}}});
+  for (const char* b : {"add", "sub", "mul", "maximum", "minimum", "pow"})
+    c.push_back({b, {T(f32, {4, 1, 3}), T(f32, {5, 1})}, {}, {f32, {4, 5, 3}}});
+  c.push_back({"add", {T(f16, {2}), T(bf16, {2})}, {}, {f32, {2}}});
+  c.push_back({"add", {T(i32, {2}), T(i64, {})}, {}, {i64, {2}}});
+  c.push_back({"mul", {T(f16, {2}), W(f32)}, {}, {f16, {2}}});   // weak scalar keeps f16
+  c.push_back({"mul", {W(f32), T(i32, {2})}, {}, {f32, {2}}});   // float literal lifts ints
+  c.push_back({"add", {T(i32, {2}), W(i64)}, {}, {i32, {2}}});   // int literal keeps i32
+  c.push_back({"div", {T(i32, {2}), T(i32, {2})}, {}, {f32, {2}}});  // true division
+  c.push_back({"div", {T(bf16, {0, 3}), T(bf16, {1, 3})}, {}, {bf16, {0, 3}}});
+  for (const char* cmp : {"eq", "ne", "lt", "le", "gt", "ge"})
+    c.push_back({cmp, {T(f32, {3, 1}), T(i32, {4})}, {}, {b1, {3, 4}}});
+  c.push_back({"where", {T(b1, {3, 1}), T(f32, {1, 4}), W(f32)}, {}, {f32, {3, 4}}});
+  for (const char* r : {"sum", "max", "min", "mean"}) {
+    c.push_back({r, {T(f32, {2, 3, 4})}, {{"dims", AttrValue(V{1})}}, {f32, {2, 4}}});
+    c.push_back({r, {T(f32, {2, 3, 4})}, {{"dims", AttrValue(V{-1, 0})}, {"keepdim", AttrValue(true)}},
+                 {f32, {1, 3, 1}}});
+    c.push_back({r, {T(f32, {2, 3, 4})}, {}, {f32, {}}});
+  }
+  c.push_back({"sum", {T(i32, {5})}, {}, {i64, {}}});  // integer sums widen, as torch
+  c.push_back({"sum", {T(b1, {5})}, {}, {i64, {}}});
+  c.push_back({"matmul", {T(f32, {20, 10}), T(f32, {10, 16})}, {}, {f32, {20, 16}}});
+  c.push_back({"matmul", {T(bf16, {2, 1, 8, 4}), T(bf16, {3, 4, 5})}, {}, {bf16, {2, 3, 8, 5}}});
+  c.push_back({"transpose", {T(f32, {2, 3, 4})}, {{"dim0", AttrValue(int64_t{0})}, {"dim1", AttrValue(int64_t{-1})}},
+               {f32, {4, 3, 2}}});
+  c.push_back({"permute", {T(i64, {2, 3, 4})}, {{"dims", AttrValue(V{1, 2, 0})}}, {i64, {3, 4, 2}}});
+  c.push_back({"reshape", {T(f32, {2, 3, 4})}, {{"shape", AttrValue(V{4, -1})}}, {f32, {4, 6}}});
+  c.push_back({"reshape", {T(f32, {2, 3, 4})}, {{"shape", AttrValue(V{24})}}, {f32, {24}}});
+  c.push_back({"reshape", {T(f32, {0, 3})}, {{"shape", AttrValue(V{3, 0})}}, {f32, {3, 0}}});
+  c.push_back({"expand", {T(f32, {3, 1})}, {{"shape", AttrValue(V{2, -1, 4})}}, {f32, {2, 3, 4}}});
+  c.push_back({"embedding", {T(i64, {2, 7}), T(bf16, {100, 16})}, {}, {bf16, {2, 7, 16}}});
+  c.push_back({"softmax", {T(f32, {2, 8})}, {{"dim", AttrValue(int64_t{0})}}, {f32, {2, 8}}});
+  c.push_back({"layer_norm", {T(f32, {2, 8, 16}), T(f32, {16}), T(f32, {16})}, {}, {f32, {2, 8, 16}}});
+  c.push_back({"layer_norm", {T(f32, {2, 8, 16}), T(f32, {8, 16}), T(f32, {8, 16})}, {}, {f32, {2, 8, 16}}});
+  c.push_back({"rms_norm", {T(bf16, {4, 16}), T(bf16, {16})}, {}, {bf16, {4, 16}}});
+  c.push_back({"all_gather", {T(f32, {5, 3})}, {{"mesh_dim", AttrValue(std::string("tp"))}}, {f32, {20, 3}}});
+  c.push_back({"all_gather", {T(f32, {5, 3})},
+               {{"mesh_dim", AttrValue(std::string("dp"))}, {"dim", AttrValue(int64_t{-1})}}, {f32, {5, 6}}});
+  c.push_back({"reduce_scatter", {T(f32, {8, 3})}, {{"mesh_dim", AttrValue(std::string("tp"))}}, {f32, {2, 3}}});
+  c.push_back({"all_reduce", {T(f32, {8, 3})},
+               {{"mesh_dim", AttrValue(std::string("tp")), }, {"op", AttrValue(std::string("max"))}}, {f32, {8, 3}}});
+  c.push_back({"all_to_all", {T(f32, {8, 3})},
+               {{"mesh_dim", AttrValue(std::string("tp"))}, {"split_dim", AttrValue(int64_t{0})},
+                {"concat_dim", AttrValue(int64_t{1})}},
+               {f32, {2, 12}}});
+  PlacementSpec spec{{Placement::shard(0), Placement::partial()}};
+  c.push_back({"redistribute", {T(f32, {8, 3})}, {{"placements", AttrValue(spec)}}, {f32, {8, 3}}});
+  return c;
+}
+
+TEST(InferType, EveryRowGivesItsType) {
+  for (const InferCase& c : cases()) {
+    auto k = find_op(c.op);
+    ASSERT_TRUE(k) << c.op;
+    try {
+      Attrs a = normalize_attrs(*k, {}, c.attrs);
+      EXPECT_EQ(infer_type(*k, c.in, a, kMesh), c.want) << c.op << " wanted " << c.want.str();
+    } catch (const OpError& e) {
+      ADD_FAILURE() << c.op << ": " << e.message;
+    }
+  }
+}
+
+TEST(InferType, EveryOpHasARow) {
+  std::set<std::string> covered;
+  for (const InferCase& c : cases()) covered.insert(c.op);
+  for (const OpInfo& info : all_ops()) {
+    if (info.category == OpCategory::Leaf) continue;
+    EXPECT_TRUE(covered.count(std::string(info.name))) << info.name << " has no shape-inference row";
+  }
+}
+
+struct RejectCase {
+  const char* op;
+  std::vector<Operand> in;
+  std::vector<std::pair<std::string, AttrValue>> attrs;
+  const char* words;
+};
+
+TEST(InferType, RejectsWithAReason) {
+  const RejectCase rejects[] = {
+      {"exp", {T(i32, {2})}, {}, "expects a floating-point operand, got i32[2]"},
+      {"add", {T(b1, {2}), T(b1, {2})}, {}, "does not take bool operands"},
+      {"matmul", {T(f32, {3}), T(f32, {3, 2})}, {}, "rank >= 2"},
+      {"matmul", {T(f32, {2, 2, 3}), T(f32, {3, 3, 2})}, {}, "batch dims [2] and [3] do not broadcast"},
+      {"permute", {T(f32, {2, 3})}, {{"dims", AttrValue(V{0, 0})}}, "appears twice"},
+      {"reshape", {T(f32, {2, 3})}, {{"shape", AttrValue(V{-1, -1})}}, "only one dimension may be -1"},
+      {"reshape", {T(f32, {2, 3})}, {{"shape", AttrValue(V{4, -1})}}, "cannot infer -1"},
+      {"expand", {T(f32, {3, 2})}, {{"shape", AttrValue(V{3, 4})}}, "only size-1 dims expand"},
+      {"embedding", {T(f32, {2}), T(f32, {4, 4})}, {}, "integer indices"},
+      {"layer_norm", {T(f32, {2, 8}), T(f32, {4}), T(f32, {4})}, {}, "does not match the trailing dims [8]"},
+      {"softmax", {T(f32, {2, 8})}, {{"dim", AttrValue(int64_t{2})}}, "out of range"},
+      {"reduce_scatter", {T(f32, {6, 3})}, {{"mesh_dim", AttrValue(std::string("tp"))}}, "not divisible by the 4 ranks"},
+      {"all_reduce", {T(f32, {6})}, {{"mesh_dim", AttrValue(std::string("tp"))}, {"op", AttrValue(std::string("prod"))}},
+       "op 'prod' is not one of"},
+      {"sum", {T(f32, {2, 3})}, {{"dims", AttrValue(V{1, -1})}}, "listed twice"},
+      {"mean", {T(i32, {2, 3})}, {}, "floating-point"},
+  };
+  for (const RejectCase& r : rejects) {
+    auto k = find_op(r.op);
+    ASSERT_TRUE(k) << r.op;
+    try {
+      Attrs a = normalize_attrs(*k, {}, r.attrs);
+      TensorType t = infer_type(*k, r.in, a, kMesh);
+      ADD_FAILURE() << r.op << " accepted, gave " << t.str();
+    } catch (const OpError& e) {
+      EXPECT_NE(e.message.find(r.words), std::string::npos) << r.op << ": " << e.message;
+    }
+  }
+}
+
+TEST(NormalizeAttrs, FillsDefaultsAndChecksSchema) {
+  Attrs a = normalize_attrs(OpKind::Sum, {}, {{"keepdim", AttrValue(true)}});
+  EXPECT_EQ(a.get_ints("dims"), V{});
+  EXPECT_TRUE(a.get_bool("keepdim"));
+  Attrs t = normalize_attrs(OpKind::Transpose, {AttrValue(int64_t{1}), AttrValue(int64_t{0})}, {});
+  EXPECT_EQ(t.get_int("dim0"), 1);
+  EXPECT_EQ(t.get_int("dim1"), 0);
+  Attrs ln = normalize_attrs(OpKind::LayerNorm, {AttrValue(int64_t{1})}, {});
+  EXPECT_EQ(ln.get_float("eps"), 1.0);  // an int literal where a float is expected
+  EXPECT_THROW(normalize_attrs(OpKind::Sum, {}, {{"dims", AttrValue(true)}}), OpError);
+  EXPECT_THROW(normalize_attrs(OpKind::Cast, {}, {}), OpError);
+  EXPECT_THROW(normalize_attrs(OpKind::Cast, {AttrValue(std::string("f64"))}, {}), OpError);
+}
+
+TEST(OpTable, NamesAreUniqueAndFindable) {
+  std::set<std::string_view> names;
+  for (const OpInfo& info : all_ops()) {
+    EXPECT_TRUE(names.insert(info.name).second) << info.name;
+    EXPECT_EQ(&op_info(info.kind), &info);
+    if (info.category != OpCategory::Leaf) {
+      EXPECT_EQ(find_op(info.name), info.kind);
+    }
+  }
+  EXPECT_EQ(find_op("param"), std::nullopt);  // leaves are not callable
+}
+
+}  // namespace
+}  // namespace sf

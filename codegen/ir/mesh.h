@@ -50,7 +50,8 @@ struct Placement {
 struct PlacementSpec {
   std::vector<Placement> per_dim;
 
-  // `{tp: S(0)}` with the mesh's names; dims that are R are left out, all-R prints `{}`.
+  // `{tp: S(0)}` with the mesh's names; dims that are R are left out, and an all-R
+  // spec names every dim (`{dp: R, tp: R}`).
   std::string str(const Mesh& mesh) const;
   bool operator==(const PlacementSpec&) const = default;
 };

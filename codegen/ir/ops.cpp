@@ -459,6 +459,9 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& a, 
     case OpKind::LayerNorm:
       check_norm_params(k, in[0].type, in[1].type, "weight");
       check_norm_params(k, in[0].type, in[2].type, "bias");
+      if (!(in[1].type == in[2].type))
+        fail("layer_norm: weight " + in[1].type.str() + " and bias " + in[2].type.str() +
+             " must have the same type");
       return in[0].type;
     case OpKind::RmsNorm: check_norm_params(k, in[0].type, in[1].type, "weight"); return in[0].type;
 
@@ -503,6 +506,9 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& a, 
     }
     case OpKind::Redistribute: {
       const PlacementSpec& spec = a.get_placements("placements");
+      if (spec.per_dim.size() != mesh.dims.size())
+        fail("redistribute: " + std::to_string(spec.per_dim.size()) + " placements for a mesh of " +
+             std::to_string(mesh.dims.size()) + " dims");
       for (const Placement& p : spec.per_dim)
         if (p.is_shard()) dim_or_fail(k, "shard dim", p.dim, in[0].type.rank());
       return in[0].type;

@@ -127,6 +127,9 @@ TEST(InferType, RejectsWithAReason) {
        "op 'prod' is not one of"},
       {"sum", {T(f32, {2, 3})}, {{"dims", AttrValue(V{1, -1})}}, "listed twice"},
       {"mean", {T(i32, {2, 3})}, {}, "floating-point"},
+      {"layer_norm", {T(f32, {2, 8}), T(f32, {8}), T(f32, {2, 8})}, {}, "must have the same type"},
+      {"redistribute", {T(f32, {2})}, {{"placements", AttrValue(PlacementSpec{{Placement::shard(0)}})}},
+       "1 placements for a mesh of 2 dims"},
   };
   for (const RejectCase& r : rejects) {
     auto k = find_op(r.op);

@@ -1,0 +1,186 @@
+// The shardfuse CLI end to end: the binary is run as a user would run it.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
+
+#include "runtime/npy.h"
+
+namespace sf {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliResult {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CliResult shardfuse(const std::string& args) {
+  std::string cmd = std::string(SF_BINARY) + " " + args + " 2>&1";
+  CliResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string example(const std::string& name) { return std::string(SF_SOURCE_DIR) + "/examples/" + name; }
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "sf-cli-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string operator/(const std::string& f) const { return (fs::path(path_) / f).string(); }
+  const std::string& str() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+const char* kExamples[] = {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf",
+                           "fsdp_tp_2d.sf"};
+
+TEST(CliCheck, AcceptsEveryExample) {
+  for (const char* e : kExamples) {
+    CliResult r = shardfuse("check " + example(e));
+    EXPECT_EQ(r.code, 0) << e << ":\n" << r.out;
+    EXPECT_NE(r.out.find("graph "), std::string::npos) << r.out;
+  }
+  CliResult mlp = shardfuse("check " + example("tp_mlp.sf"));
+  EXPECT_NE(mlp.out.find("graph mlp: mesh tp=4 (4 ranks)"), std::string::npos) << mlp.out;
+  EXPECT_NE(mlp.out.find("  w1: f32[16, 10] {tp: S(0)}"), std::string::npos) << mlp.out;
+  EXPECT_NE(mlp.out.find("ops: 7 (add 2, matmul 2, relu 1, transpose 2)"), std::string::npos) << mlp.out;
+  EXPECT_NE(mlp.out.find("  y: f32[20, 10] {tp: R}"), std::string::npos) << mlp.out;
+}
+
+TEST(CliCheck, RejectsWithLocatedErrorAndExit1) {
+  TempDir d;
+  write_file(d / "bad.sf", "graph g(x: f32[2, 3]) {\n  y = matmul(x, x)\n  return y\n}\n");
+  CliResult r = shardfuse("check " + (d / "bad.sf"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out.rfind(d / "bad.sf:2:7: error: matmul: contraction dims differ", 0), 0u) << r.out;
+  CliResult missing = shardfuse("check " + (d / "nope.sf"));
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.out.find("nope.sf: error: cannot open file"), std::string::npos) << missing.out;
+}
+
+TEST(CliRun, EveryExampleMatchesTheReference) {
+  for (const char* e : kExamples) {
+    CliResult r = shardfuse("run " + example(e) + " --check --seed 7");
+    EXPECT_EQ(r.code, 0) << e << ":\n" << r.out;
+    EXPECT_NE(r.out.find("check: ok"), std::string::npos) << e << ":\n" << r.out;
+  }
+}
+
+TEST(CliRun, InputsAndOutputsReproduceAHandComputedResult) {
+  TempDir d;
+  write_file(d / "g.sf",
+             "graph lin(x: f32[2, 2], w: f32[2, 3], b: f32[3]) {\n"
+             "  y = relu(add(matmul(x, w), b))\n"
+             "  s = sum(y, dims=[1])\n"
+             "  return y, s\n}\n");
+  fs::create_directory(d / "in");
+  Tensor x(DType::F32, {2, 2}), w(DType::F32, {2, 3}), b(DType::F32, {3});
+  const double xv[] = {1, 2, 3, 4}, wv[] = {1, 0, -1, 0.5, 1, 2}, bv[] = {0, -3, 0.25};
+  for (int i = 0; i < 4; ++i) x.set(i, xv[i]);
+  for (int i = 0; i < 6; ++i) w.set(i, wv[i]);
+  for (int i = 0; i < 3; ++i) b.set(i, bv[i]);
+  ASSERT_FALSE(write_npy(d / "in/x.npy", x));
+  ASSERT_FALSE(write_npy(d / "in/w.npy", w));
+  ASSERT_FALSE(write_npy(d / "in/b.npy", b));
+  CliResult r = shardfuse("run " + (d / "g.sf") + " --inputs " + (d / "in") + " --save-outputs " + (d / "out"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  // x @ w = [[2, 2, 3], [5, 4, 5]]; + b = [[2, -1, 3.25], [5, 1, 5.25]]; relu; row sums.
+  Result<Tensor> y = read_npy(d / "out/y.npy", TensorType{DType::F32, {2, 3}});
+  Result<Tensor> s = read_npy(d / "out/s.npy", TensorType{DType::F32, {2}});
+  ASSERT_TRUE(y.ok()) << y.error().str();
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  const double want_y[] = {2, 0, 3.25, 5, 1, 5.25};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(y->get(i), want_y[i]) << i;
+  EXPECT_EQ(s->get(0), 5.25);
+  EXPECT_EQ(s->get(1), 11.25);
+}
+
+TEST(CliRun, TpMlpMatchesNumPy) {
+  if (std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 has no numpy (scripts/setup installs python3-numpy)";
+  TempDir d;
+  fs::create_directory(d / "in");
+  // NumPy makes the inputs and the expected output of DESIGN.md's MLP in float64.
+  std::string py =
+      "import numpy as np, sys\n"
+      "d = sys.argv[1]\n"
+      "r = np.random.default_rng(3)\n"
+      "x, w1, b1 = r.standard_normal((20, 10)), r.standard_normal((16, 10)), r.standard_normal(16)\n"
+      "w2, b2 = r.standard_normal((10, 16)), r.standard_normal(10)\n"
+      "for n, a in dict(x=x, w1=w1, b1=b1, w2=w2, b2=b2).items(): np.save(f'{d}/in/{n}.npy', a.astype(np.float32))\n"
+      "f = lambda a: a.astype(np.float32).astype(np.float64)\n"
+      "y = np.maximum(f(x) @ f(w1).T + f(b1), 0) @ f(w2).T + f(b2)\n"
+      "np.save(f'{d}/want.npy', y)\n";
+  write_file(d / "mk.py", py);
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + (d / "mk.py") + " " + d.str()).c_str()), 0);
+  CliResult r = shardfuse("run " + example("tp_mlp.sf") + " --inputs " + (d / "in") + " --save-outputs " + (d / "out"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::string cmp =
+      "/usr/bin/python3 -c \"import numpy as np, sys; a = np.load(sys.argv[1]); b = np.load(sys.argv[2]); "
+      "print(a.dtype, a.shape); sys.exit(0 if a.dtype == np.float32 and np.allclose(a, b, rtol=1e-5, atol=1e-5) else 1)\" " +
+      (d / "out/y.npy") + " " + (d / "want.npy");
+  EXPECT_EQ(std::system(cmp.c_str()), 0) << "shardfuse's y.npy differs from NumPy's";
+}
+
+TEST(CliRun, BadInputsAreClearErrors) {
+  TempDir d;
+  fs::create_directory(d / "in");
+  CliResult missing = shardfuse("run " + example("tp_mlp.sf") + " --inputs " + (d / "in") + " --save-outputs " + (d / "out"));
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.out.find("x.npy"), std::string::npos) << missing.out;
+  EXPECT_FALSE(fs::exists(d / "out/y.npy")) << "no output after a failed run";
+
+  Tensor wrong(DType::F32, {3, 3});
+  ASSERT_FALSE(write_npy(d / "in/x.npy", wrong));
+  CliResult shape = shardfuse("run " + example("tp_mlp.sf") + " --inputs " + (d / "in"));
+  EXPECT_EQ(shape.code, 1);
+  EXPECT_NE(shape.out.find("[3, 3]"), std::string::npos) << shape.out;
+  EXPECT_NE(shape.out.find("[20, 10]"), std::string::npos) << shape.out;
+
+  CliResult world = shardfuse("run " + example("tp_mlp.sf") + " --world 2");
+  EXPECT_EQ(world.code, 1);
+  EXPECT_NE(world.out.find("--world 2 does not match the mesh of graph 'mlp' ('tp=4': 4 ranks)"), std::string::npos)
+      << world.out;
+  EXPECT_EQ(shardfuse("run " + example("tp_mlp.sf") + " --world 4").code, 0);
+}
+
+TEST(CliRun, SeedsAreDeterministic) {
+  CliResult a = shardfuse("run " + example("tp_mlp.sf") + " --seed 1");
+  CliResult b = shardfuse("run " + example("tp_mlp.sf") + " --seed 1");
+  CliResult c = shardfuse("run " + example("tp_mlp.sf") + " --seed 2");
+  ASSERT_EQ(a.code, 0) << a.out;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out);
+}
+
+TEST(CliHelp, EveryCommandExplainsWithAnExample) {
+  for (const char* cmd : {"check", "run"}) {
+    CliResult r = shardfuse(std::string(cmd) + " --help");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("Example"), std::string::npos) << cmd << ":\n" << r.out;
+  }
+  CliResult none = shardfuse("");
+  EXPECT_NE(none.code, 0);
+}
+
+}  // namespace
+}  // namespace sf

@@ -104,3 +104,38 @@ graph g(x: f16[4, 6] {dp: S(0), tp: S(-1)}, i: i32[3]) {
 
 }  // namespace
 }  // namespace sf
+
+namespace sf {
+namespace {
+
+class ExampleRoundTrip : public ::testing::TestWithParam<const char*> {};
+
+// parse -> print -> parse -> print gives the same text, and the printed graph has
+// the same params, ops and outputs as the file.
+TEST_P(ExampleRoundTrip, PrintIsStable) {
+  std::string path = std::string(SF_SOURCE_DIR) + "/examples/" + GetParam();
+  Result<Graph> g = parse_file(path);
+  ASSERT_TRUE(g.ok()) << g.error().str();
+  std::string once = print_graph(*g);
+  Result<Graph> again = parse_graph(once, "printed.sf");
+  ASSERT_TRUE(again.ok()) << again.error().str() << "\n" << once;
+  EXPECT_EQ(print_graph(*again), once);
+  EXPECT_EQ(again->op_count(), g->op_count());
+  EXPECT_EQ(again->params().size(), g->params().size());
+  ASSERT_EQ(again->outputs().size(), g->outputs().size());
+  for (size_t i = 0; i < g->outputs().size(); ++i) {
+    EXPECT_EQ(again->node(again->outputs()[i].value).type, g->node(g->outputs()[i].value).type);
+    EXPECT_EQ(again->outputs()[i].placement, g->outputs()[i].placement);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Examples, ExampleRoundTrip,
+                         ::testing::Values("tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf",
+                                           "transformer_block.sf", "fsdp_tp_2d.sf"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           return n.substr(0, n.find('.'));
+                         });
+
+}  // namespace
+}  // namespace sf

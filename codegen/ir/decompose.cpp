@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <numbers>
+#include <optional>
 #include <stdexcept>
+#include <vector>
 
 #include "codegen/ir/builder.h"
 

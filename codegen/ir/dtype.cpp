@@ -143,4 +143,24 @@ double round_to_dtype(double v, DType t) {
   return v;
 }
 
+int64_t saturating_i64(double v) {
+  if (std::isnan(v)) return 0;
+  if (v >= 0x1p63) return std::numeric_limits<int64_t>::max();
+  if (v < -0x1p63) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(v);
+}
+
+double i64_to_double_round_odd(int64_t v) {
+  uint64_t u = v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+  int width = std::bit_width(u);
+  if (width > 53) {
+    int shift = width - 53;
+    uint64_t kept = u >> shift << shift;
+    if (kept != u) kept |= uint64_t{1} << shift;  // sticky: dropped bits were not all zero
+    u = kept;
+  }
+  double d = static_cast<double>(u);  // exact: at most 53 significant bits
+  return v < 0 ? -d : d;
+}
+
 }  // namespace sf

@@ -35,4 +35,14 @@ float bf16_bits_to_f32(uint16_t h);
 // saturate at the type's range; NaN becomes 0 for integers; bool is (v != 0).
 double round_to_dtype(double v, DType t);
 
+// double -> int64 truncating toward zero and saturating (NaN -> 0). A plain cast of
+// a double >= 2^63 is undefined behaviour; 9223372036854775807.0 *is* 2^63.
+int64_t saturating_i64(double v);
+
+// An int64 as a double rounded to odd (truncate, then set the lowest bit if anything
+// was dropped). Rounding that double to f32, f16 or bf16 gives the correctly rounded
+// conversion of the integer, because round-to-odd at 53 bits followed by rounding to
+// q <= 51 bits equals one rounding to q bits; a plain conversion rounds twice.
+double i64_to_double_round_odd(int64_t v);
+
 }  // namespace sf

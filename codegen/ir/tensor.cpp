@@ -65,14 +65,14 @@ void Tensor::set(int64_t i, double v) {
     case DType::F16: store<uint16_t>(p, i, f32_to_f16_bits(static_cast<float>(r))); return;
     case DType::BF16: store<uint16_t>(p, i, f32_to_bf16_bits(static_cast<float>(r))); return;
     case DType::I32: store<int32_t>(p, i, static_cast<int32_t>(r)); return;
-    case DType::I64: store<int64_t>(p, i, static_cast<int64_t>(r)); return;
+    case DType::I64: store<int64_t>(p, i, saturating_i64(r)); return;
     case DType::Bool: store<uint8_t>(p, i, r != 0.0 ? 1 : 0); return;
   }
 }
 
 int64_t Tensor::get_int(int64_t i) const {
   if (type_.dtype == DType::I64) return load<int64_t>(data_.data(), i);
-  return static_cast<int64_t>(get(i));
+  return saturating_i64(get(i));
 }
 
 void Tensor::set_int(int64_t i, int64_t v) {
@@ -81,7 +81,7 @@ void Tensor::set_int(int64_t i, int64_t v) {
     case DType::I64: store<int64_t>(p, i, v); return;
     case DType::I32: store<int32_t>(p, i, static_cast<int32_t>(v)); return;  // wraps like a C cast
     case DType::Bool: store<uint8_t>(p, i, v != 0 ? 1 : 0); return;
-    default: set(i, static_cast<double>(v)); return;
+    default: set(i, i64_to_double_round_odd(v)); return;
   }
 }
 

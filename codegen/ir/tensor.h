@@ -43,9 +43,13 @@ class Tensor {
   // Element at flat (C-order) index as a double; exact for every dtype but i64
   // beyond 2^53 (use get_int for those).
   double get(int64_t i) const;
-  // Stores v rounded to the dtype (round_to_dtype).
+  // Stores v rounded to the dtype (round_to_dtype; integers saturate).
   void set(int64_t i, double v);
+  // Element as an int64: exact for integer and bool tensors; floats truncate toward
+  // zero and saturate (NaN -> 0).
   int64_t get_int(int64_t i) const;
+  // Stores an int64: wraps into i32 like a C cast, exact into i64, correctly rounded
+  // (once) into the float dtypes.
   void set_int(int64_t i, int64_t v);
 
  private:

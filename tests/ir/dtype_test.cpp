@@ -128,3 +128,28 @@ TEST(Tensor, StoresNativeLayout) {
 
 }  // namespace
 }  // namespace sf
+
+namespace sf {
+namespace {
+
+TEST(Tensor, IntegerConversionsSaturateAndRoundOnce) {
+  Tensor i(DType::I64, {3});
+  i.set(0, 1e300);  // >= 2^63: saturates (a plain cast would be UB)
+  i.set(1, -1e300);
+  i.set(2, std::nan(""));
+  EXPECT_EQ(i.get_int(0), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(i.get_int(1), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(i.get_int(2), 0);
+
+  Tensor f(DType::F32, {2});
+  f.set(0, std::numeric_limits<double>::infinity());
+  EXPECT_EQ(f.get_int(0), std::numeric_limits<int64_t>::max());
+  // 2^60 + 2^36 + 1 is just above the f32 tie between 2^60 and 2^60 + 2^37; through a
+  // plain double it becomes the tie 2^60 + 2^36 and rounds to even (2^60): wrong.
+  f.set_int(1, (int64_t{1} << 60) + (int64_t{1} << 36) + 1);
+  EXPECT_EQ(f.get(1), std::ldexp(1.0, 60) + std::ldexp(1.0, 37));
+  EXPECT_EQ(i64_to_double_round_odd(-5), -5.0);
+}
+
+}  // namespace
+}  // namespace sf

@@ -1,0 +1,37 @@
+// The reference evaluator: runs the global (unsharded) graph on the host, element by
+// element, with PyTorch's semantics. It is the correctness oracle every sharded plan
+// and every generated kernel is compared against (DESIGN.md, "Correctness principle"),
+// so it is written to be obviously right, not fast: float math in double with one
+// rounding to the node's dtype, integer math in int64 with two's-complement wrap.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "codegen/ir/diag.h"
+#include "codegen/ir/graph.h"
+#include "codegen/ir/tensor.h"
+
+namespace sf {
+
+// Evaluates the global graph `g`. `inputs` has one tensor per g.params(), in that
+// order, each of exactly the param's TensorType. Returns one tensor per g.outputs(),
+// in order, of the output value's type.
+//
+// A Diag (at the offending node's location) when: the inputs do not match the params
+// (count, or a param's type: the Diag names the param, the expected and found type);
+// an embedding index is outside [0, rows); max/min reduce over empty dims; an integer
+// pow has a negative exponent; or a per-rank collective (all_gather, reduce_scatter,
+// all_reduce, all_to_all) runs over a mesh dim of size > 1, which has no global
+// meaning. Over a size-1 mesh dim those are the identity; redistribute always is.
+Result<std::vector<Tensor>> evaluate(const Graph& g, const std::vector<Tensor>& inputs);
+
+// Seeded random inputs for every param of `g`, deterministic per seed on every
+// platform (std::mt19937_64 read directly, no std:: distributions, whose algorithms
+// differ between standard libraries): floats uniform in [-1, 1) rounded to the dtype,
+// bools fair coin flips, integer params that feed an embedding's indices (directly or
+// through movement ops, integer casts and redistributes) uniform in [0, rows) of the
+// smallest such weight, other integers uniform in [0, 8).
+std::vector<Tensor> random_inputs(const Graph& g, uint64_t seed);
+
+}  // namespace sf

@@ -89,17 +89,24 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 class Evaluator {
  public:
-  explicit Evaluator(const Graph& g) : g_(g), vals_(g.nodes().size()) {}
+  explicit Evaluator(const Graph& g) : g_(&g), vals_(g.nodes().size()) {}
+  Evaluator() = default;  // for one node at a time (evaluate_node)
+
+  Tensor one(const Node& n, const std::vector<const Tensor*>& args) {
+    args_ = args;
+    return eval(n);
+  }
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) {
-    const auto& params = g_.params();
+    const Graph& g = *g_;
+    const auto& params = g.params();
     if (inputs.size() != params.size())
       throw DiagError{Diag{"", {},
-                           "graph '" + g_.name() + "' has " + std::to_string(params.size()) +
+                           "graph '" + g.name() + "' has " + std::to_string(params.size()) +
                                " parameter(s) but " + std::to_string(inputs.size()) +
                                " input tensor(s) were given"}};
     for (size_t i = 0; i < params.size(); ++i) {
-      const Node& p = g_.node(params[i]);
+      const Node& p = g.node(params[i]);
       if (!(inputs[i].type() == p.type))
         throw DiagError{Diag{"", p.loc,
                              "input " + std::to_string(i) + " for parameter '" + p.name +
@@ -107,20 +114,20 @@ class Evaluator {
                                  inputs[i].type().str()}};
       vals_[static_cast<size_t>(params[i])] = inputs[i];
     }
-    for (size_t i = 0; i < g_.nodes().size(); ++i) {
-      const Node& n = g_.nodes()[i];
+    for (size_t i = 0; i < g.nodes().size(); ++i) {
+      const Node& n = g.nodes()[i];
       if (n.op == OpKind::Param) continue;
+      args_.clear();
+      for (ValueId v : n.inputs) args_.push_back(&vals_[static_cast<size_t>(v)]);
       vals_[i] = eval(n);
     }
     std::vector<Tensor> out;
-    for (const Output& o : g_.outputs()) out.push_back(vals_[static_cast<size_t>(o.value)]);
+    for (const Output& o : g.outputs()) out.push_back(vals_[static_cast<size_t>(o.value)]);
     return out;
   }
 
  private:
-  const Tensor& in(const Node& n, size_t k) const {
-    return vals_[static_cast<size_t>(n.inputs[k])];
-  }
+  const Tensor& in(const Node&, size_t k) const { return *args_[k]; }
 
   Tensor eval(const Node& n) {
     switch (n.op) {
@@ -243,8 +250,9 @@ class Evaluator {
       case OpKind::AllReduce:
       case OpKind::AllToAll: {
         const std::string& name = n.attrs.get_ident("mesh_dim");
-        auto md = g_.mesh().find(name);
-        int64_t size = md ? g_.mesh().dims[static_cast<size_t>(*md)].size : 0;
+        if (!g_) fail(n, "a collective is not a local op (the per-rank executor runs it)");
+        auto md = g_->mesh().find(name);
+        int64_t size = md ? g_->mesh().dims[static_cast<size_t>(*md)].size : 0;
         // Over one rank every one of these is the identity (an avg over one value too).
         if (size == 1) return copy_of(in(n, 0));
         fail(n, std::string(op_name(n.op)) + " over mesh dim '" + name + "' (size " +
@@ -482,8 +490,9 @@ class Evaluator {
     return out;
   }
 
-  const Graph& g_;
+  const Graph* g_ = nullptr;
   std::vector<Tensor> vals_;
+  std::vector<const Tensor*> args_;  // the current node's operands
 };
 
 // The smallest row count of the embedding weights whose indices come from value `v`,
@@ -517,6 +526,19 @@ Result<std::vector<Tensor>> evaluate(const Graph& g, const std::vector<Tensor>& 
     return e.diag;
   } catch (const OpError& e) {  // an attribute getter on a graph that skipped the verifier
     return Diag{"", {}, e.message};
+  }
+}
+
+Result<Tensor> evaluate_node(const Node& n, const std::vector<const Tensor*>& inputs) {
+  if (inputs.size() != n.inputs.size() || n.op == OpKind::Param)
+    return Diag{"", n.loc, std::string(op_name(n.op)) + ": evaluate_node got " + std::to_string(inputs.size()) +
+                               " operand(s) for " + std::to_string(n.inputs.size())};
+  try {
+    return Evaluator().one(n, inputs);
+  } catch (const DiagError& e) {
+    return e.diag;
+  } catch (const OpError& e) {
+    return Diag{"", n.loc, e.message};
   }
 }
 

@@ -26,6 +26,11 @@ namespace sf {
 // meaning. Over a size-1 mesh dim those are the identity; redistribute always is.
 Result<std::vector<Tensor>> evaluate(const Graph& g, const std::vector<Tensor>& inputs);
 
+// Evaluates one node on the given operand tensors (one per n.inputs, of the types
+// the node was inferred for). Per-rank programs use it to run an op on local shards:
+// the node then carries local shapes and attributes. Params cannot be evaluated.
+Result<Tensor> evaluate_node(const Node& n, const std::vector<const Tensor*>& inputs);
+
 // Seeded random inputs for every param of `g`, deterministic per seed on every
 // platform (std::mt19937_64 read directly, no std:: distributions, whose algorithms
 // differ between standard libraries): floats uniform in [-1, 1) rounded to the dtype,

@@ -109,8 +109,13 @@ Result<Tensor> unshard_tensor(const std::vector<Tensor>& locals, const TensorTyp
     for (const std::vector<int>& g : mesh.groups(i)) {
       Tensor acc = cur[static_cast<size_t>(g[0])];
       for (size_t k = 1; k < g.size(); ++k) combine(acc, cur[static_cast<size_t>(g[k])], p.op);
-      if (p.op == ReduceOp::Avg && is_float(acc.dtype()))
-        for (int64_t e = 0; e < acc.numel(); ++e) acc.set(e, acc.get(e) / static_cast<double>(g.size()));
+      if (p.op == ReduceOp::Avg) {
+        auto n = static_cast<int64_t>(g.size());
+        for (int64_t e = 0; e < acc.numel(); ++e) {
+          if (is_float(acc.dtype())) acc.set(e, acc.get(e) / static_cast<double>(n));
+          else acc.set_int(e, acc.get_int(e) / n);
+        }
+      }
       cur[static_cast<size_t>(g[0])] = std::move(acc);
     }
   }

@@ -132,6 +132,35 @@ Result<Graph> GraphBuilder::finish() {
   return g;
 }
 
+Result<Graph> remesh(const Graph& g, const Mesh& mesh) {
+  try {
+    GraphBuilder b(g.name(), mesh);
+    std::vector<Value> v;
+    for (const Node& n : g.nodes()) {
+      switch (op_info(n.op).category) {
+        case OpCategory::Leaf:
+          v.push_back(n.op == OpKind::Param ? b.param(n.name, n.type.dtype, n.type.shape, n.placement, n.loc)
+                                            : b.constant(n.attrs.get_float("value"), n.attrs.get_dtype("dtype"), n.loc));
+          continue;
+        default: {
+          std::vector<Value> in;
+          for (ValueId i : n.inputs) in.push_back(v[static_cast<size_t>(i)]);
+          Value out = b.op(n.op, in, {}, n.attrs.items, n.loc);
+          if (!n.name.empty()) b.name(out, n.name, n.loc);
+          if (n.placement) b.constrain(out, *n.placement, n.loc);
+          v.push_back(out);
+        }
+      }
+    }
+    for (const Output& o : g.outputs()) b.ret(v[static_cast<size_t>(o.value)], o.placement, o.loc);
+    return b.finish();
+  } catch (const DiagError& e) {
+    return e.diag;
+  } catch (const OpError& e) {
+    return Diag{"", {}, e.message};
+  }
+}
+
 Value unary(OpKind k, Value x) { return x.builder->op(k, {x}); }
 Value binary(OpKind k, Value a, Value b) { return a.builder->op(k, {a, b}); }
 Value binary(OpKind k, Value a, double b) { return a.builder->op(k, {a, a.builder->constant(b, DType::F32)}); }

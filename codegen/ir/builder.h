@@ -64,6 +64,12 @@ class GraphBuilder {
   std::unordered_map<std::string, ValueId> names_;
 };
 
+// The same graph on another mesh: every node re-added (so shapes of per-rank
+// collectives are inferred again), names, placements and outputs kept. A Diag if
+// the graph is not valid on `mesh` (an unknown mesh dim, a placement that no
+// longer fits).
+Result<Graph> remesh(const Graph& g, const Mesh& mesh);
+
 // Ops as C++ functions. Each adds to the builder its first Value operand belongs to.
 Value unary(OpKind k, Value x);
 Value binary(OpKind k, Value a, Value b);

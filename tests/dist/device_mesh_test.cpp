@@ -105,6 +105,20 @@ TEST(UnshardTensor, ReducesPartialsAndPlacesShards) {
   EXPECT_NE(bad.error().message.find("rank 1 holds f32[2], expected f32[1]"), std::string::npos);
 }
 
+TEST(UnshardTensor, IntegerAverageDivides) {
+  DeviceMesh m = mesh_1d(4);
+  Tensor x(DType::I64, {2});
+  x.set_int(0, 12);
+  x.set_int(1, -8);
+  PlacementSpec avg{{Placement::partial(ReduceOp::Avg)}};
+  std::vector<Tensor> locals;
+  for (int r = 0; r < 4; ++r) locals.push_back(shard_tensor(x, avg, m, r));
+  Result<Tensor> back = unshard_tensor(locals, x.type(), avg, m);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->get_int(0), 12);  // (4 * 12) / 4, not 48
+  EXPECT_EQ(back->get_int(1), -8);
+}
+
 TEST(ShardTensor, EverySpecRoundTripsOnBothMeshes) {
   const Placement ps[] = {Placement::replicate(), Placement::shard(0), Placement::shard(1), Placement::shard(-1),
                           Placement::partial(), Placement::partial(ReduceOp::Max), Placement::partial(ReduceOp::Avg)};

@@ -156,11 +156,16 @@ TEST(CliRun, BadInputsAreClearErrors) {
   EXPECT_NE(shape.out.find("[3, 3]"), std::string::npos) << shape.out;
   EXPECT_NE(shape.out.find("[20, 10]"), std::string::npos) << shape.out;
 
-  CliResult world = shardfuse("run " + example("tp_mlp.sf") + " --world 2");
+  // A 2-D mesh cannot be resized by --world; a 1-D mesh can (uneven shards).
+  CliResult world = shardfuse("run " + example("fsdp_tp_2d.sf") + " --world 3");
   EXPECT_EQ(world.code, 1);
-  EXPECT_NE(world.out.find("--world 2 does not match the mesh of graph 'mlp' ('tp=4': 4 ranks)"), std::string::npos)
+  EXPECT_NE(world.out.find("--world 3 does not match the mesh of graph 'fsdp_tp_2d' ('dp=2 tp=2': 4 ranks; only a 1-D mesh can be resized)"),
+            std::string::npos)
       << world.out;
-  EXPECT_EQ(shardfuse("run " + example("tp_mlp.sf") + " --world 4").code, 0);
+  EXPECT_EQ(shardfuse("run " + example("fsdp_tp_2d.sf") + " --world 4").code, 0);
+  CliResult three = shardfuse("run " + example("tp_mlp.sf") + " --world 3 --check");
+  EXPECT_EQ(three.code, 0) << three.out;
+  EXPECT_NE(three.out.find("graph mlp: 3 rank(s) as threads"), std::string::npos) << three.out;
 }
 
 TEST(CliRun, SeedsAreDeterministic) {

@@ -2,6 +2,7 @@
 #include <iostream>
 #include <map>
 
+#include "codegen/ir/builder.h"
 #include "codegen/ir/parser.h"
 #include "tools/shardfuse/commands.h"
 
@@ -16,17 +17,24 @@ std::optional<Graph> load_graph(const std::string& path) {
   return std::move(g).value();
 }
 
-std::optional<int64_t> resolve_world(const Graph& g, std::optional<int64_t> world) {
+std::optional<Graph> resolve_world(Graph g, std::optional<int64_t> world) {
   int64_t mesh_ranks = g.mesh().world_size();
-  if (!world) return mesh_ranks;
-  if (*world != mesh_ranks) {
-    std::cerr << "error: --world " << *world << " does not match the mesh of graph '" << g.name()
-              << "' (" << (g.mesh().dims.empty() ? std::string("no mesh line: 1 rank")
-                                                  : "'" + g.mesh().str() + "': " + std::to_string(mesh_ranks) + " ranks")
-              << ")\n";
-    return std::nullopt;
+  if (!world || *world == mesh_ranks) return g;
+  if (g.mesh().dims.size() == 1) {
+    Mesh m = g.mesh();
+    m.dims[0].size = *world;
+    Result<Graph> r = remesh(g, m);
+    if (!r.ok()) {
+      std::cerr << "error: graph '" << g.name() << "' does not fit --world " << *world << ": " << r.error().str() << "\n";
+      return std::nullopt;
+    }
+    return std::move(r).value();
   }
-  return world;
+  std::cerr << "error: --world " << *world << " does not match the mesh of graph '" << g.name() << "' ("
+            << (g.mesh().dims.empty() ? std::string("no mesh line: 1 rank")
+                                      : "'" + g.mesh().str() + "': " + std::to_string(mesh_ranks) + " ranks")
+            << "; only a 1-D mesh can be resized)\n";
+  return std::nullopt;
 }
 
 static void print_summary(const Graph& g) {

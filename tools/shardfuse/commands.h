@@ -10,12 +10,14 @@ namespace sf::cli {
 
 void add_check(CLI::App& app, int& exit_code);
 void add_run(CLI::App& app, int& exit_code);
+void add_explain(CLI::App& app, int& exit_code);
 
 // Parses and verifies a graph file, printing the located error on failure.
 std::optional<Graph> load_graph(const std::string& path);
 
-// `--world N` against the graph's mesh: N must equal the mesh's rank count. Returns
-// the world size to use, or nullopt after printing why not.
-std::optional<int64_t> resolve_world(const Graph& g, std::optional<int64_t> world);
+// `--world N` against the graph's mesh. On a mesh of one dim, N resizes that dim
+// (a graph written for tp=4 runs on 3 ranks, with uneven shards); on an N-D mesh N
+// must equal the product. Returns the graph to run, or nullopt after printing why not.
+std::optional<Graph> resolve_world(Graph g, std::optional<int64_t> world);
 
 }  // namespace sf::cli

@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   app.footer("Run 'shardfuse COMMAND --help' for a command's options and an example.");
   int exit_code = 0;
   sf::cli::add_check(app, exit_code);
+  sf::cli::add_explain(app, exit_code);
   sf::cli::add_run(app, exit_code);
   try {
     app.parse(argc, argv);

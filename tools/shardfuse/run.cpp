@@ -1,18 +1,20 @@
-// `shardfuse run G.sf`: execute a graph on inputs from .npy files or seeded random,
-// optionally compare with the reference evaluator and save the outputs.
-//
-// Until the distribution and codegen stages exist, "execute" means: decompose the
-// composites (what every later stage consumes) and evaluate that primitive graph;
-// --check compares it with the reference evaluator on the original graph.
+// `shardfuse run G.sf`: shard the global inputs per the parameters' placements, run
+// every rank's program (ranks as threads meeting in-process, or one rank of a
+// multi-process run meeting through a directory), gather the outputs to their
+// global shapes, and optionally check them against the reference evaluator.
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
 
-#include "codegen/ir/decompose.h"
+#include "codegen/dist/lower.h"
+#include "codegen/dist/schedule.h"
+#include "codegen/dist/shard.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
+#include "runtime/executor.h"
 #include "runtime/npy.h"
 #include "tools/shardfuse/commands.h"
 
@@ -23,11 +25,15 @@ namespace {
 struct RunOptions {
   std::string file;
   std::optional<int64_t> world;
+  std::optional<int> rank;
+  std::string rendezvous;
   std::string device = "cpu";
   std::string inputs_dir;
   std::string outputs_dir;
   uint64_t seed = 0;
   bool check = false;
+  bool no_reorder = false;
+  double timeout_s = 60;
 };
 
 std::optional<std::vector<Tensor>> load_inputs(const Graph& g, const RunOptions& o) {
@@ -56,22 +62,91 @@ std::string preview(const Tensor& t) {
   return os.str();
 }
 
+// Runs the ranks; returns the global outputs (on a multi-process rank other than
+// 0, nullopt with ok = true: rank 0 reports).
+std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOptions& o,
+                                                   const std::vector<Tensor>& global_in, bool& ok) {
+  ok = false;
+  DeviceMesh mesh(g.mesh());
+  ShardingPlan plan = propagate(g, mesh);
+  ExecOptions eo;
+  eo.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  auto local_inputs = [&](int r) {
+    std::vector<Tensor> in;
+    for (size_t i = 0; i < g.params().size(); ++i)
+      in.push_back(shard_tensor(global_in[i], plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));
+    return in;
+  };
+  auto program = [&](int r) {
+    LocalProgram p = lower(g, plan, mesh, r);
+    return o.no_reorder ? p : schedule(std::move(p));
+  };
+
+  if (o.rank) {
+    // One process of several: every rank gathers the outputs (they are replicated
+    // at the end), so rank 0 can save and check them without another exchange.
+    for (PlacementSpec& s : plan.outputs) s = replicated(mesh);
+    Result<std::vector<Tensor>> out =
+        run_rank_in_process(program(*o.rank), mesh, local_inputs(*o.rank), o.rendezvous, eo);
+    if (!out.ok()) {
+      std::cerr << "error: " << out.error().message << "\n";
+      return std::nullopt;
+    }
+    ok = true;
+    if (*o.rank != 0) {
+      std::cout << "rank " << *o.rank << ": done\n";
+      return std::nullopt;
+    }
+    return std::move(out).value();
+  }
+
+  std::vector<LocalProgram> programs;
+  std::vector<std::vector<Tensor>> inputs;
+  for (int r = 0; r < mesh.world(); ++r) {
+    programs.push_back(program(r));
+    inputs.push_back(local_inputs(r));
+  }
+  Result<std::vector<std::vector<Tensor>>> out = run_ranks_in_threads(programs, mesh, inputs, eo);
+  if (!out.ok()) {
+    std::cerr << "error: " << out.error().message << "\n";
+    return std::nullopt;
+  }
+  std::vector<Tensor> global;
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    std::vector<Tensor> locals;
+    for (int r = 0; r < mesh.world(); ++r) locals.push_back((*out)[static_cast<size_t>(r)][i]);
+    Result<Tensor> t = unshard_tensor(locals, g.node(g.outputs()[i].value).type, plan.outputs[i], mesh);
+    if (!t.ok()) {
+      std::cerr << "error: output " << g.outputs()[i].name << ": " << t.error().message << "\n";
+      return std::nullopt;
+    }
+    global.push_back(std::move(t).value());
+  }
+  ok = true;
+  return global;
+}
+
 int run(const RunOptions& o) {
-  std::optional<Graph> g = load_graph(o.file);
+  if (o.rank.has_value() != !o.rendezvous.empty()) {
+    std::cerr << "error: --rank and --rendezvous go together (one process per rank meeting through a directory)\n";
+    return 1;
+  }
+  std::optional<Graph> loaded = load_graph(o.file);
+  if (!loaded) return 1;
+  std::optional<Graph> g = resolve_world(std::move(*loaded), o.world);
   if (!g) return 1;
-  std::optional<int64_t> world = resolve_world(*g, o.world);
-  if (!world) return 1;
+  int64_t world = g->mesh().world_size();
+  if (o.rank && (*o.rank < 0 || *o.rank >= world)) {
+    std::cerr << "error: --rank " << *o.rank << " is not a rank of a " << world << "-rank mesh\n";
+    return 1;
+  }
   std::optional<std::vector<Tensor>> inputs = load_inputs(*g, o);
   if (!inputs) return 1;
 
-  Graph lowered = decompose(*g);
-  Result<std::vector<Tensor>> out = evaluate(lowered, *inputs);
-  if (!out.ok()) {
-    Diag d = out.error();
-    if (d.file.empty()) d.file = o.file;
-    std::cerr << d.str() << "\n";
-    return 1;
-  }
+  bool ok = false;
+  std::optional<std::vector<Tensor>> out = run_distributed(*g, o, *inputs, ok);
+  if (!ok) return 1;
+  if (!out) return 0;  // a multi-process rank other than 0
 
   std::optional<std::vector<Tensor>> want;
   if (o.check) {
@@ -83,7 +158,8 @@ int run(const RunOptions& o) {
     want = std::move(ref).value();
   }
 
-  std::cout << "graph " << g->name() << ": " << *world << " rank(s), device " << o.device
+  std::cout << "graph " << g->name() << ": " << world << " rank(s)"
+            << (o.rank ? " as processes" : world > 1 ? " as threads" : "") << ", device " << o.device
             << ", inputs " << (o.inputs_dir.empty() ? "random (seed " + std::to_string(o.seed) + ")" : o.inputs_dir)
             << "\n";
   bool all_ok = true;
@@ -93,8 +169,8 @@ int run(const RunOptions& o) {
     std::cout << "  " << op.name << ": " << t.type().str() << " " << preview(t);
     if (want) {
       Comparison c = compare(t, (*want)[i], default_tolerance(t.dtype()));
-      std::cout << std::setprecision(3) << "  max_abs_err=" << c.max_abs_err
-                << " max_rel_err=" << c.max_rel_err << (c.ok() ? "  ok" : "  MISMATCH");
+      std::cout << std::setprecision(3) << "  max_abs_err=" << c.max_abs_err << " max_rel_err=" << c.max_rel_err
+                << (c.ok() ? "  ok" : "  MISMATCH");
       if (!c.ok()) {
         all_ok = false;
         std::cout << " (" << c.mismatches << " element(s), first at flat index " << c.first_mismatch << ")";
@@ -127,24 +203,32 @@ int run(const RunOptions& o) {
 
 void add_run(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<RunOptions>();
-  auto* cmd = app.add_subcommand("run", "Execute a graph and optionally check it against the reference");
+  auto* cmd = app.add_subcommand("run", "Execute a graph on N ranks and optionally check it against the reference");
   cmd->add_option("graph", o->file, "the .sf graph file")->required();
-  cmd->add_option("--world", o->world, "number of ranks; must equal the product of the mesh line")
+  cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--rank", o->rank, "run only this rank, as one process of a multi-process run (needs --rendezvous)");
+  cmd->add_option("--rendezvous", o->rendezvous,
+                  "directory (on a filesystem every process sees) where the processes of a multi-process run meet");
   cmd->add_option("--device", o->device, "where kernels run (only cpu for now; cuda comes with the CUDA runtime)")
       ->check(CLI::IsMember({"cpu"}));
   cmd->add_option("--inputs", o->inputs_dir, "read DIR/<param>.npy as each parameter's global tensor")
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--save-outputs", o->outputs_dir,
-                  "write each returned value, at its global shape, to DIR/<name>.npy "
+                  "write each returned value, gathered to its global shape, to DIR/<name>.npy "
                   "(float32 for f32/bf16, float16 for f16)");
   cmd->add_option("--seed", o->seed, "seed for random inputs when --inputs is not given (default 0)");
   cmd->add_flag("--check", o->check,
-                "compare with the reference evaluator; print max abs/rel error, exit 1 on mismatch");
+                "compare with the reference evaluator on the global graph; print max abs/rel error, exit 1 on mismatch");
+  cmd->add_flag("--no-reorder", o->no_reorder, "run collectives where lowering put them (no raise/sink)");
+  cmd->add_option("--timeout", o->timeout_s, "seconds a collective may take before every rank gives up (default 60)")
+      ->check(CLI::Range(0.1, 86400.0));
   cmd->footer(
       "Examples:\n"
-      "  shardfuse run examples/tp_mlp.sf --check\n"
-      "  shardfuse run examples/tp_mlp.sf --inputs in/ --save-outputs out/   # in/x.npy, in/w1.npy, ...");
+      "  shardfuse run examples/tp_mlp.sf --check                 # 4 ranks as threads (mesh tp=4)\n"
+      "  shardfuse run examples/tp_mlp.sf --world 3 --check       # the 1-D mesh resized: uneven shards\n"
+      "  shardfuse run examples/tp_mlp.sf --inputs in/ --save-outputs out/   # in/x.npy, in/w1.npy, ...\n"
+      "  for r in 0 1 2 3; do shardfuse run examples/tp_mlp.sf --rank $r --rendezvous /tmp/rv & done; wait");
   cmd->callback([o, &exit_code] { exit_code = run(*o); });
 }
 

@@ -1,0 +1,101 @@
+#include "codegen/dist/explain.h"
+
+#include <cstdio>
+
+namespace sf {
+
+namespace {
+
+std::string seconds(double s) {
+  char buf[32];
+  if (s == 0) return "0";
+  if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.3g us", s * 1e6);
+  else std::snprintf(buf, sizeof buf, "%.3g ms", s * 1e3);
+  return buf;
+}
+
+std::string value_name(const Graph& g, ValueId v) {
+  const Node& n = g.node(v);
+  if (!n.name.empty()) return n.name;
+  if (n.op == OpKind::Constant) return attr_value_str(*n.attrs.find("value"), g.mesh());
+  return "v" + std::to_string(v);
+}
+
+}  // namespace
+
+std::string explain_sharding(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh) {
+  const Mesh& m = mesh.mesh();
+  std::string out = "sharding (cost: modelled redistribution time of the choice; alternatives in parentheses):\n";
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.op == OpKind::Constant) continue;
+    const NodeSharding& ns = plan.nodes[i];
+    std::string line = "  " + value_name(g, static_cast<ValueId>(i)) + ": " + n.type.str() + " " + ns.output.str(m);
+    if (n.op == OpKind::Param) {
+      line += n.placement ? "  param, as declared" : "  param, replicated (no placement given)";
+    } else {
+      line += "  = " + std::string(op_name(n.op)) + "(";
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        line += (k ? ", " : "") + value_name(g, n.inputs[k]);
+        if (g.node(n.inputs[k]).op != OpKind::Constant) line += " " + ns.inputs[k].str(m);
+      }
+      line += ")  cost " + seconds(ns.cost) + " (" + std::to_string(ns.candidates) + " strategies";
+      if (ns.runner_up >= 0) line += ", next best " + seconds(ns.runner_up);
+      line += ")";
+    }
+    if (!(ns.value == ns.output)) line += "  then constrained to " + ns.value.str(m);
+    out += line + "\n";
+  }
+  for (size_t o = 0; o < g.outputs().size(); ++o) {
+    const Output& op = g.outputs()[o];
+    out += "  return " + op.name + " " + plan.outputs[o].str(m) +
+           (op.placement ? "" : "  (no placement given: returned as produced)") + "\n";
+  }
+  return out;
+}
+
+std::string step_line(const LocalProgram& p, const LocalStep& s, const DeviceMesh& mesh) {
+  auto name = [&](int v) { return p.names[static_cast<size_t>(v)]; };
+  std::string md = s.mesh_dim < mesh.ndim() ? mesh.mesh().dims[static_cast<size_t>(s.mesh_dim)].name : "?";
+  switch (s.kind) {
+    case LocalStep::Kind::Compute: {
+      std::string line = std::string(op_name(s.node.op)) + " ";
+      for (size_t k = 0; k < s.in.size(); ++k) line += (k ? ", " : "") + name(s.in[k]);
+      if (s.node.op == OpKind::Constant) line += attr_value_str(*s.node.attrs.find("value"), mesh.mesh());
+      return line + " -> " + name(s.out) + "  " + p.types[static_cast<size_t>(s.out)].str();
+    }
+    case LocalStep::Kind::Slice:
+      return "slice " + name(s.in[0]) + " -> " + name(s.out) + " [" + md + "]  " + p.types[static_cast<size_t>(s.out)].str();
+    case LocalStep::Kind::Partialize:
+      return "partialize " + name(s.in[0]) + " -> " + name(s.out) + " [" + md + "]" + (s.keep ? "" : " (zeros)");
+    case LocalStep::Kind::Start: {
+      // The Start names the value its Wait will produce.
+      std::string out_name = "?";
+      for (const LocalStep& w : p.steps)
+        if (w.kind == LocalStep::Kind::Wait && w.handle == s.handle) out_name = name(w.out);
+      std::string line = std::string(redist_kind_name(s.comm)) + " " + name(s.in[0]) + " -> " + out_name + " [" + md;
+      switch (s.comm) {
+        case RedistKind::AllGather: line += ", dim " + std::to_string(s.dim); break;
+        case RedistKind::ReduceScatter: line += ", dim " + std::to_string(s.dim) + ", " + std::string(reduce_op_name(s.op)); break;
+        case RedistKind::AllReduce: line += ", " + std::string(reduce_op_name(s.op)); break;
+        case RedistKind::AllToAll: line += ", split " + std::to_string(s.dim) + ", concat " + std::to_string(s.dim2); break;
+        case RedistKind::Slice:
+        case RedistKind::Partialize: break;
+      }
+      return line + "]";
+    }
+    case LocalStep::Kind::Wait: return "wait " + name(s.out) + "  " + p.types[static_cast<size_t>(s.out)].str();
+  }
+  return "?";
+}
+
+std::string explain_schedule(const LocalProgram& p, const DeviceMesh& mesh) {
+  std::string out = "schedule (rank " + std::to_string(p.rank) + " of " + std::to_string(mesh.world()) + "):\n";
+  for (const LocalStep& s : p.steps) out += "  " + step_line(p, s, mesh) + "\n";
+  out += "  return";
+  for (size_t o = 0; o < p.output_values.size(); ++o)
+    out += (o ? ", " : " ") + p.names[static_cast<size_t>(p.output_values[o])] + " " + p.output_specs[o].str(mesh.mesh());
+  return out + "\n";
+}
+
+}  // namespace sf

@@ -1,0 +1,60 @@
+// Planning a redistribution from one placement spec to another on an N-D mesh
+// (DTensor's redistribute): a list of per-mesh-dim steps, each a collective or a
+// local operation, that turns a value placed as `from` into the same value placed
+// as `to`. Uneven (torch.chunk) shards are handled by variable counts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "codegen/dist/device_mesh.h"
+
+namespace sf {
+
+enum class RedistKind : uint8_t {
+  AllGather,      // Shard(dim) -> Replicate along mesh_dim
+  AllReduce,      // Partial(op) -> Replicate
+  ReduceScatter,  // Partial(op) -> Shard(dim)
+  AllToAll,       // Shard(dim2) -> Shard(dim): split along dim, concatenate along dim2
+  Slice,          // Replicate -> Shard(dim): keep this rank's chunk, no communication
+  Partialize,     // Replicate -> Partial(op): sum keeps the value on coordinate 0, zeros elsewhere
+};
+std::string_view redist_kind_name(RedistKind k);  // all_gather, all_reduce, ...
+bool is_collective(RedistKind k);
+
+struct RedistStep {
+  RedistKind kind;
+  int mesh_dim = 0;
+  int64_t dim = 0;   // the tensor dim gathered, scattered, sliced, or (all_to_all) newly sharded
+  int64_t dim2 = 0;  // all_to_all: the tensor dim that was sharded and is concatenated
+  ReduceOp op = ReduceOp::Sum;
+  PlacementSpec before, after;
+};
+
+// The steps from `from` to `to` for a value of `type` (specs normalised to the
+// value's rank). Order: all_to_all where one mesh dim moves a shard between tensor
+// dims that no other mesh dim touches; then all-gathers, innermost mesh dim first
+// (a nested shard must be gathered before the one it subdivides); then partial
+// reductions (reduce_scatter when it lands directly on the target, else
+// all_reduce); then local slices and partialisations, outermost mesh dim first.
+// Empty when from == to.
+std::vector<RedistStep> plan_redistribute(const PlacementSpec& from, const PlacementSpec& to,
+                                          const TensorType& type, const DeviceMesh& mesh);
+
+// The α-β cost model used to choose among sharding strategies. Per collective:
+// alpha + bytes_on_the_wire / beta, with nccl-tests' bus factors: all_reduce moves
+// 2(n-1)/n of the buffer, all_gather and reduce_scatter (n-1)/n of the full buffer,
+// all_to_all (n-1)/n. Local slices and partialisations are free. The defaults are
+// an NVLink-class link (10 us per collective, 100 GB/s); only ratios matter when
+// choosing, and alpha breaks ties toward fewer collectives.
+struct CostModel {
+  double alpha_s = 10e-6;
+  double beta_bytes_per_s = 100e9;
+};
+double redistribute_cost(const std::vector<RedistStep>& steps, const TensorType& type, const DeviceMesh& mesh,
+                         const CostModel& model = {});
+
+// "all_gather(tp, dim 0)" etc., for explain.
+std::string step_str(const RedistStep& s, const DeviceMesh& mesh);
+
+}  // namespace sf

@@ -1,0 +1,59 @@
+#include "codegen/dist/schedule.h"
+
+#include <map>
+
+namespace sf {
+
+// A list scheduler over the program's dependence graph (a step depends on the
+// steps producing its operands, a Wait on its Start, a Start on the previous
+// Start). At every point it takes, in this order: a ready Start (a collective goes
+// out as soon as its operand exists), a ready local step, and only when nothing
+// else can run, the oldest ready Wait. Ties go to the earlier step of the lowered
+// program, so the result is deterministic and the same on every rank.
+LocalProgram schedule(LocalProgram p) {
+  const std::vector<LocalStep>& st = p.steps;
+  size_t n = st.size();
+  std::map<int, size_t> producer, start_of;
+  for (size_t i = 0; i < n; ++i) {
+    if (st[i].out >= 0) producer[st[i].out] = i;
+    if (st[i].kind == LocalStep::Kind::Start) start_of[st[i].handle] = i;
+  }
+  std::vector<std::vector<size_t>> users(n);
+  std::vector<int> missing(n, 0);
+  auto depend = [&](size_t on, size_t who) {
+    users[on].push_back(who);
+    ++missing[who];
+  };
+  size_t prev_start = n;
+  for (size_t i = 0; i < n; ++i) {
+    for (int v : st[i].in)
+      if (auto it = producer.find(v); it != producer.end()) depend(it->second, i);
+    if (st[i].kind == LocalStep::Kind::Wait) depend(start_of.at(st[i].handle), i);
+    if (st[i].kind == LocalStep::Kind::Start) {
+      if (prev_start < n) depend(prev_start, i);
+      prev_start = i;
+    }
+  }
+  auto rank_of = [&](size_t i) {
+    switch (st[i].kind) {
+      case LocalStep::Kind::Start: return 0;
+      case LocalStep::Kind::Wait: return 2;
+      default: return 1;
+    }
+  };
+  std::vector<bool> done(n, false);
+  std::vector<LocalStep> order;
+  order.reserve(n);
+  for (size_t k = 0; k < n; ++k) {
+    size_t pick = n;
+    for (size_t i = 0; i < n; ++i)
+      if (!done[i] && missing[i] == 0 && (pick == n || rank_of(i) < rank_of(pick))) pick = i;
+    done[pick] = true;
+    for (size_t u : users[pick]) --missing[u];
+    order.push_back(st[pick]);
+  }
+  p.steps = std::move(order);
+  return p;
+}
+
+}  // namespace sf

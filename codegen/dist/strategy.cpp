@@ -1,0 +1,432 @@
+#include "codegen/dist/strategy.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+
+namespace sf {
+
+namespace {
+
+using PKind = Placement::Kind;
+
+Placement R() { return Placement::replicate(); }
+Placement S(int d) { return Placement::shard(d); }
+Placement P(ReduceOp op) { return Placement::partial(op); }
+
+// A strategy for one mesh dim: a placement per operand and the result's.
+struct DimStrategy {
+  std::vector<Placement> inputs;
+  Placement output;
+  bool operator==(const DimStrategy&) const = default;
+};
+
+// The single-mesh-dim strategies of one op, in the order they were added, without
+// duplicates; all-Replicate always comes first.
+class Rules {
+ public:
+  explicit Rules(size_t arity) { add(std::vector<Placement>(arity, R()), R()); }
+  void add(std::vector<Placement> inputs, Placement output) {
+    DimStrategy s{std::move(inputs), output};
+    if (std::find(list_.begin(), list_.end(), s) == list_.end()) list_.push_back(std::move(s));
+  }
+  const std::vector<DimStrategy>& list() const { return list_; }
+
+ private:
+  std::vector<DimStrategy> list_;
+};
+
+// Reduce ops a Partial keeps through an op that is linear in that operand. Avg only for
+// floats: an integer avg would have to round, and sum(x)/n != sum(round(x_i/n)).
+std::vector<ReduceOp> linear_reduce_ops(DType t) {
+  if (is_float(t)) return {ReduceOp::Sum, ReduceOp::Avg};
+  return {ReduceOp::Sum};
+}
+
+// Reduce ops a Partial keeps through an op that only moves or copies elements
+// (transpose, reshape, expand, a gather): every one of them.
+std::vector<ReduceOp> movement_reduce_ops(DType t) {
+  if (is_float(t)) return {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min};
+  return {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min};
+}
+
+// An operand may carry a Partial into the op only when it is a real tensor (a literal
+// is one value, replicated) of the result's dtype: a Partial of another dtype would be
+// converted rank by rank, and the conversion of a sum is not the sum of conversions
+// (i32 partials that wrap, then widen to i64, for one).
+bool may_be_partial(const Operand& o, const TensorType& out) {
+  return !o.weak && o.type.dtype == out.dtype;
+}
+
+// Elementwise ops with NumPy broadcasting: the result sharded on any dim d, each
+// operand sharded on its aligned dim when it has d at the result's full size, and
+// replicated when it broadcasts along d (size 1 against a larger result, or missing).
+void add_pointwise_shards(const std::vector<Operand>& in, const TensorType& out, Rules& r) {
+  int rank = out.rank();
+  for (int d = 0; d < rank; ++d) {
+    std::vector<Placement> ins;
+    for (const Operand& o : in) {
+      int aligned = d - (rank - o.type.rank());
+      bool full = !o.weak && aligned >= 0 && o.type.shape[static_cast<size_t>(aligned)] == out.shape[static_cast<size_t>(d)];
+      ins.push_back(full ? S(aligned) : R());
+    }
+    r.add(std::move(ins), S(d));
+  }
+}
+
+// Which input dims a reduction folds, and where every kept dim lands in the result.
+struct ReduceMap {
+  std::vector<bool> reduced;
+  std::vector<int> out_dim;  // per input dim; -1 for a reduced dim without keepdim
+};
+
+ReduceMap reduce_map(const TensorType& x, const Attrs& attrs) {
+  const auto& dims = attrs.get_ints("dims");
+  bool keep = attrs.get_bool("keepdim");
+  ReduceMap m{std::vector<bool>(static_cast<size_t>(x.rank()), dims.empty()), {}};
+  for (int64_t d : dims) m.reduced[static_cast<size_t>(*normalize_dim(d, x.rank()))] = true;
+  int pos = 0;
+  for (int d = 0; d < x.rank(); ++d) {
+    bool gone = m.reduced[static_cast<size_t>(d)] && !keep;
+    m.out_dim.push_back(gone ? -1 : pos);
+    if (!gone) ++pos;
+  }
+  return m;
+}
+
+void add_reduce(OpKind k, const Operand& x, const Attrs& attrs, const TensorType& out, Rules& r) {
+  ReduceMap m = reduce_map(x.type, attrs);
+  // What a reduction over a sharded dim leaves on each rank: its part of the result.
+  // Mean has none: each rank's mean over its chunk averages to the global mean only
+  // when the chunks are equal, and torch.chunk's are not (5 on 4 ranks is 2, 2, 1, 0).
+  std::optional<ReduceOp> over_shard;
+  switch (k) {
+    case OpKind::Sum: over_shard = ReduceOp::Sum; break;
+    case OpKind::Max: over_shard = ReduceOp::Max; break;
+    case OpKind::Min: over_shard = ReduceOp::Min; break;
+    default: break;  // Mean
+  }
+  for (int d = 0; d < x.type.rank(); ++d) {
+    if (!m.reduced[static_cast<size_t>(d)]) r.add({S(d)}, S(m.out_dim[static_cast<size_t>(d)]));
+    else if (over_shard) r.add({S(d)}, P(*over_shard));
+  }
+  // Partial inputs: sum and mean are linear; max of maxima and min of minima too.
+  std::vector<ReduceOp> keeps;
+  if (k == OpKind::Sum || k == OpKind::Mean) keeps = linear_reduce_ops(out.dtype);
+  if (k == OpKind::Max) keeps = {ReduceOp::Max};
+  if (k == OpKind::Min) keeps = {ReduceOp::Min};
+  if (may_be_partial(x, out))
+    for (ReduceOp op : keeps) r.add({P(op)}, P(op));
+}
+
+// matmul [..., m, k] x [..., k, n] -> [batch..., m, n] with broadcast batch dims.
+void add_matmul(const Operand& a, const Operand& b, const TensorType& out, Rules& r) {
+  int ra = a.type.rank(), rb = b.type.rank(), ro = out.rank();
+  int batch = ro - 2;
+  for (int d = 0; d < batch; ++d) {
+    auto side = [&](const Operand& o) {
+      int aligned = d - (ro - o.type.rank());
+      bool full = aligned >= 0 && o.type.shape[static_cast<size_t>(aligned)] == out.shape[static_cast<size_t>(d)];
+      return full ? S(aligned) : R();
+    };
+    r.add({side(a), side(b)}, S(d));
+  }
+  r.add({S(ra - 2), R()}, S(ro - 2));         // rows of A
+  r.add({R(), S(rb - 1)}, S(ro - 1));         // columns of B
+  r.add({S(ra - 1), S(rb - 2)}, P(ReduceOp::Sum));  // the contraction: partial sums
+  for (ReduceOp op : linear_reduce_ops(out.dtype)) {
+    if (may_be_partial(a, out)) r.add({P(op), R()}, P(op));
+    if (may_be_partial(b, out)) r.add({R(), P(op)}, P(op));
+  }
+}
+
+// A dim permutation (transpose, permute): out dim i is input dim perm[i].
+void add_permutation(const Operand& x, const std::vector<int>& perm, const TensorType& out, Rules& r) {
+  for (int i = 0; i < static_cast<int>(perm.size()); ++i) r.add({S(perm[static_cast<size_t>(i)])}, S(i));
+  if (may_be_partial(x, out))
+    for (ReduceOp op : movement_reduce_ops(out.dtype)) r.add({P(op)}, P(op));
+}
+
+// How a reshape keeps a sharded dim (DTensor's view_groups, simplified): both shapes
+// are cut into groups of dims with equal products. A dim alone in its group on both
+// sides (same size) is untouched and keeps any shard. In a group that merges or splits,
+// only the outermost input dim may stay sharded, as the outermost output dim, and only
+// when both divide evenly by the ranks sharding them (checked per full spec, later).
+struct ReshapeMap {
+  std::vector<int> out_dim;   // per input dim: the output dim its shard becomes, or -1
+  std::vector<bool> needs_even;  // per input dim: a merge/split group
+};
+
+ReshapeMap reshape_map(const Shape& in, const Shape& out) {
+  size_t ni = in.size(), no = out.size();
+  ReshapeMap m{std::vector<int>(ni, -1), std::vector<bool>(ni, false)};
+  if (numel(in) == 0) {
+    // No products to match: one group of everything (every local shard is empty on
+    // both sides, so only the outermost dims' chunk counts must agree).
+    if (ni > 0 && no > 0) {
+      m.out_dim[0] = 0;
+      m.needs_even[0] = !(ni == 1 && no == 1);
+    }
+    return m;
+  }
+  size_t i = 0, j = 0;
+  while (i < ni || j < no) {
+    bool in1 = i < ni && in[i] == 1, out1 = j < no && out[j] == 1;
+    if (in1 && out1) {  // 1 -> 1: untouched
+      m.out_dim[i++] = static_cast<int>(j++);
+      continue;
+    }
+    if (in1 || j >= no) {  // an input size-1 dim the output drops
+      ++i;
+      continue;
+    }
+    if (out1 || i >= ni) {  // an output size-1 dim the reshape inserts
+      ++j;
+      continue;
+    }
+    size_t i0 = i, j0 = j;
+    int64_t pi = in[i++], po = out[j++];
+    while (pi != po) {
+      if (pi < po) pi *= in[i++];
+      else po *= out[j++];
+    }
+    m.out_dim[i0] = static_cast<int>(j0);
+    m.needs_even[i0] = !(i - i0 == 1 && j - j0 == 1);
+  }
+  return m;
+}
+
+// The tensor dims `spec` shards, each with the product of the mesh sizes sharding it.
+std::vector<int64_t> shard_factors(const PlacementSpec& spec, int rank, const DeviceMesh& mesh) {
+  std::vector<int64_t> f(static_cast<size_t>(rank), 1);
+  for (int i = 0; i < mesh.ndim(); ++i) {
+    const Placement& p = spec.per_dim[static_cast<size_t>(i)];
+    if (p.is_shard()) f[static_cast<size_t>(p.dim)] *= mesh.size(i);
+  }
+  return f;
+}
+
+// The checks that need the whole spec (see op_strategies).
+bool valid_on_mesh(OpKind k, const std::vector<Operand>& in, const Attrs& attrs, const TensorType& out,
+                   const DeviceMesh& mesh, const OpStrategy& s) {
+  if (k == OpKind::Reshape) {
+    const Shape& x = in[0].type.shape;
+    ReshapeMap m = reshape_map(x, out.shape);
+    std::vector<int64_t> f = shard_factors(s.inputs[0], in[0].type.rank(), mesh);
+    for (size_t d = 0; d < x.size(); ++d) {
+      if (f[d] == 1 || !m.needs_even[d]) continue;
+      if (x[d] % f[d] != 0 || out.shape[static_cast<size_t>(m.out_dim[d])] % f[d] != 0) return false;
+    }
+  }
+  if (k == OpKind::Max || k == OpKind::Min) {
+    // torch.max over an empty dim raises (no identity); so would a rank whose chunk
+    // of a reduced dim is empty while its part of the result is not.
+    const TensorType& x = in[0].type;
+    ReduceMap m = reduce_map(x, attrs);
+    auto empty_fold = [&](const Shape& shape) {
+      int64_t count = 1, kept = 1;
+      for (size_t d = 0; d < shape.size(); ++d) (m.reduced[d] ? count : kept) *= shape[d];
+      return count == 0 && kept > 0;
+    };
+    if (!empty_fold(x.shape))  // a global max over empty dims is an error whatever the sharding
+      for (int rank = 0; rank < mesh.world(); ++rank)
+        if (empty_fold(local_shard(x.shape, s.inputs[0], mesh, rank).shape)) return false;
+  }
+  return true;
+}
+
+// DTensor's expand_to_full_mesh_op_strategy: every choice of one single-dim strategy
+// per mesh dim, mesh dim 0 varying slowest.
+std::vector<OpStrategy> expand_to_mesh(const std::vector<DimStrategy>& dim, size_t arity, const DeviceMesh& mesh) {
+  size_t nd = static_cast<size_t>(mesh.ndim());
+  std::vector<OpStrategy> all;
+  std::vector<size_t> pick(nd, 0);
+  for (;;) {
+    OpStrategy s{std::vector<PlacementSpec>(arity), PlacementSpec{}};
+    for (size_t m = 0; m < nd; ++m) {
+      const DimStrategy& d = dim[pick[m]];
+      for (size_t a = 0; a < arity; ++a) s.inputs[a].per_dim.push_back(d.inputs[a]);
+      s.output.per_dim.push_back(d.output);
+    }
+    all.push_back(std::move(s));
+    size_t m = nd;
+    while (m > 0 && ++pick[m - 1] == dim.size()) pick[--m] = 0;
+    if (m == 0) break;
+  }
+  return all;
+}
+
+}  // namespace
+
+std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, const Attrs& attrs,
+                                      const TensorType& out, const DeviceMesh& mesh) {
+  Rules r(in.size());
+  switch (k) {
+    case OpKind::Param:
+    case OpKind::Constant: break;  // no operands: the value is whatever it is placed as
+
+    // Unary elementwise. Only neg is linear; exp, relu, abs, cast, ... of a sum is not
+    // the sum of the ranks' results, so they take no Partial.
+    case OpKind::Neg:
+      add_pointwise_shards(in, out, r);
+      if (may_be_partial(in[0], out))
+        for (ReduceOp op : linear_reduce_ops(out.dtype)) r.add({P(op)}, P(op));
+      break;
+    case OpKind::Abs:
+    case OpKind::Exp:
+    case OpKind::Log:
+    case OpKind::Sqrt:
+    case OpKind::Rsqrt:
+    case OpKind::Tanh:
+    case OpKind::Sigmoid:
+    case OpKind::Relu:
+    case OpKind::Silu:
+    case OpKind::Sin:
+    case OpKind::Cos:
+    case OpKind::Reciprocal:
+    case OpKind::Erf:
+    case OpKind::Cast:
+    case OpKind::Gelu:
+    case OpKind::GeluTanh: add_pointwise_shards(in, out, r); break;
+
+    // a + b of two partial sums (or averages) is the partial sum of a_i + b_i.
+    case OpKind::Add:
+    case OpKind::Sub:
+      add_pointwise_shards(in, out, r);
+      if (may_be_partial(in[0], out) && may_be_partial(in[1], out))
+        for (ReduceOp op : linear_reduce_ops(out.dtype)) r.add({P(op), P(op)}, P(op));
+      break;
+    // Scaling a partial by a replicated factor scales every rank's part.
+    case OpKind::Mul:
+      add_pointwise_shards(in, out, r);
+      for (ReduceOp op : linear_reduce_ops(out.dtype)) {
+        if (may_be_partial(in[0], out)) r.add({P(op), R()}, P(op));
+        if (may_be_partial(in[1], out)) r.add({R(), P(op)}, P(op));
+      }
+      break;
+    case OpKind::Div:  // only the dividend: 1 / (a + b) != 1/a + 1/b
+      add_pointwise_shards(in, out, r);
+      if (may_be_partial(in[0], out))
+        for (ReduceOp op : linear_reduce_ops(out.dtype)) r.add({P(op), R()}, P(op));
+      break;
+    // max(max_i a_i, max_i b_i) = max_i max(a_i, b_i); likewise min.
+    case OpKind::Maximum:
+    case OpKind::Minimum: {
+      add_pointwise_shards(in, out, r);
+      ReduceOp op = k == OpKind::Maximum ? ReduceOp::Max : ReduceOp::Min;
+      if (may_be_partial(in[0], out) && may_be_partial(in[1], out)) r.add({P(op), P(op)}, P(op));
+      break;
+    }
+    case OpKind::Pow:
+    case OpKind::Eq:
+    case OpKind::Ne:
+    case OpKind::Lt:
+    case OpKind::Le:
+    case OpKind::Gt:
+    case OpKind::Ge:
+    case OpKind::Where: add_pointwise_shards(in, out, r); break;
+
+    case OpKind::Sum:
+    case OpKind::Max:
+    case OpKind::Min:
+    case OpKind::Mean: add_reduce(k, in[0], attrs, out, r); break;
+
+    case OpKind::Matmul: add_matmul(in[0], in[1], out, r); break;
+
+    case OpKind::Transpose: {
+      int rank = in[0].type.rank();
+      std::vector<int> perm(static_cast<size_t>(rank));
+      for (int d = 0; d < rank; ++d) perm[static_cast<size_t>(d)] = d;
+      std::swap(perm[static_cast<size_t>(*normalize_dim(attrs.get_int("dim0"), rank))],
+                perm[static_cast<size_t>(*normalize_dim(attrs.get_int("dim1"), rank))]);
+      add_permutation(in[0], perm, out, r);
+      break;
+    }
+    case OpKind::Permute: {
+      std::vector<int> perm;
+      for (int64_t d : attrs.get_ints("dims")) perm.push_back(*normalize_dim(d, in[0].type.rank()));
+      add_permutation(in[0], perm, out, r);
+      break;
+    }
+    case OpKind::Reshape: {
+      ReshapeMap m = reshape_map(in[0].type.shape, out.shape);
+      for (int d = 0; d < in[0].type.rank(); ++d)
+        if (int o = m.out_dim[static_cast<size_t>(d)]; o >= 0) r.add({S(d)}, S(o));
+      if (may_be_partial(in[0], out))
+        for (ReduceOp op : movement_reduce_ops(out.dtype)) r.add({P(op)}, P(op));
+      break;
+    }
+    case OpKind::Expand: {
+      const Shape& x = in[0].type.shape;
+      int lead = out.rank() - in[0].type.rank();
+      for (int d = 0; d < out.rank(); ++d) {
+        bool from_input = d >= lead && x[static_cast<size_t>(d - lead)] == out.shape[static_cast<size_t>(d)];
+        // A dim the input has keeps its shard; a new or broadcast (1 -> N) dim is a
+        // copy on every rank, so each rank may materialise just its chunk of it.
+        r.add({from_input ? S(d - lead) : R()}, S(d));
+      }
+      if (may_be_partial(in[0], out))
+        for (ReduceOp op : movement_reduce_ops(out.dtype)) r.add({P(op)}, P(op));
+      break;
+    }
+    case OpKind::Embedding: {
+      // Rows of the weight are not offered: a rank holding rows [lo, hi) would have to
+      // mask the other indices to zero and return a Partial (DTensor's MaskPartial),
+      // which the local op does not do; see docs/sharding-strategies.md.
+      int ri = in[0].type.rank();
+      for (int d = 0; d < ri; ++d) r.add({S(d), R()}, S(d));  // a batch of lookups
+      r.add({R(), S(1)}, S(ri));                              // columns of the table
+      if (may_be_partial(in[1], out))
+        for (ReduceOp op : movement_reduce_ops(out.dtype)) r.add({R(), P(op)}, P(op));
+      break;
+    }
+
+    // Composites that normalise along some dims: any other dim may be sharded, and the
+    // statistics they compute (max, sum, mean, variance) make every Partial invalid.
+    case OpKind::Softmax: {
+      int dim = *normalize_dim(attrs.get_int("dim"), in[0].type.rank());
+      for (int d = 0; d < in[0].type.rank(); ++d)
+        if (d != dim) r.add({S(d)}, S(d));
+      break;
+    }
+    case OpKind::LayerNorm:
+    case OpKind::RmsNorm: {
+      int batch = in[0].type.rank() - in[1].type.rank();  // the dims before the normalised ones
+      for (int d = 0; d < batch; ++d) {
+        std::vector<Placement> ins(in.size(), R());
+        ins[0] = S(d);
+        r.add(std::move(ins), S(d));
+      }
+      break;
+    }
+
+    // Per-rank collectives already say what each rank holds; only all-R is offered
+    // (they are not propagated through, they are the propagation's output).
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter:
+    case OpKind::AllReduce:
+    case OpKind::AllToAll: break;
+    case OpKind::Redistribute: {
+      PlacementSpec to = normalize_spec(attrs.get_placements("placements"), out.rank());
+      return {OpStrategy{std::vector<PlacementSpec>(in.size(), to), to}};
+    }
+  }
+
+  std::vector<OpStrategy> all = expand_to_mesh(r.list(), in.size(), mesh);
+  std::vector<OpStrategy> valid;
+  for (OpStrategy& s : all)
+    if (valid_on_mesh(k, in, attrs, out, mesh, s)) valid.push_back(std::move(s));
+  return valid;
+}
+
+Node local_node(const Node& n, const Shape& local_out) {
+  Node l = n;
+  l.type.shape = local_out;
+  // Reshape's and expand's target shape; the schema calls every shape-valued attribute
+  // `shape`, so a future op with one is covered too.
+  for (auto& [name, value] : l.attrs.items)
+    if (name == "shape") value = AttrValue(std::vector<int64_t>(local_out));
+  return l;
+}
+
+}  // namespace sf

@@ -1,0 +1,158 @@
+#include "runtime/executor.h"
+
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "codegen/dist/shard.h"
+#include "codegen/dist/explain.h"
+#include "codegen/reference/evaluate.h"
+
+namespace sf {
+
+namespace {
+
+Diag at_step(const LocalProgram& p, size_t i, const DeviceMesh& mesh, const std::string& what) {
+  return Diag{"", {}, "rank " + std::to_string(p.rank) + ", step " + std::to_string(i) + " (" +
+                          step_line(p, p.steps[i], mesh) + "): " + what};
+}
+
+std::vector<std::vector<int>> groups_of(const DeviceMesh& mesh, int rank) {
+  std::vector<std::vector<int>> g;
+  for (int d = 0; d < mesh.ndim(); ++d) g.push_back(mesh.group(rank, d));
+  return g;
+}
+
+Result<std::vector<Tensor>> execute_on(const LocalProgram& p, Comm& comm, const DeviceMesh& mesh,
+                                       const std::vector<Tensor>& inputs, const ExecOptions& opts,
+                                       const std::atomic<bool>* aborted) {
+  static const std::atomic<bool> never{false};
+  const std::atomic<bool>& stop = aborted ? *aborted : never;
+  std::vector<Tensor> v(p.types.size());
+  if (inputs.size() != p.param_values.size())
+    return Diag{"", {}, "rank " + std::to_string(p.rank) + ": " + std::to_string(inputs.size()) + " inputs for " +
+                            std::to_string(p.param_values.size()) + " params"};
+  for (size_t i = 0; i < inputs.size(); ++i) v[static_cast<size_t>(p.param_values[i])] = inputs[i];
+  std::map<int, Work> pending;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const LocalStep& s = p.steps[i];
+    if (stop.load()) return at_step(p, i, mesh, "aborted because another rank failed");
+    try {
+      if (opts.before_step) opts.before_step(p.rank, i, stop);
+    } catch (const std::exception& e) {
+      return at_step(p, i, mesh, e.what());
+    }
+    switch (s.kind) {
+      case LocalStep::Kind::Compute: {
+        std::vector<const Tensor*> args;
+        for (int a : s.in) args.push_back(&v[static_cast<size_t>(a)]);
+        Result<Tensor> t = evaluate_node(s.node, args);
+        if (!t.ok()) return at_step(p, i, mesh, t.error().message);
+        v[static_cast<size_t>(s.out)] = std::move(t).value();
+        break;
+      }
+      case LocalStep::Kind::Slice:
+        v[static_cast<size_t>(s.out)] = slice_block(v[static_cast<size_t>(s.in[0])], s.offset, s.shape);
+        break;
+      case LocalStep::Kind::Partialize: {
+        const Tensor& x = v[static_cast<size_t>(s.in[0])];
+        v[static_cast<size_t>(s.out)] = s.keep ? x : Tensor(x.dtype(), x.shape());
+        break;
+      }
+      case LocalStep::Kind::Start: {
+        Tensor x = v[static_cast<size_t>(s.in[0])];
+        switch (s.comm) {
+          case RedistKind::AllGather: pending.emplace(s.handle, comm.all_gather(s.mesh_dim, std::move(x), s.dim, s.sizes)); break;
+          case RedistKind::ReduceScatter:
+            pending.emplace(s.handle, comm.reduce_scatter(s.mesh_dim, std::move(x), s.dim, s.sizes, s.op));
+            break;
+          case RedistKind::AllReduce: pending.emplace(s.handle, comm.all_reduce(s.mesh_dim, std::move(x), s.op)); break;
+          case RedistKind::AllToAll:
+            pending.emplace(s.handle, comm.all_to_all(s.mesh_dim, std::move(x), s.dim, s.sizes, s.dim2, s.sizes2));
+            break;
+          case RedistKind::Slice:
+          case RedistKind::Partialize: return at_step(p, i, mesh, "internal: not a collective");
+        }
+        break;
+      }
+      case LocalStep::Kind::Wait: {
+        auto it = pending.find(s.handle);
+        if (it == pending.end()) return at_step(p, i, mesh, "internal: wait without a start");
+        Result<Tensor> t = it->second.wait();
+        pending.erase(it);
+        if (!t.ok()) return at_step(p, i, mesh, t.error().message);
+        v[static_cast<size_t>(s.out)] = std::move(t).value();
+        break;
+      }
+    }
+  }
+  std::vector<Tensor> out;
+  for (int o : p.output_values) out.push_back(v[static_cast<size_t>(o)]);
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<Tensor>> execute(const LocalProgram& p, Comm& comm, const std::vector<Tensor>& inputs,
+                                    const ExecOptions& opts, const std::atomic<bool>* aborted) {
+  // The mesh only names steps in messages; a 1-D stand-in of the right size does.
+  DeviceMesh mesh(Mesh{});
+  return execute_on(p, comm, mesh, inputs, opts, aborted);
+}
+
+Result<std::vector<std::vector<Tensor>>> run_ranks_in_threads(const std::vector<LocalProgram>& programs,
+                                                              const DeviceMesh& mesh,
+                                                              const std::vector<std::vector<Tensor>>& inputs,
+                                                              const ExecOptions& opts) {
+  int world = mesh.world();
+  auto rv = Rendezvous::in_process();
+  std::atomic<bool> aborted{false};
+  std::mutex mu;
+  std::optional<Diag> first_error;
+  std::vector<std::vector<Tensor>> outputs(static_cast<size_t>(world));
+  std::vector<std::unique_ptr<Comm>> comms(static_cast<size_t>(world));
+  auto fail = [&](const Diag& d, Comm* comm) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!first_error) first_error = d;
+    }
+    if (!aborted.exchange(true) && comm) comm->abort(d.message);
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      CommOptions co;
+      co.timeout = opts.timeout;
+      Result<std::unique_ptr<Comm>> c = Comm::create(rv, r, world, groups_of(mesh, r), co);
+      if (!c.ok()) {
+        fail(c.error(), nullptr);
+        return;
+      }
+      Comm& comm = **c;
+      Result<std::vector<Tensor>> out = execute_on(programs[static_cast<size_t>(r)], comm, mesh,
+                                                   inputs[static_cast<size_t>(r)], opts, &aborted);
+      if (!out.ok()) fail(out.error(), &comm);
+      else outputs[static_cast<size_t>(r)] = std::move(out).value();
+      comms[static_cast<size_t>(r)] = std::move(c).value();  // destroyed after every rank is done
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  comms.clear();
+  if (first_error) return *first_error;
+  return outputs;
+}
+
+Result<std::vector<Tensor>> run_rank_in_process(const LocalProgram& program, const DeviceMesh& mesh,
+                                                const std::vector<Tensor>& inputs, const std::string& rendezvous_dir,
+                                                const ExecOptions& opts) {
+  CommOptions co;
+  co.timeout = opts.timeout;
+  Result<std::unique_ptr<Comm>> c =
+      Comm::create(Rendezvous::file(rendezvous_dir), program.rank, mesh.world(), groups_of(mesh, program.rank), co);
+  if (!c.ok()) return c.error();
+  Result<std::vector<Tensor>> out = execute_on(program, **c, mesh, inputs, opts, nullptr);
+  if (!out.ok()) (*c)->abort(out.error().message);
+  return out;
+}
+
+}  // namespace sf

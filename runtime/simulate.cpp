@@ -1,0 +1,99 @@
+#include "runtime/simulate.h"
+
+#include "codegen/dist/host_collectives.h"
+#include "codegen/dist/shard.h"
+#include "codegen/reference/evaluate.h"
+
+namespace sf {
+
+namespace {
+
+// One collective over one group: member k's result, from member k's input and step.
+std::vector<Tensor> run_group(const std::vector<const LocalStep*>& steps, const std::vector<Tensor>& in) {
+  const LocalStep& s = *steps[0];
+  switch (s.comm) {
+    case RedistKind::AllGather: return host_all_gather(in, s.dim);
+    case RedistKind::AllReduce: return host_all_reduce(in, s.op);
+    case RedistKind::ReduceScatter: return host_reduce_scatter(in, s.dim, s.sizes, s.op);
+    case RedistKind::AllToAll: {
+      std::vector<std::vector<int64_t>> send;
+      for (const LocalStep* m : steps) send.push_back(m->sizes);
+      return host_all_to_all(in, s.dim, send, s.dim2);
+    }
+    case RedistKind::Slice:
+    case RedistKind::Partialize: break;
+  }
+  throw DiagError{Diag{"", {}, "simulate: not a collective"}};
+}
+
+}  // namespace
+
+Result<std::vector<std::vector<Tensor>>> simulate(const std::vector<LocalProgram>& programs, const DeviceMesh& mesh,
+                                                  const std::vector<std::vector<Tensor>>& inputs) {
+  size_t world = programs.size();
+  std::vector<std::vector<Tensor>> vals(world), pending(world);
+  for (size_t r = 0; r < world; ++r) {
+    vals[r].resize(programs[r].types.size());
+    pending[r].resize(static_cast<size_t>(programs[r].num_handles));
+    for (size_t p = 0; p < programs[r].param_values.size(); ++p)
+      vals[r][static_cast<size_t>(programs[r].param_values[p])] = inputs[r][p];
+  }
+  try {
+    for (size_t i = 0; i < programs[0].steps.size(); ++i) {
+      const LocalStep& s0 = programs[0].steps[i];
+      if (s0.kind == LocalStep::Kind::Start) {
+        for (const std::vector<int>& g : mesh.groups(s0.mesh_dim)) {
+          std::vector<const LocalStep*> steps;
+          std::vector<Tensor> in;
+          for (int r : g) {
+            const LocalStep& s = programs[static_cast<size_t>(r)].steps[i];
+            steps.push_back(&s);
+            in.push_back(vals[static_cast<size_t>(r)][static_cast<size_t>(s.in[0])]);
+          }
+          std::vector<Tensor> out = run_group(steps, in);
+          for (size_t k = 0; k < g.size(); ++k)
+            pending[static_cast<size_t>(g[k])][static_cast<size_t>(steps[k]->handle)] = std::move(out[k]);
+        }
+        continue;
+      }
+      for (size_t r = 0; r < world; ++r) {
+        const LocalStep& s = programs[r].steps[i];
+        std::vector<Tensor>& v = vals[r];
+        switch (s.kind) {
+          case LocalStep::Kind::Compute: {
+            std::vector<const Tensor*> args;
+            for (int a : s.in) args.push_back(&v[static_cast<size_t>(a)]);
+            Result<Tensor> t = evaluate_node(s.node, args);
+            if (!t.ok()) {
+              Diag d = t.error();
+              d.message = "rank " + std::to_string(r) + ": " + d.message;
+              return d;
+            }
+            v[static_cast<size_t>(s.out)] = std::move(t).value();
+            break;
+          }
+          case LocalStep::Kind::Slice:
+            v[static_cast<size_t>(s.out)] = slice_block(v[static_cast<size_t>(s.in[0])], s.offset, s.shape);
+            break;
+          case LocalStep::Kind::Partialize: {
+            const Tensor& x = v[static_cast<size_t>(s.in[0])];
+            v[static_cast<size_t>(s.out)] = s.keep ? x : Tensor(x.dtype(), x.shape());
+            break;
+          }
+          case LocalStep::Kind::Wait:
+            v[static_cast<size_t>(s.out)] = std::move(pending[r][static_cast<size_t>(s.handle)]);
+            break;
+          case LocalStep::Kind::Start: break;
+        }
+      }
+    }
+  } catch (const DiagError& e) {
+    return e.diag;
+  }
+  std::vector<std::vector<Tensor>> out(world);
+  for (size_t r = 0; r < world; ++r)
+    for (int o : programs[r].output_values) out[r].push_back(vals[r][static_cast<size_t>(o)]);
+  return out;
+}
+
+}  // namespace sf

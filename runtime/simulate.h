@@ -1,0 +1,21 @@
+// Runs every rank's program in lockstep on one thread: compute steps with the
+// reference kernels on local shards, collectives over each mesh-dim group at once
+// with the host definitions (codegen/dist/host_collectives.h). Deterministic and
+// needs no communicator, so it is the oracle the threaded executor is held to and
+// the quickest way to test a lowering.
+#pragma once
+
+#include <vector>
+
+#include "codegen/dist/local_program.h"
+#include "codegen/ir/diag.h"
+
+namespace sf {
+
+// programs[r] is rank r's program (all from the same graph, same step structure);
+// inputs[r] holds rank r's local tensor per graph param. Returns each rank's local
+// output tensors, in graph output order.
+Result<std::vector<std::vector<Tensor>>> simulate(const std::vector<LocalProgram>& programs, const DeviceMesh& mesh,
+                                                  const std::vector<std::vector<Tensor>>& inputs);
+
+}  // namespace sf

@@ -1,0 +1,64 @@
+// `shardfuse explain G.sf`: the sharding decisions, the collectives inserted and a
+// rank's schedule, one step per line.
+#include <iostream>
+
+#include "codegen/dist/explain.h"
+#include "codegen/dist/lower.h"
+#include "codegen/dist/schedule.h"
+#include "tools/shardfuse/commands.h"
+
+namespace sf::cli {
+
+namespace {
+
+struct ExplainOptions {
+  std::string file;
+  std::optional<int64_t> world;
+  int rank = 0;
+  bool no_reorder = false;
+};
+
+int explain(const ExplainOptions& o) {
+  std::optional<Graph> loaded = load_graph(o.file);
+  if (!loaded) return 1;
+  std::optional<Graph> g = resolve_world(std::move(*loaded), o.world);
+  if (!g) return 1;
+  if (o.rank < 0 || o.rank >= g->mesh().world_size()) {
+    std::cerr << "error: --rank " << o.rank << " is not a rank of a " << g->mesh().world_size() << "-rank mesh\n";
+    return 1;
+  }
+  DeviceMesh mesh(g->mesh());
+  ShardingPlan plan = propagate(*g, mesh);
+  LocalProgram p = lower(*g, plan, mesh, o.rank);
+  if (!o.no_reorder) p = schedule(std::move(p));
+  std::cout << "graph " << g->name() << " on mesh " << (mesh.ndim() ? mesh.mesh().str() : "(none)") << " ("
+            << mesh.world() << " rank" << (mesh.world() == 1 ? "" : "s") << ")\n\n";
+  std::cout << explain_sharding(*g, plan, mesh) << "\n";
+  int collectives = 0;
+  for (const LocalStep& s : p.steps) collectives += s.kind == LocalStep::Kind::Start;
+  std::cout << "redistributions (" << collectives << " collective" << (collectives == 1 ? "" : "s") << " per rank):\n";
+  for (const LocalStep& s : p.steps)
+    if (s.kind == LocalStep::Kind::Start || s.kind == LocalStep::Kind::Slice || s.kind == LocalStep::Kind::Partialize)
+      std::cout << "  " << step_line(p, s, mesh) << "\n";
+  std::cout << "\n" << explain_schedule(p, mesh);
+  return 0;
+}
+
+}  // namespace
+
+void add_explain(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<ExplainOptions>();
+  auto* cmd = app.add_subcommand("explain", "Print sharding decisions, inserted collectives and the per-rank schedule");
+  cmd->add_option("graph", o->file, "the .sf graph file")->required();
+  cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh");
+  cmd->add_option("--rank", o->rank, "whose schedule to print (default 0; ranks differ only in local shapes)");
+  cmd->add_flag("--no-reorder", o->no_reorder,
+                "print the schedule as lowered, without raising collectives and sinking waits");
+  cmd->footer(
+      "The schedule has one step per line: 'all_gather x -> x_ag [tp, dim 0]' issues a collective,\n"
+      "'wait x_ag' takes its result, 'matmul x_ag, v3 -> h' runs an op on local shards.\n"
+      "Example:\n  shardfuse explain examples/tp_attention.sf --world 4");
+  cmd->callback([o, &exit_code] { exit_code = explain(*o); });
+}
+
+}  // namespace sf::cli

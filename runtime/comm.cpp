@@ -20,6 +20,8 @@
 // Zero-byte transfers are never posted (both ends know the count is zero).
 #include "runtime/comm.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <gloo/common/error.h>
@@ -132,6 +134,46 @@ void write_first_wins(const fs::path& p, const std::string& text) {
   std::error_code ec;
   fs::remove(tmp, ec);
 }
+
+// Gloo writes to its sockets with plain write(2)/writev(2), so a write to a
+// connection the peer has reset raises SIGPIPE, whose default action kills the
+// whole process (exit status 141, seen when one rank aborted). The threads that
+// write block it instead, and the write fails with EPIPE, which Gloo reports as an
+// IoException: the comm thread, Gloo's event-loop thread (it inherits the mask of
+// the thread that creates the device) and the thread connecting in Comm::create.
+// The process's signal disposition is left alone.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigset_t s = pipe_set();
+    pthread_sigmask(SIG_BLOCK, &s, &old_);
+  }
+  // Restores the mask; a SIGPIPE raised meanwhile is pending on this thread and is
+  // taken first, or unblocking would deliver it at once.
+  ~SigpipeBlocked() {
+    if (sigismember(&old_, SIGPIPE)) return;
+    sigset_t s = pipe_set();
+    const timespec zero{0, 0};
+    for (;;) {
+      sigset_t pending;
+      if (sigpending(&pending) != 0 || !sigismember(&pending, SIGPIPE)) break;
+      if (sigtimedwait(&s, nullptr, &zero) < 0) break;
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+  static sigset_t pipe_set() {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGPIPE);
+    return s;
+  }
+
+ private:
+  sigset_t old_;
+};
 
 }  // namespace
 
@@ -547,6 +589,10 @@ struct Op {
   std::vector<int64_t> sizes2;  // all_to_all: recv_sizes
   ReduceOp reduce = ReduceOp::Sum;
   std::shared_ptr<detail::OpState> st;
+  // Set when this rank's own arguments were wrong: the Work already holds the Diag,
+  // and the comm thread, in issue order, breaks the group so that the peers fail
+  // at once, quoting it, instead of waiting out their timeout.
+  std::optional<std::string> invalid;
 };
 
 struct Group {
@@ -652,7 +698,8 @@ struct Comm::Impl {
     Work w(op.st);
     if (std::optional<std::string> err = validate(op)) {
       op.st->complete(diag(op.st->label + ": " + *err));
-      return w;
+      if (op.group < 0 || op.group >= static_cast<int>(groups.size())) return w;  // no group to tell
+      op.invalid = op.st->label + ": " + *err;
     }
     std::unique_lock<std::mutex> lock(m);
     if (aborted) {
@@ -668,6 +715,9 @@ struct Comm::Impl {
   }
 
   void loop() {
+    // For good on this thread, which writes to Gloo's sockets (see SigpipeBlocked).
+    sigset_t pipe = SigpipeBlocked::pipe_set();
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     for (;;) {
       Op op;
       {
@@ -697,6 +747,14 @@ struct Comm::Impl {
     if (auto why = abort_reason()) return diag(label + " aborted: " + *why);
     Group& g = groups[static_cast<size_t>(op.group)];
     if (g.broken) return diag(label + " failed: the group is unusable after an earlier failure (" + *g.broken + ")");
+    if (op.invalid) {
+      if (g.ctx) {  // a group of one has nobody to tell
+        g.broken = *op.invalid;
+        rv->record_failure(*op.invalid);
+        close_connections(g);
+      }
+      return diag(*op.invalid);
+    }
     const uint64_t seq = g.seq++;
     if (!g.ctx) return identity(op);
     auto t0 = Clock::now();
@@ -1113,14 +1171,22 @@ Comm::Comm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Comm::~Comm() {
   if (!impl_) return;
   std::vector<std::shared_ptr<detail::OpState>> cancelled;
+  std::optional<std::string> cause;
   {
     std::lock_guard<std::mutex> lock(impl_->m);
     impl_->stopping = true;
-    for (Op& op : impl_->queue) cancelled.push_back(op.st);
+    for (Op& op : impl_->queue) {
+      cancelled.push_back(op.st);
+      if (op.invalid && !cause) cause = op.invalid;
+    }
     impl_->queue.clear();
   }
   impl_->cv.notify_all();
   for (auto& st : cancelled) st->complete(diag(st->label + " cancelled: its Comm was destroyed before it ran"));
+  // The peers will see this rank's connections close; leave them the reason (an
+  // invalid collective is the root cause; otherwise that work was dropped).
+  if (!cancelled.empty() && !impl_->aborted)
+    impl_->rv->record_failure(cause ? *cause : cancelled.front()->label + " was cancelled: its Comm was destroyed before it ran");
   if (impl_->thread.joinable()) impl_->thread.join();
   impl_->rv->remove(impl_.get());
   // Contexts before the device whose event loop serves their sockets.
@@ -1214,6 +1280,7 @@ Result<std::unique_ptr<Comm>> Comm::create(std::shared_ptr<Rendezvous> rendezvou
     if (g.ranks.size() > 1) {
       const std::string gs = group_str(g.index, g.ranks);
       auto t0 = Clock::now();
+      SigpipeBlocked no_sigpipe;  // also inherited by the device's event-loop thread
       try {
         if (!impl->device) {
           gloo::transport::tcp::attr attr;

@@ -117,8 +117,9 @@ class Comm {
   // Every op below is queued to this rank's comm thread and returns at once;
   // `local` is moved in (pass a copy to keep it). Results have local's dtype. An
   // argument that does not fit (group index, dim, sizes) gives a Work whose wait()
-  // returns the Diag at once, without communicating. A group of one rank is the
-  // identity and never touches Gloo.
+  // returns the Diag at once; the group is then unusable, and its peers' pending
+  // collectives fail at once quoting the Diag. A group of one rank is the identity
+  // and never touches Gloo.
 
   // Concatenates every member's tensor along tensor dim `dim` in group order;
   // member k's extent along dim is sizes[k] (uneven and zero extents are legal:

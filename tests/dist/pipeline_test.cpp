@@ -4,6 +4,9 @@
 // idea applied to whole programs).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <set>
+
 #include "codegen/dist/explain.h"
 #include "codegen/dist/lower.h"
 #include "codegen/dist/schedule.h"
@@ -143,6 +146,90 @@ TEST(Pipeline, TwoDimMeshWithNestedSharding) {
   Result<Graph> g = b.finish();
   ASSERT_TRUE(g.ok()) << g.error().str();
   run_and_check(*g, 7, "nested");
+}
+
+// The DTensorConverter idea over whole programs: every op as a one-op graph, every
+// combination of input placements (R, S(0), S(-1), P) on mesh [4], and a sample of
+// them on [2, 2]; propagation must redistribute whatever it is given and the
+// gathered result must equal the reference. Shapes are uneven on 4 ranks (5, 6, 7).
+struct OpCase {
+  std::vector<std::pair<std::string, std::string>> params;  // name, type
+  std::string expr;
+};
+
+std::vector<OpCase> op_cases() {
+  std::vector<OpCase> c;
+  const std::pair<std::string, std::string> a{"a", "f32[5, 6]"}, b{"b", "f32[6]"};
+  for (const char* u : {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "silu", "sin", "cos",
+                        "reciprocal", "erf", "gelu", "gelu_tanh"})
+    c.push_back({{a}, std::string(u) + "(a)"});
+  c.push_back({{a}, "cast(a, bf16)"});
+  for (const char* bin : {"add", "sub", "mul", "div", "maximum", "minimum", "pow"})
+    c.push_back({{a, b}, std::string(bin) + "(a, b)"});
+  c.push_back({{a}, "mul(a, 2.5)"});
+  c.push_back({{{"a", "f32[5, 1]"}, {"b", "f32[1, 7]"}}, "add(a, b)"});
+  for (const char* cmp : {"eq", "ne", "lt", "le", "gt", "ge"}) c.push_back({{a, b}, std::string(cmp) + "(a, b)"});
+  c.push_back({{a, b}, "where(gt(a, 0.0), a, b)"});
+  c.push_back({{a}, "sum(a, dims=[0])"});
+  c.push_back({{a}, "max(a, dims=[1], keepdim=true)"});
+  c.push_back({{a}, "min(a)"});
+  c.push_back({{a}, "mean(a, dims=[1])"});
+  c.push_back({{a, {"w", "f32[6, 7]"}}, "matmul(a, w)"});
+  c.push_back({{{"x", "f32[2, 5, 6]"}, {"w", "f32[6, 3]"}}, "matmul(x, w)"});
+  c.push_back({{a}, "transpose(a, 0, 1)"});
+  c.push_back({{{"x", "f32[2, 5, 6]"}}, "permute(x, dims=[2, 0, 1])"});
+  c.push_back({{{"x", "f32[8, 4]"}}, "reshape(x, shape=[32])"});
+  c.push_back({{{"x", "f32[32]"}}, "reshape(x, shape=[8, 4])"});
+  c.push_back({{{"x", "f32[5, 1]"}}, "expand(x, shape=[3, 5, 6])"});
+  c.push_back({{{"i", "i64[5, 2]"}, {"w", "f32[10, 4]"}}, "embedding(i, w)"});
+  c.push_back({{a}, "softmax(a, dim=1)"});
+  c.push_back({{a, {"w", "f32[6]"}, {"c", "f32[6]"}}, "layer_norm(a, w, c)"});
+  c.push_back({{a, {"w", "f32[6]"}}, "rms_norm(a, w)"});
+  c.push_back({{a}, "redistribute(a, {tp: S(1)})"});
+  c.push_back({{{"x", "i32[5, 6]"}, {"y", "i32[6]"}}, "mul(add(x, y), 3)"});
+  c.push_back({{{"x", "bf16[5, 6]"}}, "sum(x, dims=[1])"});
+  return c;
+}
+
+TEST(Converter, EveryOpUnderEveryInputPlacement) {
+  const Placement choices[] = {Placement::replicate(), Placement::shard(0), Placement::shard(-1), Placement::partial()};
+  const std::pair<Mesh, size_t> meshes[] = {{Mesh{{{"tp", 4}}}, 1}, {Mesh{{{"dp", 2}, {"tp", 2}}}, 7}};
+  std::set<std::string> covered;
+  int runs = 0;
+  for (const OpCase& oc : op_cases()) {
+    covered.insert(oc.expr.substr(0, oc.expr.find('(')));
+    for (const auto& [mesh, stride] : meshes) {
+      size_t per_param = static_cast<size_t>(std::pow(4, mesh.dims.size()));
+      size_t combos = 1;
+      for (size_t k = 0; k < oc.params.size(); ++k) combos *= per_param;
+      for (size_t combo = 0; combo < combos; combo += stride) {
+        std::string params;
+        size_t rest = combo;
+        for (const auto& [name, type] : oc.params) {
+          size_t pick = rest % per_param;
+          rest /= per_param;
+          std::string spec = "{";
+          for (size_t d = 0; d < mesh.dims.size(); ++d) {
+            spec += (d ? ", " : "") + mesh.dims[d].name + ": " + choices[pick % 4].str();
+            pick /= 4;
+          }
+          params += (params.empty() ? "" : ", ") + name + ": " + type + " " + spec + "}";
+        }
+        std::string text = "mesh " + mesh.str() + "\ngraph g(" + params + ") {\n  out = " + oc.expr + "\n  return out\n}\n";
+        Result<Graph> g = parse_graph(text, "case.sf");
+        ASSERT_TRUE(g.ok()) << g.error().str() << "\n" << text;
+        run_and_check(*g, combo, text);
+        ++runs;
+        if (HasFailure()) return;
+      }
+    }
+  }
+  for (const OpInfo& info : all_ops()) {
+    if (info.category == OpCategory::Leaf || info.category == OpCategory::Collective) continue;
+    EXPECT_TRUE(covered.count(std::string(info.name))) << info.name << " has no case";
+  }
+  EXPECT_TRUE(covered.count("redistribute"));
+  RecordProperty("runs", runs);
 }
 
 }  // namespace

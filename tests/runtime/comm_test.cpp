@@ -610,6 +610,24 @@ TEST(CommFaults, MembersThatDisagreeGetADiagAtOnceNotAHang) {
   EXPECT_LT(seconds_since(t0), 3.0);  // far from the 10 s timeout
 }
 
+TEST(CommFaults, ARankWithBadArgumentsFailsItsPeersAtOnce) {
+  auto rv = Rendezvous::in_process();
+  auto t0 = Clock::now();
+  run_ranks(4, [&](int rank) {
+    auto comm = connect(rv, rank, 4, kOneGroupOf4, milliseconds(10000));
+    ASSERT_TRUE(comm);
+    Work ok = comm->all_gather(0, Tensor(DType::F32, {2}), 0, {2, 2, 2, 2});
+    // Rank 0 passes three sizes for a group of four.
+    std::vector<int64_t> sizes = rank == 0 ? std::vector<int64_t>{2, 2, 2} : std::vector<int64_t>{2, 2, 2, 2};
+    Result<Tensor> bad = comm->all_gather(0, Tensor(DType::F32, {2}), 0, sizes).wait();
+    ASSERT_FALSE(bad.ok());
+    EXPECT_THAT(bad.error().message, HasSubstr("rank 0: all_gather over group 0 (ranks 0 1 2 3): sizes [2, 2, 2] has 3 entries"));
+    if (rank != 0) { EXPECT_THAT(bad.error().message, StartsWith("rank " + std::to_string(rank) + ": all_gather")); }
+    (void)ok.wait();  // issued before the bad one: it may succeed or fail, but it ends
+  });
+  EXPECT_LT(seconds_since(t0), 3.0);  // not the 10 s timeout
+}
+
 // Processes learn of another's abort when its connections reset; DIR/sf-abort says why.
 TEST(CommFaults, AbortReachesRanksWithTheirOwnDirectoryRendezvous) {
   fs::path dir = fresh_dir("comm-abort");

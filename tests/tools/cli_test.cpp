@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <chrono>
+#include <iterator>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -166,6 +168,51 @@ TEST(CliRun, BadInputsAreClearErrors) {
   CliResult three = shardfuse("run " + example("tp_mlp.sf") + " --world 3 --check");
   EXPECT_EQ(three.code, 0) << three.out;
   EXPECT_NE(three.out.find("graph mlp: 3 rank(s) as threads"), std::string::npos) << three.out;
+}
+
+TEST(CliRun, RanksAsProcessesMeetThroughADirectory) {
+  TempDir d;
+  fs::create_directory(d / "rv");
+  // Four processes, one rank each; rank 0 gathers, checks and saves.
+  std::string cmd;
+  for (int r = 0; r < 4; ++r)
+    cmd += std::string(SF_BINARY) + " run " + example("tp_mlp.sf") + " --check --save-outputs " + (d / "out") +
+           " --rank " + std::to_string(r) + " --rendezvous " + (d / "rv") + " > " + (d / ("r" + std::to_string(r))) +
+           " 2>&1 & ";
+  cmd += "wait";
+  ASSERT_EQ(std::system(("sh -c '" + cmd + "'").c_str()), 0);
+  std::ifstream r0(d / "r0"), r3(d / "r3");
+  std::string out0((std::istreambuf_iterator<char>(r0)), {}), out3((std::istreambuf_iterator<char>(r3)), {});
+  EXPECT_NE(out0.find("4 rank(s) as processes"), std::string::npos) << out0;
+  EXPECT_NE(out0.find("check: ok"), std::string::npos) << out0;
+  EXPECT_NE(out3.find("rank 3: done"), std::string::npos) << out3;
+  EXPECT_TRUE(fs::exists(d / "out/y.npy"));
+}
+
+TEST(CliRun, AMissingRankEndsEveryProcessWithinTheTimeout) {
+  TempDir d;
+  fs::create_directory(d / "rv");
+  // Rank 3 never starts: the others must give up after --timeout, exit 1, write nothing.
+  std::string cmd;
+  for (int r = 0; r < 3; ++r)
+    cmd += "( " + std::string(SF_BINARY) + " run " + example("tp_mlp.sf") + " --timeout 2 --save-outputs " +
+           (d / "out") + " --rank " + std::to_string(r) + " --rendezvous " + (d / "rv") + " > " +
+           (d / ("r" + std::to_string(r))) + " 2>&1; echo $? > " + (d / ("rc" + std::to_string(r))) + " ) & ";
+  cmd += "wait";
+  auto t0 = std::chrono::steady_clock::now();
+  std::system(("sh -c '" + cmd + "'").c_str());
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 30.0) << "no hang";
+  for (int r = 0; r < 3; ++r) {
+    std::ifstream rc(d / ("rc" + std::to_string(r))), log(d / ("r" + std::to_string(r)));
+    int code = -1;
+    rc >> code;
+    std::string text((std::istreambuf_iterator<char>(log)), {});
+    EXPECT_EQ(code, 1) << text;
+    EXPECT_NE(text.find("rank " + std::to_string(r) + ": "), std::string::npos) << text;
+    EXPECT_NE(text.find("timed out after 2 s"), std::string::npos) << text;
+  }
+  EXPECT_FALSE(fs::exists(d / "out/y.npy"));
 }
 
 TEST(CliRun, SeedsAreDeterministic) {

@@ -75,6 +75,15 @@ Result<std::vector<Tensor>> execute_on(const LocalProgram& p, Comm& comm, const 
         }
         break;
       }
+      case LocalStep::Kind::Kernel: {
+        std::vector<const Tensor*> args;
+        for (int a : s.in) args.push_back(&v[static_cast<size_t>(a)]);
+        const KernelRunner& runner = opts.kernels ? *opts.kernels : reference_kernel_runner();
+        Result<std::vector<Tensor>> t = runner.run(p.kernels[static_cast<size_t>(s.kernel)], args);
+        if (!t.ok()) return at_step(p, i, mesh, t.error().message);
+        for (size_t o = 0; o < s.outs.size(); ++o) v[static_cast<size_t>(s.outs[o])] = std::move((*t)[o]);
+        break;
+      }
       case LocalStep::Kind::Wait: {
         auto it = pending.find(s.handle);
         if (it == pending.end()) return at_step(p, i, mesh, "internal: wait without a start");

@@ -11,6 +11,7 @@
 
 #include "codegen/dist/local_program.h"
 #include "runtime/comm.h"
+#include "runtime/kernel_runner.h"
 
 namespace sf {
 
@@ -19,6 +20,8 @@ struct ExecOptions {
   // Test hook, called before every step of every rank; it may throw (a failing rank)
   // or block until `aborted` becomes true (a stalled rank).
   std::function<void(int rank, size_t step, const std::atomic<bool>& aborted)> before_step;
+  // Runs Kernel steps; the reference evaluator when null.
+  const KernelRunner* kernels = nullptr;
 };
 
 // Runs rank p.rank's program; inputs hold its local tensor per graph param. Returns

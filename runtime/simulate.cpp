@@ -29,8 +29,13 @@ std::vector<Tensor> run_group(const std::vector<const LocalStep*>& steps, const 
 }  // namespace
 
 Result<std::vector<std::vector<Tensor>>> simulate(const std::vector<LocalProgram>& programs, const DeviceMesh& mesh,
-                                                  const std::vector<std::vector<Tensor>>& inputs) {
+                                                  const std::vector<std::vector<Tensor>>& inputs,
+                                                  const KernelRunner& kernels) {
   size_t world = programs.size();
+  for (const LocalProgram& p : programs)
+    if (p.steps.size() != programs[0].steps.size())
+      return Diag{"", {}, "simulate: rank " + std::to_string(p.rank) + " has " + std::to_string(p.steps.size()) +
+                              " steps, rank 0 has " + std::to_string(programs[0].steps.size()) + " (not SPMD)"};
   std::vector<std::vector<Tensor>> vals(world), pending(world);
   for (size_t r = 0; r < world; ++r) {
     vals[r].resize(programs[r].types.size());
@@ -83,6 +88,19 @@ Result<std::vector<std::vector<Tensor>>> simulate(const std::vector<LocalProgram
           case LocalStep::Kind::Wait:
             v[static_cast<size_t>(s.out)] = std::move(pending[r][static_cast<size_t>(s.handle)]);
             break;
+          case LocalStep::Kind::Kernel: {
+            std::vector<const Tensor*> args;
+            for (int a : s.in) args.push_back(&v[static_cast<size_t>(a)]);
+            const LocalKernel& k = programs[r].kernels[static_cast<size_t>(s.kernel)];
+            Result<std::vector<Tensor>> t = kernels.run(k, args);
+            if (!t.ok()) {
+              Diag d = t.error();
+              d.message = "rank " + std::to_string(r) + ", kernel " + k.name + ": " + d.message;
+              return d;
+            }
+            for (size_t o = 0; o < s.outs.size(); ++o) v[static_cast<size_t>(s.outs[o])] = std::move((*t)[o]);
+            break;
+          }
           case LocalStep::Kind::Start: break;
         }
       }

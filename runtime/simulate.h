@@ -9,13 +9,16 @@
 
 #include "codegen/dist/local_program.h"
 #include "codegen/ir/diag.h"
+#include "runtime/kernel_runner.h"
 
 namespace sf {
 
 // programs[r] is rank r's program (all from the same graph, same step structure);
 // inputs[r] holds rank r's local tensor per graph param. Returns each rank's local
 // output tensors, in graph output order.
+// Kernel steps run through `kernels` (the reference evaluator by default).
 Result<std::vector<std::vector<Tensor>>> simulate(const std::vector<LocalProgram>& programs, const DeviceMesh& mesh,
-                                                  const std::vector<std::vector<Tensor>>& inputs);
+                                                  const std::vector<std::vector<Tensor>>& inputs,
+                                                  const KernelRunner& kernels = reference_kernel_runner());
 
 }  // namespace sf

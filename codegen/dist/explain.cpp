@@ -85,8 +85,39 @@ std::string step_line(const LocalProgram& p, const LocalStep& s, const DeviceMes
       return line + "]";
     }
     case LocalStep::Kind::Wait: return "wait " + name(s.out) + "  " + p.types[static_cast<size_t>(s.out)].str();
+    case LocalStep::Kind::Kernel: {
+      const LocalKernel& k = p.kernels[static_cast<size_t>(s.kernel)];
+      std::string line = "kernel " + k.name + " ";
+      for (size_t i = 0; i < s.in.size(); ++i) line += (i ? ", " : "") + name(s.in[i]);
+      line += " -> ";
+      for (size_t i = 0; i < s.outs.size(); ++i) line += (i ? ", " : "") + name(s.outs[i]);
+      return line;
+    }
   }
   return "?";
+}
+
+std::string explain_kernels(const LocalProgram& p) {
+  auto kb = [](int64_t b) {
+    char buf[32];
+    if (b < 1024) std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
+    else if (b < 1024 * 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / 1024);
+    else std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1024 * 1024));
+    return std::string(buf);
+  };
+  int ops = 0;
+  for (const LocalKernel& k : p.kernels) ops += static_cast<int>(k.ops.size());
+  std::string out = "kernels (rank " + std::to_string(p.rank) + "): " + std::to_string(p.kernels.size()) +
+                    " for " + std::to_string(ops) + " ops\n";
+  for (const LocalKernel& k : p.kernels) {
+    out += "  " + k.name + " [" + k.kind + "]: ";
+    for (size_t i = 0; i < k.ops.size(); ++i) out += (i ? " " : "") + k.ops[i];
+    out += "  reads " + kb(k.bytes_read) + ", writes " + kb(k.bytes_written) + ", " + std::to_string(k.flops) +
+           " flops";
+    if (k.bytes_saved > 0) out += ", fusion saves " + kb(k.bytes_saved);
+    out += "\n";
+  }
+  return out;
 }
 
 std::string explain_schedule(const LocalProgram& p, const DeviceMesh& mesh) {

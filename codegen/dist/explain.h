@@ -13,6 +13,9 @@ namespace sf {
 
 std::string explain_sharding(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh);
 std::string explain_schedule(const LocalProgram& p, const DeviceMesh& mesh);
+// One line per fused kernel: its kind, ops, bytes read and written, flops, and the
+// traffic fusion saved (intermediates that stay on chip).
+std::string explain_kernels(const LocalProgram& p);
 // One step as explain prints it (no indent, no newline).
 std::string step_line(const LocalProgram& p, const LocalStep& s, const DeviceMesh& mesh);
 

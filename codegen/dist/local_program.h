@@ -20,6 +20,7 @@ struct LocalStep {
     Partialize,  // Replicate -> Partial: zeros unless this rank keeps the value
     Start,       // issue a collective on in[0]; completes into `handle`
     Wait,        // out = the result of collective `handle`
+    Kernel,      // fused kernel `kernel` on in, producing outs
   };
   Kind kind = Kind::Compute;
   std::vector<int> in;  // local value ids consumed
@@ -42,6 +43,23 @@ struct LocalStep {
   std::vector<int64_t> offset;
   Shape shape;
   bool keep = true;
+
+  // Kernel: which of LocalProgram::kernels, and the values it writes (in the order
+  // of the kernel group's outputs).
+  int kernel = -1;
+  std::vector<int> outs;
+};
+
+// A fused kernel: a group of primitive ops on local shapes, as a Graph whose params
+// are the kernel's inputs and whose outputs are what it writes (codegen/kernels/
+// emitter.h describes how it becomes code).
+struct LocalKernel {
+  std::string name;
+  std::string kind;  // "pointwise", "reduction", "matmul", "gather"
+  Graph group;
+  int64_t bytes_read = 0, bytes_written = 0, flops = 0;
+  int64_t bytes_saved = 0;  // traffic of the intermediates fusion kept on chip
+  std::vector<std::string> ops;  // the ops fused, in order, for explain
 };
 
 struct LocalProgram {
@@ -53,6 +71,7 @@ struct LocalProgram {
   std::vector<int> output_values;       // per graph output
   std::vector<PlacementSpec> output_specs;  // how each output is placed across ranks
   int num_handles = 0;
+  std::vector<LocalKernel> kernels;
 };
 
 }  // namespace sf

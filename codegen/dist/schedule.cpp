@@ -16,6 +16,7 @@ LocalProgram schedule(LocalProgram p) {
   std::map<int, size_t> producer, start_of;
   for (size_t i = 0; i < n; ++i) {
     if (st[i].out >= 0) producer[st[i].out] = i;
+    for (int v : st[i].outs) producer[v] = i;
     if (st[i].kind == LocalStep::Kind::Start) start_of[st[i].handle] = i;
   }
   std::vector<std::vector<size_t>> users(n);

@@ -48,9 +48,13 @@ struct Emitter {
   }
 
   Value softmax(Value x0, int64_t dim) {
-    // With no elements there is nothing to compute, and a max over an empty dim has no
-    // value (the evaluator rejects it), so the result is the empty input, copied.
-    if (numel(x0.type().shape) == 0) return op(OpKind::Cast, {x0}, {x0.type().dtype});
+    // Over an empty softmax dim there is nothing to compute, and a max over it has no
+    // value (the evaluator rejects it), so the result is the empty input, copied. Only
+    // the dim's own extent decides: a shard that is empty along another dim (uneven
+    // sharding) decomposes like every other rank's, so ranks' programs stay alike.
+    int rank = x0.type().rank();
+    if (x0.type().shape[static_cast<size_t>(*normalize_dim(dim, rank))] == 0)
+      return op(OpKind::Cast, {x0}, {x0.type().dtype});
     Value x = up(x0);
     Value e = op(OpKind::Exp, {op(OpKind::Sub, {x, reduce(OpKind::Max, x, {dim})})});
     return down(op(OpKind::Div, {e, reduce(OpKind::Sum, e, {dim})}), x0.type().dtype);

@@ -10,6 +10,7 @@
 #include "codegen/dist/explain.h"
 #include "codegen/dist/lower.h"
 #include "codegen/dist/schedule.h"
+#include "codegen/fusion/pipeline.h"
 #include "codegen/dist/shard.h"
 #include "codegen/ir/builder.h"
 #include "codegen/ir/parser.h"
@@ -26,14 +27,14 @@ struct Ran {
 };
 
 // Runs g on its mesh with seeded inputs and checks every output against the reference.
-Ran run_and_check(const Graph& g, uint64_t seed, const std::string& what) {
+Ran run_and_check(const Graph& g, uint64_t seed, const std::string& what, bool fused = true) {
   DeviceMesh mesh(g.mesh());
   Ran ran;
   ran.plan = propagate(g, mesh);
   std::vector<Tensor> global = random_inputs(g, seed);
   std::vector<std::vector<Tensor>> inputs;
   for (int r = 0; r < mesh.world(); ++r) {
-    ran.programs.push_back(schedule(lower(g, ran.plan, mesh, r)));
+    ran.programs.push_back(rank_program(g, ran.plan, mesh, r, {fused, true}));
     std::vector<Tensor> in;
     for (size_t i = 0; i < g.params().size(); ++i)
       in.push_back(shard_tensor(global[i], ran.plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));
@@ -67,7 +68,10 @@ const char* kExamples[] = {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf"
                            "fsdp_tp_2d.sf"};
 
 TEST(Pipeline, EveryExampleMatchesTheReference) {
-  for (const char* e : kExamples) run_and_check(example(e), 1, e);
+  for (const char* e : kExamples) {
+    run_and_check(example(e), 1, e);
+    run_and_check(example(e), 1, std::string(e) + " unfused", /*fused=*/false);
+  }
 }
 
 TEST(Pipeline, OneDimExamplesOnThreeRanksWithUnevenShards) {
@@ -86,7 +90,8 @@ TEST(Pipeline, MegatronMlpNeedsOneAllReduce) {
   Ran r = run_and_check(example("tp_mlp.sf"), 3, "tp_mlp");
   std::vector<std::string> comms;
   for (const LocalStep& s : r.programs[0].steps)
-    if (s.kind != LocalStep::Kind::Compute) comms.push_back(step_line(r.programs[0], s, DeviceMesh(example("tp_mlp.sf").mesh())));
+    if (s.kind == LocalStep::Kind::Start || s.kind == LocalStep::Kind::Wait)
+      comms.push_back(step_line(r.programs[0], s, DeviceMesh(example("tp_mlp.sf").mesh())));
   ASSERT_EQ(comms.size(), 2u) << "a start and a wait";
   EXPECT_EQ(comms[0].rfind("all_reduce ", 0), 0u) << comms[0];
 }
@@ -102,7 +107,7 @@ TEST(Pipeline, AttentionGathersItsInputBeforeTheFirstMatmul) {
       if (lines[i].rfind(prefix, 0) == 0) return static_cast<int>(i);
     return -1;
   };
-  int ag = first("all_gather x "), wait = first("wait x_ag"), mm = first("matmul ");
+  int ag = first("all_gather x "), wait = first("wait x_ag"), mm = first("kernel k1_matmul");
   ASSERT_GE(ag, 0);
   EXPECT_LT(ag, wait);
   EXPECT_LT(wait, mm);
@@ -115,8 +120,18 @@ TEST(Pipeline, IndependentComputeRunsBetweenStartAndWait) {
   ASSERT_EQ(st[0].kind, LocalStep::Kind::Start);
   size_t wait = 1;
   while (st[wait].kind != LocalStep::Kind::Wait) ++wait;
-  EXPECT_GE(wait, 3u) << "both weight transposes run while the all-gather is in flight";
-  for (size_t i = 1; i < wait; ++i) EXPECT_EQ(st[i].node.op, OpKind::Transpose);
+  // Unfused, both weight transposes run while the all-gather is in flight.
+  Ran unfused = run_and_check(g, 5, "seq_parallel_mlp unfused", /*fused=*/false);
+  const auto& su = unfused.programs[0].steps;
+  ASSERT_EQ(su[0].kind, LocalStep::Kind::Start);
+  size_t w = 1;
+  while (su[w].kind != LocalStep::Kind::Wait) ++w;
+  EXPECT_GE(w, 3u);
+  for (size_t i = 1; i < w; ++i) {
+    ASSERT_EQ(su[i].kind, LocalStep::Kind::Kernel);
+    EXPECT_EQ(unfused.programs[0].kernels[static_cast<size_t>(su[i].kernel)].ops, std::vector<std::string>{"transpose"});
+  }
+  (void)wait;
 }
 
 TEST(Pipeline, ConstraintsAndUnevenAndEmptyShards) {

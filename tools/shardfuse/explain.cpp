@@ -4,7 +4,7 @@
 
 #include "codegen/dist/explain.h"
 #include "codegen/dist/lower.h"
-#include "codegen/dist/schedule.h"
+#include "codegen/fusion/pipeline.h"
 #include "tools/shardfuse/commands.h"
 
 namespace sf::cli {
@@ -16,6 +16,7 @@ struct ExplainOptions {
   std::optional<int64_t> world;
   int rank = 0;
   bool no_reorder = false;
+  bool no_fuse = false;
 };
 
 int explain(const ExplainOptions& o) {
@@ -29,8 +30,7 @@ int explain(const ExplainOptions& o) {
   }
   DeviceMesh mesh(g->mesh());
   ShardingPlan plan = propagate(*g, mesh);
-  LocalProgram p = lower(*g, plan, mesh, o.rank);
-  if (!o.no_reorder) p = schedule(std::move(p));
+  LocalProgram p = rank_program(*g, plan, mesh, o.rank, {!o.no_fuse, !o.no_reorder});
   std::cout << "graph " << g->name() << " on mesh " << (mesh.ndim() ? mesh.mesh().str() : "(none)") << " ("
             << mesh.world() << " rank" << (mesh.world() == 1 ? "" : "s") << ")\n\n";
   std::cout << explain_sharding(*g, plan, mesh) << "\n";
@@ -40,7 +40,7 @@ int explain(const ExplainOptions& o) {
   for (const LocalStep& s : p.steps)
     if (s.kind == LocalStep::Kind::Start || s.kind == LocalStep::Kind::Slice || s.kind == LocalStep::Kind::Partialize)
       std::cout << "  " << step_line(p, s, mesh) << "\n";
-  std::cout << "\n" << explain_schedule(p, mesh);
+  std::cout << "\n" << explain_kernels(p) << "\n" << explain_schedule(p, mesh);
   return 0;
 }
 
@@ -52,11 +52,12 @@ void add_explain(CLI::App& app, int& exit_code) {
   cmd->add_option("graph", o->file, "the .sf graph file")->required();
   cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh");
   cmd->add_option("--rank", o->rank, "whose schedule to print (default 0; ranks differ only in local shapes)");
+  cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
   cmd->add_flag("--no-reorder", o->no_reorder,
                 "print the schedule as lowered, without raising collectives and sinking waits");
   cmd->footer(
       "The schedule has one step per line: 'all_gather x -> x_ag [tp, dim 0]' issues a collective,\n"
-      "'wait x_ag' takes its result, 'matmul x_ag, v3 -> h' runs an op on local shards.\n"
+      "'wait x_ag' takes its result, 'kernel k0_matmul_add x_ag, w -> h' runs a fused kernel.\n"
       "Example:\n  shardfuse explain examples/tp_attention.sf --world 4");
   cmd->callback([o, &exit_code] { exit_code = explain(*o); });
 }

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "codegen/dist/lower.h"
-#include "codegen/dist/schedule.h"
+#include "codegen/fusion/pipeline.h"
 #include "codegen/dist/shard.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
@@ -33,6 +33,7 @@ struct RunOptions {
   uint64_t seed = 0;
   bool check = false;
   bool no_reorder = false;
+  bool no_fuse = false;
   double timeout_s = 60;
 };
 
@@ -77,15 +78,14 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
       in.push_back(shard_tensor(global_in[i], plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));
     return in;
   };
-  auto program = [&](int r) {
-    LocalProgram p = lower(g, plan, mesh, r);
-    return o.no_reorder ? p : schedule(std::move(p));
-  };
+  // One process of several: every rank gathers the outputs (they are replicated at
+  // the end), so rank 0 can save and check them without another exchange.
+  if (o.rank)
+    for (PlacementSpec& s : plan.outputs) s = replicated(mesh);
+  std::vector<LocalProgram> all = rank_programs(g, plan, mesh, {!o.no_fuse, !o.no_reorder});
+  auto program = [&](int r) { return all[static_cast<size_t>(r)]; };
 
   if (o.rank) {
-    // One process of several: every rank gathers the outputs (they are replicated
-    // at the end), so rank 0 can save and check them without another exchange.
-    for (PlacementSpec& s : plan.outputs) s = replicated(mesh);
     Result<std::vector<Tensor>> out =
         run_rank_in_process(program(*o.rank), mesh, local_inputs(*o.rank), o.rendezvous, eo);
     if (!out.ok()) {
@@ -221,6 +221,7 @@ void add_run(CLI::App& app, int& exit_code) {
   cmd->add_flag("--check", o->check,
                 "compare with the reference evaluator on the global graph; print max abs/rel error, exit 1 on mismatch");
   cmd->add_flag("--no-reorder", o->no_reorder, "run collectives where lowering put them (no raise/sink)");
+  cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
   cmd->add_option("--timeout", o->timeout_s, "seconds a collective may take before every rank gives up (default 60)")
       ->check(CLI::Range(0.1, 86400.0));
   cmd->footer(

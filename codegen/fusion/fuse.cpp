@@ -1,0 +1,402 @@
+#include "codegen/fusion/fuse.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "codegen/ir/builder.h"
+
+namespace sf {
+
+namespace {
+
+enum class GKind { Pointwise, Reduction, Matmul, Gather };
+
+std::string_view gkind_name(GKind k) {
+  switch (k) {
+    case GKind::Pointwise: return "pointwise";
+    case GKind::Reduction: return "reduction";
+    case GKind::Matmul: return "matmul";
+    case GKind::Gather: return "gather";
+  }
+  return "?";
+}
+
+GKind step_kind(const Node& n) {
+  switch (op_info(n.op).category) {
+    case OpCategory::Reduce: return GKind::Reduction;
+    case OpCategory::Matmul: return GKind::Matmul;
+    case OpCategory::Gather:
+    case OpCategory::Collective:
+    case OpCategory::Composite: return GKind::Gather;  // not fusible: a kernel of its own
+    case OpCategory::Leaf:
+    case OpCategory::Unary:
+    case OpCategory::Binary:
+    case OpCategory::Compare:
+    case OpCategory::Where:
+    case OpCategory::Movement: return GKind::Pointwise;
+  }
+  return GKind::Gather;
+}
+
+struct Group {
+  GKind kind = GKind::Pointwise;
+  std::vector<size_t> steps;  // indices into the program's steps, in program order
+  int64_t numel = 0;          // pointwise: the index space; matmul: its output's
+  Shape full;                 // reduction: the reduced tensor's shape
+  std::vector<int> rdims;     // reduction: the reduced dims, normalised and sorted
+  int64_t reduced_numel = 0;
+  bool views_only = true;     // pointwise made of transpose/permute only
+};
+
+std::vector<int> reduced_dims(const Node& n, int rank) {
+  std::vector<int> d;
+  const auto& dims = n.attrs.get_ints("dims");
+  if (dims.empty())
+    for (int i = 0; i < rank; ++i) d.push_back(i);
+  for (int64_t x : dims) d.push_back(*normalize_dim(x, rank));
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
+// Decides groups on one rank's program. Ranks' programs have the same steps (SPMD)
+// but, with uneven shards, not the same shapes; FuseAll below runs one Fuser per
+// rank and merges only where every rank agrees, so every rank fuses alike.
+class Fuser {
+ public:
+  Fuser(LocalProgram p, const FusionOptions& o) : p_(std::move(p)), opts_(o) {
+    for (size_t i = 0; i < p_.steps.size(); ++i) {
+      const LocalStep& s = p_.steps[i];
+      if (s.out >= 0) producer_[s.out] = i;
+      for (int v : s.outs) producer_[v] = i;
+    }
+    group_of_.assign(p_.steps.size(), -1);
+  }
+
+  bool fusible_step(size_t i) const {
+    const LocalStep& s = p_.steps[i];
+    return s.kind == LocalStep::Kind::Compute && s.node.op != OpKind::Constant;
+  }
+  size_t num_steps() const { return p_.steps.size(); }
+  // The groups step i could join on this rank, best first.
+  std::vector<int> candidates(size_t i) const {
+    std::vector<int> c;
+    if (!opts_.enabled) return c;
+    for (int v : p_.steps[i].in) {
+      auto it = producer_.find(v);
+      if (it == producer_.end()) continue;
+      int gi = group_of_[it->second];
+      if (gi < 0 || std::find(c.begin(), c.end(), gi) != c.end()) continue;
+      if (compatible(groups_[static_cast<size_t>(gi)], i) && !creates_cycle(static_cast<size_t>(gi), i)) c.push_back(gi);
+    }
+    return c;
+  }
+  void join(int into, size_t i) {
+    if (into >= 0) {
+      add_to(static_cast<size_t>(into), i);
+    } else {
+      groups_.push_back(start_group(i));
+      group_of_[i] = static_cast<int>(groups_.size()) - 1;
+    }
+  }
+  LocalProgram finish() { return build(); }
+
+ private:
+  bool is_constant_value(int v) const {
+    auto it = producer_.find(v);
+    return it != producer_.end() && p_.steps[it->second].kind == LocalStep::Kind::Compute &&
+           p_.steps[it->second].node.op == OpKind::Constant;
+  }
+  const TensorType& type(int v) const { return p_.types[static_cast<size_t>(v)]; }
+
+  Group start_group(size_t i) const {
+    const Node& n = p_.steps[i].node;
+    Group g;
+    g.kind = step_kind(n);
+    g.steps = {i};
+    g.numel = numel(n.type.shape);
+    g.views_only = n.op == OpKind::Transpose || n.op == OpKind::Permute;
+    if (g.kind == GKind::Reduction) {
+      const TensorType& x = type(p_.steps[i].in[0]);
+      g.full = x.shape;
+      g.rdims = reduced_dims(n, x.rank());
+      g.reduced_numel = numel(n.type.shape);
+    }
+    return g;
+  }
+
+  void add_to(size_t gi, size_t i) {
+    Group& g = groups_[gi];
+    const Node& n = p_.steps[i].node;
+    GKind k = step_kind(n);
+    if (g.kind == GKind::Pointwise && k == GKind::Reduction) {
+      Group r = start_group(i);
+      r.steps = g.steps;
+      g = r;
+    } else if (g.kind == GKind::Pointwise && k == GKind::Matmul) {
+      g.kind = GKind::Matmul;
+      g.numel = numel(n.type.shape);
+    }
+    g.views_only = g.views_only && (n.op == OpKind::Transpose || n.op == OpKind::Permute);
+    g.steps.push_back(i);
+    group_of_[i] = static_cast<int>(gi);
+  }
+
+  // Whether step i may join group g (kinds and index spaces agree).
+  bool compatible(const Group& g, size_t i) const {
+    const LocalStep& s = p_.steps[i];
+    const Node& n = s.node;
+    GKind k = step_kind(n);
+    if (k == GKind::Gather || g.kind == GKind::Gather) return false;
+    if (static_cast<int>(g.steps.size()) >= opts_.max_ops) return false;
+    int64_t out = numel(n.type.shape);
+    switch (g.kind) {
+      case GKind::Pointwise:
+        if (k == GKind::Pointwise) return out == g.numel;
+        if (k == GKind::Reduction) {
+          // The chain becomes the reduction's prologue, in the reduced tensor's space.
+          return feeds_only(g, i, 0) && numel(type(s.in[0]).shape) == g.numel;
+        }
+        if (k == GKind::Matmul) return g.views_only;  // a transposed operand read in place
+        return false;
+      case GKind::Reduction:
+        if (k == GKind::Pointwise) return out == numel(g.full) || out == g.reduced_numel;
+        if (k == GKind::Reduction) {
+          const TensorType& x = type(s.in[0]);
+          return x.shape == g.full && reduced_dims(n, x.rank()) == g.rdims;
+        }
+        return false;
+      case GKind::Matmul: return k == GKind::Pointwise && out == g.numel;
+      case GKind::Gather: return false;
+    }
+    return false;
+  }
+
+  // Whether group g's values reach step i only through operand `k`.
+  bool feeds_only(const Group& g, size_t i, size_t k) const {
+    const LocalStep& s = p_.steps[i];
+    for (size_t j = 0; j < s.in.size(); ++j) {
+      auto it = producer_.find(s.in[j]);
+      if (j != k && it != producer_.end() && group_of_[it->second] >= 0 &&
+          &groups_[static_cast<size_t>(group_of_[it->second])] == &g)
+        return false;
+    }
+    return true;
+  }
+
+  // Joining i to group gi must not make a cycle: no operand of i may be produced,
+  // outside the group, by a step that depends on the group.
+  bool creates_cycle(size_t gi, size_t i) const {
+    std::set<size_t> members(groups_[gi].steps.begin(), groups_[gi].steps.end());
+    std::vector<size_t> work;
+    std::set<size_t> seen;
+    for (int v : p_.steps[i].in) {
+      auto it = producer_.find(v);
+      if (it != producer_.end() && !members.count(it->second)) work.push_back(it->second);
+    }
+    size_t first = groups_[gi].steps.front();
+    while (!work.empty()) {
+      size_t x = work.back();
+      work.pop_back();
+      if (x < first || !seen.insert(x).second) continue;
+      if (members.count(x)) return true;
+      for (int v : p_.steps[x].in)
+        if (auto it = producer_.find(v); it != producer_.end()) work.push_back(it->second);
+      if (p_.steps[x].kind == LocalStep::Kind::Wait)  // through its Start
+        for (size_t y = 0; y < x; ++y)
+          if (p_.steps[y].kind == LocalStep::Kind::Start && p_.steps[y].handle == p_.steps[x].handle) work.push_back(y);
+    }
+    return false;
+  }
+
+  LocalProgram build() {
+    // Which values escape their group: used by another group, a non-compute step,
+    // or returned.
+    std::set<int> outputs(p_.output_values.begin(), p_.output_values.end());
+    std::map<int, std::set<int>> users;  // value -> groups using it (-1: not a kernel)
+    for (size_t i = 0; i < p_.steps.size(); ++i)
+      for (int v : p_.steps[i].in) users[v].insert(group_of_[i]);
+
+    std::vector<LocalStep> units;       // the new steps, before ordering
+    std::vector<size_t> unit_pos;       // first original position, for a stable order
+    for (size_t i = 0; i < p_.steps.size(); ++i) {
+      const LocalStep& s = p_.steps[i];
+      bool grouped = group_of_[i] >= 0;
+      bool dead_constant = s.kind == LocalStep::Kind::Compute && s.node.op == OpKind::Constant &&
+                           !outputs.count(s.out) && !users[s.out].count(-1);
+      if (grouped || dead_constant) continue;
+      units.push_back(s);
+      unit_pos.push_back(i);
+    }
+    for (size_t gi = 0; gi < groups_.size(); ++gi) {
+      units.push_back(kernel_step(gi, users, outputs));
+      unit_pos.push_back(groups_[gi].steps.front());
+    }
+    // Kahn's algorithm, earliest original position first: a valid program order
+    // (the scheduler reorders it afterwards).
+    std::map<int, size_t> prod;
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (units[u].out >= 0) prod[units[u].out] = u;
+      for (int v : units[u].outs) prod[v] = u;
+    }
+    std::vector<std::vector<size_t>> after(units.size());
+    std::vector<int> missing(units.size(), 0);
+    std::map<int, size_t> start_of;
+    for (size_t u = 0; u < units.size(); ++u)
+      if (units[u].kind == LocalStep::Kind::Start) start_of[units[u].handle] = u;
+    for (size_t u = 0; u < units.size(); ++u) {
+      std::set<size_t> deps;
+      for (int v : units[u].in)
+        if (auto it = prod.find(v); it != prod.end()) deps.insert(it->second);
+      if (units[u].kind == LocalStep::Kind::Wait) deps.insert(start_of.at(units[u].handle));
+      for (size_t d : deps) {
+        after[d].push_back(u);
+        ++missing[u];
+      }
+    }
+    std::vector<bool> done(units.size(), false);
+    std::vector<LocalStep> ordered;
+    for (size_t k = 0; k < units.size(); ++k) {
+      size_t pick = units.size();
+      for (size_t u = 0; u < units.size(); ++u)
+        if (!done[u] && missing[u] == 0 && (pick == units.size() || unit_pos[u] < unit_pos[pick])) pick = u;
+      done[pick] = true;
+      for (size_t a : after[pick]) --missing[a];
+      ordered.push_back(std::move(units[pick]));
+    }
+    p_.steps = std::move(ordered);
+    return std::move(p_);
+  }
+
+  LocalStep kernel_step(size_t gi, std::map<int, std::set<int>>& users, const std::set<int>& outputs) {
+    const Group& g = groups_[gi];
+    std::set<size_t> members(g.steps.begin(), g.steps.end());
+    std::vector<int> inputs, outs;
+    std::set<int> produced;
+    for (size_t i : g.steps) produced.insert(p_.steps[i].out);
+    for (size_t i : g.steps)
+      for (int v : p_.steps[i].in)
+        if (!produced.count(v) && !is_constant_value(v) && std::find(inputs.begin(), inputs.end(), v) == inputs.end())
+          inputs.push_back(v);
+    LocalKernel k;
+    k.kind = std::string(gkind_name(g.kind));
+    int64_t flops = 0;
+    for (size_t i : g.steps) {
+      int v = p_.steps[i].out;
+      const std::set<int>& u = users[v];
+      bool escapes = outputs.count(v) || std::any_of(u.begin(), u.end(), [&](int x) { return x != static_cast<int>(gi); });
+      int64_t bytes = numel(type(v).shape) * dtype_size(type(v).dtype);
+      if (escapes) {
+        outs.push_back(v);
+        k.bytes_written += bytes;
+      } else {
+        k.bytes_saved += 2 * bytes;  // written by one kernel and read by the next, unfused
+      }
+      const Node& n = p_.steps[i].node;
+      k.ops.push_back(std::string(op_name(n.op)));
+      if (n.op == OpKind::Matmul) {
+        const TensorType& a = type(p_.steps[i].in[0]);
+        flops += 2 * numel(n.type.shape) * a.shape.back();
+      } else if (op_info(n.op).category == OpCategory::Reduce) {
+        flops += numel(type(p_.steps[i].in[0]).shape);
+      } else if (op_info(n.op).category != OpCategory::Movement) {
+        flops += numel(n.type.shape);
+      }
+    }
+    for (int v : inputs) k.bytes_read += numel(type(v).shape) * dtype_size(type(v).dtype);
+    k.flops = flops;
+    // Named by its kind and first few computing ops (views say little): k9_matmul_add_mul_erf.
+    k.name = "k" + std::to_string(gi);
+    int named = 0;
+    for (size_t i : g.steps) {
+      const Node& n = p_.steps[i].node;
+      if (op_info(n.op).category == OpCategory::Movement || named == 4) continue;
+      k.name += "_" + std::string(op_name(n.op));
+      ++named;
+    }
+    if (named == 0) k.name += "_" + k.kind;
+    k.group = group_graph(g, inputs, outs, k.name);
+
+    LocalStep s;
+    s.kind = LocalStep::Kind::Kernel;
+    s.kernel = static_cast<int>(p_.kernels.size());
+    s.in = inputs;
+    s.outs = outs;
+    p_.kernels.push_back(std::move(k));
+    return s;
+  }
+
+  Graph group_graph(const Group& g, const std::vector<int>& inputs, const std::vector<int>& outs,
+                    const std::string& name) const {
+    GraphBuilder b(name);
+    std::map<int, Value> val;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const TensorType& t = type(inputs[k]);
+      val.emplace(inputs[k], b.param("in" + std::to_string(k), t.dtype, t.shape));
+    }
+    auto operand = [&](int v) {
+      auto it = val.find(v);
+      if (it != val.end()) return it->second;
+      const Node& c = p_.steps[producer_.at(v)].node;  // a literal folded into the kernel
+      Value lit = b.constant(c.attrs.get_float("value"), c.attrs.get_dtype("dtype"));
+      val.emplace(v, lit);
+      return lit;
+    };
+    for (size_t i : g.steps) {
+      const LocalStep& s = p_.steps[i];
+      std::vector<Value> in;
+      for (int v : s.in) in.push_back(operand(v));
+      val.emplace(s.out, b.op(s.node.op, in, {}, s.node.attrs.items, s.node.loc));
+    }
+    for (int v : outs) b.ret(val.at(v));
+    Result<Graph> r = b.finish();
+    if (!r.ok()) throw DiagError{r.error()};
+    return std::move(r).value();
+  }
+
+  LocalProgram p_;
+  FusionOptions opts_;
+  std::map<int, size_t> producer_;
+  std::vector<int> group_of_;
+  std::vector<Group> groups_;
+};
+
+}  // namespace
+
+std::vector<LocalProgram> fuse_all(std::vector<LocalProgram> programs, const FusionOptions& opts) {
+  for (const LocalProgram& p : programs)
+    if (p.steps.size() != programs[0].steps.size())
+      throw std::logic_error("fuse_all: rank " + std::to_string(p.rank) + "'s program differs from rank 0's (not SPMD)");
+  std::vector<Fuser> f;
+  for (LocalProgram& p : programs) f.emplace_back(std::move(p), opts);
+  if (f.empty()) return {};
+  for (size_t i = 0; i < f[0].num_steps(); ++i) {
+    if (!f[0].fusible_step(i)) continue;
+    // The first group of rank 0's choices that every rank also allows.
+    int into = -1;
+    for (int gi : f[0].candidates(i)) {
+      bool everywhere = true;
+      for (size_t r = 1; r < f.size() && everywhere; ++r) {
+        std::vector<int> c = f[r].candidates(i);
+        everywhere = std::find(c.begin(), c.end(), gi) != c.end();
+      }
+      if (everywhere) {
+        into = gi;
+        break;
+      }
+    }
+    for (Fuser& x : f) x.join(into, i);
+  }
+  std::vector<LocalProgram> out;
+  for (Fuser& x : f) out.push_back(x.finish());
+  return out;
+}
+
+LocalProgram fuse(LocalProgram p, const FusionOptions& opts) {
+  std::vector<LocalProgram> one;
+  one.push_back(std::move(p));
+  return std::move(fuse_all(std::move(one), opts)[0]);
+}
+
+}  // namespace sf

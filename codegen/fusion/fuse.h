@@ -1,0 +1,32 @@
+// Fusion on a rank's program (after decompose_program): groups compute steps into
+// kernels and replaces each group with one Kernel step. Vertical fusion, greedy in
+// program order, in the spirit of Inductor's can_fuse / score_fusion:
+//   - pointwise chains over one index space (views and broadcasts fold into
+//     index arithmetic), with several outputs where values escape the chain;
+//   - reductions with a pointwise prologue and epilogue, and several reductions
+//     over the same rows in one kernel (softmax, layer_norm, rms_norm each become
+//     one kernel);
+//   - matmul with transposed operands read in place and a pointwise epilogue
+//     (bias, scale, activation, residual add, cast).
+// Collectives and local slices are barriers: only compute steps fuse. Number
+// literals are folded into the kernels that use them.
+#pragma once
+
+#include "codegen/dist/local_program.h"
+
+namespace sf {
+
+struct FusionOptions {
+  bool enabled = true;  // false: every compute step becomes a kernel of its own
+  int max_ops = 64;     // ops per kernel
+};
+
+// Fuses every rank's program alike: programs[r] is rank r's (same steps, local
+// shapes); a merge happens only where it is valid on every rank, so all ranks end
+// with the same kernels and the same step order. Use this for a distributed run.
+std::vector<LocalProgram> fuse_all(std::vector<LocalProgram> programs, const FusionOptions& opts = {});
+
+// One program on its own (a single rank, or tests).
+LocalProgram fuse(LocalProgram p, const FusionOptions& opts = {});
+
+}  // namespace sf

@@ -1,0 +1,25 @@
+// The per-rank lowering pipeline in one flat list (STYLE.md #1): lower the global
+// graph for a rank, decompose composites, fuse into kernels, schedule collectives.
+#pragma once
+
+#include "codegen/dist/lower.h"
+#include "codegen/fusion/fuse.h"
+
+namespace sf {
+
+struct RankPipelineOptions {
+  bool fuse = true;     // false: one kernel per op
+  bool reorder = true;  // false: collectives where lowering put them
+};
+
+// Every rank's program. Fusion decides for all ranks together (fuse_all), so the
+// programs have the same kernels and steps whatever the local shapes.
+std::vector<LocalProgram> rank_programs(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
+                                        const RankPipelineOptions& opts = {});
+
+// One rank's program: the same as rank_programs(...)[rank] (it lowers every rank
+// to decide fusion alike, which is cheap next to running one).
+LocalProgram rank_program(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, int rank,
+                          const RankPipelineOptions& opts = {});
+
+}  // namespace sf

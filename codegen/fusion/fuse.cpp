@@ -158,7 +158,9 @@ class Fuser {
           // The chain becomes the reduction's prologue, in the reduced tensor's space.
           return feeds_only(g, i, 0) && numel(type(s.in[0]).shape) == g.numel;
         }
-        if (k == GKind::Matmul) return g.views_only;  // a transposed operand read in place
+        // A transposed operand read in place; only params' or other kernels' outputs
+        // go through such a view (its operand is not computed in this group).
+        if (k == GKind::Matmul) return g.views_only;
         return false;
       case GKind::Reduction:
         if (k == GKind::Pointwise) return out == numel(g.full) || out == g.reduced_numel;
@@ -167,7 +169,10 @@ class Fuser {
           return x.shape == g.full && reduced_dims(n, x.rank()) == g.rdims;
         }
         return false;
-      case GKind::Matmul: return k == GKind::Pointwise && out == g.numel;
+      // The epilogue is elementwise on the matmul's output space: views after a matmul
+      // would need the store's index remapped per element, so they start a new kernel.
+      case GKind::Matmul:
+        return k == GKind::Pointwise && out == g.numel && op_info(n.op).category != OpCategory::Movement;
       case GKind::Gather: return false;
     }
     return false;

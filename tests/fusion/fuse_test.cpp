@@ -87,7 +87,8 @@ TEST(Fuse, FewerKernelsThanOpsOnEveryExample) {
     EXPECT_EQ(unfused.kernels.size(), static_cast<size_t>(ops)) << e;
     EXPECT_LT(fused.kernels.size(), unfused.kernels.size()) << e;
   }
-  EXPECT_EQ(programs(example("transformer_block.sf"))[0].kernels.size(), 11u);
+  // Views after a matmul start a copy kernel (the matmul epilogue is elementwise only).
+  EXPECT_EQ(programs(example("transformer_block.sf"))[0].kernels.size(), 15u);
 }
 
 TEST(Fuse, EveryRankFusesAlikeWithUnevenShards) {

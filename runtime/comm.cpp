@@ -16,7 +16,8 @@
 //   3. agreement: each collective opens with a 32-byte header to every peer
 //      (op, dtype, sequence number, a fingerprint of the sizes, the byte count),
 //      so members that disagree get a Diag naming the difference instead of a
-//      hang or a Gloo assertion in its event-loop thread.
+//      hang, or a Gloo assertion in its event-loop thread that terminates the
+//      process (what mismatched gloo::allgatherv counts do).
 // Zero-byte transfers are never posted (both ends know the count is zero).
 #include "runtime/comm.h"
 
@@ -34,7 +35,6 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
@@ -303,9 +303,15 @@ class RendezvousImpl final : public Rendezvous {
   std::vector<Comm::Impl*> comms_;
 };
 
-// The shared store seen under one group's key prefix. Its waits give up when the
-// rendezvous is aborted (HashStore and FileStore waits cannot be interrupted, so
-// they are taken in 100 ms slices) and after `timeout`.
+// The shared store seen under one group's key prefix. Its waits take `timeout`
+// (whatever Gloo passes) and give up on an abort of the rendezvous, but only while
+// a key is missing: HashStore and FileStore waits cannot be interrupted, so they
+// are taken in 100 ms slices, and an abort is looked at after a slice found the
+// keys absent. A member that has published its key may already be waiting for us
+// in Gloo's pair connect, which nothing interrupts; leaving connectFullMesh half
+// way while its keys are there would strand it (it waited 5 x 30 s in the
+// executor's abort test before this rule). A member whose key is missing has not
+// started connecting this group, so nobody waits on a connection to it.
 class GroupStore final : public gloo::rendezvous::Store {
  public:
   GroupStore(RendezvousImpl& rv, std::string prefix, milliseconds timeout)
@@ -320,21 +326,20 @@ class GroupStore final : public gloo::rendezvous::Store {
 
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
 
-  void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
+  void wait(const std::vector<std::string>& keys, const milliseconds& /*gloo's, shortened: see create*/) override {
     std::vector<std::string> full;
     for (const std::string& k : keys) full.push_back(prefix_ + k);
-    milliseconds limit = timeout.count() > 0 ? std::min(timeout, timeout_) : timeout_;
-    auto deadline = Clock::now() + limit;
+    auto deadline = Clock::now() + timeout_;
     for (;;) {
-      if (auto why = rv_.aborted()) throw gloo::IoException("aborted: " + *why);
       auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) throw gloo::IoException("timed out waiting for the other members");
       try {
         inner_.wait(full, std::max(milliseconds(1), std::min(left, milliseconds(100))));
         return;
       } catch (const gloo::Exception&) {
-        // this slice timed out; look again
+        // this slice timed out: a key is still missing
       }
+      if (auto why = rv_.aborted()) throw gloo::IoException("aborted: " + *why);
+      if (Clock::now() >= deadline) throw gloo::IoException("timed out waiting for the other members");
     }
   }
 
@@ -1021,6 +1026,30 @@ struct Comm::Impl {
     return acc;
   }
 
+  // The last step of connecting a group: every member sends every peer the hash of
+  // the group's ranks and waits for theirs. connectFullMesh returns once this
+  // side of each pair is connected, while a peer's event loop may still be
+  // accepting; resetting the connection then (an abort right after create) makes
+  // Gloo's loop thread fail an assertion (getpeername: ENOTCONN) and terminate
+  // the process. A message from every peer proves both ends are established.
+  void hello(Group& g) {
+    const size_t n = g.ranks.size();
+    const uint64_t fp = Fnv().add_all(g.ranks).h;
+    std::vector<uint64_t> out(n, fp), in(n, fp);
+    std::vector<Transfer> sends, recvs;
+    for (size_t p = 0; p < n; ++p) {
+      if (static_cast<int>(p) == g.me) continue;
+      sends.push_back({static_cast<int>(p), p * 8, 8});
+      recvs.push_back({static_cast<int>(p), p * 8, 8});
+    }
+    exchange(g, 0, kHelloPhase, reinterpret_cast<std::byte*>(out.data()), n * 8, sends,
+             reinterpret_cast<std::byte*>(in.data()), n * 8, recvs);
+    for (size_t p = 0; p < n; ++p)
+      if (in[p] != fp)
+        throw Disagreement{"rank " + std::to_string(g.ranks[p]) + " connected with other ranks for this group"};
+  }
+  static constexpr int kHelloPhase = 15;  // collectives use phases 0 to 2
+
   // ---- the collectives (comm thread) ------------------------------------------------
 
   Result<Tensor> identity(Op& op) {
@@ -1172,9 +1201,11 @@ Comm::~Comm() {
   if (!impl_) return;
   std::vector<std::shared_ptr<detail::OpState>> cancelled;
   std::optional<std::string> cause;
+  bool aborted = false;
   {
     std::lock_guard<std::mutex> lock(impl_->m);
     impl_->stopping = true;
+    aborted = impl_->aborted.has_value();
     for (Op& op : impl_->queue) {
       cancelled.push_back(op.st);
       if (op.invalid && !cause) cause = op.invalid;
@@ -1185,7 +1216,7 @@ Comm::~Comm() {
   for (auto& st : cancelled) st->complete(diag(st->label + " cancelled: its Comm was destroyed before it ran"));
   // The peers will see this rank's connections close; leave them the reason (an
   // invalid collective is the root cause; otherwise that work was dropped).
-  if (!cancelled.empty() && !impl_->aborted)
+  if (!cancelled.empty() && !aborted)
     impl_->rv->record_failure(cause ? *cause : cancelled.front()->label + " was cancelled: its Comm was destroyed before it ran");
   if (impl_->thread.joinable()) impl_->thread.join();
   impl_->rv->remove(impl_.get());
@@ -1295,9 +1326,17 @@ Result<std::unique_ptr<Comm>> Comm::create(std::shared_ptr<Rendezvous> rendezvou
                << ".";
         GroupStore store(*rv, prefix.str(), opts.timeout);
         auto ctx = std::make_shared<gloo::rendezvous::Context>(g.me, static_cast<int>(g.ranks.size()));
-        ctx->setTimeout(opts.timeout);
+        // Gloo's pairs wait 5 x the context timeout for a connection ("a longer
+        // timeout when waiting for initial connect") and keep that timeout; a fifth
+        // makes connecting honour opts.timeout. The collectives pass their own
+        // timeout to every wait, so the context gets the full one back after.
+        ctx->setTimeout(std::max(milliseconds(1), opts.timeout / 5));
         ctx->connectFullMesh(store, impl->device);
+        ctx->setTimeout(opts.timeout);
         g.ctx = std::move(ctx);
+        impl->hello(g);
+      } catch (const Disagreement& d) {
+        return diag(who + "connecting " + gs + " failed: " + d.what);
       } catch (const std::exception& e) {
         std::string what = clean_gloo_message(e.what());
         auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);

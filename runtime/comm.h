@@ -17,7 +17,7 @@
 // the rank, the op, the group (mesh dim index and its ranks) and, for timeouts,
 // the timeout:
 //   rank 2: all_gather over group 0 (ranks 0 1 2 3) timed out after 2 s
-// Nothing here throws, crashes or blocks longer than the timeout on a lost peer.
+// Nothing here throws or crashes, and no wait on a lost peer outlasts the timeout.
 #pragma once
 
 #include <chrono>
@@ -48,6 +48,7 @@ struct CommOptions {
 // Where ranks meet to exchange their addresses, and the abort flag they share.
 //   in_process(): one object shared by every rank thread of a process (a Gloo
 //     HashStore). abort() on any Comm of it reaches every Comm of it at once.
+//     Use one per run: it keeps the abort and the first failure it saw.
 //   file(dir):    one object per process (or per thread), all pointing at the same
 //     directory on a file system they share (a Gloo FileStore). Use a fresh, empty
 //     directory per run: keys left by an earlier run would be read as this run's.

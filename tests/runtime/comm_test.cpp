@@ -565,6 +565,38 @@ TEST(CommFaults, AbortBeforeOrWhileConnectingFailsCreate) {
   EXPECT_THAT(again.error().message, HasSubstr("rank 1 gave up"));
 }
 
+// The executor's pattern: a rank fails (and aborts) right after its own create,
+// while the others are still connecting, some not even started. Nobody may be left
+// in Gloo's pair connect (5 x the timeout, and not interruptible) by a peer that
+// gave up half way.
+TEST(CommFaults, AbortWhileOthersAreStillConnectingStrandsNobody) {
+  for (int late : {0, 2, 3}) {
+    for (int delay_ms : {0, 30, 150}) {
+      auto rv = Rendezvous::in_process();
+      auto t0 = Clock::now();
+      run_ranks(4, [&](int rank) {
+        if (rank == late) std::this_thread::sleep_for(milliseconds(delay_ms));
+        CommOptions o;
+        o.timeout = milliseconds(10000);
+        Result<std::unique_ptr<Comm>> c = Comm::create(rv, rank, 4, {{0, 1, 2, 3}, {rank}}, o);
+        if (rank == 1) {
+          ASSERT_TRUE(c.ok()) << c.error().message;
+          (*c)->abort("rank 1 failed early");
+          return;
+        }
+        if (!c.ok()) {
+          EXPECT_THAT(c.error().message, HasSubstr("rank 1 failed early"));
+          return;
+        }
+        Result<Tensor> r = (*c)->all_reduce(0, Tensor(DType::F32, {1}), ReduceOp::Sum).wait();
+        ASSERT_FALSE(r.ok());
+        EXPECT_THAT(r.error().message, HasSubstr("rank 1 failed early"));
+      });
+      EXPECT_LT(seconds_since(t0), 3.0) << "late rank " << late << " by " << delay_ms << " ms";
+    }
+  }
+}
+
 TEST(CommFaults, ConnectingTimesOutWhenARankNeverJoins) {
   auto rv = Rendezvous::in_process();
   auto t0 = Clock::now();
@@ -611,21 +643,29 @@ TEST(CommFaults, MembersThatDisagreeGetADiagAtOnceNotAHang) {
 }
 
 TEST(CommFaults, ARankWithBadArgumentsFailsItsPeersAtOnce) {
-  auto rv = Rendezvous::in_process();
-  auto t0 = Clock::now();
-  run_ranks(4, [&](int rank) {
-    auto comm = connect(rv, rank, 4, kOneGroupOf4, milliseconds(10000));
-    ASSERT_TRUE(comm);
-    Work ok = comm->all_gather(0, Tensor(DType::F32, {2}), 0, {2, 2, 2, 2});
-    // Rank 0 passes three sizes for a group of four.
-    std::vector<int64_t> sizes = rank == 0 ? std::vector<int64_t>{2, 2, 2} : std::vector<int64_t>{2, 2, 2, 2};
-    Result<Tensor> bad = comm->all_gather(0, Tensor(DType::F32, {2}), 0, sizes).wait();
-    ASSERT_FALSE(bad.ok());
-    EXPECT_THAT(bad.error().message, HasSubstr("rank 0: all_gather over group 0 (ranks 0 1 2 3): sizes [2, 2, 2] has 3 entries"));
-    if (rank != 0) { EXPECT_THAT(bad.error().message, StartsWith("rank " + std::to_string(rank) + ": all_gather")); }
-    (void)ok.wait();  // issued before the bad one: it may succeed or fail, but it ends
-  });
-  EXPECT_LT(seconds_since(t0), 3.0);  // not the 10 s timeout
+  for (bool linger : {true, false}) {
+    auto rv = Rendezvous::in_process();
+    auto t0 = Clock::now();
+    std::latch first_done(4), checked(4);
+    run_ranks(4, [&](int rank) {
+      auto comm = connect(rv, rank, 4, kOneGroupOf4, milliseconds(10000));
+      ASSERT_TRUE(comm);
+      EXPECT_TRUE(comm->all_gather(0, Tensor(DType::F32, {2}), 0, {2, 2, 2, 2}).wait().ok());
+      first_done.arrive_and_wait();
+      // Rank 0 passes three sizes for a group of four. Its Work fails at once;
+      // the peers' fail as soon as rank 0's comm thread gets there (linger), or
+      // when rank 0 destroys its Comm right away (the cause is recorded either way).
+      std::vector<int64_t> sizes = rank == 0 ? std::vector<int64_t>{2, 2, 2} : std::vector<int64_t>{2, 2, 2, 2};
+      Result<Tensor> bad = comm->all_gather(0, Tensor(DType::F32, {2}), 0, sizes).wait();
+      ASSERT_FALSE(bad.ok());
+      EXPECT_THAT(bad.error().message, StartsWith("rank " + std::to_string(rank) + ": all_gather"));
+      EXPECT_THAT(bad.error().message,
+                  HasSubstr("rank 0: all_gather over group 0 (ranks 0 1 2 3): sizes [2, 2, 2] has 3 entries"));
+      if (rank == 0 && !linger) comm.reset();
+      checked.arrive_and_wait();
+    });
+    EXPECT_LT(seconds_since(t0), 3.0);  // not the 10 s timeout
+  }
 }
 
 // Processes learn of another's abort when its connections reset; DIR/sf-abort says why.

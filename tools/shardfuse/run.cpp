@@ -14,6 +14,7 @@
 #include "codegen/dist/shard.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
+#include "codegen/kernels/host_runner.h"
 #include "runtime/executor.h"
 #include "runtime/npy.h"
 #include "tools/shardfuse/commands.h"
@@ -34,6 +35,7 @@ struct RunOptions {
   bool check = false;
   bool no_reorder = false;
   bool no_fuse = false;
+  std::string kernels = "generated";
   double timeout_s = 60;
 };
 
@@ -66,11 +68,13 @@ std::string preview(const Tensor& t) {
 // Runs the ranks; returns the global outputs (on a multi-process rank other than
 // 0, nullopt with ok = true: rank 0 reports).
 std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOptions& o,
-                                                   const std::vector<Tensor>& global_in, bool& ok) {
+                                                   const std::vector<Tensor>& global_in, const KernelRunner* kernels,
+                                                   bool& ok) {
   ok = false;
   DeviceMesh mesh(g.mesh());
   ShardingPlan plan = propagate(g, mesh);
   ExecOptions eo;
+  eo.kernels = kernels;
   eo.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   auto local_inputs = [&](int r) {
     std::vector<Tensor> in;
@@ -143,8 +147,18 @@ int run(const RunOptions& o) {
   std::optional<std::vector<Tensor>> inputs = load_inputs(*g, o);
   if (!inputs) return 1;
 
+  // Generated host kernels by default; the reference evaluator stays the oracle.
+  std::unique_ptr<HostKernelRunner> host;
+  if (o.kernels == "generated") {
+    Result<std::unique_ptr<HostKernelRunner>> r = HostKernelRunner::create();
+    if (!r.ok()) {
+      std::cerr << "error: cannot start the host JIT: " << r.error().message << "\n";
+      return 1;
+    }
+    host = std::move(r).value();
+  }
   bool ok = false;
-  std::optional<std::vector<Tensor>> out = run_distributed(*g, o, *inputs, ok);
+  std::optional<std::vector<Tensor>> out = run_distributed(*g, o, *inputs, host.get(), ok);
   if (!ok) return 1;
   if (!out) return 0;  // a multi-process rank other than 0
 
@@ -162,6 +176,16 @@ int run(const RunOptions& o) {
             << (o.rank ? " as processes" : world > 1 ? " as threads" : "") << ", device " << o.device
             << ", inputs " << (o.inputs_dir.empty() ? "random (seed " + std::to_string(o.seed) + ")" : o.inputs_dir)
             << "\n";
+  if (host) {
+    HostKernelRunner::Stats st = host->stats();
+    std::cout << "kernels: " << st.generated << " launch(es) of generated host code (" << st.compiled
+              << " distinct kernel(s) compiled)";
+    if (st.fallbacks) std::cout << ", " << st.fallbacks << " on the reference evaluator";
+    std::cout << "\n";
+    for (const auto& [name, why] : st.fallback_reasons) std::cout << "  " << name << ": " << why << "\n";
+  } else {
+    std::cout << "kernels: on the reference evaluator (--kernels reference)\n";
+  }
   bool all_ok = true;
   for (size_t i = 0; i < g->outputs().size(); ++i) {
     const Output& op = g->outputs()[i];
@@ -222,6 +246,10 @@ void add_run(CLI::App& app, int& exit_code) {
                 "compare with the reference evaluator on the global graph; print max abs/rel error, exit 1 on mismatch");
   cmd->add_flag("--no-reorder", o->no_reorder, "run collectives where lowering put them (no raise/sink)");
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  cmd->add_option("--kernels", o->kernels,
+                  "generated: fused kernels compiled to host code (kinds without an emitter yet fall back to the "
+                  "reference, and are listed); reference: every kernel on the reference evaluator")
+      ->check(CLI::IsMember({"generated", "reference"}));
   cmd->add_option("--timeout", o->timeout_s, "seconds a collective may take before every rank gives up (default 60)")
       ->check(CLI::Range(0.1, 86400.0));
   cmd->footer(

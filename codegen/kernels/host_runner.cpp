@@ -1,0 +1,90 @@
+#include "codegen/kernels/host_runner.h"
+
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include <functional>
+
+#include "codegen/ir/printer.h"
+
+namespace sf {
+
+std::optional<KernelKind> kernel_kind_of(const LocalKernel& k) {
+  if (k.kind == "pointwise") return KernelKind::Pointwise;
+  if (k.kind == "reduction") return KernelKind::Reduction;
+  if (k.kind == "matmul") return KernelKind::Matmul;
+  return std::nullopt;
+}
+
+HostKernelRunner::HostKernelRunner(KernelConfig config) : config_(config) {}
+HostKernelRunner::~HostKernelRunner() = default;
+
+Result<std::unique_ptr<HostKernelRunner>> HostKernelRunner::create(KernelConfig config) {
+  Result<std::unique_ptr<llvmb::HostJit>> jit = llvmb::HostJit::create();
+  if (!jit.ok()) return jit.error();
+  std::unique_ptr<HostKernelRunner> r(new HostKernelRunner(config));
+  r->jit_ = std::move(jit).value();
+  return r;
+}
+
+const HostKernelRunner::Compiled& HostKernelRunner::compile(const LocalKernel& k) const {
+  // The group's text names its ops, shapes and dtypes: equal text, equal kernel.
+  std::string key = k.kind + "\n" + print_graph(k.group);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  Compiled c;
+  std::optional<KernelKind> kind = kernel_kind_of(k);
+  if (!kind) {
+    c.reason = "no emitter for " + k.kind + " kernels yet";
+  } else {
+    KernelSpec spec;
+    spec.kind = *kind;
+    spec.group = k.group;
+    char hash[32];
+    std::snprintf(hash, sizeof hash, "%016zx", std::hash<std::string>{}(key));
+    spec.entry = "sf_" + k.name + "_" + hash;
+    Result<EmittedKernel> e = emitter_for(*kind).emit(spec, config_, llvmb::Target::host());
+    if (!e.ok()) {
+      c.reason = e.error().message;
+    } else {
+      Result<void*> fn = jit_->add(std::move(e->module), std::move(e->context), e->entry);
+      if (!fn.ok()) c.reason = fn.error().message;
+      else c.fn = reinterpret_cast<Entry>(*fn);
+    }
+  }
+  if (c.fn) ++stats_.compiled;
+  return cache_.emplace(key, std::move(c)).first->second;
+}
+
+Result<std::vector<Tensor>> HostKernelRunner::run(const LocalKernel& k, const std::vector<const Tensor*>& inputs) const {
+  Entry fn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Compiled& c = compile(k);
+    fn = c.fn;
+    if (fn) {
+      ++stats_.generated;
+    } else {
+      ++stats_.fallbacks;
+      stats_.fallback_reasons.emplace(k.name, c.reason);
+    }
+  }
+  if (!fn) return reference_kernel_runner().run(k, inputs);
+  std::vector<Tensor> out;
+  for (const Output& o : k.group.outputs()) {
+    const TensorType& t = k.group.node(o.value).type;
+    out.emplace_back(t.dtype, t.shape);
+  }
+  std::vector<void*> args;
+  for (const Tensor* t : inputs) args.push_back(const_cast<std::byte*>(t->data()));
+  for (Tensor& t : out) args.push_back(t.data());
+  fn(args.data());
+  return out;
+}
+
+HostKernelRunner::Stats HostKernelRunner::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace sf

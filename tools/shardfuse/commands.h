@@ -4,13 +4,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include <set>
+
 #include "codegen/ir/graph.h"
+#include "codegen/llvm/backend.h"
 
 namespace sf::cli {
 
 void add_check(CLI::App& app, int& exit_code);
 void add_run(CLI::App& app, int& exit_code);
 void add_explain(CLI::App& app, int& exit_code);
+void add_compile(CLI::App& app, int& exit_code);
 
 // Parses and verifies a graph file, printing the located error on failure.
 std::optional<Graph> load_graph(const std::string& path);
@@ -19,5 +23,10 @@ std::optional<Graph> load_graph(const std::string& path);
 // (a graph written for tp=4 runs on 3 ranks, with uneven shards); on an N-D mesh N
 // must equal the product. Returns the graph to run, or nullopt after printing why not.
 std::optional<Graph> resolve_world(Graph g, std::optional<int64_t> world);
+
+// --dump-after: the set of stages to print, or nullopt (after printing why) for an
+// unknown stage name; and the printer, for rank `rank` of the graph's mesh.
+std::optional<std::set<std::string>> parse_dump_after(const std::string& arg);
+void dump_pipeline(const Graph& g, const std::set<std::string>& want, int rank, const llvmb::Target& target);
 
 }  // namespace sf::cli

@@ -17,6 +17,7 @@ struct ExplainOptions {
   int rank = 0;
   bool no_reorder = false;
   bool no_fuse = false;
+  std::string dump_after;
 };
 
 int explain(const ExplainOptions& o) {
@@ -27,6 +28,12 @@ int explain(const ExplainOptions& o) {
   if (o.rank < 0 || o.rank >= g->mesh().world_size()) {
     std::cerr << "error: --rank " << o.rank << " is not a rank of a " << g->mesh().world_size() << "-rank mesh\n";
     return 1;
+  }
+  std::optional<std::set<std::string>> dump = parse_dump_after(o.dump_after);
+  if (!dump) return 1;
+  if (!dump->empty()) {
+    dump_pipeline(*g, *dump, o.rank, llvmb::Target::host());
+    return 0;
   }
   DeviceMesh mesh(g->mesh());
   ShardingPlan plan = propagate(*g, mesh);
@@ -53,6 +60,9 @@ void add_explain(CLI::App& app, int& exit_code) {
   cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh");
   cmd->add_option("--rank", o->rank, "whose schedule to print (default 0; ranks differ only in local shapes)");
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  cmd->add_option("--dump-after", o->dump_after,
+                  "print the IR after these stages instead: all, or a comma list of parse, propagate, lower, "
+                  "decompose, fuse, schedule, emit (emit shows each kernel's LLVM IR for the host)");
   cmd->add_flag("--no-reorder", o->no_reorder,
                 "print the schedule as lowered, without raising collectives and sinking waits");
   cmd->footer(

@@ -1,0 +1,247 @@
+#include "codegen/kernels/compile_plan.h"
+
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "autotune/ptxas.h"
+#include "codegen/ir/printer.h"
+#include "codegen/kernels/host_runner.h"
+
+namespace sf {
+
+namespace {
+
+// The GPU the report's roofline estimate is for: H100 SXM5, HBM3 at 3.35 TB/s and
+// 67 TFLOP/s of FP32 on the CUDA cores (our SIMT kernels; tensor cores come later).
+constexpr double kHbmBytesPerS = 3.35e12;
+constexpr double kFp32FlopsPerS = 67e12;
+
+std::string collective_name(RedistKind k) { return std::string(redist_kind_name(k)); }
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
+  DeviceMesh mesh(g.mesh());
+  ShardingPlan sharding = propagate(g, mesh);
+  std::vector<LocalProgram> programs = rank_programs(g, sharding, mesh, opts.pipeline);
+
+  CompiledPlan out;
+  Plan& plan = out.plan;
+  plan.graph = g.name();
+  plan.mesh = g.mesh().str();
+  plan.world = mesh.world();
+  plan.arch = opts.arch;
+  for (ValueId p : g.params()) plan.params.push_back(g.node(p).name);
+  for (const Output& o : g.outputs()) plan.outputs.push_back(o.name);
+
+  std::map<std::string, std::string> id_of;  // kernel key -> PlanKernel id
+  std::vector<std::string> errors;
+  auto kernel_id = [&](const LocalKernel& k) -> std::string {
+    std::string key = k.kind + "\n" + print_graph(k.group);
+    if (auto it = id_of.find(key); it != id_of.end()) return it->second;
+    std::string id = "k" + std::to_string(plan.kernels.size()) + k.name.substr(k.name.find('_'));
+    id_of.emplace(key, id);
+    PlanKernel pk;
+    pk.id = id;
+    pk.entry = "sf_" + id;
+    pk.kind = k.kind;
+    pk.ptx_file = id + ".ptx";
+    pk.bytes_read = k.bytes_read;
+    pk.bytes_written = k.bytes_written;
+    pk.flops = k.flops;
+    pk.ops = k.ops;
+    std::optional<KernelKind> kind = kernel_kind_of(k);
+    if (!kind) {
+      errors.push_back(id + ": no emitter for " + k.kind + " kernels yet");
+    } else {
+      KernelSpec spec{pk.entry, *kind, k.group};
+      Result<EmittedKernel> e = emitter_for(*kind).emit(spec, opts.config, llvmb::Target::nvptx(opts.arch));
+      if (!e.ok()) {
+        errors.push_back(id + ": " + e.error().message);
+      } else {
+        pk.grid = e->launch.grid;
+        pk.block = e->launch.block;
+        pk.shared_bytes = e->launch.shared_bytes;
+        Result<std::string> ptx = llvmb::compile_to_ptx(*e->module, opts.arch);
+        if (!ptx.ok()) {
+          errors.push_back(id + ": " + ptx.error().message);
+        } else {
+          if (opts.run_ptxas && find_ptxas().ok()) {
+            PtxasOptions po;
+            po.arch = opts.arch;
+            po.ptx_name = pk.ptx_file;
+            Result<std::vector<KernelResources>> res = run_ptxas(*ptx, po);
+            if (!res.ok()) {
+              errors.push_back(id + ": ptxas rejected it: " + res.error().str());
+            } else if (!res->empty()) {
+              pk.registers = (*res)[0].registers;
+              pk.spill_bytes = (*res)[0].spill_store_bytes + (*res)[0].spill_load_bytes;
+            }
+          }
+          out.ptx.emplace(pk.ptx_file, std::move(ptx).value());
+        }
+      }
+    }
+    plan.kernels.push_back(std::move(pk));
+    return id;
+  };
+
+  for (const LocalProgram& p : programs) {
+    PlanRank r;
+    r.rank = p.rank;
+    std::map<int, int> buf;  // local value -> buffer
+    auto buffer = [&](int v) {
+      auto it = buf.find(v);
+      if (it != buf.end()) return it->second;
+      r.buffers.push_back({p.names[static_cast<size_t>(v)], p.types[static_cast<size_t>(v)].dtype,
+                           p.types[static_cast<size_t>(v)].shape});
+      int b = static_cast<int>(r.buffers.size()) - 1;
+      buf.emplace(v, b);
+      return b;
+    };
+    for (size_t i = 0; i < p.param_values.size(); ++i) {
+      r.inputs.push_back(buffer(p.param_values[i]));
+      r.input_specs.push_back(sharding.nodes[static_cast<size_t>(g.params()[i])].output.str(mesh.mesh()));
+    }
+    for (const LocalStep& s : p.steps) {
+      PlanStep ps;
+      for (int v : s.in) ps.in.push_back(buffer(v));
+      if (s.out >= 0) ps.out.push_back(buffer(s.out));
+      for (int v : s.outs) ps.out.push_back(buffer(v));
+      std::string md = mesh.ndim() ? mesh.mesh().dims[static_cast<size_t>(s.mesh_dim)].name : "";
+      switch (s.kind) {
+        case LocalStep::Kind::Kernel:
+          ps.op = "kernel";
+          ps.stream = "compute";
+          ps.kernel = kernel_id(p.kernels[static_cast<size_t>(s.kernel)]);
+          break;
+        case LocalStep::Kind::Start:
+          ps.op = collective_name(s.comm);
+          ps.stream = "comm";
+          ps.handle = s.handle;
+          ps.mesh_dim = md;
+          ps.group = mesh.group(p.rank, s.mesh_dim);
+          ps.dim = s.dim;
+          ps.dim2 = s.dim2;
+          if (s.comm == RedistKind::AllReduce || s.comm == RedistKind::ReduceScatter)
+            ps.reduce_op = std::string(reduce_op_name(s.op));
+          ps.sizes = s.sizes;
+          ps.sizes2 = s.sizes2;
+          break;
+        case LocalStep::Kind::Wait:
+          ps.op = "wait";
+          ps.stream = "compute";
+          ps.handle = s.handle;
+          break;
+        case LocalStep::Kind::Slice:
+          ps.op = "slice";
+          ps.stream = "compute";
+          ps.mesh_dim = md;
+          ps.offset = s.offset;
+          break;
+        case LocalStep::Kind::Partialize:
+          ps.op = "partialize";
+          ps.stream = "compute";
+          ps.mesh_dim = md;
+          ps.keep = s.keep;
+          break;
+        case LocalStep::Kind::Compute:
+          errors.push_back("rank " + std::to_string(p.rank) + ": an unfused " + std::string(op_name(s.node.op)) +
+                           " step is left (internal)");
+          continue;
+      }
+      r.steps.push_back(std::move(ps));
+    }
+    for (size_t o = 0; o < p.output_values.size(); ++o) {
+      r.outputs.push_back(buffer(p.output_values[o]));
+      r.output_specs.push_back(p.output_specs[o].str(mesh.mesh()));
+    }
+    plan.ranks.push_back(std::move(r));
+  }
+  if (!errors.empty()) {
+    std::string m = "cannot compile " + std::to_string(errors.size()) + " kernel(s) for " + opts.arch + ":";
+    for (const std::string& e : errors) m += "\n  " + e;
+    return Diag{"", {}, m};
+  }
+
+  std::string& rep = out.report;
+  rep = "graph " + plan.graph + " for " + opts.arch + ", " + std::to_string(plan.world) + " rank(s)" +
+        (plan.mesh.empty() ? "" : " on mesh " + plan.mesh) + "\n";
+  rep += "roofline estimate on an H100 SXM (3.35 TB/s HBM, 67 TFLOP/s FP32 SIMT): time = max(bytes / bandwidth, flops / peak)\n\n";
+  rep += "kernel                                   kind       regs  spill     bytes      flops   est. us  bound\n";
+  double total = 0;
+  for (const PlanKernel& k : plan.kernels) {
+    double bytes = static_cast<double>(k.bytes_read + k.bytes_written);
+    double tm = bytes / kHbmBytesPerS, tc = static_cast<double>(k.flops) / kFp32FlopsPerS;
+    total += std::max(tm, tc);
+    char line[256];
+    std::snprintf(line, sizeof line, "%-40s %-10s %4s %6s %9.0f %10lld %9.3f  %s\n", k.id.c_str(), k.kind.c_str(),
+                  k.registers < 0 ? "-" : std::to_string(k.registers).c_str(),
+                  k.spill_bytes < 0 ? "-" : std::to_string(k.spill_bytes).c_str(), bytes,
+                  static_cast<long long>(k.flops), std::max(tm, tc) * 1e6, tm >= tc ? "memory" : "compute");
+    rep += line;
+    rep += "    ops: ";
+    for (size_t i = 0; i < k.ops.size(); ++i) rep += (i ? " " : "") + k.ops[i];
+    rep += "\n";
+  }
+  rep += "\n" + std::to_string(plan.kernels.size()) + " distinct kernel(s); rank 0 runs " +
+         std::to_string(programs.empty() ? 0 : programs[0].kernels.size()) + " kernel launch(es); sum of estimates " +
+         fmt("%.3f", total * 1e6) + " us\n";
+  return out;
+}
+
+std::optional<Diag> write_plan_dir(const CompiledPlan& p, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path target = fs::absolute(dir, ec);
+  fs::path parent = target.parent_path();
+  fs::create_directories(parent, ec);
+  std::mt19937_64 rng(std::random_device{}());
+  fs::path tmp = parent / (target.filename().string() + ".tmp-" + std::to_string(rng() % 1000000000));
+  if (!fs::create_directory(tmp, ec)) return Diag{dir, {}, "cannot create " + tmp.string() + ": " + ec.message()};
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream f(tmp / name, std::ios::binary);
+    f << text;
+    f.close();
+    return static_cast<bool>(f);
+  };
+  bool ok = write("plan.json", plan_to_json(p.plan)) && write("report.txt", p.report);
+  for (const auto& [name, text] : p.ptx) ok = ok && write(name, text);
+  if (!ok) {
+    fs::remove_all(tmp, ec);
+    return Diag{dir, {}, "cannot write the plan files"};
+  }
+  // Swap the new directory in: the old one (if any) moves aside first, so a reader
+  // sees either the old plan or the new one.
+  fs::path old;
+  if (fs::exists(target)) {
+    old = parent / (target.filename().string() + ".old-" + std::to_string(rng() % 1000000000));
+    fs::rename(target, old, ec);
+    if (ec) {
+      fs::remove_all(tmp, ec);
+      return Diag{dir, {}, "cannot replace the existing directory: " + ec.message()};
+    }
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    std::error_code ec2;
+    if (!old.empty()) fs::rename(old, target, ec2);
+    fs::remove_all(tmp, ec2);
+    return Diag{dir, {}, "cannot move the plan into place: " + ec.message()};
+  }
+  if (!old.empty()) fs::remove_all(old, ec);
+  return std::nullopt;
+}
+
+}  // namespace sf

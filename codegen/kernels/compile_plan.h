@@ -1,0 +1,36 @@
+// `shardfuse compile`: the whole pipeline to a Plan for a GPU arch: propagate,
+// lower, fuse and schedule every rank, emit each distinct kernel as PTX (checked
+// and measured by ptxas when it is there), and write the Plan directory.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "codegen/fusion/pipeline.h"
+#include "codegen/kernels/emitter.h"
+#include "runtime/plan.h"
+
+namespace sf {
+
+struct CompileOptions {
+  std::string arch = "sm_90a";
+  bool run_ptxas = true;
+  RankPipelineOptions pipeline;
+  KernelConfig config;
+};
+
+struct CompiledPlan {
+  Plan plan;
+  std::map<std::string, std::string> ptx;  // file name -> PTX text
+  std::string report;                      // report.txt
+};
+
+// A Diag naming every kernel that could not be emitted or that ptxas rejected.
+Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts);
+
+// Writes plan.json, the .ptx files and report.txt into `dir`, atomically: into a
+// fresh sibling directory first, which then replaces `dir`; on failure `dir` is
+// left as it was and nothing half-written remains.
+std::optional<Diag> write_plan_dir(const CompiledPlan& p, const std::string& dir);
+
+}  // namespace sf

@@ -1,0 +1,692 @@
+#include "codegen/kernels/element.h"
+
+#include <cctype>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+
+namespace sf::kernels {
+
+// ---- types --------------------------------------------------------------------------
+
+llvm::Type* storage_type(llvm::LLVMContext& c, DType t) {
+  switch (t) {
+    case DType::F32: return llvm::Type::getFloatTy(c);
+    case DType::F16: return llvm::Type::getHalfTy(c);
+    // bf16 travels as its bit pattern: widening is a shift, which every target has,
+    // and only NVPTX sm_80+ has a bf16 conversion instruction (see narrow()).
+    case DType::BF16: return llvm::Type::getInt16Ty(c);
+    case DType::I32: return llvm::Type::getInt32Ty(c);
+    case DType::I64: return llvm::Type::getInt64Ty(c);
+    case DType::Bool: return llvm::Type::getInt8Ty(c);
+  }
+  return nullptr;
+}
+
+llvm::Type* compute_type(llvm::LLVMContext& c, DType t) {
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return llvm::Type::getFloatTy(c);
+    case DType::I32: return llvm::Type::getInt32Ty(c);
+    case DType::I64: return llvm::Type::getInt64Ty(c);
+    case DType::Bool: return llvm::Type::getInt1Ty(c);
+  }
+  return nullptr;
+}
+
+// ---- index maps -----------------------------------------------------------------------
+
+namespace {
+
+std::string ints_str(const std::vector<int64_t>& v) { return shape_str(v); }
+
+// Drops size-1 dims and merges dim d into d-1 where the pair is one strided run
+// (stride[d-1] == stride[d] * size[d]; broadcast runs of stride 0 merge too).
+StridedStep normalise(const StridedStep& s) {
+  StridedStep out;
+  if (numel(s.shape) == 0) return out;  // never executed: no index at all
+  for (size_t d = 0; d < s.shape.size(); ++d) {
+    if (s.shape[d] == 1) continue;
+    if (!out.shape.empty() && out.strides.back() == s.strides[d] * s.shape[d]) {
+      out.shape.back() *= s.shape[d];
+      out.strides.back() = s.strides[d];
+    } else {
+      out.shape.push_back(s.shape[d]);
+      out.strides.push_back(s.strides[d]);
+    }
+  }
+  return out;
+}
+
+// A normalised step returns its input: one dense dim, or no dim at all (then the
+// space has one element, and the only flat index, 0, maps to offset 0).
+bool is_identity(const StridedStep& s) {
+  return s.shape.empty() || (s.shape.size() == 1 && s.strides[0] == 1);
+}
+
+// The step from `at`'s space to the flat index of a dense C-order tensor of `shape`
+// holding the value read at `at`.
+StridedStep step_to(const ValueIndex& at, const Shape& shape) {
+  std::vector<int64_t> cs = contiguous_strides(shape);
+  StridedStep s{at.space, std::vector<int64_t>(at.space.size(), 0)};
+  for (size_t d = 0; d < at.src.size(); ++d)
+    if (at.src[d] >= 0) s.strides[static_cast<size_t>(at.src[d])] += cs[d];
+  return s;
+}
+
+std::vector<int> iota(size_t n) {
+  std::vector<int> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+}  // namespace
+
+std::string IndexMap::str() const {
+  if (steps.empty()) return "contiguous";
+  std::string r;
+  for (const StridedStep& s : steps) {
+    if (!r.empty()) r += " -> ";
+    r += shape_str(s.shape) + ":" + ints_str(s.strides);
+  }
+  return r;
+}
+
+bool dense_runs(const IndexMap& m, int64_t v) {
+  if (m.contiguous() || v == 1) return true;
+  if (m.steps.size() != 1) return false;
+  const StridedStep& s = m.steps[0];
+  // An aligned run of v stays inside one innermost row (size % v == 0) and moves
+  // only that dense coordinate; the row starts at a multiple of v when every other
+  // stride is one.
+  if (s.shape.empty() || s.strides.back() != 1 || s.shape.back() % v != 0) return false;
+  for (size_t d = 0; d + 1 < s.shape.size(); ++d)
+    if (s.strides[d] % v != 0) return false;
+  return true;
+}
+
+void append_step(IndexMap& m, StridedStep step) {
+  StridedStep n = normalise(step);
+  if (!is_identity(n)) m.steps.push_back(std::move(n));
+}
+
+std::string ValueIndex::key() const {
+  std::string k = prefix.str() + "|" + shape_str(space) + "|";
+  for (int s : src) k += std::to_string(s) + ",";
+  return k;
+}
+
+ValueIndex dense_index(const Shape& shape) { return {IndexMap{}, shape, iota(shape.size())}; }
+
+std::optional<ValueIndex> operand_index(const Node& n, const ValueIndex& at, const Shape& operand) {
+  const int rank = n.type.rank();
+  const int urank = static_cast<int>(operand.size());
+  auto broadcast = [&]() {
+    ValueIndex r{at.prefix, at.space, std::vector<int>(operand.size(), -1)};
+    int lead = rank - urank;
+    for (int d = 0; d < urank; ++d)
+      if (operand[static_cast<size_t>(d)] != 1) r.src[static_cast<size_t>(d)] = at.src[static_cast<size_t>(d + lead)];
+    return r;
+  };
+  auto permuted = [&](const std::vector<int>& perm) {  // out dim d is operand dim perm[d]
+    ValueIndex r{at.prefix, at.space, std::vector<int>(operand.size(), -1)};
+    for (size_t d = 0; d < perm.size(); ++d) r.src[static_cast<size_t>(perm[d])] = at.src[d];
+    return r;
+  };
+  if (is_elementwise(n.op) || n.op == OpKind::Expand) return broadcast();
+  switch (n.op) {
+    case OpKind::Transpose: {
+      std::vector<int> perm = iota(operand.size());
+      int d0 = *normalize_dim(n.attrs.get_int("dim0"), urank);
+      int d1 = *normalize_dim(n.attrs.get_int("dim1"), urank);
+      std::swap(perm[static_cast<size_t>(d0)], perm[static_cast<size_t>(d1)]);
+      return permuted(perm);
+    }
+    case OpKind::Permute: {
+      std::vector<int> perm;
+      for (int64_t d : n.attrs.get_ints("dims")) perm.push_back(*normalize_dim(d, urank));
+      return permuted(perm);
+    }
+    case OpKind::Reshape: {
+      // C order: the operand's flat index is the reshaped value's flat index, which
+      // is a strided function of `at`'s space (the identity when read densely).
+      ValueIndex r{at.prefix, operand, iota(operand.size())};
+      append_step(r.prefix, step_to(at, n.type.shape));
+      return r;
+    }
+    default: return std::nullopt;
+  }
+}
+
+IndexMap offset_map(const ValueIndex& at, const Shape& shape) {
+  IndexMap m = at.prefix;
+  append_step(m, step_to(at, shape));
+  return m;
+}
+
+llvm::Value* emit_index_map(llvm::IRBuilderBase& b, llvm::Value* flat, const IndexMap& m) {
+  llvm::Type* ty = flat->getType();
+  for (const StridedStep& s : m.steps) {
+    // inner[d] = product of the sizes after d: the divisor that isolates coordinate d.
+    std::vector<int64_t> inner(s.shape.size(), 1);
+    for (size_t d = s.shape.size(); d-- > 1;) inner[d - 1] = inner[d] * s.shape[d];
+    llvm::Value* off = nullptr;
+    for (size_t d = 0; d < s.shape.size(); ++d) {
+      if (s.strides[d] == 0) continue;  // a broadcast dim: no division at all
+      llvm::Value* c = flat;
+      if (inner[d] > 1) c = b.CreateUDiv(c, llvm::ConstantInt::get(ty, static_cast<uint64_t>(inner[d])));
+      // The outermost coordinate needs no remainder: flat < numel(shape).
+      if (d > 0) c = b.CreateURem(c, llvm::ConstantInt::get(ty, static_cast<uint64_t>(s.shape[d])));
+      if (s.strides[d] != 1)
+        c = b.CreateMul(c, llvm::ConstantInt::get(ty, static_cast<uint64_t>(s.strides[d])), "", true, true);
+      off = off ? b.CreateAdd(off, c, "", true, true) : c;
+    }
+    flat = off ? off : llvm::ConstantInt::get(ty, 0);
+  }
+  return flat;
+}
+
+// ---- categories ------------------------------------------------------------------------
+
+bool is_elementwise(OpKind k) {
+  switch (op_info(k).category) {
+    case OpCategory::Unary:
+    case OpCategory::Binary:
+    case OpCategory::Compare:
+    case OpCategory::Where: return true;
+    case OpCategory::Leaf:
+    case OpCategory::Reduce:
+    case OpCategory::Matmul:
+    case OpCategory::Movement:
+    case OpCategory::Gather:
+    case OpCategory::Composite:
+    case OpCategory::Collective: return false;
+  }
+  return false;
+}
+
+bool is_view(OpKind k) { return op_info(k).category == OpCategory::Movement; }
+
+std::optional<int> sm_version(const std::string& arch) {
+  if (arch.size() < 5 || arch.compare(0, 3, "sm_") != 0) return std::nullopt;
+  int v = 0;
+  size_t i = 3;
+  for (; i < arch.size() && std::isdigit(static_cast<unsigned char>(arch[i])); ++i) v = v * 10 + (arch[i] - '0');
+  if (i == 3 || (i < arch.size() && arch.substr(i) != "a")) return std::nullopt;
+  return v;
+}
+
+// ---- element code -----------------------------------------------------------------------
+
+ElementCodegen::ElementCodegen(llvm::IRBuilderBase& b, llvm::Module& m, const llvmb::Target& target)
+    : b_(b), m_(m), target_(target) {
+  if (target.kind == llvmb::Target::Kind::NVPTX) sm_ = sm_version(target.arch).value_or(0);
+}
+
+Elem ElementCodegen::load(DType t, llvm::Value* ptr, llvm::Value* index) {
+  llvm::Type* st = storage_type(b_.getContext(), t);
+  llvm::Value* p = b_.CreateInBoundsGEP(st, ptr, index);
+  llvm::Value* v = b_.CreateAlignedLoad(st, p, llvm::Align(static_cast<uint64_t>(dtype_size(t))));
+  return {widen(t, v), t};
+}
+
+void ElementCodegen::store(Elem v, llvm::Value* ptr, llvm::Value* index) {
+  llvm::Type* st = storage_type(b_.getContext(), v.dtype);
+  llvm::Value* p = b_.CreateInBoundsGEP(st, ptr, index);
+  b_.CreateAlignedStore(narrow(v.dtype, v.value), p, llvm::Align(static_cast<uint64_t>(dtype_size(v.dtype))));
+}
+
+llvm::Value* ElementCodegen::widen(DType t, llvm::Value* stored) {
+  llvm::LLVMContext& c = b_.getContext();
+  switch (t) {
+    case DType::F16: return b_.CreateFPExt(stored, llvm::Type::getFloatTy(c));
+    case DType::BF16: {
+      // A bf16 is the top half of the f32 with the same value: exact, every target.
+      llvm::Value* w = b_.CreateShl(b_.CreateZExt(stored, b_.getInt32Ty()), 16);
+      return b_.CreateBitCast(w, llvm::Type::getFloatTy(c));
+    }
+    case DType::Bool: return b_.CreateICmpNE(stored, b_.getInt8(0));
+    case DType::F32:
+    case DType::I32:
+    case DType::I64: return stored;
+  }
+  return stored;
+}
+
+llvm::Value* ElementCodegen::bf16_round_bits(llvm::Value* f) {
+  // Round to nearest even on the bits (dtype.cpp's f32_to_bf16_bits): add 0x7FFF plus
+  // the lowest kept bit; a carry out of the mantissa correctly reaches Inf. A NaN keeps
+  // its top mantissa bits with the quiet bit set (adding could turn it into Inf).
+  llvm::Value* x = b_.CreateBitCast(f, b_.getInt32Ty());
+  llvm::Value* hi = b_.CreateLShr(x, 16);
+  llvm::Value* is_nan = b_.CreateICmpUGT(b_.CreateAnd(x, 0x7FFFFFFFu), b_.getInt32(0x7F800000u));
+  llvm::Value* lsb = b_.CreateAnd(hi, 1);
+  llvm::Value* rounded = b_.CreateLShr(b_.CreateAdd(x, b_.CreateAdd(lsb, b_.getInt32(0x7FFF))), 16);
+  llvm::Value* quiet = b_.CreateOr(hi, 0x40);
+  return b_.CreateTrunc(b_.CreateSelect(is_nan, quiet, rounded), b_.getInt16Ty());
+}
+
+llvm::Value* ElementCodegen::narrow(DType t, llvm::Value* v) {
+  llvm::LLVMContext& c = b_.getContext();
+  switch (t) {
+    case DType::F16: return b_.CreateFPTrunc(v, llvm::Type::getHalfTy(c));  // round to nearest even
+    case DType::BF16:
+      // sm_80+ has cvt.rn.bf16.f32 (PTX ISA 7.0). LLVM's host lowering of the same
+      // fptrunc calls a compiler-rt function (__truncsfbf2) the JIT may not find, and
+      // older GPUs lack the instruction: integer rounding there.
+      if (sm_ >= 80)
+        return b_.CreateBitCast(b_.CreateFPTrunc(v, llvm::Type::getBFloatTy(c)), b_.getInt16Ty());
+      return bf16_round_bits(v);
+    case DType::Bool: return b_.CreateZExt(v, b_.getInt8Ty());
+    case DType::F32:
+    case DType::I32:
+    case DType::I64: return v;
+  }
+  return v;
+}
+
+Elem ElementCodegen::constant(double v, DType t) {
+  llvm::LLVMContext& c = b_.getContext();
+  double r = round_to_dtype(v, t);
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return {llvm::ConstantFP::get(llvm::Type::getFloatTy(c), static_cast<float>(r)), t};
+    case DType::I32: return {b_.getInt32(static_cast<uint32_t>(static_cast<int32_t>(r))), t};
+    case DType::I64: return {b_.getInt64(static_cast<uint64_t>(saturating_i64(r))), t};
+    case DType::Bool: return {b_.getInt1(r != 0.0), t};
+  }
+  return {nullptr, t};
+}
+
+llvm::Value* ElementCodegen::round_to(DType t, llvm::Value* v) {
+  switch (t) {
+    case DType::F16:
+    case DType::BF16: return widen(t, narrow(t, v));
+    case DType::F32:
+    case DType::I32:
+    case DType::I64:
+    case DType::Bool: return v;
+  }
+  return v;
+}
+
+llvm::Value* ElementCodegen::int_to_bf16(llvm::Value* x) {
+  // int -> f32 -> bf16 would round twice (16842753 = 2^24 + 2^16 + 1 becomes 2^24
+  // instead of 2^24 + 2^17). Rounding to odd at 24 bits first and then to nearest
+  // even at 8 bits is one correct rounding, since 24 >= 8 + 2 (the reference's
+  // i64_to_double_round_odd uses the same argument).
+  llvm::Value* v = b_.CreateSExt(x, b_.getInt64Ty());
+  llvm::Value* neg = b_.CreateICmpSLT(v, b_.getInt64(0));
+  llvm::Value* mag = b_.CreateSelect(neg, b_.CreateSub(b_.getInt64(0), v), v);  // |INT64_MIN| = 2^63 unsigned
+  llvm::Value* lz = b_.CreateBinaryIntrinsic(llvm::Intrinsic::ctlz, mag, b_.getFalse());
+  llvm::Value* shift = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b_.CreateSub(b_.getInt64(64 - 24), lz),
+                                                b_.getInt64(0));
+  llvm::Value* kept = b_.CreateLShr(mag, shift);
+  llvm::Value* mask = b_.CreateSub(b_.CreateShl(b_.getInt64(1), shift), b_.getInt64(1));
+  llvm::Value* sticky = b_.CreateZExt(b_.CreateICmpNE(b_.CreateAnd(mag, mask), b_.getInt64(0)), b_.getInt64Ty());
+  kept = b_.CreateOr(kept, sticky);
+  llvm::Type* f32 = b_.getFloatTy();
+  llvm::Value* f = b_.CreateUIToFP(kept, f32);  // exact: kept < 2^24
+  // 2^shift as float bits; shift <= 40, so the product is exact.
+  llvm::Value* scale_bits = b_.CreateShl(b_.CreateAdd(b_.CreateTrunc(shift, b_.getInt32Ty()), b_.getInt32(127)), 23);
+  f = b_.CreateFMul(f, b_.CreateBitCast(scale_bits, f32));
+  f = b_.CreateSelect(neg, b_.CreateFNeg(f), f);
+  return round_to(DType::BF16, f);
+}
+
+Elem ElementCodegen::convert(Elem v, DType to) {
+  if (v.dtype == to) return v;
+  llvm::LLVMContext& c = b_.getContext();
+  llvm::Type* ct = compute_type(c, to);
+  const DType from = v.dtype;
+  if (is_float(from)) {
+    if (is_float(to)) return {round_to(to, v.value), to};  // the value is exact in f32
+    if (to == DType::Bool) return {b_.CreateFCmpUNE(v.value, llvm::ConstantFP::get(v.value->getType(), 0.0)), to};
+    // Truncates toward zero, saturates, NaN -> 0: exactly round_to_dtype's rule.
+    return {b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {ct, v.value->getType()}, {v.value}), to};
+  }
+  if (from == DType::Bool) {
+    if (is_float(to)) return {b_.CreateUIToFP(v.value, ct), to};
+    return {b_.CreateZExt(v.value, ct), to};
+  }
+  // from i32 / i64
+  if (to == DType::Bool) return {b_.CreateICmpNE(v.value, llvm::ConstantInt::get(v.value->getType(), 0)), to};
+  if (is_integer(to)) return {b_.CreateSExtOrTrunc(v.value, ct), to};
+  if (to == DType::BF16) return {int_to_bf16(v.value), to};
+  // sitofp rounds once to nearest even (cvt.rn.f32.s64, cvtsi2ss). For f16 rounding
+  // that f32 again is still one rounding: below 2^24 the f32 is exact, above it the
+  // f16 is Inf either way (f16's largest finite value is 65504).
+  return {round_to(to, b_.CreateSIToFP(v.value, ct)), to};
+}
+
+llvm::Value* ElementCodegen::to_compute(Elem v, DType result) {
+  llvm::Type* ct = compute_type(b_.getContext(), result);
+  if (is_float(result)) {
+    if (is_float(v.dtype)) return v.value;
+    // An operand is read exactly, as the reference's a.get() does; the op then rounds.
+    if (v.dtype == DType::Bool) return b_.CreateUIToFP(v.value, ct);
+    return b_.CreateSIToFP(v.value, ct);
+  }
+  if (is_integer(result)) {
+    if (v.dtype == DType::Bool) return b_.CreateZExt(v.value, ct);
+    if (is_integer(v.dtype)) return b_.CreateSExtOrTrunc(v.value, ct);
+  }
+  return convert(v, result).value;
+}
+
+llvm::Value* ElementCodegen::math(MathFn f, llvm::Value* x, llvm::Value* y) {
+  const bool gpu = target_.kind == llvmb::Target::Kind::NVPTX;
+  llvm::Type* f32 = b_.getFloatTy();
+  if (f == MathFn::Rsqrt && !gpu) {
+    // libm has no rsqrtf; the reference is 1 / sqrt(x) with IEEE operations.
+    llvm::Value* s = b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x);
+    return b_.CreateFDiv(llvm::ConstantFP::get(f32, 1.0), s);
+  }
+  const char* name = nullptr;
+  switch (f) {
+    case MathFn::Exp: name = gpu ? "__nv_expf" : "expf"; break;
+    case MathFn::Log: name = gpu ? "__nv_logf" : "logf"; break;
+    case MathFn::Tanh: name = gpu ? "__nv_tanhf" : "tanhf"; break;
+    case MathFn::Erf: name = gpu ? "__nv_erff" : "erff"; break;
+    case MathFn::Sin: name = gpu ? "__nv_sinf" : "sinf"; break;
+    case MathFn::Cos: name = gpu ? "__nv_cosf" : "cosf"; break;
+    case MathFn::Rsqrt: name = "__nv_rsqrtf"; break;
+    case MathFn::Pow: name = gpu ? "__nv_powf" : "powf"; break;
+  }
+  const bool binary = f == MathFn::Pow;
+  llvm::FunctionType* ft = binary ? llvm::FunctionType::get(f32, {f32, f32}, false)
+                                  : llvm::FunctionType::get(f32, {f32}, false);
+  llvm::FunctionCallee callee = m_.getOrInsertFunction(name, ft);
+  if (auto* fn = llvm::dyn_cast<llvm::Function>(callee.getCallee())) {
+    // Pure functions (errno is not observed): lets LLVM hoist, CSE and vectorise them.
+    fn->setDoesNotThrow();
+    fn->setDoesNotAccessMemory();
+    fn->setWillReturn();
+  }
+  llvm::CallInst* call = binary ? b_.CreateCall(callee, {x, y}) : b_.CreateCall(callee, {x});
+  call->setDoesNotThrow();
+  call->setDoesNotAccessMemory();
+  return call;
+}
+
+llvm::Value* ElementCodegen::int_pow(llvm::Value* a, llvm::Value* e, llvm::Type* result) {
+  // Square and multiply in i64, wrapping (the reference's loop in uint64). A negative
+  // exponent follows torch's integer pow (ATen powi): 1 for base 1, +-1 for base -1,
+  // else 0; the reference rejects it, so no test data has one.
+  llvm::Type* i64 = b_.getInt64Ty();
+  llvm::Value* neg = b_.CreateICmpSLT(e, b_.getInt64(0));
+  llvm::Value* odd = b_.CreateICmpNE(b_.CreateAnd(e, 1), b_.getInt64(0));
+  llvm::Value* minus_one = b_.CreateSelect(odd, b_.getInt64(static_cast<uint64_t>(-1)), b_.getInt64(1));
+  llvm::Value* neg_result =
+      b_.CreateSelect(b_.CreateICmpEQ(a, b_.getInt64(1)), b_.getInt64(1),
+                      b_.CreateSelect(b_.CreateICmpEQ(a, b_.getInt64(static_cast<uint64_t>(-1))), minus_one,
+                                      b_.getInt64(0)));
+  llvm::Value* e0 = b_.CreateSelect(neg, b_.getInt64(0), e);
+
+  llvm::Function* fn = b_.GetInsertBlock()->getParent();
+  llvm::LLVMContext& c = b_.getContext();
+  llvm::BasicBlock* pre = b_.GetInsertBlock();
+  llvm::BasicBlock* head = llvm::BasicBlock::Create(c, "pow.head", fn);
+  llvm::BasicBlock* body = llvm::BasicBlock::Create(c, "pow.body", fn);
+  llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "pow.done", fn);
+  b_.CreateBr(head);
+
+  b_.SetInsertPoint(head);
+  llvm::PHINode* r = b_.CreatePHI(i64, 2, "pow.r");
+  llvm::PHINode* base = b_.CreatePHI(i64, 2, "pow.base");
+  llvm::PHINode* ex = b_.CreatePHI(i64, 2, "pow.e");
+  r->addIncoming(b_.getInt64(1), pre);
+  base->addIncoming(a, pre);
+  ex->addIncoming(e0, pre);
+  b_.CreateCondBr(b_.CreateICmpNE(ex, b_.getInt64(0)), body, done);
+
+  b_.SetInsertPoint(body);
+  llvm::Value* bit = b_.CreateICmpNE(b_.CreateAnd(ex, 1), b_.getInt64(0));
+  llvm::Value* r2 = b_.CreateSelect(bit, b_.CreateMul(r, base), r);
+  llvm::Value* base2 = b_.CreateMul(base, base);
+  llvm::Value* ex2 = b_.CreateLShr(ex, 1);
+  r->addIncoming(r2, body);
+  base->addIncoming(base2, body);
+  ex->addIncoming(ex2, body);
+  b_.CreateBr(head);
+
+  b_.SetInsertPoint(done);
+  llvm::Value* out = b_.CreateSelect(neg, neg_result, r);
+  return b_.CreateTrunc(out, result);
+}
+
+Result<Elem> ElementCodegen::compare(OpKind k, Elem a, Elem b) {
+  llvm::CmpInst::Predicate fp = llvm::CmpInst::FCMP_OEQ, ip = llvm::CmpInst::ICMP_EQ;
+  switch (k) {
+    case OpKind::Eq: fp = llvm::CmpInst::FCMP_OEQ; ip = llvm::CmpInst::ICMP_EQ; break;
+    case OpKind::Ne: fp = llvm::CmpInst::FCMP_UNE; ip = llvm::CmpInst::ICMP_NE; break;  // NaN != x
+    case OpKind::Lt: fp = llvm::CmpInst::FCMP_OLT; ip = llvm::CmpInst::ICMP_SLT; break;
+    case OpKind::Le: fp = llvm::CmpInst::FCMP_OLE; ip = llvm::CmpInst::ICMP_SLE; break;
+    case OpKind::Gt: fp = llvm::CmpInst::FCMP_OGT; ip = llvm::CmpInst::ICMP_SGT; break;
+    case OpKind::Ge: fp = llvm::CmpInst::FCMP_OGE; ip = llvm::CmpInst::ICMP_SGE; break;
+    default: return Diag{"", {}, std::string(op_name(k)) + " is not a comparison"};
+  }
+  const bool af = is_float(a.dtype), bf = is_float(b.dtype);
+  if (!af && !bf) {  // exact in the wider integer type (bool as 0/1)
+    DType t = (a.dtype == DType::I64 || b.dtype == DType::I64) ? DType::I64 : DType::I32;
+    return Elem{b_.CreateICmp(ip, to_compute(a, t), to_compute(b, t)), DType::Bool};
+  }
+  if (af && bf)  // every f32/f16/bf16 value is exact in f32
+    return Elem{b_.CreateFCmp(fp, a.value, b.value), DType::Bool};
+  // An integer against a float: the reference compares in double, where i32 is exact
+  // and i64 rounds as static_cast<double> does; f32 would merge neighbouring integers.
+  auto to_f64 = [&](Elem v) -> llvm::Value* {
+    llvm::Type* f64 = b_.getDoubleTy();
+    if (is_float(v.dtype)) return b_.CreateFPExt(v.value, f64);
+    if (v.dtype == DType::Bool) return b_.CreateUIToFP(v.value, f64);
+    return b_.CreateSIToFP(v.value, f64);
+  };
+  return Elem{b_.CreateFCmp(fp, to_f64(a), to_f64(b)), DType::Bool};
+}
+
+namespace {
+void allow_contract(llvm::Value* v) {
+  // Inductor and nvcc contract a*b+c into an FMA by default: one rounding fewer,
+  // within the reference tolerances.
+  if (auto* i = llvm::dyn_cast<llvm::Instruction>(v)) i->setHasAllowContract(true);
+}
+}  // namespace
+
+Result<Elem> ElementCodegen::elementwise(OpKind k, std::span<const Elem> args, DType result) {
+  auto fail = [&](const std::string& why) -> Result<Elem> {
+    return Diag{"", {}, std::string(op_name(k)) + ": " + why};
+  };
+  if (!is_elementwise(k)) return fail("not an elementwise op");
+  if (static_cast<int>(args.size()) != op_info(k).arity) return fail("wrong number of operands");
+  const bool fl = is_float(result);
+  switch (k) {
+    case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt: case OpKind::Tanh:
+    case OpKind::Erf: case OpKind::Sin: case OpKind::Cos: case OpKind::Sigmoid: case OpKind::Silu:
+    case OpKind::Reciprocal: case OpKind::Div:
+      if (!fl) return fail("needs a float result, got " + std::string(dtype_name(result)));
+      break;
+    default: break;
+  }
+  // Operands in the result's compute type, in operand order (so the IR is the same
+  // whatever order a compiler evaluates call arguments in).
+  const OpCategory cat = op_info(k).category;
+  const bool arith = (cat == OpCategory::Unary && k != OpKind::Cast) || cat == OpCategory::Binary;
+  llvm::Value* x = arith ? to_compute(args[0], result) : nullptr;
+  llvm::Value* y = arith && args.size() > 1 ? to_compute(args[1], result) : nullptr;
+  llvm::Type* f32 = b_.getFloatTy();
+  llvm::Value* one = llvm::ConstantFP::get(f32, 1.0);
+  llvm::Value* zero = llvm::ConstantFP::get(f32, 0.0);
+  llvm::Value* v = nullptr;
+  // Ops that are exact on operands already in the result dtype need no rounding.
+  bool exact = false;
+
+  switch (k) {
+    case OpKind::Neg: v = fl ? b_.CreateFNeg(x) : b_.CreateNeg(x); exact = true; break;
+    case OpKind::Abs:
+      v = fl ? b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x)
+             : b_.CreateBinaryIntrinsic(llvm::Intrinsic::abs, x, b_.getFalse());  // abs(INT_MIN) wraps
+      exact = true;
+      break;
+    case OpKind::Relu:
+      // ugt is true for NaN: relu(NaN) = NaN; relu(-0.0) = +0.0, as the reference.
+      v = fl ? b_.CreateSelect(b_.CreateFCmpUGT(x, zero), x, zero)
+             : b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, x, llvm::ConstantInt::get(x->getType(), 0));
+      exact = true;
+      break;
+    case OpKind::Exp: v = math(MathFn::Exp, x); break;
+    case OpKind::Log: v = math(MathFn::Log, x); break;
+    case OpKind::Sqrt: v = b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x); break;  // sqrt.rn.f32
+    case OpKind::Rsqrt: v = math(MathFn::Rsqrt, x); break;
+    case OpKind::Tanh: v = math(MathFn::Tanh, x); break;
+    case OpKind::Erf: v = math(MathFn::Erf, x); break;
+    case OpKind::Sin: v = math(MathFn::Sin, x); break;
+    case OpKind::Cos: v = math(MathFn::Cos, x); break;
+    case OpKind::Sigmoid:
+    case OpKind::Silu: {
+      llvm::Value* s = b_.CreateFDiv(one, b_.CreateFAdd(one, math(MathFn::Exp, b_.CreateFNeg(x))));
+      v = k == OpKind::Silu ? b_.CreateFMul(x, s) : s;  // x * sigmoid(x): silu(-inf) is NaN, as the reference
+      break;
+    }
+    case OpKind::Reciprocal: v = b_.CreateFDiv(one, x); break;
+    case OpKind::Cast: return convert(args[0], result);
+
+    case OpKind::Add: v = fl ? b_.CreateFAdd(x, y) : b_.CreateAdd(x, y); allow_contract(v); break;
+    case OpKind::Sub: v = fl ? b_.CreateFSub(x, y) : b_.CreateSub(x, y); allow_contract(v); break;
+    case OpKind::Mul: v = fl ? b_.CreateFMul(x, y) : b_.CreateMul(x, y); allow_contract(v); break;
+    case OpKind::Div: v = b_.CreateFDiv(x, y); break;  // true division (div.rn.f32, not div.approx)
+    case OpKind::Maximum:
+    case OpKind::Minimum: {
+      const bool mx = k == OpKind::Maximum;
+      // llvm.maximum propagates NaN (max.NaN.f32 on sm_80+), as torch.maximum does.
+      v = fl ? b_.CreateBinaryIntrinsic(mx ? llvm::Intrinsic::maximum : llvm::Intrinsic::minimum, x, y)
+             : b_.CreateBinaryIntrinsic(mx ? llvm::Intrinsic::smax : llvm::Intrinsic::smin, x, y);
+      exact = true;
+      break;
+    }
+    case OpKind::Pow:
+      if (fl) {
+        v = math(MathFn::Pow, x, y);
+      } else {
+        // In i64 whatever the result: an i64 exponent must not be truncated first.
+        llvm::Value* a = to_compute(args[0], DType::I64);
+        llvm::Value* e = to_compute(args[1], DType::I64);
+        v = int_pow(a, e, compute_type(b_.getContext(), result));
+      }
+      break;
+
+    case OpKind::Eq:
+    case OpKind::Ne:
+    case OpKind::Lt:
+    case OpKind::Le:
+    case OpKind::Gt:
+    case OpKind::Ge: return compare(k, args[0], args[1]);
+
+    case OpKind::Where: {
+      Elem c = convert(args[0], DType::Bool);
+      Elem a = convert(args[1], result), b = convert(args[2], result);  // each rounded to the result
+      return Elem{b_.CreateSelect(c.value, a.value, b.value), result};
+    }
+
+    case OpKind::Param:
+    case OpKind::Constant:
+    case OpKind::Sum:
+    case OpKind::Max:
+    case OpKind::Min:
+    case OpKind::Mean:
+    case OpKind::Matmul:
+    case OpKind::Transpose:
+    case OpKind::Permute:
+    case OpKind::Reshape:
+    case OpKind::Expand:
+    case OpKind::Embedding:
+    case OpKind::Gelu:
+    case OpKind::GeluTanh:
+    case OpKind::Softmax:
+    case OpKind::LayerNorm:
+    case OpKind::RmsNorm:
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter:
+    case OpKind::AllReduce:
+    case OpKind::AllToAll:
+    case OpKind::Redistribute: return fail("not an elementwise op");
+  }
+  if (exact) {
+    bool all_same = true;
+    for (const Elem& a : args) all_same = all_same && a.dtype == result;
+    if (all_same) return Elem{v, result};
+  }
+  return Elem{round_to(result, v), result};
+}
+
+// ---- group values --------------------------------------------------------------------------
+
+GroupValues::GroupValues(const Graph& g, ElementCodegen& cg, std::vector<llvm::Value*> inputs)
+    : g_(g), cg_(cg), inputs_(std::move(inputs)), param_slot_(g.nodes().size(), -1) {
+  for (size_t i = 0; i < g.params().size(); ++i) param_slot_[static_cast<size_t>(g.params()[i])] = static_cast<int>(i);
+}
+
+void GroupValues::at_index(llvm::Value* flat, Hook hook) {
+  flat_ = flat;
+  hook_ = std::move(hook);
+  memo_.clear();
+}
+
+Result<Elem> GroupValues::value(ValueId v, const ValueIndex& at) {
+  std::string key = std::to_string(v) + "#" + at.key();
+  if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+  const Node& n = g_.node(v);
+  std::optional<Elem> hooked = hook_ ? hook_(v, at) : std::nullopt;
+  Elem e;
+  if (hooked) {
+    e = *hooked;
+  } else if (n.op == OpKind::Param) {
+    IndexMap map = offset_map(at, n.type.shape);
+    e = cg_.load(n.type.dtype, inputs_[static_cast<size_t>(param_slot(v))], emit_index_map(cg_.builder(), flat_, map));
+  } else if (n.op == OpKind::Constant) {
+    e = cg_.constant(n.attrs.get_float("value"), n.type.dtype);  // an immediate
+  } else {
+    std::vector<Elem> args;
+    for (ValueId u : n.inputs) {
+      std::optional<ValueIndex> ui = operand_index(n, at, g_.node(u).type.shape);
+      if (!ui) return Diag{"", n.loc, std::string(op_name(n.op)) + " is neither elementwise nor a view"};
+      Result<Elem> a = value(u, *ui);
+      if (!a) return a;
+      args.push_back(*a);
+    }
+    if (is_view(n.op)) {
+      e = args[0];  // a view only changes which element is read
+    } else {
+      Result<Elem> r = cg_.elementwise(n.op, args, n.type.dtype);
+      if (!r) return Diag{"", n.loc, r.error().message};
+      e = *r;
+    }
+  }
+  memo_.emplace(std::move(key), e);
+  return e;
+}
+
+std::vector<std::pair<int, IndexMap>> GroupValues::reads(ValueId v0, const ValueIndex& at0) const {
+  std::vector<std::pair<int, IndexMap>> out;
+  std::set<std::string> seen;
+  std::function<void(ValueId, const ValueIndex&)> walk = [&](ValueId v, const ValueIndex& at) {
+    if (!seen.insert(std::to_string(v) + "#" + at.key()).second) return;
+    const Node& n = g_.node(v);
+    if (n.op == OpKind::Param) {
+      out.emplace_back(param_slot(v), offset_map(at, n.type.shape));
+      return;
+    }
+    for (ValueId u : n.inputs)
+      if (auto ui = operand_index(n, at, g_.node(u).type.shape)) walk(u, *ui);
+  };
+  walk(v0, at0);
+  return out;
+}
+
+}  // namespace sf::kernels

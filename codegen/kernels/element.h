@@ -1,0 +1,202 @@
+// Element-level code generation shared by every emitter (pointwise, reduction,
+// matmul epilogues): how one element of a dtype is loaded, computed on and stored,
+// and how a flat iteration index becomes the element offset of an operand seen
+// through broadcasting and views. Emitters decide the loop structure; this file
+// decides what one element means, so every kernel kind agrees with the reference
+// evaluator (codegen/reference/evaluate.cpp) on the same rules.
+//
+// Dtype rules (docs/kernels.md, "Dtypes"):
+//   storage  f32: float   f16: half   bf16: i16 (the bit pattern)   i32   i64   bool: i8
+//   compute  f32, f16, bf16: float    i32: i32    i64: i64          bool: i1
+// A compute value of a node always holds a value representable in the node's dtype:
+// f16/bf16 results are rounded (to nearest even) at every node, as eager PyTorch and
+// the reference do, so a fused kernel gives what the unfused graph gives.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <llvm/IR/IRBuilder.h>
+
+#include "codegen/ir/graph.h"
+#include "codegen/llvm/backend.h"
+
+namespace sf::kernels {
+
+// ---- types ------------------------------------------------------------------------
+
+llvm::Type* storage_type(llvm::LLVMContext& c, DType t);
+llvm::Type* compute_type(llvm::LLVMContext& c, DType t);
+
+// ---- index maps (plain C++, no LLVM) -----------------------------------------------
+//
+// A flat index is turned into an element offset by a chain of strided steps. One step
+// reads its input flat index as a C-order coordinate in `shape` and returns
+// sum(coord[d] * strides[d]). Broadcasting, expand, transpose and permute are one
+// step; a reshape of something that is not read densely starts a new step, because
+// the reshaped value's flat index is itself a strided function of the coordinates
+// above it. Views are never materialised.
+
+struct StridedStep {
+  Shape shape;
+  std::vector<int64_t> strides;
+  bool operator==(const StridedStep&) const = default;
+};
+
+// Steps applied in order to the iteration index. Normalised: size-1 dims dropped,
+// mergeable neighbour dims merged, identity steps removed, so an empty map means the
+// operand is read at the iteration index itself (dense, vectorisable).
+struct IndexMap {
+  std::vector<StridedStep> steps;
+  bool contiguous() const { return steps.empty(); }
+  bool operator==(const IndexMap&) const = default;
+  std::string str() const;  // "[4, 6]:[0, 1] -> [24]:[1]" or "contiguous"
+};
+
+// True when every run of `v` consecutive indices starting at a multiple of v maps to
+// `v` consecutive offsets starting at a multiple of v: the run can be one vector
+// access. Dense maps qualify, and so does a broadcast row or any one-step map whose
+// innermost dim is dense with a size divisible by v (a bias add's [N] operand).
+bool dense_runs(const IndexMap& m, int64_t v);
+
+// Appends a step to a map, normalising it (the step's input flat index must be below
+// numel(step.shape), which every map built here guarantees).
+void append_step(IndexMap& m, StridedStep step);
+
+// How a value's coordinates are found from the flat iteration index i: `prefix` maps
+// i to a flat C-order index over `space`; the value's coordinate d is the space's
+// coordinate src[d], or 0 where src[d] < 0 (a broadcast or size-1 dim).
+struct ValueIndex {
+  IndexMap prefix;
+  Shape space;
+  std::vector<int> src;
+  bool operator==(const ValueIndex&) const = default;
+  std::string key() const;  // a string equal for equal indices (memoisation key)
+};
+
+// The value of `shape` read at its own flat index (an output, written densely).
+ValueIndex dense_index(const Shape& shape);
+
+// The index of operand `k` of node `n` when `n` is read at `at`: NumPy broadcasting
+// for elementwise ops and expand, the inverse permutation for transpose/permute, a
+// new step for reshape. nullopt for nodes that are neither elementwise nor views.
+std::optional<ValueIndex> operand_index(const Node& n, const ValueIndex& at, const Shape& operand);
+
+// The map from the iteration index to the element offset into a dense C-order tensor
+// of `shape` holding the value read at `at`.
+IndexMap offset_map(const ValueIndex& at, const Shape& shape);
+
+// Emits the map's arithmetic on `flat` (an i32 or i64; the result has its type).
+// Division and remainder are unsigned, by constants (strength-reduced by LLVM).
+llvm::Value* emit_index_map(llvm::IRBuilderBase& b, llvm::Value* flat, const IndexMap& m);
+
+// ---- elementwise categories --------------------------------------------------------
+
+bool is_elementwise(OpKind k);  // unary, binary, compare, where (after decomposition)
+bool is_view(OpKind k);         // transpose, permute, reshape, expand
+
+// ---- element code ------------------------------------------------------------------
+
+// A computed element: its compute-type LLVM value and the dtype it stands for.
+struct Elem {
+  llvm::Value* value = nullptr;
+  DType dtype = DType::F32;
+};
+
+// The math functions a target provides: libdevice on NVPTX, libm on the host.
+enum class MathFn { Exp, Log, Tanh, Erf, Sin, Cos, Rsqrt, Pow };
+
+// Builds element code at the builder's insertion point for one target. Stateless
+// apart from the declarations it adds to the module; cheap to construct.
+class ElementCodegen {
+ public:
+  ElementCodegen(llvm::IRBuilderBase& b, llvm::Module& m, const llvmb::Target& target);
+
+  // Memory. `index` counts elements of dtype t from `ptr` (any address space).
+  Elem load(DType t, llvm::Value* ptr, llvm::Value* index);
+  void store(Elem v, llvm::Value* ptr, llvm::Value* index);
+  // Storage <-> compute for a value already loaded or about to be stored (vector
+  // lanes use these around their own wide loads and stores).
+  llvm::Value* widen(DType t, llvm::Value* stored);
+  llvm::Value* narrow(DType t, llvm::Value* compute);
+
+  // A number literal of dtype t as an immediate (rounded to t as the reference does).
+  Elem constant(double v, DType t);
+  // `v` rounded to t and kept in t's compute type: a no-op but for f16/bf16.
+  llvm::Value* round_to(DType t, llvm::Value* v);
+  // torch's .to(dtype): floats to integers truncate toward zero and saturate (NaN ->
+  // 0), integers to floats round once to nearest even, i64 -> i32 wraps, anything ->
+  // bool is != 0 (NaN is true).
+  Elem convert(Elem v, DType to);
+
+  // One elementwise op (is_elementwise(k)) on operands of any dtypes, producing a
+  // value of dtype `result` (the node's type). A Diag for any other op.
+  Result<Elem> elementwise(OpKind k, std::span<const Elem> args, DType result);
+
+  // f32 math: libdevice (__nv_expf ...) on NVPTX, libm (expf ...) on the host.
+  // Accuracy first: no fast-math flags.
+  llvm::Value* math(MathFn f, llvm::Value* x, llvm::Value* y = nullptr);
+
+  llvm::IRBuilderBase& builder() { return b_; }
+  const llvmb::Target& target() const { return target_; }
+
+ private:
+  llvm::Value* to_compute(Elem v, DType result);  // operand -> result's compute type, unrounded
+  llvm::Value* bf16_round_bits(llvm::Value* f32);   // float -> i16 bits, RNE, quiet NaN
+  llvm::Value* int_to_bf16(llvm::Value* i);  // i32/i64 -> bf16 value in f32, one rounding
+  llvm::Value* int_pow(llvm::Value* a, llvm::Value* e, llvm::Type* result);
+  Result<Elem> compare(OpKind k, Elem a, Elem b);
+
+  llvm::IRBuilderBase& b_;
+  llvm::Module& m_;
+  llvmb::Target target_;
+  int sm_ = 0;  // NVPTX compute capability (80 for sm_80, sm_90a -> 90); 0 on the host
+};
+
+// The values of a group graph at one iteration index, as element code: params are
+// loaded through their offset maps, constants are immediates, elementwise ops are
+// computed, views only change the index (STYLE.md #2: every op is handled from the op
+// table's categories). Values are memoised per (value, index) until the next
+// at_index(), so a value shared by several outputs or uses is computed once.
+// Emitters drive it: the pointwise emitter asks for each output at a flat index; a
+// reduction emitter asks for its input at (row, k) and hooks its accumulators in.
+class GroupValues {
+ public:
+  // Called for every value before the default handling; a value it returns is used
+  // instead (a lane of a vector load, a reduction's result). nullopt: the default.
+  using Hook = std::function<std::optional<Elem>(ValueId v, const ValueIndex& at)>;
+
+  // `inputs`: one pointer per g.params(), in order (any address space).
+  GroupValues(const Graph& g, ElementCodegen& cg, std::vector<llvm::Value*> inputs);
+
+  // Starts a new iteration index: the flat index param maps are applied to.
+  void at_index(llvm::Value* flat, Hook hook = {});
+  // Value `v` read at `at`. A Diag (at the node) for nodes that are neither leaves,
+  // elementwise nor views, unless the hook supplies them.
+  Result<Elem> value(ValueId v, const ValueIndex& at);
+
+  // The (param, offset map) pairs that value(v, at) reads, without emitting code.
+  std::vector<std::pair<int, IndexMap>> reads(ValueId v, const ValueIndex& at) const;
+  // The position of param `v` among g.params(), or -1.
+  int param_slot(ValueId v) const { return param_slot_[static_cast<size_t>(v)]; }
+
+ private:
+  const Graph& g_;
+  ElementCodegen& cg_;
+  std::vector<llvm::Value*> inputs_;
+  std::vector<int> param_slot_;
+  llvm::Value* flat_ = nullptr;
+  Hook hook_;
+  std::unordered_map<std::string, Elem> memo_;
+};
+
+// The SM number of an NVPTX arch ("sm_90a" -> 90); nullopt when it is not one.
+std::optional<int> sm_version(const std::string& arch);
+
+}  // namespace sf::kernels

@@ -1,0 +1,46 @@
+// The emitter registry: one Emitter per KernelKind (STYLE.md #5).
+// EmittedKernel owns a context and a module by unique_ptr; emitter.h only forward-
+// declares them, so every file that destroys one includes their definitions.
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include "codegen/kernels/emitter.h"
+
+#include "codegen/kernels/matmul.h"
+#include "codegen/kernels/pointwise.h"
+#include "codegen/kernels/reduction.h"
+
+namespace sf {
+
+std::string_view kernel_kind_name(KernelKind k) {
+  switch (k) {
+    case KernelKind::Pointwise: return "pointwise";
+    case KernelKind::Reduction: return "reduction";
+    case KernelKind::Matmul: return "matmul";
+  }
+  return "?";
+}
+
+namespace {
+
+class PointwiseEmitter final : public Emitter {
+ public:
+  Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config,
+                             const llvmb::Target& target) const override {
+    return emit_pointwise(spec, config, target);
+  }
+};
+
+}  // namespace
+
+const Emitter& emitter_for(KernelKind k) {
+  static const PointwiseEmitter pointwise;
+  switch (k) {
+    case KernelKind::Pointwise: return pointwise;
+    case KernelKind::Reduction: return reduction_emitter();
+    case KernelKind::Matmul: return matmul_emitter();
+  }
+  return pointwise;  // unreachable: the switch lists every kind (-Werror=switch)
+}
+
+}  // namespace sf

@@ -1,0 +1,943 @@
+#include "codegen/kernels/reduction.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/GlobalVariable.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include "codegen/kernels/element.h"
+
+namespace sf {
+
+namespace {
+
+using kernels::ElementCodegen;
+using kernels::Elem;
+using kernels::IndexMap;
+using kernels::StridedStep;
+using kernels::ValueIndex;
+
+Diag diag(std::string msg, SourceLoc loc = {}) { return Diag{"", loc, "reduction: " + std::move(msg)}; }
+
+bool is_c_identifier(const std::string& s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+bool is_reduce(OpKind k) { return op_info(k).category == OpCategory::Reduce; }
+
+std::string who(const Node& n) { return std::string(op_name(n.op)) + (n.name.empty() ? "" : " '" + n.name + "'"); }
+
+std::vector<int> reduced_dims(const Node& n, int rank) {
+  std::vector<int> d;
+  const auto& dims = n.attrs.get_ints("dims");
+  if (dims.empty())
+    for (int i = 0; i < rank; ++i) d.push_back(i);
+  for (int64_t x : dims) d.push_back(*normalize_dim(x, rank));
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
+std::string dims_str(const std::vector<int>& d) { return shape_str(Shape(d.begin(), d.end())); }
+
+bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+// ---- the plan: what the group is, decided once, without LLVM ------------------------------
+
+struct Plan {
+  Shape x;
+  std::vector<int> rdims;
+  int64_t rows = 0, n = 0;
+  IndexMap row_map;  // row (flat over the kept dims) -> the X offset of its first element
+  IndexMap red_map;  // j (flat over the reduced dims) -> X offset within the row
+  IndexMap x_to_row; // X flat index -> its row: how a value read "at its own row" maps
+  std::vector<std::vector<ValueId>> passes;  // reductions by dependence level
+  std::vector<size_t> row_outputs, x_outputs;
+  int warps_per_row = 1;
+  int smem_bytes = 0;
+  std::vector<int> smem_offset;  // per reduction, in pass order, flattened (bytes)
+};
+
+int64_t block_threads(const KernelConfig& c) { return int64_t{c.threads_per_row} * c.rows_per_block; }
+
+Result<bool> check_config(const KernelConfig& c) {
+  const int t = c.threads_per_row;
+  if (t < 1 || t > 1024 || (t < 32 ? !is_pow2(t) : t % 32 != 0))
+    return diag("threads_per_row = " + std::to_string(t) +
+                " must be a power of two below 32 (a part of a warp) or a multiple of 32 up to 1024 (whole warps)");
+  if (c.rows_per_block < 1 || block_threads(c) > 1024)
+    return diag("rows_per_block = " + std::to_string(c.rows_per_block) + " gives " +
+                std::to_string(block_threads(c)) + " threads per block, outside 1..1024 (the CUDA limit)");
+  if (block_threads(c) > 32 && block_threads(c) % 32 != 0)
+    return diag("threads_per_row * rows_per_block = " + std::to_string(block_threads(c)) +
+                " is not a multiple of 32: warp shuffles need whole warps");
+  if (c.max_blocks < 1) return diag("max_blocks = " + std::to_string(c.max_blocks) + " must be positive");
+  return true;
+}
+
+Result<Plan> make_plan(const KernelSpec& spec, const KernelConfig& c, const llvmb::Target& t) {
+  const Graph& g = spec.group;
+  if (!is_c_identifier(spec.entry)) return diag("entry '" + spec.entry + "' is not a C identifier");
+  if (t.kind == llvmb::Target::Kind::NVPTX && !kernels::sm_version(t.arch))
+    return diag("unknown NVPTX arch '" + t.arch + "' (expected sm_NN or sm_NNa)");
+  if (Result<bool> ok = check_config(c); !ok) return ok.error();
+  if (g.outputs().empty()) return diag("group '" + g.name() + "' has no outputs");
+
+  Plan p;
+  const Node* first = nullptr;
+  for (const Node& n : g.nodes()) {
+    if (n.op == OpKind::Param || n.op == OpKind::Constant || kernels::is_elementwise(n.op) || kernels::is_view(n.op))
+      continue;
+    if (!is_reduce(n.op)) {
+      return diag("group '" + g.name() + "' contains " + who(n) + ", which is neither elementwise, a view nor a reduction (the " +
+                      (op_info(n.op).category == OpCategory::Composite ? "graph must be decomposed first"
+                                                                       : "fusion pass must give it another kernel kind") +
+                      ")",
+                  n.loc);
+    }
+    const TensorType& xt = g.node(n.inputs[0]).type;
+    std::vector<int> rd = reduced_dims(n, xt.rank());
+    if (!first) {
+      first = &n;
+      p.x = xt.shape;
+      p.rdims = rd;
+    } else if (xt.shape != p.x || rd != p.rdims) {
+      return diag(who(n) + " reduces " + xt.str() + " over dims " + dims_str(rd) + " but " + who(*first) +
+                      " reduces " + shape_str(p.x) + " over dims " + dims_str(p.rdims) +
+                      " (one kernel reduces one shape over one set of dims)",
+                  n.loc);
+    }
+  }
+  if (!first) return diag("group '" + g.name() + "' has no reduction (it is a pointwise kernel)");
+
+  // Rows and the maps from (row, j) to X's flat index.
+  const int rank = static_cast<int>(p.x.size());
+  std::vector<int64_t> xs = contiguous_strides(p.x);
+  std::vector<bool> red(static_cast<size_t>(rank), false);
+  for (int d : p.rdims) red[static_cast<size_t>(d)] = true;
+  StridedStep rows_step, red_step;
+  Shape kept;
+  for (int d = 0; d < rank; ++d) {
+    auto u = static_cast<size_t>(d);
+    (red[u] ? red_step : rows_step).shape.push_back(p.x[u]);
+    (red[u] ? red_step : rows_step).strides.push_back(xs[u]);
+    if (!red[u]) kept.push_back(p.x[u]);
+  }
+  p.rows = numel(rows_step.shape);
+  p.n = numel(red_step.shape);
+  kernels::append_step(p.row_map, rows_step);
+  kernels::append_step(p.red_map, red_step);
+  std::vector<int64_t> ks = contiguous_strides(kept);
+  StridedStep to_row{p.x, std::vector<int64_t>(p.x.size(), 0)};
+  for (int d = 0, k = 0; d < rank; ++d)
+    if (!red[static_cast<size_t>(d)]) to_row.strides[static_cast<size_t>(d)] = ks[static_cast<size_t>(k++)];
+  kernels::append_step(p.x_to_row, to_row);
+
+  // Outputs: per row or per element of X (when both counts agree, n == 1 and the two
+  // spaces are the same: a row is one element).
+  const int64_t nx = numel(p.x);
+  for (size_t o = 0; o < g.outputs().size(); ++o) {
+    const Output& out = g.outputs()[o];
+    int64_t m = numel(g.node(out.value).type.shape);
+    if (m == p.rows) p.row_outputs.push_back(o);
+    else if (m == nx) p.x_outputs.push_back(o);
+    else
+      return diag("output '" + out.name + "' is " + g.node(out.value).type.str() + ": neither one value per row (" +
+                      std::to_string(p.rows) + ") nor one per element of " + shape_str(p.x) + " (" + std::to_string(nx) + ")",
+                  out.loc);
+  }
+
+  // The reductions the outputs need, by level: a reduction's level is one more than
+  // the highest level among the reductions its operand depends on.
+  std::vector<bool> needed(g.nodes().size(), false);
+  for (const Output& o : g.outputs()) needed[static_cast<size_t>(o.value)] = true;
+  for (size_t i = g.nodes().size(); i-- > 0;)
+    if (needed[i])
+      for (ValueId u : g.nodes()[i].inputs) needed[static_cast<size_t>(u)] = true;
+  std::vector<int> dep(g.nodes().size(), 0), level(g.nodes().size(), 0);
+  int max_level = 0;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    for (ValueId u : n.inputs) {
+      auto uu = static_cast<size_t>(u);
+      dep[i] = std::max(dep[i], is_reduce(g.nodes()[uu].op) ? level[uu] : dep[uu]);
+    }
+    if (is_reduce(n.op)) {
+      level[i] = dep[i] + 1;
+      if (needed[i]) max_level = std::max(max_level, level[i]);
+    }
+  }
+  p.passes.resize(static_cast<size_t>(max_level));
+  for (size_t i = 0; i < g.nodes().size(); ++i)
+    if (needed[i] && is_reduce(g.nodes()[i].op))
+      p.passes[static_cast<size_t>(level[i] - 1)].push_back(static_cast<ValueId>(i));
+
+  if (p.n == 0 && p.rows > 0)
+    for (const auto& pass : p.passes)
+      for (ValueId v : pass) {
+        const Node& n = g.node(v);
+        if (n.op == OpKind::Max || n.op == OpKind::Min)
+          return diag(who(n) + " over empty dims of " + shape_str(p.x) + " has no identity (as torch also says)", n.loc);
+      }
+
+  // Cross-warp scratch: one slot per (reduction, row of the block, warp of the row).
+  p.warps_per_row = c.threads_per_row > 32 ? c.threads_per_row / 32 : 1;
+  if (p.warps_per_row > 1) {
+    for (const auto& pass : p.passes)
+      for (ValueId v : pass) {
+        const Node& n = g.node(v);
+        int bytes = (n.op == OpKind::Sum && !is_float(n.type.dtype)) || n.type.dtype == DType::I64 ? 8 : 4;
+        p.smem_bytes = (p.smem_bytes + bytes - 1) / bytes * bytes;
+        p.smem_offset.push_back(p.smem_bytes);
+        p.smem_bytes += bytes * c.rows_per_block * p.warps_per_row;
+      }
+    p.smem_bytes = (p.smem_bytes + 7) / 8 * 8;
+  }
+  return p;
+}
+
+LaunchShape launch_of(const Plan& p, const KernelConfig& c) {
+  LaunchShape l;
+  int64_t groups = (p.rows + c.rows_per_block - 1) / c.rows_per_block;
+  if (c.grid_stride) groups = std::min<int64_t>(groups, c.max_blocks);
+  l.grid = {std::max<int64_t>(groups, 1), 1, 1};
+  l.block = {static_cast<int>(block_threads(c)), 1, 1};
+  return l;
+}
+
+// ---- accumulation -------------------------------------------------------------------------
+
+// How one reduction folds elements: the accumulator type (f32 for floats, i64 for
+// integer sums, the element's type for integer max/min), its identity and combine.
+class Fold {
+ public:
+  Fold(const Node& n, ElementCodegen& cg) : op_(n.op), dt_(n.type.dtype), cg_(cg) {}
+
+  llvm::Type* type() const {
+    llvm::LLVMContext& c = cg_.builder().getContext();
+    if (is_float(dt_)) return llvm::Type::getFloatTy(c);
+    return kernels::compute_type(c, dt_);  // sums are i64 already (the shape rule)
+  }
+  llvm::Value* identity() const {
+    llvm::Type* t = type();
+    const bool fl = is_float(dt_);
+    switch (op_) {
+      case OpKind::Max:
+        return fl ? llvm::ConstantFP::getInfinity(t, /*Negative=*/true)
+                  : llvm::ConstantInt::get(t, llvm::APInt::getSignedMinValue(t->getIntegerBitWidth()));
+      case OpKind::Min:
+        return fl ? llvm::ConstantFP::getInfinity(t, false)
+                  : llvm::ConstantInt::get(t, llvm::APInt::getSignedMaxValue(t->getIntegerBitWidth()));
+      default: return fl ? llvm::ConstantFP::get(t, 0.0) : llvm::ConstantInt::get(t, 0);
+    }
+  }
+  // An element of the operand in the accumulator's type (integer sums widen to i64).
+  llvm::Value* element(Elem e) const {
+    if (op_ == OpKind::Sum && !is_float(dt_)) return cg_.convert(e, DType::I64).value;
+    return e.value;
+  }
+  llvm::Value* combine(llvm::Value* a, llvm::Value* b) const {
+    llvm::IRBuilderBase& bb = cg_.builder();
+    const bool fl = is_float(dt_);
+    switch (op_) {
+      // llvm.maximum/minimum propagate NaN (max.NaN.f32 on sm_80+), as the
+      // reference's max_f/min_f and torch.max do.
+      case OpKind::Max:
+        return bb.CreateBinaryIntrinsic(fl ? llvm::Intrinsic::maximum : llvm::Intrinsic::smax, a, b);
+      case OpKind::Min:
+        return bb.CreateBinaryIntrinsic(fl ? llvm::Intrinsic::minimum : llvm::Intrinsic::smin, a, b);
+      default: return fl ? bb.CreateFAdd(a, b) : bb.CreateAdd(a, b);  // integer sums wrap, as torch's
+    }
+  }
+  // The reduced value, as the node's dtype: sums rounded to it, means divided by n
+  // (0 / 0 is NaN for an empty row, as the reference says).
+  Elem finish(llvm::Value* acc, int64_t n) const {
+    llvm::IRBuilderBase& bb = cg_.builder();
+    if (op_ == OpKind::Mean)
+      acc = bb.CreateFDiv(acc, llvm::ConstantFP::get(acc->getType(), static_cast<double>(n)));
+    if (is_float(dt_)) acc = cg_.round_to(dt_, acc);
+    return {acc, dt_};
+  }
+
+ private:
+  OpKind op_;
+  DType dt_;
+  ElementCodegen& cg_;
+};
+
+// ---- the element program over two index spaces ----------------------------------------------
+//
+// X space: the flat index i of an element of X (and of any X-space value, read at its
+// own C-order flat index). Row space: the flat index r of a row. Reduced values live
+// in row space. An X-space value that reads a row-space value at its own row (its
+// index map from i is x_to_row) takes the value computed once for the row, before
+// the loop over the row's elements: prepare() emits those.
+class Program {
+ public:
+  Program(const Graph& g, const Plan& p, ElementCodegen& cg, std::vector<llvm::Value*> inputs)
+      : g_(g), p_(p), cg_(cg), inputs_(std::move(inputs)), param_slot_(g.nodes().size(), -1) {
+    for (size_t i = 0; i < g.params().size(); ++i) param_slot_[static_cast<size_t>(g.params()[i])] = static_cast<int>(i);
+  }
+
+  // A new row (its code dominates everything emitted for the row after it).
+  void set_row(llvm::Value* r) {
+    flat_r_ = r;
+    memo_row_.clear();
+    reduced_.clear();
+  }
+  // A new element of X (inside a loop body; forgotten at the next one).
+  void set_x(llvm::Value* i) {
+    flat_x_ = i;
+    memo_x_.clear();
+  }
+  void set_reduced(ValueId v, Elem e) { reduced_[v] = e; }
+
+  // Emits, at the builder's position, the row-space values that X-space code at the
+  // given roots reads, so that the loop body finds them computed.
+  Result<bool> prepare(const std::vector<std::pair<ValueId, ValueIndex>>& roots) {
+    std::vector<ValueId> need;
+    std::set<std::string> seen;
+    std::function<Result<bool>(ValueId, const ValueIndex&)> walk = [&](ValueId v, const ValueIndex& at) -> Result<bool> {
+      if (!seen.insert(key(v, at)).second) return true;
+      const Node& n = g_.node(v);
+      if (n.op == OpKind::Param || n.op == OpKind::Constant) return true;
+      if (row_read(v, at)) {
+        if (!is_reduce(n.op) && std::find(need.begin(), need.end(), v) == need.end()) need.push_back(v);
+        return true;
+      }
+      if (is_reduce(n.op)) return other_row(n);
+      for (ValueId u : n.inputs) {
+        std::optional<ValueIndex> ui = kernels::operand_index(n, at, g_.node(u).type.shape);
+        if (!ui) return diag(who(n) + " is neither elementwise nor a view", n.loc);
+        if (Result<bool> r = walk(u, *ui); !r) return r;
+      }
+      return true;
+    };
+    for (const auto& [v, at] : roots)
+      if (Result<bool> r = walk(v, at); !r) return r;
+    std::sort(need.begin(), need.end());  // node order: operands first, a stable IR
+    for (ValueId v : need)
+      if (Result<Elem> e = row_value(v, kernels::dense_index(g_.node(v).type.shape)); !e) return e.error();
+    return true;
+  }
+
+  Result<Elem> row_value(ValueId v, const ValueIndex& at) {
+    std::string k = key(v, at);
+    if (auto it = memo_row_.find(k); it != memo_row_.end()) return it->second;
+    const Node& n = g_.node(v);
+    Elem e;
+    if (is_reduce(n.op)) {
+      if (!kernels::offset_map(at, n.type.shape).contiguous()) return other_row(n);
+      auto it = reduced_.find(v);
+      if (it == reduced_.end()) return diag("internal: " + who(n) + " is read before its pass", n.loc);
+      e = it->second;
+    } else {
+      Result<Elem> r = compute(v, at, flat_r_, [&](ValueId u, const ValueIndex& ui) { return row_value(u, ui); });
+      if (!r) return r;
+      e = *r;
+    }
+    memo_row_.emplace(std::move(k), e);
+    return e;
+  }
+
+  Result<Elem> x_value(ValueId v, const ValueIndex& at) {
+    std::string k = key(v, at);
+    if (auto it = memo_x_.find(k); it != memo_x_.end()) return it->second;
+    const Node& n = g_.node(v);
+    Elem e;
+    if (n.op != OpKind::Param && n.op != OpKind::Constant && row_read(v, at)) {
+      if (is_reduce(n.op)) {
+        auto it = reduced_.find(v);
+        if (it == reduced_.end()) return diag("internal: " + who(n) + " is read before its pass", n.loc);
+        e = it->second;
+      } else {
+        auto it = memo_row_.find(key(v, kernels::dense_index(n.type.shape)));
+        if (it == memo_row_.end()) return diag("internal: row value " + who(n) + " was not prepared", n.loc);
+        e = it->second;
+      }
+    } else if (is_reduce(n.op)) {
+      return other_row(n);
+    } else {
+      Result<Elem> r = compute(v, at, flat_x_, [&](ValueId u, const ValueIndex& ui) { return x_value(u, ui); });
+      if (!r) return r;
+      e = *r;
+    }
+    memo_x_.emplace(std::move(k), e);
+    return e;
+  }
+
+ private:
+  static std::string key(ValueId v, const ValueIndex& at) { return std::to_string(v) + "#" + at.key(); }
+
+  // Whether X-space code reading v at `at` reads it at its own row.
+  bool row_read(ValueId v, const ValueIndex& at) const {
+    const Shape& s = g_.node(v).type.shape;
+    return numel(s) == p_.rows && kernels::offset_map(at, s) == p_.x_to_row;
+  }
+
+  Diag other_row(const Node& n) const {
+    return diag("the reduced value of " + who(n) +
+                    " is read at another row's position (a view moves reduced values between rows); "
+                    "the fusion pass must split the group there",
+                n.loc);
+  }
+
+  // A param, constant, elementwise op or view at `at`, its operands from `operand`.
+  template <class F>
+  Result<Elem> compute(ValueId v, const ValueIndex& at, llvm::Value* flat, F operand) {
+    const Node& n = g_.node(v);
+    if (n.op == OpKind::Param) {
+      int p = param_slot_[static_cast<size_t>(v)];
+      return cg_.load(n.type.dtype, inputs_[static_cast<size_t>(p)],
+                      kernels::emit_index_map(cg_.builder(), flat, kernels::offset_map(at, n.type.shape)));
+    }
+    if (n.op == OpKind::Constant) return cg_.constant(n.attrs.get_float("value"), n.type.dtype);  // an immediate
+    std::vector<Elem> args;
+    for (ValueId u : n.inputs) {
+      std::optional<ValueIndex> ui = kernels::operand_index(n, at, g_.node(u).type.shape);
+      if (!ui) return diag(who(n) + " is neither elementwise nor a view", n.loc);
+      Result<Elem> a = operand(u, *ui);
+      if (!a) return a;
+      args.push_back(*a);
+    }
+    if (kernels::is_view(n.op)) return args[0];  // a view only changes which element is read
+    Result<Elem> r = cg_.elementwise(n.op, args, n.type.dtype);
+    if (!r) return Diag{"", n.loc, r.error().message};
+    return r;
+  }
+
+  const Graph& g_;
+  const Plan& p_;
+  ElementCodegen& cg_;
+  std::vector<llvm::Value*> inputs_;
+  std::vector<int> param_slot_;
+  llvm::Value* flat_r_ = nullptr;
+  llvm::Value* flat_x_ = nullptr;
+  std::unordered_map<std::string, Elem> memo_row_, memo_x_;
+  std::map<ValueId, Elem> reduced_;
+};
+
+// A counted loop `for (i = begin; i < end; i += step)` (signed compare) at the
+// builder's position; `body(i)` builds the body; the builder ends after the loop.
+Result<bool> emit_loop(llvm::IRBuilder<>& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
+                       const std::string& name, const std::function<Result<bool>(llvm::Value*)>& body) {
+  llvm::LLVMContext& c = b.getContext();
+  llvm::Function* fn = b.GetInsertBlock()->getParent();
+  llvm::BasicBlock* pre = b.GetInsertBlock();
+  llvm::BasicBlock* head = llvm::BasicBlock::Create(c, name + ".head", fn);
+  llvm::BasicBlock* bodyb = llvm::BasicBlock::Create(c, name + ".body", fn);
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(c, name + ".exit", fn);
+  b.CreateBr(head);
+  b.SetInsertPoint(head);
+  llvm::PHINode* i = b.CreatePHI(begin->getType(), 2, name);
+  i->addIncoming(begin, pre);
+  b.CreateCondBr(b.CreateICmpSLT(i, end), bodyb, exit);
+  b.SetInsertPoint(bodyb);
+  Result<bool> r = body(i);
+  if (!r) return r;
+  // Never wraps: i < end on entry and the index type leaves room for end + step.
+  llvm::Value* next = b.CreateAdd(i, step, name + ".next", true, true);
+  i->addIncoming(next, b.GetInsertBlock());
+  b.CreateBr(head);
+  b.SetInsertPoint(exit);
+  return true;
+}
+
+// The parts of a kernel both targets share: the args, the element program, the
+// accumulators (entry-block allocas, promoted to registers by SROA) and the per-row
+// sequence of passes. The target decides the loops and how partials combine.
+class Builder {
+ public:
+  Builder(const KernelSpec& spec, const KernelConfig& cfg, const Plan& plan, const llvmb::Target& target,
+          llvm::Module& m)
+      : spec_(spec), g_(spec.group), cfg_(cfg), p_(plan), target_(target), m_(m), b_(m.getContext()) {}
+
+  virtual ~Builder() = default;
+
+ protected:
+  llvm::Value* k(int64_t v) const { return llvm::ConstantInt::get(it_, static_cast<uint64_t>(v)); }
+
+  void start(std::vector<llvm::Value*> in, std::vector<llvm::Value*> out) {
+    in_ = std::move(in);
+    out_ = std::move(out);
+    cg_.emplace(b_, m_, target_);
+    prog_.emplace(g_, p_, *cg_, in_);
+    for (const auto& pass : p_.passes)
+      for (ValueId v : pass) folds_.emplace(v, Fold(g_.node(v), *cg_));
+  }
+
+  llvm::AllocaInst* entry_alloca(llvm::Type* t, const std::string& name) {
+    llvm::IRBuilder<> e(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+    return e.CreateAlloca(t, nullptr, name);
+  }
+
+  std::vector<std::pair<ValueId, ValueIndex>> pass_roots(const std::vector<ValueId>& pass) const {
+    std::vector<std::pair<ValueId, ValueIndex>> r;
+    for (ValueId v : pass) r.emplace_back(g_.node(v).inputs[0], kernels::dense_index(p_.x));
+    return r;
+  }
+  std::vector<std::pair<ValueId, ValueIndex>> x_output_roots() const {
+    std::vector<std::pair<ValueId, ValueIndex>> r;
+    for (size_t o : p_.x_outputs) {
+      ValueId v = g_.outputs()[o].value;
+      r.emplace_back(v, kernels::dense_index(g_.node(v).type.shape));
+    }
+    return r;
+  }
+
+  // Folds the element at X index `i` of every reduction of `pass` into `accs`.
+  Result<bool> fold_element(const std::vector<ValueId>& pass, const std::vector<llvm::AllocaInst*>& accs,
+                            llvm::Value* i) {
+    prog_->set_x(i);
+    for (size_t r = 0; r < pass.size(); ++r) {
+      const Fold& f = folds_.at(pass[r]);
+      Result<Elem> e = prog_->x_value(g_.node(pass[r]).inputs[0], kernels::dense_index(p_.x));
+      if (!e) return e.error();
+      llvm::Value* acc = b_.CreateLoad(f.type(), accs[r]);
+      b_.CreateStore(f.combine(acc, f.element(*e)), accs[r]);
+    }
+    return true;
+  }
+
+  // Every row-space output's value for the current row (computed by every thread,
+  // so that the values dominate what follows even where only one thread stores).
+  Result<std::vector<Elem>> row_outputs() {
+    std::vector<Elem> r;
+    for (size_t o : p_.row_outputs) {
+      ValueId v = g_.outputs()[o].value;
+      Result<Elem> e = prog_->row_value(v, kernels::dense_index(g_.node(v).type.shape));
+      if (!e) return e.error();
+      r.push_back(*e);
+    }
+    return r;
+  }
+
+  Result<bool> store_x_outputs(llvm::Value* i) {
+    prog_->set_x(i);
+    for (size_t o : p_.x_outputs) {
+      ValueId v = g_.outputs()[o].value;
+      Result<Elem> e = prog_->x_value(v, kernels::dense_index(g_.node(v).type.shape));
+      if (!e) return e.error();
+      cg_->store(*e, out_[o], i);
+    }
+    return true;
+  }
+
+  const KernelSpec& spec_;
+  const Graph& g_;
+  const KernelConfig& cfg_;
+  const Plan& p_;
+  const llvmb::Target& target_;
+  llvm::Module& m_;
+  llvm::IRBuilder<> b_;
+  llvm::Function* fn_ = nullptr;
+  llvm::Type* it_ = nullptr;
+  std::vector<llvm::Value*> in_, out_;
+  std::optional<ElementCodegen> cg_;
+  std::optional<Program> prog_;
+  std::map<ValueId, Fold> folds_;
+};
+
+// ---- host ---------------------------------------------------------------------------------
+
+// `void entry(ptr args)`: rows one after another.
+class HostBuilder final : public Builder {
+ public:
+  using Builder::Builder;
+
+  Result<bool> build() {
+    llvm::LLVMContext& c = m_.getContext();
+    it_ = b_.getInt64Ty();
+    llvm::Type* ptr = b_.getPtrTy();
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr}, false);
+    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec_.entry, m_);
+    fn_->setDoesNotThrow();
+    fn_->getArg(0)->setName("args");
+    b_.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn_));
+    const size_t np = g_.params().size(), no = g_.outputs().size();
+    std::vector<llvm::Value*> in, out;
+    for (size_t i = 0; i < np + no; ++i) {
+      llvm::Value* slot = b_.CreateConstInBoundsGEP1_64(ptr, fn_->getArg(0), i);
+      llvm::Value* v = b_.CreateAlignedLoad(ptr, slot, llvm::Align(8), i < np ? "in" + std::to_string(i) : "out" + std::to_string(i - np));
+      (i < np ? in : out).push_back(v);
+    }
+    start(std::move(in), std::move(out));
+    if (p_.rows > 0) {
+      Result<bool> r = emit_loop(b_, k(0), k(p_.rows), k(1), "row", [&](llvm::Value* row) { return row_body(row); });
+      if (!r) return r;
+    }
+    b_.CreateRetVoid();
+    return true;
+  }
+
+ private:
+  // Partial sums over chunks of about sqrt(n) elements, then over the chunks: the
+  // rounding error of an f32 sum grows with the number of additions into one
+  // accumulator (n one after another; about 2 sqrt(n) so), without the cost or the
+  // Inf/NaN pitfalls of compensated summation. The reference sums in double.
+  int64_t chunk() const {
+    int64_t c = 16;
+    while (c < 4096 && c * c < p_.n) c *= 2;
+    return c;
+  }
+
+  Result<bool> row_body(llvm::Value* row) {
+    prog_->set_row(row);
+    llvm::Value* base = kernels::emit_index_map(b_, row, p_.row_map);
+    auto x_index = [&](llvm::Value* j) {
+      return b_.CreateAdd(base, kernels::emit_index_map(b_, j, p_.red_map), "i", true, true);
+    };
+    for (size_t pi = 0; pi < p_.passes.size(); ++pi) {
+      const std::vector<ValueId>& pass = p_.passes[pi];
+      std::vector<llvm::AllocaInst*> total, part;
+      for (ValueId v : pass) {
+        const Fold& f = folds_.at(v);
+        total.push_back(entry_alloca(f.type(), "acc"));
+        part.push_back(entry_alloca(f.type(), "part"));
+        b_.CreateStore(f.identity(), total.back());
+      }
+      if (p_.n > 0) {
+        if (Result<bool> r = prog_->prepare(pass_roots(pass)); !r) return r;
+        const int64_t C = chunk();
+        Result<bool> r = emit_loop(b_, k(0), k(p_.n), k(C), "chunk", [&](llvm::Value* c0) -> Result<bool> {
+          for (size_t q = 0; q < pass.size(); ++q) b_.CreateStore(folds_.at(pass[q]).identity(), part[q]);
+          llvm::Value* end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(c0, k(C), "", true, true), k(p_.n));
+          Result<bool> inner = emit_loop(b_, c0, end, k(1), "j", [&](llvm::Value* j) { return fold_element(pass, part, x_index(j)); });
+          if (!inner) return inner;
+          for (size_t q = 0; q < pass.size(); ++q) {
+            const Fold& f = folds_.at(pass[q]);
+            b_.CreateStore(f.combine(b_.CreateLoad(f.type(), total[q]), b_.CreateLoad(f.type(), part[q])), total[q]);
+          }
+          return true;
+        });
+        if (!r) return r;
+      }
+      for (size_t q = 0; q < pass.size(); ++q) {
+        const Fold& f = folds_.at(pass[q]);
+        prog_->set_reduced(pass[q], f.finish(b_.CreateLoad(f.type(), total[q]), p_.n));
+      }
+    }
+    Result<std::vector<Elem>> ro = row_outputs();
+    if (!ro) return ro.error();
+    for (size_t q = 0; q < ro->size(); ++q) cg_->store((*ro)[q], out_[p_.row_outputs[q]], row);
+    if (p_.n > 0 && !p_.x_outputs.empty()) {
+      if (Result<bool> r = prog_->prepare(x_output_roots()); !r) return r;
+      return emit_loop(b_, k(0), k(p_.n), k(1), "x", [&](llvm::Value* j) { return store_x_outputs(x_index(j)); });
+    }
+    return true;
+  }
+};
+
+// ---- NVPTX ---------------------------------------------------------------------------------
+
+// One row per threads_per_row threads, rows_per_block rows per block; with
+// grid_stride the blocks loop over groups of rows. Every thread of a block runs the
+// same number of row iterations and every pass (threads of rows past the end work
+// on an empty row), so barriers and shuffles are never divergent.
+class NvptxBuilder final : public Builder {
+ public:
+  NvptxBuilder(const KernelSpec& spec, const KernelConfig& cfg, const Plan& plan, const llvmb::Target& target,
+               llvm::Module& m, bool simulate)
+      : Builder(spec, cfg, plan, target, m), simulate_(simulate) {}
+
+  Result<bool> build() {
+    llvm::LLVMContext& c = m_.getContext();
+    const size_t np = g_.params().size(), no = g_.outputs().size();
+    // i32 index arithmetic where every value formed fits (indices below numel(X) or
+    // rows, plus one block or grid of slack): half the registers, cheaper division.
+    int64_t largest = std::max(numel(p_.x), p_.rows);
+    it_ = largest + 2048 + int64_t{cfg_.max_blocks} * cfg_.rows_per_block < (int64_t{1} << 31) ? b_.getInt32Ty() : b_.getInt64Ty();
+    llvm::Value *tid = nullptr, *bid = nullptr, *nblocks = nullptr;
+    std::vector<llvm::Value*> in, out;
+    if (!simulate_) {
+      llvm::Type* gptr = llvm::PointerType::get(c, 1);  // addrspace(1): global memory
+      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), std::vector<llvm::Type*>(np + no, gptr), false);
+      fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec_.entry, m_);
+      llvmb::mark_kernel(*fn_, static_cast<int>(block_threads(cfg_)));
+      for (size_t i = 0; i < np + no; ++i) {
+        llvm::Argument* a = fn_->getArg(static_cast<unsigned>(i));
+        a->setName(i < np ? "in" + std::to_string(i) : "out" + std::to_string(i - np));
+        if (i < np) a->addAttr(llvm::Attribute::ReadOnly);
+        (i < np ? in : out).push_back(a);
+      }
+      b_.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn_));
+      auto sreg = [&](llvm::Intrinsic::ID id) { return b_.CreateZExt(b_.CreateIntrinsic(id, {}, {}), it_); };
+      tid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+      bid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+      nblocks = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
+      if (p_.smem_bytes > 0) {
+        // Static shared memory (PTX .shared): a few hundred bytes at most, so the
+        // launch needs no dynamic shared memory.
+        auto* ty = llvm::ArrayType::get(b_.getInt8Ty(), static_cast<uint64_t>(p_.smem_bytes));
+        auto* gv = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
+                                            spec_.entry + "_smem", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+        gv->setAlignment(llvm::Align(8));
+        smem_ = gv;
+      }
+    } else {
+      // void entry(ptr args, i32 blockIdx.x, i32 threadIdx.x, i32 gridDim.x, ptr hooks)
+      llvm::Type* i32 = b_.getInt32Ty();
+      llvm::Type* ptr = b_.getPtrTy();
+      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, i32, i32, ptr}, false);
+      fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec_.entry, m_);
+      b_.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn_));
+      for (size_t i = 0; i < np + no; ++i) {
+        llvm::Value* slot = b_.CreateConstInBoundsGEP1_64(ptr, fn_->getArg(0), i);
+        (i < np ? in : out).push_back(b_.CreateAlignedLoad(ptr, slot, llvm::Align(8)));
+      }
+      bid = b_.CreateZExt(fn_->getArg(1), it_);
+      tid = b_.CreateZExt(fn_->getArg(2), it_);
+      nblocks = b_.CreateZExt(fn_->getArg(3), it_);
+      hooks_ = fn_->getArg(4);
+      auto field = [&](int f) {
+        return b_.CreateAlignedLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, hooks_, static_cast<uint64_t>(f)), llvm::Align(8));
+      };
+      hook_ctx_ = field(0);
+      hook_barrier_ = field(1);
+      hook_shfl_ = field(2);
+      smem_ = field(3);
+    }
+    fn_->setDoesNotThrow();
+    start(std::move(in), std::move(out));
+
+    const int tpr = cfg_.threads_per_row, rpb = cfg_.rows_per_block;
+    tid32_ = b_.CreateTrunc(tid, b_.getInt32Ty());
+    sub_ = b_.CreateUDiv(tid, k(tpr), "row.in.block");
+    lr_ = b_.CreateURem(tid, k(tpr), "thread.in.row");
+    warp_ = b_.CreateUDiv(lr_, k(32), "warp.in.row");
+    lane_ = b_.CreateURem(tid, k(32), "lane");
+    const int64_t ngroups = (p_.rows + rpb - 1) / rpb;
+
+    llvm::BasicBlock* exit = llvm::BasicBlock::Create(c, "exit", fn_);
+    if (ngroups > 0) {
+      auto body = [&](llvm::Value* grp) { return group_body(grp); };
+      if (cfg_.grid_stride) {
+        Result<bool> r = emit_loop(b_, bid, k(ngroups), nblocks, "rows", body);
+        if (!r) return r;
+      } else {
+        llvm::BasicBlock* one = llvm::BasicBlock::Create(c, "rows", fn_);
+        b_.CreateCondBr(b_.CreateICmpSLT(bid, k(ngroups)), one, exit);
+        b_.SetInsertPoint(one);
+        Result<bool> r = body(bid);
+        if (!r) return r;
+      }
+    }
+    b_.CreateBr(exit);
+    b_.SetInsertPoint(exit);
+    b_.CreateRetVoid();
+    return true;
+  }
+
+ private:
+  Result<bool> group_body(llvm::Value* grp) {
+    llvm::LLVMContext& c = m_.getContext();
+    const int tpr = cfg_.threads_per_row;
+    llvm::Value* row = b_.CreateAdd(b_.CreateMul(grp, k(cfg_.rows_per_block), "", true, true), sub_, "row", true, true);
+    llvm::Value* valid = b_.CreateICmpSLT(row, k(p_.rows), "valid");
+    // A thread past the last row computes the last row's row values (every load in
+    // bounds) over no elements, and stores nothing.
+    llvm::Value* rowc = b_.CreateSelect(valid, row, k(p_.rows - 1));
+    llvm::Value* nloop = b_.CreateSelect(valid, k(p_.n), k(0), "row.elems");
+    prog_->set_row(rowc);
+    llvm::Value* base = kernels::emit_index_map(b_, rowc, p_.row_map);
+    auto x_index = [&](llvm::Value* j) {
+      return b_.CreateAdd(base, kernels::emit_index_map(b_, j, p_.red_map), "i", true, true);
+    };
+    size_t slot = 0;  // reductions so far, in pass order: their shared-memory slots
+    for (const std::vector<ValueId>& pass : p_.passes) {
+      std::vector<llvm::AllocaInst*> part;
+      for (ValueId v : pass) {
+        const Fold& f = folds_.at(v);
+        part.push_back(entry_alloca(f.type(), "part"));
+        b_.CreateStore(f.identity(), part.back());
+      }
+      if (p_.n > 0) {
+        if (Result<bool> r = prog_->prepare(pass_roots(pass)); !r) return r;
+        // Consecutive threads read consecutive elements: coalesced when the reduced
+        // dims are X's innermost.
+        Result<bool> r = emit_loop(b_, lr_, nloop, k(tpr), "j", [&](llvm::Value* j) { return fold_element(pass, part, x_index(j)); });
+        if (!r) return r;
+      }
+      std::vector<llvm::Value*> vals;
+      for (size_t q = 0; q < pass.size(); ++q) vals.push_back(b_.CreateLoad(folds_.at(pass[q]).type(), part[q]));
+      block_reduce(pass, vals, slot);
+      slot += pass.size();
+      for (size_t q = 0; q < pass.size(); ++q) prog_->set_reduced(pass[q], folds_.at(pass[q]).finish(vals[q], p_.n));
+    }
+
+    Result<std::vector<Elem>> ro = row_outputs();
+    if (!ro) return ro.error();
+    if (!ro->empty()) {
+      llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "row.store", fn_);
+      llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "row.stored", fn_);
+      b_.CreateCondBr(b_.CreateAnd(valid, b_.CreateICmpEQ(lr_, k(0))), st, done);
+      b_.SetInsertPoint(st);
+      for (size_t q = 0; q < ro->size(); ++q) cg_->store((*ro)[q], out_[p_.row_outputs[q]], rowc);
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+    }
+    if (p_.n > 0 && !p_.x_outputs.empty()) {
+      if (Result<bool> r = prog_->prepare(x_output_roots()); !r) return r;
+      Result<bool> r = emit_loop(b_, lr_, nloop, k(tpr), "x", [&](llvm::Value* j) { return store_x_outputs(x_index(j)); });
+      if (!r) return r;
+    }
+    // The next row group writes the same shared slots: every thread must have read
+    // this group's first (one pass reads its slots after its only barrier).
+    if (p_.smem_bytes > 0 && cfg_.grid_stride) barrier();
+    return true;
+  }
+
+  // The pass's partials, one per thread, become the row's values in every thread of
+  // the row: a butterfly over the row's lanes of a warp (every lane ends with the same
+  // value, since each step is commutative), then, for rows wider than a warp, each
+  // warp's value through shared memory, combined by every thread in warp order.
+  void block_reduce(const std::vector<ValueId>& pass, std::vector<llvm::Value*>& vals, size_t slot0) {
+    const int width = std::min(cfg_.threads_per_row, 32);
+    for (int off = width / 2; off >= 1; off /= 2)
+      for (size_t q = 0; q < pass.size(); ++q) vals[q] = folds_.at(pass[q]).combine(vals[q], shuffle(vals[q], off));
+    if (p_.warps_per_row == 1) return;
+    llvm::LLVMContext& c = m_.getContext();
+    const int wpr = p_.warps_per_row;
+    llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "warp.store", fn_);
+    llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "warp.stored", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(lane_, k(0)), st, done);
+    b_.SetInsertPoint(st);
+    llvm::Value* row_slots = b_.CreateMul(sub_, k(wpr), "", true, true);
+    for (size_t q = 0; q < pass.size(); ++q)
+      b_.CreateStore(vals[q], slot_ptr(slot0 + q, vals[q]->getType(), b_.CreateAdd(row_slots, warp_, "", true, true)));
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    barrier();
+    for (size_t q = 0; q < pass.size(); ++q) {
+      llvm::Type* t = vals[q]->getType();
+      llvm::Value* r = b_.CreateLoad(t, slot_ptr(slot0 + q, t, row_slots));
+      for (int w = 1; w < wpr; ++w)
+        r = folds_.at(pass[q]).combine(r, b_.CreateLoad(t, slot_ptr(slot0 + q, t, b_.CreateAdd(row_slots, k(w), "", true, true))));
+      vals[q] = r;
+    }
+  }
+
+  llvm::Value* slot_ptr(size_t red, llvm::Type* t, llvm::Value* index) {
+    llvm::Value* base = b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), smem_, static_cast<uint64_t>(p_.smem_offset[red]));
+    return b_.CreateInBoundsGEP(t, base, index);
+  }
+
+  void barrier() {
+    if (!simulate_) {
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+      return;
+    }
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy()}, false);
+    b_.CreateCall(fty, hook_barrier_, {hook_ctx_});
+  }
+
+  llvm::Value* shuffle32(llvm::Value* v, int off) {  // an i32 or a float
+    const int block = static_cast<int>(block_threads(cfg_));
+    // Every lane of the warp takes part (the block is whole warps, or one part-warp).
+    const uint32_t mask = block >= 32 ? 0xFFFFFFFFu : (1u << block) - 1;
+    if (!simulate_) {
+      // c = 0x1f: the whole warp is one segment; lane ^ off stays in the row's
+      // aligned group of threads_per_row lanes (a power of two when below 32).
+      auto id = v->getType()->isFloatTy() ? llvm::Intrinsic::nvvm_shfl_sync_bfly_f32 : llvm::Intrinsic::nvvm_shfl_sync_bfly_i32;
+      return b_.CreateIntrinsic(id, {}, {b_.getInt32(mask), v, b_.getInt32(static_cast<uint32_t>(off)), b_.getInt32(0x1f)});
+    }
+    llvm::Type* i32 = b_.getInt32Ty();
+    llvm::Value* bits = v->getType()->isFloatTy() ? b_.CreateBitCast(v, i32) : v;
+    auto* fty = llvm::FunctionType::get(i32, {b_.getPtrTy(), i32, i32, i32}, false);
+    llvm::Value* r = b_.CreateCall(fty, hook_shfl_, {hook_ctx_, tid32_, bits, b_.getInt32(static_cast<uint32_t>(off))});
+    return v->getType()->isFloatTy() ? b_.CreateBitCast(r, v->getType()) : r;
+  }
+
+  llvm::Value* shuffle(llvm::Value* v, int off) {
+    if (!v->getType()->isIntegerTy(64)) return shuffle32(v, off);
+    // shfl moves 32 bits: an i64 goes as two halves.
+    llvm::Type* i32 = b_.getInt32Ty();
+    llvm::Type* i64 = b_.getInt64Ty();
+    llvm::Value* lo = shuffle32(b_.CreateTrunc(v, i32), off);
+    llvm::Value* hi = shuffle32(b_.CreateTrunc(b_.CreateLShr(v, 32), i32), off);
+    return b_.CreateOr(b_.CreateZExt(lo, i64), b_.CreateShl(b_.CreateZExt(hi, i64), 32));
+  }
+
+  bool simulate_ = false;
+  llvm::Value* smem_ = nullptr;
+  llvm::Value *hooks_ = nullptr, *hook_ctx_ = nullptr, *hook_barrier_ = nullptr, *hook_shfl_ = nullptr;
+  llvm::Value *tid32_ = nullptr, *sub_ = nullptr, *lr_ = nullptr, *warp_ = nullptr, *lane_ = nullptr;
+};
+
+Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, const llvmb::Target& check_target,
+                           const llvmb::Target& target, bool gpu, bool simulate) {
+  if (spec.kind != KernelKind::Reduction)
+    return diag("kernel '" + spec.entry + "' is a " + std::string(kernel_kind_name(spec.kind)) + " kernel, not a reduction");
+  Result<Plan> plan = make_plan(spec, config, check_target);
+  if (!plan) return plan.error();
+  EmittedKernel k;
+  k.context = std::make_unique<llvm::LLVMContext>();
+  k.module = std::make_unique<llvm::Module>(spec.entry, *k.context);
+  llvmb::prepare_module(*k.module, target);
+  k.entry = spec.entry;
+  Result<bool> built = gpu ? NvptxBuilder(spec, config, *plan, target, *k.module, simulate).build()
+                           : HostBuilder(spec, config, *plan, target, *k.module).build();
+  if (!built) return built.error();
+  if (auto err = llvmb::verify(*k.module))  // an emitter bug, not a user error: say so
+    return diag("internal: the emitted module does not verify: " + *err);
+  if (gpu) k.launch = launch_of(*plan, config);
+  return k;
+}
+
+}  // namespace
+
+Result<EmittedKernel> emit_reduction(const KernelSpec& spec, const KernelConfig& config, const llvmb::Target& target) {
+  const bool gpu = target.kind == llvmb::Target::Kind::NVPTX;
+  return emit(spec, config, target, target, gpu, /*simulate=*/false);
+}
+
+Result<EmittedKernel> emit_reduction_block_on_host(const KernelSpec& spec, const KernelConfig& config) {
+  // Checked as for sm_90a: the same limits apply to the kernel being simulated.
+  return emit(spec, config, llvmb::Target::nvptx("sm_90a"), llvmb::Target::host(), /*gpu=*/true, /*simulate=*/true);
+}
+
+namespace {
+class ReductionEmitter final : public Emitter {
+ public:
+  Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config,
+                             const llvmb::Target& target) const override {
+    return emit_reduction(spec, config, target);
+  }
+};
+}  // namespace
+
+const Emitter& reduction_emitter() {
+  static const ReductionEmitter e;
+  return e;
+}
+
+Result<ReductionInfo> reduction_info(const KernelSpec& spec, const KernelConfig& config) {
+  Result<Plan> p = make_plan(spec, config, llvmb::Target::host());
+  if (!p) return p.error();
+  ReductionInfo r;
+  r.x = p->x;
+  r.reduced_dims = p->rdims;
+  r.rows = p->rows;
+  r.row_elems = p->n;
+  r.passes = static_cast<int>(p->passes.size());
+  r.x_outputs = static_cast<int>(p->x_outputs.size());
+  r.row_outputs = static_cast<int>(p->row_outputs.size());
+  r.launch = launch_of(*p, config);
+  r.static_shared_bytes = p->smem_bytes;
+  return r;
+}
+
+}  // namespace sf

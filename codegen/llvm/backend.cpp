@@ -1,0 +1,559 @@
+// The LLVM boundary: target machines, the O3 pipeline, libdevice, PTX emission and
+// the host JIT. One file because the JIT's IR transform runs the same pipeline as
+// compile_to_ptx; docs/llvm-backend.md describes the stages.
+#include "codegen/llvm/backend.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <string_view>
+
+#include <llvm/Analysis/CGSCCPassManager.h>
+#include <llvm/Analysis/LoopAnalysisManager.h>
+#include <llvm/Analysis/TargetLibraryInfo.h>
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/ExecutorProcessControl.h>
+#include <llvm/ExecutionEngine/Orc/TaskDispatch.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/DiagnosticInfo.h>
+#include <llvm/IR/DiagnosticPrinter.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/PassManager.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Linker/Linker.h>
+#include <llvm/Passes/OptimizationLevel.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/DynamicLibrary.h>
+#include <llvm/Support/Error.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Transforms/IPO/Internalize.h>
+#include <llvm/Transforms/Utils/Cloning.h>
+
+#include "codegen/llvm/llvm_compat.h"
+
+#ifndef SF_LIBDEVICE_PATH
+#define SF_LIBDEVICE_PATH "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc"
+#endif
+
+namespace sf::llvmb {
+namespace {
+
+constexpr const char* kNvptxTriple = "nvptx64-nvidia-cuda";
+
+Diag error(std::string message) { return Diag{"", {}, std::move(message)}; }
+
+std::string to_string(llvm::Error e) { return llvm::toString(std::move(e)); }
+
+// NVPTX for device code, the native target (X86 here) for the JIT; nothing else, so
+// start-up does not pay for the other 18 targets in Debian's libLLVM.
+void init_targets() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+}
+
+struct HostInfo {
+  std::string triple;
+  std::string cpu;
+  std::vector<std::string> features;
+  std::string features_str;  // comma-joined
+};
+
+const HostInfo& host_info() {
+  static const HostInfo info = [] {
+    HostInfo h;
+    h.triple = llvm::sys::getProcessTriple();
+    h.cpu = llvm::sys::getHostCPUName().str();
+    h.features = compat::host_cpu_features();
+    for (const std::string& f : h.features) {
+      if (!h.features_str.empty()) h.features_str += ',';
+      h.features_str += f;
+    }
+    return h;
+  }();
+  return info;
+}
+
+// Routes the context's diagnostics into a string for the duration of a call, so a
+// link or codegen error becomes a Diag: LLVMContext's default handler calls exit(1)
+// on errors. The caller's handler is put back afterwards.
+class DiagCapture {
+ public:
+  explicit DiagCapture(llvm::LLVMContext& ctx) : ctx_(ctx), saved_(ctx.getDiagnosticHandler()) {
+    auto h = std::make_unique<llvm::DiagnosticHandler>(this);
+    h->DiagHandlerCallback = &DiagCapture::handle;
+    ctx_.setDiagnosticHandler(std::move(h));
+  }
+  ~DiagCapture() { ctx_.setDiagnosticHandler(std::move(saved_)); }
+  DiagCapture(const DiagCapture&) = delete;
+  DiagCapture& operator=(const DiagCapture&) = delete;
+
+  const std::string& errors() const { return errors_; }
+
+ private:
+  static void handle(const llvm::DiagnosticInfo* di, void* self) {
+    if (di->getSeverity() != llvm::DS_Error) return;  // remarks and warnings: dropped
+    auto* me = static_cast<DiagCapture*>(self);
+    if (!me->errors_.empty()) me->errors_ += '\n';
+    llvm::raw_string_ostream os(me->errors_);
+    llvm::DiagnosticPrinterRawOStream printer(os);
+    di->print(printer);
+  }
+
+  llvm::LLVMContext& ctx_;
+  std::unique_ptr<llvm::DiagnosticHandler> saved_;
+  std::string errors_;
+};
+
+std::string print_module(const llvm::Module& m) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  m.print(os, nullptr);
+  return s;
+}
+
+// ---- the O3 pipeline --------------------------------------------------------------------
+
+// Clang's -O3: the new pass manager's default per-module pipeline with the target's
+// TTI and its PassBuilder callbacks (for NVPTX: NVVMReflect with the arch's
+// __CUDA_ARCH, NVVMIntrRange) and both vectorizers on (no-ops on NVPTX, which has
+// no vector registers in LLVM's cost model).
+void run_o3(llvm::Module& m, llvm::TargetMachine& tm) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions pto;
+  pto.LoopUnrolling = true;
+  pto.LoopInterleaving = true;
+  pto.LoopVectorization = true;
+  pto.SLPVectorization = true;
+  llvm::PassBuilder pb(&tm, pto);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  mpm.run(m, mam);
+}
+
+// ---- libdevice ------------------------------------------------------------------------
+
+struct Libdevice {
+  std::string path;
+  std::unique_ptr<llvm::MemoryBuffer> buffer;  // null when it could not be read
+  std::string error;
+};
+
+// Read once per process; parsed (lazily) into each module's own context per call,
+// because a Module cannot be shared between contexts.
+const Libdevice& libdevice() {
+  static const Libdevice ld = [] {
+    Libdevice l;
+    const char* env = std::getenv("SHARDFUSE_LIBDEVICE");
+    l.path = (env && *env) ? env : SF_LIBDEVICE_PATH;
+    auto buf = llvm::MemoryBuffer::getFile(l.path);
+    if (buf) {
+      l.buffer = std::move(*buf);
+    } else {
+      l.error = "cannot read libdevice '" + l.path + "': " + buf.getError().message() +
+                " (install the CUDA toolkit or set SHARDFUSE_LIBDEVICE)";
+    }
+    return l;
+  }();
+  return ld;
+}
+
+bool is_libdevice_name(llvm::StringRef name) { return name.starts_with("__nv_"); }
+
+// Links the __nv_* functions `m` declares, and only those (LinkOnlyNeeded), from
+// libdevice. The lazy bitcode reader materialises just the bodies the linker pulls in.
+std::optional<Diag> link_libdevice(llvm::Module& m) {
+  std::vector<std::string> wanted;
+  for (const llvm::Function& f : m)
+    if (f.isDeclaration() && is_libdevice_name(f.getName())) wanted.push_back(f.getName().str());
+  if (wanted.empty()) return std::nullopt;
+
+  const Libdevice& ld = libdevice();
+  if (!ld.buffer) return error(ld.error);
+  auto lib = llvm::getLazyBitcodeModule(ld.buffer->getMemBufferRef(), m.getContext());
+  if (!lib) return error("cannot parse libdevice '" + ld.path + "': " + to_string(lib.takeError()));
+  // libdevice says nvptx64-nvidia-gpulibs and an older data layout; adopting the
+  // module's avoids the linker's "different target triples" warning on every call.
+  compat::set_triple(**lib, compat::get_triple(m));
+  (*lib)->setDataLayout(m.getDataLayout());
+
+  DiagCapture capture(m.getContext());
+  if (llvm::Linker::linkModules(m, std::move(*lib), llvm::Linker::LinkOnlyNeeded))
+    return error("linking libdevice failed: " + capture.errors());
+
+  for (const std::string& name : wanted) {
+    const llvm::Function* f = m.getFunction(name);
+    if (f && f->isDeclaration())
+      return error("libdevice (" + ld.path + ") has no function '" + name + "'");
+  }
+  return std::nullopt;
+}
+
+// Device code has no libc: anything the kernels still call after linking must be
+// one of the few functions the CUDA driver/ptxas provide.
+std::optional<Diag> check_no_undefined_calls(const llvm::Module& m) {
+  static const std::set<std::string_view> provided = {"vprintf", "malloc", "free",
+                                                       "__assertfail"};
+  for (const llvm::Function& f : m) {
+    if (!f.isDeclaration() || f.isIntrinsic() || f.use_empty()) continue;
+    if (provided.count(std::string_view(f.getName()))) continue;
+    std::string hint = is_libdevice_name(f.getName())
+                           ? ""
+                           : " (device code has no libc/libm: call libdevice's __nv_* functions)";
+    return error("NVPTX module calls undefined function '" + f.getName().str() + "'" + hint);
+  }
+  return std::nullopt;
+}
+
+// ---- stage dumps ------------------------------------------------------------------------
+
+// $SHARDFUSE_DUMP_LLVM=DIR writes each stage of an NVPTX compile as
+// DIR/<name>.<arch>.<stage>, so a bug report can name the stage that broke.
+class StageDump {
+ public:
+  StageDump(std::string name, std::string arch) {
+    const char* dir = std::getenv("SHARDFUSE_DUMP_LLVM");
+    if (dir && *dir) prefix_ = std::string(dir) + "/" + name + "." + arch + ".";
+  }
+  void module(const char* stage, const llvm::Module& m) const {
+    if (!prefix_.empty()) write(std::string(stage) + ".ll", print_module(m));
+  }
+  void text(const char* suffix, const std::string& s) const {
+    if (!prefix_.empty()) write(suffix, s);
+  }
+
+ private:
+  void write(const std::string& suffix, const std::string& s) const {
+    std::ofstream(prefix_ + suffix, std::ios::binary) << s;
+  }
+  std::string prefix_;
+};
+
+std::string module_name(const llvm::Module& m) {
+  for (const llvm::Function& f : m)
+    if (!f.isDeclaration() && is_kernel(f)) return f.getName().str();
+  std::string id = m.getModuleIdentifier();
+  return id.empty() ? "module" : id;
+}
+
+struct NvptxModule {
+  std::unique_ptr<llvm::TargetMachine> tm;
+  std::unique_ptr<llvm::Module> module;  // the optimised clone
+};
+
+// Everything compile_to_ptx does before code generation, on a clone of `m`.
+Result<NvptxModule> optimize_nvptx(const llvm::Module& m, const std::string& arch,
+                                   const StageDump& dump) {
+  if (compat::get_triple(m) != kNvptxTriple)
+    return error("compile_to_ptx: module '" + m.getModuleIdentifier() + "' has triple '" +
+                 compat::get_triple(m) + "', not " + kNvptxTriple +
+                 " (call prepare_module with Target::nvptx)");
+  auto tm = create_target_machine(Target::nvptx(arch));
+  if (!tm) return tm.error();
+  if (auto report = verify(m)) return error("module does not verify:\n" + *report);
+
+  NvptxModule out;
+  out.tm = std::move(*tm);
+  out.module = llvm::CloneModule(m);
+  llvm::Module& c = *out.module;
+  c.setDataLayout(out.tm->createDataLayout());
+  dump.module("0-input", c);
+
+  bool has_kernel = false;
+  for (const llvm::Function& f : c) has_kernel |= !f.isDeclaration() && is_kernel(f);
+  if (!has_kernel)
+    return error("NVPTX module '" + c.getModuleIdentifier() +
+                 "' has no kernel (mark the entry with llvmb::mark_kernel)");
+
+  if (auto d = link_libdevice(c)) return *d;
+  // Kernels are the only entry points: everything else (libdevice included) becomes
+  // internal so that O3 can inline it and GlobalDCE can drop what is unused.
+  llvm::internalizeModule(c, [](const llvm::GlobalValue& gv) {
+    const auto* f = llvm::dyn_cast<llvm::Function>(&gv);
+    return f && is_kernel(*f);
+  });
+  // libdevice asks __nvvm_reflect("__CUDA_FTZ"); 0 keeps denormals (IEEE, as the
+  // reference evaluator computes). Fast math is the emitters' per-instruction call.
+  c.setModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz", 0u);
+  dump.module("1-linked", c);
+
+  run_o3(c, *out.tm);
+  dump.module("2-opt", c);
+  if (auto d = check_no_undefined_calls(c)) return *d;
+  return out;
+}
+
+}  // namespace
+
+// ---- targets -----------------------------------------------------------------------------
+
+std::string Target::str() const {
+  if (kind == Kind::NVPTX) return "nvptx-" + arch;
+  llvm::Triple t(host_info().triple);
+  return "host-" + t.getArchName().str() + "-" + host_info().cpu;
+}
+
+Result<std::unique_ptr<llvm::TargetMachine>> create_target_machine(const Target& t) {
+  init_targets();
+  std::string triple, cpu, features;
+  std::optional<llvm::Reloc::Model> rm;
+  if (t.kind == Target::Kind::NVPTX) {
+    std::optional<compat::ArchInfo> info = compat::arch_info(t.arch);
+    if (!info) {
+      std::string known;
+      for (const compat::ArchInfo& a : compat::kArchTable) known += " " + std::string(a.arch);
+      return error("unknown NVPTX arch '" + t.arch + "' (LLVM " +
+                   std::to_string(LLVM_VERSION_MAJOR) + " knows:" + known + ")");
+    }
+    triple = kNvptxTriple;
+    cpu = t.arch;
+    features = compat::ptx_feature(info->ptx);
+  } else {
+    triple = host_info().triple;
+    cpu = host_info().cpu;
+    features = host_info().features_str;
+    rm = llvm::Reloc::PIC_;
+  }
+  std::string lookup_error;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, lookup_error);
+  if (!target) return error("no LLVM target for '" + triple + "': " + lookup_error);
+  llvm::TargetOptions options;  // no global fast-math (see compile_to_ptx)
+  llvm::TargetMachine* tm =
+      compat::create_target_machine(*target, triple, cpu, features, options, rm);
+  if (!tm) return error("LLVM could not create a target machine for " + t.str());
+  return std::unique_ptr<llvm::TargetMachine>(tm);
+}
+
+std::optional<int> ptx_isa_version(const std::string& arch) {
+  if (auto info = compat::arch_info(arch)) return info->ptx;
+  return std::nullopt;
+}
+
+std::string triple(const Target& t) {
+  return t.kind == Target::Kind::NVPTX ? kNvptxTriple : host_info().triple;
+}
+
+std::string data_layout(const Target& t) {
+  // Emitters call this per kernel; a target machine per call would be waste. NVPTX's
+  // layout does not depend on the arch (only on 64-bit pointers), so an unknown arch
+  // still gets it here and its Diag from compile_to_ptx.
+  auto layout_of = [](const Target& probe) -> std::string {
+    auto tm = create_target_machine(probe);
+    return tm ? (*tm)->createDataLayout().getStringRepresentation() : "";
+  };
+  static const std::string nvptx = layout_of(Target::nvptx("sm_80"));
+  static const std::string host = layout_of(Target::host());
+  return t.kind == Target::Kind::NVPTX ? nvptx : host;
+}
+
+void prepare_module(llvm::Module& m, const Target& t) {
+  compat::set_triple(m, triple(t));
+  m.setDataLayout(data_layout(t));
+}
+
+std::optional<std::string> verify(const llvm::Module& m) {
+  std::string report;
+  llvm::raw_string_ostream os(report);
+  if (!llvm::verifyModule(m, &os)) return std::nullopt;
+  os.flush();
+  return report.empty() ? std::string("module is broken") : report;
+}
+
+void mark_kernel(llvm::Function& f, int max_threads_per_block) {
+  compat::mark_kernel(f);
+  if (max_threads_per_block > 0) compat::add_nvvm_annotation(f, "maxntidx", max_threads_per_block);
+}
+
+bool is_kernel(const llvm::Function& f) { return compat::is_kernel(f); }
+
+// ---- PTX ---------------------------------------------------------------------------------
+
+Result<std::string> compile_to_ptx(llvm::Module& m, const std::string& arch) {
+  StageDump dump(module_name(m), arch);
+  DiagCapture capture(m.getContext());
+  auto opt = optimize_nvptx(m, arch, dump);
+  if (!opt) return opt.error();
+  llvm::Module& c = *opt->module;
+
+  llvm::SmallString<0> ptx;
+  {
+    llvm::raw_svector_ostream os(ptx);
+    llvm::legacy::PassManager pm;
+    pm.add(new llvm::TargetLibraryInfoWrapperPass(llvm::Triple(compat::get_triple(c))));
+    if (opt->tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile))
+      return error("the NVPTX target cannot emit assembly");
+    pm.run(c);
+  }
+  if (!capture.errors().empty()) return error("NVPTX code generation failed: " + capture.errors());
+  std::string text(ptx.str());
+  dump.text("ptx", text);
+  return text;
+}
+
+Result<std::string> optimized_ir(llvm::Module& m, const Target& t) {
+  if (t.kind == Target::Kind::NVPTX) {
+    DiagCapture capture(m.getContext());
+    auto opt = optimize_nvptx(m, t.arch, StageDump(module_name(m), t.arch));
+    if (!opt) return opt.error();
+    return print_module(*opt->module);
+  }
+  if (auto report = verify(m)) return error("module does not verify:\n" + *report);
+  auto tm = create_target_machine(t);
+  if (!tm) return tm.error();
+  std::unique_ptr<llvm::Module> c = llvm::CloneModule(m);
+  if (compat::get_triple(*c).empty()) compat::set_triple(*c, host_info().triple);
+  c->setDataLayout((*tm)->createDataLayout());
+  run_o3(*c, **tm);
+  return print_module(*c);
+}
+
+// ---- host JIT ----------------------------------------------------------------------------
+
+namespace {
+// ORC reports materialisation failures (a relocation it cannot apply, ...) to the
+// session's error reporter, and the lookup then fails only with "failed to
+// materialize". Materialisation runs on the thread that looks the symbol up (the
+// in-place dispatcher below), so a thread-local buffer pairs each report with its
+// add() call.
+thread_local std::string t_session_errors;
+}  // namespace
+
+struct HostJit::Impl {
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::atomic<uint64_t> next_dylib{0};
+};
+
+HostJit::HostJit() : impl_(std::make_unique<Impl>()) {}
+HostJit::~HostJit() = default;
+
+Result<std::unique_ptr<HostJit>> HostJit::create() {
+  init_targets();
+  const HostInfo& host = host_info();
+  llvm::orc::JITTargetMachineBuilder jtmb{llvm::Triple(host.triple)};
+  jtmb.setCPU(host.cpu);
+  jtmb.addFeatures(host.features);
+  jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+
+  auto dl = jtmb.getDefaultDataLayoutForTarget();
+  if (!dl) return error("host JIT: " + to_string(dl.takeError()));
+  const char prefix = dl->getGlobalPrefix();
+
+  // In-place dispatch: each add() compiles on its caller's thread (LLVM 19's default
+  // with concurrent compilation is a thread pool, which would hide which call an
+  // error report belongs to and gains nothing: callers that want parallel compiles
+  // call add() from several threads).
+  auto epc = llvm::orc::SelfExecutorProcessControl::Create(
+      nullptr, std::make_unique<llvm::orc::InPlaceTaskDispatcher>());
+  if (!epc) return error("host JIT: " + to_string(epc.takeError()));
+
+  auto jit =
+      llvm::orc::LLJITBuilder()
+          .setJITTargetMachineBuilder(jtmb)
+          .setExecutorProcessControl(std::move(*epc))
+          // A fresh TargetMachine per compile (ConcurrentIRCompiler), so add() may run
+          // on several threads at once.
+          .setSupportConcurrentCompilation(true)
+          // Kernels have no static constructors; the generic IR platform's
+          // initializer machinery would only cost time per module.
+          .setPlatformSetUp(llvm::orc::setUpInactivePlatform)
+          .setProcessSymbolsJITDylibSetup(
+              [prefix](llvm::orc::LLJIT& j) -> llvm::Expected<llvm::orc::JITDylibSP> {
+                auto& jd = j.getExecutionSession().createBareJITDylib("<process>");
+                auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix);
+                if (!gen) return gen.takeError();
+                jd.addGenerator(std::move(*gen));
+                return llvm::orc::JITDylibSP(&jd);
+              })
+          .create();
+  if (!jit) return error("host JIT: " + to_string(jit.takeError()));
+
+  (*jit)->getExecutionSession().setErrorReporter([](llvm::Error e) {
+    if (!t_session_errors.empty()) t_session_errors += '\n';
+    t_session_errors += to_string(std::move(e));
+  });
+  (*jit)->getIRTransformLayer().setTransform(
+      [jtmb](llvm::orc::ThreadSafeModule tsm, llvm::orc::MaterializationResponsibility&)
+          -> llvm::Expected<llvm::orc::ThreadSafeModule> {
+        llvm::orc::JITTargetMachineBuilder b = jtmb;  // per call: one TM per thread
+        auto tm = b.createTargetMachine();
+        if (!tm) return tm.takeError();
+        tsm.withModuleDo([&](llvm::Module& m) { run_o3(m, **tm); });
+        return tsm;
+      });
+
+  std::unique_ptr<HostJit> out(new HostJit());
+  out->impl_->jit = std::move(*jit);
+  return out;
+}
+
+Result<void*> HostJit::add(std::unique_ptr<llvm::Module> m, std::unique_ptr<llvm::LLVMContext> ctx,
+                           const std::string& symbol) {
+  if (!m || !ctx) return error("HostJit::add: null module or context");
+  if (&m->getContext() != ctx.get()) {
+    std::string id = m->getModuleIdentifier();
+    m.reset();  // its own context is the caller's; ours goes when we return
+    return error("HostJit::add: module '" + id + "' does not belong to the given context");
+  }
+  // From here the ThreadSafeModule owns both and destroys the module first (the
+  // parameters alone would be destroyed in an unspecified order).
+  llvm::orc::ThreadSafeModule tsm(std::move(m), llvm::orc::ThreadSafeContext(std::move(ctx)));
+  llvm::Module& mod = *tsm.getModuleUnlocked();
+  if (auto report = verify(mod)) return error("module does not verify:\n" + *report);
+
+  llvm::orc::LLJIT& jit = *impl_->jit;
+  const llvm::Triple& host = jit.getTargetTriple();
+  if (compat::get_triple(mod).empty()) compat::set_triple(mod, host.str());
+  llvm::Triple mt(compat::get_triple(mod));
+  if (mt.getArch() != host.getArch() || mt.getOS() != host.getOS())
+    return error("HostJit::add: module '" + mod.getModuleIdentifier() + "' is for " + mt.str() +
+                 ", not the host (" + host.str() + ")");
+  if (mod.getDataLayout().isDefault()) mod.setDataLayout(jit.getDataLayout());
+  // An unresolvable call would otherwise surface as ORC's "failed to materialize
+  // symbols: { k }", which does not say which function is missing.
+  for (const llvm::Function& f : mod) {
+    if (!f.isDeclaration() || f.isIntrinsic() || f.use_empty()) continue;
+    if (!llvm::sys::DynamicLibrary::SearchForAddressOfSymbol(f.getName().str()))
+      return error("HostJit::add: module '" + mod.getModuleIdentifier() + "' calls '" +
+                   f.getName().str() + "', which is neither defined in it nor in the process");
+  }
+
+  t_session_errors.clear();
+  auto fail = [&](const std::string& what, llvm::Error e) -> Diag {
+    std::string msg = "host JIT: " + what + ": " + to_string(std::move(e));
+    if (!t_session_errors.empty()) msg += "\n" + t_session_errors;
+    return error(msg);
+  };
+
+  // One JITDylib per module: the same entry name may be added many times.
+  std::string name = "m" + std::to_string(impl_->next_dylib++) + "." + symbol;
+  auto jd = jit.createJITDylib(name);
+  if (!jd) return fail("creating " + name, jd.takeError());
+  if (llvm::Error e = jit.addIRModule(*jd, std::move(tsm))) return fail("adding the module", std::move(e));
+  auto addr = jit.lookup(*jd, symbol);
+  if (!addr) return fail("looking up '" + symbol + "'", addr.takeError());
+  return addr->toPtr<void*>();
+}
+
+}  // namespace sf::llvmb

@@ -1,0 +1,78 @@
+// A Plan: everything a rank needs to run a compiled graph, without LLVM (DESIGN.md:
+// a Plan written on a machine with LLVM runs on one that has only the CUDA driver
+// and NCCL). On disk it is a directory: plan.json (this structure), one .ptx per
+// distinct kernel, and report.txt. docs/plan.md documents the JSON schema.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/ir/diag.h"
+#include "codegen/ir/tensor.h"
+
+namespace sf {
+
+struct PlanKernel {
+  std::string id;     // unique in the plan; also the .ptx file's stem
+  std::string entry;  // the .entry symbol in the PTX
+  std::string kind;   // pointwise, reduction, matmul
+  std::string ptx_file;
+  std::array<int64_t, 3> grid{1, 1, 1};
+  std::array<int, 3> block{1, 1, 1};
+  int shared_bytes = 0;
+  int registers = -1;  // from ptxas -v; -1 when ptxas was not run
+  int64_t spill_bytes = -1;
+  int64_t bytes_read = 0, bytes_written = 0, flops = 0;
+  std::vector<std::string> ops;
+};
+
+struct PlanBuffer {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;  // local shape on this rank
+};
+
+// One step of a rank's program, as the CUDA runtime will issue it.
+struct PlanStep {
+  std::string op;  // kernel, all_gather, all_reduce, reduce_scatter, all_to_all, wait, slice, partialize
+  std::string stream;  // compute or comm
+  std::string kernel;  // kernel: PlanKernel::id
+  std::vector<int> in, out;  // buffer ids
+  int handle = -1;           // collective start/wait pairing
+  std::string mesh_dim;      // collectives, slice, partialize
+  std::vector<int> group;    // collectives: the ranks, in group order
+  int dim = 0, dim2 = 0;
+  std::string reduce_op;
+  std::vector<int64_t> sizes, sizes2, offset;
+  bool keep = true;
+};
+
+struct PlanRank {
+  int rank = 0;
+  std::vector<PlanBuffer> buffers;
+  std::vector<int> inputs;                 // per graph param: its buffer
+  std::vector<std::string> input_specs;    // per graph param: its placement
+  std::vector<int> outputs;                // per graph output: its buffer
+  std::vector<std::string> output_specs;
+  std::vector<PlanStep> steps;
+};
+
+struct Plan {
+  static constexpr int kVersion = 1;
+  std::string graph;
+  std::string mesh;  // "tp=4", "" for one rank
+  int world = 1;
+  std::string arch;
+  std::vector<std::string> params, outputs;  // names, in graph order
+  std::vector<PlanKernel> kernels;
+  std::vector<PlanRank> ranks;
+};
+
+std::string plan_to_json(const Plan& p);
+// Parses and validates plan.json text (`file` names it in Diags): version, required
+// fields, buffer and kernel references in range.
+Result<Plan> plan_from_json(const std::string& text, const std::string& file);
+
+}  // namespace sf

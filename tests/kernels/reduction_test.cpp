@@ -1,0 +1,807 @@
+// The reduction emitter: host kernels (ORC JIT) against the reference evaluator on the
+// same group graph; the NVPTX kernel's block algorithm run on the host, one OS thread
+// per GPU thread (shuffles and barriers through hooks); NVPTX kernels through the
+// verifier, compile_to_ptx, PTX text checks and ptxas. No GPU is needed.
+//
+// Groups are built as the fusion pass builds them: params, then primitive ops, then
+// outputs; composites come from decompose() on a one-op graph, so the kernel sees
+// exactly what fusion hands it.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include "codegen/ir/builder.h"
+#include "codegen/ir/decompose.h"
+#include "codegen/kernels/pointwise.h"  // emitter_for
+#include "codegen/kernels/reduction.h"
+#include "codegen/reference/compare.h"
+#include "codegen/reference/evaluate.h"
+
+namespace sf {
+namespace {
+
+// ---- graphs ------------------------------------------------------------------------------
+
+Graph finish(GraphBuilder& b) {
+  Result<Graph> r = b.finish();
+  if (!r) {
+    ADD_FAILURE() << r.error().str();
+    return Graph{};
+  }
+  return std::move(r).value();
+}
+
+Value reduce(OpKind k, Value x, std::vector<int64_t> dims, bool keepdim) {
+  return x.builder->op(k, {x}, {AttrValue(std::move(dims)), AttrValue(keepdim)});
+}
+
+KernelSpec spec_of(const Graph& g, std::string entry = "red") {
+  return KernelSpec{std::move(entry), KernelKind::Reduction, g};
+}
+
+// A one-op graph through decompose(): what fusion sees of softmax, layer_norm, rms_norm.
+enum class Composite { Softmax, LayerNorm, RmsNorm };
+Graph composite_group(Composite c, DType dt, const Shape& x_shape, int64_t dim_or_norm_rank = -1) {
+  GraphBuilder b("composite");
+  Value x = b.param("x", dt, x_shape);
+  Shape w_shape(x_shape.end() - (c == Composite::Softmax ? 0 : dim_or_norm_rank), x_shape.end());
+  switch (c) {
+    case Composite::Softmax: b.ret(softmax(x, dim_or_norm_rank)); break;
+    case Composite::LayerNorm:
+      b.ret(layer_norm(x, b.param("w", dt, w_shape), b.param("b", dt, w_shape), 1e-5));
+      break;
+    case Composite::RmsNorm: b.ret(rms_norm(x, b.param("w", dt, w_shape), 1e-6)); break;
+  }
+  return decompose(finish(b));
+}
+
+// ---- inputs ------------------------------------------------------------------------------
+
+// Floats uniform in [lo, hi) rounded to the dtype; integers uniform over the whole
+// range of the dtype when `wide` (sums wrap like the reference), else in [-1000, 1000).
+Tensor random_tensor(DType t, const Shape& s, uint64_t seed, double lo = -1, double hi = 1, bool wide = false) {
+  Tensor x(t, s);
+  std::mt19937_64 rng(seed);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    if (t == DType::Bool) x.set_int(i, static_cast<int64_t>(rng() >> 63));
+    else if (is_float(t)) x.set(i, lo + (hi - lo) * static_cast<double>(rng() >> 11) * 0x1p-53);
+    else if (wide) x.set_int(i, static_cast<int64_t>(rng()));  // i32 wraps
+    else x.set_int(i, static_cast<int64_t>(rng() % 2000) - 1000);
+  }
+  return x;
+}
+
+std::vector<Tensor> random_inputs_for(const Graph& g, uint64_t seed, double lo = -1, double hi = 1, bool wide = false) {
+  std::vector<Tensor> in;
+  for (size_t i = 0; i < g.params().size(); ++i) {
+    const TensorType& t = g.node(g.params()[i]).type;
+    in.push_back(random_tensor(t.dtype, t.shape, seed + 7919 * i, lo, hi, wide));
+  }
+  return in;
+}
+
+// ---- running kernels ----------------------------------------------------------------------
+
+llvmb::HostJit& jit() {
+  static std::unique_ptr<llvmb::HostJit> j = [] {
+    Result<std::unique_ptr<llvmb::HostJit>> r = llvmb::HostJit::create();
+    if (!r) {
+      ADD_FAILURE() << r.error().str();
+      std::abort();
+    }
+    return std::move(r).value();
+  }();
+  return *j;
+}
+
+std::vector<Tensor> output_tensors(const Graph& g) {
+  std::vector<Tensor> out;
+  for (const Output& o : g.outputs()) out.emplace_back(g.node(o.value).type.dtype, g.node(o.value).type.shape);
+  return out;
+}
+
+std::vector<void*> arg_array(const std::vector<Tensor>& inputs, std::vector<Tensor>& out) {
+  std::vector<void*> args;
+  for (const Tensor& t : inputs) args.push_back(const_cast<std::byte*>(t.data()));
+  for (Tensor& t : out) args.push_back(t.data());
+  return args;
+}
+
+// Emits `g` for the host, JIT-compiles it and runs it on `inputs`.
+Result<std::vector<Tensor>> run_host(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg = {}) {
+  Result<EmittedKernel> k = reduction_emitter().emit(spec_of(g), cfg, llvmb::Target::host());
+  if (!k) return k.error();
+  Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
+  if (!fn) return fn.error();
+  std::vector<Tensor> out = output_tensors(g);
+  std::vector<void*> args = arg_array(inputs, out);
+  reinterpret_cast<void (*)(void**)>(*fn)(args.data());
+  return out;
+}
+
+// One simulated block: a std::barrier for __syncthreads and a slot per thread for
+// shuffles (write, barrier, read the partner's, barrier).
+struct SimBlock {
+  explicit SimBlock(int threads) : bar(threads), slots(static_cast<size_t>(threads)) {}
+  std::barrier<> bar;
+  std::vector<int32_t> slots;
+};
+
+void sim_barrier(void* ctx) { static_cast<SimBlock*>(ctx)->bar.arrive_and_wait(); }
+
+int32_t sim_shfl(void* ctx, int32_t tid, int32_t value, int32_t lane_mask) {
+  auto* s = static_cast<SimBlock*>(ctx);
+  s->slots[static_cast<size_t>(tid)] = value;
+  s->bar.arrive_and_wait();
+  int32_t r = s->slots[static_cast<size_t>(tid ^ lane_mask)];
+  s->bar.arrive_and_wait();
+  return r;
+}
+
+// Runs the NVPTX kernel's algorithm on the host: every block of the launch, one after
+// another, each with all its threads running concurrently.
+Result<std::vector<Tensor>> run_simulated(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg) {
+  Result<ReductionInfo> info = reduction_info(spec_of(g), cfg);
+  if (!info) return info.error();
+  Result<EmittedKernel> k = emit_reduction_block_on_host(spec_of(g, "red_sim"), cfg);
+  if (!k) return k.error();
+  LaunchShape launch = k->launch;
+  Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
+  if (!fn) return fn.error();
+  using Entry = void (*)(void**, int32_t, int32_t, int32_t, ReductionSimHooks*);
+  auto entry = reinterpret_cast<Entry>(*fn);
+  std::vector<Tensor> out = output_tensors(g);
+  std::vector<void*> args = arg_array(inputs, out);
+  const int threads = launch.block[0];
+  std::vector<uint64_t> shared(static_cast<size_t>(info->static_shared_bytes / 8 + 1), 0xDEADBEEFDEADBEEFull);
+  for (int64_t blk = 0; blk < launch.grid[0]; ++blk) {
+    SimBlock sb(threads);
+    ReductionSimHooks hooks{&sb, sim_barrier, sim_shfl, shared.data()};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back(entry, args.data(), static_cast<int32_t>(blk), t, static_cast<int32_t>(launch.grid[0]), &hooks);
+    for (std::thread& t : ts) t.join();
+  }
+  return out;
+}
+
+enum class Runner { Host, Simulated };
+
+// The kernel's outputs equal the reference's within default_tolerance (exactly for
+// integers; NaN only matches NaN).
+void expect_matches_reference(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg = {},
+                              Runner runner = Runner::Host) {
+  Result<std::vector<Tensor>> want = evaluate(g, inputs);
+  ASSERT_TRUE(want.ok()) << want.error().str();
+  Result<std::vector<Tensor>> got = runner == Runner::Host ? run_host(g, inputs, cfg) : run_simulated(g, inputs, cfg);
+  ASSERT_TRUE(got.ok()) << got.error().str();
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t o = 0; o < want->size(); ++o) {
+    const Tensor& w = (*want)[o];
+    const Tensor& r = (*got)[o];
+    Comparison c = compare(r, w, default_tolerance(w.dtype()));
+    EXPECT_TRUE(c.ok()) << "output " << o << " '" << g.outputs()[o].name << "' (" << w.type().str()
+                        << "): " << c.mismatches << " mismatch(es); first at " << c.first_mismatch << ": got "
+                        << (c.first_mismatch >= 0 ? r.get(c.first_mismatch) : 0.0) << ", want "
+                        << (c.first_mismatch >= 0 ? w.get(c.first_mismatch) : 0.0) << "; max abs err "
+                        << c.max_abs_err;
+  }
+}
+
+std::string config_str(const KernelConfig& c) {
+  return "threads_per_row=" + std::to_string(c.threads_per_row) + " rows_per_block=" + std::to_string(c.rows_per_block) +
+         " grid_stride=" + std::to_string(c.grid_stride) + " max_blocks=" + std::to_string(c.max_blocks);
+}
+
+// ---- every reduction op, every placement of the reduced dims --------------------------------
+
+// x: one shape, reduced over `dims` by sum, max, min and mean (one kernel, one pass).
+Graph four_reductions(DType dt, const Shape& x_shape, const std::vector<int64_t>& dims, bool keepdim) {
+  GraphBuilder b("four");
+  Value x = b.param("x", dt, x_shape);
+  b.ret(reduce(OpKind::Sum, x, dims, keepdim));
+  b.ret(reduce(OpKind::Max, x, dims, keepdim));
+  b.ret(reduce(OpKind::Min, x, dims, keepdim));
+  b.ret(reduce(OpKind::Mean, x, dims, keepdim));
+  return finish(b);
+}
+
+struct DimsCase {
+  const char* what;
+  Shape shape;
+  std::vector<int64_t> dims;
+};
+
+// Rows of 1, 7 and 1000, each of 3 or 5000 elements, reduced where X's dims allow.
+const std::vector<DimsCase>& dims_cases() {
+  static const std::vector<DimsCase> cases = {
+      {"last dim, 1 row of 3", {1, 3}, {-1}},
+      {"last dim, 1 row of 5000", {1, 5000}, {1}},
+      {"last dim, 7 rows of 3", {7, 3}, {1}},
+      {"last dim, 7 rows of 5000", {7, 5000}, {-1}},
+      {"last dim, 1000 rows of 3", {1000, 3}, {1}},
+      {"last dim, 1000 rows of 5000", {1000, 5000}, {1}},
+      {"first dim, 7 rows of 5000", {5000, 7}, {0}},
+      {"first dim, 1000 rows of 3", {3, 1000}, {0}},
+      {"middle dim, 7x1000 rows of 3", {7, 3, 1000}, {1}},
+      {"several dims, 7 rows of 3x1000", {3, 7, 1000}, {0, 2}},
+      {"several dims, 5x4 rows of 2x3x5", {2, 5, 3, 4, 5}, {0, 2, 4}},
+      {"all dims (empty list), 1 row of 5000", {50, 100}, {}},
+      {"all dims (listed), 1 row of 3", {3}, {0}},
+      {"size-1 reduced dim, 7 rows of 1", {7, 1}, {1}},
+  };
+  return cases;
+}
+
+TEST(ReductionHost, SumMaxMinMeanOverEveryDimsPlacementAndKeepdim) {
+  int kernels = 0;
+  uint64_t seed = 1;
+  for (const DimsCase& dc : dims_cases())
+    for (bool keepdim : {false, true}) {
+      SCOPED_TRACE(std::string(dc.what) + (keepdim ? ", keepdim" : ""));
+      Graph g = four_reductions(DType::F32, dc.shape, dc.dims, keepdim);
+      expect_matches_reference(g, random_inputs_for(g, seed++));
+      ++kernels;
+    }
+  EXPECT_EQ(kernels, 28);
+}
+
+TEST(ReductionHost, HalfTypesAccumulateInF32AndRoundOnce) {
+  for (DType dt : {DType::F16, DType::BF16})
+    for (const DimsCase& dc : dims_cases()) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + dc.what);
+      Graph g = four_reductions(dt, dc.shape, dc.dims, true);
+      expect_matches_reference(g, random_inputs_for(g, 100));
+    }
+}
+
+TEST(ReductionHost, SingleReductionGroups) {
+  // One reduction per kernel (the common case from fusion), as separate kernels.
+  for (OpKind op : {OpKind::Sum, OpKind::Max, OpKind::Min, OpKind::Mean})
+    for (const Shape& s : {Shape{7, 5000}, Shape{1000, 3}}) {
+      SCOPED_TRACE(std::string(op_name(op)) + " " + shape_str(s));
+      GraphBuilder b("one");
+      b.ret(reduce(op, b.param("x", DType::F32, s), {-1}, false));
+      Graph g = finish(b);
+      expect_matches_reference(g, random_inputs_for(g, 5, -3, 3));
+    }
+}
+
+TEST(ReductionHost, IntegerSumsAreExactInI64AndMaxMinKeepTheDtype) {
+  for (DType dt : {DType::I32, DType::I64, DType::Bool}) {
+    SCOPED_TRACE(dtype_name(dt));
+    GraphBuilder b("ints");
+    Value x = b.param("x", dt, {7, 5000});
+    b.ret(reduce(OpKind::Sum, x, {1}, false));   // i64, wrapping like torch
+    b.ret(reduce(OpKind::Sum, x, {0}, true));
+    if (dt != DType::Bool) {
+      b.ret(reduce(OpKind::Max, x, {1}, false));
+      b.ret(reduce(OpKind::Min, x, {1}, true));
+    }
+    Graph g = finish(b);
+    // Two groups would come from fusion (different dims); run each separately.
+    for (bool wide : {false, true}) {
+      GraphBuilder b1("ints_rows");
+      Value x1 = b1.param("x", dt, {7, 5000});
+      b1.ret(reduce(OpKind::Sum, x1, {1}, false));
+      if (dt != DType::Bool) {
+        b1.ret(reduce(OpKind::Max, x1, {1}, false));
+        b1.ret(reduce(OpKind::Min, x1, {1}, true));
+      }
+      Graph g1 = finish(b1);
+      expect_matches_reference(g1, random_inputs_for(g1, 9, -1, 1, wide));
+      GraphBuilder b2("ints_cols");
+      b2.ret(reduce(OpKind::Sum, b2.param("x", dt, {7, 5000}), {0}, true));
+      Graph g2 = finish(b2);
+      expect_matches_reference(g2, random_inputs_for(g2, 10, -1, 1, wide));
+    }
+    // One group may not mix reduced dims.
+    Result<EmittedKernel> k = reduction_emitter().emit(spec_of(g), {}, llvmb::Target::host());
+    ASSERT_FALSE(k.ok());
+    EXPECT_NE(k.error().message.find("one set of dims"), std::string::npos) << k.error().message;
+  }
+}
+
+TEST(ReductionHost, MaxAndMinPropagateNaNAndSeeInfinities) {
+  GraphBuilder b("nan");
+  Value x = b.param("x", DType::F32, {6, 37});
+  b.ret(reduce(OpKind::Max, x, {1}, false));
+  b.ret(reduce(OpKind::Min, x, {1}, false));
+  b.ret(reduce(OpKind::Sum, x, {1}, false));
+  Graph g = finish(b);
+  Tensor t = random_tensor(DType::F32, {6, 37}, 3);
+  const double inf = std::numeric_limits<double>::infinity();
+  t.set(0 * 37 + 5, std::nan(""));   // row 0: NaN in the middle
+  t.set(1 * 37 + 0, std::nan(""));   // row 1: NaN first
+  t.set(2 * 37 + 36, std::nan(""));  // row 2: NaN last
+  t.set(3 * 37 + 4, inf);            // row 3: +inf and -inf
+  t.set(3 * 37 + 9, -inf);
+  t.set(4 * 37 + 1, -0.0);           // row 4: signed zeros only
+  for (int64_t j = 0; j < 37; ++j) t.set(4 * 37 + j, j % 2 ? 0.0 : -0.0);
+  expect_matches_reference(g, {t});
+  Result<std::vector<Tensor>> got = run_host(g, {t});
+  ASSERT_TRUE(got.ok()) << got.error().str();
+  for (int r : {0, 1, 2}) {
+    EXPECT_TRUE(std::isnan((*got)[0].get(r))) << r;
+    EXPECT_TRUE(std::isnan((*got)[1].get(r))) << r;
+  }
+  EXPECT_EQ((*got)[0].get(3), inf);
+  EXPECT_EQ((*got)[1].get(3), -inf);
+}
+
+// ---- prologues and epilogues ---------------------------------------------------------------
+
+TEST(ReductionHost, SoftmaxAsDecomposed) {
+  struct Case {
+    DType dt;
+    Shape shape;
+    int64_t dim;
+  };
+  const std::vector<Case> cases = {
+      {DType::F32, {7, 5000}, -1}, {DType::F32, {1000, 3}, -1}, {DType::F32, {1, 3}, 1},
+      {DType::F32, {5000, 7}, 0},  {DType::F32, {4, 3, 25}, 1}, {DType::F16, {7, 5000}, -1},
+      {DType::BF16, {1000, 3}, -1}, {DType::BF16, {7, 5000}, 1}, {DType::F16, {3, 1000}, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(dtype_name(c.dt)) + shape_str(c.shape) + " dim " + std::to_string(c.dim));
+    Graph g = composite_group(Composite::Softmax, c.dt, c.shape, c.dim);
+    Result<ReductionInfo> info = reduction_info(spec_of(g), {});
+    ASSERT_TRUE(info.ok()) << info.error().str();
+    EXPECT_EQ(info->passes, 2);  // max, then sum(exp(x - max))
+    EXPECT_EQ(info->x_outputs, 1);
+    expect_matches_reference(g, random_inputs_for(g, 11, -3, 3));
+  }
+}
+
+TEST(ReductionHost, LayerNormAndRmsNormAsDecomposed) {
+  struct Case {
+    Composite c;
+    DType dt;
+    Shape shape;
+    int64_t norm_rank;
+  };
+  const std::vector<Case> cases = {
+      {Composite::LayerNorm, DType::F32, {7, 5000}, 1},  {Composite::LayerNorm, DType::F32, {1000, 3}, 1},
+      {Composite::LayerNorm, DType::F32, {1, 5000}, 1},  {Composite::LayerNorm, DType::F16, {7, 5000}, 1},
+      {Composite::LayerNorm, DType::BF16, {1000, 3}, 1}, {Composite::LayerNorm, DType::F32, {5, 4, 250}, 2},
+      {Composite::RmsNorm, DType::F32, {7, 5000}, 1},    {Composite::RmsNorm, DType::F32, {1000, 3}, 1},
+      {Composite::RmsNorm, DType::BF16, {7, 5000}, 1},   {Composite::RmsNorm, DType::F16, {2, 3, 7, 5}, 3},
+  };
+  for (const Case& c : cases) {
+    const bool ln = c.c == Composite::LayerNorm;
+    SCOPED_TRACE(std::string(ln ? "layer_norm " : "rms_norm ") + std::string(dtype_name(c.dt)) + shape_str(c.shape));
+    Graph g = composite_group(c.c, c.dt, c.shape, c.norm_rank);
+    Result<ReductionInfo> info = reduction_info(spec_of(g), {});
+    ASSERT_TRUE(info.ok()) << info.error().str();
+    EXPECT_EQ(info->passes, ln ? 2 : 1);  // mean, then mean((x - mean)^2); rms: mean(x * x)
+    expect_matches_reference(g, random_inputs_for(g, 12, -2, 2));
+  }
+}
+
+TEST(ReductionHost, ReducedSpaceEpilogueAndOutputsInBothSpaces) {
+  // A hand-written layer norm that also returns the mean and rstd (reduced space, as
+  // torch's native_layer_norm does) and the centred value (X space), over dim 0.
+  GraphBuilder b("ln_stats");
+  Value x = b.param("x", DType::F32, {5000, 7});
+  Value w = b.param("w", DType::F32, {7});
+  Value m = reduce(OpKind::Sum, x, {0}, false) * (1.0 / 5000);  // [7]
+  Value xc = x - m;
+  Value var = reduce(OpKind::Mean, xc * xc, {0}, true);           // [1, 7]
+  Value rstd = unary(OpKind::Rsqrt, var + 1e-5);
+  b.ret(m);
+  b.ret(rstd);
+  b.ret(xc * rstd * w);
+  b.ret(xc);
+  Graph g = finish(b);
+  Result<ReductionInfo> info = reduction_info(spec_of(g), {});
+  ASSERT_TRUE(info.ok()) << info.error().str();
+  EXPECT_EQ(info->rows, 7);
+  EXPECT_EQ(info->row_elems, 5000);
+  EXPECT_EQ(info->row_outputs, 2);
+  EXPECT_EQ(info->x_outputs, 2);
+  expect_matches_reference(g, random_inputs_for(g, 13));
+}
+
+TEST(ReductionHost, PrologueWithViewsBroadcastsAndCasts) {
+  // sum(exp(transpose(a) * bias), dim 1) with a half input: the prologue reads a
+  // through a transpose, a broadcast row and a cast; the later pass reads a reshaped
+  // reduced value.
+  GraphBuilder b("prologue");
+  Value a = b.param("a", DType::F16, {300, 7});
+  Value bias = b.param("bias", DType::F32, {300});
+  Value scale = b.param("scale", DType::F32, {7, 1});
+  Value p = exp(cast(transpose(a, 0, 1), DType::F32) * bias);  // [7, 300]
+  Value s = reduce(OpKind::Sum, p, {1}, false);                  // [7]
+  Value mx = reduce(OpKind::Max, p - reshape(s, {7, 1}) * scale, {1}, true);
+  b.ret(s);
+  b.ret(cast(p / reshape(s, {7, 1}) + mx, DType::BF16));
+  b.ret(binary(OpKind::Gt, mx, 0.0));
+  Graph g = finish(b);
+  Result<ReductionInfo> info = reduction_info(spec_of(g), {});
+  ASSERT_TRUE(info.ok()) << info.error().str();
+  EXPECT_EQ(info->passes, 2);
+  expect_matches_reference(g, random_inputs_for(g, 14));
+}
+
+TEST(ReductionHost, IndependentReductionsShareOnePass) {
+  // sum(x) and sum(x * x) do not depend on each other: one sweep computes both.
+  GraphBuilder b("moments");
+  Value x = b.param("x", DType::F32, {7, 5000});
+  Value s1 = reduce(OpKind::Sum, x, {1}, true);
+  Value s2 = reduce(OpKind::Sum, x * x, {1}, true);
+  b.ret(s2 * (1.0 / 5000) - (s1 * (1.0 / 5000)) * (s1 * (1.0 / 5000)));
+  Graph g = finish(b);
+  Result<ReductionInfo> info = reduction_info(spec_of(g), {});
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->passes, 1);
+  expect_matches_reference(g, random_inputs_for(g, 15));
+}
+
+TEST(ReductionHost, LongRowsStayAccurateInF32) {
+  // 2^20 elements of one sign in one row: a single f32 accumulator loses about 2^20
+  // ulps; the blocked sum stays within the f32 tolerance of the double reference.
+  GraphBuilder b("long");
+  b.ret(reduce(OpKind::Sum, b.param("x", DType::F32, {1 << 20}), {}, false));
+  b.ret(reduce(OpKind::Mean, b.param("y", DType::F32, {1 << 20}), {}, false));
+  Graph g = finish(b);
+  expect_matches_reference(g, random_inputs_for(g, 16, 0, 1));
+}
+
+// ---- empty rows and empty tensors ------------------------------------------------------------
+
+TEST(ReductionHost, EmptyRowsSumToZeroAndMeanToNaN) {
+  GraphBuilder b("empty_rows");
+  Value x = b.param("x", DType::F32, {4, 0});
+  Value i = b.param("i", DType::I32, {4, 0});
+  b.ret(reduce(OpKind::Sum, x, {1}, false));
+  b.ret(reduce(OpKind::Mean, x, {1}, true));
+  b.ret(reduce(OpKind::Sum, i, {1}, false));
+  b.ret(x * 2.0);  // an X-space output with no elements
+  Graph g = finish(b);
+  expect_matches_reference(g, random_inputs_for(g, 17));
+  Tensor xt(DType::F32, {4, 0}), it(DType::I32, {4, 0});
+  Result<std::vector<Tensor>> got = run_host(g, {xt, it});
+  ASSERT_TRUE(got.ok()) << got.error().str();
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ((*got)[0].get(r), 0.0);
+    EXPECT_TRUE(std::isnan((*got)[1].get(r)));
+    EXPECT_EQ((*got)[2].get_int(r), 0);
+  }
+  KernelConfig cfg;
+  cfg.threads_per_row = 64;
+  expect_matches_reference(g, {xt, it}, cfg, Runner::Simulated);
+}
+
+TEST(ReductionHost, MaxOfAnEmptyRowIsADiagLikeTheReference) {
+  GraphBuilder b("empty_max");
+  b.ret(reduce(OpKind::Max, b.param("x", DType::F32, {4, 0}), {1}, false));
+  Graph g = finish(b);
+  Result<std::vector<Tensor>> ref = evaluate(g, {Tensor(DType::F32, {4, 0})});
+  EXPECT_FALSE(ref.ok());
+  for (const llvmb::Target& t : {llvmb::Target::host(), llvmb::Target::nvptx("sm_90a")}) {
+    Result<EmittedKernel> k = reduction_emitter().emit(spec_of(g), {}, t);
+    ASSERT_FALSE(k.ok());
+    EXPECT_NE(k.error().message.find("no identity"), std::string::npos) << k.error().message;
+  }
+}
+
+TEST(ReductionHost, EmptyTensorIsANoOpKernel) {
+  for (const Shape& s : {Shape{0, 5}, Shape{0, 0}}) {
+    GraphBuilder b("empty");
+    Value x = b.param("x", DType::F32, s);
+    b.ret(reduce(OpKind::Max, x, {1}, false));  // no rows: nothing to reduce, no Diag
+    b.ret(exp(x - reduce(OpKind::Max, x, {1}, true)));
+    Graph g = finish(b);
+    Result<ReductionInfo> info = reduction_info(spec_of(g), {});
+    ASSERT_TRUE(info.ok()) << info.error().str();
+    EXPECT_EQ(info->rows, 0);
+    expect_matches_reference(g, {Tensor(DType::F32, s)});
+    Result<EmittedKernel> k = reduction_emitter().emit(spec_of(g), {}, llvmb::Target::nvptx("sm_90a"));
+    ASSERT_TRUE(k.ok()) << k.error().str();
+    EXPECT_EQ(k->launch.grid[0], 1);  // an empty kernel still launches
+    EXPECT_TRUE(llvmb::compile_to_ptx(*k->module, "sm_90a").ok());
+  }
+}
+
+// ---- the NVPTX algorithm, simulated on the host ---------------------------------------------
+
+std::vector<KernelConfig> sim_configs() {
+  std::vector<KernelConfig> v;
+  auto add = [&](int tpr, int rpb, bool grid_stride, int max_blocks) {
+    KernelConfig c;
+    c.threads_per_row = tpr;
+    c.rows_per_block = rpb;
+    c.grid_stride = grid_stride;
+    c.max_blocks = max_blocks;
+    v.push_back(c);
+  };
+  add(256, 1, true, 4096);  // the default: 8 warps per row, shared memory across warps
+  add(128, 2, true, 2);     // two rows per block, grid-stride over row groups
+  add(32, 4, false, 1);     // a warp per row: shuffles only
+  add(8, 4, true, 3);       // part-warps: 4 rows in one warp
+  add(4, 1, true, 4096);    // a block smaller than a warp
+  add(1, 64, true, 4096);   // a thread per row: no communication
+  return v;
+}
+
+TEST(ReductionSimulated, SoftmaxAndLayerNormMatchTheReferenceInEveryConfig) {
+  Graph sm = composite_group(Composite::Softmax, DType::F32, {9, 1000}, -1);
+  Graph ln = composite_group(Composite::LayerNorm, DType::BF16, {5, 300}, 1);
+  Graph rms = composite_group(Composite::RmsNorm, DType::F16, {6, 3}, 1);
+  for (const KernelConfig& cfg : sim_configs()) {
+    SCOPED_TRACE(config_str(cfg));
+    expect_matches_reference(sm, random_inputs_for(sm, 21, -3, 3), cfg, Runner::Simulated);
+    expect_matches_reference(ln, random_inputs_for(ln, 22), cfg, Runner::Simulated);
+    expect_matches_reference(rms, random_inputs_for(rms, 23), cfg, Runner::Simulated);
+  }
+}
+
+TEST(ReductionSimulated, IntegersNaNsAndNonTrailingDims) {
+  GraphBuilder b1("ints");
+  Value i = b1.param("i", DType::I64, {7, 300});
+  b1.ret(reduce(OpKind::Sum, i, {1}, false));  // i64 through shuffles as two halves
+  b1.ret(reduce(OpKind::Max, i, {1}, false));
+  b1.ret(reduce(OpKind::Min, cast(i, DType::I32), {1}, false));
+  Graph gi = finish(b1);
+
+  GraphBuilder b2("cols");
+  Value x = b2.param("x", DType::F32, {3, 100, 5});
+  b2.ret(reduce(OpKind::Max, x, {0, 1}, false));
+  b2.ret(reduce(OpKind::Mean, x, {0, 1}, true));
+  b2.ret(x - reduce(OpKind::Min, x, {0, 1}, true));
+  Graph gc = finish(b2);
+  std::vector<Tensor> cin = random_inputs_for(gc, 25);
+  cin[0].set(17 * 5 + 2, std::nan(""));  // column 2: NaN
+  cin[0].set(250 * 5 + 3, -std::numeric_limits<double>::infinity());
+
+  for (const KernelConfig& cfg : sim_configs()) {
+    SCOPED_TRACE(config_str(cfg));
+    expect_matches_reference(gi, random_inputs_for(gi, 24, -1, 1, /*wide=*/true), cfg, Runner::Simulated);
+    expect_matches_reference(gc, cin, cfg, Runner::Simulated);
+  }
+}
+
+// ---- NVPTX -------------------------------------------------------------------------------------
+
+bool have_ptxas() { return access(SF_PTXAS_PATH, X_OK) == 0; }
+
+// Runs ptxas on `ptx`; "" when it passes, else its output.
+std::string run_ptxas(const std::string& ptx, const std::string& arch) {
+  char path[] = "/tmp/sf_reduction_XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return "mkstemp failed";
+  close(fd);
+  std::string ptx_file = std::string(path) + ".ptx", log = std::string(path) + ".log";
+  std::rename(path, ptx_file.c_str());
+  std::ofstream(ptx_file) << ptx;
+  std::string cmd = std::string(SF_PTXAS_PATH) + " -arch=" + arch + " " + ptx_file + " -o /dev/null > " + log + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  std::ifstream in(log);
+  std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(ptx_file.c_str());
+  std::remove(log.c_str());
+  return rc == 0 ? "" : "ptxas failed (" + std::to_string(rc) + "): " + out;
+}
+
+struct Ptx {
+  std::string ptx;
+  LaunchShape launch;
+};
+
+// Emits for `arch`; checks the verifier, compile_to_ptx and (where it exists) ptxas.
+Ptx emit_ptx(const Graph& g, const std::string& arch, const KernelConfig& cfg = {}) {
+  Result<EmittedKernel> k = reduction_emitter().emit(spec_of(g, "red_kernel"), cfg, llvmb::Target::nvptx(arch));
+  if (!k) {
+    ADD_FAILURE() << k.error().str();
+    return {};
+  }
+  Ptx out;
+  out.launch = k->launch;
+  std::optional<std::string> bad = llvmb::verify(*k->module);
+  EXPECT_FALSE(bad) << *bad;
+  Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, arch);
+  if (!ptx) {
+    ADD_FAILURE() << ptx.error().str();
+    return out;
+  }
+  out.ptx = *ptx;
+  if (have_ptxas()) EXPECT_EQ(run_ptxas(out.ptx, arch), "") << out.ptx;
+  return out;
+}
+
+TEST(ReductionNvptx, VerifiesCompilesAndAssemblesForSm80AndSm90a) {
+  if (!have_ptxas()) std::printf("note: %s not found; ptxas checks skipped\n", SF_PTXAS_PATH);
+  std::vector<std::pair<std::string, Graph>> groups;
+  groups.emplace_back("softmax", composite_group(Composite::Softmax, DType::F32, {1000, 5000}, -1));
+  groups.emplace_back("softmax_bf16", composite_group(Composite::Softmax, DType::BF16, {7, 3}, -1));
+  groups.emplace_back("layer_norm_f16", composite_group(Composite::LayerNorm, DType::F16, {1000, 5000}, 1));
+  groups.emplace_back("rms_norm", composite_group(Composite::RmsNorm, DType::F32, {7, 5000}, 1));
+  groups.emplace_back("four_dim0", four_reductions(DType::F32, {5000, 7}, {0}, false));
+  GraphBuilder b("ints");
+  Value i = b.param("i", DType::I64, {7, 5000});
+  b.ret(reduce(OpKind::Sum, i, {1}, false));
+  b.ret(reduce(OpKind::Max, cast(i, DType::I32), {1}, false));
+  groups.emplace_back("ints", finish(b));
+  for (const char* arch : {"sm_80", "sm_90a"})
+    for (const auto& [name, g] : groups)
+      for (const KernelConfig& cfg : sim_configs()) {
+        SCOPED_TRACE(std::string(arch) + " " + name + " " + config_str(cfg));
+        Ptx p = emit_ptx(g, arch, cfg);
+        EXPECT_NE(p.ptx.find(".entry red_kernel("), std::string::npos);
+        EXPECT_EQ(p.ptx.find("__nv_"), std::string::npos) << "libdevice calls left in the PTX";
+        EXPECT_EQ(p.ptx.find("call"), std::string::npos) << "the PTX still calls a function";
+        if (cfg.threads_per_row > 1) EXPECT_NE(p.ptx.find("shfl.sync.bfly"), std::string::npos);
+        if (cfg.threads_per_row > 32) {
+          EXPECT_NE(p.ptx.find("bar.sync"), std::string::npos);
+          EXPECT_NE(p.ptx.find(".shared"), std::string::npos);
+        } else {
+          EXPECT_EQ(p.ptx.find("bar.sync"), std::string::npos) << "no barrier is needed within a warp";
+        }
+        std::string maxntid = ".maxntid " + std::to_string(cfg.threads_per_row * cfg.rows_per_block) + ", 1, 1";
+        EXPECT_NE(p.ptx.find(maxntid), std::string::npos);
+      }
+}
+
+TEST(ReductionNvptx, MaxPropagatesNaNWithTheNaNVariantsOnSm80) {
+  GraphBuilder b("mx");
+  b.ret(reduce(OpKind::Max, b.param("x", DType::F32, {64, 1024}), {1}, false));
+  Ptx p = emit_ptx(finish(b), "sm_80");
+  EXPECT_NE(p.ptx.find("max.NaN.f32"), std::string::npos) << p.ptx;
+  EXPECT_NE(p.ptx.find("shfl.sync.bfly.b32"), std::string::npos);
+}
+
+TEST(ReductionNvptx, LaunchShapes) {
+  Graph g = composite_group(Composite::Softmax, DType::F32, {1000, 3}, -1);
+  KernelConfig cfg;
+  EXPECT_EQ(emit_ptx(g, "sm_90a", cfg).launch.grid[0], 1000);  // one row per block
+  EXPECT_EQ(emit_ptx(g, "sm_90a", cfg).launch.block[0], 256);
+  cfg.threads_per_row = 32;
+  cfg.rows_per_block = 8;
+  Ptx p = emit_ptx(g, "sm_90a", cfg);
+  EXPECT_EQ(p.launch.grid[0], 125);
+  EXPECT_EQ(p.launch.block[0], 256);
+  cfg.max_blocks = 16;
+  EXPECT_EQ(emit_ptx(g, "sm_90a", cfg).launch.grid[0], 16);  // capped: the blocks loop
+  cfg.grid_stride = false;
+  EXPECT_EQ(emit_ptx(g, "sm_90a", cfg).launch.grid[0], 125);
+  Result<ReductionInfo> info = reduction_info(spec_of(g), KernelConfig{});
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->static_shared_bytes, 2 * 8 * 4);  // two reductions, 8 warps, f32
+  EXPECT_EQ(info->launch.shared_bytes, 0);
+}
+
+// ---- errors --------------------------------------------------------------------------------
+
+std::string emit_error(const Graph& g, const KernelConfig& cfg = {}, const llvmb::Target& t = llvmb::Target::host(),
+                       const std::string& entry = "red", KernelKind kind = KernelKind::Reduction) {
+  Result<EmittedKernel> k = reduction_emitter().emit(KernelSpec{entry, kind, g}, cfg, t);
+  if (k.ok()) {
+    ADD_FAILURE() << "expected a Diag";
+    return "";
+  }
+  return k.error().message;
+}
+
+TEST(ReductionErrors, UnsupportedGroupsAndConfigsAreDiags) {
+  {
+    GraphBuilder b("pw");
+    b.ret(b.param("x", DType::F32, {4}) + 1.0);
+    EXPECT_NE(emit_error(finish(b)).find("no reduction"), std::string::npos);
+  }
+  {
+    GraphBuilder b("mm");
+    Value a = b.param("a", DType::F32, {4, 8});
+    b.ret(sum(matmul(a, b.param("w", DType::F32, {8, 4})), {1}));
+    EXPECT_NE(emit_error(finish(b)).find("matmul"), std::string::npos);
+  }
+  {
+    GraphBuilder b("composite");
+    b.ret(softmax(b.param("x", DType::F32, {4, 4})));
+    EXPECT_NE(emit_error(finish(b)).find("decomposed"), std::string::npos);
+  }
+  {
+    GraphBuilder b("shapes");
+    Value x = b.param("x", DType::F32, {4, 6});
+    b.ret(sum(x, {1}));
+    b.ret(sum(reshape(x, {6, 4}), {1}));
+    EXPECT_NE(emit_error(finish(b)).find("one shape"), std::string::npos);
+  }
+  {
+    // The reduced value moved to another row by a transpose: not this kernel's.
+    GraphBuilder b("other_row");
+    Value x = b.param("x", DType::F32, {4, 4, 8});
+    Value m = max(x, {2}, true);  // [4, 4, 1]
+    b.ret(exp(x - transpose(m, 0, 1)));
+    EXPECT_NE(emit_error(finish(b)).find("another row"), std::string::npos);
+  }
+  {
+    GraphBuilder b("outputs");
+    Value x = b.param("x", DType::F32, {4, 6});
+    b.ret(sum(x, {1}));
+    b.ret(b.param("y", DType::F32, {5}) * 2.0);
+    EXPECT_NE(emit_error(finish(b)).find("neither one value per row"), std::string::npos);
+  }
+  GraphBuilder ok("ok");
+  ok.ret(sum(ok.param("x", DType::F32, {16, 16}), {1}));
+  Graph g = finish(ok);
+  KernelConfig cfg;
+  cfg.threads_per_row = 48;
+  EXPECT_NE(emit_error(g, cfg).find("threads_per_row"), std::string::npos);
+  cfg.threads_per_row = 12;
+  EXPECT_NE(emit_error(g, cfg).find("threads_per_row"), std::string::npos);
+  cfg.threads_per_row = 2048;
+  EXPECT_NE(emit_error(g, cfg).find("threads_per_row"), std::string::npos);
+  cfg = {};
+  cfg.rows_per_block = 8;  // 8 * 256 threads
+  EXPECT_NE(emit_error(g, cfg).find("rows_per_block"), std::string::npos);
+  cfg = {};
+  cfg.threads_per_row = 16;
+  cfg.rows_per_block = 3;  // 48 threads: a part-warp after a whole one
+  EXPECT_NE(emit_error(g, cfg).find("multiple of 32"), std::string::npos);
+  EXPECT_NE(emit_error(g, {}, llvmb::Target::nvptx("compute_90")).find("arch"), std::string::npos);
+  EXPECT_NE(emit_error(g, {}, llvmb::Target::host(), "not an identifier").find("C identifier"), std::string::npos);
+  EXPECT_NE(emit_error(g, {}, llvmb::Target::host(), "red", KernelKind::Pointwise).find("not a reduction"),
+            std::string::npos);
+}
+
+TEST(ReductionRegistry, EmitterForReductionIsThisEmitter) {
+  GraphBuilder b("r");
+  b.ret(sum(b.param("x", DType::F32, {4, 4}), {1}));
+  Graph g = finish(b);
+  Result<EmittedKernel> k = emitter_for(KernelKind::Reduction).emit(spec_of(g), {}, llvmb::Target::host());
+  ASSERT_TRUE(k.ok()) << k.error().str();
+}
+
+// ---- timings -------------------------------------------------------------------------------
+
+void time_group(const char* what, const Graph& g) {
+  using clock = std::chrono::steady_clock;
+  auto ms = [](clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  auto t0 = clock::now();
+  Result<EmittedKernel> host = reduction_emitter().emit(spec_of(g, "timed_host"), {}, llvmb::Target::host());
+  auto t1 = clock::now();
+  ASSERT_TRUE(host.ok()) << host.error().str();
+  Result<void*> fn = jit().add(std::move(host->module), std::move(host->context), host->entry);
+  auto t2 = clock::now();
+  ASSERT_TRUE(fn.ok()) << fn.error().str();
+  auto t3 = clock::now();
+  Result<EmittedKernel> gpu = reduction_emitter().emit(spec_of(g, "timed_gpu"), {}, llvmb::Target::nvptx("sm_90a"));
+  auto t4 = clock::now();
+  ASSERT_TRUE(gpu.ok()) << gpu.error().str();
+  Result<std::string> ptx = llvmb::compile_to_ptx(*gpu->module, "sm_90a");
+  auto t5 = clock::now();
+  ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+  std::printf("%s: host emit %.2f ms, JIT compile %.2f ms; NVPTX emit %.2f ms, compile_to_ptx %.2f ms\n", what,
+              ms(t1 - t0), ms(t2 - t1), ms(t4 - t3), ms(t5 - t4));
+  testing::Test::RecordProperty("host_emit_ms", std::to_string(ms(t1 - t0)));
+  testing::Test::RecordProperty("host_compile_ms", std::to_string(ms(t2 - t1)));
+  testing::Test::RecordProperty("ptx_emit_ms", std::to_string(ms(t4 - t3)));
+  testing::Test::RecordProperty("ptx_compile_ms", std::to_string(ms(t5 - t4)));
+}
+
+TEST(ReductionTiming, SoftmaxEmitAndCompile) {
+  time_group("softmax f32[1000, 5000]", composite_group(Composite::Softmax, DType::F32, {1000, 5000}, -1));
+}
+
+TEST(ReductionTiming, LayerNormEmitAndCompile) {
+  time_group("layer_norm bf16[1000, 5000]", composite_group(Composite::LayerNorm, DType::BF16, {1000, 5000}, 1));
+}
+
+}  // namespace
+}  // namespace sf

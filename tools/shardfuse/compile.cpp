@@ -1,0 +1,69 @@
+// `shardfuse compile G.sf -o DIR`: write the Plan for a GPU arch.
+#include <iostream>
+
+#include "codegen/kernels/compile_plan.h"
+#include "tools/shardfuse/commands.h"
+
+namespace sf::cli {
+
+namespace {
+
+struct CompileCliOptions {
+  std::string file;
+  std::optional<int64_t> world;
+  std::string arch = "sm_90a";
+  std::string out;
+  bool no_fuse = false;
+  bool no_ptxas = false;
+  std::string dump_after;
+};
+
+int compile(const CompileCliOptions& o) {
+  std::optional<Graph> loaded = load_graph(o.file);
+  if (!loaded) return 1;
+  std::optional<Graph> g = resolve_world(std::move(*loaded), o.world);
+  if (!g) return 1;
+  std::optional<std::set<std::string>> dump = parse_dump_after(o.dump_after);
+  if (!dump) return 1;
+  dump_pipeline(*g, *dump, 0, llvmb::Target::nvptx(o.arch));
+  CompileOptions co;
+  co.arch = o.arch;
+  co.run_ptxas = !o.no_ptxas;
+  co.pipeline.fuse = !o.no_fuse;
+  Result<CompiledPlan> p = compile_plan(*g, co);
+  if (!p.ok()) {
+    std::cerr << o.file << ": error: " << p.error().message << "\n";
+    return 1;
+  }
+  if (auto err = write_plan_dir(*p, o.out)) {
+    std::cerr << err->str() << "\n";
+    return 1;
+  }
+  std::cout << "wrote " << o.out << ": plan.json, " << p->ptx.size() << " .ptx file(s) for " << o.arch
+            << ", report.txt (" << p->plan.world << " rank(s))\n";
+  return 0;
+}
+
+}  // namespace
+
+void add_compile(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<CompileCliOptions>();
+  auto* cmd = app.add_subcommand("compile", "Write a Plan: plan.json, one .ptx per distinct kernel, report.txt");
+  cmd->add_option("graph", o->file, "the .sf graph file")->required();
+  cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh");
+  cmd->add_option("--arch", o->arch, "GPU architecture of the PTX (default sm_90a)")
+      ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}));
+  cmd->add_option("-o,--output", o->out, "the Plan directory (replaced atomically if it exists)")->required();
+  cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  cmd->add_option("--dump-after", o->dump_after,
+                  "also print the IR after these stages (rank 0): all, or a comma list of parse, propagate, lower, "
+                  "decompose, fuse, schedule, emit (emit shows each kernel's LLVM IR for the arch)");
+  cmd->add_flag("--no-ptxas", o->no_ptxas, "do not check the PTX with ptxas (resources then show as -)");
+  cmd->footer(
+      "Every kernel's PTX is assembled by ptxas (when the CUDA toolkit has it) and its registers and spills are\n"
+      "recorded in plan.json and report.txt. docs/plan.md describes the Plan.\n"
+      "Example:\n  shardfuse compile examples/transformer_block.sf --world 2 --arch sm_90a -o plan/");
+  cmd->callback([o, &exit_code] { exit_code = compile(*o); });
+}
+
+}  // namespace sf::cli

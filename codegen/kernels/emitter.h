@@ -22,6 +22,9 @@
 #include <memory>
 #include <string>
 
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
 #include "codegen/ir/graph.h"
 #include "codegen/llvm/backend.h"
 
@@ -42,7 +45,7 @@ struct KernelConfig {
   // pointwise and reduction
   int block = 256;          // threads per block
   int vector = 4;           // elements per vector load/store where alignment allows
-  int elems_per_thread = 1; // consecutive vectors per thread
+  int elems_per_thread = 1; // vectors per thread, a block apart (warp accesses stay coalesced)
   bool grid_stride = true;  // loop over the index space with a capped grid, or one shot
   int max_blocks = 4096;    // cap on the grid when grid_stride
   // reduction

@@ -81,6 +81,32 @@ std::optional<ValueIndex> aligned_index(const Shape& shape, const Shape& o) {
 
 std::string who(const Node& n) { return std::string(op_name(n.op)) + (n.name.empty() ? "" : " '" + n.name + "'"); }
 
+// The element stride of each dim of `shape` under `m`, a map from the flat index
+// over `shape` to an element offset; nullopt when the offset is not a sum of one
+// stride per dim. Views that keep strides (transpose, permute, expand, a reshape of
+// something dense) give a map of at most one step whose dims, normalised, each cover
+// one or more whole dims of `shape`; a reshape that splits a strided dim does not.
+std::optional<std::vector<int64_t>> dim_strides(const kernels::IndexMap& m, const Shape& shape) {
+  if (m.contiguous()) return contiguous_strides(shape);
+  if (m.steps.size() != 1) return std::nullopt;
+  const kernels::StridedStep& s = m.steps[0];
+  std::vector<int64_t> out(shape.size(), 0);
+  // Innermost first: dim j of `shape` is the next factor n_j of the map's current
+  // dim d, whose coordinate it advances by (size[d] / rem) steps of stride[d].
+  int d = static_cast<int>(s.shape.size()) - 1;
+  int64_t rem = d >= 0 ? s.shape[static_cast<size_t>(d)] : 1;
+  for (size_t j = shape.size(); j-- > 0;) {
+    const int64_t n = shape[j];
+    if (n == 1) continue;
+    if (d < 0 || rem % n != 0) return std::nullopt;
+    out[j] = s.strides[static_cast<size_t>(d)] * (s.shape[static_cast<size_t>(d)] / rem);
+    rem /= n;
+    if (rem == 1 && --d >= 0) rem = s.shape[static_cast<size_t>(d)];
+  }
+  if (d >= 0) return std::nullopt;
+  return out;
+}
+
 // Follows operand `which` of the matmul through views down to a param.
 Result<Operand> find_operand(const Graph& g, const Node& mm, int which, const std::vector<int>& param_slot) {
   ValueId v = mm.inputs[static_cast<size_t>(which)];
@@ -101,15 +127,14 @@ Result<Operand> find_operand(const Graph& g, const Node& mm, int which, const st
     return diag(std::string("operand ") + name + " is computed in the group (" + who(p) +
                     "); a matmul kernel reads only params, through transposes and permutes",
                 p.loc);
-  // A reshape makes the flat index a function of all coordinates at once: no longer
-  // one stride per dim (fusion never puts one here; it starts a pointwise kernel).
-  if (!at.prefix.contiguous())
-    return diag(std::string("operand ") + name + " is a reshape of a param; only transposes, permutes and expands are read in place", p.loc);
   op.param = param_slot[static_cast<size_t>(v)];
-  std::vector<int64_t> cs = contiguous_strides(p.type.shape);
-  op.strides.assign(op.shape.size(), 0);
-  for (size_t d = 0; d < at.src.size(); ++d)
-    if (at.src[d] >= 0 && p.type.shape[d] != 1) op.strides[static_cast<size_t>(at.src[d])] += cs[d];
+  std::optional<std::vector<int64_t>> st = dim_strides(kernels::offset_map(at, p.type.shape), op.shape);
+  if (!st)
+    return diag(std::string("operand ") + name + " is a reshape of a strided view of a param (" +
+                    kernels::offset_map(at, p.type.shape).str() +
+                    "), which has no stride per dim; only views with one are read in place",
+                p.loc);
+  op.strides = *st;
   return op;
 }
 
@@ -219,7 +244,9 @@ class Epilogue {
   // The element offset into param `n` read at `at`.
   llvm::Value* offset(const Node& n, const ValueIndex& at) {
     llvm::Type* it = flat_->getType();
-    if (!at.prefix.contiguous())  // through a reshape: from the flat index, as pointwise does
+    // Through a reshape the index is over another space: from the flat index, as
+    // pointwise does. Else one multiply-add per coordinate, no divisions.
+    if (!at.prefix.contiguous() || at.space != p_.out)
       return kernels::emit_index_map(b(), flat_, kernels::offset_map(at, n.type.shape));
     std::vector<int64_t> cs = contiguous_strides(n.type.shape), per_space(at.space.size(), 0);
     for (size_t d = 0; d < at.src.size(); ++d)

@@ -811,11 +811,11 @@ class NvptxBuilder final : public Builder {
     if (p_.warps_per_row == 1) return;
     llvm::LLVMContext& c = m_.getContext();
     const int wpr = p_.warps_per_row;
+    llvm::Value* row_slots = b_.CreateMul(sub_, k(wpr), "row.slots", true, true);
     llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "warp.store", fn_);
     llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "warp.stored", fn_);
     b_.CreateCondBr(b_.CreateICmpEQ(lane_, k(0)), st, done);
     b_.SetInsertPoint(st);
-    llvm::Value* row_slots = b_.CreateMul(sub_, k(wpr), "", true, true);
     for (size_t q = 0; q < pass.size(); ++q)
       b_.CreateStore(vals[q], slot_ptr(slot0 + q, vals[q]->getType(), b_.CreateAdd(row_slots, warp_, "", true, true)));
     b_.CreateBr(done);

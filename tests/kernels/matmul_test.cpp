@@ -322,6 +322,15 @@ TEST(MatmulHost, Epilogues) {
   }
 }
 
+TEST(MatmulHost, ReshapedDenseOperand) {
+  // reshape of a C-order param is the identity on its flat index: one stride per dim.
+  GraphBuilder b("reshaped");
+  Value x = b.param("in0", DType::F32, {2, 20, 24});
+  Value w = reshape(b.param("in1", DType::F32, {6, 4, 9}), {24, 9});
+  b.ret(matmul(x, w));
+  check(finish(b), tiled_configs());
+}
+
 TEST(MatmulHost, GeluIsDecomposedIntoErf) {
   Graph g = with_epilogue({8, 8, 8}, Epi::BiasGelu);
   bool erf = false;
@@ -608,9 +617,11 @@ TEST(MatmulErrors, UnsupportedGroupsAreDiags) {
     EXPECT_NE(emit_error(finish(b)).find("operand A is computed"), std::string::npos);
   }
   {
+    // A reshape of a dense param is read in place (MatmulHost.ReshapedDenseOperand);
+    // one of a transposed param has no stride per dim.
     GraphBuilder b("reshape");
     Value x = b.param("x", DType::F32, {4, 4});
-    b.ret(matmul(x, reshape(b.param("w", DType::F32, {2, 8}), {4, 4})));
+    b.ret(matmul(x, reshape(transpose(b.param("w", DType::F32, {8, 2}), 0, 1), {4, 4})));
     EXPECT_NE(emit_error(finish(b)).find("reshape"), std::string::npos);
   }
   {

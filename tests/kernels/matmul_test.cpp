@@ -642,6 +642,13 @@ TEST(MatmulErrors, UnsupportedGroupsAreDiags) {
     b.ret(relu(transpose(b.param("y", DType::F32, {2, 8}), 0, 1)));
     EXPECT_NE(emit_error(finish(b)).find("not on the matmul's output space"), std::string::npos);
   }
+  {
+    // A view after the matmul: same shape, but another element of the result.
+    GraphBuilder b("after");
+    Value x = b.param("x", DType::F32, {4, 4});
+    b.ret(relu(transpose(matmul(x, x), 0, 1)));
+    EXPECT_NE(emit_error(finish(b)).find("a view after the matmul"), std::string::npos);
+  }
   Graph ints = with_epilogue({8, 8, 8, DType::I32}, Epi::None);
   EXPECT_NE(emit_error(ints).find("i32 matmul is not supported on NVPTX"), std::string::npos);
   Graph ok = plain({8, 8, 8});

@@ -577,6 +577,38 @@ TEST(ReductionSimulated, IntegersNaNsAndNonTrailingDims) {
   }
 }
 
+TEST(ReductionSimulated, SuggestedConfigsFitTheRowShape) {
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> dims;
+    int tpr, rpb;
+  };
+  const std::vector<Case> cases = {
+      {{1000, 5000}, {1}, 256, 1},  // long rows: 8 warps per row
+      {{64, 300}, {1}, 64, 4},      // ~8 elements per thread, 4 rows per block
+      {{1000, 16}, {1}, 16, 16},    // short rows: a thread per element, 2 rows per warp
+      {{1000, 3}, {1}, 4, 64},
+      {{7, 3}, {1}, 4, 8},          // no more rows per block than rows
+      {{5000, 7}, {0}, 128, 2},     // a column reduction: ~64 elements per thread
+      {{16, 64}, {0}, 1, 64},       // neighbouring threads read neighbouring columns
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_str(c.shape));
+    GraphBuilder b("s");
+    Value x = b.param("x", DType::F32, c.shape);
+    b.ret(x / reduce(OpKind::Sum, exp(x), c.dims, true));
+    Graph g = finish(b);
+    Result<KernelConfig> cfg = suggest_reduction_config(spec_of(g));
+    ASSERT_TRUE(cfg.ok()) << cfg.error().str();
+    EXPECT_EQ(cfg->threads_per_row, c.tpr);
+    EXPECT_EQ(cfg->rows_per_block, c.rpb);
+    if (numel(c.shape) <= 50000) expect_matches_reference(g, random_inputs_for(g, 26), *cfg, Runner::Simulated);
+  }
+  GraphBuilder b("pw");
+  b.ret(b.param("x", DType::F32, {4}) * 2.0);
+  EXPECT_FALSE(suggest_reduction_config(spec_of(finish(b))).ok());
+}
+
 // ---- NVPTX -------------------------------------------------------------------------------------
 
 bool have_ptxas() { return access(SF_PTXAS_PATH, X_OK) == 0; }

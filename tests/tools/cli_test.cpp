@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include "runtime/npy.h"
+#include "runtime/plan.h"
 
 namespace sf {
 namespace {
@@ -224,8 +225,68 @@ TEST(CliRun, SeedsAreDeterministic) {
   EXPECT_NE(a.out, c.out);
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+TEST(CliRun, GeneratedHostKernelsRunEveryExample) {
+  for (const char* e : kExamples) {
+    CliResult r = shardfuse("run " + example(e) + " --check --seed 3");
+    EXPECT_EQ(r.code, 0) << e << ":\n" << r.out;
+    EXPECT_NE(r.out.find("of generated host code"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("on the reference evaluator"), std::string::npos) << "a kernel fell back:\n" << r.out;
+  }
+}
+
+TEST(CliCompile, WritesAPlanWhosePtxPassesPtxas) {
+  TempDir d;
+  CliResult r = shardfuse("compile " + example("transformer_block.sf") + " --world 2 --arch sm_90a -o " + (d / "plan"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  Result<Plan> plan = plan_from_json(read_text(d / "plan/plan.json"), "plan.json");
+  ASSERT_TRUE(plan.ok()) << plan.error().str();
+  EXPECT_EQ(plan->world, 2);
+  EXPECT_EQ(plan->ranks.size(), 2u);
+  EXPECT_EQ(plan->arch, "sm_90a");
+  ASSERT_GT(plan->kernels.size(), 5u);
+  bool have_ptxas = std::system("test -x /usr/local/cuda/bin/ptxas") == 0;
+  for (const PlanKernel& k : plan->kernels) {
+    std::string ptx = read_text(d / ("plan/" + k.ptx_file));
+    EXPECT_NE(ptx.find(".entry " + k.entry), std::string::npos) << k.id;
+    EXPECT_NE(ptx.find(".target sm_90a"), std::string::npos) << k.id;
+    if (have_ptxas) {
+      EXPECT_EQ(std::system(("/usr/local/cuda/bin/ptxas -arch=sm_90a -o /dev/null " + (d / ("plan/" + k.ptx_file))).c_str()), 0)
+          << k.id;
+      EXPECT_GE(k.registers, 1) << k.id << ": resources recorded from ptxas -v";
+      EXPECT_EQ(k.spill_bytes, 0) << k.id << " spills with the default config";
+    }
+  }
+  // Each rank runs its kernels and both collectives the 2-rank plan needs.
+  int kernels = 0, collectives = 0;
+  for (const PlanStep& s : plan->ranks[1].steps) {
+    kernels += s.op == "kernel";
+    collectives += s.op == "all_reduce" || s.op == "reduce_scatter" || s.op == "all_gather";
+  }
+  EXPECT_EQ(kernels, 15);
+  EXPECT_GE(collectives, 1);
+  EXPECT_NE(read_text(d / "plan/report.txt").find("roofline estimate on an H100"), std::string::npos);
+}
+
+TEST(CliCompile, ReplacesAnExistingPlanAndLeavesNoTemporaries) {
+  TempDir d;
+  ASSERT_EQ(shardfuse("compile " + example("tp_mlp.sf") + " -o " + (d / "plan")).code, 0);
+  ASSERT_EQ(shardfuse("compile " + example("seq_parallel_mlp.sf") + " -o " + (d / "plan")).code, 0);
+  EXPECT_NE(read_text(d / "plan/plan.json").find("\"graph\": \"seq_parallel_mlp\""), std::string::npos);
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(d.str())) entries += e.path().filename() != "";
+  EXPECT_EQ(entries, 1) << "only the plan directory is left";
+  CliResult bad = shardfuse("compile " + example("tp_mlp.sf") + " --arch sm_75 -o " + (d / "x"));
+  EXPECT_NE(bad.code, 0);
+  EXPECT_FALSE(fs::exists(d / "x"));
+}
+
 TEST(CliHelp, EveryCommandExplainsWithAnExample) {
-  for (const char* cmd : {"check", "run"}) {
+  for (const char* cmd : {"check", "run", "explain", "compile"}) {
     CliResult r = shardfuse(std::string(cmd) + " --help");
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("Example"), std::string::npos) << cmd << ":\n" << r.out;

@@ -11,6 +11,7 @@
 #include "autotune/ptxas.h"
 #include "codegen/ir/printer.h"
 #include "codegen/kernels/host_runner.h"
+#include "codegen/kernels/reduction.h"
 
 namespace sf {
 
@@ -66,7 +67,12 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
       errors.push_back(id + ": no emitter for " + k.kind + " kernels yet");
     } else {
       KernelSpec spec{pk.entry, *kind, k.group};
-      Result<EmittedKernel> e = emitter_for(*kind).emit(spec, opts.config, llvmb::Target::nvptx(opts.arch));
+      KernelConfig cfg = opts.config;
+      // Until the autotuner picks configs, reductions start from the emitter's
+      // suggestion for their row shape (a 16-wide row wants few threads per row).
+      if (*kind == KernelKind::Reduction)
+        if (Result<KernelConfig> s = suggest_reduction_config(spec, cfg); s.ok()) cfg = *s;
+      Result<EmittedKernel> e = emitter_for(*kind).emit(spec, cfg, llvmb::Target::nvptx(opts.arch));
       if (!e.ok()) {
         errors.push_back(id + ": " + e.error().message);
       } else {

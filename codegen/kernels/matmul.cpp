@@ -5,7 +5,7 @@
 #include <functional>
 #include <numeric>
 #include <optional>
-#include <unordered_map>
+#include <set>
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Function.h>
@@ -206,107 +206,82 @@ Result<Plan> analyse(const KernelSpec& spec) {
                   o.loc);
     p.out_at.push_back(*at);
   }
+  // The epilogue has the matmul's value only at the element being computed: every
+  // read of it must be at O's own index (fusion never puts a view after the matmul).
+  std::set<std::string> seen;
+  std::function<std::optional<Diag>(ValueId, const ValueIndex&)> walk = [&](ValueId v, const ValueIndex& at) -> std::optional<Diag> {
+    if (!seen.insert(std::to_string(v) + "#" + at.key()).second) return std::nullopt;
+    const Node& n = g.node(v);
+    if (v == p.mm) {
+      bool same = at.prefix.contiguous() && at.space == p.out;
+      for (size_t d = 0; d < at.src.size() && same; ++d) same = p.out[d] == 1 || at.src[d] == static_cast<int>(d);
+      if (!same) return diag("the epilogue reads the matmul's result at another element than its own (a view after the matmul)", n.loc);
+      return std::nullopt;
+    }
+    for (ValueId u : n.inputs) {
+      std::optional<ValueIndex> ui = kernels::operand_index(n, at, g.node(u).type.shape);
+      if (!ui) return diag("internal: no index for " + who(n), n.loc);
+      if (auto d = walk(u, *ui)) return d;
+    }
+    return std::nullopt;
+  };
+  for (size_t o = 0; o < g.outputs().size(); ++o)
+    if (auto d = walk(g.outputs()[o].value, p.out_at[o])) return *d;
   return p;
 }
 
 // ---- the epilogue -------------------------------------------------------------------------------
 
-// The group's outputs at one element of O, given the matmul's value there: the
-// element program of every output, reading params at strided offsets of O's
-// coordinates. Memoised per (value, index) within one element, so a value used by
-// several outputs is computed once.
+// The group's outputs at one element of O, given the matmul's value there: element.h's
+// GroupValues with two hooks. The matmul node is the accumulator at hand, and a param
+// read over O itself (not through a reshape) is loaded at sum(coord * stride) of O's
+// coordinates, which the kernel has as values: no divisions, where the flat index
+// would need one per dim.
 class Epilogue {
  public:
   Epilogue(const Graph& g, const Plan& p, ElementCodegen& cg, std::vector<llvm::Value*> inputs)
-      : g_(g), p_(p), cg_(cg), inputs_(std::move(inputs)), slot_(g.nodes().size(), -1) {
-    for (size_t i = 0; i < g.params().size(); ++i) slot_[static_cast<size_t>(g.params()[i])] = static_cast<int>(i);
-  }
+      : g_(g), p_(p), cg_(cg), inputs_(inputs), values_(g, cg, std::move(inputs)) {}
 
   // `coords`: O's coordinates (index-typed values), `flat`: O's flat index there,
-  // `mm`: the matmul's element (already in its dtype).
+  // `mm`: the matmul's element (already rounded to its dtype).
   Result<std::vector<Elem>> outputs(const std::vector<llvm::Value*>& coords, llvm::Value* flat, Elem mm) {
-    coords_ = &coords;
-    flat_ = flat;
-    mm_ = mm;
-    memo_.clear();
+    values_.at_index(flat, [&](ValueId v, const ValueIndex& at) -> std::optional<Elem> {
+      if (v == p_.mm) return mm;  // analyse() checked every read of it is at O's own index
+      const Node& n = g_.node(v);
+      if (n.op != OpKind::Param || !at.prefix.contiguous() || at.space != p_.out) return std::nullopt;
+      return cg_.load(n.type.dtype, inputs_[static_cast<size_t>(values_.param_slot(v))], offset(n, at, coords));
+    });
     std::vector<Elem> out;
     for (size_t o = 0; o < g_.outputs().size(); ++o) {
-      Result<Elem> e = value(g_.outputs()[o].value, p_.out_at[o]);
-      if (!e) return e.error();
+      Result<Elem> e = values_.value(g_.outputs()[o].value, p_.out_at[o]);
+      if (!e) return Diag{"", e.error().loc, "matmul epilogue: " + e.error().message};
       out.push_back(*e);
     }
     return out;
   }
 
  private:
-  llvm::IRBuilderBase& b() { return cg_.builder(); }
-
-  // The element offset into param `n` read at `at`.
-  llvm::Value* offset(const Node& n, const ValueIndex& at) {
-    llvm::Type* it = flat_->getType();
-    // Through a reshape the index is over another space: from the flat index, as
-    // pointwise does. Else one multiply-add per coordinate, no divisions.
-    if (!at.prefix.contiguous() || at.space != p_.out)
-      return kernels::emit_index_map(b(), flat_, kernels::offset_map(at, n.type.shape));
+  llvm::Value* offset(const Node& n, const ValueIndex& at, const std::vector<llvm::Value*>& coords) {
+    llvm::IRBuilderBase& b = cg_.builder();
+    llvm::Type* it = coords.back()->getType();
     std::vector<int64_t> cs = contiguous_strides(n.type.shape), per_space(at.space.size(), 0);
     for (size_t d = 0; d < at.src.size(); ++d)
       if (at.src[d] >= 0 && n.type.shape[d] != 1) per_space[static_cast<size_t>(at.src[d])] += cs[d];
     llvm::Value* off = nullptr;
     for (size_t s = 0; s < per_space.size(); ++s) {
       if (per_space[s] == 0) continue;
-      llvm::Value* c = (*coords_)[s];
-      if (per_space[s] != 1) c = b().CreateMul(c, llvm::ConstantInt::get(it, static_cast<uint64_t>(per_space[s])), "", true, true);
-      off = off ? b().CreateAdd(off, c, "", true, true) : c;
+      llvm::Value* c = coords[s];
+      if (per_space[s] != 1) c = b.CreateMul(c, llvm::ConstantInt::get(it, static_cast<uint64_t>(per_space[s])), "", true, true);
+      off = off ? b.CreateAdd(off, c, "", true, true) : c;
     }
     return off ? off : llvm::ConstantInt::get(it, 0);
-  }
-
-  Result<Elem> value(ValueId v, const ValueIndex& at) {
-    std::string key = std::to_string(v) + "#" + at.key();
-    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
-    const Node& n = g_.node(v);
-    Elem e;
-    if (v == p_.mm) {
-      // Only the element being computed is at hand: the index must be O's own.
-      bool same = at.prefix.contiguous() && at.space == p_.out;
-      for (size_t d = 0; d < at.src.size() && same; ++d) same = p_.out[d] == 1 || at.src[d] == static_cast<int>(d);
-      if (!same) return diag("the epilogue reads the matmul's result at another element (a view after the matmul)", n.loc);
-      e = mm_;
-    } else if (n.op == OpKind::Param) {
-      int p = slot_[static_cast<size_t>(v)];
-      e = cg_.load(n.type.dtype, inputs_[static_cast<size_t>(p)], offset(n, at));
-    } else if (n.op == OpKind::Constant) {
-      e = cg_.constant(n.attrs.get_float("value"), n.type.dtype);
-    } else {
-      std::vector<Elem> args;
-      for (ValueId u : n.inputs) {
-        std::optional<ValueIndex> ui = kernels::operand_index(n, at, g_.node(u).type.shape);
-        if (!ui) return diag(who(n) + " is neither elementwise nor a view", n.loc);
-        Result<Elem> a = value(u, *ui);
-        if (!a) return a;
-        args.push_back(*a);
-      }
-      if (kernels::is_view(n.op)) {
-        e = args[0];
-      } else {
-        Result<Elem> r = cg_.elementwise(n.op, args, n.type.dtype);
-        if (!r) return Diag{"", n.loc, "matmul epilogue: " + r.error().message};
-        e = *r;
-      }
-    }
-    memo_.emplace(std::move(key), e);
-    return e;
   }
 
   const Graph& g_;
   const Plan& p_;
   ElementCodegen& cg_;
   std::vector<llvm::Value*> inputs_;
-  std::vector<int> slot_;
-  const std::vector<llvm::Value*>* coords_ = nullptr;
-  llvm::Value* flat_ = nullptr;
-  Elem mm_;
-  std::unordered_map<std::string, Elem> memo_;
+  kernels::GroupValues values_;
 };
 
 // ---- shared emission helpers -----------------------------------------------------------------------
@@ -400,6 +375,9 @@ struct Tiling {
   int64_t stage_floats = 0;
   int64_t shared_bytes = 0;
   int64_t kt = 0;  // K tiles
+  // Copies by cp.async (PTX ISA 7.0, sm_80+) straight into shared memory, no
+  // registers on the way: f32 only, where shared memory holds the storage type.
+  bool async = false;
 };
 
 Result<Tiling> make_tiling(const KernelConfig& c, const Plan& p, int sm) {
@@ -460,6 +438,7 @@ Result<Tiling> make_tiling(const KernelConfig& c, const Plan& p, int sm) {
                num(t.bm) + "x" + num(t.bk) + " and " + num(t.bk) + "x" + num(t.bn) + " f32), more than sm_" + num(sm) +
                "'s " + num(max_shared_bytes(sm)) + " per block");
   t.kt = ceil_div(p.K, t.bk);
+  t.async = sm >= 80 && t.stages >= 2 && p.dtype == DType::F32;
   return t;
 }
 
@@ -503,13 +482,14 @@ class TiledKernel {
   // `sim`: the same kernel as a host function running one thread of one block (see
   // emit_matmul_block_on_host); `target` is then the host.
   TiledKernel(const KernelSpec& spec, const Plan& plan, const Tiling& t, const llvmb::Target& target, llvm::Module& m,
-              bool sim)
-      : spec_(spec), g_(spec.group), p_(plan), t_(t), target_(target), m_(m), b_(m.getContext()), sim_(sim) {}
+              bool sim, bool wide = false)
+      : spec_(spec), g_(spec.group), p_(plan), t_(t), target_(target), m_(m), b_(m.getContext()), sim_(sim),
+        wide_(wide) {}
 
   Result<bool> build() {
     llvm::LLVMContext& c = m_.getContext();
     const size_t np = g_.params().size(), no = g_.outputs().size();
-    it_ = fits_i32(g_, p_, t_) ? b_.getInt32Ty() : b_.getInt64Ty();
+    it_ = !wide_ && fits_i32(g_, p_, t_) ? b_.getInt32Ty() : b_.getInt64Ty();
     f32_ = b_.getFloatTy();
     llvm::Value *bx = nullptr, *by = nullptr;
     if (!sim_) {
@@ -673,6 +653,49 @@ class TiledKernel {
     }
   }
 
+  // The thread's slots of the K tile starting at k0 copied into `stage` by cp.async
+  // (4 bytes each, zero-filled outside the operands by a source size of 0, from a
+  // clamped address). Simulated on the host by a plain copy: it completes before the
+  // wait, which is one of the orders cp.async allows.
+  void issue_tile(llvm::Value* k0, llvm::Value* stage) {
+    if (sim_) {
+      store_tile(load_tile(k0), stage);
+      return;
+    }
+    llvm::Value* base = b_.CreateMul(stage, k(t_.stage_floats), "", true, true);
+    for (int which = 0; which < 2; ++which) {
+      const Operand& op = which == 0 ? p_.a : p_.b;
+      const int64_t sk = which == 0 ? p_.sak : p_.sbk;
+      for (const Copy& cp : which == 0 ? a_copy_ : b_copy_) {
+        llvm::BasicBlock* cont = nullptr;
+        if (cp.valid) {
+          llvm::BasicBlock* st = llvm::BasicBlock::Create(b_.getContext(), "cp", fn_);
+          cont = llvm::BasicBlock::Create(b_.getContext(), "cp.done", fn_);
+          b_.CreateCondBr(cp.valid, st, cont);
+          b_.SetInsertPoint(st);
+        }
+        llvm::Value* kidx = b_.CreateAdd(k0, cp.kk, "", true, true);
+        llvm::Value* ok = b_.CreateAnd(cp.ok, b_.CreateICmpSLT(kidx, k(p_.K)));
+        llvm::Value* idx = b_.CreateAdd(cp.base, b_.CreateMul(kidx, k(sk), "", true, true), "", true, true);
+        llvm::Value* src = b_.CreateInBoundsGEP(f32_, in_[static_cast<size_t>(op.param)], b_.CreateSelect(ok, idx, k(0)));
+        llvm::Value* dst = smem_ptr(b_.CreateAdd(base, cp.slot, "", true, true));
+        llvm::Value* bytes = b_.CreateSelect(ok, b_.getInt32(4), b_.getInt32(0));
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_ca_shared_global_4_s, {}, {dst, src, bytes});
+        if (cont) {
+          b_.CreateBr(cont);
+          b_.SetInsertPoint(cont);
+        }
+      }
+    }
+  }
+
+  void commit() {
+    if (!sim_) b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_commit_group, {}, {});
+  }
+  void wait(int pending) {
+    if (!sim_) b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_group, {}, {b_.getInt32(static_cast<uint32_t>(pending))});
+  }
+
   void barrier() {
     if (!sim_) {
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});  // bar.sync 0
@@ -713,11 +736,14 @@ class TiledKernel {
     return acc;
   }
 
-  // The K loop. stages >= 2: the loads of tile kt+1 are issued before tile kt is
-  // computed and stored to the next stage after it (register-staged double
-  // buffering), one barrier per tile: stage (kt+1) % stages was last read in
-  // iteration kt+1-stages <= kt-1, which every thread has left. stages == 1: load,
-  // barrier, compute, barrier.
+  // The K loop, one barrier per tile where stages >= 2.
+  //  - async (cp.async): stages-1 tiles in flight; each iteration waits for tile kt,
+  //    syncs, issues tile kt+stages-1 into the stage tile kt-1 used, computes tile kt.
+  //  - stages >= 2 otherwise: the loads of tile kt+1 are issued before tile kt is
+  //    computed and stored to the next stage after it (register-staged double
+  //    buffering): stage (kt+1) % stages was last read in iteration kt+1-stages <=
+  //    kt-1, which every thread has left.
+  //  - stages == 1: load, barrier, compute, barrier.
   std::vector<llvm::Value*> k_loop() {
     llvm::LLVMContext& c = m_.getContext();
     const bool prefetch = t_.stages >= 2;
@@ -725,7 +751,13 @@ class TiledKernel {
     auto stage_of = [&](llvm::Value* kt) {
       return pow2(t_.stages) ? b_.CreateAnd(kt, k(t_.stages - 1)) : b_.CreateURem(kt, k(t_.stages));
     };
-    if (prefetch) {
+    if (t_.async) {
+      // stages-1 tiles in flight before the loop, one commit group each.
+      for (int st = 0; st + 1 < t_.stages; ++st) {
+        if (st < t_.kt) issue_tile(k(int64_t{st} * t_.bk), k(st));
+        commit();
+      }
+    } else if (prefetch) {
       store_tile(load_tile(k(0)), k(0));
       barrier();
     }
@@ -745,7 +777,22 @@ class TiledKernel {
       acc.push_back(ph);
     }
     llvm::Value* next = b_.CreateAdd(kt, k(1), "kt.next", true, true);
-    if (prefetch) {
+    if (t_.async) {
+      // Tile kt landed (at most stages-2 younger groups pending) and every thread is
+      // past computing kt-1, whose stage the copy of tile kt+stages-1 overwrites.
+      wait(t_.stages - 2);
+      barrier();
+      llvm::Value* ahead = b_.CreateAdd(kt, k(t_.stages - 1), "", true, true);
+      llvm::BasicBlock* issue = llvm::BasicBlock::Create(c, "k.issue", fn_);
+      llvm::BasicBlock* issued = llvm::BasicBlock::Create(c, "k.issued", fn_);
+      b_.CreateCondBr(b_.CreateICmpSLT(ahead, k(t_.kt)), issue, issued);
+      b_.SetInsertPoint(issue);
+      issue_tile(b_.CreateMul(ahead, k(t_.bk), "", true, true), stage_of(ahead));
+      b_.CreateBr(issued);
+      b_.SetInsertPoint(issued);
+      commit();  // an empty group past the last tile keeps the count uniform
+      acc = compute(stage_of(kt), acc);
+    } else if (prefetch) {
       // On the last iteration this loads tile kt (all masked to 0): straight-line code
       // is worth more than the few wasted loads of element 0.
       std::vector<llvm::Value*> vals = t_.kt > 1 ? load_tile(b_.CreateMul(next, k(t_.bk), "", true, true))
@@ -809,6 +856,7 @@ class TiledKernel {
   llvm::Module& m_;
   llvm::IRBuilder<> b_;
   bool sim_ = false;
+  bool wide_ = false;  // i64 indices even where i32 would do
   llvm::Function* fn_ = nullptr;
   std::vector<llvm::Value*> in_, out_;
   std::optional<ElementCodegen> cg_;
@@ -960,7 +1008,7 @@ Result<EmittedKernel> emit_matmul(const KernelSpec& spec, const KernelConfig& co
   return k;
 }
 
-Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& spec, const KernelConfig& config) {
+Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& spec, const KernelConfig& config, bool wide_index) {
   Result<Plan> plan = analyse(spec);
   if (!plan) return plan.error();
   if (!is_float(plan->dtype)) return diag(std::string(dtype_name(plan->dtype)) + " matmul has no tiled kernel");
@@ -970,7 +1018,7 @@ Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& spec, const Ke
   if (Result<bool> g = check_grid(*plan, *t); !g) return g.error();
   const llvmb::Target host = llvmb::Target::host();
   EmittedKernel k = new_kernel(spec, host);
-  Result<bool> built = TiledKernel(spec, *plan, *t, host, *k.module, /*sim=*/true).build();
+  Result<bool> built = TiledKernel(spec, *plan, *t, host, *k.module, /*sim=*/true, wide_index).build();
   if (!built) return built.error();
   if (auto err = llvmb::verify(*k.module)) return diag("internal: the emitted module does not verify: " + *err);
   k.launch = matmul_launch(*plan, *t);

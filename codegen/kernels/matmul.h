@@ -43,8 +43,10 @@ Result<EmittedKernel> emit_matmul(const KernelSpec& spec, const KernelConfig& co
 // the block's shared memory (launch.shared_bytes, 16-byte aligned) and
 // `barrier_fn(barrier_ctx)` stands for bar.sync: the caller runs the block's
 // launch.block[0] threads concurrently (one OS thread each) and makes barrier_fn wait
-// for all of them. Math functions are the host's.
-Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& spec, const KernelConfig& config);
+// for all of them. Math functions are the host's. `wide_index` forces the i64 index
+// arithmetic that emit_matmul picks only for operands of 2^30 elements or more.
+Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& spec, const KernelConfig& config,
+                                                bool wide_index = false);
 
 // The emitter registered for KernelKind::Matmul in emitter_for (emitter.cpp).
 const Emitter& matmul_emitter();

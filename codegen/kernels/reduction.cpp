@@ -2,13 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cmath>
 #include <functional>
-#include <limits>
 #include <map>
 #include <optional>
 #include <set>
-#include <unordered_map>
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Function.h>
@@ -284,26 +281,28 @@ class Fold {
 // own C-order flat index). Row space: the flat index r of a row. Reduced values live
 // in row space. An X-space value that reads a row-space value at its own row (its
 // index map from i is x_to_row) takes the value computed once for the row, before
-// the loop over the row's elements: prepare() emits those.
+// the loop over the row's elements: prepare() emits those. Element code is
+// element.h's GroupValues, one per space, with hooks that supply reduced and
+// prepared values.
 class Program {
  public:
-  Program(const Graph& g, const Plan& p, ElementCodegen& cg, std::vector<llvm::Value*> inputs)
-      : g_(g), p_(p), cg_(cg), inputs_(std::move(inputs)), param_slot_(g.nodes().size(), -1) {
-    for (size_t i = 0; i < g.params().size(); ++i) param_slot_[static_cast<size_t>(g.params()[i])] = static_cast<int>(i);
-  }
+  Program(const Graph& g, const Plan& p, ElementCodegen& cg, const std::vector<llvm::Value*>& inputs)
+      : g_(g), p_(p), cg_(cg), row_(g, cg, inputs), x_(g, cg, inputs) {}
 
   // A new row (its code dominates everything emitted for the row after it).
   void set_row(llvm::Value* r) {
-    flat_r_ = r;
-    memo_row_.clear();
     reduced_.clear();
+    prepared_.clear();
+    row_.at_index(r, [this](ValueId v, const ValueIndex& at) { return row_hook(v, at); });
   }
   // A new element of X (inside a loop body; forgotten at the next one).
   void set_x(llvm::Value* i) {
-    flat_x_ = i;
-    memo_x_.clear();
+    x_.at_index(i, [this](ValueId v, const ValueIndex& at) { return x_hook(v, at); });
   }
   void set_reduced(ValueId v, Elem e) { reduced_[v] = e; }
+
+  Result<Elem> row_value(ValueId v, const ValueIndex& at) { return checked(row_.value(v, at)); }
+  Result<Elem> x_value(ValueId v, const ValueIndex& at) { return checked(x_.value(v, at)); }
 
   // Emits, at the builder's position, the row-space values that X-space code at the
   // given roots reads, so that the loop body finds them computed.
@@ -311,7 +310,7 @@ class Program {
     std::vector<ValueId> need;
     std::set<std::string> seen;
     std::function<Result<bool>(ValueId, const ValueIndex&)> walk = [&](ValueId v, const ValueIndex& at) -> Result<bool> {
-      if (!seen.insert(key(v, at)).second) return true;
+      if (!seen.insert(std::to_string(v) + "#" + at.key()).second) return true;
       const Node& n = g_.node(v);
       if (n.op == OpKind::Param || n.op == OpKind::Constant) return true;
       if (row_read(v, at)) {
@@ -328,60 +327,17 @@ class Program {
     };
     for (const auto& [v, at] : roots)
       if (Result<bool> r = walk(v, at); !r) return r;
-    std::sort(need.begin(), need.end());  // node order: operands first, a stable IR
-    for (ValueId v : need)
-      if (Result<Elem> e = row_value(v, kernels::dense_index(g_.node(v).type.shape)); !e) return e.error();
+    std::sort(need.begin(), need.end());  // node order: a stable IR
+    for (ValueId v : need) {
+      if (prepared_.count(v)) continue;
+      Result<Elem> e = row_value(v, kernels::dense_index(g_.node(v).type.shape));
+      if (!e) return e.error();
+      prepared_.emplace(v, *e);
+    }
     return true;
   }
 
-  Result<Elem> row_value(ValueId v, const ValueIndex& at) {
-    std::string k = key(v, at);
-    if (auto it = memo_row_.find(k); it != memo_row_.end()) return it->second;
-    const Node& n = g_.node(v);
-    Elem e;
-    if (is_reduce(n.op)) {
-      if (!kernels::offset_map(at, n.type.shape).contiguous()) return other_row(n);
-      auto it = reduced_.find(v);
-      if (it == reduced_.end()) return diag("internal: " + who(n) + " is read before its pass", n.loc);
-      e = it->second;
-    } else {
-      Result<Elem> r = compute(v, at, flat_r_, [&](ValueId u, const ValueIndex& ui) { return row_value(u, ui); });
-      if (!r) return r;
-      e = *r;
-    }
-    memo_row_.emplace(std::move(k), e);
-    return e;
-  }
-
-  Result<Elem> x_value(ValueId v, const ValueIndex& at) {
-    std::string k = key(v, at);
-    if (auto it = memo_x_.find(k); it != memo_x_.end()) return it->second;
-    const Node& n = g_.node(v);
-    Elem e;
-    if (n.op != OpKind::Param && n.op != OpKind::Constant && row_read(v, at)) {
-      if (is_reduce(n.op)) {
-        auto it = reduced_.find(v);
-        if (it == reduced_.end()) return diag("internal: " + who(n) + " is read before its pass", n.loc);
-        e = it->second;
-      } else {
-        auto it = memo_row_.find(key(v, kernels::dense_index(n.type.shape)));
-        if (it == memo_row_.end()) return diag("internal: row value " + who(n) + " was not prepared", n.loc);
-        e = it->second;
-      }
-    } else if (is_reduce(n.op)) {
-      return other_row(n);
-    } else {
-      Result<Elem> r = compute(v, at, flat_x_, [&](ValueId u, const ValueIndex& ui) { return x_value(u, ui); });
-      if (!r) return r;
-      e = *r;
-    }
-    memo_x_.emplace(std::move(k), e);
-    return e;
-  }
-
  private:
-  static std::string key(ValueId v, const ValueIndex& at) { return std::to_string(v) + "#" + at.key(); }
-
   // Whether X-space code reading v at `at` reads it at its own row.
   bool row_read(ValueId v, const ValueIndex& at) const {
     const Shape& s = g_.node(v).type.shape;
@@ -395,39 +351,51 @@ class Program {
                 n.loc);
   }
 
-  // A param, constant, elementwise op or view at `at`, its operands from `operand`.
-  template <class F>
-  Result<Elem> compute(ValueId v, const ValueIndex& at, llvm::Value* flat, F operand) {
+  // Hooks cannot return a Diag: the first one is kept and reported by checked(), and
+  // the hook returns poison meanwhile (the module is dropped).
+  Elem fail(Diag d, const Node& n) {
+    if (!error_) error_ = std::move(d);
+    return {llvm::PoisonValue::get(kernels::compute_type(cg_.builder().getContext(), n.type.dtype)), n.type.dtype};
+  }
+  Result<Elem> checked(Result<Elem> r) {
+    if (!error_) return r;
+    Diag d = std::move(*error_);
+    error_.reset();
+    return d;
+  }
+
+  std::optional<Elem> reduced(const Node& n, ValueId v) {
+    auto it = reduced_.find(v);
+    if (it == reduced_.end()) return fail(diag("internal: " + who(n) + " is read before its pass", n.loc), n);
+    return it->second;
+  }
+
+  std::optional<Elem> row_hook(ValueId v, const ValueIndex& at) {
     const Node& n = g_.node(v);
-    if (n.op == OpKind::Param) {
-      int p = param_slot_[static_cast<size_t>(v)];
-      return cg_.load(n.type.dtype, inputs_[static_cast<size_t>(p)],
-                      kernels::emit_index_map(cg_.builder(), flat, kernels::offset_map(at, n.type.shape)));
+    if (!is_reduce(n.op)) return std::nullopt;
+    if (!kernels::offset_map(at, n.type.shape).contiguous()) return fail(other_row(n), n);
+    return reduced(n, v);
+  }
+
+  std::optional<Elem> x_hook(ValueId v, const ValueIndex& at) {
+    const Node& n = g_.node(v);
+    if (n.op == OpKind::Param || n.op == OpKind::Constant) return std::nullopt;
+    if (row_read(v, at)) {
+      if (is_reduce(n.op)) return reduced(n, v);
+      auto it = prepared_.find(v);
+      if (it == prepared_.end()) return fail(diag("internal: row value " + who(n) + " was not prepared", n.loc), n);
+      return it->second;
     }
-    if (n.op == OpKind::Constant) return cg_.constant(n.attrs.get_float("value"), n.type.dtype);  // an immediate
-    std::vector<Elem> args;
-    for (ValueId u : n.inputs) {
-      std::optional<ValueIndex> ui = kernels::operand_index(n, at, g_.node(u).type.shape);
-      if (!ui) return diag(who(n) + " is neither elementwise nor a view", n.loc);
-      Result<Elem> a = operand(u, *ui);
-      if (!a) return a;
-      args.push_back(*a);
-    }
-    if (kernels::is_view(n.op)) return args[0];  // a view only changes which element is read
-    Result<Elem> r = cg_.elementwise(n.op, args, n.type.dtype);
-    if (!r) return Diag{"", n.loc, r.error().message};
-    return r;
+    if (is_reduce(n.op)) return fail(other_row(n), n);
+    return std::nullopt;
   }
 
   const Graph& g_;
   const Plan& p_;
   ElementCodegen& cg_;
-  std::vector<llvm::Value*> inputs_;
-  std::vector<int> param_slot_;
-  llvm::Value* flat_r_ = nullptr;
-  llvm::Value* flat_x_ = nullptr;
-  std::unordered_map<std::string, Elem> memo_row_, memo_x_;
-  std::map<ValueId, Elem> reduced_;
+  kernels::GroupValues row_, x_;
+  std::map<ValueId, Elem> reduced_, prepared_;
+  std::optional<Diag> error_;
 };
 
 // A counted loop `for (i = begin; i < end; i += step)` (signed compare) at the
@@ -922,6 +890,28 @@ class ReductionEmitter final : public Emitter {
 const Emitter& reduction_emitter() {
   static const ReductionEmitter e;
   return e;
+}
+
+Result<KernelConfig> suggest_reduction_config(const KernelSpec& spec, KernelConfig base) {
+  base.threads_per_row = 256;
+  base.rows_per_block = 1;
+  Result<Plan> p = make_plan(spec, base, llvmb::Target::host());
+  if (!p) return p.error();
+  auto pow2_at_least = [](int64_t v) {
+    int64_t r = 1;
+    while (r < v) r *= 2;
+    return r;
+  };
+  const bool inner_reduced = !p->rdims.empty() && p->rdims.back() == static_cast<int>(p->x.size()) - 1;
+  const int64_t n = std::max<int64_t>(p->n, 1);
+  int64_t tpr = inner_reduced ? (n <= 32 ? pow2_at_least(n) : pow2_at_least((n + 7) / 8)) : pow2_at_least((n + 63) / 64);
+  tpr = std::clamp<int64_t>(tpr, 1, 256);
+  // Fill the block with rows, but not with more rows than there are. Both factors
+  // are powers of two, so a block above 32 threads is whole warps.
+  int64_t rpb = std::min<int64_t>(256 / tpr, pow2_at_least(std::max<int64_t>(p->rows, 1)));
+  base.threads_per_row = static_cast<int>(tpr);
+  base.rows_per_block = static_cast<int>(std::max<int64_t>(rpb, 1));
+  return base;
 }
 
 Result<ReductionInfo> reduction_info(const KernelSpec& spec, const KernelConfig& config) {

@@ -62,6 +62,17 @@ struct ReductionInfo {
 };
 Result<ReductionInfo> reduction_info(const KernelSpec& spec, const KernelConfig& config);
 
+// A starting config for the group (the autotuner's first candidate, and a default
+// better than KernelConfig's for short rows): `base` with threads_per_row and
+// rows_per_block set from the row length and layout. Rows whose innermost X dim is
+// reduced get about 8 elements per thread (a power of two from 1 to 256; rows of up
+// to 32 elements one thread per element, so a warp reads whole neighbouring rows);
+// rows whose reduced dims are outer (a column reduction) get about 64 elements per
+// thread, so that neighbouring rows, adjacent in memory, are read by neighbouring
+// threads. Blocks are filled to 256 threads with rows. A Diag when the group is not
+// a reduction group.
+Result<KernelConfig> suggest_reduction_config(const KernelSpec& spec, KernelConfig base = {});
+
 // The NVPTX kernel of emit_reduction built for the host, so that tests can run its
 // block reduction (strided partials, butterfly shuffles, shared memory, barriers,
 // grid-stride row loop, masked rows) without a GPU:

@@ -175,8 +175,9 @@ void sim_barrier(void* ctx) { static_cast<std::barrier<>*>(ctx)->arrive_and_wait
 
 // The tiled GPU kernel, run on the host: every block of the launch, each with its
 // threads as OS threads sharing a shared-memory buffer and a barrier.
-Result<std::vector<Tensor>> run_tiled(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg) {
-  Result<EmittedKernel> k = emit_matmul_block_on_host(spec_of(g, "mm_block"), cfg);
+Result<std::vector<Tensor>> run_tiled(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg,
+                                      bool wide_index = false) {
+  Result<EmittedKernel> k = emit_matmul_block_on_host(spec_of(g, "mm_block"), cfg, wide_index);
   if (!k) return k.error();
   LaunchShape launch = k->launch;
   Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
@@ -331,6 +332,22 @@ TEST(MatmulHost, ReshapedDenseOperand) {
   check(finish(b), tiled_configs());
 }
 
+TEST(MatmulHost, TiledKernelWithI64Indices) {
+  // emit_matmul picks i64 only past 2^30 elements; the same code, forced, on small data.
+  Mm s{65, 33, 40, DType::BF16, true};
+  s.a_batch = {2, 1};
+  s.b_batch = {3};
+  Graph g = with_epilogue(s, Epi::ScaleBiasTanhResidual);
+  std::vector<Tensor> in = make_inputs(g, 5);
+  Result<std::vector<Tensor>> want = evaluate(g, in);
+  ASSERT_TRUE(want.ok()) << want.error().str();
+  for (const KernelConfig& cfg : tiled_configs()) {
+    Result<std::vector<Tensor>> got = run_tiled(g, in, cfg, /*wide_index=*/true);
+    ASSERT_TRUE(got.ok()) << got.error().str();
+    expect_close(*got, *want, "i64 tiled " + std::to_string(cfg.block_m) + "x" + std::to_string(cfg.block_n));
+  }
+}
+
 TEST(MatmulHost, GeluIsDecomposedIntoErf) {
   Graph g = with_epilogue({8, 8, 8}, Epi::BiasGelu);
   bool erf = false;
@@ -459,37 +476,83 @@ size_t count(const std::string& text, const std::string& what) {
 
 TEST(MatmulNvptx, TiledKernelWithEpilogueForSm80AndSm90a) {
   if (!have_ptxas()) std::printf("note: %s not found; ptxas checks skipped\n", SF_PTXAS_PATH);
-  // bias + gelu, then cast to bf16: the epilogue math must sit in the one .entry.
-  GraphBuilder b("mm_gelu_bf16");
-  Value x = b.param("in0", DType::F32, {200, 96});
-  Value w = b.param("in1", DType::F32, {130, 96});
-  Value h = matmul(x, transpose(w, 0, 1)) + b.param("in2", DType::F32, {130});
-  b.ret(cast(gelu(h), DType::BF16));
-  Graph g = decompose(finish(b));
-  for (const char* arch : {"sm_80", "sm_90a"}) {
-    SCOPED_TRACE(arch);
-    Ptx p = emit_ptx(g, arch);
-    EXPECT_EQ(count(p.ptx, ".entry "), 1u);
-    EXPECT_NE(p.ptx.find(".entry mm_kernel("), std::string::npos);
-    EXPECT_NE(p.ptx.find(".maxntid 128, 1, 1"), std::string::npos);
-    EXPECT_NE(p.ptx.find(".extern .shared .align 16 .b8 sf_smem[]"), std::string::npos) << p.ptx;
-    EXPECT_NE(p.ptx.find("st.shared.f32"), std::string::npos);
-    EXPECT_NE(p.ptx.find("ld.shared.v4.f32"), std::string::npos) << "register tiles read as vectors";
-    EXPECT_NE(p.ptx.find("bar.sync"), std::string::npos);
-    EXPECT_NE(p.ptx.find("fma.rn.f32"), std::string::npos);
-    // The epilogue: libdevice's erff inlined (no calls left), the bf16 rounding.
-    EXPECT_NE(p.ir.find("@__nv_erff"), std::string::npos);
-    EXPECT_EQ(p.ptx.find("call"), std::string::npos) << "the PTX still calls a function";
-    EXPECT_EQ(p.ptx.find(".func"), std::string::npos);
-    EXPECT_NE(p.ptx.find("cvt.rn.bf16.f32"), std::string::npos);
-    EXPECT_NE(p.ptx.find("st.global.b16"), std::string::npos) << p.ptx;
-    // 200 / 64 = 4 row tiles by 130 / 64 = 3 column tiles; two stages of a 16 x (64+4)
-    // A tile (k-fast copies: padded) and a 16 x (64+4) B tile (w read k-fast too).
-    EXPECT_EQ(p.launch.grid[0], 12);
-    EXPECT_EQ(p.launch.grid[1], 1);
-    EXPECT_EQ(p.launch.block[0], 128);
-    EXPECT_EQ(p.launch.shared_bytes, 2 * 16 * (68 + 68) * 4);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    // bias + gelu, then cast to bf16: the epilogue math must sit in the one .entry.
+    GraphBuilder b("mm_gelu_bf16");
+    Value x = b.param("in0", dt, {200, 96});
+    Value w = b.param("in1", dt, {130, 96});
+    Value h = matmul(x, transpose(w, 0, 1)) + b.param("in2", dt, {130});
+    b.ret(cast(gelu(h), DType::BF16));
+    Graph g = decompose(finish(b));
+    for (const char* arch : {"sm_80", "sm_90a"}) {
+      SCOPED_TRACE(std::string(arch) + " " + std::string(dtype_name(dt)));
+      Ptx p = emit_ptx(g, arch);
+      EXPECT_EQ(count(p.ptx, ".entry "), 1u);
+      EXPECT_NE(p.ptx.find(".target " + std::string(arch)), std::string::npos);
+      EXPECT_NE(p.ptx.find(".entry mm_kernel("), std::string::npos);
+      EXPECT_NE(p.ptx.find(".maxntid 128, 1, 1"), std::string::npos);
+      EXPECT_NE(p.ptx.find(".extern .shared .align 16 .b8 sf_smem[]"), std::string::npos) << p.ptx;
+      if (dt == DType::F32) {  // copied by cp.async, no registers on the way
+        EXPECT_NE(p.ptx.find("cp.async.ca.shared.global"), std::string::npos) << p.ptx;
+        EXPECT_NE(p.ptx.find("cp.async.commit_group"), std::string::npos);
+        EXPECT_NE(p.ptx.find("cp.async.wait_group 0"), std::string::npos);
+        EXPECT_EQ(p.ptx.find("st.shared"), std::string::npos);
+      } else {  // widened to f32 on the way through registers
+        EXPECT_NE(p.ptx.find("st.shared.f32"), std::string::npos);
+        EXPECT_EQ(p.ptx.find("cp.async"), std::string::npos);
+      }
+      EXPECT_NE(p.ptx.find("ld.shared.v4.f32"), std::string::npos) << "register tiles read as vectors";
+      EXPECT_NE(p.ptx.find("bar.sync"), std::string::npos);
+      EXPECT_NE(p.ptx.find("fma.rn.f32"), std::string::npos);
+      // The epilogue: libdevice's erff inlined (no calls left), the bf16 rounding.
+      EXPECT_NE(p.ir.find("@__nv_erff"), std::string::npos);
+      EXPECT_EQ(p.ptx.find("call"), std::string::npos) << "the PTX still calls a function";
+      EXPECT_EQ(p.ptx.find(".func"), std::string::npos);
+      EXPECT_NE(p.ptx.find("cvt.rn.bf16.f32"), std::string::npos);
+      EXPECT_NE(p.ptx.find("st.global.b16"), std::string::npos) << p.ptx;
+      // 200 / 64 = 4 row tiles by 130 / 64 = 3 column tiles; two stages of a 16 x (64+4)
+      // A tile (k-fast copies: padded) and a 16 x (64+4) B tile (w read k-fast too).
+      EXPECT_EQ(p.launch.grid[0], 12);
+      EXPECT_EQ(p.launch.grid[1], 1);
+      EXPECT_EQ(p.launch.block[0], 128);
+      EXPECT_EQ(p.launch.shared_bytes, 2 * 16 * (68 + 68) * 4);
+    }
   }
+}
+
+// The copies of K tile k+1 are issued before the FMAs of tile k: after the first
+// bar.sync, before the first fma. stages = 1: copy, bar.sync, FMAs, with no copy
+// between.
+TEST(MatmulNvptx, StagesIssueTheNextTileBeforeTheFmas) {
+  auto issued_between_sync_and_fma = [](const std::string& ptx, const std::string& copy) {
+    size_t sync = ptx.find("bar.sync"), fma = ptx.find("fma.rn.f32");
+    EXPECT_NE(sync, std::string::npos);
+    EXPECT_NE(fma, std::string::npos);
+    return sync < fma && ptx.find(copy, sync) < fma;
+  };
+  for (DType dt : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Graph g = with_epilogue({256, 256, 256, dt}, Epi::Bias);
+    // bf16: register-staged (ld.global, then st.shared after the FMAs); f32: cp.async
+    // with stages-1 tiles in flight.
+    const std::string copy = dt == DType::F32 ? "cp.async.ca.shared.global" : "ld.global";
+    for (int stages : {2, 3, 4}) {
+      SCOPED_TRACE(stages);
+      Ptx p = emit_ptx(g, "sm_90a", config(64, 64, 16, 4, stages));
+      EXPECT_TRUE(issued_between_sync_and_fma(p.ptx, copy)) << p.ptx;
+      EXPECT_EQ(p.launch.shared_bytes, stages * 16 * (68 + 64) * 4);
+      if (dt == DType::F32)
+        EXPECT_NE(p.ptx.find("cp.async.wait_group " + std::to_string(stages - 2)), std::string::npos);
+    }
+    Ptx p = emit_ptx(g, "sm_90a", config(64, 64, 16, 4, 1));
+    EXPECT_FALSE(issued_between_sync_and_fma(p.ptx, "ld.global"));
+    EXPECT_EQ(p.ptx.find("cp.async"), std::string::npos);
+    EXPECT_EQ(p.launch.shared_bytes, 16 * (68 + 64) * 4);
+  }
+  // No cp.async before sm_80.
+  Ptx p = emit_ptx(with_epilogue({64, 64, 64}, Epi::Bias), "sm_75");
+  EXPECT_EQ(p.ptx.find("cp.async"), std::string::npos);
+  EXPECT_NE(p.ptx.find("st.shared.f32"), std::string::npos);
 }
 
 TEST(MatmulNvptx, DefaultConfigHasNoSpillsOnSm90a) {

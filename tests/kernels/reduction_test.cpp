@@ -653,7 +653,9 @@ Ptx emit_ptx(const Graph& g, const std::string& arch, const KernelConfig& cfg = 
     return out;
   }
   out.ptx = *ptx;
-  if (have_ptxas()) EXPECT_EQ(run_ptxas(out.ptx, arch), "") << out.ptx;
+  if (have_ptxas()) {
+    EXPECT_EQ(run_ptxas(out.ptx, arch), "") << out.ptx;
+  }
   return out;
 }
 
@@ -678,7 +680,9 @@ TEST(ReductionNvptx, VerifiesCompilesAndAssemblesForSm80AndSm90a) {
         EXPECT_NE(p.ptx.find(".entry red_kernel("), std::string::npos);
         EXPECT_EQ(p.ptx.find("__nv_"), std::string::npos) << "libdevice calls left in the PTX";
         EXPECT_EQ(p.ptx.find("call"), std::string::npos) << "the PTX still calls a function";
-        if (cfg.threads_per_row > 1) EXPECT_NE(p.ptx.find("shfl.sync.bfly"), std::string::npos);
+        if (cfg.threads_per_row > 1) {
+          EXPECT_NE(p.ptx.find("shfl.sync.bfly"), std::string::npos);
+        }
         if (cfg.threads_per_row > 32) {
           EXPECT_NE(p.ptx.find("bar.sync"), std::string::npos);
           EXPECT_NE(p.ptx.find(".shared"), std::string::npos);
@@ -688,6 +692,18 @@ TEST(ReductionNvptx, VerifiesCompilesAndAssemblesForSm80AndSm90a) {
         std::string maxntid = ".maxntid " + std::to_string(cfg.threads_per_row * cfg.rows_per_block) + ", 1, 1";
         EXPECT_NE(p.ptx.find(maxntid), std::string::npos);
       }
+}
+
+TEST(ReductionNvptx, PtxasAssemblesSoftmaxAndLayerNormForSm90a) {
+  if (!have_ptxas()) GTEST_SKIP() << SF_PTXAS_PATH << " not found (no CUDA toolkit): PTX is not assembled";
+  for (const Graph& g : {composite_group(Composite::Softmax, DType::F16, {64, 4096}, -1),
+                         composite_group(Composite::LayerNorm, DType::F32, {64, 4096}, 1)}) {
+    Result<EmittedKernel> k = reduction_emitter().emit(spec_of(g, "red_kernel"), {}, llvmb::Target::nvptx("sm_90a"));
+    ASSERT_TRUE(k.ok()) << k.error().str();
+    Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_90a");
+    ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+    EXPECT_EQ(run_ptxas(*ptx, "sm_90a"), "");
+  }
 }
 
 TEST(ReductionNvptx, MaxPropagatesNaNWithTheNaNVariantsOnSm80) {

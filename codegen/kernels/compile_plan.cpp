@@ -3,7 +3,9 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 
+#include <atomic>
 #include <cstdio>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -46,8 +48,10 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
   for (ValueId p : g.params()) plan.params.push_back(g.node(p).name);
   for (const Output& o : g.outputs()) plan.outputs.push_back(o.name);
 
+  // Distinct kernels first (ranks with equal local shapes share one), then every
+  // one emitted and compiled, in parallel: each has its own LLVMContext.
   std::map<std::string, std::string> id_of;  // kernel key -> PlanKernel id
-  std::vector<std::string> errors;
+  std::vector<const LocalKernel*> sources;
   auto kernel_id = [&](const LocalKernel& k) -> std::string {
     std::string key = k.kind + "\n" + print_graph(k.group);
     if (auto it = id_of.find(key); it != id_of.end()) return it->second;
@@ -62,46 +66,11 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     pk.bytes_written = k.bytes_written;
     pk.flops = k.flops;
     pk.ops = k.ops;
-    std::optional<KernelKind> kind = kernel_kind_of(k);
-    if (!kind) {
-      errors.push_back(id + ": no emitter for " + k.kind + " kernels yet");
-    } else {
-      KernelSpec spec{pk.entry, *kind, k.group};
-      KernelConfig cfg = opts.config;
-      // Until the autotuner picks configs, reductions start from the emitter's
-      // suggestion for their row shape (a 16-wide row wants few threads per row).
-      if (*kind == KernelKind::Reduction)
-        if (Result<KernelConfig> s = suggest_reduction_config(spec, cfg); s.ok()) cfg = *s;
-      Result<EmittedKernel> e = emitter_for(*kind).emit(spec, cfg, llvmb::Target::nvptx(opts.arch));
-      if (!e.ok()) {
-        errors.push_back(id + ": " + e.error().message);
-      } else {
-        pk.grid = e->launch.grid;
-        pk.block = e->launch.block;
-        pk.shared_bytes = e->launch.shared_bytes;
-        Result<std::string> ptx = llvmb::compile_to_ptx(*e->module, opts.arch);
-        if (!ptx.ok()) {
-          errors.push_back(id + ": " + ptx.error().message);
-        } else {
-          if (opts.run_ptxas && find_ptxas().ok()) {
-            PtxasOptions po;
-            po.arch = opts.arch;
-            po.ptx_name = pk.ptx_file;
-            Result<std::vector<KernelResources>> res = run_ptxas(*ptx, po);
-            if (!res.ok()) {
-              errors.push_back(id + ": ptxas rejected it: " + res.error().str());
-            } else if (!res->empty()) {
-              pk.registers = (*res)[0].registers;
-              pk.spill_bytes = (*res)[0].spill_store_bytes + (*res)[0].spill_load_bytes;
-            }
-          }
-          out.ptx.emplace(pk.ptx_file, std::move(ptx).value());
-        }
-      }
-    }
     plan.kernels.push_back(std::move(pk));
+    sources.push_back(&k);
     return id;
   };
+  std::vector<std::string> errors;
 
   for (const LocalProgram& p : programs) {
     PlanRank r;
@@ -174,6 +143,66 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
       r.output_specs.push_back(p.output_specs[o].str(mesh.mesh()));
     }
     plan.ranks.push_back(std::move(r));
+  }
+  std::vector<std::string> kernel_errors(plan.kernels.size());
+  std::vector<std::string> kernel_ptx(plan.kernels.size());
+  auto build = [&](size_t i) {
+    PlanKernel& pk = plan.kernels[i];
+    const LocalKernel& k = *sources[i];
+    std::optional<KernelKind> kind = kernel_kind_of(k);
+    if (!kind) {
+      kernel_errors[i] = pk.id + ": no emitter for " + k.kind + " kernels yet";
+      return;
+    }
+    KernelSpec spec{pk.entry, *kind, k.group};
+    KernelConfig cfg = opts.config;
+    // Until the autotuner picks configs, reductions start from the emitter's
+    // suggestion for their row shape (a 16-wide row wants few threads per row).
+    if (*kind == KernelKind::Reduction)
+      if (Result<KernelConfig> s = suggest_reduction_config(spec, cfg); s.ok()) cfg = *s;
+    Result<EmittedKernel> e = emitter_for(*kind).emit(spec, cfg, llvmb::Target::nvptx(opts.arch));
+    if (!e.ok()) {
+      kernel_errors[i] = pk.id + ": " + e.error().message;
+      return;
+    }
+    pk.grid = e->launch.grid;
+    pk.block = e->launch.block;
+    pk.shared_bytes = e->launch.shared_bytes;
+    Result<std::string> ptx = llvmb::compile_to_ptx(*e->module, opts.arch);
+    if (!ptx.ok()) {
+      kernel_errors[i] = pk.id + ": " + ptx.error().message;
+      return;
+    }
+    if (opts.run_ptxas && find_ptxas().ok()) {
+      PtxasOptions po;
+      po.arch = opts.arch;
+      po.ptx_name = pk.ptx_file;
+      Result<std::vector<KernelResources>> res = run_ptxas(*ptx, po);
+      if (!res.ok()) {
+        kernel_errors[i] = pk.id + ": ptxas rejected it: " + res.error().str();
+        return;
+      }
+      if (!res->empty()) {
+        pk.registers = (*res)[0].registers;
+        pk.spill_bytes = (*res)[0].spill_store_bytes + (*res)[0].spill_load_bytes;
+      }
+    }
+    kernel_ptx[i] = std::move(ptx).value();
+  };
+  {
+    std::atomic<size_t> next{0};
+    unsigned n = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
+                                                 static_cast<unsigned>(plan.kernels.size())));
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < n; ++t)
+      pool.emplace_back([&] {
+        for (size_t i; (i = next++) < plan.kernels.size();) build(i);
+      });
+    for (std::thread& t : pool) t.join();
+  }
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    if (!kernel_errors[i].empty()) errors.push_back(kernel_errors[i]);
+    else out.ptx.emplace(plan.kernels[i].ptx_file, std::move(kernel_ptx[i]));
   }
   if (!errors.empty()) {
     std::string m = "cannot compile " + std::to_string(errors.size()) + " kernel(s) for " + opts.arch + ":";

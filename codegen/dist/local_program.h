@@ -60,6 +60,7 @@ struct LocalKernel {
   int64_t bytes_read = 0, bytes_written = 0, flops = 0;
   int64_t bytes_saved = 0;  // traffic of the intermediates fusion kept on chip
   std::vector<std::string> ops;  // the ops fused, in order, for explain
+  std::vector<size_t> steps;     // the steps it replaced, as indices into the unfused program
 };
 
 struct LocalProgram {

@@ -82,12 +82,13 @@ class Fuser {
   // The groups step i could join on this rank, best first.
   std::vector<int> candidates(size_t i) const {
     std::vector<int> c;
-    if (!opts_.enabled) return c;
+    if (!opts_.enabled || opts_.isolate.count(i)) return c;
     for (int v : p_.steps[i].in) {
       auto it = producer_.find(v);
       if (it == producer_.end()) continue;
       int gi = group_of_[it->second];
       if (gi < 0 || std::find(c.begin(), c.end(), gi) != c.end()) continue;
+      if (opts_.isolate.count(groups_[static_cast<size_t>(gi)].steps.front())) continue;
       if (compatible(groups_[static_cast<size_t>(gi)], i) && !creates_cycle(static_cast<size_t>(gi), i)) c.push_back(gi);
     }
     return c;
@@ -322,6 +323,7 @@ class Fuser {
     }
     if (named == 0) k.name += "_" + k.kind;
     k.group = group_graph(g, inputs, outs, k.name);
+    k.steps = g.steps;
 
     LocalStep s;
     s.kind = LocalStep::Kind::Kernel;

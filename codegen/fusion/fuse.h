@@ -12,6 +12,8 @@
 // literals are folded into the kernels that use them.
 #pragma once
 
+#include <set>
+
 #include "codegen/dist/local_program.h"
 
 namespace sf {
@@ -19,6 +21,9 @@ namespace sf {
 struct FusionOptions {
   bool enabled = true;  // false: every compute step becomes a kernel of its own
   int max_ops = 64;     // ops per kernel
+  // Steps (indices into the unfused program) that must each stay a kernel of their
+  // own: the fallback when a fused group could not be emitted.
+  std::set<size_t> isolate;
 };
 
 // Fuses every rank's program alike: programs[r] is rank r's (same steps, local

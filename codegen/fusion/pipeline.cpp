@@ -2,16 +2,33 @@
 
 #include "codegen/dist/schedule.h"
 #include "codegen/fusion/decompose_program.h"
+#include "codegen/ir/printer.h"
+
+#include <map>
 
 namespace sf {
 
 std::vector<LocalProgram> rank_programs(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
                                         const RankPipelineOptions& opts) {
-  std::vector<LocalProgram> ps;
-  for (int r = 0; r < mesh.world(); ++r) ps.push_back(decompose_program(lower(g, plan, mesh, r)));
+  std::vector<LocalProgram> unfused;
+  for (int r = 0; r < mesh.world(); ++r) unfused.push_back(decompose_program(lower(g, plan, mesh, r)));
   FusionOptions fo;
   fo.enabled = opts.fuse;
-  ps = fuse_all(std::move(ps), fo);
+  std::vector<LocalProgram> ps = fuse_all(unfused, fo);
+  if (opts.can_emit && opts.fuse) {
+    // Kernels are alike on every rank but for shapes: a kernel that fails on any
+    // rank has its steps isolated on all.
+    std::map<std::string, bool> verdict;
+    for (const LocalProgram& p : ps)
+      for (const LocalKernel& k : p.kernels) {
+        if (k.steps.size() < 2) continue;
+        std::string key = k.kind + "\n" + print_graph(k.group);
+        auto it = verdict.find(key);
+        if (it == verdict.end()) it = verdict.emplace(key, opts.can_emit(k)).first;
+        if (!it->second) fo.isolate.insert(k.steps.begin(), k.steps.end());
+      }
+    if (!fo.isolate.empty()) ps = fuse_all(std::move(unfused), fo);
+  }
   if (opts.reorder)
     for (LocalProgram& p : ps) p = schedule(std::move(p));
   return ps;

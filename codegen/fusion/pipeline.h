@@ -2,6 +2,8 @@
 // graph for a rank, decompose composites, fuse into kernels, schedule collectives.
 #pragma once
 
+#include <functional>
+
 #include "codegen/dist/lower.h"
 #include "codegen/fusion/fuse.h"
 
@@ -10,6 +12,11 @@ namespace sf {
 struct RankPipelineOptions {
   bool fuse = true;     // false: one kernel per op
   bool reorder = true;  // false: collectives where lowering put them
+  // Whether a kernel can be emitted for the target; when set, a fused kernel that
+  // cannot is split again: its ops are fused anew, each a kernel of its own, so an
+  // emitter's limit costs one group's fusion, not the run. Called once per distinct
+  // kernel (by group text).
+  std::function<bool(const LocalKernel&)> can_emit;
 };
 
 // Every rank's program. Fusion decides for all ranks together (fuse_all), so the

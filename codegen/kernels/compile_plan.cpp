@@ -37,7 +37,9 @@ std::string fmt(const char* f, double v) {
 Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
   DeviceMesh mesh(g.mesh());
   ShardingPlan sharding = propagate(g, mesh);
-  std::vector<LocalProgram> programs = rank_programs(g, sharding, mesh, opts.pipeline);
+  RankPipelineOptions po = opts.pipeline;
+  if (!po.can_emit) po.can_emit = emit_checker(llvmb::Target::nvptx(opts.arch), opts.config);
+  std::vector<LocalProgram> programs = rank_programs(g, sharding, mesh, po);
 
   CompiledPlan out;
   Plan& plan = out.plan;

@@ -16,6 +16,14 @@ std::optional<KernelKind> kernel_kind_of(const LocalKernel& k) {
   return std::nullopt;
 }
 
+std::function<bool(const LocalKernel&)> emit_checker(const llvmb::Target& target, KernelConfig config) {
+  return [target, config](const LocalKernel& k) {
+    std::optional<KernelKind> kind = kernel_kind_of(k);
+    if (!kind) return false;
+    return emitter_for(*kind).emit(KernelSpec{"sf_check", *kind, k.group}, config, target).ok();
+  };
+}
+
 HostKernelRunner::HostKernelRunner(KernelConfig config) : config_(config) {}
 HostKernelRunner::~HostKernelRunner() = default;
 

@@ -6,6 +6,7 @@
 // missing emitter and says how much ran as generated code.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,6 +47,10 @@ class HostKernelRunner final : public KernelRunner {
   mutable std::map<std::string, Compiled> cache_;  // key: kind + group text
   mutable Stats stats_;
 };
+
+// For RankPipelineOptions::can_emit: whether the kernel's emitter accepts it for
+// `target` (emits the module and drops it; no compilation).
+std::function<bool(const LocalKernel&)> emit_checker(const llvmb::Target& target, KernelConfig config = {});
 
 // The emitter kind of a fused kernel ("pointwise", "reduction", "matmul"); nullopt
 // for kinds no emitter covers (gather).

@@ -30,7 +30,8 @@ namespace sf {
 // NVPTX reads block_m, block_n, block_k, warps, stages and group_m: a tiled SIMT
 // kernel with f32 accumulators and A/B tiles staged in dynamic shared memory
 // (LaunchShape::shared_bytes; above 48 KiB the launcher must raise
-// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES). The host reads none: loops with
+// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), copied by cp.async for f32 on
+// sm_80+ and through registers otherwise. The host reads none: loops with
 // an f32 (integers: i64) accumulator, the j loop innermost for the vectoriser.
 Result<EmittedKernel> emit_matmul(const KernelSpec& spec, const KernelConfig& config,
                                   const llvmb::Target& target);

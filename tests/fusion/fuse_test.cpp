@@ -4,6 +4,8 @@
 // which runs the fused pipeline by default.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "codegen/dist/explain.h"
 #include "codegen/fusion/pipeline.h"
 #include "codegen/ir/builder.h"
@@ -106,6 +108,34 @@ TEST(Fuse, EveryRankFusesAlikeWithUnevenShards) {
     ASSERT_EQ(p.kernels.size(), ps[0].kernels.size());
     for (size_t k = 0; k < p.kernels.size(); ++k) EXPECT_EQ(p.kernels[k].ops, ps[0].kernels[k].ops);
   }
+}
+
+}  // namespace
+}  // namespace sf
+
+namespace sf {
+namespace {
+
+TEST(Fuse, AGroupThatCannotBeEmittedIsSplitAndTheRestStaysFused) {
+  Graph g = parse(
+      "graph g(x: f32[8, 16], w: f32[16, 16]) {\n"
+      "  h = relu(matmul(x, w))\n"
+      "  y = mul(exp(add(x, 1.0)), 2.0)\n"
+      "  return h, y\n}\n");
+  DeviceMesh mesh(g.mesh());
+  RankPipelineOptions opts;
+  // A pretend emitter limit: no kernel with exp in it and more than one op.
+  int asked = 0;
+  opts.can_emit = [&](const LocalKernel& k) {
+    ++asked;
+    return std::find(k.ops.begin(), k.ops.end(), "exp") == k.ops.end();
+  };
+  LocalProgram p = rank_programs(g, propagate(g, mesh), mesh, opts)[0];
+  std::vector<std::vector<std::string>> ops;
+  for (const LocalKernel& k : p.kernels) ops.push_back(k.ops);
+  EXPECT_EQ(ops, (std::vector<std::vector<std::string>>{{"matmul", "relu"}, {"add"}, {"exp"}, {"mul"}}))
+      << explain_kernels(p);
+  EXPECT_EQ(asked, 1) << "each distinct multi-op kernel is checked once";
 }
 
 }  // namespace

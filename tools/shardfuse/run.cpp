@@ -86,7 +86,9 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
   // the end), so rank 0 can save and check them without another exchange.
   if (o.rank)
     for (PlacementSpec& s : plan.outputs) s = replicated(mesh);
-  std::vector<LocalProgram> all = rank_programs(g, plan, mesh, {!o.no_fuse, !o.no_reorder});
+  RankPipelineOptions po{!o.no_fuse, !o.no_reorder, nullptr};
+  if (kernels) po.can_emit = emit_checker(llvmb::Target::host());  // split what cannot be emitted
+  std::vector<LocalProgram> all = rank_programs(g, plan, mesh, po);
   auto program = [&](int r) { return all[static_cast<size_t>(r)]; };
 
   if (o.rank) {

@@ -6,7 +6,7 @@
 
 #include "codegen/dist/shard.h"
 #include "codegen/dist/explain.h"
-#include "codegen/reference/evaluate.h"
+#include "runtime/local_step.h"
 
 namespace sf {
 
@@ -42,23 +42,12 @@ Result<std::vector<Tensor>> execute_on(const LocalProgram& p, Comm& comm, const 
     } catch (const std::exception& e) {
       return at_step(p, i, mesh, e.what());
     }
+    if (is_local_step(s)) {
+      const KernelRunner& runner = opts.kernels ? *opts.kernels : reference_kernel_runner();
+      if (auto err = run_local_step(p, s, v, runner)) return at_step(p, i, mesh, *err);
+      continue;
+    }
     switch (s.kind) {
-      case LocalStep::Kind::Compute: {
-        std::vector<const Tensor*> args;
-        for (int a : s.in) args.push_back(&v[static_cast<size_t>(a)]);
-        Result<Tensor> t = evaluate_node(s.node, args);
-        if (!t.ok()) return at_step(p, i, mesh, t.error().message);
-        v[static_cast<size_t>(s.out)] = std::move(t).value();
-        break;
-      }
-      case LocalStep::Kind::Slice:
-        v[static_cast<size_t>(s.out)] = slice_block(v[static_cast<size_t>(s.in[0])], s.offset, s.shape);
-        break;
-      case LocalStep::Kind::Partialize: {
-        const Tensor& x = v[static_cast<size_t>(s.in[0])];
-        v[static_cast<size_t>(s.out)] = s.keep ? x : Tensor(x.dtype(), x.shape());
-        break;
-      }
       case LocalStep::Kind::Start: {
         Tensor x = v[static_cast<size_t>(s.in[0])];
         switch (s.comm) {
@@ -75,15 +64,10 @@ Result<std::vector<Tensor>> execute_on(const LocalProgram& p, Comm& comm, const 
         }
         break;
       }
-      case LocalStep::Kind::Kernel: {
-        std::vector<const Tensor*> args;
-        for (int a : s.in) args.push_back(&v[static_cast<size_t>(a)]);
-        const KernelRunner& runner = opts.kernels ? *opts.kernels : reference_kernel_runner();
-        Result<std::vector<Tensor>> t = runner.run(p.kernels[static_cast<size_t>(s.kernel)], args);
-        if (!t.ok()) return at_step(p, i, mesh, t.error().message);
-        for (size_t o = 0; o < s.outs.size(); ++o) v[static_cast<size_t>(s.outs[o])] = std::move((*t)[o]);
-        break;
-      }
+      case LocalStep::Kind::Compute:
+      case LocalStep::Kind::Kernel:
+      case LocalStep::Kind::Slice:
+      case LocalStep::Kind::Partialize: break;  // run above
       case LocalStep::Kind::Wait: {
         auto it = pending.find(s.handle);
         if (it == pending.end()) return at_step(p, i, mesh, "internal: wait without a start");

@@ -2,7 +2,7 @@
 
 #include "codegen/dist/host_collectives.h"
 #include "codegen/dist/shard.h"
-#include "codegen/reference/evaluate.h"
+#include "runtime/local_step.h"
 
 namespace sf {
 
@@ -64,44 +64,11 @@ Result<std::vector<std::vector<Tensor>>> simulate(const std::vector<LocalProgram
       for (size_t r = 0; r < world; ++r) {
         const LocalStep& s = programs[r].steps[i];
         std::vector<Tensor>& v = vals[r];
-        switch (s.kind) {
-          case LocalStep::Kind::Compute: {
-            std::vector<const Tensor*> args;
-            for (int a : s.in) args.push_back(&v[static_cast<size_t>(a)]);
-            Result<Tensor> t = evaluate_node(s.node, args);
-            if (!t.ok()) {
-              Diag d = t.error();
-              d.message = "rank " + std::to_string(r) + ": " + d.message;
-              return d;
-            }
-            v[static_cast<size_t>(s.out)] = std::move(t).value();
-            break;
-          }
-          case LocalStep::Kind::Slice:
-            v[static_cast<size_t>(s.out)] = slice_block(v[static_cast<size_t>(s.in[0])], s.offset, s.shape);
-            break;
-          case LocalStep::Kind::Partialize: {
-            const Tensor& x = v[static_cast<size_t>(s.in[0])];
-            v[static_cast<size_t>(s.out)] = s.keep ? x : Tensor(x.dtype(), x.shape());
-            break;
-          }
-          case LocalStep::Kind::Wait:
-            v[static_cast<size_t>(s.out)] = std::move(pending[r][static_cast<size_t>(s.handle)]);
-            break;
-          case LocalStep::Kind::Kernel: {
-            std::vector<const Tensor*> args;
-            for (int a : s.in) args.push_back(&v[static_cast<size_t>(a)]);
-            const LocalKernel& k = programs[r].kernels[static_cast<size_t>(s.kernel)];
-            Result<std::vector<Tensor>> t = kernels.run(k, args);
-            if (!t.ok()) {
-              Diag d = t.error();
-              d.message = "rank " + std::to_string(r) + ", kernel " + k.name + ": " + d.message;
-              return d;
-            }
-            for (size_t o = 0; o < s.outs.size(); ++o) v[static_cast<size_t>(s.outs[o])] = std::move((*t)[o]);
-            break;
-          }
-          case LocalStep::Kind::Start: break;
+        if (s.kind == LocalStep::Kind::Wait) {
+          v[static_cast<size_t>(s.out)] = std::move(pending[r][static_cast<size_t>(s.handle)]);
+        } else if (is_local_step(s)) {
+          if (auto err = run_local_step(programs[r], s, v, kernels))
+            return Diag{"", {}, "rank " + std::to_string(r) + ": " + *err};
         }
       }
     }

@@ -689,4 +689,27 @@ std::vector<std::pair<int, IndexMap>> GroupValues::reads(ValueId v0, const Value
   return out;
 }
 
+Result<bool> emit_loop(llvm::IRBuilderBase& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
+                       const std::string& name, const std::function<Result<bool>(llvm::Value*)>& body) {
+  llvm::LLVMContext& c = b.getContext();
+  llvm::Function* fn = b.GetInsertBlock()->getParent();
+  llvm::BasicBlock* pre = b.GetInsertBlock();
+  llvm::BasicBlock* head = llvm::BasicBlock::Create(c, name + ".head", fn);
+  llvm::BasicBlock* bodyb = llvm::BasicBlock::Create(c, name + ".body", fn);
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(c, name + ".exit", fn);
+  b.CreateBr(head);
+  b.SetInsertPoint(head);
+  llvm::PHINode* i = b.CreatePHI(begin->getType(), 2, name);
+  i->addIncoming(begin, pre);
+  b.CreateCondBr(b.CreateICmpSLT(i, end), bodyb, exit);
+  b.SetInsertPoint(bodyb);
+  Result<bool> r = body(i);
+  if (!r) return r;
+  llvm::Value* next = b.CreateAdd(i, step, name + ".next", /*HasNUW=*/true, /*HasNSW=*/true);
+  i->addIncoming(next, b.GetInsertBlock());
+  b.CreateBr(head);
+  b.SetInsertPoint(exit);
+  return true;
+}
+
 }  // namespace sf::kernels

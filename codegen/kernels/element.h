@@ -96,6 +96,15 @@ IndexMap offset_map(const ValueIndex& at, const Shape& shape);
 // Division and remainder are unsigned, by constants (strength-reduced by LLVM).
 llvm::Value* emit_index_map(llvm::IRBuilderBase& b, llvm::Value* flat, const IndexMap& m);
 
+// ---- loops ------------------------------------------------------------------------
+
+// A counted loop `for (i = begin; i < end; i += step) body(i)` at the builder's
+// insertion point (signed compare; the index type must leave room for end + step,
+// so the increment is marked nuw/nsw). A Diag from the body stops emission and is
+// returned; on success the builder is left in the exit block.
+Result<bool> emit_loop(llvm::IRBuilderBase& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
+                       const std::string& name, const std::function<Result<bool>(llvm::Value*)>& body);
+
 // ---- elementwise categories --------------------------------------------------------
 
 bool is_elementwise(OpKind k);  // unary, binary, compare, where (after decomposition)

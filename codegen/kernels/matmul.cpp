@@ -23,6 +23,7 @@ namespace sf {
 namespace {
 
 using kernels::ElementCodegen;
+using kernels::emit_loop;
 using kernels::Elem;
 using kernels::ValueIndex;
 
@@ -286,30 +287,6 @@ class Epilogue {
 
 // ---- shared emission helpers -----------------------------------------------------------------------
 
-// `for (i = begin; i < end; i += step) body(i)` at the builder's position; leaves the
-// builder after the loop. The body may create blocks of its own.
-Result<bool> emit_loop(llvm::IRBuilderBase& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
-                       const std::string& name, const std::function<Result<bool>(llvm::Value*)>& body) {
-  llvm::LLVMContext& c = b.getContext();
-  llvm::Function* fn = b.GetInsertBlock()->getParent();
-  llvm::BasicBlock* pre = b.GetInsertBlock();
-  llvm::BasicBlock* head = llvm::BasicBlock::Create(c, name + ".head", fn);
-  llvm::BasicBlock* bodyb = llvm::BasicBlock::Create(c, name + ".body", fn);
-  llvm::BasicBlock* exit = llvm::BasicBlock::Create(c, name + ".exit", fn);
-  b.CreateBr(head);
-  b.SetInsertPoint(head);
-  llvm::PHINode* i = b.CreatePHI(begin->getType(), 2, name);
-  i->addIncoming(begin, pre);
-  b.CreateCondBr(b.CreateICmpSLT(i, end), bodyb, exit);
-  b.SetInsertPoint(bodyb);
-  Result<bool> r = body(i);
-  if (!r) return r;
-  llvm::Value* next = b.CreateAdd(i, step, name + ".next", true, true);  // i < end and end + step fit in i64
-  i->addIncoming(next, b.GetInsertBlock());
-  b.CreateBr(head);
-  b.SetInsertPoint(exit);
-  return true;
-}
 
 // O's batch coordinates of batch index z (index-typed), and the element offsets of
 // A's and B's matrices for it.

@@ -20,6 +20,7 @@ namespace sf {
 namespace {
 
 using kernels::ElementCodegen;
+using kernels::emit_loop;
 using kernels::Elem;
 using kernels::IndexMap;
 using kernels::ValueIndex;
@@ -92,31 +93,6 @@ Result<std::vector<Elem>> outputs_at(const Graph& g, kernels::GroupValues& value
   return out;
 }
 
-// Emits, at the builder's position, a counted loop `for (i = begin; i < end; i += step)`
-// whose body `body(i)` builds; leaves the builder after the loop. Bounds of one type.
-Result<bool> emit_loop(llvm::IRBuilder<>& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
-                       const std::string& name, const std::function<Result<bool>(llvm::Value*)>& body) {
-  llvm::LLVMContext& c = b.getContext();
-  llvm::Function* fn = b.GetInsertBlock()->getParent();
-  llvm::BasicBlock* pre = b.GetInsertBlock();
-  llvm::BasicBlock* head = llvm::BasicBlock::Create(c, name + ".head", fn);
-  llvm::BasicBlock* bodyb = llvm::BasicBlock::Create(c, name + ".body", fn);
-  llvm::BasicBlock* exit = llvm::BasicBlock::Create(c, name + ".exit", fn);
-  b.CreateBr(head);
-  b.SetInsertPoint(head);
-  llvm::PHINode* i = b.CreatePHI(begin->getType(), 2, name);
-  i->addIncoming(begin, pre);
-  b.CreateCondBr(b.CreateICmpSLT(i, end), bodyb, exit);
-  b.SetInsertPoint(bodyb);
-  Result<bool> r = body(i);
-  if (!r) return r;
-  // Never wraps: i < end on entry and end + step fits (the index type was chosen so).
-  llvm::Value* next = b.CreateAdd(i, step, name + ".next", true, true);
-  i->addIncoming(next, b.GetInsertBlock());
-  b.CreateBr(head);
-  b.SetInsertPoint(exit);
-  return true;
-}
 
 // ---- NVPTX -------------------------------------------------------------------------------
 

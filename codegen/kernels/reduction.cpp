@@ -22,6 +22,7 @@ namespace sf {
 namespace {
 
 using kernels::ElementCodegen;
+using kernels::emit_loop;
 using kernels::Elem;
 using kernels::IndexMap;
 using kernels::StridedStep;
@@ -398,31 +399,6 @@ class Program {
   std::optional<Diag> error_;
 };
 
-// A counted loop `for (i = begin; i < end; i += step)` (signed compare) at the
-// builder's position; `body(i)` builds the body; the builder ends after the loop.
-Result<bool> emit_loop(llvm::IRBuilder<>& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
-                       const std::string& name, const std::function<Result<bool>(llvm::Value*)>& body) {
-  llvm::LLVMContext& c = b.getContext();
-  llvm::Function* fn = b.GetInsertBlock()->getParent();
-  llvm::BasicBlock* pre = b.GetInsertBlock();
-  llvm::BasicBlock* head = llvm::BasicBlock::Create(c, name + ".head", fn);
-  llvm::BasicBlock* bodyb = llvm::BasicBlock::Create(c, name + ".body", fn);
-  llvm::BasicBlock* exit = llvm::BasicBlock::Create(c, name + ".exit", fn);
-  b.CreateBr(head);
-  b.SetInsertPoint(head);
-  llvm::PHINode* i = b.CreatePHI(begin->getType(), 2, name);
-  i->addIncoming(begin, pre);
-  b.CreateCondBr(b.CreateICmpSLT(i, end), bodyb, exit);
-  b.SetInsertPoint(bodyb);
-  Result<bool> r = body(i);
-  if (!r) return r;
-  // Never wraps: i < end on entry and the index type leaves room for end + step.
-  llvm::Value* next = b.CreateAdd(i, step, name + ".next", true, true);
-  i->addIncoming(next, b.GetInsertBlock());
-  b.CreateBr(head);
-  b.SetInsertPoint(exit);
-  return true;
-}
 
 // The parts of a kernel both targets share: the args, the element program, the
 // accumulators (entry-block allocas, promoted to registers by SROA) and the per-row

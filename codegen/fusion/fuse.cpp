@@ -50,16 +50,6 @@ struct Group {
   bool views_only = true;     // pointwise made of transpose/permute only
 };
 
-std::vector<int> reduced_dims(const Node& n, int rank) {
-  std::vector<int> d;
-  const auto& dims = n.attrs.get_ints("dims");
-  if (dims.empty())
-    for (int i = 0; i < rank; ++i) d.push_back(i);
-  for (int64_t x : dims) d.push_back(*normalize_dim(x, rank));
-  std::sort(d.begin(), d.end());
-  return d;
-}
-
 // Decides groups on one rank's program. Ranks' programs have the same steps (SPMD)
 // but, with uneven shards, not the same shapes; FuseAll below runs one Fuser per
 // rank and merges only where every rank agrees, so every rank fuses alike.
@@ -121,7 +111,7 @@ class Fuser {
     if (g.kind == GKind::Reduction) {
       const TensorType& x = type(p_.steps[i].in[0]);
       g.full = x.shape;
-      g.rdims = reduced_dims(n, x.rank());
+      g.rdims = reduced_dims(n.attrs, x.rank());
       g.reduced_numel = numel(n.type.shape);
     }
     return g;
@@ -167,7 +157,7 @@ class Fuser {
         if (k == GKind::Pointwise) return out == numel(g.full) || out == g.reduced_numel;
         if (k == GKind::Reduction) {
           const TensorType& x = type(s.in[0]);
-          return x.shape == g.full && reduced_dims(n, x.rank()) == g.rdims;
+          return x.shape == g.full && reduced_dims(n.attrs, x.rank()) == g.rdims;
         }
         return false;
       // The epilogue is elementwise on the matmul's output space: views after a matmul

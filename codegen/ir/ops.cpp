@@ -329,6 +329,16 @@ std::optional<int> normalize_dim(int64_t d, int rank) {
   return static_cast<int>(d < 0 ? d + rank : d);
 }
 
+std::vector<int> reduced_dims(const Attrs& attrs, int rank) {
+  std::vector<int> d;
+  const auto& dims = attrs.get_ints("dims");
+  if (dims.empty())
+    for (int i = 0; i < rank; ++i) d.push_back(i);
+  for (int64_t x : dims) d.push_back(*normalize_dim(x, rank));
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
 std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
   size_t n = std::max(a.size(), b.size());
   Shape out(n);

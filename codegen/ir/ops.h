@@ -93,6 +93,9 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& att
 // Helpers shared by passes.
 // Normalises a possibly negative dim against `rank`; nullopt if out of range.
 std::optional<int> normalize_dim(int64_t d, int rank);
+// The dims a reduction (sum/max/min/mean) reduces, normalised and sorted: its
+// `dims` attribute, or every dim when that is empty. `attrs` must be complete.
+std::vector<int> reduced_dims(const Attrs& attrs, int rank);
 // NumPy broadcasting of two shapes; nullopt if incompatible.
 std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b);
 // Result dtype of a binary op between two operands with weak-scalar rules.

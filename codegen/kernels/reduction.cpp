@@ -39,16 +39,6 @@ bool is_reduce(OpKind k) { return op_info(k).category == OpCategory::Reduce; }
 
 std::string who(const Node& n) { return std::string(op_name(n.op)) + (n.name.empty() ? "" : " '" + n.name + "'"); }
 
-std::vector<int> reduced_dims(const Node& n, int rank) {
-  std::vector<int> d;
-  const auto& dims = n.attrs.get_ints("dims");
-  if (dims.empty())
-    for (int i = 0; i < rank; ++i) d.push_back(i);
-  for (int64_t x : dims) d.push_back(*normalize_dim(x, rank));
-  std::sort(d.begin(), d.end());
-  return d;
-}
-
 std::string dims_str(const std::vector<int>& d) { return shape_str(Shape(d.begin(), d.end())); }
 
 bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -107,7 +97,7 @@ Result<Plan> make_plan(const KernelSpec& spec, const KernelConfig& c, const llvm
                   n.loc);
     }
     const TensorType& xt = g.node(n.inputs[0]).type;
-    std::vector<int> rd = reduced_dims(n, xt.rank());
+    std::vector<int> rd = reduced_dims(n.attrs, xt.rank());
     if (!first) {
       first = &n;
       p.x = xt.shape;

@@ -34,7 +34,7 @@ Ran run_and_check(const Graph& g, uint64_t seed, const std::string& what, bool f
   std::vector<Tensor> global = random_inputs(g, seed);
   std::vector<std::vector<Tensor>> inputs;
   for (int r = 0; r < mesh.world(); ++r) {
-    ran.programs.push_back(rank_program(g, ran.plan, mesh, r, {fused, true}));
+    ran.programs.push_back(rank_program(g, ran.plan, mesh, r, {fused, true, nullptr}));
     std::vector<Tensor> in;
     for (size_t i = 0; i < g.params().size(); ++i)
       in.push_back(shard_tensor(global[i], ran.plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));

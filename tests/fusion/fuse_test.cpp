@@ -28,7 +28,7 @@ Graph example(const std::string& name) {
 
 std::vector<LocalProgram> programs(const Graph& g, bool fused = true) {
   DeviceMesh mesh(g.mesh());
-  return rank_programs(g, propagate(g, mesh), mesh, {fused, true});
+  return rank_programs(g, propagate(g, mesh), mesh, {fused, true, nullptr});
 }
 
 std::vector<std::string> kinds(const LocalProgram& p) {

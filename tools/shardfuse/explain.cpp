@@ -37,7 +37,7 @@ int explain(const ExplainOptions& o) {
   }
   DeviceMesh mesh(g->mesh());
   ShardingPlan plan = propagate(*g, mesh);
-  LocalProgram p = rank_program(*g, plan, mesh, o.rank, {!o.no_fuse, !o.no_reorder});
+  LocalProgram p = rank_program(*g, plan, mesh, o.rank, {!o.no_fuse, !o.no_reorder, nullptr});
   std::cout << "graph " << g->name() << " on mesh " << (mesh.ndim() ? mesh.mesh().str() : "(none)") << " ("
             << mesh.world() << " rank" << (mesh.world() == 1 ? "" : "s") << ")\n\n";
   std::cout << explain_sharding(*g, plan, mesh) << "\n";

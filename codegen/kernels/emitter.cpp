@@ -7,6 +7,7 @@
 #include "codegen/kernels/emitter.h"
 
 #include "codegen/kernels/matmul.h"
+#include "codegen/kernels/gather.h"
 #include "codegen/kernels/pointwise.h"
 #include "codegen/kernels/reduction.h"
 
@@ -17,11 +18,20 @@ std::string_view kernel_kind_name(KernelKind k) {
     case KernelKind::Pointwise: return "pointwise";
     case KernelKind::Reduction: return "reduction";
     case KernelKind::Matmul: return "matmul";
+    case KernelKind::Gather: return "gather";
   }
   return "?";
 }
 
 namespace {
+
+class GatherEmitter final : public Emitter {
+ public:
+  Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config,
+                             const llvmb::Target& target) const override {
+    return emit_gather(spec, config, target);
+  }
+};
 
 class PointwiseEmitter final : public Emitter {
  public:
@@ -39,6 +49,10 @@ const Emitter& emitter_for(KernelKind k) {
     case KernelKind::Pointwise: return pointwise;
     case KernelKind::Reduction: return reduction_emitter();
     case KernelKind::Matmul: return matmul_emitter();
+    case KernelKind::Gather: {
+      static const GatherEmitter gather;
+      return gather;
+    }
   }
   return pointwise;  // unreachable: the switch lists every kind (-Werror=switch)
 }

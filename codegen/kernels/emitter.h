@@ -30,7 +30,7 @@
 
 namespace sf {
 
-enum class KernelKind : uint8_t { Pointwise, Reduction, Matmul };
+enum class KernelKind : uint8_t { Pointwise, Reduction, Matmul, Gather };
 std::string_view kernel_kind_name(KernelKind k);
 
 struct KernelSpec {

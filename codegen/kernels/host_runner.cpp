@@ -13,6 +13,7 @@ std::optional<KernelKind> kernel_kind_of(const LocalKernel& k) {
   if (k.kind == "pointwise") return KernelKind::Pointwise;
   if (k.kind == "reduction") return KernelKind::Reduction;
   if (k.kind == "matmul") return KernelKind::Matmul;
+  if (k.kind == "gather") return KernelKind::Gather;
   return std::nullopt;
 }
 

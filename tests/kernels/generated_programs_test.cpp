@@ -93,6 +93,7 @@ TEST(GeneratedPrograms, OpsUnderInputPlacements) {
       {"a: f16[5, 6] {A}, b: f16[6] {B}", "max(sub(a, b), dims=[0], keepdim=true)"},
       {"a: f32[8, 4] {A}, b: f32[32] {B}", "add(reshape(a, shape=[32]), b)"},
       {"a: i32[5, 6] {A}, b: i32[6] {B}", "sum(mul(a, b), dims=[0])"},
+      {"a: i64[5, 2] {A}, b: f32[10, 4] {B}", "relu(embedding(a, b))"},
   };
   const Placement choices[] = {Placement::replicate(), Placement::shard(0), Placement::shard(-1), Placement::partial()};
   for (const Case& c : cases)

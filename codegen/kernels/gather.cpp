@@ -1,0 +1,127 @@
+#include "codegen/kernels/gather.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
+#include "codegen/kernels/element.h"
+
+namespace sf {
+
+namespace {
+
+using kernels::Elem;
+using kernels::ElementCodegen;
+using kernels::emit_loop;
+
+struct Shape3 {
+  int idx_param = 0, weight_param = 1;
+  int64_t n = 0, rows = 0, cols = 0;
+  DType idx_dtype = DType::I64, dtype = DType::F32;
+};
+
+Result<Shape3> check(const KernelSpec& spec) {
+  const Graph& g = spec.group;
+  std::optional<ValueId> emb;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.op == OpKind::Param) continue;
+    if (n.op != OpKind::Embedding || emb) return Diag{"", {}, "gather emitter: the group must be one embedding of two params"};
+    emb = static_cast<ValueId>(i);
+  }
+  if (!emb || g.outputs().size() != 1 || g.outputs()[0].value != *emb)
+    return Diag{"", {}, "gather emitter: the group must be one embedding and return it"};
+  const Node& e = g.node(*emb);
+  Shape3 s;
+  for (size_t p = 0; p < g.params().size(); ++p) {
+    if (g.params()[p] == e.inputs[0]) s.idx_param = static_cast<int>(p);
+    if (g.params()[p] == e.inputs[1]) s.weight_param = static_cast<int>(p);
+  }
+  if (g.node(e.inputs[0]).op != OpKind::Param || g.node(e.inputs[1]).op != OpKind::Param)
+    return Diag{"", {}, "gather emitter: indices and weight must be kernel inputs"};
+  const TensorType& w = g.node(e.inputs[1]).type;
+  s.rows = w.shape[0];
+  s.cols = w.shape[1];
+  s.n = numel(e.type.shape);
+  s.idx_dtype = g.node(e.inputs[0]).type.dtype;
+  s.dtype = w.dtype;
+  return s;
+}
+
+// out[f] for the flat output index f (an i64).
+void element(ElementCodegen& cg, const Shape3& s, llvm::Value* idx, llvm::Value* w, llvm::Value* out, llvm::Value* f) {
+  llvm::IRBuilderBase& b = cg.builder();
+  llvm::Value* cols = b.getInt64(s.cols);
+  llvm::Value* i = b.CreateUDiv(f, cols);
+  llvm::Value* c = b.CreateURem(f, cols);
+  llvm::Value* row = cg.convert(cg.load(s.idx_dtype, idx, i), DType::I64).value;
+  llvm::Value* in_range = b.CreateAnd(b.CreateICmpSGE(row, b.getInt64(0)), b.CreateICmpSLT(row, b.getInt64(s.rows)));
+  // Out-of-range rows read row 0 (always there when rows > 0) and are zeroed after.
+  llvm::Value* safe = b.CreateSelect(in_range, row, b.getInt64(0));
+  Elem v = cg.load(s.dtype, w, b.CreateAdd(b.CreateMul(safe, cols), c));
+  Elem zero = cg.constant(0.0, s.dtype);
+  cg.store(Elem{b.CreateSelect(in_range, v.value, zero.value), s.dtype}, out, f);
+}
+
+}  // namespace
+
+Result<EmittedKernel> emit_gather(const KernelSpec& spec, const KernelConfig& config, const llvmb::Target& target) {
+  Result<Shape3> s = check(spec);
+  if (!s) return s.error();
+  if (config.block < 32 || config.block > 1024 || config.max_blocks < 1)
+    return Diag{"", {}, "gather emitter: block must be 32..1024 and max_blocks >= 1"};
+  EmittedKernel k;
+  k.context = std::make_unique<llvm::LLVMContext>();
+  k.module = std::make_unique<llvm::Module>(spec.entry, *k.context);
+  llvmb::prepare_module(*k.module, target);
+  k.entry = spec.entry;
+  llvm::LLVMContext& c = *k.context;
+  llvm::IRBuilder<> b(c);
+  ElementCodegen cg(b, *k.module, target);
+  std::vector<llvm::Value*> args;
+  llvm::Function* fn;
+  bool gpu = target.kind == llvmb::Target::Kind::NVPTX;
+  const size_t np = spec.group.params().size();
+  if (gpu) {
+    llvm::Type* gptr = llvm::PointerType::get(c, 1);
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), std::vector<llvm::Type*>(np + 1, gptr), false);
+    fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec.entry, *k.module);
+    llvmb::mark_kernel(*fn, config.block);
+    b.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn));
+    for (size_t i = 0; i <= np; ++i) args.push_back(fn->getArg(static_cast<unsigned>(i)));
+  } else {
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), {b.getPtrTy()}, false);
+    fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec.entry, *k.module);
+    b.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn));
+    for (size_t i = 0; i <= np; ++i)
+      args.push_back(b.CreateAlignedLoad(b.getPtrTy(), b.CreateConstInBoundsGEP1_64(b.getPtrTy(), fn->getArg(0), i),
+                                         llvm::Align(8)));
+  }
+  fn->setDoesNotThrow();
+  llvm::Value* idx = args[static_cast<size_t>(s->idx_param)];
+  llvm::Value* w = args[static_cast<size_t>(s->weight_param)];
+  llvm::Value* out = args[np];
+  auto body = [&](llvm::Value* f) -> Result<bool> {
+    element(cg, *s, idx, w, out, f);
+    return true;
+  };
+  Result<bool> r = true;
+  if (gpu) {
+    auto sreg = [&](llvm::Intrinsic::ID id) { return b.CreateZExt(b.CreateIntrinsic(id, {}, {}), b.getInt64Ty()); };
+    llvm::Value* tid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+    llvm::Value* bid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+    llvm::Value* nb = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
+    llvm::Value* blk = b.getInt64(config.block);
+    r = emit_loop(b, b.CreateAdd(b.CreateMul(bid, blk), tid), b.getInt64(s->n), b.CreateMul(nb, blk), "f", body);
+    int64_t blocks = std::min<int64_t>(std::max<int64_t>((s->n + config.block - 1) / config.block, 1), config.max_blocks);
+    k.launch.grid = {blocks, 1, 1};
+    k.launch.block = {config.block, 1, 1};
+  } else {
+    r = emit_loop(b, b.getInt64(0), b.getInt64(s->n), b.getInt64(1), "f", body);
+  }
+  if (!r) return r.error();
+  b.CreateRetVoid();
+  if (auto err = llvmb::verify(*k.module)) return Diag{"", {}, "gather emitter: invalid module: " + *err};
+  return k;
+}
+
+}  // namespace sf

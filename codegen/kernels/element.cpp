@@ -689,6 +689,40 @@ std::vector<std::pair<int, IndexMap>> GroupValues::reads(ValueId v0, const Value
   return out;
 }
 
+KernelEntry begin_kernel(llvm::Module& m, llvm::IRBuilderBase& b, const std::string& entry, size_t num_in,
+                         size_t num_out, const llvmb::Target& target, int max_threads,
+                         const std::vector<llvm::Type*>& host_extra) {
+  llvm::LLVMContext& c = m.getContext();
+  KernelEntry k;
+  auto name = [&](size_t i) { return i < num_in ? "in" + std::to_string(i) : "out" + std::to_string(i - num_in); };
+  if (target.kind == llvmb::Target::Kind::NVPTX) {
+    llvm::Type* gptr = llvm::PointerType::get(c, 1);  // addrspace(1): global memory
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), std::vector<llvm::Type*>(num_in + num_out, gptr), false);
+    k.fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, entry, m);
+    llvmb::mark_kernel(*k.fn, max_threads);
+    for (size_t i = 0; i < num_in + num_out; ++i) {
+      llvm::Argument* a = k.fn->getArg(static_cast<unsigned>(i));
+      a->setName(name(i));
+      if (i < num_in) a->addAttr(llvm::Attribute::ReadOnly);
+      (i < num_in ? k.in : k.out).push_back(a);
+    }
+    b.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", k.fn));
+  } else {
+    std::vector<llvm::Type*> params{b.getPtrTy()};
+    params.insert(params.end(), host_extra.begin(), host_extra.end());
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), params, false);
+    k.fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, entry, m);
+    k.fn->getArg(0)->setName("args");
+    b.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", k.fn));
+    for (size_t i = 0; i < num_in + num_out; ++i) {
+      llvm::Value* slot = b.CreateConstInBoundsGEP1_64(b.getPtrTy(), k.fn->getArg(0), i);
+      (i < num_in ? k.in : k.out).push_back(b.CreateAlignedLoad(b.getPtrTy(), slot, llvm::Align(8), name(i)));
+    }
+  }
+  k.fn->setDoesNotThrow();
+  return k;
+}
+
 Result<bool> emit_loop(llvm::IRBuilderBase& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
                        const std::string& name, const std::function<Result<bool>(llvm::Value*)>& body) {
   llvm::LLVMContext& c = b.getContext();

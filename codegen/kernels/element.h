@@ -96,6 +96,22 @@ IndexMap offset_map(const ValueIndex& at, const Shape& shape);
 // Division and remainder are unsigned, by constants (strength-reduced by LLVM).
 llvm::Value* emit_index_map(llvm::IRBuilderBase& b, llvm::Value* flat, const IndexMap& m);
 
+// ---- the kernel ABI (emitter.h) --------------------------------------------------------
+
+// A kernel function as emitter.h's ABI has it, with the builder at its entry block:
+//   NVPTX: `void entry(ptr addrspace(1) in0, ..., out0, ...)`, inputs readonly,
+//          marked a kernel of at most `max_threads` threads per block;
+//   host:  `void entry(ptr args, <host_extra>...)`, the pointers loaded from args
+//          (host_extra: the extra parameters of an emitter's host simulation of its
+//          GPU kernel, read with fn->getArg(1 + i)).
+struct KernelEntry {
+  llvm::Function* fn = nullptr;
+  std::vector<llvm::Value*> in, out;
+};
+KernelEntry begin_kernel(llvm::Module& m, llvm::IRBuilderBase& b, const std::string& entry, size_t num_in,
+                         size_t num_out, const llvmb::Target& target, int max_threads = 0,
+                         const std::vector<llvm::Type*>& host_extra = {});
+
 // ---- loops ------------------------------------------------------------------------
 
 // A counted loop `for (i = begin; i < end; i += step) body(i)` at the builder's

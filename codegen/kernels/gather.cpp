@@ -74,32 +74,14 @@ Result<EmittedKernel> emit_gather(const KernelSpec& spec, const KernelConfig& co
   k.module = std::make_unique<llvm::Module>(spec.entry, *k.context);
   llvmb::prepare_module(*k.module, target);
   k.entry = spec.entry;
-  llvm::LLVMContext& c = *k.context;
-  llvm::IRBuilder<> b(c);
+  llvm::IRBuilder<> b(*k.context);
   ElementCodegen cg(b, *k.module, target);
-  std::vector<llvm::Value*> args;
-  llvm::Function* fn;
   bool gpu = target.kind == llvmb::Target::Kind::NVPTX;
   const size_t np = spec.group.params().size();
-  if (gpu) {
-    llvm::Type* gptr = llvm::PointerType::get(c, 1);
-    auto* fty = llvm::FunctionType::get(b.getVoidTy(), std::vector<llvm::Type*>(np + 1, gptr), false);
-    fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec.entry, *k.module);
-    llvmb::mark_kernel(*fn, config.block);
-    b.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn));
-    for (size_t i = 0; i <= np; ++i) args.push_back(fn->getArg(static_cast<unsigned>(i)));
-  } else {
-    auto* fty = llvm::FunctionType::get(b.getVoidTy(), {b.getPtrTy()}, false);
-    fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec.entry, *k.module);
-    b.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn));
-    for (size_t i = 0; i <= np; ++i)
-      args.push_back(b.CreateAlignedLoad(b.getPtrTy(), b.CreateConstInBoundsGEP1_64(b.getPtrTy(), fn->getArg(0), i),
-                                         llvm::Align(8)));
-  }
-  fn->setDoesNotThrow();
-  llvm::Value* idx = args[static_cast<size_t>(s->idx_param)];
-  llvm::Value* w = args[static_cast<size_t>(s->weight_param)];
-  llvm::Value* out = args[np];
+  kernels::KernelEntry ke = kernels::begin_kernel(*k.module, b, spec.entry, np, 1, target, config.block);
+  llvm::Value* idx = ke.in[static_cast<size_t>(s->idx_param)];
+  llvm::Value* w = ke.in[static_cast<size_t>(s->weight_param)];
+  llvm::Value* out = ke.out[0];
   auto body = [&](llvm::Value* f) -> Result<bool> {
     element(cg, *s, idx, w, out, f);
     return true;

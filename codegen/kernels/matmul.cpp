@@ -860,19 +860,9 @@ Result<bool> build_host(const KernelSpec& spec, const Plan& p, const llvmb::Targ
   llvm::LLVMContext& c = m.getContext();
   const Graph& g = spec.group;
   llvm::IRBuilder<> b(c);
-  llvm::Type* ptr = b.getPtrTy();
-  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {ptr}, false);
-  llvm::Function* fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec.entry, m);
-  fn->setDoesNotThrow();
-  fn->getArg(0)->setName("args");
-  b.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn));
   const size_t np = g.params().size(), no = g.outputs().size();
-  std::vector<llvm::Value*> in, out;
-  for (size_t i = 0; i < np + no; ++i) {
-    llvm::Value* slot = b.CreateConstInBoundsGEP1_64(ptr, fn->getArg(0), i);
-    llvm::Value* v = b.CreateAlignedLoad(ptr, slot, llvm::Align(8), i < np ? "in" + std::to_string(i) : "out" + std::to_string(i - np));
-    (i < np ? in : out).push_back(v);
-  }
+  kernels::KernelEntry ke = kernels::begin_kernel(m, b, spec.entry, np, no, target);
+  std::vector<llvm::Value*> in = ke.in, out = ke.out;
   const bool fl = is_float(p.dtype);
   llvm::Type* acc_ty = fl ? b.getFloatTy() : b.getInt64Ty();
   llvm::Value* accbuf = b.CreateAlloca(llvm::ArrayType::get(acc_ty, kHostBlockN), nullptr, "acc");

@@ -114,17 +114,10 @@ class NvptxPointwise {
     it_ = n_ + T < (int64_t{1} << 31) ? b_.getInt32Ty() : b_.getInt64Ty();
     llvm::Value *bid = nullptr, *nblocks = nullptr;
     if (!simulate_) {
-      llvm::Type* gptr = llvm::PointerType::get(c, 1);  // addrspace(1): global memory
-      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), std::vector<llvm::Type*>(np + no, gptr), false);
-      fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec_.entry, m_);
-      llvmb::mark_kernel(*fn_, cfg_.block);
-      for (size_t i = 0; i < np + no; ++i) {
-        llvm::Argument* a = fn_->getArg(static_cast<unsigned>(i));
-        a->setName(i < np ? "in" + std::to_string(i) : "out" + std::to_string(i - np));
-        if (i < np) a->addAttr(llvm::Attribute::ReadOnly);
-        (i < np ? in_ : out_).push_back(a);
-      }
-      b_.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn_));
+      kernels::KernelEntry ke = kernels::begin_kernel(m_, b_, spec_.entry, np, no, target_, cfg_.block);
+      fn_ = ke.fn;
+      in_ = ke.in;
+      out_ = ke.out;
       auto sreg = [&](llvm::Intrinsic::ID id) { return b_.CreateZExt(b_.CreateIntrinsic(id, {}, {}), it_); };
       tid_ = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
       bid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
@@ -132,13 +125,10 @@ class NvptxPointwise {
     } else {
       // void entry(ptr args, i32 blockIdx.x, i32 threadIdx.x, i32 gridDim.x)
       llvm::Type* i32 = b_.getInt32Ty();
-      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), i32, i32, i32}, false);
-      fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec_.entry, m_);
-      b_.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn_));
-      for (size_t i = 0; i < np + no; ++i) {
-        llvm::Value* slot = b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), fn_->getArg(0), i);
-        (i < np ? in_ : out_).push_back(b_.CreateAlignedLoad(b_.getPtrTy(), slot, llvm::Align(8)));
-      }
+      kernels::KernelEntry ke = kernels::begin_kernel(m_, b_, spec_.entry, np, no, target_, 0, {i32, i32, i32});
+      fn_ = ke.fn;
+      in_ = ke.in;
+      out_ = ke.out;
       bid = b_.CreateZExt(fn_->getArg(1), it_);
       tid_ = b_.CreateZExt(fn_->getArg(2), it_);
       nblocks = b_.CreateZExt(fn_->getArg(3), it_);
@@ -328,19 +318,9 @@ Result<bool> build_host(const KernelSpec& spec, const llvmb::Target& target, int
   llvm::LLVMContext& c = m.getContext();
   const Graph& g = spec.group;
   llvm::IRBuilder<> b(c);
-  llvm::Type* ptr = b.getPtrTy();
-  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {ptr}, false);
-  llvm::Function* fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec.entry, m);
-  fn->setDoesNotThrow();
-  fn->getArg(0)->setName("args");
-  b.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn));
   const size_t np = g.params().size(), no = g.outputs().size();
-  std::vector<llvm::Value*> in, out;
-  for (size_t i = 0; i < np + no; ++i) {
-    llvm::Value* slot = b.CreateConstInBoundsGEP1_64(ptr, fn->getArg(0), i);
-    llvm::Value* p = b.CreateAlignedLoad(ptr, slot, llvm::Align(8), i < np ? "in" + std::to_string(i) : "out" + std::to_string(i - np));
-    (i < np ? in : out).push_back(p);
-  }
+  kernels::KernelEntry ke = kernels::begin_kernel(m, b, spec.entry, np, no, target);
+  std::vector<llvm::Value*> in = ke.in, out = ke.out;
   ElementCodegen cg(b, m, target);
   kernels::GroupValues values(g, cg, in);
   Result<bool> r = emit_loop(b, b.getInt64(0), b.getInt64(n), b.getInt64(1), "i", [&](llvm::Value* i) -> Result<bool> {

@@ -493,22 +493,11 @@ class HostBuilder final : public Builder {
   using Builder::Builder;
 
   Result<bool> build() {
-    llvm::LLVMContext& c = m_.getContext();
     it_ = b_.getInt64Ty();
-    llvm::Type* ptr = b_.getPtrTy();
-    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr}, false);
-    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec_.entry, m_);
-    fn_->setDoesNotThrow();
-    fn_->getArg(0)->setName("args");
-    b_.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn_));
-    const size_t np = g_.params().size(), no = g_.outputs().size();
-    std::vector<llvm::Value*> in, out;
-    for (size_t i = 0; i < np + no; ++i) {
-      llvm::Value* slot = b_.CreateConstInBoundsGEP1_64(ptr, fn_->getArg(0), i);
-      llvm::Value* v = b_.CreateAlignedLoad(ptr, slot, llvm::Align(8), i < np ? "in" + std::to_string(i) : "out" + std::to_string(i - np));
-      (i < np ? in : out).push_back(v);
-    }
-    start(std::move(in), std::move(out));
+    kernels::KernelEntry ke =
+        kernels::begin_kernel(m_, b_, spec_.entry, g_.params().size(), g_.outputs().size(), llvmb::Target::host());
+    fn_ = ke.fn;
+    start(std::move(ke.in), std::move(ke.out));
     if (p_.rows > 0) {
       Result<bool> r = emit_loop(b_, k(0), k(p_.rows), k(1), "row", [&](llvm::Value* row) { return row_body(row); });
       if (!r) return r;

@@ -32,9 +32,9 @@ Ran run_and_check(const Graph& g, uint64_t seed, const std::string& what, bool f
   Ran ran;
   ran.plan = propagate(g, mesh);
   std::vector<Tensor> global = random_inputs(g, seed);
+  ran.programs = rank_programs(g, ran.plan, mesh, {fused, true, nullptr});
   std::vector<std::vector<Tensor>> inputs;
   for (int r = 0; r < mesh.world(); ++r) {
-    ran.programs.push_back(rank_program(g, ran.plan, mesh, r, {fused, true, nullptr}));
     std::vector<Tensor> in;
     for (size_t i = 0; i < g.params().size(); ++i)
       in.push_back(shard_tensor(global[i], ran.plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));

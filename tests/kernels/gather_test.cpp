@@ -2,6 +2,8 @@
 // and PTX that ptxas accepts.
 #include <gtest/gtest.h>
 
+#include "tests/kernels/kernel_test_util.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -24,8 +26,6 @@ Graph embedding_group(DType idx, DType w, Shape ishape, int64_t rows, int64_t co
 }
 
 TEST(Gather, HostMatchesTheReferenceForEveryIndexAndWeightDtype) {
-  auto jit = llvmb::HostJit::create();
-  ASSERT_TRUE(jit.ok());
   int n = 0;
   for (DType idt : {DType::I32, DType::I64})
     for (DType wdt : {DType::F32, DType::BF16, DType::F16, DType::I64}) {
@@ -36,7 +36,7 @@ TEST(Gather, HostMatchesTheReferenceForEveryIndexAndWeightDtype) {
       std::string entry = "sf_gather_" + std::to_string(n++);
       auto e = emit_gather(KernelSpec{entry, KernelKind::Gather, g}, {}, llvmb::Target::host());
       ASSERT_TRUE(e.ok()) << e.error().message;
-      auto fn = (*jit)->add(std::move(e->module), std::move(e->context), e->entry);
+      auto fn = kernel_test::jit().add(std::move(e->module), std::move(e->context), e->entry);
       ASSERT_TRUE(fn.ok()) << fn.error().message;
       Tensor out(wdt, {3, 5, 9});
       void* args[] = {in[0].data(), in[1].data(), out.data()};
@@ -46,12 +46,10 @@ TEST(Gather, HostMatchesTheReferenceForEveryIndexAndWeightDtype) {
 }
 
 TEST(Gather, OutOfRangeIndicesGiveZeros) {
-  auto jit = llvmb::HostJit::create();
-  ASSERT_TRUE(jit.ok());
   Graph g = embedding_group(DType::I64, DType::F32, {3}, 2, 2);
   auto e = emit_gather(KernelSpec{"sf_gather_oob", KernelKind::Gather, g}, {}, llvmb::Target::host());
   ASSERT_TRUE(e.ok());
-  auto fn = (*jit)->add(std::move(e->module), std::move(e->context), e->entry);
+  auto fn = kernel_test::jit().add(std::move(e->module), std::move(e->context), e->entry);
   ASSERT_TRUE(fn.ok());
   Tensor idx(DType::I64, {3}), w(DType::F32, {2, 2}), out(DType::F32, {3, 2});
   idx.set_int(0, 1), idx.set_int(1, -1), idx.set_int(2, 5);
@@ -71,10 +69,8 @@ TEST(Gather, PtxForSm90aPassesPtxas) {
   auto ptx = llvmb::compile_to_ptx(*e->module, "sm_90a");
   ASSERT_TRUE(ptx.ok()) << ptx.error().message;
   EXPECT_NE(ptx->find(".entry sf_gather_ptx"), std::string::npos);
-  if (std::system("test -x /usr/local/cuda/bin/ptxas") != 0) GTEST_SKIP() << "no ptxas in /usr/local/cuda/bin";
-  std::string path = ::testing::TempDir() + "gather.ptx";
-  std::ofstream(path) << *ptx;
-  EXPECT_EQ(std::system(("/usr/local/cuda/bin/ptxas -arch=sm_90a -o /dev/null " + path).c_str()), 0);
+  if (!kernel_test::have_ptxas()) GTEST_SKIP() << "ptxas not found";
+  EXPECT_EQ(kernel_test::ptxas_failure(*ptx, "sm_90a"), "");
 }
 
 TEST(Gather, OtherGroupsAreDiags) {

@@ -4,6 +4,8 @@
 // cost the reference little.)
 #include <gtest/gtest.h>
 
+#include "tests/kernels/kernel_test_util.h"
+
 #include "codegen/ir/builder.h"
 #include "codegen/ir/decompose.h"
 #include "codegen/kernels/emitter.h"
@@ -21,19 +23,15 @@ Graph must(Result<Graph> g) {
 }
 
 void run_and_compare(KernelKind kind, const Graph& g, const std::string& what) {
-  static std::unique_ptr<llvmb::HostJit> jit = [] { return std::move(llvmb::HostJit::create()).value(); }();
   static int n = 0;
   std::string entry = "sf_large_" + std::to_string(n++);
   auto e = emitter_for(kind).emit(KernelSpec{entry, kind, g}, {}, llvmb::Target::host());
   ASSERT_TRUE(e.ok()) << what << ": " << e.error().message;
-  auto fn = jit->add(std::move(e->module), std::move(e->context), e->entry);
+  auto fn = kernel_test::jit().add(std::move(e->module), std::move(e->context), e->entry);
   ASSERT_TRUE(fn.ok()) << what << ": " << fn.error().message;
   std::vector<Tensor> in = random_inputs(g, 9);
-  std::vector<Tensor> out;
-  std::vector<void*> args;
-  for (Tensor& t : in) args.push_back(t.data());
-  for (const Output& o : g.outputs()) out.emplace_back(g.node(o.value).type.dtype, g.node(o.value).type.shape);
-  for (Tensor& t : out) args.push_back(t.data());
+  std::vector<Tensor> out = kernel_test::output_tensors(g);
+  std::vector<void*> args = kernel_test::arg_array(in, out);
   reinterpret_cast<void (*)(void**)>(*fn)(args.data());
   auto want = evaluate(g, in);
   ASSERT_TRUE(want.ok()) << what;

@@ -5,6 +5,8 @@
 // (no spills). No GPU is needed.
 #include <gtest/gtest.h>
 
+#include "tests/kernels/kernel_test_util.h"
+
 #include <unistd.h>
 
 #include <barrier>
@@ -37,6 +39,14 @@
 
 namespace sf {
 namespace {
+
+using kernel_test::jit;
+using kernel_test::output_tensors;
+using kernel_test::arg_array;
+using kernel_test::module_text;
+using kernel_test::have_ptxas;
+using kernel_test::assemble;
+using kernel_test::ptxas_failure;
 
 // ---- graphs and inputs ---------------------------------------------------------------------
 
@@ -134,30 +144,8 @@ KernelSpec spec_of(const Graph& g, std::string entry = "mm") { return KernelSpec
 
 // ---- running on the host -----------------------------------------------------------------------
 
-llvmb::HostJit& jit() {
-  static std::unique_ptr<llvmb::HostJit> j = [] {
-    Result<std::unique_ptr<llvmb::HostJit>> r = llvmb::HostJit::create();
-    if (!r) {
-      ADD_FAILURE() << r.error().str();
-      std::abort();
-    }
-    return std::move(r).value();
-  }();
-  return *j;
-}
 
-std::vector<Tensor> empty_outputs(const Graph& g) {
-  std::vector<Tensor> out;
-  for (const Output& o : g.outputs()) out.emplace_back(g.node(o.value).type.dtype, g.node(o.value).type.shape);
-  return out;
-}
 
-std::vector<void*> arg_array(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-  std::vector<void*> args;
-  for (const Tensor& t : in) args.push_back(const_cast<std::byte*>(t.data()));
-  for (Tensor& t : out) args.push_back(t.data());
-  return args;
-}
 
 // The host kernel (emitter_for(Matmul), as the pipeline calls it).
 Result<std::vector<Tensor>> run_host(const Graph& g, const std::vector<Tensor>& inputs) {
@@ -165,7 +153,7 @@ Result<std::vector<Tensor>> run_host(const Graph& g, const std::vector<Tensor>& 
   if (!k) return k.error();
   Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
   if (!fn) return fn.error();
-  std::vector<Tensor> out = empty_outputs(g);
+  std::vector<Tensor> out = output_tensors(g);
   std::vector<void*> args = arg_array(inputs, out);
   reinterpret_cast<void (*)(void**)>(*fn)(args.data());
   return out;
@@ -184,7 +172,7 @@ Result<std::vector<Tensor>> run_tiled(const Graph& g, const std::vector<Tensor>&
   if (!fn) return fn.error();
   using Entry = void (*)(void**, int32_t, int32_t, int32_t, void*, void (*)(void*), void*);
   auto entry = reinterpret_cast<Entry>(*fn);
-  std::vector<Tensor> out = empty_outputs(g);
+  std::vector<Tensor> out = output_tensors(g);
   // Poison the outputs: an element the kernel misses shows up as a mismatch.
   for (Tensor& t : out)
     if (t.nbytes()) std::memset(t.data(), 0x7f, t.nbytes());
@@ -398,44 +386,14 @@ TEST(MatmulHost, FusionGroupsOfTheExamples) {
 
 // ---- NVPTX ------------------------------------------------------------------------------------------
 
-bool have_ptxas() { return access(SF_PTXAS_PATH, X_OK) == 0; }
 
-// ptxas -v on `ptx`: rc and its output.
-std::pair<int, std::string> ptxas(const std::string& ptx, const std::string& arch) {
-  char dir[] = "/tmp/sf_matmul_XXXXXX";
-  if (!mkdtemp(dir)) return {-1, "mkdtemp failed"};
-  std::string ptx_file = std::string(dir) + "/k.ptx", log = std::string(dir) + "/log";
-  std::ofstream(ptx_file) << ptx;
-  std::string cmd = std::string(SF_PTXAS_PATH) + " -v -arch=" + arch + " " + ptx_file + " -o /dev/null > " + log + " 2>&1";
-  int rc = std::system(cmd.c_str());
-  std::ifstream in(log);
-  std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::remove(ptx_file.c_str());
-  std::remove(log.c_str());
-  rmdir(dir);
-  return {rc, out};
-}
 
 struct Resources {
   int registers = -1;
-  int spill_bytes = -1;  // stores + loads
+  int64_t spill_bytes = -1;  // stores + loads
 };
 
-Resources parse_ptxas(const std::string& log) {
-  Resources r;
-  std::smatch m;
-  if (std::regex_search(log, m, std::regex(R"(Used (\d+) registers)"))) r.registers = std::stoi(m[1]);
-  if (std::regex_search(log, m, std::regex(R"((\d+) bytes spill stores, (\d+) bytes spill loads)")))
-    r.spill_bytes = std::stoi(m[1]) + std::stoi(m[2]);
-  return r;
-}
 
-std::string module_text(const llvm::Module& m) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  m.print(os, nullptr);
-  return s;
-}
 
 struct Ptx {
   std::string ir, ptx;
@@ -462,9 +420,9 @@ Ptx emit_ptx(const Graph& g, const std::string& arch, const KernelConfig& cfg = 
   }
   out.ptx = *ptx;
   if (have_ptxas()) {
-    auto [rc, log] = ptxas(out.ptx, arch);
-    EXPECT_EQ(rc, 0) << log;
-    out.res = parse_ptxas(log);
+    Result<std::vector<KernelResources>> r = assemble(out.ptx, arch);
+    EXPECT_TRUE(r.ok()) << r.error().str();
+    if (r.ok() && !r->empty()) out.res = {(*r)[0].registers, (*r)[0].spill_store_bytes + (*r)[0].spill_load_bytes};
   }
   return out;
 }
@@ -567,8 +525,8 @@ TEST(MatmulNvptx, DefaultConfigHasNoSpillsOnSm90a) {
     EXPECT_GT(p.res.registers, 0) << "no register count in ptxas -v output";
     EXPECT_EQ(p.res.spill_bytes, 0) << "spills";
     EXPECT_LE(p.res.registers, 255);
-    std::printf("default config, %s bias+gelu on sm_90a: %d registers, %d spill bytes, %d bytes shared\n",
-                std::string(dtype_name(dt)).c_str(), p.res.registers, p.res.spill_bytes, p.launch.shared_bytes);
+    std::printf("default config, %s bias+gelu on sm_90a: %d registers, %lld spill bytes, %d bytes shared\n",
+                std::string(dtype_name(dt)).c_str(), p.res.registers, static_cast<long long>(p.res.spill_bytes), p.launch.shared_bytes);
     RecordProperty(std::string("registers_") + std::string(dtype_name(dt)), p.res.registers);
   }
 }
@@ -756,9 +714,9 @@ TEST(MatmulTiming, BiasGeluEmitAndCompile) {
   double ptxas_ms = 0;
   if (have_ptxas()) {
     auto t6 = clock::now();
-    auto [rc, log] = ptxas(*ptx, "sm_90a");
+    std::string failure = ptxas_failure(*ptx, "sm_90a");
     ptxas_ms = ms(clock::now() - t6);
-    EXPECT_EQ(rc, 0) << log;
+    EXPECT_EQ(failure, "");
   }
   std::printf("bf16 bias+gelu matmul: host emit %.2f ms, JIT compile %.2f ms; NVPTX emit %.2f ms, "
               "compile_to_ptx %.2f ms, ptxas %.2f ms\n",

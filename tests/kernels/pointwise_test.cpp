@@ -3,6 +3,8 @@
 // FileCheck-style PTX checks and ptxas. No GPU is needed.
 #include <gtest/gtest.h>
 
+#include "tests/kernels/kernel_test_util.h"
+
 #include <unistd.h>
 
 #include <chrono>
@@ -29,6 +31,11 @@
 
 namespace sf {
 namespace {
+
+using kernel_test::jit;
+using kernel_test::module_text;
+using kernel_test::have_ptxas;
+using kernel_test::ptxas_failure;
 
 // ---- inputs ---------------------------------------------------------------------------
 
@@ -79,17 +86,6 @@ std::vector<Tensor> make_inputs(const Graph& g, uint64_t seed, const std::vector
 
 // ---- running a group on the host --------------------------------------------------------
 
-llvmb::HostJit& jit() {
-  static std::unique_ptr<llvmb::HostJit> j = [] {
-    Result<std::unique_ptr<llvmb::HostJit>> r = llvmb::HostJit::create();
-    if (!r) {
-      ADD_FAILURE() << r.error().str();
-      std::abort();
-    }
-    return std::move(r).value();
-  }();
-  return *j;
-}
 
 Graph finish(GraphBuilder& b) {
   Result<Graph> r = b.finish();
@@ -593,32 +589,8 @@ TEST(PointwiseGrid, OddSizeWithMathAndIntegers) {
 
 // ---- NVPTX ---------------------------------------------------------------------------------
 
-std::string module_text(const llvm::Module& m) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  m.print(os, nullptr);
-  return s;
-}
 
-// Runs ptxas on `ptx`; "" when it passes, else its output. Skips when it is absent.
-std::string run_ptxas(const std::string& ptx, const std::string& arch) {
-  char path[] = "/tmp/sf_pointwise_XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) return "mkstemp failed";
-  close(fd);
-  std::string ptx_file = std::string(path) + ".ptx", log = std::string(path) + ".log";
-  std::rename(path, ptx_file.c_str());
-  std::ofstream(ptx_file) << ptx;
-  std::string cmd = std::string(SF_PTXAS_PATH) + " -arch=" + arch + " " + ptx_file + " -o /dev/null > " + log + " 2>&1";
-  int rc = std::system(cmd.c_str());
-  std::ifstream in(log);
-  std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::remove(ptx_file.c_str());
-  std::remove(log.c_str());
-  return rc == 0 ? "" : "ptxas failed (" + std::to_string(rc) + "): " + out;
-}
 
-bool have_ptxas() { return access(SF_PTXAS_PATH, X_OK) == 0; }
 
 struct Ptx {
   std::string ir;   // the module as emitted
@@ -645,7 +617,7 @@ Ptx emit_ptx(const Graph& g, const std::string& arch, const KernelConfig& cfg = 
   }
   out.ptx = *ptx;
   if (have_ptxas()) {
-    std::string err = run_ptxas(out.ptx, arch);
+    std::string err = ptxas_failure(out.ptx, arch);
     EXPECT_EQ(err, "") << out.ptx;
   }
   return out;

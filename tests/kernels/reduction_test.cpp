@@ -8,6 +8,8 @@
 // exactly what fusion hands it.
 #include <gtest/gtest.h>
 
+#include "tests/kernels/kernel_test_util.h"
+
 #include <unistd.h>
 
 #include <barrier>
@@ -35,6 +37,12 @@
 
 namespace sf {
 namespace {
+
+using kernel_test::jit;
+using kernel_test::output_tensors;
+using kernel_test::arg_array;
+using kernel_test::have_ptxas;
+using kernel_test::ptxas_failure;
 
 // ---- graphs ------------------------------------------------------------------------------
 
@@ -98,30 +106,8 @@ std::vector<Tensor> random_inputs_for(const Graph& g, uint64_t seed, double lo =
 
 // ---- running kernels ----------------------------------------------------------------------
 
-llvmb::HostJit& jit() {
-  static std::unique_ptr<llvmb::HostJit> j = [] {
-    Result<std::unique_ptr<llvmb::HostJit>> r = llvmb::HostJit::create();
-    if (!r) {
-      ADD_FAILURE() << r.error().str();
-      std::abort();
-    }
-    return std::move(r).value();
-  }();
-  return *j;
-}
 
-std::vector<Tensor> output_tensors(const Graph& g) {
-  std::vector<Tensor> out;
-  for (const Output& o : g.outputs()) out.emplace_back(g.node(o.value).type.dtype, g.node(o.value).type.shape);
-  return out;
-}
 
-std::vector<void*> arg_array(const std::vector<Tensor>& inputs, std::vector<Tensor>& out) {
-  std::vector<void*> args;
-  for (const Tensor& t : inputs) args.push_back(const_cast<std::byte*>(t.data()));
-  for (Tensor& t : out) args.push_back(t.data());
-  return args;
-}
 
 // Emits `g` for the host, JIT-compiles it and runs it on `inputs`.
 Result<std::vector<Tensor>> run_host(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg = {}) {
@@ -611,25 +597,7 @@ TEST(ReductionSimulated, SuggestedConfigsFitTheRowShape) {
 
 // ---- NVPTX -------------------------------------------------------------------------------------
 
-bool have_ptxas() { return access(SF_PTXAS_PATH, X_OK) == 0; }
 
-// Runs ptxas on `ptx`; "" when it passes, else its output.
-std::string run_ptxas(const std::string& ptx, const std::string& arch) {
-  char path[] = "/tmp/sf_reduction_XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) return "mkstemp failed";
-  close(fd);
-  std::string ptx_file = std::string(path) + ".ptx", log = std::string(path) + ".log";
-  std::rename(path, ptx_file.c_str());
-  std::ofstream(ptx_file) << ptx;
-  std::string cmd = std::string(SF_PTXAS_PATH) + " -arch=" + arch + " " + ptx_file + " -o /dev/null > " + log + " 2>&1";
-  int rc = std::system(cmd.c_str());
-  std::ifstream in(log);
-  std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::remove(ptx_file.c_str());
-  std::remove(log.c_str());
-  return rc == 0 ? "" : "ptxas failed (" + std::to_string(rc) + "): " + out;
-}
 
 struct Ptx {
   std::string ptx;
@@ -654,7 +622,7 @@ Ptx emit_ptx(const Graph& g, const std::string& arch, const KernelConfig& cfg = 
   }
   out.ptx = *ptx;
   if (have_ptxas()) {
-    EXPECT_EQ(run_ptxas(out.ptx, arch), "") << out.ptx;
+    EXPECT_EQ(ptxas_failure(out.ptx, arch), "") << out.ptx;
   }
   return out;
 }
@@ -702,7 +670,7 @@ TEST(ReductionNvptx, PtxasAssemblesSoftmaxAndLayerNormForSm90a) {
     ASSERT_TRUE(k.ok()) << k.error().str();
     Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_90a");
     ASSERT_TRUE(ptx.ok()) << ptx.error().str();
-    EXPECT_EQ(run_ptxas(*ptx, "sm_90a"), "");
+    EXPECT_EQ(ptxas_failure(*ptx, "sm_90a"), "");
   }
 }
 

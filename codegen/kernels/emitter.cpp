@@ -13,16 +13,6 @@
 
 namespace sf {
 
-std::string_view kernel_kind_name(KernelKind k) {
-  switch (k) {
-    case KernelKind::Pointwise: return "pointwise";
-    case KernelKind::Reduction: return "reduction";
-    case KernelKind::Matmul: return "matmul";
-    case KernelKind::Gather: return "gather";
-  }
-  return "?";
-}
-
 namespace {
 
 class GatherEmitter final : public Emitter {

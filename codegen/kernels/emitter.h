@@ -25,38 +25,18 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 
+#include "autotune/config.h"
 #include "codegen/ir/graph.h"
 #include "codegen/llvm/backend.h"
 
 namespace sf {
 
-enum class KernelKind : uint8_t { Pointwise, Reduction, Matmul, Gather };
-std::string_view kernel_kind_name(KernelKind k);
+// KernelKind and KernelConfig live in autotune/config.h (no LLVM there).
 
 struct KernelSpec {
   std::string entry;  // the kernel's symbol, a C identifier
   KernelKind kind = KernelKind::Pointwise;
   Graph group;
-};
-
-// Tuning knobs; every field has a sane default and an emitter reads the ones that
-// concern its kind. The autotuner searches over them.
-struct KernelConfig {
-  // pointwise and reduction
-  int block = 256;          // threads per block
-  int vector = 4;           // elements per vector load/store where alignment allows
-  int elems_per_thread = 1; // vectors per thread, a block apart (warp accesses stay coalesced)
-  bool grid_stride = true;  // loop over the index space with a capped grid, or one shot
-  int max_blocks = 4096;    // cap on the grid when grid_stride
-  // reduction
-  int rows_per_block = 1;
-  int threads_per_row = 256;
-  // matmul
-  int block_m = 64, block_n = 64, block_k = 16;
-  int warps = 4;
-  int stages = 2;
-  int group_m = 8;   // GROUP_M swizzle of block indices for L2 reuse
-  int split_k = 1;
 };
 
 struct LaunchShape {

@@ -1,0 +1,68 @@
+// The Builder/Runner split of the tuner, as in TVM's measure infrastructure: a
+// Builder compiles one candidate config into something a Runner can time, and
+// build_all() compiles many at once on a thread pool with a per-candidate
+// deadline. A candidate whose compile fails or runs past its deadline is marked
+// invalid with the reason; the tuner never waits on it again.
+//
+// A compile that runs past its deadline cannot be cancelled (LLVM has no such
+// hook): its thread is left to finish in the background and its result is
+// dropped. docs/autotuning.md says why we accept that instead of compiling in
+// child processes.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autotune/cache.h"
+#include "autotune/config.h"
+#include "autotune/measure.h"
+
+namespace sf {
+
+// What a Builder made of one config: opaque to the tuner, handed to the Runner.
+struct Artifact {
+  virtual ~Artifact() = default;
+};
+
+struct BuildResult {
+  std::shared_ptr<Artifact> artifact;        // null when the build failed
+  std::string error;                         // why it failed ("" on success)
+  std::optional<KernelResources> resources;  // NVPTX builds: ptxas's report
+  std::string code_hash;                     // hash of the generated code: equal hashes, equal kernels
+  double build_ms = 0;
+};
+
+class Builder {
+ public:
+  virtual ~Builder() = default;
+  // Must be callable from several threads at once.
+  virtual BuildResult build(const KernelConfig& c) = 0;
+};
+
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  // Times one built candidate; a Diag when it cannot run it (the config is then invalid).
+  virtual Result<Measurement> run(const Artifact& a, const BenchOptions& opts) = 0;
+};
+
+struct BuildPoolOptions {
+  int threads = 0;                                     // 0: the hardware's concurrency
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // per candidate
+};
+
+// Builds every config, at most `threads` at a time; results in the configs' order.
+// A build past its deadline gets error "compile timed out after N s"; one that
+// throws gets the exception's text. `on_done(i)` (optional) is called, from the
+// calling thread, as each result becomes final.
+// The builder is shared with the worker threads, so a compile abandoned at its
+// deadline can finish after build_all() has returned.
+std::vector<BuildResult> build_all(std::shared_ptr<Builder> builder, const std::vector<KernelConfig>& configs,
+                                   const BuildPoolOptions& opts,
+                                   const std::function<void(size_t)>& on_done = {});
+
+}  // namespace sf

@@ -1,0 +1,68 @@
+// A kernel's tuning knobs and the kinds of kernels they belong to. No LLVM here:
+// the autotuner (autotune/) and the runtime read configs from the cache and from
+// plan.json where no compiler is present (DESIGN.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "codegen/ir/diag.h"
+
+namespace sf {
+
+enum class KernelKind : uint8_t { Pointwise, Reduction, Matmul, Gather };
+std::string_view kernel_kind_name(KernelKind k);
+std::optional<KernelKind> parse_kernel_kind(std::string_view name);
+
+// Tuning knobs; every field has a sane default and an emitter reads the ones that
+// concern its kind and target. The autotuner searches over them.
+struct KernelConfig {
+  // --- NVPTX ---
+  // pointwise and reduction
+  int block = 256;          // threads per block
+  int vector = 4;           // elements per vector load/store where alignment allows
+  int elems_per_thread = 1; // vectors per thread, a block apart (warp accesses stay coalesced)
+  bool grid_stride = true;  // loop over the index space with a capped grid, or one shot
+  int max_blocks = 4096;    // cap on the grid when grid_stride (a persistent grid is SMs x occupancy)
+  // reduction
+  int rows_per_block = 1;
+  int threads_per_row = 256;
+  // matmul
+  int block_m = 64, block_n = 64, block_k = 16;
+  int warps = 4;
+  int stages = 2;
+  int group_m = 8;   // GROUP_M swizzle of block indices for L2 reuse
+  int split_k = 1;
+  // --- host (the kernel runs as loops in one CPU thread) ---
+  int host_vector = 0;      // llvm.loop.vectorize.width of the innermost loop; 0 = LLVM's choice
+  int host_interleave = 0;  // llvm.loop.interleave.count of the innermost loop; 0 = LLVM's choice
+  int host_tile_n = 0;      // matmul: output columns accumulated per pass over K; 0 = the emitter's default
+
+  bool operator==(const KernelConfig&) const = default;
+};
+
+// Whether a config is for the host (CPU) or an NVPTX target; it decides which
+// fields matter.
+enum class ConfigTarget : uint8_t { Host, Gpu };
+
+// The fields that matter for (kind, target), as "name=value" pairs joined by
+// spaces in a fixed order, e.g. "block=256 vector=4 elems_per_thread=1
+// grid_stride=1 max_blocks=4096". Two configs with the same text build the same
+// kernel; the text is what the tuning cache stores a config under.
+std::string config_str(KernelKind kind, ConfigTarget target, const KernelConfig& c);
+
+// The same fields as a JSON object ({"block": 256, ...}).
+nlohmann::json config_to_json(KernelKind kind, ConfigTarget target, const KernelConfig& c);
+
+// Reads the fields present in `j` over `base`; a Diag naming an unknown field or a
+// value that is not an integer (bools for grid_stride).
+Result<KernelConfig> config_from_json(const nlohmann::json& j, KernelConfig base = {});
+
+// Parses config_str's text back ("a=1 b=2"); a Diag naming the offending token.
+Result<KernelConfig> parse_config_str(std::string_view text, KernelConfig base = {});
+
+}  // namespace sf

@@ -32,8 +32,12 @@ struct BuildResult {
   std::shared_ptr<Artifact> artifact;        // null when the build failed
   std::string error;                         // why it failed ("" on success)
   std::optional<KernelResources> resources;  // NVPTX builds: ptxas's report
-  std::string code_hash;                     // hash of the generated code: equal hashes, equal kernels
+  std::string code_hash;                     // hash of the generated code and launch: equal hashes, equal kernels
   double build_ms = 0;
+  // NVPTX builds: the launch the Runner will use (the cost model's occupancy input).
+  int threads_per_block = 0;
+  int64_t dynamic_shared_bytes = 0;
+  int64_t grid_blocks = 0;
 };
 
 class Builder {

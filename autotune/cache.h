@@ -46,6 +46,7 @@ struct CacheEntry {
   std::string reason;     // Invalid / Pruned
   std::optional<KernelResources> resources;  // NVPTX: ptxas's numbers
   double predicted_us = 0;                   // the cost model's estimate
+  std::string code_hash;                     // BuildResult::code_hash: equal hashes, equal kernels
   Measurement measurement;                   // Measured
   std::string when;       // UTC time of writing, ISO 8601
   bool operator==(const CacheEntry&) const = default;

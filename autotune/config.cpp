@@ -73,7 +73,7 @@ std::vector<const char*> relevant(KernelKind kind, ConfigTarget t) {
   switch (kind) {
     case KernelKind::Pointwise: return {"block", "vector", "elems_per_thread", "grid_stride", "max_blocks"};
     case KernelKind::Reduction:
-      return {"rows_per_block", "threads_per_row", "vector", "grid_stride", "max_blocks"};
+      return {"rows_per_block", "threads_per_row", "grid_stride", "max_blocks"};
     case KernelKind::Matmul: return {"block_m", "block_n", "block_k", "warps", "stages", "group_m", "split_k"};
     case KernelKind::Gather: return {"block", "max_blocks"};
   }

@@ -16,6 +16,7 @@ struct TuneProblem {
   std::string name;          // the kernel's name, for messages
   std::string signature;     // hash of the group's text: ops, dtypes, layouts
   std::vector<std::vector<int64_t>> shapes;  // every param's then every output's local shape
+  size_t num_inputs = 0;     // how many of `shapes` are params
   int elem_bytes = 4;        // the widest storage dtype's size
   // pointwise: n elements; reduction: rows x cols (cols reduced); matmul: batch x m x n x k
   int64_t n = 0;

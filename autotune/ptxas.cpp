@@ -286,4 +286,37 @@ Result<std::vector<KernelResources>> run_ptxas(std::string_view ptx, const Ptxas
   return parse_ptxas_info(log);
 }
 
+Result<std::string> ptxas_version() {
+  auto ptxas = find_ptxas();
+  if (!ptxas) return ptxas.error();
+  TempDir dir;
+  if (dir.path().empty()) return error(std::string("ptxas: cannot create a temporary directory: ") + std::strerror(errno));
+  const std::string log_path = dir.path() + "/version.log";
+  std::vector<std::string> args = {*ptxas, "--version"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return error("ptxas: cannot run " + *ptxas + ": " + std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return error(std::string("ptxas: waitpid: ") + std::strerror(errno));
+  }
+  std::ifstream f(log_path);
+  std::string line, version;
+  // "Cuda compilation tools, release 13.0, V13.0.88": the last word of that line.
+  while (std::getline(f, line))
+    if (line.find("release") != std::string::npos) version = std::string(trim(line.substr(line.rfind(' ') + 1)));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || version.empty())
+    return error("ptxas: '" + *ptxas + " --version' did not print a release line");
+  return version;
+}
+
 }  // namespace sf

@@ -69,4 +69,8 @@ std::vector<KernelResources> parse_ptxas_info(std::string_view log);
 // too. `file` replaces the (temporary) path ptxas printed.
 Diag ptxas_error_diag(std::string_view log, const std::string& file);
 
+// ptxas's version ("V13.0.88"), part of every GPU tuning key: a new ptxas may
+// allocate registers differently, so its results are tuned again.
+Result<std::string> ptxas_version();
+
 }  // namespace sf

@@ -26,6 +26,8 @@ struct PlanKernel {
   int64_t spill_bytes = -1;
   int64_t bytes_read = 0, bytes_written = 0, flops = 0;
   std::vector<std::string> ops;
+  std::string config;         // the kernel's config as "name=value ..." (config_str)
+  std::string config_source;  // "default", "cache" or "tuned"
 };
 
 struct PlanBuffer {

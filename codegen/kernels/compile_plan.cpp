@@ -158,10 +158,17 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     }
     KernelSpec spec{pk.entry, *kind, k.group};
     KernelConfig cfg = opts.config;
-    // Until the autotuner picks configs, reductions start from the emitter's
-    // suggestion for their row shape (a 16-wide row wants few threads per row).
-    if (*kind == KernelKind::Reduction)
+    pk.config_source = std::string(config_source_name(ConfigSource::Default));
+    if (opts.choose) {
+      KernelChoice c = opts.choose(k);
+      cfg = c.config;
+      pk.config_source = std::string(config_source_name(c.source));
+    } else if (*kind == KernelKind::Reduction) {
+      // Untuned reductions start from the emitter's suggestion for their row shape
+      // (a 16-wide row wants few threads per row).
       if (Result<KernelConfig> s = suggest_reduction_config(spec, cfg); s.ok()) cfg = *s;
+    }
+    pk.config = config_str(*kind, ConfigTarget::Gpu, cfg);
     Result<EmittedKernel> e = emitter_for(*kind).emit(spec, cfg, llvmb::Target::nvptx(opts.arch));
     if (!e.ok()) {
       kernel_errors[i] = pk.id + ": " + e.error().message;
@@ -230,7 +237,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     rep += line;
     rep += "    ops: ";
     for (size_t i = 0; i < k.ops.size(); ++i) rep += (i ? " " : "") + k.ops[i];
-    rep += "\n";
+    rep += "\n    config (" + k.config_source + "): " + k.config + "\n";
   }
   rep += "\n" + std::to_string(plan.kernels.size()) + " distinct kernel(s); rank 0 runs " +
          std::to_string(programs.empty() ? 0 : programs[0].kernels.size()) + " kernel launch(es); sum of estimates " +

@@ -3,11 +3,13 @@
 // and measured by ptxas when it is there), and write the Plan directory.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
 #include "codegen/fusion/pipeline.h"
 #include "codegen/kernels/emitter.h"
+#include "codegen/kernels/tune.h"
 #include "runtime/plan.h"
 
 namespace sf {
@@ -17,6 +19,9 @@ struct CompileOptions {
   bool run_ptxas = true;
   RankPipelineOptions pipeline;
   KernelConfig config;
+  // Picks each kernel's config (the tuning cache's choice); when empty every kernel
+  // gets `config` (reductions: the emitter's suggestion from it).
+  std::function<KernelChoice(const LocalKernel&)> choose;
 };
 
 struct CompiledPlan {

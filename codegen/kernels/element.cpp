@@ -8,6 +8,7 @@
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Metadata.h>
 #include <llvm/IR/Module.h>
 
 namespace sf::kernels {
@@ -723,8 +724,57 @@ KernelEntry begin_kernel(llvm::Module& m, llvm::IRBuilderBase& b, const std::str
   return k;
 }
 
+LoopHints host_loop_hints(const KernelConfig& c) { return LoopHints{c.host_vector, c.host_interleave}; }
+
+std::optional<std::string> host_knob_error(const KernelConfig& c) {
+  // 64 lanes is LLVM's own limit for a width hint (VectorizerParams::MaxVectorWidth;
+  // like the interleave count, only powers of two are taken), a 2048-bit f32
+  // vector: four AVX-512 registers.
+  const int v = c.host_vector;
+  if (v < 0 || v > 64 || (v & (v - 1)) != 0)
+    return "host_vector = " + std::to_string(v) + " is not 0 (LLVM's choice) or a power of two in 1..64";
+  // LLVM takes an interleave count only when it is a power of two up to 16
+  // (LoopVectorizeHints::Hint::validate, MaxInterleaveFactor) and silently drops any
+  // other: 3 would build what 0 builds, a config the autotuner would time twice.
+  const int il = c.host_interleave;
+  if (il < 0 || il > 16 || (il & (il - 1)) != 0)
+    return "host_interleave = " + std::to_string(il) + " is not 0 (LLVM's choice) or a power of two in 1..16";
+  // The matmul's accumulator row is an alloca of host_tile_n elements: 1024 f32
+  // (4 KiB; 8 KiB for i64 accumulators) is already far past what L1 keeps beside B.
+  if (c.host_tile_n < 0 || c.host_tile_n > 1024)
+    return "host_tile_n = " + std::to_string(c.host_tile_n) + " is outside 1..1024 (0: the emitter's default)";
+  return std::nullopt;
+}
+
+llvm::MDNode* loop_metadata(llvm::LLVMContext& c, const LoopHints& h) {
+  if (!h.any()) return nullptr;
+  auto i32 = [&](int v) { return llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(c), static_cast<uint64_t>(v))); };
+  auto hint = [&](const char* key, llvm::Metadata* v) -> llvm::Metadata* {
+    return llvm::MDNode::get(c, {llvm::MDString::get(c, key), v});
+  };
+  // Self-reference first (what makes the node a loop ID), as clang builds it.
+  llvm::TempMDTuple self = llvm::MDNode::getTemporary(c, {});
+  std::vector<llvm::Metadata*> ops{self.get()};
+  // Enabling both sets the width and allows reordering float reductions; width 1
+  // with no interleaving is plain "stay scalar" and must not say enable (width 1 +
+  // interleave 1 + enable would be read as suppressed, which is the same thing).
+  const bool enable = h.vector_width > 1 || (h.vector_width == 1 && h.interleave > 1);
+  if (enable) ops.push_back(hint("llvm.loop.vectorize.enable", llvm::ConstantAsMetadata::get(llvm::ConstantInt::getTrue(c))));
+  if (h.vector_width > 0) ops.push_back(hint("llvm.loop.vectorize.width", i32(h.vector_width)));
+  if (h.interleave > 0) ops.push_back(hint("llvm.loop.interleave.count", i32(h.interleave)));
+  // The O3 pipeline fully unrolls loops with small constant trip counts (a reduction
+  // chunk of 64, a row of 7) in LoopFullUnroll, before LoopVectorize reads the hints,
+  // and partially unrolls the vector loop after it: a hinted loop is not unrolled,
+  // so its body is exactly vector_width x interleave elements.
+  ops.push_back(llvm::MDNode::get(c, {llvm::MDString::get(c, "llvm.loop.unroll.disable")}));
+  llvm::MDNode* id = llvm::MDNode::getDistinct(c, ops);
+  id->replaceOperandWith(0, id);
+  return id;
+}
+
 Result<bool> emit_loop(llvm::IRBuilderBase& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
-                       const std::string& name, const std::function<Result<bool>(llvm::Value*)>& body) {
+                       const std::string& name, const std::function<Result<bool>(llvm::Value*)>& body,
+                       const LoopHints& hints) {
   llvm::LLVMContext& c = b.getContext();
   llvm::Function* fn = b.GetInsertBlock()->getParent();
   llvm::BasicBlock* pre = b.GetInsertBlock();
@@ -741,7 +791,8 @@ Result<bool> emit_loop(llvm::IRBuilderBase& b, llvm::Value* begin, llvm::Value* 
   if (!r) return r;
   llvm::Value* next = b.CreateAdd(i, step, name + ".next", /*HasNUW=*/true, /*HasNSW=*/true);
   i->addIncoming(next, b.GetInsertBlock());
-  b.CreateBr(head);
+  llvm::BranchInst* latch = b.CreateBr(head);
+  if (llvm::MDNode* md = loop_metadata(c, hints)) latch->setMetadata(llvm::LLVMContext::MD_loop, md);
   b.SetInsertPoint(exit);
   return true;
 }

@@ -24,6 +24,7 @@
 
 #include <llvm/IR/IRBuilder.h>
 
+#include "autotune/config.h"
 #include "codegen/ir/graph.h"
 #include "codegen/llvm/backend.h"
 
@@ -114,12 +115,56 @@ KernelEntry begin_kernel(llvm::Module& m, llvm::IRBuilderBase& b, const std::str
 
 // ---- loops ------------------------------------------------------------------------
 
+// What LLVM's loop vectoriser is asked to do with one loop, as `!llvm.loop` metadata
+// on the loop's latch branch (LangRef, "llvm.loop"); honoured by the O3 pipeline of
+// the host JIT (backend.cpp run_o3: LoopVectorize with interleaving on). All zero:
+// no metadata at all, the loop is left to LLVM's cost model.
+//   vector_width > 1: llvm.loop.vectorize.enable true + llvm.loop.vectorize.width N.
+//     "enable" (like clang's `#pragma clang loop vectorize(enable)`) also lets the
+//     vectoriser reorder a float reduction into per-lane partial sums, which it
+//     refuses without a hint or `reassoc` flags (LoopVectorizeHints::allowReordering).
+//   vector_width == 1: llvm.loop.vectorize.width 1, the loop stays scalar; with
+//     interleave > 1 also vectorize.enable true, so that a scalar float reduction
+//     may be interleaved into `interleave` partial sums.
+//   interleave > 0: llvm.loop.interleave.count M (1: no interleaving).
+//   any: llvm.loop.unroll.disable, so that the unroller neither dissolves a loop with
+//     a small constant trip count before the vectoriser sees it nor unrolls the
+//     vector loop after it: a hinted loop's body is vector_width x interleave
+//     elements (the interleave count is the unroll knob).
+// Forcing is a request, not a guarantee: a loop that is not legal to vectorise (a
+// call with no vector form, a dependence) stays as it is, and stays correct.
+struct LoopHints {
+  int vector_width = 0;  // 0: LLVM's choice
+  int interleave = 0;    // 0: LLVM's choice
+  bool any() const { return vector_width != 0 || interleave != 0; }
+  bool operator==(const LoopHints&) const = default;
+};
+
+// The hints of a host kernel's innermost loops: KernelConfig::host_vector and
+// host_interleave.
+LoopHints host_loop_hints(const KernelConfig& c);
+
+// The host knobs' ranges, checked by every emitter for the host target (the GPU
+// knobs are not read there, and the host knobs are not read on NVPTX):
+//   host_vector in {0, 1, 2, 4, ..., 64}, host_interleave in {0, 1, 2, 4, 8, 16}
+//   (LLVM ignores widths and counts that are not powers of two up to those limits),
+//   host_tile_n in {0} or 1..1024 (read by the matmul emitter only).
+// nullopt when they are in range, else a message naming the field and its value.
+std::optional<std::string> host_knob_error(const KernelConfig& c);
+
 // A counted loop `for (i = begin; i < end; i += step) body(i)` at the builder's
 // insertion point (signed compare; the index type must leave room for end + step,
 // so the increment is marked nuw/nsw). A Diag from the body stops emission and is
-// returned; on success the builder is left in the exit block.
+// returned; on success the builder is left in the exit block. `hints` (when any())
+// become the loop's `!llvm.loop` metadata; hint only loops whose body is
+// straight-line (the innermost), since the latch is the body's last block.
 Result<bool> emit_loop(llvm::IRBuilderBase& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
-                       const std::string& name, const std::function<Result<bool>(llvm::Value*)>& body);
+                       const std::string& name, const std::function<Result<bool>(llvm::Value*)>& body,
+                       const LoopHints& hints = {});
+
+// The `!llvm.loop` node for `hints` (a distinct node whose first operand is itself),
+// or nullptr when !hints.any(). emit_loop attaches it; exposed for tests.
+llvm::MDNode* loop_metadata(llvm::LLVMContext& c, const LoopHints& hints);
 
 // ---- elementwise categories --------------------------------------------------------
 

@@ -67,8 +67,11 @@ void element(ElementCodegen& cg, const Shape3& s, llvm::Value* idx, llvm::Value*
 Result<EmittedKernel> emit_gather(const KernelSpec& spec, const KernelConfig& config, const llvmb::Target& target) {
   Result<Shape3> s = check(spec);
   if (!s) return s.error();
+  bool gpu = target.kind == llvmb::Target::Kind::NVPTX;
   if (config.block < 32 || config.block > 1024 || config.max_blocks < 1)
     return Diag{"", {}, "gather emitter: block must be 32..1024 and max_blocks >= 1"};
+  if (!gpu)
+    if (std::optional<std::string> e = kernels::host_knob_error(config)) return Diag{"", {}, "gather emitter: " + *e};
   EmittedKernel k;
   k.context = std::make_unique<llvm::LLVMContext>();
   k.module = std::make_unique<llvm::Module>(spec.entry, *k.context);
@@ -76,7 +79,6 @@ Result<EmittedKernel> emit_gather(const KernelSpec& spec, const KernelConfig& co
   k.entry = spec.entry;
   llvm::IRBuilder<> b(*k.context);
   ElementCodegen cg(b, *k.module, target);
-  bool gpu = target.kind == llvmb::Target::Kind::NVPTX;
   const size_t np = spec.group.params().size();
   kernels::KernelEntry ke = kernels::begin_kernel(*k.module, b, spec.entry, np, 1, target, config.block);
   llvm::Value* idx = ke.in[static_cast<size_t>(s->idx_param)];
@@ -98,7 +100,9 @@ Result<EmittedKernel> emit_gather(const KernelSpec& spec, const KernelConfig& co
     k.launch.grid = {blocks, 1, 1};
     k.launch.block = {config.block, 1, 1};
   } else {
-    r = emit_loop(b, b.getInt64(0), b.getInt64(s->n), b.getInt64(1), "f", body);
+    // One loop over the output's flat index; host_vector/host_interleave are its
+    // vectoriser hints (the row loads become gathers when vectorised).
+    r = emit_loop(b, b.getInt64(0), b.getInt64(s->n), b.getInt64(1), "f", body, kernels::host_loop_hints(config));
   }
   if (!r) return r.error();
   b.CreateRetVoid();

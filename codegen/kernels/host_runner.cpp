@@ -25,20 +25,22 @@ std::function<bool(const LocalKernel&)> emit_checker(const llvmb::Target& target
   };
 }
 
-HostKernelRunner::HostKernelRunner(KernelConfig config) : config_(config) {}
+HostKernelRunner::HostKernelRunner(KernelConfig config, Chooser choose) : config_(config), choose_(std::move(choose)) {}
 HostKernelRunner::~HostKernelRunner() = default;
 
-Result<std::unique_ptr<HostKernelRunner>> HostKernelRunner::create(KernelConfig config) {
+Result<std::unique_ptr<HostKernelRunner>> HostKernelRunner::create(KernelConfig config, Chooser choose) {
   Result<std::unique_ptr<llvmb::HostJit>> jit = llvmb::HostJit::create();
   if (!jit.ok()) return jit.error();
-  std::unique_ptr<HostKernelRunner> r(new HostKernelRunner(config));
+  std::unique_ptr<HostKernelRunner> r(new HostKernelRunner(config, std::move(choose)));
   r->jit_ = std::move(jit).value();
   return r;
 }
 
 const HostKernelRunner::Compiled& HostKernelRunner::compile(const LocalKernel& k) const {
-  // The group's text names its ops, shapes and dtypes: equal text, equal kernel.
+  // The group's text names its ops, shapes and dtypes: equal text and config, equal kernel.
+  const KernelConfig cfg = choose_ ? choose_(k) : config_;
   std::string key = k.kind + "\n" + print_graph(k.group);
+  if (std::optional<KernelKind> kk = kernel_kind_of(k)) key += "\n" + config_str(*kk, ConfigTarget::Host, cfg);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   Compiled c;
@@ -52,7 +54,7 @@ const HostKernelRunner::Compiled& HostKernelRunner::compile(const LocalKernel& k
     char hash[32];
     std::snprintf(hash, sizeof hash, "%016zx", std::hash<std::string>{}(key));
     spec.entry = "sf_" + k.name + "_" + hash;
-    Result<EmittedKernel> e = emitter_for(*kind).emit(spec, config_, llvmb::Target::host());
+    Result<EmittedKernel> e = emitter_for(*kind).emit(spec, cfg, llvmb::Target::host());
     if (!e.ok()) {
       c.reason = e.error().message;
     } else {

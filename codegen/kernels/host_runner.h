@@ -19,7 +19,10 @@ namespace sf {
 
 class HostKernelRunner final : public KernelRunner {
  public:
-  static Result<std::unique_ptr<HostKernelRunner>> create(KernelConfig config = {});
+  // `choose` (optional) picks each kernel's config (the autotuner's choice);
+  // otherwise every kernel uses `config`.
+  using Chooser = std::function<KernelConfig(const LocalKernel&)>;
+  static Result<std::unique_ptr<HostKernelRunner>> create(KernelConfig config = {}, Chooser choose = {});
   ~HostKernelRunner() override;
 
   Result<std::vector<Tensor>> run(const LocalKernel& k, const std::vector<const Tensor*>& inputs) const override;
@@ -33,7 +36,7 @@ class HostKernelRunner final : public KernelRunner {
   Stats stats() const;
 
  private:
-  explicit HostKernelRunner(KernelConfig config);
+  HostKernelRunner(KernelConfig config, Chooser choose);
   using Entry = void (*)(void** args);
   struct Compiled {
     Entry fn = nullptr;     // null: no generated code, see reason
@@ -42,9 +45,10 @@ class HostKernelRunner final : public KernelRunner {
   const Compiled& compile(const LocalKernel& k) const;
 
   KernelConfig config_;
+  Chooser choose_;
   std::unique_ptr<llvmb::HostJit> jit_;
   mutable std::mutex mu_;
-  mutable std::map<std::string, Compiled> cache_;  // key: kind + group text
+  mutable std::map<std::string, Compiled> cache_;  // key: kind + group text + config
   mutable Stats stats_;
 };
 

@@ -848,15 +848,19 @@ class TiledKernel {
 
 // ---- host ------------------------------------------------------------------------------------------
 
-// Columns per accumulator row on the host: 64 f32 (256 bytes) stay in L1 with the
-// row of B they meet, and the j loop over them is what LLVM vectorises.
+// Columns per accumulator row on the host when host_tile_n is 0: 64 f32 (256 bytes)
+// stay in L1 with the row of B they meet, and the j loop over them is what LLVM
+// vectorises.
 constexpr int64_t kHostBlockN = 64;
 
-// `void entry(ptr args)`: for each batch, row and block of kHostBlockN columns,
-// acc[j] += A[i][k] * B[k][j] with k outside j (unit-stride B rows vectorise), then
-// the epilogue per element. f32 accumulators for float dtypes; integers accumulate in
-// i64 with wrap-around, as the reference (and torch) do.
-Result<bool> build_host(const KernelSpec& spec, const Plan& p, const llvmb::Target& target, llvm::Module& m) {
+// `void entry(ptr args)`: for each batch, row and block of TN columns (TN =
+// host_tile_n, or kHostBlockN when 0), acc[j] += A[i][k] * B[k][j] with k outside j
+// (unit-stride B rows vectorise), then the epilogue per element. The j loop carries
+// host_vector / host_interleave as vectoriser hints (element.h LoopHints); each acc[j]
+// is its own accumulator, so no hint reorders a sum. f32 accumulators for float
+// dtypes; integers accumulate in i64 with wrap-around, as the reference (and torch) do.
+Result<bool> build_host(const KernelSpec& spec, const Plan& p, const KernelConfig& cfg, const llvmb::Target& target,
+                        llvm::Module& m) {
   llvm::LLVMContext& c = m.getContext();
   const Graph& g = spec.group;
   llvm::IRBuilder<> b(c);
@@ -865,7 +869,8 @@ Result<bool> build_host(const KernelSpec& spec, const Plan& p, const llvmb::Targ
   std::vector<llvm::Value*> in = ke.in, out = ke.out;
   const bool fl = is_float(p.dtype);
   llvm::Type* acc_ty = fl ? b.getFloatTy() : b.getInt64Ty();
-  llvm::Value* accbuf = b.CreateAlloca(llvm::ArrayType::get(acc_ty, kHostBlockN), nullptr, "acc");
+  const int64_t TN = cfg.host_tile_n > 0 ? cfg.host_tile_n : kHostBlockN;
+  llvm::Value* accbuf = b.CreateAlloca(llvm::ArrayType::get(acc_ty, static_cast<uint64_t>(TN)), nullptr, "acc");
   ElementCodegen cg(b, m, target);
   Epilogue epi(g, p, cg, in);
   auto k = [&](int64_t v) { return b.getInt64(static_cast<uint64_t>(v)); };
@@ -884,8 +889,8 @@ Result<bool> build_host(const KernelSpec& spec, const Plan& p, const llvmb::Targ
     return emit_loop(b, k(0), k(p.M), k(1), "i", [&](llvm::Value* i) -> Result<bool> {
       llvm::Value* arow = add(bi.a_off, mul(i, p.sam));
       llvm::Value* orow = add(zbase, mul(i, p.N));
-      return emit_loop(b, k(0), k(p.N), k(kHostBlockN), "j0", [&](llvm::Value* j0) -> Result<bool> {
-        llvm::Value* jn = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b.CreateSub(k(p.N), j0), k(kHostBlockN));
+      return emit_loop(b, k(0), k(p.N), k(TN), "j0", [&](llvm::Value* j0) -> Result<bool> {
+        llvm::Value* jn = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b.CreateSub(k(p.N), j0), k(TN));
         Result<bool> r1 = emit_loop(b, k(0), jn, k(1), "clr", [&](llvm::Value* jj) -> Result<bool> {
           b.CreateAlignedStore(zero, slot(jj), acc_align);
           return true;
@@ -903,7 +908,7 @@ Result<bool> build_host(const KernelSpec& spec, const Plan& p, const llvmb::Targ
                                  : b.CreateAdd(old, b.CreateMul(a, bv));  // wraps, as the reference's int64
             b.CreateAlignedStore(nv, s, acc_align);
             return true;
-          });
+          }, kernels::host_loop_hints(cfg));
         });
         if (!r1) return r1;
         return emit_loop(b, k(0), jn, k(1), "epi", [&](llvm::Value* jj) -> Result<bool> {
@@ -966,8 +971,9 @@ Result<EmittedKernel> emit_matmul(const KernelSpec& spec, const KernelConfig& co
     if (!built) return built.error();
     k.launch = matmul_launch(*plan, *t);
   } else {
+    if (std::optional<std::string> e = kernels::host_knob_error(config)) return diag(*e);
     k = new_kernel(spec, target);
-    Result<bool> built = build_host(spec, *plan, target, *k.module);
+    Result<bool> built = build_host(spec, *plan, config, target, *k.module);
     if (!built) return built.error();
   }
   if (auto err = llvmb::verify(*k.module))  // an emitter bug, not a user error: say so

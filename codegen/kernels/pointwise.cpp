@@ -49,6 +49,8 @@ Result<int64_t> check(const KernelSpec& spec, const KernelConfig& c, const llvmb
   if (c.elems_per_thread < 1 || c.elems_per_thread > 64)
     return diag("elems_per_thread = " + std::to_string(c.elems_per_thread) + " is outside 1..64");
   if (c.max_blocks < 1) return diag("max_blocks = " + std::to_string(c.max_blocks) + " must be positive");
+  if (t.kind == llvmb::Target::Kind::Host)
+    if (std::optional<std::string> e = kernels::host_knob_error(c)) return diag(*e);
   if (g.outputs().empty()) return diag("group '" + g.name() + "' has no outputs");
   for (const Node& n : g.nodes()) {
     if (n.op == OpKind::Param || n.op == OpKind::Constant || kernels::is_elementwise(n.op) ||
@@ -313,8 +315,10 @@ class NvptxPointwise {
 
 // `void entry(ptr args)`: one loop over the n elements, inputs then outputs in args.
 // The body is straight-line element code (dense operands indexed by i itself), which
-// LLVM's loop vectoriser turns into SIMD code for the host CPU.
-Result<bool> build_host(const KernelSpec& spec, const llvmb::Target& target, int64_t n, llvm::Module& m) {
+// LLVM's loop vectoriser turns into SIMD code for the host CPU; host_vector and
+// host_interleave, when set, are its width and interleave count (element.h LoopHints).
+Result<bool> build_host(const KernelSpec& spec, const KernelConfig& cfg, const llvmb::Target& target, int64_t n,
+                        llvm::Module& m) {
   llvm::LLVMContext& c = m.getContext();
   const Graph& g = spec.group;
   llvm::IRBuilder<> b(c);
@@ -328,7 +332,7 @@ Result<bool> build_host(const KernelSpec& spec, const llvmb::Target& target, int
     if (!e) return e.error();
     for (size_t o = 0; o < no; ++o) cg.store((*e)[o], out[o], i);
     return true;
-  });
+  }, kernels::host_loop_hints(cfg));
   if (!r) return r;
   b.CreateRetVoid();
   return true;
@@ -357,7 +361,7 @@ Result<EmittedKernel> emit_pointwise(const KernelSpec& spec, const KernelConfig&
   k.entry = spec.entry;
   Result<bool> built = target.kind == llvmb::Target::Kind::NVPTX
                            ? NvptxPointwise(spec, config, target, *n, *k.module).build()
-                           : build_host(spec, target, *n, *k.module);
+                           : build_host(spec, config, target, *n, *k.module);
   if (!built) return built.error();
   if (auto err = llvmb::verify(*k.module))  // an emitter bug, not a user error: say so
     return diag("internal: the emitted module does not verify: " + *err);

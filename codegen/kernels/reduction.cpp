@@ -487,7 +487,13 @@ class Builder {
 
 // ---- host ---------------------------------------------------------------------------------
 
-// `void entry(ptr args)`: rows one after another.
+// `void entry(ptr args)`: rows one after another. The loops over a row's elements (the
+// innermost fold loop of each pass and the X-space output loop) carry host_vector and
+// host_interleave as vectoriser hints (element.h LoopHints). Without them LLVM does
+// not vectorise a float sum or mean (that would reorder the additions) but does
+// vectorise max/min and integer folds; with host_vector > 1 the hint allows the
+// reordering, and a float sum becomes per-lane partial sums within each chunk,
+// combined at the chunk's end (an error bound no worse than the chunked sum's).
 class HostBuilder final : public Builder {
  public:
   using Builder::Builder;
@@ -538,7 +544,8 @@ class HostBuilder final : public Builder {
         Result<bool> r = emit_loop(b_, k(0), k(p_.n), k(C), "chunk", [&](llvm::Value* c0) -> Result<bool> {
           for (size_t q = 0; q < pass.size(); ++q) b_.CreateStore(folds_.at(pass[q]).identity(), part[q]);
           llvm::Value* end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(c0, k(C), "", true, true), k(p_.n));
-          Result<bool> inner = emit_loop(b_, c0, end, k(1), "j", [&](llvm::Value* j) { return fold_element(pass, part, x_index(j)); });
+          Result<bool> inner = emit_loop(b_, c0, end, k(1), "j", [&](llvm::Value* j) { return fold_element(pass, part, x_index(j)); },
+                                         kernels::host_loop_hints(cfg_));
           if (!inner) return inner;
           for (size_t q = 0; q < pass.size(); ++q) {
             const Fold& f = folds_.at(pass[q]);
@@ -558,7 +565,8 @@ class HostBuilder final : public Builder {
     for (size_t q = 0; q < ro->size(); ++q) cg_->store((*ro)[q], out_[p_.row_outputs[q]], row);
     if (p_.n > 0 && !p_.x_outputs.empty()) {
       if (Result<bool> r = prog_->prepare(x_output_roots()); !r) return r;
-      return emit_loop(b_, k(0), k(p_.n), k(1), "x", [&](llvm::Value* j) { return store_x_outputs(x_index(j)); });
+      return emit_loop(b_, k(0), k(p_.n), k(1), "x", [&](llvm::Value* j) { return store_x_outputs(x_index(j)); },
+                       kernels::host_loop_hints(cfg_));
     }
     return true;
   }
@@ -806,6 +814,8 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
     return diag("kernel '" + spec.entry + "' is a " + std::string(kernel_kind_name(spec.kind)) + " kernel, not a reduction");
   Result<Plan> plan = make_plan(spec, config, check_target);
   if (!plan) return plan.error();
+  if (!gpu)
+    if (std::optional<std::string> e = kernels::host_knob_error(config)) return diag(*e);
   EmittedKernel k;
   k.context = std::make_unique<llvm::LLVMContext>();
   k.module = std::make_unique<llvm::Module>(spec.entry, *k.context);

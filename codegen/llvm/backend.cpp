@@ -422,6 +422,9 @@ Result<std::string> optimized_ir(llvm::Module& m, const Target& t) {
   if (auto report = verify(m)) return error("module does not verify:\n" + *report);
   auto tm = create_target_machine(t);
   if (!tm) return tm.error();
+  // Loop hints the vectoriser cannot honour warn through the context (a hinted loop
+  // that calls tanhf, say); the code is still right, so they are not printed.
+  DiagCapture capture(m.getContext());
   std::unique_ptr<llvm::Module> c = llvm::CloneModule(m);
   if (compat::get_triple(*c).empty()) compat::set_triple(*c, host_info().triple);
   c->setDataLayout((*tm)->createDataLayout());
@@ -499,7 +502,18 @@ Result<std::unique_ptr<HostJit>> HostJit::create() {
         llvm::orc::JITTargetMachineBuilder b = jtmb;  // per call: one TM per thread
         auto tm = b.createTargetMachine();
         if (!tm) return tm.takeError();
-        tsm.withModuleDo([&](llvm::Module& m) { run_o3(m, **tm); });
+        tsm.withModuleDo([&](llvm::Module& m) {
+          // Warnings and remarks (loop hints the vectoriser could not honour; the code
+          // is still right) are dropped; errors join the session's error report.
+          m.getContext().setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo* di, void*) {
+            if (di->getSeverity() != llvm::DS_Error) return;
+            if (!t_session_errors.empty()) t_session_errors += '\n';
+            llvm::raw_string_ostream os(t_session_errors);
+            llvm::DiagnosticPrinterRawOStream printer(os);
+            di->print(printer);
+          });
+          run_o3(m, **tm);
+        });
         return tsm;
       });
 

@@ -16,6 +16,8 @@ struct CompileCliOptions {
   bool no_fuse = false;
   bool no_ptxas = false;
   std::string dump_after;
+  CacheCliOptions cache;
+  bool autotune = false;
 };
 
 int compile(const CompileCliOptions& o) {
@@ -30,6 +32,15 @@ int compile(const CompileCliOptions& o) {
   co.arch = o.arch;
   co.run_ptxas = !o.no_ptxas;
   co.pipeline.fuse = !o.no_fuse;
+  if (o.autotune) {
+    std::cerr << "error: --autotune: compile tunes for a GPU, which needs the CUDA Runner (not in this build yet); "
+                 "compile uses configs already in the cache for " << o.arch << "\n";
+    return 1;
+  }
+  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir);
+  if (!cache) return 1;
+  auto chooser = std::make_shared<ConfigChooser>(TuneSetup{"cuda", o.arch, parse_buckets(o.cache.buckets)}, cache.get());
+  co.choose = [chooser](const LocalKernel& k) { return chooser->choose(k); };
   Result<CompiledPlan> p = compile_plan(*g, co);
   if (!p.ok()) {
     std::cerr << o.file << ": error: " << p.error().message << "\n";
@@ -39,8 +50,11 @@ int compile(const CompileCliOptions& o) {
     std::cerr << err->str() << "\n";
     return 1;
   }
+  int from_cache = 0;
+  for (const PlanKernel& k : p->plan.kernels) from_cache += k.config_source == "cache";
   std::cout << "wrote " << o.out << ": plan.json, " << p->ptx.size() << " .ptx file(s) for " << o.arch
-            << ", report.txt (" << p->plan.world << " rank(s))\n";
+            << ", report.txt (" << p->plan.world << " rank(s)); "
+            << from_cache << " of " << p->plan.kernels.size() << " kernel config(s) from the tuning cache\n";
   return 0;
 }
 
@@ -58,6 +72,8 @@ void add_compile(CLI::App& app, int& exit_code) {
   cmd->add_option("--dump-after", o->dump_after,
                   "also print the IR after these stages (rank 0): all, or a comma list of parse, propagate, lower, "
                   "decompose, fuse, schedule, emit (emit shows each kernel's LLVM IR for the arch)");
+  add_cache_options(cmd, o->cache);
+  cmd->add_flag("--autotune", o->autotune, "tune kernels the cache has no config for first (needs a GPU)");
   cmd->add_flag("--no-ptxas", o->no_ptxas, "do not check the PTX with ptxas (resources then show as -)");
   cmd->footer(
       "Every kernel's PTX is assembled by ptxas (when the CUDA toolkit has it) and its registers and spills are\n"

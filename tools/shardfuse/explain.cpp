@@ -5,6 +5,7 @@
 #include "codegen/dist/explain.h"
 #include "codegen/dist/lower.h"
 #include "codegen/fusion/pipeline.h"
+#include "codegen/kernels/tune.h"
 #include "tools/shardfuse/commands.h"
 
 namespace sf::cli {
@@ -18,6 +19,9 @@ struct ExplainOptions {
   bool no_reorder = false;
   bool no_fuse = false;
   std::string dump_after;
+  CacheCliOptions cache;
+  std::string device = "cpu";
+  std::string arch = "sm_90a";
 };
 
 int explain(const ExplainOptions& o) {
@@ -48,6 +52,18 @@ int explain(const ExplainOptions& o) {
     if (s.kind == LocalStep::Kind::Start || s.kind == LocalStep::Kind::Slice || s.kind == LocalStep::Kind::Partialize)
       std::cout << "  " << step_line(p, s, mesh) << "\n";
   std::cout << "\n" << explain_kernels(p) << "\n" << explain_schedule(p, mesh);
+  // Each kernel's config for the target `run` (cpu) or `compile` (cuda) would use,
+  // and where it comes from: the tuning cache's best measured entry, or the default.
+  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir);
+  if (!cache) return 1;
+  TuneSetup setup{o.device, o.arch, parse_buckets(o.cache.buckets)};
+  ConfigChooser chooser(setup, cache.get());
+  std::cout << "\nkernel configs (" << (o.device == "cpu" ? "host" : o.arch) << ", cache " << cache->dir() << "):\n";
+  for (const LocalKernel& k : p.kernels) {
+    KernelChoice c = chooser.choose(k);
+    std::cout << "  " << k.name << ": " << (c.text.empty() ? "(no emitter)" : c.text) << "  ["
+              << config_source_name(c.source) << "]\n";
+  }
   return 0;
 }
 
@@ -65,6 +81,11 @@ void add_explain(CLI::App& app, int& exit_code) {
                   "decompose, fuse, schedule, emit (emit shows each kernel's LLVM IR for the host)");
   cmd->add_flag("--no-reorder", o->no_reorder,
                 "print the schedule as lowered, without raising collectives and sinking waits");
+  add_cache_options(cmd, o->cache);
+  cmd->add_option("--device", o->device, "whose kernel configs to show: cpu (what run uses, default) or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--arch", o->arch, "GPU architecture for --device cuda (default sm_90a)")
+      ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}));
   cmd->footer(
       "The schedule has one step per line: 'all_gather x -> x_ag [tp, dim 0]' issues a collective,\n"
       "'wait x_ag' takes its result, 'kernel k0_matmul_add x_ag, w -> h' runs a fused kernel.\n"

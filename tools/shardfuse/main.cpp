@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   sf::cli::add_explain(app, exit_code);
   sf::cli::add_run(app, exit_code);
   sf::cli::add_compile(app, exit_code);
+  sf::cli::add_tune(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

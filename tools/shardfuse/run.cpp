@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "codegen/dist/lower.h"
@@ -15,6 +16,8 @@
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
 #include "codegen/kernels/host_runner.h"
+#include "codegen/kernels/tune.h"
+#include "runtime/agree.h"
 #include "runtime/executor.h"
 #include "runtime/npy.h"
 #include "tools/shardfuse/commands.h"
@@ -37,6 +40,8 @@ struct RunOptions {
   bool no_fuse = false;
   std::string kernels = "generated";
   double timeout_s = 60;
+  CacheCliOptions cache;
+  bool autotune = false;
 };
 
 std::optional<std::vector<Tensor>> load_inputs(const Graph& g, const RunOptions& o) {
@@ -149,10 +154,65 @@ int run(const RunOptions& o) {
   std::optional<std::vector<Tensor>> inputs = load_inputs(*g, o);
   if (!inputs) return 1;
 
+  // Each kernel's config: the tuning cache's choice, else the default; with
+  // --autotune, what the cache lacks is tuned first, by rank 0, and every rank uses
+  // the table rank 0 broadcasts.
+  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir);
+  if (!cache) return 1;
+  const TuneSetup setup{"cpu", "", parse_buckets(o.cache.buckets)};
+  auto chooser = std::make_shared<ConfigChooser>(setup, cache.get());
+  std::vector<LocalProgram> tuned_programs;
+  if (o.kernels == "generated") tuned_programs = programs_for_tuning(*g, "cpu", "", !o.no_fuse);
+  if (o.autotune && o.kernels == "generated") {
+    TuneOptions to;
+    to.bench.warmup_ms = 10;
+    to.bench.rep_ms = 40;
+    to.bench.max_reps = 100;
+    std::string table, error;
+    auto tune_all = [&] {
+      Result<GraphTuneResult> r = tune_programs(tuned_programs, setup, *cache, to);
+      if (!r) {
+        error = r.error().message;
+        return std::string("!error");
+      }
+      std::cout << "autotune: " << r->reports.size() << " kernel(s), " << r->cache_hits << " cache hit(s), "
+                << r->measured_kernels << " measured\n";
+      return choices_to_text(r->choices);
+    };
+    if (!o.rank) {
+      table = tune_all();  // ranks are threads of this process: one table for all
+    } else {
+      // Peers wait while rank 0 tunes: an hour, or the collective timeout if longer.
+      auto wait = std::chrono::milliseconds(static_cast<int64_t>(std::max(3600.0, o.timeout_s) * 1000));
+      Result<std::unique_ptr<Comm>> comm = connect_rank(DeviceMesh(g->mesh()), *o.rank, o.rendezvous, wait);
+      if (!comm) {
+        std::cerr << "error: rank " << *o.rank << ": " << comm.error().message << "\n";
+        return 1;
+      }
+      Result<std::string> agreed = broadcast_text(**comm, *o.rank == 0 ? tune_all() : std::string());
+      if (!agreed) {
+        std::cerr << "error: rank " << *o.rank << ": agreeing on configs: " << agreed.error().message << "\n";
+        return 1;
+      }
+      table = *agreed;
+    }
+    if (table == "!error") {
+      std::cerr << o.file << ": error: autotune: " << (error.empty() ? "rank 0 failed to tune" : error) << "\n";
+      return 1;
+    }
+    Result<std::map<std::string, KernelChoice>> choices = choices_from_text(table);
+    if (!choices) {
+      std::cerr << "error: autotune: " << choices.error().str() << "\n";
+      return 1;
+    }
+    chooser->set_table(std::move(choices).value());
+  }
+
   // Generated host kernels by default; the reference evaluator stays the oracle.
   std::unique_ptr<HostKernelRunner> host;
   if (o.kernels == "generated") {
-    Result<std::unique_ptr<HostKernelRunner>> r = HostKernelRunner::create();
+    Result<std::unique_ptr<HostKernelRunner>> r =
+        HostKernelRunner::create(KernelConfig{}, [chooser](const LocalKernel& k) { return chooser->choose(k).config; });
     if (!r.ok()) {
       std::cerr << "error: cannot start the host JIT: " << r.error().message << "\n";
       return 1;
@@ -185,6 +245,15 @@ int run(const RunOptions& o) {
     if (st.fallbacks) std::cout << ", " << st.fallbacks << " on the reference evaluator";
     std::cout << "\n";
     for (const auto& [name, why] : st.fallback_reasons) std::cout << "  " << name << ": " << why << "\n";
+    std::map<std::string, int> sources;
+    std::set<std::string> counted;
+    for (const LocalProgram& p : tuned_programs)
+      for (const LocalKernel& k : p.kernels)
+        if (std::optional<TuneKey> key = chooser->key_of(k); key && counted.insert(key->hash()).second)
+          ++sources[std::string(config_source_name(chooser->choose(k).source))];
+    std::cout << "configs:";
+    for (const char* s : {"tuned", "cache", "default"}) std::cout << " " << sources[s] << " " << s;
+    std::cout << " (distinct kernels; tuning cache " << cache->dir() << ")\n";
   } else {
     std::cout << "kernels: on the reference evaluator (--kernels reference)\n";
   }
@@ -252,6 +321,9 @@ void add_run(CLI::App& app, int& exit_code) {
                   "generated: fused kernels compiled to host code (kinds without an emitter yet fall back to the "
                   "reference, and are listed); reference: every kernel on the reference evaluator")
       ->check(CLI::IsMember({"generated", "reference"}));
+  add_cache_options(cmd, o->cache);
+  cmd->add_flag("--autotune", o->autotune,
+                "tune the kernels the cache has no config for first (rank 0 tunes; every rank uses its choices)");
   cmd->add_option("--timeout", o->timeout_s, "seconds a collective may take before every rank gives up (default 60)")
       ->check(CLI::Range(0.1, 86400.0));
   cmd->footer(

@@ -1,0 +1,171 @@
+#include "autotune/space.h"
+
+#include <algorithm>
+
+namespace sf {
+
+namespace {
+
+// Blocks of `threads` threads that fit on one SM by thread and block count alone;
+// times the SM count this is a grid that keeps every SM full without a tail.
+int persistent_grid(const TargetInfo& t, int threads) {
+  int per_sm = std::max(1, std::min(t.max_blocks, t.max_threads / std::max(threads, 1)));
+  return t.sms * per_sm;
+}
+
+std::vector<KernelConfig> gpu_pointwise(const TargetInfo& t) {
+  std::vector<KernelConfig> out;
+  for (int block : {128, 256, 512, 1024})
+    for (int vector : {1, 2, 4, 8})
+      for (int ept : {1, 2, 4})
+        for (bool persistent : {false, true}) {
+          KernelConfig c;
+          c.block = block;
+          c.vector = vector;
+          c.elems_per_thread = ept;
+          c.grid_stride = persistent;
+          c.max_blocks = persistent ? persistent_grid(t, block) : KernelConfig{}.max_blocks;
+          out.push_back(c);
+        }
+  return out;
+}
+
+std::vector<KernelConfig> gpu_reduction(const TargetInfo& t) {
+  std::vector<KernelConfig> out;
+  for (int tpr : {8, 16, 32, 64, 128, 256, 512, 1024})
+    for (int rows : {1, 2, 4, 8, 16}) {
+      int threads = tpr * rows;
+      if (threads > 1024 || threads < 32) continue;  // whole warps, CUDA's block limit
+      for (bool persistent : {false, true}) {
+        KernelConfig c;
+        c.threads_per_row = tpr;
+        c.rows_per_block = rows;
+        c.grid_stride = persistent;
+        c.max_blocks = persistent ? persistent_grid(t, threads) : KernelConfig{}.max_blocks;
+        out.push_back(c);
+      }
+    }
+  return out;
+}
+
+std::vector<KernelConfig> gpu_matmul() {
+  std::vector<KernelConfig> out;
+  for (int bm : {32, 64, 128})
+    for (int bn : {32, 64, 128})
+      for (int bk : {8, 16, 32})
+        for (int warps : {2, 4, 8})
+          for (int stages : {1, 2, 3})
+            for (int group_m : {1, 8}) {
+              KernelConfig c;
+              c.block_m = bm;
+              c.block_n = bn;
+              c.block_k = bk;
+              c.warps = warps;
+              c.stages = stages;
+              c.group_m = group_m;
+              c.split_k = 1;  // the emitter has no split-K yet
+              out.push_back(c);
+            }
+  return out;
+}
+
+std::vector<KernelConfig> host_space(KernelKind kind) {
+  std::vector<KernelConfig> out;
+  std::vector<int> tiles = kind == KernelKind::Matmul ? std::vector<int>{16, 32, 64, 128, 256} : std::vector<int>{0};
+  for (int tile : tiles)
+    for (int v : {0, 1, 2, 4, 8, 16})
+      for (int il : {0, 1, 2, 4, 8}) {
+        KernelConfig c;
+        c.host_tile_n = tile;
+        c.host_vector = v;
+        c.host_interleave = il;
+        out.push_back(c);
+      }
+  return out;
+}
+
+int64_t ceil_pow2(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+}  // namespace
+
+std::vector<KernelConfig> config_space(const TuneProblem& p, const TargetInfo& t) {
+  if (t.kind == ConfigTarget::Host) return host_space(p.kind);
+  switch (p.kind) {
+    case KernelKind::Pointwise: return gpu_pointwise(t);
+    case KernelKind::Reduction: return gpu_reduction(t);
+    case KernelKind::Matmul: return gpu_matmul();
+    case KernelKind::Gather: {
+      std::vector<KernelConfig> out;
+      for (int block : {128, 256, 512, 1024}) {
+        KernelConfig c;
+        c.block = block;
+        out.push_back(c);
+      }
+      return out;
+    }
+  }
+  return {};
+}
+
+std::optional<std::string> rule_reject(const TuneProblem& p, const KernelConfig& c, const TargetInfo& t) {
+  auto s = [](int64_t v) { return std::to_string(v); };
+  if (t.kind == ConfigTarget::Host) {
+    // A vector wider than two SIMD registers only splits into more instructions.
+    if (c.host_vector * p.elem_bytes > 2 * t.simd_bytes)
+      return "host_vector " + s(c.host_vector) + " x " + s(p.elem_bytes) + " bytes exceeds two " + s(t.simd_bytes) +
+             "-byte SIMD registers";
+    if (p.kind == KernelKind::Matmul && c.host_tile_n > 2 * ceil_pow2(std::max<int64_t>(p.n, 1)) && c.host_tile_n > 16)
+      return "host_tile_n " + s(c.host_tile_n) + " is over twice N = " + s(p.n);
+    return std::nullopt;
+  }
+  switch (p.kind) {
+    case KernelKind::Pointwise: {
+      // One thread moves vector x elem_bytes at a time; over 16 bytes is more than one
+      // 128-bit transaction per load (PTX ISA: ld.global.v4.b32 is the widest).
+      if (int64_t{c.vector} * p.elem_bytes > 16)
+        return "vector " + s(c.vector) + " x " + s(p.elem_bytes) + " bytes exceeds one 16-byte load";
+      int64_t tile = int64_t{c.block} * c.vector * c.elems_per_thread;
+      // A block's tile larger than the whole problem leaves most threads idle.
+      if (tile > 2 * ceil_pow2(std::max<int64_t>(p.n, 1)) && tile > 128)
+        return "a block covers " + s(tile) + " elements, over twice the " + s(p.n) + " there are";
+      if (c.grid_stride && p.n <= tile * int64_t{c.max_blocks})
+        return "the persistent grid of " + s(c.max_blocks) + " blocks already covers the problem in one pass";
+      return std::nullopt;
+    }
+    case KernelKind::Reduction: {
+      // More threads per row than elements in it leaves threads idle.
+      if (c.threads_per_row > 2 * ceil_pow2(std::max<int64_t>(p.cols, 1)) && c.threads_per_row > 32)
+        return "threads_per_row " + s(c.threads_per_row) + " is over twice the row length " + s(p.cols);
+      int64_t blocks = (p.rows + c.rows_per_block - 1) / c.rows_per_block;
+      if (c.rows_per_block > 1 && blocks < t.sms && p.rows >= t.sms)
+        return "rows_per_block " + s(c.rows_per_block) + " leaves " + s(blocks) + " blocks for " + s(t.sms) + " SMs";
+      if (c.grid_stride && blocks <= c.max_blocks)
+        return "the persistent grid of " + s(c.max_blocks) + " blocks already covers the rows in one pass";
+      return std::nullopt;
+    }
+    case KernelKind::Matmul: {
+      // A tile over twice the (power-of-two rounded) problem extent is mostly padding.
+      if (c.block_m > 2 * ceil_pow2(p.m) && c.block_m > 32) return "block_m " + s(c.block_m) + " is over twice M = " + s(p.m);
+      if (c.block_n > 2 * ceil_pow2(p.n) && c.block_n > 32) return "block_n " + s(c.block_n) + " is over twice N = " + s(p.n);
+      if (c.block_k > 2 * ceil_pow2(p.k) && c.block_k > 8) return "block_k " + s(c.block_k) + " is over twice K = " + s(p.k);
+      // Each thread must own at least one output, and a warp's 32 threads a whole row
+      // of the register tile: fewer outputs than threads cannot be laid out.
+      int64_t threads = int64_t{c.warps} * 32;
+      if (int64_t{c.block_m} * c.block_n < threads * 2)
+        return s(c.block_m) + "x" + s(c.block_n) + " tile has fewer than 2 outputs per thread for " + s(threads) + " threads";
+      if (int64_t{c.block_m} * c.block_n / threads > 128)
+        return s(int64_t{c.block_m} * c.block_n / threads) + " outputs per thread need more than 255 registers";
+      if (c.group_m > 1 && (p.m + c.block_m - 1) / c.block_m <= 1)
+        return "group_m " + s(c.group_m) + " swizzles nothing with one row of tiles";
+      return std::nullopt;
+    }
+    case KernelKind::Gather: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+}  // namespace sf

@@ -1,0 +1,75 @@
+// Tunes one kernel: the space, rule pruning, parallel builds of what the cache
+// does not know yet, static pruning on ptxas's resources, cost-model ranking,
+// measurement of the top_k (and the default config), the best measured config.
+// Every fact learnt about a config is stored under (key, config) at once, so an
+// interrupted tuning keeps what it measured, a second run measures nothing, and
+// adding a config to a space costs one build.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autotune/builder.h"
+#include "autotune/cache.h"
+#include "autotune/measure.h"
+#include "autotune/problem.h"
+#include "autotune/target.h"
+
+namespace sf {
+
+struct TuneOptions {
+  int top_k = 8;               // candidates measured after ranking (plus the default config)
+  double budget_s = 0;         // per kernel; 0: none. Past it, no further candidate is measured
+  bool prune = true;           // false: measure every config that builds (exhaustive)
+  BuildPoolOptions build;
+  BenchOptions bench;
+  std::function<std::vector<KernelConfig>(const TuneProblem&, const TargetInfo&)> space;  // empty: config_space
+};
+
+// Where a kernel's config came from.
+enum class ConfigSource : uint8_t { Default, Cache, Tuned };
+std::string_view config_source_name(ConfigSource s);
+
+struct TuneReport {
+  std::string kernel;
+  TuneKey key;
+  size_t space = 0;          // configs in the space
+  size_t rule_pruned = 0;    // dropped by rule_reject before compiling
+  size_t invalid = 0;        // failed to compile or run, or timed out
+  size_t static_pruned = 0;  // dropped on resources (do not fit an SM)
+  size_t duplicates = 0;     // same code as another candidate
+  size_t ranked_out = 0;     // valid but below top_k in the ranking
+  size_t built = 0;          // compiled in this run
+  size_t measured = 0;       // measured in this run
+  size_t reused = 0;         // measurements taken from the cache
+  bool budget_exhausted = false;
+  bool cache_hit() const { return built == 0 && measured == 0; }
+  KernelConfig best;
+  std::string best_str;
+  Measurement best_time;
+  std::optional<Measurement> default_time;  // the default config's, when it could be measured
+  ConfigSource source = ConfigSource::Default;
+  std::vector<std::string> warnings;
+};
+
+// What the progress display gets: phase "build" or "measure", j of m done, the best
+// median so far (0 when none).
+struct TuneProgress {
+  std::string kernel;
+  std::string phase;
+  size_t done = 0, total = 0;
+  double best_us = 0;
+};
+
+Result<TuneReport> tune_kernel(const TuneProblem& problem, const TuneKey& key, const TargetInfo& target,
+                               const KernelConfig& default_config,
+                               std::shared_ptr<Builder> builder, Runner& runner, TuneCache& cache,
+                               const TuneOptions& opts, const std::function<void(const TuneProgress&)>& progress = {});
+
+// The best measured entry under `key`, if any (what `run` and `compile` use).
+std::optional<CacheEntry> cached_choice(TuneCache& cache, const TuneKey& key);
+
+}  // namespace sf

@@ -1,0 +1,434 @@
+#include "codegen/kernels/tune.h"
+
+#include <llvm/Config/llvm-config.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/TargetParser/Host.h>
+
+#include <chrono>
+#include <mutex>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "autotune/ptxas.h"
+#include "codegen/ir/printer.h"
+#include "codegen/kernels/host_runner.h"
+#include "codegen/kernels/reduction.h"
+#include "codegen/reference/evaluate.h"
+
+namespace sf {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// The group's text without its name and with every tensor type's extents erased:
+// ops, dtypes, attributes and wiring, but not sizes (those are the key's shapes
+// field, exact or bucketed).
+std::string signature_of(const LocalKernel& k) {
+  static const std::regex dims(R"(\b(f32|f16|bf16|i32|i64|bool)\[[^\]]*\])");
+  Graph g = k.group;
+  std::string text = print_graph(g);
+  // The first line names the graph (the kernel's name, which holds a rank-free but
+  // program-dependent index); the body is what the kernel computes.
+  size_t nl = text.find('\n');
+  if (nl != std::string::npos) text = text.substr(nl + 1);
+  return k.kind + "\n" + std::regex_replace(text, dims, "$1[]");
+}
+
+const std::string& llvm_toolchain() {
+  static const std::string s = std::string("llvm ") + LLVM_VERSION_STRING;
+  return s;
+}
+
+// Host artifacts: the optimised module, JIT-compiled on first use. Most built
+// candidates are ranked out and never run, so they never pay for machine code.
+struct HostArtifact final : Artifact {
+  std::shared_ptr<llvmb::HostJit> jit;
+  std::string entry;
+  mutable std::mutex mu;
+  mutable std::unique_ptr<llvm::LLVMContext> context;
+  mutable std::unique_ptr<llvm::Module> module;
+  mutable void (*fn)(void**) = nullptr;
+  mutable std::string error;
+
+  Result<void (*)(void**)> get() const {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!fn && error.empty()) {
+      Result<void*> f = jit->add(std::move(module), std::move(context), entry);
+      if (f) fn = reinterpret_cast<void (*)(void**)>(*f);
+      else error = f.error().message;
+    }
+    if (!fn) return Diag{"", {}, error};
+    return fn;
+  }
+  ~HostArtifact() override {
+    module.reset();  // before its context
+  }
+};
+
+class HostCandidateBuilder final : public Builder {
+ public:
+  HostCandidateBuilder(const LocalKernel& k, std::shared_ptr<llvmb::HostJit> jit) : k_(k), jit_(std::move(jit)) {}
+  BuildResult build(const KernelConfig& c) override {
+    auto t0 = Clock::now();
+    BuildResult r;
+    std::optional<KernelKind> kind = kernel_kind_of(k_);
+    if (!kind) {
+      r.error = "no emitter for " + k_.kind + " kernels";
+      return r;
+    }
+    Result<EmittedKernel> e = emitter_for(*kind).emit(KernelSpec{"sf_tune", *kind, k_.group}, c, llvmb::Target::host());
+    if (!e) {
+      r.error = e.error().message;
+      return r;
+    }
+    // Two configs whose optimised code is the same are one candidate.
+    Result<std::string> ir = llvmb::optimized_ir(*e->module, llvmb::Target::host());
+    if (!ir) {
+      r.error = ir.error().message;
+      return r;
+    }
+    r.code_hash = fnv1a_hex(*ir);
+    auto a = std::make_shared<HostArtifact>();
+    a->jit = jit_;
+    a->entry = e->entry;
+    a->context = std::move(e->context);
+    a->module = std::move(e->module);
+    r.artifact = a;
+    r.build_ms = ms_since(t0);
+    return r;
+  }
+
+ private:
+  LocalKernel k_;
+  std::shared_ptr<llvmb::HostJit> jit_;
+};
+
+class PtxCandidateBuilder final : public Builder {
+ public:
+  PtxCandidateBuilder(const LocalKernel& k, std::string arch) : k_(k), arch_(std::move(arch)) {}
+  BuildResult build(const KernelConfig& c) override {
+    auto t0 = Clock::now();
+    BuildResult r;
+    std::optional<KernelKind> kind = kernel_kind_of(k_);
+    if (!kind) {
+      r.error = "no emitter for " + k_.kind + " kernels";
+      return r;
+    }
+    Result<EmittedKernel> e = emitter_for(*kind).emit(KernelSpec{"sf_tune", *kind, k_.group}, c, llvmb::Target::nvptx(arch_));
+    if (!e) {
+      r.error = e.error().message;
+      return r;
+    }
+    Result<std::string> ptx = llvmb::compile_to_ptx(*e->module, arch_);
+    if (!ptx) {
+      r.error = ptx.error().message;
+      return r;
+    }
+    if (find_ptxas().ok()) {
+      Result<std::vector<KernelResources>> res = run_ptxas(*ptx, arch_);
+      if (!res) {
+        r.error = "ptxas rejected it: " + res.error().message;
+        return r;
+      }
+      if (!res->empty()) r.resources = (*res)[0];
+    }
+    const LaunchShape& l = e->launch;
+    r.threads_per_block = l.block[0] * l.block[1] * l.block[2];
+    r.dynamic_shared_bytes = l.shared_bytes;
+    r.grid_blocks = l.grid[0] * l.grid[1] * l.grid[2];
+    std::string launch = std::to_string(l.grid[0]) + "," + std::to_string(l.grid[1]) + "," + std::to_string(l.grid[2]) +
+                         "/" + std::to_string(l.block[0]) + "," + std::to_string(l.block[1]) + "," +
+                         std::to_string(l.block[2]) + "/" + std::to_string(l.shared_bytes);
+    r.code_hash = fnv1a_hex(*ptx + "\n" + launch);
+    auto a = std::make_shared<PtxArtifact>();
+    a->ptx = std::move(ptx).value();
+    a->entry = e->entry;
+    a->launch = l;
+    r.artifact = a;
+    r.build_ms = ms_since(t0);
+    return r;
+  }
+
+ private:
+  LocalKernel k_;
+  std::string arch_;
+};
+
+class HostTimingRunner final : public Runner {
+ public:
+  HostTimingRunner(const LocalKernel& k, uint64_t seed) {
+    inputs_ = random_inputs(k.group, seed);
+    for (const Output& o : k.group.outputs()) {
+      const TensorType& t = k.group.node(o.value).type;
+      outputs_.emplace_back(t.dtype, t.shape);
+    }
+  }
+  Result<Measurement> run(const Artifact& a, const BenchOptions& opts) override {
+    auto* h = dynamic_cast<const HostArtifact*>(&a);
+    if (!h) return Diag{"", {}, "not a host artifact"};
+    Result<void (*)(void**)> fn = h->get();
+    if (!fn) return fn.error();
+    void (*entry)(void**) = *fn;
+    std::vector<void*> args;
+    for (Tensor& t : inputs_) args.push_back(t.data());
+    for (Tensor& t : outputs_) args.push_back(t.data());
+    BenchHooks hooks;
+    // Outputs are separate buffers in the kernel ABI: nothing is written in place,
+    // so there is nothing to restore.
+    hooks.run = [&] {
+      auto t0 = Clock::now();
+      entry(args.data());
+      return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    };
+    BenchOptions o = opts;
+    if (o.flush_bytes == 0) {
+      // Enough to push this kernel's operands out of L1 and L2 and most of L3: four
+      // times its working set, at least 32 MiB, at most 2x the last-level cache. A
+      // server's shared L3 (hundreds of MiB) would otherwise cost ~0.1 s per repetition.
+      const TargetInfo& t = host_target_info();
+      int64_t ws = 0;
+      for (const Tensor& x : inputs_) ws += static_cast<int64_t>(x.nbytes());
+      for (const Tensor& x : outputs_) ws += static_cast<int64_t>(x.nbytes());
+      o.flush_bytes = std::min<int64_t>(std::max<int64_t>(int64_t{32} << 20, 4 * ws), std::max<int64_t>(2 * t.llc_bytes, int64_t{32} << 20));
+    }
+    return measure(hooks, o);
+  }
+
+ private:
+  std::vector<Tensor> inputs_, outputs_;
+};
+
+class UnavailableRunner final : public Runner {
+ public:
+  explicit UnavailableRunner(std::string why) : why_(std::move(why)) {}
+  Result<Measurement> run(const Artifact&, const BenchOptions&) override { return Diag{"", {}, why_}; }
+
+ private:
+  std::string why_;
+};
+
+ConfigTarget config_target_of(const TuneSetup& s) { return s.device == "cpu" ? ConfigTarget::Host : ConfigTarget::Gpu; }
+
+Result<TargetInfo> target_of(const TuneSetup& s) {
+  if (config_target_of(s) == ConfigTarget::Host) return host_target_info();
+  return gpu_target_info(s.arch);
+}
+
+}  // namespace
+
+Result<TuneProblem> tune_problem(const LocalKernel& k) {
+  std::optional<KernelKind> kind = kernel_kind_of(k);
+  if (!kind) return Diag{"", {}, "no emitter for " + k.kind + " kernels"};
+  TuneProblem p;
+  p.kind = *kind;
+  p.name = k.name;
+  p.signature = fnv1a_hex(signature_of(k));
+  const Graph& g = k.group;
+  int elem = 1;
+  for (ValueId v : g.params()) {
+    p.shapes.push_back(g.node(v).type.shape);
+    elem = std::max(elem, dtype_size(g.node(v).type.dtype));
+  }
+  p.num_inputs = p.shapes.size();
+  for (const Output& o : g.outputs()) {
+    p.shapes.push_back(g.node(o.value).type.shape);
+    elem = std::max(elem, dtype_size(g.node(o.value).type.dtype));
+  }
+  p.elem_bytes = elem;
+  p.bytes = k.bytes_read + k.bytes_written;
+  p.flops = k.flops;
+  const Node& first_out = g.node(g.outputs().front().value);
+  p.n = numel(first_out.type.shape);
+  for (const Node& n : g.nodes()) {
+    if (*kind == KernelKind::Reduction && op_info(n.op).category == OpCategory::Reduce) {
+      const Shape& x = g.node(n.inputs[0]).type.shape;
+      std::vector<int> rd = reduced_dims(n.attrs, static_cast<int>(x.size()));
+      p.cols = 1;
+      for (int d : rd) p.cols *= x[static_cast<size_t>(d)];
+      p.rows = p.cols ? numel(x) / p.cols : 0;
+      p.n = numel(x);
+      break;
+    }
+    if (*kind == KernelKind::Matmul && n.op == OpKind::Matmul) {
+      const Shape& a = g.node(n.inputs[0]).type.shape;
+      const Shape& out = n.type.shape;
+      p.k = a.back();
+      p.m = out.size() >= 2 ? out[out.size() - 2] : 1;
+      p.n = out.back();
+      p.batch = (p.m > 0 && p.n > 0) ? numel(out) / (p.m * p.n) : 1;
+      break;
+    }
+  }
+  return p;
+}
+
+KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t) {
+  KernelConfig c;
+  std::optional<KernelKind> kind = kernel_kind_of(k);
+  if (t == ConfigTarget::Gpu && kind == KernelKind::Reduction)
+    if (Result<KernelConfig> s = suggest_reduction_config(KernelSpec{"sf_default", *kind, k.group}, c); s.ok()) c = *s;
+  return c;
+}
+
+std::string target_id(const TargetInfo& t) {
+  if (t.kind == ConfigTarget::Gpu) return t.name;
+  return "host:" + llvm::sys::getHostCPUName().str() + ":" + t.model;
+}
+
+std::string toolchain_id(ConfigTarget t) {
+  if (t == ConfigTarget::Host) return llvm_toolchain();
+  static const std::string gpu = [] {
+    Result<std::string> v = ptxas_version();
+    return llvm_toolchain() + "; ptxas " + (v ? *v : std::string("none"));
+  }();
+  return gpu;
+}
+
+std::shared_ptr<Builder> make_host_builder(const LocalKernel& k, std::shared_ptr<llvmb::HostJit> jit) {
+  return std::make_shared<HostCandidateBuilder>(k, std::move(jit));
+}
+
+std::shared_ptr<Builder> make_ptx_builder(const LocalKernel& k, const std::string& arch) {
+  return std::make_shared<PtxCandidateBuilder>(k, arch);
+}
+
+std::unique_ptr<Runner> make_host_runner(const LocalKernel& k, uint64_t seed) {
+  return std::make_unique<HostTimingRunner>(k, seed);
+}
+
+std::unique_ptr<Runner> make_unavailable_runner(std::string why) {
+  return std::make_unique<UnavailableRunner>(std::move(why));
+}
+
+Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs, const TuneSetup& setup,
+                                      TuneCache& cache, const TuneOptions& opts,
+                                      const std::function<void(size_t, size_t, const TuneProgress&)>& progress,
+                                      Runner* gpu_runner) {
+  Result<TargetInfo> target = target_of(setup);
+  if (!target) return target.error();
+  const ConfigTarget ct = target->kind;
+  const std::string tid = target_id(*target), tool = toolchain_id(ct);
+
+  // Distinct kernels by key, in program order (rank 0's first).
+  struct Job {
+    const LocalKernel* k;
+    TuneProblem p;
+    TuneKey key;
+  };
+  std::vector<Job> jobs;
+  std::set<std::string> seen;
+  for (const LocalProgram& prog : programs)
+    for (const LocalKernel& k : prog.kernels) {
+      Result<TuneProblem> p = tune_problem(k);
+      if (!p) continue;  // kinds without an emitter run on the reference evaluator
+      TuneKey key = make_tune_key(*p, setup.buckets, tid, tool);
+      if (!seen.insert(key.hash()).second) continue;
+      jobs.push_back({&k, std::move(p).value(), key});
+    }
+
+  std::shared_ptr<llvmb::HostJit> jit;
+  if (ct == ConfigTarget::Host) {
+    Result<std::unique_ptr<llvmb::HostJit>> j = llvmb::HostJit::create();
+    if (!j) return j.error();
+    jit = std::move(j).value();
+  }
+  std::unique_ptr<Runner> unavailable =
+      make_unavailable_runner("no CUDA device to measure on (the CUDA Runner needs a GPU and libcuda.so.1)");
+  GraphTuneResult out;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Job& j = jobs[i];
+    std::shared_ptr<Builder> builder = ct == ConfigTarget::Host ? make_host_builder(*j.k, jit) : make_ptx_builder(*j.k, setup.arch);
+    std::unique_ptr<Runner> host_runner;
+    Runner* runner = nullptr;
+    if (ct == ConfigTarget::Host) {
+      host_runner = make_host_runner(*j.k);
+      runner = host_runner.get();
+    } else {
+      runner = gpu_runner ? gpu_runner : unavailable.get();
+    }
+    KernelConfig def = default_kernel_config(*j.k, ct);
+    Result<TuneReport> r = tune_kernel(j.p, j.key, *target, def, builder, *runner, cache, opts,
+                                       [&](const TuneProgress& tp) {
+                                         if (progress) progress(i, jobs.size(), tp);
+                                       });
+    if (!r) return Diag{"", {}, j.k->name + ": " + r.error().message};
+    if (r->cache_hit()) ++out.cache_hits;
+    if (r->measured > 0) ++out.measured_kernels;
+    out.choices[j.key.hash()] = KernelChoice{r->best, r->source, r->best_str};
+    out.reports.push_back(std::move(r).value());
+  }
+  return out;
+}
+
+ConfigChooser::ConfigChooser(TuneSetup setup, TuneCache* cache) : setup_(std::move(setup)), cache_(cache) {
+  Result<TargetInfo> t = target_of(setup_);
+  target_ = t ? *t : host_target_info();
+  toolchain_ = toolchain_id(config_target_of(setup_));
+}
+
+std::optional<TuneKey> ConfigChooser::key_of(const LocalKernel& k) const {
+  Result<TuneProblem> p = tune_problem(k);
+  if (!p) return std::nullopt;
+  return make_tune_key(*p, setup_.buckets, target_id(target_), toolchain_);
+}
+
+KernelChoice ConfigChooser::choose(const LocalKernel& k) const {
+  const ConfigTarget ct = config_target_of(setup_);
+  KernelChoice c{default_kernel_config(k, ct), ConfigSource::Default, ""};
+  std::optional<KernelKind> kind = kernel_kind_of(k);
+  if (kind) c.text = config_str(*kind, ct, c.config);
+  std::optional<TuneKey> key = key_of(k);
+  if (!key) return c;
+  const std::string h = key->hash();
+  if (auto it = table_.find(h); it != table_.end()) return it->second;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = memo_.find(h); it != memo_.end()) return it->second;
+  if (cache_) {
+    if (std::optional<CacheEntry> e = cached_choice(*cache_, *key)) {
+      // The entry's config over the default, so fields the text leaves out keep
+      // the default's values.
+      Result<KernelConfig> cfg = parse_config_str(e->config, c.config);
+      if (cfg) c = KernelChoice{*cfg, ConfigSource::Cache, e->config};
+    }
+  }
+  memo_[h] = c;
+  return c;
+}
+
+std::string choices_to_text(const std::map<std::string, KernelChoice>& t) {
+  std::string s;
+  for (const auto& [hash, c] : t) s += hash + " " + std::string(config_source_name(c.source)) + " " + c.text + "\n";
+  return s;
+}
+
+Result<std::map<std::string, KernelChoice>> choices_from_text(const std::string& s) {
+  std::map<std::string, KernelChoice> out;
+  std::istringstream in(s);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty()) continue;
+    size_t a = line.find(' ');
+    size_t b = a == std::string::npos ? a : line.find(' ', a + 1);
+    if (b == std::string::npos) return Diag{"<choices>", {n, 1}, "expected '<key hash> <source> <config>'"};
+    std::string src = line.substr(a + 1, b - a - 1);
+    KernelChoice c;
+    if (src == "cache") c.source = ConfigSource::Cache;
+    else if (src == "tuned") c.source = ConfigSource::Tuned;
+    else if (src == "default") c.source = ConfigSource::Default;
+    else return Diag{"<choices>", {n, static_cast<int>(a) + 2}, "unknown source '" + src + "'"};
+    c.text = line.substr(b + 1);
+    Result<KernelConfig> cfg = parse_config_str(c.text);
+    if (!cfg) return Diag{"<choices>", {n, static_cast<int>(b) + 2}, cfg.error().message};
+    c.config = *cfg;
+    out[line.substr(0, a)] = c;
+  }
+  return out;
+}
+
+}  // namespace sf

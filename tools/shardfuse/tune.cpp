@@ -1,0 +1,261 @@
+// `shardfuse tune G.sf`: autotune every distinct kernel of a graph's rank programs
+// into the tuning cache, then make every rank agree on the chosen configs. Also the
+// pieces `run`, `compile` and `explain` share to use the cache (--cache,
+// --shape-buckets, --autotune).
+#include <unistd.h>
+
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "codegen/dist/lower.h"
+#include "codegen/fusion/pipeline.h"
+#include "codegen/kernels/host_runner.h"
+#include "codegen/kernels/tune.h"
+#include "runtime/agree.h"
+#include "tools/shardfuse/commands.h"
+
+namespace sf::cli {
+
+std::unique_ptr<TuneCache> open_tune_cache(const std::string& dir) {
+  std::string d = dir.empty() ? TuneCache::default_dir() : dir;
+  Result<std::unique_ptr<TuneCache>> c = TuneCache::open(d);
+  if (!c) {
+    std::cerr << d << ": error: cannot use it as the tuning cache: " << c.error().message << "\n";
+    return nullptr;
+  }
+  return std::move(c).value();
+}
+
+void add_cache_options(CLI::App* cmd, CacheCliOptions& o) {
+  cmd->add_option("--cache", o.dir,
+                  "tuning cache directory (default $SHARDFUSE_CACHE_DIR, else $XDG_CACHE_HOME/shardfuse, else "
+                  "~/.cache/shardfuse)");
+  cmd->add_option("--shape-buckets", o.buckets,
+                  "how shapes key the cache: exact (default) or pow2 (each extent rounded up to a power of two)")
+      ->check(CLI::IsMember({"exact", "pow2"}));
+}
+
+ShapeBuckets parse_buckets(const std::string& s) { return s == "pow2" ? ShapeBuckets::Pow2 : ShapeBuckets::Exact; }
+
+std::vector<LocalProgram> programs_for_tuning(const Graph& g, const std::string& device, const std::string& arch,
+                                              bool fuse) {
+  DeviceMesh mesh(g.mesh());
+  ShardingPlan plan = propagate(g, mesh);
+  RankPipelineOptions po{fuse, true, nullptr};
+  po.can_emit = emit_checker(device == "cpu" ? llvmb::Target::host() : llvmb::Target::nvptx(arch));
+  return rank_programs(g, plan, mesh, po);
+}
+
+namespace {
+
+struct TuneCliOptions {
+  std::string file;
+  std::optional<int64_t> world;
+  std::string device = "cpu";
+  std::string arch = "sm_90a";
+  CacheCliOptions cache;
+  double budget_s = 0;
+  int top_k = 8;
+  bool exhaustive = false;
+  double warmup_ms = 10, rep_ms = 40;
+  int max_reps = 100;
+  int jobs = 0;
+  double compile_timeout_s = 60;
+  bool no_fuse = false;
+};
+
+std::string us(double v) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(v < 10 ? 2 : 1) << v << " us";
+  return os.str();
+}
+
+// A one-line progress display redrawn in place on a terminal; on a pipe or file,
+// one plain line per kernel phase (no carriage returns in logs).
+class Progress {
+ public:
+  Progress() : tty_(::isatty(2) == 1) {}
+  void update(size_t i, size_t n, const TuneProgress& p) {
+    std::ostringstream os;
+    os << "[kernel " << i + 1 << "/" << n << "] " << p.kernel << ": " << p.phase << " " << p.done << "/" << p.total;
+    if (p.best_us > 0) os << ", best so far " << us(p.best_us);
+    if (tty_) {
+      std::string line = os.str();
+      std::cerr << "\r" << line << std::string(last_ > line.size() ? last_ - line.size() : 0, ' ') << std::flush;
+      last_ = line.size();
+    } else if (p.done == p.total && p.total > 0) {
+      std::cerr << os.str() << "\n";
+    }
+  }
+  void clear() {
+    if (tty_ && last_) std::cerr << "\r" << std::string(last_, ' ') << "\r" << std::flush;
+    last_ = 0;
+  }
+
+ private:
+  bool tty_;
+  size_t last_ = 0;
+};
+
+void print_report(const TuneReport& r) {
+  std::cout << "kernel " << r.kernel << " [" << r.key.kind << "] " << r.key.shapes << "  key " << r.key.hash() << "\n";
+  size_t pruned = r.rule_pruned + r.static_pruned + r.duplicates + r.ranked_out;
+  std::cout << "  space " << r.space << ", pruned " << pruned << " (rules " << r.rule_pruned << ", resources "
+            << r.static_pruned << ", same code " << r.duplicates << ", ranked out " << r.ranked_out << "), invalid "
+            << r.invalid << ", built " << r.built << ", measured " << r.measured << " (cached " << r.reused << ")"
+            << (r.cache_hit() ? "  [cache hit]" : "") << "\n";
+  if (r.source == ConfigSource::Default) {
+    std::cout << "  best: default config " << r.best_str << " (nothing could be measured)\n";
+  } else {
+    std::cout << "  best: " << r.best_str << "  " << us(r.best_time.median_us) << " median (p20 "
+              << us(r.best_time.p20_us) << ", p80 " << us(r.best_time.p80_us) << ", " << r.best_time.reps
+              << " reps, " << r.best_time.outliers << " outliers)";
+    if (r.default_time && r.default_time->median_us > 0)
+      std::cout << "; default " << us(r.default_time->median_us) << ", speedup " << std::fixed << std::setprecision(2)
+                << r.default_time->median_us / r.best_time.median_us << "x";
+    std::cout << "\n";
+  }
+  for (const std::string& w : r.warnings) std::cout << "  warning: " << w << "\n";
+}
+
+int tune(const TuneCliOptions& o) {
+  std::optional<Graph> loaded = load_graph(o.file);
+  if (!loaded) return 1;
+  std::optional<Graph> g = resolve_world(std::move(*loaded), o.world);
+  if (!g) return 1;
+  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir);
+  if (!cache) return 1;
+  if (o.device == "cuda") {
+    // The CUDA Runner (event timing on the device) comes with the CUDA runtime; until
+    // then candidates can be built and ranked but not measured.
+    std::cerr << "error: --device cuda: no CUDA Runner in this build yet (it needs a GPU and the CUDA runtime); "
+                 "tune on the host with --device cpu\n";
+    return 1;
+  }
+  TuneSetup setup;
+  setup.device = o.device;
+  setup.arch = o.arch;
+  setup.buckets = parse_buckets(o.cache.buckets);
+  TuneOptions to;
+  to.top_k = o.top_k;
+  to.budget_s = o.budget_s;
+  to.prune = !o.exhaustive;
+  to.build.threads = o.jobs;
+  to.build.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.compile_timeout_s * 1000));
+  to.bench.warmup_ms = o.warmup_ms;
+  to.bench.rep_ms = o.rep_ms;
+  to.bench.max_reps = o.max_reps;
+  to.bench.min_reps = std::min(to.bench.min_reps, o.max_reps);
+
+  std::vector<LocalProgram> programs = programs_for_tuning(*g, o.device, o.arch, !o.no_fuse);
+  DeviceMesh mesh(g->mesh());
+  std::cout << "tuning " << g->name() << " for " << (o.device == "cpu" ? "the host CPU" : o.arch) << " on "
+            << mesh.world() << " rank(s); cache " << cache->dir() << "\n";
+
+  // Rank 0 tunes every distinct kernel of every rank and broadcasts the table of
+  // choices; each rank then reads its own kernels' configs from that one table.
+  std::optional<GraphTuneResult> result;
+  std::string tune_error;
+  std::vector<std::string> rank_lines(static_cast<size_t>(mesh.world()));
+  std::string disagreement;
+  Progress progress;
+  // Peers wait in the broadcast while rank 0 tunes: give them the whole budget.
+  auto timeout = std::chrono::hours(24);
+  std::optional<Diag> err = on_rank_threads(mesh, timeout, [&](Comm& comm) -> std::optional<Diag> {
+    std::string table;
+    if (comm.rank() == 0) {
+      Result<GraphTuneResult> r = tune_programs(programs, setup, *cache, to, [&](size_t i, size_t n, const TuneProgress& p) {
+        progress.update(i, n, p);
+      });
+      progress.clear();
+      if (!r) {
+        tune_error = r.error().message;
+        table = "!error";
+      } else {
+        table = choices_to_text(r->choices);
+        result = std::move(r).value();
+      }
+    }
+    Result<std::string> agreed = broadcast_text(comm, table);
+    if (!agreed) return agreed.error();
+    if (*agreed == "!error") return std::nullopt;
+    Result<std::map<std::string, KernelChoice>> choices = choices_from_text(*agreed);
+    if (!choices) return choices.error();
+    // This rank's kernels, each with the agreed config of its key.
+    ConfigChooser chooser(setup, nullptr);
+    chooser.set_table(*choices);
+    std::string mine;
+    for (const LocalKernel& k : programs[static_cast<size_t>(comm.rank())].kernels) {
+      std::optional<TuneKey> key = chooser.key_of(k);
+      if (!key) continue;
+      if (!choices->count(key->hash())) return Diag{"", {}, "rank " + std::to_string(comm.rank()) + ": kernel " + k.name + " has no agreed config"};
+      mine += k.name + " " + chooser.choose(k).text + "\n";
+    }
+    // Every rank states the table it received; they must all be the same.
+    Result<std::vector<std::string>> digests = all_gather_text(comm, fnv1a_hex(*agreed));
+    if (!digests) return digests.error();
+    for (const std::string& d : *digests)
+      if (d != (*digests)[0]) disagreement = "ranks received different config tables";
+    rank_lines[static_cast<size_t>(comm.rank())] = "rank " + std::to_string(comm.rank()) + ": " +
+                                                   std::to_string(programs[static_cast<size_t>(comm.rank())].kernels.size()) +
+                                                   " kernel(s), config table " + fnv1a_hex(*agreed) + ", own configs " +
+                                                   fnv1a_hex(mine);
+    return std::nullopt;
+  });
+  if (!tune_error.empty()) {
+    std::cerr << o.file << ": error: " << tune_error << "\n";
+    return 1;
+  }
+  if (err) {
+    std::cerr << "error: " << err->message << "\n";
+    return 1;
+  }
+  if (!disagreement.empty()) {
+    std::cerr << "error: " << disagreement << "\n";
+    return 1;
+  }
+  for (const TuneReport& r : result->reports) print_report(r);
+  if (mesh.world() > 1)
+    for (const std::string& l : rank_lines) std::cout << l << "\n";
+  std::cout << "tuned " << result->reports.size() << " kernels: " << result->cache_hits << " cache hits, "
+            << result->measured_kernels << " measured\n";
+  return 0;
+}
+
+}  // namespace
+
+void add_tune(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<TuneCliOptions>();
+  auto* cmd = app.add_subcommand("tune", "Autotune every distinct kernel of a graph into the tuning cache");
+  cmd->add_option("graph", o->file, "the .sf graph file")->required();
+  cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  cmd->add_option("--device", o->device, "where candidates are timed: cpu (host code, default) or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--arch", o->arch, "GPU architecture for --device cuda (default sm_90a)")
+      ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}));
+  add_cache_options(cmd, o->cache);
+  cmd->add_option("--tune-budget", o->budget_s, "seconds of tuning per kernel; 0 = no limit (default)")
+      ->check(CLI::Range(0.0, 86400.0));
+  cmd->add_option("--top-k", o->top_k, "candidates measured after the cost model's ranking (default 8)")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_flag("--exhaustive", o->exhaustive, "no pruning: measure every config that builds");
+  cmd->add_option("--warmup-ms", o->warmup_ms, "warm-up time per candidate (default 10)")->check(CLI::Range(0.0, 1e5));
+  cmd->add_option("--rep-ms", o->rep_ms, "timed time per candidate (default 40)")->check(CLI::Range(0.0, 1e5));
+  cmd->add_option("--max-reps", o->max_reps, "most timed repetitions per candidate (default 100)")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("-j,--jobs", o->jobs, "parallel compiles (default: the number of cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--compile-timeout", o->compile_timeout_s, "seconds one candidate may take to compile (default 60)")
+      ->check(CLI::Range(0.001, 86400.0));
+  cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  cmd->footer(
+      "Per kernel it prints the space size, what was pruned and why, how many candidates were measured, and the\n"
+      "best config's median time against the default config's. The last line counts cache hits (nothing built\n"
+      "or measured) and kernels measured. docs/autotuning.md explains the search and the cache.\n"
+      "Example:\n  shardfuse tune examples/tp_mlp.sf --world 4 --cache /tmp/sf-cache");
+  cmd->callback([o, &exit_code] { exit_code = tune(*o); });
+}
+
+}  // namespace sf::cli

@@ -10,48 +10,11 @@
 #include <sys/wait.h>
 
 #include "runtime/npy.h"
+#include "tests/tools/cli_util.h"
 #include "runtime/plan.h"
 
 namespace sf {
 namespace {
-
-namespace fs = std::filesystem;
-
-struct CliResult {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-CliResult shardfuse(const std::string& args) {
-  std::string cmd = std::string(SF_BINARY) + " " + args + " 2>&1";
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string example(const std::string& name) { return std::string(SF_SOURCE_DIR) + "/examples/" + name; }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "sf-cli-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& f) const { return (fs::path(path_) / f).string(); }
-  const std::string& str() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 const char* kExamples[] = {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf",
                            "fsdp_tp_2d.sf"};

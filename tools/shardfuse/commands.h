@@ -39,8 +39,10 @@ struct CacheCliOptions {
 };
 void add_cache_options(CLI::App* cmd, CacheCliOptions& o);
 ShapeBuckets parse_buckets(const std::string& s);
-// Opens (creating) the cache directory; prints why not and returns null.
-std::unique_ptr<TuneCache> open_tune_cache(const std::string& dir);
+// Opens (creating) the cache directory. When it cannot: an error (and *failed set)
+// if the cache is `required` or `dir` was given explicitly, else a warning; null
+// either way, and kernels then use default configs.
+std::unique_ptr<TuneCache> open_tune_cache(const std::string& dir, bool required, bool* failed = nullptr);
 // Every rank's fused program, split where the target's emitters cannot go.
 std::vector<LocalProgram> programs_for_tuning(const Graph& g, const std::string& device, const std::string& arch,
                                               bool fuse);

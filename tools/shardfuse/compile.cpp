@@ -37,8 +37,9 @@ int compile(const CompileCliOptions& o) {
                  "compile uses configs already in the cache for " << o.arch << "\n";
     return 1;
   }
-  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir);
-  if (!cache) return 1;
+  bool cache_failed = false;
+  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, false, &cache_failed);
+  if (cache_failed) return 1;
   auto chooser = std::make_shared<ConfigChooser>(TuneSetup{"cuda", o.arch, parse_buckets(o.cache.buckets)}, cache.get());
   co.choose = [chooser](const LocalKernel& k) { return chooser->choose(k); };
   Result<CompiledPlan> p = compile_plan(*g, co);

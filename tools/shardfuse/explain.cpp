@@ -54,11 +54,12 @@ int explain(const ExplainOptions& o) {
   std::cout << "\n" << explain_kernels(p) << "\n" << explain_schedule(p, mesh);
   // Each kernel's config for the target `run` (cpu) or `compile` (cuda) would use,
   // and where it comes from: the tuning cache's best measured entry, or the default.
-  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir);
-  if (!cache) return 1;
+  bool cache_failed = false;
+  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, false, &cache_failed);
+  if (cache_failed) return 1;
   TuneSetup setup{o.device, o.arch, parse_buckets(o.cache.buckets)};
   ConfigChooser chooser(setup, cache.get());
-  std::cout << "\nkernel configs (" << (o.device == "cpu" ? "host" : o.arch) << ", cache " << cache->dir() << "):\n";
+  std::cout << "\nkernel configs (" << (o.device == "cpu" ? "host" : o.arch) << ", cache " << (cache ? cache->dir() : std::string("none")) << "):\n";
   for (const LocalKernel& k : p.kernels) {
     KernelChoice c = chooser.choose(k);
     std::cout << "  " << k.name << ": " << (c.text.empty() ? "(no emitter)" : c.text) << "  ["

@@ -157,8 +157,9 @@ int run(const RunOptions& o) {
   // Each kernel's config: the tuning cache's choice, else the default; with
   // --autotune, what the cache lacks is tuned first, by rank 0, and every rank uses
   // the table rank 0 broadcasts.
-  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir);
-  if (!cache) return 1;
+  bool cache_failed = false;
+  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, o.autotune, &cache_failed);
+  if (cache_failed) return 1;
   const TuneSetup setup{"cpu", "", parse_buckets(o.cache.buckets)};
   auto chooser = std::make_shared<ConfigChooser>(setup, cache.get());
   std::vector<LocalProgram> tuned_programs;
@@ -184,7 +185,12 @@ int run(const RunOptions& o) {
     } else {
       // Peers wait while rank 0 tunes: an hour, or the collective timeout if longer.
       auto wait = std::chrono::milliseconds(static_cast<int64_t>(std::max(3600.0, o.timeout_s) * 1000));
-      Result<std::unique_ptr<Comm>> comm = connect_rank(DeviceMesh(g->mesh()), *o.rank, o.rendezvous, wait);
+      // A rendezvous of its own (a subdirectory): the run's comm later starts its
+      // store keys afresh in the main one.
+      std::string dir = (std::filesystem::path(o.rendezvous) / "autotune").string();
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      Result<std::unique_ptr<Comm>> comm = connect_rank(DeviceMesh(g->mesh()), *o.rank, dir, wait);
       if (!comm) {
         std::cerr << "error: rank " << *o.rank << ": " << comm.error().message << "\n";
         return 1;
@@ -253,7 +259,7 @@ int run(const RunOptions& o) {
           ++sources[std::string(config_source_name(chooser->choose(k).source))];
     std::cout << "configs:";
     for (const char* s : {"tuned", "cache", "default"}) std::cout << " " << sources[s] << " " << s;
-    std::cout << " (distinct kernels; tuning cache " << cache->dir() << ")\n";
+    std::cout << " (distinct kernels; tuning cache " << (cache ? cache->dir() : std::string("none")) << ")\n";
   } else {
     std::cout << "kernels: on the reference evaluator (--kernels reference)\n";
   }

@@ -18,11 +18,18 @@
 
 namespace sf::cli {
 
-std::unique_ptr<TuneCache> open_tune_cache(const std::string& dir) {
+std::unique_ptr<TuneCache> open_tune_cache(const std::string& dir, bool required, bool* failed) {
   std::string d = dir.empty() ? TuneCache::default_dir() : dir;
   Result<std::unique_ptr<TuneCache>> c = TuneCache::open(d);
+  if (failed) *failed = false;
   if (!c) {
-    std::cerr << d << ": error: cannot use it as the tuning cache: " << c.error().message << "\n";
+    if (required || !dir.empty()) {
+      std::cerr << d << ": error: cannot use it as the tuning cache: " << c.error().message << "\n";
+      if (failed) *failed = true;
+    } else {
+      // Reading the default cache is a convenience: without it kernels get default configs.
+      std::cerr << "warning: no tuning cache (" << c.error().message << "); kernels use default configs\n";
+    }
     return nullptr;
   }
   return std::move(c).value();
@@ -125,7 +132,7 @@ int tune(const TuneCliOptions& o) {
   if (!loaded) return 1;
   std::optional<Graph> g = resolve_world(std::move(*loaded), o.world);
   if (!g) return 1;
-  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir);
+  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, true);
   if (!cache) return 1;
   if (o.device == "cuda") {
     // The CUDA Runner (event timing on the device) comes with the CUDA runtime; until

@@ -1,0 +1,741 @@
+// Config spaces, rule pruning, occupancy, the cost model's rankings, config text
+// and JSON forms, and tuning keys. No compiler, no GPU: every number an assertion
+// compares against is computed by hand in the comment beside it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "autotune/config.h"
+#include "autotune/cost_model.h"
+#include "autotune/problem.h"
+#include "autotune/space.h"
+#include "autotune/target.h"
+
+namespace sf {
+namespace {
+
+constexpr KernelKind kKinds[] = {KernelKind::Pointwise, KernelKind::Reduction, KernelKind::Matmul,
+                                 KernelKind::Gather};
+
+TargetInfo gpu(const std::string& arch) {
+  Result<TargetInfo> t = gpu_target_info(arch);
+  EXPECT_TRUE(t.ok()) << arch << ": " << (t.ok() ? "" : t.error().message);
+  return t.ok() ? *t : TargetInfo{};
+}
+
+// A host target with fixed figures (host_target_info() depends on the machine).
+TargetInfo host(int simd_bytes = 32) {
+  TargetInfo t;
+  t.name = "host";
+  t.model = "test CPU";
+  t.kind = ConfigTarget::Host;
+  t.sms = 1;
+  t.simd_bytes = simd_bytes;
+  t.dram_gbps = 10;
+  t.fp32_gflops = 2.0 * 2 * (simd_bytes / 4) * 2.5;
+  t.launch_us = 0.05;
+  return t;
+}
+
+TuneProblem pointwise(int64_t n, int elem_bytes = 4) {
+  TuneProblem p;
+  p.kind = KernelKind::Pointwise;
+  p.name = "pw";
+  p.n = n;
+  p.elem_bytes = elem_bytes;
+  p.num_inputs = 1;
+  p.shapes = {{n}, {n}};
+  p.bytes = 2 * n * elem_bytes;
+  p.flops = n;
+  return p;
+}
+
+TuneProblem reduction(int64_t rows, int64_t cols) {
+  TuneProblem p;
+  p.kind = KernelKind::Reduction;
+  p.name = "red";
+  p.rows = rows;
+  p.cols = cols;
+  p.num_inputs = 1;
+  p.shapes = {{rows, cols}, {rows}};
+  p.bytes = rows * cols * 4 + rows * 4;
+  p.flops = rows * cols;
+  return p;
+}
+
+TuneProblem matmul(int64_t m, int64_t n, int64_t k) {
+  TuneProblem p;
+  p.kind = KernelKind::Matmul;
+  p.name = "mm";
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.num_inputs = 2;
+  p.shapes = {{m, k}, {k, n}, {m, n}};
+  p.bytes = (m * k + k * n + m * n) * 4;
+  p.flops = 2 * m * n * k;
+  return p;
+}
+
+TuneProblem gather(int64_t n) {
+  TuneProblem p = pointwise(n);
+  p.kind = KernelKind::Gather;
+  return p;
+}
+
+TuneProblem problem_of(KernelKind k) {
+  switch (k) {
+    case KernelKind::Pointwise: return pointwise(1 << 20);
+    case KernelKind::Reduction: return reduction(4096, 1024);
+    case KernelKind::Matmul: return matmul(1024, 1024, 1024);
+    case KernelKind::Gather: return gather(1 << 20);
+  }
+  return {};
+}
+
+// ---------------------------------------------------------------------------------
+// Spaces
+
+TEST(SpaceTest, SizesPerKindAndTarget) {
+  struct Case {
+    KernelKind kind;
+    bool gpu;
+    size_t size;
+    const char* why;
+  };
+  const Case cases[] = {
+      {KernelKind::Pointwise, true, 96, "4 blocks x 4 vectors x 3 elems_per_thread x 2 grids"},
+      // threads_per_row x rows_per_block with 32 <= threads <= 1024: 3 (tpr 8: rows 4..16) + 4 (16) + 5 (32)
+      // + 5 (64) + 4 (128) + 3 (256) + 2 (512) + 1 (1024) = 27, x 2 grids
+      {KernelKind::Reduction, true, 54, "27 thread shapes x 2 grids"},
+      {KernelKind::Matmul, true, 486, "3 block_m x 3 block_n x 3 block_k x 3 warps x 3 stages x 2 group_m"},
+      {KernelKind::Gather, true, 4, "4 blocks"},
+      {KernelKind::Pointwise, false, 30, "6 host_vector x 5 host_interleave"},
+      {KernelKind::Reduction, false, 30, "6 host_vector x 5 host_interleave"},
+      {KernelKind::Matmul, false, 150, "5 host_tile_n x 6 host_vector x 5 host_interleave"},
+      {KernelKind::Gather, false, 30, "6 host_vector x 5 host_interleave"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(kernel_kind_name(c.kind)) + (c.gpu ? " gpu: " : " host: ") + c.why);
+    TargetInfo t = c.gpu ? gpu("sm_90a") : host();
+    EXPECT_EQ(config_space(problem_of(c.kind), t).size(), c.size);
+  }
+  // The real host target gives the same host spaces (they do not depend on SIMD width).
+  EXPECT_EQ(config_space(problem_of(KernelKind::Matmul), host_target_info()).size(), 150u);
+}
+
+TEST(SpaceTest, NoDuplicateConfigTextInAnySpace) {
+  std::vector<TargetInfo> targets = {gpu("sm_75"), gpu("sm_80"), gpu("sm_86"), gpu("sm_90"), gpu("sm_100"),
+                                     host(16), host(64), host_target_info()};
+  for (const TargetInfo& t : targets)
+    for (KernelKind k : kKinds) {
+      SCOPED_TRACE(t.name + " " + std::string(kernel_kind_name(k)));
+      std::vector<KernelConfig> space = config_space(problem_of(k), t);
+      ASSERT_FALSE(space.empty());
+      std::set<std::string> seen;
+      for (const KernelConfig& c : space)
+        EXPECT_TRUE(seen.insert(config_str(k, t.kind, c)).second) << "duplicate: " << config_str(k, t.kind, c);
+    }
+}
+
+TEST(SpaceTest, SpacesAreDeterministic) {
+  for (KernelKind k : kKinds) {
+    EXPECT_EQ(config_space(problem_of(k), gpu("sm_90")), config_space(problem_of(k), gpu("sm_90")));
+    EXPECT_EQ(config_space(problem_of(k), host()), config_space(problem_of(k), host()));
+  }
+}
+
+TEST(SpaceTest, PersistentGridIsSmsTimesBlocksByThreads) {
+  // Hand-computed: SMs x min(blocks/SM, threads/SM / block).
+  struct Case {
+    const char* arch;
+    int block;
+    int max_blocks;
+  };
+  const Case cases[] = {
+      {"sm_90", 128, 132 * 16},   // 2048 / 128 = 16
+      {"sm_90", 256, 132 * 8},    // 2048 / 256 = 8
+      {"sm_90", 1024, 132 * 2},   // 2048 / 1024 = 2
+      {"sm_80", 512, 108 * 4},    // 2048 / 512 = 4
+      {"sm_86", 512, 84 * 3},     // 1536 / 512 = 3
+      {"sm_86", 1024, 84 * 1},    // 1536 / 1024 = 1
+      {"sm_75", 1024, 40 * 1},    // 1024 / 1024 = 1
+      {"sm_75", 128, 40 * 8},     // 1024 / 128 = 8
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.arch) + " block " + std::to_string(c.block));
+    TargetInfo t = gpu(c.arch);
+    int found = 0;
+    for (const KernelConfig& k : config_space(pointwise(1 << 24), t)) {
+      if (k.block != c.block) continue;
+      if (k.grid_stride) {
+        EXPECT_EQ(k.max_blocks, c.max_blocks);
+        ++found;
+      } else {
+        EXPECT_EQ(k.max_blocks, KernelConfig{}.max_blocks) << "a one-shot grid keeps the default cap";
+      }
+    }
+    EXPECT_EQ(found, 12) << "4 vectors x 3 elems_per_thread persistent configs per block";
+  }
+  // Reduction: the threads of a block are threads_per_row x rows_per_block; 32 threads
+  // on sm_90 are capped by the 32 blocks/SM limit, not 2048 / 32 = 64.
+  TargetInfo h100 = gpu("sm_90");
+  for (const KernelConfig& k : config_space(reduction(1 << 16, 1024), h100)) {
+    if (!k.grid_stride) continue;
+    int threads = k.threads_per_row * k.rows_per_block;
+    int per_sm = std::min(32, 2048 / threads);
+    EXPECT_EQ(k.max_blocks, 132 * per_sm) << config_str(KernelKind::Reduction, ConfigTarget::Gpu, k);
+    // The same count blocks_per_sm gives by threads alone (no registers, no shared memory).
+    EXPECT_EQ(k.max_blocks, 132 * blocks_per_sm(h100, threads, 0, 0));
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// Rule pruning
+
+KernelConfig pw_cfg(int block, int vector, int ept, bool grid_stride, int max_blocks = 4096) {
+  KernelConfig c;
+  c.block = block;
+  c.vector = vector;
+  c.elems_per_thread = ept;
+  c.grid_stride = grid_stride;
+  c.max_blocks = max_blocks;
+  return c;
+}
+
+KernelConfig red_cfg(int tpr, int rows, bool grid_stride, int max_blocks = 4096) {
+  KernelConfig c;
+  c.threads_per_row = tpr;
+  c.rows_per_block = rows;
+  c.grid_stride = grid_stride;
+  c.max_blocks = max_blocks;
+  return c;
+}
+
+KernelConfig mm_cfg(int bm, int bn, int bk, int warps, int group_m) {
+  KernelConfig c;
+  c.block_m = bm;
+  c.block_n = bn;
+  c.block_k = bk;
+  c.warps = warps;
+  c.group_m = group_m;
+  return c;
+}
+
+KernelConfig host_cfg(int vector, int interleave, int tile_n = 0) {
+  KernelConfig c;
+  c.host_vector = vector;
+  c.host_interleave = interleave;
+  c.host_tile_n = tile_n;
+  return c;
+}
+
+TEST(SpaceTest, RuleRejectTable) {
+  struct Case {
+    const char* name;
+    TuneProblem p;
+    TargetInfo t;
+    KernelConfig c;
+    std::string reason;  // "" = must pass
+  };
+  const TargetInfo h100 = gpu("sm_90");
+  const Case cases[] = {
+      // --- GPU pointwise
+      {"vector 8 x f32 is 32 bytes", pointwise(1 << 24), h100, pw_cfg(256, 8, 1, false),
+       "vector 8 x 4 bytes exceeds one 16-byte load"},
+      {"vector 8 x f16 is one 16-byte load", pointwise(1 << 24, 2), h100, pw_cfg(256, 8, 1, false), ""},
+      {"vector 4 x f32", pointwise(1 << 24), h100, pw_cfg(256, 4, 1, false), ""},
+      {"vector 4 x f64 is 32 bytes", pointwise(1 << 24, 8), h100, pw_cfg(256, 4, 1, false),
+       "vector 4 x 8 bytes exceeds one 16-byte load"},
+      // tile 128 x 4 = 512 > 2 x ceil_pow2(100) = 256
+      {"tile 512 for 100 elements", pointwise(100), h100, pw_cfg(128, 4, 1, false),
+       "a block covers 512 elements, over twice the 100 there are"},
+      {"tile 128 for 100 elements (small tiles always pass)", pointwise(100), h100, pw_cfg(128, 1, 1, false), ""},
+      // 256 x 4 = 1024 > 2 x 256 = 512; but 2 x ceil_pow2(257) = 1024 is not exceeded
+      {"tile 1024 for 256 elements", pointwise(256), h100, pw_cfg(256, 4, 1, false),
+       "a block covers 1024 elements, over twice the 256 there are"},
+      {"tile 1024 for 257 elements", pointwise(257), h100, pw_cfg(256, 4, 1, false), ""},
+      // 1056 blocks x 1024 elements = 1081344 >= 2^20
+      {"persistent grid covers 2^20 in one pass", pointwise(1 << 20), h100, pw_cfg(256, 4, 1, true, 1056),
+       "the persistent grid of 1056 blocks already covers the problem in one pass"},
+      {"persistent grid loops over 2^24", pointwise(1 << 24), h100, pw_cfg(256, 4, 1, true, 1056), ""},
+      // --- GPU reduction
+      {"1024 threads for rows of 100", reduction(4096, 100), h100, red_cfg(1024, 1, false),
+       "threads_per_row 1024 is over twice the row length 100"},
+      {"32 threads for rows of 8 (one warp always passes)", reduction(4096, 8), h100, red_cfg(32, 1, false), ""},
+      {"256 threads for rows of 128", reduction(4096, 128), h100, red_cfg(256, 1, false), ""},
+      // 1024 rows / 16 = 64 blocks < 132 SMs
+      {"16 rows a block leaves SMs idle", reduction(1024, 1024), h100, red_cfg(64, 16, false),
+       "rows_per_block 16 leaves 64 blocks for 132 SMs"},
+      {"16 rows a block of a problem smaller than the SMs", reduction(100, 1024), h100, red_cfg(64, 16, false), ""},
+      {"persistent grid covers 4096 rows", reduction(4096, 1024), h100, red_cfg(256, 1, true, 1056),
+       "the persistent grid of 1056 blocks already covers the rows in one pass"},
+      {"persistent grid loops over 2^20 rows", reduction(1 << 20, 1024), h100, red_cfg(256, 1, true, 1056), ""},
+      // --- GPU matmul
+      {"block_m 128 for M = 16", matmul(16, 4096, 4096), h100, mm_cfg(128, 64, 16, 4, 1),
+       "block_m 128 is over twice M = 16"},
+      {"block_m 32 for M = 16", matmul(16, 4096, 4096), h100, mm_cfg(32, 64, 16, 4, 1), ""},
+      {"block_n 64 for N = 16", matmul(4096, 16, 4096), h100, mm_cfg(64, 64, 16, 4, 8),
+       "block_n 64 is over twice N = 16"},
+      {"block_k 16 for K = 4", matmul(4096, 4096, 4), h100, mm_cfg(64, 64, 16, 4, 8),
+       "block_k 16 is over twice K = 4"},
+      {"block_k 8 for K = 4", matmul(4096, 4096, 4), h100, mm_cfg(64, 64, 8, 4, 8), ""},
+      // 16 x 16 = 256 outputs < 2 x 256 threads
+      {"16x16 tile for 8 warps", matmul(4096, 4096, 4096), h100, mm_cfg(16, 16, 16, 8, 8),
+       "16x16 tile has fewer than 2 outputs per thread for 256 threads"},
+      // 128 x 128 / 64 threads = 256 outputs per thread
+      {"128x128 tile for 2 warps", matmul(4096, 4096, 4096), h100, mm_cfg(128, 128, 16, 2, 8),
+       "256 outputs per thread need more than 255 registers"},
+      {"128x128 tile for 4 warps (128 outputs each)", matmul(4096, 4096, 4096), h100, mm_cfg(128, 128, 16, 4, 8),
+       ""},
+      {"group_m 8 with one tile row", matmul(64, 4096, 4096), h100, mm_cfg(64, 64, 16, 4, 8),
+       "group_m 8 swizzles nothing with one row of tiles"},
+      {"group_m 8 with two tile rows", matmul(65, 4096, 4096), h100, mm_cfg(64, 64, 16, 4, 8), ""},
+      {"group_m 1 with one tile row", matmul(64, 4096, 4096), h100, mm_cfg(64, 64, 16, 4, 1), ""},
+      // --- gather: no rules
+      {"gather", gather(10), h100, pw_cfg(1024, 4, 1, true, 1), ""},
+      // --- host
+      {"host_vector 16 x f64 is four AVX2 registers", pointwise(1 << 20, 8), host(32), host_cfg(16, 0),
+       "host_vector 16 x 8 bytes exceeds two 32-byte SIMD registers"},
+      {"host_vector 16 x f32 is two AVX2 registers", pointwise(1 << 20, 4), host(32), host_cfg(16, 0), ""},
+      {"host_vector 16 x f32 is four SSE registers", pointwise(1 << 20, 4), host(16), host_cfg(16, 4),
+       "host_vector 16 x 4 bytes exceeds two 16-byte SIMD registers"},
+      {"host_vector 0 is LLVM's choice", pointwise(1 << 20, 8), host(16), host_cfg(0, 8), ""},
+      // 2 x ceil_pow2(20) = 64
+      {"host_tile_n 128 for N = 20", matmul(256, 20, 256), host(32), host_cfg(8, 2, 128),
+       "host_tile_n 128 is over twice N = 20"},
+      {"host_tile_n 64 for N = 20", matmul(256, 20, 256), host(32), host_cfg(8, 2, 64), ""},
+      {"host_tile_n 16 for N = 4 (16 always passes)", matmul(256, 4, 256), host(32), host_cfg(8, 2, 16), ""},
+      {"host_tile_n is not a pointwise knob", pointwise(4), host(32), host_cfg(8, 2, 256), ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::optional<std::string> why = rule_reject(c.p, c.c, c.t);
+    if (c.reason.empty())
+      EXPECT_EQ(why, std::nullopt);
+    else
+      EXPECT_EQ(why.value_or("(passed)"), c.reason);
+  }
+}
+
+TEST(SpaceTest, RulesKeepSomeOfEverySpace) {
+  // A large problem of each kind keeps most of its space; none may lose all of it.
+  for (KernelKind k : kKinds)
+    for (const TargetInfo& t : {gpu("sm_90"), gpu("sm_80"), host()}) {
+      SCOPED_TRACE(t.name + " " + std::string(kernel_kind_name(k)));
+      TuneProblem p = k == KernelKind::Matmul      ? matmul(4096, 4096, 4096)
+                      : k == KernelKind::Reduction ? reduction(1 << 16, 4096)
+                                                   : pointwise(int64_t{1} << 28);
+      p.kind = k;
+      size_t kept = 0;
+      std::vector<KernelConfig> space = config_space(p, t);
+      for (const KernelConfig& c : space) kept += !rule_reject(p, c, t);
+      EXPECT_GT(kept, space.size() / 4);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Targets and occupancy
+
+TEST(TargetTest, BlocksPerSmFollowsCudaOccupancyRules) {
+  struct Case {
+    const char* arch;
+    int threads, regs;
+    int64_t shared;
+    int blocks;
+    const char* why;
+  };
+  const Case cases[] = {
+      {"sm_90", 256, 32, 0, 8, "threads: 2048 / 256 (regs: 65536 / (1024 x 8 warps) = 8 too)"},
+      {"sm_90", 256, 128, 0, 2, "regs: 128 x 32 = 4096 a warp, x 8 warps = 32768; 65536 / 32768"},
+      {"sm_90", 256, 33, 0, 6, "regs: 33 x 32 = 1056 rounds up to 1280 a warp; 65536 / 10240"},
+      {"sm_90", 96, 40, 0, 17, "regs: 1280 a warp x 3 warps = 3840; 65536 / 3840 = 17 < 2048 / 96 = 21"},
+      {"sm_90", 128, 255, 0, 2, "regs: 255 x 32 = 8160 rounds to 8192 a warp, x 4 warps; 65536 / 32768"},
+      {"sm_90", 1024, 64, 0, 1, "regs: 2048 a warp x 32 warps = 65536"},
+      {"sm_90", 1024, 65, 0, 0, "regs: 65 x 32 rounds to 2304 a warp x 32 warps > 65536"},
+      {"sm_90", 256, 256, 0, 0, "256 registers a thread is over the 255 limit"},
+      {"sm_90", 32, 16, 0, 32, "the 32 blocks/SM limit (threads allow 64)"},
+      {"sm_90", 256, 32, 100 * 1024, 2, "shared: 228 KiB / (100 + 1 reserved) KiB = 2"},
+      {"sm_80", 256, 32, 100 * 1024, 1, "shared: 164 KiB / 101 KiB = 1"},
+      {"sm_90", 256, 32, 227 * 1024, 1, "shared: the opt-in maximum, 227 + 1 KiB = 228 KiB"},
+      {"sm_90", 256, 32, 227 * 1024 + 1, 0, "shared: over the per-block maximum"},
+      {"sm_80", 256, 32, 164 * 1024, 0, "shared: over sm_80's 163 KiB per block"},
+      {"sm_86", 1024, 32, 0, 1, "threads: 1536 / 1024"},
+      {"sm_86", 512, 32, 0, 3, "threads: 1536 / 512"},
+      {"sm_89", 128, 32, 0, 12, "threads: 1536 / 128 = 12 < 24 blocks"},
+      {"sm_75", 1024, 32, 0, 1, "threads: T4 has 1024 threads an SM"},
+      {"sm_75", 64, 32, 0, 16, "the 16 blocks/SM limit of sm_75"},
+      {"sm_90", 33, 32, 0, 32, "33 threads take 2 warps: 2048 / 64 = 32"},
+      {"sm_90", 1025, 32, 0, 0, "over 1024 threads a block"},
+      {"sm_90", 0, 32, 0, 0, "no threads"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.arch) + ": " + std::to_string(c.threads) + " threads x " + std::to_string(c.regs) +
+                 " regs, " + std::to_string(c.shared) + " bytes shared: " + c.why);
+    EXPECT_EQ(blocks_per_sm(gpu(c.arch), c.threads, c.regs, c.shared), c.blocks);
+  }
+}
+
+TEST(TargetTest, GpuTargetInfoKnownArchs) {
+  TargetInfo a100 = gpu("sm_80");
+  EXPECT_EQ(a100.name, "sm_80");
+  EXPECT_EQ(a100.kind, ConfigTarget::Gpu);
+  EXPECT_EQ(a100.sms, 108);
+  EXPECT_EQ(a100.shared_bytes, 164 * 1024);
+  EXPECT_EQ(a100.max_shared_per_block, 163 * 1024);
+  EXPECT_DOUBLE_EQ(a100.dram_gbps, 2039);
+
+  TargetInfo h100 = gpu("sm_90");
+  EXPECT_EQ(h100.sms, 132);
+  EXPECT_EQ(h100.max_threads, 2048);
+  EXPECT_EQ(h100.max_blocks, 32);
+  EXPECT_EQ(h100.shared_bytes, 228 * 1024);
+
+  // sm_90a is the same silicon: every limit and rate equal, only the name differs.
+  TargetInfo h100a = gpu("sm_90a");
+  EXPECT_EQ(h100a.name, "sm_90a");
+  h100a.name = h100.name;
+  EXPECT_EQ(h100a.model, h100.model);
+  EXPECT_EQ(h100a.sms, h100.sms);
+  EXPECT_EQ(h100a.max_threads, h100.max_threads);
+  EXPECT_EQ(h100a.max_blocks, h100.max_blocks);
+  EXPECT_EQ(h100a.registers, h100.registers);
+  EXPECT_EQ(h100a.shared_bytes, h100.shared_bytes);
+  EXPECT_EQ(h100a.max_shared_per_block, h100.max_shared_per_block);
+  EXPECT_DOUBLE_EQ(h100a.dram_gbps, h100.dram_gbps);
+  EXPECT_DOUBLE_EQ(h100a.fp32_gflops, h100.fp32_gflops);
+  EXPECT_EQ(gpu("sm_100a").sms, gpu("sm_100").sms);
+
+  for (const char* arch : {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100"}) EXPECT_TRUE(gpu_target_info(arch).ok()) << arch;
+}
+
+TEST(TargetTest, GpuTargetInfoUnknownArchListsKnown) {
+  for (const char* arch : {"sm_42", "sm_9", "", "compute_90", "sm_900"}) {
+    SCOPED_TRACE(arch);
+    Result<TargetInfo> t = gpu_target_info(arch);
+    ASSERT_FALSE(t.ok());
+    const std::string& msg = t.error().message;
+    EXPECT_NE(msg.find("'" + std::string(arch) + "'"), std::string::npos) << msg;
+    for (const char* known : {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100"})
+      EXPECT_NE(msg.find(known), std::string::npos) << known << " missing from: " << msg;
+  }
+}
+
+TEST(TargetTest, HostTargetInfo) {
+  const TargetInfo& h = host_target_info();
+  EXPECT_EQ(&h, &host_target_info()) << "computed once per process";
+  EXPECT_EQ(h.kind, ConfigTarget::Host);
+  EXPECT_EQ(h.name, "host");
+  EXPECT_FALSE(h.model.empty());
+  EXPECT_TRUE(h.simd_bytes == 16 || h.simd_bytes == 32 || h.simd_bytes == 64) << h.simd_bytes;
+  EXPECT_EQ(h.sms, 1);
+  EXPECT_GT(h.fp32_gflops, 0);
+  EXPECT_GT(h.dram_gbps, 0);
+  EXPECT_GT(h.l1_bytes, 0);
+}
+
+// ---------------------------------------------------------------------------------
+// Cost model
+
+TEST(CostModelTest, MatmulSmallTileSlowerOnLargeProblem) {
+  // 16x16 tiles reload A and B panels 4x as often as 64x64 and hold 2 outputs a
+  // thread (few FMAs per shared-memory load): the model must rank them well behind.
+  TuneProblem p = matmul(4096, 4096, 4096);
+  TargetInfo t = gpu("sm_90");
+  double small = predict_us(p, mm_cfg(16, 16, 16, 4, 8), t, BuildResult{});
+  double big = predict_us(p, mm_cfg(64, 64, 16, 4, 8), t, BuildResult{});
+  EXPECT_GT(small, 2 * big) << small << " vs " << big;
+  // And 64x64 is not absurd: 2 x 4096^3 flops at 67 TFLOP/s is ~2050 us.
+  EXPECT_GT(big, 2000);
+  EXPECT_LT(big, 20000);
+  // A single stage waits on global loads every K step.
+  KernelConfig one_stage = mm_cfg(64, 64, 16, 4, 8);
+  one_stage.stages = 1;
+  EXPECT_GT(predict_us(p, one_stage, t, BuildResult{}), big);
+}
+
+TEST(CostModelTest, OccupancyMattersForMemoryBoundPointwise) {
+  TuneProblem p = pointwise(int64_t{64} << 20);
+  TargetInfo t = gpu("sm_90");
+  KernelConfig c = pw_cfg(256, 4, 1, false);
+  BuildResult eight, one;
+  eight.resources = KernelResources{};
+  eight.resources->registers = 32;
+  one.resources = KernelResources{};
+  one.resources->registers = 255;  // 8192 a warp x 8 warps = 65536: one block
+  ASSERT_EQ(blocks_per_sm(t, 256, 32, 0), 8);
+  ASSERT_EQ(blocks_per_sm(t, 256, 255, 0), 1);
+  double slow = predict_us(p, c, t, one), fast = predict_us(p, c, t, eight);
+  EXPECT_GT(slow, 1.5 * fast) << slow << " vs " << fast;
+  // 512 MiB at 3350 GB/s is ~160 us: with full occupancy the model is near the roofline.
+  EXPECT_GT(fast, 150);
+  EXPECT_LT(fast, 250);
+}
+
+TEST(CostModelTest, WaveQuantisation) {
+  // One block an SM (shared memory), same bytes per block: SMs + 1 blocks take two
+  // waves, the second with one busy SM, so about twice the time of SMs blocks.
+  TargetInfo t = gpu("sm_90");
+  const int64_t per_block = int64_t{4} << 20;
+  BuildResult b;
+  b.resources = KernelResources{};
+  b.resources->registers = 32;
+  b.resources->shared_bytes = 150 * 1024;
+  b.threads_per_block = 256;
+  ASSERT_EQ(blocks_per_sm(t, 256, 32, 150 * 1024), 1);
+  auto predict = [&](int64_t grid) {
+    TuneProblem p = pointwise(grid * per_block / 8);
+    p.bytes = grid * per_block;
+    b.grid_blocks = grid;
+    return predict_us(p, pw_cfg(256, 4, 1, false), t, b);
+  };
+  double full = predict(t.sms), tail = predict(t.sms + 1);
+  EXPECT_NEAR(tail / full, 2.0, 0.1) << tail << " vs " << full;
+  // Two full waves cost the same as SMs + 1 blocks.
+  EXPECT_NEAR(predict(2 * t.sms) / tail, 1.0, 0.05);
+}
+
+TEST(CostModelTest, HostVectorWidth) {
+  // Compute-bound f32: 2^30 flops over 2^20 elements, 8 MiB of traffic.
+  TuneProblem p = pointwise(1 << 20);
+  p.flops = int64_t{1} << 30;
+  p.bytes = 8 << 20;
+  for (const TargetInfo& t : {host(32), host(64), host_target_info()}) {
+    SCOPED_TRACE(t.name + " simd " + std::to_string(t.simd_bytes));
+    double scalar = predict_us(p, host_cfg(1, 0), t, BuildResult{});
+    double v8 = predict_us(p, host_cfg(8, 0), t, BuildResult{});
+    EXPECT_GT(scalar, 4 * v8) << scalar << " vs " << v8;
+    // Wider never predicted slower, up to a full register of f32 lanes.
+    EXPECT_LE(predict_us(p, host_cfg(t.simd_bytes / 4, 4), t, BuildResult{}), v8);
+  }
+}
+
+TEST(CostModelTest, HostMatmulTileRanking) {
+  // Tiles narrower than two SIMD registers pay the loop overhead of each K pass,
+  // and re-read A N / tile times.
+  TuneProblem p = matmul(1024, 1024, 1024);
+  TargetInfo t = host(32);
+  double t16 = predict_us(p, host_cfg(8, 4, 16), t, BuildResult{});
+  double t64 = predict_us(p, host_cfg(8, 4, 64), t, BuildResult{});
+  EXPECT_GT(t16, t64);
+}
+
+TEST(CostModelTest, ResourceReject) {
+  TuneProblem p = pointwise(1 << 24);
+  TargetInfo t = gpu("sm_90");
+  KernelConfig c = pw_cfg(256, 4, 1, false);
+  BuildResult ok;
+  ok.resources = KernelResources{};
+  ok.resources->registers = 64;
+  EXPECT_EQ(resource_reject(p, c, t, ok), std::nullopt);
+  EXPECT_EQ(resource_reject(p, c, t, BuildResult{}), std::nullopt) << "no ptxas report: assume it fits";
+
+  BuildResult regs = ok;
+  regs.resources->registers = 256;
+  std::optional<std::string> why = resource_reject(p, c, t, regs);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("no block fits"), std::string::npos) << *why;
+  EXPECT_NE(why->find("256 registers"), std::string::npos) << *why;
+
+  BuildResult smem = ok;
+  smem.resources->shared_bytes = 200 * 1024;
+  smem.dynamic_shared_bytes = 100 * 1024;  // 300 KiB in all
+  why = resource_reject(p, c, t, smem);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("no block fits"), std::string::npos) << *why;
+  EXPECT_NE(why->find(std::to_string(300 * 1024) + " bytes of shared memory"), std::string::npos) << *why;
+
+  // The launch's threads, not the config's block, decide.
+  BuildResult wide = ok;
+  wide.threads_per_block = 1024;
+  wide.resources->registers = 128;  // 4096 a warp x 32 warps = 131072 > 65536
+  why = resource_reject(p, c, t, wide);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("1024 threads"), std::string::npos) << *why;
+
+  EXPECT_EQ(resource_reject(p, host_cfg(8, 2), host(), regs), std::nullopt) << "hosts have no occupancy";
+}
+
+TEST(CostModelTest, PredictionsAreFinitePositiveOnEverySpace) {
+  for (const TargetInfo& t : {gpu("sm_75"), gpu("sm_90"), host(32), host_target_info()})
+    for (KernelKind k : kKinds)
+      for (const TuneProblem& p : {problem_of(k), k == KernelKind::Matmul ? matmul(1, 1, 1) : problem_of(k)}) {
+        TuneProblem q = p;
+        if (k == KernelKind::Reduction) q = reduction(1, 3);
+        for (const KernelConfig& c : config_space(q, t)) {
+          double us = predict_us(q, c, t, BuildResult{});
+          ASSERT_TRUE(std::isfinite(us) && us > 0)
+              << t.name << " " << kernel_kind_name(k) << " " << config_str(k, t.kind, c) << ": " << us;
+        }
+      }
+}
+
+// ---------------------------------------------------------------------------------
+// Config text and JSON
+
+TEST(ConfigTest, TextAndJsonRoundTripEveryKindAndTarget) {
+  for (const TargetInfo& t : {gpu("sm_90"), host()})
+    for (KernelKind k : kKinds) {
+      SCOPED_TRACE(t.name + " " + std::string(kernel_kind_name(k)));
+      std::vector<KernelConfig> space = config_space(problem_of(k), t);
+      ASSERT_FALSE(space.empty());
+      for (const KernelConfig& c : space) {
+        std::string text = config_str(k, t.kind, c);
+        Result<KernelConfig> back = parse_config_str(text);
+        ASSERT_TRUE(back.ok()) << text << ": " << back.error().message;
+        // Spaces only set the fields that matter, so the round trip is exact.
+        EXPECT_EQ(*back, c) << text;
+        EXPECT_EQ(config_str(k, t.kind, *back), text);
+
+        nlohmann::json j = config_to_json(k, t.kind, c);
+        Result<KernelConfig> from_json = config_from_json(j);
+        ASSERT_TRUE(from_json.ok()) << j.dump() << ": " << from_json.error().message;
+        EXPECT_EQ(*from_json, c) << j.dump();
+        EXPECT_EQ(j.size(), static_cast<size_t>(std::count(text.begin(), text.end(), '=')));
+      }
+    }
+}
+
+TEST(ConfigTest, TextNamesTheFieldsOfItsKind) {
+  KernelConfig c;
+  EXPECT_EQ(config_str(KernelKind::Pointwise, ConfigTarget::Gpu, c),
+            "block=256 vector=4 elems_per_thread=1 grid_stride=1 max_blocks=4096");
+  EXPECT_EQ(config_str(KernelKind::Reduction, ConfigTarget::Gpu, c),
+            "rows_per_block=1 threads_per_row=256 grid_stride=1 max_blocks=4096");
+  EXPECT_EQ(config_str(KernelKind::Matmul, ConfigTarget::Gpu, c),
+            "block_m=64 block_n=64 block_k=16 warps=4 stages=2 group_m=8 split_k=1");
+  EXPECT_EQ(config_str(KernelKind::Gather, ConfigTarget::Gpu, c), "block=256 max_blocks=4096");
+  EXPECT_EQ(config_str(KernelKind::Matmul, ConfigTarget::Host, c), "host_tile_n=0 host_vector=0 host_interleave=0");
+  EXPECT_EQ(config_str(KernelKind::Pointwise, ConfigTarget::Host, c), "host_vector=0 host_interleave=0");
+  EXPECT_EQ(config_to_json(KernelKind::Pointwise, ConfigTarget::Gpu, c)["grid_stride"], true);
+}
+
+TEST(ConfigTest, ParseReadsOverBase) {
+  KernelConfig base;
+  base.block_m = 128;
+  Result<KernelConfig> c = parse_config_str("  block=512   grid_stride=0 ", base);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->block, 512);
+  EXPECT_FALSE(c->grid_stride);
+  EXPECT_EQ(c->block_m, 128) << "fields not in the text keep the base's value";
+  Result<KernelConfig> empty = parse_config_str("", base);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(*empty, base);
+}
+
+TEST(ConfigTest, ErrorsNameTheOffendingToken) {
+  struct Case {
+    const char* text;
+    const char* named;
+  };
+  const Case text_cases[] = {
+      {"block=256 vectr=4", "'vectr'"},
+      {"block=256 vector", "'vector'"},
+      {"block=abc", "'block=abc'"},
+      {"block=12x", "'block=12x'"},
+      {"block=", "'block='"},
+      {"block=99999999999", "'block=99999999999'"},
+      {"grid_stride=2", "'grid_stride=2'"},
+      {"=4", "''"},
+  };
+  for (const Case& c : text_cases) {
+    SCOPED_TRACE(c.text);
+    Result<KernelConfig> r = parse_config_str(c.text);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message.find(c.named), std::string::npos) << r.error().message;
+  }
+  struct JsonCase {
+    nlohmann::json j;
+    const char* named;
+  };
+  const JsonCase json_cases[] = {
+      {{{"block", 256}, {"blok", 1}}, "'blok'"},
+      {{{"block", "256"}}, "'block'"},
+      {{{"block", 1.5}}, "'block'"},
+      {{{"block", int64_t{1} << 40}}, "'block'"},
+      {{{"grid_stride", 2}}, "'grid_stride'"},
+      {{{"grid_stride", "yes"}}, "'grid_stride'"},
+      {nlohmann::json::array({1, 2}), "[1,2]"},
+  };
+  for (const JsonCase& c : json_cases) {
+    SCOPED_TRACE(c.j.dump());
+    Result<KernelConfig> r = config_from_json(c.j);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message.find(c.named), std::string::npos) << r.error().message;
+  }
+  // Booleans as 0/1 integers are accepted, as the text form writes them.
+  Result<KernelConfig> r = config_from_json({{"grid_stride", 0}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->grid_stride);
+}
+
+TEST(ConfigTest, KindNames) {
+  for (KernelKind k : kKinds) EXPECT_EQ(parse_kernel_kind(kernel_kind_name(k)), k);
+  EXPECT_EQ(parse_kernel_kind("conv"), std::nullopt);
+}
+
+// ---------------------------------------------------------------------------------
+// Tuning keys
+
+TEST(TuneKeyTest, Fnv1aKnownValues) {
+  // The FNV-1a 64-bit offset basis and the published test vector for "a".
+  EXPECT_EQ(fnv1a_hex(""), "cbf29ce484222325");
+  EXPECT_EQ(fnv1a_hex("a"), "af63dc4c8601ec8c");
+  EXPECT_EQ(fnv1a_hex("foobar"), "85944171f73967e8");
+  EXPECT_EQ(fnv1a_hex("a").size(), 16u);
+}
+
+TEST(TuneKeyTest, ShapesKey) {
+  std::vector<std::vector<int64_t>> s = {{100, 127}, {127, 100}, {100, 100}};
+  EXPECT_EQ(shapes_key(s, 2, ShapeBuckets::Exact), "100x127,127x100->100x100");
+  EXPECT_EQ(shapes_key(s, 2, ShapeBuckets::Pow2), "128x128,128x128->128x128");
+  EXPECT_EQ(shapes_key({{128, 129}}, 1, ShapeBuckets::Pow2), "128x256->");
+  EXPECT_EQ(shapes_key({{}, {4}}, 1, ShapeBuckets::Exact), "scalar->4");
+  EXPECT_EQ(shapes_key({{4}}, 0, ShapeBuckets::Exact), "->4");
+  EXPECT_EQ(shapes_key({{1}, {1}}, 1, ShapeBuckets::Pow2), "1->1");
+}
+
+TEST(TuneKeyTest, Pow2BucketsShareAKeyExactDoesNot) {
+  auto key = [](int64_t n, ShapeBuckets b) {
+    TuneProblem p = pointwise(n);
+    p.signature = "sig";
+    return make_tune_key(p, b, "sm_90a", "llvm 19; ptxas 13");
+  };
+  EXPECT_EQ(key(100, ShapeBuckets::Pow2), key(127, ShapeBuckets::Pow2));
+  EXPECT_EQ(key(100, ShapeBuckets::Pow2).shapes, "128->128");
+  EXPECT_EQ(key(100, ShapeBuckets::Pow2).hash(), key(127, ShapeBuckets::Pow2).hash());
+  EXPECT_NE(key(128, ShapeBuckets::Pow2), key(129, ShapeBuckets::Pow2));
+  EXPECT_NE(key(100, ShapeBuckets::Exact), key(127, ShapeBuckets::Exact));
+  EXPECT_NE(key(100, ShapeBuckets::Exact).hash(), key(127, ShapeBuckets::Exact).hash());
+  EXPECT_EQ(key(100, ShapeBuckets::Exact).shapes, "100->100");
+}
+
+TEST(TuneKeyTest, HashChangesWithEveryField) {
+  TuneProblem p = matmul(64, 128, 512);
+  p.signature = "0123abcd";
+  TuneKey base = make_tune_key(p, ShapeBuckets::Exact, "sm_90a", "llvm 19.1.7; ptxas 13.0.88");
+  EXPECT_EQ(base.kind, "matmul");
+  EXPECT_EQ(base.signature, "0123abcd");
+  EXPECT_EQ(base.shapes, "64x512,512x128->64x128");
+  EXPECT_EQ(base.text(),
+            "kind: matmul\nsignature: 0123abcd\nshapes: 64x512,512x128->64x128\ntarget: sm_90a\n"
+            "toolchain: llvm 19.1.7; ptxas 13.0.88\n");
+  EXPECT_EQ(base.hash(), fnv1a_hex(base.text()));
+  std::set<std::string> hashes = {base.hash()};
+  std::vector<TuneKey> variants(5, base);
+  variants[0].kind = "pointwise";
+  variants[1].signature = "0123abce";
+  variants[2].shapes = "64x512,512x128->64x129";
+  variants[3].target = "sm_90";
+  variants[4].toolchain = "llvm 19.1.7; ptxas 13.0.88; driver 13000";
+  for (const TuneKey& v : variants) {
+    EXPECT_NE(v, base);
+    EXPECT_TRUE(hashes.insert(v.hash()).second) << v.text();
+  }
+}
+
+}  // namespace
+}  // namespace sf

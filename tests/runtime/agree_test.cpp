@@ -1,0 +1,87 @@
+// Rank agreement over the comm backend: what the autotuner uses so that every rank
+// runs rank 0's configs, whatever each rank would have chosen alone.
+#include "runtime/agree.h"
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+
+namespace sf {
+namespace {
+
+DeviceMesh mesh_of(std::vector<MeshDim> dims) { return DeviceMesh(Mesh{std::move(dims)}); }
+
+// Each rank starts from its own table (as if it had tuned alone, with different
+// timing noise); after broadcast_text every rank holds rank 0's.
+void expect_broadcast(const DeviceMesh& mesh) {
+  std::mutex mu;
+  std::vector<std::string> got(static_cast<size_t>(mesh.world()));
+  std::optional<Diag> err = on_rank_threads(mesh, std::chrono::seconds(30), [&](Comm& c) -> std::optional<Diag> {
+    std::string mine = "table of rank " + std::to_string(c.rank()) + std::string(static_cast<size_t>(c.rank()) * 3, 'x');
+    Result<std::string> r = broadcast_text(c, mine);
+    if (!r) return r.error();
+    std::lock_guard<std::mutex> lock(mu);
+    got[static_cast<size_t>(c.rank())] = *r;
+    return std::nullopt;
+  });
+  ASSERT_FALSE(err) << err->message;
+  for (int r = 0; r < mesh.world(); ++r) EXPECT_EQ(got[static_cast<size_t>(r)], "table of rank 0") << "rank " << r;
+}
+
+TEST(Agree, BroadcastGivesRankZerosTextOnA1DMesh) { expect_broadcast(mesh_of({{"tp", 4}})); }
+TEST(Agree, BroadcastGivesRankZerosTextOnA2DMesh) { expect_broadcast(mesh_of({{"dp", 2}, {"tp", 3}})); }
+TEST(Agree, BroadcastOnOneRankIsTheIdentity) { expect_broadcast(mesh_of({})); }
+
+TEST(Agree, LargeAndEmptyTextsSurvive) {
+  DeviceMesh mesh = mesh_of({{"tp", 3}});
+  std::string big(1 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131 % 251);
+  for (const std::string& text : {std::string(), big}) {
+    std::mutex mu;
+    std::vector<std::string> got(3);
+    std::optional<Diag> err = on_rank_threads(mesh, std::chrono::seconds(30), [&](Comm& c) -> std::optional<Diag> {
+      Result<std::string> r = broadcast_text(c, c.rank() == 0 ? text : std::string("other"));
+      if (!r) return r.error();
+      std::lock_guard<std::mutex> lock(mu);
+      got[static_cast<size_t>(c.rank())] = *r;
+      return std::nullopt;
+    });
+    ASSERT_FALSE(err) << err->message;
+    for (const std::string& g : got) EXPECT_EQ(g, text);
+  }
+}
+
+TEST(Agree, AllGatherTextReturnsEveryRanksTextInRankOrder) {
+  DeviceMesh mesh = mesh_of({{"dp", 2}, {"tp", 2}});
+  std::mutex mu;
+  std::vector<std::vector<std::string>> got(4);
+  std::optional<Diag> err = on_rank_threads(mesh, std::chrono::seconds(30), [&](Comm& c) -> std::optional<Diag> {
+    // Texts with spaces and digits: the packing must not be confused by them.
+    Result<std::vector<std::string>> r = all_gather_text(c, "r" + std::to_string(c.rank()) + " 12 x");
+    if (!r) return r.error();
+    std::lock_guard<std::mutex> lock(mu);
+    got[static_cast<size_t>(c.rank())] = *r;
+    return std::nullopt;
+  });
+  ASSERT_FALSE(err) << err->message;
+  std::vector<std::string> want = {"r0 12 x", "r1 12 x", "r2 12 x", "r3 12 x"};
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(got[static_cast<size_t>(r)], want) << "rank " << r;
+}
+
+TEST(Agree, AFailingRankEndsEveryRankWithItsReason) {
+  DeviceMesh mesh = mesh_of({{"tp", 4}});
+  auto t0 = std::chrono::steady_clock::now();
+  std::optional<Diag> err = on_rank_threads(mesh, std::chrono::seconds(20), [&](Comm& c) -> std::optional<Diag> {
+    if (c.rank() == 0) return Diag{"", {}, "rank 0 could not tune"};
+    Result<std::string> r = broadcast_text(c, "");
+    if (!r) return r.error();
+    return std::nullopt;
+  });
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->message, "rank 0 could not tune");
+  // The peers were aborted, not left to time out.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15));
+}
+
+}  // namespace
+}  // namespace sf

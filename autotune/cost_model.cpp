@@ -54,32 +54,65 @@ int64_t grid_of(const TuneProblem& p, const KernelConfig& c, const BuildResult& 
   return 1;
 }
 
+// The host kernels' time is the innermost loop's: a vector body of host_vector x
+// host_interleave elements per iteration and a scalar remainder (LLVM's epilogue),
+// repeated once per row (reduction), per (row, K step, column tile) (matmul), or
+// once (pointwise). Cycles per body: the vector ops over two FP ports, at least the
+// 4-cycle FP add latency when each chain carries a sum (reductions), plus one for
+// the loop. `0` knobs are what LLVM picks by itself: full SIMD width and
+// interleave 2 where no reassociation is needed, and one scalar in-order chain for
+// floating-point sums, which it may not reorder unasked.
 double host_predict(const TuneProblem& p, const KernelConfig& c, const TargetInfo& t) {
-  // Vector width as a fraction of a SIMD register (LLVM's own choice fills one).
-  double lanes = t.simd_bytes / static_cast<double>(p.elem_bytes);
-  double f_vec = c.host_vector == 0 ? 1.0 : std::min(1.0, c.host_vector / lanes);
-  // Interleaving hides FP latency (4 cycles, 2 ports: ~8 independent chains);
-  // past that it only adds register pressure. 0 = LLVM's cost model, usually 2-4.
-  double il = c.host_interleave == 0 ? 2 : c.host_interleave;
-  double f_il = std::min(1.0, (il * std::max(f_vec * lanes, 1.0)) / (2 * lanes)) * (il > 4 ? 0.9 : 1.0);
-  double compute = std::max<double>(p.flops, p.n) / (t.fp32_gflops * 1e3 * std::max(f_vec * f_il, 0.05));
-  double mem = p.bytes / (t.dram_gbps * 1e3);
-  if (p.kind == KernelKind::Matmul) {
-    // One pass over K per host_tile_n columns: A is re-read N / tile times; B's
-    // K x tile panel is reused across rows while it fits in L2.
-    int tile = c.host_tile_n > 0 ? c.host_tile_n : 64;
-    double a_reads = p.batch * double(p.m) * p.k * p.elem_bytes * std::ceil(double(p.n) / tile);
-    double panel = double(p.k) * tile * p.elem_bytes;
-    double b_reads = panel <= t.l2_bytes ? double(p.k) * p.n * p.elem_bytes * p.batch
-                                         : p.batch * double(p.m) * p.k * p.n * p.elem_bytes;
-    mem = (a_reads + b_reads) / (t.dram_gbps * 1e3);
-    // Accumulators beyond 16 SIMD registers live in L1, not registers.
-    double acc_regs = tile * 4.0 / t.simd_bytes;
-    if (acc_regs > 16) compute *= 1.0 + 0.25 * std::log2(acc_regs / 16);
-    // Short tiles pay the loop and load overhead of each pass over K.
-    if (tile < lanes * 2) compute *= 1.5;
+  constexpr double kGhz = 2.5, kAddLatency = 4, kPorts = 2;
+  const int lanes = std::max(1, t.simd_bytes / std::max(p.elem_bytes, 1));
+  const bool carried = p.kind == KernelKind::Reduction;
+  int v, chains;
+  if (carried) {
+    v = c.host_vector == 0 ? 1 : c.host_vector;
+    chains = c.host_vector == 0 ? 1 : (c.host_interleave == 0 ? 2 : c.host_interleave);
+  } else {
+    v = c.host_vector == 0 ? lanes : c.host_vector;
+    chains = c.host_interleave == 0 ? 2 : c.host_interleave;
   }
-  return std::max(compute, mem) + t.launch_us;
+  double trip = 0, outer = 1, ops = 1;
+  switch (p.kind) {
+    case KernelKind::Pointwise:
+    case KernelKind::Gather:
+      trip = static_cast<double>(p.n);
+      ops = std::max(1.0, double(p.flops) / std::max<double>(p.n, 1));
+      break;
+    case KernelKind::Reduction:
+      trip = static_cast<double>(p.cols);
+      outer = static_cast<double>(p.rows);
+      ops = std::max(1.0, double(p.flops) / std::max<double>(double(p.rows) * p.cols, 1));
+      break;
+    case KernelKind::Matmul: {
+      int tile = c.host_tile_n > 0 ? c.host_tile_n : 64;
+      trip = static_cast<double>(std::min<int64_t>(tile, p.n));
+      outer = double(p.batch) * p.m * p.k * std::ceil(double(p.n) / tile);
+      break;
+    }
+  }
+  const double step = double(v) * chains;
+  const double bodies = std::floor(trip / step), rem = trip - bodies * step;
+  const double vec_ops = ops * chains * std::ceil(double(v) / lanes);
+  const double body = std::max(vec_ops / kPorts, carried ? kAddLatency : 0.0) + 1;
+  const double scalar = carried ? kAddLatency : ops / kPorts + 0.5;
+  double compute_us = outer * (bodies * body + rem * scalar) / (kGhz * 1e3);
+  double mem_us = p.bytes / (t.dram_gbps * 1e3);
+  if (p.kind == KernelKind::Matmul) {
+    // Accumulators past 16 SIMD registers spill to L1 every K step.
+    int tile = c.host_tile_n > 0 ? c.host_tile_n : 64;
+    double acc_regs = tile * 4.0 / t.simd_bytes;
+    if (acc_regs > 16) compute_us *= 1.0 + 0.25 * std::log2(acc_regs / 16);
+    // A is read once per column tile; B's K x tile panel stays in L2 across rows when it fits.
+    double a_reads = double(p.batch) * p.m * p.k * p.elem_bytes * std::ceil(double(p.n) / tile);
+    double panel = double(p.k) * tile * p.elem_bytes;
+    double b_reads = panel <= t.l2_bytes ? double(p.batch) * p.k * p.n * p.elem_bytes
+                                         : double(p.batch) * p.m * p.k * p.n * p.elem_bytes;
+    mem_us = (a_reads + b_reads) / (t.dram_gbps * 1e3);
+  }
+  return std::max(compute_us, mem_us) + t.launch_us;
 }
 
 }  // namespace

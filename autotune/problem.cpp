@@ -5,7 +5,7 @@
 namespace sf {
 
 std::string fnv1a_hex(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a 64 offset basis
+  uint64_t h = 14695981039346656037ull;  // FNV-1a 64 offset basis
   for (unsigned char c : s) {
     h ^= c;
     h *= 1099511628211ull;  // FNV-1a 64 prime

@@ -157,9 +157,13 @@ Result<TuneReport> tune_kernel(const TuneProblem& problem, const TuneKey& key, c
     if (spills(a.e) != spills(b.e)) return !spills(a.e);
     return a.e->predicted_us < b.e->predicted_us;
   });
+  // The default's code hash; empty when its build failed or the builder sets none,
+  // and then it matches no other config (an empty hash says nothing about the code).
+  const std::string default_hash = entries.count(default_text) ? entries.at(default_text).code_hash : "";
+  auto same_code_as_default = [&](const CacheEntry* e) { return !default_hash.empty() && e->code_hash == default_hash; };
   std::vector<const CacheEntry*> chosen;
   for (size_t i = 0; i < valid.size(); ++i) {
-    bool is_default = valid[i].e->config == default_text || valid[i].e->code_hash == entries[default_text].code_hash;
+    bool is_default = valid[i].e->config == default_text || same_code_as_default(valid[i].e);
     if (!opts.prune || static_cast<int>(i) < opts.top_k || is_default)
       chosen.push_back(valid[i].e);
     else
@@ -229,7 +233,7 @@ Result<TuneReport> tune_kernel(const TuneProblem& problem, const TuneKey& key, c
   else if (r.default_time == std::nullopt) {
     // The default's code may have been measured under another config's text.
     for (const Ranked& v : valid)
-      if (v.e->code_hash == entries[default_text].code_hash && v.e->status == CacheEntry::Status::Measured)
+      if (same_code_as_default(v.e) && v.e->status == CacheEntry::Status::Measured)
         r.default_time = v.e->measurement;
   }
   if (!best) {

@@ -1,0 +1,323 @@
+// The autotuner's codegen side: problems and keys from fused kernels, the PTX and
+// host builders, static pruning on real ptxas numbers, and pruning against
+// exhaustive tuning on real host timings.
+#include "codegen/kernels/tune.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "autotune/ptxas.h"
+#include "autotune/space.h"
+#include "codegen/dist/propagate.h"
+#include "codegen/fusion/pipeline.h"
+#include "codegen/ir/parser.h"
+#include "codegen/kernels/compile_plan.h"
+#include "codegen/kernels/host_runner.h"
+
+namespace sf {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "sf-tune-XXXXXX").string();
+    path_ = mkdtemp(t.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& str() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The fused kernels of a one-rank graph.
+std::vector<LocalKernel> kernels_of(const std::string& text) {
+  Result<Graph> g = parse_graph(text);
+  if (!g) throw std::runtime_error(g.error().str());
+  DeviceMesh mesh(g->mesh());
+  return rank_programs(*g, propagate(*g, mesh), mesh)[0].kernels;
+}
+
+TuneProblem prob(const LocalKernel& k) { return tune_problem(k).value(); }
+TargetInfo gpu(const std::string& arch) { return gpu_target_info(arch).value(); }
+
+const LocalKernel& only(const std::vector<LocalKernel>& ks) {
+  if (ks.size() != 1) throw std::runtime_error("expected one kernel, got " + std::to_string(ks.size()));
+  return ks[0];
+}
+
+std::string mlp(int m, int k, int n, const std::string& act = "relu") {
+  auto s = [](int v) { return std::to_string(v); };
+  return "graph g(x: f32[" + s(m) + ", " + s(k) + "], w: f32[" + s(k) + ", " + s(n) + "], b: f32[" + s(n) +
+         "]) {\n  y = " + act + "(add(matmul(x, w), b))\n  return y\n}\n";
+}
+
+TEST(TuneProblem, DescribesEachKind) {
+  TuneProblem mm = prob(only(kernels_of(mlp(32, 64, 48))));
+  EXPECT_EQ(mm.kind, KernelKind::Matmul);
+  EXPECT_EQ(mm.m, 32);
+  EXPECT_EQ(mm.n, 48);
+  EXPECT_EQ(mm.k, 64);
+  EXPECT_EQ(mm.batch, 1);
+  EXPECT_EQ(mm.num_inputs, 3u);
+  EXPECT_EQ(mm.shapes.size(), 4u);
+  EXPECT_EQ(mm.flops, 2 * 32 * 64 * 48 + 2 * 32 * 48);  // matmul, add, relu
+  TuneProblem red = prob(only(kernels_of(
+      "graph g(x: f32[16, 100]) {\n  y = softmax(x, dim=-1)\n  return y\n}\n")));
+  EXPECT_EQ(red.kind, KernelKind::Reduction);
+  EXPECT_EQ(red.rows, 16);
+  EXPECT_EQ(red.cols, 100);
+  TuneProblem pw = prob(only(kernels_of("graph g(x: f32[8, 9]) {\n  y = relu(mul(x, 2.0))\n  return y\n}\n")));
+  EXPECT_EQ(pw.kind, KernelKind::Pointwise);
+  EXPECT_EQ(pw.n, 72);
+  EXPECT_EQ(pw.bytes, 2 * 72 * 4);
+}
+
+TEST(TuneProblem, SignatureIgnoresShapesButNotOps) {
+  TuneProblem a = prob(only(kernels_of(mlp(100, 64, 48))));
+  TuneProblem b = prob(only(kernels_of(mlp(120, 64, 48))));
+  TuneProblem c = prob(only(kernels_of(mlp(100, 64, 48, "gelu"))));
+  EXPECT_EQ(a.signature, b.signature);
+  EXPECT_NE(a.signature, c.signature);
+  TuneKey ka = make_tune_key(a, ShapeBuckets::Exact, "host", "llvm"), kb = make_tune_key(b, ShapeBuckets::Exact, "host", "llvm");
+  EXPECT_NE(ka.hash(), kb.hash());
+  // 100 and 120 both round up to 128.
+  EXPECT_EQ(make_tune_key(a, ShapeBuckets::Pow2, "host", "llvm").hash(), make_tune_key(b, ShapeBuckets::Pow2, "host", "llvm").hash());
+  EXPECT_NE(make_tune_key(a, ShapeBuckets::Exact, "sm_90a", "llvm").hash(), ka.hash());
+}
+
+TEST(PtxBuilder, ReportsResourcesLaunchAndCodeHash) {
+  LocalKernel k = only(kernels_of(mlp(96, 64, 80)));
+  std::shared_ptr<Builder> b = make_ptx_builder(k, "sm_90a");
+  KernelConfig c64, c32;
+  c32.block_m = 32;
+  BuildResult r64 = b->build(c64), r32 = b->build(c32), again = b->build(c64);
+  ASSERT_TRUE(r64.artifact) << r64.error;
+  ASSERT_TRUE(r32.artifact) << r32.error;
+  EXPECT_EQ(r64.threads_per_block, c64.warps * 32);
+  EXPECT_GT(r64.dynamic_shared_bytes, 0);
+  EXPECT_EQ(r64.grid_blocks, 2 * 2);  // ceil(96/64) x ceil(80/64)
+  EXPECT_EQ(r32.grid_blocks, 3 * 2);
+  EXPECT_NE(r64.code_hash, r32.code_hash);
+  EXPECT_EQ(r64.code_hash, again.code_hash);
+  auto* ptx = dynamic_cast<PtxArtifact*>(r64.artifact.get());
+  ASSERT_NE(ptx, nullptr);
+  EXPECT_NE(ptx->ptx.find(".entry " + ptx->entry), std::string::npos);
+  KernelConfig split;
+  split.split_k = 2;
+  EXPECT_FALSE(b->build(split).error.empty()) << "split-K has no emitter yet: the config is invalid";
+  if (!find_ptxas().ok()) GTEST_SKIP() << "ptxas not found: resources not checked";
+  ASSERT_TRUE(r64.resources);
+  EXPECT_GT(r64.resources->registers, 0);
+  EXPECT_FALSE(r64.resources->spills());
+}
+
+// A Runner that measures nothing but returns a fixed time per code hash, so the
+// GPU tuning path (builds, ptxas, pruning, ranking) runs without a GPU.
+class FakeGpuRunner final : public Runner {
+ public:
+  Result<Measurement> run(const Artifact& a, const BenchOptions&) override {
+    auto* p = dynamic_cast<const PtxArtifact*>(&a);
+    if (!p) return Diag{"", {}, "not PTX"};
+    ++runs;
+    Measurement m;
+    m.median_us = m.min_us = m.p20_us = m.p80_us = 1.0 + static_cast<double>(p->ptx.size() % 1000) / 100;
+    m.reps = 1;
+    return m;
+  }
+  int runs = 0;
+};
+
+TEST(GpuTuning, PrunesOnPtxasResourcesAndMeasuresOnlyTheTopK) {
+  if (!find_ptxas().ok()) GTEST_SKIP() << "ptxas not found";
+  LocalKernel k = only(kernels_of(mlp(256, 256, 256)));
+  TuneProblem p = prob(k);
+  TargetInfo t = gpu("sm_90a");
+  TuneKey key = make_tune_key(p, ShapeBuckets::Exact, target_id(t), toolchain_id(ConfigTarget::Gpu));
+  TempDir d;
+  auto cache = std::move(TuneCache::open(d.str())).value();
+  TuneOptions o;
+  o.top_k = 3;
+  // Every 12th config of the real space keeps the test short; plus one that needs
+  // 8 warps x 128 outputs each (over 255 registers) to exercise resource pruning.
+  o.space = [](const TuneProblem& p, const TargetInfo& t) {
+    std::vector<KernelConfig> all = config_space(p, t), some;
+    for (size_t i = 0; i < all.size(); i += 12) some.push_back(all[i]);
+    return some;
+  };
+  FakeGpuRunner runner;
+  Result<TuneReport> r = tune_kernel(p, key, t, default_kernel_config(k, ConfigTarget::Gpu), make_ptx_builder(k, "sm_90a"),
+                                     runner, *cache, o);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->space, (config_space(p, t).size() + 11) / 12);
+  EXPECT_GT(r->built, 0u);
+  EXPECT_LE(r->measured, 4u);  // top 3 and the default
+  EXPECT_EQ(runner.runs, static_cast<int>(r->measured));
+  EXPECT_EQ(r->source, ConfigSource::Tuned);
+  // Every valid entry carries ptxas's numbers and a prediction; measured ones are
+  // the best predicted (non-spilling first).
+  std::map<std::string, CacheEntry> entries = cache->load(key);
+  double worst_measured = 0, best_unmeasured = 1e300;
+  for (const auto& [text, e] : entries) {
+    if (e.status == CacheEntry::Status::Built || e.status == CacheEntry::Status::Measured) {
+      ASSERT_TRUE(e.resources) << text;
+      EXPECT_GT(e.predicted_us, 0) << text;
+      if (e.resources->spills()) continue;
+      if (e.status == CacheEntry::Status::Measured && text != config_str(KernelKind::Matmul, ConfigTarget::Gpu, default_kernel_config(k, ConfigTarget::Gpu)))
+        worst_measured = std::max(worst_measured, e.predicted_us);
+      if (e.status == CacheEntry::Status::Built) best_unmeasured = std::min(best_unmeasured, e.predicted_us);
+    }
+  }
+  EXPECT_LE(worst_measured, best_unmeasured);
+  // Again: nothing to build or measure.
+  Result<TuneReport> again = tune_kernel(p, key, t, default_kernel_config(k, ConfigTarget::Gpu),
+                                         make_ptx_builder(k, "sm_90a"), runner, *cache, o);
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->cache_hit());
+  EXPECT_EQ(again->best_str, r->best_str);
+}
+
+TEST(GpuTuning, WithoutADeviceTheDefaultIsUsedWithAWarning) {
+  LocalKernel k = only(kernels_of("graph g(x: f32[64, 64]) {\n  y = relu(x)\n  return y\n}\n"));
+  TuneProblem p = prob(k);
+  TargetInfo t = gpu("sm_90a");
+  TuneKey key = make_tune_key(p, ShapeBuckets::Exact, target_id(t), toolchain_id(ConfigTarget::Gpu));
+  TempDir d;
+  auto cache = std::move(TuneCache::open(d.str())).value();
+  TuneOptions o;
+  o.top_k = 2;
+  std::unique_ptr<Runner> none = make_unavailable_runner("no CUDA device");
+  Result<TuneReport> r = tune_kernel(p, key, t, KernelConfig{}, make_ptx_builder(k, "sm_90a"), *none, *cache, o);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->source, ConfigSource::Default);
+  EXPECT_EQ(r->best, KernelConfig{});
+  bool warned = false;
+  for (const std::string& w : r->warnings) warned |= w.find("using the default config") != std::string::npos;
+  EXPECT_TRUE(warned);
+  EXPECT_FALSE(cached_choice(*cache, key)) << "a failed run is not a choice";
+}
+
+TEST(CompileWithCache, PlanRecordsCachedConfigsAndTheirSource) {
+  std::string text = mlp(64, 32, 48);
+  Result<Graph> g = parse_graph(text);
+  ASSERT_TRUE(g);
+  TempDir d;
+  auto cache = std::move(TuneCache::open(d.str())).value();
+  TuneSetup setup{"cuda", "sm_90a", ShapeBuckets::Exact};
+  ConfigChooser chooser(setup, cache.get());
+  LocalKernel k = only(kernels_of(text));
+  std::optional<TuneKey> key = chooser.key_of(k);
+  ASSERT_TRUE(key);
+  // A measured entry, as a GPU tuning run would leave it.
+  CacheEntry e;
+  e.cfg.block_m = 32;
+  e.cfg.block_n = 32;
+  e.cfg.warps = 2;
+  e.config = config_str(KernelKind::Matmul, ConfigTarget::Gpu, e.cfg);
+  e.status = CacheEntry::Status::Measured;
+  e.measurement.median_us = 3;
+  ASSERT_FALSE(cache->store(*key, e));
+  CompileOptions co;
+  co.run_ptxas = false;
+  auto ch = std::make_shared<ConfigChooser>(setup, cache.get());
+  co.choose = [ch](const LocalKernel& lk) { return ch->choose(lk); };
+  Result<CompiledPlan> plan = compile_plan(*g, co);
+  ASSERT_TRUE(plan) << plan.error().message;
+  ASSERT_EQ(plan->plan.kernels.size(), 1u);
+  EXPECT_EQ(plan->plan.kernels[0].config, e.config);
+  EXPECT_EQ(plan->plan.kernels[0].config_source, "cache");
+  EXPECT_EQ(plan->plan.kernels[0].block[0], 64) << "2 warps";
+  EXPECT_NE(plan->report.find("config (cache): " + e.config), std::string::npos) << plan->report;
+  // Without the cache: the default config.
+  CompileOptions plain;
+  plain.run_ptxas = false;
+  Result<CompiledPlan> p2 = compile_plan(*g, plain);
+  ASSERT_TRUE(p2);
+  EXPECT_EQ(p2->plan.kernels[0].config_source, "default");
+  EXPECT_EQ(p2->plan.kernels[0].block[0], 128);
+}
+
+// Tags each host artifact with its config so a replaying runner can answer with
+// the time an earlier exhaustive run measured for it.
+struct Tagged final : Artifact {
+  std::string config;
+};
+class TaggingBuilder final : public Builder {
+ public:
+  TaggingBuilder(std::shared_ptr<Builder> inner, KernelKind kind) : inner_(std::move(inner)), kind_(kind) {}
+  BuildResult build(const KernelConfig& c) override {
+    BuildResult r = inner_->build(c);
+    if (r.artifact) {
+      auto t = std::make_shared<Tagged>();
+      t->config = config_str(kind_, ConfigTarget::Host, c);
+      r.artifact = t;
+    }
+    return r;
+  }
+
+ private:
+  std::shared_ptr<Builder> inner_;
+  KernelKind kind_;
+};
+class ReplayRunner final : public Runner {
+ public:
+  explicit ReplayRunner(std::map<std::string, CacheEntry> e) : entries_(std::move(e)) {}
+  Result<Measurement> run(const Artifact& a, const BenchOptions&) override {
+    const std::string& c = dynamic_cast<const Tagged&>(a).config;
+    auto it = entries_.find(c);
+    if (it == entries_.end() || it->second.status != CacheEntry::Status::Measured)
+      return Diag{"", {}, "not measured exhaustively: " + c};
+    return it->second.measurement;
+  }
+
+ private:
+  std::map<std::string, CacheEntry> entries_;
+};
+
+// The quality bar on small shapes: with the same measurements, the config
+// pruning picks is as fast as the best of exhaustive tuning (within 10%, the
+// repetition noise of sub-microsecond kernels on a shared machine).
+TEST(HostTuning, PruningKeepsTheBestOfExhaustiveTuningOnSmallShapes) {
+  std::vector<std::string> graphs = {
+      mlp(20, 16, 10),
+      "graph g(x: f32[8, 100]) {\n  y = softmax(x, dim=-1)\n  return y\n}\n",
+      "graph g(x: f32[64, 64], y: f32[64]) {\n  z = gelu_tanh(add(mul(x, 0.5), y))\n  return z\n}\n",
+  };
+  auto jit = std::shared_ptr<llvmb::HostJit>(std::move(llvmb::HostJit::create()).value());
+  const TargetInfo& t = host_target_info();
+  for (const std::string& text : graphs) {
+    for (const LocalKernel& k : kernels_of(text)) {
+      TuneProblem p = prob(k);
+      TuneKey key = make_tune_key(p, ShapeBuckets::Exact, target_id(t), toolchain_id(ConfigTarget::Host));
+      TempDir da, db;
+      auto ca = std::move(TuneCache::open(da.str())).value();
+      auto cb = std::move(TuneCache::open(db.str())).value();
+      TuneOptions ex;
+      ex.prune = false;
+      ex.bench.warmup_ms = 2;
+      ex.bench.rep_ms = 5;
+      ex.bench.max_reps = 30;
+      ex.bench.flush_bytes = 1 << 20;
+      std::unique_ptr<Runner> host = make_host_runner(k);
+      Result<TuneReport> all = tune_kernel(p, key, t, KernelConfig{}, make_host_builder(k, jit), *host, *ca, ex);
+      ASSERT_TRUE(all) << all.error().message;
+      TuneOptions pr;
+      pr.top_k = 8;
+      ReplayRunner replay(ca->load(key));
+      Result<TuneReport> pruned =
+          tune_kernel(p, key, t, KernelConfig{}, std::make_shared<TaggingBuilder>(make_host_builder(k, jit), p.kind),
+                      replay, *cb, pr);
+      ASSERT_TRUE(pruned) << pruned.error().message;
+      EXPECT_LT(pruned->measured, all->measured) << k.name << ": pruning measured no fewer";
+      EXPECT_LE(pruned->best_time.median_us, all->best_time.median_us * 1.10)
+          << k.name << ": pruned best " << pruned->best_str << " vs exhaustive " << all->best_str;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sf

@@ -193,7 +193,9 @@ Result<TuneReport> tune_kernel(const TuneProblem& problem, const TuneKey& key, c
     CacheEntry e = entries.at(to_measure[j]);
     std::shared_ptr<Artifact> a = artifacts[e.config];
     if (!a) {  // built in an earlier run: build again to run it
-      BuildResult b = builder->build(e.cfg);
+      // Through the pool, like the first build: its deadline, and a throwing
+      // builder becomes an error instead of escaping the tuner.
+      BuildResult b = std::move(build_all(builder, {e.cfg}, opts.build)[0]);
       if (!b.artifact) {
         e.status = CacheEntry::Status::Invalid;
         e.reason = b.error;

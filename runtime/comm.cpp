@@ -94,7 +94,7 @@ bool gloo_timed_out(const std::string& m) {
 // FNV-1a over 64-bit words: a group's rank list in store keys, a collective's
 // arguments in its header.
 struct Fnv {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;  // the FNV-1a 64 offset basis
   Fnv& add(int64_t x) {
     for (int b = 0; b < 8; ++b) {
       h ^= (static_cast<uint64_t>(x) >> (8 * b)) & 0xff;

@@ -360,6 +360,8 @@ TEST(TargetTest, BlocksPerSmFollowsCudaOccupancyRules) {
       {"sm_90", 32, 16, 0, 32, "the 32 blocks/SM limit (threads allow 64)"},
       {"sm_90", 256, 32, 100 * 1024, 2, "shared: 228 KiB / (100 + 1 reserved) KiB = 2"},
       {"sm_80", 256, 32, 100 * 1024, 1, "shared: 164 KiB / 101 KiB = 1"},
+      {"sm_90", 128, 32, 45 * 1024, 4, "shared: 228 / (45 + 1) = 4.96; without the driver's 1 KiB it would be 5"},
+      {"sm_80", 128, 32, 32 * 1024, 4, "shared: 164 / (32 + 1) = 4.97; without the driver's 1 KiB it would be 5"},
       {"sm_90", 256, 32, 227 * 1024, 1, "shared: the opt-in maximum, 227 + 1 KiB = 228 KiB"},
       {"sm_90", 256, 32, 227 * 1024 + 1, 0, "shared: over the per-block maximum"},
       {"sm_80", 256, 32, 164 * 1024, 0, "shared: over sm_80's 163 KiB per block"},

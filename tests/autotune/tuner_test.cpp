@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,7 +63,8 @@ struct FakeBuild {
   int64_t spill = 0;
   std::string code_hash;  // "": "code:<config text>"
   std::string error;      // build fails with it
-  bool hang = false;      // blocks until release()
+  bool hang = false;      // blocks until release(), or 10 s
+  bool throws = false;    // build() throws
 };
 
 struct TextArtifact : Artifact {
@@ -93,12 +95,15 @@ class FakeBuilder : public Builder {
     if (f.hang) {
       std::unique_lock<std::mutex> l(mu_);
       ++hung_;
-      cv_.wait(l, [&] { return released_; });
+      // Bounded, so that a tuner that waits on a hung build fails the test
+      // instead of hanging it.
+      cv_.wait_for(l, std::chrono::seconds(10), [&] { return released_; });
       --hung_;
       cv_.notify_all();
       r.error = "released by the test";
       return r;
     }
+    if (f.throws) throw std::runtime_error("fake crash in " + t);
     if (fail_all) {
       r.error = "compile failed: fake error for " + t;
       return r;
@@ -658,6 +663,32 @@ TEST_F(TunerTest, RaisingTopKMeasuresOnlyTheNewlyChosen) {
   EXPECT_EQ(as_set(builder_->calls()), texts({5, 4}));
   EXPECT_EQ(as_set(runner_->runs()), texts({5, 4}));
   EXPECT_EQ(r2.best, mk(7));
+}
+
+TEST_F(TunerTest, RebuildsForMeasuringHaveTheBuildPoolsDeadlineAndErrors) {
+  // A config built (and ranked out) in one run is built again when a later run
+  // measures it; that build must be as guarded as the first: a deadline and no
+  // exception escaping the tuner.
+  for (int i = 0; i < 6; ++i) set(i, 10 + 10 * i, 100 - i);
+  opts_.top_k = 2;
+  tune(mks(6), mk(0));
+  ASSERT_EQ(as_set(runner_->runs()), texts({5, 4, 0}));
+  reset_counts();
+  builder_->table[text(mk(3))].throws = true;
+  builder_->table[text(mk(2))].hang = true;
+  opts_.top_k = 6;
+  opts_.build.timeout = 200ms;
+  TuneReport r = tune(mks(6), mk(0));
+  EXPECT_EQ(r.built, 0u);
+  EXPECT_EQ(r.measured, 1u);
+  EXPECT_EQ(r.invalid, 2u);
+  EXPECT_EQ(as_set(runner_->runs()), texts({1}));
+  EXPECT_EQ(r.best, mk(5));
+  std::map<std::string, CacheEntry> e = entries();
+  EXPECT_EQ(e.at(text(mk(3))).status, CacheEntry::Status::Invalid);
+  EXPECT_EQ(e.at(text(mk(3))).reason, "compile failed: fake crash in " + text(mk(3)));
+  EXPECT_EQ(e.at(text(mk(2))).status, CacheEntry::Status::Invalid);
+  EXPECT_EQ(e.at(text(mk(2))).reason, "compile timed out after 0.2 s");
 }
 
 TEST_F(TunerTest, DefaultIsNeverRulePruned) {

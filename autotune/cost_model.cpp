@@ -64,7 +64,8 @@ int64_t grid_of(const TuneProblem& p, const KernelConfig& c, const BuildResult& 
 // floating-point sums, which it may not reorder unasked.
 double host_predict(const TuneProblem& p, const KernelConfig& c, const TargetInfo& t) {
   constexpr double kGhz = 2.5, kAddLatency = 4, kPorts = 2;
-  const int lanes = std::max(1, t.simd_bytes / std::max(p.elem_bytes, 1));
+  // f16/bf16 are computed in f32: lanes are those of the arithmetic, not of storage.
+  const int lanes = std::max(1, t.simd_bytes / std::max(p.elem_bytes, 4));
   const bool carried = p.kind == KernelKind::Reduction;
   int v, chains;
   if (carried) {
@@ -105,6 +106,9 @@ double host_predict(const TuneProblem& p, const KernelConfig& c, const TargetInf
     int tile = c.host_tile_n > 0 ? c.host_tile_n : 64;
     double acc_regs = tile * 4.0 / t.simd_bytes;
     if (acc_regs > 16) compute_us *= 1.0 + 0.25 * std::log2(acc_regs / 16);
+    // The inner loop reads a vector of B's K x tile panel per FMA: from L1 when the
+    // panel fits there, else from L2 at about half the rate.
+    if (double(p.k) * tile * p.elem_bytes > t.l1_bytes) compute_us *= 1.5;
     // A is read once per column tile; B's K x tile panel stays in L2 across rows when it fits.
     double a_reads = double(p.batch) * p.m * p.k * p.elem_bytes * std::ceil(double(p.n) / tile);
     double panel = double(p.k) * tile * p.elem_bytes;

@@ -460,6 +460,7 @@ TEST_F(TunerTest, RunFailureIsInvalidAndBestAmongTheOthers) {
   for (int i = 0; i < 4; ++i) set(i, 100, 30 + i);
   runner_->times[text(mk(2))] = 5;  // fastest, but it fails to run
   runner_->fail.insert(text(mk(2)));
+  opts_.top_k = 8;  // every config is measured
   TuneReport r = tune(mks(4), mk(0));
   EXPECT_EQ(r.invalid, 1u);
   EXPECT_EQ(r.measured, 3u);
@@ -708,6 +709,7 @@ TEST_F(TunerTest, DefaultIsNeverRulePruned) {
 
 TEST_F(TunerTest, DefaultOutsideTheSpaceIsAdded) {
   for (int i = 0; i < 4; ++i) set(i, 100, 20 + i);
+  opts_.top_k = 8;  // every config is measured
   TuneReport r = tune({mk(1), mk(2), mk(3)}, mk(0));
   EXPECT_EQ(r.space, 3u);
   EXPECT_EQ(r.built, 4u);
@@ -791,6 +793,21 @@ TEST_F(TunerTest, ConcurrentTunersOfOneKeyBuildEachConfigOnce) {
   EXPECT_EQ(reports[0].best, mk(7));
   EXPECT_EQ(reports[1].best, mk(7));
   EXPECT_EQ(reports[0].best_time, reports[1].best_time);
+}
+
+}  // namespace
+}  // namespace sf
+
+namespace sf {
+namespace {
+
+// top_k 0 (the default): a fifth of the space, between 2 and 8.
+TEST_F(TunerTest, DefaultTopKIsAFifthOfTheSpaceBetweenTwoAndEight) {
+  for (int i = 0; i < 30; ++i) set(i, 100, 10 + i);
+  opts_.top_k = 0;
+  TuneReport r = tune(mks(30), mk(29));
+  EXPECT_EQ(r.measured, 6u + 1u) << "30 / 5 = 6, plus the default";
+  EXPECT_EQ(r.ranked_out, 30u - 7u);
 }
 
 }  // namespace

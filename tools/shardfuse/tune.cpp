@@ -64,7 +64,7 @@ struct TuneCliOptions {
   std::string arch = "sm_90a";
   CacheCliOptions cache;
   double budget_s = 0;
-  int top_k = 8;
+  int top_k = 0;
   bool exhaustive = false;
   double warmup_ms = 10, rep_ms = 40;
   int max_reps = 100;
@@ -246,7 +246,9 @@ void add_tune(CLI::App& app, int& exit_code) {
   add_cache_options(cmd, o->cache);
   cmd->add_option("--tune-budget", o->budget_s, "seconds of tuning per kernel; 0 = no limit (default)")
       ->check(CLI::Range(0.0, 86400.0));
-  cmd->add_option("--top-k", o->top_k, "candidates measured after the cost model's ranking (default 8)")
+  cmd->add_option("--top-k", o->top_k,
+                  "candidates measured after the cost model's ranking, plus the default config (default: a fifth "
+                  "of the space, 2 to 8)")
       ->check(CLI::Range(1, 100000));
   cmd->add_flag("--exhaustive", o->exhaustive, "no pruning: measure every config that builds");
   cmd->add_option("--warmup-ms", o->warmup_ms, "warm-up time per candidate (default 10)")->check(CLI::Range(0.0, 1e5));

@@ -229,6 +229,28 @@ Diag ptxas_error_diag(std::string_view log, const std::string& file) {
   return d;
 }
 
+// Runs argv (no shell) with stdin from /dev/null and stdout and stderr into
+// `log_path`; the wait status, or a Diag when it cannot run.
+static Result<int> run_logged(std::vector<std::string> args, const std::string& log_path) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return error("ptxas: cannot run " + args[0] + ": " + std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return error(std::string("ptxas: waitpid: ") + std::strerror(errno));
+  }
+  return status;
+}
+
 Result<std::vector<KernelResources>> run_ptxas(std::string_view ptx, const PtxasOptions& o) {
   if (!valid_arch(o.arch)) return error("ptxas: '" + o.arch + "' is not an arch like sm_90a");
   if (o.opt_level < 0 || o.opt_level > 3) return error("ptxas: -O" + std::to_string(o.opt_level) + " is not 0..3");
@@ -252,24 +274,10 @@ Result<std::vector<KernelResources>> run_ptxas(std::string_view ptx, const Ptxas
   std::vector<std::string> args = {*ptxas, "-v", "-O" + std::to_string(o.opt_level), "-arch=" + o.arch};
   if (o.max_registers > 0) args.push_back("--maxrregcount=" + std::to_string(o.max_registers));
   args.insert(args.end(), {"-o", cubin_path, ptx_path});
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  // stdout and stderr (where -v writes) both into the log; stdin from /dev/null.
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return error("ptxas: cannot run " + *ptxas + ": " + std::strerror(rc));
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return error(std::string("ptxas: waitpid: ") + std::strerror(errno));
-  }
+  // stdout and stderr (where -v writes) both into the log.
+  Result<int> waited = run_logged(std::move(args), log_path);
+  if (!waited) return waited.error();
+  const int status = *waited;
 
   std::string log;
   {
@@ -292,23 +300,9 @@ Result<std::string> ptxas_version() {
   TempDir dir;
   if (dir.path().empty()) return error(std::string("ptxas: cannot create a temporary directory: ") + std::strerror(errno));
   const std::string log_path = dir.path() + "/version.log";
-  std::vector<std::string> args = {*ptxas, "--version"};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return error("ptxas: cannot run " + *ptxas + ": " + std::strerror(rc));
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return error(std::string("ptxas: waitpid: ") + std::strerror(errno));
-  }
+  Result<int> waited = run_logged({*ptxas, "--version"}, log_path);
+  if (!waited) return waited.error();
+  const int status = *waited;
   std::ifstream f(log_path);
   std::string line, version;
   // "Cuda compilation tools, release 13.0, V13.0.88": the last word of that line.

@@ -28,6 +28,8 @@
 namespace sf {
 namespace {
 
+using kernel_test::finish;
+using kernel_test::reduce;
 using kernel_test::arg_array;
 using kernel_test::jit;
 using kernel_test::module_text;
@@ -35,18 +37,7 @@ using kernel_test::output_tensors;
 
 // ---- groups ---------------------------------------------------------------------------------
 
-Graph finish(GraphBuilder& b) {
-  Result<Graph> r = b.finish();
-  if (!r) {
-    ADD_FAILURE() << r.error().str();
-    return Graph{};
-  }
-  return std::move(r).value();
-}
 
-Value reduce(OpKind k, Value x, std::vector<int64_t> dims, bool keepdim) {
-  return x.builder->op(k, {x}, {AttrValue(std::move(dims)), AttrValue(keepdim)});
-}
 
 // A pointwise chain over [rows, n] with a broadcast bias row, a literal, a libm call
 // and two outputs of different dtypes (f32 and a bf16 cast).

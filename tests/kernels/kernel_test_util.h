@@ -1,4 +1,5 @@
-// What every emitter test needs: one host JIT for the binary, output buffers and
+// What every emitter test needs: one host JIT for the binary, groups from a builder,
+// output buffers and
 // the ABI's argument array for a group, a module's IR text, and ptxas through
 // autotune/ptxas.h (the project's one ptxas runner and -v parser).
 #pragma once
@@ -13,10 +14,26 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include "autotune/ptxas.h"
+#include "codegen/ir/builder.h"
 #include "codegen/ir/graph.h"
 #include "codegen/llvm/backend.h"
 
 namespace sf::kernel_test {
+
+// The builder's graph; an empty graph and a test failure when it does not verify.
+inline Graph finish(GraphBuilder& b) {
+  Result<Graph> r = b.finish();
+  if (!r) {
+    ADD_FAILURE() << r.error().str();
+    return Graph{};
+  }
+  return std::move(r).value();
+}
+
+// A reduction op (sum, mean, max, ...) over `dims`.
+inline Value reduce(OpKind k, Value x, std::vector<int64_t> dims, bool keepdim) {
+  return x.builder->op(k, {x}, {AttrValue(std::move(dims)), AttrValue(keepdim)});
+}
 
 inline llvmb::HostJit& jit() {
   static std::unique_ptr<llvmb::HostJit> j = [] {

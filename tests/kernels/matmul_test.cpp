@@ -40,6 +40,7 @@
 namespace sf {
 namespace {
 
+using kernel_test::finish;
 using kernel_test::jit;
 using kernel_test::output_tensors;
 using kernel_test::arg_array;
@@ -50,14 +51,6 @@ using kernel_test::ptxas_failure;
 
 // ---- graphs and inputs ---------------------------------------------------------------------
 
-Graph finish(GraphBuilder& b) {
-  Result<Graph> r = b.finish();
-  if (!r) {
-    ADD_FAILURE() << r.error().str();
-    return Graph{};
-  }
-  return std::move(r).value();
-}
 
 // Uniform [-1, 1) floats (a sum of K products stays O(sqrt K), where f32's relative
 // tolerance means something), small integers; deterministic per seed.

@@ -32,6 +32,7 @@
 namespace sf {
 namespace {
 
+using kernel_test::finish;
 using kernel_test::jit;
 using kernel_test::module_text;
 using kernel_test::have_ptxas;
@@ -87,14 +88,6 @@ std::vector<Tensor> make_inputs(const Graph& g, uint64_t seed, const std::vector
 // ---- running a group on the host --------------------------------------------------------
 
 
-Graph finish(GraphBuilder& b) {
-  Result<Graph> r = b.finish();
-  if (!r) {
-    ADD_FAILURE() << r.error().str();
-    return Graph{};
-  }
-  return std::move(r).value();
-}
 
 Value gt(Value a, Value b) { return binary(OpKind::Gt, a, b); }
 Value maximum(Value a, Value b) { return binary(OpKind::Maximum, a, b); }

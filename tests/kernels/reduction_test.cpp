@@ -38,6 +38,8 @@
 namespace sf {
 namespace {
 
+using kernel_test::finish;
+using kernel_test::reduce;
 using kernel_test::jit;
 using kernel_test::output_tensors;
 using kernel_test::arg_array;
@@ -46,18 +48,7 @@ using kernel_test::ptxas_failure;
 
 // ---- graphs ------------------------------------------------------------------------------
 
-Graph finish(GraphBuilder& b) {
-  Result<Graph> r = b.finish();
-  if (!r) {
-    ADD_FAILURE() << r.error().str();
-    return Graph{};
-  }
-  return std::move(r).value();
-}
 
-Value reduce(OpKind k, Value x, std::vector<int64_t> dims, bool keepdim) {
-  return x.builder->op(k, {x}, {AttrValue(std::move(dims)), AttrValue(keepdim)});
-}
 
 KernelSpec spec_of(const Graph& g, std::string entry = "red") {
   return KernelSpec{std::move(entry), KernelKind::Reduction, g};

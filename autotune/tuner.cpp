@@ -161,7 +161,7 @@ Result<TuneReport> tune_kernel(const TuneProblem& problem, const TuneKey& key, c
   // and then it matches no other config (an empty hash says nothing about the code).
   const std::string default_hash = entries.count(default_text) ? entries.at(default_text).code_hash : "";
   auto same_code_as_default = [&](const CacheEntry* e) { return !default_hash.empty() && e->code_hash == default_hash; };
-  const int top_k = opts.top_k > 0 ? opts.top_k : std::clamp(static_cast<int>(r.space / 5), 2, 8);
+  const int top_k = opts.top_k > 0 ? opts.top_k : std::clamp(static_cast<int>(r.space / 5), 2, 16);
   std::vector<const CacheEntry*> chosen;
   for (size_t i = 0; i < valid.size(); ++i) {
     bool is_default = valid[i].e->config == default_text || same_code_as_default(valid[i].e);

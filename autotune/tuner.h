@@ -22,7 +22,7 @@ namespace sf {
 
 struct TuneOptions {
   // Candidates measured after ranking (plus the default config). 0: a fifth of the
-  // space, at least 2 and at most 8, so small spaces are not measured nearly whole.
+  // space, at least 2 and at most 16, so small spaces are not measured nearly whole.
   int top_k = 0;
   double budget_s = 0;         // per kernel; 0: none. Past it, no further candidate is measured
   bool prune = true;           // false: measure every config that builds (exhaustive)

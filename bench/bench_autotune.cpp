@@ -9,7 +9,7 @@
 //   linear layer.
 // Each kernel is tuned twice into fresh, empty caches: exhaustively (prune=false:
 // every config that builds is measured, one per distinct code) and pruned (rules,
-// cost-model ranking, top_k = 8 plus the default). Then the two chosen configs and
+// cost-model ranking, top_k = a fifth of the space (2..16) plus the default). Then the two chosen configs and
 // the default are built again and timed back to back, alternating, with the same
 // runner (same inputs), so the ratio compares them under the same conditions, not
 // the two tuning runs' noisy medians (the exhaustive best is the minimum of many

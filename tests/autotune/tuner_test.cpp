@@ -801,8 +801,8 @@ TEST_F(TunerTest, ConcurrentTunersOfOneKeyBuildEachConfigOnce) {
 namespace sf {
 namespace {
 
-// top_k 0 (the default): a fifth of the space, between 2 and 8.
-TEST_F(TunerTest, DefaultTopKIsAFifthOfTheSpaceBetweenTwoAndEight) {
+// top_k 0 (the default): a fifth of the space, between 2 and 16.
+TEST_F(TunerTest, DefaultTopKIsAFifthOfTheSpaceBetweenTwoAndSixteen) {
   for (int i = 0; i < 30; ++i) set(i, 100, 10 + i);
   opts_.top_k = 0;
   TuneReport r = tune(mks(30), mk(29));

@@ -44,6 +44,9 @@ TEST(TuneCli, MeasuresThenTheSameCommandIsAllCacheHits) {
   EXPECT_NE(first.out.find("space "), std::string::npos) << first.out;
   EXPECT_NE(first.out.find("speedup "), std::string::npos) << first.out;
   EXPECT_EQ(best_configs(first.out).size(), 3u) << first.out;
+  // Not a terminal: plain progress lines, no carriage returns.
+  EXPECT_NE(first.out.find("[kernel 1/3] "), std::string::npos) << first.out;
+  EXPECT_EQ(first.out.find('\r'), std::string::npos) << first.out;
 
   CliResult second = shardfuse("tune " + example("tp_mlp.sf") + " --world 4 --cache " + d.str() + kQuick);
   ASSERT_EQ(second.code, 0) << second.out;

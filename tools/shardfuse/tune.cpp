@@ -248,7 +248,7 @@ void add_tune(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--top-k", o->top_k,
                   "candidates measured after the cost model's ranking, plus the default config (default: a fifth "
-                  "of the space, 2 to 8)")
+                  "of the space, 2 to 16)")
       ->check(CLI::Range(1, 100000));
   cmd->add_flag("--exhaustive", o->exhaustive, "no pruning: measure every config that builds");
   cmd->add_option("--warmup-ms", o->warmup_ms, "warm-up time per candidate (default 10)")->check(CLI::Range(0.0, 1e5));

@@ -65,16 +65,12 @@ int64_t grid_of(const TuneProblem& p, const KernelConfig& c, const BuildResult& 
 double host_predict(const TuneProblem& p, const KernelConfig& c, const TargetInfo& t) {
   constexpr double kGhz = 2.5, kAddLatency = 4, kPorts = 2;
   // f16/bf16 are computed in f32: lanes are those of the arithmetic, not of storage.
-  const int lanes = std::max(1, t.simd_bytes / std::max(p.elem_bytes, 4));
+  // LLVM's x86 backend prefers 256-bit vectors even where AVX-512 exists (the
+  // prefer-vector-width=256 default of Skylake-AVX512 and later), so wider vectors
+  // are split into 256-bit operations.
+  const int simd = std::min(t.simd_bytes, 32);
+  const int lanes = std::max(1, simd / std::max(p.elem_bytes, 4));
   const bool carried = p.kind == KernelKind::Reduction;
-  int v, chains;
-  if (carried) {
-    v = c.host_vector == 0 ? 1 : c.host_vector;
-    chains = c.host_vector == 0 ? 1 : (c.host_interleave == 0 ? 2 : c.host_interleave);
-  } else {
-    v = c.host_vector == 0 ? lanes : c.host_vector;
-    chains = c.host_interleave == 0 ? 2 : c.host_interleave;
-  }
   double trip = 0, outer = 1, ops = 1;
   switch (p.kind) {
     case KernelKind::Pointwise:
@@ -94,6 +90,18 @@ double host_predict(const TuneProblem& p, const KernelConfig& c, const TargetInf
       break;
     }
   }
+  // What LLVM picks by itself: the full width, or the widest power of two the trip
+  // count fills when it is shorter; interleave 2 where two bodies fit.
+  int v, chains;
+  if (carried) {
+    v = c.host_vector == 0 ? 1 : c.host_vector;
+    chains = c.host_vector == 0 ? 1 : (c.host_interleave == 0 ? 2 : c.host_interleave);
+  } else {
+    int fit = 1;
+    while (fit * 2 <= std::min<double>(trip, lanes)) fit *= 2;
+    v = c.host_vector == 0 ? fit : c.host_vector;
+    chains = c.host_interleave == 0 ? static_cast<int>(std::clamp(std::floor(trip / v), 1.0, 2.0)) : c.host_interleave;
+  }
   const double step = double(v) * chains;
   const double bodies = std::floor(trip / step), rem = trip - bodies * step;
   const double vec_ops = ops * chains * std::ceil(double(v) / lanes);
@@ -107,7 +115,7 @@ double host_predict(const TuneProblem& p, const KernelConfig& c, const TargetInf
   if (p.kind == KernelKind::Matmul) {
     // Accumulators past 16 SIMD registers spill to L1 every K step.
     int tile = c.host_tile_n > 0 ? c.host_tile_n : 64;
-    double acc_regs = tile * 4.0 / t.simd_bytes;
+    double acc_regs = tile * 4.0 / simd;
     if (acc_regs > 16) compute_us *= 1.0 + 0.25 * std::log2(acc_regs / 16);
     // The inner loop reads a vector of B's K x tile panel per FMA: from L1 when the
     // panel fits there, else from L2 at about half the rate.

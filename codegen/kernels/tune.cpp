@@ -43,6 +43,14 @@ const std::string& llvm_toolchain() {
   return s;
 }
 
+// The kernel emitted for one candidate config (entry "sf_tune": every candidate
+// is compiled on its own, so names never clash).
+Result<EmittedKernel> emit_candidate(const LocalKernel& k, const KernelConfig& c, const llvmb::Target& t) {
+  std::optional<KernelKind> kind = kernel_kind_of(k);
+  if (!kind) return Diag{"", {}, "no emitter for " + k.kind + " kernels"};
+  return emitter_for(*kind).emit(KernelSpec{"sf_tune", *kind, k.group}, c, t);
+}
+
 // Host artifacts: the optimised module, JIT-compiled on first use. Most built
 // candidates are ranked out and never run, so they never pay for machine code.
 struct HostArtifact final : Artifact {
@@ -75,12 +83,7 @@ class HostCandidateBuilder final : public Builder {
   BuildResult build(const KernelConfig& c) override {
     auto t0 = Clock::now();
     BuildResult r;
-    std::optional<KernelKind> kind = kernel_kind_of(k_);
-    if (!kind) {
-      r.error = "no emitter for " + k_.kind + " kernels";
-      return r;
-    }
-    Result<EmittedKernel> e = emitter_for(*kind).emit(KernelSpec{"sf_tune", *kind, k_.group}, c, llvmb::Target::host());
+    Result<EmittedKernel> e = emit_candidate(k_, c, llvmb::Target::host());
     if (!e) {
       r.error = e.error().message;
       return r;
@@ -113,12 +116,7 @@ class PtxCandidateBuilder final : public Builder {
   BuildResult build(const KernelConfig& c) override {
     auto t0 = Clock::now();
     BuildResult r;
-    std::optional<KernelKind> kind = kernel_kind_of(k_);
-    if (!kind) {
-      r.error = "no emitter for " + k_.kind + " kernels";
-      return r;
-    }
-    Result<EmittedKernel> e = emitter_for(*kind).emit(KernelSpec{"sf_tune", *kind, k_.group}, c, llvmb::Target::nvptx(arch_));
+    Result<EmittedKernel> e = emit_candidate(k_, c, llvmb::Target::nvptx(arch_));
     if (!e) {
       r.error = e.error().message;
       return r;

@@ -120,14 +120,7 @@ Result<EmittedKernel> emit_host(KernelKind kind, const Graph& g, const KernelCon
 
 Result<std::vector<Tensor>> run_host(KernelKind kind, const Graph& g, const std::vector<Tensor>& inputs,
                                      const KernelConfig& cfg) {
-  Result<EmittedKernel> k = emit_host(kind, g, cfg);
-  if (!k) return k.error();
-  Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
-  if (!fn) return fn.error();
-  std::vector<Tensor> out = output_tensors(g);
-  std::vector<void*> args = arg_array(inputs, out);
-  reinterpret_cast<void (*)(void**)>(*fn)(args.data());
-  return out;
+  return kernel_test::run_emitted(emit_host(kind, g, cfg), g, inputs);
 }
 
 // The host kernel under every config in `configs` matches the reference within

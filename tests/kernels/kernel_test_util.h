@@ -16,6 +16,7 @@
 #include "autotune/ptxas.h"
 #include "codegen/ir/builder.h"
 #include "codegen/ir/graph.h"
+#include "codegen/kernels/emitter.h"
 #include "codegen/llvm/backend.h"
 
 namespace sf::kernel_test {
@@ -60,6 +61,18 @@ inline std::vector<void*> arg_array(const std::vector<Tensor>& inputs, std::vect
   for (const Tensor& t : inputs) args.push_back(const_cast<std::byte*>(t.data()));
   for (Tensor& t : out) args.push_back(t.data());
   return args;
+}
+
+// JIT-compiles an emitted host kernel and runs it once on `inputs`: its outputs.
+inline Result<std::vector<Tensor>> run_emitted(Result<EmittedKernel> k, const Graph& g,
+                                               const std::vector<Tensor>& inputs) {
+  if (!k) return k.error();
+  Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
+  if (!fn) return fn.error();
+  std::vector<Tensor> out = output_tensors(g);
+  std::vector<void*> args = arg_array(inputs, out);
+  reinterpret_cast<void (*)(void**)>(*fn)(args.data());
+  return out;
 }
 
 inline std::string module_text(const llvm::Module& m) {

@@ -142,14 +142,7 @@ KernelSpec spec_of(const Graph& g, std::string entry = "mm") { return KernelSpec
 
 // The host kernel (emitter_for(Matmul), as the pipeline calls it).
 Result<std::vector<Tensor>> run_host(const Graph& g, const std::vector<Tensor>& inputs) {
-  Result<EmittedKernel> k = emitter_for(KernelKind::Matmul).emit(spec_of(g), {}, llvmb::Target::host());
-  if (!k) return k.error();
-  Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
-  if (!fn) return fn.error();
-  std::vector<Tensor> out = output_tensors(g);
-  std::vector<void*> args = arg_array(inputs, out);
-  reinterpret_cast<void (*)(void**)>(*fn)(args.data());
-  return out;
+  return kernel_test::run_emitted(emitter_for(KernelKind::Matmul).emit(spec_of(g), {}, llvmb::Target::host()), g, inputs);
 }
 
 void sim_barrier(void* ctx) { static_cast<std::barrier<>*>(ctx)->arrive_and_wait(); }

@@ -102,14 +102,7 @@ std::vector<Tensor> random_inputs_for(const Graph& g, uint64_t seed, double lo =
 
 // Emits `g` for the host, JIT-compiles it and runs it on `inputs`.
 Result<std::vector<Tensor>> run_host(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg = {}) {
-  Result<EmittedKernel> k = reduction_emitter().emit(spec_of(g), cfg, llvmb::Target::host());
-  if (!k) return k.error();
-  Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
-  if (!fn) return fn.error();
-  std::vector<Tensor> out = output_tensors(g);
-  std::vector<void*> args = arg_array(inputs, out);
-  reinterpret_cast<void (*)(void**)>(*fn)(args.data());
-  return out;
+  return kernel_test::run_emitted(reduction_emitter().emit(spec_of(g), cfg, llvmb::Target::host()), g, inputs);
 }
 
 // One simulated block: a std::barrier for __syncthreads and a slot per thread for

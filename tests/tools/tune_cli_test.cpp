@@ -184,5 +184,34 @@ TEST(TuneCli, BadArgumentsAreClearErrors) {
   EXPECT_EQ(missing.code, 1) << missing.out;
 }
 
+std::string relu_graph(int rows) {
+  return "graph g(x: f32[" + std::to_string(rows) + ", 60]) {\n  y = relu(mul(x, 2.0))\n  return y\n}\n";
+}
+
+TEST(TuneCli, Pow2BucketsShareResultsAcrossNearbyShapes) {
+  TempDir d;
+  write_file(d / "a.sf", relu_graph(100));
+  write_file(d / "b.sf", relu_graph(120));
+  std::string cache = " --cache " + (d / "cache") + kQuick;
+  CliResult a = shardfuse("tune " + (d / "a.sf") + " --shape-buckets pow2" + cache);
+  ASSERT_EQ(a.code, 0) << a.out;
+  EXPECT_EQ(summary(a.out), (std::array<int, 3>{1, 0, 1})) << a.out;
+  // 120 x 60 rounds to 128 x 64 as 100 x 60 does: the same key.
+  CliResult b = shardfuse("tune " + (d / "b.sf") + " --shape-buckets pow2" + cache);
+  EXPECT_EQ(summary(b.out), (std::array<int, 3>{1, 1, 0})) << b.out;
+  // Exact shapes: a new key.
+  CliResult exact = shardfuse("tune " + (d / "b.sf") + cache);
+  EXPECT_EQ(summary(exact.out), (std::array<int, 3>{1, 0, 1})) << exact.out;
+}
+
+TEST(TuneCli, ABudgetStopsMeasuringAndSaysSo) {
+  TempDir d;
+  write_file(d / "a.sf", relu_graph(64));
+  CliResult r = shardfuse("tune " + (d / "a.sf") + " --cache " + d.str() + " --tune-budget 0.000001 --top-k 4");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("tuning budget of"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("measured 0 "), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace sf

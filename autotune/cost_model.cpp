@@ -167,8 +167,10 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
     double compute = waves * tile_flops / per_block_rate;
     // Global traffic: every tile reads its A and B panels; GROUP_M keeps about half in L2.
     const double l2 = c.group_m > 1 ? 0.5 : 0.75;
-    double traffic = double(grid) * double(p.k) * (c.block_m + c.block_n) * p.elem_bytes * l2 +
-                     double(p.batch) * p.m * p.n * p.elem_bytes;
+    // Split-K reads each K slice once as well (grid counts the splits) and adds every
+    // split's partial output atomically: a read and a write of the output per split.
+    double traffic = double(grid) * double(p.k) / c.split_k * (c.block_m + c.block_n) * p.elem_bytes * l2 +
+                     double(p.batch) * p.m * p.n * p.elem_bytes * (c.split_k > 1 ? 2 * c.split_k : 1);
     double mem = traffic / (sm_bw * busy_sms);
     return std::max(compute, mem) + t.launch_us;
   }

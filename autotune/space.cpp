@@ -55,17 +55,18 @@ std::vector<KernelConfig> gpu_matmul() {
       for (int bk : {8, 16, 32})
         for (int warps : {2, 4, 8})
           for (int stages : {1, 2, 3})
-            for (int group_m : {1, 8}) {
-              KernelConfig c;
-              c.block_m = bm;
-              c.block_n = bn;
-              c.block_k = bk;
-              c.warps = warps;
-              c.stages = stages;
-              c.group_m = group_m;
-              c.split_k = 1;  // the emitter has no split-K yet
-              out.push_back(c);
-            }
+            for (int group_m : {1, 8})
+              for (int split : {1, 2, 4}) {
+                KernelConfig c;
+                c.block_m = bm;
+                c.block_n = bn;
+                c.block_k = bk;
+                c.warps = warps;
+                c.stages = stages;
+                c.group_m = group_m;
+                c.split_k = split;
+                out.push_back(c);
+              }
   return out;
 }
 
@@ -161,6 +162,16 @@ std::optional<std::string> rule_reject(const TuneProblem& p, const KernelConfig&
         return s(int64_t{c.block_m} * c.block_n / threads) + " outputs per thread need more than 255 registers";
       if (c.group_m > 1 && (p.m + c.block_m - 1) / c.block_m <= 1)
         return "group_m " + s(c.group_m) + " swizzles nothing with one row of tiles";
+      if (c.split_k > 1) {
+        // Split-K adds partial sums atomically into a zeroed output: only a bare f32
+        // matmul, and only worth it when the output tiles leave SMs idle.
+        if (!p.bare) return "split_k " + s(c.split_k) + " needs the bare f32 matmul as the kernel's output";
+        int64_t tiles = p.batch * ((p.m + c.block_m - 1) / c.block_m) * ((p.n + c.block_n - 1) / c.block_n);
+        if (tiles >= t.sms) return "split_k " + s(c.split_k) + ": " + s(tiles) + " output tiles already fill " + s(t.sms) + " SMs";
+        int64_t kt = (p.k + c.block_k - 1) / c.block_k;
+        if (kt % c.split_k != 0 || kt / c.split_k < 2)
+          return "split_k " + s(c.split_k) + " does not split " + s(kt) + " K tiles into parts of 2 or more";
+      }
       return std::nullopt;
     }
     case KernelKind::Gather: return std::nullopt;

@@ -28,6 +28,7 @@ std::string plan_to_json(const Plan& p) {
             {"shared_bytes", k.shared_bytes}, {"registers", k.registers}, {"spill_bytes", k.spill_bytes},
             {"bytes_read", k.bytes_read}, {"bytes_written", k.bytes_written}, {"flops", k.flops},
             {"ops", k.ops}};
+    if (k.zero_outputs) kj["zero_outputs"] = true;
     if (!k.config.empty()) kj["config"] = k.config;
     if (!k.config_source.empty()) kj["config_source"] = k.config_source;
     j["kernels"].push_back(kj);
@@ -98,6 +99,7 @@ Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
       k.bytes_written = kj.value("bytes_written", int64_t{0});
       k.flops = kj.value("flops", int64_t{0});
       k.ops = kj.value("ops", std::vector<std::string>{});
+      k.zero_outputs = kj.value("zero_outputs", false);
       k.config = kj.value("config", std::string());
       k.config_source = kj.value("config_source", std::string());
       p.kernels.push_back(std::move(k));

@@ -177,6 +177,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     pk.grid = e->launch.grid;
     pk.block = e->launch.block;
     pk.shared_bytes = e->launch.shared_bytes;
+    pk.zero_outputs = e->launch.zero_outputs;
     Result<std::string> ptx = llvmb::compile_to_ptx(*e->module, opts.arch);
     if (!ptx.ok()) {
       kernel_errors[i] = pk.id + ": " + ptx.error().message;

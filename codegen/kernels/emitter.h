@@ -43,6 +43,9 @@ struct LaunchShape {
   std::array<int64_t, 3> grid{1, 1, 1};
   std::array<int, 3> block{1, 1, 1};
   int shared_bytes = 0;
+  // The outputs must be zero before the launch: the kernel adds into them (split-K
+  // matmuls add each block's partial sums atomically).
+  bool zero_outputs = false;
 };
 
 struct EmittedKernel {

@@ -61,6 +61,7 @@ struct Plan {
   std::vector<int64_t> a_bstride, b_bstride;
   int64_t sam = 0, sak = 0, sbk = 0, sbn = 0;  // strides of A's M, K and B's K, N dims
   std::vector<ValueIndex> out_at;             // each output's index over O
+  bool bare = false;  // the kernel's one output is the matmul's own result (no epilogue)
 };
 
 // The index over O of a value of `shape` written at O's flat index: shapes equal but
@@ -228,6 +229,7 @@ Result<Plan> analyse(const KernelSpec& spec) {
   };
   for (size_t o = 0; o < g.outputs().size(); ++o)
     if (auto d = walk(g.outputs()[o].value, p.out_at[o])) return *d;
+  p.bare = g.outputs().size() == 1 && g.outputs()[0].value == p.mm;
   return p;
 }
 
@@ -351,7 +353,8 @@ struct Tiling {
   int va = 1, vb = 1;                      // widths of the shared vector loads
   int64_t stage_floats = 0;
   int64_t shared_bytes = 0;
-  int64_t kt = 0;  // K tiles
+  int64_t kt = 0;  // K tiles one block walks (all of them unless split-K)
+  int split = 1;   // split-K: blocks (grid z) that each sum kt of the K tiles
   // Copies by cp.async (PTX ISA 7.0, sm_80+) straight into shared memory, no
   // registers on the way: f32 only, where shared memory holds the storage type.
   bool async = false;
@@ -360,7 +363,22 @@ struct Tiling {
 Result<Tiling> make_tiling(const KernelConfig& c, const Plan& p, int sm) {
   auto bad = [](const std::string& s) -> Result<Tiling> { return diag(s); };
   auto num = [](int64_t v) { return std::to_string(v); };
-  if (c.split_k != 1) return bad("split_k = " + num(c.split_k) + " is not supported yet (only 1)");
+  if (!pow2(c.split_k) || c.split_k > 64) return bad("split_k = " + num(c.split_k) + " is not a power of two in 1..64");
+  if (c.split_k > 1) {
+    // Each split adds its partial sums into the output atomically: nothing may be
+    // applied to them first, and PTX has f32 atomic adds (f16/bf16 ones only on some
+    // archs and not for every layout).
+    if (!p.bare)
+      return bad("split_k = " + num(c.split_k) +
+                 " needs the matmul's own result as the kernel's only output (an epilogue would see partial sums)");
+    if (p.dtype != DType::F32)
+      return bad("split_k = " + num(c.split_k) + " needs an f32 matmul (partial sums are added with f32 atomics), not " +
+                 std::string(dtype_name(p.dtype)));
+    int64_t tiles = ceil_div(p.K, int64_t{c.block_k});
+    if (tiles % c.split_k != 0)
+      return bad("split_k = " + num(c.split_k) + " does not divide the " + num(tiles) + " K tiles of block_k = " +
+                 num(c.block_k) + " (K = " + num(p.K) + ")");
+  }
   if (!pow2(c.block_m) || c.block_m > 256) return bad("block_m = " + num(c.block_m) + " is not a power of two in 1..256");
   if (!pow2(c.block_n) || c.block_n > 256) return bad("block_n = " + num(c.block_n) + " is not a power of two in 1..256");
   if (!pow2(c.block_k) || c.block_k > 128) return bad("block_k = " + num(c.block_k) + " is not a power of two in 1..128");
@@ -414,7 +432,8 @@ Result<Tiling> make_tiling(const KernelConfig& c, const Plan& p, int sm) {
     return bad("the tiles need " + num(t.shared_bytes) + " bytes of shared memory (" + num(t.stages) + " stages of " +
                num(t.bm) + "x" + num(t.bk) + " and " + num(t.bk) + "x" + num(t.bn) + " f32), more than sm_" + num(sm) +
                "'s " + num(max_shared_bytes(sm)) + " per block");
-  t.kt = ceil_div(p.K, t.bk);
+  t.split = c.split_k;
+  t.kt = ceil_div(p.K, t.bk) / t.split;
   t.async = sm >= 80 && t.stages >= 2 && p.dtype == DType::F32;
   return t;
 }
@@ -422,8 +441,9 @@ Result<Tiling> make_tiling(const KernelConfig& c, const Plan& p, int sm) {
 LaunchShape matmul_launch(const Plan& p, const Tiling& t) {
   LaunchShape l;
   int64_t tiles = ceil_div(p.M, t.bm) * ceil_div(p.N, t.bn);
-  l.grid = {std::max<int64_t>(tiles, 1), std::max<int64_t>(p.nbatch, 1), 1};
+  l.grid = {std::max<int64_t>(tiles, 1), std::max<int64_t>(p.nbatch, 1), t.split};
   l.block = {t.threads, 1, 1};
+  l.zero_outputs = t.split > 1;
   l.shared_bytes = static_cast<int>(t.shared_bytes);
   return l;
 }
@@ -441,7 +461,7 @@ Result<bool> check_grid(const Plan& p, const Tiling& t) {
 // tile past K (the last prefetch), and every tensor's size.
 bool fits_i32(const Graph& g, const Plan& p, const Tiling& t) {
   const int64_t lim = int64_t{1} << 31;
-  int64_t mp = ceil_div(p.M, t.bm) * t.bm + t.bm, np = ceil_div(p.N, t.bn) * t.bn + t.bn, kp = (t.kt + 1) * t.bk;
+  int64_t mp = ceil_div(p.M, t.bm) * t.bm + t.bm, np = ceil_div(p.N, t.bn) * t.bn + t.bn, kp = (t.kt * t.split + 1) * t.bk;
   auto span = [&](const std::vector<int64_t>& bs, int64_t r, int64_t sr, int64_t c, int64_t sc) {
     int64_t s = (r - 1) * sr + (c - 1) * sc + 1;
     for (size_t e = 0; e < bs.size(); ++e) s += (p.batch[e] - 1) * bs[e];
@@ -468,7 +488,7 @@ class TiledKernel {
     const size_t np = g_.params().size(), no = g_.outputs().size();
     it_ = !wide_ && fits_i32(g_, p_, t_) ? b_.getInt32Ty() : b_.getInt64Ty();
     f32_ = b_.getFloatTy();
-    llvm::Value *bx = nullptr, *by = nullptr;
+    llvm::Value *bx = nullptr, *by = nullptr, *bz = nullptr;
     if (!sim_) {
       llvm::Type* gptr = llvm::PointerType::get(c, 1);  // addrspace(1): global memory
       auto* fty = llvm::FunctionType::get(b_.getVoidTy(), std::vector<llvm::Type*>(np + no, gptr), false);
@@ -485,6 +505,7 @@ class TiledKernel {
       tid_ = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
       bx = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
       by = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y);
+      if (t_.split > 1) bz = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z);
       // Dynamic shared memory (`.extern .shared .b8 sf_smem[]`), sized by the launch:
       // static shared memory stops at 48 KiB, and Triton's configs go beyond it.
       auto* arr = llvm::ArrayType::get(f32_, 0);
@@ -495,7 +516,9 @@ class TiledKernel {
     } else {
       llvm::Type* i32 = b_.getInt32Ty();
       llvm::Type* ptr = b_.getPtrTy();
-      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, i32, i32, ptr, ptr, ptr}, false);
+      // void entry(ptr args, i32 blockIdx.x, i32 blockIdx.y, i32 threadIdx.x, ptr smem,
+      //            ptr barrier, ptr barrier_ctx, i32 blockIdx.z)
+      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, i32, i32, ptr, ptr, ptr, i32}, false);
       fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec_.entry, m_);
       b_.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn_));
       for (size_t i = 0; i < np + no; ++i) {
@@ -506,6 +529,7 @@ class TiledKernel {
       by = b_.CreateZExt(fn_->getArg(2), it_);
       tid_ = b_.CreateZExt(fn_->getArg(3), it_);
       smem_ = fn_->getArg(4);
+      if (t_.split > 1) bz = b_.CreateZExt(fn_->getArg(7), it_);
     }
     fn_->setDoesNotThrow();
     cg_.emplace(b_, m_, target_);
@@ -536,6 +560,8 @@ class TiledKernel {
     row0_ = b_.CreateAdd(m0_, a_read_, "row0", true, true);
     col0_ = b_.CreateAdd(n0_, b_.CreateMul(tn, k(t_.rn), "", true, true), "col0", true, true);
     plan_loads();
+    // Split-K: this block sums K tiles [bz * kt, (bz + 1) * kt).
+    if (bz) kbase_ = b_.CreateMul(bz, k(t_.kt * t_.bk), "kbase", true, true);
 
     std::vector<llvm::Value*> acc(static_cast<size_t>(t_.rm * t_.rn), llvm::ConstantFP::get(f32_, 0.0));
     if (t_.kt > 0) acc = k_loop();
@@ -590,6 +616,7 @@ class TiledKernel {
   // operands (so the edge tiles need no other checks: 0 * 0 adds nothing). An
   // address outside is clamped to element 0, which exists whenever a tile does.
   std::vector<llvm::Value*> load_tile(llvm::Value* k0) {
+    if (kbase_) k0 = b_.CreateAdd(k0, kbase_, "", true, true);
     std::vector<llvm::Value*> vals;
     for (int which = 0; which < 2; ++which) {
       const Operand& op = which == 0 ? p_.a : p_.b;
@@ -636,9 +663,10 @@ class TiledKernel {
   // wait, which is one of the orders cp.async allows.
   void issue_tile(llvm::Value* k0, llvm::Value* stage) {
     if (sim_) {
-      store_tile(load_tile(k0), stage);
+      store_tile(load_tile(k0), stage);  // load_tile adds kbase_
       return;
     }
+    if (kbase_) k0 = b_.CreateAdd(k0, kbase_, "", true, true);
     llvm::Value* base = b_.CreateMul(stage, k(t_.stage_floats), "", true, true);
     for (int which = 0; which < 2; ++which) {
       const Operand& op = which == 0 ? p_.a : p_.b;
@@ -813,6 +841,16 @@ class TiledKernel {
         coords[coords.size() - 2] = row;
         coords.back() = col;
         llvm::Value* flat = b_.CreateAdd(row_off, col, "", true, true);
+        if (t_.split > 1) {
+          // A partial sum: added into the output, which the launch zeroed
+          // (LaunchShape::zero_outputs). Relaxed order: only the sum matters.
+          llvm::Value* at = b_.CreateInBoundsGEP(f32_, out_[0], flat);
+          b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, at, acc[static_cast<size_t>(r * t_.rn + cc)],
+                             llvm::MaybeAlign(4), llvm::AtomicOrdering::Monotonic);
+          b_.CreateBr(next);
+          b_.SetInsertPoint(next);
+          continue;
+        }
         Elem mm{cg_->round_to(p_.dtype, acc[static_cast<size_t>(r * t_.rn + cc)]), p_.dtype};
         Result<std::vector<Elem>> outs = epi.outputs(coords, flat, mm);
         if (!outs) return outs.error();
@@ -840,6 +878,7 @@ class TiledKernel {
   llvm::Type* it_ = nullptr;
   llvm::Type* f32_ = nullptr;
   llvm::Value* smem_ = nullptr;
+  llvm::Value* kbase_ = nullptr;  // split-K: the first K element of this block's share
   llvm::Value *tid_ = nullptr, *m0_ = nullptr, *n0_ = nullptr, *zbase_ = nullptr;
   llvm::Value *a_read_ = nullptr, *b_read_ = nullptr, *row0_ = nullptr, *col0_ = nullptr;
   BatchIndex bi_;

@@ -252,6 +252,7 @@ Result<TuneProblem> tune_problem(const LocalKernel& k) {
       break;
     }
     if (*kind == KernelKind::Matmul && n.op == OpKind::Matmul) {
+      p.bare = g.outputs().size() == 1 && &g.node(g.outputs()[0].value) == &n && n.type.dtype == DType::F32;
       const Shape& a = g.node(n.inputs[0]).type.shape;
       const Shape& out = n.type.shape;
       p.k = a.back();

@@ -111,7 +111,7 @@ TEST(SpaceTest, SizesPerKindAndTarget) {
       // threads_per_row x rows_per_block with 32 <= threads <= 1024: 3 (tpr 8: rows 4..16) + 4 (16) + 5 (32)
       // + 5 (64) + 4 (128) + 3 (256) + 2 (512) + 1 (1024) = 27, x 2 grids
       {KernelKind::Reduction, true, 54, "27 thread shapes x 2 grids"},
-      {KernelKind::Matmul, true, 486, "3 block_m x 3 block_n x 3 block_k x 3 warps x 3 stages x 2 group_m"},
+      {KernelKind::Matmul, true, 1458, "3 block_m x 3 block_n x 3 block_k x 3 warps x 3 stages x 2 group_m x 3 split_k"},
       {KernelKind::Gather, true, 4, "4 blocks"},
       {KernelKind::Pointwise, false, 30, "6 host_vector x 5 host_interleave"},
       {KernelKind::Reduction, false, 30, "6 host_vector x 5 host_interleave"},
@@ -752,6 +752,40 @@ TEST(TuneKeyTest, HashChangesWithEveryField) {
     EXPECT_NE(v, base);
     EXPECT_TRUE(hashes.insert(v.hash()).second) << v.text();
   }
+}
+
+}  // namespace
+}  // namespace sf
+
+namespace sf {
+namespace {
+
+// Split-K only for a bare f32 matmul whose output tiles leave SMs idle and whose K
+// tiles it divides into parts of two or more.
+TEST(SpaceTest, SplitKRules) {
+  TargetInfo t = gpu_target_info("sm_90a").value();
+  TuneProblem p;
+  p.kind = KernelKind::Matmul;
+  p.m = 128;
+  p.n = 128;
+  p.k = 4096;
+  p.bare = true;
+  KernelConfig c;  // 64x64x16: 4 output tiles, 256 K tiles
+  c.split_k = 4;
+  EXPECT_FALSE(rule_reject(p, c, t)) << *rule_reject(p, c, t);
+  p.bare = false;
+  ASSERT_TRUE(rule_reject(p, c, t));
+  EXPECT_NE(rule_reject(p, c, t)->find("bare f32 matmul"), std::string::npos);
+  p.bare = true;
+  p.m = p.n = 4096;  // 4096 tiles fill 132 SMs
+  ASSERT_TRUE(rule_reject(p, c, t));
+  EXPECT_NE(rule_reject(p, c, t)->find("already fill 132 SMs"), std::string::npos);
+  p.m = p.n = 128;
+  p.k = 96;  // 6 K tiles: 4 does not divide them
+  ASSERT_TRUE(rule_reject(p, c, t));
+  EXPECT_NE(rule_reject(p, c, t)->find("does not split 6 K tiles"), std::string::npos);
+  c.split_k = 2;  // 3 tiles each
+  EXPECT_FALSE(rule_reject(p, c, t));
 }
 
 }  // namespace

@@ -156,15 +156,17 @@ Result<std::vector<Tensor>> run_tiled(const Graph& g, const std::vector<Tensor>&
   LaunchShape launch = k->launch;
   Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
   if (!fn) return fn.error();
-  using Entry = void (*)(void**, int32_t, int32_t, int32_t, void*, void (*)(void*), void*);
+  using Entry = void (*)(void**, int32_t, int32_t, int32_t, void*, void (*)(void*), void*, int32_t);
   auto entry = reinterpret_cast<Entry>(*fn);
   std::vector<Tensor> out = output_tensors(g);
-  // Poison the outputs: an element the kernel misses shows up as a mismatch.
+  // Poison the outputs: an element the kernel misses shows up as a mismatch. A
+  // split-K kernel adds into its output, which the launch zeroes.
   for (Tensor& t : out)
-    if (t.nbytes()) std::memset(t.data(), 0x7f, t.nbytes());
+    if (t.nbytes()) std::memset(t.data(), launch.zero_outputs ? 0 : 0x7f, t.nbytes());
   std::vector<void*> args = arg_array(inputs, out);
   const int threads = launch.block[0];
   std::vector<float> smem(static_cast<size_t>(launch.shared_bytes) / 4 + 4);
+  for (int64_t bz = 0; bz < launch.grid[2]; ++bz)
   for (int64_t by = 0; by < launch.grid[1]; ++by)
     for (int64_t bx = 0; bx < launch.grid[0]; ++bx) {
       // Garbage in shared memory, as on a GPU: the kernel must not read before writing.
@@ -173,7 +175,8 @@ Result<std::vector<Tensor>> run_tiled(const Graph& g, const std::vector<Tensor>&
       std::vector<std::thread> pool;
       for (int t = 0; t < threads; ++t)
         pool.emplace_back([&, t] {
-          entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, smem.data(), &sim_barrier, &bar);
+          entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, smem.data(), &sim_barrier, &bar,
+                static_cast<int32_t>(bz));
         });
       for (std::thread& th : pool) th.join();
     }
@@ -594,6 +597,55 @@ TEST(MatmulErrors, UnsupportedConfigsAreDiags) {
   KernelConfig big = config(128, 128, 64, 8, 2);  // 2 * 64 * (132 + 128) * 4 = 133120 bytes
   EXPECT_NE(emit_error(g, big, llvmb::Target::nvptx("sm_86")).find("sm_86"), std::string::npos);
   EXPECT_TRUE(emit_matmul(spec_of(g), big, llvmb::Target::nvptx("sm_90a")).ok());
+}
+
+// Split-K: grid z splits the K tiles; each block adds its partial sums into the
+// zeroed output atomically. Run block by block on the host against the reference.
+TEST(MatmulSplitK, PartialSumsAddUpToTheMatmul) {
+  auto split = [](KernelConfig c, int s) {
+    c.split_k = s;
+    return c;
+  };
+  // K = 128 is 8 tiles of 16 (or 4 of 32): splits 2, 4 and 8 divide them; M and N ragged.
+  for (const Mm& s : {Mm{33, 65, 128}, Mm{7, 130, 128}, Mm{64, 64, 256}}) {
+    SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k));
+    check(plain(s), {split(config(32, 32, 16, 2), 2), split(config(32, 64, 16, 4, 3), 4),
+                     split(config(64, 32, 16, 4, 1), 8), split(config(16, 16, 32, 1, 2), 4)});
+  }
+  // Batched: blockIdx.y is the batch, blockIdx.z the split.
+  GraphBuilder b("bmm");
+  b.ret(matmul(b.param("in0", DType::F32, {3, 17, 64}), b.param("in1", DType::F32, {64, 9})));
+  check(finish(b), {split(config(16, 16, 16, 1), 4)});
+}
+
+TEST(MatmulSplitK, LaunchAndPtx) {
+  KernelConfig c = config(64, 64, 16, 4);
+  c.split_k = 4;
+  Ptx p = emit_ptx(plain({128, 96, 512}), "sm_90a", c);
+  EXPECT_EQ(p.launch.grid[2], 4);
+  EXPECT_EQ(p.launch.grid[0], 2 * 2);
+  EXPECT_TRUE(p.launch.zero_outputs);
+  // The partial sums go out as f32 atomic adds (red or atom), and nothing else stores.
+  EXPECT_TRUE(p.ptx.find("red.global.add.f32") != std::string::npos ||
+              p.ptx.find("atom.global.add.f32") != std::string::npos)
+      << p.ptx;
+  EXPECT_EQ(p.ptx.find("st.global"), std::string::npos);
+  EXPECT_NE(p.ptx.find("%ctaid.z"), std::string::npos);
+  Ptx one = emit_ptx(plain({128, 96, 512}), "sm_90a", config(64, 64, 16, 4));
+  EXPECT_FALSE(one.launch.zero_outputs);
+  EXPECT_EQ(one.ptx.find("%ctaid.z"), std::string::npos) << "split_k = 1 is the kernel it was";
+}
+
+TEST(MatmulSplitK, OnlyForBareF32MatmulsWhoseKTilesItDivides) {
+  KernelConfig c;
+  c.split_k = 2;
+  EXPECT_NE(emit_error(with_epilogue({64, 64, 64}, Epi::Bias), c).find("an epilogue would see partial sums"),
+            std::string::npos);
+  EXPECT_NE(emit_error(plain({64, 64, 64, DType::BF16}), c).find("needs an f32 matmul"), std::string::npos);
+  c.split_k = 4;  // K = 48 is 3 tiles of 16
+  EXPECT_NE(emit_error(plain({64, 64, 48}), c).find("does not divide the 3 K tiles"), std::string::npos);
+  c.split_k = 3;
+  EXPECT_NE(emit_error(plain({64, 64, 48}), c).find("not a power of two"), std::string::npos);
 }
 
 TEST(MatmulErrors, UnsupportedGroupsAreDiags) {

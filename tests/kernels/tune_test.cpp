@@ -66,6 +66,11 @@ TEST(TuneProblem, DescribesEachKind) {
   EXPECT_EQ(mm.num_inputs, 3u);
   EXPECT_EQ(mm.shapes.size(), 4u);
   EXPECT_EQ(mm.flops, 2 * 32 * 64 * 48 + 2 * 32 * 48);  // matmul, add, relu
+  EXPECT_FALSE(mm.bare) << "bias and relu follow the matmul: no split-K";
+  TuneProblem bare = prob(only(kernels_of("graph g(x: f32[8, 64], w: f32[64, 16]) {\n  y = matmul(x, w)\n  return y\n}\n")));
+  EXPECT_TRUE(bare.bare);
+  TuneProblem half = prob(only(kernels_of("graph g(x: bf16[8, 64], w: bf16[64, 16]) {\n  y = matmul(x, w)\n  return y\n}\n")));
+  EXPECT_FALSE(half.bare) << "split-K adds with f32 atomics";
   TuneProblem red = prob(only(kernels_of(
       "graph g(x: f32[16, 100]) {\n  y = softmax(x, dim=-1)\n  return y\n}\n")));
   EXPECT_EQ(red.kind, KernelKind::Reduction);
@@ -142,18 +147,18 @@ TEST(GpuTuning, PrunesOnPtxasResourcesAndMeasuresOnlyTheTopK) {
   auto cache = std::move(TuneCache::open(d.str())).value();
   TuneOptions o;
   o.top_k = 3;
-  // Every 12th config of the real space keeps the test short; plus one that needs
+  // Every 36th config of the real space keeps the test short; plus one that needs
   // 8 warps x 128 outputs each (over 255 registers) to exercise resource pruning.
   o.space = [](const TuneProblem& p, const TargetInfo& t) {
     std::vector<KernelConfig> all = config_space(p, t), some;
-    for (size_t i = 0; i < all.size(); i += 12) some.push_back(all[i]);
+    for (size_t i = 0; i < all.size(); i += 36) some.push_back(all[i]);
     return some;
   };
   FakeGpuRunner runner;
   Result<TuneReport> r = tune_kernel(p, key, t, default_kernel_config(k, ConfigTarget::Gpu), make_ptx_builder(k, "sm_90a"),
                                      runner, *cache, o);
   ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(r->space, (config_space(p, t).size() + 11) / 12);
+  EXPECT_EQ(r->space, (config_space(p, t).size() + 35) / 36);
   EXPECT_GT(r->built, 0u);
   EXPECT_LE(r->measured, 4u);  // top 3 and the default
   EXPECT_EQ(runner.runs, static_cast<int>(r->measured));

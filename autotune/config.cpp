@@ -40,6 +40,7 @@ const std::vector<Field>& all_fields() {
       {"max_blocks", &KernelConfig::max_blocks},
       {"rows_per_block", &KernelConfig::rows_per_block},
       {"threads_per_row", &KernelConfig::threads_per_row},
+      {"split_reduction", &KernelConfig::split_reduction},
       {"block_m", &KernelConfig::block_m},
       {"block_n", &KernelConfig::block_n},
       {"block_k", &KernelConfig::block_k},
@@ -73,7 +74,7 @@ std::vector<const char*> relevant(KernelKind kind, ConfigTarget t) {
   switch (kind) {
     case KernelKind::Pointwise: return {"block", "vector", "elems_per_thread", "grid_stride", "max_blocks"};
     case KernelKind::Reduction:
-      return {"rows_per_block", "threads_per_row", "grid_stride", "max_blocks"};
+      return {"rows_per_block", "threads_per_row", "split_reduction", "grid_stride", "max_blocks"};
     case KernelKind::Matmul: return {"block_m", "block_n", "block_k", "warps", "stages", "group_m", "split_k"};
     case KernelKind::Gather: return {"block", "max_blocks"};
   }

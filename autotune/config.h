@@ -31,6 +31,7 @@ struct KernelConfig {
   // reduction
   int rows_per_block = 1;
   int threads_per_row = 256;
+  int split_reduction = 1;  // blocks (grid y) sharing each row's elements; partial results added atomically
   // matmul
   int block_m = 64, block_n = 64, block_k = 16;
   int warps = 4;

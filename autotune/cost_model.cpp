@@ -46,7 +46,7 @@ int64_t grid_of(const TuneProblem& p, const KernelConfig& c, const BuildResult& 
     }
     case KernelKind::Reduction: {
       int64_t g = (p.rows + c.rows_per_block - 1) / c.rows_per_block;
-      return c.grid_stride ? std::min<int64_t>(g, c.max_blocks) : g;
+      return (c.grid_stride ? std::min<int64_t>(g, c.max_blocks) : g) * std::max(c.split_reduction, 1);
     }
     case KernelKind::Matmul:
       return p.batch * ((p.m + c.block_m - 1) / c.block_m) * ((p.n + c.block_n - 1) / c.block_n) * c.split_k;
@@ -187,10 +187,12 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
     // Idle lanes when a row is shorter than its threads, and the tree reduction of
     // each row: log2(threads) shuffle steps, plus a barrier round through shared
     // memory when a row spans warps.
-    double active = std::min(1.0, double(p.cols) / c.threads_per_row);
+    // A split reduction's blocks each take a share of a row.
+    const int split = std::max(c.split_reduction, 1);
+    double active = std::min(1.0, double(p.cols) / split / c.threads_per_row);
     mem /= std::max(active, 0.05);
     double steps = std::log2(std::max(c.threads_per_row, 1)) + (c.threads_per_row > 32 ? 4 : 0);
-    double rows_per_sm = double(p.rows) / busy_sms;
+    double rows_per_sm = double(p.rows) * split / busy_sms;
     extra = rows_per_sm / (resident * c.rows_per_block) * steps * 0.02;  // ~20 ns a step
   }
   // Wave quantisation: the last wave's idle SMs.

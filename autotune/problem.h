@@ -24,7 +24,9 @@ struct TuneProblem {
   int64_t batch = 1, m = 0, k = 0;  // matmul uses n as its N
   int64_t bytes = 0;         // bytes read and written at least once
   int64_t flops = 0;         // arithmetic, FMA = 2
-  bool bare = false;         // matmul: the one output is the f32 matmul itself (split-K possible)
+  // The one output is the f32 matmul itself (split-K possible), or an f32 sum or mean
+  // (split reduction possible): partial results can be added atomically.
+  bool bare = false;
 };
 
 // How shapes enter the cache key: exactly, or each extent rounded up to a power

@@ -36,14 +36,16 @@ std::vector<KernelConfig> gpu_reduction(const TargetInfo& t) {
     for (int rows : {1, 2, 4, 8, 16}) {
       int threads = tpr * rows;
       if (threads > 1024 || threads < 32) continue;  // whole warps, CUDA's block limit
-      for (bool persistent : {false, true}) {
-        KernelConfig c;
-        c.threads_per_row = tpr;
-        c.rows_per_block = rows;
-        c.grid_stride = persistent;
-        c.max_blocks = persistent ? persistent_grid(t, threads) : KernelConfig{}.max_blocks;
-        out.push_back(c);
-      }
+      for (int split : {1, 8, 64})
+        for (bool persistent : {false, true}) {
+          KernelConfig c;
+          c.threads_per_row = tpr;
+          c.rows_per_block = rows;
+          c.split_reduction = split;
+          c.grid_stride = persistent;
+          c.max_blocks = persistent ? persistent_grid(t, threads) : KernelConfig{}.max_blocks;
+          out.push_back(c);
+        }
     }
   return out;
 }
@@ -146,6 +148,15 @@ std::optional<std::string> rule_reject(const TuneProblem& p, const KernelConfig&
         return "rows_per_block " + s(c.rows_per_block) + " leaves " + s(blocks) + " blocks for " + s(t.sms) + " SMs";
       if (c.grid_stride && blocks <= c.max_blocks)
         return "the persistent grid of " + s(c.max_blocks) + " blocks already covers the rows in one pass";
+      if (c.split_reduction > 1) {
+        // Shares of a row are added atomically into a zeroed output: one f32 sum or
+        // mean only, and only worth it when the rows leave SMs idle.
+        if (!p.bare) return "split_reduction " + s(c.split_reduction) + " needs one f32 sum or mean as the kernel's output";
+        if (blocks >= t.sms) return "split_reduction " + s(c.split_reduction) + ": " + s(blocks) + " row blocks already fill " + s(t.sms) + " SMs";
+        if (p.cols / c.split_reduction < c.threads_per_row)
+          return "split_reduction " + s(c.split_reduction) + " leaves shares of " + s(p.cols / c.split_reduction) +
+                 " elements, fewer than the " + s(c.threads_per_row) + " threads of a row";
+      }
       return std::nullopt;
     }
     case KernelKind::Matmul: {

@@ -73,6 +73,8 @@ Result<bool> check_config(const KernelConfig& c) {
     return diag("threads_per_row * rows_per_block = " + std::to_string(block_threads(c)) +
                 " is not a multiple of 32: warp shuffles need whole warps");
   if (c.max_blocks < 1) return diag("max_blocks = " + std::to_string(c.max_blocks) + " must be positive");
+  if (c.split_reduction < 1 || c.split_reduction > 65535)
+    return diag("split_reduction = " + std::to_string(c.split_reduction) + " is outside 1..65535 (the grid's y limit)");
   return true;
 }
 
@@ -194,6 +196,21 @@ Result<Plan> make_plan(const KernelSpec& spec, const KernelConfig& c, const llvm
       }
     p.smem_bytes = (p.smem_bytes + 7) / 8 * 8;
   }
+  if (c.split_reduction > 1) {
+    // Each block adds its share of a row into the output atomically, so the kernel
+    // must be one f32 sum or mean whose result is its only output: a max has no
+    // f32 atomic in PTX, and anything computed from the row's value would see a
+    // partial one.
+    const std::string what = "split_reduction = " + std::to_string(c.split_reduction);
+    if (p.passes.size() != 1 || p.passes[0].size() != 1 || !p.x_outputs.empty() || p.row_outputs.size() != 1 ||
+        g.outputs().size() != 1 || g.outputs()[0].value != p.passes[0][0])
+      return diag(what + " needs a kernel whose only output is one reduction's result (it adds partial results)");
+    const Node& r = g.node(p.passes[0][0]);
+    if ((r.op != OpKind::Sum && r.op != OpKind::Mean) || r.type.dtype != DType::F32)
+      return diag(what + " needs an f32 sum or mean (partial results are added with f32 atomics), not " + who(r) +
+                      " of " + std::string(dtype_name(r.type.dtype)),
+                  r.loc);
+  }
   return p;
 }
 
@@ -201,8 +218,9 @@ LaunchShape launch_of(const Plan& p, const KernelConfig& c) {
   LaunchShape l;
   int64_t groups = (p.rows + c.rows_per_block - 1) / c.rows_per_block;
   if (c.grid_stride) groups = std::min<int64_t>(groups, c.max_blocks);
-  l.grid = {std::max<int64_t>(groups, 1), 1, 1};
+  l.grid = {std::max<int64_t>(groups, 1), c.split_reduction, 1};
   l.block = {static_cast<int>(block_threads(c)), 1, 1};
+  l.zero_outputs = c.split_reduction > 1;
   return l;
 }
 
@@ -592,6 +610,7 @@ class NvptxBuilder final : public Builder {
     int64_t largest = std::max(numel(p_.x), p_.rows);
     it_ = largest + 2048 + int64_t{cfg_.max_blocks} * cfg_.rows_per_block < (int64_t{1} << 31) ? b_.getInt32Ty() : b_.getInt64Ty();
     llvm::Value *tid = nullptr, *bid = nullptr, *nblocks = nullptr;
+    split_ = nullptr;
     std::vector<llvm::Value*> in, out;
     if (!simulate_) {
       llvm::Type* gptr = llvm::PointerType::get(c, 1);  // addrspace(1): global memory
@@ -609,6 +628,7 @@ class NvptxBuilder final : public Builder {
       tid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
       bid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
       nblocks = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
+      if (cfg_.split_reduction > 1) split_ = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y);
       if (p_.smem_bytes > 0) {
         // Static shared memory (PTX .shared): a few hundred bytes at most, so the
         // launch needs no dynamic shared memory.
@@ -619,10 +639,10 @@ class NvptxBuilder final : public Builder {
         smem_ = gv;
       }
     } else {
-      // void entry(ptr args, i32 blockIdx.x, i32 threadIdx.x, i32 gridDim.x, ptr hooks)
+      // void entry(ptr args, i32 blockIdx.x, i32 threadIdx.x, i32 gridDim.x, ptr hooks, i32 blockIdx.y)
       llvm::Type* i32 = b_.getInt32Ty();
       llvm::Type* ptr = b_.getPtrTy();
-      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, i32, i32, ptr}, false);
+      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, i32, i32, ptr, i32}, false);
       fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec_.entry, m_);
       b_.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn_));
       for (size_t i = 0; i < np + no; ++i) {
@@ -633,6 +653,7 @@ class NvptxBuilder final : public Builder {
       tid = b_.CreateZExt(fn_->getArg(2), it_);
       nblocks = b_.CreateZExt(fn_->getArg(3), it_);
       hooks_ = fn_->getArg(4);
+      if (cfg_.split_reduction > 1) split_ = b_.CreateZExt(fn_->getArg(5), it_);
       auto field = [&](int f) {
         return b_.CreateAlignedLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, hooks_, static_cast<uint64_t>(f)), llvm::Align(8));
       };
@@ -682,6 +703,15 @@ class NvptxBuilder final : public Builder {
     // bounds) over no elements, and stores nothing.
     llvm::Value* rowc = b_.CreateSelect(valid, row, k(p_.rows - 1));
     llvm::Value* nloop = b_.CreateSelect(valid, k(p_.n), k(0), "row.elems");
+    // Split reduction: block y of the split folds elements [y * chunk, (y + 1) * chunk).
+    llvm::Value* jfirst = lr_;
+    if (split_) {
+      const int64_t chunk = (p_.n + cfg_.split_reduction - 1) / cfg_.split_reduction;
+      llvm::Value* lo = b_.CreateMul(split_, k(chunk), "split.lo", true, true);
+      llvm::Value* hi = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(lo, k(chunk), "", true, true), k(p_.n));
+      jfirst = b_.CreateAdd(lo, lr_, "", true, true);
+      nloop = b_.CreateSelect(valid, hi, k(0), "row.elems");
+    }
     prog_->set_row(rowc);
     llvm::Value* base = kernels::emit_index_map(b_, rowc, p_.row_map);
     auto x_index = [&](llvm::Value* j) {
@@ -699,7 +729,7 @@ class NvptxBuilder final : public Builder {
         if (Result<bool> r = prog_->prepare(pass_roots(pass)); !r) return r;
         // Consecutive threads read consecutive elements: coalesced when the reduced
         // dims are X's innermost.
-        Result<bool> r = emit_loop(b_, lr_, nloop, k(tpr), "j", [&](llvm::Value* j) { return fold_element(pass, part, x_index(j)); });
+        Result<bool> r = emit_loop(b_, jfirst, nloop, k(tpr), "j", [&](llvm::Value* j) { return fold_element(pass, part, x_index(j)); });
         if (!r) return r;
       }
       std::vector<llvm::Value*> vals;
@@ -716,7 +746,17 @@ class NvptxBuilder final : public Builder {
       llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "row.stored", fn_);
       b_.CreateCondBr(b_.CreateAnd(valid, b_.CreateICmpEQ(lr_, k(0))), st, done);
       b_.SetInsertPoint(st);
-      for (size_t q = 0; q < ro->size(); ++q) cg_->store((*ro)[q], out_[p_.row_outputs[q]], rowc);
+      for (size_t q = 0; q < ro->size(); ++q) {
+        if (split_) {
+          // This split's share of the sum (a mean's share already divided by n), added
+          // into the output the launch zeroed.
+          llvm::Value* at = b_.CreateInBoundsGEP(b_.getFloatTy(), out_[p_.row_outputs[q]], rowc);
+          b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, at, (*ro)[q].value, llvm::MaybeAlign(4),
+                             llvm::AtomicOrdering::Monotonic);
+        } else {
+          cg_->store((*ro)[q], out_[p_.row_outputs[q]], rowc);
+        }
+      }
       b_.CreateBr(done);
       b_.SetInsertPoint(done);
     }
@@ -803,6 +843,7 @@ class NvptxBuilder final : public Builder {
   }
 
   bool simulate_ = false;
+  llvm::Value* split_ = nullptr;  // blockIdx.y when the rows are split over blocks (split_reduction > 1)
   llvm::Value* smem_ = nullptr;
   llvm::Value *hooks_ = nullptr, *hook_ctx_ = nullptr, *hook_barrier_ = nullptr, *hook_shfl_ = nullptr;
   llvm::Value *tid32_ = nullptr, *sub_ = nullptr, *lr_ = nullptr, *warp_ = nullptr, *lane_ = nullptr;

@@ -249,6 +249,8 @@ Result<TuneProblem> tune_problem(const LocalKernel& k) {
       for (int d : rd) p.cols *= x[static_cast<size_t>(d)];
       p.rows = p.cols ? numel(x) / p.cols : 0;
       p.n = numel(x);
+      p.bare = g.outputs().size() == 1 && &g.node(g.outputs()[0].value) == &n && n.type.dtype == DType::F32 &&
+               (n.op == OpKind::Sum || n.op == OpKind::Mean);
       break;
     }
     if (*kind == KernelKind::Matmul && n.op == OpKind::Matmul) {

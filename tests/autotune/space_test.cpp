@@ -109,8 +109,8 @@ TEST(SpaceTest, SizesPerKindAndTarget) {
   const Case cases[] = {
       {KernelKind::Pointwise, true, 96, "4 blocks x 4 vectors x 3 elems_per_thread x 2 grids"},
       // threads_per_row x rows_per_block with 32 <= threads <= 1024: 3 (tpr 8: rows 4..16) + 4 (16) + 5 (32)
-      // + 5 (64) + 4 (128) + 3 (256) + 2 (512) + 1 (1024) = 27, x 2 grids
-      {KernelKind::Reduction, true, 54, "27 thread shapes x 2 grids"},
+      // + 5 (64) + 4 (128) + 3 (256) + 2 (512) + 1 (1024) = 27, x 3 splits x 2 grids
+      {KernelKind::Reduction, true, 162, "27 thread shapes x 3 split_reduction x 2 grids"},
       {KernelKind::Matmul, true, 1458, "3 block_m x 3 block_n x 3 block_k x 3 warps x 3 stages x 2 group_m x 3 split_k"},
       {KernelKind::Gather, true, 4, "4 blocks"},
       {KernelKind::Pointwise, false, 30, "6 host_vector x 5 host_interleave"},
@@ -621,7 +621,7 @@ TEST(ConfigTest, TextNamesTheFieldsOfItsKind) {
   EXPECT_EQ(config_str(KernelKind::Pointwise, ConfigTarget::Gpu, c),
             "block=256 vector=4 elems_per_thread=1 grid_stride=1 max_blocks=4096");
   EXPECT_EQ(config_str(KernelKind::Reduction, ConfigTarget::Gpu, c),
-            "rows_per_block=1 threads_per_row=256 grid_stride=1 max_blocks=4096");
+            "rows_per_block=1 threads_per_row=256 split_reduction=1 grid_stride=1 max_blocks=4096");
   EXPECT_EQ(config_str(KernelKind::Matmul, ConfigTarget::Gpu, c),
             "block_m=64 block_n=64 block_k=16 warps=4 stages=2 group_m=8 split_k=1");
   EXPECT_EQ(config_str(KernelKind::Gather, ConfigTarget::Gpu, c), "block=256 max_blocks=4096");
@@ -786,6 +786,49 @@ TEST(SpaceTest, SplitKRules) {
   EXPECT_NE(rule_reject(p, c, t)->find("does not split 6 K tiles"), std::string::npos);
   c.split_k = 2;  // 3 tiles each
   EXPECT_FALSE(rule_reject(p, c, t));
+}
+
+}  // namespace
+}  // namespace sf
+
+namespace sf {
+namespace {
+
+// Split reduction only for one f32 sum or mean whose rows leave SMs idle, with
+// shares no shorter than a row's threads.
+TEST(SpaceTest, SplitReductionRules) {
+  TargetInfo t = gpu_target_info("sm_90a").value();
+  TuneProblem p;
+  p.kind = KernelKind::Reduction;
+  p.rows = 4;
+  p.cols = 1 << 20;
+  p.bare = true;
+  p.elem_bytes = 4;
+  p.num_inputs = 1;
+  p.bytes = 4 * p.rows * p.cols;
+  KernelConfig c;
+  c.threads_per_row = 256;
+  c.grid_stride = false;
+  c.split_reduction = 64;
+  EXPECT_FALSE(rule_reject(p, c, t)) << *rule_reject(p, c, t);
+  p.bare = false;
+  ASSERT_TRUE(rule_reject(p, c, t));
+  EXPECT_NE(rule_reject(p, c, t)->find("one f32 sum or mean"), std::string::npos);
+  p.bare = true;
+  p.rows = 1000;  // 1000 row blocks fill 132 SMs
+  ASSERT_TRUE(rule_reject(p, c, t));
+  EXPECT_NE(rule_reject(p, c, t)->find("already fill 132 SMs"), std::string::npos);
+  p.rows = 4;
+  p.cols = 4096;  // shares of 64 elements for 256 threads
+  ASSERT_TRUE(rule_reject(p, c, t));
+  EXPECT_NE(rule_reject(p, c, t)->find("fewer than the 256 threads"), std::string::npos);
+  // The model prefers splitting 4 long rows over 132 SMs to running them on 4.
+  p.cols = 1 << 20;
+  KernelConfig one = c;
+  one.split_reduction = 1;
+  BuildResult b;
+  b.threads_per_block = 256;
+  EXPECT_LT(predict_us(p, c, t, b), predict_us(p, one, t, b) / 4);
 }
 
 }  // namespace

@@ -134,18 +134,23 @@ Result<std::vector<Tensor>> run_simulated(const Graph& g, const std::vector<Tens
   LaunchShape launch = k->launch;
   Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
   if (!fn) return fn.error();
-  using Entry = void (*)(void**, int32_t, int32_t, int32_t, ReductionSimHooks*);
+  using Entry = void (*)(void**, int32_t, int32_t, int32_t, ReductionSimHooks*, int32_t);
   auto entry = reinterpret_cast<Entry>(*fn);
   std::vector<Tensor> out = output_tensors(g);
   std::vector<void*> args = arg_array(inputs, out);
   const int threads = launch.block[0];
   std::vector<uint64_t> shared(static_cast<size_t>(info->static_shared_bytes / 8 + 1), 0xDEADBEEFDEADBEEFull);
+  // A split reduction adds into its outputs, which the launch zeroes.
+  if (launch.zero_outputs)
+    for (Tensor& t : out) std::memset(t.data(), 0, t.nbytes());
+  for (int64_t by = 0; by < launch.grid[1]; ++by)
   for (int64_t blk = 0; blk < launch.grid[0]; ++blk) {
     SimBlock sb(threads);
     ReductionSimHooks hooks{&sb, sim_barrier, sim_shfl, shared.data()};
     std::vector<std::thread> ts;
     for (int t = 0; t < threads; ++t)
-      ts.emplace_back(entry, args.data(), static_cast<int32_t>(blk), t, static_cast<int32_t>(launch.grid[0]), &hooks);
+      ts.emplace_back(entry, args.data(), static_cast<int32_t>(blk), t, static_cast<int32_t>(launch.grid[0]), &hooks,
+                      static_cast<int32_t>(by));
     for (std::thread& t : ts) t.join();
   }
   return out;
@@ -758,6 +763,68 @@ TEST(ReductionErrors, UnsupportedGroupsAndConfigsAreDiags) {
   EXPECT_NE(emit_error(g, {}, llvmb::Target::host(), "not an identifier").find("C identifier"), std::string::npos);
   EXPECT_NE(emit_error(g, {}, llvmb::Target::host(), "red", KernelKind::Pointwise).find("not a reduction"),
             std::string::npos);
+}
+
+// Split reduction: grid y splits each row's elements; every block adds its share
+// into the zeroed output atomically. Simulated block by block against the reference.
+TEST(ReductionSplit, SumAndMeanOfSplitRowsMatchTheReference) {
+  for (OpKind op : {OpKind::Sum, OpKind::Mean}) {
+    GraphBuilder b("split");
+    b.ret(reduce(op, b.param("in0", DType::F32, {6, 1000}), {1}, false));
+    Graph rows = finish(b);
+    GraphBuilder b2("split_cols");
+    b2.ret(reduce(op, b2.param("in0", DType::F32, {333, 5}), {0}, true));
+    Graph cols = finish(b2);
+    for (int split : {2, 3, 7}) {  // 7 does not divide 1000: the last share is shorter
+      for (int tpr : {64, 8}) {
+        KernelConfig c;
+        c.split_reduction = split;
+        c.threads_per_row = tpr;
+        c.rows_per_block = tpr == 8 ? 4 : 1;
+        SCOPED_TRACE(std::string(op_name(op)) + " split " + std::to_string(split) + " tpr " + std::to_string(tpr));
+        expect_matches_reference(rows, random_inputs_for(rows, 31), c, Runner::Simulated);
+        expect_matches_reference(cols, random_inputs_for(cols, 32), c, Runner::Simulated);
+      }
+    }
+  }
+}
+
+TEST(ReductionSplit, LaunchPtxAndWhatItRefuses) {
+  GraphBuilder b("split");
+  b.ret(reduce(OpKind::Sum, b.param("in0", DType::F32, {4, 100000}), {1}, false));
+  Graph g = finish(b);
+  KernelConfig c;
+  c.split_reduction = 8;
+  Result<EmittedKernel> k = reduction_emitter().emit(spec_of(g), c, llvmb::Target::nvptx("sm_90a"));
+  ASSERT_TRUE(k.ok()) << k.error().str();
+  EXPECT_EQ(k->launch.grid[1], 8);
+  EXPECT_TRUE(k->launch.zero_outputs);
+  Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_90a");
+  ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+  EXPECT_TRUE(ptx->find("red.global.add.f32") != std::string::npos || ptx->find("atom.global.add.f32") != std::string::npos)
+      << *ptx;
+  EXPECT_NE(ptx->find("%ctaid.y"), std::string::npos);
+  if (have_ptxas()) {
+    EXPECT_EQ(ptxas_failure(*ptx, "sm_90a"), "");
+  }
+  Result<EmittedKernel> plain = reduction_emitter().emit(spec_of(g), {}, llvmb::Target::nvptx("sm_90a"));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->launch.zero_outputs);
+
+  auto refused = [&](const Graph& h) {
+    Result<EmittedKernel> r = reduction_emitter().emit(spec_of(h), c, llvmb::Target::nvptx("sm_90a"));
+    return r.ok() ? std::string() : r.error().message;
+  };
+  Graph sm = composite_group(Composite::Softmax, DType::F32, {9, 1000}, -1);
+  EXPECT_NE(refused(sm).find("only output is one reduction's result"), std::string::npos) << refused(sm);
+  GraphBuilder bm("max");
+  bm.ret(reduce(OpKind::Max, bm.param("in0", DType::F32, {4, 100}), {1}, false));
+  EXPECT_NE(refused(finish(bm)).find("needs an f32 sum or mean"), std::string::npos);
+  GraphBuilder bh("half");
+  bh.ret(reduce(OpKind::Sum, bh.param("in0", DType::BF16, {4, 100}), {1}, false));
+  EXPECT_NE(refused(finish(bh)).find("needs an f32 sum or mean"), std::string::npos);
+  c.split_reduction = 0;
+  EXPECT_NE(refused(g).find("split_reduction = 0"), std::string::npos);
 }
 
 TEST(ReductionRegistry, EmitterForReductionIsThisEmitter) {

@@ -76,6 +76,8 @@ TEST(TuneProblem, DescribesEachKind) {
   EXPECT_EQ(red.kind, KernelKind::Reduction);
   EXPECT_EQ(red.rows, 16);
   EXPECT_EQ(red.cols, 100);
+  EXPECT_FALSE(red.bare) << "softmax's outputs are not a reduction's result: no split reduction";
+  EXPECT_TRUE(prob(only(kernels_of("graph g(x: f32[4, 1000]) {\n  y = sum(x, dims=[1])\n  return y\n}\n"))).bare);
   TuneProblem pw = prob(only(kernels_of("graph g(x: f32[8, 9]) {\n  y = relu(mul(x, 2.0))\n  return y\n}\n")));
   EXPECT_EQ(pw.kind, KernelKind::Pointwise);
   EXPECT_EQ(pw.n, 72);

@@ -175,9 +175,19 @@ TEST(TuneCli, BadArgumentsAreClearErrors) {
   CliResult r = shardfuse("tune " + example("tp_mlp.sf") + " --cache " + (d / "file"));
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find(d / "file"), std::string::npos) << r.out;
+  // Without a driver library: the reason, named.
   CliResult cuda = shardfuse("tune " + example("tp_mlp.sf") + " --device cuda --cache " + d.str());
   EXPECT_EQ(cuda.code, 1) << cuda.out;
-  EXPECT_NE(cuda.out.find("--device cuda"), std::string::npos) << cuda.out;
+  EXPECT_TRUE(cuda.out.find("no CUDA device: ") != std::string::npos || cuda.out.find("--device cuda") != std::string::npos)
+      << cuda.out;
+  // The driver library the loader opens can be named: a missing one is the reason given.
+  setenv("SHARDFUSE_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+  CliResult nolib = shardfuse("run " + example("tp_mlp.sf") + " --device cuda");
+  unsetenv("SHARDFUSE_LIBCUDA");
+  EXPECT_NE(nolib.out.find("error: no CUDA device: cannot load the CUDA driver library /nonexistent/libcuda.so.1"),
+            std::string::npos)
+      << nolib.out;
+  EXPECT_EQ(nolib.code, 1) << nolib.out;
   CliResult k = shardfuse("tune " + example("tp_mlp.sf") + " --top-k 0 --cache " + d.str());
   EXPECT_EQ(k.code, 2) << k.out;
   CliResult missing = shardfuse("tune " + (d / "nope.sf") + " --cache " + d.str());

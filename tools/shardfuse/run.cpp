@@ -18,6 +18,7 @@
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/tune.h"
 #include "runtime/agree.h"
+#include "runtime/cuda_driver.h"
 #include "runtime/executor.h"
 #include "runtime/npy.h"
 #include "tools/shardfuse/commands.h"
@@ -138,6 +139,17 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
 }
 
 int run(const RunOptions& o) {
+  if (o.device == "cuda") {
+    // Say first whether there is a GPU at all: that is what a user needs to know.
+    Result<cuda::DeviceInfo> dev = cuda::device_info(0);
+    if (!dev) {
+      std::cerr << "error: " << dev.error().message << "\n";
+      return 1;
+    }
+    std::cerr << "error: --device cuda: found " << dev->name << " (" << dev->arch()
+              << "), but running graphs on the GPU is not written yet; use --device cpu\n";
+    return 1;
+  }
   if (o.rank.has_value() != !o.rendezvous.empty()) {
     std::cerr << "error: --rank and --rendezvous go together (one process per rank meeting through a directory)\n";
     return 1;
@@ -311,8 +323,9 @@ void add_run(CLI::App& app, int& exit_code) {
   cmd->add_option("--rank", o->rank, "run only this rank, as one process of a multi-process run (needs --rendezvous)");
   cmd->add_option("--rendezvous", o->rendezvous,
                   "directory (on a filesystem every process sees) where the processes of a multi-process run meet");
-  cmd->add_option("--device", o->device, "where kernels run (only cpu for now; cuda comes with the CUDA runtime)")
-      ->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("--device", o->device,
+                  "where kernels run: cpu (default) or cuda (needs a GPU; Plan execution on it is not written yet)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--inputs", o->inputs_dir, "read DIR/<param>.npy as each parameter's global tensor")
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--save-outputs", o->outputs_dir,

@@ -14,6 +14,7 @@
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/tune.h"
 #include "runtime/agree.h"
+#include "runtime/cuda_driver.h"
 #include "tools/shardfuse/commands.h"
 
 namespace sf::cli {
@@ -137,7 +138,12 @@ int tune(const TuneCliOptions& o) {
   if (o.device == "cuda") {
     // The CUDA Runner (event timing on the device) comes with the CUDA runtime; until
     // then candidates can be built and ranked but not measured.
-    std::cerr << "error: --device cuda: no CUDA Runner in this build yet (it needs a GPU and the CUDA runtime); "
+    Result<cuda::DeviceInfo> dev = cuda::device_info(0);
+    if (!dev) {
+      std::cerr << "error: " << dev.error().message << "\n";
+      return 1;
+    }
+    std::cerr << "error: --device cuda: found " << dev->name << ", but the CUDA Runner is not written yet; "
                  "tune on the host with --device cpu\n";
     return 1;
   }

@@ -75,13 +75,6 @@ Result<std::vector<std::string>> all_gather_text(Comm& comm, const std::string& 
   return out;
 }
 
-namespace {
-std::vector<std::vector<int>> mesh_groups(const DeviceMesh& mesh, int rank) {
-  std::vector<std::vector<int>> g;
-  for (int d = 0; d < mesh.ndim(); ++d) g.push_back(mesh.group(rank, d));
-  return g;
-}
-}  // namespace
 
 std::optional<Diag> on_rank_threads(const DeviceMesh& mesh, std::chrono::milliseconds timeout,
                                     const std::function<std::optional<Diag>(Comm&)>& fn) {
@@ -94,7 +87,7 @@ std::optional<Diag> on_rank_threads(const DeviceMesh& mesh, std::chrono::millise
     threads.emplace_back([&, r] {
       CommOptions co;
       co.timeout = timeout;
-      Result<std::unique_ptr<Comm>> c = Comm::create(rv, r, mesh.world(), mesh_groups(mesh, r), co);
+      Result<std::unique_ptr<Comm>> c = Comm::create(rv, r, mesh.world(), mesh.rank_groups(r), co);
       std::optional<Diag> d = c ? fn(**c) : std::optional<Diag>(c.error());
       if (d) {
         std::lock_guard<std::mutex> lock(mu);
@@ -113,7 +106,7 @@ Result<std::unique_ptr<Comm>> connect_rank(const DeviceMesh& mesh, int rank, con
                                            std::chrono::milliseconds timeout) {
   CommOptions co;
   co.timeout = timeout;
-  return Comm::create(Rendezvous::file(rendezvous_dir), rank, mesh.world(), mesh_groups(mesh, rank), co);
+  return Comm::create(Rendezvous::file(rendezvous_dir), rank, mesh.world(), mesh.rank_groups(rank), co);
 }
 
 }  // namespace sf

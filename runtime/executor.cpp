@@ -17,12 +17,6 @@ Diag at_step(const LocalProgram& p, size_t i, const DeviceMesh& mesh, const std:
                           step_line(p, p.steps[i], mesh) + "): " + what};
 }
 
-std::vector<std::vector<int>> groups_of(const DeviceMesh& mesh, int rank) {
-  std::vector<std::vector<int>> g;
-  for (int d = 0; d < mesh.ndim(); ++d) g.push_back(mesh.group(rank, d));
-  return g;
-}
-
 Result<std::vector<Tensor>> execute_on(const LocalProgram& p, Comm& comm, const DeviceMesh& mesh,
                                        const std::vector<Tensor>& inputs, const ExecOptions& opts,
                                        const std::atomic<bool>* aborted) {
@@ -116,7 +110,7 @@ Result<std::vector<std::vector<Tensor>>> run_ranks_in_threads(const std::vector<
     threads.emplace_back([&, r] {
       CommOptions co;
       co.timeout = opts.timeout;
-      Result<std::unique_ptr<Comm>> c = Comm::create(rv, r, world, groups_of(mesh, r), co);
+      Result<std::unique_ptr<Comm>> c = Comm::create(rv, r, world, mesh.rank_groups(r), co);
       if (!c.ok()) {
         fail(c.error(), nullptr);
         return;
@@ -141,7 +135,7 @@ Result<std::vector<Tensor>> run_rank_in_process(const LocalProgram& program, con
   CommOptions co;
   co.timeout = opts.timeout;
   Result<std::unique_ptr<Comm>> c =
-      Comm::create(Rendezvous::file(rendezvous_dir), program.rank, mesh.world(), groups_of(mesh, program.rank), co);
+      Comm::create(Rendezvous::file(rendezvous_dir), program.rank, mesh.world(), mesh.rank_groups(program.rank), co);
   if (!c.ok()) return c.error();
   Result<std::vector<Tensor>> out = execute_on(program, **c, mesh, inputs, opts, nullptr);
   if (!out.ok()) (*c)->abort(out.error().message);

@@ -38,6 +38,12 @@ std::vector<int> DeviceMesh::group(int rank, int dim) const {
   return g;
 }
 
+std::vector<std::vector<int>> DeviceMesh::rank_groups(int rank) const {
+  std::vector<std::vector<int>> g;
+  for (int d = 0; d < ndim(); ++d) g.push_back(group(rank, d));
+  return g;
+}
+
 std::vector<std::vector<int>> DeviceMesh::groups(int dim) const {
   std::vector<std::vector<int>> out;
   for (int r = 0; r < world_; ++r)

@@ -28,6 +28,8 @@ class DeviceMesh {
   std::vector<int> group(int rank, int dim) const;
   // Every group along `dim`, each as group() orders it, ordered by its first rank.
   std::vector<std::vector<int>> groups(int dim) const;
+  // `rank`'s group along every mesh dim, in dim order (what Comm::create takes).
+  std::vector<std::vector<int>> rank_groups(int rank) const;
 
  private:
   Mesh mesh_;

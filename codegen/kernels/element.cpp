@@ -1,5 +1,6 @@
 #include "codegen/kernels/element.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <numeric>
@@ -12,6 +13,11 @@
 #include <llvm/IR/Module.h>
 
 namespace sf::kernels {
+
+bool is_c_identifier(const std::string& s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
 
 // ---- types --------------------------------------------------------------------------
 

@@ -30,6 +30,9 @@
 
 namespace sf::kernels {
 
+// Whether `s` can be a kernel's entry symbol: a C identifier.
+bool is_c_identifier(const std::string& s);
+
 // ---- types ------------------------------------------------------------------------
 
 llvm::Type* storage_type(llvm::LLVMContext& c, DType t);

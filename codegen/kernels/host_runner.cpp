@@ -37,12 +37,13 @@ Result<std::unique_ptr<HostKernelRunner>> HostKernelRunner::create(KernelConfig 
 }
 
 const HostKernelRunner::Compiled& HostKernelRunner::compile(const LocalKernel& k) const {
-  // The group's text names its ops, shapes and dtypes: equal text and config, equal kernel.
-  const KernelConfig cfg = choose_ ? choose_(k) : config_;
+  // The group's text names its ops, shapes and dtypes: equal text, equal kernel. It
+  // also decides the tuning key, so the config is chosen once per distinct group, on
+  // a miss, not on every launch.
   std::string key = k.kind + "\n" + print_graph(k.group);
-  if (std::optional<KernelKind> kk = kernel_kind_of(k)) key += "\n" + config_str(*kk, ConfigTarget::Host, cfg);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
+  const KernelConfig cfg = choose_ ? choose_(k) : config_;
   Compiled c;
   std::optional<KernelKind> kind = kernel_kind_of(k);
   if (!kind) {

@@ -48,7 +48,7 @@ class HostKernelRunner final : public KernelRunner {
   Chooser choose_;
   std::unique_ptr<llvmb::HostJit> jit_;
   mutable std::mutex mu_;
-  mutable std::map<std::string, Compiled> cache_;  // key: kind + group text + config
+  mutable std::map<std::string, Compiled> cache_;  // key: kind + group text
   mutable Stats stats_;
 };
 

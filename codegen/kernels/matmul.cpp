@@ -23,16 +23,12 @@ namespace sf {
 namespace {
 
 using kernels::ElementCodegen;
+using kernels::is_c_identifier;
 using kernels::emit_loop;
 using kernels::Elem;
 using kernels::ValueIndex;
 
 Diag diag(std::string msg, SourceLoc loc = {}) { return Diag{"", loc, "matmul: " + std::move(msg)}; }
-
-bool is_c_identifier(const std::string& s) {
-  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-}
 
 bool pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

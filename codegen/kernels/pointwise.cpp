@@ -20,17 +20,13 @@ namespace sf {
 namespace {
 
 using kernels::ElementCodegen;
+using kernels::is_c_identifier;
 using kernels::emit_loop;
 using kernels::Elem;
 using kernels::IndexMap;
 using kernels::ValueIndex;
 
 Diag diag(std::string msg, SourceLoc loc = {}) { return Diag{"", loc, "pointwise: " + std::move(msg)}; }
-
-bool is_c_identifier(const std::string& s) {
-  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-}
 
 int64_t tile_elems(const KernelConfig& c) {
   return static_cast<int64_t>(c.block) * c.vector * c.elems_per_thread;

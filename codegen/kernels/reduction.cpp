@@ -22,6 +22,7 @@ namespace sf {
 namespace {
 
 using kernels::ElementCodegen;
+using kernels::is_c_identifier;
 using kernels::emit_loop;
 using kernels::Elem;
 using kernels::IndexMap;
@@ -29,11 +30,6 @@ using kernels::StridedStep;
 using kernels::ValueIndex;
 
 Diag diag(std::string msg, SourceLoc loc = {}) { return Diag{"", loc, "reduction: " + std::move(msg)}; }
-
-bool is_c_identifier(const std::string& s) {
-  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-}
 
 bool is_reduce(OpKind k) { return op_info(k).category == OpCategory::Reduce; }
 

@@ -29,8 +29,7 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 // field, exact or bucketed).
 std::string signature_of(const LocalKernel& k) {
   static const std::regex dims(R"(\b(f32|f16|bf16|i32|i64|bool)\[[^\]]*\])");
-  Graph g = k.group;
-  std::string text = print_graph(g);
+  std::string text = print_graph(k.group);
   // The first line names the graph (the kernel's name, which holds a rank-free but
   // program-dependent index); the body is what the kernel computes.
   size_t nl = text.find('\n');

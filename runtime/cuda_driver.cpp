@@ -39,14 +39,9 @@ Result<const Driver*> load() {
     }
     fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
   };
-  resolve("cuInit", d.Init);
-  resolve("cuDriverGetVersion", d.DriverGetVersion);
-  resolve("cuDeviceGetCount", d.DeviceGetCount);
-  resolve("cuDeviceGet", d.DeviceGet);
-  resolve("cuDeviceGetName", d.DeviceGetName);
-  resolve("cuDeviceGetAttribute", d.DeviceGetAttribute);
-  resolve("cuGetErrorName", d.GetErrorName);
-  resolve("cuGetErrorString", d.GetErrorString);
+#define SF_CUDA_RESOLVE(member, name) resolve(#name, d.member);
+  SF_CUDA_ENTRY_POINTS(SF_CUDA_RESOLVE)
+#undef SF_CUDA_RESOLVE
   if (!ok) return no_device(lib + " lacks " + missing + " at CUDA version " + std::to_string(CUDA_VERSION));
   if (CUresult r = d.Init(0); r != CUDA_SUCCESS) return no_device("cuInit failed: " + d.error(r));
   int n = 0;

@@ -15,15 +15,63 @@
 
 namespace sf::cuda {
 
+// Every entry point we use: X(member, driver name). The name is resolved at the
+// headers' CUDA version; the member's type is cuda.h's declaration for that name
+// (cuda.h maps cuMemAlloc to cuMemAlloc_v2 and so on, and so does the driver).
+#define SF_CUDA_ENTRY_POINTS(X)                                        \
+  X(Init, cuInit)                                                      \
+  X(DriverGetVersion, cuDriverGetVersion)                              \
+  X(DeviceGetCount, cuDeviceGetCount)                                  \
+  X(DeviceGet, cuDeviceGet)                                            \
+  X(DeviceGetName, cuDeviceGetName)                                    \
+  X(DeviceGetAttribute, cuDeviceGetAttribute)                          \
+  X(DeviceTotalMem, cuDeviceTotalMem)                                  \
+  X(GetErrorName, cuGetErrorName)                                      \
+  X(GetErrorString, cuGetErrorString)                                  \
+  X(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain)                  \
+  X(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease)                \
+  X(DevicePrimaryCtxReset, cuDevicePrimaryCtxReset)                    \
+  X(CtxSetCurrent, cuCtxSetCurrent)                                    \
+  X(CtxSynchronize, cuCtxSynchronize)                                  \
+  X(MemGetInfo, cuMemGetInfo)                                          \
+  X(MemAlloc, cuMemAlloc)                                              \
+  X(MemFree, cuMemFree)                                                \
+  X(MemcpyHtoD, cuMemcpyHtoD)                                          \
+  X(MemcpyDtoH, cuMemcpyDtoH)                                          \
+  X(MemcpyHtoDAsync, cuMemcpyHtoDAsync)                                \
+  X(MemcpyDtoHAsync, cuMemcpyDtoHAsync)                                \
+  X(MemcpyDtoDAsync, cuMemcpyDtoDAsync)                                \
+  X(MemsetD8Async, cuMemsetD8Async)                                    \
+  X(MemsetD32Async, cuMemsetD32Async)                                  \
+  X(StreamCreate, cuStreamCreate)                                      \
+  X(StreamDestroy, cuStreamDestroy)                                    \
+  X(StreamSynchronize, cuStreamSynchronize)                            \
+  X(StreamWaitEvent, cuStreamWaitEvent)                                \
+  X(EventCreate, cuEventCreate)                                        \
+  X(EventDestroy, cuEventDestroy)                                      \
+  X(EventRecord, cuEventRecord)                                        \
+  X(EventSynchronize, cuEventSynchronize)                              \
+  X(EventElapsedTime, cuEventElapsedTime)                              \
+  X(LinkCreate, cuLinkCreate)                                          \
+  X(LinkAddData, cuLinkAddData)                                        \
+  X(LinkComplete, cuLinkComplete)                                      \
+  X(LinkDestroy, cuLinkDestroy)                                        \
+  X(ModuleLoadData, cuModuleLoadData)                                  \
+  X(ModuleUnload, cuModuleUnload)                                      \
+  X(ModuleGetFunction, cuModuleGetFunction)                            \
+  X(FuncSetAttribute, cuFuncSetAttribute)                              \
+  X(LaunchKernel, cuLaunchKernel)                                      \
+  X(StreamBeginCapture, cuStreamBeginCapture)                          \
+  X(StreamEndCapture, cuStreamEndCapture)                              \
+  X(GraphInstantiateWithFlags, cuGraphInstantiateWithFlags)            \
+  X(GraphLaunch, cuGraphLaunch)                                        \
+  X(GraphExecDestroy, cuGraphExecDestroy)                              \
+  X(GraphDestroy, cuGraphDestroy)
+
 struct Driver {
-  decltype(&::cuInit) Init = nullptr;
-  decltype(&::cuDriverGetVersion) DriverGetVersion = nullptr;
-  decltype(&::cuDeviceGetCount) DeviceGetCount = nullptr;
-  decltype(&::cuDeviceGet) DeviceGet = nullptr;
-  decltype(&::cuDeviceGetName) DeviceGetName = nullptr;
-  decltype(&::cuDeviceGetAttribute) DeviceGetAttribute = nullptr;
-  decltype(&::cuGetErrorName) GetErrorName = nullptr;
-  decltype(&::cuGetErrorString) GetErrorString = nullptr;
+#define SF_CUDA_MEMBER(member, name) decltype(&::name) member = nullptr;
+  SF_CUDA_ENTRY_POINTS(SF_CUDA_MEMBER)
+#undef SF_CUDA_MEMBER
 
   // "CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)".
   std::string error(CUresult r) const;

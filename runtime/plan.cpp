@@ -1,5 +1,7 @@
 #include "runtime/plan.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace sf {
@@ -70,8 +72,26 @@ std::string plan_to_json(const Plan& p) {
 }
 
 Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Diag{file, {}, "not valid JSON"};
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // e.byte is 1-based, one past the offending character; give its line:col.
+    size_t at = e.byte == 0 ? 0 : std::min(static_cast<size_t>(e.byte - 1), text.size());
+    SourceLoc loc{1, 1};
+    for (size_t i = 0; i < at; ++i) {
+      if (text[i] == '\n') {
+        ++loc.line;
+        loc.col = 1;
+      } else {
+        ++loc.col;
+      }
+    }
+    std::string what = e.what();
+    // "[json.exception.parse_error.101] parse error at line 4, column 1: <why>": keep <why>.
+    if (size_t colon = what.find(": "); colon != std::string::npos) what = what.substr(colon + 2);
+    return Diag{file, loc, "not valid JSON: " + what};
+  }
   auto fail = [&](const std::string& m) { return Diag{file, {}, m}; };
   try {
     if (!j.contains("version") || j["version"] != Plan::kVersion)

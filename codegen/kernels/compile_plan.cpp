@@ -263,6 +263,7 @@ std::optional<Diag> write_plan_dir(const CompiledPlan& p, const std::string& dir
   };
   bool ok = write("plan.json", plan_to_json(p.plan)) && write("report.txt", p.report);
   for (const auto& [name, text] : p.ptx) ok = ok && write(name, text);
+  if (!p.graph_source.empty()) ok = ok && write("graph.sf", p.graph_source);
   if (!ok) {
     fs::remove_all(tmp, ec);
     return Diag{dir, {}, "cannot write the plan files"};

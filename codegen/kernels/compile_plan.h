@@ -28,6 +28,7 @@ struct CompiledPlan {
   Plan plan;
   std::map<std::string, std::string> ptx;  // file name -> PTX text
   std::string report;                      // report.txt
+  std::string graph_source;                // graph.sf: the graph's text, for `exec` (when known)
 };
 
 // A Diag naming every kernel that could not be emitted or that ptxas rejected.

@@ -19,8 +19,8 @@ struct CliResult {
   std::string out;  // stdout and stderr together
 };
 
-inline CliResult shardfuse(const std::string& args) {
-  std::string cmd = std::string(SF_BINARY) + " " + args + " 2>&1";
+inline CliResult shardfuse_with_prefix(const std::string& prefix, const std::string& args) {
+  std::string cmd = prefix + std::string(SF_BINARY) + " " + args + " 2>&1";
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -30,6 +30,13 @@ inline CliResult shardfuse(const std::string& args) {
   int status = pclose(p);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+inline CliResult shardfuse(const std::string& args) { return shardfuse_with_prefix("", args); }
+
+// The same with environment assignments ("A=1 B=2") in front of the command.
+inline CliResult shardfuse_env(const std::string& env, const std::string& args) {
+  return shardfuse_with_prefix(env + " ", args);
 }
 
 inline std::string example(const std::string& name) { return std::string(SF_SOURCE_DIR) + "/examples/" + name; }

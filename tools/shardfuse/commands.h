@@ -9,7 +9,11 @@
 #include "codegen/ir/graph.h"
 #include "autotune/cache.h"
 #include "codegen/dist/local_program.h"
+#include "codegen/dist/device_mesh.h"
+#include "codegen/dist/propagate.h"
 #include "codegen/llvm/backend.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/plan_exec.h"
 
 namespace sf::cli {
 
@@ -18,6 +22,7 @@ void add_run(CLI::App& app, int& exit_code);
 void add_explain(CLI::App& app, int& exit_code);
 void add_compile(CLI::App& app, int& exit_code);
 void add_tune(CLI::App& app, int& exit_code);
+void add_exec(CLI::App& app, int& exit_code);  // the only one besides check without LLVM
 
 // Parses and verifies a graph file, printing the located error on failure.
 std::optional<Graph> load_graph(const std::string& path);
@@ -46,5 +51,34 @@ std::unique_ptr<TuneCache> open_tune_cache(const std::string& dir, bool required
 // Every rank's fused program, split where the target's emitters cannot go.
 std::vector<LocalProgram> programs_for_tuning(const Graph& g, const std::string& device, const std::string& arch,
                                               bool fuse);
+
+// --- shared by run and exec (exec.cpp; no LLVM) -----------------------------------
+
+// Each parameter's global tensor: DIR/<param>.npy, or seeded random values.
+std::optional<std::vector<Tensor>> load_inputs(const Graph& g, const std::string& inputs_dir, uint64_t seed);
+// Global inputs -> each rank's local tensors, by the graph's shardings.
+std::vector<std::vector<Tensor>> shard_inputs(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
+                                              const std::vector<Tensor>& global);
+// Each rank's local outputs -> global outputs; nullopt after printing why.
+std::optional<std::vector<Tensor>> gather_outputs(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
+                                                  const std::vector<std::vector<Tensor>>& per_rank);
+// Prints every output (and with `check`, its error against the reference evaluator
+// on `inputs`), saves them to `outputs_dir` if given; the exit code.
+int report_outputs(const Graph& g, const std::vector<Tensor>& out, const std::vector<Tensor>& inputs, bool check,
+                   const std::string& outputs_dir);
+
+struct GpuCliOptions {
+  std::string inputs_dir, outputs_dir;
+  uint64_t seed = 0;
+  bool check = false;
+  bool cuda_graph = false;
+  double timeout_s = 60;
+};
+void add_gpu_options(CLI::App* cmd, GpuCliOptions& o);
+// GPU 0, if there is one and it runs PTX for `arch` ("" for any); else nullopt
+// after printing why ("no CUDA device: ...").
+std::optional<cuda::DeviceInfo> cuda_device_for(const std::string& arch);
+// Runs the Plan of graph `g` on GPU 0, every rank a thread, and reports like `run`.
+int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o);
 
 }  // namespace sf::cli

@@ -1,5 +1,7 @@
 // `shardfuse compile G.sf -o DIR`: write the Plan for a GPU arch.
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "codegen/kernels/compile_plan.h"
 #include "tools/shardfuse/commands.h"
@@ -47,6 +49,11 @@ int compile(const CompileCliOptions& o) {
     std::cerr << o.file << ": error: " << p.error().message << "\n";
     return 1;
   }
+  // The graph's text goes with the Plan: `exec` shards inputs and checks outputs with it.
+  std::ifstream src(o.file, std::ios::binary);
+  std::ostringstream text;
+  text << src.rdbuf();
+  p->graph_source = text.str();
   if (auto err = write_plan_dir(*p, o.out)) {
     std::cerr << err->str() << "\n";
     return 1;
@@ -54,7 +61,7 @@ int compile(const CompileCliOptions& o) {
   int from_cache = 0;
   for (const PlanKernel& k : p->plan.kernels) from_cache += k.config_source == "cache";
   std::cout << "wrote " << o.out << ": plan.json, " << p->ptx.size() << " .ptx file(s) for " << o.arch
-            << ", report.txt (" << p->plan.world << " rank(s)); "
+            << ", graph.sf, report.txt (" << p->plan.world << " rank(s)); "
             << from_cache << " of " << p->plan.kernels.size() << " kernel config(s) from the tuning cache\n";
   return 0;
 }

@@ -9,10 +9,16 @@ int main(int argc, char** argv) {
   app.footer("Run 'shardfuse COMMAND --help' for a command's options and an example.");
   int exit_code = 0;
   sf::cli::add_check(app, exit_code);
+#ifndef SF_RUNTIME_ONLY
   sf::cli::add_explain(app, exit_code);
   sf::cli::add_run(app, exit_code);
   sf::cli::add_compile(app, exit_code);
   sf::cli::add_tune(app, exit_code);
+#else
+  app.footer("This is a runtime-only build (SHARDFUSE_LLVM=OFF): explain, run, compile and tune need the code "
+             "generator.\nRun 'shardfuse COMMAND --help' for a command's options and an example.");
+#endif
+  sf::cli::add_exec(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -15,6 +15,7 @@
 #include "codegen/dist/shard.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
+#include "codegen/kernels/compile_plan.h"
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/tune.h"
 #include "runtime/agree.h"
@@ -43,33 +44,8 @@ struct RunOptions {
   double timeout_s = 60;
   CacheCliOptions cache;
   bool autotune = false;
+  bool cuda_graph = false;
 };
-
-std::optional<std::vector<Tensor>> load_inputs(const Graph& g, const RunOptions& o) {
-  if (o.inputs_dir.empty()) return random_inputs(g, o.seed);
-  std::vector<Tensor> in;
-  for (ValueId p : g.params()) {
-    const Node& n = g.node(p);
-    std::string path = (std::filesystem::path(o.inputs_dir) / (n.name + ".npy")).string();
-    Result<Tensor> t = read_npy(path, n.type, n.name);
-    if (!t.ok()) {
-      std::cerr << t.error().str() << "\n";
-      return std::nullopt;
-    }
-    in.push_back(std::move(t).value());
-  }
-  return in;
-}
-
-std::string preview(const Tensor& t) {
-  std::ostringstream os;
-  os << std::setprecision(6) << "[";
-  int64_t n = std::min<int64_t>(t.numel(), 6);
-  for (int64_t i = 0; i < n; ++i) os << (i ? ", " : "") << t.get(i);
-  if (t.numel() > n) os << ", ...";
-  os << "]";
-  return os.str();
-}
 
 // Runs the ranks; returns the global outputs (on a multi-process rank other than
 // 0, nullopt with ok = true: rank 0 reports).
@@ -123,33 +99,59 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
     std::cerr << "error: " << out.error().message << "\n";
     return std::nullopt;
   }
-  std::vector<Tensor> global;
-  for (size_t i = 0; i < g.outputs().size(); ++i) {
-    std::vector<Tensor> locals;
-    for (int r = 0; r < mesh.world(); ++r) locals.push_back((*out)[static_cast<size_t>(r)][i]);
-    Result<Tensor> t = unshard_tensor(locals, g.node(g.outputs()[i].value).type, plan.outputs[i], mesh);
-    if (!t.ok()) {
-      std::cerr << "error: output " << g.outputs()[i].name << ": " << t.error().message << "\n";
-      return std::nullopt;
-    }
-    global.push_back(std::move(t).value());
-  }
+  std::vector<std::vector<Tensor>> per_rank = std::move(out).value();
+  std::optional<std::vector<Tensor>> global = gather_outputs(g, plan, mesh, per_rank);
+  if (!global) return std::nullopt;
   ok = true;
   return global;
 }
 
-int run(const RunOptions& o) {
-  if (o.device == "cuda") {
-    // Say first whether there is a GPU at all: that is what a user needs to know.
-    Result<cuda::DeviceInfo> dev = cuda::device_info(0);
-    if (!dev) {
-      std::cerr << "error: " << dev.error().message << "\n";
-      return 1;
-    }
-    std::cerr << "error: --device cuda: found " << dev->name << " (" << dev->arch()
-              << "), but running graphs on the GPU is not written yet; use --device cpu\n";
+// --device cuda: the graph compiled to a Plan for GPU 0's arch in memory, then run
+// like `exec` runs a Plan directory.
+int run_cuda(const Graph& g, const RunOptions& o) {
+  if (o.rank) {
+    std::cerr << "error: --device cuda runs every rank as a thread on GPU 0; --rank/--rendezvous are for the CPU "
+                 "backend for now\n";
     return 1;
   }
+  if (o.kernels != "generated") {
+    std::cerr << "error: --kernels reference evaluates on the CPU; use --device cpu\n";
+    return 1;
+  }
+  std::optional<cuda::DeviceInfo> dev = cuda_device_for("");
+  if (!dev) return 1;
+  if (o.autotune) {
+    std::cerr << "error: --autotune with --device cuda: run `shardfuse tune G.sf --device cuda` first; run then "
+                 "uses the cache's configs\n";
+    return 1;
+  }
+  bool cache_failed = false;
+  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, false, &cache_failed);
+  if (cache_failed) return 1;
+  auto chooser =
+      std::make_shared<ConfigChooser>(TuneSetup{"cuda", dev->arch(), parse_buckets(o.cache.buckets)}, cache.get());
+  CompileOptions co;
+  co.arch = dev->arch();
+  co.pipeline.fuse = !o.no_fuse;
+  co.pipeline.reorder = !o.no_reorder;
+  co.choose = [chooser](const LocalKernel& k) { return chooser->choose(k); };
+  Result<CompiledPlan> cp = compile_plan(g, co);
+  if (!cp) {
+    std::cerr << o.file << ": error: " << cp.error().message << "\n";
+    return 1;
+  }
+  PlanSource src{std::move(cp->plan), std::move(cp->ptx), ""};
+  GpuCliOptions go;
+  go.inputs_dir = o.inputs_dir;
+  go.outputs_dir = o.outputs_dir;
+  go.seed = o.seed;
+  go.check = o.check;
+  go.cuda_graph = o.cuda_graph;
+  go.timeout_s = o.timeout_s;
+  return run_plan_cuda(g, src, go);
+}
+
+int run(const RunOptions& o) {
   if (o.rank.has_value() != !o.rendezvous.empty()) {
     std::cerr << "error: --rank and --rendezvous go together (one process per rank meeting through a directory)\n";
     return 1;
@@ -163,7 +165,8 @@ int run(const RunOptions& o) {
     std::cerr << "error: --rank " << *o.rank << " is not a rank of a " << world << "-rank mesh\n";
     return 1;
   }
-  std::optional<std::vector<Tensor>> inputs = load_inputs(*g, o);
+  if (o.device == "cuda") return run_cuda(*g, o);
+  std::optional<std::vector<Tensor>> inputs = load_inputs(*g, o.inputs_dir, o.seed);
   if (!inputs) return 1;
 
   // Each kernel's config: the tuning cache's choice, else the default; with
@@ -242,16 +245,6 @@ int run(const RunOptions& o) {
   if (!ok) return 1;
   if (!out) return 0;  // a multi-process rank other than 0
 
-  std::optional<std::vector<Tensor>> want;
-  if (o.check) {
-    Result<std::vector<Tensor>> ref = evaluate(*g, *inputs);
-    if (!ref.ok()) {
-      std::cerr << ref.error().str() << "\n";
-      return 1;
-    }
-    want = std::move(ref).value();
-  }
-
   std::cout << "graph " << g->name() << ": " << world << " rank(s)"
             << (o.rank ? " as processes" : world > 1 ? " as threads" : "") << ", device " << o.device
             << ", inputs " << (o.inputs_dir.empty() ? "random (seed " + std::to_string(o.seed) + ")" : o.inputs_dir)
@@ -275,41 +268,7 @@ int run(const RunOptions& o) {
   } else {
     std::cout << "kernels: on the reference evaluator (--kernels reference)\n";
   }
-  bool all_ok = true;
-  for (size_t i = 0; i < g->outputs().size(); ++i) {
-    const Output& op = g->outputs()[i];
-    const Tensor& t = (*out)[i];
-    std::cout << "  " << op.name << ": " << t.type().str() << " " << preview(t);
-    if (want) {
-      Comparison c = compare(t, (*want)[i], default_tolerance(t.dtype()));
-      std::cout << std::setprecision(3) << "  max_abs_err=" << c.max_abs_err << " max_rel_err=" << c.max_rel_err
-                << (c.ok() ? "  ok" : "  MISMATCH");
-      if (!c.ok()) {
-        all_ok = false;
-        std::cout << " (" << c.mismatches << " element(s), first at flat index " << c.first_mismatch << ")";
-      }
-    }
-    std::cout << "\n";
-  }
-
-  if (!o.outputs_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.outputs_dir, ec);
-    if (ec) {
-      std::cerr << o.outputs_dir << ": error: cannot create directory: " << ec.message() << "\n";
-      return 1;
-    }
-    for (size_t i = 0; i < g->outputs().size(); ++i) {
-      std::string path = (std::filesystem::path(o.outputs_dir) / (g->outputs()[i].name + ".npy")).string();
-      if (auto err = write_npy(path, (*out)[i])) {
-        std::cerr << err->str() << "\n";
-        return 1;
-      }
-    }
-    std::cout << "saved " << g->outputs().size() << " output(s) to " << o.outputs_dir << "\n";
-  }
-  if (want) std::cout << (all_ok ? "check: ok\n" : "check: MISMATCH\n");
-  return all_ok ? 0 : 1;
+  return report_outputs(*g, *out, *inputs, o.check, o.outputs_dir);
 }
 
 }  // namespace
@@ -324,7 +283,8 @@ void add_run(CLI::App& app, int& exit_code) {
   cmd->add_option("--rendezvous", o->rendezvous,
                   "directory (on a filesystem every process sees) where the processes of a multi-process run meet");
   cmd->add_option("--device", o->device,
-                  "where kernels run: cpu (default) or cuda (needs a GPU; Plan execution on it is not written yet)")
+                  "where kernels run: cpu (default: host code) or cuda (PTX for GPU 0's arch, ranks as threads "
+                  "sharing it, collectives through the CPU backend)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--inputs", o->inputs_dir, "read DIR/<param>.npy as each parameter's global tensor")
       ->check(CLI::ExistingDirectory);
@@ -343,6 +303,8 @@ void add_run(CLI::App& app, int& exit_code) {
   add_cache_options(cmd, o->cache);
   cmd->add_flag("--autotune", o->autotune,
                 "tune the kernels the cache has no config for first (rank 0 tunes; every rank uses its choices)");
+  cmd->add_flag("--cuda-graph", o->cuda_graph,
+                "--device cuda: capture each rank's kernels between collectives as CUDA Graphs and launch those");
   cmd->add_option("--timeout", o->timeout_s, "seconds a collective may take before every rank gives up (default 60)")
       ->check(CLI::Range(0.1, 86400.0));
   cmd->footer(

@@ -1,0 +1,319 @@
+// `shardfuse exec PLAN_DIR` and `run --device cuda`: Plan validation (no GPU
+// needed), the clear error without a GPU, the launches a Plan makes through the
+// fake driver (tests/fake_cuda: it runs no kernel code), and, on a machine with a
+// GPU, every example against the reference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <tuple>
+
+#include "runtime/cuda_driver.h"
+#include "runtime/plan.h"
+#include "tests/tools/cli_util.h"
+
+namespace sf {
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+// Compiles `graph` into t/<name> for `arch`; the Plan directory.
+std::string compile_to(const TempDir& t, const std::string& graph, const std::string& name,
+                       const std::string& extra = "", const std::string& arch = "sm_90a") {
+  std::string dir = t / name;
+  CliResult r = shardfuse("compile " + graph + " --no-ptxas --arch " + arch + " -o " + dir + " " + extra);
+  EXPECT_EQ(r.code, 0) << r.out;
+  return dir;
+}
+
+Plan read_plan(const std::string& dir) {
+  Result<Plan> p = plan_from_json(read_text(dir + "/plan.json"), dir + "/plan.json");
+  EXPECT_TRUE(p) << p.error().str();
+  return p ? *p : Plan{};
+}
+
+TEST(ExecCli, ValidatesThePlanBeforeLookingForAGpu) {
+  TempDir t;
+  const std::string good = compile_to(t, example("tp_mlp.sf"), "good");
+  const Plan plan = read_plan(good);
+  ASSERT_FALSE(plan.kernels.empty());
+  const PlanKernel& k0 = plan.kernels[0];
+  auto copy = [&](const std::string& name) {
+    fs::copy(good, t / name, fs::copy_options::recursive);
+    return t / name;
+  };
+  struct Case {
+    std::string what, dir, want;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"no directory", t / "nope", t / "nope" + ": error: not a Plan directory"});
+  {
+    std::string d = copy("no_json");
+    fs::remove(d + "/plan.json");
+    cases.push_back({"no plan.json", d, d + "/plan.json: error: cannot read it"});
+  }
+  {
+    std::string d = copy("bad_json");
+    write_file(d + "/plan.json", "{\n  \"version\": 1,\n  \"graph\": \n");
+    cases.push_back({"truncated JSON", d, d + "/plan.json:"});
+  }
+  {
+    std::string d = copy("version");
+    std::string j = read_text(d + "/plan.json");
+    j = std::regex_replace(j, std::regex("\"version\": *1"), "\"version\": 99");
+    write_file(d + "/plan.json", j);
+    cases.push_back({"another version", d, "version"});
+  }
+  {
+    std::string d = copy("no_ptx");
+    fs::remove(d + "/" + k0.ptx_file);
+    cases.push_back({"a missing .ptx", d, d + "/" + k0.ptx_file + ": error: missing: plan.json names it as kernel " + k0.id});
+  }
+  {
+    std::string d = copy("no_entry");
+    std::string ptx = read_text(d + "/" + k0.ptx_file);
+    write_file(d + "/" + k0.ptx_file, std::regex_replace(ptx, std::regex(k0.entry), "renamed_entry"));
+    cases.push_back({"a .ptx without the entry", d, d + "/" + k0.ptx_file + ": error: has no `.entry " + k0.entry + "`"});
+  }
+  {
+    std::string d = copy("no_graph");
+    fs::remove(d + "/graph.sf");
+    cases.push_back({"no graph.sf", d, d + "/graph.sf: error: missing"});
+  }
+  {
+    std::string d = copy("other_graph");
+    fs::copy_file(example("tp_attention.sf"), d + "/graph.sf", fs::copy_options::overwrite_existing);
+    cases.push_back({"another graph", d, "is not the graph plan.json was compiled from"});
+  }
+  for (const Case& c : cases) {
+    CliResult r = shardfuse("exec " + c.dir + " --device cuda");
+    EXPECT_EQ(r.code, 1) << c.what << ":\n" << r.out;
+    EXPECT_NE(r.out.find(c.want), std::string::npos) << c.what << ": want '" << c.want << "' in:\n" << r.out;
+    EXPECT_EQ(r.out.find("no CUDA device"), std::string::npos) << c.what << ": the Plan is checked first\n" << r.out;
+  }
+}
+
+TEST(ExecCli, WithoutAGpuItSaysSoAndWithOneTheExampleChecks) {
+  TempDir t;
+  const std::string dir = compile_to(t, example("tp_mlp.sf"), "plan");
+  CliResult r = shardfuse("exec " + dir + " --device cuda --check");
+  Result<const cuda::Driver*> d = cuda::driver();
+  if (!d) {
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("error: no CUDA device: "), std::string::npos) << r.out;
+    CliResult run = shardfuse("run " + example("tp_mlp.sf") + " --device cuda");
+    EXPECT_EQ(run.code, 1) << run.out;
+    EXPECT_NE(run.out.find("error: no CUDA device: "), std::string::npos) << run.out;
+    GTEST_SKIP() << d.error().message;
+  }
+  // A real GPU (sm_90a Plans need compute capability 9.0: elsewhere compile for it).
+  Result<cuda::DeviceInfo> info = cuda::device_info(0);
+  ASSERT_TRUE(info);
+  if (info->arch() != "sm_90a") {
+    std::string other = compile_to(t, example("tp_mlp.sf"), "plan_dev", "", info->arch());
+    r = shardfuse("exec " + other + " --device cuda --check");
+  }
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("check: ok"), std::string::npos) << r.out;
+}
+
+// --- on a GPU --------------------------------------------------------------------------
+
+void skip_without_gpu() {
+  Result<const cuda::Driver*> d = cuda::driver();
+  if (!d) GTEST_SKIP() << d.error().message;
+}
+
+TEST(GpuRun, EveryExampleMatchesTheReference) {
+  skip_without_gpu();
+  if (testing::Test::IsSkipped()) return;
+  for (const char* ex : {"tp_mlp.sf", "tp_attention.sf", "seq_parallel_mlp.sf", "transformer_block.sf", "fsdp_tp_2d.sf"})
+    for (const char* extra : {"", " --cuda-graph", " --world 2", " --no-fuse"}) {
+      if (std::string(ex) == "fsdp_tp_2d.sf" && std::string(extra) == " --world 2") continue;  // a 2-D mesh
+      CliResult r = shardfuse(std::string("run ") + example(ex) + " --device cuda --check" + extra);
+      EXPECT_EQ(r.code, 0) << ex << extra << "\n" << r.out;
+      EXPECT_NE(r.out.find("check: ok"), std::string::npos) << ex << extra << "\n" << r.out;
+    }
+}
+
+TEST(GpuRun, APlanCompiledElsewhereRunsAndChecks) {
+  skip_without_gpu();
+  if (testing::Test::IsSkipped()) return;
+  Result<cuda::DeviceInfo> info = cuda::device_info(0);
+  ASSERT_TRUE(info);
+  TempDir t;
+  for (const char* ex : {"transformer_block.sf", "fsdp_tp_2d.sf"}) {
+    std::string dir = compile_to(t, example(ex), std::string("p_") + ex, "", info->arch());
+    for (const char* extra : {"", " --cuda-graph"}) {
+      CliResult r = shardfuse("exec " + dir + " --device cuda --check" + extra);
+      EXPECT_EQ(r.code, 0) << ex << extra << "\n" << r.out;
+      EXPECT_NE(r.out.find("check: ok"), std::string::npos) << ex << extra << "\n" << r.out;
+    }
+  }
+}
+
+// --- through the fake driver -----------------------------------------------------------
+
+#ifdef SF_FAKE_CUDA
+struct Launch {
+  std::string entry, grid, block;
+  int shared = 0, args = 0;
+  bool graph = false;
+  bool operator<(const Launch& o) const {
+    return std::tie(entry, grid, block, shared, args) < std::tie(o.entry, o.grid, o.block, o.shared, o.args);
+  }
+};
+
+std::vector<Launch> launches_in(const std::string& log) {
+  std::vector<Launch> out;
+  std::istringstream in(log);
+  std::string line;
+  std::regex re("^launch (\\S+) grid=(\\S+) block=(\\S+) shared=(\\d+) args=(\\d+)( graph)?");
+  std::smatch m;
+  while (std::getline(in, line))
+    if (std::regex_search(line, m, re))
+      out.push_back({m[1], m[2], m[3], std::stoi(m[4]), std::stoi(m[5]), m[6].matched});
+  return out;
+}
+
+// What the Plan says every rank launches, one entry per kernel step.
+std::vector<Launch> planned(const Plan& p) {
+  std::map<std::string, const PlanKernel*> by_id;
+  for (const PlanKernel& k : p.kernels) by_id[k.id] = &k;
+  std::vector<Launch> out;
+  auto dims = [](const auto& a) {
+    return std::to_string(a[0]) + "," + std::to_string(a[1]) + "," + std::to_string(a[2]);
+  };
+  for (const PlanRank& r : p.ranks)
+    for (const PlanStep& s : r.steps)
+      if (s.op == "kernel") {
+        const PlanKernel& k = *by_id.at(s.kernel);
+        out.push_back({k.entry, dims(k.grid), dims(k.block), k.shared_bytes,
+                       static_cast<int>(s.in.size() + s.out.size()), false});
+      }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string fake_env(const std::string& log) {
+  return std::string("SHARDFUSE_LIBCUDA=") + SF_FAKE_CUDA + " FAKE_CUDA_LOG=" + log;
+}
+
+TEST(ExecFakeDriver, LaunchesEveryKernelStepWithThePlansGridBlockAndArguments) {
+  TempDir t;
+  for (const char* ex : {"tp_mlp.sf", "transformer_block.sf", "fsdp_tp_2d.sf"}) {
+    const std::string dir = compile_to(t, example(ex), std::string("p_") + ex);
+    const std::string log = t / (std::string(ex) + ".log");
+    CliResult r = shardfuse_env(fake_env(log), "exec " + dir + " --device cuda");
+    ASSERT_EQ(r.code, 0) << ex << "\n" << r.out;
+    EXPECT_NE(r.out.find("on shardfuse fake GPU (sm_90a)"), std::string::npos) << r.out;
+    std::vector<Launch> got = launches_in(read_text(log));
+    std::sort(got.begin(), got.end());
+    std::vector<Launch> want = planned(read_plan(dir));
+    ASSERT_FALSE(want.empty());
+    ASSERT_EQ(got.size(), want.size()) << ex << ": one launch per kernel step of every rank\n" << read_text(log);
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i].entry, want[i].entry) << ex;
+      EXPECT_EQ(got[i].grid, want[i].grid) << ex << " " << want[i].entry;
+      EXPECT_EQ(got[i].block, want[i].block) << ex << " " << want[i].entry;
+      EXPECT_EQ(got[i].shared, want[i].shared) << ex << " " << want[i].entry;
+      EXPECT_EQ(got[i].args, want[i].args) << ex << " " << want[i].entry;
+    }
+    EXPECT_NE(r.out.find("kernels: " + std::to_string(want.size()) + " launch(es)"), std::string::npos) << r.out;
+  }
+}
+
+TEST(ExecFakeDriver, ZeroOutputsAreClearedBeforeTheirLaunch) {
+  TempDir t;
+  const std::string dir = compile_to(t, example("tp_mlp.sf"), "p");
+  // Mark the first kernel as a split-K one (its outputs are accumulated into).
+  std::string j = read_text(dir + "/plan.json");
+  Plan p = read_plan(dir);
+  p.kernels[0].zero_outputs = true;
+  write_file(dir + "/plan.json", plan_to_json(p));
+  const std::string log = t / "log";
+  CliResult r = shardfuse_env(fake_env(log), "exec " + dir + " --device cuda");
+  ASSERT_EQ(r.code, 0) << r.out;
+  // Every launch of that kernel comes right after one memset per output.
+  std::istringstream in(read_text(log));
+  std::string line, prev;
+  int launches = 0, cleared = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("launch " + p.kernels[0].entry + " ", 0) == 0) {
+      ++launches;
+      cleared += prev.rfind("memset8 ", 0) == 0 && prev.find(" 0 ") != std::string::npos;
+    }
+    prev = line;
+  }
+  EXPECT_GT(launches, 0);
+  EXPECT_EQ(cleared, launches) << read_text(log);
+}
+
+TEST(ExecFakeDriver, CudaGraphCapturesOnceAndReplaysEveryKernel) {
+  TempDir t;
+  const std::string dir = compile_to(t, example("transformer_block.sf"), "p");
+  const std::string log = t / "log";
+  CliResult r = shardfuse_env(fake_env(log), "exec " + dir + " --device cuda --cuda-graph");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<Launch> got = launches_in(read_text(log));
+  size_t from_graph = static_cast<size_t>(std::count_if(got.begin(), got.end(), [](const Launch& l) { return l.graph; }));
+  EXPECT_EQ(from_graph, planned(read_plan(dir)).size()) << "every kernel launch is a graph replay\n" << read_text(log);
+  EXPECT_NE(read_text(log).find("capture begin"), std::string::npos);
+  EXPECT_NE(r.out.find("replayed from"), std::string::npos) << r.out;
+}
+
+TEST(ExecFakeDriver, TheJitLogAndArchMismatchesAreReported) {
+  TempDir t;
+  const std::string dir = compile_to(t, example("tp_mlp.sf"), "p");
+  const Plan p = read_plan(dir);
+  {
+    std::string bad = t / "jit";
+    fs::copy(dir, bad, fs::copy_options::recursive);
+    std::ofstream(bad + "/" + p.kernels[0].ptx_file, std::ios::app) << "\n// FAKE_JIT_ERROR\n";
+    CliResult r = shardfuse_env(fake_env(t / "log1"), "exec " + bad + " --device cuda");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find(p.kernels[0].ptx_file + ": the driver's JIT rejected the PTX"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("fake JIT error"), std::string::npos) << "the JIT's own log\n" << r.out;
+  }
+  {
+    std::string newer = t / "newer";
+    fs::copy(dir, newer, fs::copy_options::recursive);
+    Plan q = p;
+    q.arch = "sm_100a";
+    write_file(newer + "/plan.json", plan_to_json(q));
+    CliResult r = shardfuse_env(fake_env(t / "log2"), "exec " + newer + " --device cuda");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("recompile with --arch sm_90a"), std::string::npos) << r.out;
+  }
+  {
+    // PTX for an older arch is JIT-compiled for the newer GPU.
+    std::string older = compile_to(t, example("tp_mlp.sf"), "older", "", "sm_80");
+    CliResult r = shardfuse_env(fake_env(t / "log3"), "exec " + older + " --device cuda");
+    EXPECT_EQ(r.code, 0) << r.out;
+  }
+}
+
+TEST(RunFakeDriver, RunCompilesForTheDevicesArchAndLaunches) {
+  TempDir t;
+  const std::string log = t / "log";
+  CliResult r = shardfuse_env(fake_env(log), "run " + example("tp_mlp.sf") + " --device cuda --world 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("2 rank(s) as threads on shardfuse fake GPU (sm_90a)"), std::string::npos) << r.out;
+  EXPECT_FALSE(launches_in(read_text(log)).empty());
+  // What the fake cannot do: run kernel code. So --check must not pass by accident.
+  CliResult c = shardfuse_env(fake_env(t / "log2"), "run " + example("tp_mlp.sf") + " --device cuda --check");
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_NE(c.out.find("MISMATCH"), std::string::npos) << c.out;
+}
+#endif
+
+}  // namespace
+}  // namespace sf

@@ -1,0 +1,238 @@
+// `shardfuse exec PLAN_DIR --device cuda`: run a Plan compiled elsewhere (a machine
+// with LLVM) on this machine's GPU, and the pieces `run` shares with it: inputs,
+// sharding them per rank, gathering and reporting the outputs. No LLVM here: this
+// file is part of the runtime-only build (SHARDFUSE_LLVM=OFF).
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "codegen/dist/device_mesh.h"
+#include "codegen/dist/propagate.h"
+#include "codegen/dist/shard.h"
+#include "codegen/reference/compare.h"
+#include "codegen/reference/evaluate.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/npy.h"
+#include "runtime/plan_exec.h"
+#include "tools/shardfuse/commands.h"
+
+namespace sf::cli {
+
+namespace fs = std::filesystem;
+
+std::optional<std::vector<Tensor>> load_inputs(const Graph& g, const std::string& inputs_dir, uint64_t seed) {
+  if (inputs_dir.empty()) return random_inputs(g, seed);
+  std::vector<Tensor> in;
+  for (ValueId p : g.params()) {
+    const Node& n = g.node(p);
+    std::string path = (fs::path(inputs_dir) / (n.name + ".npy")).string();
+    Result<Tensor> t = read_npy(path, n.type, n.name);
+    if (!t.ok()) {
+      std::cerr << t.error().str() << "\n";
+      return std::nullopt;
+    }
+    in.push_back(std::move(t).value());
+  }
+  return in;
+}
+
+std::vector<std::vector<Tensor>> shard_inputs(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
+                                              const std::vector<Tensor>& global) {
+  std::vector<std::vector<Tensor>> out(static_cast<size_t>(mesh.world()));
+  for (int r = 0; r < mesh.world(); ++r)
+    for (size_t i = 0; i < g.params().size(); ++i)
+      out[static_cast<size_t>(r)].push_back(
+          shard_tensor(global[i], plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));
+  return out;
+}
+
+std::optional<std::vector<Tensor>> gather_outputs(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
+                                                  const std::vector<std::vector<Tensor>>& per_rank) {
+  std::vector<Tensor> global;
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    std::vector<Tensor> locals;
+    for (int r = 0; r < mesh.world(); ++r) locals.push_back(per_rank[static_cast<size_t>(r)][i]);
+    Result<Tensor> t = unshard_tensor(locals, g.node(g.outputs()[i].value).type, plan.outputs[i], mesh);
+    if (!t.ok()) {
+      std::cerr << "error: output " << g.outputs()[i].name << ": " << t.error().message << "\n";
+      return std::nullopt;
+    }
+    global.push_back(std::move(t).value());
+  }
+  return global;
+}
+
+namespace {
+
+std::string preview(const Tensor& t) {
+  std::ostringstream os;
+  os << std::setprecision(6) << "[";
+  int64_t n = std::min<int64_t>(t.numel(), 6);
+  for (int64_t i = 0; i < n; ++i) os << (i ? ", " : "") << t.get(i);
+  if (t.numel() > n) os << ", ...";
+  os << "]";
+  return os.str();
+}
+
+}  // namespace
+
+int report_outputs(const Graph& g, const std::vector<Tensor>& out, const std::vector<Tensor>& inputs, bool check,
+                   const std::string& outputs_dir) {
+  std::optional<std::vector<Tensor>> want;
+  if (check) {
+    Result<std::vector<Tensor>> ref = evaluate(g, inputs);
+    if (!ref.ok()) {
+      std::cerr << ref.error().str() << "\n";
+      return 1;
+    }
+    want = std::move(ref).value();
+  }
+  bool all_ok = true;
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    const Tensor& t = out[i];
+    std::cout << "  " << g.outputs()[i].name << ": " << t.type().str() << " " << preview(t);
+    if (want) {
+      Comparison c = compare(t, (*want)[i], default_tolerance(t.dtype()));
+      std::cout << std::setprecision(3) << "  max_abs_err=" << c.max_abs_err << " max_rel_err=" << c.max_rel_err
+                << (c.ok() ? "  ok" : "  MISMATCH");
+      if (!c.ok()) {
+        all_ok = false;
+        std::cout << " (" << c.mismatches << " element(s), first at flat index " << c.first_mismatch << ")";
+      }
+    }
+    std::cout << "\n";
+  }
+  if (!outputs_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(outputs_dir, ec);
+    if (ec) {
+      std::cerr << outputs_dir << ": error: cannot create directory: " << ec.message() << "\n";
+      return 1;
+    }
+    for (size_t i = 0; i < g.outputs().size(); ++i) {
+      std::string path = (fs::path(outputs_dir) / (g.outputs()[i].name + ".npy")).string();
+      if (auto err = write_npy(path, out[i])) {
+        std::cerr << err->str() << "\n";
+        return 1;
+      }
+    }
+    std::cout << "saved " << g.outputs().size() << " output(s) to " << outputs_dir << "\n";
+  }
+  if (want) std::cout << (all_ok ? "check: ok\n" : "check: MISMATCH\n");
+  return all_ok ? 0 : 1;
+}
+
+std::optional<cuda::DeviceInfo> cuda_device_for(const std::string& arch) {
+  Result<cuda::DeviceInfo> dev = cuda::device_info(0);
+  if (!dev) {
+    std::cerr << "error: " << dev.error().message << "\n";
+    return std::nullopt;
+  }
+  if (!arch.empty())
+    if (std::optional<std::string> why = arch_mismatch(arch, *dev)) {
+      std::cerr << "error: " << *why << "\n";
+      return std::nullopt;
+    }
+  return *dev;
+}
+
+int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o) {
+  DeviceMesh mesh(g.mesh());
+  ShardingPlan sharding = propagate(g, mesh);
+  std::optional<std::vector<Tensor>> inputs = load_inputs(g, o.inputs_dir, o.seed);
+  if (!inputs) return 1;
+  std::vector<std::vector<Tensor>> local = shard_inputs(g, sharding, mesh, *inputs);
+  GpuRunOptions ro;
+  ro.cuda_graph = o.cuda_graph;
+  ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  GpuRunStats stats;
+  Result<std::vector<std::vector<Tensor>>> out = run_plan_on_gpu(src, local, ro, &stats);
+  if (!out) {
+    std::cerr << "error: " << out.error().str() << "\n";
+    return 1;
+  }
+  std::optional<std::vector<Tensor>> global = gather_outputs(g, sharding, mesh, *out);
+  if (!global) return 1;
+  std::cout << "graph " << g.name() << ": " << mesh.world() << " rank(s)" << (mesh.world() > 1 ? " as threads" : "")
+            << " on " << stats.device << " (" << src.plan.arch << "), inputs "
+            << (o.inputs_dir.empty() ? "random (seed " + std::to_string(o.seed) + ")" : o.inputs_dir) << "\n";
+  std::cout << "kernels: " << stats.launches << " launch(es) of " << src.plan.kernels.size()
+            << " distinct kernel(s) from " << src.ptx.size() << " PTX module(s)";
+  if (o.cuda_graph) std::cout << ", replayed from " << stats.graph_launches << " CUDA graph launch(es)";
+  std::cout << "; collectives through the CPU backend\n";
+  return report_outputs(g, *global, *inputs, o.check, o.outputs_dir);
+}
+
+namespace {
+
+struct ExecCliOptions {
+  std::string dir;
+  std::string device = "cuda";
+  GpuCliOptions gpu;
+};
+
+int exec(const ExecCliOptions& o) {
+  // The Plan is checked before anything needs a GPU, so a broken one is reported
+  // the same everywhere.
+  Result<PlanSource> src = read_plan_dir(o.dir);
+  if (!src) {
+    std::cerr << src.error().str() << "\n";
+    return 1;
+  }
+  const std::string graph_path = (fs::path(o.dir) / "graph.sf").string();
+  std::error_code ec;
+  if (!fs::exists(graph_path, ec)) {
+    std::cerr << graph_path << ": error: missing: exec shards the inputs and checks the outputs with the graph "
+              << "`shardfuse compile` copies into the Plan (recompile the Plan)\n";
+    return 1;
+  }
+  std::optional<Graph> loaded = load_graph(graph_path);
+  if (!loaded) return 1;
+  std::optional<Graph> g = resolve_world(std::move(*loaded), src->plan.world);
+  if (!g) return 1;
+  std::vector<std::string> params;
+  for (ValueId p : g->params()) params.push_back(g->node(p).name);
+  if (g->name() != src->plan.graph || params != src->plan.params || g->mesh().str() != src->plan.mesh) {
+    std::cerr << graph_path << ": error: graph '" << g->name() << "' (mesh '" << g->mesh().str()
+              << "') is not the graph plan.json was compiled from ('" << src->plan.graph << "', mesh '"
+              << src->plan.mesh << "')\n";
+    return 1;
+  }
+  if (!cuda_device_for(src->plan.arch)) return 1;
+  return run_plan_cuda(*g, *src, o.gpu);
+}
+
+}  // namespace
+
+void add_gpu_options(CLI::App* cmd, GpuCliOptions& o) {
+  cmd->add_option("--inputs", o.inputs_dir, "read DIR/<param>.npy as each parameter's global tensor")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--save-outputs", o.outputs_dir,
+                  "write each returned value, gathered to its global shape, to DIR/<name>.npy");
+  cmd->add_option("--seed", o.seed, "seed for random inputs when --inputs is not given (default 0)");
+  cmd->add_flag("--check", o.check,
+                "compare with the reference evaluator on the global graph; print max abs/rel error, exit 1 on mismatch");
+  cmd->add_flag("--cuda-graph", o.cuda_graph,
+                "capture each rank's kernels between collectives as CUDA Graphs and launch those (--device cuda)");
+  cmd->add_option("--timeout", o.timeout_s, "seconds a collective may take before every rank gives up (default 60)")
+      ->check(CLI::Range(0.1, 86400.0));
+}
+
+void add_exec(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<ExecCliOptions>();
+  auto* cmd = app.add_subcommand("exec", "Run a Plan directory (from `shardfuse compile`) on the GPU");
+  cmd->add_option("plan", o->dir, "the Plan directory: plan.json, the .ptx files, graph.sf")->required();
+  cmd->add_option("--device", o->device, "where the Plan runs: cuda (the only choice: a Plan is PTX)")
+      ->check(CLI::IsMember({"cuda"}));
+  add_gpu_options(cmd, o->gpu);
+  cmd->footer(
+      "Every rank runs as a thread on GPU 0; collectives go through the CPU backend (Gloo).\n"
+      "The Plan is validated first (plan.json, each kernel's .ptx and .entry), with or without a GPU.\n"
+      "Example:\n"
+      "  shardfuse compile examples/tp_mlp.sf --arch sm_90a -o plan/   # where LLVM is\n"
+      "  shardfuse exec plan/ --device cuda --check                    # where the GPU is");
+  cmd->callback([o, &exit_code] { exit_code = exec(*o); });
+}
+
+}  // namespace sf::cli

@@ -26,6 +26,19 @@ bool is_sticky(CUresult r) {
   }
 }
 
+namespace {
+
+// A handle from before a context reset (or none at all) must not reach the driver:
+// its value may belong to a new object by now.
+std::optional<Diag> usable(const Context* ctx, uint64_t generation, const char* what) {
+  if (!ctx) return Diag{"", {}, std::string(what) + ": no such object (default-constructed or moved from)"};
+  if (ctx->generation() != generation)
+    return Diag{"", {}, std::string(what) + ": the object was made before the context was reset"};
+  return std::nullopt;
+}
+
+}  // namespace
+
 // --- Context ------------------------------------------------------------------------
 
 Result<std::shared_ptr<Context>> Context::primary(int ordinal) {
@@ -211,6 +224,7 @@ Stream& Stream::operator=(Stream&& o) noexcept {
 }
 
 std::optional<Diag> Stream::synchronize() const {
+  if (auto e = usable(ctx_, generation_, "cuStreamSynchronize")) return e;
   if (auto e = ctx_->make_current()) return e;
   return check(ctx_->drv().StreamSynchronize(s_), "cuStreamSynchronize");
 }
@@ -244,12 +258,18 @@ Event& Event::operator=(Event&& o) noexcept {
 }
 
 std::optional<Diag> Event::record(const Stream& s) const {
+  if (auto e = usable(ctx_, generation_, "cuEventRecord")) return e;
+  if (auto e = usable(s.ctx_, s.generation_, "cuEventRecord (stream)")) return e;
   return check(ctx_->drv().EventRecord(e_, s.get()), "cuEventRecord");
 }
 
-std::optional<Diag> Event::synchronize() const { return check(ctx_->drv().EventSynchronize(e_), "cuEventSynchronize"); }
+std::optional<Diag> Event::synchronize() const {
+  if (auto e = usable(ctx_, generation_, "cuEventSynchronize")) return e;
+  return check(ctx_->drv().EventSynchronize(e_), "cuEventSynchronize"); }
 
 Result<float> Event::elapsed_ms(const Event& start, const Event& end) {
+  if (auto e = usable(start.ctx_, start.generation_, "cuEventElapsedTime")) return *e;
+  if (auto e = usable(end.ctx_, end.generation_, "cuEventElapsedTime")) return *e;
   float ms = 0;
   if (auto e = check(start.ctx_->drv().EventElapsedTime(&ms, start.e_, end.e_), "cuEventElapsedTime")) return *e;
   return ms;
@@ -321,6 +341,7 @@ Module& Module::operator=(Module&& o) noexcept {
 }
 
 Result<CUfunction> Module::function(const std::string& entry) const {
+  if (auto e = usable(ctx_, generation_, "cuModuleGetFunction")) return *e;
   CUfunction f{};
   if (auto e = check(ctx_->drv().ModuleGetFunction(&f, m_, entry.c_str()),
                      name_ + ": cuModuleGetFunction(\"" + entry + "\")"))
@@ -332,6 +353,7 @@ Result<CUfunction> Module::function(const std::string& entry) const {
 
 std::optional<Diag> launch(const Context& ctx, CUfunction f, const LaunchDims& d, const std::vector<CUdeviceptr>& args,
                            const Stream& s) {
+  if (auto e = usable(s.ctx_, s.generation_, "cuLaunchKernel (stream)")) return e;
   const Driver& dr = ctx.drv();
   for (int i = 0; i < 3; ++i)
     if (d.grid[i] < 1 || d.grid[i] > (i == 0 ? int64_t{0x7fffffff} : int64_t{65535}) || d.block[i] < 1)
@@ -398,6 +420,8 @@ Graph& Graph::operator=(Graph&& o) noexcept {
 }
 
 std::optional<Diag> Graph::launch(const Stream& s) const {
+  if (auto e = usable(ctx_, generation_, "cuGraphLaunch")) return e;
+  if (auto e = usable(s.ctx_, s.generation_, "cuGraphLaunch (stream)")) return e;
   return check(ctx_->drv().GraphLaunch(exec_, s.get()), "cuGraphLaunch");
 }
 

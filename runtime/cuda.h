@@ -122,7 +122,19 @@ class Buffer {
   size_t bytes_ = 0;
 };
 
+// Grid, block and dynamic shared memory of one launch (a PlanKernel's).
+struct LaunchDims {
+  std::array<int64_t, 3> grid{1, 1, 1};
+  std::array<int, 3> block{1, 1, 1};
+  int shared_bytes = 0;
+};
+
 class Stream {
+  friend class Event;
+  friend class Graph;
+  friend std::optional<Diag> launch(const Context&, CUfunction, const LaunchDims&, const std::vector<CUdeviceptr>&,
+                                    const Stream&);
+
  public:
   static Result<Stream> create(const Context& ctx);  // non-blocking
   Stream() = default;
@@ -157,13 +169,6 @@ class Event {
   CUevent e_{};
 };
 
-// Grid, block and dynamic shared memory of one launch (a PlanKernel's).
-struct LaunchDims {
-  std::array<int64_t, 3> grid{1, 1, 1};
-  std::array<int, 3> block{1, 1, 1};
-  int shared_bytes = 0;
-};
-
 // A PTX module linked by the driver's JIT (cuLinkCreate, cuLinkAddData,
 // cuLinkComplete). `name` (a file, a kernel id) prefixes its messages; a PTX the
 // JIT rejects gives a Diag carrying the JIT's error log.
@@ -195,8 +200,9 @@ std::optional<Diag> launch(const Context& ctx, CUfunction f, const LaunchDims& d
 class Graph {
  public:
   // Runs body() with `s` in capture mode and instantiates what it enqueued.
-  // Thread-local capture: other threads (other ranks) may keep using the device;
-  // body() itself must only enqueue work on `s`.
+  // Thread-local mode: while body() runs, this thread may not call cuMemAlloc,
+  // cuMemFree or synchronous copies (take buffers from the cache or allocate them
+  // first); other threads (other ranks) may keep using the device.
   static Result<Graph> capture(const Context& ctx, const Stream& s, const std::function<std::optional<Diag>()>& body);
   Graph() = default;
   ~Graph();

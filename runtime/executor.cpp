@@ -61,7 +61,8 @@ Result<std::vector<Tensor>> execute_on(const LocalProgram& p, Comm& comm, const 
       case LocalStep::Kind::Compute:
       case LocalStep::Kind::Kernel:
       case LocalStep::Kind::Slice:
-      case LocalStep::Kind::Partialize: break;  // run above
+      case LocalStep::Kind::Partialize:
+      case LocalStep::Kind::Concat: break;  // run above
       case LocalStep::Kind::Wait: {
         auto it = pending.find(s.handle);
         if (it == pending.end()) return at_step(p, i, mesh, "internal: wait without a start");

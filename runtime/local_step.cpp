@@ -1,5 +1,6 @@
 #include "runtime/local_step.h"
 
+#include "codegen/dist/host_collectives.h"
 #include "codegen/dist/shard.h"
 #include "codegen/reference/evaluate.h"
 
@@ -10,7 +11,8 @@ bool is_local_step(const LocalStep& s) {
     case LocalStep::Kind::Compute:
     case LocalStep::Kind::Kernel:
     case LocalStep::Kind::Slice:
-    case LocalStep::Kind::Partialize: return true;
+    case LocalStep::Kind::Partialize:
+    case LocalStep::Kind::Concat: return true;
     case LocalStep::Kind::Start:
     case LocalStep::Kind::Wait: return false;
   }
@@ -40,6 +42,12 @@ std::optional<std::string> run_local_step(const LocalProgram& p, const LocalStep
     case LocalStep::Kind::Partialize: {
       const Tensor& x = at(s.in[0]);
       at(s.out) = s.keep ? x : Tensor(x.dtype(), x.shape());
+      return std::nullopt;
+    }
+    case LocalStep::Kind::Concat: {
+      std::vector<Tensor> parts;
+      for (int a : s.in) parts.push_back(at(a));
+      at(s.out) = concat(parts, s.dim);
       return std::nullopt;
     }
     case LocalStep::Kind::Start:

@@ -57,7 +57,9 @@ std::string plan_to_json(const Plan& p) {
       if (s.handle >= 0) sj["handle"] = s.handle;
       if (!s.mesh_dim.empty()) sj["mesh_dim"] = s.mesh_dim;
       if (!s.group.empty()) sj["group"] = s.group;
-      if (s.op == "all_gather" || s.op == "reduce_scatter" || s.op == "all_to_all" || s.op == "slice") sj["dim"] = s.dim;
+      if (s.op == "all_gather" || s.op == "reduce_scatter" || s.op == "all_to_all" || s.op == "slice" ||
+          s.op == "concat")
+        sj["dim"] = s.dim;
       if (s.op == "all_to_all") sj["dim2"] = s.dim2;
       if (!s.reduce_op.empty()) sj["reduce_op"] = s.reduce_op;
       if (!s.sizes.empty()) sj["sizes"] = s.sizes;
@@ -166,6 +168,16 @@ Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
           if (!buf_ok(b)) return fail("rank " + std::to_string(r.rank) + ": step " + s.op + " reads buffer " + std::to_string(b) + ", out of range");
         for (int b : s.out)
           if (!buf_ok(b)) return fail("rank " + std::to_string(r.rank) + ": step " + s.op + " writes buffer " + std::to_string(b) + ", out of range");
+        const std::string at = "rank " + std::to_string(r.rank) + ", step " + std::to_string(r.steps.size()) + " (" + s.op + ")";
+        const bool collective = s.op == "all_gather" || s.op == "reduce_scatter" || s.op == "all_reduce" || s.op == "all_to_all";
+        if (s.op != "kernel" && !collective && s.op != "wait" && s.op != "slice" && s.op != "partialize" && s.op != "concat")
+          return fail(at + ": unknown op");
+        if ((collective || s.op == "slice" || s.op == "partialize") && s.in.size() != 1)
+          return fail(at + ": needs exactly one \"in\" buffer");
+        if ((s.op == "wait" || s.op == "slice" || s.op == "partialize" || s.op == "concat") && s.out.size() != 1)
+          return fail(at + ": needs exactly one \"out\" buffer");
+        if (s.op == "concat" && s.in.empty()) return fail(at + ": needs its parts as \"in\"");
+        if ((collective || s.op == "wait") && s.handle < 0) return fail(at + ": needs a \"handle\"");
         if (s.op == "kernel") {
           bool found = false;
           for (const PlanKernel& k : p.kernels) found |= k.id == s.kernel;

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "codegen/dist/device_mesh.h"
+#include "codegen/dist/host_collectives.h"
 #include "codegen/dist/shard.h"
 
 namespace sf {
@@ -237,7 +238,35 @@ std::optional<Diag> GpuRank::local_step(const PlanStep& s) {
     Result<Tensor> x = download(s.in.at(0));
     if (!x) return x.error();
     const PlanBuffer& ob = rank_->buffers[static_cast<size_t>(s.out.at(0))];
+    bool fits = s.offset.size() == ob.shape.size() && ob.shape.size() == x->shape().size();
+    for (size_t d = 0; fits && d < ob.shape.size(); ++d)
+      fits = s.offset[d] >= 0 && s.offset[d] + ob.shape[d] <= x->shape()[d];
+    if (!fits) return Diag{"", {}, "the slice's offset and output shape do not fit its input"};
     return upload(s.out.at(0), slice_block(*x, s.offset, ob.shape));
+  }
+  if (s.op == "concat") {
+    // A decomposed all_gather -> matmul assembling its per-shard results; staged
+    // through the host for now (a strided device copy would do).
+    const PlanBuffer& ob = rank_->buffers[static_cast<size_t>(s.out.at(0))];
+    const int rank = static_cast<int>(ob.shape.size());
+    bool fits = s.dim >= 0 && s.dim < rank;
+    int64_t total = 0;
+    for (int b : s.in) {
+      const PlanBuffer& pb = rank_->buffers[static_cast<size_t>(b)];
+      fits = fits && pb.dtype == ob.dtype && pb.shape.size() == ob.shape.size();
+      for (int d = 0; fits && d < rank; ++d)
+        if (d != s.dim) fits = pb.shape[static_cast<size_t>(d)] == ob.shape[static_cast<size_t>(d)];
+      if (fits) total += pb.shape[static_cast<size_t>(s.dim)];
+    }
+    if (!fits || total != ob.shape[static_cast<size_t>(s.dim)])
+      return Diag{"", {}, "the parts do not join into the output along dim " + std::to_string(s.dim)};
+    std::vector<Tensor> parts;
+    for (int b : s.in) {
+      Result<Tensor> t = download(b);
+      if (!t) return t.error();
+      parts.push_back(std::move(t).value());
+    }
+    return upload(s.out.at(0), concat(parts, s.dim));
   }
   return Diag{"", {}, "not a local step"};
 }
@@ -319,7 +348,7 @@ std::optional<Diag> GpuRank::run(Comm* comm) {
     }
     const PlanStep& s = steps[i];
     std::optional<Diag> e;
-    if (s.op == "slice") {
+    if (s.op == "slice" || s.op == "concat") {
       e = local_step(s);
     } else if (!comm) {
       e = Diag{"", {}, "a collective, but no comm backend was given"};

@@ -68,11 +68,20 @@ std::string step_line(const LocalProgram& p, const LocalStep& s, const DeviceMes
       return "slice " + name(s.in[0]) + " -> " + name(s.out) + " [" + md + "]  " + p.types[static_cast<size_t>(s.out)].str();
     case LocalStep::Kind::Partialize:
       return "partialize " + name(s.in[0]) + " -> " + name(s.out) + " [" + md + "]" + (s.keep ? "" : " (zeros)");
+    case LocalStep::Kind::Concat: {
+      std::string line = "concat ";
+      for (size_t k = 0; k < s.in.size(); ++k) line += (k ? ", " : "") + name(s.in[k]);
+      return line + " -> " + name(s.out) + " [dim " + std::to_string(s.dim) + "]  " +
+             p.types[static_cast<size_t>(s.out)].str();
+    }
     case LocalStep::Kind::Start: {
       // The Start names the value its Wait will produce.
       std::string out_name = "?";
       for (const LocalStep& w : p.steps)
         if (w.kind == LocalStep::Kind::Wait && w.handle == s.handle) out_name = name(w.out);
+      if (s.ring_steps > 0)
+        return "ring_shift " + name(s.in[0]) + " -> " + out_name + " [" + md + ", dim " + std::to_string(s.dim) +
+               ", step " + std::to_string(s.ring_step) + "/" + std::to_string(s.ring_steps) + "]";
       std::string line = std::string(redist_kind_name(s.comm)) + " " + name(s.in[0]) + " -> " + out_name + " [" + md;
       switch (s.comm) {
         case RedistKind::AllGather: line += ", dim " + std::to_string(s.dim); break;

@@ -21,6 +21,8 @@ struct LocalStep {
     Start,       // issue a collective on in[0]; completes into `handle`
     Wait,        // out = the result of collective `handle`
     Kernel,      // fused kernel `kernel` on in, producing outs
+    Concat,      // out = the `in` values joined along `dim`, in order (a decomposed
+                 // all_gather -> matmul assembling its per-shard results)
   };
   Kind kind = Kind::Compute;
   std::vector<int> in;  // local value ids consumed
@@ -38,6 +40,9 @@ struct LocalStep {
   ReduceOp op = ReduceOp::Sum;
   std::vector<int64_t> sizes, sizes2;
   int handle = -1;  // Start and its Wait share it
+  // Start: one step of a decomposed collective matmul's ring (an all_to_all that
+  // sends to the previous member and receives from the next); ring_step counts from 1.
+  int ring_step = 0, ring_steps = 0;
 
   // Slice: the block kept; Partialize: whether this rank keeps the value.
   std::vector<int64_t> offset;

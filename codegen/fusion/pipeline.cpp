@@ -12,6 +12,8 @@ std::vector<LocalProgram> rank_programs(const Graph& g, const ShardingPlan& plan
                                         const RankPipelineOptions& opts) {
   std::vector<LocalProgram> unfused;
   for (int r = 0; r < mesh.world(); ++r) unfused.push_back(decompose_program(lower(g, plan, mesh, r)));
+  std::vector<DecomposeDecision> decisions = decompose_collective_matmuls(unfused, mesh, opts.decompose);
+  if (opts.decisions) *opts.decisions = std::move(decisions);
   FusionOptions fo;
   fo.enabled = opts.fuse;
   std::vector<LocalProgram> ps = fuse_all(unfused, fo);

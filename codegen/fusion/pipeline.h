@@ -1,10 +1,12 @@
 // The per-rank lowering pipeline in one flat list (STYLE.md #1): lower the global
-// graph for a rank, decompose composites, fuse into kernels, schedule collectives.
+// graph for a rank, decompose composites, decompose collective matmuls into ring
+// steps, fuse into kernels, schedule collectives.
 #pragma once
 
 #include <functional>
 
 #include "codegen/dist/lower.h"
+#include "codegen/fusion/collective_matmul.h"
 #include "codegen/fusion/fuse.h"
 
 namespace sf {
@@ -17,6 +19,11 @@ struct RankPipelineOptions {
   // emitter's limit costs one group's fusion, not the run. Called once per distinct
   // kernel (by group text).
   std::function<bool(const LocalKernel&)> can_emit;
+  // Collective-matmul decomposition (collective_matmul.h): auto (the estimates
+  // decide), always, never (--no-decompose).
+  DecomposeOptions decompose;
+  // When set, receives one line per collective matmul considered (for explain).
+  std::vector<DecomposeDecision>* decisions = nullptr;
 };
 
 // Every rank's program. Fusion decides for all ranks together (fuse_all), so the

@@ -127,6 +127,11 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
           ps.mesh_dim = md;
           ps.offset = s.offset;
           break;
+        case LocalStep::Kind::Concat:
+          ps.op = "concat";
+          ps.stream = "compute";
+          ps.dim = s.dim;
+          break;
         case LocalStep::Kind::Partialize:
           ps.op = "partialize";
           ps.stream = "compute";

@@ -11,6 +11,7 @@
 #include "codegen/dist/local_program.h"
 #include "codegen/dist/device_mesh.h"
 #include "codegen/dist/propagate.h"
+#include "codegen/fusion/collective_matmul.h"
 #include "codegen/llvm/backend.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/plan_exec.h"
@@ -22,6 +23,7 @@ void add_run(CLI::App& app, int& exit_code);
 void add_explain(CLI::App& app, int& exit_code);
 void add_compile(CLI::App& app, int& exit_code);
 void add_tune(CLI::App& app, int& exit_code);
+void add_simulate(CLI::App& app, int& exit_code);
 void add_exec(CLI::App& app, int& exit_code);  // the only one besides check without LLVM
 
 // Parses and verifies a graph file, printing the located error on failure.
@@ -36,6 +38,15 @@ std::optional<Graph> resolve_world(Graph g, std::optional<int64_t> world);
 // unknown stage name; and the printer, for rank `rank` of the graph's mesh.
 std::optional<std::set<std::string>> parse_dump_after(const std::string& arg);
 void dump_pipeline(const Graph& g, const std::set<std::string>& want, int rank, const llvmb::Target& target);
+
+// --decompose auto|always|never and --no-decompose (collective-matmul decomposition),
+// shared by explain, run, compile and simulate.
+struct DecomposeCliOptions {
+  std::string mode = "auto";
+  bool never = false;
+};
+void add_decompose_options(CLI::App* cmd, DecomposeCliOptions& o);
+DecomposeMode decompose_mode(const DecomposeCliOptions& o);
 
 // The tuning cache options shared by tune, run, compile and explain.
 struct CacheCliOptions {

@@ -16,6 +16,7 @@ struct CompileCliOptions {
   std::string arch = "sm_90a";
   std::string out;
   bool no_fuse = false;
+  DecomposeCliOptions decompose;
   bool no_ptxas = false;
   std::string dump_after;
   CacheCliOptions cache;
@@ -34,6 +35,7 @@ int compile(const CompileCliOptions& o) {
   co.arch = o.arch;
   co.run_ptxas = !o.no_ptxas;
   co.pipeline.fuse = !o.no_fuse;
+  co.pipeline.decompose.mode = decompose_mode(o.decompose);
   if (o.autotune) {
     std::cerr << "error: --autotune: compile tunes for a GPU, which needs the CUDA Runner (not in this build yet); "
                  "compile uses configs already in the cache for " << o.arch << "\n";
@@ -77,6 +79,7 @@ void add_compile(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}));
   cmd->add_option("-o,--output", o->out, "the Plan directory (replaced atomically if it exists)")->required();
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  add_decompose_options(cmd, o->decompose);
   cmd->add_option("--dump-after", o->dump_after,
                   "also print the IR after these stages (rank 0): all, or a comma list of parse, propagate, lower, "
                   "decompose, fuse, schedule, emit (emit shows each kernel's LLVM IR for the arch)");

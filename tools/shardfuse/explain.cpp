@@ -18,6 +18,7 @@ struct ExplainOptions {
   int rank = 0;
   bool no_reorder = false;
   bool no_fuse = false;
+  DecomposeCliOptions decompose;
   std::string dump_after;
   CacheCliOptions cache;
   std::string device = "cpu";
@@ -41,7 +42,13 @@ int explain(const ExplainOptions& o) {
   }
   DeviceMesh mesh(g->mesh());
   ShardingPlan plan = propagate(*g, mesh);
-  LocalProgram p = rank_program(*g, plan, mesh, o.rank, {!o.no_fuse, !o.no_reorder, nullptr});
+  RankPipelineOptions po;
+  po.fuse = !o.no_fuse;
+  po.reorder = !o.no_reorder;
+  po.decompose.mode = decompose_mode(o.decompose);
+  std::vector<DecomposeDecision> decisions;
+  po.decisions = &decisions;
+  LocalProgram p = rank_program(*g, plan, mesh, o.rank, po);
   std::cout << "graph " << g->name() << " on mesh " << (mesh.ndim() ? mesh.mesh().str() : "(none)") << " ("
             << mesh.world() << " rank" << (mesh.world() == 1 ? "" : "s") << ")\n\n";
   std::cout << explain_sharding(*g, plan, mesh) << "\n";
@@ -51,6 +58,12 @@ int explain(const ExplainOptions& o) {
   for (const LocalStep& s : p.steps)
     if (s.kind == LocalStep::Kind::Start || s.kind == LocalStep::Kind::Slice || s.kind == LocalStep::Kind::Partialize)
       std::cout << "  " << step_line(p, s, mesh) << "\n";
+  if (!decisions.empty()) {
+    std::cout << "\ncollective matmuls:\n";
+    for (const DecomposeDecision& d : decisions)
+      std::cout << "  " << d.what << ": " << (d.decomposed ? "decomposed into ring steps" : "kept whole") << " ("
+                << d.why << ")\n";
+  }
   std::cout << "\n" << explain_kernels(p) << "\n" << explain_schedule(p, mesh);
   // Each kernel's config for the target `run` (cpu) or `compile` (cuda) would use,
   // and where it comes from: the tuning cache's best measured entry, or the default.
@@ -77,6 +90,7 @@ void add_explain(CLI::App& app, int& exit_code) {
   cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh");
   cmd->add_option("--rank", o->rank, "whose schedule to print (default 0; ranks differ only in local shapes)");
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  add_decompose_options(cmd, o->decompose);
   cmd->add_option("--dump-after", o->dump_after,
                   "print the IR after these stages instead: all, or a comma list of parse, propagate, lower, "
                   "decompose, fuse, schedule, emit (emit shows each kernel's LLVM IR for the host)");
@@ -92,6 +106,19 @@ void add_explain(CLI::App& app, int& exit_code) {
       "'wait x_ag' takes its result, 'kernel k0_matmul_add x_ag, w -> h' runs a fused kernel.\n"
       "Example:\n  shardfuse explain examples/tp_attention.sf --world 4");
   cmd->callback([o, &exit_code] { exit_code = explain(*o); });
+}
+
+void add_decompose_options(CLI::App* cmd, DecomposeCliOptions& o) {
+  cmd->add_option("--decompose", o.mode,
+                  "collective matmuls (all_gather -> matmul, matmul -> reduce_scatter) as ring steps that overlap "
+                  "the shifts with per-shard compute: auto (when the estimate says it hides the collective; "
+                  "default), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+  cmd->add_flag("--no-decompose", o.never, "the same as --decompose never");
+}
+
+DecomposeMode decompose_mode(const DecomposeCliOptions& o) {
+  return o.never ? DecomposeMode::Never : parse_decompose_mode(o.mode).value_or(DecomposeMode::Auto);
 }
 
 }  // namespace sf::cli

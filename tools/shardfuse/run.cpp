@@ -45,6 +45,7 @@ struct RunOptions {
   CacheCliOptions cache;
   bool autotune = false;
   bool cuda_graph = false;
+  DecomposeCliOptions decompose;
 };
 
 // Runs the ranks; returns the global outputs (on a multi-process rank other than
@@ -68,7 +69,10 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
   // the end), so rank 0 can save and check them without another exchange.
   if (o.rank)
     for (PlacementSpec& s : plan.outputs) s = replicated(mesh);
-  RankPipelineOptions po{!o.no_fuse, !o.no_reorder, nullptr};
+  RankPipelineOptions po;
+  po.fuse = !o.no_fuse;
+  po.reorder = !o.no_reorder;
+  po.decompose.mode = decompose_mode(o.decompose);
   if (kernels) po.can_emit = emit_checker(llvmb::Target::host());  // split what cannot be emitted
   std::vector<LocalProgram> all = rank_programs(g, plan, mesh, po);
   auto program = [&](int r) { return all[static_cast<size_t>(r)]; };
@@ -134,6 +138,7 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   co.arch = dev->arch();
   co.pipeline.fuse = !o.no_fuse;
   co.pipeline.reorder = !o.no_reorder;
+  co.pipeline.decompose.mode = decompose_mode(o.decompose);
   co.choose = [chooser](const LocalKernel& k) { return chooser->choose(k); };
   Result<CompiledPlan> cp = compile_plan(g, co);
   if (!cp) {
@@ -296,6 +301,7 @@ void add_run(CLI::App& app, int& exit_code) {
                 "compare with the reference evaluator on the global graph; print max abs/rel error, exit 1 on mismatch");
   cmd->add_flag("--no-reorder", o->no_reorder, "run collectives where lowering put them (no raise/sink)");
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  add_decompose_options(cmd, o->decompose);
   cmd->add_option("--kernels", o->kernels,
                   "generated: fused kernels compiled to host code (kinds without an emitter yet fall back to the "
                   "reference, and are listed); reference: every kernel on the reference evaluator")

@@ -1,0 +1,472 @@
+#include "codegen/fusion/collective_matmul.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "codegen/dist/device_mesh.h"
+
+namespace sf {
+
+std::optional<DecomposeMode> parse_decompose_mode(const std::string& s) {
+  if (s == "auto") return DecomposeMode::Auto;
+  if (s == "always") return DecomposeMode::Always;
+  if (s == "never") return DecomposeMode::Never;
+  return std::nullopt;
+}
+
+namespace {
+
+int rank_of(const TensorType& t) { return static_cast<int>(t.shape.size()); }
+int64_t bytes_of(const TensorType& t) { return numel(t.shape) * dtype_size(t.dtype); }
+
+TensorType with_extent(TensorType t, int dim, int64_t extent) {
+  t.shape[static_cast<size_t>(dim)] = extent;
+  return t;
+}
+
+std::string us(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  return buf;
+}
+
+struct Uses {
+  std::map<int, std::vector<size_t>> users;  // value -> steps reading it
+  std::map<int, size_t> producer;
+  std::set<int> outputs;
+};
+
+Uses uses_of(const LocalProgram& p) {
+  Uses u;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const LocalStep& s = p.steps[i];
+    for (int v : s.in) u.users[v].push_back(i);
+    if (s.out >= 0) u.producer[s.out] = i;
+    for (int v : s.outs) u.producer[v] = i;
+  }
+  u.outputs.insert(p.output_values.begin(), p.output_values.end());
+  return u;
+}
+
+size_t wait_of(const LocalProgram& p, int handle) {
+  for (size_t i = 0; i < p.steps.size(); ++i)
+    if (p.steps[i].kind == LocalStep::Kind::Wait && p.steps[i].handle == handle) return i;
+  return p.steps.size();
+}
+
+// A roofline estimate of one compute step, in seconds (no launch).
+double step_time(const LocalProgram& p, const LocalStep& s, const DecomposeOptions& o) {
+  if (s.kind != LocalStep::Kind::Compute) return 0;
+  const TensorType& out = p.types[static_cast<size_t>(s.out)];
+  double bytes = static_cast<double>(bytes_of(out)), flops = static_cast<double>(numel(out.shape));
+  for (int v : s.in) bytes += static_cast<double>(bytes_of(p.types[static_cast<size_t>(v)]));
+  if (s.node.op == OpKind::Matmul) {
+    const TensorType& a = p.types[static_cast<size_t>(s.in[0])];
+    flops = 2.0 * static_cast<double>(numel(out.shape)) * static_cast<double>(a.shape.back());
+  }
+  return std::max(flops / o.flops_per_s, bytes / o.bytes_per_s);
+}
+
+// The time of the compute that could run while a collective on `from` is in flight:
+// every compute step after `from` exists that does not depend on `avoid` (the
+// collective's result, or its operand for a reduce_scatter), other than `skip`.
+double independent_time(const LocalProgram& p, int from, int avoid, const std::set<size_t>& skip,
+                        const DecomposeOptions& o) {
+  const Uses u = uses_of(p);
+  size_t begin = 0;
+  if (auto it = u.producer.find(from); it != u.producer.end()) begin = it->second + 1;
+  std::set<int> tainted{avoid};
+  double t = 0;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const LocalStep& s = p.steps[i];
+    bool dep = std::any_of(s.in.begin(), s.in.end(), [&](int v) { return tainted.count(v) > 0; });
+    if (s.kind == LocalStep::Kind::Start && dep) {
+      // Its Wait's value depends on it too.
+      size_t w = wait_of(p, s.handle);
+      if (w < p.steps.size()) tainted.insert(p.steps[w].out);
+    }
+    if (dep) {
+      if (s.out >= 0) tainted.insert(s.out);
+      tainted.insert(s.outs.begin(), s.outs.end());
+      continue;
+    }
+    if (i >= begin && !skip.count(i)) t += step_time(p, s, o);
+  }
+  return t;
+}
+
+// --- all_gather -> matmul ----------------------------------------------------------
+
+struct AgMatch {
+  size_t start = 0, wait = 0;
+  std::vector<size_t> chain;   // the compute steps, in order, the matmul among them
+  std::vector<int> chain_dim;  // per chain step: its output's shard dim
+};
+
+// Whether `s` (one of whose operands is `cur`, sharded along `d`) maps shards of cur
+// to shards of its output along the same dim.
+bool rowwise(const LocalProgram& p, const LocalStep& s, int cur, int d, bool after_matmul, int* out_dim,
+             std::string* why) {
+  if (s.kind != LocalStep::Kind::Compute) return false;
+  const TensorType& ct = p.types[static_cast<size_t>(cur)];
+  const TensorType& out = p.types[static_cast<size_t>(s.out)];
+  switch (op_info(s.node.op).category) {
+    case OpCategory::Unary:
+      *out_dim = d;
+      return rank_of(out) == rank_of(ct);
+    case OpCategory::Binary:
+    case OpCategory::Compare: {
+      if (rank_of(out) != rank_of(ct)) return false;
+      for (int v : s.in) {
+        if (v == cur) continue;
+        const TensorType& o = p.types[static_cast<size_t>(v)];
+        if (rank_of(o) > rank_of(ct)) return false;
+        int idx = d - (rank_of(ct) - rank_of(o));
+        if (idx >= 0 && o.shape[static_cast<size_t>(idx)] != 1) return false;  // it varies along the shard dim
+      }
+      *out_dim = d;
+      return true;
+    }
+    case OpCategory::Matmul: {
+      if (after_matmul || s.in.size() != 2 || s.in[0] != cur || s.in[1] == cur) {
+        if (s.in.size() == 2 && s.in[1] == cur && why) *why = "the gathered value is the matmul's right operand";
+        return false;
+      }
+      const int lr = rank_of(ct);
+      const TensorType& b = p.types[static_cast<size_t>(s.in[1])];
+      if (lr < 2 || d == lr - 1) {
+        if (why) *why = "the gathered dim is the contracted one";
+        return false;
+      }
+      if (d < lr - 2 && rank_of(b) > 2) {
+        int idx = d - (lr - rank_of(b));
+        if (idx >= 0 && b.shape[static_cast<size_t>(idx)] != 1) return false;
+      }
+      *out_dim = d + (rank_of(out) - lr);
+      return true;
+    }
+    default: return false;
+  }
+}
+
+std::optional<AgMatch> match_all_gather(const LocalProgram& p, size_t start, std::string* why) {
+  const LocalStep& st = p.steps[start];
+  AgMatch m;
+  m.start = start;
+  m.wait = wait_of(p, st.handle);
+  if (m.wait >= p.steps.size()) return std::nullopt;
+  const Uses u = uses_of(p);
+  int cur = p.steps[m.wait].out, d = st.dim;
+  bool matmul = false;
+  while (true) {
+    auto it = u.users.find(cur);
+    if (u.outputs.count(cur) || it == u.users.end() || it->second.size() != 1) break;
+    const LocalStep& s = p.steps[it->second[0]];
+    int od = d;
+    if (!rowwise(p, s, cur, d, matmul, &od, why)) break;
+    matmul = matmul || s.node.op == OpKind::Matmul;
+    m.chain.push_back(it->second[0]);
+    m.chain_dim.push_back(od);
+    cur = s.out;
+    d = od;
+  }
+  if (!matmul) {
+    if (why && why->empty()) *why = "no matmul takes the gathered value row-wise";
+    return std::nullopt;
+  }
+  // Drop elementwise ops before the matmul? No: they are row-wise too and run per
+  // shard; but trailing ops past a value with several users were never taken.
+  return m;
+}
+
+// --- matmul -> reduce_scatter ------------------------------------------------------
+
+struct RsMatch {
+  size_t matmul = 0, start = 0, wait = 0;
+  int lhs_dim = 0;  // the scattered dim, as a dim of the matmul's left operand
+};
+
+std::optional<RsMatch> match_reduce_scatter(const LocalProgram& p, size_t start, std::string* why) {
+  const LocalStep& st = p.steps[start];
+  if (st.op != ReduceOp::Sum) {
+    *why = "not a sum";
+    return std::nullopt;
+  }
+  const Uses u = uses_of(p);
+  const int v = st.in[0];
+  auto prod = u.producer.find(v);
+  if (prod == u.producer.end() || p.steps[prod->second].kind != LocalStep::Kind::Compute ||
+      p.steps[prod->second].node.op != OpKind::Matmul) {
+    *why = "its operand is not a matmul's result";
+    return std::nullopt;
+  }
+  if (u.outputs.count(v) || u.users.at(v).size() != 1) {
+    *why = "the matmul's result has other users";
+    return std::nullopt;
+  }
+  RsMatch m;
+  m.matmul = prod->second;
+  m.start = start;
+  m.wait = wait_of(p, st.handle);
+  if (m.wait >= p.steps.size()) return std::nullopt;
+  const LocalStep& mm = p.steps[m.matmul];
+  const TensorType& a = p.types[static_cast<size_t>(mm.in[0])];
+  const TensorType& b = p.types[static_cast<size_t>(mm.in[1])];
+  const TensorType& out = p.types[static_cast<size_t>(v)];
+  const int lr = rank_of(a);
+  m.lhs_dim = st.dim - (rank_of(out) - lr);
+  if (lr < 2 || m.lhs_dim < 0 || m.lhs_dim >= lr - 1) {
+    *why = "the scattered dim is not a row dim of the matmul's left operand";
+    return std::nullopt;
+  }
+  if (m.lhs_dim < lr - 2 && rank_of(b) > 2) {
+    int idx = m.lhs_dim - (lr - rank_of(b));
+    if (idx >= 0 && b.shape[static_cast<size_t>(idx)] != 1) {
+      *why = "the scattered dim is a batch dim of both operands";
+      return std::nullopt;
+    }
+  }
+  return m;
+}
+
+// --- rewriting ---------------------------------------------------------------------
+
+int new_value(LocalProgram& p, const TensorType& t, const std::string& name) {
+  p.types.push_back(t);
+  p.names.push_back(name);
+  return static_cast<int>(p.types.size()) - 1;
+}
+
+// The ring shift of step `step` (1-based) of `steps`: this member (position `pos`
+// of n) sends `value` (extent `send` along dim) to the previous member and receives
+// extent `recv` from the next.
+LocalStep shift_start(const LocalStep& like, int value, int dim, int pos, int n, int64_t send, int64_t recv,
+                      int handle, int step, int steps) {
+  LocalStep s;
+  s.kind = LocalStep::Kind::Start;
+  s.comm = RedistKind::AllToAll;
+  s.mesh_dim = like.mesh_dim;
+  s.dim = s.dim2 = dim;
+  s.sizes.assign(static_cast<size_t>(n), 0);
+  s.sizes2.assign(static_cast<size_t>(n), 0);
+  s.sizes[static_cast<size_t>((pos + n - 1) % n)] = send;
+  s.sizes2[static_cast<size_t>((pos + 1) % n)] = recv;
+  s.in = {value};
+  s.handle = handle;
+  s.ring_step = step;
+  s.ring_steps = steps;
+  return s;
+}
+
+LocalStep wait_step(int handle, int out) {
+  LocalStep w;
+  w.kind = LocalStep::Kind::Wait;
+  w.handle = handle;
+  w.out = out;
+  return w;
+}
+
+// Replaces the steps in `drop` by `block`, placed where step `at` was.
+void splice(LocalProgram& p, const std::set<size_t>& drop, size_t at, std::vector<LocalStep> block) {
+  std::vector<LocalStep> steps;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    if (i == at)
+      for (LocalStep& b : block) steps.push_back(std::move(b));
+    if (!drop.count(i)) steps.push_back(std::move(p.steps[i]));
+  }
+  p.steps = std::move(steps);
+}
+
+void rewrite_all_gather(LocalProgram& p, const AgMatch& m, int pos) {
+  const LocalStep st = p.steps[m.start];
+  const std::vector<int64_t> sizes = st.sizes;
+  const int n = static_cast<int>(sizes.size());
+  const int d = st.dim;
+  const int xg = p.steps[m.wait].out;
+  const int final_value = p.steps[m.chain.back()].out;
+  std::vector<LocalStep> block;
+  std::vector<int> parts(static_cast<size_t>(n), -1);
+  int cur = st.in[0];
+  for (int s = 0; s < n; ++s) {
+    const int j = (pos + s) % n, jn = (j + 1) % n;
+    int handle = -1, next = -1;
+    if (s < n - 1) {
+      handle = p.num_handles++;
+      next = new_value(p, with_extent(p.types[static_cast<size_t>(xg)], d, sizes[static_cast<size_t>(jn)]),
+                       p.names[static_cast<size_t>(xg)] + "_r" + std::to_string(s + 1));
+      block.push_back(shift_start(st, cur, d, pos, n, sizes[static_cast<size_t>(j)], sizes[static_cast<size_t>(jn)],
+                                  handle, s + 1, n - 1));
+    }
+    int prev = xg, v = cur;
+    for (size_t k = 0; k < m.chain.size(); ++k) {
+      LocalStep c = p.steps[m.chain[k]];
+      for (int& a : c.in)
+        if (a == prev) a = v;
+      prev = c.out;
+      c.node.type = with_extent(p.types[static_cast<size_t>(c.out)], m.chain_dim[k], sizes[static_cast<size_t>(j)]);
+      c.out = new_value(p, c.node.type, p.names[static_cast<size_t>(c.out)] + "_s" + std::to_string(j));
+      v = c.out;
+      block.push_back(std::move(c));
+    }
+    parts[static_cast<size_t>(j)] = v;
+    if (s < n - 1) {
+      block.push_back(wait_step(handle, next));
+      cur = next;
+    }
+  }
+  LocalStep cat;
+  cat.kind = LocalStep::Kind::Concat;
+  cat.in = parts;
+  cat.out = final_value;
+  cat.dim = m.chain_dim.back();
+  block.push_back(std::move(cat));
+  std::set<size_t> drop{m.start, m.wait};
+  drop.insert(m.chain.begin(), m.chain.end());
+  splice(p, drop, m.chain.back(), std::move(block));
+}
+
+void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
+  const LocalStep st = p.steps[m.start];
+  const LocalStep mm = p.steps[m.matmul];
+  const std::vector<int64_t> sizes = st.sizes;
+  const int n = static_cast<int>(sizes.size());
+  const int d = st.dim;
+  const int lhs = mm.in[0];
+  const TensorType lt = p.types[static_cast<size_t>(lhs)];
+  const TensorType vt = p.types[static_cast<size_t>(st.in[0])];
+  const int out_final = p.steps[m.wait].out;
+  std::vector<int64_t> offset(static_cast<size_t>(n), 0);
+  for (int k = 1; k < n; ++k) offset[static_cast<size_t>(k)] = offset[static_cast<size_t>(k - 1)] + sizes[static_cast<size_t>(k - 1)];
+  std::vector<LocalStep> block;
+  int recv = -1;
+  for (int s = 0; s < n; ++s) {
+    const int j = (pos + s + 1) % n, jn = (j + 1) % n;
+    const int64_t e = sizes[static_cast<size_t>(j)];
+    LocalStep sl;
+    sl.kind = LocalStep::Kind::Slice;
+    sl.mesh_dim = st.mesh_dim;
+    sl.in = {lhs};
+    sl.shape = with_extent(lt, m.lhs_dim, e).shape;
+    sl.offset.assign(lt.shape.size(), 0);
+    sl.offset[static_cast<size_t>(m.lhs_dim)] = offset[static_cast<size_t>(j)];
+    sl.out = new_value(p, with_extent(lt, m.lhs_dim, e), p.names[static_cast<size_t>(lhs)] + "_c" + std::to_string(j));
+    LocalStep part = mm;
+    part.in[0] = sl.out;
+    part.node.type = with_extent(vt, d, e);
+    part.out = new_value(p, part.node.type, p.names[static_cast<size_t>(mm.out)] + "_c" + std::to_string(j));
+    int acc = part.out;
+    block.push_back(std::move(sl));
+    block.push_back(part);
+    if (s > 0) {
+      LocalStep add;
+      add.kind = LocalStep::Kind::Compute;
+      add.node.op = OpKind::Add;
+      add.node.type = part.node.type;
+      add.in = {part.out, recv};
+      add.out = s == n - 1 ? out_final
+                           : new_value(p, part.node.type, p.names[static_cast<size_t>(mm.out)] + "_acc" + std::to_string(j));
+      acc = add.out;
+      block.push_back(std::move(add));
+    }
+    if (s < n - 1) {
+      const int handle = p.num_handles++;
+      recv = new_value(p, with_extent(vt, d, sizes[static_cast<size_t>(jn)]),
+                       p.names[static_cast<size_t>(mm.out)] + "_r" + std::to_string(s + 1));
+      block.push_back(shift_start(st, acc, d, pos, n, e, sizes[static_cast<size_t>(jn)], handle, s + 1, n - 1));
+      block.push_back(wait_step(handle, recv));
+    }
+  }
+  splice(p, {m.matmul, m.start, m.wait}, m.matmul, std::move(block));
+}
+
+}  // namespace
+
+std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalProgram>& programs,
+                                                            const DeviceMesh& mesh, const DecomposeOptions& o) {
+  std::vector<DecomposeDecision> decisions;
+  if (programs.empty()) return decisions;
+  // Decide on rank 0, then rewrite every rank at the same steps: later steps move
+  // after each rewrite, so look again from the start until nothing matches.
+  std::set<std::pair<std::string, int>> seen;  // (collective operand name, kind) decided already
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    const LocalProgram& p0 = programs[0];
+    for (size_t i = 0; i < p0.steps.size() && !changed; ++i) {
+      const LocalStep s = p0.steps[i];  // a copy: rewriting rank 0 moves the steps
+      if (s.kind != LocalStep::Kind::Start || s.ring_steps > 0) continue;
+      if (s.comm != RedistKind::AllGather && s.comm != RedistKind::ReduceScatter) continue;
+      const std::string operand = p0.names[static_cast<size_t>(s.in[0])];
+      if (!seen.insert({operand, static_cast<int>(s.comm)}).second) continue;
+      const int n = static_cast<int>(s.sizes.size());
+      DecomposeDecision dd;
+      std::string why;
+      if (s.comm == RedistKind::AllGather) {
+        std::optional<AgMatch> m = match_all_gather(p0, i, &why);
+        if (!m) continue;  // not a collective matmul: nothing to say
+        const LocalStep& mmstep = p0.steps[m->chain[0]];
+        dd.what = "all_gather " + operand + " -> " + std::string(op_name(mmstep.node.op)) + " ... " +
+                  p0.names[static_cast<size_t>(p0.steps[m->chain.back()].out)];
+        if (n < 2) continue;
+        const TensorType& xg = p0.types[static_cast<size_t>(p0.steps[m->wait].out)];
+        double t_comm = o.comm.alpha_s + static_cast<double>(bytes_of(xg)) * (n - 1) / n / o.comm.beta_bytes_per_s;
+        double t_chain = o.launch_s;
+        for (size_t c : m->chain) t_chain += step_time(p0, p0.steps[c], o);
+        std::set<size_t> skip(m->chain.begin(), m->chain.end());
+        double t_indep = independent_time(p0, s.in[0], p0.steps[m->wait].out, skip, o);
+        double plain = t_chain + std::max(0.0, t_comm - t_indep);
+        double t_step = o.comm.alpha_s + static_cast<double>(bytes_of(xg)) / n / o.comm.beta_bytes_per_s;
+        double t_part = (t_chain - o.launch_s) / n + o.launch_s;
+        double concat = 2.0 * static_cast<double>(bytes_of(p0.types[static_cast<size_t>(p0.steps[m->chain.back()].out)])) /
+                        o.bytes_per_s;
+        double ring = t_part + (n - 1) * std::max(t_part, t_step) + concat;
+        dd.decomposed = o.mode == DecomposeMode::Always || (o.mode == DecomposeMode::Auto && ring < plain);
+        dd.why = "estimated " + us(plain) + " as is (" + us(t_comm) + " all_gather, " + us(t_indep) +
+                 " independent compute to hide it) vs " + us(ring) + " in " + std::to_string(n) + " ring steps";
+        if (dd.decomposed) {
+          for (LocalProgram& p : programs) {
+            const int pos = static_cast<int>(mesh.coord(p.rank)[static_cast<size_t>(s.mesh_dim)]);
+            std::string w2;
+            std::optional<AgMatch> mr = match_all_gather(p, i, &w2);
+            if (mr) rewrite_all_gather(p, *mr, pos);
+          }
+          changed = true;
+        }
+      } else {
+        std::optional<RsMatch> m = match_reduce_scatter(p0, i, &why);
+        if (!m) continue;
+        dd.what = "matmul " + p0.names[static_cast<size_t>(p0.steps[m->matmul].out)] + " -> reduce_scatter";
+        if (n < 2) continue;
+        const TensorType& vt = p0.types[static_cast<size_t>(s.in[0])];
+        double t_comm = o.comm.alpha_s + static_cast<double>(bytes_of(vt)) * (n - 1) / n / o.comm.beta_bytes_per_s;
+        double t_mm = o.launch_s + step_time(p0, p0.steps[m->matmul], o);
+        double t_indep = independent_time(p0, s.in[0], s.in[0], {m->matmul}, o);
+        double plain = t_mm + std::max(0.0, t_comm - t_indep);
+        double t_step = o.comm.alpha_s + static_cast<double>(bytes_of(vt)) / n / o.comm.beta_bytes_per_s;
+        double t_part = (t_mm - o.launch_s) / n + 2 * o.launch_s +
+                        2.0 * static_cast<double>(bytes_of(vt)) / n / o.bytes_per_s;  // the partial and its add
+        double ring = t_part + (n - 1) * std::max(t_part, t_step);
+        dd.decomposed = o.mode == DecomposeMode::Always || (o.mode == DecomposeMode::Auto && ring < plain);
+        dd.why = "estimated " + us(plain) + " as is (" + us(t_comm) + " reduce_scatter, " + us(t_indep) +
+                 " independent compute to hide it) vs " + us(ring) + " in " + std::to_string(n) + " ring steps";
+        if (dd.decomposed) {
+          for (LocalProgram& p : programs) {
+            const int pos = static_cast<int>(mesh.coord(p.rank)[static_cast<size_t>(s.mesh_dim)]);
+            std::string w2;
+            std::optional<RsMatch> mr = match_reduce_scatter(p, i, &w2);
+            if (mr) rewrite_reduce_scatter(p, *mr, pos);
+          }
+          changed = true;
+        }
+      }
+      if (o.mode == DecomposeMode::Never) dd.why = "--no-decompose";
+      decisions.push_back(std::move(dd));
+    }
+  }
+  return decisions;
+}
+
+}  // namespace sf

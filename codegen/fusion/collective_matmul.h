@@ -1,0 +1,53 @@
+// Collective-matmul decomposition (PyTorch's async TP fused_all_gather_matmul /
+// fused_matmul_reduce_scatter, XLA's windowed einsum), on every rank's unfused
+// program before fusion:
+//
+//   all_gather(x) -> [unary/broadcast ops] -> matmul(., W) -> [epilogue ops]
+//     becomes n steps around the ring: step s computes the rows of shard
+//     (rank + s) mod n while that shard moves on to the previous rank and the
+//     next one arrives (a ring shift: an all_to_all with one non-empty chunk);
+//     a concat assembles the result.
+//   matmul(x, W) -> reduce_scatter(sum)
+//     becomes n steps: step s computes the partial rows of chunk
+//     (rank + s + 1) mod n, adds the partial sum received from the next rank and
+//     passes it on; after n - 1 shifts each rank holds its own chunk, reduced.
+//
+// Each step's compute overlaps the shift in flight (the scheduler issues shifts as
+// early as their operand exists). The shard dim must not be the contracted one.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "codegen/dist/local_program.h"
+#include "codegen/dist/redistribute.h"
+
+namespace sf {
+
+enum class DecomposeMode { Auto, Always, Never };
+// "auto", "always", "never"; nullopt for anything else.
+std::optional<DecomposeMode> parse_decompose_mode(const std::string& s);
+
+struct DecomposeOptions {
+  DecomposeMode mode = DecomposeMode::Auto;
+  // Auto: the estimates that decide (docs/overlap.md). Collectives by the same
+  // alpha-beta model as redistribution; compute by a roofline.
+  CostModel comm;
+  double flops_per_s = 50e12;
+  double bytes_per_s = 2e12;
+  double launch_s = 4e-6;
+};
+
+struct DecomposeDecision {
+  std::string what;  // "all_gather x -> matmul h" for explain
+  bool decomposed = false;
+  std::string why;   // the estimate that decided, or why the pattern does not apply
+};
+
+// Rewrites every rank's program alike (the decision is taken on rank 0's program,
+// which has the same steps as every other rank's). Returns one decision per
+// all_gather or reduce_scatter that feeds or follows a matmul.
+std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalProgram>& programs,
+                                                            const DeviceMesh& mesh, const DecomposeOptions& opts);
+
+}  // namespace sf

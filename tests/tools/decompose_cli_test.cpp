@@ -1,0 +1,66 @@
+// --decompose / --no-decompose from the CLI: explain shows the ring, run checks it
+// against the reference (threads and processes), compile writes it into the Plan.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+
+#include "tests/tools/cli_util.h"
+
+namespace sf {
+namespace {
+
+TEST(DecomposeCli, ExplainShowsTheRingAndTheDecision) {
+  CliResult r = shardfuse("explain " + example("seq_parallel_mlp.sf") + " --decompose always");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("ring_shift x -> x_ag_r1 [tp, dim 1, step 1/3]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("all_gather x -> cast ... a: decomposed into ring steps"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("concat a_s0, a_s1, a_s2, a_s3 -> a [dim 1]"), std::string::npos) << r.out;
+  CliResult a = shardfuse("explain " + example("seq_parallel_mlp.sf"));
+  ASSERT_EQ(a.code, 0) << a.out;
+  EXPECT_NE(a.out.find("kept whole (estimated"), std::string::npos) << "auto keeps tiny collectives whole\n" << a.out;
+  EXPECT_EQ(a.out.find("ring_shift"), std::string::npos) << a.out;
+  CliResult n = shardfuse("explain " + example("seq_parallel_mlp.sf") + " --decompose always --no-decompose");
+  EXPECT_EQ(n.out.find("ring_shift"), std::string::npos) << "--no-decompose wins\n" << n.out;
+  CliResult bad = shardfuse("explain " + example("seq_parallel_mlp.sf") + " --decompose sometimes");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+}
+
+TEST(DecomposeCli, DecomposedRunsMatchTheReference) {
+  for (const char* world : {"2", "3", "4"}) {
+    CliResult r = shardfuse("run " + example("seq_parallel_mlp.sf") + " --decompose always --check --world " + world);
+    EXPECT_EQ(r.code, 0) << world << "\n" << r.out;
+    EXPECT_NE(r.out.find("check: ok"), std::string::npos) << r.out;
+  }
+  // One process per rank, meeting through a directory.
+  TempDir t;
+  std::string cmd;
+  for (int rank = 0; rank < 3; ++rank)
+    cmd += std::string(SF_BINARY) + " run " + example("seq_parallel_mlp.sf") + " --world 3 --decompose always --check" +
+           " --rank " + std::to_string(rank) + " --rendezvous " + t.str() + " > " + t / ("r" + std::to_string(rank)) +
+           " 2>&1 & ";
+  ASSERT_EQ(std::system(("(" + cmd + "wait)").c_str()), 0);
+  std::ifstream in(t / "r0");
+  std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(out.find("check: ok"), std::string::npos) << out;
+}
+
+TEST(DecomposeCli, ThePlanCarriesTheRingAndItsConcat) {
+  TempDir t;
+  CliResult r = shardfuse("compile " + example("seq_parallel_mlp.sf") + " --decompose always --no-ptxas -o " + t / "p");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream in(t / "p/plan.json");
+  std::string plan((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t concats = 0, shifts = 0;
+  for (size_t at = plan.find("\"op\": \"concat\""); at != std::string::npos; at = plan.find("\"op\": \"concat\"", at + 1))
+    ++concats;
+  for (size_t at = plan.find("\"op\": \"all_to_all\""); at != std::string::npos;
+       at = plan.find("\"op\": \"all_to_all\"", at + 1))
+    ++shifts;
+  EXPECT_EQ(concats, 4u) << "one per rank";
+  EXPECT_EQ(shifts, 24u) << "3 + 3 shifts per rank";
+}
+
+}  // namespace
+}  // namespace sf

@@ -101,7 +101,7 @@ void add_kernels(const std::string& label, const Graph& g, std::vector<BenchKern
                  std::set<std::string>& seen) {
   DeviceMesh mesh(g.mesh());
   ShardingPlan plan = propagate(g, mesh);
-  RankPipelineOptions po{true, true, nullptr};
+  RankPipelineOptions po;
   po.can_emit = emit_checker(llvmb::Target::host());
   const TargetInfo& target = host_target_info();
   const std::string tid = target_id(target), tool = toolchain_id(ConfigTarget::Host);

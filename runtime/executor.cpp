@@ -28,6 +28,17 @@ Result<std::vector<Tensor>> execute_on(const LocalProgram& p, Comm& comm, const 
                             std::to_string(p.param_values.size()) + " params"};
   for (size_t i = 0; i < inputs.size(); ++i) v[static_cast<size_t>(p.param_values[i])] = inputs[i];
   std::map<int, Work> pending;
+  struct Issued {
+    double at_us;
+    std::string name;
+    int64_t bytes;
+    size_t step;
+  };
+  std::map<int, Issued> issued;  // by handle, for the trace
+  auto now_us = [&] {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - opts.trace_origin).count();
+  };
+  if (opts.trace) opts.trace->add_rank(p.rank);
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const LocalStep& s = p.steps[i];
     if (stop.load()) return at_step(p, i, mesh, "aborted because another rank failed");
@@ -38,12 +49,34 @@ Result<std::vector<Tensor>> execute_on(const LocalProgram& p, Comm& comm, const 
     }
     if (is_local_step(s)) {
       const KernelRunner& runner = opts.kernels ? *opts.kernels : reference_kernel_runner();
+      const double t0 = opts.trace ? now_us() : 0;
       if (auto err = run_local_step(p, s, v, runner)) return at_step(p, i, mesh, *err);
+      if (opts.trace) {
+        nlohmann::json args{{"step", i}};
+        std::string name;
+        if (s.kind == LocalStep::Kind::Kernel) {
+          const LocalKernel& k = p.kernels[static_cast<size_t>(s.kernel)];
+          name = k.name;
+          args["bytes"] = k.bytes_read + k.bytes_written;
+          args["flops"] = k.flops;
+          args["kind"] = k.kind;
+        } else {
+          name = step_line(p, s, mesh);
+          name = name.substr(0, name.find(' '));
+        }
+        opts.trace->add(p.rank, Stream::Compute, name, t0, now_us() - t0, std::move(args),
+                        s.kind == LocalStep::Kind::Kernel ? "kernel" : "local");
+      }
       continue;
     }
     switch (s.kind) {
       case LocalStep::Kind::Start: {
         Tensor x = v[static_cast<size_t>(s.in[0])];
+        if (opts.trace)
+          issued[s.handle] = {now_us(),
+                              std::string(s.ring_steps ? "ring_shift" : redist_kind_name(s.comm)) + " " +
+                                  p.names[static_cast<size_t>(s.in[0])],
+                              static_cast<int64_t>(x.nbytes()), i};
         switch (s.comm) {
           case RedistKind::AllGather: pending.emplace(s.handle, comm.all_gather(s.mesh_dim, std::move(x), s.dim, s.sizes)); break;
           case RedistKind::ReduceScatter:
@@ -66,9 +99,18 @@ Result<std::vector<Tensor>> execute_on(const LocalProgram& p, Comm& comm, const 
       case LocalStep::Kind::Wait: {
         auto it = pending.find(s.handle);
         if (it == pending.end()) return at_step(p, i, mesh, "internal: wait without a start");
+        const double t0 = opts.trace ? now_us() : 0;
         Result<Tensor> t = it->second.wait();
         pending.erase(it);
         if (!t.ok()) return at_step(p, i, mesh, t.error().message);
+        if (opts.trace) {
+          const double t1 = now_us();
+          const Issued& is = issued[s.handle];
+          opts.trace->add(p.rank, Stream::Comm, is.name, is.at_us, t1 - is.at_us,
+                          {{"bytes", is.bytes}, {"step", is.step}}, "collective");
+          opts.trace->add(p.rank, Stream::Compute, "wait " + p.names[static_cast<size_t>(s.out)], t0, t1 - t0,
+                          {{"step", i}}, "wait");
+        }
         v[static_cast<size_t>(s.out)] = std::move(t).value();
         break;
       }

@@ -12,6 +12,7 @@
 #include "codegen/dist/local_program.h"
 #include "runtime/comm.h"
 #include "runtime/kernel_runner.h"
+#include "runtime/trace.h"
 
 namespace sf {
 
@@ -22,6 +23,13 @@ struct ExecOptions {
   std::function<void(int rank, size_t step, const std::atomic<bool>& aborted)> before_step;
   // Runs Kernel steps; the reference evaluator when null.
   const KernelRunner* kernels = nullptr;
+  // When set, every step becomes an event: local steps on the rank's compute
+  // thread (their wall time), each collective on its comm thread from its issue to
+  // the return of its wait (an upper bound: the Gloo thread does not report when it
+  // finished), and the time a wait blocked as a "wait" event on the compute thread.
+  // Times are microseconds since `trace_origin`.
+  TraceWriter* trace = nullptr;
+  std::chrono::steady_clock::time_point trace_origin = std::chrono::steady_clock::now();
 };
 
 // Runs rank p.rank's program; inputs hold its local tensor per graph param. Returns

@@ -303,10 +303,32 @@ std::optional<Diag> GpuRank::collective(const PlanStep& s, Comm& comm, std::map<
   return std::nullopt;
 }
 
+std::optional<Diag> GpuRank::timed(const std::string& name, nlohmann::json args,
+                                   const std::function<std::optional<Diag>()>& enqueue) {
+  if (!opts_.trace) return enqueue();
+  Result<cuda::Event> a = cuda::Event::create(plan_->context()), b = cuda::Event::create(plan_->context());
+  if (!a) return a.error();
+  if (!b) return b.error();
+  if (auto e = a->record(stream_)) return e;
+  if (auto e = enqueue()) return e;
+  if (auto e = b->record(stream_)) return e;
+  device_events_.push_back({name, std::move(args), std::move(a).value(), std::move(b).value()});
+  return std::nullopt;
+}
+
 std::optional<Diag> GpuRank::run_segment(size_t begin, size_t end) {
+  const bool per_kernel = opts_.trace && !opts_.cuda_graph;
   auto body = [&]() -> std::optional<Diag> {
-    for (size_t i = begin; i < end; ++i)
-      if (auto e = local_step(rank_->steps[i])) return Diag{"", {}, step_name(*rank_, i) + ": " + e->message};
+    for (size_t i = begin; i < end; ++i) {
+      const PlanStep& st = rank_->steps[i];
+      std::optional<Diag> e;
+      if (per_kernel && st.op == "kernel") {
+        e = timed(st.kernel, {{"step", i}, {"kind", "kernel"}}, [&] { return local_step(st); });
+      } else {
+        e = local_step(st);
+      }
+      if (e) return Diag{"", {}, step_name(*rank_, i) + ": " + e->message};
+    }
     return std::nullopt;
   };
   if (!opts_.cuda_graph) return body();
@@ -322,7 +344,9 @@ std::optional<Diag> GpuRank::run_segment(size_t begin, size_t end) {
   }
   ++graph_launches_;
   launches_ += it->second.kernels;
-  return it->second.graph.launch(stream_);
+  const cuda::Graph& graph = it->second.graph;
+  return timed("graph of steps " + std::to_string(begin) + ".." + std::to_string(end - 1),
+               {{"kernels", it->second.kernels}}, [&] { return graph.launch(stream_); });
 }
 
 std::optional<Diag> GpuRank::enqueue() {
@@ -333,8 +357,41 @@ std::optional<Diag> GpuRank::enqueue() {
   return run_segment(0, rank_->steps.size());
 }
 
+double GpuRank::now_us() const {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - opts_.trace_origin).count();
+}
+
 std::optional<Diag> GpuRank::run(Comm* comm) {
   if (auto e = plan_->context().make_current()) return e;
+  if (auto e = run_steps(comm)) return e;
+  if (auto e = stream_.synchronize()) return e;
+  if (!opts_.trace) return std::nullopt;
+  // Device events become trace events, placed by their distance from the reference
+  // event recorded when the run began.
+  opts_.trace->add_rank(rank_->rank);
+  for (DeviceEvent& d : device_events_) {
+    Result<float> from = cuda::Event::elapsed_ms(*ref_event_, d.start);
+    Result<float> dur = cuda::Event::elapsed_ms(d.start, d.end);
+    if (!from) return from.error();
+    if (!dur) return dur.error();
+    opts_.trace->add(rank_->rank, Stream::Compute, d.name, ref_us_ + *from * 1e3, *dur * 1e3, std::move(d.args),
+                     "kernel");
+  }
+  device_events_.clear();
+  return std::nullopt;
+}
+
+std::optional<Diag> GpuRank::run_steps(Comm* comm) {
+  if (opts_.trace) {
+    Result<cuda::Event> ref = cuda::Event::create(plan_->context());
+    if (!ref) return ref.error();
+    ref_event_ = std::make_unique<cuda::Event>(std::move(ref).value());
+    if (auto e = stream_.synchronize()) return e;
+    if (auto e = ref_event_->record(stream_)) return e;
+    if (auto e = ref_event_->synchronize()) return e;
+    ref_us_ = now_us();
+  }
+  std::map<int, std::pair<double, std::string>> issued;  // handle -> (issue time, name), for the trace
   std::map<int, Work> pending;
   const std::vector<PlanStep>& steps = rank_->steps;
   size_t i = 0;
@@ -353,12 +410,25 @@ std::optional<Diag> GpuRank::run(Comm* comm) {
     } else if (!comm) {
       e = Diag{"", {}, "a collective, but no comm backend was given"};
     } else {
+      const double t0 = opts_.trace ? now_us() : 0;
       e = collective(s, *comm, pending);
+      if (opts_.trace && !e) {
+        if (s.op != "wait") {
+          issued[s.handle] = {t0, s.op + " " + rank_->buffers[static_cast<size_t>(s.in.at(0))].name};
+        } else {
+          const double t1 = now_us();
+          const auto& [at, name] = issued[s.handle];
+          opts_.trace->add(rank_->rank, Stream::Comm, name + " (host-staged)", at, t1 - at,
+                           {{"step", i}, {"bytes", buffers_[static_cast<size_t>(s.out.at(0))].bytes()}}, "collective");
+          opts_.trace->add(rank_->rank, Stream::Compute, "wait " + rank_->buffers[static_cast<size_t>(s.out.at(0))].name,
+                           t0, t1 - t0, {{"step", i}}, "wait");
+        }
+      }
     }
     if (e) return Diag{"", {}, step_name(*rank_, i) + ": " + e->message};
     ++i;
   }
-  return stream_.synchronize();
+  return std::nullopt;
 }
 
 std::optional<std::string> arch_mismatch(const std::string& arch, const cuda::DeviceInfo& dev) {
@@ -425,6 +495,7 @@ Result<std::vector<std::vector<Tensor>>> run_plan_on_gpu(const PlanSource& src,
       if (!c) return fail(c.error(), nullptr);
       Comm& comm = **c;
       auto run_rank = [&]() -> std::optional<Diag> {
+        if (opts.trace) opts.trace->add_rank(r);
         Result<std::unique_ptr<GpuRank>> gr = GpuRank::create(*loaded, r, opts);
         if (!gr) return gr.error();
         if (auto e = (*gr)->upload_inputs(inputs[static_cast<size_t>(r)])) return e;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "runtime/comm.h"
 #include "runtime/cuda.h"
 #include "runtime/plan.h"
+#include "runtime/trace.h"
 
 namespace sf {
 
@@ -38,6 +40,12 @@ struct GpuRunOptions {
   // and replay it (launch overhead matters for the examples' small kernels).
   bool cuda_graph = false;
   std::chrono::milliseconds timeout{60000};  // per collective
+  // When set: every kernel (or, with cuda_graph, every graph launch) becomes an
+  // event timed by CUDA events on the rank's compute thread, and every collective
+  // an event on its comm thread from its issue to its wait (host-staged, wall time).
+  // Microseconds since trace_origin.
+  TraceWriter* trace = nullptr;
+  std::chrono::steady_clock::time_point trace_origin = std::chrono::steady_clock::now();
 };
 
 // A Plan's kernels loaded on a device, shared by its ranks.
@@ -84,7 +92,12 @@ class GpuRank {
 
  private:
   GpuRank() = default;
+  std::optional<Diag> run_steps(Comm* comm);
   std::optional<Diag> run_segment(size_t begin, size_t end);
+  // Enqueues, between two CUDA events when tracing.
+  std::optional<Diag> timed(const std::string& name, nlohmann::json args,
+                            const std::function<std::optional<Diag>()>& enqueue);
+  double now_us() const;
   std::optional<Diag> launch_step(const PlanStep& s);
   std::optional<Diag> local_step(const PlanStep& s);
   std::optional<Diag> collective(const PlanStep& s, Comm& comm, std::map<int, Work>& pending);
@@ -102,6 +115,14 @@ class GpuRank {
   };
   std::map<size_t, Captured> graphs_;  // per device segment, by its first step
   int64_t launches_ = 0, graph_launches_ = 0;
+  struct DeviceEvent {
+    std::string name;
+    nlohmann::json args;
+    cuda::Event start, end;
+  };
+  std::vector<DeviceEvent> device_events_;
+  std::unique_ptr<cuda::Event> ref_event_;
+  double ref_us_ = 0;
 };
 
 // Why PTX compiled for `arch` ("sm_90a", "sm_80") cannot run on `dev`, or nullopt

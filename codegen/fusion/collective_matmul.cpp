@@ -269,6 +269,31 @@ LocalStep wait_step(int handle, int out) {
   return w;
 }
 
+// The step producing a matmul's right operand when it is a view (transpose, permute)
+// used by that matmul only: each per-shard matmul gets a copy of it, which fusion
+// folds into the matmul, rather than one shared value a kernel would have to export.
+std::optional<size_t> private_view(const LocalProgram& p, const LocalStep& mm) {
+  const Uses u = uses_of(p);
+  auto prod = u.producer.find(mm.in[1]);
+  if (prod == u.producer.end()) return std::nullopt;
+  const LocalStep& v = p.steps[prod->second];
+  if (v.kind != LocalStep::Kind::Compute || (v.node.op != OpKind::Transpose && v.node.op != OpKind::Permute))
+    return std::nullopt;
+  if (u.outputs.count(mm.in[1]) || u.users.at(mm.in[1]).size() != 1) return std::nullopt;
+  return prod->second;
+}
+
+// Before a per-shard copy of a matmul: a copy of its private view, if it has one.
+void copy_view(LocalProgram& p, std::optional<size_t> view, LocalStep& mm_copy, std::vector<LocalStep>& block,
+               int shard) {
+  if (!view) return;
+  LocalStep v = p.steps[*view];
+  v.out = new_value(p, p.types[static_cast<size_t>(v.out)],
+                    p.names[static_cast<size_t>(v.out)] + "_" + std::to_string(shard));
+  mm_copy.in[1] = v.out;
+  block.push_back(std::move(v));
+}
+
 // Replaces the steps in `drop` by `block`, placed where step `at` was.
 void splice(LocalProgram& p, const std::set<size_t>& drop, size_t at, std::vector<LocalStep> block) {
   std::vector<LocalStep> steps;
@@ -290,6 +315,9 @@ void rewrite_all_gather(LocalProgram& p, const AgMatch& m, int pos) {
   std::vector<LocalStep> block;
   std::vector<int> parts(static_cast<size_t>(n), -1);
   int cur = st.in[0];
+  std::optional<size_t> view;
+  for (size_t c : m.chain)
+    if (p.steps[c].node.op == OpKind::Matmul) view = private_view(p, p.steps[c]);
   for (int s = 0; s < n; ++s) {
     const int j = (pos + s) % n, jn = (j + 1) % n;
     int handle = -1, next = -1;
@@ -309,6 +337,7 @@ void rewrite_all_gather(LocalProgram& p, const AgMatch& m, int pos) {
       c.node.type = with_extent(p.types[static_cast<size_t>(c.out)], m.chain_dim[k], sizes[static_cast<size_t>(j)]);
       c.out = new_value(p, c.node.type, p.names[static_cast<size_t>(c.out)] + "_s" + std::to_string(j));
       v = c.out;
+      if (c.node.op == OpKind::Matmul) copy_view(p, view, c, block, j);
       block.push_back(std::move(c));
     }
     parts[static_cast<size_t>(j)] = v;
@@ -325,6 +354,7 @@ void rewrite_all_gather(LocalProgram& p, const AgMatch& m, int pos) {
   block.push_back(std::move(cat));
   std::set<size_t> drop{m.start, m.wait};
   drop.insert(m.chain.begin(), m.chain.end());
+  if (view) drop.insert(*view);
   splice(p, drop, m.chain.back(), std::move(block));
 }
 
@@ -342,6 +372,7 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
   for (int k = 1; k < n; ++k) offset[static_cast<size_t>(k)] = offset[static_cast<size_t>(k - 1)] + sizes[static_cast<size_t>(k - 1)];
   std::vector<LocalStep> block;
   int recv = -1;
+  const std::optional<size_t> view = private_view(p, mm);
   for (int s = 0; s < n; ++s) {
     const int j = (pos + s + 1) % n, jn = (j + 1) % n;
     const int64_t e = sizes[static_cast<size_t>(j)];
@@ -355,6 +386,7 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
     sl.out = new_value(p, with_extent(lt, m.lhs_dim, e), p.names[static_cast<size_t>(lhs)] + "_c" + std::to_string(j));
     LocalStep part = mm;
     part.in[0] = sl.out;
+    copy_view(p, view, part, block, j);
     part.node.type = with_extent(vt, d, e);
     part.out = new_value(p, part.node.type, p.names[static_cast<size_t>(mm.out)] + "_c" + std::to_string(j));
     int acc = part.out;
@@ -379,7 +411,9 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
       block.push_back(wait_step(handle, recv));
     }
   }
-  splice(p, {m.matmul, m.start, m.wait}, m.matmul, std::move(block));
+  std::set<size_t> drop{m.matmul, m.start, m.wait};
+  if (view) drop.insert(*view);
+  splice(p, drop, m.matmul, std::move(block));
 }
 
 }  // namespace
@@ -420,8 +454,9 @@ std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalPro
         double plain = t_chain + std::max(0.0, t_comm - t_indep);
         double t_step = o.comm.alpha_s + static_cast<double>(bytes_of(xg)) / n / o.comm.beta_bytes_per_s;
         double t_part = (t_chain - o.launch_s) / n + o.launch_s;
-        double concat = 2.0 * static_cast<double>(bytes_of(p0.types[static_cast<size_t>(p0.steps[m->chain.back()].out)])) /
-                        o.bytes_per_s;
+        double concat = o.launch_s + 2.0 *
+                                         static_cast<double>(bytes_of(p0.types[static_cast<size_t>(p0.steps[m->chain.back()].out)])) /
+                                         o.bytes_per_s;
         double ring = t_part + (n - 1) * std::max(t_part, t_step) + concat;
         dd.decomposed = o.mode == DecomposeMode::Always || (o.mode == DecomposeMode::Auto && ring < plain);
         dd.why = "estimated " + us(plain) + " as is (" + us(t_comm) + " all_gather, " + us(t_indep) +

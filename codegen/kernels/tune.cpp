@@ -50,6 +50,19 @@ Result<EmittedKernel> emit_candidate(const LocalKernel& k, const KernelConfig& c
   return emitter_for(*kind).emit(KernelSpec{"sf_tune", *kind, k.group}, c, t);
 }
 
+// The kernel ABI's arguments: the group's params, then its outputs.
+std::vector<KernelArgSpec> input_specs(const LocalKernel& k) {
+  std::vector<KernelArgSpec> v;
+  for (ValueId p : k.group.params()) v.push_back({k.group.node(p).type.dtype, numel(k.group.node(p).type.shape)});
+  return v;
+}
+std::vector<KernelArgSpec> output_specs(const LocalKernel& k) {
+  std::vector<KernelArgSpec> v;
+  for (const Output& o : k.group.outputs())
+    v.push_back({k.group.node(o.value).type.dtype, numel(k.group.node(o.value).type.shape)});
+  return v;
+}
+
 // Host artifacts: the optimised module, JIT-compiled on first use. Most built
 // candidates are ranked out and never run, so they never pay for machine code.
 struct HostArtifact final : Artifact {
@@ -111,7 +124,8 @@ class HostCandidateBuilder final : public Builder {
 
 class PtxCandidateBuilder final : public Builder {
  public:
-  PtxCandidateBuilder(const LocalKernel& k, std::string arch) : k_(k), arch_(std::move(arch)) {}
+  PtxCandidateBuilder(const LocalKernel& k, std::string arch)
+      : k_(k), arch_(std::move(arch)), input_specs_(input_specs(k)), output_specs_(output_specs(k)) {}
   BuildResult build(const KernelConfig& c) override {
     auto t0 = Clock::now();
     BuildResult r;
@@ -144,7 +158,12 @@ class PtxCandidateBuilder final : public Builder {
     auto a = std::make_shared<PtxArtifact>();
     a->ptx = std::move(ptx).value();
     a->entry = e->entry;
-    a->launch = l;
+    a->launch.grid = l.grid;
+    a->launch.block = l.block;
+    a->launch.shared_bytes = l.shared_bytes;
+    a->zero_outputs = l.zero_outputs;
+    a->inputs = input_specs_;
+    a->outputs = output_specs_;
     r.artifact = a;
     r.build_ms = ms_since(t0);
     return r;
@@ -153,6 +172,7 @@ class PtxCandidateBuilder final : public Builder {
  private:
   LocalKernel k_;
   std::string arch_;
+  std::vector<KernelArgSpec> input_specs_, output_specs_;
 };
 
 class HostTimingRunner final : public Runner {
@@ -274,18 +294,39 @@ KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t) {
   return c;
 }
 
-std::string target_id(const TargetInfo& t) {
-  if (t.kind == ConfigTarget::Gpu) return t.name;
+const GpuDeviceId& local_gpu_device() {
+  static const GpuDeviceId id = [] {
+    GpuDeviceId d;
+    if (Result<cuda::DeviceInfo> i = cuda::device_info(0); i.ok()) {
+      d.name = i->name;
+      d.arch = i->arch();
+      d.driver_version = i->driver_version;
+    }
+    return d;
+  }();
+  return id;
+}
+
+std::string target_id(const TargetInfo& t, const GpuDeviceId& dev) {
+  if (t.kind == ConfigTarget::Gpu) return !dev.name.empty() && dev.arch == t.name ? t.name + ":" + dev.name : t.name;
   return "host:" + llvm::sys::getHostCPUName().str() + ":" + t.model;
 }
 
-std::string toolchain_id(ConfigTarget t) {
+std::string target_id(const TargetInfo& t) {
+  return t.kind == ConfigTarget::Gpu ? target_id(t, local_gpu_device()) : target_id(t, GpuDeviceId{});
+}
+
+std::string toolchain_id(ConfigTarget t, const GpuDeviceId& dev) {
   if (t == ConfigTarget::Host) return llvm_toolchain();
   static const std::string gpu = [] {
     Result<std::string> v = ptxas_version();
     return llvm_toolchain() + "; ptxas " + (v ? *v : std::string("none"));
   }();
-  return gpu;
+  return dev.driver_version > 0 ? gpu + "; driver " + std::to_string(dev.driver_version) : gpu;
+}
+
+std::string toolchain_id(ConfigTarget t) {
+  return t == ConfigTarget::Gpu ? toolchain_id(t, local_gpu_device()) : llvm_toolchain();
 }
 
 std::shared_ptr<Builder> make_host_builder(const LocalKernel& k, std::shared_ptr<llvmb::HostJit> jit) {
@@ -298,6 +339,18 @@ std::shared_ptr<Builder> make_ptx_builder(const LocalKernel& k, const std::strin
 
 std::unique_ptr<Runner> make_host_runner(const LocalKernel& k, uint64_t seed) {
   return std::make_unique<HostTimingRunner>(k, seed);
+}
+
+Result<std::unique_ptr<Runner>> make_cuda_runner(const LocalKernel& k, const std::string& arch, uint64_t seed,
+                                                 const CudaRunnerOptions& o) {
+  Result<cuda::DeviceInfo> dev = cuda::device_info(o.device);
+  if (!dev) return dev.error();
+  if (!arch.empty() && dev->arch() != arch)
+    return Diag{"", {}, "candidates for " + arch + " cannot be measured on " + dev->name + " (" + dev->arch() +
+                            "): tune with --arch " + dev->arch() + " or on a " + arch + " device"};
+  Result<std::unique_ptr<CudaRunner>> r = CudaRunner::create(random_inputs(k.group, seed), output_specs(k), o);
+  if (!r) return Diag{"", {}, k.name + ": " + r.error().message};
+  return std::unique_ptr<Runner>(std::move(r).value());
 }
 
 std::unique_ptr<Runner> make_unavailable_runner(std::string why) {
@@ -336,19 +389,21 @@ Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs,
     if (!j) return j.error();
     jit = std::move(j).value();
   }
-  std::unique_ptr<Runner> unavailable =
-      make_unavailable_runner("no CUDA device to measure on (the CUDA Runner needs a GPU and libcuda.so.1)");
   GraphTuneResult out;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Job& j = jobs[i];
     std::shared_ptr<Builder> builder = ct == ConfigTarget::Host ? make_host_builder(*j.k, jit) : make_ptx_builder(*j.k, setup.arch);
-    std::unique_ptr<Runner> host_runner;
-    Runner* runner = nullptr;
+    std::unique_ptr<Runner> own_runner;
+    Runner* runner = gpu_runner;
     if (ct == ConfigTarget::Host) {
-      host_runner = make_host_runner(*j.k);
-      runner = host_runner.get();
-    } else {
-      runner = gpu_runner ? gpu_runner : unavailable.get();
+      own_runner = make_host_runner(*j.k);
+      runner = own_runner.get();
+    } else if (!runner) {
+      // One CUDA Runner per kernel: its arguments are the kernel's. Without a device
+      // every candidate is unmeasurable and the kernel keeps its default config.
+      Result<std::unique_ptr<Runner>> cr = make_cuda_runner(*j.k, setup.arch);
+      own_runner = cr ? std::move(cr).value() : make_unavailable_runner(cr.error().message);
+      runner = own_runner.get();
     }
     KernelConfig def = default_kernel_config(*j.k, ct);
     Result<TuneReport> r = tune_kernel(j.p, j.key, *target, def, builder, *runner, cache, opts,

@@ -13,6 +13,7 @@
 #include "autotune/tuner.h"
 #include "codegen/dist/local_program.h"
 #include "codegen/kernels/emitter.h"
+#include "runtime/cuda_runner.h"
 
 namespace sf {
 
@@ -23,10 +24,25 @@ Result<TuneProblem> tune_problem(const LocalKernel& k);
 // reductions, the emitter's suggestion for the row shape.
 KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t);
 
-// The key's target and toolchain fields: "host:<LLVM CPU name>:<model>" or the
-// arch; "llvm 19.1.7" plus "; ptxas V13.0.88" for GPU targets.
+// The GPU that GPU keys are measured on: device 0's name, arch and driver version
+// (cuda::device_info), looked up once per process; all empty without a driver or GPU.
+struct GpuDeviceId {
+  std::string name;        // "NVIDIA H200"
+  std::string arch;        // "sm_90a"
+  int driver_version = 0;  // 13000 for CUDA 13.0
+};
+const GpuDeviceId& local_gpu_device();
+
+// The key's target and toolchain fields. Host: "host:<LLVM CPU name>:<model>" and
+// "llvm 19.1.7", whatever GPU there is. GPU: the arch, followed by ":<device name>"
+// when `dev` is a device of that arch (the cache then records which GPU measured
+// the entry), and "llvm 19.1.7; ptxas V13.0.88" followed by "; driver 13000" when
+// there is a device (its JIT turns the PTX into machine code, so a new driver can
+// change the timings). The one-argument forms use local_gpu_device().
 std::string target_id(const TargetInfo& t);
+std::string target_id(const TargetInfo& t, const GpuDeviceId& dev);
 std::string toolchain_id(ConfigTarget t);
+std::string toolchain_id(ConfigTarget t, const GpuDeviceId& dev);
 
 // Candidate builders for one kernel. The host builder JIT-compiles each config into
 // `jit` (one JITDylib per config); the artifact is a callable entry. The PTX builder
@@ -38,14 +54,18 @@ std::shared_ptr<Builder> make_ptx_builder(const LocalKernel& k, const std::strin
 // Times host artifacts of `k` on seeded random inputs of its params' shapes.
 std::unique_ptr<Runner> make_host_runner(const LocalKernel& k, uint64_t seed = 1);
 
+// Times PTX artifacts of `k` on device 0 (runtime/cuda_runner.h) with its params'
+// seeded random values (random_inputs, as the host runner) and its outputs' sizes.
+// A Diag without a device ("no CUDA device: ..."), or when `arch` is not the
+// device's: candidates built for another arch cannot be measured here.
+Result<std::unique_ptr<Runner>> make_cuda_runner(const LocalKernel& k, const std::string& arch, uint64_t seed = 1,
+                                                 const CudaRunnerOptions& o = {});
+
 // A Runner that cannot run anything, saying why (no CUDA device here).
 std::unique_ptr<Runner> make_unavailable_runner(std::string why);
 
-// The PTX a PTX builder made (for tests and the CUDA Runner).
-struct PtxArtifact final : Artifact {
-  std::string ptx, entry;
-  LaunchShape launch;
-};
+// The PTX builder's artifact is PtxArtifact (runtime/cuda_runner.h): PTX, entry,
+// launch, zero_outputs and the kernel's argument sizes.
 
 struct TuneSetup {
   std::string device = "cpu";     // cpu: host code, timed here; cuda: PTX for `arch`
@@ -68,8 +88,10 @@ struct GraphTuneResult {
 };
 
 // Tunes every distinct kernel (by key) of `programs` on the setup's target, with the
-// setup's runner (host timing for cpu; for cuda, `gpu_runner`, or an unavailable one
-// when null). Progress goes to `progress` with the kernel's index and count.
+// setup's runner: host timing for cpu; for cuda, `gpu_runner` when given, else a
+// CUDA Runner per kernel (make_cuda_runner), or, when none can be made (no device),
+// one that says why, so every kernel keeps its default config with a warning.
+// Progress goes to `progress` with the kernel's index and count.
 Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs, const TuneSetup& setup,
                                       TuneCache& cache, const TuneOptions& opts,
                                       const std::function<void(size_t, size_t, const TuneProgress&)>& progress = {},

@@ -32,7 +32,7 @@ Ran run_and_check(const Graph& g, uint64_t seed, const std::string& what, bool f
   Ran ran;
   ran.plan = propagate(g, mesh);
   std::vector<Tensor> global = random_inputs(g, seed);
-  ran.programs = rank_programs(g, ran.plan, mesh, {fused, true, nullptr});
+  ran.programs = rank_programs(g, ran.plan, mesh, [&] { RankPipelineOptions o; o.fuse = fused; return o; }());
   std::vector<std::vector<Tensor>> inputs;
   for (int r = 0; r < mesh.world(); ++r) {
     std::vector<Tensor> in;

@@ -96,8 +96,11 @@ TEST(CollectiveMatmul, AllGatherMatmulBecomesARingStartingWithTheRanksOwnShard) 
   const int n = 4;
   for (const LocalProgram& p : ps) {
     // No whole all_gather or reduce_scatter is left; 3 + 3 shifts to the previous rank.
-    for (const LocalStep& s : p.steps)
-      if (s.kind == LocalStep::Kind::Start) EXPECT_GT(s.ring_steps, 0) << step_line(p, s, DeviceMesh(g.mesh()));
+    for (const LocalStep& s : p.steps) {
+      if (s.kind == LocalStep::Kind::Start) {
+        EXPECT_GT(s.ring_steps, 0) << step_line(p, s, DeviceMesh(g.mesh()));
+      }
+    }
     std::vector<const LocalStep*> shifts = ring_shifts(p);
     ASSERT_EQ(shifts.size(), 6u);
     const int prev = (p.rank + n - 1) % n, next = (p.rank + 1) % n;

@@ -28,7 +28,9 @@ Graph example(const std::string& name) {
 
 std::vector<LocalProgram> programs(const Graph& g, bool fused = true) {
   DeviceMesh mesh(g.mesh());
-  return rank_programs(g, propagate(g, mesh), mesh, {fused, true, nullptr});
+  RankPipelineOptions o;
+  o.fuse = fused;
+  return rank_programs(g, propagate(g, mesh), mesh, o);
 }
 
 std::vector<std::string> kinds(const LocalProgram& p) {

@@ -42,7 +42,7 @@ void check(const Graph& g, uint64_t seed, const std::string& what) {
   int fallbacks_before = runner().stats().fallbacks;
   auto out = simulate(ps, mesh, inputs, runner());
   ASSERT_TRUE(out.ok()) << what << ": " << out.error().str();
-  EXPECT_EQ(runner().stats().fallbacks, fallbacks_before) << what << ": a kernel ran on the reference";
+  EXPECT_EQ(runner().stats().fallbacks, fallbacks_before) << what << ": a kernel ran on the reference: " << [] { std::string s; for (const auto& [k, why] : runner().stats().fallback_reasons) s += k + ": " + why + "; "; return s; }();
   auto want = evaluate(g, global);
   ASSERT_TRUE(want.ok()) << what;
   for (size_t o = 0; o < g.outputs().size(); ++o) {

@@ -248,6 +248,71 @@ TEST(CompileWithCache, PlanRecordsCachedConfigsAndTheirSource) {
   EXPECT_EQ(p2->plan.kernels[0].block[0], 128);
 }
 
+TEST(TuneKeys, OnlyGpuKeysCarryTheDeviceAndItsDriver) {
+  const GpuDeviceId h200{"NVIDIA H200", "sm_90a", 13000};
+  const TargetInfo& host = host_target_info();
+  // CPU keys are the same whatever GPU the machine has.
+  EXPECT_EQ(toolchain_id(ConfigTarget::Host, h200), toolchain_id(ConfigTarget::Host, GpuDeviceId{}));
+  EXPECT_EQ(toolchain_id(ConfigTarget::Host, h200), toolchain_id(ConfigTarget::Host));
+  EXPECT_EQ(toolchain_id(ConfigTarget::Host).rfind("llvm ", 0), 0u);
+  EXPECT_EQ(toolchain_id(ConfigTarget::Host).find(';'), std::string::npos) << "LLVM's version alone";
+  EXPECT_EQ(target_id(host, h200), target_id(host, GpuDeviceId{}));
+  EXPECT_EQ(target_id(host, h200), target_id(host));
+  // GPU keys measured on a device: its driver, and for its own arch its name.
+  const std::string gpu_tool = toolchain_id(ConfigTarget::Gpu, GpuDeviceId{});
+  EXPECT_EQ(gpu_tool.find("driver"), std::string::npos) << gpu_tool;
+  EXPECT_NE(gpu_tool.find("; ptxas "), std::string::npos) << gpu_tool;
+  EXPECT_EQ(toolchain_id(ConfigTarget::Gpu, h200), gpu_tool + "; driver 13000");
+  EXPECT_EQ(target_id(gpu("sm_90a"), h200), "sm_90a:NVIDIA H200");
+  EXPECT_EQ(target_id(gpu("sm_80"), h200), "sm_80") << "not the device's arch: nothing measured it";
+  EXPECT_EQ(target_id(gpu("sm_90a"), GpuDeviceId{}), "sm_90a");
+  // So a key tuned under another driver is another key.
+  TuneProblem p = prob(only(kernels_of(mlp(32, 64, 48))));
+  const TuneKey a = make_tune_key(p, ShapeBuckets::Exact, target_id(gpu("sm_90a"), h200), toolchain_id(ConfigTarget::Gpu, h200));
+  GpuDeviceId newer = h200;
+  newer.driver_version = 13010;
+  const TuneKey b = make_tune_key(p, ShapeBuckets::Exact, target_id(gpu("sm_90a"), newer), toolchain_id(ConfigTarget::Gpu, newer));
+  EXPECT_NE(a.hash(), b.hash());
+  // This machine: the one-argument forms use what the driver reports, or nothing.
+  const GpuDeviceId& here = local_gpu_device();
+  EXPECT_EQ(toolchain_id(ConfigTarget::Gpu), toolchain_id(ConfigTarget::Gpu, here));
+  EXPECT_EQ(target_id(gpu("sm_90a")), target_id(gpu("sm_90a"), here));
+  if (here.name.empty()) {
+    EXPECT_EQ(toolchain_id(ConfigTarget::Gpu).find("driver"), std::string::npos);
+  }
+}
+
+TEST(PtxBuilder, ArtifactCarriesTheKernelsArgumentsForTheCudaRunner) {
+  LocalKernel k = only(kernels_of(
+      "graph g(x: bf16[8, 64], w: bf16[16, 64], b: bf16[16]) {\n  y = gelu(add(matmul(x, transpose(w, 0, 1)), b))\n  return y\n}\n"));
+  BuildResult r = make_ptx_builder(k, "sm_90a")->build(KernelConfig{});
+  ASSERT_TRUE(r.artifact) << r.error;
+  auto* a = dynamic_cast<const PtxArtifact*>(r.artifact.get());
+  ASSERT_NE(a, nullptr);
+  // In the kernel ABI's order: the group's params, then its outputs.
+  ASSERT_EQ(a->inputs.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const TensorType& t = k.group.node(k.group.params()[i]).type;
+    EXPECT_EQ(a->inputs[i], (KernelArgSpec{t.dtype, numel(t.shape)})) << i;
+  }
+  std::multiset<int64_t> sizes;
+  for (const KernelArgSpec& s : a->inputs) sizes.insert(s.elements);
+  EXPECT_EQ(sizes, (std::multiset<int64_t>{8 * 64, 16 * 64, 16}));
+  EXPECT_EQ(a->outputs, (std::vector<KernelArgSpec>{{DType::BF16, 8 * 16}}));
+  EXPECT_EQ(a->outputs[0].bytes(), 8 * 16 * 2);
+  EXPECT_EQ(a->launch.block[0], r.threads_per_block);
+  EXPECT_EQ(a->launch.shared_bytes, r.dynamic_shared_bytes);
+  EXPECT_EQ(a->launch.grid[0] * a->launch.grid[1] * a->launch.grid[2], r.grid_blocks);
+  EXPECT_FALSE(a->zero_outputs);
+}
+
+TEST(CudaRunner, WithoutADeviceMakingOneSaysWhy) {
+  LocalKernel k = only(kernels_of("graph g(x: f32[64, 64]) {\n  y = relu(x)\n  return y\n}\n"));
+  Result<std::unique_ptr<Runner>> r = make_cuda_runner(k, "");
+  if (r) GTEST_SKIP() << "a CUDA device is present: " << local_gpu_device().name;
+  EXPECT_EQ(r.error().message.rfind("no CUDA device: ", 0), 0u) << r.error().message;
+}
+
 // Tags each host artifact with its config so a replaying runner can answer with
 // the time an earlier exhaustive run measured for it.
 struct Tagged final : Artifact {

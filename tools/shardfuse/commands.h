@@ -84,6 +84,7 @@ struct GpuCliOptions {
   bool check = false;
   bool cuda_graph = false;
   double timeout_s = 60;
+  std::string trace_file;  // --trace: a Chrome trace of the run
 };
 void add_gpu_options(CLI::App* cmd, GpuCliOptions& o);
 // GPU 0, if there is one and it runs PTX for `arch` ("" for any); else nullopt

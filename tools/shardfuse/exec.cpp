@@ -146,8 +146,22 @@ int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o)
   GpuRunOptions ro;
   ro.cuda_graph = o.cuda_graph;
   ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  TraceWriter trace;
+  if (!o.trace_file.empty()) {
+    ro.trace = &trace;
+    trace.set_metadata("graph", g.name());
+    trace.set_metadata("command", src.dir.empty() ? "run --device cuda" : "exec " + src.dir);
+    trace.set_metadata("cuda_graph", o.cuda_graph);
+  }
   GpuRunStats stats;
   Result<std::vector<std::vector<Tensor>>> out = run_plan_on_gpu(src, local, ro, &stats);
+  if (!o.trace_file.empty()) {
+    trace.set_metadata("device", stats.device);
+    if (auto err = trace.write(o.trace_file)) {
+      std::cerr << err->str() << "\n";
+      return 1;
+    }
+  }
   if (!out) {
     std::cerr << "error: " << out.error().str() << "\n";
     return 1;
@@ -217,6 +231,9 @@ void add_gpu_options(CLI::App* cmd, GpuCliOptions& o) {
                 "capture each rank's kernels between collectives as CUDA Graphs and launch those (--device cuda)");
   cmd->add_option("--timeout", o.timeout_s, "seconds a collective may take before every rank gives up (default 60)")
       ->check(CLI::Range(0.1, 86400.0));
+  cmd->add_option("--trace", o.trace_file,
+                  "write a Chrome trace (Perfetto) to FILE.json: kernels timed by CUDA events, host-staged "
+                  "collectives by wall time");
 }
 
 void add_exec(CLI::App& app, int& exit_code) {

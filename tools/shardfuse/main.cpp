@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   sf::cli::add_run(app, exit_code);
   sf::cli::add_compile(app, exit_code);
   sf::cli::add_tune(app, exit_code);
+  sf::cli::add_simulate(app, exit_code);
 #else
   app.footer("This is a runtime-only build (SHARDFUSE_LLVM=OFF): explain, run, compile and tune need the code "
              "generator.\nRun 'shardfuse COMMAND --help' for a command's options and an example.");

@@ -46,6 +46,7 @@ struct RunOptions {
   bool autotune = false;
   bool cuda_graph = false;
   DecomposeCliOptions decompose;
+  std::string trace_file;
 };
 
 // Runs the ranks; returns the global outputs (on a multi-process rank other than
@@ -59,6 +60,22 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
   ExecOptions eo;
   eo.kernels = kernels;
   eo.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  TraceWriter trace;
+  if (!o.trace_file.empty()) {
+    eo.trace = &trace;
+    trace.set_metadata("graph", g.name());
+    trace.set_metadata("command", "run");
+    trace.set_metadata("device", "cpu");
+  }
+  // Written once the ranks are done, whether or not they succeeded.
+  struct WriteTrace {
+    const TraceWriter& t;
+    const std::string& path;
+    ~WriteTrace() {
+      if (path.empty()) return;
+      if (auto err = t.write(path)) std::cerr << err->str() << "\n";
+    }
+  } write_trace{trace, o.trace_file};
   auto local_inputs = [&](int r) {
     std::vector<Tensor> in;
     for (size_t i = 0; i < g.params().size(); ++i)
@@ -153,6 +170,7 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   go.check = o.check;
   go.cuda_graph = o.cuda_graph;
   go.timeout_s = o.timeout_s;
+  go.trace_file = o.trace_file;
   return run_plan_cuda(g, src, go);
 }
 
@@ -309,6 +327,9 @@ void add_run(CLI::App& app, int& exit_code) {
   add_cache_options(cmd, o->cache);
   cmd->add_flag("--autotune", o->autotune,
                 "tune the kernels the cache has no config for first (rank 0 tunes; every rank uses its choices)");
+  cmd->add_option("--trace", o->trace_file,
+                  "write a Chrome trace (Perfetto) of every rank's kernels and collectives to FILE.json; with --rank, "
+                  "that rank's only");
   cmd->add_flag("--cuda-graph", o->cuda_graph,
                 "--device cuda: capture each rank's kernels between collectives as CUDA Graphs and launch those");
   cmd->add_option("--timeout", o->timeout_s, "seconds a collective may take before every rank gives up (default 60)")

@@ -51,7 +51,8 @@ std::vector<LocalProgram> programs_for_tuning(const Graph& g, const std::string&
                                               bool fuse) {
   DeviceMesh mesh(g.mesh());
   ShardingPlan plan = propagate(g, mesh);
-  RankPipelineOptions po{fuse, true, nullptr};
+  RankPipelineOptions po;
+  po.fuse = fuse;
   po.can_emit = emit_checker(device == "cpu" ? llvmb::Target::host() : llvmb::Target::nvptx(arch));
   return rank_programs(g, plan, mesh, po);
 }
@@ -62,7 +63,7 @@ struct TuneCliOptions {
   std::string file;
   std::optional<int64_t> world;
   std::string device = "cpu";
-  std::string arch = "sm_90a";
+  std::string arch;  // --device cuda: the device's arch unless given
   CacheCliOptions cache;
   double budget_s = 0;
   int top_k = 0;
@@ -135,21 +136,32 @@ int tune(const TuneCliOptions& o) {
   if (!g) return 1;
   std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, true);
   if (!cache) return 1;
+  std::string arch = o.arch;
+  std::string device_line;
   if (o.device == "cuda") {
-    // The CUDA Runner (event timing on the device) comes with the CUDA runtime; until
-    // then candidates can be built and ranked but not measured.
+    // Candidates are timed on device 0 (runtime/cuda_runner.h): its arch is the
+    // default, and PTX for another arch cannot be measured on it.
     Result<cuda::DeviceInfo> dev = cuda::device_info(0);
     if (!dev) {
       std::cerr << "error: " << dev.error().message << "\n";
       return 1;
     }
-    std::cerr << "error: --device cuda: found " << dev->name << ", but the CUDA Runner is not written yet; "
-                 "tune on the host with --device cpu\n";
-    return 1;
+    if (arch.empty()) arch = dev->arch();
+    if (arch != dev->arch()) {
+      std::cerr << "error: --arch " << arch << ": the device is " << dev->name << " (" << dev->arch()
+                << "); candidates for " << arch << " cannot be measured on it (leave --arch out, or use "
+                << dev->arch() << ")\n";
+      return 1;
+    }
+    if (!gpu_target_info(arch)) {
+      std::cerr << "error: " << dev->name << " is " << arch << ", which the tuner has no limits and rates for\n";
+      return 1;
+    }
+    device_line = dev->name + ", driver " + std::to_string(dev->driver_version);
   }
   TuneSetup setup;
   setup.device = o.device;
-  setup.arch = o.arch;
+  setup.arch = arch;
   setup.buckets = parse_buckets(o.cache.buckets);
   TuneOptions to;
   to.top_k = o.top_k;
@@ -162,9 +174,10 @@ int tune(const TuneCliOptions& o) {
   to.bench.max_reps = o.max_reps;
   to.bench.min_reps = std::min(to.bench.min_reps, o.max_reps);
 
-  std::vector<LocalProgram> programs = programs_for_tuning(*g, o.device, o.arch, !o.no_fuse);
+  std::vector<LocalProgram> programs = programs_for_tuning(*g, o.device, arch, !o.no_fuse);
   DeviceMesh mesh(g->mesh());
-  std::cout << "tuning " << g->name() << " for " << (o.device == "cpu" ? "the host CPU" : o.arch) << " on "
+  std::cout << "tuning " << g->name() << " for "
+            << (o.device == "cpu" ? std::string("the host CPU") : arch + " (" + device_line + ")") << " on "
             << mesh.world() << " rank(s); cache " << cache->dir() << "\n";
 
   // Rank 0 tunes every distinct kernel of every rank and broadcasts the table of
@@ -247,7 +260,7 @@ void add_tune(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   cmd->add_option("--device", o->device, "where candidates are timed: cpu (host code, default) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--arch", o->arch, "GPU architecture for --device cuda (default sm_90a)")
+  cmd->add_option("--arch", o->arch, "GPU architecture for --device cuda (default: the device's; another is an error)")
       ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}));
   add_cache_options(cmd, o->cache);
   cmd->add_option("--tune-budget", o->budget_s, "seconds of tuning per kernel; 0 = no limit (default)")

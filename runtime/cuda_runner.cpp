@@ -1,0 +1,246 @@
+#include "runtime/cuda_runner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autotune/measure.h"
+
+namespace sf {
+
+namespace {
+
+std::string specs_str(const std::vector<KernelArgSpec>& v) {
+  std::string s;
+  for (const KernelArgSpec& a : v) {
+    if (!s.empty()) s += ", ";
+    s += std::string(dtype_name(a.dtype)) + "[" + std::to_string(a.elements) + "]";
+  }
+  return "(" + s + ")";
+}
+
+double median3(double a, double b, double c) { return std::max(std::min(a, b), std::min(std::max(a, b), c)); }
+
+}  // namespace
+
+Tensor random_tensor(DType dtype, const Shape& shape, uint64_t seed) {
+  Tensor t(dtype, shape);
+  // splitmix64: a fast generator with the same output on every platform.
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    if (is_float(dtype)) {
+      t.set(i, -1.0 + 2.0 * (static_cast<double>(z >> 11) * 0x1p-53));
+    } else if (dtype == DType::Bool) {
+      t.set_int(i, static_cast<int64_t>(z >> 63));
+    } else {
+      t.set_int(i, static_cast<int64_t>(z % 8));
+    }
+  }
+  return t;
+}
+
+Result<std::unique_ptr<CudaRunner>> CudaRunner::create(std::vector<Tensor> inputs, std::vector<KernelArgSpec> outputs,
+                                                       CudaRunnerOptions o) {
+  Result<std::shared_ptr<cuda::Context>> ctx = cuda::Context::primary(o.device);
+  if (!ctx) return ctx.error();
+  std::unique_ptr<CudaRunner> r(new CudaRunner());
+  r->ctx_ = *ctx;
+  r->opts_ = o;
+  for (const Tensor& t : inputs) r->input_specs_.push_back({t.dtype(), t.numel()});
+  r->host_inputs_ = std::move(inputs);
+  r->output_specs_ = std::move(outputs);
+  // Allocate and upload now, so a device that cannot hold the arguments says so
+  // before any candidate is built.
+  if (auto e = r->ensure_ready(o.flush_bytes)) return *e;
+  return r;
+}
+
+CudaRunner::~CudaRunner() {
+  // Let queued work finish before the buffers go back to the allocator.
+  if (ready_ && ctx_ && ctx_->generation() == generation_) (void)stream_.synchronize();
+}
+
+std::optional<Diag> CudaRunner::ensure_ready(int64_t flush_bytes) {
+  if (ready_ && ctx_->generation() != generation_) {
+    // Someone reset the context since: every handle below is dead.
+    ready_ = false;
+  }
+  if (auto e = ctx_->make_current()) return e;
+  if (!ready_) {
+    stream_ = {};
+    start_ = {};
+    end_ = {};
+    inputs_.clear();
+    outputs_.clear();
+    flush_ = {};
+    generation_ = ctx_->generation();
+    Result<cuda::Stream> s = cuda::Stream::create(*ctx_);
+    if (!s) return s.error();
+    stream_ = std::move(s).value();
+    Result<cuda::Event> a = cuda::Event::create(*ctx_), b = cuda::Event::create(*ctx_);
+    if (!a) return a.error();
+    if (!b) return b.error();
+    start_ = std::move(a).value();
+    end_ = std::move(b).value();
+    for (const Tensor& t : host_inputs_) {
+      Result<cuda::Buffer> buf = cuda::Buffer::allocate(*ctx_, t.nbytes());
+      if (!buf) return Diag{"", {}, "kernel inputs: " + buf.error().message};
+      if (t.nbytes() > 0)
+        if (auto e = cuda::check(ctx_->drv().MemcpyHtoD(buf->ptr(), t.data(), t.nbytes()), "cuMemcpyHtoD"))
+          return e;
+      inputs_.push_back(std::move(buf).value());
+    }
+    for (const KernelArgSpec& s : output_specs_) {
+      Result<cuda::Buffer> buf = cuda::Buffer::allocate(*ctx_, static_cast<size_t>(s.bytes()));
+      if (!buf) return Diag{"", {}, "kernel outputs: " + buf.error().message};
+      outputs_.push_back(std::move(buf).value());
+    }
+    ready_ = true;
+  }
+  if (flush_bytes > 0 && flush_.bytes() != static_cast<size_t>(flush_bytes)) {
+    flush_ = {};
+    Result<cuda::Buffer> f = cuda::Buffer::allocate(*ctx_, static_cast<size_t>(flush_bytes));
+    if (!f) return Diag{"", {}, "the L2 flush buffer: " + f.error().message};
+    flush_ = std::move(f).value();
+  }
+  return std::nullopt;
+}
+
+std::string CudaRunner::recover() {
+  if (!ctx_ || ctx_->make_current()) return "";
+  // A sticky error (a fault in the kernel) fails every later call; a plain launch
+  // error (bad arguments, too many resources) leaves the context usable.
+  CUresult r = ctx_->drv().CtxSynchronize();
+  if (r == CUDA_SUCCESS) return "";
+  ready_ = false;
+  ++recoveries_;
+  info_.recovered = true;
+  if (auto e = ctx_->reset()) return "; the context could not be reset: " + e->message;
+  // Every handle is dead now (their destructors skip the driver); drop them.
+  stream_ = {};
+  start_ = {};
+    end_ = {};
+  inputs_.clear();
+  outputs_.clear();
+  flush_ = {};
+  return "; the context was reset";
+}
+
+Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench) {
+  info_ = {};
+  const auto* p = dynamic_cast<const PtxArtifact*>(&a);
+  if (!p) return Diag{"", {}, "the CUDA Runner runs PTX artifacts only"};
+  if ((!p->inputs.empty() || !p->outputs.empty()) && (p->inputs != input_specs_ || p->outputs != output_specs_))
+    return Diag{"", {}, "the candidate's arguments " + specs_str(p->inputs) + " -> " + specs_str(p->outputs) +
+                            " are not this runner's " + specs_str(input_specs_) + " -> " + specs_str(output_specs_)};
+  const int64_t flush_bytes = !bench.flush_cache ? 0 : bench.flush_bytes > 0 ? bench.flush_bytes : opts_.flush_bytes;
+  if (auto e = ensure_ready(flush_bytes)) return *e;
+
+  Result<cuda::Module> module = cuda::Module::load_ptx(*ctx_, p->ptx, p->entry);
+  if (!module) return module.error();  // carries the JIT's error log
+  Result<CUfunction> fn = module->function(p->entry);
+  if (!fn) return fn.error();
+
+  std::vector<CUdeviceptr> args;
+  for (const cuda::Buffer& b : inputs_) args.push_back(b.ptr());
+  for (const cuda::Buffer& b : outputs_) args.push_back(b.ptr());
+  const cuda::Driver& d = ctx_->drv();
+
+  auto failed = [&](const Diag& e) -> Diag {
+    std::string note = recover();
+    return Diag{e.file, e.loc, e.message + note};
+  };
+  auto zero = [&]() -> std::optional<Diag> {
+    if (!p->zero_outputs) return std::nullopt;
+    ++info_.zeroings;
+    for (const cuda::Buffer& b : outputs_)
+      if (b.bytes() > 0)
+        if (auto e = cuda::check(d.MemsetD8Async(b.ptr(), 0, b.bytes(), stream_.get()), "cuMemsetD8Async(outputs)"))
+          return e;
+    return std::nullopt;
+  };
+  auto launch_once = [&]() { return cuda::launch(*ctx_, *fn, p->launch, args, stream_); };
+  // Records start, enqueues `work`, records end and waits: the events' time in us.
+  auto timed = [&](const std::function<std::optional<Diag>()>& work) -> Result<double> {
+    ++info_.timed_runs;
+    if (auto e = start_.record(stream_)) return *e;
+    if (auto e = work()) return *e;
+    if (auto e = end_.record(stream_)) return *e;
+    if (auto e = end_.synchronize()) return *e;
+    Result<float> ms = cuda::Event::elapsed_ms(start_, end_);
+    if (!ms) return ms.error();
+    return static_cast<double>(*ms) * 1000.0;
+  };
+
+  // One launch, waited for: a fault or a bad launch shows here, untimed.
+  if (auto e = zero()) return failed(*e);
+  if (auto e = launch_once()) return failed(Diag{"", {}, "the candidate failed to launch: " + e->message});
+  if (auto e = stream_.synchronize()) return failed(Diag{"", {}, "the candidate faulted: " + e->message});
+
+  // The estimate that picks the mode: the median of three single timed launches.
+  double t[3] = {0, 0, 0};
+  for (double& v : t) {
+    if (auto e = zero()) return failed(*e);
+    Result<double> us = timed(launch_once);
+    if (!us) return failed(Diag{"", {}, "the candidate failed: " + us.error().message});
+    v = *us;
+  }
+  info_.estimate_us = median3(t[0], t[1], t[2]);
+
+  std::optional<cuda::Graph> graph;
+  int n = 1;
+  if (opts_.graph_below_us > 0 && info_.estimate_us < opts_.graph_below_us) {
+    n = static_cast<int>(std::lround(opts_.graph_target_us / std::max(info_.estimate_us, 0.05)));
+    n = std::clamp(n, 2, std::max(2, opts_.max_graph_launches));
+    Result<cuda::Graph> g = cuda::Graph::capture(*ctx_, stream_, [&]() -> std::optional<Diag> {
+      for (int i = 0; i < n; ++i)
+        if (auto e = launch_once()) return e;
+      return std::nullopt;
+    });
+    if (!g) return failed(Diag{"", {}, "capturing the candidate in a CUDA graph: " + g.error().message});
+    graph = std::move(g).value();
+    info_.graph_mode = true;
+    info_.launches_per_timing = n;
+  }
+
+  // measure()'s hooks return times, not errors: the first error is kept, and
+  // every later call returns at once without touching the device.
+  std::optional<Diag> error;
+  BenchHooks hooks;
+  hooks.restore = [&] {
+    if (error) return;
+    if (auto e = zero()) error = e;
+  };
+  if (flush_bytes > 0) {
+    const size_t words = flush_.bytes() / 4;
+    hooks.flush = [&, words] {
+      if (error) return;
+      ++info_.flushes;
+      // A new value each time: no write can be skipped as already holding it.
+      if (auto e = cuda::check(d.MemsetD32Async(flush_.ptr(), ++flush_value_, words, stream_.get()),
+                               "cuMemsetD32Async(L2 flush)"))
+        error = e;
+    };
+  }
+  hooks.run = [&]() -> double {
+    if (error) return 0;
+    Result<double> us = graph ? timed([&] { return graph->launch(stream_); }) : timed(launch_once);
+    if (!us) {
+      error = us.error();
+      return 0;
+    }
+    return *us / n;
+  };
+  // No device flush buffer: no flush at all (measure() would otherwise write a host one).
+  BenchOptions o = bench;
+  if (flush_bytes <= 0) o.flush_cache = false;
+  Measurement m = measure(hooks, o);
+  if (error) return failed(Diag{"", {}, "the candidate failed while being timed: " + error->message});
+  if (m.reps == 0) return Diag{"", {}, "no repetition gave a time"};
+  return m;
+}
+
+}  // namespace sf

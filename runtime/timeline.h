@@ -1,0 +1,201 @@
+// A discrete-event model of every rank's program on a multi-GPU system: when each
+// kernel and collective would run, how much communication hides behind compute,
+// and FLUX's overlap efficiency. No GPU and no LLVM: kernel times come from the
+// caller (tuning-cache measurements or a roofline), collectives from an α-β model
+// per link class. docs/overlap.md gives the equations.
+//
+// Per rank there is a compute stream and a comm stream, both in order. The host
+// issues the steps in program order: kernels (and slices, partialisations, unfused
+// ops) go to the compute stream; a Start goes to the comm stream once its operand
+// exists; a Wait makes the compute stream wait for its collective. A collective
+// starts when every member of its group has reached it on a free comm stream
+// (NCCL's semantics: a communicator's ranks run a collective together), and while
+// it runs, kernels on its ranks progress at (1 - sm_fraction) of their speed,
+// because NCCL's kernels occupy some of the SMs.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codegen/dist/device_mesh.h"
+#include "codegen/dist/local_program.h"
+#include "codegen/ir/diag.h"
+#include "runtime/trace.h"
+
+namespace sf {
+
+// --- the system -----------------------------------------------------------------------
+
+struct GpuSpec {
+  std::string name;         // for people: "H100 SXM5 80GB"
+  std::string arch;         // "sm_90a": which tuning-cache entries apply
+  std::string device_name;  // what CUDA calls it ("NVIDIA H100 80GB HBM3"): matches cache targets
+  double fp32_tflops = 0;   // peak SIMT fp32 (our generated kernels are SIMT)
+  double bf16_tflops = 0;   // peak dense bf16 tensor-core rate (not used by the roofline yet)
+  double hbm_GB_s = 0;      // HBM bandwidth, 1e9 bytes per second
+  double launch_us = 0;     // per-kernel launch overhead the roofline adds
+};
+
+enum class CollAlgorithm : uint8_t { Ring, Tree };
+
+// One class of link between GPUs.
+struct LinkSpec {
+  double bandwidth_GB_s = 0;  // per GPU per direction, 1e9 bytes per second
+  double alpha_us = 0;        // latency per algorithm step
+  double sm_fraction = 0;     // share of a GPU's SMs a running collective takes: kernels go at (1 - this)
+  // Share of a collective's speed lost while a member's compute stream runs a
+  // kernel (HBM and SM contention). 0 in the shipped systems: not calibrated.
+  double comm_slowdown = 0;
+  CollAlgorithm algorithm = CollAlgorithm::Ring;
+};
+
+enum class LinkClass : uint8_t { NvLink, Ib };
+std::string_view link_class_name(LinkClass c);  // "nvlink", "ib"
+
+struct SystemSpec {
+  std::string name;
+  std::vector<std::string> notes;
+  GpuSpec gpu;
+  int nodes = 1, gpus_per_node = 1;
+  LinkSpec nvlink;  // between GPUs of one node
+  LinkSpec ib;      // between nodes
+  bool has_ib = false;
+  int max_world() const { return nodes * gpus_per_node; }
+};
+
+// The system file (docs/overlap.md): JSON with "format": "shardfuse-system",
+// "version": 1. Errors name the file, the line and column where they can, and the
+// field ("gpu.hbm_GB_s: expected a number > 0").
+Result<SystemSpec> parse_system(const std::string& text, const std::string& file);
+Result<SystemSpec> load_system(const std::string& path);
+
+// --- the α-β collective model ------------------------------------------------------------
+
+// Latency steps of `k` over n ranks: ring all_gather, reduce_scatter and all_to_all
+// n-1, ring all_reduce 2(n-1); tree all_reduce 2 ceil(log2 n) (others stay ring).
+double collective_steps(RedistKind k, int n, CollAlgorithm a);
+// nccl-tests' bus factor: busbw = algbw * factor. all_reduce 2(n-1)/n; all_gather,
+// reduce_scatter and all_to_all (n-1)/n.
+double bus_factor(RedistKind k, int n);
+// alpha * steps + bytes * bus_factor / bandwidth, in microseconds; 0 for n <= 1.
+// `bytes` is nccl-tests' "size" (collective_bytes).
+double collective_us(RedistKind k, int n, double bytes, const LinkSpec& link);
+
+// A Start that is one step of a decomposed collective matmul (an all_to_all with
+// ring_steps set: one chunk to the previous member, one from the next). It costs
+// one point-to-point transfer, alpha + chunk / bandwidth (shift_us), not an
+// all_to_all.
+bool is_ring_shift(const LocalStep& s);
+double shift_us(double bytes, const LinkSpec& link);
+
+// nccl-tests' size of the Start at `step` of program `p` on a group of n: all_gather
+// the gathered output (n times the largest member's shard, as NCCL gathers equal
+// counts), reduce_scatter the input before scattering (n times the largest kept
+// block), all_reduce the buffer, all_to_all the send buffer (n times the largest
+// block sent); a ring shift the chunk it sends. Without sizes (hand-built
+// programs): all_gather n times the operand, the others the operand.
+int64_t collective_bytes(const LocalProgram& p, size_t step, int n);
+
+// --- compute work --------------------------------------------------------------------
+
+// Flops and bytes moved by a compute-stream step: a kernel's own counts; an unfused
+// op reads its operands and writes its result, one flop per output element (2K per
+// element for a matmul); a slice, partialisation or concat reads and writes its result.
+struct StepWork {
+  int64_t flops = 0;
+  int64_t bytes = 0;
+};
+StepWork step_work(const LocalProgram& p, size_t step);
+
+// max(flops / fp32 peak, bytes / HBM bandwidth) + launch overhead, microseconds.
+double roofline_us(const StepWork& w, const GpuSpec& gpu);
+
+// --- the timeline ----------------------------------------------------------------------
+
+struct TimelineModel {
+  int gpus_per_node = 8;  // rank r is on node r / gpus_per_node
+  LinkSpec intra;         // a group inside one node
+  LinkSpec inter;         // a group spanning nodes
+  // Unslowed time of a compute-stream step (Kernel, Compute, Slice, Partialize) of a
+  // program, in microseconds. Required.
+  std::function<double(const LocalProgram&, size_t step)> compute_us;
+  double host_issue_us = 0;  // host time to issue one step (the host never blocks)
+};
+TimelineModel timeline_model(const SystemSpec& sys, std::function<double(const LocalProgram&, size_t)> compute_us);
+
+enum class CommMode : uint8_t {
+  Overlapped,  // as scheduled
+  Blocking,    // each collective waits for the compute stream to drain, and its Wait follows its Start
+};
+
+struct TimelineEvent {
+  enum class Kind : uint8_t { Kernel, Op, Slice, Partialize, Concat, Collective };
+  Kind kind = Kind::Kernel;
+  Stream stream = Stream::Compute;
+  std::string name;  // kernel name, op name, "slice v3", "all_reduce v10"
+  size_t step = 0;   // index into the program's steps
+  double start_us = 0, end_us = 0;
+  int64_t bytes = 0, flops = 0;  // collectives: nccl-tests' size; flops 0
+  double work_us = 0;  // compute: the unslowed time; collectives: the α-β time uncontended
+  // Collectives only.
+  RedistKind comm = RedistKind::AllGather;
+  std::vector<int> group;
+  LinkClass link = LinkClass::NvLink;
+  double ready_us = 0;   // when this rank had issued it, its operand existed and its comm stream was free
+  double hidden_us = 0;  // time within [start, end) this rank's compute stream ran a kernel
+  double dur_us() const { return end_us - start_us; }
+};
+
+struct RankTimeline {
+  int rank = 0;
+  std::vector<TimelineEvent> events;  // compute events in stream order, then collectives in stream order
+  double finish_us = 0;   // end of its last event
+  double compute_us = 0;  // sum of unslowed compute times
+  double comm_us = 0;     // sum of collective durations (groups of more than one)
+  double hidden_us = 0;   // sum of their hidden parts
+  int collectives = 0;    // over groups of more than one (a group of one is free and not listed)
+};
+
+struct Timeline {
+  std::vector<RankTimeline> ranks;
+  double total_us = 0;    // T_total: the last rank's finish
+  double compute_us = 0;  // T_compute: the largest rank's unslowed compute sum
+};
+
+// Runs the model over every rank's program (programs[r] is rank r's; all from one
+// graph). A Diag when the programs do not fit together (a collective some member
+// never issues, mismatched handles), or a compute time is negative or not finite.
+Result<Timeline> simulate_timeline(const std::vector<LocalProgram>& programs, const DeviceMesh& mesh,
+                                   const TimelineModel& model, CommMode mode = CommMode::Overlapped);
+
+// FLUX's overlap efficiency from the effective communication times
+// (ECT = T_total - T_compute): 1 - ect_overlapped / ect_serial. 1 when every
+// collective hides, 0 when none does, negative when overlapping costs more than it
+// hides. With no communication (ect_serial == 0) there is nothing to hide: 0.
+double overlap_efficiency(double ect_overlapped, double ect_serial);
+
+struct OverlapReport {
+  Timeline serial, overlapped;
+  double t_compute = 0;  // from the serial (baseline) programs
+  double ect_serial = 0, ect_overlapped = 0;
+  double e_overlap = 0;
+  bool has_comm = false;  // ect_serial > 0: otherwise e_overlap is 0 by definition
+};
+
+// The serial (blocking) and overlapped timelines of the same programs and E_overlap.
+Result<OverlapReport> simulate_overlap(const std::vector<LocalProgram>& programs, const DeviceMesh& mesh,
+                                       const TimelineModel& model);
+// The same with the overlapped run on other programs than the baseline (a
+// decomposed schedule against the plain one): T_compute stays the baseline's, as in
+// FLUX, so extra compute the overlapped programs spend counts against them.
+Result<OverlapReport> simulate_overlap(const std::vector<LocalProgram>& baseline,
+                                       const std::vector<LocalProgram>& overlapped, const DeviceMesh& mesh,
+                                       const TimelineModel& model);
+
+// Adds every event of `t` to a trace: one process per rank, kernels on "compute",
+// collectives on "comm", with bytes, flops and the step index as args.
+void add_to_trace(const Timeline& t, TraceWriter& w);
+
+}  // namespace sf

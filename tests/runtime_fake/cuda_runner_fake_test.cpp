@@ -1,0 +1,299 @@
+// The CUDA Runner (runtime/cuda_runner.h) against the fake driver
+// (tests/fake_cuda/README.md): which calls it makes and what it does on failure,
+// without a GPU. The fake runs no kernel code and each launch takes exactly 10 us
+// of its clock, so these tests check the plumbing — a faulting candidate is
+// invalid and the next one still measures, a JIT error carries the log, short
+// kernels are timed in CUDA graphs, the L2 flush buffer is written before every
+// timed repetition — never real timings (tests/runtime/cuda_runner_test.cpp does
+// that on a GPU).
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "runtime/cuda_runner.h"
+
+namespace sf {
+namespace {
+
+#ifdef FAKE_CUDA_LIB
+// This binary runs on the fake whatever the environment says: driver() reads the
+// variable on its first call, after this has run.
+const bool kUseFake = [] {
+  ::setenv("SHARDFUSE_LIBCUDA", FAKE_CUDA_LIB, 1);
+  return true;
+}();
+constexpr const char* kFakeLib = FAKE_CUDA_LIB;
+#else
+// Registered with ENVIRONMENT SHARDFUSE_LIBCUDA=<the fake> instead.
+const bool kUseFake = true;
+const char* const kFakeLib = std::getenv("SHARDFUSE_LIBCUDA");
+#endif
+
+struct Hooks {
+  long long (*stat)(const char*) = nullptr;
+  int (*set)(const char*, long long) = nullptr;
+};
+
+// The fake's test hooks, or nulls when the driver is not the fake.
+const Hooks& hooks() {
+  static const Hooks h = [] {
+    Hooks x;
+    (void)kUseFake;
+    if (!kFakeLib || !cuda::driver()) return x;
+    void* lib = ::dlopen(kFakeLib, RTLD_NOW | RTLD_NOLOAD);
+    if (!lib) return x;
+    x.stat = reinterpret_cast<long long (*)(const char*)>(::dlsym(lib, "fake_cuda_stat"));
+    x.set = reinterpret_cast<int (*)(const char*, long long)>(::dlsym(lib, "fake_cuda_set"));
+    return x;
+  }();
+  return h;
+}
+
+long long stat(const char* name) { return hooks().stat ? hooks().stat(name) : -2; }
+
+#define REQUIRE_FAKE()                                                                        \
+  do {                                                                                        \
+    if (!hooks().stat) GTEST_SKIP() << "not running on the fake driver (tests/fake_cuda)"; \
+  } while (0)
+
+// Event times are float milliseconds: 10 us reads back as 9.99999995 us.
+constexpr double kUs = 1e-6;
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// A module with one entry of our ABI (two pointers: one input, one output).
+std::string ptx(const std::string& entry, const std::string& extra = "") {
+  return ".version 8.0\n.target sm_90a\n.address_size 64\n" + extra + "\n.visible .entry " + entry +
+         "(\n\t.param .u64 in0,\n\t.param .u64 out0\n)\n{\n\tret;\n}\n";
+}
+
+PtxArtifact artifact(const std::string& entry, const std::string& extra = "") {
+  PtxArtifact a;
+  a.ptx = ptx(entry, extra);
+  a.entry = entry;
+  a.launch.grid = {4, 1, 1};
+  a.launch.block = {128, 1, 1};
+  a.inputs = {{DType::F32, 512}};
+  a.outputs = {{DType::F32, 512}};
+  return a;
+}
+
+CudaRunnerOptions small() {
+  CudaRunnerOptions o;
+  o.flush_bytes = int64_t{1} << 20;  // the fake's memory is host memory: keep it small
+  // The fake's launches take 10 us, which float event times read back as a hair
+  // under 10: time them one by one unless a test asks for graphs.
+  o.graph_below_us = 5;
+  return o;
+}
+
+BenchOptions quick() {
+  BenchOptions b;
+  b.warmup_ms = 1;
+  b.rep_ms = 1;
+  b.min_reps = 5;
+  b.max_reps = 7;
+  return b;
+}
+
+std::unique_ptr<CudaRunner> runner(const CudaRunnerOptions& o = small()) {
+  Result<std::unique_ptr<CudaRunner>> r =
+      CudaRunner::create({random_tensor(DType::F32, {512}, 1)}, {{DType::F32, 512}}, o);
+  if (!r) throw std::runtime_error(r.error().message);
+  return std::move(r).value();
+}
+
+// FAKE_CUDA_LOG for one scope: the fake appends a line per call of interest.
+class CallLog {
+ public:
+  CallLog() : path_((std::filesystem::temp_directory_path() / ("sf-runner-log-" + std::to_string(::getpid()))).string()) {
+    std::filesystem::remove(path_);
+    ::setenv("FAKE_CUDA_LOG", path_.c_str(), 1);
+  }
+  ~CallLog() {
+    ::unsetenv("FAKE_CUDA_LOG");
+    std::filesystem::remove(path_);
+  }
+  std::vector<std::string> lines(const std::string& prefix) const {
+    std::ifstream in(path_);
+    std::vector<std::string> out;
+    for (std::string l; std::getline(in, l);)
+      if (l.rfind(prefix, 0) == 0) out.push_back(l);
+    return out;
+  }
+
+ private:
+  std::string path_;
+};
+
+TEST(CudaRunnerFake, MeasuresWithEventsOnTheFakeClock) {
+  REQUIRE_FAKE();
+  auto r = runner();
+  EXPECT_EQ(r->device().name, "shardfuse fake GPU");
+  long long launches = stat("launches");
+  Result<Measurement> m = r->run(artifact("sf_ok"), quick());
+  ASSERT_TRUE(m) << m.error().message;
+  // Every launch is 10 us of fake time: exactly 10 us, every repetition.
+  EXPECT_NEAR(m->median_us, 10.0, kUs);
+  EXPECT_NEAR(m->min_us, 10.0, kUs);
+  EXPECT_NEAR(m->max_us, 10.0, kUs);
+  EXPECT_GE(m->reps, 5);
+  EXPECT_LE(m->reps, 7);
+  EXPECT_FALSE(r->last_run().graph_mode) << "10 us is not under the 5 us threshold";
+  EXPECT_NEAR(r->last_run().estimate_us, 10.0, kUs);
+  // A probe launch, three for the estimate, then warm-up and the timed ones.
+  EXPECT_EQ(stat("launches") - launches, 1 + r->last_run().timed_runs);
+  EXPECT_EQ(stat("last_args"), 2) << "one pointer per input and output";
+  EXPECT_EQ(stat("sticky"), 0);
+}
+
+TEST(CudaRunnerFake, AFaultMarksTheCandidateInvalidAndTheNextOneStillMeasures) {
+  REQUIRE_FAKE();
+  auto r = runner();
+  long long resets = stat("resets");
+  Result<Measurement> bad = r->run(artifact("sf_fault_k"), quick());
+  ASSERT_FALSE(bad);
+  EXPECT_TRUE(has(bad.error().message, "CUDA_ERROR_ILLEGAL_ADDRESS")) << bad.error().message;
+  EXPECT_TRUE(has(bad.error().message, "the context was reset")) << bad.error().message;
+  EXPECT_TRUE(r->last_run().recovered);
+  EXPECT_EQ(r->recoveries(), 1);
+  EXPECT_EQ(stat("resets"), resets + 1);
+  EXPECT_EQ(stat("sticky"), 0) << "the reset cleared the fault";
+  // The runner allocates its buffers again in the new context and goes on.
+  Result<Measurement> good = r->run(artifact("sf_ok"), quick());
+  ASSERT_TRUE(good) << good.error().message;
+  EXPECT_NEAR(good->median_us, 10.0, kUs);
+  EXPECT_FALSE(r->last_run().recovered);
+}
+
+TEST(CudaRunnerFake, AFaultSeenOnlyAtTheSynchronisationIsCaughtToo) {
+  REQUIRE_FAKE();
+  // As on a GPU: the launch returns success and the fault shows at the next call.
+  ASSERT_EQ(hooks().set("async_errors", 1), 0);
+  auto r = runner();
+  Result<Measurement> bad = r->run(artifact("sf_fault_async"), quick());
+  hooks().set("async_errors", 0);
+  ASSERT_FALSE(bad);
+  EXPECT_TRUE(has(bad.error().message, "faulted")) << bad.error().message;
+  EXPECT_TRUE(has(bad.error().message, "CUDA_ERROR_ILLEGAL_ADDRESS")) << bad.error().message;
+  EXPECT_EQ(r->recoveries(), 1);
+  Result<Measurement> good = r->run(artifact("sf_ok"), quick());
+  EXPECT_TRUE(good) << good.error().message;
+}
+
+TEST(CudaRunnerFake, ALaunchErrorIsInvalidWithoutAReset) {
+  REQUIRE_FAKE();
+  auto r = runner();
+  PtxArtifact a = artifact("sf_big_block");
+  a.launch.block = {2048, 1, 1};  // over 1024 threads: CUDA_ERROR_INVALID_VALUE, not sticky
+  long long resets = stat("resets");
+  Result<Measurement> bad = r->run(a, quick());
+  ASSERT_FALSE(bad);
+  EXPECT_TRUE(has(bad.error().message, "failed to launch")) << bad.error().message;
+  EXPECT_TRUE(has(bad.error().message, "CUDA_ERROR_INVALID_VALUE")) << bad.error().message;
+  EXPECT_EQ(r->recoveries(), 0);
+  EXPECT_EQ(stat("resets"), resets);
+  EXPECT_TRUE(r->run(artifact("sf_ok"), quick()));
+}
+
+TEST(CudaRunnerFake, AJitErrorIsInvalidWithTheJitLog) {
+  REQUIRE_FAKE();
+  auto r = runner();
+  Result<Measurement> bad = r->run(artifact("sf_bad_ptx", "// FAKE_JIT_ERROR"), quick());
+  ASSERT_FALSE(bad);
+  EXPECT_TRUE(has(bad.error().message, "JIT")) << bad.error().message;
+  EXPECT_TRUE(has(bad.error().message, "fake JIT error at FAKE_JIT_ERROR")) << bad.error().message;
+  EXPECT_EQ(r->recoveries(), 0);
+  EXPECT_TRUE(r->run(artifact("sf_ok"), quick()));
+}
+
+TEST(CudaRunnerFake, ShortKernelsAreTimedInCudaGraphs) {
+  REQUIRE_FAKE();
+  CudaRunnerOptions o = small();
+  o.graph_below_us = 20;   // the fake's 10 us launches count as short
+  o.graph_target_us = 100;  // -> 10 launches per graph
+  auto r = runner(o);
+  long long launches = stat("launches");
+  CallLog log;
+  Result<Measurement> m = r->run(artifact("sf_short"), quick());
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_TRUE(r->last_run().graph_mode);
+  EXPECT_EQ(r->last_run().launches_per_timing, 10);
+  // The graph's time divided by its launches: still 10 us per launch.
+  EXPECT_NEAR(m->median_us, 10.0, kUs);
+  // Every timed run after the estimate replays the graph of 10 launches.
+  const int graph_runs = r->last_run().timed_runs - 3;
+  EXPECT_EQ(static_cast<int>(log.lines("graph launch nodes=10").size()), graph_runs);
+  EXPECT_EQ(stat("launches") - launches, 1 + 3 + 10 * graph_runs);
+  // One flush per timed repetition, that is per graph, not per launch.
+  EXPECT_EQ(r->last_run().flushes, m->reps);
+}
+
+TEST(CudaRunnerFake, TheFlushBufferIsWrittenBeforeEveryTimedRepetition) {
+  REQUIRE_FAKE();
+  auto r = runner();
+  CallLog log;
+  Result<Measurement> m = r->run(artifact("sf_flushed"), quick());
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(r->last_run().flushes, m->reps);
+  std::vector<std::string> sets = log.lines("memset32 ");
+  ASSERT_EQ(static_cast<int>(sets.size()), m->reps);
+  // The whole 1 MiB buffer, with a new value each time.
+  std::set<std::string> values;
+  for (const std::string& l : sets) {
+    std::istringstream in(l);
+    std::string word, ptr, value, bytes;
+    in >> word >> ptr >> value >> bytes;
+    EXPECT_EQ(bytes, std::to_string(1 << 20)) << l;
+    values.insert(value);
+  }
+  EXPECT_EQ(values.size(), sets.size());
+  // Without flushing, nothing is written.
+  CallLog quiet;
+  BenchOptions b = quick();
+  b.flush_cache = false;
+  ASSERT_TRUE(r->run(artifact("sf_flushed"), b));
+  EXPECT_EQ(r->last_run().flushes, 0);
+  EXPECT_TRUE(quiet.lines("memset32 ").empty());
+}
+
+TEST(CudaRunnerFake, OutputsAreZeroedBeforeEveryRunWhenTheLaunchAddsIntoThem) {
+  REQUIRE_FAKE();
+  auto r = runner();
+  PtxArtifact a = artifact("sf_split_k");
+  a.zero_outputs = true;
+  CallLog log;
+  Result<Measurement> m = r->run(a, quick());
+  ASSERT_TRUE(m) << m.error().message;
+  // Before the probe launch, each estimate launch and every measured run.
+  EXPECT_EQ(r->last_run().zeroings, 1 + r->last_run().timed_runs);
+  std::vector<std::string> zeroes = log.lines("memset8 ");
+  ASSERT_EQ(static_cast<int>(zeroes.size()), r->last_run().zeroings);
+  for (const std::string& l : zeroes) EXPECT_TRUE(has(l, " 0 2048")) << l;  // byte 0 over 512 floats
+  PtxArtifact plain = artifact("sf_plain");
+  ASSERT_TRUE(r->run(plain, quick()));
+  EXPECT_EQ(r->last_run().zeroings, 0);
+}
+
+TEST(CudaRunnerFake, ArgumentsThatAreNotTheRunnersAreRefused) {
+  REQUIRE_FAKE();
+  auto r = runner();
+  PtxArtifact a = artifact("sf_other");
+  a.outputs = {{DType::BF16, 512}};
+  Result<Measurement> m = r->run(a, quick());
+  ASSERT_FALSE(m);
+  EXPECT_TRUE(has(m.error().message, "bf16[512]")) << m.error().message;
+  struct NotPtx final : Artifact {};
+  EXPECT_FALSE(r->run(NotPtx{}, quick()));
+}
+
+}  // namespace
+}  // namespace sf

@@ -59,9 +59,11 @@ ShapeBuckets parse_buckets(const std::string& s);
 // if the cache is `required` or `dir` was given explicitly, else a warning; null
 // either way, and kernels then use default configs.
 std::unique_ptr<TuneCache> open_tune_cache(const std::string& dir, bool required, bool* failed = nullptr);
-// Every rank's fused program, split where the target's emitters cannot go.
+// Every rank's fused program, split where the target's emitters cannot go, with
+// collective matmuls decomposed as `decompose` says (so the kernels tuned are the
+// ones the run or the Plan will have).
 std::vector<LocalProgram> programs_for_tuning(const Graph& g, const std::string& device, const std::string& arch,
-                                              bool fuse);
+                                              bool fuse, DecomposeMode decompose = DecomposeMode::Auto);
 
 // --- shared by run and exec (exec.cpp; no LLVM) -----------------------------------
 

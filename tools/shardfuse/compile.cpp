@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "codegen/kernels/compile_plan.h"
+#include "codegen/kernels/tune.h"
 #include "tools/shardfuse/commands.h"
 
 namespace sf::cli {
@@ -37,14 +38,35 @@ int compile(const CompileCliOptions& o) {
   co.pipeline.fuse = !o.no_fuse;
   co.pipeline.decompose.mode = decompose_mode(o.decompose);
   if (o.autotune) {
-    std::cerr << "error: --autotune: compile tunes for a GPU, which needs the CUDA Runner (not in this build yet); "
-                 "compile uses configs already in the cache for " << o.arch << "\n";
-    return 1;
+    // Tuning for a GPU measures on it: the GPU must be here and be `--arch`.
+    std::optional<cuda::DeviceInfo> dev = cuda_device_for("");
+    if (!dev) return 1;
+    if (dev->arch() != o.arch) {
+      std::cerr << "error: --autotune measures on " << dev->name << " (" << dev->arch() << "), not " << o.arch
+                << ": pass --arch " << dev->arch() << "\n";
+      return 1;
+    }
   }
   bool cache_failed = false;
-  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, false, &cache_failed);
+  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, o.autotune, &cache_failed);
   if (cache_failed) return 1;
-  auto chooser = std::make_shared<ConfigChooser>(TuneSetup{"cuda", o.arch, parse_buckets(o.cache.buckets)}, cache.get());
+  const TuneSetup setup{"cuda", o.arch, parse_buckets(o.cache.buckets)};
+  auto chooser = std::make_shared<ConfigChooser>(setup, cache.get());
+  if (o.autotune) {
+    if (!cache) {
+      std::cerr << "error: --autotune needs a tuning cache to write to (--cache DIR)\n";
+      return 1;
+    }
+    TuneOptions to;
+    Result<GraphTuneResult> r = tune_programs(programs_for_tuning(*g, "cuda", o.arch, !o.no_fuse, decompose_mode(o.decompose)), setup, *cache, to);
+    if (!r) {
+      std::cerr << o.file << ": error: autotune: " << r.error().message << "\n";
+      return 1;
+    }
+    std::cout << "autotune: " << r->reports.size() << " kernel(s), " << r->cache_hits << " cache hit(s), "
+              << r->measured_kernels << " measured on " << o.arch << "\n";
+    chooser->set_table(std::move(r->choices));
+  }
   co.choose = [chooser](const LocalKernel& k) { return chooser->choose(k); };
   Result<CompiledPlan> p = compile_plan(*g, co);
   if (!p.ok()) {
@@ -84,7 +106,8 @@ void add_compile(CLI::App& app, int& exit_code) {
                   "also print the IR after these stages (rank 0): all, or a comma list of parse, propagate, lower, "
                   "decompose, fuse, schedule, emit (emit shows each kernel's LLVM IR for the arch)");
   add_cache_options(cmd, o->cache);
-  cmd->add_flag("--autotune", o->autotune, "tune kernels the cache has no config for first (needs a GPU)");
+  cmd->add_flag("--autotune", o->autotune,
+                "tune the kernels the cache has no config for first, measuring on GPU 0 (which must be --arch)");
   cmd->add_flag("--no-ptxas", o->no_ptxas, "do not check the PTX with ptxas (resources then show as -)");
   cmd->footer(
       "Every kernel's PTX is assembled by ptxas (when the CUDA toolkit has it) and its registers and spills are\n"

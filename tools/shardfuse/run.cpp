@@ -141,16 +141,23 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   }
   std::optional<cuda::DeviceInfo> dev = cuda_device_for("");
   if (!dev) return 1;
-  if (o.autotune) {
-    std::cerr << "error: --autotune with --device cuda: run `shardfuse tune G.sf --device cuda` first; run then "
-                 "uses the cache's configs\n";
-    return 1;
-  }
   bool cache_failed = false;
-  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, false, &cache_failed);
+  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, o.autotune, &cache_failed);
   if (cache_failed) return 1;
-  auto chooser =
-      std::make_shared<ConfigChooser>(TuneSetup{"cuda", dev->arch(), parse_buckets(o.cache.buckets)}, cache.get());
+  const TuneSetup setup{"cuda", dev->arch(), parse_buckets(o.cache.buckets)};
+  auto chooser = std::make_shared<ConfigChooser>(setup, cache.get());
+  if (o.autotune) {
+    // Ranks are threads here: one table for all of them.
+    Result<GraphTuneResult> r = tune_programs(
+        programs_for_tuning(g, "cuda", dev->arch(), !o.no_fuse, decompose_mode(o.decompose)), setup, *cache, TuneOptions{});
+    if (!r) {
+      std::cerr << o.file << ": error: autotune: " << r.error().message << "\n";
+      return 1;
+    }
+    std::cout << "autotune: " << r->reports.size() << " kernel(s), " << r->cache_hits << " cache hit(s), "
+              << r->measured_kernels << " measured on " << dev->name << "\n";
+    chooser->set_table(std::move(r->choices));
+  }
   CompileOptions co;
   co.arch = dev->arch();
   co.pipeline.fuse = !o.no_fuse;
@@ -201,7 +208,7 @@ int run(const RunOptions& o) {
   const TuneSetup setup{"cpu", "", parse_buckets(o.cache.buckets)};
   auto chooser = std::make_shared<ConfigChooser>(setup, cache.get());
   std::vector<LocalProgram> tuned_programs;
-  if (o.kernels == "generated") tuned_programs = programs_for_tuning(*g, "cpu", "", !o.no_fuse);
+  if (o.kernels == "generated") tuned_programs = programs_for_tuning(*g, "cpu", "", !o.no_fuse, decompose_mode(o.decompose));
   if (o.autotune && o.kernels == "generated") {
     TuneOptions to;
     to.bench.warmup_ms = 10;

@@ -48,11 +48,12 @@ void add_cache_options(CLI::App* cmd, CacheCliOptions& o) {
 ShapeBuckets parse_buckets(const std::string& s) { return s == "pow2" ? ShapeBuckets::Pow2 : ShapeBuckets::Exact; }
 
 std::vector<LocalProgram> programs_for_tuning(const Graph& g, const std::string& device, const std::string& arch,
-                                              bool fuse) {
+                                              bool fuse, DecomposeMode decompose) {
   DeviceMesh mesh(g.mesh());
   ShardingPlan plan = propagate(g, mesh);
   RankPipelineOptions po;
   po.fuse = fuse;
+  po.decompose.mode = decompose;
   po.can_emit = emit_checker(device == "cpu" ? llvmb::Target::host() : llvmb::Target::nvptx(arch));
   return rank_programs(g, plan, mesh, po);
 }

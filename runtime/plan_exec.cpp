@@ -9,6 +9,7 @@
 #include "codegen/dist/device_mesh.h"
 #include "codegen/dist/host_collectives.h"
 #include "codegen/dist/shard.h"
+#include "runtime/agree.h"
 
 namespace sf {
 
@@ -472,51 +473,26 @@ Result<std::vector<std::vector<Tensor>>> run_plan_on_gpu(const PlanSource& src,
   if (!loaded) return loaded.error();
   if (stats) stats->device = (*ctx)->info().name;
 
-  const int world = plan.world;
-  auto rv = Rendezvous::in_process();
-  std::atomic<bool> aborted{false};
+  std::vector<std::vector<Tensor>> outputs(static_cast<size_t>(plan.world));
   std::mutex mu;
-  std::optional<Diag> first_error;
-  std::vector<std::vector<Tensor>> outputs(static_cast<size_t>(world));
-  std::vector<std::unique_ptr<Comm>> comms(static_cast<size_t>(world));
-  auto fail = [&](const Diag& d, Comm* comm) {
-    {
+  std::optional<Diag> failed = on_rank_threads(dm, opts.timeout, [&](Comm& comm) -> std::optional<Diag> {
+    const int r = comm.rank();
+    if (opts.trace) opts.trace->add_rank(r);
+    Result<std::unique_ptr<GpuRank>> gr = GpuRank::create(*loaded, r, opts);
+    if (!gr) return gr.error();
+    if (auto e = (*gr)->upload_inputs(inputs[static_cast<size_t>(r)])) return e;
+    if (auto e = (*gr)->run(&comm)) return e;
+    if (stats) {
       std::lock_guard<std::mutex> lock(mu);
-      if (!first_error) first_error = d;
+      stats->launches += (*gr)->launches();
+      stats->graph_launches += (*gr)->graph_launches();
     }
-    if (!aborted.exchange(true) && comm) comm->abort(d.message);
-  };
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      CommOptions co;
-      co.timeout = opts.timeout;
-      Result<std::unique_ptr<Comm>> c = Comm::create(rv, r, world, dm.rank_groups(r), co);
-      if (!c) return fail(c.error(), nullptr);
-      Comm& comm = **c;
-      auto run_rank = [&]() -> std::optional<Diag> {
-        if (opts.trace) opts.trace->add_rank(r);
-        Result<std::unique_ptr<GpuRank>> gr = GpuRank::create(*loaded, r, opts);
-        if (!gr) return gr.error();
-        if (auto e = (*gr)->upload_inputs(inputs[static_cast<size_t>(r)])) return e;
-        if (auto e = (*gr)->run(&comm)) return e;
-        if (stats) {
-          std::lock_guard<std::mutex> lock(mu);
-          stats->launches += (*gr)->launches();
-          stats->graph_launches += (*gr)->graph_launches();
-        }
-        Result<std::vector<Tensor>> out = (*gr)->download_outputs();
-        if (!out) return out.error();
-        outputs[static_cast<size_t>(r)] = std::move(out).value();
-        return std::nullopt;
-      };
-      if (auto e = run_rank()) fail(*e, &comm);
-      comms[static_cast<size_t>(r)] = std::move(c).value();  // destroyed after every rank is done
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  comms.clear();
-  if (first_error) return *first_error;
+    Result<std::vector<Tensor>> out = (*gr)->download_outputs();
+    if (!out) return out.error();
+    outputs[static_cast<size_t>(r)] = std::move(out).value();
+    return std::nullopt;
+  });
+  if (failed) return *failed;
   return outputs;
 }
 

@@ -25,6 +25,14 @@ Comparison compare(const Tensor& got, const Tensor& want, Tolerance tol) {
     return c;
   }
   bool integral = !is_float(want.dtype());
+  // atol counts in units of the tensor's own scale (its largest finite magnitude,
+  // at least 1): an element that cancels to near zero in a long sum of large
+  // terms carries the rounding error of those terms, not of its own size.
+  double scale = 1;
+  if (!integral)
+    for (int64_t i = 0; i < want.numel(); ++i)
+      if (double b = std::fabs(want.get(i)); std::isfinite(b)) scale = std::max(scale, b);
+  const double atol = tol.atol * scale;
   for (int64_t i = 0; i < want.numel(); ++i) {
     bool bad;
     double err;
@@ -43,7 +51,7 @@ Comparison compare(const Tensor& got, const Tensor& want, Tolerance tol) {
         err = bad ? INFINITY : 0.0;
       } else {
         err = std::fabs(a - b);
-        bad = err > tol.atol + tol.rtol * std::fabs(b);
+        bad = err > atol + tol.rtol * std::fabs(b);
       }
     }
     c.max_abs_err = std::max(c.max_abs_err, err);

@@ -21,7 +21,10 @@ Tolerance default_tolerance(DType t);
 struct Comparison {
   double max_abs_err = 0;
   double max_rel_err = 0;  // |a - b| / |b| over elements with b != 0
-  int64_t mismatches = 0;  // elements outside atol + rtol * |b| (NaN matches only NaN)
+  // Elements outside atol * scale + rtol * |b|, scale = max(1, the largest finite |b|
+  // of `want`) (NaN matches only NaN): a large-K matmul's outputs that cancel to
+  // near zero carry rounding errors of the size of its largest outputs.
+  int64_t mismatches = 0;
   int64_t first_mismatch = -1;
   bool ok() const { return mismatches == 0; }
 };

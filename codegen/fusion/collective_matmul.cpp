@@ -100,10 +100,30 @@ double independent_time(const LocalProgram& p, int from, int avoid, const std::s
 
 // --- all_gather -> matmul ----------------------------------------------------------
 
+// A run of row-wise compute steps, each consuming the previous one's result.
+struct Chain {
+  std::vector<size_t> steps;
+  std::vector<int> dims;  // per step: its output's shard dim
+  bool has_matmul = false;
+};
+
 struct AgMatch {
   size_t start = 0, wait = 0;
-  std::vector<size_t> chain;   // the compute steps, in order, the matmul among them
-  std::vector<int> chain_dim;  // per chain step: its output's shard dim
+  // Row-wise ops every consumer shares (a cast, say), then one branch per consumer
+  // of their result (Megatron's q, k and v projections), each with one matmul.
+  Chain prefix;
+  std::vector<Chain> branches;
+  std::vector<size_t> all_steps() const {
+    std::vector<size_t> v = prefix.steps;
+    for (const Chain& b : branches) v.insert(v.end(), b.steps.begin(), b.steps.end());
+    return v;
+  }
+  std::string what(const LocalProgram& p) const {
+    std::string w;
+    for (const Chain& b : branches)
+      w += (w.empty() ? "" : ", ") + p.names[static_cast<size_t>(p.steps[b.steps.back()].out)];
+    return w;
+  }
 };
 
 // Whether `s` (one of whose operands is `cur`, sharded along `d`) maps shards of cur
@@ -152,6 +172,28 @@ bool rowwise(const LocalProgram& p, const LocalStep& s, int cur, int d, bool aft
   }
 }
 
+// Follows row-wise single-consumer steps from step `first` (which consumes `cur`,
+// sharded along `d`); a matmul may come once, and only if `allow_matmul`.
+Chain walk(const LocalProgram& p, const Uses& u, size_t first, int cur, int d, bool allow_matmul, std::string* why) {
+  Chain c;
+  size_t next = first;
+  while (true) {
+    const LocalStep& s = p.steps[next];
+    int od = d;
+    const bool is_mm = s.kind == LocalStep::Kind::Compute && s.node.op == OpKind::Matmul;
+    if ((is_mm && !allow_matmul) || !rowwise(p, s, cur, d, c.has_matmul, &od, why)) break;
+    c.has_matmul = c.has_matmul || is_mm;
+    c.steps.push_back(next);
+    c.dims.push_back(od);
+    cur = s.out;
+    d = od;
+    auto it = u.users.find(cur);
+    if (u.outputs.count(cur) || it == u.users.end() || it->second.size() != 1) break;
+    next = it->second[0];
+  }
+  return c;
+}
+
 std::optional<AgMatch> match_all_gather(const LocalProgram& p, size_t start, std::string* why) {
   const LocalStep& st = p.steps[start];
   AgMatch m;
@@ -160,25 +202,28 @@ std::optional<AgMatch> match_all_gather(const LocalProgram& p, size_t start, std
   if (m.wait >= p.steps.size()) return std::nullopt;
   const Uses u = uses_of(p);
   int cur = p.steps[m.wait].out, d = st.dim;
-  bool matmul = false;
-  while (true) {
-    auto it = u.users.find(cur);
-    if (u.outputs.count(cur) || it == u.users.end() || it->second.size() != 1) break;
-    const LocalStep& s = p.steps[it->second[0]];
-    int od = d;
-    if (!rowwise(p, s, cur, d, matmul, &od, why)) break;
-    matmul = matmul || s.node.op == OpKind::Matmul;
-    m.chain.push_back(it->second[0]);
-    m.chain_dim.push_back(od);
-    cur = s.out;
-    d = od;
+  auto users = [&](int v) -> const std::vector<size_t>* {
+    auto it = u.users.find(v);
+    return u.outputs.count(v) || it == u.users.end() ? nullptr : &it->second;
+  };
+  // The shared prefix: row-wise ops, no matmul, up to a value with several users.
+  if (const std::vector<size_t>* us = users(cur); us && us->size() == 1) {
+    m.prefix = walk(p, u, (*us)[0], cur, d, /*allow_matmul=*/false, why);
+    if (!m.prefix.steps.empty()) {
+      cur = p.steps[m.prefix.steps.back()].out;
+      d = m.prefix.dims.back();
+    }
   }
-  if (!matmul) {
-    if (why && why->empty()) *why = "no matmul takes the gathered value row-wise";
-    return std::nullopt;
+  const std::vector<size_t>* us = users(cur);
+  if (!us) return std::nullopt;
+  for (size_t first : *us) {
+    Chain b = walk(p, u, first, cur, d, /*allow_matmul=*/true, why);
+    if (!b.has_matmul) {
+      if (why && why->empty()) *why = "a user of the gathered value is not a row-wise matmul chain";
+      return std::nullopt;
+    }
+    m.branches.push_back(std::move(b));
   }
-  // Drop elementwise ops before the matmul? No: they are row-wise too and run per
-  // shard; but trailing ops past a value with several users were never taken.
   return m;
 }
 
@@ -305,57 +350,69 @@ void splice(LocalProgram& p, const std::set<size_t>& drop, size_t at, std::vecto
   p.steps = std::move(steps);
 }
 
+// Appends a per-shard copy of `c` (shard j of extent e) on `v` (standing for the
+// chain's input `in`); returns the copy's result.
+int copy_chain(LocalProgram& p, const Chain& c, int in, int v, int j, int64_t e, std::vector<LocalStep>& block) {
+  int prev = in;
+  for (size_t k = 0; k < c.steps.size(); ++k) {
+    LocalStep step = p.steps[c.steps[k]];
+    for (int& a : step.in)
+      if (a == prev) a = v;
+    prev = step.out;
+    step.node.type = with_extent(p.types[static_cast<size_t>(step.out)], c.dims[k], e);
+    step.out = new_value(p, step.node.type, p.names[static_cast<size_t>(step.out)] + "_s" + std::to_string(j));
+    v = step.out;
+    if (step.node.op == OpKind::Matmul) copy_view(p, private_view(p, p.steps[c.steps[k]]), step, block, j);
+    block.push_back(std::move(step));
+  }
+  return v;
+}
+
 void rewrite_all_gather(LocalProgram& p, const AgMatch& m, int pos) {
   const LocalStep st = p.steps[m.start];
   const std::vector<int64_t> sizes = st.sizes;
   const int n = static_cast<int>(sizes.size());
   const int d = st.dim;
   const int xg = p.steps[m.wait].out;
-  const int final_value = p.steps[m.chain.back()].out;
+  const int branch_in = m.prefix.steps.empty() ? xg : p.steps[m.prefix.steps.back()].out;
+  std::set<size_t> drop{m.start, m.wait};
+  for (size_t k : m.all_steps()) {
+    drop.insert(k);
+    if (p.steps[k].node.op == OpKind::Matmul)
+      if (std::optional<size_t> v = private_view(p, p.steps[k])) drop.insert(*v);
+  }
   std::vector<LocalStep> block;
-  std::vector<int> parts(static_cast<size_t>(n), -1);
+  std::vector<std::vector<int>> parts(m.branches.size(), std::vector<int>(static_cast<size_t>(n), -1));
   int cur = st.in[0];
-  std::optional<size_t> view;
-  for (size_t c : m.chain)
-    if (p.steps[c].node.op == OpKind::Matmul) view = private_view(p, p.steps[c]);
   for (int s = 0; s < n; ++s) {
     const int j = (pos + s) % n, jn = (j + 1) % n;
+    const int64_t e = sizes[static_cast<size_t>(j)];
     int handle = -1, next = -1;
     if (s < n - 1) {
       handle = p.num_handles++;
       next = new_value(p, with_extent(p.types[static_cast<size_t>(xg)], d, sizes[static_cast<size_t>(jn)]),
                        p.names[static_cast<size_t>(xg)] + "_r" + std::to_string(s + 1));
-      block.push_back(shift_start(st, cur, d, pos, n, sizes[static_cast<size_t>(j)], sizes[static_cast<size_t>(jn)],
-                                  handle, s + 1, n - 1));
+      block.push_back(shift_start(st, cur, d, pos, n, e, sizes[static_cast<size_t>(jn)], handle, s + 1, n - 1));
     }
-    int prev = xg, v = cur;
-    for (size_t k = 0; k < m.chain.size(); ++k) {
-      LocalStep c = p.steps[m.chain[k]];
-      for (int& a : c.in)
-        if (a == prev) a = v;
-      prev = c.out;
-      c.node.type = with_extent(p.types[static_cast<size_t>(c.out)], m.chain_dim[k], sizes[static_cast<size_t>(j)]);
-      c.out = new_value(p, c.node.type, p.names[static_cast<size_t>(c.out)] + "_s" + std::to_string(j));
-      v = c.out;
-      if (c.node.op == OpKind::Matmul) copy_view(p, view, c, block, j);
-      block.push_back(std::move(c));
-    }
-    parts[static_cast<size_t>(j)] = v;
+    const int shared = copy_chain(p, m.prefix, xg, cur, j, e, block);
+    for (size_t b = 0; b < m.branches.size(); ++b)
+      parts[b][static_cast<size_t>(j)] = copy_chain(p, m.branches[b], branch_in, shared, j, e, block);
     if (s < n - 1) {
       block.push_back(wait_step(handle, next));
       cur = next;
     }
   }
-  LocalStep cat;
-  cat.kind = LocalStep::Kind::Concat;
-  cat.in = parts;
-  cat.out = final_value;
-  cat.dim = m.chain_dim.back();
-  block.push_back(std::move(cat));
-  std::set<size_t> drop{m.start, m.wait};
-  drop.insert(m.chain.begin(), m.chain.end());
-  if (view) drop.insert(*view);
-  splice(p, drop, m.chain.back(), std::move(block));
+  size_t at = 0;
+  for (size_t b = 0; b < m.branches.size(); ++b) {
+    LocalStep cat;
+    cat.kind = LocalStep::Kind::Concat;
+    cat.in = parts[b];
+    cat.out = p.steps[m.branches[b].steps.back()].out;
+    cat.dim = m.branches[b].dims.back();
+    block.push_back(std::move(cat));
+    at = std::max(at, m.branches[b].steps.back());
+  }
+  splice(p, drop, at, std::move(block));
 }
 
 void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
@@ -441,22 +498,24 @@ std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalPro
       if (s.comm == RedistKind::AllGather) {
         std::optional<AgMatch> m = match_all_gather(p0, i, &why);
         if (!m) continue;  // not a collective matmul: nothing to say
-        const LocalStep& mmstep = p0.steps[m->chain[0]];
-        dd.what = "all_gather " + operand + " -> " + std::string(op_name(mmstep.node.op)) + " ... " +
-                  p0.names[static_cast<size_t>(p0.steps[m->chain.back()].out)];
+        dd.what = "all_gather " + operand + " -> matmul" + (m->branches.size() > 1 ? "s" : "") + " -> " +
+                  m->what(p0);
         if (n < 2) continue;
         const TensorType& xg = p0.types[static_cast<size_t>(p0.steps[m->wait].out)];
         double t_comm = o.comm.alpha_s + static_cast<double>(bytes_of(xg)) * (n - 1) / n / o.comm.beta_bytes_per_s;
-        double t_chain = o.launch_s;
-        for (size_t c : m->chain) t_chain += step_time(p0, p0.steps[c], o);
-        std::set<size_t> skip(m->chain.begin(), m->chain.end());
+        const std::vector<size_t> steps = m->all_steps();
+        double t_chain = o.launch_s * static_cast<double>(m->branches.size());
+        for (size_t c : steps) t_chain += step_time(p0, p0.steps[c], o);
+        std::set<size_t> skip(steps.begin(), steps.end());
         double t_indep = independent_time(p0, s.in[0], p0.steps[m->wait].out, skip, o);
         double plain = t_chain + std::max(0.0, t_comm - t_indep);
         double t_step = o.comm.alpha_s + static_cast<double>(bytes_of(xg)) / n / o.comm.beta_bytes_per_s;
-        double t_part = (t_chain - o.launch_s) / n + o.launch_s;
-        double concat = o.launch_s + 2.0 *
-                                         static_cast<double>(bytes_of(p0.types[static_cast<size_t>(p0.steps[m->chain.back()].out)])) /
-                                         o.bytes_per_s;
+        const double launches = o.launch_s * static_cast<double>(m->branches.size());
+        double t_part = (t_chain - launches) / n + launches;
+        double concat = 0;
+        for (const Chain& b : m->branches)
+          concat += o.launch_s + 2.0 * static_cast<double>(bytes_of(p0.types[static_cast<size_t>(p0.steps[b.steps.back()].out)])) /
+                                     o.bytes_per_s;
         double ring = t_part + (n - 1) * std::max(t_part, t_step) + concat;
         dd.decomposed = o.mode == DecomposeMode::Always || (o.mode == DecomposeMode::Auto && ring < plain);
         dd.why = "estimated " + us(plain) + " as is (" + us(t_comm) + " all_gather, " + us(t_indep) +

@@ -144,6 +144,32 @@ TEST(CollectiveMatmul, DecomposedProgramsMatchTheReferenceOnEvenAndUnevenShards)
     }
 }
 
+TEST(CollectiveMatmul, AGatheredValueFeedingSeveralMatmulsRunsEveryBranchPerShard) {
+  // tp_attention: the sequence all-gather feeds the q, k and v projections.
+  for (int64_t world : {2, 4}) {
+    const Graph g = example("tp_attention.sf", world);
+    std::vector<DecomposeDecision> d;
+    std::vector<LocalProgram> ps = programs(g, DecomposeMode::Always, /*fuse=*/false, &d);
+    ASSERT_EQ(d.size(), 1u);
+    EXPECT_TRUE(d[0].decomposed);
+    EXPECT_NE(d[0].what.find("matmuls"), std::string::npos) << d[0].what;
+    for (const LocalProgram& p : ps) {
+      EXPECT_EQ(ring_shifts(p).size(), static_cast<size_t>(world - 1));
+      int concats = 0, matmuls = 0;
+      for (const LocalStep& s : p.steps) {
+        concats += s.kind == LocalStep::Kind::Concat;
+        if (s.kind == LocalStep::Kind::Kernel)
+          for (const std::string& op : p.kernels[static_cast<size_t>(s.kernel)].ops) matmuls += op == "matmul";
+      }
+      EXPECT_EQ(concats, 3) << "one per projection";
+      // 3 projections per shard, then scores, context and the o projection.
+      EXPECT_EQ(matmuls, 3 * world + 3) << "rank " << p.rank;
+    }
+    check_against_reference(g, ps, "tp_attention world " + std::to_string(world));
+    check_against_reference(g, programs(g, DecomposeMode::Always), "tp_attention fused, world " + std::to_string(world));
+  }
+}
+
 TEST(CollectiveMatmul, EveryExampleStillMatchesWhenDecomposedEverywherePossible) {
   for (const char* ex : {"tp_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf"}) {
     const Graph g = example(ex);

@@ -242,18 +242,21 @@ TEST(ExecFakeDriver, ZeroOutputsAreClearedBeforeTheirLaunch) {
   const std::string log = t / "log";
   CliResult r = shardfuse_env(fake_env(log), "exec " + dir + " --device cuda");
   ASSERT_EQ(r.code, 0) << r.out;
-  // Every launch of that kernel comes right after one memset per output.
+  // Every launch of that kernel follows a memset of its output. Ranks share the log,
+  // so another rank's lines may come in between: count instead. At every point in
+  // the log there have been at least as many zeroing memsets as launches of it, and
+  // in all there is one per launch (tp_mlp has one output per kernel, and nothing
+  // else memsets).
   std::istringstream in(read_text(log));
-  std::string line, prev;
+  std::string line;
   int launches = 0, cleared = 0;
+  bool ordered = true;
   while (std::getline(in, line)) {
-    if (line.rfind("launch " + p.kernels[0].entry + " ", 0) == 0) {
-      ++launches;
-      cleared += prev.rfind("memset8 ", 0) == 0 && prev.find(" 0 ") != std::string::npos;
-    }
-    prev = line;
+    if (line.rfind("memset8 ", 0) == 0 && line.find(" 0 ") != std::string::npos) ++cleared;
+    if (line.rfind("launch " + p.kernels[0].entry + " ", 0) == 0) ordered = ordered && cleared > launches++;
   }
   EXPECT_GT(launches, 0);
+  EXPECT_TRUE(ordered) << read_text(log);
   EXPECT_EQ(cleared, launches) << read_text(log);
 }
 

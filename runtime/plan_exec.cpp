@@ -104,6 +104,9 @@ Result<std::shared_ptr<GpuPlan>> GpuPlan::load(std::shared_ptr<cuda::Context> ct
   auto p = std::shared_ptr<GpuPlan>(new GpuPlan());
   p->ctx_ = ctx;
   p->src_ = src;
+  Result<Mesh> mesh = parse_mesh(src.plan.mesh, src.dir.empty() ? "plan.json" : (fs::path(src.dir) / "plan.json").string());
+  if (!mesh) return mesh.error();
+  p->mesh_ = std::move(mesh).value();
   std::map<std::string, size_t> module_of;  // ptx file -> modules_ index
   for (const PlanKernel& k : src.plan.kernels) {
     auto it = module_of.find(k.ptx_file);
@@ -284,9 +287,7 @@ std::optional<Diag> GpuRank::collective(const PlanStep& s, Comm& comm, std::map<
   // A start: the operand, once the kernels before it have written it, to the host.
   Result<Tensor> x = download(s.in.at(0));
   if (!x) return x.error();
-  Result<Mesh> mesh = parse_mesh(plan_->plan().mesh, "plan.json");
-  if (!mesh) return mesh.error();
-  std::optional<int> dim = mesh->find(s.mesh_dim);
+  std::optional<int> dim = plan_->mesh().find(s.mesh_dim);
   if (!dim) return Diag{"", {}, "mesh dim \"" + s.mesh_dim + "\" is not in the plan's mesh \"" + plan_->plan().mesh + "\""};
   ReduceOp op = ReduceOp::Sum;
   if (!s.reduce_op.empty()) {

@@ -53,6 +53,7 @@ class GpuPlan {
  public:
   static Result<std::shared_ptr<GpuPlan>> load(std::shared_ptr<cuda::Context> ctx, const PlanSource& src);
   const Plan& plan() const { return src_.plan; }
+  const Mesh& mesh() const { return mesh_; }  // plan().mesh, parsed once
   cuda::Context& context() const { return *ctx_; }
   // The function of kernel `id` and its launch.
   struct Loaded {
@@ -65,6 +66,7 @@ class GpuPlan {
  private:
   std::shared_ptr<cuda::Context> ctx_;
   PlanSource src_;
+  Mesh mesh_;
   std::vector<cuda::Module> modules_;
   std::map<std::string, Loaded> kernels_;
 };

@@ -351,8 +351,10 @@ void splice(LocalProgram& p, const std::set<size_t>& drop, size_t at, std::vecto
 }
 
 // Appends a per-shard copy of `c` (shard j of extent e) on `v` (standing for the
-// chain's input `in`); returns the copy's result.
-int copy_chain(LocalProgram& p, const Chain& c, int in, int v, int j, int64_t e, std::vector<LocalStep>& block) {
+// chain's input `in`); `views` gives each matmul step's private view, if any.
+// Returns the copy's result.
+int copy_chain(LocalProgram& p, const Chain& c, int in, int v, int j, int64_t e,
+               const std::map<size_t, std::optional<size_t>>& views, std::vector<LocalStep>& block) {
   int prev = in;
   for (size_t k = 0; k < c.steps.size(); ++k) {
     LocalStep step = p.steps[c.steps[k]];
@@ -362,7 +364,7 @@ int copy_chain(LocalProgram& p, const Chain& c, int in, int v, int j, int64_t e,
     step.node.type = with_extent(p.types[static_cast<size_t>(step.out)], c.dims[k], e);
     step.out = new_value(p, step.node.type, p.names[static_cast<size_t>(step.out)] + "_s" + std::to_string(j));
     v = step.out;
-    if (step.node.op == OpKind::Matmul) copy_view(p, private_view(p, p.steps[c.steps[k]]), step, block, j);
+    if (step.node.op == OpKind::Matmul) copy_view(p, views.at(c.steps[k]), step, block, j);
     block.push_back(std::move(step));
   }
   return v;
@@ -376,10 +378,12 @@ void rewrite_all_gather(LocalProgram& p, const AgMatch& m, int pos) {
   const int xg = p.steps[m.wait].out;
   const int branch_in = m.prefix.steps.empty() ? xg : p.steps[m.prefix.steps.back()].out;
   std::set<size_t> drop{m.start, m.wait};
+  std::map<size_t, std::optional<size_t>> views;  // matmul step -> its private view
   for (size_t k : m.all_steps()) {
     drop.insert(k);
-    if (p.steps[k].node.op == OpKind::Matmul)
-      if (std::optional<size_t> v = private_view(p, p.steps[k])) drop.insert(*v);
+    if (p.steps[k].node.op != OpKind::Matmul) continue;
+    views[k] = private_view(p, p.steps[k]);
+    if (views[k]) drop.insert(*views[k]);
   }
   std::vector<LocalStep> block;
   std::vector<std::vector<int>> parts(m.branches.size(), std::vector<int>(static_cast<size_t>(n), -1));
@@ -394,9 +398,9 @@ void rewrite_all_gather(LocalProgram& p, const AgMatch& m, int pos) {
                        p.names[static_cast<size_t>(xg)] + "_r" + std::to_string(s + 1));
       block.push_back(shift_start(st, cur, d, pos, n, e, sizes[static_cast<size_t>(jn)], handle, s + 1, n - 1));
     }
-    const int shared = copy_chain(p, m.prefix, xg, cur, j, e, block);
+    const int shared = copy_chain(p, m.prefix, xg, cur, j, e, views, block);
     for (size_t b = 0; b < m.branches.size(); ++b)
-      parts[b][static_cast<size_t>(j)] = copy_chain(p, m.branches[b], branch_in, shared, j, e, block);
+      parts[b][static_cast<size_t>(j)] = copy_chain(p, m.branches[b], branch_in, shared, j, e, views, block);
     if (s < n - 1) {
       block.push_back(wait_step(handle, next));
       cur = next;

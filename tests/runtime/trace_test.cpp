@@ -14,26 +14,13 @@
 
 #include "runtime/timeline.h"
 #include "runtime/trace.h"
+#include "tests/tools/cli_util.h"  // TempDir
 
 namespace sf {
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "sf-trace-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& f) const { return (fs::path(path_) / f).string(); }
-  const std::string& str() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 json read_json(const std::string& path) {
   std::ifstream in(path);

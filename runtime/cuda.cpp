@@ -351,6 +351,39 @@ Result<CUfunction> Module::function(const std::string& entry) const {
 
 // --- launch --------------------------------------------------------------------------
 
+std::optional<Diag> copy_2d(const Context& ctx, CUdeviceptr dst, size_t dst_pitch, CUdeviceptr src, size_t src_pitch,
+                            size_t width, size_t height, const Stream& s) {
+  if (auto e = usable(s.ctx_, s.generation_, "cuMemcpy2DAsync (stream)")) return e;
+  if (width == 0 || height == 0) return std::nullopt;
+  const Driver& dr = ctx.drv();
+  if (height == 1) return check(dr.MemcpyDtoDAsync(dst, src, width, s.get()), "cuMemcpyDtoDAsync");
+  // cuMemcpy2D takes pitches up to CU_DEVICE_ATTRIBUTE_MAX_PITCH (2^31 - 1 on
+  // current GPUs).
+  constexpr size_t kMaxPitch = 0x7fffffff;
+  if (dst_pitch > kMaxPitch || src_pitch > kMaxPitch) {
+    for (size_t row = 0; row < height; ++row)
+      if (auto e = check(dr.MemcpyDtoDAsync(dst + row * dst_pitch, src + row * src_pitch, width, s.get()),
+                         "cuMemcpyDtoDAsync"))
+        return e;
+    return std::nullopt;
+  }
+  CUDA_MEMCPY2D c{};
+  c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = src;
+  c.srcPitch = src_pitch;
+  c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.dstDevice = dst;
+  c.dstPitch = dst_pitch;
+  c.WidthInBytes = width;
+  c.Height = height;
+  return check(dr.Memcpy2DAsync(&c, s.get()), "cuMemcpy2DAsync");
+}
+
+std::optional<Diag> wait_event(const Context& ctx, const Stream& s, const Event& e) {
+  if (auto err = usable(s.ctx_, s.generation_, "cuStreamWaitEvent (stream)")) return err;
+  return check(ctx.drv().StreamWaitEvent(s.get(), e.get(), 0), "cuStreamWaitEvent");
+}
+
 std::optional<Diag> launch(const Context& ctx, CUfunction f, const LaunchDims& d, const std::vector<CUdeviceptr>& args,
                            const Stream& s) {
   if (auto e = usable(s.ctx_, s.generation_, "cuLaunchKernel (stream)")) return e;

@@ -129,11 +129,16 @@ struct LaunchDims {
   int shared_bytes = 0;
 };
 
+class Event;
+
 class Stream {
   friend class Event;
   friend class Graph;
   friend std::optional<Diag> launch(const Context&, CUfunction, const LaunchDims&, const std::vector<CUdeviceptr>&,
                                     const Stream&);
+  friend std::optional<Diag> copy_2d(const Context&, CUdeviceptr, size_t, CUdeviceptr, size_t, size_t, size_t,
+                                     const Stream&);
+  friend std::optional<Diag> wait_event(const Context&, const Stream&, const Event&);
 
  public:
   static Result<Stream> create(const Context& ctx);  // non-blocking
@@ -195,6 +200,18 @@ class Module {
 // (inputs, then outputs). Dynamic shared memory above 48 KiB is opted into first.
 std::optional<Diag> launch(const Context& ctx, CUfunction f, const LaunchDims& d, const std::vector<CUdeviceptr>& args,
                            const Stream& s);
+
+// Copies `height` rows of `width` bytes from device memory at src (rows
+// src_pitch bytes apart) to dst (rows dst_pitch apart) on `s`: cuMemcpy2DAsync,
+// one row at a time (cuMemcpyDtoDAsync) where a pitch is beyond what the driver
+// takes. A strided block of a row-major tensor (a slice along one dim, a part of
+// a concat) is one such copy. Nothing happens for an empty block.
+std::optional<Diag> copy_2d(const Context& ctx, CUdeviceptr dst, size_t dst_pitch, CUdeviceptr src, size_t src_pitch,
+                            size_t width, size_t height, const Stream& s);
+
+// Work enqueued on `s` after this waits for what `e` last recorded
+// (cuStreamWaitEvent): the edge between a compute and a comm stream.
+std::optional<Diag> wait_event(const Context& ctx, const Stream& s, const Event& e);
 
 // A stream's work captured once as a CUDA Graph and replayed with one launch.
 class Graph {

@@ -73,6 +73,15 @@ std::string DeviceInfo::arch() const {
   return cc_major == 9 && cc_minor == 0 ? a + "a" : a;
 }
 
+Result<int> device_count() {
+  Result<const Driver*> d = driver();
+  if (!d) return d.error();
+  int n = 0;
+  if (CUresult r = (*d)->DeviceGetCount(&n); r != CUDA_SUCCESS)
+    return Diag{"", {}, "no CUDA device: cuDeviceGetCount: " + (*d)->error(r)};
+  return n;
+}
+
 Result<DeviceInfo> device_info(int ordinal) {
   Result<const Driver*> d = driver();
   if (!d) return d.error();

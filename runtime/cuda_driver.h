@@ -43,9 +43,11 @@ namespace sf::cuda {
   X(MemcpyDtoDAsync, cuMemcpyDtoDAsync)                                \
   X(MemsetD8Async, cuMemsetD8Async)                                    \
   X(MemsetD32Async, cuMemsetD32Async)                                  \
+  X(Memcpy2DAsync, cuMemcpy2DAsync)                                    \
   X(StreamCreate, cuStreamCreate)                                      \
   X(StreamDestroy, cuStreamDestroy)                                    \
   X(StreamSynchronize, cuStreamSynchronize)                            \
+  X(StreamQuery, cuStreamQuery)                                        \
   X(StreamWaitEvent, cuStreamWaitEvent)                                \
   X(EventCreate, cuEventCreate)                                        \
   X(EventDestroy, cuEventDestroy)                                      \
@@ -92,6 +94,9 @@ struct DeviceInfo {
   std::string arch() const;   // "sm_90a" for compute capability 9.0 (the arch-specific
                               // features our kernels use), "sm_80" for 8.0
 };
+
+// How many GPUs the driver sees (a Diag as driver() gives when there is none).
+Result<int> device_count();
 
 // Device `ordinal`'s name, compute capability and SM count.
 Result<DeviceInfo> device_info(int ordinal = 0);

@@ -94,31 +94,6 @@ Result<const Library*> load_once() {
   return not_available(why);
 }
 
-// cuStreamQuery, which runtime/cuda_driver.h's table does not have yet: resolved
-// from the driver cuda::driver() already loaded (RTLD_NOLOAD), at the same CUDA
-// version.
-using StreamQuery = CUresult (*)(CUstream);
-
-Result<StreamQuery> stream_query() {
-  static const Result<StreamQuery> fn = []() -> Result<StreamQuery> {
-    Result<const cuda::Driver*> d = cuda::driver();
-    if (!d) return d.error();
-    const char* env = std::getenv("SHARDFUSE_LIBCUDA");
-    const std::string file = env && *env ? env : "libcuda.so.1";
-    void* h = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-    if (!h) return diag("cuStreamQuery: " + file + " is not loaded");
-    using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
-    auto get_proc = reinterpret_cast<GetProc>(::dlsym(h, "cuGetProcAddress_v2"));
-    void* p = nullptr;
-    CUdriverProcAddressQueryResult status{};
-    if (!get_proc || get_proc("cuStreamQuery", &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
-        !p)
-      return diag(file + " lacks cuStreamQuery");
-    return reinterpret_cast<StreamQuery>(p);
-  }();
-  return fn;
-}
-
 // Polls in short sleeps after a brief spin: a collective of a few microseconds is
 // seen at once, and a long wait does not take a core from the rank threads.
 class Backoff {
@@ -491,17 +466,40 @@ std::optional<Diag> NcclComm::reduce_scatter(CUdeviceptr send, CUdeviceptr recv,
 
 std::optional<Diag> NcclComm::all_to_all(CUdeviceptr send, CUdeviceptr recv, size_t count, DType dtype,
                                          CUstream stream) {
+  const size_t block = count * static_cast<size_t>(dtype_size(dtype));
+  std::vector<Transfer> sends, recvs;
+  for (int k = 0; k < size(); ++k) {
+    sends.push_back({k, send + static_cast<CUdeviceptr>(k) * block, count});
+    recvs.push_back({k, recv + static_cast<CUdeviceptr>(k) * block, count});
+  }
   std::string what = describe(Collective::AllToAll, count * static_cast<size_t>(size()), dtype, std::nullopt);
+  return grouped(sends, recvs, dtype, stream, std::move(what));
+}
+
+std::optional<Diag> NcclComm::send_recv(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
+                                        DType dtype, CUstream stream) {
+  size_t total = 0;
+  for (const Transfer& t : sends) total += t.count;
+  std::string what = "send/recv of " + std::to_string(total * static_cast<size_t>(dtype_size(dtype))) + " B (" +
+                     std::string(dtype_name(dtype)) + ", " + std::to_string(sends.size()) + " sends, " +
+                     std::to_string(recvs.size()) + " receives)";
+  return grouped(sends, recvs, dtype, stream, std::move(what));
+}
+
+std::optional<Diag> NcclComm::grouped(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
+                                      DType dtype, CUstream stream, std::string what) {
   if (auto e = usable(what)) return e;
   Result<ncclDataType_t> dt = data_type(dtype);
   if (!dt) return diag(who() + what + ": " + dt.error().message);
-  const size_t block = count * static_cast<size_t>(dtype_size(dtype));
+  for (const auto* list : {&sends, &recvs})
+    for (const Transfer& t : *list)
+      if (t.member < 0 || t.member >= size())
+        return diag(who() + what + ": member " + std::to_string(t.member) + " is not in " + group_.str());
   ncclResult_t r = lib_->GroupStart();
-  for (int k = 0; k < size() && r == ncclSuccess; ++k) {
-    const size_t at = static_cast<size_t>(k) * block;
-    r = lib_->Send(ptr(send + at), count, *dt, k, comm_, stream);
-    if (r == ncclSuccess) r = lib_->Recv(ptr(recv + at), count, *dt, k, comm_, stream);
-  }
+  for (size_t i = 0; i < sends.size() && r == ncclSuccess; ++i)
+    if (sends[i].count) r = lib_->Send(ptr(sends[i].ptr), sends[i].count, *dt, sends[i].member, comm_, stream);
+  for (size_t i = 0; i < recvs.size() && r == ncclSuccess; ++i)
+    if (recvs[i].count) r = lib_->Recv(ptr(recvs[i].ptr), recvs[i].count, *dt, recvs[i].member, comm_, stream);
   // The group must be closed even after a failed call inside it.
   ncclResult_t end = lib_->GroupEnd();
   if (r == ncclSuccess) r = end;
@@ -513,8 +511,6 @@ std::optional<Diag> NcclComm::wait_with_timeout(CUstream stream) { return wait_w
 std::optional<Diag> NcclComm::wait_with_timeout(CUstream stream, milliseconds timeout) {
   const std::string what = pending_.empty() ? std::string("waiting for the stream") : pending_.front();
   if (auto e = usable(what)) return e;
-  Result<StreamQuery> query = stream_query();
-  if (!query) return fail(what, "cannot be waited for: " + query.error().message);
   auto more = [&] {
     return pending_.size() > 1 ? " (" + std::to_string(pending_.size() - 1) + " more collective" +
                                      (pending_.size() > 2 ? "s" : "") + " pending)"
@@ -523,7 +519,7 @@ std::optional<Diag> NcclComm::wait_with_timeout(CUstream stream, milliseconds ti
   const auto deadline = Clock::now() + timeout;
   Backoff backoff;
   for (;;) {
-    CUresult q = (*query)(stream);
+    CUresult q = ctx_->drv().StreamQuery(stream);
     if (q == CUDA_SUCCESS) {
       pending_.clear();
       return std::nullopt;

@@ -227,6 +227,18 @@ class NcclComm {
   // lands at recv + k * count. ncclSend/ncclRecv pairs in one NCCL group, which
   // every NCCL since 2.7 has (ncclAlltoAll only recent ones).
   std::optional<Diag> all_to_all(CUdeviceptr send, CUdeviceptr recv, size_t count, DType dtype, CUstream stream);
+  // Point-to-point transfers in one NCCL group (ncclGroupStart, ncclSend/ncclRecv,
+  // ncclGroupEnd): each send to member m pairs with m's receive from this member,
+  // in call order, with the same count. A member may be this one. Zero counts are
+  // skipped (both sides compute the same count, so both skip). What uneven
+  // all-gathers, reduce-scatters and all-to-alls are built from.
+  struct Transfer {
+    int member = 0;       // the peer's position in the group
+    CUdeviceptr ptr = 0;  // device memory
+    size_t count = 0;     // elements
+  };
+  std::optional<Diag> send_recv(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs, DType dtype,
+                                CUstream stream);
 
   // Waits until everything enqueued on `stream` finished, polling cuStreamQuery and
   // ncclCommGetAsyncError. On an NCCL or CUDA error, or after `timeout` (default:
@@ -258,6 +270,8 @@ class NcclComm {
                              std::chrono::steady_clock::time_point deadline, const std::string& timeout_hint = "");
   std::optional<Diag> enqueued(ncclResult_t r, std::string what);
   Diag fail(const std::string& what, const std::string& how);
+  std::optional<Diag> grouped(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs, DType dtype,
+                              CUstream stream, std::string what);
 
   const Library* lib_ = nullptr;
   std::shared_ptr<cuda::Context> ctx_;

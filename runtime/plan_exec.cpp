@@ -67,6 +67,45 @@ std::string step_name(const PlanRank& r, size_t i) {
 
 bool is_device_step(const PlanStep& s) { return s.op == "kernel" || s.op == "partialize"; }
 
+int64_t prod(const std::vector<int64_t>& v, size_t from, size_t to) {
+  int64_t p = 1;
+  for (size_t i = from; i < to && i < v.size(); ++i) p *= v[i];
+  return p;
+}
+
+// A slice of a row-major tensor as one strided copy: the input's rows around the
+// one dim where the slice differs from its input (or one row for a full copy).
+struct Block2D {
+  size_t src_offset = 0, src_pitch = 0, dst_pitch = 0, width = 0, height = 0;  // bytes, except height
+};
+std::optional<Block2D> slice_block_2d(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
+                                      const std::vector<int64_t>& offset, size_t elem) {
+  if (in.size() != out.size() || offset.size() != in.size()) return std::nullopt;
+  std::optional<size_t> dim;
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (offset[d] < 0 || offset[d] + out[d] > in[d]) return std::nullopt;
+    if (offset[d] != 0 || out[d] != in[d]) {
+      if (dim) return std::nullopt;  // two sliced dims: not one strided copy
+      dim = d;
+    }
+  }
+  const size_t d = dim.value_or(0);
+  const size_t inner = static_cast<size_t>(prod(in, d + 1, in.size())) * elem;
+  Block2D b;
+  b.height = static_cast<size_t>(prod(in, 0, d));
+  b.src_offset = static_cast<size_t>(in.empty() ? 0 : offset[d]) * inner;
+  b.src_pitch = static_cast<size_t>(in.empty() ? 1 : in[d]) * inner;
+  b.dst_pitch = static_cast<size_t>(out.empty() ? 1 : out[d]) * inner;
+  b.width = b.dst_pitch;
+  return b;
+}
+
+std::vector<int64_t> prefix_sums(const std::vector<int64_t>& v) {
+  std::vector<int64_t> p(v.size() + 1, 0);
+  for (size_t i = 0; i < v.size(); ++i) p[i + 1] = p[i] + v[i];
+  return p;
+}
+
 }  // namespace
 
 Result<PlanSource> read_plan_dir(const std::string& dir) {
@@ -156,8 +195,60 @@ Result<std::unique_ptr<GpuRank>> GpuRank::create(std::shared_ptr<GpuPlan> plan, 
 }
 
 GpuRank::~GpuRank() {
-  // Nothing may still use the buffers when they go back to the allocator.
+  // Nothing may still use the buffers when they go back to the allocator. A
+  // collective whose peer is gone would keep the comm stream busy forever: wait
+  // for it under the timeout, which aborts the communicator (and so ends its
+  // kernels) when it passes.
+  if (!nccl_.empty() && !plan_->context().make_current())
+    for (auto& c : nccl_)
+      if (!c->aborted()) (void)c->wait_with_timeout(comm_stream_.get());
+  if (comm_stream_.get()) (void)comm_stream_.synchronize();
   if (stream_.get()) (void)stream_.synchronize();
+}
+
+std::optional<Diag> GpuRank::use_nccl(std::vector<std::unique_ptr<nccl::NcclComm>> comms) {
+  const std::string who = "rank " + std::to_string(rank_->rank) + ": ";
+  if (static_cast<int>(comms.size()) != static_cast<int>(plan_->mesh().dims.size()))
+    return Diag{"", {}, who + std::to_string(comms.size()) + " NCCL communicator(s) for a mesh of " +
+                            std::to_string(static_cast<int>(plan_->mesh().dims.size())) + " dim(s)"};
+  cuda::Context& ctx = plan_->context();
+  if (auto e = ctx.make_current()) return e;
+  std::map<int, size_t> open;  // handle -> its start step
+  std::map<size_t, NcclOp> ops;
+  std::map<size_t, size_t> start_of;
+  for (size_t i = 0; i < rank_->steps.size(); ++i) {
+    const PlanStep& s = rank_->steps[i];
+    if (s.op == "all_reduce" || s.op == "all_gather" || s.op == "reduce_scatter" || s.op == "all_to_all") {
+      if (open.count(s.handle)) return Diag{"", {}, step_name(*rank_, i) + ": handle " + std::to_string(s.handle) +
+                                                        " is started again before its wait"};
+      open[s.handle] = i;
+      Result<cuda::Event> ready = cuda::Event::create(ctx, false), done = cuda::Event::create(ctx, false);
+      if (!ready) return ready.error();
+      if (!done) return done.error();
+      NcclOp op;
+      op.ready = std::move(ready).value();
+      op.done = std::move(done).value();
+      ops.emplace(i, std::move(op));
+    } else if (s.op == "wait") {
+      auto it = open.find(s.handle);
+      if (it == open.end())
+        return Diag{"", {}, step_name(*rank_, i) + ": wait for handle " + std::to_string(s.handle) + " with no start"};
+      NcclOp& op = ops.at(it->second);
+      op.wait = i;
+      op.out = s.out.at(0);
+      start_of[i] = it->second;
+      open.erase(it);
+    }
+  }
+  if (!open.empty())
+    return Diag{"", {}, step_name(*rank_, open.begin()->second) + ": started but never waited for"};
+  Result<cuda::Stream> cs = cuda::Stream::create(ctx);
+  if (!cs) return cs.error();
+  comm_stream_ = std::move(cs).value();
+  nccl_ops_ = std::move(ops);
+  start_of_ = std::move(start_of);
+  nccl_ = std::move(comms);
+  return std::nullopt;
 }
 
 std::optional<Diag> GpuRank::upload(int buffer, const Tensor& t) {
@@ -238,19 +329,18 @@ std::optional<Diag> GpuRank::local_step(const PlanStep& s) {
     return cuda::check(d.MemcpyDtoDAsync(out.ptr(), in.ptr(), out.bytes(), stream_.get()), "cuMemcpyDtoDAsync");
   }
   if (s.op == "slice") {
-    // Rare (a Replicate -> Shard redistribution): staged through the host.
-    Result<Tensor> x = download(s.in.at(0));
-    if (!x) return x.error();
+    const PlanBuffer& ib = rank_->buffers[static_cast<size_t>(s.in.at(0))];
     const PlanBuffer& ob = rank_->buffers[static_cast<size_t>(s.out.at(0))];
-    bool fits = s.offset.size() == ob.shape.size() && ob.shape.size() == x->shape().size();
-    for (size_t d = 0; fits && d < ob.shape.size(); ++d)
-      fits = s.offset[d] >= 0 && s.offset[d] + ob.shape[d] <= x->shape()[d];
-    if (!fits) return Diag{"", {}, "the slice's offset and output shape do not fit its input"};
-    return upload(s.out.at(0), slice_block(*x, s.offset, ob.shape));
+    std::optional<Block2D> b = slice_block_2d(ib.shape, ob.shape, s.offset, static_cast<size_t>(dtype_size(ob.dtype)));
+    if (!b) return host_slice(s);
+    const cuda::Buffer& in = buffers_[static_cast<size_t>(s.in.at(0))];
+    const cuda::Buffer& out = buffers_[static_cast<size_t>(s.out.at(0))];
+    return cuda::copy_2d(plan_->context(), out.ptr(), b->dst_pitch, in.ptr() + b->src_offset, b->src_pitch, b->width,
+                         b->height, stream_);
   }
   if (s.op == "concat") {
-    // A decomposed all_gather -> matmul assembling its per-shard results; staged
-    // through the host for now (a strided device copy would do).
+    // A decomposed all_gather -> matmul assembling its per-shard results: one
+    // strided copy per part, into its columns of the output.
     const PlanBuffer& ob = rank_->buffers[static_cast<size_t>(s.out.at(0))];
     const int rank = static_cast<int>(ob.shape.size());
     bool fits = s.dim >= 0 && s.dim < rank;
@@ -264,15 +354,42 @@ std::optional<Diag> GpuRank::local_step(const PlanStep& s) {
     }
     if (!fits || total != ob.shape[static_cast<size_t>(s.dim)])
       return Diag{"", {}, "the parts do not join into the output along dim " + std::to_string(s.dim)};
-    std::vector<Tensor> parts;
+    const size_t d = static_cast<size_t>(s.dim);
+    const size_t inner = static_cast<size_t>(prod(ob.shape, d + 1, ob.shape.size()) * dtype_size(ob.dtype));
+    const size_t rows = static_cast<size_t>(prod(ob.shape, 0, d));
+    const cuda::Buffer& out = buffers_[static_cast<size_t>(s.out.at(0))];
+    size_t at = 0;
     for (int b : s.in) {
-      Result<Tensor> t = download(b);
-      if (!t) return t.error();
-      parts.push_back(std::move(t).value());
+      const size_t width = static_cast<size_t>(rank_->buffers[static_cast<size_t>(b)].shape[d]) * inner;
+      if (auto e = cuda::copy_2d(plan_->context(), out.ptr() + at, static_cast<size_t>(ob.shape[d]) * inner,
+                                 buffers_[static_cast<size_t>(b)].ptr(), width, width, rows, stream_))
+        return e;
+      at += width;
     }
-    return upload(s.out.at(0), concat(parts, s.dim));
+    return std::nullopt;
   }
   return Diag{"", {}, "not a local step"};
+}
+
+std::optional<Diag> GpuRank::host_slice(const PlanStep& s) {
+  // A slice along several dims at once (no strided copy does it): through the host.
+  Result<Tensor> x = download(s.in.at(0));
+  if (!x) return x.error();
+  const PlanBuffer& ob = rank_->buffers[static_cast<size_t>(s.out.at(0))];
+  bool fits = s.offset.size() == ob.shape.size() && ob.shape.size() == x->shape().size();
+  for (size_t d = 0; fits && d < ob.shape.size(); ++d)
+    fits = s.offset[d] >= 0 && s.offset[d] + ob.shape[d] <= x->shape()[d];
+  if (!fits) return Diag{"", {}, "the slice's offset and output shape do not fit its input"};
+  return upload(s.out.at(0), slice_block(*x, s.offset, ob.shape));
+}
+
+bool GpuRank::on_device(size_t i) const {
+  const PlanStep& s = rank_->steps[i];
+  if (is_device_step(s) || s.op == "concat") return true;
+  if (s.op != "slice") return false;
+  const PlanBuffer& ib = rank_->buffers[static_cast<size_t>(s.in.at(0))];
+  const PlanBuffer& ob = rank_->buffers[static_cast<size_t>(s.out.at(0))];
+  return slice_block_2d(ib.shape, ob.shape, s.offset, static_cast<size_t>(dtype_size(ob.dtype))).has_value();
 }
 
 std::optional<Diag> GpuRank::collective(const PlanStep& s, Comm& comm, std::map<int, Work>& pending) {
@@ -307,15 +424,220 @@ std::optional<Diag> GpuRank::collective(const PlanStep& s, Comm& comm, std::map<
 
 std::optional<Diag> GpuRank::timed(const std::string& name, nlohmann::json args,
                                    const std::function<std::optional<Diag>()>& enqueue) {
+  return timed(name, std::move(args), enqueue, stream_, Stream::Compute);
+}
+
+std::optional<Diag> GpuRank::timed(const std::string& name, nlohmann::json args,
+                                   const std::function<std::optional<Diag>()>& enqueue, const cuda::Stream& on,
+                                   Stream track) {
   if (!opts_.trace) return enqueue();
   Result<cuda::Event> a = cuda::Event::create(plan_->context()), b = cuda::Event::create(plan_->context());
   if (!a) return a.error();
   if (!b) return b.error();
-  if (auto e = a->record(stream_)) return e;
+  if (auto e = a->record(on)) return e;
   if (auto e = enqueue()) return e;
-  if (auto e = b->record(stream_)) return e;
-  device_events_.push_back({name, std::move(args), std::move(a).value(), std::move(b).value()});
+  if (auto e = b->record(on)) return e;
+  device_events_.push_back({name, std::move(args), std::move(a).value(), std::move(b).value(), track});
   return std::nullopt;
+}
+
+// --- collectives through NCCL ------------------------------------------------------------
+
+Result<CUdeviceptr> GpuRank::scratch(NcclOp& op, size_t slot, size_t bytes) {
+  // Allocated at the first run and kept: it is only touched on the comm stream, in
+  // stream order, so later runs reuse it safely.
+  if (op.scratch.size() <= slot) op.scratch.resize(slot + 1);
+  cuda::Buffer& b = op.scratch[slot];
+  if (b.bytes() < bytes) {
+    Result<cuda::Buffer> nb = cuda::Buffer::allocate(plan_->context(), bytes);
+    if (!nb) return nb.error();
+    // Zeroed once, so padding that an uneven reduce-scatter reduces but nobody
+    // keeps holds numbers, not whatever the allocation held.
+    const cuda::Driver& d = plan_->context().drv();
+    if (auto e = cuda::check(d.MemsetD8Async(nb->ptr(), 0, bytes, comm_stream_.get()), "cuMemsetD8Async (scratch)"))
+      return *e;
+    b = std::move(nb).value();
+  }
+  return b.ptr();
+}
+
+std::optional<Diag> GpuRank::enqueue_collective(const PlanStep& s, NcclOp& op, nccl::NcclComm& c) {
+  const cuda::Context& ctx = plan_->context();
+  const PlanBuffer& ib = rank_->buffers[static_cast<size_t>(s.in.at(0))];
+  const PlanBuffer& ob = rank_->buffers[static_cast<size_t>(op.out)];
+  const CUdeviceptr in = buffers_[static_cast<size_t>(s.in.at(0))].ptr();
+  const CUdeviceptr out = buffers_[static_cast<size_t>(op.out)].ptr();
+  const DType dt = ib.dtype;
+  const size_t es = static_cast<size_t>(dtype_size(dt));
+  const int n = c.size();
+  const CUstream cs = comm_stream_.get();
+  if (ob.dtype != dt) return Diag{"", {}, "the collective's input and output dtypes differ"};
+  ReduceOp rop = ReduceOp::Sum;
+  if (!s.reduce_op.empty()) {
+    std::optional<ReduceOp> r = parse_reduce_op(s.reduce_op);
+    if (!r) return Diag{"", {}, "unknown reduce_op \"" + s.reduce_op + "\""};
+    rop = *r;
+  }
+  auto sizes_fit = [&](const std::vector<int64_t>& sizes, const std::vector<int64_t>& shape, int dim,
+                       const char* what) -> std::optional<Diag> {
+    if (static_cast<int>(sizes.size()) != n || dim < 0 || dim >= static_cast<int>(shape.size()) ||
+        prefix_sums(sizes).back() != shape[static_cast<size_t>(dim)])
+      return Diag{"", {}, std::string(what) + ": the sizes do not cut dim " + std::to_string(dim) + " of " +
+                              TensorType{dt, shape}.str() + " into " + std::to_string(n) + " parts"};
+    return std::nullopt;
+  };
+  auto copy = [&](CUdeviceptr dst, size_t dst_pitch, CUdeviceptr src, size_t src_pitch, size_t width, size_t height) {
+    return cuda::copy_2d(ctx, dst, dst_pitch, src, src_pitch, width, height, comm_stream_);
+  };
+
+  if (s.op == "all_reduce") {
+    if (numel(ib.shape) != numel(ob.shape)) return Diag{"", {}, "all_reduce: input and output sizes differ"};
+    return c.all_reduce(in, out, static_cast<size_t>(numel(ib.shape)), dt, rop, cs);
+  }
+  if (s.op == "all_gather") {
+    if (auto e = sizes_fit(s.sizes, ob.shape, s.dim, "all_gather")) return e;
+    const size_t d = static_cast<size_t>(s.dim);
+    const int64_t outer = prod(ob.shape, 0, d), inner = prod(ob.shape, d + 1, ob.shape.size());
+    const std::vector<int64_t> at = prefix_sums(s.sizes);
+    if (at.back() * outer * inner == 0) return std::nullopt;
+    const bool even = std::all_of(s.sizes.begin(), s.sizes.end(), [&](int64_t x) { return x == s.sizes[0]; });
+    // Block k (member k's shard, [outer, sizes[k] * inner]) lands contiguous at
+    // element outer * at[k] * inner: straight in the output when outer == 1
+    // (gathering along the outermost non-unit dim), else in scratch first.
+    CUdeviceptr land = out;
+    if (outer > 1) {
+      Result<CUdeviceptr> t = scratch(op, 0, static_cast<size_t>(numel(ob.shape)) * es);
+      if (!t) return t.error();
+      land = *t;
+    }
+    if (even) {
+      if (auto e = c.all_gather(in, land, static_cast<size_t>(numel(ib.shape)), dt, cs)) return e;
+    } else {
+      std::vector<nccl::NcclComm::Transfer> sends, recvs;
+      for (int k = 0; k < n; ++k) {
+        sends.push_back({k, in, static_cast<size_t>(numel(ib.shape))});
+        recvs.push_back({k, land + static_cast<CUdeviceptr>(outer * at[static_cast<size_t>(k)] * inner) * es,
+                         static_cast<size_t>(outer * s.sizes[static_cast<size_t>(k)] * inner)});
+      }
+      if (auto e = c.send_recv(sends, recvs, dt, cs)) return e;
+    }
+    if (outer == 1) return std::nullopt;
+    for (int k = 0; k < n; ++k) {
+      const size_t width = static_cast<size_t>(s.sizes[static_cast<size_t>(k)] * inner) * es;
+      if (auto e = copy(out + static_cast<size_t>(at[static_cast<size_t>(k)] * inner) * es,
+                        static_cast<size_t>(at.back() * inner) * es,
+                        land + static_cast<size_t>(outer * at[static_cast<size_t>(k)] * inner) * es, width, width,
+                        static_cast<size_t>(outer)))
+        return e;
+    }
+    return std::nullopt;
+  }
+  if (s.op == "reduce_scatter") {
+    if (auto e = sizes_fit(s.sizes, ib.shape, s.dim, "reduce_scatter")) return e;
+    const size_t d = static_cast<size_t>(s.dim);
+    const int64_t outer = prod(ib.shape, 0, d), inner = prod(ib.shape, d + 1, ib.shape.size());
+    const std::vector<int64_t> at = prefix_sums(s.sizes);
+    const int64_t most = *std::max_element(s.sizes.begin(), s.sizes.end());
+    const bool even = std::all_of(s.sizes.begin(), s.sizes.end(), [&](int64_t x) { return x == most; });
+    const size_t block = static_cast<size_t>(outer * most * inner);  // elements per member, padded
+    if (block == 0) return std::nullopt;
+    if (even && outer == 1) return c.reduce_scatter(in, out, block, dt, rop, cs);
+    // Member k's part ([outer, sizes[k] * inner] of the input's columns) packed
+    // contiguous into block k of scratch; NCCL reduces block by block.
+    Result<CUdeviceptr> packed = scratch(op, 0, static_cast<size_t>(n) * block * es);
+    if (!packed) return packed.error();
+    for (int k = 0; k < n; ++k) {
+      const size_t width = static_cast<size_t>(s.sizes[static_cast<size_t>(k)] * inner) * es;
+      if (auto e = copy(*packed + static_cast<size_t>(k) * block * es, width,
+                        in + static_cast<size_t>(at[static_cast<size_t>(k)] * inner) * es,
+                        static_cast<size_t>(at.back() * inner) * es, width, static_cast<size_t>(outer)))
+        return e;
+    }
+    if (even) return c.reduce_scatter(*packed, out, block, dt, rop, cs);
+    Result<CUdeviceptr> mine = scratch(op, 1, block * es);
+    if (!mine) return mine.error();
+    if (auto e = c.reduce_scatter(*packed, *mine, block, dt, rop, cs)) return e;
+    // This member's part is the first numel(out) elements of its padded block.
+    const size_t bytes = static_cast<size_t>(numel(ob.shape)) * es;
+    return copy(out, bytes, *mine, bytes, bytes, 1);
+  }
+  if (s.op == "all_to_all") {
+    if (auto e = sizes_fit(s.sizes, ib.shape, s.dim, "all_to_all (split)")) return e;
+    if (auto e = sizes_fit(s.sizes2, ob.shape, s.dim2, "all_to_all (concat)")) return e;
+    const size_t d1 = static_cast<size_t>(s.dim), d2 = static_cast<size_t>(s.dim2);
+    const int64_t outer1 = prod(ib.shape, 0, d1), inner1 = prod(ib.shape, d1 + 1, ib.shape.size());
+    const int64_t outer2 = prod(ob.shape, 0, d2), inner2 = prod(ob.shape, d2 + 1, ob.shape.size());
+    const std::vector<int64_t> sat = prefix_sums(s.sizes), rat = prefix_sums(s.sizes2);
+    // Chunk k goes out contiguous: straight from the input when outer1 == 1, else
+    // packed into scratch first; what comes in lands likewise.
+    CUdeviceptr send_base = in, recv_base = out;
+    if (outer1 > 1) {
+      Result<CUdeviceptr> t = scratch(op, 0, static_cast<size_t>(numel(ib.shape)) * es);
+      if (!t) return t.error();
+      send_base = *t;
+      for (int k = 0; k < n; ++k) {
+        const size_t width = static_cast<size_t>(s.sizes[static_cast<size_t>(k)] * inner1) * es;
+        if (auto e = copy(send_base + static_cast<size_t>(outer1 * sat[static_cast<size_t>(k)] * inner1) * es, width,
+                          in + static_cast<size_t>(sat[static_cast<size_t>(k)] * inner1) * es,
+                          static_cast<size_t>(sat.back() * inner1) * es, width, static_cast<size_t>(outer1)))
+          return e;
+      }
+    }
+    if (outer2 > 1) {
+      Result<CUdeviceptr> t = scratch(op, 1, static_cast<size_t>(numel(ob.shape)) * es);
+      if (!t) return t.error();
+      recv_base = *t;
+    }
+    std::vector<nccl::NcclComm::Transfer> sends, recvs;
+    for (int k = 0; k < n; ++k) {
+      const size_t ks = static_cast<size_t>(k);
+      sends.push_back({k, send_base + static_cast<size_t>(outer1 * sat[ks] * inner1) * es,
+                       static_cast<size_t>(outer1 * s.sizes[ks] * inner1)});
+      recvs.push_back({k, recv_base + static_cast<size_t>(outer2 * rat[ks] * inner2) * es,
+                       static_cast<size_t>(outer2 * s.sizes2[ks] * inner2)});
+    }
+    if (auto e = c.send_recv(sends, recvs, dt, cs)) return e;
+    if (outer2 == 1) return std::nullopt;
+    for (int k = 0; k < n; ++k) {
+      const size_t width = static_cast<size_t>(s.sizes2[static_cast<size_t>(k)] * inner2) * es;
+      if (auto e = copy(out + static_cast<size_t>(rat[static_cast<size_t>(k)] * inner2) * es,
+                        static_cast<size_t>(rat.back() * inner2) * es,
+                        recv_base + static_cast<size_t>(outer2 * rat[static_cast<size_t>(k)] * inner2) * es, width,
+                        width, static_cast<size_t>(outer2)))
+        return e;
+    }
+    return std::nullopt;
+  }
+  return Diag{"", {}, "unknown step op \"" + s.op + "\""};
+}
+
+std::optional<Diag> GpuRank::nccl_start(size_t i) {
+  const PlanStep& s = rank_->steps[i];
+  auto it = nccl_ops_.find(i);
+  if (it == nccl_ops_.end()) return Diag{"", {}, "not a collective start"};
+  NcclOp& op = it->second;
+  std::optional<int> dim = plan_->mesh().find(s.mesh_dim);
+  if (!dim || *dim >= static_cast<int>(nccl_.size()))
+    return Diag{"", {}, "mesh dim \"" + s.mesh_dim + "\" is not in the plan's mesh \"" + plan_->plan().mesh + "\""};
+  nccl::NcclComm& c = *nccl_[static_cast<size_t>(*dim)];
+  const cuda::Context& ctx = plan_->context();
+  // The comm stream starts once the compute stream has written the operand.
+  if (auto e = op.ready.record(stream_)) return e;
+  if (auto e = cuda::wait_event(ctx, comm_stream_, op.ready)) return e;
+  const std::string name = s.op + " " + rank_->buffers[static_cast<size_t>(s.in.at(0))].name;
+  if (auto e = timed(name, {{"step", i}, {"bytes", buffers_[static_cast<size_t>(op.out)].bytes()}, {"via", "nccl"},
+                            {"mesh_dim", s.mesh_dim}},
+                     [&] { return enqueue_collective(s, op, c); }, comm_stream_, Stream::Comm))
+    return e;
+  ++nccl_ops_run_;
+  return op.done.record(comm_stream_);
+}
+
+std::optional<Diag> GpuRank::nccl_wait(size_t i) {
+  auto it = start_of_.find(i);
+  if (it == start_of_.end()) return Diag{"", {}, "a wait with no start"};
+  // Only the compute stream waits, on the device; the host goes on enqueueing.
+  return cuda::wait_event(plan_->context(), stream_, nccl_ops_.at(it->second).done);
 }
 
 std::optional<Diag> GpuRank::run_segment(size_t begin, size_t end) {
@@ -354,7 +676,7 @@ std::optional<Diag> GpuRank::run_segment(size_t begin, size_t end) {
 std::optional<Diag> GpuRank::enqueue() {
   if (auto e = plan_->context().make_current()) return e;
   for (size_t i = 0; i < rank_->steps.size(); ++i)
-    if (!is_device_step(rank_->steps[i]))
+    if (!on_device(i))
       return Diag{"", {}, step_name(*rank_, i) + ": enqueue() runs only kernels; this step needs the host"};
   return run_segment(0, rank_->steps.size());
 }
@@ -366,6 +688,10 @@ double GpuRank::now_us() const {
 std::optional<Diag> GpuRank::run(Comm* comm) {
   if (auto e = plan_->context().make_current()) return e;
   if (auto e = run_steps(comm)) return e;
+  // The comm stream first, under the timeout: a peer that never joins a
+  // collective aborts the communicator here instead of hanging the sync.
+  for (auto& c : nccl_)
+    if (auto e = c->wait_with_timeout(comm_stream_.get())) return e;
   if (auto e = stream_.synchronize()) return e;
   if (!opts_.trace) return std::nullopt;
   // Device events become trace events, placed by their distance from the reference
@@ -376,8 +702,8 @@ std::optional<Diag> GpuRank::run(Comm* comm) {
     Result<float> dur = cuda::Event::elapsed_ms(d.start, d.end);
     if (!from) return from.error();
     if (!dur) return dur.error();
-    opts_.trace->add(rank_->rank, Stream::Compute, d.name, ref_us_ + *from * 1e3, *dur * 1e3, std::move(d.args),
-                     "kernel");
+    opts_.trace->add(rank_->rank, d.track, d.name, ref_us_ + *from * 1e3, *dur * 1e3, std::move(d.args),
+                     d.track == Stream::Comm ? "collective" : "kernel");
   }
   device_events_.clear();
   return std::nullopt;
@@ -398,17 +724,19 @@ std::optional<Diag> GpuRank::run_steps(Comm* comm) {
   const std::vector<PlanStep>& steps = rank_->steps;
   size_t i = 0;
   while (i < steps.size()) {
-    if (is_device_step(steps[i])) {
+    if (on_device(i)) {
       size_t j = i;
-      while (j < steps.size() && is_device_step(steps[j])) ++j;
+      while (j < steps.size() && on_device(j)) ++j;
       if (auto e = run_segment(i, j)) return e;
       i = j;
       continue;
     }
     const PlanStep& s = steps[i];
     std::optional<Diag> e;
-    if (s.op == "slice" || s.op == "concat") {
-      e = local_step(s);
+    if (s.op == "slice") {
+      e = host_slice(s);
+    } else if (!nccl_.empty()) {
+      e = s.op == "wait" ? nccl_wait(i) : nccl_start(i);
     } else if (!comm) {
       e = Diag{"", {}, "a collective, but no comm backend was given"};
     } else {
@@ -458,43 +786,134 @@ std::optional<std::string> arch_mismatch(const std::string& arch, const cuda::De
 
 // --- every rank as a thread --------------------------------------------------------------
 
+namespace {
+
+// What a run needs to know before its ranks start: the mesh, how many GPUs,
+// whether NCCL carries the collectives (and its options). Fills the stats'
+// `collectives`.
+struct RunSetup {
+  DeviceMesh mesh{Mesh{}};
+  int gpus = 1;
+  bool use_nccl = false;
+  nccl::Options nccl;
+};
+
+Result<RunSetup> setup_run(const PlanSource& src, const GpuRunOptions& opts, int gpus_for_world, GpuRunStats* stats) {
+  const Plan& plan = src.plan;
+  Result<Mesh> mesh = parse_mesh(plan.mesh, src.dir.empty() ? "plan.json" : (fs::path(src.dir) / "plan.json").string());
+  if (!mesh) return mesh.error();
+  RunSetup rs;
+  rs.mesh = DeviceMesh(*mesh);
+  if (rs.mesh.world() != plan.world)
+    return Diag{"", {}, "the plan's mesh \"" + plan.mesh + "\" has " + std::to_string(rs.mesh.world()) +
+                            " rank(s), world is " + std::to_string(plan.world)};
+  rs.gpus = gpus_for_world;
+  bool has_collectives = false;
+  for (const PlanRank& r : plan.ranks)
+    for (const PlanStep& st : r.steps) has_collectives = has_collectives || st.op == "wait";
+  rs.use_nccl = opts.collectives == GpuCollectives::Nccl && has_collectives;
+  if (rs.use_nccl && rs.gpus < plan.world)
+    return Diag{"", {}, "NCCL needs a GPU per rank: world " + std::to_string(plan.world) + " on " +
+                            std::to_string(rs.gpus) + " GPU(s) (stage the collectives through the host instead)"};
+  rs.nccl = opts.nccl;
+  rs.nccl.timeout = opts.timeout;
+  if (rs.use_nccl) {
+    Result<const nccl::Library*> lib = nccl::library();
+    if (!lib) return lib.error();
+    if (auto e = nccl::check_options(rs.nccl)) return *e;
+    if (stats) stats->collectives = "NCCL " + (*lib)->version_str() + " on a comm stream";
+  } else if (stats) {
+    stats->collectives = has_collectives ? "host-staged (Gloo)" : "none";
+  }
+  return rs;
+}
+
+// One rank on its GPU: buffers, NCCL communicators if the setup says so, the run,
+// the outputs.
+Result<std::vector<Tensor>> run_one_rank(const std::shared_ptr<GpuPlan>& loaded, const RunSetup& rs, int device,
+                                         Comm& comm, const std::vector<Tensor>& inputs, const GpuRunOptions& opts,
+                                         GpuRunStats* stats, std::mutex& mu) {
+  const int r = comm.rank();
+  if (opts.trace) opts.trace->add_rank(r);
+  Result<std::unique_ptr<GpuRank>> gr = GpuRank::create(loaded, r, opts);
+  if (!gr) return gr.error();
+  if (rs.use_nccl) {
+    // One communicator per mesh dim, its unique id exchanged through Gloo.
+    std::vector<std::unique_ptr<nccl::NcclComm>> comms;
+    for (int d = 0; d < rs.mesh.ndim(); ++d) {
+      Result<std::unique_ptr<nccl::NcclComm>> c = nccl::NcclComm::create(comm, d, device, rs.nccl);
+      if (!c) return c.error();
+      comms.push_back(std::move(c).value());
+    }
+    if (auto e = (*gr)->use_nccl(std::move(comms))) return *e;
+  }
+  if (auto e = (*gr)->upload_inputs(inputs)) return *e;
+  if (auto e = (*gr)->run(&comm)) return *e;
+  if (stats) {
+    std::lock_guard<std::mutex> lock(mu);
+    stats->launches += (*gr)->launches();
+    stats->graph_launches += (*gr)->graph_launches();
+    stats->nccl_ops += (*gr)->nccl_ops();
+  }
+  return (*gr)->download_outputs();
+}
+
+Result<std::shared_ptr<GpuPlan>> load_on(const PlanSource& src, int device, GpuRunStats* stats) {
+  Result<std::shared_ptr<cuda::Context>> ctx = cuda::Context::primary(device);
+  if (!ctx) return Diag{"", {}, "GPU " + std::to_string(device) + ": " + ctx.error().message};
+  if (stats && stats->device.empty()) stats->device = (*ctx)->info().name;
+  return GpuPlan::load(*ctx, src);
+}
+
+}  // namespace
+
 Result<std::vector<std::vector<Tensor>>> run_plan_on_gpu(const PlanSource& src,
                                                          const std::vector<std::vector<Tensor>>& inputs,
                                                          const GpuRunOptions& opts, GpuRunStats* stats) {
   const Plan& plan = src.plan;
-  Result<Mesh> mesh = parse_mesh(plan.mesh, src.dir.empty() ? "plan.json" : (fs::path(src.dir) / "plan.json").string());
-  if (!mesh) return mesh.error();
-  DeviceMesh dm(*mesh);
-  if (dm.world() != plan.world || static_cast<int>(inputs.size()) != plan.world)
-    return Diag{"", {}, "the plan's mesh \"" + plan.mesh + "\" has " + std::to_string(dm.world()) + " rank(s), world is " +
-                            std::to_string(plan.world) + ", inputs for " + std::to_string(inputs.size())};
-  Result<std::shared_ptr<cuda::Context>> ctx = cuda::Context::primary(opts.device);
-  if (!ctx) return ctx.error();
-  Result<std::shared_ptr<GpuPlan>> loaded = GpuPlan::load(*ctx, src);
-  if (!loaded) return loaded.error();
-  if (stats) stats->device = (*ctx)->info().name;
-
+  if (static_cast<int>(inputs.size()) != plan.world)
+    return Diag{"", {}, "inputs for " + std::to_string(inputs.size()) + " rank(s), the plan's world is " +
+                            std::to_string(plan.world)};
+  Result<RunSetup> rs = setup_run(src, opts, std::max(1, std::min(opts.gpus, plan.world)), stats);
+  if (!rs) return rs.error();
+  // The Plan's modules, loaded once per GPU.
+  std::vector<std::shared_ptr<GpuPlan>> loaded;
+  for (int g = 0; g < rs->gpus; ++g) {
+    Result<std::shared_ptr<GpuPlan>> p = load_on(src, opts.device + g, stats);
+    if (!p) return p.error();
+    loaded.push_back(std::move(p).value());
+  }
+  if (stats) stats->gpus = rs->gpus;
   std::vector<std::vector<Tensor>> outputs(static_cast<size_t>(plan.world));
   std::mutex mu;
-  std::optional<Diag> failed = on_rank_threads(dm, opts.timeout, [&](Comm& comm) -> std::optional<Diag> {
+  std::optional<Diag> failed = on_rank_threads(rs->mesh, opts.timeout, [&](Comm& comm) -> std::optional<Diag> {
     const int r = comm.rank();
-    if (opts.trace) opts.trace->add_rank(r);
-    Result<std::unique_ptr<GpuRank>> gr = GpuRank::create(*loaded, r, opts);
-    if (!gr) return gr.error();
-    if (auto e = (*gr)->upload_inputs(inputs[static_cast<size_t>(r)])) return e;
-    if (auto e = (*gr)->run(&comm)) return e;
-    if (stats) {
-      std::lock_guard<std::mutex> lock(mu);
-      stats->launches += (*gr)->launches();
-      stats->graph_launches += (*gr)->graph_launches();
-    }
-    Result<std::vector<Tensor>> out = (*gr)->download_outputs();
+    const int g = r % rs->gpus;
+    Result<std::vector<Tensor>> out = run_one_rank(loaded[static_cast<size_t>(g)], *rs, opts.device + g, comm,
+                                                   inputs[static_cast<size_t>(r)], opts, stats, mu);
     if (!out) return out.error();
     outputs[static_cast<size_t>(r)] = std::move(out).value();
     return std::nullopt;
   });
   if (failed) return *failed;
   return outputs;
+}
+
+Result<std::vector<Tensor>> run_rank_on_gpu(const PlanSource& src, Comm& comm, const std::vector<Tensor>& inputs,
+                                            const GpuRunOptions& opts, GpuRunStats* stats) {
+  const int r = comm.rank();
+  if (r < 0 || r >= src.plan.world)
+    return Diag{"", {}, "rank " + std::to_string(r) + " is not in the plan (world " + std::to_string(src.plan.world) + ")"};
+  // Each process drives one GPU, so NCCL's one-GPU-per-rank holds by construction
+  // (across machines, or with one process per GPU of this one).
+  Result<RunSetup> rs = setup_run(src, opts, src.plan.world, stats);
+  if (!rs) return rs.error();
+  const int device = opts.device + r % std::max(1, opts.gpus);
+  Result<std::shared_ptr<GpuPlan>> loaded = load_on(src, device, stats);
+  if (!loaded) return loaded.error();
+  if (stats) stats->gpus = 1;
+  std::mutex mu;
+  return run_one_rank(*loaded, *rs, device, comm, inputs, opts, stats, mu);
 }
 
 }  // namespace sf

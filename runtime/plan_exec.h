@@ -1,8 +1,16 @@
-// Runs a Plan on a GPU: every buffer of a rank lives in device memory, kernel
+// Runs a Plan on GPUs: every buffer of a rank lives in device memory, kernel
 // steps launch the Plan's PTX with its grid/block/shared memory on the rank's
-// compute stream, and collectives go through the CPU backend (Comm, Gloo): the
-// operand is copied to the host, reduced or gathered there, and copied back.
-// Ranks are threads sharing one device for now (NCCL comes with the overlap work).
+// compute stream, and slices and concats are strided device copies. Collectives
+// go one of two ways:
+//   - NCCL (one GPU per rank): each start step is enqueued on the rank's comm
+//     stream after an event recorded on the compute stream (its operand is
+//     written), and its wait step makes the compute stream wait for an event
+//     recorded after it on the comm stream. Nothing waits on the host, so the
+//     schedule's raised starts and sunk waits overlap on the device. Uneven
+//     shards and gathers along inner dims are packed and unpacked with strided
+//     copies on the comm stream around the NCCL call.
+//   - host (any number of ranks per GPU): the operand is copied to the host,
+//     reduced or gathered by the CPU backend (Comm, Gloo), and copied back.
 // No LLVM: a Plan compiled on another machine runs here.
 #pragma once
 
@@ -17,6 +25,7 @@
 #include "codegen/ir/tensor.h"
 #include "runtime/comm.h"
 #include "runtime/cuda.h"
+#include "runtime/nccl.h"
 #include "runtime/plan.h"
 #include "runtime/trace.h"
 
@@ -34,15 +43,27 @@ struct PlanSource {
 // empty, or without the kernel's .entry.
 Result<PlanSource> read_plan_dir(const std::string& dir);
 
+enum class GpuCollectives : uint8_t {
+  Host,  // staged through the host and the CPU backend (Gloo)
+  Nccl,  // NCCL on a comm stream per rank; every rank on its own GPU
+};
+
 struct GpuRunOptions {
   int device = 0;
+  // Rank r runs on GPU device + r % gpus (run_plan_on_gpu).
+  int gpus = 1;
+  GpuCollectives collectives = GpuCollectives::Host;
+  // With Nccl: the communicators' options (max_ctas: the SMs NCCL's kernels may
+  // take from ours). Their timeout is `timeout`.
+  nccl::Options nccl;
   // Capture each rank's kernel sequence between collectives as a CUDA Graph once
   // and replay it (launch overhead matters for the examples' small kernels).
   bool cuda_graph = false;
   std::chrono::milliseconds timeout{60000};  // per collective
   // When set: every kernel (or, with cuda_graph, every graph launch) becomes an
   // event timed by CUDA events on the rank's compute thread, and every collective
-  // an event on its comm thread from its issue to its wait (host-staged, wall time).
+  // an event on its comm thread: timed by CUDA events on the comm stream with
+  // NCCL, from its issue to its wait (wall time) when host-staged.
   // Microseconds since trace_origin.
   TraceWriter* trace = nullptr;
   std::chrono::steady_clock::time_point trace_origin = std::chrono::steady_clock::now();
@@ -77,10 +98,16 @@ class GpuRank {
   static Result<std::unique_ptr<GpuRank>> create(std::shared_ptr<GpuPlan> plan, int rank, const GpuRunOptions& opts);
   ~GpuRank();
 
+  // From now on the Plan's collectives go through NCCL: comms[d] is this rank's
+  // communicator along mesh dim d, on this rank's device. Makes the comm stream
+  // and an event pair per collective.
+  std::optional<Diag> use_nccl(std::vector<std::unique_ptr<nccl::NcclComm>> comms);
+  bool uses_nccl() const { return !nccl_.empty(); }
+
   // Copies one host tensor per graph param (local shapes) into the input buffers.
   std::optional<Diag> upload_inputs(const std::vector<Tensor>& inputs);
   // Runs every step in order and waits for the device. `comm` runs the collectives
-  // (null is fine for a plan that has none).
+  // unless use_nccl() was called (null is fine then, or for a plan with none).
   std::optional<Diag> run(Comm* comm);
   // Enqueues the whole program on the stream without waiting (benchmarks time it
   // with events); only for a rank whose steps are all kernels.
@@ -89,16 +116,30 @@ class GpuRank {
   Result<std::vector<Tensor>> download_outputs();
 
   cuda::Stream& stream() { return stream_; }
+  cuda::Stream& comm_stream() { return comm_stream_; }
   int64_t launches() const { return launches_; }
+  int64_t nccl_ops() const { return nccl_ops_run_; }
   int64_t graph_launches() const { return graph_launches_; }
 
  private:
   GpuRank() = default;
   std::optional<Diag> run_steps(Comm* comm);
   std::optional<Diag> run_segment(size_t begin, size_t end);
-  // Enqueues, between two CUDA events when tracing.
+  // Whether step i runs on the compute stream (kernels, partialize, and slices
+  // and concats a strided copy can do).
+  bool on_device(size_t i) const;
+  // Enqueues on `on`, between two CUDA events when tracing (an event of `track`).
   std::optional<Diag> timed(const std::string& name, nlohmann::json args,
                             const std::function<std::optional<Diag>()>& enqueue);
+  std::optional<Diag> timed(const std::string& name, nlohmann::json args,
+                            const std::function<std::optional<Diag>()>& enqueue, const cuda::Stream& on, Stream track);
+  // NCCL: a start step (after its operand is written) and a wait step.
+  std::optional<Diag> nccl_start(size_t i);
+  std::optional<Diag> nccl_wait(size_t i);
+  struct NcclOp;
+  std::optional<Diag> enqueue_collective(const PlanStep& s, NcclOp& op, nccl::NcclComm& c);
+  Result<CUdeviceptr> scratch(NcclOp& op, size_t slot, size_t bytes);
+  std::optional<Diag> host_slice(const PlanStep& s);
   double now_us() const;
   std::optional<Diag> launch_step(const PlanStep& s);
   std::optional<Diag> local_step(const PlanStep& s);
@@ -116,12 +157,25 @@ class GpuRank {
     int64_t kernels = 0;  // launches it replays
   };
   std::map<size_t, Captured> graphs_;  // per device segment, by its first step
-  int64_t launches_ = 0, graph_launches_ = 0;
+  int64_t launches_ = 0, graph_launches_ = 0, nccl_ops_run_ = 0;
   struct DeviceEvent {
     std::string name;
     nlohmann::json args;
     cuda::Event start, end;
+    Stream track = Stream::Compute;
   };
+  // NCCL: the communicators (by mesh dim), the comm stream, and per start step
+  // its wait step, its output buffer, its events and its pack/unpack space.
+  std::vector<std::unique_ptr<nccl::NcclComm>> nccl_;
+  cuda::Stream comm_stream_;
+  struct NcclOp {
+    size_t wait = 0;
+    int out = -1;
+    cuda::Event ready, done;
+    std::vector<cuda::Buffer> scratch;
+  };
+  std::map<size_t, NcclOp> nccl_ops_;   // by start step
+  std::map<size_t, size_t> start_of_;   // wait step -> start step
   std::vector<DeviceEvent> device_events_;
   std::unique_ptr<cuda::Event> ref_event_;
   double ref_us_ = 0;
@@ -133,18 +187,30 @@ class GpuRank {
 std::optional<std::string> arch_mismatch(const std::string& arch, const cuda::DeviceInfo& dev);
 
 struct GpuRunStats {
-  std::string device;          // the GPU's name
+  std::string device;          // the GPU's name (GPU `device` of the options)
+  int gpus = 1;                // how many GPUs the ranks ran on
+  std::string collectives;     // "NCCL 2.28.9 on a comm stream", "host-staged (Gloo)", "none"
+  int64_t nccl_ops = 0;        // collectives enqueued through NCCL, every rank
   int64_t launches = 0;        // kernel launches, every rank (inside graphs too)
   int64_t graph_launches = 0;  // CUDA graph launches, every rank
 };
 
-// Runs every rank of the plan as a thread of this process on device
-// opts.device, meeting through an in-process rendezvous for the collectives.
-// inputs[r]: rank r's local tensor per graph param. Returns each rank's local
-// outputs, or the first failure (naming the rank and step); the others are aborted.
+// Runs every rank of the plan as a thread of this process, rank r on GPU
+// opts.device + r % opts.gpus, meeting through an in-process rendezvous (Gloo)
+// for host-staged collectives and for exchanging NCCL's unique ids. NCCL needs a
+// GPU per rank (opts.gpus >= world). inputs[r]: rank r's local tensor per graph
+// param. Returns each rank's local outputs, or the first failure (naming the
+// rank and step); the others are aborted or time out.
 Result<std::vector<std::vector<Tensor>>> run_plan_on_gpu(const PlanSource& src,
                                                          const std::vector<std::vector<Tensor>>& inputs,
                                                          const GpuRunOptions& opts = {},
                                                          GpuRunStats* stats = nullptr);
+
+// One rank of a multi-process run (one process per GPU): rank comm.rank() on GPU
+// opts.device + rank % opts.gpus (opts.gpus: the GPUs this machine has), its peers
+// other processes meeting through `comm` (runtime/agree.h's connect_rank). Its
+// local outputs.
+Result<std::vector<Tensor>> run_rank_on_gpu(const PlanSource& src, Comm& comm, const std::vector<Tensor>& inputs,
+                                            const GpuRunOptions& opts = {}, GpuRunStats* stats = nullptr);
 
 }  // namespace sf

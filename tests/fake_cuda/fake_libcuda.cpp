@@ -114,7 +114,8 @@ struct LinkRec {
 };
 
 struct Node {
-  enum Kind { kLaunch, kMemset8, kMemset32, kHtoD, kDtoH, kDtoD, kEventRecord } kind = kLaunch;
+  enum Kind { kLaunch, kMemset8, kMemset32, kHtoD, kDtoH, kDtoD, kCopy2D, kEventRecord } kind = kLaunch;
+  uint64_t stream = 0;  // the stream it was enqueued on (a graph's launch stream when replayed); 0: legacy
   // kLaunch
   uint64_t func = 0;
   std::string entry;
@@ -127,6 +128,8 @@ struct Node {
   const void* host_src = nullptr;
   size_t bytes = 0;
   unsigned value = 0;
+  // kCopy2D: `height` rows of `bytes` bytes, rows `src_pitch` and `dst_pitch` apart
+  size_t height = 0, src_pitch = 0, dst_pitch = 0;
   // kEventRecord
   uint64_t event = 0;
 };
@@ -477,6 +480,16 @@ std::string dims(const unsigned v[3]) {
 }
 
 // Sets the sticky fault; returns what the faulting call returns.
+// The bytes an operation touches from its start: a 2-D copy's rows with the pitch
+// between them, or `bytes`.
+size_t span(const Node& n, size_t pitch) {
+  if (n.kind != Node::kCopy2D) return n.bytes;
+  return n.height == 0 ? 0 : (n.height - 1) * pitch + n.bytes;
+}
+bool reads_device(const Node& n) {
+  return n.kind == Node::kDtoH || n.kind == Node::kDtoD || n.kind == Node::kCopy2D;
+}
+
 CUresult fault(State& s, int dev, const char* call, const std::string& why) {
   s.devices[static_cast<size_t>(dev)].sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
   fail(CUDA_ERROR_ILLEGAL_ADDRESS, call, why);
@@ -500,14 +513,16 @@ CUresult execute(State& s, int dev, const Node& n, bool from_graph, const char* 
       ++s.launches;
       s.last_args = n.args;
       log_line("launch " + n.entry + " grid=" + dims(n.grid) + " block=" + dims(n.block) +
-               " shared=" + std::to_string(n.shared) + " args=" + std::to_string(n.args.size()) + suffix);
+               " shared=" + std::to_string(n.shared) + " args=" + std::to_string(n.args.size()) +
+               " stream=" + hex(n.stream) + suffix);
       return CUDA_SUCCESS;
     }
     case Node::kMemset8:
     case Node::kMemset32:
     case Node::kHtoD:
     case Node::kDtoH:
-    case Node::kDtoD: break;
+    case Node::kDtoD:
+    case Node::kCopy2D: break;
     case Node::kEventRecord: {
       auto it = s.events.find(n.event);
       if (it != s.events.end()) {
@@ -520,9 +535,9 @@ CUresult execute(State& s, int dev, const Node& n, bool from_graph, const char* 
   }
   // Memory operations were checked when enqueued; in a replayed graph the memory
   // may have been freed since, which on a GPU is a fault.
-  auto need = [&](CUdeviceptr p) -> bool { return find_range(s, dev, p, n.bytes) != nullptr; };
-  const bool dst_dev = n.kind != Node::kDtoH, src_dev = n.kind == Node::kDtoH || n.kind == Node::kDtoD;
-  if ((dst_dev && !need(n.dst)) || (src_dev && !need(n.src)))
+  auto need = [&](CUdeviceptr p, size_t pitch) -> bool { return find_range(s, dev, p, span(n, pitch)) != nullptr; };
+  const bool dst_dev = n.kind != Node::kDtoH, src_dev = reads_device(n);
+  if ((dst_dev && !need(n.dst, n.dst_pitch)) || (src_dev && !need(n.src, n.src_pitch)))
     return fault(s, dev, call, "a replayed copy or memset touches freed memory");
   switch (n.kind) {
     case Node::kMemset8:
@@ -547,6 +562,13 @@ CUresult execute(State& s, int dev, const Node& n, bool from_graph, const char* 
       std::memmove(reinterpret_cast<void*>(n.dst), reinterpret_cast<const void*>(n.src), n.bytes);
       log_line("dtod " + std::to_string(n.bytes) + suffix);
       break;
+    case Node::kCopy2D:
+      for (size_t row = 0; row < n.height; ++row)
+        std::memmove(reinterpret_cast<void*>(n.dst + row * n.dst_pitch),
+                     reinterpret_cast<const void*>(n.src + row * n.src_pitch), n.bytes);
+      log_line("copy2d " + std::to_string(n.bytes) + "x" + std::to_string(n.height) + " stream=" + hex(n.stream) +
+               suffix);
+      break;
     default: break;
   }
   return CUDA_SUCCESS;
@@ -568,11 +590,12 @@ CUresult memop(Node n, CUstream h, bool sync, const char* call) {
     if (is_capturing(st)) st->cap.invalidated = true;
     return fail(CUDA_ERROR_INVALID_VALUE, call, why);
   };
-  const bool dst_dev = n.kind != Node::kDtoH, src_dev = n.kind == Node::kDtoH || n.kind == Node::kDtoD;
-  if (dst_dev && !find_range(s, dev, n.dst, n.bytes))
-    return bad_value(hex(n.dst) + " + " + std::to_string(n.bytes) + " B is not inside one allocation");
-  if (src_dev && !find_range(s, dev, n.src, n.bytes))
-    return bad_value(hex(n.src) + " + " + std::to_string(n.bytes) + " B is not inside one allocation");
+  const bool dst_dev = n.kind != Node::kDtoH, src_dev = reads_device(n);
+  if (dst_dev && !find_range(s, dev, n.dst, span(n, n.dst_pitch)))
+    return bad_value(hex(n.dst) + " + " + std::to_string(span(n, n.dst_pitch)) + " B is not inside one allocation");
+  if (src_dev && !find_range(s, dev, n.src, span(n, n.src_pitch)))
+    return bad_value(hex(n.src) + " + " + std::to_string(span(n, n.src_pitch)) + " B is not inside one allocation");
+  n.stream = id_of(h);
   if ((n.kind == Node::kHtoD && !n.host_src && n.bytes) || (n.kind == Node::kDtoH && !n.host_dst && n.bytes))
     return bad_value("null host pointer");
   if (n.kind == Node::kMemset32 && n.dst % 4) return bad_value("memset32 destination is not 4-byte aligned");
@@ -899,6 +922,22 @@ CUresult MemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream h) {
   x.value = v;
   return memop(std::move(x), h, false, "cuMemsetD32Async");
 }
+// Device to device only (what the runtime uses): rows of WidthInBytes, Height of
+// them, each side's pitch apart, from the X/Y offsets.
+CUresult Memcpy2DAsync(const CUDA_MEMCPY2D* c, CUstream h) {
+  if (!c) return fail(CUDA_ERROR_INVALID_VALUE, "cuMemcpy2DAsync", "null descriptor");
+  if (c->srcMemoryType != CU_MEMORYTYPE_DEVICE || c->dstMemoryType != CU_MEMORYTYPE_DEVICE)
+    return fail(CUDA_ERROR_INVALID_VALUE, "cuMemcpy2DAsync", "the fake copies device to device only");
+  if (c->Height > 1 && (c->srcPitch < c->WidthInBytes || c->dstPitch < c->WidthInBytes))
+    return fail(CUDA_ERROR_INVALID_VALUE, "cuMemcpy2DAsync", "a pitch narrower than a row");
+  Node x = copy_node(Node::kCopy2D, c->dstDevice + c->dstXInBytes + c->dstY * c->dstPitch,
+                     c->srcDevice + c->srcXInBytes + c->srcY * c->srcPitch, nullptr, nullptr, c->WidthInBytes);
+  x.height = c->Height;
+  x.src_pitch = c->srcPitch;
+  x.dst_pitch = c->dstPitch;
+  if (x.bytes == 0 || x.height == 0) return CUDA_SUCCESS;
+  return memop(std::move(x), h, false, "cuMemcpy2DAsync");
+}
 
 // --- streams and events ---------------------------------------------------------------------
 
@@ -945,6 +984,22 @@ CUresult StreamSynchronize(CUstream h) {
   return CUDA_SUCCESS;
 }
 
+// Work runs at once, so an existing stream has always finished.
+CUresult StreamQuery(CUstream h) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  bool bad = false;
+  StreamRec* st = find_stream(s, h, &bad);
+  if (bad) return fail(CUDA_ERROR_INVALID_HANDLE, "cuStreamQuery");
+  int dev = 0;
+  if (st) {
+    if (CUresult r = need_dev(s, st->dev); r != CUDA_SUCCESS) return r;
+  } else if (CUresult r = need_ctx(s, &dev); r != CUDA_SUCCESS) {
+    return r;
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult StreamWaitEvent(CUstream h, CUevent e, unsigned int) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -954,6 +1009,7 @@ CUresult StreamWaitEvent(CUstream h, CUevent e, unsigned int) {
   if (bad || ev == s.events.end()) return fail(CUDA_ERROR_INVALID_HANDLE, "cuStreamWaitEvent");
   if (CUresult r = need_dev(s, ev->second.dev); r != CUDA_SUCCESS) return r;
   if (st && st->dev != ev->second.dev) return fail(CUDA_ERROR_INVALID_HANDLE, "cuStreamWaitEvent", "another device");
+  log_line("streamwait " + hex(id_of(h)) + " " + hex(ev->first));
   return CUDA_SUCCESS;  // work runs at once, so every wait is already satisfied
 }
 
@@ -1002,6 +1058,7 @@ CUresult EventRecord(CUevent h, CUstream sh) {
   it->second.recorded = true;
   it->second.captured = false;
   it->second.time_ns = s.clock_ns;
+  log_line("record " + hex(it->first) + " " + hex(id_of(sh)));
   return CUDA_SUCCESS;
 }
 
@@ -1208,6 +1265,7 @@ CUresult LaunchKernel(CUfunction h, unsigned gx, unsigned gy, unsigned gz, unsig
   n.grid[0] = gx, n.grid[1] = gy, n.grid[2] = gz;
   n.block[0] = bx, n.block[1] = by, n.block[2] = bz;
   n.shared = shared;
+  n.stream = id_of(sh);
   if (!gx || !gy || !gz || !bx || !by || !bz) return invalid("a zero grid or block dimension");
   if (gx > 2147483647u || gy > 65535 || gz > 65535) return invalid("grid " + dims(n.grid) + " beyond the device's limits");
   if (bx > 1024 || by > 1024 || bz > 64 || uint64_t{bx} * by * bz > 1024)
@@ -1304,9 +1362,10 @@ CUresult GraphLaunch(CUgraphExec h, CUstream sh) {
     return CUDA_SUCCESS;
   }
   log_line("graph launch nodes=" + std::to_string(it->second.nodes.size()));
-  for (const Node& n : it->second.nodes) {
+  for (Node n : it->second.nodes) {
     if (n.kind == Node::kLaunch && !s.funcs.count(n.func))
       return fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphLaunch", "the module of " + n.entry + " was unloaded");
+    n.stream = id_of(sh);
     if (CUresult r = execute(s, dev, n, true, "cuGraphLaunch"); r != CUDA_SUCCESS) return r;
     if (s.devices[static_cast<size_t>(dev)].sticky != CUDA_SUCCESS) break;  // asynchronous fault mode
   }

@@ -8,8 +8,11 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <tuple>
+
+#include <nlohmann/json.hpp>
 
 #include "runtime/cuda_driver.h"
 #include "runtime/plan.h"
@@ -176,7 +179,7 @@ std::vector<Launch> launches_in(const std::string& log) {
   std::vector<Launch> out;
   std::istringstream in(log);
   std::string line;
-  std::regex re("^launch (\\S+) grid=(\\S+) block=(\\S+) shared=(\\d+) args=(\\d+)( graph)?");
+  std::regex re("^launch (\\S+) grid=(\\S+) block=(\\S+) shared=(\\d+) args=(\\d+)(?: stream=\\S+)?( graph)?");
   std::smatch m;
   while (std::getline(in, line))
     if (std::regex_search(line, m, re))
@@ -214,7 +217,8 @@ TEST(ExecFakeDriver, LaunchesEveryKernelStepWithThePlansGridBlockAndArguments) {
     const std::string log = t / (std::string(ex) + ".log");
     CliResult r = shardfuse_env(fake_env(log), "exec " + dir + " --device cuda");
     ASSERT_EQ(r.code, 0) << ex << "\n" << r.out;
-    EXPECT_NE(r.out.find("on shardfuse fake GPU (sm_90a)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("on 1 GPU(s) (shardfuse fake GPU, sm_90a)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("collectives: host-staged (Gloo)"), std::string::npos) << r.out;
     std::vector<Launch> got = launches_in(read_text(log));
     std::sort(got.begin(), got.end());
     std::vector<Launch> want = planned(read_plan(dir));
@@ -309,12 +313,131 @@ TEST(RunFakeDriver, RunCompilesForTheDevicesArchAndLaunches) {
   const std::string log = t / "log";
   CliResult r = shardfuse_env(fake_env(log), "run " + example("tp_mlp.sf") + " --device cuda --world 2");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("2 rank(s) as threads on shardfuse fake GPU (sm_90a)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 rank(s) as threads on 1 GPU(s) (shardfuse fake GPU, sm_90a)"), std::string::npos) << r.out;
   EXPECT_FALSE(launches_in(read_text(log)).empty());
   // What the fake cannot do: run kernel code. So --check must not pass by accident.
   CliResult c = shardfuse_env(fake_env(t / "log2"), "run " + example("tp_mlp.sf") + " --device cuda --check");
   EXPECT_EQ(c.code, 1) << c.out;
   EXPECT_NE(c.out.find("MISMATCH"), std::string::npos) << c.out;
+}
+#endif
+
+#if defined(SF_FAKE_CUDA) && defined(SF_FAKE_NCCL)
+// The fake NCCL (tests/fake_nccl) over the fake driver with a GPU per rank.
+std::string nccl_env(const std::string& log, int gpus = 4) {
+  return fake_env(log) + " SHARDFUSE_LIBNCCL=" + SF_FAKE_NCCL + " FAKE_CUDA_DEVICES=" + std::to_string(gpus);
+}
+
+// The fields of a log line: "key=value" pairs, the first word as "@", the other
+// words as "#0", "#1", ...
+std::map<std::string, std::string> fields(const std::string& line) {
+  std::map<std::string, std::string> f;
+  std::istringstream in(line);
+  std::string w;
+  in >> w;
+  f["@"] = w;
+  std::vector<std::string> words;
+  while (in >> w) {
+    size_t eq = w.find('=');
+    if (eq != std::string::npos) f[w.substr(0, eq)] = w.substr(eq + 1);
+    else words.push_back(w);
+  }
+  for (size_t i = 0; i < words.size(); ++i) f["#" + std::to_string(i)] = words[i];
+  return f;
+}
+
+TEST(ExecFakeNccl, CollectivesGoOnACommStreamOrderedByEventsBothWays) {
+  TempDir t;
+  for (const char* ex : {"tp_mlp.sf", "seq_parallel_mlp.sf"}) {
+    SCOPED_TRACE(ex);
+    const std::string dir = compile_to(t, example(ex), std::string("p_") + ex);
+    const std::string log = t / (std::string(ex) + ".log");
+    CliResult r = shardfuse_env(nccl_env(log), "exec " + dir + " --device cuda --collectives nccl");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("on 4 GPU(s) (shardfuse fake GPU, sm_90a)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("collectives: NCCL 2.28.9 on a comm stream"), std::string::npos) << r.out;
+
+    // Replay the log: which streams launch kernels, where each event was last
+    // recorded, and what every stream has waited for so far.
+    std::istringstream in(read_text(log));
+    std::string line;
+    std::set<std::string> compute;                       // streams that launch kernels
+    std::map<std::string, std::string> recorded_on;      // event -> stream
+    std::map<std::string, std::set<std::string>> waited;  // stream -> events it waited for
+    std::map<std::string, std::string> waited_last;      // stream -> its last awaited event
+    std::vector<std::pair<std::string, std::string>> ops;  // (comm stream, the event it waited for)
+    std::map<std::string, std::string> done_of;           // comm stream -> event recorded after its last op
+    int nccl_ops = 0, launches_after_wait = 0;
+    while (std::getline(in, line)) {
+      auto f = fields(line);
+      if (f["@"] == "launch") {
+        compute.insert(f["stream"]);
+        if (!waited[f["stream"]].empty()) ++launches_after_wait;
+      } else if (f["@"] == "record") {
+        recorded_on[f["#0"]] = f["#1"];
+        done_of[f["#1"]] = f["#0"];
+      } else if (f["@"] == "streamwait") {
+        waited[f["#0"]].insert(f["#1"]);
+        waited_last[f["#0"]] = f["#1"];
+      } else if (f["@"] == "nccl" && (f["#0"] == "all_reduce" || f["#0"] == "all_gather" ||
+                                       f["#0"] == "reduce_scatter" || f["#0"] == "send")) {
+        ++nccl_ops;
+        ops.push_back({f["stream"], waited_last[f["stream"]]});
+      }
+    }
+    ASSERT_GT(nccl_ops, 0) << read_text(log);
+    for (const auto& [stream, ready] : ops) {
+      // Not on a stream that launches kernels: on each rank's comm stream.
+      EXPECT_EQ(compute.count(stream), 0u) << "an NCCL call on a compute stream " << stream;
+      // After waiting for an event recorded on a compute stream (its operand).
+      ASSERT_FALSE(ready.empty()) << "an NCCL call on " << stream << " that waited for nothing";
+      EXPECT_EQ(compute.count(recorded_on[ready]), 1u) << "the event " << ready << " is not from a compute stream";
+    }
+    // Every compute stream waits on the device for an event its comm stream
+    // recorded (the collective's wait step), and kernels come after it.
+    std::set<std::string> comm_streams;
+    for (const auto& op : ops) comm_streams.insert(op.first);
+    EXPECT_EQ(comm_streams.size(), 4u) << "one comm stream per rank";
+    int compute_waits_on_comm = 0;
+    for (const auto& [stream, events] : waited)
+      if (compute.count(stream))
+        for (const std::string& e : events) compute_waits_on_comm += comm_streams.count(recorded_on[e]) ? 1 : 0;
+    EXPECT_GE(compute_waits_on_comm, 4) << read_text(log);
+    EXPECT_GT(launches_after_wait, 0);
+  }
+}
+
+TEST(ExecFakeNccl, TraceTimesCollectivesOnTheCommTrack) {
+  TempDir t;
+  const std::string dir = compile_to(t, example("tp_mlp.sf"), "p");
+  const std::string trace = t / "t.json";
+  CliResult r = shardfuse_env(nccl_env(t / "log"), "exec " + dir + " --device cuda --collectives nccl --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(read_text(trace));
+  std::map<int, int> per_rank;
+  for (const auto& e : j["traceEvents"])
+    if (e.value("ph", "") == "X" && e.value("cat", "") == "collective") {
+      EXPECT_EQ(e["tid"], 1) << "on the comm track: " << e.dump();
+      EXPECT_EQ(e["args"].value("via", ""), "nccl") << e.dump();
+      ++per_rank[e["pid"].get<int>()];
+    }
+  EXPECT_EQ(per_rank.size(), 4u) << j.dump();
+}
+
+TEST(ExecFakeNccl, AskingForNcclWithTooFewGpusSaysSo) {
+  TempDir t;
+  const std::string dir = compile_to(t, example("tp_mlp.sf"), "p");
+  CliResult r = shardfuse_env(nccl_env(t / "log", 2), "exec " + dir + " --device cuda --collectives nccl");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--collectives nccl needs a GPU per rank: world 4, 2 GPU(s)"), std::string::npos) << r.out;
+  // auto falls back to the host with too few GPUs, and picks NCCL with enough.
+  CliResult a = shardfuse_env(nccl_env(t / "log2", 2), "exec " + dir + " --device cuda");
+  EXPECT_EQ(a.code, 0) << a.out;
+  EXPECT_NE(a.out.find("on 2 GPU(s)"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("collectives: host-staged (Gloo)"), std::string::npos) << a.out;
+  CliResult b = shardfuse_env(nccl_env(t / "log3", 4), "exec " + dir + " --device cuda");
+  EXPECT_EQ(b.code, 0) << b.out;
+  EXPECT_NE(b.out.find("collectives: NCCL"), std::string::npos) << b.out;
 }
 #endif
 

@@ -80,7 +80,20 @@ std::optional<std::vector<Tensor>> gather_outputs(const Graph& g, const Sharding
 int report_outputs(const Graph& g, const std::vector<Tensor>& out, const std::vector<Tensor>& inputs, bool check,
                    const std::string& outputs_dir);
 
+// How the ranks of a GPU run spread over GPUs and run their collectives.
+struct GpuCommOptions {
+  std::string collectives = "auto";  // auto | nccl | host
+  int gpus = 0;                      // 0: min(world, the GPUs there are)
+  int nccl_max_ctas = 0;             // 0: NCCL's default
+};
+void add_gpu_comm_options(CLI::App* cmd, GpuCommOptions& o);
+
 struct GpuCliOptions {
+  GpuCommOptions comm;
+  // One process per GPU: this process runs rank `rank` only, meeting its peers
+  // through the directory `rendezvous`.
+  std::optional<int> rank;
+  std::string rendezvous;
   std::string inputs_dir, outputs_dir;
   uint64_t seed = 0;
   bool check = false;
@@ -92,7 +105,7 @@ void add_gpu_options(CLI::App* cmd, GpuCliOptions& o);
 // GPU 0, if there is one and it runs PTX for `arch` ("" for any); else nullopt
 // after printing why ("no CUDA device: ...").
 std::optional<cuda::DeviceInfo> cuda_device_for(const std::string& arch);
-// Runs the Plan of graph `g` on GPU 0, every rank a thread, and reports like `run`.
+// Runs the Plan of graph `g` on the GPUs, every rank a thread, and reports like `run`.
 int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o);
 
 }  // namespace sf::cli

@@ -13,6 +13,8 @@
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/agree.h"
+#include "runtime/nccl.h"
 #include "runtime/npy.h"
 #include "runtime/plan_exec.h"
 #include "tools/shardfuse/commands.h"
@@ -137,13 +139,150 @@ std::optional<cuda::DeviceInfo> cuda_device_for(const std::string& arch) {
   return *dev;
 }
 
-int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o) {
+namespace {
+
+// --gpus and --collectives against the GPUs there are: how many GPUs the ranks
+// spread over, and whether NCCL carries the collectives.
+std::optional<std::pair<int, GpuCollectives>> resolve_comm(const GpuCommOptions& o, int world) {
+  Result<int> count = cuda::device_count();
+  if (!count) {
+    std::cerr << "error: " << count.error().message << "\n";
+    return std::nullopt;
+  }
+  if (o.gpus > *count) {
+    std::cerr << "error: --gpus " << o.gpus << ", but the driver sees " << *count << " GPU(s)\n";
+    return std::nullopt;
+  }
+  const int gpus = o.gpus > 0 ? std::min(o.gpus, world) : std::min(world, *count);
+  if (o.collectives == "host") return std::make_pair(gpus, GpuCollectives::Host);
+  if (o.collectives == "nccl") {
+    if (gpus < world) {
+      std::cerr << "error: --collectives nccl needs a GPU per rank: world " << world << ", " << gpus
+                << " GPU(s) (NCCL cannot put two ranks of a communicator on one GPU; use --collectives host)\n";
+      return std::nullopt;
+    }
+    return std::make_pair(gpus, GpuCollectives::Nccl);
+  }
+  // auto: NCCL where it can run (a GPU per rank, the library there), else the host.
+  const bool nccl_ok = world > 1 && gpus >= world && nccl::library().ok();
+  return std::make_pair(gpus, nccl_ok ? GpuCollectives::Nccl : GpuCollectives::Host);
+}
+
+}  // namespace
+
+void add_gpu_comm_options(CLI::App* cmd, GpuCommOptions& o) {
+  cmd->add_option("--collectives", o.collectives,
+                  "--device cuda: nccl (on a comm stream, overlapping the kernels; a GPU per rank), host (staged "
+                  "through the CPU backend, any number of ranks per GPU), auto (nccl when it can run; default)")
+      ->check(CLI::IsMember({"auto", "nccl", "host"}));
+  cmd->add_option("--gpus", o.gpus, "--device cuda: spread the ranks over N GPUs, rank r on GPU r % N (default: "
+                                    "as many as there are, up to the world)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--nccl-max-ctas", o.nccl_max_ctas,
+                  "--device cuda: the most CTAs (SMs) NCCL's kernels may take from ours (ncclConfig_t.maxCTAs; "
+                  "default: NCCL's choice)")
+      ->check(CLI::Range(1, 64));
+}
+
+namespace {
+
+// One rank of a multi-process run on this process's GPU. With --check, the rank
+// compares its own local outputs with its shard of the reference result.
+int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions& o) {
   DeviceMesh mesh(g.mesh());
+  const int rank = *o.rank;
+  const std::string who = "rank " + std::to_string(rank) + ": ";
+  if (rank < 0 || rank >= mesh.world()) {
+    std::cerr << "error: --rank " << rank << " is not a rank of a " << mesh.world() << "-rank mesh\n";
+    return 1;
+  }
+  if (!o.outputs_dir.empty()) {
+    std::cerr << "error: --save-outputs needs every rank's outputs: run the ranks as threads (without --rank)\n";
+    return 1;
+  }
+  Result<int> count = cuda::device_count();
+  if (!count) {
+    std::cerr << "error: " << count.error().message << "\n";
+    return 1;
+  }
+  GpuRunOptions ro;
+  ro.gpus = o.comm.gpus > 0 ? std::min(o.comm.gpus, *count) : *count;
+  // A process drives one GPU, so NCCL's GPU per rank is the launcher's to keep
+  // (one process per GPU of each machine): auto trusts it.
+  ro.collectives = o.comm.collectives == "host" || (o.comm.collectives == "auto" && !nccl::library().ok())
+                       ? GpuCollectives::Host
+                       : GpuCollectives::Nccl;
+  ro.nccl.max_ctas = o.comm.nccl_max_ctas;
+  ro.cuda_graph = o.cuda_graph;
+  ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  TraceWriter trace;
+  if (!o.trace_file.empty()) {
+    ro.trace = &trace;
+    trace.set_metadata("graph", g.name());
+    trace.set_metadata("rank", rank);
+  }
+  ShardingPlan sharding = propagate(g, mesh);
+  std::optional<std::vector<Tensor>> inputs = load_inputs(g, o.inputs_dir, o.seed);
+  if (!inputs) return 1;
+  std::vector<std::vector<Tensor>> local = shard_inputs(g, sharding, mesh, *inputs);
+  Result<std::unique_ptr<Comm>> comm = connect_rank(mesh, rank, o.rendezvous, ro.timeout);
+  if (!comm) {
+    std::cerr << "error: " << who << comm.error().message << "\n";
+    return 1;
+  }
+  GpuRunStats stats;
+  Result<std::vector<Tensor>> out = run_rank_on_gpu(src, **comm, local[static_cast<size_t>(rank)], ro, &stats);
+  if (!o.trace_file.empty())
+    if (auto err = trace.write(o.trace_file)) std::cerr << err->str() << "\n";
+  if (!out) {
+    std::cerr << out.error().str() << "\n";
+    return 1;
+  }
+  std::cout << "graph " << g.name() << ": rank " << rank << " of " << mesh.world() << " as a process on GPU "
+            << ro.device + rank % std::max(1, ro.gpus) << " (" << stats.device << ", " << src.plan.arch
+            << "); kernels: " << stats.launches << " launch(es); collectives: " << stats.collectives << "\n";
+  if (!o.check) return 0;
+  Result<std::vector<Tensor>> ref = evaluate(g, *inputs);
+  if (!ref) {
+    std::cerr << ref.error().str() << "\n";
+    return 1;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    const PlacementSpec& spec = sharding.outputs[i];
+    std::cout << "  " << who << g.outputs()[i].name << ": " << (*out)[i].type().str();
+    if (std::any_of(spec.per_dim.begin(), spec.per_dim.end(), [](const Placement& p) { return p.is_partial(); })) {
+      std::cout << "  (partial: checked only as a whole, run the ranks as threads)\n";
+      continue;
+    }
+    Tensor want = shard_tensor((*ref)[i], spec, mesh, rank);
+    Comparison c = compare((*out)[i], want, default_tolerance(want.dtype()));
+    std::cout << std::setprecision(3) << "  max_abs_err=" << c.max_abs_err << (c.ok() ? "  ok" : "  MISMATCH") << "\n";
+    ok = ok && c.ok();
+  }
+  std::cout << who << (ok ? "check: ok\n" : "check: MISMATCH\n");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o) {
+  if (o.rank.has_value() != !o.rendezvous.empty()) {
+    std::cerr << "error: --rank and --rendezvous go together (one process per rank meeting through a directory)\n";
+    return 1;
+  }
+  if (o.rank) return run_rank_process(g, src, o);
+  DeviceMesh mesh(g.mesh());
+  std::optional<std::pair<int, GpuCollectives>> comm = resolve_comm(o.comm, mesh.world());
+  if (!comm) return 1;
   ShardingPlan sharding = propagate(g, mesh);
   std::optional<std::vector<Tensor>> inputs = load_inputs(g, o.inputs_dir, o.seed);
   if (!inputs) return 1;
   std::vector<std::vector<Tensor>> local = shard_inputs(g, sharding, mesh, *inputs);
   GpuRunOptions ro;
+  ro.gpus = comm->first;
+  ro.collectives = comm->second;
+  ro.nccl.max_ctas = o.comm.nccl_max_ctas;
   ro.cuda_graph = o.cuda_graph;
   ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   TraceWriter trace;
@@ -152,6 +291,7 @@ int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o)
     trace.set_metadata("graph", g.name());
     trace.set_metadata("command", src.dir.empty() ? "run --device cuda" : "exec " + src.dir);
     trace.set_metadata("cuda_graph", o.cuda_graph);
+    trace.set_metadata("collectives", comm->second == GpuCollectives::Nccl ? "nccl" : "host");
   }
   GpuRunStats stats;
   Result<std::vector<std::vector<Tensor>>> out = run_plan_on_gpu(src, local, ro, &stats);
@@ -163,18 +303,20 @@ int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o)
     }
   }
   if (!out) {
-    std::cerr << "error: " << out.error().str() << "\n";
+    std::cerr << out.error().str() << "\n";
     return 1;
   }
   std::optional<std::vector<Tensor>> global = gather_outputs(g, sharding, mesh, *out);
   if (!global) return 1;
   std::cout << "graph " << g.name() << ": " << mesh.world() << " rank(s)" << (mesh.world() > 1 ? " as threads" : "")
-            << " on " << stats.device << " (" << src.plan.arch << "), inputs "
+            << " on " << stats.gpus << " GPU(s) (" << stats.device << ", " << src.plan.arch << "), inputs "
             << (o.inputs_dir.empty() ? "random (seed " + std::to_string(o.seed) + ")" : o.inputs_dir) << "\n";
   std::cout << "kernels: " << stats.launches << " launch(es) of " << src.plan.kernels.size()
             << " distinct kernel(s) from " << src.ptx.size() << " PTX module(s)";
   if (o.cuda_graph) std::cout << ", replayed from " << stats.graph_launches << " CUDA graph launch(es)";
-  std::cout << "; collectives through the CPU backend\n";
+  std::cout << "; collectives: " << stats.collectives;
+  if (stats.nccl_ops) std::cout << ", " << stats.nccl_ops << " enqueued";
+  std::cout << "\n";
   return report_outputs(g, *global, *inputs, o.check, o.outputs_dir);
 }
 
@@ -243,12 +385,19 @@ void add_exec(CLI::App& app, int& exit_code) {
   cmd->add_option("--device", o->device, "where the Plan runs: cuda (the only choice: a Plan is PTX)")
       ->check(CLI::IsMember({"cuda"}));
   add_gpu_options(cmd, o->gpu);
+  add_gpu_comm_options(cmd, o->gpu.comm);
+  cmd->add_option("--rank", o->gpu.rank,
+                  "run only this rank, as one process of a multi-process run (one per GPU; needs --rendezvous)");
+  cmd->add_option("--rendezvous", o->gpu.rendezvous,
+                  "a directory every rank's process can reach (a shared file system across machines)");
   cmd->footer(
-      "Every rank runs as a thread on GPU 0; collectives go through the CPU backend (Gloo).\n"
+      "Every rank runs as a thread; rank r on GPU r % N. With a GPU per rank, collectives go through NCCL on a\n"
+      "comm stream of each rank (--collectives nccl), else through the CPU backend (Gloo).\n"
       "The Plan is validated first (plan.json, each kernel's .ptx and .entry), with or without a GPU.\n"
       "Example:\n"
       "  shardfuse compile examples/tp_mlp.sf --arch sm_90a -o plan/   # where LLVM is\n"
-      "  shardfuse exec plan/ --device cuda --check                    # where the GPU is");
+      "  shardfuse exec plan/ --device cuda --check                    # where the GPU is\n"
+      "  for r in 0 1 2 3; do shardfuse exec plan/ --device cuda --rank $r --rendezvous /tmp/rv --check & done; wait");
   cmd->callback([o, &exit_code] { exit_code = exec(*o); });
 }
 

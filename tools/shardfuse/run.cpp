@@ -45,6 +45,7 @@ struct RunOptions {
   CacheCliOptions cache;
   bool autotune = false;
   bool cuda_graph = false;
+  GpuCommOptions gpu_comm;
   DecomposeCliOptions decompose;
   std::string trace_file;
 };
@@ -130,11 +131,6 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
 // --device cuda: the graph compiled to a Plan for GPU 0's arch in memory, then run
 // like `exec` runs a Plan directory.
 int run_cuda(const Graph& g, const RunOptions& o) {
-  if (o.rank) {
-    std::cerr << "error: --device cuda runs every rank as a thread on GPU 0; --rank/--rendezvous are for the CPU "
-                 "backend for now\n";
-    return 1;
-  }
   if (o.kernels != "generated") {
     std::cerr << "error: --kernels reference evaluates on the CPU; use --device cpu\n";
     return 1;
@@ -176,6 +172,9 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   go.seed = o.seed;
   go.check = o.check;
   go.cuda_graph = o.cuda_graph;
+  go.comm = o.gpu_comm;
+  go.rank = o.rank;
+  go.rendezvous = o.rendezvous;
   go.timeout_s = o.timeout_s;
   go.trace_file = o.trace_file;
   return run_plan_cuda(g, src, go);
@@ -339,6 +338,7 @@ void add_run(CLI::App& app, int& exit_code) {
                   "that rank's only");
   cmd->add_flag("--cuda-graph", o->cuda_graph,
                 "--device cuda: capture each rank's kernels between collectives as CUDA Graphs and launch those");
+  add_gpu_comm_options(cmd, o->gpu_comm);
   cmd->add_option("--timeout", o->timeout_s, "seconds a collective may take before every rank gives up (default 60)")
       ->check(CLI::Range(0.1, 86400.0));
   cmd->footer(

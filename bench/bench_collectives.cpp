@@ -371,9 +371,11 @@ void BM_Nccl(benchmark::State& state, Collective c, int n, int64_t requested) {
         return e.has_value();
       };
       const Tensor& mine = locals[static_cast<size_t>(r)];
+      // A fresh thread per iteration: bind the rank's GPU first.
+      bool bad = fail(me.ctx->make_current());
       Result<cuda::Buffer> send = cuda::Buffer::allocate(*me.ctx, mine.nbytes());
       Result<cuda::Buffer> recv = cuda::Buffer::allocate(*me.ctx, static_cast<size_t>(sz.recv_count) * 4);
-      bool bad = !send || !recv;
+      bad = bad || !send || !recv;
       if (!send) out.error = send.error().message;
       else if (!recv) out.error = recv.error().message;
       if (!bad) bad = fail(cuda::check(me.ctx->drv().MemcpyHtoD(send->ptr(), mine.data(), mine.nbytes()), "cuMemcpyHtoD"));

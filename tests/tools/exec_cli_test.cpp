@@ -308,6 +308,40 @@ TEST(ExecFakeDriver, TheJitLogAndArchMismatchesAreReported) {
   }
 }
 
+TEST(ExecFakeDriver, RanksAsProcessesOnePerGpu) {
+  TempDir t;
+  const std::string dir = compile_to(t, example("tp_mlp.sf"), "p");
+  fs::create_directory(t / "rv");
+  const std::string log = t / "log";
+  // Four processes, rank r on fake GPU r, collectives over Gloo between them.
+  std::string cmd;
+  for (int r = 0; r < 4; ++r) {
+    const std::string rs = std::to_string(r);
+    cmd += "(" + fake_env(log) + " FAKE_CUDA_DEVICES=4 " + SF_BINARY + " exec " + dir +
+           " --device cuda --collectives host --rank " + rs + " --rendezvous " + (t / "rv") + " > " + (t / ("out" + rs)) +
+           " 2>&1; echo $? > " + (t / ("rc" + rs)) + ") & ";
+  }
+  cmd += "wait";
+  ASSERT_EQ(std::system(("sh -c '" + cmd + "'").c_str()), 0);
+  for (int r = 0; r < 4; ++r) {
+    const std::string rs = std::to_string(r);
+    const std::string out = read_text(t / ("out" + rs));
+    EXPECT_EQ(read_text(t / ("rc" + rs)), "0\n") << out;
+    EXPECT_NE(out.find("rank " + rs + " of 4 as a process on GPU " + rs), std::string::npos) << out;
+    EXPECT_NE(out.find("collectives: host-staged (Gloo)"), std::string::npos) << out;
+  }
+  // Every rank's kernels, once each, across the processes.
+  EXPECT_EQ(launches_in(read_text(log)).size(), planned(read_plan(dir)).size()) << read_text(log);
+  // --rank without --rendezvous, and --save-outputs (it needs every rank's outputs).
+  CliResult a = shardfuse_env(fake_env(t / "log2"), "exec " + dir + " --device cuda --rank 0");
+  EXPECT_EQ(a.code, 1);
+  EXPECT_NE(a.out.find("--rank and --rendezvous go together"), std::string::npos) << a.out;
+  CliResult b = shardfuse_env(fake_env(t / "log3"), "exec " + dir + " --device cuda --rank 0 --rendezvous " +
+                                                        (t / "rv2") + " --save-outputs " + (t / "o"));
+  EXPECT_EQ(b.code, 1);
+  EXPECT_NE(b.out.find("--save-outputs needs every rank's outputs"), std::string::npos) << b.out;
+}
+
 TEST(RunFakeDriver, RunCompilesForTheDevicesArchAndLaunches) {
   TempDir t;
   const std::string log = t / "log";

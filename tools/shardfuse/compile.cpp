@@ -17,6 +17,7 @@ struct CompileCliOptions {
   std::string arch = "sm_90a";
   std::string out;
   bool no_fuse = false;
+  bool no_reorder = false;
   DecomposeCliOptions decompose;
   bool no_ptxas = false;
   std::string dump_after;
@@ -36,6 +37,7 @@ int compile(const CompileCliOptions& o) {
   co.arch = o.arch;
   co.run_ptxas = !o.no_ptxas;
   co.pipeline.fuse = !o.no_fuse;
+  co.pipeline.reorder = !o.no_reorder;
   co.pipeline.decompose.mode = decompose_mode(o.decompose);
   if (o.autotune) {
     // Tuning for a GPU measures on it: the GPU must be here and be `--arch`.
@@ -101,6 +103,8 @@ void add_compile(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}));
   cmd->add_option("-o,--output", o->out, "the Plan directory (replaced atomically if it exists)")->required();
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  cmd->add_flag("--no-reorder", o->no_reorder,
+                "collectives where lowering put them, each waited for at once (no raise/sink): the serial schedule");
   add_decompose_options(cmd, o->decompose);
   cmd->add_option("--dump-after", o->dump_after,
                   "also print the IR after these stages (rank 0): all, or a comma list of parse, propagate, lower, "

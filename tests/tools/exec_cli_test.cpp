@@ -458,6 +458,24 @@ TEST(ExecFakeNccl, TraceTimesCollectivesOnTheCommTrack) {
   EXPECT_EQ(per_rank.size(), 4u) << j.dump();
 }
 
+TEST(ExecFakeNccl, NcclMaxCtasReachesEveryCommunicator) {
+  TempDir t;
+  const std::string dir = compile_to(t, example("fsdp_tp_2d.sf"), "p");  // dp=2 tp=2: two communicators a rank
+  const std::string log = t / "log";
+  CliResult r = shardfuse_env(nccl_env(log), "exec " + dir + " --device cuda --collectives nccl --nccl-max-ctas 4");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::istringstream in(read_text(log));
+  std::string line;
+  int inits = 0, capped = 0;
+  while (std::getline(in, line))
+    if (line.rfind("nccl init ", 0) == 0) {
+      ++inits;
+      capped += line.find(" max_ctas=4") != std::string::npos;
+    }
+  EXPECT_EQ(inits, 8) << "a communicator per mesh dim for each of 4 ranks\n" << read_text(log);
+  EXPECT_EQ(capped, inits);
+}
+
 TEST(ExecFakeNccl, AskingForNcclWithTooFewGpusSaysSo) {
   TempDir t;
   const std::string dir = compile_to(t, example("tp_mlp.sf"), "p");

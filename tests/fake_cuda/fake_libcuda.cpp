@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/fake_cuda/fake_log.h"
 #include "runtime/cuda_driver.h"
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
@@ -173,35 +174,6 @@ State& state() {
 thread_local uintptr_t tls_ctx = 0;  // the calling thread's current context
 
 const char* kCubinMagic = "SF-FAKE-CUBIN\n";
-
-template <class H>
-H handle(uint64_t id) {
-  return reinterpret_cast<H>(static_cast<uintptr_t>(id));
-}
-template <class H>
-uint64_t id_of(H h) {
-  return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(h));
-}
-
-// --- logging ----------------------------------------------------------------------------
-
-// One line to $FAKE_CUDA_LOG (read on every call, so a test can point it at a new
-// file); the file is opened for appending and closed again, which flushes it.
-void log_line(const std::string& line) {
-  const char* path = std::getenv("FAKE_CUDA_LOG");
-  if (!path || !*path) return;
-  if (FILE* f = std::fopen(path, "a")) {
-    std::fputs(line.c_str(), f);
-    std::fputc('\n', f);
-    std::fclose(f);
-  }
-}
-
-std::string hex(uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%" PRIx64, v);
-  return b;
-}
 
 const char* error_name(CUresult r);
 

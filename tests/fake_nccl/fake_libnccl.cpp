@@ -35,6 +35,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tests/fake_cuda/fake_log.h"
 #include "runtime/nccl.h"
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
@@ -169,35 +170,6 @@ thread_local int tls_depth = 0;
 thread_local std::vector<Pending> tls_group;
 thread_local ncclResult_t tls_group_error = ncclSuccess;
 thread_local std::string tls_group_why;
-
-template <class H>
-H handle(uint64_t id) {
-  return reinterpret_cast<H>(static_cast<uintptr_t>(id));
-}
-template <class H>
-uint64_t id_of(H h) {
-  return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(h));
-}
-
-// --- logging ----------------------------------------------------------------------------
-
-// One line to $FAKE_CUDA_LOG (the fake driver's log: one file shows both in call
-// order), opened for appending and closed again per line, as fake_libcuda.cpp does.
-void log_line(const std::string& line) {
-  const char* path = std::getenv("FAKE_CUDA_LOG");
-  if (!path || !*path) return;
-  if (FILE* f = std::fopen(path, "a")) {
-    std::fputs(line.c_str(), f);
-    std::fputc('\n', f);
-    std::fclose(f);
-  }
-}
-
-std::string hex(uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%" PRIx64, v);
-  return b;
-}
 
 const char* result_name(ncclResult_t r) {
   switch (r) {

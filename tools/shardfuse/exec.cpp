@@ -186,6 +186,25 @@ void add_gpu_comm_options(CLI::App* cmd, GpuCommOptions& o) {
 
 namespace {
 
+// The run options the command line gives, for `gpus` GPUs and collectives `how`;
+// with --trace, `trace` receives the events.
+GpuRunOptions run_options(const GpuCliOptions& o, int gpus, GpuCollectives how, TraceWriter& trace,
+                          const std::string& graph) {
+  GpuRunOptions ro;
+  ro.gpus = gpus;
+  ro.collectives = how;
+  ro.nccl.max_ctas = o.comm.nccl_max_ctas;
+  ro.cuda_graph = o.cuda_graph;
+  ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  if (!o.trace_file.empty()) {
+    ro.trace = &trace;
+    trace.set_metadata("graph", graph);
+    trace.set_metadata("cuda_graph", o.cuda_graph);
+    trace.set_metadata("collectives", how == GpuCollectives::Nccl ? "nccl" : "host");
+  }
+  return ro;
+}
+
 // One rank of a multi-process run on this process's GPU. With --check, the rank
 // compares its own local outputs with its shard of the reference result.
 int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions& o) {
@@ -205,22 +224,14 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
     std::cerr << "error: " << count.error().message << "\n";
     return 1;
   }
-  GpuRunOptions ro;
-  ro.gpus = o.comm.gpus > 0 ? std::min(o.comm.gpus, *count) : *count;
   // A process drives one GPU, so NCCL's GPU per rank is the launcher's to keep
   // (one process per GPU of each machine): auto trusts it.
-  ro.collectives = o.comm.collectives == "host" || (o.comm.collectives == "auto" && !nccl::library().ok())
-                       ? GpuCollectives::Host
-                       : GpuCollectives::Nccl;
-  ro.nccl.max_ctas = o.comm.nccl_max_ctas;
-  ro.cuda_graph = o.cuda_graph;
-  ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  const GpuCollectives how =
+      o.comm.collectives == "host" || (o.comm.collectives == "auto" && !nccl::library().ok()) ? GpuCollectives::Host
+                                                                                             : GpuCollectives::Nccl;
   TraceWriter trace;
-  if (!o.trace_file.empty()) {
-    ro.trace = &trace;
-    trace.set_metadata("graph", g.name());
-    trace.set_metadata("rank", rank);
-  }
+  GpuRunOptions ro = run_options(o, o.comm.gpus > 0 ? std::min(o.comm.gpus, *count) : *count, how, trace, g.name());
+  if (ro.trace) trace.set_metadata("rank", rank);
   ShardingPlan sharding = propagate(g, mesh);
   std::optional<std::vector<Tensor>> inputs = load_inputs(g, o.inputs_dir, o.seed);
   if (!inputs) return 1;
@@ -279,20 +290,9 @@ int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o)
   std::optional<std::vector<Tensor>> inputs = load_inputs(g, o.inputs_dir, o.seed);
   if (!inputs) return 1;
   std::vector<std::vector<Tensor>> local = shard_inputs(g, sharding, mesh, *inputs);
-  GpuRunOptions ro;
-  ro.gpus = comm->first;
-  ro.collectives = comm->second;
-  ro.nccl.max_ctas = o.comm.nccl_max_ctas;
-  ro.cuda_graph = o.cuda_graph;
-  ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   TraceWriter trace;
-  if (!o.trace_file.empty()) {
-    ro.trace = &trace;
-    trace.set_metadata("graph", g.name());
-    trace.set_metadata("command", src.dir.empty() ? "run --device cuda" : "exec " + src.dir);
-    trace.set_metadata("cuda_graph", o.cuda_graph);
-    trace.set_metadata("collectives", comm->second == GpuCollectives::Nccl ? "nccl" : "host");
-  }
+  GpuRunOptions ro = run_options(o, comm->first, comm->second, trace, g.name());
+  if (ro.trace) trace.set_metadata("command", src.dir.empty() ? "run --device cuda" : "exec " + src.dir);
   GpuRunStats stats;
   Result<std::vector<std::vector<Tensor>>> out = run_plan_on_gpu(src, local, ro, &stats);
   if (!o.trace_file.empty()) {

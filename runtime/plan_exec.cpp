@@ -106,6 +106,27 @@ std::vector<int64_t> prefix_sums(const std::vector<int64_t>& v) {
   return p;
 }
 
+// The scratch bytes (per slot) GpuRank::enqueue_collective packs and unpacks
+// through for collective `s` over n members, from `in` to `out`: allocated before
+// the first collective is enqueued, since allocating (and above all freeing, which
+// the allocator does when memory runs short) while NCCL kernels wait for peers can
+// stall them.
+std::vector<size_t> scratch_bytes(const PlanStep& s, const PlanBuffer& in, const PlanBuffer& out, int n) {
+  const size_t es = static_cast<size_t>(dtype_size(in.dtype));
+  auto outer = [](const Shape& sh, int dim) { return dim < 0 ? 1 : prod(sh, 0, static_cast<size_t>(dim)); };
+  if (s.op == "all_gather" && outer(out.shape, s.dim) > 1) return {static_cast<size_t>(numel(out.shape)) * es};
+  if (s.op == "reduce_scatter" && !s.sizes.empty() && s.dim >= 0 && s.dim < static_cast<int>(in.shape.size())) {
+    const int64_t most = *std::max_element(s.sizes.begin(), s.sizes.end());
+    const size_t block = static_cast<size_t>(outer(in.shape, s.dim) * most *
+                                             prod(in.shape, static_cast<size_t>(s.dim) + 1, in.shape.size())) * es;
+    return {static_cast<size_t>(n) * block, block};
+  }
+  if (s.op == "all_to_all")
+    return {outer(in.shape, s.dim) > 1 ? static_cast<size_t>(numel(in.shape)) * es : 0,
+            outer(out.shape, s.dim2) > 1 ? static_cast<size_t>(numel(out.shape)) * es : 0};
+  return {};
+}
+
 }  // namespace
 
 Result<PlanSource> read_plan_dir(const std::string& dir) {
@@ -246,6 +267,18 @@ std::optional<Diag> GpuRank::use_nccl(std::vector<std::unique_ptr<nccl::NcclComm
   if (!cs) return cs.error();
   comm_stream_ = std::move(cs).value();
   nccl_ops_ = std::move(ops);
+  for (auto& [i, op] : nccl_ops_) {
+    const PlanStep& s = rank_->steps[i];
+    std::optional<int> dim = plan_->mesh().find(s.mesh_dim);
+    if (!dim || *dim >= static_cast<int>(comms.size())) continue;  // reported when the step runs
+    const std::vector<size_t> need =
+        scratch_bytes(s, rank_->buffers[static_cast<size_t>(s.in.at(0))], rank_->buffers[static_cast<size_t>(op.out)],
+                      comms[static_cast<size_t>(*dim)]->size());
+    for (size_t slot = 0; slot < need.size(); ++slot)
+      if (need[slot] > 0)
+        if (Result<CUdeviceptr> p = scratch(op, slot, need[slot]); !p)
+          return Diag{"", {}, step_name(*rank_, i) + ": scratch space: " + p.error().message};
+  }
   start_of_ = std::move(start_of);
   nccl_ = std::move(comms);
   return std::nullopt;
@@ -444,8 +477,9 @@ std::optional<Diag> GpuRank::timed(const std::string& name, nlohmann::json args,
 // --- collectives through NCCL ------------------------------------------------------------
 
 Result<CUdeviceptr> GpuRank::scratch(NcclOp& op, size_t slot, size_t bytes) {
-  // Allocated at the first run and kept: it is only touched on the comm stream, in
-  // stream order, so later runs reuse it safely.
+  // Allocated by use_nccl() (scratch_bytes()) and kept: it is only touched on the
+  // comm stream, in stream order, so every run reuses it safely. Growing it here is
+  // a fallback that scratch_bytes() makes unneeded.
   if (op.scratch.size() <= slot) op.scratch.resize(slot + 1);
   cuda::Buffer& b = op.scratch[slot];
   if (b.bytes() < bytes) {

@@ -10,6 +10,9 @@
 // name the fakes, FAKE_CUDA_DEVICES=4.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
+#include <barrier>
 #include <chrono>
 #include <cstdlib>
 #include <numeric>
@@ -18,6 +21,7 @@
 
 #include "codegen/dist/host_collectives.h"
 #include "codegen/dist/shard.h"
+#include "runtime/agree.h"
 #include "runtime/plan_exec.h"
 
 namespace sf {
@@ -259,6 +263,54 @@ TEST(PlanNcclFake, ConcatJoinsPartsAlongAnInnerDim) {
     const Tensor& got = (*out)[static_cast<size_t>(r)][0];
     for (int64_t i = 0; i < want.numel(); ++i) ASSERT_EQ(got.get(i), want.get(i)) << "rank " << r << " element " << i;
   }
+}
+
+// The fake driver's counters (tests/fake_cuda/README.md, "Test hooks").
+long long fake_stat(const char* name) {
+  void* h = ::dlopen(FAKE_CUDA_LIB, RTLD_NOW | RTLD_NOLOAD);
+  auto* fn = h ? reinterpret_cast<long long (*)(const char*)>(::dlsym(h, "fake_cuda_stat")) : nullptr;
+  return fn ? fn(name) : -2;
+}
+
+TEST(PlanNcclFake, ScratchIsAllocatedBeforeAnyCollectiveRuns) {
+  // An uneven reduce-scatter along an inner dim packs through two scratch buffers.
+  OneStep c = mk("reduce_scatter", {{3, 6, 2}, {3, 6, 2}}, {{3, 4, 2}, {3, 2, 2}}, 1, 0, {4, 2});
+  c.reduce_op = "sum";
+  const PlanSource src = plan_of(c);
+  const std::vector<std::vector<Tensor>> in = inputs_of(c);
+  GpuRunOptions opts = nccl_options();
+  std::vector<std::shared_ptr<GpuPlan>> loaded;
+  for (int g = 0; g < 2; ++g) {
+    Result<std::shared_ptr<cuda::Context>> ctx = cuda::Context::primary(g);
+    ASSERT_TRUE(ctx.ok()) << ctx.error().str();
+    Result<std::shared_ptr<GpuPlan>> p = GpuPlan::load(*ctx, src);
+    ASSERT_TRUE(p.ok()) << p.error().str();
+    loaded.push_back(*p);
+  }
+  std::barrier sync(2);
+  long long before = -1, after = -1;
+  std::optional<Diag> failed =
+      on_rank_threads(DeviceMesh(loaded[0]->mesh()), opts.timeout, [&](Comm& comm) -> std::optional<Diag> {
+        const int r = comm.rank();
+        Result<std::unique_ptr<GpuRank>> rank = GpuRank::create(loaded[static_cast<size_t>(r)], r, opts);
+        if (!rank) return rank.error();
+        Result<std::unique_ptr<nccl::NcclComm>> nc = nccl::NcclComm::create(comm, 0, r, opts.nccl);
+        if (!nc) return nc.error();
+        std::vector<std::unique_ptr<nccl::NcclComm>> comms;
+        comms.push_back(std::move(nc).value());
+        if (auto e = (*rank)->use_nccl(std::move(comms))) return e;
+        if (auto e = (*rank)->upload_inputs(in[static_cast<size_t>(r)])) return e;
+        sync.arrive_and_wait();
+        if (r == 0) before = fake_stat("mem_alloc_calls");
+        sync.arrive_and_wait();
+        if (auto e = (*rank)->run(&comm)) return e;
+        sync.arrive_and_wait();
+        if (r == 0) after = fake_stat("mem_alloc_calls");
+        return std::nullopt;
+      });
+  ASSERT_FALSE(failed) << failed->str();
+  ASSERT_GE(before, 0);
+  EXPECT_EQ(after, before) << "the run allocated device memory";
 }
 
 TEST(PlanNcclFake, NcclNeedsAGpuPerRank) {

@@ -187,6 +187,8 @@ Result<std::shared_ptr<GpuPlan>> GpuPlan::load(std::shared_ptr<cuda::Context> ct
     l.dims.block = k.block;
     l.dims.shared_bytes = k.shared_bytes;
     l.zero_outputs = k.zero_outputs;
+    l.flops = k.flops;
+    l.bytes = k.bytes_read + k.bytes_written;
     p->kernels_.emplace(k.id, l);
   }
   return p;
@@ -681,7 +683,9 @@ std::optional<Diag> GpuRank::run_segment(size_t begin, size_t end) {
       const PlanStep& st = rank_->steps[i];
       std::optional<Diag> e;
       if (per_kernel && st.op == "kernel") {
-        e = timed(st.kernel, {{"step", i}, {"kind", "kernel"}}, [&] { return local_step(st); });
+        const GpuPlan::Loaded& k = plan_->kernel(st.kernel);
+        e = timed(st.kernel, {{"step", i}, {"kind", "kernel"}, {"flops", k.flops}, {"bytes", k.bytes}},
+                  [&] { return local_step(st); });
       } else {
         e = local_step(st);
       }

@@ -81,6 +81,7 @@ class GpuPlan {
     CUfunction fn{};
     cuda::LaunchDims dims;
     bool zero_outputs = false;
+    int64_t flops = 0, bytes = 0;  // the Plan's counts (bytes read + written), for traces
   };
   const Loaded& kernel(const std::string& id) const { return kernels_.at(id); }
 

@@ -449,13 +449,24 @@ TEST(ExecFakeNccl, TraceTimesCollectivesOnTheCommTrack) {
   ASSERT_EQ(r.code, 0) << r.out;
   nlohmann::json j = nlohmann::json::parse(read_text(trace));
   std::map<int, int> per_rank;
-  for (const auto& e : j["traceEvents"])
+  int kernels = 0, with_flops = 0;
+  for (const auto& e : j["traceEvents"]) {
     if (e.value("ph", "") == "X" && e.value("cat", "") == "collective") {
       EXPECT_EQ(e["tid"], 1) << "on the comm track: " << e.dump();
       EXPECT_EQ(e["args"].value("via", ""), "nccl") << e.dump();
+      EXPECT_GT(e["args"].value("bytes", 0), 0) << e.dump();
       ++per_rank[e["pid"].get<int>()];
     }
+    if (e.value("ph", "") == "X" && e.value("cat", "") == "kernel") {
+      ++kernels;
+      EXPECT_EQ(e["tid"], 0) << "on the compute track: " << e.dump();
+      EXPECT_GT(e["args"].value("bytes", 0), 0) << e.dump();
+      with_flops += e["args"].value("flops", 0) > 0;
+    }
+  }
   EXPECT_EQ(per_rank.size(), 4u) << j.dump();
+  EXPECT_EQ(kernels, static_cast<int>(planned(read_plan(dir)).size())) << "every kernel of every rank, timed";
+  EXPECT_GT(with_flops, 0) << "the matmuls count their FLOPs";
 }
 
 TEST(ExecFakeNccl, NcclMaxCtasReachesEveryCommunicator) {

@@ -117,9 +117,12 @@ std::vector<size_t> scratch_bytes(const PlanStep& s, const PlanBuffer& in, const
   if (s.op == "all_gather" && outer(out.shape, s.dim) > 1) return {static_cast<size_t>(numel(out.shape)) * es};
   if (s.op == "reduce_scatter" && !s.sizes.empty() && s.dim >= 0 && s.dim < static_cast<int>(in.shape.size())) {
     const int64_t most = *std::max_element(s.sizes.begin(), s.sizes.end());
+    const bool even = std::all_of(s.sizes.begin(), s.sizes.end(), [&](int64_t x) { return x == most; });
     const size_t block = static_cast<size_t>(outer(in.shape, s.dim) * most *
                                              prod(in.shape, static_cast<size_t>(s.dim) + 1, in.shape.size())) * es;
-    return {static_cast<size_t>(n) * block, block};
+    if (even && outer(in.shape, s.dim) == 1) return {};  // straight from the input into the output
+    if (even) return {static_cast<size_t>(n) * block};  // packed, reduced into the output
+    return {static_cast<size_t>(n) * block, block};     // packed and padded, reduced, trimmed
   }
   if (s.op == "all_to_all")
     return {outer(in.shape, s.dim) > 1 ? static_cast<size_t>(numel(in.shape)) * es : 0,

@@ -272,45 +272,70 @@ long long fake_stat(const char* name) {
   return fn ? fn(name) : -2;
 }
 
-TEST(PlanNcclFake, ScratchIsAllocatedBeforeAnyCollectiveRuns) {
-  // An uneven reduce-scatter along an inner dim packs through two scratch buffers.
-  OneStep c = mk("reduce_scatter", {{3, 6, 2}, {3, 6, 2}}, {{3, 4, 2}, {3, 2, 2}}, 1, 0, {4, 2});
-  c.reduce_op = "sum";
+// Runs `c` with its ranks as threads; the fake driver's allocation count just
+// before and just after the run (every rank has taken its communicators by then).
+std::pair<long long, long long> allocations_around_run(const OneStep& c) {
   const PlanSource src = plan_of(c);
   const std::vector<std::vector<Tensor>> in = inputs_of(c);
+  const int n = static_cast<int>(c.in.size());
   GpuRunOptions opts = nccl_options();
   std::vector<std::shared_ptr<GpuPlan>> loaded;
-  for (int g = 0; g < 2; ++g) {
+  for (int g = 0; g < n; ++g) {
     Result<std::shared_ptr<cuda::Context>> ctx = cuda::Context::primary(g);
-    ASSERT_TRUE(ctx.ok()) << ctx.error().str();
-    Result<std::shared_ptr<GpuPlan>> p = GpuPlan::load(*ctx, src);
-    ASSERT_TRUE(p.ok()) << p.error().str();
+    Result<std::shared_ptr<GpuPlan>> p = ctx ? GpuPlan::load(*ctx, src) : Result<std::shared_ptr<GpuPlan>>(ctx.error());
+    EXPECT_TRUE(p.ok()) << p.error().str();
+    if (!p) return {-1, -1};
     loaded.push_back(*p);
   }
-  std::barrier sync(2);
+  std::barrier sync(n);
   long long before = -1, after = -1;
   std::optional<Diag> failed =
       on_rank_threads(DeviceMesh(loaded[0]->mesh()), opts.timeout, [&](Comm& comm) -> std::optional<Diag> {
         const int r = comm.rank();
+        std::optional<Diag> err;
         Result<std::unique_ptr<GpuRank>> rank = GpuRank::create(loaded[static_cast<size_t>(r)], r, opts);
-        if (!rank) return rank.error();
         Result<std::unique_ptr<nccl::NcclComm>> nc = nccl::NcclComm::create(comm, 0, r, opts.nccl);
-        if (!nc) return nc.error();
-        std::vector<std::unique_ptr<nccl::NcclComm>> comms;
-        comms.push_back(std::move(nc).value());
-        if (auto e = (*rank)->use_nccl(std::move(comms))) return e;
-        if (auto e = (*rank)->upload_inputs(in[static_cast<size_t>(r)])) return e;
+        if (!rank) err = rank.error();
+        else if (!nc) err = nc.error();
+        if (!err) {
+          std::vector<std::unique_ptr<nccl::NcclComm>> comms;
+          comms.push_back(std::move(nc).value());
+          err = (*rank)->use_nccl(std::move(comms));
+        }
+        if (!err) err = (*rank)->upload_inputs(in[static_cast<size_t>(r)]);
+        // Every rank meets every barrier, failed or not.
         sync.arrive_and_wait();
         if (r == 0) before = fake_stat("mem_alloc_calls");
         sync.arrive_and_wait();
-        if (auto e = (*rank)->run(&comm)) return e;
+        if (!err) err = (*rank)->run(&comm);
         sync.arrive_and_wait();
         if (r == 0) after = fake_stat("mem_alloc_calls");
-        return std::nullopt;
+        return err;
       });
-  ASSERT_FALSE(failed) << failed->str();
-  ASSERT_GE(before, 0);
-  EXPECT_EQ(after, before) << "the run allocated device memory";
+  EXPECT_FALSE(failed) << failed->str();
+  return {before, after};
+}
+
+TEST(PlanNcclFake, ScratchIsAllocatedBeforeAnyCollectiveRuns) {
+  std::vector<OneStep> cases = {
+      // uneven along an inner dim: packed and padded, then trimmed (two scratch buffers)
+      mk("reduce_scatter", {{3, 6, 2}, {3, 6, 2}}, {{3, 4, 2}, {3, 2, 2}}, 1, 0, {4, 2}),
+      // even along an inner dim: packed (one)
+      mk("reduce_scatter", {{3, 4, 2}, {3, 4, 2}}, {{3, 2, 2}, {3, 2, 2}}, 1, 0, {2, 2}),
+      // gathered along an inner dim, uneven: unpacked
+      mk("all_gather", {{4, 3, 2}, {4, 1, 2}}, {{4, 4, 2}, {4, 4, 2}}, 1, 0, {3, 1}),
+      // columns to rows: packed on the way out
+      mk("all_to_all", {{6, 2}, {6, 2}, {6, 1}}, {{3, 5}, {2, 5}, {1, 5}}, 0, 1, {3, 2, 1}, {2, 2, 1}),
+      // rows to columns: unpacked on the way in
+      mk("all_to_all", {{2, 5}, {2, 5}, {1, 5}}, {{5, 2}, {5, 2}, {5, 1}}, 1, 0, {2, 2, 1}, {2, 2, 1}),
+  };
+  for (OneStep& c : cases) {
+    SCOPED_TRACE(c.op + " along dim " + std::to_string(c.dim));
+    c.reduce_op = "sum";
+    auto [before, after] = allocations_around_run(c);
+    ASSERT_GE(before, 0);
+    EXPECT_EQ(after, before) << "the run allocated device memory";
+  }
 }
 
 TEST(PlanNcclFake, NcclNeedsAGpuPerRank) {

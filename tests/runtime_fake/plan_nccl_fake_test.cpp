@@ -10,8 +10,6 @@
 // name the fakes, FAKE_CUDA_DEVICES=4.
 #include <gtest/gtest.h>
 
-#include <dlfcn.h>
-
 #include <barrier>
 #include <chrono>
 #include <cstdlib>
@@ -265,15 +263,9 @@ TEST(PlanNcclFake, ConcatJoinsPartsAlongAnInnerDim) {
   }
 }
 
-// The fake driver's counters (tests/fake_cuda/README.md, "Test hooks").
-long long fake_stat(const char* name) {
-  void* h = ::dlopen(FAKE_CUDA_LIB, RTLD_NOW | RTLD_NOLOAD);
-  auto* fn = h ? reinterpret_cast<long long (*)(const char*)>(::dlsym(h, "fake_cuda_stat")) : nullptr;
-  return fn ? fn(name) : -2;
-}
-
-// Runs `c` with its ranks as threads; the fake driver's allocation count just
-// before and just after the run (every rank has taken its communicators by then).
+// Runs `c` with its ranks as threads; how many device allocations (from the
+// driver or the allocator's cache) the ranks made just before and just after the
+// run (every rank has taken its communicators by then).
 std::pair<long long, long long> allocations_around_run(const OneStep& c) {
   const PlanSource src = plan_of(c);
   const std::vector<std::vector<Tensor>> in = inputs_of(c);
@@ -288,6 +280,14 @@ std::pair<long long, long long> allocations_around_run(const OneStep& c) {
     loaded.push_back(*p);
   }
   std::barrier sync(n);
+  auto allocations = [&] {
+    long long a = 0;
+    for (const auto& p : loaded) {
+      const cuda::DeviceAllocator::Stats st = p->context().allocator().stats();
+      a += st.driver_allocs + st.cache_hits;
+    }
+    return a;
+  };
   long long before = -1, after = -1;
   std::optional<Diag> failed =
       on_rank_threads(DeviceMesh(loaded[0]->mesh()), opts.timeout, [&](Comm& comm) -> std::optional<Diag> {
@@ -305,11 +305,11 @@ std::pair<long long, long long> allocations_around_run(const OneStep& c) {
         if (!err) err = (*rank)->upload_inputs(in[static_cast<size_t>(r)]);
         // Every rank meets every barrier, failed or not.
         sync.arrive_and_wait();
-        if (r == 0) before = fake_stat("mem_alloc_calls");
+        if (r == 0) before = allocations();
         sync.arrive_and_wait();
         if (!err) err = (*rank)->run(&comm);
         sync.arrive_and_wait();
-        if (r == 0) after = fake_stat("mem_alloc_calls");
+        if (r == 0) after = allocations();
         return err;
       });
   EXPECT_FALSE(failed) << failed->str();

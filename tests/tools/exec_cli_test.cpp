@@ -353,6 +353,12 @@ TEST(RunFakeDriver, RunCompilesForTheDevicesArchAndLaunches) {
   CliResult c = shardfuse_env(fake_env(t / "log2"), "run " + example("tp_mlp.sf") + " --device cuda --check");
   EXPECT_EQ(c.code, 1) << c.out;
   EXPECT_NE(c.out.find("MISMATCH"), std::string::npos) << c.out;
+  // One process of a multi-process run (here a world of one).
+  CliResult p = shardfuse_env(fake_env(t / "log3"), "run " + example("tp_mlp.sf") +
+                                                        " --world 1 --device cuda --rank 0 --rendezvous " + (t / "rv"));
+  EXPECT_EQ(p.code, 0) << p.out;
+  EXPECT_NE(p.out.find("rank 0 of 1 as a process on GPU 0"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("collectives: host-staged"), std::string::npos) << p.out;
 }
 #endif
 

@@ -225,10 +225,11 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
     return 1;
   }
   // A process drives one GPU, so NCCL's GPU per rank is the launcher's to keep
-  // (one process per GPU of each machine): auto trusts it.
-  const GpuCollectives how =
-      o.comm.collectives == "host" || (o.comm.collectives == "auto" && !nccl::library().ok()) ? GpuCollectives::Host
-                                                                                             : GpuCollectives::Nccl;
+  // (one process per GPU of each machine): auto trusts it, for a world of 2 or more.
+  const bool auto_nccl = mesh.world() > 1 && nccl::library().ok();
+  const GpuCollectives how = o.comm.collectives == "nccl" || (o.comm.collectives == "auto" && auto_nccl)
+                                 ? GpuCollectives::Nccl
+                                 : GpuCollectives::Host;
   TraceWriter trace;
   GpuRunOptions ro = run_options(o, o.comm.gpus > 0 ? std::min(o.comm.gpus, *count) : *count, how, trace, g.name());
   if (ro.trace) trace.set_metadata("rank", rank);

@@ -91,7 +91,9 @@ std::optional<Diag> on_rank_threads(const DeviceMesh& mesh, std::chrono::millise
       std::optional<Diag> d = c ? fn(**c) : std::optional<Diag>(c.error());
       if (d) {
         std::lock_guard<std::mutex> lock(mu);
-        if (!first) first = *d;
+        // The first root cause: a rank that only saw another's abort (from_peer)
+        // may finish before the rank that failed, and must not hide its reason.
+        if (!first || (first->from_peer && !d->from_peer)) first = *d;
       }
       if (d && c) (*c)->abort(d->message);
       if (c) comms[static_cast<size_t>(r)] = std::move(c).value();  // destroyed after every rank is done

@@ -25,7 +25,8 @@ Result<std::vector<std::string>> all_gather_text(Comm& comm, const std::string& 
 
 // Runs fn(comm) on every rank of `mesh` as a thread of this process, each with a
 // Comm meeting in-process. A rank whose fn returns a Diag aborts the others; the
-// first Diag is returned.
+// first Diag is returned, preferring one that is not `from_peer` (a rank that
+// only saw another rank's abort), so the root cause is what the caller reports.
 std::optional<Diag> on_rank_threads(const DeviceMesh& mesh, std::chrono::milliseconds timeout,
                                     const std::function<std::optional<Diag>(Comm&)>& fn);
 

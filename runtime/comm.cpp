@@ -57,6 +57,12 @@ using std::chrono::milliseconds;
 namespace {
 
 Diag diag(std::string msg) { return Diag{"", {}, std::move(msg)}; }
+// An error that only reports another rank's abort (see Diag::from_peer).
+Diag peer_diag(std::string msg) {
+  Diag d = diag(std::move(msg));
+  d.from_peer = true;
+  return d;
+}
 
 std::string duration_str(milliseconds d) {
   if (d.count() % 1000 == 0) return std::to_string(d.count() / 1000) + " s";
@@ -682,7 +688,7 @@ struct Comm::Impl {
       }
     }
     cv.notify_all();
-    for (auto& st : pending) st->complete(diag(st->label + " aborted: " + why));
+    for (auto& st : pending) st->complete(peer_diag(st->label + " aborted: " + why));
     // Reset every connection so that peers in other processes fail at once too
     // (in-process peers are aborted by the rendezvous anyway).
     for (Group& g : groups) close_connections(g);
@@ -710,7 +716,7 @@ struct Comm::Impl {
     if (aborted) {
       std::string why = *aborted;
       lock.unlock();
-      op.st->complete(diag(op.st->label + " aborted: " + why));
+      op.st->complete(peer_diag(op.st->label + " aborted: " + why));
       return w;
     }
     queue.push_back(std::move(op));
@@ -749,7 +755,7 @@ struct Comm::Impl {
 
   Result<Tensor> run(Op& op) {
     const std::string& label = op.st->label;
-    if (auto why = abort_reason()) return diag(label + " aborted: " + *why);
+    if (auto why = abort_reason()) return peer_diag(label + " aborted: " + *why);
     Group& g = groups[static_cast<size_t>(op.group)];
     if (g.broken) return diag(label + " failed: the group is unusable after an earlier failure (" + *g.broken + ")");
     if (op.invalid) {
@@ -787,7 +793,7 @@ struct Comm::Impl {
     // heard of it, and DIR/sf-abort says why.
     if (auto why = rv->aborted()) {
       rv->abort(*why);  // fail this process's queued ops too
-      return diag(label + " aborted: " + *why);
+      return peer_diag(label + " aborted: " + *why);
     }
     std::string msg;
     if (disagreement) {
@@ -1295,7 +1301,7 @@ Result<std::unique_ptr<Comm>> Comm::create(std::shared_ptr<Rendezvous> rendezvou
     std::sort(sorted.begin(), sorted.end());
     if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return diag(who + gs + " repeats a rank");
   }
-  if (auto why = rv->aborted()) return diag(who + "connecting aborted: " + *why);
+  if (auto why = rv->aborted()) return peer_diag(who + "connecting aborted: " + *why);
 
   auto impl = std::make_unique<Impl>();
   impl->rv = rv;
@@ -1340,7 +1346,7 @@ Result<std::unique_ptr<Comm>> Comm::create(std::shared_ptr<Rendezvous> rendezvou
       } catch (const std::exception& e) {
         std::string what = clean_gloo_message(e.what());
         auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
-        if (auto why = rv->aborted()) return diag(who + "connecting " + gs + " aborted: " + *why);
+        if (auto why = rv->aborted()) return peer_diag(who + "connecting " + gs + " aborted: " + *why);
         if (gloo_timed_out(what) || elapsed >= opts.timeout)
           return diag(who + "connecting " + gs + " timed out after " + duration_str(opts.timeout) +
                       " (not every member called Comm::create with this group)");

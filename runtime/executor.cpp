@@ -12,9 +12,11 @@ namespace sf {
 
 namespace {
 
-Diag at_step(const LocalProgram& p, size_t i, const DeviceMesh& mesh, const std::string& what) {
-  return Diag{"", {}, "rank " + std::to_string(p.rank) + ", step " + std::to_string(i) + " (" +
-                          step_line(p, p.steps[i], mesh) + "): " + what};
+Diag at_step(const LocalProgram& p, size_t i, const DeviceMesh& mesh, const std::string& what, bool from_peer = false) {
+  Diag d{"", {}, "rank " + std::to_string(p.rank) + ", step " + std::to_string(i) + " (" +
+                     step_line(p, p.steps[i], mesh) + "): " + what};
+  d.from_peer = from_peer;
+  return d;
 }
 
 Result<std::vector<Tensor>> execute_on(const LocalProgram& p, Comm& comm, const DeviceMesh& mesh,
@@ -41,7 +43,7 @@ Result<std::vector<Tensor>> execute_on(const LocalProgram& p, Comm& comm, const 
   if (opts.trace) opts.trace->add_rank(p.rank);
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const LocalStep& s = p.steps[i];
-    if (stop.load()) return at_step(p, i, mesh, "aborted because another rank failed");
+    if (stop.load()) return at_step(p, i, mesh, "aborted because another rank failed", true);
     try {
       if (opts.before_step) opts.before_step(p.rank, i, stop);
     } catch (const std::exception& e) {
@@ -102,7 +104,7 @@ Result<std::vector<Tensor>> execute_on(const LocalProgram& p, Comm& comm, const 
         const double t0 = opts.trace ? now_us() : 0;
         Result<Tensor> t = it->second.wait();
         pending.erase(it);
-        if (!t.ok()) return at_step(p, i, mesh, t.error().message);
+        if (!t.ok()) return at_step(p, i, mesh, t.error().message, t.error().from_peer);
         if (opts.trace) {
           const double t1 = now_us();
           const Issued& is = issued[s.handle];
@@ -144,7 +146,9 @@ Result<std::vector<std::vector<Tensor>>> run_ranks_in_threads(const std::vector<
   auto fail = [&](const Diag& d, Comm* comm) {
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (!first_error) first_error = d;
+      // The first root cause: an echo of another rank's abort only stands in
+      // until one arrives (see Diag::from_peer).
+      if (!first_error || (first_error->from_peer && !d.from_peer)) first_error = d;
     }
     if (!aborted.exchange(true) && comm) comm->abort(d.message);
   };

@@ -39,7 +39,8 @@ Result<std::vector<Tensor>> execute(const LocalProgram& p, Comm& comm, const std
 
 // Runs every rank of `mesh` as a thread of this process, meeting through an
 // in-process rendezvous. When one rank fails, the others are aborted at once and
-// the first failure is returned; nothing hangs past the timeout.
+// the first failure is returned (the first that is not an echo of another rank's
+// abort, Diag::from_peer, when there is one); nothing hangs past the timeout.
 Result<std::vector<std::vector<Tensor>>> run_ranks_in_threads(const std::vector<LocalProgram>& programs,
                                                               const DeviceMesh& mesh,
                                                               const std::vector<std::vector<Tensor>>& inputs,

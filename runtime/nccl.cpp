@@ -261,7 +261,7 @@ SplitKey mesh_split_key(const DeviceMesh& mesh, int rank, int dim) {
 
 std::string NcclComm::who() const { return "rank " + std::to_string(group_.rank) + ": "; }
 
-Diag NcclComm::fail(const std::string& what, const std::string& how) {
+Diag NcclComm::fail(const std::string& what, const std::string& how, bool from_peer) {
   std::string msg = who() + what + " over " + group_.str() + " " + how;
   if (comm_) {
     // Stops NCCL's kernels and proxy threads; the peers see ncclRemoteError or
@@ -270,13 +270,22 @@ Diag NcclComm::fail(const std::string& what, const std::string& how) {
     comm_ = nullptr;
     msg += "; the NCCL communicator was aborted";
   }
-  if (!aborted_) aborted_ = msg;
+  if (!aborted_) {
+    aborted_ = msg;
+    aborted_by_peer_ = from_peer;
+  }
   pending_.clear();
-  return diag(msg);
+  Diag d = diag(msg);
+  d.from_peer = from_peer;
+  return d;
 }
 
 std::optional<Diag> NcclComm::usable(const std::string& what) {
-  if (aborted_) return diag(who() + what + " over " + group_.str() + ": the communicator was aborted: " + *aborted_);
+  if (aborted_) {
+    Diag d = diag(who() + what + " over " + group_.str() + ": the communicator was aborted: " + *aborted_);
+    d.from_peer = aborted_by_peer_;
+    return d;
+  }
   if (auto e = ctx_->make_current()) return diag(who() + what + ": " + e->message);
   return std::nullopt;
 }
@@ -294,7 +303,7 @@ std::optional<Diag> NcclComm::settle(ncclResult_t r, const std::string& what, Cl
       return fail(what, "failed: ncclCommGetAsyncError: " + lib_->error(q, comm_));
     r = state;
   }
-  if (r != ncclSuccess) return fail(what, "failed: " + lib_->error(r, comm_));
+  if (r != ncclSuccess) return fail(what, "failed: " + lib_->error(r, comm_), r == ncclRemoteError);
   return std::nullopt;
 }
 
@@ -528,7 +537,8 @@ std::optional<Diag> NcclComm::wait_with_timeout(CUstream stream, milliseconds ti
     ncclResult_t state = ncclSuccess;
     if (ncclResult_t r = lib_->CommGetAsyncError(comm_, &state); r != ncclSuccess)
       return fail(what, "failed: ncclCommGetAsyncError: " + lib_->error(r, comm_) + more());
-    if (state != ncclSuccess && state != ncclInProgress) return fail(what, "failed: " + lib_->error(state, comm_) + more());
+    if (state != ncclSuccess && state != ncclInProgress)
+      return fail(what, "failed: " + lib_->error(state, comm_) + more(), state == ncclRemoteError);
     if (Clock::now() > deadline) return fail(what, "timed out after " + duration_str(timeout) + more());
     backoff.pause();
   }

@@ -269,7 +269,9 @@ class NcclComm {
   std::optional<Diag> settle(ncclResult_t r, const std::string& what,
                              std::chrono::steady_clock::time_point deadline, const std::string& timeout_hint = "");
   std::optional<Diag> enqueued(ncclResult_t r, std::string what);
-  Diag fail(const std::string& what, const std::string& how);
+  // Aborts the communicator and says why. `from_peer`: NCCL answered
+  // ncclRemoteError, i.e. another member failed or aborted first.
+  Diag fail(const std::string& what, const std::string& how, bool from_peer = false);
   std::optional<Diag> grouped(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs, DType dtype,
                               CUstream stream, std::string what);
 
@@ -279,6 +281,7 @@ class NcclComm {
   Group group_;
   Options opts_;
   std::optional<std::string> aborted_;
+  bool aborted_by_peer_ = false;  // aborted_ came from a peer's failure (ncclRemoteError)
   std::vector<std::string> pending_;  // collectives enqueued since the last completed wait
 };
 

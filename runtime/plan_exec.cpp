@@ -692,7 +692,7 @@ std::optional<Diag> GpuRank::run_segment(size_t begin, size_t end) {
       } else {
         e = local_step(st);
       }
-      if (e) return Diag{"", {}, step_name(*rank_, i) + ": " + e->message};
+      if (e) return with_context(step_name(*rank_, i) + ": ", *e);
     }
     return std::nullopt;
   };
@@ -796,7 +796,7 @@ std::optional<Diag> GpuRank::run_steps(Comm* comm) {
         }
       }
     }
-    if (e) return Diag{"", {}, step_name(*rank_, i) + ": " + e->message};
+    if (e) return with_context(step_name(*rank_, i) + ": ", *e);
     ++i;
   }
   return std::nullopt;

@@ -17,9 +17,21 @@ struct Diag {
   std::string file;
   SourceLoc loc;
   std::string message;
+  // Set when the error only reports that another rank failed first (this rank saw
+  // its abort: Gloo's "aborted: why", NCCL's ncclRemoteError). A runner of several
+  // ranks reports a Diag without it ahead of one with it, so the user reads the
+  // root cause (the rank that timed out), not an echo of it.
+  bool from_peer = false;
 
   std::string str() const;
 };
+
+// `d` with `context` put before its message ("rank 0, step 3: "); the rest,
+// from_peer included, is kept.
+inline Diag with_context(const std::string& context, Diag d) {
+  d.message = context + d.message;
+  return d;
+}
 
 // A value or the Diag that says why there is none.
 template <class T>

@@ -512,11 +512,15 @@ TEST(NcclFake, ARankThatNeverPostsTimesOutTheOthers) {
     EXPECT_THAT(d->message, AllOf(HasSubstr("rank " + std::to_string(k) + ": all_reduce of 32 B (f32, sum)"),
                                   AnyOf(HasSubstr("timed out after 300 ms"), HasSubstr("ncclRemoteError"))));
     timed_out += d->message.find("timed out after 300 ms") != std::string::npos;
+    // Only the echo of the other's abort is marked as one, so a runner of several
+    // ranks reports the timeout (on_rank_threads).
+    EXPECT_EQ(d->from_peer, d->message.find("ncclRemoteError") != std::string::npos) << d->message;
     EXPECT_LT(seconds.v[static_cast<size_t>(k)], 3.0) << "rank " << k;
   }
   EXPECT_GE(timed_out, 1);
   ASSERT_TRUE(diags.v[2]) << "rank 2 posted on an aborted communicator and got no error";
   EXPECT_THAT(diags.v[2]->message, AllOf(HasSubstr("ncclRemoteError"), HasSubstr("called ncclCommAbort")));
+  EXPECT_TRUE(diags.v[2]->from_peer) << "an enqueue that met a peer's abort is an echo of that failure";
 }
 
 TEST(NcclFake, AnAbortReleasesBlockedMembers) {

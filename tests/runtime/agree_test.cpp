@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <thread>
 
 namespace sf {
 namespace {
@@ -81,6 +82,40 @@ TEST(Agree, AFailingRankEndsEveryRankWithItsReason) {
   EXPECT_EQ(err->message, "rank 0 could not tune");
   // The peers were aborted, not left to time out.
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15));
+}
+
+TEST(Agree, TheRootCauseIsReportedBeforeAPeersEchoOfIt) {
+  // Rank 1 returns at once with what a rank sees when another aborted (NCCL's
+  // ncclRemoteError); rank 0, the one that failed, returns later, as a rank does
+  // that timed out, aborted, then unwound. The caller must hear rank 0.
+  DeviceMesh mesh = mesh_of({{"tp", 3}});
+  std::optional<Diag> err = on_rank_threads(mesh, std::chrono::seconds(20), [&](Comm& c) -> std::optional<Diag> {
+    if (c.rank() == 1) {
+      Diag echo{"", {}, "rank 1: all_reduce failed: ncclRemoteError"};
+      echo.from_peer = true;
+      return echo;
+    }
+    if (c.rank() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      return Diag{"", {}, "rank 0: all_reduce timed out after 500 ms"};
+    }
+    return std::nullopt;
+  });
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->message, "rank 0: all_reduce timed out after 500 ms");
+  EXPECT_FALSE(err->from_peer);
+}
+
+TEST(Agree, AnEchoIsReportedWhenNoRankSaysMore) {
+  DeviceMesh mesh = mesh_of({{"tp", 2}});
+  std::optional<Diag> err = on_rank_threads(mesh, std::chrono::seconds(20), [&](Comm& c) -> std::optional<Diag> {
+    if (c.rank() != 1) return std::nullopt;
+    Diag echo{"", {}, "rank 1: aborted: rank 7 of another job failed"};
+    echo.from_peer = true;
+    return echo;
+  });
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->message, "rank 1: aborted: rank 7 of another job failed");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "codegen/dist/schedule.h"
 
+#include <algorithm>
 #include <map>
 
 namespace sf {
@@ -10,6 +11,12 @@ namespace sf {
 // out as soon as its operand exists), a ready local step, and only when nothing
 // else can run, the oldest ready Wait. Ties go to the earlier step of the lowered
 // program, so the result is deterministic and the same on every rank.
+//
+// Except for a ring shift's Wait (a decomposed collective matmul): it is sunk to its
+// first user in program order and no further. The decomposition wrote each ring
+// step as [next chunk's matmul, wait, add, next shift]; sinking its waits past the
+// later chunks' matmuls would run every matmul first and then the whole chain of
+// adds and shifts with nothing left to hide them.
 LocalProgram schedule(LocalProgram p) {
   const std::vector<LocalStep>& st = p.steps;
   size_t n = st.size();
@@ -35,6 +42,14 @@ LocalProgram schedule(LocalProgram p) {
       prev_start = i;
     }
   }
+  // Ring waits: the index of their first user in program order (n if none).
+  std::map<size_t, size_t> ring_wait_use;
+  for (size_t i = 0; i < n; ++i) {
+    if (st[i].kind != LocalStep::Kind::Wait || st[start_of.at(st[i].handle)].ring_steps == 0) continue;
+    size_t first = n;
+    for (size_t u : users[i]) first = std::min(first, u);
+    ring_wait_use[i] = first;
+  }
   auto rank_of = [&](size_t i) {
     switch (st[i].kind) {
       case LocalStep::Kind::Start: return 0;
@@ -49,6 +64,12 @@ LocalProgram schedule(LocalProgram p) {
     size_t pick = n;
     for (size_t i = 0; i < n; ++i)
       if (!done[i] && missing[i] == 0 && (pick == n || rank_of(i) < rank_of(pick))) pick = i;
+    if (rank_of(pick) == 1)  // a local step: unless a ring wait's user comes before it
+      for (const auto& [w, use] : ring_wait_use)
+        if (!done[w] && missing[w] == 0 && use < pick) {
+          pick = w;
+          break;
+        }
     done[pick] = true;
     for (size_t u : users[pick]) --missing[u];
     order.push_back(st[pick]);

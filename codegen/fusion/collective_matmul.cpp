@@ -477,6 +477,77 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
   splice(p, drop, m.matmul, std::move(block));
 }
 
+// --- matmul -> all_reduce ----------------------------------------------------------
+
+// An all_reduce(sum) of a matmul's result, which could become a reduce_scatter
+// (decomposed into the matmul's ring) followed by an all_gather.
+struct ArMatch {
+  size_t matmul = 0, start = 0, wait = 0;
+  int dim = 0;  // the dim to scatter and gather: the matmul's output row dim (M)
+};
+
+std::optional<ArMatch> match_all_reduce(const LocalProgram& p, size_t start) {
+  const LocalStep& st = p.steps[start];
+  if (st.op != ReduceOp::Sum) return std::nullopt;
+  const Uses u = uses_of(p);
+  const int v = st.in[0];
+  auto prod = u.producer.find(v);
+  if (prod == u.producer.end() || p.steps[prod->second].kind != LocalStep::Kind::Compute ||
+      p.steps[prod->second].node.op != OpKind::Matmul)
+    return std::nullopt;
+  if (u.outputs.count(v) || u.users.at(v).size() != 1) return std::nullopt;
+  ArMatch m;
+  m.matmul = prod->second;
+  m.start = start;
+  m.wait = wait_of(p, st.handle);
+  if (m.wait >= p.steps.size()) return std::nullopt;
+  const int lr = rank_of(p.types[static_cast<size_t>(p.steps[m.matmul].in[0])]);
+  if (lr < 2) return std::nullopt;
+  // M, the left operand's last row dim, is a row dim whatever the batch dims do.
+  m.dim = rank_of(p.types[static_cast<size_t>(v)]) - 2;
+  return m;
+}
+
+// Replaces the all_reduce by a reduce_scatter along m.dim (torch.chunk's split over
+// the n members) and an all_gather of the reduced chunk back into the all_reduce's
+// result, the identity all_reduce = all_gather o reduce_scatter. Returns the
+// reduce_scatter's start, which stays at m.start.
+size_t split_all_reduce(LocalProgram& p, const ArMatch& m, int pos, int n) {
+  const int out = p.steps[m.wait].out;
+  const TensorType t = p.types[static_cast<size_t>(out)];
+  std::vector<int64_t> sizes;
+  for (int k = 0; k < n; ++k) sizes.push_back(chunk_of(t.shape[static_cast<size_t>(m.dim)], n, k).size);
+  const int chunk = new_value(p, with_extent(t, m.dim, sizes[static_cast<size_t>(pos)]),
+                              p.names[static_cast<size_t>(p.steps[m.start].in[0])] + "_rs");
+  LocalStep& rs = p.steps[m.start];
+  rs.comm = RedistKind::ReduceScatter;
+  rs.dim = m.dim;
+  rs.sizes = sizes;
+  LocalStep ag = rs;
+  ag.comm = RedistKind::AllGather;
+  ag.in = {chunk};
+  ag.handle = p.num_handles++;
+  LocalStep& rw = p.steps[m.wait];
+  rw.out = chunk;
+  rw.comm = RedistKind::ReduceScatter;
+  LocalStep aw = rw;
+  aw.comm = RedistKind::AllGather;
+  aw.handle = ag.handle;
+  aw.out = out;
+  const auto at = p.steps.begin() + static_cast<std::ptrdiff_t>(m.wait + 1);
+  p.steps.insert(at, {std::move(ag), std::move(aw)});
+  return m.start;
+}
+
+// The estimated time of matmul -> reduce_scatter as a ring of n per-chunk matmuls,
+// each adding the partial sum received and passing it on (`bytes`: the matmul's
+// whole result; `t_mm`: the matmul alone, with its launch).
+double rs_ring_time(double bytes, double t_mm, int n, const DecomposeOptions& o) {
+  const double t_step = o.comm.alpha_s + bytes / n / o.comm.beta_bytes_per_s;
+  const double t_part = (t_mm - o.launch_s) / n + 2 * o.launch_s + 2.0 * bytes / n / o.bytes_per_s;  // partial + add
+  return t_part + (n - 1) * std::max(t_part, t_step);
+}
+
 }  // namespace
 
 std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalProgram>& programs,
@@ -493,10 +564,12 @@ std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalPro
     for (size_t i = 0; i < p0.steps.size() && !changed; ++i) {
       const LocalStep s = p0.steps[i];  // a copy: rewriting rank 0 moves the steps
       if (s.kind != LocalStep::Kind::Start || s.ring_steps > 0) continue;
-      if (s.comm != RedistKind::AllGather && s.comm != RedistKind::ReduceScatter) continue;
+      if (s.comm != RedistKind::AllGather && s.comm != RedistKind::ReduceScatter && s.comm != RedistKind::AllReduce)
+        continue;
       const std::string operand = p0.names[static_cast<size_t>(s.in[0])];
       if (!seen.insert({operand, static_cast<int>(s.comm)}).second) continue;
-      const int n = static_cast<int>(s.sizes.size());
+      const int n = s.comm == RedistKind::AllReduce ? static_cast<int>(mesh.group(p0.rank, s.mesh_dim).size())
+                                                    : static_cast<int>(s.sizes.size());
       DecomposeDecision dd;
       std::string why;
       if (s.comm == RedistKind::AllGather) {
@@ -533,6 +606,35 @@ std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalPro
           }
           changed = true;
         }
+      } else if (s.comm == RedistKind::AllReduce) {
+        // Megatron's rowwise linear: all_reduce = all_gather o reduce_scatter, and the
+        // reduce_scatter half hides behind the matmul's ring; the all_gather stays.
+        std::optional<ArMatch> m = match_all_reduce(p0, i);
+        if (!m) continue;
+        dd.what = "matmul " + p0.names[static_cast<size_t>(p0.steps[m->matmul].out)] + " -> all_reduce";
+        if (n < 2) continue;
+        const double bytes = static_cast<double>(bytes_of(p0.types[static_cast<size_t>(s.in[0])]));
+        const double t_ar = o.comm.alpha_s + 2.0 * bytes * (n - 1) / n / o.comm.beta_bytes_per_s;
+        const double t_ag = o.comm.alpha_s + bytes * (n - 1) / n / o.comm.beta_bytes_per_s;
+        const double t_mm = o.launch_s + step_time(p0, p0.steps[m->matmul], o);
+        const double t_indep = independent_time(p0, s.in[0], s.in[0], {m->matmul}, o);
+        const double plain = t_mm + std::max(0.0, t_ar - t_indep);
+        const double ring = rs_ring_time(bytes, t_mm, n, o) + std::max(0.0, t_ag - t_indep);
+        dd.decomposed = o.mode == DecomposeMode::Always || (o.mode == DecomposeMode::Auto && ring < plain);
+        dd.why = "estimated " + us(plain) + " as is (" + us(t_ar) + " all_reduce, " + us(t_indep) +
+                 " independent compute to hide it) vs " + us(ring) + " as a reduce_scatter in " + std::to_string(n) +
+                 " ring steps and an all_gather (dim " + std::to_string(m->dim) + ")";
+        if (dd.decomposed) {
+          for (LocalProgram& p : programs) {
+            const int pos = static_cast<int>(mesh.coord(p.rank)[static_cast<size_t>(s.mesh_dim)]);
+            std::optional<ArMatch> mr = match_all_reduce(p, i);
+            if (!mr) continue;
+            const size_t rs = split_all_reduce(p, *mr, pos, n);
+            std::string w2;
+            if (std::optional<RsMatch> ms = match_reduce_scatter(p, rs, &w2)) rewrite_reduce_scatter(p, *ms, pos);
+          }
+          changed = true;
+        }
       } else {
         std::optional<RsMatch> m = match_reduce_scatter(p0, i, &why);
         if (!m) continue;
@@ -543,10 +645,7 @@ std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalPro
         double t_mm = o.launch_s + step_time(p0, p0.steps[m->matmul], o);
         double t_indep = independent_time(p0, s.in[0], s.in[0], {m->matmul}, o);
         double plain = t_mm + std::max(0.0, t_comm - t_indep);
-        double t_step = o.comm.alpha_s + static_cast<double>(bytes_of(vt)) / n / o.comm.beta_bytes_per_s;
-        double t_part = (t_mm - o.launch_s) / n + 2 * o.launch_s +
-                        2.0 * static_cast<double>(bytes_of(vt)) / n / o.bytes_per_s;  // the partial and its add
-        double ring = t_part + (n - 1) * std::max(t_part, t_step);
+        double ring = rs_ring_time(static_cast<double>(bytes_of(vt)), t_mm, n, o);
         dd.decomposed = o.mode == DecomposeMode::Always || (o.mode == DecomposeMode::Auto && ring < plain);
         dd.why = "estimated " + us(plain) + " as is (" + us(t_comm) + " reduce_scatter, " + us(t_indep) +
                  " independent compute to hide it) vs " + us(ring) + " in " + std::to_string(n) + " ring steps";

@@ -11,6 +11,11 @@
 //     becomes n steps: step s computes the partial rows of chunk
 //     (rank + s + 1) mod n, adds the partial sum received from the next rank and
 //     passes it on; after n - 1 shifts each rank holds its own chunk, reduced.
+//   matmul(x, W) -> all_reduce(sum)   (Megatron's rowwise linear)
+//     becomes reduce_scatter + all_gather along the matmul's row dim M (the two
+//     halves of a ring all-reduce); the reduce_scatter is then decomposed as
+//     above, so half of the all-reduce's traffic hides behind the matmul, and the
+//     all_gather of the reduced chunks follows as a plain collective.
 //
 // Each step's compute overlaps the shift in flight (the scheduler issues shifts as
 // early as their operand exists). The shard dim must not be the contracted one.
@@ -46,7 +51,7 @@ struct DecomposeDecision {
 
 // Rewrites every rank's program alike (the decision is taken on rank 0's program,
 // which has the same steps as every other rank's). Returns one decision per
-// all_gather or reduce_scatter that feeds or follows a matmul.
+// all_gather that feeds a matmul and per reduce_scatter or all_reduce that follows one.
 std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalProgram>& programs,
                                                             const DeviceMesh& mesh, const DecomposeOptions& opts);
 

@@ -62,6 +62,11 @@ class Fuser {
       for (int v : s.outs) producer_[v] = i;
     }
     group_of_.assign(p_.steps.size(), -1);
+    std::set<int> ring_handles;
+    for (const LocalStep& s : p_.steps)
+      if (s.kind == LocalStep::Kind::Start && s.ring_steps > 0) ring_handles.insert(s.handle);
+    for (const LocalStep& s : p_.steps)
+      if (s.kind == LocalStep::Kind::Wait && ring_handles.count(s.handle)) ring_values_.insert(s.out);
   }
 
   bool fusible_step(size_t i) const {
@@ -162,7 +167,13 @@ class Fuser {
         return false;
       // The epilogue is elementwise on the matmul's output space: views after a matmul
       // would need the store's index remapped per element, so they start a new kernel.
+      //
+      // Nor does it read what a ring shift brings (a decomposed reduce-scatter's
+      // partial sum from the next rank): the matmul would wait for the shift instead
+      // of running while it travels, which is what the ring is for. The add then
+      // runs as its own kernel after the matmul.
       case GKind::Matmul:
+        if (std::any_of(s.in.begin(), s.in.end(), [&](int v) { return ring_values_.count(v) > 0; })) return false;
         return k == GKind::Pointwise && out == g.numel && op_info(n.op).category != OpCategory::Movement;
       case GKind::Gather: return false;
     }
@@ -355,6 +366,7 @@ class Fuser {
   LocalProgram p_;
   FusionOptions opts_;
   std::map<int, size_t> producer_;
+  std::set<int> ring_values_;  // values a ring shift's wait produces
   std::vector<int> group_of_;
   std::vector<Group> groups_;
 };

@@ -4,6 +4,9 @@
 // that `auto` decides from the estimates.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 #include "codegen/dist/explain.h"
 #include "codegen/dist/shard.h"
 #include "codegen/fusion/pipeline.h"
@@ -150,11 +153,14 @@ TEST(CollectiveMatmul, AGatheredValueFeedingSeveralMatmulsRunsEveryBranchPerShar
     const Graph g = example("tp_attention.sf", world);
     std::vector<DecomposeDecision> d;
     std::vector<LocalProgram> ps = programs(g, DecomposeMode::Always, /*fuse=*/false, &d);
-    ASSERT_EQ(d.size(), 1u);
+    // The gather into q, k and v, and the o projection's all_reduce.
+    ASSERT_EQ(d.size(), 2u);
     EXPECT_TRUE(d[0].decomposed);
     EXPECT_NE(d[0].what.find("matmuls"), std::string::npos) << d[0].what;
+    EXPECT_TRUE(d[1].decomposed);
+    EXPECT_NE(d[1].what.find("-> all_reduce"), std::string::npos) << d[1].what;
     for (const LocalProgram& p : ps) {
-      EXPECT_EQ(ring_shifts(p).size(), static_cast<size_t>(world - 1));
+      EXPECT_EQ(ring_shifts(p).size(), static_cast<size_t>(2 * (world - 1)));
       int concats = 0, matmuls = 0;
       for (const LocalStep& s : p.steps) {
         concats += s.kind == LocalStep::Kind::Concat;
@@ -162,12 +168,126 @@ TEST(CollectiveMatmul, AGatheredValueFeedingSeveralMatmulsRunsEveryBranchPerShar
           for (const std::string& op : p.kernels[static_cast<size_t>(s.kernel)].ops) matmuls += op == "matmul";
       }
       EXPECT_EQ(concats, 3) << "one per projection";
-      // 3 projections per shard, then scores, context and the o projection.
-      EXPECT_EQ(matmuls, 3 * world + 3) << "rank " << p.rank;
+      // 3 projections per shard, then scores and context, then the o projection
+      // per chunk of rows.
+      EXPECT_EQ(matmuls, 3 * world + 2 + world) << "rank " << p.rank;
     }
     check_against_reference(g, ps, "tp_attention world " + std::to_string(world));
     check_against_reference(g, programs(g, DecomposeMode::Always), "tp_attention fused, world " + std::to_string(world));
   }
+}
+
+TEST(CollectiveMatmul, AnAllReduceAfterAMatmulBecomesARingReduceScatterThenAnAllGather) {
+  // tp_mlp's rowwise linear: 20 rows over 2, 3 (7, 7, 6), 4 and 6 ranks (4 x 5, then
+  // an empty chunk).
+  for (int64_t world : {2, 3, 4, 6}) {
+    const Graph g = example("tp_mlp.sf", world);
+    const DeviceMesh mesh(g.mesh());
+    std::vector<DecomposeDecision> d;
+    std::vector<LocalProgram> ps = programs(g, DecomposeMode::Always, /*fuse=*/false, &d);
+    ASSERT_EQ(d.size(), 1u);
+    EXPECT_TRUE(d[0].decomposed);
+    EXPECT_EQ(d[0].what, "matmul v10 -> all_reduce");
+    const int n = static_cast<int>(world);
+    for (const LocalProgram& p : ps) {
+      SCOPED_TRACE("world " + std::to_string(world) + ", rank " + std::to_string(p.rank));
+      int all_reduces = 0, gathers = 0;
+      for (const LocalStep& s : p.steps) {
+        if (s.kind != LocalStep::Kind::Start) continue;
+        all_reduces += s.comm == RedistKind::AllReduce;
+        if (s.comm == RedistKind::AllGather && s.ring_steps == 0) {
+          ++gathers;
+          // The reduced chunks, torch.chunk's split of the 20 rows, gathered along them.
+          EXPECT_EQ(s.dim, 0);
+          ASSERT_EQ(s.sizes.size(), static_cast<size_t>(n));
+          for (int k = 0; k < n; ++k) EXPECT_EQ(s.sizes[static_cast<size_t>(k)], chunk_of(20, n, k).size) << k;
+          EXPECT_EQ(p.types[static_cast<size_t>(s.in[0])].shape, (Shape{chunk_of(20, n, p.rank).size, 10}));
+        }
+      }
+      EXPECT_EQ(all_reduces, 0);
+      EXPECT_EQ(gathers, 1);
+      EXPECT_EQ(ring_shifts(p).size(), static_cast<size_t>(n - 1));
+      // The chunks' matmuls in ring order, ending with the rank's own chunk.
+      std::vector<std::string> matmul_outs;
+      for (const LocalStep& s : p.steps)
+        if (s.kind == LocalStep::Kind::Kernel &&
+            p.kernels[static_cast<size_t>(s.kernel)].ops == std::vector<std::string>{"matmul"})
+          matmul_outs.push_back(p.names[static_cast<size_t>(s.outs[0])]);
+      ASSERT_EQ(matmul_outs.size(), static_cast<size_t>(1 + n));  // the colwise matmul, then the chunks
+      for (int s = 0; s < n; ++s)
+        EXPECT_EQ(matmul_outs[static_cast<size_t>(1 + s)], "v10_c" + std::to_string((p.rank + s + 1) % n)) << s;
+    }
+    check_against_reference(g, ps, "tp_mlp world " + std::to_string(world) + " unfused");
+    check_against_reference(g, programs(g, DecomposeMode::Always), "tp_mlp world " + std::to_string(world) + " fused");
+  }
+}
+
+TEST(CollectiveMatmul, EachRingShiftTravelsWhileTheNextChunksMatmulRuns) {
+  // Fused and scheduled, the reduce-scatter ring of tp_mlp's rowwise matmul must
+  // keep [matmul of the next chunk] between a shift's start and its wait, and add
+  // the received partial sum in a kernel of its own after the wait. Fusing that add
+  // into the matmul, or sinking the waits past every chunk's matmul, would leave the
+  // shifts nothing to hide behind.
+  for (int64_t world : {3, 4}) {
+    const Graph g = example("tp_mlp.sf", world);
+    std::vector<LocalProgram> ps = programs(g, DecomposeMode::Always);
+    for (const LocalProgram& p : ps) {
+      SCOPED_TRACE("world " + std::to_string(world) + ", rank " + std::to_string(p.rank));
+      std::map<int, size_t> start_at;  // ring handle -> its start's index
+      int checked = 0;
+      for (size_t i = 0; i < p.steps.size(); ++i) {
+        const LocalStep& s = p.steps[i];
+        if (s.kind == LocalStep::Kind::Start && s.ring_steps > 0) start_at[s.handle] = i;
+        if (s.kind != LocalStep::Kind::Wait || !start_at.count(s.handle)) continue;
+        int matmuls = 0;
+        for (size_t j = start_at[s.handle] + 1; j < i; ++j)
+          if (p.steps[j].kind == LocalStep::Kind::Kernel) {
+            const std::vector<std::string>& ops = p.kernels[static_cast<size_t>(p.steps[j].kernel)].ops;
+            matmuls += std::count(ops.begin(), ops.end(), "matmul") == 1 && std::count(ops.begin(), ops.end(), "add") == 0;
+          }
+        EXPECT_EQ(matmuls, 1) << "shift " << p.steps[start_at[s.handle]].ring_step << ": one chunk's matmul in flight";
+        size_t next = i + 1;
+        while (next < p.steps.size() && p.steps[next].kind != LocalStep::Kind::Kernel) ++next;
+        ASSERT_LT(next, p.steps.size());
+        const LocalStep& k = p.steps[next];
+        EXPECT_EQ(p.kernels[static_cast<size_t>(k.kernel)].ops, std::vector<std::string>{"add"});
+        EXPECT_NE(std::find(k.in.begin(), k.in.end(), s.out), k.in.end()) << "the add after the wait takes its value";
+        ++checked;
+      }
+      EXPECT_EQ(checked, world - 1);
+    }
+    check_against_reference(g, ps, "tp_mlp world " + std::to_string(world) + " scheduled");
+  }
+}
+
+TEST(CollectiveMatmul, AutoSplitsAnAllReduceOnlyWhenTheRingIsEstimatedFaster) {
+  std::vector<DecomposeDecision> small;
+  std::vector<LocalProgram> ps = programs(example("tp_mlp.sf"), DecomposeMode::Auto, true, &small);
+  ASSERT_EQ(small.size(), 1u);
+  EXPECT_FALSE(small[0].decomposed) << small[0].why;
+  EXPECT_TRUE(ring_shifts(ps[0]).empty());
+  // Megatron's MLP at 16384 tokens, hidden 4096, on 4 ranks: the rowwise matmul
+  // takes milliseconds per chunk, enough to hide the reduce-scatter half.
+  Graph big = parse(
+      "mesh tp=4\n"
+      "graph g(x: f32[16384, 4096], w1: f32[16384, 4096] {tp: S(0)}, w2: f32[4096, 16384] {tp: S(1)}) {\n"
+      "  h = relu(matmul(x, transpose(w1, 0, 1)))\n"
+      "  y = matmul(h, transpose(w2, 0, 1))\n"
+      "  return y {tp: R}\n}\n");
+  std::vector<DecomposeDecision> large;
+  ps = programs(big, DecomposeMode::Auto, true, &large);
+  ASSERT_EQ(large.size(), 1u);
+  EXPECT_TRUE(large[0].decomposed) << large[0].why;
+  EXPECT_NE(large[0].why.find("as a reduce_scatter in 4 ring steps and an all_gather"), std::string::npos)
+      << large[0].why;
+  EXPECT_EQ(ring_shifts(ps[0]).size(), 3u);
+  std::vector<DecomposeDecision> never;
+  ps = programs(big, DecomposeMode::Never, true, &never);
+  ASSERT_EQ(never.size(), 1u);
+  EXPECT_FALSE(never[0].decomposed);
+  bool all_reduce = false;
+  for (const LocalStep& s : ps[0].steps) all_reduce = all_reduce || (s.kind == LocalStep::Kind::Start && s.comm == RedistKind::AllReduce);
+  EXPECT_TRUE(all_reduce) << "never leaves the all_reduce whole";
 }
 
 TEST(CollectiveMatmul, EveryExampleStillMatchesWhenDecomposedEverywherePossible) {

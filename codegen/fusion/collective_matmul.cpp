@@ -229,9 +229,72 @@ std::optional<AgMatch> match_all_gather(const LocalProgram& p, size_t start, std
 
 // --- matmul -> reduce_scatter ------------------------------------------------------
 
+// A collective's operand that is a matmul's result plus terms that do not depend on
+// it: v = add(...add(matmul, t1)..., tk), each intermediate used once and of the
+// matmul's shape (the residual or bias that DTensor adds to partial sums, as
+// `partialize x`). Summing over the ranks distributes over the adds, so each chunk
+// of the ring can add its rows of every term.
+struct MatmulSum {
+  size_t matmul = 0;
+  std::vector<size_t> adds;  // from the matmul outward
+  std::vector<int> terms;    // the other operand of each add
+};
+
+// Whether `cur` (used once) is such a sum; fills `m` if so. Each add is tried both
+// ways round: the operand that continues the chain must be a single-use value of
+// the add's shape; the other one is a term.
+bool walk_matmul_sum(const LocalProgram& p, const Uses& u, int cur, MatmulSum& m) {
+  auto prod = u.producer.find(cur);
+  if (prod == u.producer.end() || p.steps[prod->second].kind != LocalStep::Kind::Compute) return false;
+  const LocalStep& s = p.steps[prod->second];
+  if (s.node.op == OpKind::Matmul) {
+    m.matmul = prod->second;
+    return true;
+  }
+  if (s.node.op != OpKind::Add || s.in.size() != 2) return false;
+  const TensorType& ct = p.types[static_cast<size_t>(cur)];
+  for (size_t k = 0; k < 2; ++k) {
+    const int a = s.in[k], b = s.in[1 - k];
+    auto users = u.users.find(a);
+    const bool single = !u.outputs.count(a) && users != u.users.end() && users->second.size() == 1;
+    if (!single || p.types[static_cast<size_t>(a)].shape != ct.shape || p.types[static_cast<size_t>(b)].dtype != ct.dtype)
+      continue;
+    MatmulSum sub;
+    if (!walk_matmul_sum(p, u, a, sub)) continue;
+    m = std::move(sub);
+    m.adds.push_back(prod->second);
+    m.terms.push_back(b);
+    return true;
+  }
+  return false;
+}
+
+std::optional<MatmulSum> matmul_plus_terms(const LocalProgram& p, const Uses& u, int v, std::string* why) {
+  auto users = u.users.find(v);
+  if (u.outputs.count(v) || users == u.users.end() || users->second.size() != 1) {
+    *why = "its operand has other users";
+    return std::nullopt;
+  }
+  MatmulSum m;
+  if (!walk_matmul_sum(p, u, v, m)) {
+    *why = "its operand is not a matmul's result (plus terms added to it)";
+    return std::nullopt;
+  }
+  return m;
+}
+
+// Where a term of `out_rank` dims is cut for a chunk along dim `d` of the result:
+// its own dim, or -1 when it broadcasts along d (absent or of extent 1).
+int term_dim(const TensorType& t, int out_rank, int d) {
+  const int idx = d - (out_rank - rank_of(t));
+  return idx >= 0 && t.shape[static_cast<size_t>(idx)] != 1 ? idx : -1;
+}
+
 struct RsMatch {
   size_t matmul = 0, start = 0, wait = 0;
   int lhs_dim = 0;  // the scattered dim, as a dim of the matmul's left operand
+  std::vector<size_t> adds;  // terms added to the matmul's result before the collective
+  std::vector<int> terms;
 };
 
 std::optional<RsMatch> match_reduce_scatter(const LocalProgram& p, size_t start, std::string* why) {
@@ -242,18 +305,12 @@ std::optional<RsMatch> match_reduce_scatter(const LocalProgram& p, size_t start,
   }
   const Uses u = uses_of(p);
   const int v = st.in[0];
-  auto prod = u.producer.find(v);
-  if (prod == u.producer.end() || p.steps[prod->second].kind != LocalStep::Kind::Compute ||
-      p.steps[prod->second].node.op != OpKind::Matmul) {
-    *why = "its operand is not a matmul's result";
-    return std::nullopt;
-  }
-  if (u.outputs.count(v) || u.users.at(v).size() != 1) {
-    *why = "the matmul's result has other users";
-    return std::nullopt;
-  }
+  std::optional<MatmulSum> sum = matmul_plus_terms(p, u, v, why);
+  if (!sum) return std::nullopt;
   RsMatch m;
-  m.matmul = prod->second;
+  m.matmul = sum->matmul;
+  m.adds = sum->adds;
+  m.terms = sum->terms;
   m.start = start;
   m.wait = wait_of(p, st.handle);
   if (m.wait >= p.steps.size()) return std::nullopt;
@@ -450,9 +507,34 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
     copy_view(p, view, part, block, j);
     part.node.type = with_extent(vt, d, e);
     part.out = new_value(p, part.node.type, p.names[static_cast<size_t>(mm.out)] + "_c" + std::to_string(j));
-    int acc = part.out;
     block.push_back(std::move(sl));
     block.push_back(part);
+    // The terms added to the matmul's result, each cut to chunk j's rows unless it
+    // broadcasts along them: epilogue adds that fuse into the chunk's matmul.
+    for (size_t k = 0; k < m.terms.size(); ++k) {
+      const int t = m.terms[k];
+      const TensorType tt = p.types[static_cast<size_t>(t)];
+      int piece = t;
+      if (const int td = term_dim(tt, rank_of(vt), d); td >= 0) {
+        LocalStep ts;
+        ts.kind = LocalStep::Kind::Slice;
+        ts.mesh_dim = st.mesh_dim;
+        ts.in = {t};
+        ts.shape = with_extent(tt, td, e).shape;
+        ts.offset.assign(tt.shape.size(), 0);
+        ts.offset[static_cast<size_t>(td)] = offset[static_cast<size_t>(j)];
+        ts.out = new_value(p, with_extent(tt, td, e), p.names[static_cast<size_t>(t)] + "_c" + std::to_string(j));
+        piece = ts.out;
+        block.push_back(std::move(ts));
+      }
+      LocalStep add = p.steps[m.adds[k]];
+      add.in = {part.out, piece};
+      add.node.type = part.node.type;
+      add.out = new_value(p, part.node.type, p.names[static_cast<size_t>(add.out)] + "_c" + std::to_string(j));
+      part.out = add.out;
+      block.push_back(std::move(add));
+    }
+    int acc = part.out;
     if (s > 0) {
       LocalStep add;
       add.kind = LocalStep::Kind::Compute;
@@ -473,8 +555,11 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
     }
   }
   std::set<size_t> drop{m.matmul, m.start, m.wait};
+  drop.insert(m.adds.begin(), m.adds.end());
   if (view) drop.insert(*view);
-  splice(p, drop, m.matmul, std::move(block));
+  // With terms, at the collective: every term exists there (a term may be computed
+  // after the matmul).
+  splice(p, drop, m.terms.empty() ? m.matmul : m.start, std::move(block));
 }
 
 // --- matmul -> all_reduce ----------------------------------------------------------
@@ -483,6 +568,7 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
 // (decomposed into the matmul's ring) followed by an all_gather.
 struct ArMatch {
   size_t matmul = 0, start = 0, wait = 0;
+  std::vector<size_t> adds;  // terms added to the matmul's result first
   int dim = 0;  // the dim to scatter and gather: the matmul's output row dim (M)
 };
 
@@ -491,13 +577,12 @@ std::optional<ArMatch> match_all_reduce(const LocalProgram& p, size_t start) {
   if (st.op != ReduceOp::Sum) return std::nullopt;
   const Uses u = uses_of(p);
   const int v = st.in[0];
-  auto prod = u.producer.find(v);
-  if (prod == u.producer.end() || p.steps[prod->second].kind != LocalStep::Kind::Compute ||
-      p.steps[prod->second].node.op != OpKind::Matmul)
-    return std::nullopt;
-  if (u.outputs.count(v) || u.users.at(v).size() != 1) return std::nullopt;
+  std::string why;
+  std::optional<MatmulSum> sum = matmul_plus_terms(p, u, v, &why);
+  if (!sum) return std::nullopt;
   ArMatch m;
-  m.matmul = prod->second;
+  m.matmul = sum->matmul;
+  m.adds = sum->adds;
   m.start = start;
   m.wait = wait_of(p, st.handle);
   if (m.wait >= p.steps.size()) return std::nullopt;
@@ -546,6 +631,19 @@ double rs_ring_time(double bytes, double t_mm, int n, const DecomposeOptions& o)
   const double t_step = o.comm.alpha_s + bytes / n / o.comm.beta_bytes_per_s;
   const double t_part = (t_mm - o.launch_s) / n + 2 * o.launch_s + 2.0 * bytes / n / o.bytes_per_s;  // partial + add
   return t_part + (n - 1) * std::max(t_part, t_step);
+}
+
+// The matmul and the adds of its terms (which fuse into it: one launch), and the
+// steps they are.
+double matmul_sum_time(const LocalProgram& p, size_t matmul, const std::vector<size_t>& adds,
+                       const DecomposeOptions& o, std::set<size_t>* steps) {
+  double t = o.launch_s + step_time(p, p.steps[matmul], o);
+  steps->insert(matmul);
+  for (size_t a : adds) {
+    t += step_time(p, p.steps[a], o);
+    steps->insert(a);
+  }
+  return t;
 }
 
 }  // namespace
@@ -616,8 +714,9 @@ std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalPro
         const double bytes = static_cast<double>(bytes_of(p0.types[static_cast<size_t>(s.in[0])]));
         const double t_ar = o.comm.alpha_s + 2.0 * bytes * (n - 1) / n / o.comm.beta_bytes_per_s;
         const double t_ag = o.comm.alpha_s + bytes * (n - 1) / n / o.comm.beta_bytes_per_s;
-        const double t_mm = o.launch_s + step_time(p0, p0.steps[m->matmul], o);
-        const double t_indep = independent_time(p0, s.in[0], s.in[0], {m->matmul}, o);
+        std::set<size_t> mm_steps;
+        const double t_mm = matmul_sum_time(p0, m->matmul, m->adds, o, &mm_steps);
+        const double t_indep = independent_time(p0, s.in[0], s.in[0], mm_steps, o);
         const double plain = t_mm + std::max(0.0, t_ar - t_indep);
         const double ring = rs_ring_time(bytes, t_mm, n, o) + std::max(0.0, t_ag - t_indep);
         dd.decomposed = o.mode == DecomposeMode::Always || (o.mode == DecomposeMode::Auto && ring < plain);
@@ -642,8 +741,9 @@ std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalPro
         if (n < 2) continue;
         const TensorType& vt = p0.types[static_cast<size_t>(s.in[0])];
         double t_comm = o.comm.alpha_s + static_cast<double>(bytes_of(vt)) * (n - 1) / n / o.comm.beta_bytes_per_s;
-        double t_mm = o.launch_s + step_time(p0, p0.steps[m->matmul], o);
-        double t_indep = independent_time(p0, s.in[0], s.in[0], {m->matmul}, o);
+        std::set<size_t> mm_steps;
+        double t_mm = matmul_sum_time(p0, m->matmul, m->adds, o, &mm_steps);
+        double t_indep = independent_time(p0, s.in[0], s.in[0], mm_steps, o);
         double plain = t_mm + std::max(0.0, t_comm - t_indep);
         double ring = rs_ring_time(static_cast<double>(bytes_of(vt)), t_mm, n, o);
         dd.decomposed = o.mode == DecomposeMode::Always || (o.mode == DecomposeMode::Auto && ring < plain);

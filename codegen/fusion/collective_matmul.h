@@ -16,6 +16,8 @@
 //     halves of a ring all-reduce); the reduce_scatter is then decomposed as
 //     above, so half of the all-reduce's traffic hides behind the matmul, and the
 //     all_gather of the reduced chunks follows as a plain collective.
+//   In both, the matmul's result may have terms added before the collective (a
+//   partialised residual or bias): each chunk adds its rows of them.
 //
 // Each step's compute overlaps the shift in flight (the scheduler issues shifts as
 // early as their operand exists). The shard dim must not be the contracted one.

@@ -222,6 +222,50 @@ TEST(CollectiveMatmul, AnAllReduceAfterAMatmulBecomesARingReduceScatterThenAnAll
   }
 }
 
+TEST(CollectiveMatmul, TermsAddedToTheMatmulsPartialSumsAreAddedChunkByChunk) {
+  // reduce_scatter(r + (matmul + b)) with r and b Partial (DTensor adds a replicated
+  // residual or bias to partial sums this way): each chunk adds its rows of r, and
+  // all of b, which broadcasts along the rows. 7 rows over 2, 3 (3, 3, 1) and 4 ranks.
+  for (int world : {2, 3, 4}) {
+    const Graph g = parse(
+        "mesh tp=" + std::to_string(world) + "\n"
+        "graph g(a: f32[7, 12] {tp: S(1)}, w: f32[10, 12] {tp: S(1)}, r: f32[7, 10] {tp: P}, b: f32[10] {tp: P}) {\n"
+        "  y = add(r, add(matmul(a, transpose(w, 0, 1)), b)) {tp: S(0)}\n"
+        "  return y {tp: S(0)}\n}\n");
+    std::vector<DecomposeDecision> d;
+    std::vector<LocalProgram> ps = programs(g, DecomposeMode::Always, /*fuse=*/false, &d);
+    ASSERT_EQ(d.size(), 1u);
+    EXPECT_TRUE(d[0].decomposed) << d[0].why;
+    EXPECT_NE(d[0].what.find("-> reduce_scatter"), std::string::npos) << d[0].what;
+    for (const LocalProgram& p : ps) {
+      SCOPED_TRACE("world " + std::to_string(world) + ", rank " + std::to_string(p.rank));
+      int r_slices = 0, b_slices = 0, adds = 0;
+      for (const LocalStep& st : p.steps) {
+        if (st.kind == LocalStep::Kind::Slice) {
+          r_slices += p.names[static_cast<size_t>(st.in[0])] == "r";
+          b_slices += p.names[static_cast<size_t>(st.in[0])] == "b";
+        }
+        if (st.kind == LocalStep::Kind::Kernel)
+          adds += p.kernels[static_cast<size_t>(st.kernel)].ops == std::vector<std::string>{"add"};
+        EXPECT_FALSE(st.kind == LocalStep::Kind::Start && st.comm == RedistKind::ReduceScatter);
+      }
+      EXPECT_EQ(r_slices, world) << "one slice of r per chunk";
+      EXPECT_EQ(b_slices, 0) << "b broadcasts along the rows: added whole";
+      EXPECT_EQ(adds, 2 * world + (world - 1)) << "both terms per chunk, and the ring's adds";
+    }
+    check_against_reference(g, ps, "terms, world " + std::to_string(world) + " unfused");
+    check_against_reference(g, programs(g, DecomposeMode::Always), "terms, world " + std::to_string(world) + " fused");
+  }
+  // transformer_block.sf: its last all_reduce sums the feed-forward matmul, the
+  // partialised output bias and the residual h; it is split and decomposed too.
+  std::vector<DecomposeDecision> d;
+  programs(example("transformer_block.sf"), DecomposeMode::Always, true, &d);
+  bool found = false;
+  for (const DecomposeDecision& x : d)
+    found = found || (x.what.find("-> all_reduce") != std::string::npos && x.decomposed);
+  EXPECT_TRUE(found) << "the block's all_reduce of matmul + bias + residual";
+}
+
 TEST(CollectiveMatmul, EachRingShiftTravelsWhileTheNextChunksMatmulRuns) {
   // Fused and scheduled, the reduce-scatter ring of tp_mlp's rowwise matmul must
   // keep [matmul of the next chunk] between a shift's start and its wait, and add

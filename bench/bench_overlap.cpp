@@ -174,7 +174,7 @@ void BM_Simulated(benchmark::State& state, const std::string& file, const std::s
 }
 
 int register_all() {
-  for (const char* g : {"seq_parallel_mlp", "tp_mlp", "tp_attention", "transformer_block"}) {
+  for (const char* g : {"seq_parallel_mlp", "tp_mlp", "tp_attention", "transformer_block", "fsdp_mlp"}) {
     benchmark::RegisterBenchmark((std::string("BM_OverlapCpu/") + g).c_str(), BM_OverlapCpu,
                                  std::string("bench/graphs/overlap/") + g + ".sf", 3)
         ->Iterations(1)

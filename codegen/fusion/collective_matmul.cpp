@@ -139,22 +139,52 @@ bool rowwise(const LocalProgram& p, const LocalStep& s, int cur, int d, bool aft
       return rank_of(out) == rank_of(ct);
     case OpCategory::Binary:
     case OpCategory::Compare: {
+      // An other operand that varies along the shard dim (a residual along the rows,
+      // a bias along the columns) is sliced per shard (slice_operands).
       if (rank_of(out) != rank_of(ct)) return false;
-      for (int v : s.in) {
-        if (v == cur) continue;
-        const TensorType& o = p.types[static_cast<size_t>(v)];
-        if (rank_of(o) > rank_of(ct)) return false;
-        int idx = d - (rank_of(ct) - rank_of(o));
-        if (idx >= 0 && o.shape[static_cast<size_t>(idx)] != 1) return false;  // it varies along the shard dim
-      }
+      for (int v : s.in)
+        if (v != cur && rank_of(p.types[static_cast<size_t>(v)]) > rank_of(ct)) return false;
       *out_dim = d;
       return true;
     }
-    case OpCategory::Matmul: {
-      if (after_matmul || s.in.size() != 2 || s.in[0] != cur || s.in[1] == cur) {
-        if (s.in.size() == 2 && s.in[1] == cur && why) *why = "the gathered value is the matmul's right operand";
-        return false;
+    case OpCategory::Movement: {
+      // Before the matmul, a transpose or permute moves the shard dim: FSDP gathers a
+      // weight along its rows (out-features) and transposes it into the right operand.
+      if (after_matmul) return false;
+      const int r = rank_of(ct);
+      auto norm = [r](int64_t x) { return static_cast<int>(x < 0 ? x + r : x); };
+      if (s.node.op == OpKind::Transpose) {
+        const int a = norm(s.node.attrs.get_int("dim0")), b = norm(s.node.attrs.get_int("dim1"));
+        *out_dim = d == a ? b : d == b ? a : d;
+        return true;
       }
+      if (s.node.op == OpKind::Permute) {
+        const std::vector<int64_t>& dims = s.node.attrs.get_ints("dims");
+        for (size_t k = 0; k < dims.size(); ++k)
+          if (norm(dims[k]) == d) {
+            *out_dim = static_cast<int>(k);
+            return true;
+          }
+      }
+      return false;
+    }
+    case OpCategory::Matmul: {
+      if (!after_matmul && s.in.size() == 2 && s.in[1] == cur && s.in[0] != cur) {
+        // The right operand (FSDP's weight gather): its shards are column blocks of
+        // the result when the shard dim is N, the right operand's last dim.
+        const int rr = rank_of(ct);
+        if (rr < 2 || d == rr - 2) {
+          if (why) *why = "the gathered dim is the contracted one";
+          return false;
+        }
+        if (d != rr - 1) {
+          if (why) *why = "the gathered dim is a batch dim of the matmul's right operand";
+          return false;
+        }
+        *out_dim = rank_of(out) - 1;
+        return true;
+      }
+      if (after_matmul || s.in.size() != 2 || s.in[0] != cur || s.in[1] == cur) return false;
       const int lr = rank_of(ct);
       const TensorType& b = p.types[static_cast<size_t>(s.in[1])];
       if (lr < 2 || d == lr - 1) {
@@ -407,16 +437,44 @@ void splice(LocalProgram& p, const std::set<size_t>& drop, size_t at, std::vecto
   p.steps = std::move(steps);
 }
 
-// Appends a per-shard copy of `c` (shard j of extent e) on `v` (standing for the
-// chain's input `in`); `views` gives each matmul step's private view, if any.
-// Returns the copy's result.
-int copy_chain(LocalProgram& p, const Chain& c, int in, int v, int j, int64_t e,
+// A Slice step of `value`'s extent `e` from `offset` along `dim`, appended to
+// `block`; returns the slice's value.
+int slice_of(LocalProgram& p, int value, int dim, int64_t offset, int64_t e, int mesh_dim, int chunk,
+             std::vector<LocalStep>& block) {
+  const TensorType t = p.types[static_cast<size_t>(value)];
+  LocalStep sl;
+  sl.kind = LocalStep::Kind::Slice;
+  sl.mesh_dim = mesh_dim;
+  sl.in = {value};
+  sl.shape = with_extent(t, dim, e).shape;
+  sl.offset.assign(t.shape.size(), 0);
+  sl.offset[static_cast<size_t>(dim)] = offset;
+  sl.out = new_value(p, with_extent(t, dim, e), p.names[static_cast<size_t>(value)] + "_c" + std::to_string(chunk));
+  block.push_back(sl);
+  return sl.out;
+}
+
+// Appends a per-shard copy of `c` (shard j: extent e from `offset` along the
+// gathered dim) on `v` (standing for the chain's input `in`); `views` gives each
+// matmul step's private view, if any. The other operand of a binary step that
+// varies along the shard dim (a residual, a bias along the columns) is sliced to
+// the shard. Returns the copy's result.
+int copy_chain(LocalProgram& p, const Chain& c, int in, int v, int j, int64_t offset, int64_t e, int mesh_dim,
                const std::map<size_t, std::optional<size_t>>& views, std::vector<LocalStep>& block) {
   int prev = in;
   for (size_t k = 0; k < c.steps.size(); ++k) {
     LocalStep step = p.steps[c.steps[k]];
     for (int& a : step.in)
       if (a == prev) a = v;
+    const OpCategory cat = op_info(step.node.op).category;
+    if (cat == OpCategory::Binary || cat == OpCategory::Compare) {
+      const int out_rank = rank_of(p.types[static_cast<size_t>(step.out)]);
+      for (int& a : step.in) {
+        if (a == v) continue;
+        if (const int td = term_dim(p.types[static_cast<size_t>(a)], out_rank, c.dims[k]); td >= 0)
+          a = slice_of(p, a, td, offset, e, mesh_dim, j, block);
+      }
+    }
     prev = step.out;
     step.node.type = with_extent(p.types[static_cast<size_t>(step.out)], c.dims[k], e);
     step.out = new_value(p, step.node.type, p.names[static_cast<size_t>(step.out)] + "_s" + std::to_string(j));
@@ -436,18 +494,24 @@ void rewrite_all_gather(LocalProgram& p, const AgMatch& m, int pos) {
   const int branch_in = m.prefix.steps.empty() ? xg : p.steps[m.prefix.steps.back()].out;
   std::set<size_t> drop{m.start, m.wait};
   std::map<size_t, std::optional<size_t>> views;  // matmul step -> its private view
+  std::set<int> chain_values{xg};
+  for (size_t k : m.all_steps()) chain_values.insert(p.steps[k].out);
   for (size_t k : m.all_steps()) {
     drop.insert(k);
     if (p.steps[k].node.op != OpKind::Matmul) continue;
-    views[k] = private_view(p, p.steps[k]);
+    // A right operand the chain itself computes (the gathered weight) is not a view
+    // to copy beside each shard's matmul.
+    views[k] = chain_values.count(p.steps[k].in[1]) ? std::nullopt : private_view(p, p.steps[k]);
     if (views[k]) drop.insert(*views[k]);
   }
+  std::vector<int64_t> offset(static_cast<size_t>(n), 0);
+  for (int k = 1; k < n; ++k) offset[static_cast<size_t>(k)] = offset[static_cast<size_t>(k - 1)] + sizes[static_cast<size_t>(k - 1)];
   std::vector<LocalStep> block;
   std::vector<std::vector<int>> parts(m.branches.size(), std::vector<int>(static_cast<size_t>(n), -1));
   int cur = st.in[0];
   for (int s = 0; s < n; ++s) {
     const int j = (pos + s) % n, jn = (j + 1) % n;
-    const int64_t e = sizes[static_cast<size_t>(j)];
+    const int64_t e = sizes[static_cast<size_t>(j)], off = offset[static_cast<size_t>(j)];
     int handle = -1, next = -1;
     if (s < n - 1) {
       handle = p.num_handles++;
@@ -455,9 +519,10 @@ void rewrite_all_gather(LocalProgram& p, const AgMatch& m, int pos) {
                        p.names[static_cast<size_t>(xg)] + "_r" + std::to_string(s + 1));
       block.push_back(shift_start(st, cur, d, pos, n, e, sizes[static_cast<size_t>(jn)], handle, s + 1, n - 1));
     }
-    const int shared = copy_chain(p, m.prefix, xg, cur, j, e, views, block);
+    const int shared = copy_chain(p, m.prefix, xg, cur, j, off, e, st.mesh_dim, views, block);
     for (size_t b = 0; b < m.branches.size(); ++b)
-      parts[b][static_cast<size_t>(j)] = copy_chain(p, m.branches[b], branch_in, shared, j, e, views, block);
+      parts[b][static_cast<size_t>(j)] =
+          copy_chain(p, m.branches[b], branch_in, shared, j, off, e, st.mesh_dim, views, block);
     if (s < n - 1) {
       block.push_back(wait_step(handle, next));
       cur = next;
@@ -494,20 +559,11 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
   for (int s = 0; s < n; ++s) {
     const int j = (pos + s + 1) % n, jn = (j + 1) % n;
     const int64_t e = sizes[static_cast<size_t>(j)];
-    LocalStep sl;
-    sl.kind = LocalStep::Kind::Slice;
-    sl.mesh_dim = st.mesh_dim;
-    sl.in = {lhs};
-    sl.shape = with_extent(lt, m.lhs_dim, e).shape;
-    sl.offset.assign(lt.shape.size(), 0);
-    sl.offset[static_cast<size_t>(m.lhs_dim)] = offset[static_cast<size_t>(j)];
-    sl.out = new_value(p, with_extent(lt, m.lhs_dim, e), p.names[static_cast<size_t>(lhs)] + "_c" + std::to_string(j));
     LocalStep part = mm;
-    part.in[0] = sl.out;
+    part.in[0] = slice_of(p, lhs, m.lhs_dim, offset[static_cast<size_t>(j)], e, st.mesh_dim, j, block);
     copy_view(p, view, part, block, j);
     part.node.type = with_extent(vt, d, e);
     part.out = new_value(p, part.node.type, p.names[static_cast<size_t>(mm.out)] + "_c" + std::to_string(j));
-    block.push_back(std::move(sl));
     block.push_back(part);
     // The terms added to the matmul's result, each cut to chunk j's rows unless it
     // broadcasts along them: epilogue adds that fuse into the chunk's matmul.
@@ -515,18 +571,8 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
       const int t = m.terms[k];
       const TensorType tt = p.types[static_cast<size_t>(t)];
       int piece = t;
-      if (const int td = term_dim(tt, rank_of(vt), d); td >= 0) {
-        LocalStep ts;
-        ts.kind = LocalStep::Kind::Slice;
-        ts.mesh_dim = st.mesh_dim;
-        ts.in = {t};
-        ts.shape = with_extent(tt, td, e).shape;
-        ts.offset.assign(tt.shape.size(), 0);
-        ts.offset[static_cast<size_t>(td)] = offset[static_cast<size_t>(j)];
-        ts.out = new_value(p, with_extent(tt, td, e), p.names[static_cast<size_t>(t)] + "_c" + std::to_string(j));
-        piece = ts.out;
-        block.push_back(std::move(ts));
-      }
+      if (const int td = term_dim(tt, rank_of(vt), d); td >= 0)
+        piece = slice_of(p, t, td, offset[static_cast<size_t>(j)], e, st.mesh_dim, j, block);
       LocalStep add = p.steps[m.adds[k]];
       add.in = {part.out, piece};
       add.node.type = part.node.type;

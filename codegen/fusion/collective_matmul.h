@@ -7,6 +7,11 @@
 //     (rank + s) mod n while that shard moves on to the previous rank and the
 //     next one arrives (a ring shift: an all_to_all with one non-empty chunk);
 //     a concat assembles the result.
+//   all_gather(w) -> [cast, transpose] -> matmul(X, .) -> [epilogue ops]
+//     (FSDP's weight gather, along the matmul's N dim) likewise: step s computes
+//     the column block of shard (rank + s) mod n.
+//   An operand of an epilogue op that varies along the shard dim (a residual along
+//   the rows, a bias along the columns) is sliced to each shard.
 //   matmul(x, W) -> reduce_scatter(sum)
 //     becomes n steps: step s computes the partial rows of chunk
 //     (rank + s + 1) mod n, adds the partial sum received from the next rank and

@@ -65,7 +65,7 @@ Graph example(const std::string& name) {
 }
 
 const char* kExamples[] = {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf",
-                           "fsdp_tp_2d.sf"};
+                           "fsdp_tp_2d.sf", "fsdp_mlp.sf"};
 
 TEST(Pipeline, EveryExampleMatchesTheReference) {
   for (const char* e : kExamples) {

@@ -335,13 +335,13 @@ TEST(CollectiveMatmul, AutoSplitsAnAllReduceOnlyWhenTheRingIsEstimatedFaster) {
 }
 
 TEST(CollectiveMatmul, EveryExampleStillMatchesWhenDecomposedEverywherePossible) {
-  for (const char* ex : {"tp_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf"}) {
+  for (const char* ex : {"tp_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf", "fsdp_mlp.sf"}) {
     const Graph g = example(ex);
     check_against_reference(g, programs(g, DecomposeMode::Always), ex);
   }
 }
 
-TEST(CollectiveMatmul, OnlyRowwiseUsesOfTheShardedDimAreDecomposed) {
+TEST(CollectiveMatmul, AContractedShardDimIsNotDecomposed) {
   // Gathered along the contracted dim: the partial products would need a sum.
   Graph contracted = parse(
       "mesh tp=2\n"
@@ -351,29 +351,148 @@ TEST(CollectiveMatmul, OnlyRowwiseUsesOfTheShardedDimAreDecomposed) {
   std::vector<LocalProgram> ps = programs(contracted, DecomposeMode::Always, false, &d);
   EXPECT_TRUE(ring_shifts(ps[0]).empty());
   check_against_reference(contracted, ps, "contracted");
-  // Gathered into the right operand (FSDP's weight gather): not this decomposition.
+  // A right operand gathered along its rows (K) is contracted too.
   Graph rhs = parse(
       "mesh tp=2\n"
       "graph g(x: f32[4, 8], w: f32[8, 6] {tp: S(0)}) {\n"
       "  wr = redistribute(w, {tp: R})\n  y = matmul(x, wr)\n  return y {tp: R}\n}\n");
   ps = programs(rhs, DecomposeMode::Always, false);
   EXPECT_TRUE(ring_shifts(ps[0]).empty());
-  // Row-gathered with a row-varying operand after the matmul: the ring stops before it.
-  Graph rows = parse(
-      "mesh tp=2\n"
-      "graph g(x: f32[4, 8] {tp: S(0)}, w: f32[8, 6], r: f32[4, 6]) {\n"
-      "  xr = redistribute(x, {tp: R})\n  y = add(relu(matmul(xr, w)), r)\n  return y {tp: R}\n}\n");
-  ps = programs(rows, DecomposeMode::Always, false);
-  ASSERT_EQ(ring_shifts(ps[0]).size(), 1u);
-  bool add_after_concat = false, seen_concat = false;
-  for (const LocalStep& s : ps[0].steps) {
-    seen_concat = seen_concat || s.kind == LocalStep::Kind::Concat;
-    if (s.kind == LocalStep::Kind::Kernel &&
-        ps[0].kernels[static_cast<size_t>(s.kernel)].ops == std::vector<std::string>{"add"})
-      add_after_concat = seen_concat;
+  check_against_reference(rhs, ps, "right operand gathered along K");
+}
+
+TEST(CollectiveMatmul, AnOperandVaryingAlongTheShardDimIsSlicedPerShard) {
+  // Row-gathered, with an operand r after the matmul that varies along the rows:
+  // each shard adds its own rows of r, inside the shard's kernel, so the epilogue
+  // stays fused and nothing is left to run after the concat. 5 rows over 2 and 3
+  // ranks (3, 2 and 2, 2, 1).
+  for (int world : {2, 3}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    Graph rows = parse(
+        "mesh tp=" + std::to_string(world) + "\n"
+        "graph g(x: f32[5, 8] {tp: S(0)}, w: f32[8, 6], r: f32[5, 6]) {\n"
+        "  xr = redistribute(x, {tp: R})\n  y = add(relu(matmul(xr, w)), r)\n  return y {tp: R}\n}\n");
+    std::vector<LocalProgram> ps = programs(rows, DecomposeMode::Always);
+    for (const LocalProgram& p : ps) {
+      ASSERT_EQ(ring_shifts(p).size(), static_cast<size_t>(world - 1));
+      std::vector<std::pair<int64_t, int64_t>> r_rows;  // (offset, extent) of each slice of r
+      bool seen_concat = false;
+      for (const LocalStep& s : p.steps) {
+        if (s.kind == LocalStep::Kind::Slice && p.names[static_cast<size_t>(s.in[0])] == "r")
+          r_rows.push_back({s.offset[0], s.shape[0]});
+        if (s.kind == LocalStep::Kind::Kernel) {
+          const std::vector<std::string>& ops = p.kernels[static_cast<size_t>(s.kernel)].ops;
+          EXPECT_FALSE(seen_concat) << "nothing runs after the concat";
+          if (std::count(ops.begin(), ops.end(), "matmul")) {
+            EXPECT_EQ(std::count(ops.begin(), ops.end(), "add"), 1) << "the add fuses into each shard's matmul";
+          }
+        }
+        seen_concat = seen_concat || s.kind == LocalStep::Kind::Concat;
+      }
+      // One slice per shard, in ring order from the rank's own: torch.chunk's rows.
+      ASSERT_EQ(r_rows.size(), static_cast<size_t>(world));
+      for (int s = 0; s < world; ++s) {
+        const Chunk c = chunk_of(5, world, (p.rank + s) % world);
+        EXPECT_EQ(r_rows[static_cast<size_t>(s)], std::make_pair(c.offset, c.size)) << "rank " << p.rank << " step " << s;
+      }
+    }
+    check_against_reference(rows, ps, "row-varying epilogue, world " + std::to_string(world));
+    check_against_reference(rows, programs(rows, DecomposeMode::Always, false), "unfused");
   }
-  EXPECT_TRUE(add_after_concat) << "r varies along the gathered rows: added to the whole result";
-  check_against_reference(rows, ps, "row-varying epilogue");
+}
+
+TEST(CollectiveMatmul, AWeightGatheredIntoTheRightOperandComputesColumnBlocks) {
+  // FSDP: each weight is all-gathered along its out-features, which its transpose
+  // makes the matmul's N dim. Step s multiplies the batch rows by weight shard
+  // (rank + s) mod n, the shard held at that step: the rank's own first, then each
+  // one the ring brings (w1_ag_r1, w1_ag_r2, ...). The bias, which varies along N,
+  // is sliced per shard; the column blocks are concatenated along the last dim.
+  // w1: 16 rows over 2, 3 (6, 5, 5), 4 and 5 (4, 4, 4, 4, 0) ranks; w2: 10 rows.
+  for (int64_t world : {2, 3, 4, 5}) {
+    const Graph g = example("fsdp_mlp.sf", world);
+    const int n = static_cast<int>(world);
+    std::vector<DecomposeDecision> d;
+    std::vector<LocalProgram> ps = programs(g, DecomposeMode::Always, /*fuse=*/true, &d);
+    ASSERT_EQ(d.size(), 2u);
+    EXPECT_EQ(d[0].what, "all_gather w1 -> matmul -> a");
+    EXPECT_EQ(d[1].what, "all_gather w2 -> matmul -> y");
+    EXPECT_TRUE(d[0].decomposed && d[1].decomposed);
+    for (const LocalProgram& p : ps) {
+      SCOPED_TRACE("world " + std::to_string(world) + ", rank " + std::to_string(p.rank));
+      EXPECT_EQ(ring_shifts(p).size(), static_cast<size_t>(2 * (n - 1)));
+      for (const LocalStep& s : p.steps)
+        EXPECT_FALSE(s.kind == LocalStep::Kind::Start && s.comm == RedistKind::AllGather &&
+                     (p.names[static_cast<size_t>(s.in[0])] == "w1" || p.names[static_cast<size_t>(s.in[0])] == "w2"))
+            << "no whole weight gather is left";
+      // The first layer's kernels, in program order: which weight value each reads,
+      // which shard its result holds, and its slice of b1.
+      std::vector<std::string> weights, outs, biases;
+      for (const LocalStep& s : p.steps) {
+        if (s.kind != LocalStep::Kind::Kernel) continue;
+        const std::string out = p.names[static_cast<size_t>(s.outs[0])];
+        if (out.rfind("a_s", 0) != 0) continue;
+        outs.push_back(out);
+        for (int v : s.in) {
+          const std::string& name = p.names[static_cast<size_t>(v)];
+          if (name.rfind("w1", 0) == 0) weights.push_back(name);
+          if (name.rfind("b1", 0) == 0) biases.push_back(name);
+        }
+      }
+      ASSERT_EQ(outs.size(), static_cast<size_t>(n));
+      ASSERT_EQ(weights.size(), static_cast<size_t>(n));
+      ASSERT_EQ(biases.size(), static_cast<size_t>(n));
+      for (int s = 0; s < n; ++s) {
+        const int j = (p.rank + s) % n;
+        EXPECT_EQ(weights[static_cast<size_t>(s)], s == 0 ? "w1" : "w1_ag_r" + std::to_string(s)) << s;
+        EXPECT_EQ(outs[static_cast<size_t>(s)], "a_s" + std::to_string(j)) << s;
+        EXPECT_EQ(biases[static_cast<size_t>(s)], "b1_ag_c" + std::to_string(j)) << s;
+      }
+      int concats = 0;
+      for (const LocalStep& s : p.steps) {
+        if (s.kind == LocalStep::Kind::Slice && p.names[static_cast<size_t>(s.in[0])] == "b1_ag") {
+          const int j = std::stoi(p.names[static_cast<size_t>(s.out)].substr(std::string("b1_ag_c").size()));
+          EXPECT_EQ(s.offset[0], chunk_of(16, n, j).offset);
+          EXPECT_EQ(s.shape[0], chunk_of(16, n, j).size);
+        }
+        if (s.kind != LocalStep::Kind::Concat) continue;
+        ++concats;
+        EXPECT_EQ(s.dim, 1) << "column blocks";
+        ASSERT_EQ(s.in.size(), static_cast<size_t>(n));
+        for (int j = 0; j < n; ++j)
+          EXPECT_EQ(p.types[static_cast<size_t>(s.in[static_cast<size_t>(j)])].shape[1],
+                    chunk_of(p.names[static_cast<size_t>(s.out)] == "a" ? 16 : 10, n, j).size)
+              << "shard " << j << " in its place";
+      }
+      EXPECT_EQ(concats, 2);
+    }
+    check_against_reference(g, ps, "fsdp_mlp world " + std::to_string(world) + " fused");
+    check_against_reference(g, programs(g, DecomposeMode::Always, false), "fsdp_mlp world " + std::to_string(world) + " unfused");
+  }
+  // auto at real size (8 x 2048 tokens, hidden 4096 -> 16384, dp=4): nothing comes
+  // before the first weight's gather to hide it, so its ring pays; the second
+  // gather hides behind the first layer's matmuls, so it stays whole.
+  {
+    Result<Graph> full = parse_file(std::string(SF_SOURCE_DIR) + "/bench/graphs/overlap/full/fsdp_mlp.sf");
+    ASSERT_TRUE(full.ok()) << full.error().str();
+    Mesh m = full->mesh();
+    m.dims[0].size = 4;
+    Result<Graph> g4 = remesh(*full, m);
+    ASSERT_TRUE(g4.ok()) << g4.error().str();
+    std::vector<DecomposeDecision> d;
+    std::vector<LocalProgram> ps = programs(*g4, DecomposeMode::Auto, true, &d);
+    ASSERT_EQ(d.size(), 2u);
+    EXPECT_TRUE(d[0].decomposed) << d[0].why;
+    EXPECT_FALSE(d[1].decomposed) << d[1].why;
+    EXPECT_EQ(ring_shifts(ps[0]).size(), 3u);
+  }
+  // Gathered along a batch dim of a batched right operand: not decomposed.
+  Graph batch = parse(
+      "mesh tp=2\n"
+      "graph g(x: f32[2, 4, 8], w: f32[2, 8, 6] {tp: S(0)}) {\n"
+      "  wr = redistribute(w, {tp: R})\n  y = matmul(x, wr)\n  return y {tp: R}\n}\n");
+  std::vector<LocalProgram> ps = programs(batch, DecomposeMode::Always, false);
+  EXPECT_TRUE(ring_shifts(ps[0]).empty());
+  check_against_reference(batch, ps, "batch-gathered right operand");
 }
 
 TEST(CollectiveMatmul, AutoDecomposesOnlyWhenTheRingIsEstimatedFaster) {

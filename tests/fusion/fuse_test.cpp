@@ -84,7 +84,8 @@ TEST(Fuse, CollectivesAreBarriers) {
 }
 
 TEST(Fuse, FewerKernelsThanOpsOnEveryExample) {
-  for (const char* e : {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf"}) {
+  for (const char* e : {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf",
+                        "fsdp_mlp.sf"}) {
     LocalProgram fused = programs(example(e))[0], unfused = programs(example(e), false)[0];
     int ops = 0;
     for (const LocalKernel& k : fused.kernels) ops += static_cast<int>(k.ops.size());

@@ -68,9 +68,10 @@ Graph example(const std::string& name, int64_t world = 0) {
 }
 
 TEST(GeneratedPrograms, EveryExampleOnEveryRank) {
-  for (const char* e : {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf"})
+  for (const char* e : {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf",
+                        "fsdp_mlp.sf"})
     check(example(e), 21, e);
-  for (const char* e : {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf"}) {
+  for (const char* e : {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_mlp.sf"}) {
     check(example(e, 3), 22, std::string(e) + " on 3 ranks");
     check(example(e, 2), 23, std::string(e) + " on 2 ranks");
   }

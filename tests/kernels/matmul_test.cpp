@@ -353,7 +353,8 @@ TEST(MatmulHost, EmptyContractionGivesTheEpilogueOfZero) {
 // group, and compiled for sm_90a.
 TEST(MatmulHost, FusionGroupsOfTheExamples) {
   int groups = 0;
-  for (const char* file : {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf"}) {
+  for (const char* file : {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf",
+                           "fsdp_mlp.sf"}) {
     Result<Graph> g = parse_file(std::string(SF_SOURCE_DIR) + "/examples/" + file);
     ASSERT_TRUE(g.ok()) << g.error().str();
     DeviceMesh mesh(g->mesh());

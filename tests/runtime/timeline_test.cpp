@@ -394,7 +394,8 @@ TEST(Timeline, NoCommunicationGivesZeroEfficiency) {
 TEST(Timeline, ExamplesOverlapNoWorseThanSerial) {
   Result<SystemSpec> sys = load_system(std::string(SF_SOURCE_DIR) + "/examples/systems/h100x8_nvlink.json");
   ASSERT_TRUE(sys.ok()) << sys.error().str();
-  for (const char* e : {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf"}) {
+  for (const char* e : {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf",
+                        "fsdp_mlp.sf"}) {
     Result<Graph> g = parse_file(std::string(SF_SOURCE_DIR) + "/examples/" + e);
     ASSERT_TRUE(g.ok()) << g.error().str();
     DeviceMesh mesh(g->mesh());

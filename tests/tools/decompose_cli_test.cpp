@@ -46,6 +46,20 @@ TEST(DecomposeCli, DecomposedRunsMatchTheReference) {
   EXPECT_NE(out.find("check: ok"), std::string::npos) << out;
 }
 
+TEST(DecomposeCli, AnFsdpWeightGatherBecomesARingOfColumnBlocks) {
+  CliResult r = shardfuse("explain " + example("fsdp_mlp.sf") + " --decompose always");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("all_gather w1 -> matmul -> a: decomposed into ring steps"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ring_shift w1 -> w1_ag_r1 [dp, dim 0, step 1/3]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("concat a_s0, a_s1, a_s2, a_s3 -> a [dim 1]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("concat y_s0, y_s1, y_s2, y_s3 -> y [dim 1]"), std::string::npos) << r.out;
+  for (const char* world : {"3", "4"}) {
+    CliResult run = shardfuse("run " + example("fsdp_mlp.sf") + " --decompose always --check --world " + world);
+    EXPECT_EQ(run.code, 0) << world << "\n" << run.out;
+    EXPECT_NE(run.out.find("check: ok"), std::string::npos) << run.out;
+  }
+}
+
 TEST(DecomposeCli, ThePlanCarriesTheRingAndItsConcat) {
   TempDir t;
   CliResult r = shardfuse("compile " + example("seq_parallel_mlp.sf") + " --decompose always --no-ptxas -o " + t / "p");

@@ -138,7 +138,8 @@ void skip_without_gpu() {
 TEST(GpuRun, EveryExampleMatchesTheReference) {
   skip_without_gpu();
   if (testing::Test::IsSkipped()) return;
-  for (const char* ex : {"tp_mlp.sf", "tp_attention.sf", "seq_parallel_mlp.sf", "transformer_block.sf", "fsdp_tp_2d.sf"})
+  for (const char* ex : {"tp_mlp.sf", "tp_attention.sf", "seq_parallel_mlp.sf", "transformer_block.sf", "fsdp_tp_2d.sf",
+                         "fsdp_mlp.sf"})
     for (const char* extra : {"", " --cuda-graph", " --world 2", " --no-fuse"}) {
       if (std::string(ex) == "fsdp_tp_2d.sf" && std::string(extra) == " --world 2") continue;  // a 2-D mesh
       CliResult r = shardfuse(std::string("run ") + example(ex) + " --device cuda --check" + extra);

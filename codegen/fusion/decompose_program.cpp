@@ -1,5 +1,8 @@
 #include "codegen/fusion/decompose_program.h"
 
+#include <map>
+#include <set>
+
 #include "codegen/ir/builder.h"
 #include "codegen/ir/decompose.h"
 
@@ -22,14 +25,22 @@ Graph one_op_graph(const Node& n, const std::vector<TensorType>& in) {
 
 LocalProgram decompose_program(LocalProgram p) {
   std::vector<LocalStep> out;
+  // A redistribute's result -> the value its users read instead.
+  std::map<int, int> alias;
+  const std::set<int> returned(p.output_values.begin(), p.output_values.end());
   for (LocalStep& s : p.steps) {
+    for (int& v : s.in)
+      if (auto a = alias.find(v); a != alias.end()) v = a->second;
     if (s.kind != LocalStep::Kind::Compute) {
       out.push_back(std::move(s));
       continue;
     }
+    if (s.node.op == OpKind::Redistribute && !returned.count(s.out)) {
+      alias[s.out] = s.in[0];  // already resolved above
+      continue;
+    }
     if (s.node.op == OpKind::Redistribute) {
-      // On a rank the global redistribute is a copy; the collectives around it do
-      // the moving.
+      // Returned: the output needs a value of its own, so the identity is a copy.
       Node copy = s.node;
       copy.op = OpKind::Cast;
       copy.attrs = normalize_attrs(OpKind::Cast, {AttrValue(copy.type.dtype)}, {});

@@ -106,6 +106,17 @@ std::vector<int64_t> prefix_sums(const std::vector<int64_t>& v) {
   return p;
 }
 
+// Whether an all_to_all's chunks along `dim` of `shape` (`sizes`) must go through
+// scratch: a chunk is contiguous in the buffer when nothing lies outside `dim`
+// (outer == 1), or when it is the whole buffer. The latter is a ring shift of a
+// decomposed collective matmul (one chunk, all of the shard, to one member), which
+// would otherwise pay two full copies of the shard on the comm stream per step.
+bool all_to_all_packs(const Shape& shape, int dim, const std::vector<int64_t>& sizes) {
+  if (dim < 0 || dim >= static_cast<int>(shape.size()) || prod(shape, 0, static_cast<size_t>(dim)) <= 1) return false;
+  const int64_t extent = shape[static_cast<size_t>(dim)];
+  return std::any_of(sizes.begin(), sizes.end(), [&](int64_t x) { return x > 0 && x < extent; });
+}
+
 // The scratch bytes (per slot) GpuRank::enqueue_collective packs and unpacks
 // through for collective `s` over n members, from `in` to `out`: allocated before
 // the first collective is enqueued, since allocating (and above all freeing, which
@@ -125,8 +136,8 @@ std::vector<size_t> scratch_bytes(const PlanStep& s, const PlanBuffer& in, const
     return {static_cast<size_t>(n) * block, block};     // packed and padded, reduced, trimmed
   }
   if (s.op == "all_to_all")
-    return {outer(in.shape, s.dim) > 1 ? static_cast<size_t>(numel(in.shape)) * es : 0,
-            outer(out.shape, s.dim2) > 1 ? static_cast<size_t>(numel(out.shape)) * es : 0};
+    return {all_to_all_packs(in.shape, s.dim, s.sizes) ? static_cast<size_t>(numel(in.shape)) * es : 0,
+            all_to_all_packs(out.shape, s.dim2, s.sizes2) ? static_cast<size_t>(numel(out.shape)) * es : 0};
   return {};
 }
 
@@ -607,10 +618,12 @@ std::optional<Diag> GpuRank::enqueue_collective(const PlanStep& s, NcclOp& op, n
     const int64_t outer1 = prod(ib.shape, 0, d1), inner1 = prod(ib.shape, d1 + 1, ib.shape.size());
     const int64_t outer2 = prod(ob.shape, 0, d2), inner2 = prod(ob.shape, d2 + 1, ob.shape.size());
     const std::vector<int64_t> sat = prefix_sums(s.sizes), rat = prefix_sums(s.sizes2);
-    // Chunk k goes out contiguous: straight from the input when outer1 == 1, else
-    // packed into scratch first; what comes in lands likewise.
+    // Chunk k goes out contiguous: straight from the input when it already is (see
+    // all_to_all_packs), else packed into scratch first; what comes in lands likewise.
+    const bool pack_send = all_to_all_packs(ib.shape, s.dim, s.sizes);
+    const bool unpack_recv = all_to_all_packs(ob.shape, s.dim2, s.sizes2);
     CUdeviceptr send_base = in, recv_base = out;
-    if (outer1 > 1) {
+    if (pack_send) {
       Result<CUdeviceptr> t = scratch(op, 0, static_cast<size_t>(numel(ib.shape)) * es);
       if (!t) return t.error();
       send_base = *t;
@@ -622,7 +635,7 @@ std::optional<Diag> GpuRank::enqueue_collective(const PlanStep& s, NcclOp& op, n
           return e;
       }
     }
-    if (outer2 > 1) {
+    if (unpack_recv) {
       Result<CUdeviceptr> t = scratch(op, 1, static_cast<size_t>(numel(ob.shape)) * es);
       if (!t) return t.error();
       recv_base = *t;
@@ -636,7 +649,7 @@ std::optional<Diag> GpuRank::enqueue_collective(const PlanStep& s, NcclOp& op, n
                        static_cast<size_t>(outer2 * s.sizes2[ks] * inner2)});
     }
     if (auto e = c.send_recv(sends, recvs, dt, cs)) return e;
-    if (outer2 == 1) return std::nullopt;
+    if (!unpack_recv) return std::nullopt;
     for (int k = 0; k < n; ++k) {
       const size_t width = static_cast<size_t>(s.sizes2[static_cast<size_t>(k)] * inner2) * es;
       if (auto e = copy(out + static_cast<size_t>(rat[static_cast<size_t>(k)] * inner2) * es,

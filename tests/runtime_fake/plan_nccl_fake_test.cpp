@@ -13,9 +13,13 @@
 #include <barrier>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "codegen/dist/host_collectives.h"
 #include "codegen/dist/shard.h"
@@ -50,6 +54,8 @@ struct OneStep {
   int dim = 0, dim2 = 0;
   std::vector<int64_t> sizes, sizes2, offset;
   std::string reduce_op;
+  // Per rank, when the ranks' sizes differ (a ring shift): replaces sizes/sizes2.
+  std::vector<std::vector<int64_t>> rank_sizes, rank_sizes2;
 };
 
 OneStep mk(std::string op, std::vector<Shape> in, std::vector<Shape> out, int dim = 0, int dim2 = 0,
@@ -87,8 +93,8 @@ PlanSource plan_of(const OneStep& c) {
     s.in = {0};
     s.dim = c.dim;
     s.dim2 = c.dim2;
-    s.sizes = c.sizes;
-    s.sizes2 = c.sizes2;
+    s.sizes = c.rank_sizes.empty() ? c.sizes : c.rank_sizes[static_cast<size_t>(r)];
+    s.sizes2 = c.rank_sizes2.empty() ? c.sizes2 : c.rank_sizes2[static_cast<size_t>(r)];
     s.offset = c.offset;
     s.reduce_op = c.reduce_op;
     s.mesh_dim = "tp";
@@ -218,6 +224,49 @@ TEST(PlanNcclFake, AllToAllFromRowShardsToColumnShards) {
   expect_both_paths(c, host_all_to_all(locals_of(c), 1, send, 0));
 }
 
+// A decomposed collective matmul's ring shift along an inner dim (a sequence
+// shard [2, e, 3], e = 3, 2, 1 on 3 ranks): an all_to_all whose one non-empty chunk
+// is the whole shard, sent to the previous member while the next one's arrives.
+OneStep ring_shift() {
+  const std::vector<int64_t> e = {3, 2, 1};
+  OneStep c = mk("all_to_all", {{2, 3, 3}, {2, 2, 3}, {2, 1, 3}}, {{2, 2, 3}, {2, 1, 3}, {2, 3, 3}}, 1, 1);
+  for (int r = 0; r < 3; ++r) {
+    std::vector<int64_t> send(3, 0), recv(3, 0);
+    send[static_cast<size_t>((r + 2) % 3)] = e[static_cast<size_t>(r)];
+    recv[static_cast<size_t>((r + 1) % 3)] = e[static_cast<size_t>((r + 1) % 3)];
+    c.rank_sizes.push_back(send);
+    c.rank_sizes2.push_back(recv);
+  }
+  return c;
+}
+
+TEST(PlanNcclFake, ARingShiftSendsTheWholeShardWithoutPackingIt) {
+  // Its one chunk is contiguous however many dims lie outside the shard dim, so
+  // it goes straight from the input to the next member's output: no strided copy
+  // through scratch on either side (the model's shift_us counts no copies either).
+  const OneStep c = ring_shift();
+  const std::string log =
+      (std::filesystem::temp_directory_path() / ("sf-ring-shift-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove(log);
+  ::setenv("FAKE_CUDA_LOG", log.c_str(), 1);
+  Result<std::vector<std::vector<Tensor>>> out = run_plan_on_gpu(plan_of(c), inputs_of(c), nccl_options());
+  ::unsetenv("FAKE_CUDA_LOG");
+  ASSERT_TRUE(out.ok()) << out.error().str();
+  const std::vector<std::vector<Tensor>> in = inputs_of(c);
+  for (size_t r = 0; r < 3; ++r) {
+    const Tensor& got = (*out)[r].at(0);
+    const Tensor& want = in[(r + 1) % 3][0];
+    ASSERT_EQ(got.shape(), want.shape()) << "rank " << r;
+    for (int64_t i = 0; i < got.numel(); ++i) ASSERT_EQ(got.get(i), want.get(i)) << "rank " << r << ", element " << i;
+  }
+  std::ifstream f(log);
+  int copies = 0, lines = 0;
+  for (std::string l; std::getline(f, l); ++lines) copies += l.rfind("copy2d", 0) == 0;
+  std::filesystem::remove(log);
+  EXPECT_GT(lines, 0) << "the fake logged nothing: is FAKE_CUDA_LOG read?";
+  EXPECT_EQ(copies, 0) << "the shift was packed or unpacked through scratch";
+}
+
 TEST(PlanNcclFake, SliceAlongOneDimIsAStridedDeviceCopy) {
   OneStep c = mk("slice", {{4, 6, 3}, {4, 6, 3}}, {{4, 2, 3}, {4, 2, 3}});
   c.offset = {0, 3, 0};
@@ -328,6 +377,8 @@ TEST(PlanNcclFake, ScratchIsAllocatedBeforeAnyCollectiveRuns) {
       mk("all_to_all", {{6, 2}, {6, 2}, {6, 1}}, {{3, 5}, {2, 5}, {1, 5}}, 0, 1, {3, 2, 1}, {2, 2, 1}),
       // rows to columns: unpacked on the way in
       mk("all_to_all", {{2, 5}, {2, 5}, {1, 5}}, {{5, 2}, {5, 2}, {5, 1}}, 1, 0, {2, 2, 1}, {2, 2, 1}),
+      // a ring shift: neither
+      ring_shift(),
   };
   for (OneStep& c : cases) {
     SCOPED_TRACE(c.op + " along dim " + std::to_string(c.dim));

@@ -13,10 +13,11 @@ namespace sf {
 // program, so the result is deterministic and the same on every rank.
 //
 // Except for a ring shift's Wait (a decomposed collective matmul): it is sunk to its
-// first user in program order and no further. The decomposition wrote each ring
-// step as [next chunk's matmul, wait, add, next shift]; sinking its waits past the
-// later chunks' matmuls would run every matmul first and then the whole chain of
-// adds and shifts with nothing left to hide them.
+// first user in program order and no further. An all-gather ring's step is [wait
+// for shard s, shard s's chain, next shift]: the next shift needs the shard that
+// arrived, so sinking its wait past the later shards' chains would leave the ring
+// nothing to hide behind. (A reduce-scatter's chunks are used only by the final
+// sum, so their waits sink to it.)
 LocalProgram schedule(LocalProgram p) {
   const std::vector<LocalStep>& st = p.steps;
   size_t n = st.size();

@@ -372,10 +372,10 @@ int new_value(LocalProgram& p, const TensorType& t, const std::string& name) {
   return static_cast<int>(p.types.size()) - 1;
 }
 
-// The ring shift of step `step` (1-based) of `steps`: this member (position `pos`
-// of n) sends `value` (extent `send` along dim) to the previous member and receives
-// extent `recv` from the next.
-LocalStep shift_start(const LocalStep& like, int value, int dim, int pos, int n, int64_t send, int64_t recv,
+// Step `step` (1-based) of `steps` shifts: this member sends `value` (extent
+// `send` along dim) to member `to` and receives extent `recv` from member `from`
+// (positions in the group of n).
+LocalStep shift_start(const LocalStep& like, int value, int dim, int n, int to, int64_t send, int from, int64_t recv,
                       int handle, int step, int steps) {
   LocalStep s;
   s.kind = LocalStep::Kind::Start;
@@ -384,8 +384,8 @@ LocalStep shift_start(const LocalStep& like, int value, int dim, int pos, int n,
   s.dim = s.dim2 = dim;
   s.sizes.assign(static_cast<size_t>(n), 0);
   s.sizes2.assign(static_cast<size_t>(n), 0);
-  s.sizes[static_cast<size_t>((pos + n - 1) % n)] = send;
-  s.sizes2[static_cast<size_t>((pos + 1) % n)] = recv;
+  s.sizes[static_cast<size_t>(to)] = send;
+  s.sizes2[static_cast<size_t>(from)] = recv;
   s.in = {value};
   s.handle = handle;
   s.ring_step = step;
@@ -517,7 +517,8 @@ void rewrite_all_gather(LocalProgram& p, const AgMatch& m, int pos) {
       handle = p.num_handles++;
       next = new_value(p, with_extent(p.types[static_cast<size_t>(xg)], d, sizes[static_cast<size_t>(jn)]),
                        p.names[static_cast<size_t>(xg)] + "_r" + std::to_string(s + 1));
-      block.push_back(shift_start(st, cur, d, pos, n, e, sizes[static_cast<size_t>(jn)], handle, s + 1, n - 1));
+      block.push_back(shift_start(st, cur, d, n, (pos + n - 1) % n, e, (pos + 1) % n, sizes[static_cast<size_t>(jn)],
+                                  handle, s + 1, n - 1));
     }
     const int shared = copy_chain(p, m.prefix, xg, cur, j, off, e, st.mesh_dim, views, block);
     for (size_t b = 0; b < m.branches.size(); ++b)
@@ -554,10 +555,11 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
   std::vector<int64_t> offset(static_cast<size_t>(n), 0);
   for (int k = 1; k < n; ++k) offset[static_cast<size_t>(k)] = offset[static_cast<size_t>(k - 1)] + sizes[static_cast<size_t>(k - 1)];
   std::vector<LocalStep> block;
-  int recv = -1;
+  std::vector<int> received;  // this member's chunk of every other member's partial sum
+  int own_part = -1;
   const std::optional<size_t> view = private_view(p, mm);
   for (int s = 0; s < n; ++s) {
-    const int j = (pos + s + 1) % n, jn = (j + 1) % n;
+    const int j = (pos + s + 1) % n;
     const int64_t e = sizes[static_cast<size_t>(j)];
     LocalStep part = mm;
     part.in[0] = slice_of(p, lhs, m.lhs_dim, offset[static_cast<size_t>(j)], e, st.mesh_dim, j, block);
@@ -580,25 +582,34 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
       part.out = add.out;
       block.push_back(std::move(add));
     }
-    int acc = part.out;
-    if (s > 0) {
-      LocalStep add;
-      add.kind = LocalStep::Kind::Compute;
-      add.node.op = OpKind::Add;
-      add.node.type = part.node.type;
-      add.in = {part.out, recv};
-      add.out = s == n - 1 ? out_final
-                           : new_value(p, part.node.type, p.names[static_cast<size_t>(mm.out)] + "_acc" + std::to_string(j));
-      acc = add.out;
-      block.push_back(std::move(add));
+    if (s == n - 1) {  // j == pos: the member's own chunk, summed below
+      own_part = part.out;
+      break;
     }
-    if (s < n - 1) {
-      const int handle = p.num_handles++;
-      recv = new_value(p, with_extent(vt, d, sizes[static_cast<size_t>(jn)]),
-                       p.names[static_cast<size_t>(mm.out)] + "_r" + std::to_string(s + 1));
-      block.push_back(shift_start(st, acc, d, pos, n, e, sizes[static_cast<size_t>(jn)], handle, s + 1, n - 1));
-      block.push_back(wait_step(handle, recv));
-    }
+    // Chunk j goes straight to its owner, member j, while the next chunk's matmul
+    // runs; this member's chunk arrives from the member for which it is chunk s + 1.
+    const int handle = p.num_handles++;
+    const int recv = new_value(p, with_extent(vt, d, sizes[static_cast<size_t>(pos)]),
+                               p.names[static_cast<size_t>(mm.out)] + "_r" + std::to_string(s + 1));
+    block.push_back(shift_start(st, part.out, d, n, j, e, (pos + n - s - 1) % n, sizes[static_cast<size_t>(pos)],
+                                handle, s + 1, n - 1));
+    block.push_back(wait_step(handle, recv));
+    received.push_back(recv);
+  }
+  // The local reduction: the member's own partial chunk plus the n - 1 received,
+  // a chain of adds that fuses into one kernel (n chunks read, one written).
+  int acc = own_part;
+  for (size_t k = 0; k < received.size(); ++k) {
+    LocalStep add;
+    add.kind = LocalStep::Kind::Compute;
+    add.node.op = OpKind::Add;
+    add.node.type = with_extent(vt, d, sizes[static_cast<size_t>(pos)]);
+    add.in = {acc, received[k]};
+    add.out = k + 1 == received.size()
+                  ? out_final
+                  : new_value(p, add.node.type, p.names[static_cast<size_t>(mm.out)] + "_acc" + std::to_string(k + 1));
+    acc = add.out;
+    block.push_back(std::move(add));
   }
   std::set<size_t> drop{m.matmul, m.start, m.wait};
   drop.insert(m.adds.begin(), m.adds.end());
@@ -670,13 +681,15 @@ size_t split_all_reduce(LocalProgram& p, const ArMatch& m, int pos, int n) {
   return m.start;
 }
 
-// The estimated time of matmul -> reduce_scatter as a ring of n per-chunk matmuls,
-// each adding the partial sum received and passing it on (`bytes`: the matmul's
-// whole result; `t_mm`: the matmul alone, with its launch).
+// The estimated time of matmul -> reduce_scatter as n per-chunk matmuls, each
+// chunk sent to its owner while the next one is computed, then one reduction of
+// the n partial chunks (`bytes`: the matmul's whole result; `t_mm`: the matmul
+// alone, with its launch).
 double rs_ring_time(double bytes, double t_mm, int n, const DecomposeOptions& o) {
   const double t_step = o.comm.alpha_s + bytes / n / o.comm.beta_bytes_per_s;
-  const double t_part = (t_mm - o.launch_s) / n + 2 * o.launch_s + 2.0 * bytes / n / o.bytes_per_s;  // partial + add
-  return t_part + (n - 1) * std::max(t_part, t_step);
+  const double t_part = (t_mm - o.launch_s) / n + o.launch_s;
+  const double t_sum = o.launch_s + (n + 1) * bytes / n / o.bytes_per_s;  // n chunks read, one written
+  return t_part + (n - 1) * std::max(t_part, t_step) + t_sum;
 }
 
 // The matmul and the adds of its terms (which fuse into it: one launch), and the

@@ -14,8 +14,10 @@
 //   the rows, a bias along the columns) is sliced to each shard.
 //   matmul(x, W) -> reduce_scatter(sum)
 //     becomes n steps: step s computes the partial rows of chunk
-//     (rank + s + 1) mod n, adds the partial sum received from the next rank and
-//     passes it on; after n - 1 shifts each rank holds its own chunk, reduced.
+//     j = (rank + s + 1) mod n and sends them straight to rank j while the next
+//     chunk is computed; the last step computes the rank's own chunk, and one
+//     kernel adds the n - 1 chunks received to it (PyTorch's
+//     fused_matmul_reduce_scatter: produce, all-to-all, reduce locally).
 //   matmul(x, W) -> all_reduce(sum)   (Megatron's rowwise linear)
 //     becomes reduce_scatter + all_gather along the matmul's row dim M (the two
 //     halves of a ring all-reduce); the reduce_scatter is then decomposed as

@@ -169,9 +169,9 @@ class Fuser {
       // would need the store's index remapped per element, so they start a new kernel.
       //
       // Nor does it read what a ring shift brings (a decomposed reduce-scatter's
-      // partial sum from the next rank): the matmul would wait for the shift instead
-      // of running while it travels, which is what the ring is for. The add then
-      // runs as its own kernel after the matmul.
+      // partial chunks from the other ranks): the matmul would wait for the transfers
+      // instead of running while they travel, which is what the decomposition is
+      // for. The adds then run as a kernel of their own after the last matmul.
       case GKind::Matmul:
         if (std::any_of(s.in.begin(), s.in.end(), [&](int v) { return ring_values_.count(v) > 0; })) return false;
         return k == GKind::Pointwise && out == g.numel && op_info(n.op).category != OpCategory::Movement;

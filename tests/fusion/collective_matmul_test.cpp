@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "codegen/dist/explain.h"
 #include "codegen/dist/shard.h"
@@ -98,7 +99,7 @@ TEST(CollectiveMatmul, AllGatherMatmulBecomesARingStartingWithTheRanksOwnShard) 
   EXPECT_NE(decisions[1].what.find("reduce_scatter"), std::string::npos);
   const int n = 4;
   for (const LocalProgram& p : ps) {
-    // No whole all_gather or reduce_scatter is left; 3 + 3 shifts to the previous rank.
+    // No whole all_gather or reduce_scatter is left; 3 + 3 shifts.
     for (const LocalStep& s : p.steps) {
       if (s.kind == LocalStep::Kind::Start) {
         EXPECT_GT(s.ring_steps, 0) << step_line(p, s, DeviceMesh(g.mesh()));
@@ -106,12 +107,19 @@ TEST(CollectiveMatmul, AllGatherMatmulBecomesARingStartingWithTheRanksOwnShard) 
     }
     std::vector<const LocalStep*> shifts = ring_shifts(p);
     ASSERT_EQ(shifts.size(), 6u);
-    const int prev = (p.rank + n - 1) % n, next = (p.rank + 1) % n;
-    for (const LocalStep* s : shifts) {
+    for (size_t i = 0; i < shifts.size(); ++i) {
+      const LocalStep* s = shifts[i];
       EXPECT_EQ(s->comm, RedistKind::AllToAll);
+      // The all-gather ring passes each shard on to the previous rank and takes the
+      // next one's. The reduce-scatter's step t sends the partial chunk of rank
+      // (rank + t) to that rank, and takes its own chunk from rank (rank - t).
+      const int t = s->ring_step;
+      const int to = i < 3 ? (p.rank + n - 1) % n : (p.rank + t) % n;
+      const int from = i < 3 ? (p.rank + 1) % n : (p.rank + n - t) % n;
       for (int k = 0; k < n; ++k) {
-        EXPECT_EQ(s->sizes[static_cast<size_t>(k)] > 0, k == prev) << "rank " << p.rank << " sends only to " << prev;
-        EXPECT_EQ(s->sizes2[static_cast<size_t>(k)] > 0, k == next) << "rank " << p.rank << " receives only from " << next;
+        EXPECT_EQ(s->sizes[static_cast<size_t>(k)] > 0, k == to) << "rank " << p.rank << " shift " << i << " sends only to " << to;
+        EXPECT_EQ(s->sizes2[static_cast<size_t>(k)] > 0, k == from)
+            << "rank " << p.rank << " shift " << i << " receives only from " << from;
       }
     }
     // The all-gather half: the matmul steps take shards (rank + s) mod n in order;
@@ -266,39 +274,59 @@ TEST(CollectiveMatmul, TermsAddedToTheMatmulsPartialSumsAreAddedChunkByChunk) {
   EXPECT_TRUE(found) << "the block's all_reduce of matmul + bias + residual";
 }
 
-TEST(CollectiveMatmul, EachRingShiftTravelsWhileTheNextChunksMatmulRuns) {
-  // Fused and scheduled, the reduce-scatter ring of tp_mlp's rowwise matmul must
-  // keep [matmul of the next chunk] between a shift's start and its wait, and add
-  // the received partial sum in a kernel of its own after the wait. Fusing that add
-  // into the matmul, or sinking the waits past every chunk's matmul, would leave the
-  // shifts nothing to hide behind.
+TEST(CollectiveMatmul, EachChunkTravelsWhileTheNextChunksMatmulRunsThenOneKernelSumsThem) {
+  // Fused and scheduled, the reduce-scatter half of tp_mlp's rowwise matmul must
+  // start sending chunk t as soon as its matmul is done and wait for what it
+  // receives only after every later chunk's matmul (n - t of them in flight), and
+  // then sum the rank's own chunk and the n - 1 received in one kernel of adds.
+  // Fusing a received chunk into a matmul's epilogue, or waiting for it early,
+  // would leave the transfers nothing to hide behind.
   for (int64_t world : {3, 4}) {
     const Graph g = example("tp_mlp.sf", world);
+    const int n = static_cast<int>(world);
     std::vector<LocalProgram> ps = programs(g, DecomposeMode::Always);
     for (const LocalProgram& p : ps) {
       SCOPED_TRACE("world " + std::to_string(world) + ", rank " + std::to_string(p.rank));
-      std::map<int, size_t> start_at;  // ring handle -> its start's index
+      auto count = [&](const LocalStep& s, const char* op) {
+        if (s.kind != LocalStep::Kind::Kernel) return 0L;
+        const std::vector<std::string>& ops = p.kernels[static_cast<size_t>(s.kernel)].ops;
+        return static_cast<long>(std::count(ops.begin(), ops.end(), op));
+      };
+      // A chunk's matmul kernel (with its weight's transpose read in place).
+      auto is_chunk_matmul = [&](const LocalStep& s) { return count(s, "matmul") == 1 && count(s, "add") == 0; };
+      std::map<int, size_t> start_at;  // shift handle -> its start's index
+      std::set<int> received;
+      size_t last_wait = 0;
       int checked = 0;
       for (size_t i = 0; i < p.steps.size(); ++i) {
         const LocalStep& s = p.steps[i];
-        if (s.kind == LocalStep::Kind::Start && s.ring_steps > 0) start_at[s.handle] = i;
+        if (s.kind == LocalStep::Kind::Start && s.ring_steps > 0) {
+          start_at[s.handle] = i;
+          ASSERT_GT(i, 0u);
+          EXPECT_TRUE(is_chunk_matmul(p.steps[i - 1])) << "shift " << s.ring_step << " right after its chunk's matmul";
+        }
+        if (count(s, "matmul") > 0) {
+          for (int v : s.in) EXPECT_FALSE(received.count(v)) << "a matmul reads a received chunk";
+        }
         if (s.kind != LocalStep::Kind::Wait || !start_at.count(s.handle)) continue;
+        const int t = p.steps[start_at[s.handle]].ring_step;
         int matmuls = 0;
-        for (size_t j = start_at[s.handle] + 1; j < i; ++j)
-          if (p.steps[j].kind == LocalStep::Kind::Kernel) {
-            const std::vector<std::string>& ops = p.kernels[static_cast<size_t>(p.steps[j].kernel)].ops;
-            matmuls += std::count(ops.begin(), ops.end(), "matmul") == 1 && std::count(ops.begin(), ops.end(), "add") == 0;
-          }
-        EXPECT_EQ(matmuls, 1) << "shift " << p.steps[start_at[s.handle]].ring_step << ": one chunk's matmul in flight";
-        size_t next = i + 1;
-        while (next < p.steps.size() && p.steps[next].kind != LocalStep::Kind::Kernel) ++next;
-        ASSERT_LT(next, p.steps.size());
-        const LocalStep& k = p.steps[next];
-        EXPECT_EQ(p.kernels[static_cast<size_t>(k.kernel)].ops, std::vector<std::string>{"add"});
-        EXPECT_NE(std::find(k.in.begin(), k.in.end(), s.out), k.in.end()) << "the add after the wait takes its value";
+        for (size_t j = start_at[s.handle] + 1; j < i; ++j) matmuls += is_chunk_matmul(p.steps[j]);
+        EXPECT_EQ(matmuls, n - t) << "shift " << t << ": every later chunk's matmul in flight";
+        received.insert(s.out);
+        last_wait = i;
         ++checked;
       }
-      EXPECT_EQ(checked, world - 1);
+      EXPECT_EQ(checked, n - 1);
+      size_t next = last_wait + 1;
+      while (next < p.steps.size() && p.steps[next].kind != LocalStep::Kind::Kernel) ++next;
+      ASSERT_LT(next, p.steps.size());
+      const LocalStep& k = p.steps[next];
+      EXPECT_EQ(p.kernels[static_cast<size_t>(k.kernel)].ops, std::vector<std::string>(static_cast<size_t>(n - 1), "add"));
+      int reads = 0;
+      for (int v : k.in) reads += received.count(v);
+      EXPECT_EQ(reads, n - 1) << "the sum reads every received chunk";
+      EXPECT_EQ(k.in.size(), static_cast<size_t>(n)) << "and the rank's own";
     }
     check_against_reference(g, ps, "tp_mlp world " + std::to_string(world) + " scheduled");
   }

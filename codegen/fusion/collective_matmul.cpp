@@ -558,6 +558,19 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
   std::vector<int> received;  // this member's chunk of every other member's partial sum
   int own_part = -1;
   const std::optional<size_t> view = private_view(p, mm);
+  // A term that is a replicated value partialised over this mesh dim (DTensor's
+  // residual or bias: the value on one member, zeros on the others) sums to that
+  // value, so it is added once, to this member's reduced chunk, rather than chunk
+  // by chunk on every member (most of which would slice and add zeros).
+  const Uses u = uses_of(p);
+  std::vector<std::optional<size_t>> partialised(m.terms.size());
+  for (size_t k = 0; k < m.terms.size(); ++k) {
+    auto prod = u.producer.find(m.terms[k]);
+    if (prod == u.producer.end()) continue;
+    const LocalStep& ps = p.steps[prod->second];
+    if (ps.kind == LocalStep::Kind::Partialize && ps.op == ReduceOp::Sum && ps.mesh_dim == st.mesh_dim)
+      partialised[k] = prod->second;
+  }
   for (int s = 0; s < n; ++s) {
     const int j = (pos + s + 1) % n;
     const int64_t e = sizes[static_cast<size_t>(j)];
@@ -570,6 +583,7 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
     // The terms added to the matmul's result, each cut to chunk j's rows unless it
     // broadcasts along them: epilogue adds that fuse into the chunk's matmul.
     for (size_t k = 0; k < m.terms.size(); ++k) {
+      if (partialised[k]) continue;
       const int t = m.terms[k];
       const TensorType tt = p.types[static_cast<size_t>(t)];
       int piece = t;
@@ -597,21 +611,35 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
     received.push_back(recv);
   }
   // The local reduction: the member's own partial chunk plus the n - 1 received,
-  // a chain of adds that fuses into one kernel (n chunks read, one written).
+  // and the partialised terms' replicated values (this member's rows of them), a
+  // chain of adds that fuses into one kernel.
+  std::vector<int> summands = received;
+  std::set<size_t> drop;
+  for (size_t k = 0; k < m.terms.size(); ++k) {
+    if (!partialised[k]) continue;
+    const int whole = p.steps[*partialised[k]].in[0];
+    const TensorType tt = p.types[static_cast<size_t>(whole)];
+    const int td = term_dim(tt, rank_of(vt), d);
+    summands.push_back(td < 0 ? whole
+                              : slice_of(p, whole, td, offset[static_cast<size_t>(pos)], sizes[static_cast<size_t>(pos)],
+                                         st.mesh_dim, pos, block));
+    // The partialisation is dead once its only user, the add, is gone.
+    if (!u.outputs.count(m.terms[k]) && u.users.at(m.terms[k]).size() == 1) drop.insert(*partialised[k]);
+  }
   int acc = own_part;
-  for (size_t k = 0; k < received.size(); ++k) {
+  for (size_t k = 0; k < summands.size(); ++k) {
     LocalStep add;
     add.kind = LocalStep::Kind::Compute;
     add.node.op = OpKind::Add;
     add.node.type = with_extent(vt, d, sizes[static_cast<size_t>(pos)]);
-    add.in = {acc, received[k]};
-    add.out = k + 1 == received.size()
+    add.in = {acc, summands[k]};
+    add.out = k + 1 == summands.size()
                   ? out_final
                   : new_value(p, add.node.type, p.names[static_cast<size_t>(mm.out)] + "_acc" + std::to_string(k + 1));
     acc = add.out;
     block.push_back(std::move(add));
   }
-  std::set<size_t> drop{m.matmul, m.start, m.wait};
+  drop.insert({m.matmul, m.start, m.wait});
   drop.insert(m.adds.begin(), m.adds.end());
   if (view) drop.insert(*view);
   // With terms, at the collective: every term exists there (a term may be computed

@@ -265,13 +265,38 @@ TEST(CollectiveMatmul, TermsAddedToTheMatmulsPartialSumsAreAddedChunkByChunk) {
     check_against_reference(g, programs(g, DecomposeMode::Always), "terms, world " + std::to_string(world) + " fused");
   }
   // transformer_block.sf: its last all_reduce sums the feed-forward matmul, the
-  // partialised output bias and the residual h; it is split and decomposed too.
-  std::vector<DecomposeDecision> d;
-  programs(example("transformer_block.sf"), DecomposeMode::Always, true, &d);
-  bool found = false;
-  for (const DecomposeDecision& x : d)
-    found = found || (x.what.find("-> all_reduce") != std::string::npos && x.decomposed);
-  EXPECT_TRUE(found) << "the block's all_reduce of matmul + bias + residual";
+  // residual h (a partial sum itself: cut per chunk) and the output bias ff_b2,
+  // replicated and partialised by DTensor's rule (ff_b2 on one rank, zeros on the
+  // others). The bias's sum over the ranks is ff_b2 itself, so every rank adds it
+  // once, in the final reduction, and the partialisation is gone.
+  for (int64_t world : {2, 3, 4}) {
+    SCOPED_TRACE("transformer_block, world " + std::to_string(world));
+    const Graph g = example("transformer_block.sf", world);
+    std::vector<DecomposeDecision> d;
+    std::vector<LocalProgram> ps = programs(g, DecomposeMode::Always, true, &d);
+    bool found = false;
+    for (const DecomposeDecision& x : d)
+      found = found || (x.what.find("-> all_reduce") != std::string::npos && x.decomposed);
+    EXPECT_TRUE(found) << "the block's all_reduce of matmul + bias + residual";
+    for (const LocalProgram& p : ps) {
+      int readers = 0, h_slices = 0;
+      for (const LocalStep& s : p.steps) {
+        EXPECT_FALSE(s.kind == LocalStep::Kind::Partialize && p.names[static_cast<size_t>(s.in[0])] == "ff_b2")
+            << "rank " << p.rank << ": ff_b2 is still partialised";
+        h_slices += s.kind == LocalStep::Kind::Slice && p.names[static_cast<size_t>(s.in[0])] == "h";
+        if (s.kind != LocalStep::Kind::Kernel) continue;
+        for (int v : s.in) {
+          if (p.names[static_cast<size_t>(v)] != "ff_b2") continue;
+          ++readers;
+          const std::vector<std::string>& ops = p.kernels[static_cast<size_t>(s.kernel)].ops;
+          EXPECT_EQ(ops, std::vector<std::string>(ops.size(), "add")) << "rank " << p.rank << ": the final sum reads it";
+        }
+      }
+      EXPECT_EQ(readers, 1) << "rank " << p.rank;
+      EXPECT_EQ(h_slices, world) << "rank " << p.rank << ": the partial residual is cut per chunk";
+    }
+    check_against_reference(g, ps, "transformer_block world " + std::to_string(world));
+  }
 }
 
 TEST(CollectiveMatmul, EachChunkTravelsWhileTheNextChunksMatmulRunsThenOneKernelSumsThem) {

@@ -542,6 +542,23 @@ void rewrite_all_gather(LocalProgram& p, const AgMatch& m, int pos) {
   splice(p, drop, at, std::move(block));
 }
 
+// When `v` is a decomposed all-gather's concat along `dim` whose parts are exactly
+// the chunks `sizes` (the sequence-parallel MLP: sequence shards gathered in, the
+// same shards scattered out), its parts: chunk j of `v` is part j, so each chunk
+// flows from the gather's ring to the scatter without being copied into the whole
+// tensor and sliced out again. The match depends only on sizes every rank shares,
+// so every rank's program takes the same shape.
+std::optional<std::vector<int>> concat_parts(const LocalProgram& p, int v, int dim, const std::vector<int64_t>& sizes) {
+  const Uses u = uses_of(p);
+  auto prod = u.producer.find(v);
+  if (prod == u.producer.end()) return std::nullopt;
+  const LocalStep& cat = p.steps[prod->second];
+  if (cat.kind != LocalStep::Kind::Concat || cat.dim != dim || cat.in.size() != sizes.size()) return std::nullopt;
+  for (size_t k = 0; k < sizes.size(); ++k)
+    if (p.types[static_cast<size_t>(cat.in[k])].shape[static_cast<size_t>(dim)] != sizes[k]) return std::nullopt;
+  return cat.in;
+}
+
 void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
   const LocalStep st = p.steps[m.start];
   const LocalStep mm = p.steps[m.matmul];
@@ -558,6 +575,7 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
   std::vector<int> received;  // this member's chunk of every other member's partial sum
   int own_part = -1;
   const std::optional<size_t> view = private_view(p, mm);
+  const std::optional<std::vector<int>> parts = concat_parts(p, lhs, m.lhs_dim, sizes);
   // A term that is a replicated value partialised over this mesh dim (DTensor's
   // residual or bias: the value on one member, zeros on the others) sums to that
   // value, so it is added once, to this member's reduced chunk, rather than chunk
@@ -575,7 +593,8 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
     const int j = (pos + s + 1) % n;
     const int64_t e = sizes[static_cast<size_t>(j)];
     LocalStep part = mm;
-    part.in[0] = slice_of(p, lhs, m.lhs_dim, offset[static_cast<size_t>(j)], e, st.mesh_dim, j, block);
+    part.in[0] = parts ? (*parts)[static_cast<size_t>(j)]
+                       : slice_of(p, lhs, m.lhs_dim, offset[static_cast<size_t>(j)], e, st.mesh_dim, j, block);
     copy_view(p, view, part, block, j);
     part.node.type = with_extent(vt, d, e);
     part.out = new_value(p, part.node.type, p.names[static_cast<size_t>(mm.out)] + "_c" + std::to_string(j));
@@ -733,6 +752,15 @@ double matmul_sum_time(const LocalProgram& p, size_t matmul, const std::vector<s
   return t;
 }
 
+// Drops concats that nothing reads any more (decomposed reduce-scatters took their
+// parts instead, concat_parts).
+void drop_dead_concats(LocalProgram& p) {
+  const Uses u = uses_of(p);
+  std::erase_if(p.steps, [&](const LocalStep& s) {
+    return s.kind == LocalStep::Kind::Concat && !u.outputs.count(s.out) && !u.users.count(s.out);
+  });
+}
+
 }  // namespace
 
 std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalProgram>& programs,
@@ -850,6 +878,8 @@ std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalPro
       decisions.push_back(std::move(dd));
     }
   }
+  if (std::any_of(decisions.begin(), decisions.end(), [](const DecomposeDecision& d) { return d.decomposed; }))
+    for (LocalProgram& p : programs) drop_dead_concats(p);
   return decisions;
 }
 

@@ -125,22 +125,30 @@ TEST(CollectiveMatmul, AllGatherMatmulBecomesARingStartingWithTheRanksOwnShard) 
     // The all-gather half: the matmul steps take shards (rank + s) mod n in order;
     // their results are named after the shard they hold.
     // (Unfused: one kernel per op.)
-    std::vector<std::string> matmul_outs;
+    std::vector<std::string> matmul_outs, matmul_ins;
     for (const LocalStep& s : p.steps)
       if (s.kind == LocalStep::Kind::Kernel && p.kernels[static_cast<size_t>(s.kernel)].ops ==
-                                                   std::vector<std::string>{"matmul"})
+                                                   std::vector<std::string>{"matmul"}) {
         matmul_outs.push_back(p.names[static_cast<size_t>(s.outs[0])]);
+        matmul_ins.push_back(p.names[static_cast<size_t>(s.in[0])]);
+      }
     ASSERT_EQ(matmul_outs.size(), 8u);
     for (int s = 0; s < n; ++s)
       EXPECT_EQ(matmul_outs[static_cast<size_t>(s)], "h_s" + std::to_string((p.rank + s) % n))
           << "rank " << p.rank << " step " << s;
     // The reduce-scatter half ends with the rank's own chunk: (rank + s + 1) mod n.
-    for (int s = 0; s < n; ++s)
-      EXPECT_EQ(matmul_outs[static_cast<size_t>(n + s)], "v11_c" + std::to_string((p.rank + s + 1) % n))
-          << "rank " << p.rank << " step " << s;
-    int concats = 0;
-    for (const LocalStep& s : p.steps) concats += s.kind == LocalStep::Kind::Concat;
-    EXPECT_EQ(concats, 1);
+    // Its chunks are the gather's shards, so each chunk's matmul reads the gather
+    // half's result for that shard, a_s<j>: the shards are never concatenated into
+    // a and sliced out of it again.
+    for (int s = 0; s < n; ++s) {
+      const std::string j = std::to_string((p.rank + s + 1) % n);
+      EXPECT_EQ(matmul_outs[static_cast<size_t>(n + s)], "v11_c" + j) << "rank " << p.rank << " step " << s;
+      EXPECT_EQ(matmul_ins[static_cast<size_t>(n + s)], "a_s" + j) << "rank " << p.rank << " step " << s;
+    }
+    for (const LocalStep& s : p.steps) {
+      EXPECT_NE(s.kind, LocalStep::Kind::Concat) << "rank " << p.rank;
+      EXPECT_NE(s.kind, LocalStep::Kind::Slice) << "rank " << p.rank;
+    }
   }
 }
 

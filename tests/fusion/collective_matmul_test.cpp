@@ -153,8 +153,9 @@ TEST(CollectiveMatmul, AllGatherMatmulBecomesARingStartingWithTheRanksOwnShard) 
 }
 
 TEST(CollectiveMatmul, DecomposedProgramsMatchTheReferenceOnEvenAndUnevenShards) {
-  // seq 8 over 2, 3, 4 and 5 ranks: 3 and 5 give uneven shards (5: one empty).
-  for (int64_t world : {2, 3, 4, 5})
+  // seq 8 over 2 to 6 ranks: 3, 5 and 6 give uneven shards (5: one empty, 6: two,
+  // which ranks meet at different steps of their rotation).
+  for (int64_t world : {2, 3, 4, 5, 6})
     for (bool fuse : {false, true}) {
       const Graph g = example("seq_parallel_mlp.sf", world);
       std::vector<LocalProgram> ps = programs(g, DecomposeMode::Always, fuse);

@@ -81,7 +81,8 @@ std::string step_line(const LocalProgram& p, const LocalStep& s, const DeviceMes
         if (w.kind == LocalStep::Kind::Wait && w.handle == s.handle) out_name = name(w.out);
       if (s.ring_steps > 0)
         return "ring_shift " + name(s.in[0]) + " -> " + out_name + " [" + md + ", dim " + std::to_string(s.dim) +
-               ", step " + std::to_string(s.ring_step) + "/" + std::to_string(s.ring_steps) + "]";
+               ", step " + std::to_string(s.ring_step) + "/" + std::to_string(s.ring_steps) + ", to " +
+               (s.ring_to > 0 ? "+" : "") + std::to_string(s.ring_to) + "]";
       std::string line = std::string(redist_kind_name(s.comm)) + " " + name(s.in[0]) + " -> " + out_name + " [" + md;
       switch (s.comm) {
         case RedistKind::AllGather: line += ", dim " + std::to_string(s.dim); break;

@@ -40,9 +40,11 @@ struct LocalStep {
   ReduceOp op = ReduceOp::Sum;
   std::vector<int64_t> sizes, sizes2;
   int handle = -1;  // Start and its Wait share it
-  // Start: one step of a decomposed collective matmul's ring (an all_to_all that
-  // sends to the previous member and receives from the next); ring_step counts from 1.
-  int ring_step = 0, ring_steps = 0;
+  // Start: one step of a decomposed collective matmul (an all_to_all with one
+  // chunk, sent to the member `ring_to` places on in the group: -1, the previous
+  // member, in an all-gather's ring; +step in a reduce-scatter, the chunk's owner);
+  // ring_step counts from 1.
+  int ring_step = 0, ring_steps = 0, ring_to = 0;
 
   // Slice: the block kept; Partialize: whether this rank keeps the value.
   std::vector<int64_t> offset;

@@ -373,10 +373,10 @@ int new_value(LocalProgram& p, const TensorType& t, const std::string& name) {
 }
 
 // Step `step` (1-based) of `steps` shifts: this member sends `value` (extent
-// `send` along dim) to member `to` and receives extent `recv` from member `from`
-// (positions in the group of n).
-LocalStep shift_start(const LocalStep& like, int value, int dim, int n, int to, int64_t send, int from, int64_t recv,
-                      int handle, int step, int steps) {
+// `send` along dim) to member `to`, `rel` places on from it, and receives extent
+// `recv` from member `from` (positions in the group of n).
+LocalStep shift_start(const LocalStep& like, int value, int dim, int n, int to, int rel, int64_t send, int from,
+                      int64_t recv, int handle, int step, int steps) {
   LocalStep s;
   s.kind = LocalStep::Kind::Start;
   s.comm = RedistKind::AllToAll;
@@ -390,6 +390,7 @@ LocalStep shift_start(const LocalStep& like, int value, int dim, int n, int to, 
   s.handle = handle;
   s.ring_step = step;
   s.ring_steps = steps;
+  s.ring_to = rel;
   return s;
 }
 
@@ -517,8 +518,8 @@ void rewrite_all_gather(LocalProgram& p, const AgMatch& m, int pos) {
       handle = p.num_handles++;
       next = new_value(p, with_extent(p.types[static_cast<size_t>(xg)], d, sizes[static_cast<size_t>(jn)]),
                        p.names[static_cast<size_t>(xg)] + "_r" + std::to_string(s + 1));
-      block.push_back(shift_start(st, cur, d, n, (pos + n - 1) % n, e, (pos + 1) % n, sizes[static_cast<size_t>(jn)],
-                                  handle, s + 1, n - 1));
+      block.push_back(shift_start(st, cur, d, n, (pos + n - 1) % n, -1, e, (pos + 1) % n,
+                                  sizes[static_cast<size_t>(jn)], handle, s + 1, n - 1));
     }
     const int shared = copy_chain(p, m.prefix, xg, cur, j, off, e, st.mesh_dim, views, block);
     for (size_t b = 0; b < m.branches.size(); ++b)
@@ -624,8 +625,8 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
     const int handle = p.num_handles++;
     const int recv = new_value(p, with_extent(vt, d, sizes[static_cast<size_t>(pos)]),
                                p.names[static_cast<size_t>(mm.out)] + "_r" + std::to_string(s + 1));
-    block.push_back(shift_start(st, part.out, d, n, j, e, (pos + n - s - 1) % n, sizes[static_cast<size_t>(pos)],
-                                handle, s + 1, n - 1));
+    block.push_back(shift_start(st, part.out, d, n, j, s + 1, e, (pos + n - s - 1) % n,
+                                sizes[static_cast<size_t>(pos)], handle, s + 1, n - 1));
     block.push_back(wait_step(handle, recv));
     received.push_back(recv);
   }

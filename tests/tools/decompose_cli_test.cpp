@@ -14,12 +14,15 @@ namespace {
 TEST(DecomposeCli, ExplainShowsTheRingAndTheDecision) {
   CliResult r = shardfuse("explain " + example("seq_parallel_mlp.sf") + " --decompose always");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("ring_shift x -> x_ag_r1 [tp, dim 1, step 1/3]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ring_shift x -> x_ag_r1 [tp, dim 1, step 1/3, to -1]"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("all_gather x -> matmul -> a: decomposed into ring steps"), std::string::npos) << r.out;
   // The reduce-scatter's chunks are the gathered shards: no concat, and the first
   // chunk's matmul reads shard 1's result straight from the gather half.
   EXPECT_EQ(r.out.find("concat "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("kernel k4_matmul w2, a_s1 -> v11_c1"), std::string::npos) << r.out;
+  // The reduce-scatter's steps send each chunk to its owner, t places on.
+  EXPECT_NE(r.out.find("ring_shift v11_c1 -> v11_r1 [tp, dim 1, step 1/3, to +1]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ring_shift v11_c3 -> v11_r3 [tp, dim 1, step 3/3, to +3]"), std::string::npos) << r.out;
   CliResult a = shardfuse("explain " + example("seq_parallel_mlp.sf"));
   ASSERT_EQ(a.code, 0) << a.out;
   EXPECT_NE(a.out.find("kept whole (estimated"), std::string::npos) << "auto keeps tiny collectives whole\n" << a.out;
@@ -53,7 +56,7 @@ TEST(DecomposeCli, AnFsdpWeightGatherBecomesARingOfColumnBlocks) {
   CliResult r = shardfuse("explain " + example("fsdp_mlp.sf") + " --decompose always");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("all_gather w1 -> matmul -> a: decomposed into ring steps"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("ring_shift w1 -> w1_ag_r1 [dp, dim 0, step 1/3]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ring_shift w1 -> w1_ag_r1 [dp, dim 0, step 1/3, to -1]"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("concat a_s0, a_s1, a_s2, a_s3 -> a [dim 1]"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("concat y_s0, y_s1, y_s2, y_s3 -> y [dim 1]"), std::string::npos) << r.out;
   for (const char* world : {"3", "4"}) {

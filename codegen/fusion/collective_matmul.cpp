@@ -567,7 +567,6 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
   const int n = static_cast<int>(sizes.size());
   const int d = st.dim;
   const int lhs = mm.in[0];
-  const TensorType lt = p.types[static_cast<size_t>(lhs)];
   const TensorType vt = p.types[static_cast<size_t>(st.in[0])];
   const int out_final = p.steps[m.wait].out;
   std::vector<int64_t> offset(static_cast<size_t>(n), 0);

@@ -629,10 +629,11 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
     block.push_back(wait_step(handle, recv));
     received.push_back(recv);
   }
-  // The local reduction: the member's own partial chunk plus the n - 1 received,
-  // and the partialised terms' replicated values (this member's rows of them), a
-  // chain of adds that fuses into one kernel.
-  std::vector<int> summands = received;
+  // The local reduction: the member's own partial chunk, the partialised terms'
+  // replicated values (this member's rows of them) and the n - 1 chunks received,
+  // in that order: all but the last received fuse into the own chunk's matmul as
+  // its epilogue (they have arrived by then), the last one is a small kernel after.
+  std::vector<int> summands;
   std::set<size_t> drop;
   for (size_t k = 0; k < m.terms.size(); ++k) {
     if (!partialised[k]) continue;
@@ -645,6 +646,7 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
     // The partialisation is dead once its only user, the add, is gone.
     if (!u.outputs.count(m.terms[k]) && u.users.at(m.terms[k]).size() == 1) drop.insert(*partialised[k]);
   }
+  summands.insert(summands.end(), received.begin(), received.end());
   int acc = own_part;
   for (size_t k = 0; k < summands.size(); ++k) {
     LocalStep add;

@@ -15,8 +15,8 @@
 //   matmul(x, W) -> reduce_scatter(sum)
 //     becomes n steps: step s computes the partial rows of chunk
 //     j = (rank + s + 1) mod n and sends them straight to rank j while the next
-//     chunk is computed; the last step computes the rank's own chunk, and one
-//     kernel adds the n - 1 chunks received to it (PyTorch's
+//     chunk is computed; the last step computes the rank's own chunk and adds the
+//     n - 1 chunks received to it, all but the last in its epilogue (PyTorch's
 //     fused_matmul_reduce_scatter: produce, all-to-all, reduce locally).
 //   matmul(x, W) -> all_reduce(sum)   (Megatron's rowwise linear)
 //     becomes reduce_scatter + all_gather along the matmul's row dim M (the two

@@ -62,9 +62,13 @@ class Fuser {
       for (int v : s.outs) producer_[v] = i;
     }
     group_of_.assign(p_.steps.size(), -1);
+    // A decomposed reduce-scatter's last transfer: it starts as the rank's own
+    // chunk's matmul does, so that matmul must not wait for it. (Earlier ones have
+    // had a whole chunk's matmul to arrive in, and fuse into its epilogue.)
     std::set<int> ring_handles;
     for (const LocalStep& s : p_.steps)
-      if (s.kind == LocalStep::Kind::Start && s.ring_steps > 0) ring_handles.insert(s.handle);
+      if (s.kind == LocalStep::Kind::Start && s.ring_steps > 0 && s.ring_to > 0 && s.ring_step == s.ring_steps)
+        ring_handles.insert(s.handle);
     for (const LocalStep& s : p_.steps)
       if (s.kind == LocalStep::Kind::Wait && ring_handles.count(s.handle)) ring_values_.insert(s.out);
   }
@@ -168,10 +172,10 @@ class Fuser {
       // The epilogue is elementwise on the matmul's output space: views after a matmul
       // would need the store's index remapped per element, so they start a new kernel.
       //
-      // Nor does it read what a ring shift brings (a decomposed reduce-scatter's
-      // partial chunks from the other ranks): the matmul would wait for the transfers
-      // instead of running while they travel, which is what the decomposition is
-      // for. The adds then run as a kernel of their own after the last matmul.
+      // Nor does it read what a decomposed reduce-scatter's last transfer brings:
+      // the rank's own chunk's matmul would wait for that transfer instead of running
+      // while it travels. The chunks that came earlier are added in that matmul's
+      // epilogue; the last one, in a small kernel after it.
       case GKind::Matmul:
         if (std::any_of(s.in.begin(), s.in.end(), [&](int v) { return ring_values_.count(v) > 0; })) return false;
         return k == GKind::Pointwise && out == g.numel && op_info(n.op).category != OpCategory::Movement;
@@ -366,7 +370,7 @@ class Fuser {
   LocalProgram p_;
   FusionOptions opts_;
   std::map<int, size_t> producer_;
-  std::set<int> ring_values_;  // values a ring shift's wait produces
+  std::set<int> ring_values_;  // values that must not join a matmul's epilogue (above)
   std::vector<int> group_of_;
   std::vector<Group> groups_;
 };

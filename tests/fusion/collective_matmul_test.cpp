@@ -277,7 +277,8 @@ TEST(CollectiveMatmul, TermsAddedToTheMatmulsPartialSumsAreAddedChunkByChunk) {
   // residual h (a partial sum itself: cut per chunk) and the output bias ff_b2,
   // replicated and partialised by DTensor's rule (ff_b2 on one rank, zeros on the
   // others). The bias's sum over the ranks is ff_b2 itself, so every rank adds it
-  // once, in the final reduction, and the partialisation is gone.
+  // once, to its own chunk (in that chunk's matmul's epilogue, where the final sum
+  // starts), and the partialisation is gone.
   for (int64_t world : {2, 3, 4}) {
     SCOPED_TRACE("transformer_block, world " + std::to_string(world));
     const Graph g = example("transformer_block.sf", world);
@@ -289,32 +290,38 @@ TEST(CollectiveMatmul, TermsAddedToTheMatmulsPartialSumsAreAddedChunkByChunk) {
     EXPECT_TRUE(found) << "the block's all_reduce of matmul + bias + residual";
     for (const LocalProgram& p : ps) {
       int readers = 0, h_slices = 0;
-      for (const LocalStep& s : p.steps) {
+      size_t reader = 0, last_matmul = 0;
+      for (size_t i = 0; i < p.steps.size(); ++i) {
+        const LocalStep& s = p.steps[i];
         EXPECT_FALSE(s.kind == LocalStep::Kind::Partialize && p.names[static_cast<size_t>(s.in[0])] == "ff_b2")
             << "rank " << p.rank << ": ff_b2 is still partialised";
         h_slices += s.kind == LocalStep::Kind::Slice && p.names[static_cast<size_t>(s.in[0])] == "h";
         if (s.kind != LocalStep::Kind::Kernel) continue;
-        for (int v : s.in) {
-          if (p.names[static_cast<size_t>(v)] != "ff_b2") continue;
-          ++readers;
-          const std::vector<std::string>& ops = p.kernels[static_cast<size_t>(s.kernel)].ops;
-          EXPECT_EQ(ops, std::vector<std::string>(ops.size(), "add")) << "rank " << p.rank << ": the final sum reads it";
-        }
+        const std::vector<std::string>& ops = p.kernels[static_cast<size_t>(s.kernel)].ops;
+        if (std::count(ops.begin(), ops.end(), "matmul")) last_matmul = i;
+        for (int v : s.in)
+          if (p.names[static_cast<size_t>(v)] == "ff_b2") {
+            ++readers;
+            reader = i;
+          }
       }
       EXPECT_EQ(readers, 1) << "rank " << p.rank;
+      EXPECT_EQ(reader, last_matmul) << "rank " << p.rank << ": read by the own chunk's matmul, the block's last";
       EXPECT_EQ(h_slices, world) << "rank " << p.rank << ": the partial residual is cut per chunk";
     }
     check_against_reference(g, ps, "transformer_block world " + std::to_string(world));
   }
 }
 
-TEST(CollectiveMatmul, EachChunkTravelsWhileTheNextChunksMatmulRunsThenOneKernelSumsThem) {
+TEST(CollectiveMatmul, EachChunkTravelsWhileTheNextChunksMatmulRunsAndTheSumIsFusedIn) {
   // Fused and scheduled, the reduce-scatter half of tp_mlp's rowwise matmul must
-  // start sending chunk t as soon as its matmul is done and wait for what it
-  // receives only after every later chunk's matmul (n - t of them in flight), and
-  // then sum the rank's own chunk and the n - 1 received in one kernel of adds.
-  // Fusing a received chunk into a matmul's epilogue, or waiting for it early,
-  // would leave the transfers nothing to hide behind.
+  // start sending chunk t (t = 1 .. n-1) as soon as its matmul is done, and wait for
+  // what it receives only after the later chunks' matmuls: chunks 1 .. n-2 arrive
+  // while the other chunks are computed and are added in the epilogue of the
+  // rank's own chunk's matmul, which comes last; chunk n-1, sent as that matmul
+  // starts, travels while it runs and is added by a one-add kernel after it.
+  // Fusing the last chunk into the matmul, or waiting for any chunk early, would
+  // leave a transfer nothing to hide behind.
   for (int64_t world : {3, 4}) {
     const Graph g = example("tp_mlp.sf", world);
     const int n = static_cast<int>(world);
@@ -326,41 +333,49 @@ TEST(CollectiveMatmul, EachChunkTravelsWhileTheNextChunksMatmulRunsThenOneKernel
         const std::vector<std::string>& ops = p.kernels[static_cast<size_t>(s.kernel)].ops;
         return static_cast<long>(std::count(ops.begin(), ops.end(), op));
       };
-      // A chunk's matmul kernel (with its weight's transpose read in place).
-      auto is_chunk_matmul = [&](const LocalStep& s) { return count(s, "matmul") == 1 && count(s, "add") == 0; };
+      // The chunks' matmul kernels in order (not the colwise layer's, which makes a);
+      // the last, the rank's own chunk, carries the adds of the chunks that arrived.
+      std::vector<size_t> matmuls;
+      for (size_t i = 0; i < p.steps.size(); ++i)
+        if (count(p.steps[i], "matmul") && p.steps[i].in.size() >= 2 && p.names[static_cast<size_t>(p.steps[i].outs[0])] != "a")
+          matmuls.push_back(i);
+      ASSERT_EQ(matmuls.size(), static_cast<size_t>(n));
+      const size_t own = matmuls.back();
+      EXPECT_EQ(count(p.steps[own], "add"), n - 2) << "chunks 1 .. n-2 added in the own chunk's epilogue";
+      for (size_t k = 0; k + 1 < matmuls.size(); ++k) EXPECT_EQ(count(p.steps[matmuls[k]], "add"), 0);
       std::map<int, size_t> start_at;  // shift handle -> its start's index
-      std::set<int> received;
+      std::map<int, int> step_of;      // received value -> its shift's step
       size_t last_wait = 0;
-      int checked = 0;
       for (size_t i = 0; i < p.steps.size(); ++i) {
         const LocalStep& s = p.steps[i];
         if (s.kind == LocalStep::Kind::Start && s.ring_steps > 0) {
           start_at[s.handle] = i;
           ASSERT_GT(i, 0u);
-          EXPECT_TRUE(is_chunk_matmul(p.steps[i - 1])) << "shift " << s.ring_step << " right after its chunk's matmul";
-        }
-        if (count(s, "matmul") > 0) {
-          for (int v : s.in) EXPECT_FALSE(received.count(v)) << "a matmul reads a received chunk";
+          EXPECT_EQ(matmuls[static_cast<size_t>(s.ring_step - 1)], i - 1) << "shift " << s.ring_step << " right after its chunk's matmul";
         }
         if (s.kind != LocalStep::Kind::Wait || !start_at.count(s.handle)) continue;
         const int t = p.steps[start_at[s.handle]].ring_step;
-        int matmuls = 0;
-        for (size_t j = start_at[s.handle] + 1; j < i; ++j) matmuls += is_chunk_matmul(p.steps[j]);
-        EXPECT_EQ(matmuls, n - t) << "shift " << t << ": every later chunk's matmul in flight";
-        received.insert(s.out);
-        last_wait = i;
-        ++checked;
+        int between = 0;
+        for (size_t m : matmuls) between += m > start_at[s.handle] && m < i;
+        EXPECT_EQ(between, t < n - 1 ? n - 1 - t : 1) << "shift " << t << ": the later chunks' matmuls in flight";
+        step_of[s.out] = t;
+        last_wait = std::max(last_wait, i);
       }
-      EXPECT_EQ(checked, n - 1);
+      EXPECT_EQ(step_of.size(), static_cast<size_t>(n - 1));
+      for (int v : p.steps[own].in) {
+        if (step_of.count(v)) {
+          EXPECT_LT(step_of[v], n - 1) << "the own chunk's matmul does not wait for the last transfer";
+        }
+      }
       size_t next = last_wait + 1;
       while (next < p.steps.size() && p.steps[next].kind != LocalStep::Kind::Kernel) ++next;
       ASSERT_LT(next, p.steps.size());
       const LocalStep& k = p.steps[next];
-      EXPECT_EQ(p.kernels[static_cast<size_t>(k.kernel)].ops, std::vector<std::string>(static_cast<size_t>(n - 1), "add"));
-      int reads = 0;
-      for (int v : k.in) reads += received.count(v);
-      EXPECT_EQ(reads, n - 1) << "the sum reads every received chunk";
-      EXPECT_EQ(k.in.size(), static_cast<size_t>(n)) << "and the rank's own";
+      EXPECT_EQ(p.kernels[static_cast<size_t>(k.kernel)].ops, std::vector<std::string>{"add"});
+      ASSERT_EQ(k.in.size(), 2u);
+      EXPECT_TRUE(std::find(k.in.begin(), k.in.end(), p.steps[own].outs[0]) != k.in.end());
+      EXPECT_TRUE(std::any_of(k.in.begin(), k.in.end(), [&](int v) { return step_of.count(v) && step_of[v] == n - 1; }))
+          << "the last chunk received";
     }
     check_against_reference(g, ps, "tp_mlp world " + std::to_string(world) + " scheduled");
   }

@@ -16,8 +16,8 @@ namespace sf {
 // first user in program order and no further. An all-gather ring's step is [wait
 // for shard s, shard s's chain, next shift]: the next shift needs the shard that
 // arrived, so sinking its wait past the later shards' chains would leave the ring
-// nothing to hide behind. (A reduce-scatter's chunks are used only by the final
-// sum, so their waits sink to it.)
+// nothing to hide behind. (A reduce-scatter's chunks are first used by the rank's
+// own chunk's matmul, which comes last, so their waits sink to it.)
 LocalProgram schedule(LocalProgram p) {
   const std::vector<LocalStep>& st = p.steps;
   size_t n = st.size();

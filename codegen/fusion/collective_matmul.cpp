@@ -140,7 +140,7 @@ bool rowwise(const LocalProgram& p, const LocalStep& s, int cur, int d, bool aft
     case OpCategory::Binary:
     case OpCategory::Compare: {
       // An other operand that varies along the shard dim (a residual along the rows,
-      // a bias along the columns) is sliced per shard (slice_operands).
+      // a bias along the columns) is sliced per shard (copy_chain).
       if (rank_of(out) != rank_of(ct)) return false;
       for (int v : s.in)
         if (v != cur && rank_of(p.types[static_cast<size_t>(v)]) > rank_of(ct)) return false;
@@ -366,6 +366,13 @@ std::optional<RsMatch> match_reduce_scatter(const LocalProgram& p, size_t start,
 
 // --- rewriting ---------------------------------------------------------------------
 
+// Where each member's block starts along the collective's dim.
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> offset(sizes.size(), 0);
+  for (size_t k = 1; k < sizes.size(); ++k) offset[k] = offset[k - 1] + sizes[k - 1];
+  return offset;
+}
+
 int new_value(LocalProgram& p, const TensorType& t, const std::string& name) {
   p.types.push_back(t);
   p.names.push_back(name);
@@ -505,8 +512,7 @@ void rewrite_all_gather(LocalProgram& p, const AgMatch& m, int pos) {
     views[k] = chain_values.count(p.steps[k].in[1]) ? std::nullopt : private_view(p, p.steps[k]);
     if (views[k]) drop.insert(*views[k]);
   }
-  std::vector<int64_t> offset(static_cast<size_t>(n), 0);
-  for (int k = 1; k < n; ++k) offset[static_cast<size_t>(k)] = offset[static_cast<size_t>(k - 1)] + sizes[static_cast<size_t>(k - 1)];
+  const std::vector<int64_t> offset = offsets_of(sizes);
   std::vector<LocalStep> block;
   std::vector<std::vector<int>> parts(m.branches.size(), std::vector<int>(static_cast<size_t>(n), -1));
   int cur = st.in[0];
@@ -549,8 +555,8 @@ void rewrite_all_gather(LocalProgram& p, const AgMatch& m, int pos) {
 // flows from the gather's ring to the scatter without being copied into the whole
 // tensor and sliced out again. The match depends only on sizes every rank shares,
 // so every rank's program takes the same shape.
-std::optional<std::vector<int>> concat_parts(const LocalProgram& p, int v, int dim, const std::vector<int64_t>& sizes) {
-  const Uses u = uses_of(p);
+std::optional<std::vector<int>> concat_parts(const LocalProgram& p, const Uses& u, int v, int dim,
+                                             const std::vector<int64_t>& sizes) {
   auto prod = u.producer.find(v);
   if (prod == u.producer.end()) return std::nullopt;
   const LocalStep& cat = p.steps[prod->second];
@@ -569,18 +575,17 @@ void rewrite_reduce_scatter(LocalProgram& p, const RsMatch& m, int pos) {
   const int lhs = mm.in[0];
   const TensorType vt = p.types[static_cast<size_t>(st.in[0])];
   const int out_final = p.steps[m.wait].out;
-  std::vector<int64_t> offset(static_cast<size_t>(n), 0);
-  for (int k = 1; k < n; ++k) offset[static_cast<size_t>(k)] = offset[static_cast<size_t>(k - 1)] + sizes[static_cast<size_t>(k - 1)];
+  const std::vector<int64_t> offset = offsets_of(sizes);
   std::vector<LocalStep> block;
   std::vector<int> received;  // this member's chunk of every other member's partial sum
   int own_part = -1;
   const std::optional<size_t> view = private_view(p, mm);
-  const std::optional<std::vector<int>> parts = concat_parts(p, lhs, m.lhs_dim, sizes);
+  const Uses u = uses_of(p);
+  const std::optional<std::vector<int>> parts = concat_parts(p, u, lhs, m.lhs_dim, sizes);
   // A term that is a replicated value partialised over this mesh dim (DTensor's
   // residual or bias: the value on one member, zeros on the others) sums to that
   // value, so it is added once, to this member's reduced chunk, rather than chunk
   // by chunk on every member (most of which would slice and add zeros).
-  const Uses u = uses_of(p);
   std::vector<std::optional<size_t>> partialised(m.terms.size());
   for (size_t k = 0; k < m.terms.size(); ++k) {
     auto prod = u.producer.find(m.terms[k]);
@@ -731,14 +736,15 @@ size_t split_all_reduce(LocalProgram& p, const ArMatch& m, int pos, int n) {
 }
 
 // The estimated time of matmul -> reduce_scatter as n per-chunk matmuls, each
-// chunk sent to its owner while the next one is computed, then one reduction of
-// the n partial chunks (`bytes`: the matmul's whole result; `t_mm`: the matmul
-// alone, with its launch).
+// chunk sent to its owner while the next one is computed; the chunks received
+// are added in the last matmul's epilogue (free beside its flops), but for the
+// last one, a kernel reading two chunks and writing one (`bytes`: the matmul's
+// whole result; `t_mm`: the matmul alone, with its launch).
 double rs_ring_time(double bytes, double t_mm, int n, const DecomposeOptions& o) {
   const double t_step = o.comm.alpha_s + bytes / n / o.comm.beta_bytes_per_s;
   const double t_part = (t_mm - o.launch_s) / n + o.launch_s;
-  const double t_sum = o.launch_s + (n + 1) * bytes / n / o.bytes_per_s;  // n chunks read, one written
-  return t_part + (n - 1) * std::max(t_part, t_step) + t_sum;
+  const double t_last_add = o.launch_s + 3 * bytes / n / o.bytes_per_s;
+  return t_part + (n - 1) * std::max(t_part, t_step) + t_last_add;
 }
 
 // The matmul and the adds of its terms (which fuse into it: one launch), and the

@@ -65,12 +65,12 @@ class Fuser {
     // A decomposed reduce-scatter's last transfer: it starts as the rank's own
     // chunk's matmul does, so that matmul must not wait for it. (Earlier ones have
     // had a whole chunk's matmul to arrive in, and fuse into its epilogue.)
-    std::set<int> ring_handles;
+    std::set<int> last_transfers;
     for (const LocalStep& s : p_.steps)
       if (s.kind == LocalStep::Kind::Start && s.ring_steps > 0 && s.ring_to > 0 && s.ring_step == s.ring_steps)
-        ring_handles.insert(s.handle);
+        last_transfers.insert(s.handle);
     for (const LocalStep& s : p_.steps)
-      if (s.kind == LocalStep::Kind::Wait && ring_handles.count(s.handle)) ring_values_.insert(s.out);
+      if (s.kind == LocalStep::Kind::Wait && last_transfers.count(s.handle)) late_values_.insert(s.out);
   }
 
   bool fusible_step(size_t i) const {
@@ -177,7 +177,7 @@ class Fuser {
       // while it travels. The chunks that came earlier are added in that matmul's
       // epilogue; the last one, in a small kernel after it.
       case GKind::Matmul:
-        if (std::any_of(s.in.begin(), s.in.end(), [&](int v) { return ring_values_.count(v) > 0; })) return false;
+        if (std::any_of(s.in.begin(), s.in.end(), [&](int v) { return late_values_.count(v) > 0; })) return false;
         return k == GKind::Pointwise && out == g.numel && op_info(n.op).category != OpCategory::Movement;
       case GKind::Gather: return false;
     }
@@ -370,7 +370,7 @@ class Fuser {
   LocalProgram p_;
   FusionOptions opts_;
   std::map<int, size_t> producer_;
-  std::set<int> ring_values_;  // values that must not join a matmul's epilogue (above)
+  std::set<int> late_values_;  // values that must not join a matmul's epilogue (above)
   std::vector<int> group_of_;
   std::vector<Group> groups_;
 };

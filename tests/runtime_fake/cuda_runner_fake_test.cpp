@@ -19,6 +19,7 @@
 #include <string>
 
 #include "runtime/cuda_runner.h"
+#include "tests/runtime_fake/call_log.h"
 
 namespace sf {
 namespace {
@@ -111,28 +112,6 @@ std::unique_ptr<CudaRunner> runner(const CudaRunnerOptions& o = small()) {
   return std::move(r).value();
 }
 
-// FAKE_CUDA_LOG for one scope: the fake appends a line per call of interest.
-class CallLog {
- public:
-  CallLog() : path_((std::filesystem::temp_directory_path() / ("sf-runner-log-" + std::to_string(::getpid()))).string()) {
-    std::filesystem::remove(path_);
-    ::setenv("FAKE_CUDA_LOG", path_.c_str(), 1);
-  }
-  ~CallLog() {
-    ::unsetenv("FAKE_CUDA_LOG");
-    std::filesystem::remove(path_);
-  }
-  std::vector<std::string> lines(const std::string& prefix) const {
-    std::ifstream in(path_);
-    std::vector<std::string> out;
-    for (std::string l; std::getline(in, l);)
-      if (l.rfind(prefix, 0) == 0) out.push_back(l);
-    return out;
-  }
-
- private:
-  std::string path_;
-};
 
 TEST(CudaRunnerFake, MeasuresWithEventsOnTheFakeClock) {
   REQUIRE_FAKE();

@@ -1,8 +1,12 @@
 #include "runtime/plan.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 #include <nlohmann/json.hpp>
+
+#include "runtime/plan_verify.h"
 
 namespace sf {
 
@@ -21,6 +25,7 @@ std::string plan_to_json(const Plan& p) {
   j["mesh"] = p.mesh;
   j["world"] = p.world;
   j["arch"] = p.arch;
+  if (!p.graph_digest.empty()) j["graph_digest"] = p.graph_digest;
   j["params"] = p.params;
   j["outputs"] = p.outputs;
   j["kernels"] = json::array();
@@ -73,6 +78,119 @@ std::string plan_to_json(const Plan& p) {
   return j.dump(1) + "\n";
 }
 
+namespace {
+
+// Bounds on what plan.json may ask for (docs/plan.md, "Limits"): far above any Plan
+// `compile` writes, low enough that no count below overflows int64 or int.
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr size_t kMaxEntries = size_t{1} << 24;  // per array: ranks, steps, buffers, ids
+constexpr size_t kMaxRank = 64;                 // tensor dims of a buffer, sizes of a step
+
+// plan.json is input a user can edit: every field is read with its type and range
+// checked and named by its JSON path (ranks[1].steps[3].group[0]), since the DOM
+// keeps no line:col. nlohmann's get<int>() would C-cast 1e30 or 2^64 (undefined
+// for a double out of range), so numbers go through integer() below.
+struct Reader {
+  const std::string& file;
+
+  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
+    throw DiagError{Diag{file, {}, path + ": " + what}};
+  }
+  const json& at(const json& obj, const std::string& path, const char* key) const {
+    if (!obj.is_object()) fail(path, "expected an object, got " + obj.dump());
+    auto it = obj.find(key);
+    if (it == obj.end()) fail(path, std::string("missing \"") + key + "\"");
+    return *it;
+  }
+  static std::string child(const std::string& path, const char* key) {
+    return path.empty() ? std::string(key) : path + "." + key;
+  }
+  static std::string item(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
+  static std::string shown(const json& v) {
+    std::string s = v.dump();
+    return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+  }
+  int64_t integer(const json& v, const std::string& path, int64_t lo, int64_t hi) const {
+    bool in_range = false;
+    int64_t x = 0;
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      in_range = u <= static_cast<uint64_t>(hi) && (lo <= 0 || u >= static_cast<uint64_t>(lo));
+      x = static_cast<int64_t>(u);
+    } else if (v.is_number_integer()) {
+      x = v.get<int64_t>();
+      in_range = x >= lo && x <= hi;
+    } else {
+      fail(path, shown(v) + " is not an integer");
+    }
+    if (!in_range)
+      fail(path, shown(v) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return x;
+  }
+  int64_t integer(const json& obj, const std::string& path, const char* key, int64_t lo, int64_t hi) const {
+    return integer(at(obj, path, key), child(path, key), lo, hi);
+  }
+  int64_t integer_or(const json& obj, const std::string& path, const char* key, int64_t lo, int64_t hi,
+                     int64_t dflt) const {
+    return obj.contains(key) ? integer(obj, path, key, lo, hi) : dflt;
+  }
+  std::string string(const json& v, const std::string& path) const {
+    if (!v.is_string()) fail(path, shown(v) + " is not a string");
+    return v.get<std::string>();
+  }
+  std::string string(const json& obj, const std::string& path, const char* key) const {
+    return string(at(obj, path, key), child(path, key));
+  }
+  std::string string_or(const json& obj, const std::string& path, const char* key) const {
+    return obj.contains(key) ? string(obj, path, key) : std::string();
+  }
+  bool boolean_or(const json& obj, const std::string& path, const char* key, bool dflt) const {
+    if (!obj.contains(key)) return dflt;
+    const json& v = obj.at(key);
+    if (!v.is_boolean()) fail(child(path, key), shown(v) + " is not true or false");
+    return v.get<bool>();
+  }
+  const json& array(const json& v, const std::string& path, size_t most) const {
+    if (!v.is_array()) fail(path, shown(v) + " is not an array");
+    if (v.size() > most) fail(path, std::to_string(v.size()) + " entries, more than the " + std::to_string(most) + " a Plan may have");
+    return v;
+  }
+  std::vector<int64_t> integers(const json& v, const std::string& path, int64_t lo, int64_t hi, size_t most) const {
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < array(v, path, most).size(); ++i) out.push_back(integer(v[i], item(path, i), lo, hi));
+    return out;
+  }
+  std::vector<int64_t> integers_or(const json& obj, const std::string& path, const char* key, int64_t lo, int64_t hi,
+                                   size_t most) const {
+    return obj.contains(key) ? integers(obj.at(key), child(path, key), lo, hi, most) : std::vector<int64_t>{};
+  }
+  std::vector<int> ints_or(const json& obj, const std::string& path, const char* key, int64_t lo, int64_t hi,
+                           size_t most) const {
+    std::vector<int> out;
+    for (int64_t x : integers_or(obj, path, key, lo, hi, most)) out.push_back(static_cast<int>(x));
+    return out;
+  }
+  // Indices into the rank's buffers.
+  std::vector<int> buffer_ids(const json& v, const std::string& path, int nbuf) const {
+    std::vector<int> out;
+    for (size_t i = 0; i < array(v, path, kMaxEntries).size(); ++i) {
+      const int64_t b = integer(v[i], item(path, i), INT32_MIN, std::numeric_limits<int>::max());
+      if (b < 0 || b >= nbuf)
+        fail(item(path, i), "buffer " + std::to_string(b) + " does not exist (the rank has " + std::to_string(nbuf) +
+                                " buffer(s))");
+      out.push_back(static_cast<int>(b));
+    }
+    return out;
+  }
+  std::vector<std::string> strings(const json& v, const std::string& path, size_t most) const {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < array(v, path, most).size(); ++i) out.push_back(string(v[i], item(path, i)));
+    return out;
+  }
+};
+
+}  // namespace
+
 Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
   json j;
   try {
@@ -94,104 +212,103 @@ Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
     if (size_t colon = what.find(": "); colon != std::string::npos) what = what.substr(colon + 2);
     return Diag{file, loc, "not valid JSON: " + what};
   }
-  auto fail = [&](const std::string& m) { return Diag{file, {}, m}; };
+  const Reader rd{file};
   try {
+    if (!j.is_object()) rd.fail("(top level)", "expected an object");
     if (!j.contains("version") || j["version"] != Plan::kVersion)
-      return fail("plan version " + (j.contains("version") ? j["version"].dump() : std::string("missing")) +
-                  ", this shardfuse reads version " + std::to_string(Plan::kVersion));
+      return Diag{file, {}, "plan version " + (j.contains("version") ? Reader::shown(j["version"]) : std::string("missing")) +
+                                ", this shardfuse reads version " + std::to_string(Plan::kVersion)};
     Plan p;
-    p.graph = j.at("graph").get<std::string>();
-    p.mesh = j.at("mesh").get<std::string>();
-    p.world = j.at("world").get<int>();
-    p.arch = j.at("arch").get<std::string>();
-    p.params = j.at("params").get<std::vector<std::string>>();
-    p.outputs = j.at("outputs").get<std::vector<std::string>>();
-    for (const json& kj : j.at("kernels")) {
+    p.graph = rd.string(j, "", "graph");
+    p.mesh = rd.string(j, "", "mesh");
+    p.world = static_cast<int>(rd.integer(j, "", "world", 1, kMaxPlanWorld));
+    p.arch = rd.string(j, "", "arch");
+    p.graph_digest = rd.string_or(j, "", "graph_digest");
+    p.params = rd.strings(rd.at(j, "", "params"), "params", kMaxEntries);
+    p.outputs = rd.strings(rd.at(j, "", "outputs"), "outputs", kMaxEntries);
+    const json& kernels = rd.array(rd.at(j, "", "kernels"), "kernels", kMaxEntries);
+    for (size_t ki = 0; ki < kernels.size(); ++ki) {
+      const json& kj = kernels[ki];
+      const std::string path = Reader::item("kernels", ki);
       PlanKernel k;
-      k.id = kj.at("id");
-      k.entry = kj.at("entry");
-      k.kind = kj.at("kind");
-      k.ptx_file = kj.at("ptx");
-      k.grid = kj.at("grid");
-      k.block = kj.at("block");
-      k.shared_bytes = kj.at("shared_bytes");
-      k.registers = kj.value("registers", -1);
-      k.spill_bytes = kj.value("spill_bytes", int64_t{-1});
-      k.bytes_read = kj.value("bytes_read", int64_t{0});
-      k.bytes_written = kj.value("bytes_written", int64_t{0});
-      k.flops = kj.value("flops", int64_t{0});
-      k.ops = kj.value("ops", std::vector<std::string>{});
-      k.zero_outputs = kj.value("zero_outputs", false);
-      k.config = kj.value("config", std::string());
-      k.config_source = kj.value("config_source", std::string());
+      k.id = rd.string(kj, path, "id");
+      k.entry = rd.string(kj, path, "entry");
+      k.kind = rd.string(kj, path, "kind");
+      k.ptx_file = rd.string(kj, path, "ptx");
+      std::vector<int64_t> grid = rd.integers(rd.at(kj, path, "grid"), path + ".grid", 0, kIntMax, 3);
+      std::vector<int64_t> block = rd.integers(rd.at(kj, path, "block"), path + ".block", 1, kIntMax, 3);
+      if (grid.size() != 3) rd.fail(path + ".grid", "needs 3 entries (x, y, z)");
+      if (block.size() != 3) rd.fail(path + ".block", "needs 3 entries (x, y, z)");
+      for (size_t d = 0; d < 3; ++d) {
+        k.grid[d] = grid[d];
+        k.block[d] = static_cast<int>(block[d]);
+      }
+      k.shared_bytes = static_cast<int>(rd.integer(kj, path, "shared_bytes", 0, kIntMax));
+      k.registers = static_cast<int>(rd.integer_or(kj, path, "registers", -1, kIntMax, -1));
+      k.spill_bytes = rd.integer_or(kj, path, "spill_bytes", -1, INT64_MAX, -1);
+      k.bytes_read = rd.integer_or(kj, path, "bytes_read", 0, INT64_MAX, 0);
+      k.bytes_written = rd.integer_or(kj, path, "bytes_written", 0, INT64_MAX, 0);
+      k.flops = rd.integer_or(kj, path, "flops", 0, INT64_MAX, 0);
+      if (kj.contains("ops")) k.ops = rd.strings(kj.at("ops"), path + ".ops", kMaxEntries);
+      k.zero_outputs = rd.boolean_or(kj, path, "zero_outputs", false);
+      k.config = rd.string_or(kj, path, "config");
+      k.config_source = rd.string_or(kj, path, "config_source");
       p.kernels.push_back(std::move(k));
     }
-    for (const json& rj : j.at("ranks")) {
+    const json& ranks = rd.array(rd.at(j, "", "ranks"), "ranks", kMaxEntries);
+    for (size_t ri = 0; ri < ranks.size(); ++ri) {
+      const json& rj = ranks[ri];
+      const std::string path = Reader::item("ranks", ri);
       PlanRank r;
-      r.rank = rj.at("rank");
-      for (const json& bj : rj.at("buffers")) {
+      r.rank = static_cast<int>(rd.integer(rj, path, "rank", 0, kIntMax));
+      const json& buffers = rd.array(rd.at(rj, path, "buffers"), path + ".buffers", kMaxEntries);
+      for (size_t bi = 0; bi < buffers.size(); ++bi) {
+        const json& bj = buffers[bi];
+        const std::string bpath = Reader::item(path + ".buffers", bi);
         PlanBuffer b;
-        b.name = bj.at("name");
-        auto dt = parse_dtype(bj.at("dtype").get<std::string>());
-        if (!dt) return fail("rank " + std::to_string(r.rank) + ": unknown dtype " + bj.at("dtype").dump());
-        b.dtype = *dt;
-        b.shape = bj.at("shape").get<Shape>();
+        b.name = rd.string(bj, bpath, "name");
+        const std::string dt = rd.string(bj, bpath, "dtype");
+        auto parsed = parse_dtype(dt);
+        if (!parsed) rd.fail(bpath + ".dtype", "unknown dtype \"" + dt + "\"");
+        b.dtype = *parsed;
+        b.shape = rd.integers(rd.at(bj, bpath, "shape"), bpath + ".shape", 0, kMaxPlanElements, kMaxRank);
         r.buffers.push_back(std::move(b));
       }
-      r.inputs = rj.at("inputs").get<std::vector<int>>();
-      r.input_specs = rj.at("input_placements").get<std::vector<std::string>>();
-      r.outputs = rj.at("outputs").get<std::vector<int>>();
-      r.output_specs = rj.at("output_placements").get<std::vector<std::string>>();
-      auto buf_ok = [&](int b) { return b >= 0 && b < static_cast<int>(r.buffers.size()); };
-      for (int b : r.inputs)
-        if (!buf_ok(b)) return fail("rank " + std::to_string(r.rank) + ": input buffer " + std::to_string(b) + " out of range");
-      for (int b : r.outputs)
-        if (!buf_ok(b)) return fail("rank " + std::to_string(r.rank) + ": output buffer " + std::to_string(b) + " out of range");
-      for (const json& sj : rj.at("steps")) {
+      const int nbuf = static_cast<int>(r.buffers.size());
+      r.inputs = rd.buffer_ids(rd.at(rj, path, "inputs"), path + ".inputs", nbuf);
+      r.input_specs = rd.strings(rd.at(rj, path, "input_placements"), path + ".input_placements", kMaxEntries);
+      r.outputs = rd.buffer_ids(rd.at(rj, path, "outputs"), path + ".outputs", nbuf);
+      r.output_specs = rd.strings(rd.at(rj, path, "output_placements"), path + ".output_placements", kMaxEntries);
+      const json& steps = rd.array(rd.at(rj, path, "steps"), path + ".steps", kMaxEntries);
+      for (size_t si = 0; si < steps.size(); ++si) {
+        const json& sj = steps[si];
+        const std::string spath = Reader::item(path + ".steps", si);
         PlanStep s;
-        s.op = sj.at("op");
-        s.stream = sj.at("stream");
-        s.kernel = sj.value("kernel", std::string());
-        s.in = sj.value("in", std::vector<int>{});
-        s.out = sj.value("out", std::vector<int>{});
-        s.handle = sj.value("handle", -1);
-        s.mesh_dim = sj.value("mesh_dim", std::string());
-        s.group = sj.value("group", std::vector<int>{});
-        s.dim = sj.value("dim", 0);
-        s.dim2 = sj.value("dim2", 0);
-        s.reduce_op = sj.value("reduce_op", std::string());
-        s.sizes = sj.value("sizes", std::vector<int64_t>{});
-        s.sizes2 = sj.value("sizes2", std::vector<int64_t>{});
-        s.offset = sj.value("offset", std::vector<int64_t>{});
-        s.keep = sj.value("keep", true);
-        for (int b : s.in)
-          if (!buf_ok(b)) return fail("rank " + std::to_string(r.rank) + ": step " + s.op + " reads buffer " + std::to_string(b) + ", out of range");
-        for (int b : s.out)
-          if (!buf_ok(b)) return fail("rank " + std::to_string(r.rank) + ": step " + s.op + " writes buffer " + std::to_string(b) + ", out of range");
-        const std::string at = "rank " + std::to_string(r.rank) + ", step " + std::to_string(r.steps.size()) + " (" + s.op + ")";
-        const bool collective = s.op == "all_gather" || s.op == "reduce_scatter" || s.op == "all_reduce" || s.op == "all_to_all";
-        if (s.op != "kernel" && !collective && s.op != "wait" && s.op != "slice" && s.op != "partialize" && s.op != "concat")
-          return fail(at + ": unknown op");
-        if ((collective || s.op == "slice" || s.op == "partialize") && s.in.size() != 1)
-          return fail(at + ": needs exactly one \"in\" buffer");
-        if ((s.op == "wait" || s.op == "slice" || s.op == "partialize" || s.op == "concat") && s.out.size() != 1)
-          return fail(at + ": needs exactly one \"out\" buffer");
-        if (s.op == "concat" && s.in.empty()) return fail(at + ": needs its parts as \"in\"");
-        if ((collective || s.op == "wait") && s.handle < 0) return fail(at + ": needs a \"handle\"");
-        if (s.op == "kernel") {
-          bool found = false;
-          for (const PlanKernel& k : p.kernels) found |= k.id == s.kernel;
-          if (!found) return fail("rank " + std::to_string(r.rank) + ": unknown kernel '" + s.kernel + "'");
-        }
+        s.op = rd.string(sj, spath, "op");
+        s.stream = rd.string(sj, spath, "stream");
+        s.kernel = rd.string_or(sj, spath, "kernel");
+        if (sj.contains("in")) s.in = rd.buffer_ids(sj.at("in"), spath + ".in", nbuf);
+        if (sj.contains("out")) s.out = rd.buffer_ids(sj.at("out"), spath + ".out", nbuf);
+        s.handle = static_cast<int>(rd.integer_or(sj, spath, "handle", -1, kIntMax, -1));
+        s.mesh_dim = rd.string_or(sj, spath, "mesh_dim");
+        s.group = rd.ints_or(sj, spath, "group", INT32_MIN, kIntMax, kMaxPlanWorld);
+        s.dim = static_cast<int>(rd.integer_or(sj, spath, "dim", -static_cast<int64_t>(kMaxRank), kMaxRank, 0));
+        s.dim2 = static_cast<int>(rd.integer_or(sj, spath, "dim2", -static_cast<int64_t>(kMaxRank), kMaxRank, 0));
+        s.reduce_op = rd.string_or(sj, spath, "reduce_op");
+        s.sizes = rd.integers_or(sj, spath, "sizes", INT64_MIN, INT64_MAX, kMaxPlanWorld);
+        s.sizes2 = rd.integers_or(sj, spath, "sizes2", INT64_MIN, INT64_MAX, kMaxPlanWorld);
+        s.offset = rd.integers_or(sj, spath, "offset", INT64_MIN, INT64_MAX, kMaxRank);
+        s.keep = rd.boolean_or(sj, spath, "keep", true);
         r.steps.push_back(std::move(s));
       }
       p.ranks.push_back(std::move(r));
     }
-    if (static_cast<int>(p.ranks.size()) != p.world)
-      return fail(std::to_string(p.ranks.size()) + " ranks for a world of " + std::to_string(p.world));
+    if (auto d = verify_plan(p, file)) return *d;
     return p;
+  } catch (const DiagError& e) {
+    return e.diag;
   } catch (const json::exception& e) {
-    return fail(std::string("malformed plan: ") + e.what());
+    return Diag{file, {}, std::string("malformed plan: ") + e.what()};
   }
 }
 

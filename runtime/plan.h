@@ -62,9 +62,19 @@ struct PlanRank {
   std::vector<PlanStep> steps;
 };
 
+// Limits on a Plan read from plan.json (docs/plan.md): a world of at most 2^16
+// ranks, and at most 2^40 elements in one buffer, so that element and byte counts
+// (x 8 bytes, x 2^16 members of a collective) stay far inside int64.
+inline constexpr int64_t kMaxPlanWorld = int64_t{1} << 16;
+inline constexpr int64_t kMaxPlanElements = int64_t{1} << 40;
+
 struct Plan {
   static constexpr int kVersion = 1;
   std::string graph;
+  // FNV-1a of the printed graph (plan_graph_digest) that `compile` wrote the Plan
+  // for; `exec` compares it with graph.sf's, after checking graph.sf's shapes and
+  // placements against the buffers (runtime/plan_verify.h).
+  std::string graph_digest;
   std::string mesh;  // "tp=4", "" for one rank
   int world = 1;
   std::string arch;
@@ -74,8 +84,9 @@ struct Plan {
 };
 
 std::string plan_to_json(const Plan& p);
-// Parses and validates plan.json text (`file` names it in Diags): version, required
-// fields, buffer and kernel references in range.
+// Parses and validates plan.json text (`file` names it in Diags): version, every
+// field's type and range (by its JSON path), then verify_plan (runtime/plan_verify.h):
+// buffers defined before use, collectives that match across ranks, and so on.
 Result<Plan> plan_from_json(const std::string& text, const std::string& file);
 
 }  // namespace sf

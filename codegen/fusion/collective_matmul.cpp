@@ -434,6 +434,52 @@ void copy_view(LocalProgram& p, std::optional<size_t> view, LocalStep& mm_copy, 
   block.push_back(std::move(v));
 }
 
+// Puts the steps back in an order where every value is defined before its use and
+// every wait follows its start, moving as little as it can (Kahn's algorithm taking
+// the earliest ready step first; an order that already holds is kept). A spliced
+// block of several branches sits at the last branch's step, after the users of the
+// earlier branches' results: the stage verifier found `reshape` reading q's concat
+// before it (tp_attention, --decompose always).
+void restore_order(LocalProgram& p) {
+  const size_t n = p.steps.size();
+  std::vector<int> producer(p.types.size(), -1);  // value -> the step defining it
+  std::map<int, size_t> start_of;
+  for (size_t i = 0; i < n; ++i) {
+    const LocalStep& s = p.steps[i];
+    if (s.out >= 0) producer[static_cast<size_t>(s.out)] = static_cast<int>(i);
+    for (int v : s.outs) producer[static_cast<size_t>(v)] = static_cast<int>(i);
+    if (s.kind == LocalStep::Kind::Start) start_of[s.handle] = i;
+  }
+  std::vector<std::vector<size_t>> users(n);
+  std::vector<int> pending(n, 0);
+  auto depend = [&](size_t before, size_t after) {
+    users[before].push_back(after);
+    ++pending[after];
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const LocalStep& s = p.steps[i];
+    for (int v : s.in)
+      if (int d = producer[static_cast<size_t>(v)]; d >= 0 && static_cast<size_t>(d) != i) depend(static_cast<size_t>(d), i);
+    if (s.kind == LocalStep::Kind::Wait)
+      if (auto it = start_of.find(s.handle); it != start_of.end()) depend(it->second, i);
+  }
+  std::set<size_t> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (pending[i] == 0) ready.insert(i);
+  std::vector<size_t> order;
+  while (!ready.empty()) {
+    const size_t i = *ready.begin();
+    ready.erase(ready.begin());
+    order.push_back(i);
+    for (size_t u : users[i])
+      if (--pending[u] == 0) ready.insert(u);
+  }
+  if (order.size() != n) return;  // a cycle: left as it is, for the verifier to name
+  std::vector<LocalStep> steps;
+  for (size_t i : order) steps.push_back(std::move(p.steps[i]));
+  p.steps = std::move(steps);
+}
+
 // Replaces the steps in `drop` by `block`, placed where step `at` was.
 void splice(LocalProgram& p, const std::set<size_t>& drop, size_t at, std::vector<LocalStep> block) {
   std::vector<LocalStep> steps;
@@ -443,6 +489,7 @@ void splice(LocalProgram& p, const std::set<size_t>& drop, size_t at, std::vecto
     if (!drop.count(i)) steps.push_back(std::move(p.steps[i]));
   }
   p.steps = std::move(steps);
+  restore_order(p);
 }
 
 // A Slice step of `value`'s extent `e` from `offset` along `dim`, appended to

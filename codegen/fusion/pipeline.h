@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 
 #include "codegen/dist/lower.h"
 #include "codegen/fusion/collective_matmul.h"
@@ -24,6 +25,14 @@ struct RankPipelineOptions {
   DecomposeOptions decompose;
   // When set, receives one line per collective matmul considered (for explain).
   std::vector<DecomposeDecision>* decisions = nullptr;
+  // Check every rank's programs after each stage (lower, decompose,
+  // collective-matmul, fuse, schedule; verify_programs.h): `--verify-each`, and on
+  // whenever SHARDFUSE_VERIFY_EACH is set (the test suite sets it). A failure is an
+  // internal error: it goes to *verify_failure when given, and the pipeline stops
+  // there (the programs returned are not to be run); without it, it is thrown as a
+  // DiagError.
+  bool verify_each = false;
+  std::optional<Diag>* verify_failure = nullptr;
 };
 
 // Every rank's program. Fusion decides for all ranks together (fuse_all), so the

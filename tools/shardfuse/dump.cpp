@@ -14,6 +14,7 @@
 #include "codegen/dist/schedule.h"
 #include "codegen/fusion/decompose_program.h"
 #include "codegen/fusion/fuse.h"
+#include "codegen/fusion/verify_programs.h"
 #include "codegen/ir/printer.h"
 #include "codegen/kernels/host_runner.h"
 #include "tools/shardfuse/commands.h"
@@ -43,6 +44,14 @@ std::optional<std::set<std::string>> parse_dump_after(const std::string& arg) {
     want.insert(s);
   }
   return want;
+}
+
+void add_verify_each_option(CLI::App* cmd) {
+  cmd->add_flag_callback("--verify-each", [] { set_verify_each(true); },
+                         "check every rank's programs after each stage (lower, decompose, collective-matmul, fuse, "
+                         "schedule): values defined before use, collectives matched on every member with equal "
+                         "shapes, buffers in bounds; a broken stage is an internal error (exit 3). Also on when "
+                         "SHARDFUSE_VERIFY_EACH=1");
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include "codegen/dist/host_collectives.h"
 #include "codegen/dist/shard.h"
 #include "runtime/agree.h"
+#include "runtime/plan_verify.h"
 
 namespace sf {
 
@@ -165,10 +166,16 @@ Result<PlanSource> read_plan_dir(const std::string& dir) {
     if (ptx->empty()) return file_error(path, "empty: kernel " + k.id + " has no PTX");
     src.ptx.emplace(k.ptx_file, std::move(*ptx));
   }
-  for (const PlanKernel& k : src.plan.kernels)
+  for (const PlanKernel& k : src.plan.kernels) {
     if (!has_entry(src.ptx.at(k.ptx_file), k.entry))
       return file_error((fs::path(dir) / k.ptx_file).string(),
                         "has no `.entry " + k.entry + "`, the entry plan.json gives kernel " + k.id);
+    // A launch passes one pointer per buffer: as many as the entry takes, or the
+    // kernel would read parameters that were never passed.
+    if (auto e = verify_kernel_arity(src.plan, k.id, ptx_entry_params(src.ptx.at(k.ptx_file), k.entry),
+                                     (fs::path(dir) / k.ptx_file).string()))
+      return *e;
+  }
   return src;
 }
 

@@ -14,6 +14,7 @@
 #include "codegen/ir/printer.h"
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/reduction.h"
+#include "runtime/plan_verify.h"
 
 namespace sf {
 
@@ -44,6 +45,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
   CompiledPlan out;
   Plan& plan = out.plan;
   plan.graph = g.name();
+  plan.graph_digest = plan_graph_digest(g);
   plan.mesh = g.mesh().str();
   plan.world = mesh.world();
   plan.arch = opts.arch;

@@ -38,6 +38,9 @@ std::optional<Graph> resolve_world(Graph g, std::optional<int64_t> world);
 // unknown stage name; and the printer, for rank `rank` of the graph's mesh.
 std::optional<std::set<std::string>> parse_dump_after(const std::string& arg);
 void dump_pipeline(const Graph& g, const std::set<std::string>& want, int rank, const llvmb::Target& target);
+// --verify-each: check every rank's programs after each pipeline stage
+// (codegen/fusion/verify_programs.h); a broken stage is an internal error (exit 3).
+void add_verify_each_option(CLI::App* cmd);
 
 // --decompose auto|always|never and --no-decompose (collective-matmul decomposition),
 // shared by explain, run, compile and simulate.

@@ -103,6 +103,7 @@ void add_compile(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}));
   cmd->add_option("-o,--output", o->out, "the Plan directory (replaced atomically if it exists)")->required();
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  add_verify_each_option(cmd);
   cmd->add_flag("--no-reorder", o->no_reorder,
                 "collectives where lowering put them, each waited for at once (no raise/sink): the serial schedule");
   add_decompose_options(cmd, o->decompose);

@@ -17,6 +17,7 @@
 #include "runtime/nccl.h"
 #include "runtime/npy.h"
 #include "runtime/plan_exec.h"
+#include "runtime/plan_verify.h"
 #include "tools/shardfuse/commands.h"
 
 namespace sf::cli {
@@ -348,12 +349,10 @@ int exec(const ExecCliOptions& o) {
   if (!loaded) return 1;
   std::optional<Graph> g = resolve_world(std::move(*loaded), src->plan.world);
   if (!g) return 1;
-  std::vector<std::string> params;
-  for (ValueId p : g->params()) params.push_back(g->node(p).name);
-  if (g->name() != src->plan.graph || params != src->plan.params || g->mesh().str() != src->plan.mesh) {
-    std::cerr << graph_path << ": error: graph '" << g->name() << "' (mesh '" << g->mesh().str()
-              << "') is not the graph plan.json was compiled from ('" << src->plan.graph << "', mesh '"
-              << src->plan.mesh << "')\n";
+  // graph.sf shards the inputs and gathers the outputs: it must describe the
+  // program the Plan runs (shapes and placements per rank, then its digest).
+  if (auto e = verify_plan_matches_graph(src->plan, *g, graph_path, (fs::path(o.dir) / "plan.json").string())) {
+    std::cerr << e->str() << "\n";
     return 1;
   }
   if (!cuda_device_for(src->plan.arch)) return 1;

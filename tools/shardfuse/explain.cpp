@@ -90,6 +90,7 @@ void add_explain(CLI::App& app, int& exit_code) {
   cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh");
   cmd->add_option("--rank", o->rank, "whose schedule to print (default 0; ranks differ only in local shapes)");
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  add_verify_each_option(cmd);
   add_decompose_options(cmd, o->decompose);
   cmd->add_option("--dump-after", o->dump_after,
                   "print the IR after these stages instead: all, or a comma list of parse, propagate, lower, "

@@ -325,6 +325,7 @@ void add_run(CLI::App& app, int& exit_code) {
                 "compare with the reference evaluator on the global graph; print max abs/rel error, exit 1 on mismatch");
   cmd->add_flag("--no-reorder", o->no_reorder, "run collectives where lowering put them (no raise/sink)");
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  add_verify_each_option(cmd);
   add_decompose_options(cmd, o->decompose);
   cmd->add_option("--kernels", o->kernels,
                   "generated: fused kernels compiled to host code (kinds without an emitter yet fall back to the "

@@ -289,6 +289,7 @@ void add_simulate(CLI::App& app, int& exit_code) {
   cmd->add_option("--cache", o->cache,
                   "tuning cache to take measured GPU kernel times from (default: the default cache, if it exists)");
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  add_verify_each_option(cmd);
   cmd->add_flag("--no-reorder", o->no_reorder, "collectives where lowering put them (no comm reordering)");
   add_decompose_options(cmd, o->decompose);
   cmd->footer(

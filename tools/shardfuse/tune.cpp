@@ -279,6 +279,7 @@ void add_tune(CLI::App& app, int& exit_code) {
   cmd->add_option("--compile-timeout", o->compile_timeout_s, "seconds one candidate may take to compile (default 60)")
       ->check(CLI::Range(0.001, 86400.0));
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  add_verify_each_option(cmd);
   cmd->footer(
       "Per kernel it prints the space size, what was pruned and why, how many candidates were measured, and the\n"
       "best config's median time against the default config's. The last line counts cache hits (nothing built\n"

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,8 @@
 #include <limits>
 #include <thread>
 #include <utility>
+
+#include "codegen/ir/file_io.h"
 
 namespace sf {
 namespace {
@@ -219,10 +222,25 @@ std::optional<Diag> write_atomically(const fs::path& path, std::string_view text
   return std::nullopt;
 }
 
-// The whole file, or nullopt with errno set.
+// The whole file, or nullopt with errno set: EINVAL for what is not a regular file
+// (O_NONBLOCK keeps a FIFO swapped in after the listing from blocking the open),
+// EFBIG for one over kMaxJsonFileBytes (codegen/ir/file_io.h).
 std::optional<std::string> read_file(const fs::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return std::nullopt;
+  struct stat st;
+  int refused = 0;
+  if (::fstat(fd, &st) != 0)
+    refused = errno;
+  else if (!S_ISREG(st.st_mode))
+    refused = EINVAL;
+  else if (static_cast<uint64_t>(st.st_size) > kMaxJsonFileBytes)
+    refused = EFBIG;
+  if (refused) {
+    ::close(fd);
+    errno = refused;
+    return std::nullopt;
+  }
   std::string s;
   char buf[8192];
   for (;;) {
@@ -235,6 +253,11 @@ std::optional<std::string> read_file(const fs::path& path) {
       return std::nullopt;
     }
     if (n == 0) break;
+    if (s.size() + static_cast<size_t>(n) > kMaxJsonFileBytes) {  // grew while read
+      ::close(fd);
+      errno = EFBIG;
+      return std::nullopt;
+    }
     s.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
@@ -396,7 +419,8 @@ std::map<std::string, CacheEntry> TuneCache::load(const TuneKey& key) {
     CacheEntry e;
     if (!text) {
       if (read_errno == ENOENT) continue;  // removed by a concurrent load() since listing
-      why = "cannot read: " + errno_text(read_errno);
+      why = read_errno == EFBIG ? "over the " + bytes_str(kMaxJsonFileBytes) + " limit of an entry"
+                                : "cannot read: " + errno_text(read_errno);
     } else {
       why = check_entry_file(*text, key, key_text, path.stem().string(), &e);
     }

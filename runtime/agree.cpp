@@ -1,5 +1,6 @@
 #include "runtime/agree.h"
 
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -75,9 +76,82 @@ Result<std::vector<std::string>> all_gather_text(Comm& comm, const std::string& 
   return out;
 }
 
+namespace {
+
+// "name value" lines back into pairs (the value may hold spaces, not newlines).
+std::vector<std::pair<std::string, std::string>> parse_parts(const std::string& s) {
+  std::vector<std::pair<std::string, std::string>> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t nl = s.find('\n', i);
+    if (nl == std::string::npos) nl = s.size();
+    std::string line = s.substr(i, nl - i);
+    size_t sp = line.find(' ');
+    out.emplace_back(line.substr(0, sp), sp == std::string::npos ? "" : line.substr(sp + 1));
+    i = nl + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+Digest& Digest::update(const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    a_ = (a_ ^ p[i]) * 1099511628211ull;  // the FNV-1a 64 prime
+    b_ = (b_ ^ p[i]) * 1099511628211ull;
+  }
+  n_ += n;
+  return *this;
+}
+
+std::string Digest::hex() const {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(a_),
+                static_cast<unsigned long long>(b_));
+  return std::string(buf) + " (" + std::to_string(n_) + " bytes)";
+}
+
+void RunDigest::add(const std::string& name, const std::string& text) {
+  // Short one-line texts (options) stay readable in the message; the rest is hashed.
+  const bool whole = text.size() <= 200 && text.find('\n') == std::string::npos;
+  if (whole) parts_.emplace_back(name, "'" + text + "'");
+  else add(name, Digest().update(text));
+}
+
+void RunDigest::add(const std::string& name, const Digest& d) { parts_.emplace_back(name, "digest " + d.hex()); }
+
+std::string RunDigest::str() const {
+  std::string s;
+  for (const auto& [name, value] : parts_) s += name + " " + value + "\n";
+  return s;
+}
+
+std::optional<Diag> agree_on_run(Comm& comm, const RunDigest& digest) {
+  Result<std::vector<std::string>> all = all_gather_text(comm, digest.str());
+  if (!all) return with_context("comparing what the ranks run: ", all.error());
+  const std::vector<std::string>& texts = *all;
+  for (size_t r = 1; r < texts.size(); ++r) {
+    if (texts[r] == texts[0]) continue;
+    auto mine = parse_parts(texts[0]), theirs = parse_parts(texts[r]);
+    std::string what;
+    for (size_t i = 0; i < std::max(mine.size(), theirs.size()); ++i) {
+      if (i < mine.size() && i < theirs.size() && mine[i] == theirs[i]) continue;
+      std::string name = i < theirs.size() ? theirs[i].first : mine[i].first;
+      what += (what.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + "'s " + name + " " +
+              (i < theirs.size() ? theirs[i].second : "(missing)") + " differs from rank 0's " +
+              (i < mine.size() ? mine[i].second : "(missing)");
+    }
+    return Diag{"", {},
+                "rank " + std::to_string(comm.rank()) + ": the ranks disagree on what to run (every rank must be " +
+                    "started with the same graph, options, Plan and configs): " + what};
+  }
+  return std::nullopt;
+}
 
 std::optional<Diag> on_rank_threads(const DeviceMesh& mesh, std::chrono::milliseconds timeout,
                                     const std::function<std::optional<Diag>(Comm&)>& fn) {
+  if (std::optional<std::string> why = reserve_rank_descriptors(mesh.mesh(), mesh.world())) return Diag{"", {}, *why};
   auto rv = Rendezvous::in_process();
   std::mutex mu;
   std::optional<Diag> first;
@@ -88,7 +162,19 @@ std::optional<Diag> on_rank_threads(const DeviceMesh& mesh, std::chrono::millise
       CommOptions co;
       co.timeout = timeout;
       Result<std::unique_ptr<Comm>> c = Comm::create(rv, r, mesh.world(), mesh.rank_groups(r), co);
-      std::optional<Diag> d = c ? fn(**c) : std::optional<Diag>(c.error());
+      std::optional<Diag> d;
+      // An exception escaping a std::thread would terminate the process: a bug that
+      // throws ends as this rank's Diag instead (and aborts the others).
+      const std::string who = "rank " + std::to_string(r) + ": internal error: ";
+      try {
+        d = c ? fn(**c) : std::optional<Diag>(c.error());
+      } catch (const DiagError& e) {
+        d = Diag{"", {}, who + e.diag.str()};
+      } catch (const std::exception& e) {
+        d = Diag{"", {}, who + e.what()};
+      } catch (...) {
+        d = Diag{"", {}, who + "an unknown exception"};
+      }
       if (d) {
         std::lock_guard<std::mutex> lock(mu);
         // The first root cause: a rank that only saw another's abort (from_peer)
@@ -100,7 +186,7 @@ std::optional<Diag> on_rank_threads(const DeviceMesh& mesh, std::chrono::millise
     });
   }
   for (std::thread& t : threads) t.join();
-  comms.clear();
+  destroy_comms(comms);
   return first;
 }
 

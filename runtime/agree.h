@@ -6,9 +6,12 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "codegen/dist/device_mesh.h"
 #include "runtime/comm.h"
@@ -22,6 +25,44 @@ Result<std::string> broadcast_text(Comm& comm, const std::string& text);
 
 // Every rank's text, in rank order (for checking that ranks agree).
 Result<std::vector<std::string>> all_gather_text(Comm& comm, const std::string& text);
+
+// What a rank of a multi-process run is about to run, as named parts ("graph",
+// "options", "plan", "configs", "inputs"), compared across ranks at connect by
+// agree_on_run. A part's text is kept whole when it is short (so a difference can
+// be shown: options), else as a 128-bit digest of it.
+// 128 bits over bytes fed in pieces: two FNV-1a 64 lanes from different offset
+// bases. Enough to tell apart what differs by mistake (another graph file, seed or
+// cache); not a defence against a peer forging a collision.
+class Digest {
+ public:
+  Digest& update(const void* data, size_t n);
+  Digest& update(const std::string& s) { return update(s.data(), s.size()); }
+  std::string hex() const;  // 32 hex digits and the byte count
+
+ private:
+  uint64_t a_ = 14695981039346656037ull, b_ = 0x84222325cbf29ce4ull;
+  size_t n_ = 0;
+};
+
+class RunDigest {
+ public:
+  void add(const std::string& name, const std::string& text);
+  void add(const std::string& name, const Digest& d);
+  // The parts, one per line: "name value".
+  std::string str() const;
+
+ private:
+  std::vector<std::pair<std::string, std::string>> parts_;
+};
+
+// Every rank sends every other its digest; if any rank's differs from rank 0's,
+// every rank returns the same Diag (they all see every digest), naming the lowest
+// such rank and the parts that differ:
+//   rank 0: the ranks disagree on what to run (...): rank 1's graph digest
+//   b15e... (83 bytes) differs from rank 0's digest 6b2a... (80 bytes)
+// A run whose ranks were started with different graphs, options, Plans or configs
+// would otherwise exchange collectives that happen to fit and save a wrong result.
+std::optional<Diag> agree_on_run(Comm& comm, const RunDigest& digest);
 
 // Runs fn(comm) on every rank of `mesh` as a thread of this process, each with a
 // Comm meeting in-process. A rank whose fn returns a Diag aborts the others; the

@@ -13,16 +13,19 @@
 //   2. determinism: every element is reduced in member order 0, 1, ..., n-1 by
 //      one member and then copied, so every member gets the same bits, and
 //      reduce_scatter agrees bit for bit with all_reduce;
-//   3. agreement: each collective opens with a 32-byte header to every peer
-//      (op, dtype, sequence number, a fingerprint of the sizes, the byte count),
+//   3. agreement: each collective opens with a 104-byte header to every peer
+//      (op, dtype, sequence number, a fingerprint of the sizes, the byte count,
+//      the local shape and dims),
 //      so members that disagree get a Diag naming the difference instead of a
 //      hang, or a Gloo assertion in its event-loop thread that terminates the
 //      process (what mismatched gloo::allgatherv counts do).
 // Zero-byte transfers are never posted (both ends know the count is zero).
 #include "runtime/comm.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <gloo/common/error.h>
@@ -35,6 +38,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
@@ -47,6 +51,8 @@
 #include <numeric>
 #include <sstream>
 #include <thread>
+
+#include "codegen/ir/file_io.h"
 
 namespace sf {
 
@@ -116,12 +122,26 @@ struct Fnv {
   }
 };
 
+// Why this process cannot create files in `dir` (nullopt: it can), found by
+// creating and removing a probe file: permission bits alone do not tell (root, ACLs,
+// a read-only mount).
+std::optional<std::string> not_writable(const std::string& dir) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string probe =
+      (fs::path(dir) / (".sf-probe-" + std::to_string(::getpid()) + "-" + std::to_string(counter++))).string();
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return std::string(std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return std::nullopt;
+}
+
+// Only a regular file of at most 1 MiB (what we write here is one line): a FIFO
+// planted in the rendezvous directory must not block the rank.
 std::optional<std::string> read_file_if_any(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  Result<std::string> text = read_regular_file(p.string(), uint64_t{1} << 20, "");
+  if (!text) return std::nullopt;
+  return std::move(text).value();
 }
 
 // Creates `p` holding `text` unless it exists: written under a temporary name,
@@ -205,6 +225,14 @@ class RendezvousImpl final : public Rendezvous {
       fs::create_directories(dir_, ec);
       if (ec) {
         error_ = "cannot create rendezvous directory " + dir_ + ": " + ec.message();
+        return;
+      }
+      // Every process writes its address here: a directory it cannot write to is
+      // reported now, in these words, rather than as a Gloo assertion while
+      // connecting (and as a timeout on every peer).
+      if (std::optional<std::string> why = not_writable(dir_)) {
+        error_ = "rendezvous directory " + dir_ + " is not writable: " + *why +
+                 " (every process of the run writes its address there)";
         return;
       }
       store_ = std::make_unique<gloo::rendezvous::FileStore>(dir_);
@@ -294,6 +322,7 @@ class RendezvousImpl final : public Rendezvous {
 
   gloo::rendezvous::Store* store() { return store_.get(); }
   const std::string& error() const { return error_; }
+  const std::string& dir() const { return dir_; }
   bool is_file() const { return !dir_.empty(); }
 
  private:
@@ -323,7 +352,23 @@ class GroupStore final : public gloo::rendezvous::Store {
   GroupStore(RendezvousImpl& rv, std::string prefix, milliseconds timeout)
       : rv_(rv), inner_(*rv.store()), prefix_(std::move(prefix)), timeout_(timeout) {}
 
-  void set(const std::string& key, const std::vector<char>& data) override { inner_.set(prefix_ + key, data); }
+  void set(const std::string& key, const std::vector<char>& data) override {
+    try {
+      inner_.set(prefix_ + key, data);
+    } catch (const gloo::Exception& e) {
+      // FileStore refuses a key whose file exists ("!ifs.is_open(). File already
+      // exists"): this rank's address from an earlier run in the same directory.
+      const std::string what = clean_gloo_message(e.what());
+      if (rv_.is_file() && what.find("already exists") != std::string::npos)
+        throw gloo::IoException("the rendezvous directory " + rv_.dir() +
+                                " already holds this rank's address (key " + prefix_ + key +
+                                "): it was used by an earlier run, or another process runs the same rank; "
+                                "give every run a fresh, empty directory");
+      if (rv_.is_file())
+        throw gloo::IoException("cannot write to the rendezvous directory " + rv_.dir() + ": " + what);
+      throw;
+    }
+  }
 
   std::vector<char> get(const std::string& key) override {
     wait({key}, timeout_);
@@ -623,15 +668,21 @@ struct Disagreement {
   std::string what;
 };
 
-// Sent to every peer before a collective's data; 32 bytes.
+// Sent to every peer before a collective's data; 104 bytes. Besides the hash of
+// what the members must agree on, it carries the sender's local shape and dims, so
+// that a disagreement names both sides' shapes: equal byte counts alone ("it would
+// send 72 bytes, this rank expects 72") do not tell f32[3, 6] from f32[6, 3].
+constexpr int kHeaderDims = 8;  // dims described in full; the fingerprint covers any more
 struct Header {
-  uint32_t magic = 0x31434653;  // "SFC1"
-  uint8_t kind = 0, dtype = 0, reduce = 0, pad = 0;
+  uint32_t magic = 0x32434653;  // "SFC2"
+  uint8_t kind = 0, dtype = 0, reduce = 0, ndim = 0;
   uint64_t seq = 0;
   uint64_t fingerprint = 0;  // of the arguments every member must agree on
   uint64_t bytes = 0;        // what the sender sends the receiver in phase 1
+  int32_t dim = -1, dim2 = -1;  // all_gather/reduce_scatter: dim; all_to_all: split, concat
+  int64_t shape[kHeaderDims] = {};  // the sender's local tensor's first kHeaderDims extents
 };
-static_assert(sizeof(Header) == 32);
+static_assert(sizeof(Header) == 104);
 
 // One point-to-point transfer of a phase: `bytes` at `offset` of the phase's
 // send or receive buffer, to or from group position `peer`.
@@ -952,6 +1003,7 @@ struct Comm::Impl {
       h.seq = seq;
       h.fingerprint = fingerprint;
       h.bytes = bytes_to[p];
+      fill_local(h, op);
       if (static_cast<int>(p) == g.me) continue;
       sends.push_back({static_cast<int>(p), p * sizeof(Header), sizeof(Header)});
       recvs.push_back({static_cast<int>(p), p * sizeof(Header), sizeof(Header)});
@@ -972,11 +1024,39 @@ struct Comm::Impl {
         throw Disagreement{"the members disagree: " + peer + " issued " + theirs + " as collective #" +
                            std::to_string(seq) + " on this group, while this rank issued " + describe(op)};
       }
-      if (h.fingerprint != fingerprint || h.bytes != bytes_from[p])
+      if (h.fingerprint != fingerprint || h.bytes != bytes_from[p]) {
+        const std::string mine = describe_local(out[p]), theirs = describe_local(h);
+        std::string what = mine != theirs
+                               ? ": " + peer + " issued " + theirs + ", this rank " + mine
+                               : ": the split sizes differ (" + peer + " would send " + std::to_string(h.bytes) +
+                                     " bytes, this rank expects " + std::to_string(bytes_from[p]) + ")";
         throw Disagreement{"the members disagree: " + peer + "'s shape, dims or sizes do not match this rank's " +
-                           op.local.type().str() + " (it would send " + std::to_string(h.bytes) +
-                           " bytes, this rank expects " + std::to_string(bytes_from[p]) + ")"};
+                           op.local.type().str() + what};
+      }
     }
+  }
+
+  // The local tensor and dims of `op`, as the header carries them.
+  static void fill_local(Header& h, const Op& op) {
+    const Shape& s = op.local.shape();
+    h.ndim = static_cast<uint8_t>(std::min<size_t>(s.size(), 255));
+    for (size_t i = 0; i < s.size() && i < static_cast<size_t>(kHeaderDims); ++i) h.shape[i] = s[i];
+    if (op.kind != OpKind::AllReduce) h.dim = op.dim;
+    if (op.kind == OpKind::AllToAll) h.dim2 = op.dim2;
+  }
+
+  // "all_gather on f32[4, 3] along dim 0" from a header (ours or a peer's).
+  static std::string describe_local(const Header& h) {
+    const auto kind = static_cast<OpKind>(h.kind);
+    std::string s = std::string(op_kind_name(kind)) + " on " + std::string(dtype_name(static_cast<DType>(h.dtype))) + "[";
+    for (int i = 0; i < h.ndim && i < kHeaderDims; ++i) s += (i ? ", " : "") + std::to_string(h.shape[i]);
+    if (h.ndim > kHeaderDims) s += ", ...";
+    s += "]";
+    if (kind == OpKind::AllToAll)
+      s += " split along dim " + std::to_string(h.dim) + ", concatenated along dim " + std::to_string(h.dim2);
+    else if (kind != OpKind::AllReduce)
+      s += " along dim " + std::to_string(h.dim);
+    return s;
   }
 
   static std::string describe(const Op& op) {
@@ -1309,6 +1389,10 @@ Result<std::unique_ptr<Comm>> Comm::create(std::shared_ptr<Rendezvous> rendezvou
   impl->world = world;
   impl->opts = opts;
   const int generation = rv->next_generation(rank);
+  // opts.timeout bounds connecting as a whole, every group and every wait in it
+  // together: a wait per peer, each within the timeout, added up to far more (a
+  // world of 1000 with --timeout 2 was still connecting after 60 s).
+  const auto deadline = Clock::now() + opts.timeout;
   for (size_t i = 0; i < groups.size(); ++i) {
     Group g;
     g.index = static_cast<int>(i);
@@ -1330,13 +1414,15 @@ Result<std::unique_ptr<Comm>> Comm::create(std::shared_ptr<Rendezvous> rendezvou
         std::ostringstream prefix;
         prefix << "sf." << generation << ".d" << i << "." << g.ranks[0] << "." << std::hex << Fnv().add_all(g.ranks).h
                << ".";
-        GroupStore store(*rv, prefix.str(), opts.timeout);
+        const milliseconds left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+        if (left <= milliseconds(0)) throw gloo::IoException("Timed out: connecting took the whole timeout");
+        GroupStore store(*rv, prefix.str(), left);
         auto ctx = std::make_shared<gloo::rendezvous::Context>(g.me, static_cast<int>(g.ranks.size()));
         // Gloo's pairs wait 5 x the context timeout for a connection ("a longer
         // timeout when waiting for initial connect") and keep that timeout; a fifth
-        // makes connecting honour opts.timeout. The collectives pass their own
-        // timeout to every wait, so the context gets the full one back after.
-        ctx->setTimeout(std::max(milliseconds(1), opts.timeout / 5));
+        // makes connecting honour what is left of opts.timeout. The collectives pass
+        // their own timeout to every wait, so the context gets the full one back after.
+        ctx->setTimeout(std::max(milliseconds(1), left / 5));
         ctx->connectFullMesh(store, impl->device);
         ctx->setTimeout(opts.timeout);
         g.ctx = std::move(ctx);
@@ -1359,6 +1445,41 @@ Result<std::unique_ptr<Comm>> Comm::create(std::shared_ptr<Rendezvous> rendezvou
   raw->thread = std::thread([raw] { raw->loop(); });
   rv->add(raw);  // applies an abort that came while connecting
   return std::unique_ptr<Comm>(new Comm(std::move(impl)));
+}
+
+std::optional<std::string> reserve_rank_descriptors(const Mesh& mesh, int ranks_here) {
+  if (ranks_here > kMaxThreadRanks)
+    return std::to_string(ranks_here) + " ranks as threads of one process is above the limit of " +
+           std::to_string(kMaxThreadRanks) + " (run one process per rank with --rank and --rendezvous)";
+  // Per rank: its end of a connection to every other member of its group along
+  // each mesh dim (as threads the peer's end is here too, counted as the peer's),
+  // plus its device's epoll and listening sockets and a few Gloo holds while
+  // connecting; 64 more for stdio, files and the JIT.
+  int64_t per_rank = 4;
+  for (const MeshDim& d : mesh.dims) per_rank += d.size - 1;
+  const int64_t need = int64_t{ranks_here} * per_rank + 64;
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return std::nullopt;  // cannot tell: let Gloo try
+  if (lim.rlim_cur != RLIM_INFINITY && static_cast<int64_t>(lim.rlim_cur) < need) {
+    if (lim.rlim_max != RLIM_INFINITY && static_cast<int64_t>(lim.rlim_max) < need)
+      return std::to_string(ranks_here) + " rank(s) of mesh '" + mesh.str() + "' need about " + std::to_string(need) +
+             " file descriptors (a TCP connection per pair of ranks in a group), above this process's limit of " +
+             std::to_string(lim.rlim_max) + " (ulimit -n)";
+    rlimit raised = lim;
+    raised.rlim_cur = static_cast<rlim_t>(need);
+    if (setrlimit(RLIMIT_NOFILE, &raised) != 0)
+      return "cannot raise the file descriptor limit to " + std::to_string(need) + " for " +
+             std::to_string(ranks_here) + " rank(s): " + std::strerror(errno);
+  }
+  return std::nullopt;
+}
+
+void destroy_comms(std::vector<std::unique_ptr<Comm>>& comms) {
+  std::vector<std::thread> closers;
+  for (std::unique_ptr<Comm>& c : comms)
+    if (c) closers.emplace_back([&c] { c.reset(); });
+  for (std::thread& t : closers) t.join();
+  comms.clear();
 }
 
 }  // namespace sf

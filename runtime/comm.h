@@ -165,4 +165,26 @@ class Comm {
   std::unique_ptr<Impl> impl_;
 };
 
+// Most ranks one process runs as threads (`run`, `exec`, `run --device cuda`
+// without --rank). Every pair of ranks in a group holds a TCP connection, and as
+// threads both of its ends are in this process: a 1-D mesh of n ranks needs
+// n(n-1) descriptors (4032 at 64), and connecting and closing them grows as n^2
+// (64 ranks: about 2 s on 2 cores). Larger worlds run as one process per rank
+// (--rank/--rendezvous), where each process holds n-1 ends per group.
+inline constexpr int kMaxThreadRanks = 64;
+
+// Makes sure this process may open the descriptors `ranks_here` ranks of `mesh`
+// need (every group's connections, both ends when several of its ranks are here,
+// and a few per rank besides): raises the soft RLIMIT_NOFILE toward the hard
+// limit as needed. Why not (more than kMaxThreadRanks ranks here, or more
+// descriptors than the hard limit allows), or nullopt. Without this, Gloo
+// failing to open a socket left the ranks waiting on each other past any timeout.
+std::optional<std::string> reserve_rank_descriptors(const Mesh& mesh, int ranks_here);
+
+// Destroys every Comm, all at once. Gloo's teardown waits one tick of the
+// device's event loop (up to 10 ms) per connection, so destroying the n Comms of
+// an in-process run one after another took n^2 ticks (24 s for 48 ranks); in
+// parallel it takes n.
+void destroy_comms(std::vector<std::unique_ptr<Comm>>& comms);
+
 }  // namespace sf

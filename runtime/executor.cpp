@@ -12,8 +12,9 @@ namespace sf {
 
 namespace {
 
-Diag at_step(const LocalProgram& p, size_t i, const DeviceMesh& mesh, const std::string& what, bool from_peer = false) {
-  Diag d{"", {}, "rank " + std::to_string(p.rank) + ", step " + std::to_string(i) + " (" +
+Diag at_step(const LocalProgram& p, size_t i, const DeviceMesh& mesh, const std::string& what, bool from_peer = false,
+             SourceLoc loc = {}) {
+  Diag d{"", loc, "rank " + std::to_string(p.rank) + ", step " + std::to_string(i) + " (" +
                      step_line(p, p.steps[i], mesh) + "): " + what};
   d.from_peer = from_peer;
   return d;
@@ -52,7 +53,7 @@ Result<std::vector<Tensor>> execute_on(const LocalProgram& p, Comm& comm, const 
     if (is_local_step(s)) {
       const KernelRunner& runner = opts.kernels ? *opts.kernels : reference_kernel_runner();
       const double t0 = opts.trace ? now_us() : 0;
-      if (auto err = run_local_step(p, s, v, runner)) return at_step(p, i, mesh, *err);
+      if (auto err = run_local_step(p, s, v, runner)) return at_step(p, i, mesh, err->message, false, err->loc);
       if (opts.trace) {
         nlohmann::json args{{"step", i}};
         std::string name;
@@ -123,6 +124,22 @@ Result<std::vector<Tensor>> execute_on(const LocalProgram& p, Comm& comm, const 
   return out;
 }
 
+// Runs fn on a rank's thread: an exception escaping a std::thread would terminate
+// the process, so a bug that throws ends as that rank's Diag (and aborts the others).
+template <class F>
+auto guarded(int rank, F&& fn) -> decltype(fn()) {
+  const std::string who = "rank " + std::to_string(rank) + ": internal error: ";
+  try {
+    return fn();
+  } catch (const DiagError& e) {
+    return Diag{"", {}, who + e.diag.str()};
+  } catch (const std::exception& e) {
+    return Diag{"", {}, who + e.what()};
+  } catch (...) {
+    return Diag{"", {}, who + "an unknown exception"};
+  }
+}
+
 }  // namespace
 
 Result<std::vector<Tensor>> execute(const LocalProgram& p, Comm& comm, const std::vector<Tensor>& inputs,
@@ -137,6 +154,9 @@ Result<std::vector<std::vector<Tensor>>> run_ranks_in_threads(const std::vector<
                                                               const std::vector<std::vector<Tensor>>& inputs,
                                                               const ExecOptions& opts) {
   int world = mesh.world();
+  // Refused before a thread starts: past the limit, or out of descriptors, the
+  // ranks would wait on each other rather than fail.
+  if (std::optional<std::string> why = reserve_rank_descriptors(mesh.mesh(), world)) return Diag{"", {}, *why};
   auto rv = Rendezvous::in_process();
   std::atomic<bool> aborted{false};
   std::mutex mu;
@@ -163,15 +183,16 @@ Result<std::vector<std::vector<Tensor>>> run_ranks_in_threads(const std::vector<
         return;
       }
       Comm& comm = **c;
-      Result<std::vector<Tensor>> out = execute_on(programs[static_cast<size_t>(r)], comm, mesh,
-                                                   inputs[static_cast<size_t>(r)], opts, &aborted);
+      Result<std::vector<Tensor>> out = guarded(r, [&] {
+        return execute_on(programs[static_cast<size_t>(r)], comm, mesh, inputs[static_cast<size_t>(r)], opts, &aborted);
+      });
       if (!out.ok()) fail(out.error(), &comm);
       else outputs[static_cast<size_t>(r)] = std::move(out).value();
       comms[static_cast<size_t>(r)] = std::move(c).value();  // destroyed after every rank is done
     });
   }
   for (std::thread& t : threads) t.join();
-  comms.clear();
+  destroy_comms(comms);
   if (first_error) return *first_error;
   return outputs;
 }
@@ -184,6 +205,8 @@ Result<std::vector<Tensor>> run_rank_in_process(const LocalProgram& program, con
   Result<std::unique_ptr<Comm>> c =
       Comm::create(Rendezvous::file(rendezvous_dir), program.rank, mesh.world(), mesh.rank_groups(program.rank), co);
   if (!c.ok()) return c.error();
+  if (opts.on_connect)
+    if (std::optional<Diag> d = opts.on_connect(**c)) return *d;  // every rank fails alike: no abort needed
   Result<std::vector<Tensor>> out = execute_on(program, **c, mesh, inputs, opts, nullptr);
   if (!out.ok()) (*c)->abort(out.error().message);
   return out;

@@ -30,6 +30,10 @@ struct ExecOptions {
   // Times are microseconds since `trace_origin`.
   TraceWriter* trace = nullptr;
   std::chrono::steady_clock::time_point trace_origin = std::chrono::steady_clock::now();
+  // run_rank_in_process: called once the rank's Comm is connected, before the
+  // first step (every rank must call it, as a collective); a Diag ends the run
+  // there. The CLI compares what the ranks are about to run (agree_on_run).
+  std::function<std::optional<Diag>(Comm&)> on_connect;
 };
 
 // Runs rank p.rank's program; inputs hold its local tensor per graph param. Returns

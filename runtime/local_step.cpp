@@ -19,7 +19,7 @@ bool is_local_step(const LocalStep& s) {
   return false;
 }
 
-std::optional<std::string> run_local_step(const LocalProgram& p, const LocalStep& s, std::vector<Tensor>& v,
+std::optional<Diag> run_local_step(const LocalProgram& p, const LocalStep& s, std::vector<Tensor>& v,
                                           const KernelRunner& kernels) {
   auto at = [&](int id) -> Tensor& { return v[static_cast<size_t>(id)]; };
   std::vector<const Tensor*> args;
@@ -27,14 +27,14 @@ std::optional<std::string> run_local_step(const LocalProgram& p, const LocalStep
   switch (s.kind) {
     case LocalStep::Kind::Compute: {
       Result<Tensor> t = evaluate_node(s.node, args);
-      if (!t.ok()) return t.error().message;
+      if (!t.ok()) return t.error();
       at(s.out) = std::move(t).value();
       return std::nullopt;
     }
     case LocalStep::Kind::Kernel: {
       const LocalKernel& k = p.kernels[static_cast<size_t>(s.kernel)];
       Result<std::vector<Tensor>> t = kernels.run(k, args);
-      if (!t.ok()) return "kernel " + k.name + ": " + t.error().message;
+      if (!t.ok()) return with_context("kernel " + k.name + ": ", t.error());
       for (size_t o = 0; o < s.outs.size(); ++o) at(s.outs[o]) = std::move((*t)[o]);
       return std::nullopt;
     }
@@ -53,7 +53,7 @@ std::optional<std::string> run_local_step(const LocalProgram& p, const LocalStep
     case LocalStep::Kind::Start:
     case LocalStep::Kind::Wait: break;
   }
-  return "internal: not a local step";
+  return Diag{"", {}, "internal: not a local step"};
 }
 
 }  // namespace sf

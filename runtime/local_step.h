@@ -15,8 +15,9 @@ namespace sf {
 // Whether `s` is such a step.
 bool is_local_step(const LocalStep& s);
 // Runs a local step of program `p` on `values` (indexed by local value id). On
-// failure, the reason (the kernel or op's message); nothing is written then.
-std::optional<std::string> run_local_step(const LocalProgram& p, const LocalStep& s, std::vector<Tensor>& values,
+// failure, the reason (the kernel or op's message, located at the op in the graph
+// where the evaluator knows it); nothing is written then.
+std::optional<Diag> run_local_step(const LocalProgram& p, const LocalStep& s, std::vector<Tensor>& values,
                                           const KernelRunner& kernels);
 
 }  // namespace sf

@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "codegen/ir/file_io.h"
+
 namespace sf {
 namespace {
 
@@ -438,10 +440,18 @@ class NpyReader {
   }
 
   Result<Tensor> read() {
+    // Only a regular file (a FIFO would block the open, a device never end). No size
+    // cap is needed: the reader takes at most the header's limit and the expected
+    // array's bytes, and refuses anything after them.
+    Result<int> fd = open_regular_file(path_, std::numeric_limits<uint64_t>::max(), "");
+    if (!fd) return fail(fd.error().message + " (expected a .npy file for " + dest_ + ")");
     errno = 0;
-    file_.reset(std::fopen(path_.c_str(), "rb"));
-    if (!file_)
-      return fail("cannot open file: " + errno_message(errno) + " (expected a .npy file for " + dest_ + ")");
+    file_.reset(::fdopen(*fd, "rb"));
+    if (!file_) {
+      int e = errno;
+      ::close(*fd);
+      return fail("cannot open file: " + errno_message(e) + " (expected a .npy file for " + dest_ + ")");
+    }
 
     // Magic and version.
     char pre[kPreambleLen];
@@ -682,7 +692,16 @@ Result<Tensor> read_npy(const std::string& path, const TensorType& expected, std
   return NpyReader(path, expected, what).read();
 }
 
-std::optional<Diag> write_npy(const std::string& path, const Tensor& t) {
+namespace {
+
+// Writes `t` to a fresh temporary file next to `path`, flushed and closed, and
+// returns its name; the caller renames it into place or unlinks it.
+Result<std::string> stage_npy(const std::string& path, const Tensor& t) {
+  // The rename replaces whatever `path` names: a regular file (or a link) may be
+  // replaced, a directory, device or FIFO may not.
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+    return error_at(path, "cannot write: it exists and is not a regular file; refusing to replace it");
   std::string header = make_header(t.dtype(), t.shape());
   if (header.size() > kMaxHeaderLen)
     return error_at(path, "cannot write: the header for shape " + shape_str(t.shape()) + " would be " +
@@ -722,7 +741,47 @@ std::optional<Diag> write_npy(const std::string& path, const Tensor& t) {
   int rc = ::close(fd);
   fd = -1;
   if (rc != 0) return abandon("closing");
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return abandon("renaming into place");
+  return tmp;
+}
+
+}  // namespace
+
+std::optional<Diag> write_npy(const std::string& path, const Tensor& t) {
+  Result<std::string> tmp = stage_npy(path, t);
+  if (!tmp) return tmp.error();
+  if (::rename(tmp->c_str(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp->c_str());
+    return error_at(path, "cannot write: renaming " + *tmp + " into place: " + errno_message(e));
+  }
+  return std::nullopt;
+}
+
+std::optional<Diag> write_npy_all(const std::vector<std::pair<std::string, const Tensor*>>& files) {
+  std::vector<std::string> staged;
+  auto unlink_all = [](const std::vector<std::string>& paths, size_t from) {
+    for (size_t i = from; i < paths.size(); ++i) ::unlink(paths[i].c_str());
+  };
+  for (const auto& [path, t] : files) {
+    Result<std::string> tmp = stage_npy(path, *t);
+    if (!tmp) {
+      unlink_all(staged, 0);
+      return tmp.error();
+    }
+    staged.push_back(std::move(tmp).value());
+  }
+  // Every file is complete on disk; the renames (within each file's directory)
+  // fail only if a path changed under us. Then the files already renamed are
+  // removed again, so that no partial set of outputs is left.
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (::rename(staged[i].c_str(), files[i].first.c_str()) != 0) {
+      int e = errno;
+      unlink_all(staged, i);
+      for (size_t j = 0; j < i; ++j) ::unlink(files[j].first.c_str());
+      return error_at(files[i].first, "cannot write: renaming " + staged[i] + " into place: " + errno_message(e) +
+                                          " (no output was saved)");
+    }
+  }
   return std::nullopt;
 }
 

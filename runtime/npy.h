@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "codegen/ir/diag.h"
 #include "codegen/ir/tensor.h"
@@ -43,5 +45,11 @@ Result<Tensor> read_npy(const std::string& path, const TensorType& expected,
 // a reader sees the old file or the new one, and on failure nothing is left
 // behind. Returns the Diag (file = path) on failure.
 std::optional<Diag> write_npy(const std::string& path, const Tensor& t);
+
+// Writes each (path, tensor) as write_npy does, all or none: every file goes to its
+// temporary first, and only once all are complete are they renamed into place; on
+// any failure the temporaries are removed and no path is touched. A path that
+// names a directory, device or FIFO is refused, never replaced.
+std::optional<Diag> write_npy_all(const std::vector<std::pair<std::string, const Tensor*>>& files);
 
 }  // namespace sf

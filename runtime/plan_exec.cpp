@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "codegen/dist/device_mesh.h"
+#include "codegen/ir/file_io.h"
 #include "codegen/dist/host_collectives.h"
 #include "codegen/dist/shard.h"
 #include "runtime/agree.h"
@@ -20,12 +21,13 @@ namespace fs = std::filesystem;
 
 Diag file_error(const std::string& file, const std::string& what) { return Diag{file, {}, what}; }
 
-std::optional<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
+// A Plan file, refused unless it is a regular file under kMaxPlanFileBytes (a .ptx
+// linked to /dev/zero or a FIFO must not hang `exec`). `missing` is the message for
+// a file that is not there at all.
+Result<std::string> read_plan_file(const std::string& path, const std::string& missing) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return file_error(path, missing);
+  return read_regular_file(path, kMaxPlanFileBytes, "");
 }
 
 // Whether `ptx` declares `.entry <name>(` (the name followed by a parameter list).
@@ -148,8 +150,9 @@ Result<PlanSource> read_plan_dir(const std::string& dir) {
   const std::string json_path = (fs::path(dir) / "plan.json").string();
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return file_error(dir, "not a Plan directory (it does not exist or is not a directory)");
-  std::optional<std::string> text = read_file(json_path);
-  if (!text) return file_error(json_path, "cannot read it: a Plan directory holds plan.json (shardfuse compile writes one)");
+  Result<std::string> text =
+      read_plan_file(json_path, "cannot read it: a Plan directory holds plan.json (shardfuse compile writes one)");
+  if (!text) return text.error();
   Result<Plan> plan = plan_from_json(*text, json_path);
   if (!plan) return plan.error();
   PlanSource src;
@@ -161,8 +164,8 @@ Result<PlanSource> read_plan_dir(const std::string& dir) {
                                        "\" must be a file name inside the Plan directory");
     if (src.ptx.count(k.ptx_file)) continue;
     const std::string path = (fs::path(dir) / k.ptx_file).string();
-    std::optional<std::string> ptx = read_file(path);
-    if (!ptx) return file_error(path, "missing: plan.json names it as kernel " + k.id + "'s PTX");
+    Result<std::string> ptx = read_plan_file(path, "missing: plan.json names it as kernel " + k.id + "'s PTX");
+    if (!ptx) return ptx.error();
     if (ptx->empty()) return file_error(path, "empty: kernel " + k.id + " has no PTX");
     src.ptx.emplace(k.ptx_file, std::move(*ptx));
   }

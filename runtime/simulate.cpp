@@ -68,7 +68,7 @@ Result<std::vector<std::vector<Tensor>>> simulate(const std::vector<LocalProgram
           v[static_cast<size_t>(s.out)] = std::move(pending[r][static_cast<size_t>(s.handle)]);
         } else if (is_local_step(s)) {
           if (auto err = run_local_step(programs[r], s, v, kernels))
-            return Diag{"", {}, "rank " + std::to_string(r) + ": " + *err};
+            return with_context("rank " + std::to_string(r) + ": ", *err);
         }
       }
     }

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "codegen/ir/file_io.h"
 #include "codegen/ir/ops.h"
 
 namespace sf {
@@ -239,12 +240,9 @@ Result<SystemSpec> parse_system(const std::string& text, const std::string& file
 }
 
 Result<SystemSpec> load_system(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Diag{path, {}, "cannot read the system file"};
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Diag{path, {}, "cannot read the system file"};
-  return parse_system(ss.str(), path);
+  Result<std::string> text = read_regular_file(path, kMaxJsonFileBytes, "");
+  if (!text) return Diag{path, {}, "cannot read the system file: " + text.error().message};
+  return parse_system(*text, path);
 }
 
 // --- the α-β model -------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 #include "runtime/trace.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -110,6 +111,12 @@ std::optional<Diag> TraceWriter::write(const std::string& path) const {
   fs::path target(path);
   fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   auto fail = [&](const std::string& why) { return Diag{path, {}, "cannot write the trace: " + why}; };
+  // The rename below replaces whatever `path` names: only a regular file (or a
+  // link) may be replaced, never a device such as /dev/null when run as root, a
+  // FIFO or a directory.
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+    return fail("it exists and is not a regular file; refusing to replace it");
   fs::path tmp;
   int fd = -1;
   for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -241,7 +242,11 @@ class Fuser {
       unit_pos.push_back(i);
     }
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
-      units.push_back(kernel_step(gi, users, outputs));
+      // A group none of whose values is returned or used elsewhere is dead code
+      // (`v = tanh(x)` never used): it gets no kernel, which would have no outputs.
+      std::optional<LocalStep> k = kernel_step(gi, users, outputs);
+      if (!k) continue;
+      units.push_back(std::move(*k));
       unit_pos.push_back(groups_[gi].steps.front());
     }
     // Kahn's algorithm, earliest original position first: a valid program order
@@ -280,7 +285,7 @@ class Fuser {
     return std::move(p_);
   }
 
-  LocalStep kernel_step(size_t gi, std::map<int, std::set<int>>& users, const std::set<int>& outputs) {
+  std::optional<LocalStep> kernel_step(size_t gi, std::map<int, std::set<int>>& users, const std::set<int>& outputs) {
     const Group& g = groups_[gi];
     std::set<size_t> members(g.steps.begin(), g.steps.end());
     std::vector<int> inputs, outs;
@@ -315,6 +320,7 @@ class Fuser {
         flops += numel(n.type.shape);
       }
     }
+    if (outs.empty()) return std::nullopt;
     for (int v : inputs) k.bytes_read += numel(type(v).shape) * dtype_size(type(v).dtype);
     k.flops = flops;
     // Named by its kind and first few computing ops (views say little): k9_matmul_add_mul_erf.

@@ -1,5 +1,7 @@
 #include "codegen/ir/builder.h"
 
+#include "codegen/ir/limits.h"
+
 
 namespace sf {
 
@@ -35,6 +37,7 @@ Value GraphBuilder::param(const std::string& name, DType dtype, Shape shape,
   Node n;
   n.op = OpKind::Param;
   n.type = {dtype, std::move(shape)};
+  if (auto why = check_type_limits(n.type)) throw_at(loc, "parameter '" + name + "': " + *why);
   n.name = name;
   n.loc = loc;
   if (placement) {
@@ -75,6 +78,19 @@ Value GraphBuilder::op(OpKind k, const std::vector<Value>& inputs,
   } catch (const OpError& e) {
     throw_at(loc, e.message);
   }
+  // Every result, not only the params: expand, matmul, reshape and all_gather make
+  // values larger than their operands (docs/graph-format.md#limits).
+  if (auto why = check_type_limits(n.type)) throw_at(loc, std::string(op_name(k)) + ": result " + *why);
+  // A graph is global (every value has its global shape and a placement), and the
+  // per-rank collectives' shape rules are per rank (all_gather multiplies a dim by
+  // the mesh size): in a global graph they have no consistent meaning, and no
+  // stage after the verifier can run them. Refused here, after the shape rule's own
+  // errors, so that `check` and every command say so at the op (docs/graph-format.md).
+  if (k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce || k == OpKind::AllToAll)
+    throw_at(loc, std::string(op_name(k)) +
+                      ": explicit per-rank collectives are not supported (a shardfuse graph is global: values have "
+                      "their global shapes); use a placement or redistribute(x, {" +
+                      n.attrs.get_ident("mesh_dim") + ": R}) and shardfuse inserts the collectives");
   return push(std::move(n));
 }
 

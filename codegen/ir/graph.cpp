@@ -2,6 +2,8 @@
 
 #include <unordered_set>
 
+#include "codegen/ir/limits.h"
+
 namespace sf {
 
 int Graph::op_count() const {
@@ -35,10 +37,8 @@ std::optional<std::string> check_placements(const PlacementSpec& spec, const Mes
 
 std::optional<Diag> verify(const Graph& g) {
   auto err = [](SourceLoc loc, std::string m) { return Diag{"", loc, std::move(m)}; };
-  for (const MeshDim& d : g.mesh().dims)
-    if (d.size <= 0)
-      return err({}, "mesh dimension '" + d.name + "' has size " + std::to_string(d.size) +
-                         " (expected >= 1)");
+  // Sizes first: every count below (and in every later stage) is then known to fit.
+  if (auto why = check_mesh_limits(g.mesh())) return err({}, *why);
   std::unordered_set<std::string> names;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
@@ -48,6 +48,9 @@ std::optional<Diag> verify(const Graph& g) {
       if (v < 0 || static_cast<size_t>(v) >= i)
         return err(n.loc, std::string(op_name(n.op)) + ": operand %" + std::to_string(v) +
                               " is not defined before its use");
+    if (auto why = check_type_limits(n.type))
+      return err(n.loc, (n.op == OpKind::Param ? "parameter '" + n.name + "': "
+                                               : std::string(op_name(n.op)) + ": result ") + *why);
     if (n.placement)
       if (auto e = check_placements(*n.placement, g.mesh(), n.type.rank())) return err(n.loc, *e);
     switch (op_info(n.op).category) {

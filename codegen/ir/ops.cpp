@@ -1,5 +1,7 @@
 #include "codegen/ir/ops.h"
 
+#include "codegen/ir/limits.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -136,6 +138,16 @@ int mesh_dim_or_fail(OpKind k, const Attrs& a, const Mesh& mesh) {
   return *i;
 }
 
+// Dim d of t times n (a gather over n ranks), checked: the product is a new size
+// the user never wrote, so it must not wrap.
+int64_t grow_or_fail(OpKind k, const TensorType& t, int d, int64_t n) {
+  std::optional<int64_t> r = checked_mul(t.shape[static_cast<size_t>(d)], n);
+  if (!r)
+    fail(op_str(k) + ": dim " + std::to_string(d) + " of " + t.str() + " times " + std::to_string(n) +
+         " ranks does not fit in 64 bits");
+  return *r;
+}
+
 Shape broadcast_or_fail(OpKind k, const Shape& a, const Shape& b) {
   auto s = broadcast_shapes(a, b);
   if (!s) fail(op_str(k) + ": shapes " + shape_str(a) + " and " + shape_str(b) + " do not broadcast");
@@ -196,7 +208,10 @@ TensorType infer_reshape(const TensorType& x, const V& shape) {
     } else if (shape[i] < 0) {
       fail("reshape: dimension " + std::to_string(shape[i]) + " is negative in " + shape_str(shape));
     } else {
-      known *= shape[i];
+      // Checked: [2^62, 4, 0] would wrap to 0 and pass for an empty x.
+      std::optional<int64_t> k = checked_mul(known, shape[i]);
+      if (!k) fail("reshape: " + shape_str(shape) + " has more elements than fit in 64 bits");
+      known = *k;
     }
   }
   Shape out = shape;
@@ -479,7 +494,7 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& a, 
       int md = mesh_dim_or_fail(k, a, mesh);
       TensorType t = in[0].type;
       int d = dim_or_fail(k, "dim", a.get_int("dim"), t.rank());
-      t.shape[d] *= mesh.dims[md].size;
+      t.shape[d] = grow_or_fail(k, t, d, mesh.dims[md].size);
       return t;
     }
     case OpKind::ReduceScatter: {
@@ -511,7 +526,7 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& a, 
         fail("all_to_all: split dim " + std::to_string(sd) + " of " + t.str() +
              " is not divisible by " + std::to_string(n) + " ranks");
       t.shape[sd] /= n;
-      t.shape[cd] *= n;
+      t.shape[cd] = grow_or_fail(k, t, cd, n);
       return t;
     }
     case OpKind::Redistribute: {

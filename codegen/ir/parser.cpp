@@ -1,6 +1,8 @@
 #include "codegen/ir/parser.h"
 
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <charconv>
 #include <cstdio>
 #include <fstream>
@@ -9,6 +11,8 @@
 #include <unordered_map>
 
 #include "codegen/ir/builder.h"
+#include "codegen/ir/limits.h"
+#include "codegen/ir/file_io.h"
 
 namespace sf {
 
@@ -199,8 +203,15 @@ class Parser {
     std::string_view s = t.text;
     if (!s.empty() && s[0] == '+') s.remove_prefix(1);
     auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (r.ec != std::errc() || r.ptr != s.data() + s.size())
+    if (r.ptr != s.data() + s.size() || (r.ec != std::errc() && r.ec != std::errc::result_out_of_range))
       error(t.loc, "malformed number '" + std::string(t.text) + "'");
+    if (r.ec == std::errc::result_out_of_range) {
+      // from_chars reports underflow and overflow alike and leaves v unset; strtod
+      // tells them apart. A literal below the smallest double (1e-400) is valid and
+      // rounds to zero, as in C and NumPy; one above the largest (1e400) is refused.
+      v = std::strtod(std::string(s).c_str(), nullptr);
+      if (std::isinf(v)) error(t.loc, "number " + std::string(t.text) + " is out of the range of a 64-bit float");
+    }
     return v;
   }
 
@@ -222,7 +233,8 @@ class Parser {
     }
     if (tok_.kind == Tok::Ident && tok_.text == "mesh") error(tok_.loc, "only one mesh line is allowed (the first is at " + where(kw.loc) + ")");
     if (mesh.dims.empty()) error(tok_.loc, "expected NAME=SIZE after 'mesh', found " + describe(tok_));
-    if (mesh.world_size() > (int64_t{1} << 20)) error(kw.loc, "mesh has " + std::to_string(mesh.world_size()) + " ranks (at most 1048576)");
+    // Checked product: `mesh a=4294967296 b=4294967296` would wrap to 0 ranks.
+    if (auto why = check_mesh_limits(mesh)) error(kw.loc, *why);
     return mesh;
   }
 
@@ -498,12 +510,10 @@ Result<Graph> parse_graph(std::string_view text, const std::string& filename) {
 }
 
 Result<Graph> parse_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Diag{path, {}, "cannot open file"};
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Diag{path, {}, "cannot read file"};
-  return parse_graph(ss.str(), path);
+  // A FIFO, a device or a directory is refused, and so is a file over the cap.
+  Result<std::string> text = read_regular_file(path, kMaxGraphFileBytes, "graph file (.sf)");
+  if (!text) return text.error();
+  return parse_graph(*text, path);
 }
 
 }  // namespace sf

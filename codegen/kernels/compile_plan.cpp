@@ -3,14 +3,18 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <thread>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
+#include <sstream>
 
 #include "autotune/ptxas.h"
+#include "codegen/ir/file_io.h"
 #include "codegen/ir/printer.h"
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/reduction.h"
@@ -253,16 +257,85 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
   return out;
 }
 
+namespace {
+
+// The file that marks a directory as a Plan `compile` wrote, listing the files it
+// wrote there (one name a line after the first): `compile -o DIR` replaces DIR only
+// when DIR is absent, empty, or holds this marker and nothing but the files it
+// lists, so no directory or file of the user's is ever deleted (a directory named
+// like a Plan is not one; a Plan the user saved outputs into is not ours alone).
+constexpr const char* kPlanMarker = ".shardfuse-plan";
+constexpr const char* kPlanMarkerHeader = "shardfuse plan directory: written by `shardfuse compile`";
+
+// Why `target` (absolute, normalised) may not be replaced by a new Plan; nullopt
+// when it may.
+std::optional<std::string> why_not_replace(const std::filesystem::path& target) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // The working directory or one that holds it: replacing it would pull the
+  // directory out from under the user's shell (`-o .`, `-o ..`, `-o "$PWD"`).
+  fs::path cwd = fs::current_path(ec);
+  fs::path canon = fs::weakly_canonical(target, ec);
+  if (!ec && !cwd.empty()) {
+    auto [c, t] = std::mismatch(cwd.begin(), cwd.end(), canon.begin(), canon.end());
+    if (t == canon.end())
+      return std::string("is the current directory") + (c == cwd.end() ? "" : " or holds it") +
+             ": refusing to replace it (name a new directory for the Plan)";
+  }
+  fs::file_status st = fs::symlink_status(target, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) return "cannot inspect it: " + ec.message();
+  if (!fs::exists(st)) return std::nullopt;
+  if (fs::is_symlink(st))
+    return "is a symbolic link: refusing to replace it (name the Plan directory itself, or a new one)";
+  if (!fs::is_directory(st))
+    return "exists and is not a directory: refusing to replace it (remove it or choose another -o)";
+  std::set<std::string> entries;
+  for (fs::directory_iterator it(target, ec), end; !ec && it != end; it.increment(ec))
+    entries.insert(it->path().filename().string());
+  if (ec) return "cannot list it: " + ec.message();
+  if (entries.empty()) return std::nullopt;
+  const std::string not_plan =
+      "exists, is not empty, and is not a Plan directory written by `shardfuse compile` (no " +
+      std::string(kPlanMarker) + " in it): refusing to replace it (remove it or choose another -o)";
+  if (!entries.count(kPlanMarker)) return not_plan;
+  Result<std::string> marker = read_regular_file((target / kPlanMarker).string(), kMaxJsonFileBytes, "");
+  if (!marker) return not_plan;
+  std::istringstream lines(*marker);
+  std::string line;
+  if (!std::getline(lines, line) || line != kPlanMarkerHeader) return not_plan;
+  std::set<std::string> ours = {kPlanMarker};
+  while (std::getline(lines, line)) ours.insert(line);
+  for (const std::string& e : entries)
+    if (!ours.count(e) || !fs::is_regular_file(fs::symlink_status(target / e, ec)))
+      return "is a Plan directory, but " + e +
+             " in it was not written by `shardfuse compile`: refusing to replace it (move " + e +
+             " out, or choose another -o)";
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<Diag> write_plan_dir(const CompiledPlan& p, const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  fs::path target = fs::absolute(dir, ec);
+  if (dir.empty()) return Diag{dir, {}, "the Plan directory name is empty"};
+  fs::path target = fs::absolute(dir, ec).lexically_normal();
+  if (ec) return Diag{dir, {}, "cannot resolve the path: " + ec.message()};
+  // "plan/" and "a/b/.." normalise to a trailing separator: drop it, so that
+  // filename() names the directory itself.
+  if (target.filename().empty() && target.has_relative_path()) target = target.parent_path();
+  if (!target.has_relative_path()) return Diag{dir, {}, "is the root directory: refusing to replace it"};
+  if (std::optional<std::string> why = why_not_replace(target)) return Diag{dir, {}, *why};
   fs::path parent = target.parent_path();
   fs::create_directories(parent, ec);
+  if (ec) return Diag{dir, {}, "cannot create " + parent.string() + ": " + ec.message()};
   std::mt19937_64 rng(std::random_device{}());
   fs::path tmp = parent / (target.filename().string() + ".tmp-" + std::to_string(rng() % 1000000000));
-  if (!fs::create_directory(tmp, ec)) return Diag{dir, {}, "cannot create " + tmp.string() + ": " + ec.message()};
+  if (!fs::create_directory(tmp, ec))
+    return Diag{dir, {}, "cannot create " + tmp.string() + ": " + (ec ? ec.message() : "it already exists")};
+  std::string marker = std::string(kPlanMarkerHeader) + "\n";
   auto write = [&](const std::string& name, const std::string& text) {
+    marker += name + "\n";
     std::ofstream f(tmp / name, std::ios::binary);
     f << text;
     f.close();
@@ -271,18 +344,26 @@ std::optional<Diag> write_plan_dir(const CompiledPlan& p, const std::string& dir
   bool ok = write("plan.json", plan_to_json(p.plan)) && write("report.txt", p.report);
   for (const auto& [name, text] : p.ptx) ok = ok && write(name, text);
   if (!p.graph_source.empty()) ok = ok && write("graph.sf", p.graph_source);
+  if (ok) {
+    std::ofstream f(tmp / kPlanMarker, std::ios::binary);
+    f << marker;
+    f.close();
+    ok = static_cast<bool>(f);
+  }
   if (!ok) {
     fs::remove_all(tmp, ec);
     return Diag{dir, {}, "cannot write the plan files"};
   }
-  // Swap the new directory in: the old one (if any) moves aside first, so a reader
-  // sees either the old plan or the new one.
+  // Swap the new directory in: the old one (if any; why_not_replace allowed it:
+  // empty or a Plan of ours) moves aside first, so a reader sees either the old
+  // plan or the new one.
   fs::path old;
-  if (fs::exists(target)) {
+  if (fs::exists(fs::symlink_status(target, ec))) {
     old = parent / (target.filename().string() + ".old-" + std::to_string(rng() % 1000000000));
     fs::rename(target, old, ec);
     if (ec) {
-      fs::remove_all(tmp, ec);
+      std::error_code ec2;
+      fs::remove_all(tmp, ec2);
       return Diag{dir, {}, "cannot replace the existing directory: " + ec.message()};
     }
   }

@@ -36,7 +36,10 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts);
 
 // Writes plan.json, the .ptx files and report.txt into `dir`, atomically: into a
 // fresh sibling directory first, which then replaces `dir`; on failure `dir` is
-// left as it was and nothing half-written remains.
+// left as it was and nothing half-written remains. `dir` must be absent, empty, or
+// a Plan directory this function wrote (its .shardfuse-plan marker lists every file
+// in it); anything else (a file, a link, the working directory, a directory of the
+// user's) is refused with a Diag naming it, never deleted.
 std::optional<Diag> write_plan_dir(const CompiledPlan& p, const std::string& dir);
 
 }  // namespace sf

@@ -111,7 +111,8 @@ INSTANTIATE_TEST_SUITE_P(AllKinds, ParseError, ::testing::ValuesIn(kCases),
 TEST(ParseFile, MissingFileNamesIt) {
   Result<Graph> g = parse_file("/nonexistent/dir/g.sf");
   ASSERT_FALSE(g.ok());
-  EXPECT_EQ(g.error().str(), "/nonexistent/dir/g.sf: error: cannot open file");
+  EXPECT_EQ(g.error().str(),
+            "/nonexistent/dir/g.sf: error: cannot open file: No such file or directory (expected a graph file (.sf))");
 }
 
 }  // namespace

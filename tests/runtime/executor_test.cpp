@@ -78,7 +78,10 @@ TEST(Executor, AFailingRankStopsEveryRankWithItsError) {
 TEST(Executor, AStalledCollectiveTimesOutOnEveryRank) {
   Ranks s = make_ranks("tp_mlp.sf");
   ExecOptions opts;
-  opts.timeout = std::chrono::seconds(1);
+  // The timeout also bounds connecting the 4 ranks, which must not run into it on a
+  // loaded 2-core machine under ASan: only the all-reduce should (1 s did not leave
+  // that margin).
+  opts.timeout = std::chrono::seconds(3);
   // Rank 2 never reaches the all-reduce: it blocks before its Start until the run is aborted.
   opts.before_step = [&s](int rank, size_t step, const std::atomic<bool>& aborted) {
     if (rank == 2 && s.programs[2].steps[step].kind == LocalStep::Kind::Start)

@@ -335,8 +335,8 @@ TEST(ExecFakeDriver, RanksAsProcessesOnePerGpu) {
   EXPECT_EQ(launches_in(read_text(log)).size(), planned(read_plan(dir)).size()) << read_text(log);
   // --rank without --rendezvous, and --save-outputs (it needs every rank's outputs).
   CliResult a = shardfuse_env(fake_env(t / "log2"), "exec " + dir + " --device cuda --rank 0");
-  EXPECT_EQ(a.code, 1);
-  EXPECT_NE(a.out.find("--rank and --rendezvous go together"), std::string::npos) << a.out;
+  EXPECT_EQ(a.code, 2);  // a usage error
+  EXPECT_NE(a.out.find("--rank requires --rendezvous"), std::string::npos) << a.out;
   CliResult b = shardfuse_env(fake_env(t / "log3"), "exec " + dir + " --device cuda --rank 0 --rendezvous " +
                                                         (t / "rv2") + " --save-outputs " + (t / "o"));
   EXPECT_EQ(b.code, 1);

@@ -1,6 +1,12 @@
 // `shardfuse check G.sf`: parse, verify, summarise.
+#include <charconv>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <map>
+#include <sstream>
 
 #include "codegen/ir/builder.h"
 #include "codegen/ir/parser.h"
@@ -8,7 +14,58 @@
 
 namespace sf::cli {
 
+CLI::Validator finite_range(double lo, double hi) {
+  std::ostringstream desc;
+  desc << "FLOAT in [" << lo << " - " << hi << "]";
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        double v = std::strtod(text.c_str(), &end);
+        std::ostringstream why;
+        if (text.empty() || end != text.c_str() + text.size())
+          why << "'" << text << "' is not a number";
+        else if (!std::isfinite(v) || v < lo || v > hi)
+          why << "value " << text << " is not a finite number from " << lo << " to " << hi;
+        return why.str();
+      },
+      desc.str());
+}
+
+CLI::Validator uint64_text() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t v = 0;
+        std::string_view s = text;
+        if (s.starts_with('+')) s.remove_prefix(1);
+        auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || ec != std::errc() || end != s.data() + s.size())
+          return "'" + text + "' is not an integer from 0 to " +
+                 std::to_string(std::numeric_limits<uint64_t>::max());
+        return std::string();
+      },
+      "UINT64");
+}
+
+CLI::Validator non_empty() {
+  return CLI::Validator(
+      [](std::string& text) { return text.empty() ? std::string("must not be empty") : std::string(); }, "");
+}
+
+namespace {
+std::string& graph_file() {
+  static std::string file;  // one graph per command: set by load_graph
+  return file;
+}
+}  // namespace
+
+std::string diag_str(Diag d) {
+  if (d.file.empty() && d.loc.line > 0) d.file = graph_file();
+  return d.str();
+}
+
 std::optional<Graph> load_graph(const std::string& path) {
+  graph_file() = path;
   Result<Graph> g = parse_file(path);
   if (!g.ok()) {
     std::cerr << g.error().str() << "\n";
@@ -25,7 +82,10 @@ std::optional<Graph> resolve_world(Graph g, std::optional<int64_t> world) {
     m.dims[0].size = *world;
     Result<Graph> r = remesh(g, m);
     if (!r.ok()) {
-      std::cerr << "error: graph '" << g.name() << "' does not fit --world " << *world << ": " << r.error().str() << "\n";
+      // The Diag has no file (remesh works on the graph): its message alone, so the
+      // line reads "error: ..." once.
+      std::cerr << "error: graph '" << g.name() << "' does not fit --world " << *world << ": " << r.error().message
+                << "\n";
       return std::nullopt;
     }
     return std::move(r).value();

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "codegen/ir/graph.h"
+#include "codegen/ir/limits.h"
 #include "autotune/cache.h"
 #include "codegen/dist/local_program.h"
 #include "codegen/dist/device_mesh.h"
@@ -26,8 +27,21 @@ void add_tune(CLI::App& app, int& exit_code);
 void add_simulate(CLI::App& app, int& exit_code);
 void add_exec(CLI::App& app, int& exit_code);  // the only one besides check without LLVM
 
+// Option checks for what CLI11's own let through (each refusal is a usage error,
+// exit 2): CLI::Range passes NaN; a uint64_t option takes "-1" as 2^64-1 and
+// 2^64 as 2^64-1; an empty string reads as "not given".
+CLI::Validator finite_range(double lo, double hi);  // a finite number in [lo, hi]
+CLI::Validator uint64_text();                       // a decimal integer in [0, 2^64)
+CLI::Validator non_empty();                         // not ''
+
 // Parses and verifies a graph file, printing the located error on failure.
 std::optional<Graph> load_graph(const std::string& path);
+
+// `d` as "file:line:col: error: ...". A Diag located in the graph (a line:col from
+// the evaluator or the executor, which see nodes, not files) but without a file
+// gets the graph file the command loaded last (load_graph), so no error reads
+// "3:7: error: ..." alone.
+std::string diag_str(Diag d);
 
 // `--world N` against the graph's mesh. On a mesh of one dim, N resizes that dim
 // (a graph written for tp=4 runs on 3 ranks, with uneven shards); on an N-D mesh N

@@ -3,6 +3,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "codegen/ir/file_io.h"
 #include "codegen/kernels/compile_plan.h"
 #include "codegen/kernels/tune.h"
 #include "tools/shardfuse/commands.h"
@@ -76,10 +77,12 @@ int compile(const CompileCliOptions& o) {
     return 1;
   }
   // The graph's text goes with the Plan: `exec` shards inputs and checks outputs with it.
-  std::ifstream src(o.file, std::ios::binary);
-  std::ostringstream text;
-  text << src.rdbuf();
-  p->graph_source = text.str();
+  Result<std::string> text = read_regular_file(o.file, kMaxGraphFileBytes, "graph file (.sf)");
+  if (!text) {
+    std::cerr << text.error().str() << "\n";
+    return 1;
+  }
+  p->graph_source = std::move(text).value();
   if (auto err = write_plan_dir(*p, o.out)) {
     std::cerr << err->str() << "\n";
     return 1;
@@ -98,10 +101,13 @@ void add_compile(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<CompileCliOptions>();
   auto* cmd = app.add_subcommand("compile", "Write a Plan: plan.json, one .ptx per distinct kernel, report.txt");
   cmd->add_option("graph", o->file, "the .sf graph file")->required();
-  cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh");
+  cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh")
+      ->check(CLI::Range(int64_t{1}, kMaxMeshRanks));
   cmd->add_option("--arch", o->arch, "GPU architecture of the PTX (default sm_90a)")
       ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}));
-  cmd->add_option("-o,--output", o->out, "the Plan directory (replaced atomically if it exists)")->required();
+  cmd->add_option("-o,--output", o->out, "the Plan directory: absent, empty, or a Plan an earlier compile wrote (then replaced atomically)")
+      ->required()
+      ->check(non_empty());
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
   add_verify_each_option(cmd);
   cmd->add_flag("--no-reorder", o->no_reorder,

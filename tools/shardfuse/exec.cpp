@@ -12,6 +12,7 @@
 #include "codegen/dist/shard.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
+#include "codegen/ir/printer.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/agree.h"
 #include "runtime/nccl.h"
@@ -86,7 +87,7 @@ int report_outputs(const Graph& g, const std::vector<Tensor>& out, const std::ve
   if (check) {
     Result<std::vector<Tensor>> ref = evaluate(g, inputs);
     if (!ref.ok()) {
-      std::cerr << ref.error().str() << "\n";
+      std::cerr << diag_str(ref.error()) << "\n";
       return 1;
     }
     want = std::move(ref).value();
@@ -108,17 +109,21 @@ int report_outputs(const Graph& g, const std::vector<Tensor>& out, const std::ve
   }
   if (!outputs_dir.empty()) {
     std::error_code ec;
+    const bool existed = fs::exists(outputs_dir, ec);
     fs::create_directories(outputs_dir, ec);
     if (ec) {
       std::cerr << outputs_dir << ": error: cannot create directory: " << ec.message() << "\n";
       return 1;
     }
-    for (size_t i = 0; i < g.outputs().size(); ++i) {
-      std::string path = (fs::path(outputs_dir) / (g.outputs()[i].name + ".npy")).string();
-      if (auto err = write_npy(path, out[i])) {
-        std::cerr << err->str() << "\n";
-        return 1;
-      }
+    // All outputs land or none: a set with one file missing would pass for a
+    // complete result (write_npy_all stages every file before renaming any).
+    std::vector<std::pair<std::string, const Tensor*>> files;
+    for (size_t i = 0; i < g.outputs().size(); ++i)
+      files.emplace_back((fs::path(outputs_dir) / (g.outputs()[i].name + ".npy")).string(), &out[i]);
+    if (auto err = write_npy_all(files)) {
+      std::cerr << err->str() << "\n";
+      if (!existed) fs::remove(outputs_dir, ec);  // only if still empty: what we created
+      return 1;
     }
     std::cout << "saved " << g.outputs().size() << " output(s) to " << outputs_dir << "\n";
   }
@@ -243,21 +248,44 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
     std::cerr << "error: " << who << comm.error().message << "\n";
     return 1;
   }
-  GpuRunStats stats;
-  Result<std::vector<Tensor>> out = run_rank_on_gpu(src, **comm, local[static_cast<size_t>(rank)], ro, &stats);
-  if (!o.trace_file.empty())
-    if (auto err = trace.write(o.trace_file)) std::cerr << err->str() << "\n";
-  if (!out) {
-    std::cerr << out.error().str() << "\n";
+  // Before any kernel or collective: every process must be about to run the same
+  // graph, Plan (its kernels' PTX too), options and inputs, or the collectives that
+  // happen to fit would give a wrong result (docs/comm.md, "Ranks that agree").
+  RunDigest digest;
+  digest.add("graph", print_graph(g));
+  digest.add("options", std::string("device=cuda collectives=") + (how == GpuCollectives::Nccl ? "nccl" : "host") +
+                            " cuda_graph=" + (o.cuda_graph ? "yes" : "no"));
+  Digest in;
+  for (const Tensor& t : *inputs) in.update(t.type().str()).update(t.data(), t.nbytes());
+  digest.add("inputs", in);
+  Digest plan;
+  plan.update(plan_to_json(src.plan));
+  for (const auto& [file, text] : src.ptx) plan.update(file).update(text);
+  digest.add("plan", plan);
+  if (std::optional<Diag> d = agree_on_run(**comm, digest)) {
+    std::cerr << "error: " << d->message << "\n";
     return 1;
   }
+  GpuRunStats stats;
+  Result<std::vector<Tensor>> out = run_rank_on_gpu(src, **comm, local[static_cast<size_t>(rank)], ro, &stats);
+  bool trace_failed = false;  // a trace asked for and not written fails the rank, like any output
+  if (!o.trace_file.empty())
+    if (auto err = trace.write(o.trace_file)) {
+      std::cerr << err->str() << "\n";
+      trace_failed = true;
+    }
+  if (!out) {
+    std::cerr << diag_str(out.error()) << "\n";
+    return 1;
+  }
+  if (trace_failed) return 1;
   std::cout << "graph " << g.name() << ": rank " << rank << " of " << mesh.world() << " as a process on GPU "
             << ro.device + rank % std::max(1, ro.gpus) << " (" << stats.device << ", " << src.plan.arch
             << "); kernels: " << stats.launches << " launch(es); collectives: " << stats.collectives << "\n";
   if (!o.check) return 0;
   Result<std::vector<Tensor>> ref = evaluate(g, *inputs);
   if (!ref) {
-    std::cerr << ref.error().str() << "\n";
+    std::cerr << diag_str(ref.error()) << "\n";
     return 1;
   }
   bool ok = true;
@@ -282,10 +310,16 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
 int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o) {
   if (o.rank.has_value() != !o.rendezvous.empty()) {
     std::cerr << "error: --rank and --rendezvous go together (one process per rank meeting through a directory)\n";
-    return 1;
+    return 2;
   }
   if (o.rank) return run_rank_process(g, src, o);
   DeviceMesh mesh(g.mesh());
+  // Every rank a thread of this process: refused now, above kMaxThreadRanks or the
+  // descriptors the connections need, not after the inputs are read.
+  if (std::optional<std::string> why = reserve_rank_descriptors(g.mesh(), mesh.world())) {
+    std::cerr << "error: " << *why << "\n";
+    return 1;
+  }
   std::optional<std::pair<int, GpuCollectives>> comm = resolve_comm(o.comm, mesh.world());
   if (!comm) return 1;
   ShardingPlan sharding = propagate(g, mesh);
@@ -305,7 +339,7 @@ int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o)
     }
   }
   if (!out) {
-    std::cerr << out.error().str() << "\n";
+    std::cerr << diag_str(out.error()) << "\n";
     return 1;
   }
   std::optional<std::vector<Tensor>> global = gather_outputs(g, sharding, mesh, *out);
@@ -365,17 +399,20 @@ void add_gpu_options(CLI::App* cmd, GpuCliOptions& o) {
   cmd->add_option("--inputs", o.inputs_dir, "read DIR/<param>.npy as each parameter's global tensor")
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--save-outputs", o.outputs_dir,
-                  "write each returned value, gathered to its global shape, to DIR/<name>.npy");
-  cmd->add_option("--seed", o.seed, "seed for random inputs when --inputs is not given (default 0)");
+                  "write each returned value, gathered to its global shape, to DIR/<name>.npy")
+      ->check(non_empty());
+  cmd->add_option("--seed", o.seed, "seed for random inputs when --inputs is not given (default 0)")
+      ->check(uint64_text());
   cmd->add_flag("--check", o.check,
                 "compare with the reference evaluator on the global graph; print max abs/rel error, exit 1 on mismatch");
   cmd->add_flag("--cuda-graph", o.cuda_graph,
                 "capture each rank's kernels between collectives as CUDA Graphs and launch those (--device cuda)");
   cmd->add_option("--timeout", o.timeout_s, "seconds a collective may take before every rank gives up (default 60)")
-      ->check(CLI::Range(0.1, 86400.0));
+      ->check(finite_range(0.1, 86400.0));
   cmd->add_option("--trace", o.trace_file,
                   "write a Chrome trace (Perfetto) to FILE.json: kernels timed by CUDA events, host-staged "
-                  "collectives by wall time");
+                  "collectives by wall time")
+      ->check(non_empty());
 }
 
 void add_exec(CLI::App& app, int& exit_code) {
@@ -386,10 +423,15 @@ void add_exec(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"cuda"}));
   add_gpu_options(cmd, o->gpu);
   add_gpu_comm_options(cmd, o->gpu.comm);
-  cmd->add_option("--rank", o->gpu.rank,
-                  "run only this rank, as one process of a multi-process run (one per GPU; needs --rendezvous)");
-  cmd->add_option("--rendezvous", o->gpu.rendezvous,
-                  "a directory every rank's process can reach (a shared file system across machines)");
+  auto* rank = cmd->add_option("--rank", o->gpu.rank,
+                                "run only this rank, as one process of a multi-process run (one per GPU; needs "
+                                "--rendezvous)");
+  auto* rendezvous = cmd->add_option("--rendezvous", o->gpu.rendezvous,
+                  "a directory every rank's process can reach (a shared file system across machines)")
+      ->check(non_empty());
+  // One without the other is a usage error (exit 2), found before the Plan is read.
+  rank->needs(rendezvous);
+  rendezvous->needs(rank);
   cmd->footer(
       "Every rank runs as a thread; rank r on GPU r % N. With a GPU per rank, collectives go through NCCL on a\n"
       "comm stream of each rank (--collectives nccl), else through the CPU backend (Gloo).\n"

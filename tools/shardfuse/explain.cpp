@@ -87,7 +87,8 @@ void add_explain(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<ExplainOptions>();
   auto* cmd = app.add_subcommand("explain", "Print sharding decisions, inserted collectives and the per-rank schedule");
   cmd->add_option("graph", o->file, "the .sf graph file")->required();
-  cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh");
+  cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh")
+      ->check(CLI::Range(int64_t{1}, kMaxMeshRanks));
   cmd->add_option("--rank", o->rank, "whose schedule to print (default 0; ranks differ only in local shapes)");
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
   add_verify_each_option(cmd);

@@ -1,5 +1,8 @@
 // shardfuse: op graphs over sharded tensors -> per-rank fused kernels.
+#include <cstdlib>
 #include <iostream>
+#include <stdexcept>
+#include <string>
 
 #include "tools/shardfuse/commands.h"
 
@@ -20,12 +23,36 @@ int main(int argc, char** argv) {
              "generator.\nRun 'shardfuse COMMAND --help' for a command's options and an example.");
 #endif
   sf::cli::add_exec(app, exit_code);
+  // Exit statuses (README): 0 success, 1 bad input or a failed
+  // run/check, 2 usage, 3 internal error. Commands report errors as values; an
+  // exception that still reaches here is a bug of shardfuse, not of the input, so
+  // it gets a status of its own rather than abort()'s 134 and no message.
+  constexpr int kInternalError = 3;
+  const auto internal = [&](const std::string& what) {
+    std::cerr << "error: internal error (a bug in shardfuse; please report it with the command line): " << what
+              << "\n";
+    return kInternalError;
+  };
   try {
+    // A test hook: once every throw site that input can reach is a value, only a
+    // deliberate throw reaches the handlers below (tests/tools/hardening_ranks_test.cpp).
+    if (const char* t = std::getenv("SHARDFUSE_TEST_THROW")) {
+      const std::string kind = t;
+      if (kind == "diag") throw sf::DiagError{sf::Diag{"", {}, "test: a DiagError"}};
+      if (kind == "std") throw std::runtime_error("test: a std::exception");
+      if (kind == "other") throw 42;
+    }
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     // CLI11 returns 0 for --help; usage errors become exit 2 like other Unix tools.
     return rc == 0 ? 0 : 2;
+  } catch (const sf::DiagError& e) {
+    return internal(e.diag.str());
+  } catch (const std::exception& e) {
+    return internal(e.what());
+  } catch (...) {
+    return internal("an unknown exception");
   }
   return exit_code;
 }

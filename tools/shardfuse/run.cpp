@@ -10,7 +10,9 @@
 #include <set>
 #include <sstream>
 
+#include "codegen/dist/explain.h"
 #include "codegen/dist/lower.h"
+#include "codegen/ir/printer.h"
 #include "codegen/fusion/pipeline.h"
 #include "codegen/dist/shard.h"
 #include "codegen/reference/compare.h"
@@ -50,11 +52,12 @@ struct RunOptions {
   std::string trace_file;
 };
 
-// Runs the ranks; returns the global outputs (on a multi-process rank other than
-// 0, nullopt with ok = true: rank 0 reports).
+// Runs the ranks; returns the global outputs (every process of a multi-process
+// run gets them all). A multi-process rank first compares `digest` (plus the Plan)
+// with its peers' at connect.
 std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOptions& o,
                                                    const std::vector<Tensor>& global_in, const KernelRunner* kernels,
-                                                   bool& ok) {
+                                                   RunDigest digest, bool& ok) {
   ok = false;
   DeviceMesh mesh(g.mesh());
   ShardingPlan plan = propagate(g, mesh);
@@ -68,15 +71,20 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
     trace.set_metadata("command", "run");
     trace.set_metadata("device", "cpu");
   }
-  // Written once the ranks are done, whether or not they succeeded.
+  // Written once the ranks are done, whether or not they succeeded; a trace asked
+  // for and not written fails the command (ok = false), like any output.
   struct WriteTrace {
     const TraceWriter& t;
     const std::string& path;
+    bool& ok;
     ~WriteTrace() {
       if (path.empty()) return;
-      if (auto err = t.write(path)) std::cerr << err->str() << "\n";
+      if (auto err = t.write(path)) {
+        std::cerr << err->str() << "\n";
+        ok = false;
+      }
     }
-  } write_trace{trace, o.trace_file};
+  } write_trace{trace, o.trace_file, ok};
   auto local_inputs = [&](int r) {
     std::vector<Tensor> in;
     for (size_t i = 0; i < g.params().size(); ++i)
@@ -96,17 +104,17 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
   auto program = [&](int r) { return all[static_cast<size_t>(r)]; };
 
   if (o.rank) {
+    // Every process derives every rank's program; rank 0's stands for the Plan
+    // (with the graph and options equal, the others follow from it).
+    digest.add("plan", explain_schedule(all[0], mesh) + explain_kernels(all[0]));
+    eo.on_connect = [&digest](Comm& comm) { return agree_on_run(comm, digest); };
     Result<std::vector<Tensor>> out =
         run_rank_in_process(program(*o.rank), mesh, local_inputs(*o.rank), o.rendezvous, eo);
     if (!out.ok()) {
-      std::cerr << "error: " << out.error().message << "\n";
+      std::cerr << diag_str(out.error()) << "\n";
       return std::nullopt;
     }
     ok = true;
-    if (*o.rank != 0) {
-      std::cout << "rank " << *o.rank << ": done\n";
-      return std::nullopt;
-    }
     return std::move(out).value();
   }
 
@@ -118,7 +126,7 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
   }
   Result<std::vector<std::vector<Tensor>>> out = run_ranks_in_threads(programs, mesh, inputs, eo);
   if (!out.ok()) {
-    std::cerr << "error: " << out.error().message << "\n";
+    std::cerr << diag_str(out.error()) << "\n";
     return std::nullopt;
   }
   std::vector<std::vector<Tensor>> per_rank = std::move(out).value();
@@ -183,7 +191,7 @@ int run_cuda(const Graph& g, const RunOptions& o) {
 int run(const RunOptions& o) {
   if (o.rank.has_value() != !o.rendezvous.empty()) {
     std::cerr << "error: --rank and --rendezvous go together (one process per rank meeting through a directory)\n";
-    return 1;
+    return 2;
   }
   std::optional<Graph> loaded = load_graph(o.file);
   if (!loaded) return 1;
@@ -192,6 +200,13 @@ int run(const RunOptions& o) {
   int64_t world = g->mesh().world_size();
   if (o.rank && (*o.rank < 0 || *o.rank >= world)) {
     std::cerr << "error: --rank " << *o.rank << " is not a rank of a " << world << "-rank mesh\n";
+    return 1;
+  }
+  // The ranks this process will run (every rank as a thread, or the one --rank):
+  // refused now, before inputs are read and kernels compiled, if they are more
+  // than one process may run or need more descriptors than it may open.
+  if (std::optional<std::string> why = reserve_rank_descriptors(g->mesh(), o.rank ? 1 : static_cast<int>(world))) {
+    std::cerr << o.file << ": error: " << *why << "\n";
     return 1;
   }
   if (o.device == "cuda") return run_cuda(*g, o);
@@ -269,10 +284,33 @@ int run(const RunOptions& o) {
     }
     host = std::move(r).value();
   }
+  // What every process of a multi-process run must agree on before it runs: a rank
+  // started with another graph, seed, option or tuning cache would otherwise
+  // exchange collectives that happen to fit and save a wrong result.
+  RunDigest digest;
+  if (o.rank) {
+    digest.add("graph", print_graph(*g));
+    digest.add("options", "device=cpu kernels=" + o.kernels + " fuse=" + (o.no_fuse ? "no" : "yes") +
+                              " reorder=" + (o.no_reorder ? "no" : "yes") +
+                              " decompose=" + (o.decompose.never ? std::string("never") : o.decompose.mode));
+    Digest in;
+    for (const Tensor& t : *inputs) in.update(t.type().str()).update(t.data(), t.nbytes());
+    digest.add("inputs", in);
+    std::string configs;
+    for (const LocalProgram& p : tuned_programs)
+      for (const LocalKernel& k : p.kernels)
+        configs += k.name + " " + chooser->choose(k).text + "\n";
+    digest.add("configs", configs);
+  }
   bool ok = false;
-  std::optional<std::vector<Tensor>> out = run_distributed(*g, o, *inputs, host.get(), ok);
-  if (!ok) return 1;
-  if (!out) return 0;  // a multi-process rank other than 0
+  std::optional<std::vector<Tensor>> out = run_distributed(*g, o, *inputs, host.get(), std::move(digest), ok);
+  if (!ok || !out) return 1;
+  if (o.rank && *o.rank != 0) {
+    // Rank 0 alone prints and saves the outputs; with --check every rank checks
+    // them (each holds them all), so that a mismatch fails every rank.
+    std::cout << "rank " << *o.rank << ": done\n";
+    return o.check ? report_outputs(*g, *out, *inputs, true, "") : 0;
+  }
 
   std::cout << "graph " << g->name() << ": " << world << " rank(s)"
             << (o.rank ? " as processes" : world > 1 ? " as threads" : "") << ", device " << o.device
@@ -307,10 +345,15 @@ void add_run(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("run", "Execute a graph on N ranks and optionally check it against the reference");
   cmd->add_option("graph", o->file, "the .sf graph file")->required();
   cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--rank", o->rank, "run only this rank, as one process of a multi-process run (needs --rendezvous)");
-  cmd->add_option("--rendezvous", o->rendezvous,
-                  "directory (on a filesystem every process sees) where the processes of a multi-process run meet");
+      ->check(CLI::Range(int64_t{1}, kMaxMeshRanks));
+  auto* rank = cmd->add_option("--rank", o->rank,
+                                "run only this rank, as one process of a multi-process run (needs --rendezvous)");
+  auto* rendezvous = cmd->add_option("--rendezvous", o->rendezvous,
+                  "directory (on a filesystem every process sees) where the processes of a multi-process run meet")
+      ->check(non_empty());
+  // One without the other is a usage error (exit 2), found before the graph is read.
+  rank->needs(rendezvous);
+  rendezvous->needs(rank);
   cmd->add_option("--device", o->device,
                   "where kernels run: cpu (default: host code) or cuda (PTX for GPU 0's arch, ranks as threads "
                   "sharing it, collectives through the CPU backend)")
@@ -319,8 +362,10 @@ void add_run(CLI::App& app, int& exit_code) {
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--save-outputs", o->outputs_dir,
                   "write each returned value, gathered to its global shape, to DIR/<name>.npy "
-                  "(float32 for f32/bf16, float16 for f16)");
-  cmd->add_option("--seed", o->seed, "seed for random inputs when --inputs is not given (default 0)");
+                  "(float32 for f32/bf16, float16 for f16)")
+      ->check(non_empty());
+  cmd->add_option("--seed", o->seed, "seed for random inputs when --inputs is not given (default 0)")
+      ->check(uint64_text());
   cmd->add_flag("--check", o->check,
                 "compare with the reference evaluator on the global graph; print max abs/rel error, exit 1 on mismatch");
   cmd->add_flag("--no-reorder", o->no_reorder, "run collectives where lowering put them (no raise/sink)");
@@ -336,12 +381,13 @@ void add_run(CLI::App& app, int& exit_code) {
                 "tune the kernels the cache has no config for first (rank 0 tunes; every rank uses its choices)");
   cmd->add_option("--trace", o->trace_file,
                   "write a Chrome trace (Perfetto) of every rank's kernels and collectives to FILE.json; with --rank, "
-                  "that rank's only");
+                  "that rank's only")
+      ->check(non_empty());
   cmd->add_flag("--cuda-graph", o->cuda_graph,
                 "--device cuda: capture each rank's kernels between collectives as CUDA Graphs and launch those");
   add_gpu_comm_options(cmd, o->gpu_comm);
   cmd->add_option("--timeout", o->timeout_s, "seconds a collective may take before every rank gives up (default 60)")
-      ->check(CLI::Range(0.1, 86400.0));
+      ->check(finite_range(0.1, 86400.0));
   cmd->footer(
       "Examples:\n"
       "  shardfuse run examples/tp_mlp.sf --check                 # 4 ranks as threads (mesh tp=4)\n"

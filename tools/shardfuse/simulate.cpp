@@ -17,6 +17,7 @@
 #include "autotune/problem.h"
 #include "codegen/fusion/pipeline.h"
 #include "codegen/kernels/host_runner.h"
+#include "codegen/ir/file_io.h"
 #include "codegen/kernels/tune.h"
 #include "runtime/timeline.h"
 #include "runtime/trace.h"
@@ -59,9 +60,10 @@ class CacheTimes {
     if (ec) return;
     for (; it != fs::directory_iterator(); it.increment(ec)) {
       if (ec) break;
-      std::ifstream in(it->path() / "key.json");
-      if (!in) continue;
-      nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      // Like the cache's own reads: a FIFO or a huge file here is skipped, not read.
+      Result<std::string> text = read_regular_file((it->path() / "key.json").string(), kMaxJsonFileBytes, "");
+      if (!text) continue;
+      nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
       if (!j.is_object()) continue;
       TuneKey k;
       k.kind = j.value("kind", "");
@@ -283,9 +285,10 @@ void add_simulate(CLI::App& app, int& exit_code) {
   cmd->add_option("graph", o->file, "the .sf graph file")->required();
   cmd->add_option("--world", o->world,
                   "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh, and fit the system")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+      ->check(CLI::Range(int64_t{1}, kMaxMeshRanks));
   cmd->add_option("--system", o->system, "the system file (examples/systems/*.json)")->required();
-  cmd->add_option("--trace", o->trace, "write a Chrome trace (opens in Perfetto) of the overlapped run");
+  cmd->add_option("--trace", o->trace, "write a Chrome trace (opens in Perfetto) of the overlapped run")
+      ->check(non_empty());
   cmd->add_option("--cache", o->cache,
                   "tuning cache to take measured GPU kernel times from (default: the default cache, if it exists)");
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");

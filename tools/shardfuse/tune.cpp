@@ -39,7 +39,8 @@ std::unique_ptr<TuneCache> open_tune_cache(const std::string& dir, bool required
 void add_cache_options(CLI::App* cmd, CacheCliOptions& o) {
   cmd->add_option("--cache", o.dir,
                   "tuning cache directory (default $SHARDFUSE_CACHE_DIR, else $XDG_CACHE_HOME/shardfuse, else "
-                  "~/.cache/shardfuse)");
+                  "~/.cache/shardfuse)")
+      ->check(non_empty());
   cmd->add_option("--shape-buckets", o.buckets,
                   "how shapes key the cache: exact (default) or pow2 (each extent rounded up to a power of two)")
       ->check(CLI::IsMember({"exact", "pow2"}));
@@ -258,7 +259,7 @@ void add_tune(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("tune", "Autotune every distinct kernel of a graph into the tuning cache");
   cmd->add_option("graph", o->file, "the .sf graph file")->required();
   cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+      ->check(CLI::Range(int64_t{1}, kMaxMeshRanks));
   cmd->add_option("--device", o->device, "where candidates are timed: cpu (host code, default) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--arch", o->arch, "GPU architecture for --device cuda (default: the device's; another is an error)")

@@ -1,0 +1,141 @@
+// libFuzzer target past the parser: the bytes become a small graph (graph_gen.h);
+// when `check` accepts it (parse_graph: parse + verify), every command's library
+// path must finish without a crash, hang or sanitizer report:
+//   explain   propagation, per-rank lowering, fusion and scheduling, the explain text;
+//   run --kernels reference   every rank as a thread over Gloo, ops on the reference
+//             evaluator, gathered to global shapes;
+//   run       the same with generated host kernels (JIT), split where an emitter
+//             cannot go, as `run` does;
+//   compile   compile_plan for sm_90a without ptxas (compile --no-ptxas).
+// Where the reference evaluator produces a result, both runs must produce it too and
+// agree with it within the tolerances `run --check` uses: a run that fails, or
+// differs, on a graph `check` accepted aborts with the graph's text.
+//
+// SF_FUZZ_VERBOSE=1 prints each generated graph before it runs (to turn a crash
+// input into a .sf file for the CLI). docs/testing.md says how to run it.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "codegen/dist/explain.h"
+#include "codegen/dist/propagate.h"
+#include "codegen/dist/shard.h"
+#include "codegen/fusion/pipeline.h"
+#include "codegen/ir/parser.h"
+#include "codegen/kernels/compile_plan.h"
+#include "codegen/kernels/host_runner.h"
+#include "codegen/reference/compare.h"
+#include "codegen/reference/evaluate.h"
+#include "runtime/executor.h"
+#include "tests/fuzz/graph_gen.h"
+
+namespace {
+
+using namespace sf;
+
+[[noreturn]] void fail(const std::string& text, const std::string& what) {
+  std::fprintf(stderr, "==== graph ====\n%s==== %s\n", text.c_str(), what.c_str());
+  std::abort();
+}
+
+// Runs every rank's program as threads and gathers the outputs (the CLI's `run`
+// without --rank): the global outputs, or the error the run reported.
+Result<std::vector<Tensor>> run_all(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
+                                    const std::vector<LocalProgram>& programs, const std::vector<Tensor>& global_in,
+                                    const KernelRunner* kernels) {
+  std::vector<std::vector<Tensor>> inputs;
+  for (int r = 0; r < mesh.world(); ++r) {
+    std::vector<Tensor> in;
+    for (size_t i = 0; i < g.params().size(); ++i)
+      in.push_back(shard_tensor(global_in[i], plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));
+    inputs.push_back(std::move(in));
+  }
+  ExecOptions eo;
+  eo.kernels = kernels;
+  // Far above what these sizes need; libFuzzer's -timeout reports a real hang first.
+  eo.timeout = std::chrono::seconds(60);
+  Result<std::vector<std::vector<Tensor>>> out = run_ranks_in_threads(programs, mesh, inputs, eo);
+  if (!out) return out.error();
+  std::vector<Tensor> global;
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    std::vector<Tensor> locals;
+    for (int r = 0; r < mesh.world(); ++r) locals.push_back((*out)[static_cast<size_t>(r)][i]);
+    Result<Tensor> t = unshard_tensor(locals, g.node(g.outputs()[i].value).type, plan.outputs[i], mesh);
+    if (!t) return t.error();
+    global.push_back(std::move(t).value());
+  }
+  return global;
+}
+
+void check_against(const std::string& text, const char* what, const Result<std::vector<Tensor>>& got,
+                   const std::vector<Tensor>& want) {
+  if (!got) fail(text, std::string(what) + " failed where the reference evaluator did not: " + got.error().str());
+  if (got->size() != want.size()) fail(text, std::string(what) + ": wrong number of outputs");
+  for (size_t i = 0; i < want.size(); ++i) {
+    Comparison c = compare(got.value()[i], want[i], default_tolerance(want[i].dtype()));
+    if (!c.ok())
+      fail(text, std::string(what) + ": output " + std::to_string(i) + " differs from the reference: " +
+                     std::to_string(c.mismatches) + " mismatches, first at " + std::to_string(c.first_mismatch) +
+                     " (got " + std::to_string(got.value()[i].get(c.first_mismatch)) + ", want " +
+                     std::to_string(want[i].get(c.first_mismatch)) + "), max abs err " + std::to_string(c.max_abs_err));
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const bool verbose = std::getenv("SF_FUZZ_VERBOSE") != nullptr;
+  sf::fuzz::GeneratedCase c = sf::fuzz::generate_graph(data, size);
+  if (verbose) std::fprintf(stderr, "==== graph (seed %llu, fuse %d, reorder %d, decompose %d) ====\n%s",
+                            static_cast<unsigned long long>(c.seed), c.fuse, c.reorder, c.decompose, c.text.c_str());
+  Result<Graph> parsed = parse_graph(c.text, "fuzz.sf");
+  if (!parsed) {
+    if (verbose) std::fprintf(stderr, "rejected: %s\n", parsed.error().str().c_str());
+    return -1;  // not worth keeping in the corpus: check refuses it
+  }
+  const Graph& g = *parsed;
+
+  // explain
+  DeviceMesh mesh(g.mesh());
+  ShardingPlan plan = propagate(g, mesh);
+  RankPipelineOptions po;
+  po.fuse = c.fuse;
+  po.reorder = c.reorder;
+  po.decompose.mode = c.decompose == 1 ? DecomposeMode::Always : c.decompose == 2 ? DecomposeMode::Never : DecomposeMode::Auto;
+  std::vector<DecomposeDecision> decisions;
+  po.decisions = &decisions;
+  std::vector<LocalProgram> programs = rank_programs(g, plan, mesh, po);
+  po.decisions = nullptr;
+  std::string explained = explain_sharding(g, plan, mesh) + explain_kernels(programs[0]) + explain_schedule(programs[0], mesh);
+  for (const LocalStep& s : programs[0].steps) explained += step_line(programs[0], s, mesh);
+  if (explained.empty()) fail(c.text, "explain printed nothing");
+
+  // The oracle, on the global graph.
+  std::vector<Tensor> inputs = random_inputs(g, c.seed);
+  Result<std::vector<Tensor>> want = evaluate(g, inputs);
+
+  // run --kernels reference
+  Result<std::vector<Tensor>> ref_run = run_all(g, plan, mesh, programs, inputs, nullptr);
+  if (want) check_against(c.text, "run --kernels reference", ref_run, *want);
+
+  // run (generated host kernels)
+  {
+    Result<std::unique_ptr<HostKernelRunner>> host = HostKernelRunner::create();
+    if (!host) fail(c.text, "cannot start the host JIT: " + host.error().message);
+    RankPipelineOptions gpo = po;
+    gpo.can_emit = emit_checker(llvmb::Target::host());
+    std::vector<LocalProgram> gen_programs = rank_programs(g, plan, mesh, gpo);
+    Result<std::vector<Tensor>> gen_run = run_all(g, plan, mesh, gen_programs, inputs, host->get());
+    if (want) check_against(c.text, "run", gen_run, *want);
+  }
+
+  // compile --no-ptxas: a Plan or a located refusal, nothing else.
+  CompileOptions co;
+  co.run_ptxas = false;
+  co.pipeline = po;
+  Result<CompiledPlan> compiled = compile_plan(g, co);
+  if (!compiled && compiled.error().message.empty()) fail(c.text, "compile failed without a message");
+  return 0;
+}

@@ -191,9 +191,11 @@ std::optional<Diag> on_rank_threads(const DeviceMesh& mesh, std::chrono::millise
 }
 
 Result<std::unique_ptr<Comm>> connect_rank(const DeviceMesh& mesh, int rank, const std::string& rendezvous_dir,
-                                           std::chrono::milliseconds timeout) {
+                                           std::chrono::milliseconds timeout,
+                                           std::optional<std::chrono::steady_clock::time_point> deadline) {
   CommOptions co;
   co.timeout = timeout;
+  co.connect_deadline = deadline;
   return Comm::create(Rendezvous::file(rendezvous_dir), rank, mesh.world(), mesh.rank_groups(rank), co);
 }
 

@@ -71,8 +71,10 @@ std::optional<Diag> agree_on_run(Comm& comm, const RunDigest& digest);
 std::optional<Diag> on_rank_threads(const DeviceMesh& mesh, std::chrono::milliseconds timeout,
                                     const std::function<std::optional<Diag>(Comm&)>& fn);
 
-// One rank's Comm of a multi-process run meeting through `rendezvous_dir`.
+// One rank's Comm of a multi-process run meeting through `rendezvous_dir`;
+// connecting ends by `deadline` when one is given (CommOptions::connect_deadline).
 Result<std::unique_ptr<Comm>> connect_rank(const DeviceMesh& mesh, int rank, const std::string& rendezvous_dir,
-                                           std::chrono::milliseconds timeout);
+                                           std::chrono::milliseconds timeout,
+                                           std::optional<std::chrono::steady_clock::time_point> deadline = {});
 
 }  // namespace sf

@@ -75,9 +75,20 @@ std::string duration_str(milliseconds d) {
   return std::to_string(d.count()) + " ms";
 }
 
+// "0 1 2 3"; a group of more than 16 ranks as its first 8 and last 4 and its size
+// ("0 1 2 3 4 5 6 7 ... 996 997 998 999 (1000 ranks)"): a message naming a 1000-rank group
+// must still fit on a screen.
 std::string ranks_str(const std::vector<int>& ranks) {
+  constexpr size_t kWhole = 16, kHead = 8, kTail = 4;
   std::string s;
-  for (int r : ranks) s += (s.empty() ? "" : " ") + std::to_string(r);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks.size() > kWhole && i == kHead) {
+      s += " ...";
+      i = ranks.size() - kTail;
+    }
+    s += (s.empty() ? "" : " ") + std::to_string(ranks[i]);
+  }
+  if (ranks.size() > kWhole) s += " (" + std::to_string(ranks.size()) + " ranks)";
   return s;
 }
 
@@ -376,6 +387,25 @@ class GroupStore final : public gloo::rendezvous::Store {
   }
 
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+
+  // Waits for each key in turn until `deadline`: the index of the first one still
+  // missing then, or nullopt when all are there. Throws as wait() does on an abort.
+  std::optional<size_t> first_missing(const std::vector<std::string>& keys, Clock::time_point deadline) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      for (;;) {
+        auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+        try {
+          inner_.wait({prefix_ + keys[i]}, std::max(milliseconds(1), std::min(left, milliseconds(100))));
+          break;
+        } catch (const gloo::Exception&) {
+          // this slice timed out: the key is still missing
+        }
+        if (auto why = rv_.aborted()) throw gloo::IoException("aborted: " + *why);
+        if (Clock::now() >= deadline) return i;
+      }
+    }
+    return std::nullopt;
+  }
 
   void wait(const std::vector<std::string>& keys, const milliseconds& /*gloo's, shortened: see create*/) override {
     std::vector<std::string> full;
@@ -1392,7 +1422,7 @@ Result<std::unique_ptr<Comm>> Comm::create(std::shared_ptr<Rendezvous> rendezvou
   // opts.timeout bounds connecting as a whole, every group and every wait in it
   // together: a wait per peer, each within the timeout, added up to far more (a
   // world of 1000 with --timeout 2 was still connecting after 60 s).
-  const auto deadline = Clock::now() + opts.timeout;
+  const auto deadline = opts.connect_deadline ? *opts.connect_deadline : Clock::now() + opts.timeout;
   for (size_t i = 0; i < groups.size(); ++i) {
     Group g;
     g.index = static_cast<int>(i);
@@ -1415,8 +1445,30 @@ Result<std::unique_ptr<Comm>> Comm::create(std::shared_ptr<Rendezvous> rendezvou
         prefix << "sf." << generation << ".d" << i << "." << g.ranks[0] << "." << std::hex << Fnv().add_all(g.ranks).h
                << ".";
         const milliseconds left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-        if (left <= milliseconds(0)) throw gloo::IoException("Timed out: connecting took the whole timeout");
+        if (left <= milliseconds(0))
+          return diag(who + "connecting " + gs + " timed out: the " + duration_str(opts.timeout) +
+                      " timeout was spent before it began" +
+                      (opts.connect_deadline ? " (it bounds set-up and connecting together: give a longer --timeout)"
+                                             : " (by the groups connected before it)"));
         GroupStore store(*rv, prefix.str(), left);
+        // Every member announces itself and waits for the others before any pair is
+        // made: Gloo makes a listening pair per member at once, and a context given
+        // up on destroys them one event-loop tick (10 ms) each, so a 1000-rank group
+        // that timed out in connectFullMesh took 10 s more to fail than its timeout.
+        // Here a member that never comes is found with no pairs made, and named.
+        store.set("joined." + std::to_string(g.me), {'1'});
+        std::vector<std::string> others;
+        std::vector<int> other_ranks;
+        for (size_t m = 0; m < g.ranks.size(); ++m)
+          if (static_cast<int>(m) != g.me) {
+            others.push_back("joined." + std::to_string(m));
+            other_ranks.push_back(g.ranks[m]);
+          }
+        if (std::optional<size_t> k = store.first_missing(others, deadline))
+          return diag(who + "connecting " + gs + " timed out after " + duration_str(opts.timeout) + ": rank " +
+                      std::to_string(other_ranks[*k]) +
+                      " never joined (the first member found missing; every process of the run must be started, "
+                      "with the same --rendezvous)");
         auto ctx = std::make_shared<gloo::rendezvous::Context>(g.me, static_cast<int>(g.ranks.size()));
         // Gloo's pairs wait 5 x the context timeout for a connection ("a longer
         // timeout when waiting for initial connect") and keep that timeout; a fifth

@@ -39,6 +39,10 @@ struct CommOptions {
   // for Gloo is 30 min; a minute suits test-sized runs and still lets a lost rank
   // surface as an error rather than a hang.
   std::chrono::milliseconds timeout{60000};
+  // When set, connecting (every group of Comm::create) must be done by then instead
+  // of within `timeout` from the call: the CLI sets its start plus --timeout, so that
+  // set-up (parsing, lowering, compiling) and connecting share one budget.
+  std::optional<std::chrono::steady_clock::time_point> connect_deadline;
   // The address this rank's sockets listen on. Loopback is what the in-process and
   // one-machine file rendezvous need; set it to a routable address of this host
   // for processes on several machines (they meet through a shared directory).

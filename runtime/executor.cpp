@@ -177,6 +177,7 @@ Result<std::vector<std::vector<Tensor>>> run_ranks_in_threads(const std::vector<
     threads.emplace_back([&, r] {
       CommOptions co;
       co.timeout = opts.timeout;
+      co.connect_deadline = opts.connect_deadline;
       Result<std::unique_ptr<Comm>> c = Comm::create(rv, r, world, mesh.rank_groups(r), co);
       if (!c.ok()) {
         fail(c.error(), nullptr);
@@ -202,6 +203,7 @@ Result<std::vector<Tensor>> run_rank_in_process(const LocalProgram& program, con
                                                 const ExecOptions& opts) {
   CommOptions co;
   co.timeout = opts.timeout;
+  co.connect_deadline = opts.connect_deadline;
   Result<std::unique_ptr<Comm>> c =
       Comm::create(Rendezvous::file(rendezvous_dir), program.rank, mesh.world(), mesh.rank_groups(program.rank), co);
   if (!c.ok()) return c.error();

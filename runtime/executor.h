@@ -34,6 +34,9 @@ struct ExecOptions {
   // first step (every rank must call it, as a collective); a Diag ends the run
   // there. The CLI compares what the ranks are about to run (agree_on_run).
   std::function<std::optional<Diag>(Comm&)> on_connect;
+  // CommOptions::connect_deadline for the ranks' Comms (the CLI: its start plus
+  // --timeout); unset, connecting may take `timeout` from its start.
+  std::optional<std::chrono::steady_clock::time_point> connect_deadline;
 };
 
 // Runs rank p.rank's program; inputs hold its local tensor per graph param. Returns

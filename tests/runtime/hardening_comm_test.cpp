@@ -112,5 +112,33 @@ TEST(HardeningAgree, DigestsDifferForDifferentBytes) {
   EXPECT_EQ(Digest().update("ab").update("c").hex(), Digest().update("abc").hex());
 }
 
+// --timeout bounds set-up and connecting together (the CLI passes its start plus
+// the timeout as connect_deadline): a deadline already spent fails at once, saying
+// so, instead of waiting the whole timeout again.
+TEST(HardeningConnect, ADeadlineSpentBeforeConnectingFailsAtOnceAndSaysWhy) {
+  auto rv = Rendezvous::in_process();
+  CommOptions o;
+  o.timeout = std::chrono::milliseconds(60000);
+  o.connect_deadline = std::chrono::steady_clock::now() - std::chrono::milliseconds(1);
+  Result<std::unique_ptr<Comm>> c = Comm::create(rv, 0, 2, {{0, 1}}, o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.error().message, HasSubstr("the 60 s timeout was spent before it began"));
+  EXPECT_THAT(c.error().message, HasSubstr("bounds set-up and connecting together"));
+}
+
+// A member that never calls Comm::create is named (the first one found missing).
+TEST(HardeningConnect, AMemberThatNeverJoinsIsNamed) {
+  auto rv = Rendezvous::in_process();
+  CommOptions o;
+  o.timeout = std::chrono::milliseconds(300);
+  std::vector<std::string> errors(3);
+  run_ranks(3, [&](int r) {
+    if (r == 1) return;  // never joins
+    Result<std::unique_ptr<Comm>> c = Comm::create(rv, r, 3, {{0, 1, 2}}, o);
+    errors[static_cast<size_t>(r)] = c.ok() ? "connected" : c.error().message;
+  });
+  for (int r : {0, 2}) EXPECT_THAT(errors[static_cast<size_t>(r)], HasSubstr("rank 1 never joined")) << r;
+}
+
 }  // namespace
 }  // namespace sf

@@ -132,5 +132,23 @@ TEST(HardeningLimits, RunSaysWhenTheRanksNeedMoreDescriptorsThanAllowed) {
   EXPECT_TRUE(contains(r.out, "(ulimit -n)")) << r.out;
 }
 
+// One process of a 1000-rank run whose peers never start: Gloo made a listening pair
+// per member before it waited for them, and destroying the 999 pairs of the context
+// it gave up on took 10 ms each, so `--timeout 2` ended after 12.7 s with a message
+// listing all 1000 ranks and blaming "not every member called Comm::create". Now
+// the members announce themselves before any pair is made: the first missing one is
+// named, and the group is shortened.
+TEST(HardeningLimits, AProcessWhosePeersNeverStartNamesTheFirstMissingRank) {
+  TempDir d;
+  write_file(d / "g.sf", "mesh tp=1000\ngraph g(x: f32[1000] {tp: S(0)}) {\n  y = relu(x)\n  return y {tp: R}\n}\n");
+  fs::create_directory(d / "rv");
+  CliResult r = bounded("run " + (d / "g.sf") + " --timeout 2 --rank 0 --rendezvous " + (d / "rv"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "rank 0: connecting group 0 (ranks 0 1 2 3 4 5 6 7 ... 996 997 998 999 (1000 ranks))"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "timed out after 2 s: rank 1 never joined")) << r.out;
+  EXPECT_LT(r.out.size(), 400u) << r.out;
+}
+
 }  // namespace
 }  // namespace sf

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <set>
 
 #include "codegen/ir/graph.h"
@@ -117,6 +118,9 @@ struct GpuCliOptions {
   bool cuda_graph = false;
   double timeout_s = 60;
   std::string trace_file;  // --trace: a Chrome trace of the run
+  // When the command started (the options are made as the process starts):
+  // --timeout bounds set-up and connecting together, from here.
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
 void add_gpu_options(CLI::App* cmd, GpuCliOptions& o);
 // GPU 0, if there is one and it runs PTX for `arch` ("" for any); else nullopt

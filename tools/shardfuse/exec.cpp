@@ -243,7 +243,7 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
   std::optional<std::vector<Tensor>> inputs = load_inputs(g, o.inputs_dir, o.seed);
   if (!inputs) return 1;
   std::vector<std::vector<Tensor>> local = shard_inputs(g, sharding, mesh, *inputs);
-  Result<std::unique_ptr<Comm>> comm = connect_rank(mesh, rank, o.rendezvous, ro.timeout);
+  Result<std::unique_ptr<Comm>> comm = connect_rank(mesh, rank, o.rendezvous, ro.timeout, o.started + ro.timeout);
   if (!comm) {
     std::cerr << "error: " << who << comm.error().message << "\n";
     return 1;
@@ -407,7 +407,7 @@ void add_gpu_options(CLI::App* cmd, GpuCliOptions& o) {
                 "compare with the reference evaluator on the global graph; print max abs/rel error, exit 1 on mismatch");
   cmd->add_flag("--cuda-graph", o.cuda_graph,
                 "capture each rank's kernels between collectives as CUDA Graphs and launch those (--device cuda)");
-  cmd->add_option("--timeout", o.timeout_s, "seconds a collective may take before every rank gives up (default 60)")
+  cmd->add_option("--timeout", o.timeout_s, "seconds a collective may take before every rank gives up, and set-up plus connecting together (default 60)")
       ->check(finite_range(0.1, 86400.0));
   cmd->add_option("--trace", o.trace_file,
                   "write a Chrome trace (Perfetto) to FILE.json: kernels timed by CUDA events, host-staged "

@@ -50,6 +50,9 @@ struct RunOptions {
   GpuCommOptions gpu_comm;
   DecomposeCliOptions decompose;
   std::string trace_file;
+  // When the command started (the options are made as the process starts):
+  // --timeout bounds set-up and connecting together, from here.
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
 
 // Runs the ranks; returns the global outputs (every process of a multi-process
@@ -64,6 +67,7 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
   ExecOptions eo;
   eo.kernels = kernels;
   eo.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  eo.connect_deadline = o.started + eo.timeout;
   TraceWriter trace;
   if (!o.trace_file.empty()) {
     eo.trace = &trace;
@@ -184,6 +188,7 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   go.rank = o.rank;
   go.rendezvous = o.rendezvous;
   go.timeout_s = o.timeout_s;
+  go.started = o.started;
   go.trace_file = o.trace_file;
   return run_plan_cuda(g, src, go);
 }
@@ -386,7 +391,7 @@ void add_run(CLI::App& app, int& exit_code) {
   cmd->add_flag("--cuda-graph", o->cuda_graph,
                 "--device cuda: capture each rank's kernels between collectives as CUDA Graphs and launch those");
   add_gpu_comm_options(cmd, o->gpu_comm);
-  cmd->add_option("--timeout", o->timeout_s, "seconds a collective may take before every rank gives up (default 60)")
+  cmd->add_option("--timeout", o->timeout_s, "seconds a collective may take before every rank gives up, and set-up plus connecting together (default 60)")
       ->check(finite_range(0.1, 86400.0));
   cmd->footer(
       "Examples:\n"

@@ -366,13 +366,14 @@ class GroupStore final : public gloo::rendezvous::Store {
   void set(const std::string& key, const std::vector<char>& data) override {
     try {
       inner_.set(prefix_ + key, data);
-    } catch (const gloo::Exception& e) {
+    } catch (const std::exception& e) {
       // FileStore refuses a key whose file exists ("!ifs.is_open(). File already
-      // exists"): this rank's address from an earlier run in the same directory.
+      // exists", a gloo::EnforceNotMet, which is no gloo::Exception): this rank's
+      // key from an earlier run in the same directory.
       const std::string what = clean_gloo_message(e.what());
       if (rv_.is_file() && what.find("already exists") != std::string::npos)
         throw gloo::IoException("the rendezvous directory " + rv_.dir() +
-                                " already holds this rank's address (key " + prefix_ + key +
+                                " already holds this rank's keys (" + prefix_ + key +
                                 "): it was used by an earlier run, or another process runs the same rank; "
                                 "give every run a fresh, empty directory");
       if (rv_.is_file())

@@ -178,6 +178,26 @@ TEST(HardeningRanks, AgreeingProcessesRunAndEveryRankChecks) {
   EXPECT_TRUE(fs::exists(t / "out/y.npy"));
 }
 
+// A rendezvous directory used by an earlier run: every process says so and what to
+// do, instead of Gloo's "!ifs.is_open(). File already exists: DIR/5591..." (which
+// escaped as a gloo::EnforceNotMet, not the gloo::Exception that was caught).
+TEST(HardeningRanks, AReusedRendezvousDirectoryIsNamedAndRefused) {
+  TempDir t;
+  write_file(t / "a.sf", kSharded);
+  const std::string run = "run " + (t / "a.sf") + " --kernels reference --timeout 10";
+  std::vector<CliResult> first = run_ranks(t, "again", {run, run});
+  for (const CliResult& c : first) ASSERT_EQ(c.code, 0) << c.out;
+  std::vector<CliResult> second = run_ranks(t, "again", {run, run});  // the same rv-again directory
+  for (size_t k = 0; k < second.size(); ++k) {
+    EXPECT_EQ(second[k].code, 1) << second[k].out;
+    EXPECT_TRUE(has(second[k].out, "rank " + std::to_string(k) + ": connecting group 0 (ranks 0 1) failed"))
+        << second[k].out;
+    EXPECT_TRUE(has(second[k].out, "already holds this rank's keys")) << second[k].out;
+    EXPECT_TRUE(has(second[k].out, "give every run a fresh, empty directory")) << second[k].out;
+    EXPECT_FALSE(has(second[k].out, "ifs.is_open")) << second[k].out;
+  }
+}
+
 #ifdef SF_FAKE_CUDA
 // `exec PLAN --rank` compares the same way (here on the stand-in libcuda).
 TEST(HardeningRanks, ExecProcessesWithDifferentInputsOrPlansAllFail) {

@@ -72,7 +72,8 @@ TEST(Agree, AllGatherTextReturnsEveryRanksTextInRankOrder) {
 TEST(Agree, AFailingRankEndsEveryRankWithItsReason) {
   DeviceMesh mesh = mesh_of({{"tp", 4}});
   auto t0 = std::chrono::steady_clock::now();
-  std::optional<Diag> err = on_rank_threads(mesh, std::chrono::seconds(20), [&](Comm& c) -> std::optional<Diag> {
+  // 60 s against a bound of 30 (tests/runtime/comm_test.cpp, kAtOnce).
+  std::optional<Diag> err = on_rank_threads(mesh, std::chrono::seconds(60), [&](Comm& c) -> std::optional<Diag> {
     if (c.rank() == 0) return Diag{"", {}, "rank 0 could not tune"};
     Result<std::string> r = broadcast_text(c, "");
     if (!r) return r.error();
@@ -81,7 +82,7 @@ TEST(Agree, AFailingRankEndsEveryRankWithItsReason) {
   ASSERT_TRUE(err);
   EXPECT_EQ(err->message, "rank 0 could not tune");
   // The peers were aborted, not left to time out.
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
 }
 
 TEST(Agree, TheRootCauseIsReportedBeforeAPeersEchoOfIt) {

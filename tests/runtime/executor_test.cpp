@@ -61,7 +61,9 @@ TEST(Executor, ThreadsOverGlooAgreeWithTheLockstepSimulator) {
 TEST(Executor, AFailingRankStopsEveryRankWithItsError) {
   Ranks s = make_ranks("tp_attention.sf");
   ExecOptions opts;
-  opts.timeout = std::chrono::seconds(30);
+  // 60 s against a bound of 30: aborted and timed-out runs stay far apart on a
+  // loaded machine (tests/runtime/comm_test.cpp, kAtOnce).
+  opts.timeout = std::chrono::seconds(60);
   opts.before_step = [](int rank, size_t step, const std::atomic<bool>&) {
     if (rank == 1 && step == 3) throw std::runtime_error("injected failure");
   };
@@ -71,8 +73,8 @@ TEST(Executor, AFailingRankStopsEveryRankWithItsError) {
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.error().message.find("rank 1, step 3"), std::string::npos) << out.error().message;
   EXPECT_NE(out.error().message.find("injected failure"), std::string::npos) << out.error().message;
-  // The others were aborted, not left to the 30 s collective timeout.
-  EXPECT_LT(secs, 15.0);
+  // The others were aborted, not left to the 60 s collective timeout.
+  EXPECT_LT(secs, 30.0);
 }
 
 TEST(Executor, AStalledCollectiveTimesOutOnEveryRank) {

@@ -4,6 +4,7 @@
 // located error, through the parser and through the C++ builder alike.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -30,7 +31,7 @@ std::string error_of(const std::string& text) {
 
 TEST(CheckedArithmetic, ReportsWhatWouldWrap) {
   EXPECT_EQ(checked_mul(int64_t{1} << 62, 4), std::nullopt);
-  EXPECT_EQ(checked_mul(-(int64_t{1} << 62), 2), -(int64_t{1} << 63));
+  EXPECT_EQ(checked_mul(-(int64_t{1} << 62), 2), INT64_MIN);  // fits exactly
   EXPECT_EQ(checked_mul(int64_t{1} << 31, int64_t{1} << 31), int64_t{1} << 62);
   EXPECT_EQ(checked_add(INT64_MAX, 1), std::nullopt);
   // numel() of the same shape wraps to 0: the sum-of-nothing bug.

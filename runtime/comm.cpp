@@ -1468,8 +1468,9 @@ Result<std::unique_ptr<Comm>> Comm::create(std::shared_ptr<Rendezvous> rendezvou
         if (std::optional<size_t> k = store.first_missing(others, deadline))
           return diag(who + "connecting " + gs + " timed out after " + duration_str(opts.timeout) + ": rank " +
                       std::to_string(other_ranks[*k]) +
-                      " never joined (the first member found missing; every process of the run must be started, "
-                      "with the same --rendezvous)");
+                      " never joined (the first member found missing; " +
+                      (rv->is_file() ? "every process of the run must be started, with the same --rendezvous)"
+                                     : "its thread did not call Comm::create)"));
         auto ctx = std::make_shared<gloo::rendezvous::Context>(g.me, static_cast<int>(g.ranks.size()));
         // Gloo's pairs wait 5 x the context timeout for a connection ("a longer
         // timeout when waiting for initial connect") and keep that timeout; a fifth

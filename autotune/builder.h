@@ -38,6 +38,9 @@ struct BuildResult {
   int threads_per_block = 0;
   int64_t dynamic_shared_bytes = 0;
   int64_t grid_blocks = 0;
+  // The kernel's multiply-adds run on tensor cores (its PTX has mma): the cost model
+  // prices it at the arch's tensor-core rate instead of FP32 FMA.
+  bool tensor_cores = false;
 };
 
 class Builder {

@@ -155,6 +155,25 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
   // SMs with work: a grid smaller than the SM count leaves the rest idle.
   const double busy_sms = std::min<double>(t.sms, static_cast<double>(grid));
 
+  if (p.kind == KernelKind::Matmul && b.tensor_cores && t.tensor16_gflops > 0) {
+    // The tensor-core kernel (mma.sync): its rate grows with the warp tile (mma per
+    // ldmatrix) and needs a few warps per SM to cover ldmatrix and mma latency. On
+    // sm_90, mma.sync reaches about two thirds of the dense peak (which wgmma
+    // reaches): estimates, to rank configs, not measurements.
+    const double tile_flops = 2.0 * c.block_m * c.block_n * double(p.k);
+    const double warp_tile = double(c.block_m) * c.block_n / std::max(c.warps, 1);
+    const double f_tile = std::min(1.0, std::sqrt(warp_tile) / 64);
+    const double f_occ = std::min(1.0, warps_per_sm / 4);
+    const double f_arch = t.name.rfind("sm_9", 0) == 0 || t.name.rfind("sm_1", 0) == 0 ? 0.65 : 0.85;
+    const double f_pipe = c.stages >= 3 ? 1.0 : 0.8;
+    const double per_block_rate = t.tensor16_gflops * 1e3 / t.sms * f_tile * f_occ * f_arch * f_pipe / resident;
+    double compute = waves * tile_flops / per_block_rate;
+    const double l2 = c.group_m > 1 ? 0.5 : 0.75;
+    double traffic = double(grid) * double(p.k) * (c.block_m + c.block_n) * p.elem_bytes * l2 +
+                     double(p.batch) * p.m * p.n * p.elem_bytes;
+    double mem = traffic / (sm_bw * busy_sms);
+    return std::max(compute, mem) + t.launch_us;
+  }
   if (p.kind == KernelKind::Matmul) {
     const double tile_flops = 2.0 * c.block_m * c.block_n * double(p.k) / c.split_k;
     // Register tile per thread: FMAs per shared-memory load grow with its side.

@@ -50,8 +50,28 @@ std::vector<KernelConfig> gpu_reduction(const TargetInfo& t) {
   return out;
 }
 
-std::vector<KernelConfig> gpu_matmul() {
+// Tensor-core tiles (sm_80+, 16-bit operands): Triton's and CUTLASS's common sm_80
+// configs. Their contiguous shared sides are 32 or 64 wide, the swizzle's widths.
+void add_tensor_core_matmul(std::vector<KernelConfig>& out) {
+  for (int bm : {64, 128, 256})
+    for (int bn : {64, 128, 256})
+      for (int bk : {32, 64})
+        for (int warps : {4, 8})
+          for (int stages : {2, 3, 4, 5}) {
+            KernelConfig c;
+            c.block_m = bm;
+            c.block_n = bn;
+            c.block_k = bk;
+            c.warps = warps;
+            c.stages = stages;
+            c.group_m = 8;
+            out.push_back(c);
+          }
+}
+
+std::vector<KernelConfig> gpu_matmul(const TuneProblem& p, const TargetInfo& t) {
   std::vector<KernelConfig> out;
+  if (p.elem_bytes == 2 && t.tensor16_gflops > 0) add_tensor_core_matmul(out);
   for (int bm : {32, 64, 128})
     for (int bn : {32, 64, 128})
       for (int bk : {8, 16, 32})
@@ -100,7 +120,7 @@ std::vector<KernelConfig> config_space(const TuneProblem& p, const TargetInfo& t
   switch (p.kind) {
     case KernelKind::Pointwise: return gpu_pointwise(t);
     case KernelKind::Reduction: return gpu_reduction(t);
-    case KernelKind::Matmul: return gpu_matmul();
+    case KernelKind::Matmul: return gpu_matmul(p, t);
     case KernelKind::Gather: {
       std::vector<KernelConfig> out;
       for (int block : {128, 256, 512, 1024}) {

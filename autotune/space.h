@@ -18,7 +18,9 @@ namespace sf {
 // Every config of the space for (problem, target), before pruning.
 //  GPU pointwise: block x vector x elems_per_thread x {one-shot grid, persistent grid}
 //  GPU reduction: threads_per_row x rows_per_block x {one-shot, persistent}
-//  GPU matmul:    block_m x block_n x block_k x warps x stages x group_m
+//  GPU matmul:    block_m x block_n x block_k x warps x stages x group_m x split_k,
+//                 preceded for 16-bit operands on archs with tensor cores by the
+//                 tensor-core tiles (64..256 x 64..256 x 32/64, 4/8 warps, 2-5 stages)
 //  host:          host_vector x host_interleave (x host_tile_n for matmul)
 // A persistent grid is SMs x the blocks that fit on an SM by threads alone.
 std::vector<KernelConfig> config_space(const TuneProblem& p, const TargetInfo& t);

@@ -10,7 +10,8 @@ namespace sf {
 
 namespace {
 
-// name, model, SMs, threads/SM, blocks/SM, shared/SM, max shared/block, DRAM GB/s, FP32 GFLOP/s.
+// name, model, SMs, threads/SM, blocks/SM, shared/SM, max shared/block, DRAM GB/s, FP32 GFLOP/s,
+// dense f16/bf16 tensor-core GFLOP/s (f32 accumulation; 0: none), dense TF32 GFLOP/s.
 // From NVIDIA's architecture whitepapers and datasheets (the CUDA C++ Programming
 // Guide's "Technical Specifications per Compute Capability" table for the limits).
 struct Row {
@@ -18,15 +19,15 @@ struct Row {
   const char* model;
   int sms, threads, blocks;
   int64_t smem_sm, smem_block;
-  double gbps, gflops;
+  double gbps, gflops, tensor16, tf32;
 };
 constexpr Row kGpus[] = {
-    {"sm_75", "NVIDIA T4", 40, 1024, 16, 64 * 1024, 64 * 1024, 320, 8100},
-    {"sm_80", "NVIDIA A100 (SXM, 80 GB)", 108, 2048, 32, 164 * 1024, 163 * 1024, 2039, 19500},
-    {"sm_86", "NVIDIA A40", 84, 1536, 16, 100 * 1024, 99 * 1024, 696, 37400},
-    {"sm_89", "NVIDIA L40S", 142, 1536, 24, 100 * 1024, 99 * 1024, 864, 91600},
-    {"sm_90", "NVIDIA H100 (SXM)", 132, 2048, 32, 228 * 1024, 227 * 1024, 3350, 67000},
-    {"sm_100", "NVIDIA B200", 148, 2048, 32, 228 * 1024, 227 * 1024, 8000, 80000},
+    {"sm_75", "NVIDIA T4", 40, 1024, 16, 64 * 1024, 64 * 1024, 320, 8100, 65000, 0},
+    {"sm_80", "NVIDIA A100 (SXM, 80 GB)", 108, 2048, 32, 164 * 1024, 163 * 1024, 2039, 19500, 312000, 156000},
+    {"sm_86", "NVIDIA A40", 84, 1536, 16, 100 * 1024, 99 * 1024, 696, 37400, 149700, 74800},
+    {"sm_89", "NVIDIA L40S", 142, 1536, 24, 100 * 1024, 99 * 1024, 864, 91600, 362000, 183000},
+    {"sm_90", "NVIDIA H100 (SXM)", 132, 2048, 32, 228 * 1024, 227 * 1024, 3350, 67000, 989000, 494000},
+    {"sm_100", "NVIDIA B200", 148, 2048, 32, 228 * 1024, 227 * 1024, 8000, 80000, 2250000, 1100000},
 };
 
 std::string cpu_model_and_flags(std::string* flags) {
@@ -63,6 +64,11 @@ Result<TargetInfo> gpu_target_info(const std::string& arch) {
     t.max_shared_per_block = r.smem_block;
     t.dram_gbps = r.gbps;
     t.fp32_gflops = r.gflops;
+    // Tensor cores for 16-bit operands from sm_80 on in shardfuse's kernels
+    // (mma.sync m16n8k16); the T4's sm_75 units are not used.
+    int sm = std::stoi(std::string(r.arch).substr(3));
+    t.tensor16_gflops = sm >= 80 ? r.tensor16 : 0;
+    t.tf32_gflops = sm >= 80 ? r.tf32 : 0;
     return t;
   }
   std::string known;
@@ -75,6 +81,8 @@ const TargetInfo& host_target_info() {
     TargetInfo t;
     t.name = "host";
     t.kind = ConfigTarget::Host;
+    t.tensor16_gflops = 0;
+    t.tf32_gflops = 0;
     std::string flags;
     t.model = cpu_model_and_flags(&flags);
     t.simd_bytes = flags.find(" avx512f ") != std::string::npos ? 64

@@ -28,6 +28,10 @@ struct TargetInfo {
   // rates (the whole device, or one host core)
   double dram_gbps = 3350;       // GB/s
   double fp32_gflops = 67000;    // FMA = 2 flops, no tensor cores
+  // Dense tensor-core rates the kernels can reach (0: none used on this arch):
+  // f16/bf16 operands with f32 accumulation, and TF32. Datasheet figures.
+  double tensor16_gflops = 989000;
+  double tf32_gflops = 494000;
   double launch_us = 3.0;        // fixed cost of one launch
   // host
   int simd_bytes = 32;           // widest vector register (AVX2 = 32, AVX-512 = 64)

@@ -330,6 +330,16 @@ StepWork step_work(const LocalProgram& p, size_t step) {
       const LocalKernel& k = p.kernels[static_cast<size_t>(s.kernel)];
       w.flops = k.flops;
       w.bytes = k.bytes_read + k.bytes_written;
+      // A matmul of 16-bit operands runs on the tensor cores (sm_80+); its epilogue
+      // stays on the CUDA cores.
+      for (const Node& n : k.group.nodes())
+        if (n.op == OpKind::Matmul && (n.type.dtype == DType::BF16 || n.type.dtype == DType::F16) &&
+            !n.inputs.empty()) {
+          const Shape& a = k.group.node(n.inputs[0]).type.shape;
+          int64_t mm = a.empty() ? 0 : 2 * numel(n.type.shape) * a.back();
+          w.tensor_flops += std::min(mm, w.flops);
+          w.flops -= std::min(mm, w.flops);
+        }
       break;
     }
     case LocalStep::Kind::Compute: {
@@ -341,6 +351,7 @@ StepWork step_work(const LocalProgram& p, size_t step) {
         if (s.node.op == OpKind::Matmul && !s.in.empty()) {
           const TensorType& a = p.types[static_cast<size_t>(s.in[0])];
           if (a.rank() > 0) w.flops = 2 * numel(o.shape) * a.shape.back();  // one multiply-add per K
+          if (a.dtype == DType::BF16 || a.dtype == DType::F16) std::swap(w.flops, w.tensor_flops);
         }
       }
       break;
@@ -359,6 +370,8 @@ StepWork step_work(const LocalProgram& p, size_t step) {
 double roofline_us(const StepWork& w, const GpuSpec& gpu) {
   // TFLOP/s = 1e6 flop/us; GB/s = 1e3 B/us.
   double compute = gpu.fp32_tflops > 0 ? static_cast<double>(w.flops) / (gpu.fp32_tflops * 1e6) : 0;
+  const double tensor = gpu.bf16_tflops > 0 ? gpu.bf16_tflops : gpu.fp32_tflops;
+  if (tensor > 0) compute += static_cast<double>(w.tensor_flops) / (tensor * 1e6);
   double memory = gpu.hbm_GB_s > 0 ? static_cast<double>(w.bytes) / (gpu.hbm_GB_s * 1e3) : 0;
   return std::max(compute, memory) + gpu.launch_us;
 }

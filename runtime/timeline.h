@@ -32,8 +32,8 @@ struct GpuSpec {
   std::string name;         // for people: "H100 SXM5 80GB"
   std::string arch;         // "sm_90a": which tuning-cache entries apply
   std::string device_name;  // what CUDA calls it ("NVIDIA H100 80GB HBM3"): matches cache targets
-  double fp32_tflops = 0;   // peak SIMT fp32 (our generated kernels are SIMT)
-  double bf16_tflops = 0;   // peak dense bf16 tensor-core rate (not used by the roofline yet)
+  double fp32_tflops = 0;   // peak SIMT fp32: elementwise work, f32 matmuls
+  double bf16_tflops = 0;   // peak dense f16/bf16 tensor-core rate: f16/bf16 matmuls (0: price them at fp32)
   double hbm_GB_s = 0;      // HBM bandwidth, 1e9 bytes per second
   double launch_us = 0;     // per-kernel launch overhead the roofline adds
 };
@@ -104,12 +104,14 @@ int64_t collective_bytes(const LocalProgram& p, size_t step, int n);
 // op reads its operands and writes its result, one flop per output element (2K per
 // element for a matmul); a slice, partialisation or concat reads and writes its result.
 struct StepWork {
-  int64_t flops = 0;
+  int64_t flops = 0;         // on the CUDA cores (FP32 SIMT)
   int64_t bytes = 0;
+  int64_t tensor_flops = 0;  // matmuls of f16/bf16 operands: on the tensor cores
 };
 StepWork step_work(const LocalProgram& p, size_t step);
 
-// max(flops / fp32 peak, bytes / HBM bandwidth) + launch overhead, microseconds.
+// max(flops / fp32 peak + tensor_flops / bf16 peak, bytes / HBM bandwidth) + launch
+// overhead, microseconds (tensor_flops at the fp32 peak when bf16_tflops is 0).
 double roofline_us(const StepWork& w, const GpuSpec& gpu);
 
 // --- the timeline ----------------------------------------------------------------------

@@ -63,11 +63,13 @@ double step_time(const LocalProgram& p, const LocalStep& s, const DecomposeOptio
   const TensorType& out = p.types[static_cast<size_t>(s.out)];
   double bytes = static_cast<double>(bytes_of(out)), flops = static_cast<double>(numel(out.shape));
   for (int v : s.in) bytes += static_cast<double>(bytes_of(p.types[static_cast<size_t>(v)]));
+  double rate = o.flops_per_s;
   if (s.node.op == OpKind::Matmul) {
     const TensorType& a = p.types[static_cast<size_t>(s.in[0])];
     flops = 2.0 * static_cast<double>(numel(out.shape)) * static_cast<double>(a.shape.back());
+    if (a.dtype == DType::BF16 || a.dtype == DType::F16) rate = o.tensor_flops_per_s;
   }
-  return std::max(flops / o.flops_per_s, bytes / o.bytes_per_s);
+  return std::max(flops / rate, bytes / o.bytes_per_s);
 }
 
 // The time of the compute that could run while a collective on `from` is in flight:

@@ -47,7 +47,8 @@ struct DecomposeOptions {
   // Auto: the estimates that decide (docs/overlap.md). Collectives by the same
   // alpha-beta model as redistribution; compute by a roofline.
   CostModel comm;
-  double flops_per_s = 50e12;
+  double flops_per_s = 50e12;         // f32 matmuls and elementwise work (FP32 SIMT)
+  double tensor_flops_per_s = 400e12;  // matmuls of f16/bf16 operands (tensor cores)
   double bytes_per_s = 2e12;
   double launch_s = 4e-6;
 };

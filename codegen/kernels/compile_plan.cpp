@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "autotune/ptxas.h"
+#include "autotune/target.h"
 #include "codegen/ir/file_io.h"
 #include "codegen/ir/printer.h"
 #include "codegen/kernels/host_runner.h"
@@ -24,10 +25,6 @@ namespace sf {
 
 namespace {
 
-// The GPU the report's roofline estimate is for: H100 SXM5, HBM3 at 3.35 TB/s and
-// 67 TFLOP/s of FP32 on the CUDA cores (our SIMT kernels; tensor cores come later).
-constexpr double kHbmBytesPerS = 3.35e12;
-constexpr double kFp32FlopsPerS = 67e12;
 
 std::string collective_name(RedistKind k) { return std::string(redist_kind_name(k)); }
 
@@ -234,18 +231,30 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
   std::string& rep = out.report;
   rep = "graph " + plan.graph + " for " + opts.arch + ", " + std::to_string(plan.world) + " rank(s)" +
         (plan.mesh.empty() ? "" : " on mesh " + plan.mesh) + "\n";
-  rep += "roofline estimate on an H100 SXM (3.35 TB/s HBM, 67 TFLOP/s FP32 SIMT): time = max(bytes / bandwidth, flops / peak)\n\n";
+  // The arch's peaks (autotune/target.h, datasheet figures): one table for the
+  // report, the tuner's ranking and the decomposition estimates. A kernel whose PTX
+  // has mma.sync is priced at the tensor-core rate, the rest at FP32 SIMT.
+  Result<TargetInfo> ti = gpu_target_info(opts.arch);
+  const TargetInfo peaks = ti ? *ti : TargetInfo{};
+  const double hbm = peaks.dram_gbps * 1e9, fp32 = peaks.fp32_gflops * 1e9, tensor = peaks.tensor16_gflops * 1e9;
+  rep += "roofline estimate on " + (ti ? peaks.model : std::string("an unknown GPU (H100 SXM figures)")) + " (" +
+         fmt("%.0f", peaks.dram_gbps) + " GB/s HBM, " + fmt("%.1f", peaks.fp32_gflops / 1e3) + " TFLOP/s FP32 SIMT" +
+         (tensor > 0 ? ", " + fmt("%.0f", peaks.tensor16_gflops / 1e3) + " TFLOP/s f16/bf16 tensor cores" : std::string()) +
+         "): time = max(bytes / bandwidth, flops / peak of the kernel's path)\n\n";
   rep += "kernel                                   kind       regs  spill     bytes      flops   est. us  bound\n";
   double total = 0;
   for (const PlanKernel& k : plan.kernels) {
     double bytes = static_cast<double>(k.bytes_read + k.bytes_written);
-    double tm = bytes / kHbmBytesPerS, tc = static_cast<double>(k.flops) / kFp32FlopsPerS;
+    auto ptx = out.ptx.find(k.ptx_file);
+    const bool mma = tensor > 0 && ptx != out.ptx.end() && ptx->second.find("mma.sync.aligned") != std::string::npos;
+    double tm = bytes / hbm, tc = static_cast<double>(k.flops) / (mma ? tensor : fp32);
     total += std::max(tm, tc);
     char line[256];
     std::snprintf(line, sizeof line, "%-40s %-10s %4s %6s %9.0f %10lld %9.3f  %s\n", k.id.c_str(), k.kind.c_str(),
                   k.registers < 0 ? "-" : std::to_string(k.registers).c_str(),
                   k.spill_bytes < 0 ? "-" : std::to_string(k.spill_bytes).c_str(), bytes,
-                  static_cast<long long>(k.flops), std::max(tm, tc) * 1e6, tm >= tc ? "memory" : "compute");
+                  static_cast<long long>(k.flops), std::max(tm, tc) * 1e6,
+                  tm >= tc ? "memory" : mma ? "compute (tensor cores)" : "compute");
     rep += line;
     rep += "    ops: ";
     for (size_t i = 0; i < k.ops.size(); ++i) rep += (i ? " " : "") + k.ops[i];

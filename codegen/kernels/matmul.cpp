@@ -17,325 +17,17 @@
 #include <llvm/IR/Module.h>
 
 #include "codegen/kernels/element.h"
+#include "codegen/kernels/matmul_group.h"
 
 namespace sf {
 
 namespace {
 
-using kernels::ElementCodegen;
-using kernels::is_c_identifier;
 using kernels::emit_loop;
-using kernels::Elem;
-using kernels::ValueIndex;
-
-Diag diag(std::string msg, SourceLoc loc = {}) { return Diag{"", loc, "matmul: " + std::move(msg)}; }
-
-bool pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// ---- the group ------------------------------------------------------------------------------
-
-// A matmul operand read in place: the param it is a view of, and for each of the
-// operand's logical dims ([..., M, K] for A, [..., K, N] for B) the element stride into
-// that param (0 where a dim is broadcast by an expand).
-struct Operand {
-  int param = -1;  // index among the group's params
-  DType dtype = DType::F32;
-  Shape shape;
-  std::vector<int64_t> strides;
-};
-
-// What emission needs to know about a group, found once from the graph.
-struct Plan {
-  ValueId mm = -1;
-  DType dtype = DType::F32;  // the matmul's (and both operands')
-  Shape out;                 // the matmul's output shape O = [batch..., M, N]
-  Shape batch;
-  int64_t nbatch = 1, M = 0, N = 0, K = 0;
-  Operand a, b;
-  // Per batch dim of O: the element stride of A and B (0 where broadcast).
-  std::vector<int64_t> a_bstride, b_bstride;
-  int64_t sam = 0, sak = 0, sbk = 0, sbn = 0;  // strides of A's M, K and B's K, N dims
-  std::vector<ValueIndex> out_at;             // each output's index over O
-  bool bare = false;  // the kernel's one output is the matmul's own result (no epilogue)
-};
-
-// The index over O of a value of `shape` written at O's flat index: shapes equal but
-// for size-1 dims, so both have the same C-order flat index. nullopt otherwise.
-std::optional<ValueIndex> aligned_index(const Shape& shape, const Shape& o) {
-  std::vector<int> sd, od;
-  for (size_t d = 0; d < shape.size(); ++d)
-    if (shape[d] != 1) sd.push_back(static_cast<int>(d));
-  for (size_t d = 0; d < o.size(); ++d)
-    if (o[d] != 1) od.push_back(static_cast<int>(d));
-  if (sd.size() != od.size()) return std::nullopt;
-  ValueIndex r{kernels::IndexMap{}, o, std::vector<int>(shape.size(), -1)};
-  for (size_t k = 0; k < sd.size(); ++k) {
-    if (shape[static_cast<size_t>(sd[k])] != o[static_cast<size_t>(od[k])]) return std::nullopt;
-    r.src[static_cast<size_t>(sd[k])] = od[k];
-  }
-  return r;
-}
-
-std::string who(const Node& n) { return std::string(op_name(n.op)) + (n.name.empty() ? "" : " '" + n.name + "'"); }
-
-// The element stride of each dim of `shape` under `m`, a map from the flat index
-// over `shape` to an element offset; nullopt when the offset is not a sum of one
-// stride per dim. Views that keep strides (transpose, permute, expand, a reshape of
-// something dense) give a map of at most one step whose dims, normalised, each cover
-// one or more whole dims of `shape`; a reshape that splits a strided dim does not.
-std::optional<std::vector<int64_t>> dim_strides(const kernels::IndexMap& m, const Shape& shape) {
-  if (m.contiguous()) return contiguous_strides(shape);
-  if (m.steps.size() != 1) return std::nullopt;
-  const kernels::StridedStep& s = m.steps[0];
-  std::vector<int64_t> out(shape.size(), 0);
-  // Innermost first: dim j of `shape` is the next factor n_j of the map's current
-  // dim d, whose coordinate it advances by (size[d] / rem) steps of stride[d].
-  int d = static_cast<int>(s.shape.size()) - 1;
-  int64_t rem = d >= 0 ? s.shape[static_cast<size_t>(d)] : 1;
-  for (size_t j = shape.size(); j-- > 0;) {
-    const int64_t n = shape[j];
-    if (n == 1) continue;
-    if (d < 0 || rem % n != 0) return std::nullopt;
-    out[j] = s.strides[static_cast<size_t>(d)] * (s.shape[static_cast<size_t>(d)] / rem);
-    rem /= n;
-    if (rem == 1 && --d >= 0) rem = s.shape[static_cast<size_t>(d)];
-  }
-  if (d >= 0) return std::nullopt;
-  return out;
-}
-
-// Follows operand `which` of the matmul through views down to a param.
-Result<Operand> find_operand(const Graph& g, const Node& mm, int which, const std::vector<int>& param_slot) {
-  ValueId v = mm.inputs[static_cast<size_t>(which)];
-  Operand op;
-  op.shape = g.node(v).type.shape;
-  op.dtype = g.node(v).type.dtype;
-  ValueIndex at = kernels::dense_index(op.shape);
-  while (kernels::is_view(g.node(v).op)) {
-    const Node& n = g.node(v);
-    std::optional<ValueIndex> ui = kernels::operand_index(n, at, g.node(n.inputs[0]).type.shape);
-    if (!ui) return diag("internal: no index for " + who(n), n.loc);
-    at = *ui;
-    v = n.inputs[0];
-  }
-  const Node& p = g.node(v);
-  const char* name = which == 0 ? "A" : "B";
-  if (p.op != OpKind::Param)
-    return diag(std::string("operand ") + name + " is computed in the group (" + who(p) +
-                    "); a matmul kernel reads only params, through transposes and permutes",
-                p.loc);
-  op.param = param_slot[static_cast<size_t>(v)];
-  std::optional<std::vector<int64_t>> st = dim_strides(kernels::offset_map(at, p.type.shape), op.shape);
-  if (!st)
-    return diag(std::string("operand ") + name + " is a reshape of a strided view of a param (" +
-                    kernels::offset_map(at, p.type.shape).str() +
-                    "), which has no stride per dim; only views with one are read in place",
-                p.loc);
-  op.strides = *st;
-  return op;
-}
-
-Result<Plan> analyse(const KernelSpec& spec) {
-  const Graph& g = spec.group;
-  if (!is_c_identifier(spec.entry)) return diag("entry '" + spec.entry + "' is not a C identifier");
-  if (g.outputs().empty()) return diag("group '" + g.name() + "' has no outputs");
-  Plan p;
-  int count = 0;
-  for (size_t i = 0; i < g.nodes().size(); ++i) {
-    const Node& n = g.nodes()[i];
-    if (n.op == OpKind::Matmul) {
-      if (count++ == 1)
-        return diag("group '" + g.name() + "' holds more than one matmul (a kernel computes one)", n.loc);
-      p.mm = static_cast<ValueId>(i);
-      continue;
-    }
-    if (n.op == OpKind::Param || n.op == OpKind::Constant || kernels::is_elementwise(n.op) || kernels::is_view(n.op))
-      continue;
-    return diag("group '" + g.name() + "' contains " + who(n) + ", which is neither elementwise nor a view (the " +
-                    (op_info(n.op).category == OpCategory::Composite ? "graph must be decomposed first"
-                                                                     : "fusion pass must give it another kernel kind") +
-                    ")",
-                n.loc);
-  }
-  if (count == 0) return diag("group '" + g.name() + "' has no matmul (a pointwise kernel's job)");
-  const Node& mm = g.node(p.mm);
-  p.dtype = mm.type.dtype;
-  if (p.dtype == DType::Bool) return diag("bool matmul is not supported", mm.loc);
-  p.out = mm.type.shape;
-  const size_t r = p.out.size();
-  p.batch.assign(p.out.begin(), p.out.end() - 2);
-  p.nbatch = numel(p.batch);
-  p.M = p.out[r - 2];
-  p.N = p.out[r - 1];
-  std::vector<int> slot(g.nodes().size(), -1);
-  for (size_t i = 0; i < g.params().size(); ++i) slot[static_cast<size_t>(g.params()[i])] = static_cast<int>(i);
-  Result<Operand> a = find_operand(g, mm, 0, slot);
-  if (!a) return a.error();
-  Result<Operand> b = find_operand(g, mm, 1, slot);
-  if (!b) return b.error();
-  p.a = *a;
-  p.b = *b;
-  p.K = p.a.shape.back();
-  const size_t ra = p.a.shape.size(), rb = p.b.shape.size(), nb = p.batch.size();
-  p.sam = p.a.strides[ra - 2];
-  p.sak = p.a.strides[ra - 1];
-  p.sbk = p.b.strides[rb - 2];
-  p.sbn = p.b.strides[rb - 1];
-  // Batch dims broadcast right-aligned, as NumPy's: O's batch dim e is the operand's
-  // batch dim e - (nb - its batch rank), when that exists and is not of size 1.
-  auto bstrides = [&](const Operand& o) {
-    std::vector<int64_t> s(nb, 0);
-    const size_t ob = o.shape.size() - 2;
-    for (size_t e = nb - ob; e < nb; ++e) {
-      size_t d = e - (nb - ob);
-      if (o.shape[d] != 1) s[e] = o.strides[d];
-    }
-    return s;
-  };
-  p.a_bstride = bstrides(p.a);
-  p.b_bstride = bstrides(p.b);
-  for (const Output& o : g.outputs()) {
-    const Node& n = g.node(o.value);
-    std::optional<ValueIndex> at = aligned_index(n.type.shape, p.out);
-    if (!at)
-      return diag("output '" + o.name + "' is " + n.type.str() + ", not on the matmul's output space " +
-                      shape_str(p.out) + " (an epilogue is elementwise on the matmul's result)",
-                  o.loc);
-    p.out_at.push_back(*at);
-  }
-  // The epilogue has the matmul's value only at the element being computed: every
-  // read of it must be at O's own index (fusion never puts a view after the matmul).
-  std::set<std::string> seen;
-  std::function<std::optional<Diag>(ValueId, const ValueIndex&)> walk = [&](ValueId v, const ValueIndex& at) -> std::optional<Diag> {
-    if (!seen.insert(std::to_string(v) + "#" + at.key()).second) return std::nullopt;
-    const Node& n = g.node(v);
-    if (v == p.mm) {
-      bool same = at.prefix.contiguous() && at.space == p.out;
-      for (size_t d = 0; d < at.src.size() && same; ++d) same = p.out[d] == 1 || at.src[d] == static_cast<int>(d);
-      if (!same) return diag("the epilogue reads the matmul's result at another element than its own (a view after the matmul)", n.loc);
-      return std::nullopt;
-    }
-    for (ValueId u : n.inputs) {
-      std::optional<ValueIndex> ui = kernels::operand_index(n, at, g.node(u).type.shape);
-      if (!ui) return diag("internal: no index for " + who(n), n.loc);
-      if (auto d = walk(u, *ui)) return d;
-    }
-    return std::nullopt;
-  };
-  for (size_t o = 0; o < g.outputs().size(); ++o)
-    if (auto d = walk(g.outputs()[o].value, p.out_at[o])) return *d;
-  p.bare = g.outputs().size() == 1 && g.outputs()[0].value == p.mm;
-  return p;
-}
-
-// ---- the epilogue -------------------------------------------------------------------------------
-
-// The group's outputs at one element of O, given the matmul's value there: element.h's
-// GroupValues with two hooks. The matmul node is the accumulator at hand, and a param
-// read over O itself (not through a reshape) is loaded at sum(coord * stride) of O's
-// coordinates, which the kernel has as values: no divisions, where the flat index
-// would need one per dim.
-class Epilogue {
- public:
-  Epilogue(const Graph& g, const Plan& p, ElementCodegen& cg, std::vector<llvm::Value*> inputs)
-      : g_(g), p_(p), cg_(cg), inputs_(inputs), values_(g, cg, std::move(inputs)) {}
-
-  // `coords`: O's coordinates (index-typed values), `flat`: O's flat index there,
-  // `mm`: the matmul's element (already rounded to its dtype).
-  Result<std::vector<Elem>> outputs(const std::vector<llvm::Value*>& coords, llvm::Value* flat, Elem mm) {
-    values_.at_index(flat, [&](ValueId v, const ValueIndex& at) -> std::optional<Elem> {
-      if (v == p_.mm) return mm;  // analyse() checked every read of it is at O's own index
-      const Node& n = g_.node(v);
-      if (n.op != OpKind::Param || !at.prefix.contiguous() || at.space != p_.out) return std::nullopt;
-      return cg_.load(n.type.dtype, inputs_[static_cast<size_t>(values_.param_slot(v))], offset(n, at, coords));
-    });
-    std::vector<Elem> out;
-    for (size_t o = 0; o < g_.outputs().size(); ++o) {
-      Result<Elem> e = values_.value(g_.outputs()[o].value, p_.out_at[o]);
-      if (!e) return Diag{"", e.error().loc, "matmul epilogue: " + e.error().message};
-      out.push_back(*e);
-    }
-    return out;
-  }
-
- private:
-  llvm::Value* offset(const Node& n, const ValueIndex& at, const std::vector<llvm::Value*>& coords) {
-    llvm::IRBuilderBase& b = cg_.builder();
-    llvm::Type* it = coords.back()->getType();
-    std::vector<int64_t> cs = contiguous_strides(n.type.shape), per_space(at.space.size(), 0);
-    for (size_t d = 0; d < at.src.size(); ++d)
-      if (at.src[d] >= 0 && n.type.shape[d] != 1) per_space[static_cast<size_t>(at.src[d])] += cs[d];
-    llvm::Value* off = nullptr;
-    for (size_t s = 0; s < per_space.size(); ++s) {
-      if (per_space[s] == 0) continue;
-      llvm::Value* c = coords[s];
-      if (per_space[s] != 1) c = b.CreateMul(c, llvm::ConstantInt::get(it, static_cast<uint64_t>(per_space[s])), "", true, true);
-      off = off ? b.CreateAdd(off, c, "", true, true) : c;
-    }
-    return off ? off : llvm::ConstantInt::get(it, 0);
-  }
-
-  const Graph& g_;
-  const Plan& p_;
-  ElementCodegen& cg_;
-  std::vector<llvm::Value*> inputs_;
-  kernels::GroupValues values_;
-};
-
-// ---- shared emission helpers -----------------------------------------------------------------------
-
-
-// O's batch coordinates of batch index z (index-typed), and the element offsets of
-// A's and B's matrices for it.
-struct BatchIndex {
-  std::vector<llvm::Value*> coords;
-  llvm::Value* a_off = nullptr;
-  llvm::Value* b_off = nullptr;
-};
-
-BatchIndex batch_index(llvm::IRBuilderBase& b, const Plan& p, llvm::Value* z) {
-  llvm::Type* it = z->getType();
-  auto k = [&](int64_t v) { return llvm::ConstantInt::get(it, static_cast<uint64_t>(v)); };
-  BatchIndex r;
-  const size_t nb = p.batch.size();
-  int64_t inner = 1;
-  r.coords.assign(nb, nullptr);
-  for (size_t e = nb; e-- > 0;) {
-    llvm::Value* c = k(0);
-    if (p.batch[e] != 1) {
-      c = inner > 1 ? b.CreateUDiv(z, k(inner)) : z;
-      if (inner * p.batch[e] < p.nbatch) c = b.CreateURem(c, k(p.batch[e]));  // the outermost needs none
-    }
-    r.coords[e] = c;
-    inner *= p.batch[e];
-  }
-  auto offset = [&](const std::vector<int64_t>& strides) -> llvm::Value* {
-    llvm::Value* off = k(0);
-    for (size_t e = 0; e < nb; ++e)
-      if (strides[e] != 0) off = b.CreateAdd(off, b.CreateMul(r.coords[e], k(strides[e]), "", true, true), "", true, true);
-    return off;
-  };
-  r.a_off = offset(p.a_bstride);
-  r.b_off = offset(p.b_bstride);
-  return r;
-}
+using kernels::is_c_identifier;
+using namespace matmul_detail;
 
 // ---- NVPTX: the tiled kernel --------------------------------------------------------------------
-
-// Maximum shared memory one block may use (opt-in dynamic shared memory), per the
-// CUDA C++ Programming Guide's "Technical Specifications per Compute Capability":
-// 227 KiB on sm_90, 163 KiB on sm_80/87, 99 KiB on sm_86/89, 96 KiB on sm_70/72,
-// 64 KiB on sm_75, 48 KiB before Volta.
-int64_t max_shared_bytes(int sm) {
-  if (sm >= 90) return 227 * 1024;
-  if (sm == 80 || sm == 87) return 163 * 1024;
-  if (sm == 86 || sm == 89) return 99 * 1024;
-  if (sm == 75) return 64 * 1024;
-  if (sm >= 70) return 96 * 1024;
-  return 48 * 1024;
-}
-
 // How a block's threads cover its tile, and where the tiles sit in shared memory.
 struct Tiling {
   int bm = 0, bn = 0, bk = 0, threads = 0, stages = 0, group_m = 0;
@@ -356,7 +48,7 @@ struct Tiling {
   bool async = false;
 };
 
-Result<Tiling> make_tiling(const KernelConfig& c, const Plan& p, int sm) {
+Result<Tiling> make_tiling(const KernelConfig& c, const MatmulGroup& p, int sm) {
   auto bad = [](const std::string& s) -> Result<Tiling> { return diag(s); };
   auto num = [](int64_t v) { return std::to_string(v); };
   if (!pow2(c.split_k) || c.split_k > 64) return bad("split_k = " + num(c.split_k) + " is not a power of two in 1..64");
@@ -434,28 +126,16 @@ Result<Tiling> make_tiling(const KernelConfig& c, const Plan& p, int sm) {
   return t;
 }
 
-LaunchShape matmul_launch(const Plan& p, const Tiling& t) {
-  LaunchShape l;
-  int64_t tiles = ceil_div(p.M, t.bm) * ceil_div(p.N, t.bn);
-  l.grid = {std::max<int64_t>(tiles, 1), std::max<int64_t>(p.nbatch, 1), t.split};
-  l.block = {t.threads, 1, 1};
-  l.zero_outputs = t.split > 1;
-  l.shared_bytes = static_cast<int>(t.shared_bytes);
-  return l;
+LaunchShape matmul_launch(const MatmulGroup& p, const Tiling& t) {
+  return matmul_launch_shape(p, t.bm, t.bn, t.threads, t.shared_bytes, t.split);
 }
 
-Result<bool> check_grid(const Plan& p, const Tiling& t) {
-  int64_t tiles = ceil_div(p.M, t.bm) * ceil_div(p.N, t.bn);
-  if (tiles > 0x7FFFFFFF) return diag(std::to_string(tiles) + " tiles exceed the grid's x limit 2^31-1");
-  if (p.nbatch > 65535)
-    return diag("batch of " + std::to_string(p.nbatch) + " matrices exceeds the grid's y limit 65535");
-  return true;
-}
+Result<bool> check_grid(const MatmulGroup& p, const Tiling& t) { return check_matmul_grid(p, t.bm, t.bn); }
 
 // Whether every index the kernel forms fits i32 (half the registers and cheaper
 // arithmetic than i64): the operands' offsets over tiles padded past M, N and one K
 // tile past K (the last prefetch), and every tensor's size.
-bool fits_i32(const Graph& g, const Plan& p, const Tiling& t) {
+bool fits_i32(const Graph& g, const MatmulGroup& p, const Tiling& t) {
   const int64_t lim = int64_t{1} << 31;
   int64_t mp = ceil_div(p.M, t.bm) * t.bm + t.bm, np = ceil_div(p.N, t.bn) * t.bn + t.bn, kp = (t.kt * t.split + 1) * t.bk;
   auto span = [&](const std::vector<int64_t>& bs, int64_t r, int64_t sr, int64_t c, int64_t sc) {
@@ -474,7 +154,7 @@ class TiledKernel {
  public:
   // `sim`: the same kernel as a host function running one thread of one block (see
   // emit_matmul_block_on_host); `target` is then the host.
-  TiledKernel(const KernelSpec& spec, const Plan& plan, const Tiling& t, const llvmb::Target& target, llvm::Module& m,
+  TiledKernel(const KernelSpec& spec, const MatmulGroup& plan, const Tiling& t, const llvmb::Target& target, llvm::Module& m,
               bool sim, bool wide = false)
       : spec_(spec), g_(spec.group), p_(plan), t_(t), target_(target), m_(m), b_(m.getContext()), sim_(sim),
         wide_(wide) {}
@@ -486,29 +166,15 @@ class TiledKernel {
     f32_ = b_.getFloatTy();
     llvm::Value *bx = nullptr, *by = nullptr, *bz = nullptr;
     if (!sim_) {
-      llvm::Type* gptr = llvm::PointerType::get(c, 1);  // addrspace(1): global memory
-      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), std::vector<llvm::Type*>(np + no, gptr), false);
-      fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec_.entry, m_);
-      llvmb::mark_kernel(*fn_, t_.threads);
-      for (size_t i = 0; i < np + no; ++i) {
-        llvm::Argument* a = fn_->getArg(static_cast<unsigned>(i));
-        a->setName(i < np ? "in" + std::to_string(i) : "out" + std::to_string(i - np));
-        if (i < np) a->addAttr(llvm::Attribute::ReadOnly);
-        (i < np ? in_ : out_).push_back(a);
-      }
-      b_.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn_));
-      auto sreg = [&](llvm::Intrinsic::ID id) { return b_.CreateZExt(b_.CreateIntrinsic(id, {}, {}), it_); };
-      tid_ = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
-      bx = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
-      by = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y);
-      if (t_.split > 1) bz = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z);
-      // Dynamic shared memory (`.extern .shared .b8 sf_smem[]`), sized by the launch:
-      // static shared memory stops at 48 KiB, and Triton's configs go beyond it.
-      auto* arr = llvm::ArrayType::get(f32_, 0);
-      auto* gv = new llvm::GlobalVariable(m_, arr, false, llvm::GlobalValue::ExternalLinkage, nullptr, "sf_smem",
-                                          nullptr, llvm::GlobalValue::NotThreadLocal, 3);
-      gv->setAlignment(llvm::Align(16));
-      smem_ = gv;
+      NvptxEntry e = begin_nvptx_matmul(m_, b_, spec_, t_.threads, 16);
+      fn_ = e.fn;
+      in_ = e.in;
+      out_ = e.out;
+      smem_ = e.smem;
+      tid_ = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, it_);
+      bx = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, it_);
+      by = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y, it_);
+      if (t_.split > 1) bz = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z, it_);
     } else {
       llvm::Type* i32 = b_.getInt32Ty();
       llvm::Type* ptr = b_.getPtrTy();
@@ -534,19 +200,9 @@ class TiledKernel {
       return true;
     }
 
-    // GROUP_M swizzle (Triton's matmul tutorial): consecutive blocks walk down
-    // group_m rows of tiles before moving right, so a wave of blocks shares A's rows
-    // and B's columns in L2.
-    const int64_t npm = ceil_div(p_.M, t_.bm), npn = ceil_div(p_.N, t_.bn);
-    const int64_t in_group = int64_t{t_.group_m} * npn;
-    llvm::Value* group = b_.CreateUDiv(bx, k(in_group));
-    llvm::Value* first_m = b_.CreateMul(group, k(t_.group_m), "", true, true);
-    llvm::Value* gsize = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateSub(k(npm), first_m), k(t_.group_m));
-    llvm::Value* within = b_.CreateURem(bx, k(in_group));
-    llvm::Value* pid_m = b_.CreateAdd(first_m, b_.CreateURem(within, gsize), "pid_m", true, true);
-    llvm::Value* pid_n = b_.CreateUDiv(within, gsize, "pid_n");
-    m0_ = b_.CreateMul(pid_m, k(t_.bm), "m0", true, true);
-    n0_ = b_.CreateMul(pid_n, k(t_.bn), "n0", true, true);
+    TileOrigin o = group_m_tile(b_, p_, bx, t_.bm, t_.bn, t_.group_m);
+    m0_ = o.m0;
+    n0_ = o.n0;
     bi_ = batch_index(b_, p_, by);
     zbase_ = b_.CreateMul(by, k(p_.M * p_.N), "zbase", true, true);
     llvm::Value* tm = b_.CreateUDiv(tid_, k(t_.tn), "tm");
@@ -615,7 +271,7 @@ class TiledKernel {
     if (kbase_) k0 = b_.CreateAdd(k0, kbase_, "", true, true);
     std::vector<llvm::Value*> vals;
     for (int which = 0; which < 2; ++which) {
-      const Operand& op = which == 0 ? p_.a : p_.b;
+      const MatmulOperand& op = which == 0 ? p_.a : p_.b;
       const int64_t sk = which == 0 ? p_.sak : p_.sbk;
       for (const Copy& cp : which == 0 ? a_copy_ : b_copy_) {
         llvm::Value* kidx = b_.CreateAdd(k0, cp.kk, "", true, true);
@@ -665,7 +321,7 @@ class TiledKernel {
     if (kbase_) k0 = b_.CreateAdd(k0, kbase_, "", true, true);
     llvm::Value* base = b_.CreateMul(stage, k(t_.stage_floats), "", true, true);
     for (int which = 0; which < 2; ++which) {
-      const Operand& op = which == 0 ? p_.a : p_.b;
+      const MatmulOperand& op = which == 0 ? p_.a : p_.b;
       const int64_t sk = which == 0 ? p_.sak : p_.sbk;
       for (const Copy& cp : which == 0 ? a_copy_ : b_copy_) {
         llvm::BasicBlock* cont = nullptr;
@@ -820,7 +476,7 @@ class TiledKernel {
   // the stores.
   Result<bool> epilogue(const std::vector<llvm::Value*>& acc) {
     llvm::LLVMContext& c = m_.getContext();
-    Epilogue epi(g_, p_, *cg_, in_);
+    MatmulEpilogue epi(g_, p_, *cg_, in_);
     std::vector<llvm::Value*> coords = bi_.coords;
     coords.push_back(nullptr);
     coords.push_back(nullptr);
@@ -830,29 +486,25 @@ class TiledKernel {
       llvm::Value* row_off = b_.CreateAdd(zbase_, b_.CreateMul(row, k(p_.N), "", true, true), "", true, true);
       for (int cc = 0; cc < t_.rn; ++cc) {
         llvm::Value* col = b_.CreateAdd(col0_, k(cc), "col", true, true);
-        llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "epi", fn_);
-        llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "epi.next", fn_);
-        b_.CreateCondBr(b_.CreateAnd(row_ok, b_.CreateICmpSLT(col, k(p_.N))), st, next);
-        b_.SetInsertPoint(st);
+        llvm::Value* ok = b_.CreateAnd(row_ok, b_.CreateICmpSLT(col, k(p_.N)));
         coords[coords.size() - 2] = row;
         coords.back() = col;
         llvm::Value* flat = b_.CreateAdd(row_off, col, "", true, true);
+        llvm::Value* v = acc[static_cast<size_t>(r * t_.rn + cc)];
         if (t_.split > 1) {
           // A partial sum: added into the output, which the launch zeroed
           // (LaunchShape::zero_outputs). Relaxed order: only the sum matters.
+          llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "epi", fn_);
+          llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "epi.next", fn_);
+          b_.CreateCondBr(ok, st, next);
+          b_.SetInsertPoint(st);
           llvm::Value* at = b_.CreateInBoundsGEP(f32_, out_[0], flat);
-          b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, at, acc[static_cast<size_t>(r * t_.rn + cc)],
-                             llvm::MaybeAlign(4), llvm::AtomicOrdering::Monotonic);
+          b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, at, v, llvm::MaybeAlign(4), llvm::AtomicOrdering::Monotonic);
           b_.CreateBr(next);
           b_.SetInsertPoint(next);
           continue;
         }
-        Elem mm{cg_->round_to(p_.dtype, acc[static_cast<size_t>(r * t_.rn + cc)]), p_.dtype};
-        Result<std::vector<Elem>> outs = epi.outputs(coords, flat, mm);
-        if (!outs) return outs.error();
-        for (size_t o = 0; o < outs->size(); ++o) cg_->store((*outs)[o], out_[o], flat);
-        b_.CreateBr(next);
-        b_.SetInsertPoint(next);
+        if (Result<bool> r1 = epi.store_element(fn_, ok, coords, flat, v, out_); !r1) return r1.error();
       }
     }
     b_.CreateRetVoid();
@@ -861,7 +513,7 @@ class TiledKernel {
 
   const KernelSpec& spec_;
   const Graph& g_;
-  const Plan& p_;
+  const MatmulGroup& p_;
   const Tiling& t_;
   const llvmb::Target& target_;
   llvm::Module& m_;
@@ -894,7 +546,7 @@ constexpr int64_t kHostBlockN = 64;
 // host_vector / host_interleave as vectoriser hints (element.h LoopHints); each acc[j]
 // is its own accumulator, so no hint reorders a sum. f32 accumulators for float
 // dtypes; integers accumulate in i64 with wrap-around, as the reference (and torch) do.
-Result<bool> build_host(const KernelSpec& spec, const Plan& p, const KernelConfig& cfg, const llvmb::Target& target,
+Result<bool> build_host(const KernelSpec& spec, const MatmulGroup& p, const KernelConfig& cfg, const llvmb::Target& target,
                         llvm::Module& m) {
   llvm::LLVMContext& c = m.getContext();
   const Graph& g = spec.group;
@@ -907,7 +559,7 @@ Result<bool> build_host(const KernelSpec& spec, const Plan& p, const KernelConfi
   const int64_t TN = cfg.host_tile_n > 0 ? cfg.host_tile_n : kHostBlockN;
   llvm::Value* accbuf = b.CreateAlloca(llvm::ArrayType::get(acc_ty, static_cast<uint64_t>(TN)), nullptr, "acc");
   ElementCodegen cg(b, m, target);
-  Epilogue epi(g, p, cg, in);
+  MatmulEpilogue epi(g, p, cg, in);
   auto k = [&](int64_t v) { return b.getInt64(static_cast<uint64_t>(v)); };
   auto mul = [&](llvm::Value* x, int64_t s) -> llvm::Value* {
     return s == 1 ? x : b.CreateMul(x, k(s), "", true, true);
@@ -968,15 +620,6 @@ Result<bool> build_host(const KernelSpec& spec, const Plan& p, const KernelConfi
   return true;
 }
 
-EmittedKernel new_kernel(const KernelSpec& spec, const llvmb::Target& target) {
-  EmittedKernel k;
-  k.context = std::make_unique<llvm::LLVMContext>();
-  k.module = std::make_unique<llvm::Module>(spec.entry, *k.context);
-  llvmb::prepare_module(*k.module, target);
-  k.entry = spec.entry;
-  return k;
-}
-
 class MatmulEmitter final : public Emitter {
  public:
   Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config,
@@ -988,7 +631,7 @@ class MatmulEmitter final : public Emitter {
 }  // namespace
 
 Result<EmittedKernel> emit_matmul(const KernelSpec& spec, const KernelConfig& config, const llvmb::Target& target) {
-  Result<Plan> plan = analyse(spec);
+  Result<MatmulGroup> plan = analyse_matmul(spec);
   if (!plan) return plan.error();
   const bool gpu = target.kind == llvmb::Target::Kind::NVPTX;
   EmittedKernel k;
@@ -998,16 +641,23 @@ Result<EmittedKernel> emit_matmul(const KernelSpec& spec, const KernelConfig& co
     if (!is_float(plan->dtype))
       return diag(std::string(dtype_name(plan->dtype)) +
                   " matmul is not supported on NVPTX (it would need i64 accumulators; the host kernel has them)");
-    Result<Tiling> t = make_tiling(config, *plan, *sm);
-    if (!t) return t.error();
-    if (Result<bool> g = check_grid(*plan, *t); !g) return g.error();
-    k = new_kernel(spec, target);
-    Result<bool> built = TiledKernel(spec, *plan, *t, target, *k.module, /*sim=*/false).build();
-    if (!built) return built.error();
-    k.launch = matmul_launch(*plan, *t);
+    if (!mma_unsupported(*plan, config, *sm)) {
+      k = new_matmul_kernel(spec, target);
+      Result<LaunchShape> l = build_mma_kernel(spec, *plan, config, *sm, target, *k.module, /*sim=*/false);
+      if (!l) return l.error();
+      k.launch = *l;
+    } else {
+      Result<Tiling> t = make_tiling(config, *plan, *sm);
+      if (!t) return t.error();
+      if (Result<bool> g = check_grid(*plan, *t); !g) return g.error();
+      k = new_matmul_kernel(spec, target);
+      Result<bool> built = TiledKernel(spec, *plan, *t, target, *k.module, /*sim=*/false).build();
+      if (!built) return built.error();
+      k.launch = matmul_launch(*plan, *t);
+    }
   } else {
     if (std::optional<std::string> e = kernels::host_knob_error(config)) return diag(*e);
-    k = new_kernel(spec, target);
+    k = new_matmul_kernel(spec, target);
     Result<bool> built = build_host(spec, *plan, config, target, *k.module);
     if (!built) return built.error();
   }
@@ -1017,7 +667,7 @@ Result<EmittedKernel> emit_matmul(const KernelSpec& spec, const KernelConfig& co
 }
 
 Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& spec, const KernelConfig& config, bool wide_index) {
-  Result<Plan> plan = analyse(spec);
+  Result<MatmulGroup> plan = analyse_matmul(spec);
   if (!plan) return plan.error();
   if (!is_float(plan->dtype)) return diag(std::string(dtype_name(plan->dtype)) + " matmul has no tiled kernel");
   // Checked as for sm_90a: the same limits apply to the kernel being simulated.
@@ -1025,12 +675,61 @@ Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& spec, const Ke
   if (!t) return t.error();
   if (Result<bool> g = check_grid(*plan, *t); !g) return g.error();
   const llvmb::Target host = llvmb::Target::host();
-  EmittedKernel k = new_kernel(spec, host);
+  EmittedKernel k = new_matmul_kernel(spec, host);
   Result<bool> built = TiledKernel(spec, *plan, *t, host, *k.module, /*sim=*/true, wide_index).build();
   if (!built) return built.error();
   if (auto err = llvmb::verify(*k.module)) return diag("internal: the emitted module does not verify: " + *err);
   k.launch = matmul_launch(*plan, *t);
   return k;
+}
+
+Result<EmittedKernel> emit_matmul_mma_block_on_host(const KernelSpec& spec, const KernelConfig& config) {
+  Result<MatmulGroup> plan = analyse_matmul(spec);
+  if (!plan) return plan.error();
+  if (std::optional<std::string> why = mma_unsupported(*plan, config, 90)) return diag("no tensor-core kernel: " + *why);
+  const llvmb::Target host = llvmb::Target::host();
+  EmittedKernel k = new_matmul_kernel(spec, host);
+  Result<LaunchShape> l = build_mma_kernel(spec, *plan, config, 90, host, *k.module, /*sim=*/true);
+  if (!l) return l.error();
+  if (auto err = llvmb::verify(*k.module)) return diag("internal: the emitted module does not verify: " + *err);
+  k.launch = *l;
+  return k;
+}
+
+Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& config, const std::string& arch) {
+  Result<MatmulGroup> plan = analyse_matmul(spec);
+  if (!plan) return plan.error();
+  std::optional<int> sm = kernels::sm_version(arch);
+  if (!sm) return diag("unknown NVPTX arch '" + arch + "' (expected sm_NN or sm_NNa)");
+  if (std::optional<std::string> why = mma_unsupported(*plan, config, *sm)) return MatmulPath{false, *why};
+  return MatmulPath{true, "mma.sync.m16n8k16 " + std::string(dtype_name(plan->dtype)) +
+                              " with f32 accumulators, ldmatrix, 16-byte cp.async (" + std::to_string(config.stages) +
+                              " stages)"};
+}
+
+KernelConfig suggest_matmul_config(const KernelSpec& spec, const KernelConfig& base, const std::string& arch) {
+  Result<MatmulGroup> plan = analyse_matmul(spec);
+  std::optional<int> sm = kernels::sm_version(arch);
+  if (!plan || !sm) return base;
+  KernelConfig c = base;
+  c.split_k = 1;
+  c.warps = 4;
+  c.stages = 3;
+  // 128 x 128 x 32 (Triton's and CUTLASS's common sm_80 tile) where the matrix fills
+  // it; a small matrix gets the smallest tile that covers it, down to 32 x 32.
+  auto side = [](int64_t n) {
+    int s = 32;
+    while (s < 128 && s < n) s *= 2;
+    return s;
+  };
+  c.block_m = side(plan->M);
+  c.block_n = side(plan->N);
+  c.block_k = 32;
+  if (mma_unsupported(*plan, c, *sm)) {
+    c.block_k = 64;  // a k-contiguous side may need 64 elements
+    if (mma_unsupported(*plan, c, *sm)) return base;
+  }
+  return c;
 }
 
 const Emitter& matmul_emitter() {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 // EmittedKernel destroys an LLVMContext and a Module: callers need their definitions
 // (emitter.h only forward-declares them).
@@ -48,6 +49,50 @@ Result<EmittedKernel> emit_matmul(const KernelSpec& spec, const KernelConfig& co
 // arithmetic that emit_matmul picks only for operands of 2^30 elements or more.
 Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& spec, const KernelConfig& config,
                                                 bool wide_index = false);
+
+// ---- tensor cores -------------------------------------------------------------------
+// On NVPTX sm_80 and later, emit_matmul builds the tensor-core kernel (matmul_mma.cpp:
+// 16-byte cp.async into swizzled shared tiles, ldmatrix, mma.sync.m16n8k16 with f32
+// accumulators) when the matmul is f16 or bf16, each operand has a unit-stride dim
+// whose rows start 16-byte aligned, and the config fits (block_k >= 16, the shared
+// tiles' contiguous sides 32 or a multiple of 64, stages >= 2, split_k = 1, warp tiles
+// of whole 16x16 blocks). Otherwise it builds the SIMT kernel above. Operand base
+// addresses must be 16-byte aligned (every buffer the runtime allocates is).
+
+// Which NVPTX kernel emit_matmul builds for `spec` under `config` on `arch`, and why.
+struct MatmulPath {
+  bool tensor_cores = false;
+  std::string why;  // tensor_cores: the instructions; otherwise why not
+};
+Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& config, const std::string& arch);
+
+// A config for the tensor-core kernel when `spec` can take it on `arch` (f16/bf16
+// operands, sm_80+, suitable layouts): 128x128x32 tiles (smaller for small
+// matrices), 4 warps, 3 stages, base's group_m. `base` unchanged otherwise.
+KernelConfig suggest_matmul_config(const KernelSpec& spec, const KernelConfig& base, const std::string& arch);
+
+// What the host build of the tensor-core kernel calls for the warp-collective
+// instructions and the barrier (emit_matmul_mma_block_on_host). The simulation
+// behind them is the tests' (tests/kernels/matmul_mma_test.cpp), written from the
+// PTX ISA independently of mma_layout.h.
+struct MmaSimHooks {
+  void* ctx = nullptr;
+  void (*barrier)(void* ctx) = nullptr;  // bar.sync 0
+  // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: `row` is the 16-byte row
+  // address thread `thread` supplies; out[0..3] receive its four registers.
+  void (*ldmatrix_x4)(void* ctx, int32_t thread, const void* row, int32_t trans, uint32_t* out) = nullptr;
+  // mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32 (T = f16 when f16 != 0, else bf16):
+  // a[4], b[2] are thread `thread`'s operand registers; cd[4] its C in, D out.
+  void (*mma)(void* ctx, int32_t thread, int32_t f16, const uint32_t* a, const uint32_t* b, float* cd) = nullptr;
+};
+
+// The tensor-core kernel of emit_matmul built for the host:
+//   void entry(ptr args, i32 block_x, i32 block_y, i32 thread, ptr smem, ptr hooks)
+// runs one thread of one block; `hooks` is an MmaSimHooks*, `smem` the block's shared
+// memory (launch.shared_bytes, 128-byte aligned). The caller runs launch.block[0]
+// threads concurrently. cp.async becomes a copy that completes at once. A Diag when
+// the tensor-core kernel does not apply (as matmul_path says) on sm_90a.
+Result<EmittedKernel> emit_matmul_mma_block_on_host(const KernelSpec& spec, const KernelConfig& config);
 
 // The emitter registered for KernelKind::Matmul in emitter_for (emitter.cpp).
 const Emitter& matmul_emitter();

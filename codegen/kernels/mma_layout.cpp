@@ -47,6 +47,12 @@ RowCol ldmatrix_x4_a_addr(int lane) {
   return {8 * (p.matrix & 1) + p.row, 8 * (p.matrix >> 1)};
 }
 
+RowCol ldmatrix_x4_a_trans_addr(int lane) {
+  // Matrix j covers A's k 8 * (j / 2) .. +7 (the stored rows) at m 8 * (j % 2).
+  LdmatrixRow p = ldmatrix_row_provider(lane);
+  return {8 * (p.matrix >> 1) + p.row, 8 * (p.matrix & 1)};
+}
+
 bool ldmatrix_b_trans(SmemB layout) { return layout == SmemB::KxN; }
 
 RowCol ldmatrix_x4_b_addr(int lane, SmemB layout) {

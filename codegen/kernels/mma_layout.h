@@ -85,8 +85,15 @@ RowCol ldmatrix_elem(int lane, int half, bool trans);
 // block position (m, k) of the first of the 8 contiguous elements whose address lane
 // `lane` supplies to ldmatrix.x4, (lane % 16, 8 * (lane / 16)). The destination
 // registers are then a0a1, a2a3, a4a5, a6a7. (An A stored K x M would need .trans and
-// other addresses; the emitter is not to stage A that way.)
+// other addresses: ldmatrix_x4_a_trans_addr.)
 RowCol ldmatrix_x4_a_addr(int lane);
+
+// The same 16 x 16 block of A stored K x M (m contiguous: `transpose(x) @ w`), read
+// with .trans: the stored (k, m) of the 8 contiguous elements lane `lane` points at,
+// (lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2)). Matrix j must hold A's (m, k)
+// origin (8 * (j % 2), 8 * (j / 2)) as before, i.e. stored rows k 8 * (j / 2) .. +7
+// from column m 8 * (j % 2); .trans hands each lane the pair of adjacent k it needs.
+RowCol ldmatrix_x4_a_trans_addr(int lane);
 
 // How a 16 x 16 block of B (K x N: k 0..15, n 0..15, two n8 mma tiles) is stored in
 // shared memory. The tensor-core emitter is to stage tiles in the global layout (so

@@ -14,6 +14,7 @@
 #include "autotune/ptxas.h"
 #include "codegen/ir/printer.h"
 #include "codegen/kernels/host_runner.h"
+#include "codegen/kernels/matmul.h"
 #include "codegen/kernels/reduction.h"
 #include "codegen/reference/evaluate.h"
 
@@ -151,6 +152,7 @@ class PtxCandidateBuilder final : public Builder {
     r.threads_per_block = l.block[0] * l.block[1] * l.block[2];
     r.dynamic_shared_bytes = l.shared_bytes;
     r.grid_blocks = l.grid[0] * l.grid[1] * l.grid[2];
+    r.tensor_cores = ptx->find("mma.sync.aligned") != std::string::npos;
     std::string launch = std::to_string(l.grid[0]) + "," + std::to_string(l.grid[1]) + "," + std::to_string(l.grid[2]) +
                          "/" + std::to_string(l.block[0]) + "," + std::to_string(l.block[1]) + "," +
                          std::to_string(l.block[2]) + "/" + std::to_string(l.shared_bytes);
@@ -286,11 +288,13 @@ Result<TuneProblem> tune_problem(const LocalKernel& k) {
   return p;
 }
 
-KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t) {
+KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t, const std::string& arch) {
   KernelConfig c;
   std::optional<KernelKind> kind = kernel_kind_of(k);
   if (t == ConfigTarget::Gpu && kind == KernelKind::Reduction)
     if (Result<KernelConfig> s = suggest_reduction_config(KernelSpec{"sf_default", *kind, k.group}, c); s.ok()) c = *s;
+  if (t == ConfigTarget::Gpu && kind == KernelKind::Matmul && !arch.empty())
+    c = suggest_matmul_config(KernelSpec{"sf_default", *kind, k.group}, c, arch);
   return c;
 }
 
@@ -405,7 +409,7 @@ Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs,
       own_runner = cr ? std::move(cr).value() : make_unavailable_runner(cr.error().message);
       runner = own_runner.get();
     }
-    KernelConfig def = default_kernel_config(*j.k, ct);
+    KernelConfig def = default_kernel_config(*j.k, ct, setup.arch);
     Result<TuneReport> r = tune_kernel(j.p, j.key, *target, def, builder, *runner, cache, opts,
                                        [&](const TuneProgress& tp) {
                                          if (progress) progress(i, jobs.size(), tp);
@@ -433,7 +437,7 @@ std::optional<TuneKey> ConfigChooser::key_of(const LocalKernel& k) const {
 
 KernelChoice ConfigChooser::choose(const LocalKernel& k) const {
   const ConfigTarget ct = config_target_of(setup_);
-  KernelChoice c{default_kernel_config(k, ct), ConfigSource::Default, ""};
+  KernelChoice c{default_kernel_config(k, ct, ct == ConfigTarget::Gpu ? setup_.arch : ""), ConfigSource::Default, ""};
   std::optional<KernelKind> kind = kernel_kind_of(k);
   if (kind) c.text = config_str(*kind, ct, c.config);
   std::optional<TuneKey> key = key_of(k);

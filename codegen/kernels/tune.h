@@ -21,8 +21,10 @@ namespace sf {
 Result<TuneProblem> tune_problem(const LocalKernel& k);
 
 // The config codegen uses when nothing was tuned: KernelConfig{} with, for GPU
-// reductions, the emitter's suggestion for the row shape.
-KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t);
+// reductions, the emitter's suggestion for the row shape, and for GPU matmuls that
+// can take tensor cores on `arch` (f16/bf16, sm_80+), a tensor-core tile
+// (suggest_matmul_config; none without an arch).
+KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t, const std::string& arch = "");
 
 // The GPU that GPU keys are measured on: device 0's name, arch and driver version
 // (cuda::device_info), looked up once per process; all empty without a driver or GPU.

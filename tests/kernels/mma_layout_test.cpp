@@ -12,6 +12,7 @@
 //   - the swizzle: a bijection per row and per tile, conflict-free ldmatrix and cp.async
 //     phases in a 32-bank model, and conflicting ldmatrix phases without it.
 #include "codegen/kernels/mma_layout.h"
+#include "tests/kernels/ptx_isa_tables.h"
 
 #include <gtest/gtest.h>
 
@@ -30,117 +31,8 @@
 namespace sf::kernels {
 namespace {
 
-constexpr int kLanes = 32;
+using namespace isa;
 
-// ---- the PTX ISA's figures, written out ------------------------------------------------
-// PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type": each figure
-// draws the matrix and labels every cell "T<lane> : <element>". One grid here is the
-// lanes, one the element indices (a digit per cell), transcribed cell by cell.
-
-// A, 16 x 16 (rows m, columns k), elements a0..a7.
-constexpr int kAFigLane[16][16] = {
-    { 0,  0,  1,  1,  2,  2,  3,  3,  0,  0,  1,  1,  2,  2,  3,  3},
-    { 4,  4,  5,  5,  6,  6,  7,  7,  4,  4,  5,  5,  6,  6,  7,  7},
-    { 8,  8,  9,  9, 10, 10, 11, 11,  8,  8,  9,  9, 10, 10, 11, 11},
-    {12, 12, 13, 13, 14, 14, 15, 15, 12, 12, 13, 13, 14, 14, 15, 15},
-    {16, 16, 17, 17, 18, 18, 19, 19, 16, 16, 17, 17, 18, 18, 19, 19},
-    {20, 20, 21, 21, 22, 22, 23, 23, 20, 20, 21, 21, 22, 22, 23, 23},
-    {24, 24, 25, 25, 26, 26, 27, 27, 24, 24, 25, 25, 26, 26, 27, 27},
-    {28, 28, 29, 29, 30, 30, 31, 31, 28, 28, 29, 29, 30, 30, 31, 31},
-    { 0,  0,  1,  1,  2,  2,  3,  3,  0,  0,  1,  1,  2,  2,  3,  3},
-    { 4,  4,  5,  5,  6,  6,  7,  7,  4,  4,  5,  5,  6,  6,  7,  7},
-    { 8,  8,  9,  9, 10, 10, 11, 11,  8,  8,  9,  9, 10, 10, 11, 11},
-    {12, 12, 13, 13, 14, 14, 15, 15, 12, 12, 13, 13, 14, 14, 15, 15},
-    {16, 16, 17, 17, 18, 18, 19, 19, 16, 16, 17, 17, 18, 18, 19, 19},
-    {20, 20, 21, 21, 22, 22, 23, 23, 20, 20, 21, 21, 22, 22, 23, 23},
-    {24, 24, 25, 25, 26, 26, 27, 27, 24, 24, 25, 25, 26, 26, 27, 27},
-    {28, 28, 29, 29, 30, 30, 31, 31, 28, 28, 29, 29, 30, 30, 31, 31},
-};
-constexpr const char* kAFigElem[16] = {
-    "0101010145454545", "0101010145454545", "0101010145454545", "0101010145454545",
-    "0101010145454545", "0101010145454545", "0101010145454545", "0101010145454545",
-    "2323232367676767", "2323232367676767", "2323232367676767", "2323232367676767",
-    "2323232367676767", "2323232367676767", "2323232367676767", "2323232367676767",
-};
-
-// B, 16 x 8 (rows k, columns n), elements b0..b3.
-constexpr int kBFigLane[16][8] = {
-    {0, 4,  8, 12, 16, 20, 24, 28}, {0, 4,  8, 12, 16, 20, 24, 28},
-    {1, 5,  9, 13, 17, 21, 25, 29}, {1, 5,  9, 13, 17, 21, 25, 29},
-    {2, 6, 10, 14, 18, 22, 26, 30}, {2, 6, 10, 14, 18, 22, 26, 30},
-    {3, 7, 11, 15, 19, 23, 27, 31}, {3, 7, 11, 15, 19, 23, 27, 31},
-    {0, 4,  8, 12, 16, 20, 24, 28}, {0, 4,  8, 12, 16, 20, 24, 28},
-    {1, 5,  9, 13, 17, 21, 25, 29}, {1, 5,  9, 13, 17, 21, 25, 29},
-    {2, 6, 10, 14, 18, 22, 26, 30}, {2, 6, 10, 14, 18, 22, 26, 30},
-    {3, 7, 11, 15, 19, 23, 27, 31}, {3, 7, 11, 15, 19, 23, 27, 31},
-};
-constexpr const char* kBFigElem[16] = {
-    "00000000", "11111111", "00000000", "11111111", "00000000", "11111111", "00000000", "11111111",
-    "22222222", "33333333", "22222222", "33333333", "22222222", "33333333", "22222222", "33333333",
-};
-
-// C and D (f32), 16 x 8 (rows m, columns n), elements c0..c3.
-constexpr int kCFigLane[16][8] = {
-    { 0,  0,  1,  1,  2,  2,  3,  3}, { 4,  4,  5,  5,  6,  6,  7,  7},
-    { 8,  8,  9,  9, 10, 10, 11, 11}, {12, 12, 13, 13, 14, 14, 15, 15},
-    {16, 16, 17, 17, 18, 18, 19, 19}, {20, 20, 21, 21, 22, 22, 23, 23},
-    {24, 24, 25, 25, 26, 26, 27, 27}, {28, 28, 29, 29, 30, 30, 31, 31},
-    { 0,  0,  1,  1,  2,  2,  3,  3}, { 4,  4,  5,  5,  6,  6,  7,  7},
-    { 8,  8,  9,  9, 10, 10, 11, 11}, {12, 12, 13, 13, 14, 14, 15, 15},
-    {16, 16, 17, 17, 18, 18, 19, 19}, {20, 20, 21, 21, 22, 22, 23, 23},
-    {24, 24, 25, 25, 26, 26, 27, 27}, {28, 28, 29, 29, 30, 30, 31, 31},
-};
-constexpr const char* kCFigElem[16] = {
-    "01010101", "01010101", "01010101", "01010101", "01010101", "01010101", "01010101", "01010101",
-    "23232323", "23232323", "23232323", "23232323", "23232323", "23232323", "23232323", "23232323",
-};
-
-// PTX ISA, "Warp-level matrix load instruction: ldmatrix": one 8 x 8 matrix as stored
-// (row r = the 16 bytes lane 8j + r pointed at), each cell's receiving lane and the half
-// of its register (0 low, 1 high) without .trans. With .trans the lanes receive the
-// transposed matrix in this same pattern, so stored cell (r, c) goes where (c, r) goes
-// here.
-constexpr int kLdFigLane[8][8] = {
-    { 0,  0,  1,  1,  2,  2,  3,  3}, { 4,  4,  5,  5,  6,  6,  7,  7},
-    { 8,  8,  9,  9, 10, 10, 11, 11}, {12, 12, 13, 13, 14, 14, 15, 15},
-    {16, 16, 17, 17, 18, 18, 19, 19}, {20, 20, 21, 21, 22, 22, 23, 23},
-    {24, 24, 25, 25, 26, 26, 27, 27}, {28, 28, 29, 29, 30, 30, 31, 31},
-};
-constexpr const char* kLdFigHalf[8] = {
-    "01010101", "01010101", "01010101", "01010101", "01010101", "01010101", "01010101", "01010101",
-};
-
-// A figure read backwards: (lane, element) -> cell, and how often the grid names each.
-struct FigureMap {
-  std::array<std::array<RowCol, 8>, kLanes> at{};
-  std::array<std::array<int, 8>, kLanes> times{};
-};
-
-template <int R, int C>
-FigureMap invert(const int (&lane)[R][C], const char* const (&elem)[R], bool transpose = false) {
-  FigureMap m;
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) {
-      int l = lane[r][c], i = elem[r][c] - '0';
-      m.at[l][i] = transpose ? RowCol{c, r} : RowCol{r, c};
-      ++m.times[l][i];
-    }
-  return m;
-}
-
-const FigureMap& fig_a() { static const FigureMap m = invert(kAFigLane, kAFigElem); return m; }
-const FigureMap& fig_b() { static const FigureMap m = invert(kBFigLane, kBFigElem); return m; }
-const FigureMap& fig_c() { static const FigureMap m = invert(kCFigLane, kCFigElem); return m; }
-const FigureMap& fig_ld(bool trans) {
-  static const FigureMap plain = invert(kLdFigLane, kLdFigHalf);
-  static const FigureMap transposed = invert(kLdFigLane, kLdFigHalf, /*transpose=*/true);
-  return trans ? transposed : plain;
-}
-
-RowCol isa_a(int lane, int i) { return fig_a().at[lane][i]; }
-RowCol isa_b(int lane, int i) { return fig_b().at[lane][i]; }
-RowCol isa_c(int lane, int i) { return fig_c().at[lane][i]; }
-RowCol isa_ld(int lane, int half, bool trans) { return fig_ld(trans).at[lane][half]; }
 
 // What the simulated hardware believes mma and ldmatrix do.
 struct Hardware {
@@ -553,6 +445,36 @@ TEST(MmaLayoutWarpSim, LdmatrixOfASwizzledATileGivesTheAFragment) {
               ASSERT_EQ(got[lane][reg], want[lane][reg]) << "hardware " << hw->name << ", K " << k << ", block (" << m0 << ", "
                                                          << k0 << "), lane " << lane << ", register " << reg;
           for (const auto& ph : phases) EXPECT_EQ(wavefronts(ph, 16), 1) << "K " << k << ", block (" << m0 << ", " << k0 << ")";
+        }
+    }
+}
+
+// The same with A stored K x M (m contiguous, K = 32 rows, M = 32 or 64 columns), read
+// with .trans at ldmatrix_x4_a_trans_addr: the registers must again be a_fragment's.
+TEST(MmaLayoutWarpSim, LdmatrixTransOfASwizzledKxMTileGivesTheAFragment) {
+  for (const Hardware* hw : {&kIsa, &kModule})
+    for (int m : {32, 64}) {
+      std::mt19937 rng(static_cast<uint32_t>(100 + m));
+      Mat a = random_ints(m, 32, rng);  // M x K
+      Mat stored(32, m);                // K x M, as it sits in shared memory
+      for (int i = 0; i < m; ++i)
+        for (int kk = 0; kk < 32; ++kk) stored.at(kk, i) = a.at(i, kk);
+      std::vector<uint8_t> smem = swizzled_tile(stored);
+      for (int m0 = 0; m0 < m; m0 += 16)
+        for (int k0 = 0; k0 < 32; k0 += 16) {
+          std::array<int, kLanes> addr{};
+          for (int lane = 0; lane < kLanes; ++lane) {
+            RowCol p = ldmatrix_x4_a_trans_addr(lane);
+            addr[lane] = swizzle_offset_b16(k0 + p.row, m0 + p.col, 2 * m);
+          }
+          std::vector<std::vector<int>> phases;
+          Regs got = ldmatrix(*hw, 4, /*trans=*/true, smem, addr, &phases);
+          Regs want = a_fragment(a, m0, k0);
+          for (int lane = 0; lane < kLanes; ++lane)
+            for (int reg = 0; reg < 4; ++reg)
+              ASSERT_EQ(got[lane][reg], want[lane][reg]) << "hardware " << hw->name << ", M " << m << ", block (" << m0
+                                                         << ", " << k0 << "), lane " << lane << ", register " << reg;
+          for (const auto& ph : phases) EXPECT_EQ(wavefronts(ph, 16), 1) << "M " << m << ", block (" << m0 << ", " << k0 << ")";
         }
     }
 }

@@ -7,6 +7,7 @@
 
 #include "codegen/dist/lower.h"
 #include "codegen/dist/schedule.h"
+#include "codegen/ir/builder.h"
 #include "codegen/ir/parser.h"
 #include "runtime/timeline.h"
 
@@ -492,6 +493,41 @@ TEST(Roofline, MaxOfComputeAndMemoryPlusLaunch) {
   EXPECT_DOUBLE_EQ(roofline_us(StepWork{100000000, 1000000}, g), 10 + 2);  // compute-bound
   EXPECT_DOUBLE_EQ(roofline_us(StepWork{1000000, 10000000}, g), 10 + 2);  // memory-bound
   EXPECT_DOUBLE_EQ(roofline_us(StepWork{0, 0}, g), 2);
+  // Tensor-core flops at bf16_tflops, added to the SIMT time; at fp32 without it.
+  EXPECT_DOUBLE_EQ(roofline_us(StepWork{0, 0, 100000000}, g), 10 + 2);
+  g.bf16_tflops = 100;  // 1e8 flop/us
+  EXPECT_DOUBLE_EQ(roofline_us(StepWork{0, 0, 100000000}, g), 1 + 2);
+  EXPECT_DOUBLE_EQ(roofline_us(StepWork{10000000, 0, 100000000}, g), 1 + 1 + 2);
+}
+
+// A bf16 matmul kernel's multiply-adds are tensor flops, its epilogue's are not; an
+// f32 matmul's are all SIMT flops.
+TEST(Roofline, SixteenBitMatmulFlopsGoToTheTensorCores) {
+  for (DType dt : {DType::BF16, DType::F32}) {
+    GraphBuilder b("mm");
+    Value x = b.param("x", dt, {64, 32});
+    Value w = b.param("w", dt, {32, 16});
+    b.ret(relu(matmul(x, w)));
+    Result<Graph> g = b.finish();
+    ASSERT_TRUE(g.ok());
+    LocalProgram p;
+    LocalKernel k;
+    k.group = *g;
+    k.flops = 2 * 64 * 16 * 32 + 64 * 16;
+    p.kernels.push_back(k);
+    LocalStep s;
+    s.kind = LocalStep::Kind::Kernel;
+    s.kernel = 0;
+    p.steps.push_back(s);
+    StepWork sw = step_work(p, 0);
+    if (dt == DType::BF16) {
+      EXPECT_EQ(sw.tensor_flops, 2 * 64 * 16 * 32);
+      EXPECT_EQ(sw.flops, 64 * 16);
+    } else {
+      EXPECT_EQ(sw.tensor_flops, 0);
+      EXPECT_EQ(sw.flops, 2 * 64 * 16 * 32 + 64 * 16);
+    }
+  }
 }
 
 }  // namespace

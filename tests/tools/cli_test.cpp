@@ -232,7 +232,7 @@ TEST(CliCompile, WritesAPlanWhosePtxPassesPtxas) {
   }
   EXPECT_EQ(kernels, 15);
   EXPECT_GE(collectives, 1);
-  EXPECT_NE(read_text(d / "plan/report.txt").find("roofline estimate on an H100"), std::string::npos);
+  EXPECT_NE(read_text(d / "plan/report.txt").find("roofline estimate on NVIDIA H100 (SXM)"), std::string::npos);
 }
 
 TEST(CliCompile, ReplacesAnExistingPlanAndLeavesNoTemporaries) {

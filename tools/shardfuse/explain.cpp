@@ -5,6 +5,8 @@
 #include "codegen/dist/explain.h"
 #include "codegen/dist/lower.h"
 #include "codegen/fusion/pipeline.h"
+#include "codegen/kernels/host_runner.h"
+#include "codegen/kernels/matmul.h"
 #include "codegen/kernels/tune.h"
 #include "tools/shardfuse/commands.h"
 
@@ -77,6 +79,10 @@ int explain(const ExplainOptions& o) {
     KernelChoice c = chooser.choose(k);
     std::cout << "  " << k.name << ": " << (c.text.empty() ? "(no emitter)" : c.text) << "  ["
               << config_source_name(c.source) << "]\n";
+    // Which matmul kernel that config gets on the GPU: tensor cores or SIMT FMA, and why.
+    if (o.device == "cuda" && kernel_kind_of(k) == KernelKind::Matmul)
+      if (Result<MatmulPath> mp = matmul_path(KernelSpec{k.name, KernelKind::Matmul, k.group}, c.config, o.arch); mp.ok())
+        std::cout << "    " << (mp->tensor_cores ? "tensor cores: " : "SIMT FMA, no tensor cores: ") << mp->why << "\n";
   }
   return 0;
 }

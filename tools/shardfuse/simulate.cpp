@@ -138,6 +138,7 @@ int simulate(const SimulateOptions& o) {
     po.decompose.comm.alpha_s = l.alpha_us * 1e-6 * static_cast<double>(std::max<int64_t>(1, widest - 1));
     po.decompose.comm.beta_bytes_per_s = l.bandwidth_GB_s * 1e9;
     po.decompose.flops_per_s = sys->gpu.fp32_tflops * 1e12;
+    if (sys->gpu.bf16_tflops > 0) po.decompose.tensor_flops_per_s = sys->gpu.bf16_tflops * 1e12;
     po.decompose.bytes_per_s = sys->gpu.hbm_GB_s * 1e9;
     po.decompose.launch_s = sys->gpu.launch_us * 1e-6;
   }
@@ -205,7 +206,10 @@ int simulate(const SimulateOptions& o) {
   std::cout << "simulate " << g->name() << ": " << mesh.world() << " rank(s) on " << sys->name << " ("
             << sys->nodes << " node(s) x " << sys->gpus_per_node << " " << sys->gpu.name << ")\n";
   std::cout << "kernel times: " << from_roofline << " step(s) from the roofline (" << sys->gpu.fp32_tflops
-            << " TFLOP/s fp32, " << sys->gpu.hbm_GB_s << " GB/s HBM, " << sys->gpu.launch_us << " us launch), "
+            << " TFLOP/s fp32, "
+            << (sys->gpu.bf16_tflops > 0 ? std::to_string(static_cast<int64_t>(sys->gpu.bf16_tflops)) + " TFLOP/s f16/bf16 matmuls, "
+                                         : std::string())
+            << sys->gpu.hbm_GB_s << " GB/s HBM, " << sys->gpu.launch_us << " us launch), "
             << from_cache << " measured";
   if (!measured.usable())
     std::cout << " (" << (target.empty() ? "the system names no device_name to match" : "no tuning cache") << ")";

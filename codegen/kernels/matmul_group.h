@@ -1,0 +1,189 @@
+// What the matmul emitters share (codegen/kernels/matmul.cpp: the SIMT tiled kernel
+// and the host loops; matmul_mma.cpp: the tensor-core kernel): the analysis of a
+// matmul group, the epilogue on its output space, batch indexing and the per-arch
+// shared-memory limit. Internal to codegen/kernels.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+
+#include "codegen/kernels/element.h"
+#include "codegen/kernels/emitter.h"
+
+namespace sf::matmul_detail {
+
+using kernels::Elem;
+using kernels::ElementCodegen;
+using kernels::ValueIndex;
+
+inline Diag diag(std::string msg, SourceLoc loc = {}) { return Diag{"", loc, "matmul: " + std::move(msg)}; }
+inline bool pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A matmul operand read in place: the param it is a view of, and for each of the
+// operand's logical dims ([..., M, K] for A, [..., K, N] for B) the element stride into
+// that param (0 where a dim is broadcast by an expand).
+struct MatmulOperand {
+  int param = -1;  // index among the group's params
+  DType dtype = DType::F32;
+  Shape shape;
+  std::vector<int64_t> strides;
+};
+
+// What emission needs to know about a group, found once from the graph.
+struct MatmulGroup {
+  ValueId mm = -1;
+  DType dtype = DType::F32;  // the matmul's (and both operands')
+  Shape out;                 // the matmul's output shape O = [batch..., M, N]
+  Shape batch;
+  int64_t nbatch = 1, M = 0, N = 0, K = 0;
+  MatmulOperand a, b;
+  // Per batch dim of O: the element stride of A and B (0 where broadcast).
+  std::vector<int64_t> a_bstride, b_bstride;
+  int64_t sam = 0, sak = 0, sbk = 0, sbn = 0;  // strides of A's M, K and B's K, N dims
+  std::vector<ValueIndex> out_at;             // each output's index over O
+  bool bare = false;  // the kernel's one output is the matmul's own result (no epilogue)
+};
+
+// The group's matmul, operands and outputs, or a Diag saying why `spec` is not a
+// matmul kernel (matmul.h lists what a group may hold).
+Result<MatmulGroup> analyse_matmul(const KernelSpec& spec);
+
+// The group's outputs at one element of O, given the matmul's value there: element.h's
+// GroupValues with two hooks. The matmul node is the accumulator at hand, and a param
+// read over O itself (not through a reshape) is loaded at sum(coord * stride) of O's
+// coordinates, which the kernel has as values: no divisions, where the flat index
+// would need one per dim.
+class MatmulEpilogue {
+ public:
+  MatmulEpilogue(const Graph& g, const MatmulGroup& p, ElementCodegen& cg, std::vector<llvm::Value*> inputs)
+      : g_(g), p_(p), cg_(cg), inputs_(inputs), values_(g, cg, std::move(inputs)) {}
+
+  // `coords`: O's coordinates (index-typed values), `flat`: O's flat index there,
+  // `mm`: the matmul's element (already rounded to its dtype).
+  Result<std::vector<Elem>> outputs(const std::vector<llvm::Value*>& coords, llvm::Value* flat, Elem mm) {
+    values_.at_index(flat, [&](ValueId v, const ValueIndex& at) -> std::optional<Elem> {
+      if (v == p_.mm) return mm;  // analyse_matmul() checked every read of it is at O's own index
+      const Node& n = g_.node(v);
+      if (n.op != OpKind::Param || !at.prefix.contiguous() || at.space != p_.out) return std::nullopt;
+      return cg_.load(n.type.dtype, inputs_[static_cast<size_t>(values_.param_slot(v))], offset(n, at, coords));
+    });
+    std::vector<Elem> out;
+    for (size_t o = 0; o < g_.outputs().size(); ++o) {
+      Result<Elem> e = values_.value(g_.outputs()[o].value, p_.out_at[o]);
+      if (!e) return Diag{"", e.error().loc, "matmul epilogue: " + e.error().message};
+      out.push_back(*e);
+    }
+    return out;
+  }
+
+  // The NVPTX kernels' store of one accumulator: under `in_bounds` (a branch in
+  // `fn`), the f32 `acc` rounded to the matmul's dtype, the outputs at O's element
+  // (`coords`, `flat`) stored to `out`. Leaves the builder after the branch.
+  Result<bool> store_element(llvm::Function* fn, llvm::Value* in_bounds, const std::vector<llvm::Value*>& coords,
+                             llvm::Value* flat, llvm::Value* acc, const std::vector<llvm::Value*>& out) {
+    llvm::IRBuilderBase& b = cg_.builder();
+    llvm::BasicBlock* st = llvm::BasicBlock::Create(b.getContext(), "epi", fn);
+    llvm::BasicBlock* next = llvm::BasicBlock::Create(b.getContext(), "epi.next", fn);
+    b.CreateCondBr(in_bounds, st, next);
+    b.SetInsertPoint(st);
+    Result<std::vector<Elem>> outs = outputs(coords, flat, Elem{cg_.round_to(p_.dtype, acc), p_.dtype});
+    if (!outs) return outs.error();
+    for (size_t o = 0; o < outs->size(); ++o) cg_.store((*outs)[o], out[o], flat);
+    b.CreateBr(next);
+    b.SetInsertPoint(next);
+    return true;
+  }
+
+ private:
+  llvm::Value* offset(const Node& n, const ValueIndex& at, const std::vector<llvm::Value*>& coords) {
+    llvm::IRBuilderBase& b = cg_.builder();
+    llvm::Type* it = coords.back()->getType();
+    std::vector<int64_t> cs = contiguous_strides(n.type.shape), per_space(at.space.size(), 0);
+    for (size_t d = 0; d < at.src.size(); ++d)
+      if (at.src[d] >= 0 && n.type.shape[d] != 1) per_space[static_cast<size_t>(at.src[d])] += cs[d];
+    llvm::Value* off = nullptr;
+    for (size_t s = 0; s < per_space.size(); ++s) {
+      if (per_space[s] == 0) continue;
+      llvm::Value* c = coords[s];
+      if (per_space[s] != 1) c = b.CreateMul(c, llvm::ConstantInt::get(it, static_cast<uint64_t>(per_space[s])), "", true, true);
+      off = off ? b.CreateAdd(off, c, "", true, true) : c;
+    }
+    return off ? off : llvm::ConstantInt::get(it, 0);
+  }
+
+  const Graph& g_;
+  const MatmulGroup& p_;
+  ElementCodegen& cg_;
+  std::vector<llvm::Value*> inputs_;
+  kernels::GroupValues values_;
+};
+
+// O's batch coordinates of batch index z (index-typed), and the element offsets of
+// A's and B's matrices for it.
+struct BatchIndex {
+  std::vector<llvm::Value*> coords;
+  llvm::Value* a_off = nullptr;
+  llvm::Value* b_off = nullptr;
+};
+
+BatchIndex batch_index(llvm::IRBuilderBase& b, const MatmulGroup& p, llvm::Value* z);
+
+
+// Maximum shared memory one block may use (opt-in dynamic shared memory), per the
+// CUDA C++ Programming Guide's "Technical Specifications per Compute Capability":
+// 227 KiB on sm_90, 163 KiB on sm_80/87, 99 KiB on sm_86/89, 96 KiB on sm_70/72,
+// 64 KiB on sm_75, 48 KiB before Volta.
+int64_t max_shared_bytes(int sm);
+
+// ---- what both NVPTX kernels emit the same way ----
+
+// The kernel function `spec.entry(in0.., out0..)` over global pointers with
+// .maxntid `threads`, its entry block current in `b`, and its dynamic shared memory:
+// one `.extern .shared` array `sf_smem` aligned to `smem_align` bytes, sized by the
+// launch (static shared memory stops at 48 KiB, and Triton's configs go beyond it).
+struct NvptxEntry {
+  llvm::Function* fn = nullptr;
+  std::vector<llvm::Value*> in, out;
+  llvm::Value* smem = nullptr;
+};
+NvptxEntry begin_nvptx_matmul(llvm::Module& m, llvm::IRBuilderBase& b, const KernelSpec& spec, int threads,
+                              uint64_t smem_align);
+
+// A special register (%tid.x, %ctaid.x, ...) widened to `index_type`.
+llvm::Value* nvptx_sreg(llvm::IRBuilderBase& b, llvm::Intrinsic::ID id, llvm::Type* index_type);
+
+// The first row and column of the output tile block `bx` computes, by the GROUP_M
+// swizzle (Triton's matmul tutorial): consecutive blocks walk down group_m rows of
+// tiles before moving right, so a wave of blocks shares A's rows and B's columns in L2.
+struct TileOrigin {
+  llvm::Value* m0 = nullptr;
+  llvm::Value* n0 = nullptr;
+};
+TileOrigin group_m_tile(llvm::IRBuilderBase& b, const MatmulGroup& p, llvm::Value* bx, int bm, int bn, int group_m);
+
+// (ceil(M/bm) * ceil(N/bn), batch, split) blocks of `threads` threads with
+// `shared_bytes` of dynamic shared memory; a Diag when the grid is over CUDA's limits.
+LaunchShape matmul_launch_shape(const MatmulGroup& p, int bm, int bn, int threads, int64_t shared_bytes, int split);
+Result<bool> check_matmul_grid(const MatmulGroup& p, int bm, int bn);
+
+// A fresh context and module for `spec`'s kernel, prepared for `target`.
+EmittedKernel new_matmul_kernel(const KernelSpec& spec, const llvmb::Target& target);
+
+// ---- the tensor-core kernel (matmul_mma.cpp) ----
+
+// Why the tensor-core kernel cannot compute `p` under config `c` on sm_`sm` (the
+// dtype, the arch, an operand layout or the config), or nullopt when it can.
+std::optional<std::string> mma_unsupported(const MatmulGroup& p, const KernelConfig& c, int sm);
+
+// Builds the tensor-core kernel into `m`: for NVPTX, or (`sim`) as the host function
+// emit_matmul_mma_block_on_host describes. Returns its launch shape.
+Result<LaunchShape> build_mma_kernel(const KernelSpec& spec, const MatmulGroup& p, const KernelConfig& c, int sm,
+                                     const llvmb::Target& target, llvm::Module& m, bool sim);
+
+}  // namespace sf::matmul_detail

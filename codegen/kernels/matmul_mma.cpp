@@ -1,0 +1,604 @@
+// The tensor-core matmul kernel for sm_80 and later (docs/kernels.md, "Tensor-core
+// matmul"): f16/bf16 operands staged by 16-byte cp.async into XOR-swizzled shared
+// tiles in a multi-stage pipeline, ldmatrix.x4 into fragments, mma.sync.m16n8k16 with
+// f32 accumulators, and the group's epilogue applied on the accumulator fragments.
+// The index maps are those of mma_layout.h, which tests/kernels/mma_layout_test.cpp
+// proves against the PTX ISA's figures; matmul_mma_test.cpp runs this very kernel on
+// the host with every warp simulated (MmaSimHooks) to prove the emitted addressing.
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/GlobalVariable.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include "codegen/kernels/matmul.h"
+#include "codegen/kernels/matmul_group.h"
+
+namespace sf::matmul_detail {
+
+namespace {
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+int log2i(int64_t v) {
+  int r = 0;
+  while ((int64_t{1} << r) < v) ++r;
+  return r;
+}
+
+// How an operand sits in global memory, for 16-byte copies: the dim with unit stride
+// ("contiguous") and the other one's stride, which must keep every 8-element chunk
+// 16-byte aligned.
+struct OperandLayout {
+  bool k_contiguous = false;  // A: [m][k] rows (else [k][m]); B: [n][k] rows (else [k][n])
+  std::string why_not;        // non-empty: no layout 16-byte copies can read
+};
+
+// `outer` is M (A) or N (B): the stride pair is (outer stride, k stride).
+OperandLayout operand_layout(const char* name, int64_t s_outer, int64_t s_k, int64_t outer, int64_t k,
+                             const std::vector<int64_t>& bstrides) {
+  OperandLayout l;
+  auto aligned = [](int64_t s, int64_t n) { return n == 1 || s % 8 == 0; };
+  for (int64_t s : bstrides)
+    if (s % 8 != 0) {
+      l.why_not = std::string("operand ") + name + "'s batch stride " + num(s) +
+                  " is not a multiple of 8 elements (16-byte cp.async needs 16-byte aligned rows)";
+      return l;
+    }
+  if ((s_k == 1 || k == 1) && aligned(s_outer, outer)) {
+    l.k_contiguous = true;
+    return l;
+  }
+  if ((s_outer == 1 || outer == 1) && aligned(s_k, k)) return l;
+  l.why_not = std::string("operand ") + name + " (strides " + num(s_outer) + ", " + num(s_k) +
+              ") has no unit-stride dim whose rows start 16-byte aligned (the other stride a multiple of 8 elements)";
+  return l;
+}
+
+// A tile in shared memory: `rows` rows of `cols` 16-bit elements, the cols
+// contiguous, kept as panels of `panel` (32 or 64) columns, each a block of rows of
+// 64 or 128 bytes with mma_layout.h's XOR swizzle.
+struct SmemTile {
+  int rows = 0, cols = 0, panel = 0;
+  int64_t bytes() const { return int64_t{rows} * cols * 2; }
+  int row_bytes() const { return panel * 2; }
+};
+
+struct MmaTiling {
+  int bm = 0, bn = 0, bk = 0, threads = 0, stages = 0, group_m = 0;
+  int wm = 0, wn = 0;            // the warps as a wm x wn grid over the block tile
+  int warp_m = 0, warp_n = 0;    // each warp's tile
+  int mi = 0, ni = 0;            // m16 and n8 mma tiles per warp
+  bool a_kc = false, b_kc = false;  // operand_layout's k_contiguous of A and B
+  SmemTile a, b;
+  int64_t stage_bytes = 0, shared_bytes = 0;
+  int64_t kt = 0;  // K tiles
+};
+
+Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm) {
+  auto no = [](std::string s) -> Result<MmaTiling> { return diag(std::move(s)); };
+  if (sm < 80) return no("sm_" + num(sm) + " has no mma.sync for 16-bit operands (sm_80 and later have)");
+  if (p.dtype != DType::BF16 && p.dtype != DType::F16)
+    return no(std::string(dtype_name(p.dtype)) + " operands stay on exact FMA (tensor cores take f16 and bf16)");
+  if (c.split_k != 1) return no("split_k = " + num(c.split_k) + " (the tensor-core kernel sums all of K in one block)");
+  OperandLayout la = operand_layout("A", p.sam, p.sak, p.M, p.K, p.a_bstride);
+  if (!la.why_not.empty()) return no(la.why_not);
+  OperandLayout lb = operand_layout("B", p.sbn, p.sbk, p.N, p.K, p.b_bstride);
+  if (!lb.why_not.empty()) return no(lb.why_not);
+  if (!pow2(c.block_m) || c.block_m < 16 || c.block_m > 256)
+    return no("block_m = " + num(c.block_m) + " is not a power of two in 16..256");
+  if (!pow2(c.block_n) || c.block_n < 16 || c.block_n > 256)
+    return no("block_n = " + num(c.block_n) + " is not a power of two in 16..256");
+  if (!pow2(c.block_k) || c.block_k < 16 || c.block_k > 128)
+    return no("block_k = " + num(c.block_k) + " is not a power of two in 16..128 (mma.m16n8k16 steps k by 16)");
+  if (!pow2(c.warps) || c.warps > 16) return no("warps = " + num(c.warps) + " is not a power of two in 1..16");
+  if (c.stages < 2 || c.stages > 8) return no("stages = " + num(c.stages) + " is outside 2..8 (a cp.async pipeline)");
+  if (c.group_m < 1) return no("group_m = " + num(c.group_m) + " must be positive");
+  MmaTiling t;
+  t.bm = c.block_m;
+  t.bn = c.block_n;
+  t.bk = c.block_k;
+  t.threads = c.warps * 32;
+  t.stages = c.stages;
+  t.group_m = c.group_m;
+  t.a_kc = la.k_contiguous;
+  t.b_kc = lb.k_contiguous;
+  // The warps as a grid whose warp tiles are multiples of 16 x 16 (one ldmatrix.x4
+  // of A and of B), as square as possible: the A and B fragments a warp loads per
+  // k step grow with its tile's sides, its mma count with their product.
+  for (int wn = 1; wn <= c.warps; wn *= 2) {
+    int wm = c.warps / wn;
+    if (t.bm % (16 * wm) != 0 || t.bn % (16 * wn) != 0) continue;
+    int xm = t.bm / wm, xn = t.bn / wn;
+    if (t.wm == 0 || xm + xn < t.warp_m + t.warp_n || (xm + xn == t.warp_m + t.warp_n && xn > t.warp_n)) {
+      t.wm = wm;
+      t.wn = wn;
+      t.warp_m = xm;
+      t.warp_n = xn;
+    }
+  }
+  if (t.wm == 0)
+    return no(num(c.warps) + " warps cannot split a " + num(t.bm) + "x" + num(t.bn) +
+              " tile into warp tiles of whole 16x16 blocks");
+  t.mi = t.warp_m / 16;
+  t.ni = t.warp_n / 8;
+  if (t.mi * t.ni * 4 > 128)
+    return no("each thread would hold " + num(t.mi * t.ni * 4) + " accumulators (a " + num(t.warp_m) + "x" +
+              num(t.warp_n) + " warp tile); at most 128 fit in registers");
+  // Shared tiles in the global layout, so each 16-byte chunk is copied unchanged.
+  auto tile = [&](bool kc, int outer) -> std::optional<SmemTile> {
+    SmemTile s;
+    s.rows = kc ? outer : t.bk;
+    s.cols = kc ? t.bk : outer;
+    if (s.cols % 32 != 0) return std::nullopt;
+    s.panel = s.cols % 64 == 0 ? 64 : 32;
+    return s;
+  };
+  std::optional<SmemTile> ta = tile(t.a_kc, t.bm), tb = tile(t.b_kc, t.bn);
+  if (!ta)
+    return no("A's shared tile would have rows of " + num(t.a_kc ? t.bk : t.bm) +
+              " elements; the swizzle needs 32 or a multiple of 64 (" + (t.a_kc ? "block_k" : "block_m") + ")");
+  if (!tb)
+    return no("B's shared tile would have rows of " + num(t.b_kc ? t.bk : t.bn) +
+              " elements; the swizzle needs 32 or a multiple of 64 (" + (t.b_kc ? "block_k" : "block_n") + ")");
+  t.a = *ta;
+  t.b = *tb;
+  t.stage_bytes = t.a.bytes() + t.b.bytes();
+  t.shared_bytes = t.stage_bytes * t.stages;
+  if (t.shared_bytes > max_shared_bytes(sm))
+    return no("the tiles need " + num(t.shared_bytes) + " bytes of shared memory (" + num(t.stages) + " stages), more than sm_" +
+              num(sm) + "'s " + num(max_shared_bytes(sm)) + " per block");
+  t.kt = ceil_div(p.K, t.bk);
+  return t;
+}
+
+// Whether every index the kernel forms fits i32: the operands' spans over tiles padded
+// past M, N and K, and every tensor's size.
+bool mma_fits_i32(const Graph& g, const MatmulGroup& p, const MmaTiling& t) {
+  const int64_t lim = int64_t{1} << 30;
+  int64_t mp = ceil_div(p.M, t.bm) * t.bm + t.bm, np = ceil_div(p.N, t.bn) * t.bn + t.bn, kp = (t.kt + 1) * t.bk;
+  auto span = [&](const std::vector<int64_t>& bs, int64_t r, int64_t sr, int64_t c, int64_t sc) {
+    int64_t s = r * std::max<int64_t>(sr, 1) + c * std::max<int64_t>(sc, 1) + 1;
+    for (size_t e = 0; e < bs.size(); ++e) s += (p.batch[e] - 1) * bs[e];
+    return s;
+  };
+  int64_t worst = std::max({span(p.a_bstride, mp, p.sam, kp, p.sak), span(p.b_bstride, kp, p.sbk, np, p.sbn),
+                            p.nbatch * mp * np, t.shared_bytes + t.threads});
+  for (const Node& n : g.nodes()) worst = std::max(worst, numel(n.type.shape));
+  return worst < lim;
+}
+
+class MmaKernel {
+ public:
+  MmaKernel(const KernelSpec& spec, const MatmulGroup& plan, const MmaTiling& t, const llvmb::Target& target,
+            llvm::Module& m, bool sim)
+      : spec_(spec), g_(spec.group), p_(plan), t_(t), target_(target), m_(m), b_(m.getContext()), sim_(sim) {}
+
+  Result<bool> build() {
+    llvm::LLVMContext& c = m_.getContext();
+    const size_t np = g_.params().size(), no = g_.outputs().size();
+    it_ = mma_fits_i32(g_, p_, t_) ? b_.getInt32Ty() : b_.getInt64Ty();
+    f32_ = b_.getFloatTy();
+    i32_ = b_.getInt32Ty();
+    llvm::Value *bx = nullptr, *by = nullptr;
+    if (!sim_) {
+      // 128-byte aligned: the swizzle's banks are counted from each tile's base, and
+      // every tile and stage is a multiple of 128 bytes.
+      NvptxEntry e = begin_nvptx_matmul(m_, b_, spec_, t_.threads, 128);
+      fn_ = e.fn;
+      in_ = e.in;
+      out_ = e.out;
+      smem_ = e.smem;
+      tid_ = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, it_);
+      bx = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, it_);
+      by = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y, it_);
+    } else {
+      llvm::Type* ptr = b_.getPtrTy();
+      // void entry(ptr args, i32 blockIdx.x, i32 blockIdx.y, i32 threadIdx.x, ptr smem, ptr hooks)
+      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32_, i32_, i32_, ptr, ptr}, false);
+      fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec_.entry, m_);
+      b_.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn_));
+      for (size_t i = 0; i < np + no; ++i) {
+        llvm::Value* slot = b_.CreateConstInBoundsGEP1_64(ptr, fn_->getArg(0), i);
+        (i < np ? in_ : out_).push_back(b_.CreateAlignedLoad(ptr, slot, llvm::Align(8)));
+      }
+      bx = b_.CreateZExt(fn_->getArg(1), it_);
+      by = b_.CreateZExt(fn_->getArg(2), it_);
+      tid_ = b_.CreateZExt(fn_->getArg(3), it_);
+      smem_ = fn_->getArg(4);
+      // MmaSimHooks: {ctx, barrier, ldmatrix_x4, mma}, four pointers.
+      llvm::Value* hooks = fn_->getArg(5);
+      for (int i = 0; i < 4; ++i)
+        hook_[i] = b_.CreateAlignedLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, hooks, static_cast<uint64_t>(i)),
+                                        llvm::Align(8));
+      tid32_ = fn_->getArg(3);
+    }
+    fn_->setDoesNotThrow();
+    cg_.emplace(b_, m_, target_);
+    if (numel(p_.out) == 0) {
+      b_.CreateRetVoid();
+      return true;
+    }
+
+    TileOrigin o = group_m_tile(b_, p_, bx, t_.bm, t_.bn, t_.group_m);
+    m0_ = o.m0;
+    n0_ = o.n0;
+    bi_ = batch_index(b_, p_, by);
+    zbase_ = b_.CreateMul(by, k(p_.M * p_.N), "zbase", true, true);
+    // The warp's place in the block tile and the lane's in the warp.
+    llvm::Value* warp = b_.CreateLShr(tid_, k(5), "warp");
+    lane_ = b_.CreateAnd(tid_, k(31), "lane");
+    wm0_ = b_.CreateMul(b_.CreateUDiv(warp, k(t_.wn)), k(t_.warp_m), "wm0", true, true);
+    wn0_ = b_.CreateMul(b_.CreateURem(warp, k(t_.wn)), k(t_.warp_n), "wn0", true, true);
+    plan_copies();
+
+    const size_t nacc = static_cast<size_t>(t_.mi * t_.ni * 4);
+    std::vector<llvm::Value*> acc(nacc, llvm::ConstantFP::get(f32_, 0.0));
+    if (t_.kt > 0) acc = k_loop();
+    return epilogue(acc);
+  }
+
+ private:
+  llvm::Value* k(int64_t v) { return llvm::ConstantInt::get(it_, static_cast<uint64_t>(v)); }
+  llvm::Value* add(llvm::Value* x, llvm::Value* y) { return b_.CreateAdd(x, y, "", true, true); }
+  llvm::Value* mul(llvm::Value* x, int64_t s) { return s == 1 ? x : b_.CreateMul(x, k(s), "", true, true); }
+
+  // The byte offset of element (row, col) in `tile`, col a multiple of 8 (a chunk):
+  // the panel, the row within it, and the row's chunk moved by mma_layout.h's
+  // swizzle_chunk (chunk ^ row % 8 for 128-byte rows, chunk ^ (row / 2) % 4 for 64).
+  llvm::Value* tile_offset(const SmemTile& tile, llvm::Value* row, llvm::Value* col) {
+    const int cpp = tile.panel / 8;  // chunks per panel row
+    llvm::Value* chunk = b_.CreateLShr(col, k(3));
+    llvm::Value* panel = b_.CreateLShr(chunk, k(log2i(cpp)));
+    llvm::Value* in = b_.CreateAnd(chunk, k(cpp - 1));
+    llvm::Value* x = tile.panel == 64 ? b_.CreateAnd(row, k(7)) : b_.CreateAnd(b_.CreateLShr(row, k(1)), k(3));
+    llvm::Value* phys = b_.CreateXor(in, x);
+    return add(add(mul(panel, int64_t{tile.rows} * tile.row_bytes()), mul(row, tile.row_bytes())), mul(phys, 16));
+  }
+
+  llvm::Value* smem_at(llvm::Value* byte_off) { return b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, byte_off); }
+
+  // One 16-byte chunk a thread copies from global to shared memory per K tile.
+  struct Copy {
+    llvm::Value* valid = nullptr;      // the thread has this chunk (nullptr: always)
+    llvm::Value* smem_off = nullptr;   // byte offset within the operand's tile
+    llvm::Value* base = nullptr;       // element offset of the chunk for K tile 0
+    llvm::Value* kk = nullptr;         // k within the tile of the chunk's first element
+    bool k_in_row = false;             // the chunk runs along k (a k-contiguous tile)
+    llvm::Value* other_ok = nullptr;   // k_in_row: its row (m or n) is in bounds
+    llvm::Value* other_bytes = nullptr;  // !k_in_row: bytes of the chunk inside M or N
+    int64_t kstride = 0;               // element stride of k in the operand
+  };
+
+  // Chunk e = tid + l * threads of a tile walks the tile's rows in order, 16 bytes
+  // at a time: consecutive threads read consecutive global addresses.
+  void plan_copies() {
+    auto plan = [&](bool is_a) {
+      const SmemTile& tile = is_a ? t_.a : t_.b;
+      const bool kc = is_a ? t_.a_kc : t_.b_kc;
+      const int64_t s_outer = is_a ? p_.sam : p_.sbn, s_k = is_a ? p_.sak : p_.sbk;
+      const int64_t outer_n = is_a ? p_.M : p_.N;
+      llvm::Value* outer0 = is_a ? m0_ : n0_;
+      llvm::Value* boff = is_a ? bi_.a_off : bi_.b_off;
+      const int64_t cpr = tile.cols / 8, total = int64_t{tile.rows} * cpr;
+      std::vector<Copy> out;
+      for (int64_t l = 0; l * t_.threads < total; ++l) {
+        Copy cp;
+        llvm::Value* e = add(tid_, k(l * t_.threads));
+        if ((l + 1) * t_.threads > total) cp.valid = b_.CreateICmpULT(e, k(total));
+        llvm::Value* r = b_.CreateLShr(e, k(log2i(cpr)));
+        llvm::Value* col = b_.CreateShl(b_.CreateAnd(e, k(cpr - 1)), k(3));
+        cp.smem_off = tile_offset(tile, r, col);
+        cp.k_in_row = kc;
+        cp.kstride = s_k;
+        if (kc) {  // rows are m (n), the chunk covers k col .. col+7
+          llvm::Value* o = add(outer0, r);
+          cp.other_ok = b_.CreateICmpSLT(o, k(outer_n));
+          if (cp.valid) cp.other_ok = b_.CreateAnd(cp.other_ok, cp.valid);
+          cp.kk = col;
+          cp.base = add(boff, add(mul(o, s_outer), mul(col, s_k)));
+        } else {  // rows are k, the chunk covers m (n) col .. col+7
+          llvm::Value* o = add(outer0, col);
+          llvm::Value* left = b_.CreateBinaryIntrinsic(
+              llvm::Intrinsic::smax, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateSub(k(outer_n), o), k(8)), k(0));
+          cp.other_bytes = mul(left, 2);
+          if (cp.valid) cp.other_bytes = b_.CreateSelect(cp.valid, cp.other_bytes, k(0));
+          cp.kk = r;
+          cp.base = add(boff, add(mul(o, s_outer), mul(r, s_k)));
+        }
+        out.push_back(cp);
+      }
+      return out;
+    };
+    a_copy_ = plan(true);
+    b_copy_ = plan(false);
+  }
+
+  // The chunks of the K tile at k0 into `stage`: cp.async.cg 16 bytes with a source
+  // size of the bytes inside the operand (the rest zero-filled; 0 at a clamped
+  // address when none is). The host simulation copies at once (zero-fill included),
+  // one of the orders cp.async allows.
+  void issue_tile(llvm::Value* k0, llvm::Value* stage) {
+    llvm::Value* sbase = mul(stage, t_.stage_bytes);
+    for (int which = 0; which < 2; ++which) {
+      const MatmulOperand& op = which == 0 ? p_.a : p_.b;
+      llvm::Value* tbase = which == 0 ? sbase : add(sbase, k(t_.a.bytes()));
+      for (const Copy& cp : which == 0 ? a_copy_ : b_copy_) {
+        llvm::BasicBlock* cont = nullptr;
+        if (cp.valid) {
+          llvm::BasicBlock* st = llvm::BasicBlock::Create(b_.getContext(), "cp", fn_);
+          cont = llvm::BasicBlock::Create(b_.getContext(), "cp.done", fn_);
+          b_.CreateCondBr(cp.valid, st, cont);
+          b_.SetInsertPoint(st);
+        }
+        llvm::Value* kidx = add(k0, cp.kk);
+        llvm::Value* bytes;
+        if (cp.k_in_row) {
+          llvm::Value* left = b_.CreateBinaryIntrinsic(
+              llvm::Intrinsic::smax, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateSub(k(p_.K), kidx), k(8)), k(0));
+          bytes = b_.CreateSelect(cp.other_ok, mul(left, 2), k(0));
+        } else {
+          bytes = b_.CreateSelect(b_.CreateICmpSLT(kidx, k(p_.K)), cp.other_bytes, k(0));
+        }
+        llvm::Value* idx = add(cp.base, mul(k0, cp.kstride));
+        idx = b_.CreateSelect(b_.CreateICmpSGT(bytes, k(0)), idx, k(0));
+        llvm::Value* bytes32 = b_.CreateZExtOrTrunc(bytes, i32_);
+        llvm::Value* src = b_.CreateInBoundsGEP(b_.getInt16Ty(), in_[static_cast<size_t>(op.param)], idx);
+        llvm::Value* dst = smem_at(add(tbase, cp.smem_off));
+        if (sim_) {
+          b_.CreateMemSet(dst, b_.getInt8(0), 16, llvm::Align(16));
+          b_.CreateMemCpy(dst, llvm::Align(2), src, llvm::Align(2), b_.CreateZExt(bytes32, b_.getInt64Ty()));
+        } else {
+          b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16_s, {}, {dst, src, bytes32});
+        }
+        if (cont) {
+          b_.CreateBr(cont);
+          b_.SetInsertPoint(cont);
+        }
+      }
+    }
+  }
+
+  void commit() {
+    if (!sim_) b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_commit_group, {}, {});
+  }
+  void wait(int pending) {
+    if (!sim_)
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_group, {}, {b_.getInt32(static_cast<uint32_t>(pending))});
+  }
+  void barrier() {
+    if (!sim_) {
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+      return;
+    }
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy()}, false);
+    b_.CreateCall(fty, hook_[1], {hook_[0]});
+  }
+
+  // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 from the row this lane points at.
+  std::vector<llvm::Value*> ldmatrix_x4(llvm::Value* row_ptr, bool trans) {
+    std::vector<llvm::Value*> r;
+    if (!sim_) {
+      llvm::Intrinsic::ID id = trans ? llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16
+                                     : llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16;
+      llvm::Value* v = b_.CreateIntrinsic(id, {row_ptr->getType()}, {row_ptr});
+      for (unsigned i = 0; i < 4; ++i) r.push_back(b_.CreateExtractValue(v, {i}));
+      return r;
+    }
+    llvm::Value* out = entry_alloca(llvm::ArrayType::get(i32_, 4));
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), i32_, b_.getPtrTy(), i32_, b_.getPtrTy()}, false);
+    b_.CreateCall(fty, hook_[2], {hook_[0], tid32_, row_ptr, b_.getInt32(trans ? 1 : 0), out});
+    for (unsigned i = 0; i < 4; ++i)
+      r.push_back(b_.CreateAlignedLoad(i32_, b_.CreateConstInBoundsGEP1_32(i32_, out, i), llvm::Align(4)));
+    return r;
+  }
+
+  // D = A * B + C, mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32.
+  std::vector<llvm::Value*> mma(const std::vector<llvm::Value*>& a, const std::vector<llvm::Value*>& bf,
+                                const std::vector<llvm::Value*>& c) {
+    const bool f16 = p_.dtype == DType::F16;
+    std::vector<llvm::Value*> d;
+    if (!sim_) {
+      std::vector<llvm::Value*> args;
+      llvm::Type* h2 = llvm::FixedVectorType::get(b_.getHalfTy(), 2);
+      for (llvm::Value* v : a) args.push_back(f16 ? b_.CreateBitCast(v, h2) : v);
+      for (llvm::Value* v : bf) args.push_back(f16 ? b_.CreateBitCast(v, h2) : v);
+      for (llvm::Value* v : c) args.push_back(v);
+      llvm::Intrinsic::ID id = f16 ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32
+                                   : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16;
+      llvm::Value* v = b_.CreateIntrinsic(id, {}, args);
+      for (unsigned i = 0; i < 4; ++i) d.push_back(b_.CreateExtractValue(v, {i}));
+      return d;
+    }
+    llvm::Value* av = entry_alloca(llvm::ArrayType::get(i32_, 4));
+    llvm::Value* bv = entry_alloca(llvm::ArrayType::get(i32_, 2));
+    llvm::Value* cv = entry_alloca(llvm::ArrayType::get(f32_, 4));
+    for (unsigned i = 0; i < 4; ++i) b_.CreateAlignedStore(a[i], b_.CreateConstInBoundsGEP1_32(i32_, av, i), llvm::Align(4));
+    for (unsigned i = 0; i < 2; ++i) b_.CreateAlignedStore(bf[i], b_.CreateConstInBoundsGEP1_32(i32_, bv, i), llvm::Align(4));
+    for (unsigned i = 0; i < 4; ++i) b_.CreateAlignedStore(c[i], b_.CreateConstInBoundsGEP1_32(f32_, cv, i), llvm::Align(4));
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(),
+                                        {b_.getPtrTy(), i32_, i32_, b_.getPtrTy(), b_.getPtrTy(), b_.getPtrTy()}, false);
+    b_.CreateCall(fty, hook_[3], {hook_[0], tid32_, b_.getInt32(f16 ? 1 : 0), av, bv, cv});
+    for (unsigned i = 0; i < 4; ++i)
+      d.push_back(b_.CreateAlignedLoad(f32_, b_.CreateConstInBoundsGEP1_32(f32_, cv, i), llvm::Align(4)));
+    return d;
+  }
+
+  llvm::Value* entry_alloca(llvm::Type* t) {
+    llvm::IRBuilderBase::InsertPointGuard guard(b_);
+    llvm::BasicBlock& entry = fn_->getEntryBlock();
+    b_.SetInsertPoint(&entry, entry.getFirstInsertionPt());
+    return b_.CreateAlloca(t);
+  }
+
+  // One stage's block tile: per 16-wide k step, an ldmatrix.x4 per 16 rows of the
+  // warp's A and per 16 columns of its B (two n8 tiles), then mi x ni mma.
+  std::vector<llvm::Value*> compute(llvm::Value* stage, std::vector<llvm::Value*> acc) {
+    llvm::Value* abase = mul(stage, t_.stage_bytes);
+    llvm::Value* bbase = add(abase, k(t_.a.bytes()));
+    // The lane's part of the ldmatrix addresses (mma_layout.h): ldmatrix_x4_a_addr
+    // (= the KxN B addresses) is (lane % 16, 8 * (lane / 16)); ldmatrix_x4_a_trans_addr
+    // (= the NxK B addresses) is (lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2)).
+    llvm::Value* l16 = b_.CreateAnd(lane_, k(15));
+    llvm::Value* hi8 = mul(b_.CreateLShr(lane_, k(4)), 8);
+    llvm::Value* l8 = add(b_.CreateAnd(lane_, k(7)), hi8);
+    llvm::Value* mid8 = mul(b_.CreateAnd(b_.CreateLShr(lane_, k(3)), k(1)), 8);
+    for (int ks = 0; ks < t_.bk / 16; ++ks) {
+      std::vector<std::vector<llvm::Value*>> af, bf;
+      for (int i = 0; i < t_.mi; ++i) {
+        llvm::Value* m = add(wm0_, k(i * 16));
+        llvm::Value* off = t_.a_kc ? tile_offset(t_.a, add(m, l16), add(k(ks * 16), hi8))
+                                   : tile_offset(t_.a, add(k(ks * 16), l8), add(m, mid8));
+        af.push_back(ldmatrix_x4(smem_at(add(abase, off)), !t_.a_kc));
+      }
+      for (int j = 0; j < t_.ni / 2; ++j) {
+        llvm::Value* n = add(wn0_, k(j * 16));
+        llvm::Value* off = t_.b_kc ? tile_offset(t_.b, add(n, l8), add(k(ks * 16), mid8))
+                                   : tile_offset(t_.b, add(k(ks * 16), l16), add(n, hi8));
+        std::vector<llvm::Value*> r = ldmatrix_x4(smem_at(add(bbase, off)), !t_.b_kc);
+        bf.push_back({r[0], r[1]});
+        bf.push_back({r[2], r[3]});
+      }
+      for (int i = 0; i < t_.mi; ++i)
+        for (int j = 0; j < t_.ni; ++j) {
+          size_t at = static_cast<size_t>((i * t_.ni + j) * 4);
+          std::vector<llvm::Value*> c(acc.begin() + static_cast<std::ptrdiff_t>(at),
+                                      acc.begin() + static_cast<std::ptrdiff_t>(at + 4));
+          std::vector<llvm::Value*> d = mma(af[static_cast<size_t>(i)], bf[static_cast<size_t>(j)], c);
+          std::copy(d.begin(), d.end(), acc.begin() + static_cast<std::ptrdiff_t>(at));
+        }
+    }
+    return acc;
+  }
+
+  // stages-1 tiles in flight; iteration kt waits for tile kt, syncs (every thread is
+  // also past tile kt-1, whose stage the next copy overwrites), issues tile
+  // kt+stages-1, computes tile kt. One commit group per iteration, empty past the end.
+  std::vector<llvm::Value*> k_loop() {
+    llvm::LLVMContext& c = m_.getContext();
+    auto stage_of = [&](llvm::Value* kt) {
+      return pow2(t_.stages) ? b_.CreateAnd(kt, k(t_.stages - 1)) : b_.CreateURem(kt, k(t_.stages));
+    };
+    for (int st = 0; st + 1 < t_.stages; ++st) {
+      if (st < t_.kt) issue_tile(k(int64_t{st} * t_.bk), k(st));
+      commit();
+    }
+    const size_t nacc = static_cast<size_t>(t_.mi * t_.ni * 4);
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    llvm::BasicBlock* loop = llvm::BasicBlock::Create(c, "k.loop", fn_);
+    llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "k.done", fn_);
+    b_.CreateBr(loop);
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* kt = b_.CreatePHI(it_, 2, "kt");
+    kt->addIncoming(k(0), pre);
+    std::vector<llvm::PHINode*> phis;
+    std::vector<llvm::Value*> acc;
+    for (size_t i = 0; i < nacc; ++i) {
+      llvm::PHINode* ph = b_.CreatePHI(f32_, 2, "acc");
+      ph->addIncoming(llvm::ConstantFP::get(f32_, 0.0), pre);
+      phis.push_back(ph);
+      acc.push_back(ph);
+    }
+    llvm::Value* next = add(kt, k(1));
+    wait(t_.stages - 2);
+    barrier();
+    llvm::Value* ahead = add(kt, k(t_.stages - 1));
+    llvm::BasicBlock* issue = llvm::BasicBlock::Create(c, "k.issue", fn_);
+    llvm::BasicBlock* issued = llvm::BasicBlock::Create(c, "k.issued", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLT(ahead, k(t_.kt)), issue, issued);
+    b_.SetInsertPoint(issue);
+    issue_tile(mul(ahead, t_.bk), stage_of(ahead));
+    b_.CreateBr(issued);
+    b_.SetInsertPoint(issued);
+    commit();
+    acc = compute(stage_of(kt), acc);
+    for (size_t i = 0; i < nacc; ++i) phis[i]->addIncoming(acc[i], b_.GetInsertBlock());
+    kt->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(next, k(t_.kt)), loop, done);
+    b_.SetInsertPoint(done);
+    return acc;
+  }
+
+  // Each accumulator element at its (row, col), mma_layout.h's mma_c_elem: row
+  // lane / 4 (+8 for c2, c3), column 2 * (lane % 4) + i % 2; rounded to the matmul's
+  // dtype, through the epilogue, stored.
+  Result<bool> epilogue(const std::vector<llvm::Value*>& acc) {
+    MatmulEpilogue epi(g_, p_, *cg_, in_);
+    std::vector<llvm::Value*> coords = bi_.coords;
+    coords.push_back(nullptr);
+    coords.push_back(nullptr);
+    llvm::Value* g = b_.CreateLShr(lane_, k(2));
+    llvm::Value* tig2 = mul(b_.CreateAnd(lane_, k(3)), 2);
+    llvm::Value* row0 = add(add(m0_, wm0_), g);
+    llvm::Value* col0 = add(add(n0_, wn0_), tig2);
+    for (int i = 0; i < t_.mi; ++i)
+      for (int half = 0; half < 2; ++half) {
+        llvm::Value* row = add(row0, k(i * 16 + half * 8));
+        llvm::Value* row_ok = b_.CreateICmpSLT(row, k(p_.M));
+        llvm::Value* row_off = add(zbase_, mul(row, p_.N));
+        for (int j = 0; j < t_.ni; ++j)
+          for (int e = 0; e < 2; ++e) {
+            llvm::Value* col = add(col0, k(j * 8 + e));
+            coords[coords.size() - 2] = row;
+            coords.back() = col;
+            llvm::Value* v = acc[static_cast<size_t>((i * t_.ni + j) * 4 + half * 2 + e)];
+            llvm::Value* ok = b_.CreateAnd(row_ok, b_.CreateICmpSLT(col, k(p_.N)));
+            if (Result<bool> r = epi.store_element(fn_, ok, coords, add(row_off, col), v, out_); !r) return r.error();
+          }
+      }
+    b_.CreateRetVoid();
+    return true;
+  }
+
+  const KernelSpec& spec_;
+  const Graph& g_;
+  const MatmulGroup& p_;
+  const MmaTiling& t_;
+  const llvmb::Target& target_;
+  llvm::Module& m_;
+  llvm::IRBuilder<> b_;
+  bool sim_ = false;
+  llvm::Function* fn_ = nullptr;
+  std::vector<llvm::Value*> in_, out_;
+  std::optional<ElementCodegen> cg_;
+  llvm::Type* it_ = nullptr;
+  llvm::Type* f32_ = nullptr;
+  llvm::Type* i32_ = nullptr;
+  llvm::Value* smem_ = nullptr;
+  llvm::Value* hook_[4] = {nullptr, nullptr, nullptr, nullptr};
+  llvm::Value* tid32_ = nullptr;
+  llvm::Value *tid_ = nullptr, *lane_ = nullptr, *m0_ = nullptr, *n0_ = nullptr, *zbase_ = nullptr;
+  llvm::Value *wm0_ = nullptr, *wn0_ = nullptr;
+  BatchIndex bi_;
+  std::vector<Copy> a_copy_, b_copy_;
+};
+
+}  // namespace
+
+std::optional<std::string> mma_unsupported(const MatmulGroup& p, const KernelConfig& c, int sm) {
+  Result<MmaTiling> t = mma_tiling(p, c, sm);
+  if (t) return std::nullopt;
+  std::string m = t.error().message;
+  const std::string prefix = "matmul: ";
+  return m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m;
+}
+
+Result<LaunchShape> build_mma_kernel(const KernelSpec& spec, const MatmulGroup& p, const KernelConfig& c, int sm,
+                                     const llvmb::Target& target, llvm::Module& m, bool sim) {
+  Result<MmaTiling> t = mma_tiling(p, c, sm);
+  if (!t) return t.error();
+  if (Result<bool> g = check_matmul_grid(p, t->bm, t->bn); !g) return g.error();
+  Result<bool> built = MmaKernel(spec, p, *t, target, m, sim).build();
+  if (!built) return built.error();
+  return matmul_launch_shape(p, t->bm, t->bn, t->threads, t->shared_bytes, 1);
+}
+
+}  // namespace sf::matmul_detail

@@ -1,0 +1,501 @@
+// The tensor-core matmul kernel (codegen/kernels/matmul_mma.cpp), no GPU needed:
+//   - the kernel itself, built for the host (emit_matmul_mma_block_on_host), runs every
+//     block with one OS thread per GPU thread; its ldmatrix and mma calls go to a warp
+//     simulation written here from the PTX ISA's figures (ptx_isa_tables.h), not from
+//     mma_layout.h, and its results must match the float64 reference evaluator. A wrong
+//     ldmatrix address, swizzle, fragment order, copy or epilogue index fails here;
+//   - ldmatrix addresses must be 16-byte rows inside the block's shared memory, all 32
+//     lanes must reach every warp-collective call together, and shared memory starts as
+//     NaN, so a read before a write shows up;
+//   - the NVPTX kernel: mma.sync, ldmatrix and cp.async.cg in the PTX for sm_80 and
+//     sm_90a, no FMA left in a bare bf16 matmul, ptxas accepts it without spills;
+//   - matmul_path says which kernel a matmul gets and why.
+#include <gtest/gtest.h>
+
+#include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/ptx_isa_tables.h"
+
+#include <algorithm>
+#include <array>
+#include <barrier>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "codegen/ir/builder.h"
+#include "codegen/ir/decompose.h"
+#include "codegen/kernels/matmul.h"
+#include "codegen/reference/compare.h"
+#include "codegen/reference/evaluate.h"
+
+namespace sf {
+namespace {
+
+using kernel_test::arg_array;
+using kernel_test::assemble;
+using kernel_test::finish;
+using kernel_test::have_ptxas;
+using kernel_test::jit;
+using kernel_test::output_tensors;
+using kernels::RowCol;
+
+constexpr int kLanes = 32;
+
+// ---- the simulated warps -----------------------------------------------------------------
+
+float from_16(uint32_t h, bool f16) {
+  h &= 0xFFFFu;
+  if (f16) return static_cast<float>(std::bit_cast<_Float16>(static_cast<uint16_t>(h)));
+  return std::bit_cast<float>(h << 16);
+}
+
+// One warp's rendezvous: every lane deposits its operands, all 32 meet, each computes
+// its own result from everybody's, all 32 meet again before the slots are reused.
+struct Warp {
+  std::barrier<> bar{kLanes};
+  std::array<const uint8_t*, kLanes> row{};
+  std::array<int, kLanes> trans{};
+  std::array<std::array<uint32_t, 4>, kLanes> a{};
+  std::array<std::array<uint32_t, 2>, kLanes> b{};
+  std::array<std::array<float, 4>, kLanes> c{};
+};
+
+struct Block {
+  explicit Block(int threads, size_t smem_bytes)
+      : bar(threads), smem_bytes(smem_bytes), storage(smem_bytes + 128) {
+    for (int w = 0; w < threads / kLanes; ++w) warps.push_back(std::make_unique<Warp>());
+    auto p = reinterpret_cast<uintptr_t>(storage.data());
+    smem = storage.data() + ((128 - p % 128) % 128);
+  }
+  std::barrier<> bar;
+  size_t smem_bytes;
+  std::vector<uint8_t> storage;
+  uint8_t* smem = nullptr;
+  std::vector<std::unique_ptr<Warp>> warps;
+  std::mutex mu;
+  std::string error;  // the first thing the simulated hardware refused
+  bool ignore_trans = false;  // a broken ldmatrix, to show the tests would notice
+  int wavefronts = 0;         // the most any ldmatrix phase (8 row addresses) took
+
+  void saw_wavefronts(int w) {
+    std::lock_guard<std::mutex> lock(mu);
+    wavefronts = std::max(wavefronts, w);
+  }
+
+  void fail(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (error.empty()) error = what;
+  }
+};
+
+void sim_barrier(void* ctx) { static_cast<Block*>(ctx)->bar.arrive_and_wait(); }
+
+void sim_ldmatrix(void* ctx, int32_t thread, const void* row, int32_t trans, uint32_t* out) {
+  Block& blk = *static_cast<Block*>(ctx);
+  Warp& w = *blk.warps[static_cast<size_t>(thread / kLanes)];
+  const int lane = thread % kLanes;
+  w.row[static_cast<size_t>(lane)] = static_cast<const uint8_t*>(row);
+  w.trans[static_cast<size_t>(lane)] = trans;
+  w.bar.arrive_and_wait();
+  for (int l = 0; l < kLanes; ++l) {
+    const uint8_t* r = w.row[static_cast<size_t>(l)];
+    if (w.trans[static_cast<size_t>(l)] != trans) blk.fail("ldmatrix: lanes disagree on .trans");
+    if (r < blk.smem || r + 16 > blk.smem + blk.smem_bytes || (r - blk.smem) % 16 != 0) {
+      blk.fail("ldmatrix: lane " + std::to_string(l) + " of thread " + std::to_string(thread) +
+               "'s warp points outside shared memory or off a 16-byte row");
+      for (int j = 0; j < 4; ++j) out[j] = 0xFFFFFFFFu;
+      w.bar.arrive_and_wait();
+      return;
+    }
+  }
+  // Lane 0 prices each matrix's 8 row reads in the 32-bank model of mma_layout_test:
+  // as many wavefronts as the most distinct 4-byte words one bank must deliver.
+  if (lane == 0)
+    for (int j = 0; j < 4; ++j) {
+      std::array<std::vector<int64_t>, 32> words;
+      for (int r = 0; r < 8; ++r)
+        for (int64_t wd = 0; wd < 4; ++wd) {
+          int64_t word = (w.row[static_cast<size_t>(8 * j + r)] - blk.smem) / 4 + wd;
+          auto& b = words[static_cast<size_t>(word % 32)];
+          if (std::find(b.begin(), b.end(), word) == b.end()) b.push_back(word);
+        }
+      size_t most = 0;
+      for (const auto& b : words) most = std::max(most, b.size());
+      blk.saw_wavefronts(static_cast<int>(most));
+    }
+  // Register j of this lane: matrix j, whose row i lane 8j + i points at; which element
+  // lands where is the ISA's figure (isa_ld), with or without .trans.
+  for (int j = 0; j < 4; ++j) {
+    uint32_t reg = 0;
+    for (int half = 0; half < 2; ++half) {
+      RowCol p = kernels::isa::isa_ld(lane, half, trans != 0 && !blk.ignore_trans);
+      const uint8_t* src = w.row[static_cast<size_t>(8 * j + p.row)] + 2 * p.col;
+      uint32_t h = static_cast<uint32_t>(src[0]) | (static_cast<uint32_t>(src[1]) << 8);
+      reg |= h << (16 * half);
+    }
+    out[j] = reg;
+  }
+  w.bar.arrive_and_wait();
+}
+
+void sim_mma(void* ctx, int32_t thread, int32_t f16, const uint32_t* a, const uint32_t* b, float* cd) {
+  Block& blk = *static_cast<Block*>(ctx);
+  Warp& w = *blk.warps[static_cast<size_t>(thread / kLanes)];
+  const int lane = thread % kLanes;
+  std::memcpy(w.a[static_cast<size_t>(lane)].data(), a, 16);
+  std::memcpy(w.b[static_cast<size_t>(lane)].data(), b, 8);
+  std::memcpy(w.c[static_cast<size_t>(lane)].data(), cd, 16);
+  w.bar.arrive_and_wait();
+  // A (16 x 16), B (16 x 8) and C (16 x 8) gathered from every lane by the ISA figures.
+  float am[16][16], bm[16][8], cm[16][8];
+  for (int l = 0; l < kLanes; ++l) {
+    for (int i = 0; i < 8; ++i) {
+      RowCol p = kernels::isa::isa_a(l, i);
+      am[p.row][p.col] = from_16(w.a[static_cast<size_t>(l)][static_cast<size_t>(i / 2)] >> (16 * (i % 2)), f16 != 0);
+    }
+    for (int i = 0; i < 4; ++i) {
+      RowCol p = kernels::isa::isa_b(l, i);
+      bm[p.row][p.col] = from_16(w.b[static_cast<size_t>(l)][static_cast<size_t>(i / 2)] >> (16 * (i % 2)), f16 != 0);
+      RowCol q = kernels::isa::isa_c(l, i);
+      cm[q.row][q.col] = w.c[static_cast<size_t>(l)][static_cast<size_t>(i)];
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    RowCol q = kernels::isa::isa_c(lane, i);
+    double s = cm[q.row][q.col];
+    for (int kk = 0; kk < 16; ++kk) s += static_cast<double>(am[q.row][kk]) * bm[kk][q.col];
+    cd[i] = static_cast<float>(s);
+  }
+  w.bar.arrive_and_wait();
+}
+
+// ---- graphs and running ------------------------------------------------------------------
+
+// Uniform [-1, 1), deterministic per seed.
+std::vector<Tensor> make_inputs(const Graph& g, uint64_t seed) {
+  std::vector<Tensor> in;
+  for (size_t p = 0; p < g.params().size(); ++p) {
+    const TensorType& t = g.node(g.params()[p]).type;
+    Tensor x(t.dtype, t.shape);
+    std::mt19937_64 rng(seed + 7919 * p);
+    for (int64_t i = 0; i < x.numel(); ++i) x.set(i, -1.0 + 2.0 * static_cast<double>(rng() >> 11) * 0x1p-53);
+    in.push_back(std::move(x));
+  }
+  return in;
+}
+
+struct Shape3 {
+  int64_t m, n, k;
+  bool a_t = false;  // A is transpose(a) with a [K, M]: m contiguous
+  bool b_t = false;  // B is transpose(w) with w [N, K]: k contiguous
+  Shape batch;       // batch dims of both operands
+};
+
+enum class Epi { None, BiasGelu, Residual, RawAndBiasRelu };
+
+Graph mm_graph(const Shape3& s, DType dt, Epi e) {
+  GraphBuilder b("mm");
+  Shape sa = s.batch, sb = s.batch;
+  const int64_t r = static_cast<int64_t>(s.batch.size()) + 2;
+  Value a, w;
+  if (s.a_t) {
+    sa.insert(sa.end(), {s.k, s.m});
+    a = transpose(b.param("in0", dt, sa), r - 2, r - 1);
+  } else {
+    sa.insert(sa.end(), {s.m, s.k});
+    a = b.param("in0", dt, sa);
+  }
+  if (s.b_t) {
+    sb.insert(sb.end(), {s.n, s.k});
+    w = transpose(b.param("in1", dt, sb), r - 2, r - 1);
+  } else {
+    sb.insert(sb.end(), {s.k, s.n});
+    w = b.param("in1", dt, sb);
+  }
+  Value h = matmul(a, w);
+  switch (e) {
+    case Epi::None: b.ret(h); break;
+    case Epi::BiasGelu: b.ret(gelu(h + b.param("in2", dt, {s.n}))); break;
+    case Epi::Residual: b.ret(h + b.param("in2", dt, h.type().shape)); break;
+    case Epi::RawAndBiasRelu:
+      b.ret(h);
+      b.ret(relu(h + b.param("in2", dt, {s.n})));
+      break;
+  }
+  return decompose(finish(b));
+}
+
+KernelSpec spec_of(const Graph& g, std::string entry = "mm_tc") { return KernelSpec{std::move(entry), KernelKind::Matmul, g}; }
+
+KernelConfig tc_config(int bm, int bn, int bk, int warps, int stages, int group_m = 8) {
+  KernelConfig c;
+  c.block_m = bm;
+  c.block_n = bn;
+  c.block_k = bk;
+  c.warps = warps;
+  c.stages = stages;
+  c.group_m = group_m;
+  return c;
+}
+
+// Every block of the launch, its threads as OS threads sharing NaN-filled shared
+// memory, a barrier and the simulated warps.
+Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg,
+                                   std::string* hw_error, bool ignore_trans = false, int* wavefronts = nullptr) {
+  Result<EmittedKernel> k = emit_matmul_mma_block_on_host(spec_of(g), cfg);
+  if (!k) return k.error();
+  LaunchShape launch = k->launch;
+  Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
+  if (!fn) return fn.error();
+  using Entry = void (*)(void**, int32_t, int32_t, int32_t, void*, const MmaSimHooks*);
+  auto entry = reinterpret_cast<Entry>(*fn);
+  std::vector<Tensor> out = output_tensors(g);
+  for (Tensor& t : out)
+    if (t.nbytes()) std::memset(t.data(), 0x7f, t.nbytes());
+  std::vector<void*> args = arg_array(inputs, out);
+  const int threads = launch.block[0];
+  for (int64_t by = 0; by < launch.grid[1]; ++by)
+    for (int64_t bx = 0; bx < launch.grid[0]; ++bx) {
+      Block blk(threads, static_cast<size_t>(launch.shared_bytes));
+      blk.ignore_trans = ignore_trans;
+      std::memset(blk.smem, 0xFF, blk.smem_bytes);  // NaN in both bf16 and f16
+      MmaSimHooks hooks;
+      hooks.ctx = &blk;
+      hooks.barrier = &sim_barrier;
+      hooks.ldmatrix_x4 = &sim_ldmatrix;
+      hooks.mma = &sim_mma;
+      std::vector<std::thread> pool;
+      for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+          entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks);
+        });
+      for (std::thread& th : pool) th.join();
+      if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
+      if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);
+    }
+  return out;
+}
+
+// `loads`: the kernel reads shared memory at all (K > 0).
+void check(const Graph& g, const KernelConfig& cfg, const std::string& what, bool loads = true, uint64_t seed = 1) {
+  std::vector<Tensor> in = make_inputs(g, seed);
+  Result<std::vector<Tensor>> want = evaluate(g, in);
+  ASSERT_TRUE(want.ok()) << what << ": " << want.error().str();
+  std::string hw_error;
+  int wavefronts = 0;
+  Result<std::vector<Tensor>> got = run_tc(g, in, cfg, &hw_error, false, &wavefronts);
+  ASSERT_TRUE(got.ok()) << what << ": " << got.error().str();
+  EXPECT_EQ(hw_error, "") << what;
+  // The swizzle as emitted: every ldmatrix phase of the kernel is one wavefront.
+  EXPECT_EQ(wavefronts, loads ? 1 : 0) << what << ": an ldmatrix phase hit a bank more than once";
+  ASSERT_EQ(got->size(), want->size()) << what;
+  for (size_t o = 0; o < want->size(); ++o) {
+    Comparison c = compare((*got)[o], (*want)[o], default_tolerance((*want)[o].dtype()));
+    EXPECT_TRUE(c.ok()) << what << ": output " << o << ": " << c.mismatches << " mismatches, first at flat index "
+                        << c.first_mismatch << " (got " << (*got)[o].get(std::max<int64_t>(c.first_mismatch, 0)) << ", want "
+                        << (*want)[o].get(std::max<int64_t>(c.first_mismatch, 0)) << "), max abs err " << c.max_abs_err;
+  }
+}
+
+std::string name(const Shape3& s, DType dt, const KernelConfig& c) {
+  return std::string(dtype_name(dt)) + " M" + std::to_string(s.m) + " N" + std::to_string(s.n) + " K" + std::to_string(s.k) +
+         (s.a_t ? " A^T" : "") + (s.b_t ? " B^T" : "") + " tile " + std::to_string(c.block_m) + "x" +
+         std::to_string(c.block_n) + "x" + std::to_string(c.block_k) + " warps " + std::to_string(c.warps) + " stages " +
+         std::to_string(c.stages);
+}
+
+// ---- the kernel on the host ------------------------------------------------------------------
+
+// Every operand layout the kernel stages (A m- or k-contiguous, B n- or k-contiguous),
+// both 16-bit dtypes, ragged M, N and K (partial tiles, a partial last K tile), and
+// tiles whose contiguous sides are 32 (64-byte rows) and 64 (128-byte rows) wide.
+TEST(MatmulMmaSim, EveryOperandLayoutMatchesTheReference) {
+  for (DType dt : {DType::BF16, DType::F16})
+    for (bool a_t : {false, true})
+      for (bool b_t : {false, true}) {
+        Shape3 s{40, 48, 88, a_t, b_t, {}};
+        for (const KernelConfig& c : {tc_config(32, 32, 32, 2, 2), tc_config(64, 32, 64, 4, 3)})
+          check(mm_graph(s, dt, Epi::None), c, name(s, dt, c));
+      }
+}
+
+// More warps than one per 16 rows, 128-wide panels split in two, four stages, a
+// GROUP_M swizzle over several block rows.
+TEST(MatmulMmaSim, WiderTilesAndDeeperPipelines) {
+  Shape3 s{96, 136, 160, false, false, {}};
+  for (const KernelConfig& c : {tc_config(64, 128, 32, 4, 4, 2), tc_config(32, 64, 32, 1, 2, 1), tc_config(128, 64, 32, 8, 3)})
+    check(mm_graph(s, DType::BF16, Epi::None), c, name(s, DType::BF16, c));
+}
+
+// The epilogue on the accumulator fragments: bias + GELU, a residual read at the
+// element's own (row, col), and two outputs (the raw result and a bias + ReLU).
+TEST(MatmulMmaSim, EpiloguesOnTheFragments) {
+  Shape3 s{48, 72, 64, false, true, {}};
+  KernelConfig c = tc_config(32, 64, 32, 4, 2);
+  for (Epi e : {Epi::BiasGelu, Epi::Residual, Epi::RawAndBiasRelu})
+    check(mm_graph(s, DType::BF16, e), c, name(s, DType::BF16, c) + " epilogue " + std::to_string(static_cast<int>(e)));
+}
+
+// Batched: the batch is grid y, each operand offset by its batch stride.
+TEST(MatmulMmaSim, BatchedMatmul) {
+  Shape3 s{32, 40, 48, false, true, {3}};
+  KernelConfig c = tc_config(32, 32, 32, 2, 2);
+  check(mm_graph(s, DType::F16, Epi::None), c, name(s, DType::F16, c) + " batch 3");
+}
+
+// K = 0: nothing to accumulate, the epilogue of 0.
+TEST(MatmulMmaSim, EmptyContraction) {
+  Shape3 s{16, 32, 0, false, false, {}};
+  check(mm_graph(s, DType::BF16, Epi::BiasGelu), tc_config(32, 32, 32, 2, 2), "K = 0", /*loads=*/false);
+}
+
+// The simulation is not blind: the same kernel on simulated hardware whose ldmatrix
+// ignores .trans (x @ w reads B n-contiguous, through .trans) must give wrong results.
+TEST(MatmulMmaSim, HardwareThatIgnoresTransGivesWrongResults) {
+  Shape3 s{32, 32, 32, false, false, {}};
+  Graph g = mm_graph(s, DType::BF16, Epi::None);
+  std::vector<Tensor> in = make_inputs(g, 1);
+  Result<std::vector<Tensor>> want = evaluate(g, in);
+  ASSERT_TRUE(want.ok());
+  std::string hw_error;
+  Result<std::vector<Tensor>> got = run_tc(g, in, tc_config(32, 32, 32, 2, 2), &hw_error, /*ignore_trans=*/true);
+  ASSERT_TRUE(got.ok()) << got.error().str();
+  EXPECT_FALSE(compare((*got)[0], (*want)[0], default_tolerance(DType::BF16)).ok());
+}
+
+// ---- NVPTX ------------------------------------------------------------------------------------
+
+struct Ptx {
+  std::string text;
+  LaunchShape launch;
+};
+
+Ptx emit_ptx(const Graph& g, const KernelConfig& c, const std::string& arch) {
+  Ptx out;
+  llvmb::Target t = llvmb::Target::nvptx(arch);
+  Result<EmittedKernel> k = emit_matmul(spec_of(g), c, t);
+  EXPECT_TRUE(k.ok()) << (k.ok() ? "" : k.error().str());
+  if (!k) return out;
+  out.launch = k->launch;
+  Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, arch);
+  EXPECT_TRUE(ptx.ok()) << (ptx.ok() ? "" : ptx.error().str());
+  if (ptx) out.text = *ptx;
+  return out;
+}
+
+int count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(MatmulMmaNvptx, HotLoopUsesMmaLdmatrixAndCpAsync) {
+  Shape3 s{4096, 4096, 4096, false, false, {}};
+  for (DType dt : {DType::BF16, DType::F16})
+    for (const char* arch : {"sm_80", "sm_90a"}) {
+      Graph g = mm_graph(s, dt, Epi::None);
+      KernelConfig c = suggest_matmul_config(spec_of(g), KernelConfig{}, arch);
+      Ptx p = emit_ptx(g, c, arch);
+      const std::string ty = dt == DType::BF16 ? "bf16" : "f16";
+      EXPECT_GT(count(p.text, "mma.sync.aligned.m16n8k16.row.col.f32." + ty + "." + ty + ".f32"), 0) << arch << " " << ty;
+      EXPECT_GT(count(p.text, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), 0) << arch;
+      EXPECT_GT(count(p.text, "cp.async.cg.shared.global"), 0) << arch;
+      EXPECT_EQ(count(p.text, "fma.rn.f32"), 0) << arch << ": an FMA loop is left";
+      EXPECT_EQ(count(p.text, "ld.global.u16"), 0) << arch << ": operands are read 2 bytes at a time";
+      // 128 x 128 x 32 with 4 warps of 64 x 64: 4 x 8 mma per k step of 16, two steps.
+      EXPECT_EQ(count(p.text, "mma.sync.aligned"), 4 * 8 * 2) << arch;
+      EXPECT_EQ(p.launch.block[0], 128);
+      EXPECT_EQ(p.launch.shared_bytes, 3 * (128 * 32 + 32 * 128) * 2);
+    }
+}
+
+TEST(MatmulMmaNvptx, TransposedOperandsUseLdmatrixTrans) {
+  // x @ w (w [K, N]: n contiguous) needs .trans for B; transpose(a) @ transpose(w)
+  // needs it for A and not for B.
+  Graph g1 = mm_graph({256, 256, 256, false, false, {}}, DType::BF16, Epi::None);
+  Ptx p1 = emit_ptx(g1, tc_config(128, 128, 32, 4, 3), "sm_80");
+  EXPECT_GT(count(p1.text, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"), 0);
+  Graph g2 = mm_graph({256, 256, 256, false, true, {}}, DType::BF16, Epi::None);
+  Ptx p2 = emit_ptx(g2, tc_config(128, 128, 32, 4, 3), "sm_80");
+  EXPECT_EQ(count(p2.text, ".trans"), 0) << "x @ transpose(w) reads both operands k-contiguous";
+}
+
+TEST(MatmulMmaNvptx, PtxasAcceptsEveryTestedConfigWithoutSpills) {
+  if (!have_ptxas()) GTEST_SKIP() << "no ptxas";
+  Shape3 s{1024, 1024, 1024, false, true, {}};
+  for (DType dt : {DType::BF16, DType::F16})
+    for (const char* arch : {"sm_80", "sm_90a"})
+      for (const KernelConfig& c : {tc_config(128, 128, 32, 4, 3), tc_config(64, 64, 64, 4, 4), tc_config(128, 256, 32, 8, 3),
+                                    tc_config(32, 32, 32, 2, 2)}) {
+        Graph g = mm_graph(s, dt, Epi::BiasGelu);
+        Ptx p = emit_ptx(g, c, arch);
+        Result<std::vector<KernelResources>> r = assemble(p.text, arch);
+        ASSERT_TRUE(r.ok()) << name(s, dt, c) << " " << arch << ": " << r.error().str();
+        ASSERT_FALSE(r->empty());
+        EXPECT_EQ((*r)[0].spill_store_bytes + (*r)[0].spill_load_bytes, 0) << name(s, dt, c) << " " << arch;
+      }
+}
+
+// ---- which kernel ------------------------------------------------------------------------------
+
+TEST(MatmulMmaPath, SaysWhichKernelAndWhy) {
+  Graph bf = mm_graph({256, 256, 256, false, false, {}}, DType::BF16, Epi::None);
+  KernelConfig tc = tc_config(128, 128, 32, 4, 3);
+  Result<MatmulPath> p = matmul_path(spec_of(bf), tc, "sm_90a");
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->tensor_cores) << p->why;
+  EXPECT_NE(p->why.find("mma.sync"), std::string::npos) << p->why;
+
+  p = matmul_path(spec_of(bf), tc, "sm_75");
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->tensor_cores);
+  EXPECT_NE(p->why.find("sm_75"), std::string::npos) << p->why;
+
+  Graph f32 = mm_graph({256, 256, 256, false, false, {}}, DType::F32, Epi::None);
+  p = matmul_path(spec_of(f32), tc, "sm_90a");
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->tensor_cores);
+  EXPECT_NE(p->why.find("f32"), std::string::npos) << p->why;
+
+  // block_k 16: A's k-contiguous shared rows would be 32 bytes, which the swizzle
+  // does not cover.
+  p = matmul_path(spec_of(bf), tc_config(64, 64, 16, 4, 2), "sm_90a");
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->tensor_cores);
+  EXPECT_NE(p->why.find("block_k"), std::string::npos) << p->why;
+
+  // K = 20: A's rows (stride 20 elements) do not start 16-byte aligned.
+  Graph odd = mm_graph({64, 64, 20, false, false, {}}, DType::BF16, Epi::None);
+  p = matmul_path(spec_of(odd), tc, "sm_90a");
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->tensor_cores);
+  EXPECT_NE(p->why.find("operand A"), std::string::npos) << p->why;
+  // ... and it still compiles, on the SIMT kernel.
+  EXPECT_TRUE(emit_matmul(spec_of(odd), tc, llvmb::Target::nvptx("sm_90a")).ok());
+}
+
+TEST(MatmulMmaPath, SuggestedConfigTakesTensorCoresWhereTheyApply) {
+  Graph bf = mm_graph({4096, 4096, 4096, false, false, {}}, DType::BF16, Epi::BiasGelu);
+  KernelConfig c = suggest_matmul_config(spec_of(bf), KernelConfig{}, "sm_80");
+  EXPECT_EQ(c.block_m, 128);
+  EXPECT_EQ(c.block_n, 128);
+  EXPECT_TRUE(matmul_path(spec_of(bf), c, "sm_80")->tensor_cores);
+  // Small matrices get small tiles.
+  Graph small = mm_graph({16, 40, 64, false, false, {}}, DType::BF16, Epi::None);
+  KernelConfig cs = suggest_matmul_config(spec_of(small), KernelConfig{}, "sm_80");
+  EXPECT_EQ(cs.block_m, 32);
+  EXPECT_EQ(cs.block_n, 64);
+  // f32 and sm_75 keep the base config.
+  Graph f32 = mm_graph({256, 256, 256, false, false, {}}, DType::F32, Epi::None);
+  EXPECT_EQ(suggest_matmul_config(spec_of(f32), KernelConfig{}, "sm_80"), KernelConfig{});
+  EXPECT_EQ(suggest_matmul_config(spec_of(bf), KernelConfig{}, "sm_75"), KernelConfig{});
+}
+
+}  // namespace
+}  // namespace sf

@@ -1,0 +1,126 @@
+// The PTX ISA's tensor-core fragment figures written out cell by cell, and what they
+// say each lane holds: the independent side of the host proofs of tensor-core index
+// math (mma_layout_test.cpp checks codegen/kernels/mma_layout.h against them;
+// matmul_mma_test.cpp simulates whole warps of the emitted kernel with them as the
+// hardware). Test code only: nothing in the emitters may include this.
+#pragma once
+
+#include <array>
+
+#include "codegen/kernels/mma_layout.h"
+
+namespace sf::kernels::isa {
+
+constexpr int kLanes = 32;
+
+// ---- the PTX ISA's figures, written out ------------------------------------------------
+// PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type": each figure
+// draws the matrix and labels every cell "T<lane> : <element>". One grid here is the
+// lanes, one the element indices (a digit per cell), transcribed cell by cell.
+
+// A, 16 x 16 (rows m, columns k), elements a0..a7.
+constexpr int kAFigLane[16][16] = {
+    { 0,  0,  1,  1,  2,  2,  3,  3,  0,  0,  1,  1,  2,  2,  3,  3},
+    { 4,  4,  5,  5,  6,  6,  7,  7,  4,  4,  5,  5,  6,  6,  7,  7},
+    { 8,  8,  9,  9, 10, 10, 11, 11,  8,  8,  9,  9, 10, 10, 11, 11},
+    {12, 12, 13, 13, 14, 14, 15, 15, 12, 12, 13, 13, 14, 14, 15, 15},
+    {16, 16, 17, 17, 18, 18, 19, 19, 16, 16, 17, 17, 18, 18, 19, 19},
+    {20, 20, 21, 21, 22, 22, 23, 23, 20, 20, 21, 21, 22, 22, 23, 23},
+    {24, 24, 25, 25, 26, 26, 27, 27, 24, 24, 25, 25, 26, 26, 27, 27},
+    {28, 28, 29, 29, 30, 30, 31, 31, 28, 28, 29, 29, 30, 30, 31, 31},
+    { 0,  0,  1,  1,  2,  2,  3,  3,  0,  0,  1,  1,  2,  2,  3,  3},
+    { 4,  4,  5,  5,  6,  6,  7,  7,  4,  4,  5,  5,  6,  6,  7,  7},
+    { 8,  8,  9,  9, 10, 10, 11, 11,  8,  8,  9,  9, 10, 10, 11, 11},
+    {12, 12, 13, 13, 14, 14, 15, 15, 12, 12, 13, 13, 14, 14, 15, 15},
+    {16, 16, 17, 17, 18, 18, 19, 19, 16, 16, 17, 17, 18, 18, 19, 19},
+    {20, 20, 21, 21, 22, 22, 23, 23, 20, 20, 21, 21, 22, 22, 23, 23},
+    {24, 24, 25, 25, 26, 26, 27, 27, 24, 24, 25, 25, 26, 26, 27, 27},
+    {28, 28, 29, 29, 30, 30, 31, 31, 28, 28, 29, 29, 30, 30, 31, 31},
+};
+constexpr const char* kAFigElem[16] = {
+    "0101010145454545", "0101010145454545", "0101010145454545", "0101010145454545",
+    "0101010145454545", "0101010145454545", "0101010145454545", "0101010145454545",
+    "2323232367676767", "2323232367676767", "2323232367676767", "2323232367676767",
+    "2323232367676767", "2323232367676767", "2323232367676767", "2323232367676767",
+};
+
+// B, 16 x 8 (rows k, columns n), elements b0..b3.
+constexpr int kBFigLane[16][8] = {
+    {0, 4,  8, 12, 16, 20, 24, 28}, {0, 4,  8, 12, 16, 20, 24, 28},
+    {1, 5,  9, 13, 17, 21, 25, 29}, {1, 5,  9, 13, 17, 21, 25, 29},
+    {2, 6, 10, 14, 18, 22, 26, 30}, {2, 6, 10, 14, 18, 22, 26, 30},
+    {3, 7, 11, 15, 19, 23, 27, 31}, {3, 7, 11, 15, 19, 23, 27, 31},
+    {0, 4,  8, 12, 16, 20, 24, 28}, {0, 4,  8, 12, 16, 20, 24, 28},
+    {1, 5,  9, 13, 17, 21, 25, 29}, {1, 5,  9, 13, 17, 21, 25, 29},
+    {2, 6, 10, 14, 18, 22, 26, 30}, {2, 6, 10, 14, 18, 22, 26, 30},
+    {3, 7, 11, 15, 19, 23, 27, 31}, {3, 7, 11, 15, 19, 23, 27, 31},
+};
+constexpr const char* kBFigElem[16] = {
+    "00000000", "11111111", "00000000", "11111111", "00000000", "11111111", "00000000", "11111111",
+    "22222222", "33333333", "22222222", "33333333", "22222222", "33333333", "22222222", "33333333",
+};
+
+// C and D (f32), 16 x 8 (rows m, columns n), elements c0..c3.
+constexpr int kCFigLane[16][8] = {
+    { 0,  0,  1,  1,  2,  2,  3,  3}, { 4,  4,  5,  5,  6,  6,  7,  7},
+    { 8,  8,  9,  9, 10, 10, 11, 11}, {12, 12, 13, 13, 14, 14, 15, 15},
+    {16, 16, 17, 17, 18, 18, 19, 19}, {20, 20, 21, 21, 22, 22, 23, 23},
+    {24, 24, 25, 25, 26, 26, 27, 27}, {28, 28, 29, 29, 30, 30, 31, 31},
+    { 0,  0,  1,  1,  2,  2,  3,  3}, { 4,  4,  5,  5,  6,  6,  7,  7},
+    { 8,  8,  9,  9, 10, 10, 11, 11}, {12, 12, 13, 13, 14, 14, 15, 15},
+    {16, 16, 17, 17, 18, 18, 19, 19}, {20, 20, 21, 21, 22, 22, 23, 23},
+    {24, 24, 25, 25, 26, 26, 27, 27}, {28, 28, 29, 29, 30, 30, 31, 31},
+};
+constexpr const char* kCFigElem[16] = {
+    "01010101", "01010101", "01010101", "01010101", "01010101", "01010101", "01010101", "01010101",
+    "23232323", "23232323", "23232323", "23232323", "23232323", "23232323", "23232323", "23232323",
+};
+
+// PTX ISA, "Warp-level matrix load instruction: ldmatrix": one 8 x 8 matrix as stored
+// (row r = the 16 bytes lane 8j + r pointed at), each cell's receiving lane and the half
+// of its register (0 low, 1 high) without .trans. With .trans the lanes receive the
+// transposed matrix in this same pattern, so stored cell (r, c) goes where (c, r) goes
+// here.
+constexpr int kLdFigLane[8][8] = {
+    { 0,  0,  1,  1,  2,  2,  3,  3}, { 4,  4,  5,  5,  6,  6,  7,  7},
+    { 8,  8,  9,  9, 10, 10, 11, 11}, {12, 12, 13, 13, 14, 14, 15, 15},
+    {16, 16, 17, 17, 18, 18, 19, 19}, {20, 20, 21, 21, 22, 22, 23, 23},
+    {24, 24, 25, 25, 26, 26, 27, 27}, {28, 28, 29, 29, 30, 30, 31, 31},
+};
+constexpr const char* kLdFigHalf[8] = {
+    "01010101", "01010101", "01010101", "01010101", "01010101", "01010101", "01010101", "01010101",
+};
+
+// A figure read backwards: (lane, element) -> cell, and how often the grid names each.
+struct FigureMap {
+  std::array<std::array<RowCol, 8>, kLanes> at{};
+  std::array<std::array<int, 8>, kLanes> times{};
+};
+
+template <int R, int C>
+inline FigureMap invert(const int (&lane)[R][C], const char* const (&elem)[R], bool transpose = false) {
+  FigureMap m;
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      int l = lane[r][c], i = elem[r][c] - '0';
+      m.at[l][i] = transpose ? RowCol{c, r} : RowCol{r, c};
+      ++m.times[l][i];
+    }
+  return m;
+}
+
+inline const FigureMap& fig_a() { static const FigureMap m = invert(kAFigLane, kAFigElem); return m; }
+inline const FigureMap& fig_b() { static const FigureMap m = invert(kBFigLane, kBFigElem); return m; }
+inline const FigureMap& fig_c() { static const FigureMap m = invert(kCFigLane, kCFigElem); return m; }
+inline const FigureMap& fig_ld(bool trans) {
+  static const FigureMap plain = invert(kLdFigLane, kLdFigHalf);
+  static const FigureMap transposed = invert(kLdFigLane, kLdFigHalf, /*transpose=*/true);
+  return trans ? transposed : plain;
+}
+
+inline RowCol isa_a(int lane, int i) { return fig_a().at[lane][i]; }
+inline RowCol isa_b(int lane, int i) { return fig_b().at[lane][i]; }
+inline RowCol isa_c(int lane, int i) { return fig_c().at[lane][i]; }
+inline RowCol isa_ld(int lane, int half, bool trans) { return fig_ld(trans).at[lane][half]; }
+
+}  // namespace sf::kernels::isa

@@ -17,7 +17,7 @@
 #include <vector>
 
 namespace sf {
-namespace {
+namespace autotune_builder_test {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -270,5 +270,5 @@ TEST(BuildPoolTest, EmptyAndNullBuilder) {
   EXPECT_EQ(calls, 2);
 }
 
-}  // namespace
+}  // namespace autotune_builder_test
 }  // namespace sf

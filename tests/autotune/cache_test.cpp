@@ -25,7 +25,7 @@
 #include <thread>
 
 namespace sf {
-namespace {
+namespace autotune_cache_test {
 
 namespace fs = std::filesystem;
 
@@ -671,5 +671,5 @@ TEST_F(CacheTest, DefaultDirHonoursTheEnvironment) {
   EXPECT_EQ(TuneCache::default_dir(), "/tmp/shardfuse-cache");
 }
 
-}  // namespace
+}  // namespace autotune_cache_test
 }  // namespace sf

@@ -14,7 +14,7 @@
 #include <vector>
 
 namespace sf {
-namespace {
+namespace autotune_measure_test {
 
 using namespace std::chrono_literals;
 
@@ -294,5 +294,5 @@ TEST(MeasureTest, NoRunHook) {
   EXPECT_EQ(measure(BenchHooks{}), Measurement{});
 }
 
-}  // namespace
+}  // namespace autotune_measure_test
 }  // namespace sf

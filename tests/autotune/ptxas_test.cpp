@@ -12,7 +12,7 @@
 #include <string>
 
 namespace sf {
-namespace {
+namespace autotune_ptxas_test {
 
 // `ptxas -v -O3 -arch=sm_90a k.ptx` on two LLVM-generated kernels: kern stages 256
 // floats through shared memory around a bar.sync, kern2 stores one constant.
@@ -372,5 +372,5 @@ TEST(RunPtxas, LeavesNothingBehind) {
   std::filesystem::remove_all(tmpl);
 }
 
-}  // namespace
+}  // namespace autotune_ptxas_test
 }  // namespace sf

@@ -15,7 +15,7 @@
 #include "autotune/target.h"
 
 namespace sf {
-namespace {
+namespace autotune_space_test {
 
 constexpr KernelKind kKinds[] = {KernelKind::Pointwise, KernelKind::Reduction, KernelKind::Matmul,
                                  KernelKind::Gather};
@@ -754,11 +754,11 @@ TEST(TuneKeyTest, HashChangesWithEveryField) {
   }
 }
 
-}  // namespace
+}  // namespace autotune_space_test
 }  // namespace sf
 
 namespace sf {
-namespace {
+namespace autotune_space_test {
 
 // Split-K only for a bare f32 matmul whose output tiles leave SMs idle and whose K
 // tiles it divides into parts of two or more.
@@ -788,11 +788,11 @@ TEST(SpaceTest, SplitKRules) {
   EXPECT_FALSE(rule_reject(p, c, t));
 }
 
-}  // namespace
+}  // namespace autotune_space_test
 }  // namespace sf
 
 namespace sf {
-namespace {
+namespace autotune_space_test {
 
 // Split reduction only for one f32 sum or mean whose rows leave SMs idle, with
 // shares no shorter than a row's threads.
@@ -831,5 +831,5 @@ TEST(SpaceTest, SplitReductionRules) {
   EXPECT_LT(predict_us(p, c, t, b), predict_us(p, one, t, b) / 4);
 }
 
-}  // namespace
+}  // namespace autotune_space_test
 }  // namespace sf

@@ -25,7 +25,7 @@
 #include "autotune/space.h"
 
 namespace sf {
-namespace {
+namespace autotune_tuner_test {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -795,11 +795,11 @@ TEST_F(TunerTest, ConcurrentTunersOfOneKeyBuildEachConfigOnce) {
   EXPECT_EQ(reports[0].best_time, reports[1].best_time);
 }
 
-}  // namespace
+}  // namespace autotune_tuner_test
 }  // namespace sf
 
 namespace sf {
-namespace {
+namespace autotune_tuner_test {
 
 // top_k 0 (the default): a fifth of the space, between 2 and 16.
 TEST_F(TunerTest, DefaultTopKIsAFifthOfTheSpaceBetweenTwoAndSixteen) {
@@ -810,5 +810,5 @@ TEST_F(TunerTest, DefaultTopKIsAFifthOfTheSpaceBetweenTwoAndSixteen) {
   EXPECT_EQ(r.ranked_out, 30u - 7u);
 }
 
-}  // namespace
+}  // namespace autotune_tuner_test
 }  // namespace sf

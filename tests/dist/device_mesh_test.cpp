@@ -6,7 +6,7 @@
 #include "codegen/dist/shard.h"
 
 namespace sf {
-namespace {
+namespace dist_device_mesh_test {
 
 DeviceMesh mesh_1d(int64_t n) { return DeviceMesh(Mesh{{{"tp", n}}}); }
 DeviceMesh mesh_2x2() { return DeviceMesh(Mesh{{{"dp", 2}, {"tp", 2}}}); }
@@ -142,5 +142,5 @@ TEST(ShardTensor, EverySpecRoundTripsOnBothMeshes) {
   }
 }
 
-}  // namespace
+}  // namespace dist_device_mesh_test
 }  // namespace sf

@@ -19,7 +19,7 @@
 #include "runtime/simulate.h"
 
 namespace sf {
-namespace {
+namespace dist_pipeline_test {
 
 struct Ran {
   std::vector<LocalProgram> programs;
@@ -253,5 +253,5 @@ TEST(Converter, EveryOpUnderEveryInputPlacement) {
   RecordProperty("runs", runs);
 }
 
-}  // namespace
+}  // namespace dist_pipeline_test
 }  // namespace sf

@@ -12,7 +12,7 @@
 #include "runtime/simulate.h"
 
 namespace sf {
-namespace {
+namespace dist_redistribute_test {
 
 std::vector<Placement> choices() {
   return {Placement::replicate(), Placement::shard(0), Placement::shard(1), Placement::partial(),
@@ -132,5 +132,5 @@ TEST(Redistribute, CostFollowsTheBusFactors) {
   EXPECT_DOUBLE_EQ(redistribute_cost({}, t, m, cm), 0.0);
 }
 
-}  // namespace
+}  // namespace dist_redistribute_test
 }  // namespace sf

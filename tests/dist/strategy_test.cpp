@@ -19,7 +19,7 @@
 #include "codegen/reference/evaluate.h"
 
 namespace sf {
-namespace {
+namespace dist_strategy_test {
 
 DeviceMesh mesh_1d(int64_t n) { return DeviceMesh(Mesh{{{"tp", n}}}); }
 DeviceMesh mesh_2x2() { return DeviceMesh(Mesh{{{"dp", 2}, {"tp", 2}}}); }
@@ -644,5 +644,5 @@ TEST(LocalNode, RewritesShapeAttributesOnly) {
   EXPECT_EQ(ls.type.shape, (Shape{1}));
 }
 
-}  // namespace
+}  // namespace dist_strategy_test
 }  // namespace sf

@@ -21,7 +21,7 @@
 #include "runtime/cuda.h"
 
 namespace sf::cuda {
-namespace {
+namespace fake_cuda_cuda_runtime_test {
 
 // This binary tests the fake, whatever the environment says: driver() reads the
 // variable on its first call, long after this runs.
@@ -783,5 +783,5 @@ TEST_F(CudaFake, AllocationFromAFreshThreadMakesTheContextCurrent) {
   EXPECT_EQ(error, "");
 }
 
-}  // namespace
+}  // namespace fake_cuda_cuda_runtime_test
 }  // namespace sf::cuda

@@ -28,7 +28,7 @@
 #include "runtime/nccl.h"
 
 namespace sf {
-namespace {
+namespace fake_nccl_nccl_fake_test {
 
 using ::testing::AllOf;
 using ::testing::AnyOf;
@@ -716,5 +716,5 @@ TEST(NcclFake, TheLogNamesEachCollectiveWithItsStream) {
   }
 }
 
-}  // namespace
+}  // namespace fake_nccl_nccl_fake_test
 }  // namespace sf

@@ -19,7 +19,7 @@
 #include "runtime/simulate.h"
 
 namespace sf {
-namespace {
+namespace fusion_collective_matmul_test {
 
 Graph parse(const std::string& text) {
   Result<Graph> g = parse_graph(text, "t.sf");
@@ -604,5 +604,5 @@ TEST(CollectiveMatmul, AutoDecomposesOnlyWhenTheRingIsEstimatedFaster) {
   EXPECT_FALSE(never[0].decomposed);
 }
 
-}  // namespace
+}  // namespace fusion_collective_matmul_test
 }  // namespace sf

@@ -12,7 +12,7 @@
 #include "codegen/ir/parser.h"
 
 namespace sf {
-namespace {
+namespace fusion_fuse_test {
 
 Graph parse(const std::string& text) {
   Result<Graph> g = parse_graph(text, "t.sf");
@@ -113,11 +113,11 @@ TEST(Fuse, EveryRankFusesAlikeWithUnevenShards) {
   }
 }
 
-}  // namespace
+}  // namespace fusion_fuse_test
 }  // namespace sf
 
 namespace sf {
-namespace {
+namespace fusion_fuse_test {
 
 TEST(Fuse, AGroupThatCannotBeEmittedIsSplitAndTheRestStaysFused) {
   Graph g = parse(
@@ -141,5 +141,5 @@ TEST(Fuse, AGroupThatCannotBeEmittedIsSplitAndTheRestStaysFused) {
   EXPECT_EQ(asked, 2) << "each distinct multi-op kernel (matmul+relu, add+exp+mul) is checked once";
 }
 
-}  // namespace
+}  // namespace fusion_fuse_test
 }  // namespace sf

@@ -12,7 +12,7 @@
 #include "codegen/ir/parser.h"
 
 namespace sf {
-namespace {
+namespace fusion_verify_programs_test {
 
 DeviceMesh tp(int n) { return DeviceMesh(Mesh{{{"tp", n}}}); }
 
@@ -172,5 +172,5 @@ TEST(VerifyPrograms, EveryExamplePassesAfterEveryStage) {
   EXPECT_GE(checked, 7 * 3);
 }
 
-}  // namespace
+}  // namespace fusion_verify_programs_test
 }  // namespace sf

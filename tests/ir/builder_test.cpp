@@ -7,7 +7,7 @@
 #include "codegen/ir/printer.h"
 
 namespace sf {
-namespace {
+namespace ir_builder_test {
 
 TEST(Builder, BuildsTheMlpWithOperators) {
   GraphBuilder b("mlp", Mesh{{{"tp", 4}}});
@@ -84,5 +84,5 @@ TEST(Builder, EmptyGraphFailsVerification) {
   EXPECT_NE(g.error().message.find("returns nothing"), std::string::npos);
 }
 
-}  // namespace
+}  // namespace ir_builder_test
 }  // namespace sf

@@ -11,7 +11,7 @@
 #include "codegen/ir/tensor.h"
 
 namespace sf {
-namespace {
+namespace ir_dtype_test {
 
 TEST(DType, NamesRoundTrip) {
   for (DType t : kAllDTypes) EXPECT_EQ(parse_dtype(dtype_name(t)), t);
@@ -126,11 +126,11 @@ TEST(Tensor, StoresNativeLayout) {
   EXPECT_EQ(contiguous_strides({2, 3, 4}), (std::vector<int64_t>{12, 4, 1}));
 }
 
-}  // namespace
+}  // namespace ir_dtype_test
 }  // namespace sf
 
 namespace sf {
-namespace {
+namespace ir_dtype_test {
 
 TEST(Tensor, IntegerConversionsSaturateAndRoundOnce) {
   Tensor i(DType::I64, {3});
@@ -151,5 +151,5 @@ TEST(Tensor, IntegerConversionsSaturateAndRoundOnce) {
   EXPECT_EQ(i64_to_double_round_odd(-5), -5.0);
 }
 
-}  // namespace
+}  // namespace ir_dtype_test
 }  // namespace sf

@@ -14,7 +14,7 @@
 #include "codegen/ir/parser.h"
 
 namespace sf {
-namespace {
+namespace ir_hardening_sizes_test {
 
 // The located error a graph text gets from the parser (empty if it is accepted).
 std::string error_of(const std::string& text) {
@@ -164,5 +164,5 @@ TEST(SizeLimits, EveryShippedGraphIsWithinThem) {
   EXPECT_GT(n, 10);
 }
 
-}  // namespace
+}  // namespace ir_hardening_sizes_test
 }  // namespace sf

@@ -7,7 +7,7 @@
 #include "codegen/ir/ops.h"
 
 namespace sf {
-namespace {
+namespace ir_ops_test {
 
 struct InferCase {
   const char* op;
@@ -170,5 +170,5 @@ TEST(OpTable, NamesAreUniqueAndFindable) {
   EXPECT_EQ(find_op("param"), std::nullopt);  // leaves are not callable
 }
 
-}  // namespace
+}  // namespace ir_ops_test
 }  // namespace sf

@@ -5,7 +5,7 @@
 #include "codegen/ir/parser.h"
 
 namespace sf {
-namespace {
+namespace ir_parse_errors_test {
 
 struct BadInput {
   const char* name;
@@ -115,5 +115,5 @@ TEST(ParseFile, MissingFileNamesIt) {
             "/nonexistent/dir/g.sf: error: cannot open file: No such file or directory (expected a graph file (.sf))");
 }
 
-}  // namespace
+}  // namespace ir_parse_errors_test
 }  // namespace sf

@@ -8,7 +8,7 @@
 #include "codegen/ir/printer.h"
 
 namespace sf {
-namespace {
+namespace ir_parser_test {
 
 constexpr const char* kMlp = R"(# Megatron-style tensor-parallel MLP
 mesh tp=4
@@ -102,11 +102,11 @@ graph g(x: f16[4, 6] {dp: S(0), tp: S(-1)}, i: i32[3]) {
   EXPECT_EQ(g.node(g.outputs()[3].value).type.shape, (Shape{2, 12}));
 }
 
-}  // namespace
+}  // namespace ir_parser_test
 }  // namespace sf
 
 namespace sf {
-namespace {
+namespace ir_parser_test {
 
 class ExampleRoundTrip : public ::testing::TestWithParam<const char*> {};
 
@@ -137,5 +137,5 @@ INSTANTIATE_TEST_SUITE_P(Examples, ExampleRoundTrip,
                            return n.substr(0, n.find('.'));
                          });
 
-}  // namespace
+}  // namespace ir_parser_test
 }  // namespace sf

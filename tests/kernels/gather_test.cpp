@@ -13,7 +13,7 @@
 #include "codegen/reference/evaluate.h"
 
 namespace sf {
-namespace {
+namespace kernels_gather_test {
 
 Graph embedding_group(DType idx, DType w, Shape ishape, int64_t rows, int64_t cols) {
   GraphBuilder b("g");
@@ -84,5 +84,5 @@ TEST(Gather, OtherGroupsAreDiags) {
   EXPECT_NE(e.error().message.find("one embedding"), std::string::npos);
 }
 
-}  // namespace
+}  // namespace kernels_gather_test
 }  // namespace sf

@@ -16,7 +16,7 @@
 #include "runtime/simulate.h"
 
 namespace sf {
-namespace {
+namespace kernels_generated_programs_test {
 
 HostKernelRunner& runner() {
   static std::unique_ptr<HostKernelRunner> r = [] {
@@ -111,5 +111,5 @@ TEST(GeneratedPrograms, OpsUnderInputPlacements) {
       }
 }
 
-}  // namespace
+}  // namespace kernels_generated_programs_test
 }  // namespace sf

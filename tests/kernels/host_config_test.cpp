@@ -26,7 +26,7 @@
 #include "codegen/reference/evaluate.h"
 
 namespace sf {
-namespace {
+namespace kernels_host_config_test {
 
 using kernel_test::finish;
 using kernel_test::reduce;
@@ -489,5 +489,5 @@ TEST(HostConfigErrors, OutOfRangeKnobsAreDiagsNamingFieldAndValue) {
   }
 }
 
-}  // namespace
+}  // namespace kernels_host_config_test
 }  // namespace sf

@@ -6,8 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <barrier>
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <llvm/IR/Module.h>
@@ -94,5 +97,44 @@ inline std::string ptxas_failure(const std::string& ptx, const std::string& arch
   Result<std::vector<KernelResources>> r = assemble(ptx, arch);
   return r.ok() ? "" : r.error().str();
 }
+
+// The threads of one simulated thread block, kept for every block of a launch: the
+// simulations run a GPU kernel's threads as OS threads (they meet at barriers), and
+// starting blocks x threads of them cost more than the kernels themselves, most of all
+// under AddressSanitizer, which maps and unmaps each thread's stack and shadow.
+class BlockThreads {
+ public:
+  explicit BlockThreads(int n) : start_(n + 1), done_(n + 1) {
+    threads_.reserve(static_cast<size_t>(n));
+    for (int t = 0; t < n; ++t)
+      threads_.emplace_back([this, t] {
+        for (;;) {
+          start_.arrive_and_wait();
+          if (stop_) return;
+          (*fn_)(t);
+          done_.arrive_and_wait();
+        }
+      });
+  }
+  BlockThreads(const BlockThreads&) = delete;
+  BlockThreads& operator=(const BlockThreads&) = delete;
+  ~BlockThreads() {
+    stop_ = true;
+    start_.arrive_and_wait();
+    for (std::thread& t : threads_) t.join();
+  }
+  // Runs fn(t) on every thread t of the block at once and returns when all have.
+  void run(const std::function<void(int)>& fn) {
+    fn_ = &fn;
+    start_.arrive_and_wait();
+    done_.arrive_and_wait();
+  }
+
+ private:
+  std::barrier<> start_, done_;
+  const std::function<void(int)>* fn_ = nullptr;
+  bool stop_ = false;  // written before `start_`, whose completion orders it for the readers
+  std::vector<std::thread> threads_;
+};
 
 }  // namespace sf::kernel_test

@@ -13,7 +13,7 @@
 #include "codegen/reference/evaluate.h"
 
 namespace sf {
-namespace {
+namespace kernels_large_test {
 
 constexpr int64_t k24 = int64_t{1} << 24;
 
@@ -69,5 +69,5 @@ TEST_P(Large, MatmulWith2To24Outputs) {
 INSTANTIATE_TEST_SUITE_P(FloatDtypes, Large, ::testing::Values(DType::F32, DType::F16, DType::BF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
-}  // namespace
+}  // namespace kernels_large_test
 }  // namespace sf

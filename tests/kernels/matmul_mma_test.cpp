@@ -35,7 +35,7 @@
 #include "codegen/reference/evaluate.h"
 
 namespace sf {
-namespace {
+namespace kernels_matmul_mma_test {
 
 using kernel_test::arg_array;
 using kernel_test::assemble;
@@ -260,6 +260,7 @@ Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& in
     if (t.nbytes()) std::memset(t.data(), 0x7f, t.nbytes());
   std::vector<void*> args = arg_array(inputs, out);
   const int threads = launch.block[0];
+  kernel_test::BlockThreads block(threads);
   for (int64_t by = 0; by < launch.grid[1]; ++by)
     for (int64_t bx = 0; bx < launch.grid[0]; ++bx) {
       Block blk(threads, static_cast<size_t>(launch.shared_bytes));
@@ -270,12 +271,7 @@ Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& in
       hooks.barrier = &sim_barrier;
       hooks.ldmatrix_x4 = &sim_ldmatrix;
       hooks.mma = &sim_mma;
-      std::vector<std::thread> pool;
-      for (int t = 0; t < threads; ++t)
-        pool.emplace_back([&, t] {
-          entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks);
-        });
-      for (std::thread& th : pool) th.join();
+      block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks); });
       if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
       if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);
     }
@@ -497,5 +493,5 @@ TEST(MatmulMmaPath, SuggestedConfigTakesTensorCoresWhereTheyApply) {
   EXPECT_EQ(suggest_matmul_config(spec_of(bf), KernelConfig{}, "sm_75"), KernelConfig{});
 }
 
-}  // namespace
+}  // namespace kernels_matmul_mma_test
 }  // namespace sf

@@ -38,7 +38,7 @@
 #include "codegen/reference/evaluate.h"
 
 namespace sf {
-namespace {
+namespace kernels_matmul_test {
 
 using kernel_test::finish;
 using kernel_test::jit;
@@ -166,19 +166,17 @@ Result<std::vector<Tensor>> run_tiled(const Graph& g, const std::vector<Tensor>&
   std::vector<void*> args = arg_array(inputs, out);
   const int threads = launch.block[0];
   std::vector<float> smem(static_cast<size_t>(launch.shared_bytes) / 4 + 4);
+  kernel_test::BlockThreads block(threads);
   for (int64_t bz = 0; bz < launch.grid[2]; ++bz)
   for (int64_t by = 0; by < launch.grid[1]; ++by)
     for (int64_t bx = 0; bx < launch.grid[0]; ++bx) {
       // Garbage in shared memory, as on a GPU: the kernel must not read before writing.
       std::fill(smem.begin(), smem.end(), std::nanf(""));
       std::barrier<> bar(threads);
-      std::vector<std::thread> pool;
-      for (int t = 0; t < threads; ++t)
-        pool.emplace_back([&, t] {
-          entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, smem.data(), &sim_barrier, &bar,
-                static_cast<int32_t>(bz));
-        });
-      for (std::thread& th : pool) th.join();
+      block.run([&](int t) {
+        entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, smem.data(), &sim_barrier, &bar,
+              static_cast<int32_t>(bz));
+      });
     }
   return out;
 }
@@ -766,5 +764,5 @@ TEST(MatmulTiming, BiasGeluEmitAndCompile) {
   RecordProperty("ptx_compile_ms", std::to_string(ms(t5 - t4)));
 }
 
-}  // namespace
+}  // namespace kernels_matmul_test
 }  // namespace sf

@@ -29,7 +29,7 @@
 #include <vector>
 
 namespace sf::kernels {
-namespace {
+namespace kernels_mma_layout_test {
 
 using namespace isa;
 
@@ -663,5 +663,5 @@ TEST(SwizzleLayout, WithoutTheXorLdmatrixPhasesConflict) {
     }
 }
 
-}  // namespace
+}  // namespace kernels_mma_layout_test
 }  // namespace sf::kernels

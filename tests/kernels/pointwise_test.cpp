@@ -30,7 +30,7 @@
 #include "codegen/reference/evaluate.h"
 
 namespace sf {
-namespace {
+namespace kernels_pointwise_test {
 
 using kernel_test::finish;
 using kernel_test::jit;
@@ -843,5 +843,5 @@ TEST(PointwiseTiming, TenOpChainEmitAndCompile) {
   expect_matches_reference(g, make_inputs(g, 17, {Fill::Small, Fill::Small}));
 }
 
-}  // namespace
+}  // namespace kernels_pointwise_test
 }  // namespace sf

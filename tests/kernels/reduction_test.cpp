@@ -36,7 +36,7 @@
 #include "codegen/reference/evaluate.h"
 
 namespace sf {
-namespace {
+namespace kernels_reduction_test {
 
 using kernel_test::finish;
 using kernel_test::reduce;
@@ -143,15 +143,15 @@ Result<std::vector<Tensor>> run_simulated(const Graph& g, const std::vector<Tens
   // A split reduction adds into its outputs, which the launch zeroes.
   if (launch.zero_outputs)
     for (Tensor& t : out) std::memset(t.data(), 0, t.nbytes());
+  kernel_test::BlockThreads block(threads);
   for (int64_t by = 0; by < launch.grid[1]; ++by)
   for (int64_t blk = 0; blk < launch.grid[0]; ++blk) {
     SimBlock sb(threads);
     ReductionSimHooks hooks{&sb, sim_barrier, sim_shfl, shared.data()};
-    std::vector<std::thread> ts;
-    for (int t = 0; t < threads; ++t)
-      ts.emplace_back(entry, args.data(), static_cast<int32_t>(blk), t, static_cast<int32_t>(launch.grid[0]), &hooks,
-                      static_cast<int32_t>(by));
-    for (std::thread& t : ts) t.join();
+    block.run([&](int t) {
+      entry(args.data(), static_cast<int32_t>(blk), t, static_cast<int32_t>(launch.grid[0]), &hooks,
+            static_cast<int32_t>(by));
+    });
   }
   return out;
 }
@@ -870,5 +870,5 @@ TEST(ReductionTiming, LayerNormEmitAndCompile) {
   time_group("layer_norm bf16[1000, 5000]", composite_group(Composite::LayerNorm, DType::BF16, {1000, 5000}, 1));
 }
 
-}  // namespace
+}  // namespace kernels_reduction_test
 }  // namespace sf

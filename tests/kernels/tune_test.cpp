@@ -18,7 +18,7 @@
 #include "codegen/kernels/host_runner.h"
 
 namespace sf {
-namespace {
+namespace kernels_tune_test {
 
 namespace fs = std::filesystem;
 
@@ -403,5 +403,5 @@ TEST(HostTuning, PruningKeepsTheBestOfExhaustiveTuningOnSmallShapes) {
   }
 }
 
-}  // namespace
+}  // namespace kernels_tune_test
 }  // namespace sf

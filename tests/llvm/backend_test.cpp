@@ -26,7 +26,7 @@
 #include "codegen/llvm/llvm_compat.h"
 
 namespace sf::llvmb {
-namespace {
+namespace llvm_backend_test {
 
 bool have_libdevice() {
   const char* env = std::getenv("SHARDFUSE_LIBDEVICE");
@@ -565,5 +565,5 @@ TEST(HostJit, OptimizedIrForHost) {
   EXPECT_EQ(print(*m), before);
 }
 
-}  // namespace
+}  // namespace llvm_backend_test
 }  // namespace sf::llvmb

@@ -6,7 +6,7 @@
 #include <cmath>
 
 namespace sf {
-namespace {
+namespace reference_compare_test {
 
 Tensor f32(std::vector<double> v) {
   Tensor t(DType::F32, {static_cast<int64_t>(v.size())});
@@ -46,5 +46,5 @@ TEST(Compare, DifferentTypesMismatchEverywhere) {
   EXPECT_EQ(c.mismatches, 3);
 }
 
-}  // namespace
+}  // namespace reference_compare_test
 }  // namespace sf

@@ -9,7 +9,7 @@
 #include "tests/reference/test_util.h"
 
 namespace sf {
-namespace {
+namespace reference_decompose_test {
 
 using test::run;
 
@@ -198,5 +198,5 @@ TEST(Decompose, SoftmaxOfAnEmptyTensor) {
   EXPECT_EQ(out[0].shape(), (Shape{3, 0}));
 }
 
-}  // namespace
+}  // namespace reference_decompose_test
 }  // namespace sf

@@ -7,7 +7,7 @@
 #include "tests/reference/test_util.h"
 
 namespace sf {
-namespace {
+namespace reference_evaluate_composite_test {
 
 using test::expect_close;
 using test::run;
@@ -102,5 +102,5 @@ TEST(EvaluateLayerNorm, Bf16RoundsTheFinalResultOnly) {
   expect_close(values(out[0]), {-1.34375, -0.447265625, 0.447265625, 1.34375}, 0);
 }
 
-}  // namespace
+}  // namespace reference_evaluate_composite_test
 }  // namespace sf

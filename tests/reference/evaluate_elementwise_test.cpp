@@ -7,7 +7,7 @@
 #include "tests/reference/test_util.h"
 
 namespace sf {
-namespace {
+namespace reference_evaluate_elementwise_test {
 
 using test::expect_close;
 using test::itensor;
@@ -337,5 +337,5 @@ TEST(EvaluateConstant, ScalarsOfTheirDtype) {
   expect_close(values(out[1]), {0.10009765625}, 0);  // 0.1 in bf16: 205 * 2^-11
 }
 
-}  // namespace
+}  // namespace reference_evaluate_elementwise_test
 }  // namespace sf

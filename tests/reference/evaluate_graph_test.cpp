@@ -5,7 +5,7 @@
 #include "tests/reference/test_util.h"
 
 namespace sf {
-namespace {
+namespace reference_evaluate_graph_test {
 
 using test::expect_close;
 using test::run;
@@ -99,5 +99,5 @@ TEST(EvaluateCollective, RedistributeIsTheIdentity) {
   EXPECT_EQ(test::ivalues(out[0]), (std::vector<int64_t>{9007199254740993, 2, 3, 4}));
 }
 
-}  // namespace
+}  // namespace reference_evaluate_graph_test
 }  // namespace sf

@@ -6,7 +6,7 @@
 #include "tests/reference/test_util.h"
 
 namespace sf {
-namespace {
+namespace reference_evaluate_reduce_test {
 
 using test::expect_close;
 using test::itensor;
@@ -127,5 +127,5 @@ TEST(EvaluateReduce, EmptyReductions) {
   EXPECT_NE(msg.find("empty"), std::string::npos) << msg;
 }
 
-}  // namespace
+}  // namespace reference_evaluate_reduce_test
 }  // namespace sf

@@ -5,7 +5,7 @@
 #include "tests/reference/test_util.h"
 
 namespace sf {
-namespace {
+namespace reference_evaluate_shape_test {
 
 using test::expect_close;
 using test::itensor;
@@ -170,5 +170,5 @@ TEST(EvaluateEmbedding, OutOfRangeIndexIsADiag) {
   EXPECT_NE(msg.find("index -1"), std::string::npos) << msg;
 }
 
-}  // namespace
+}  // namespace reference_evaluate_shape_test
 }  // namespace sf

@@ -7,7 +7,7 @@
 #include "tests/reference/test_util.h"
 
 namespace sf {
-namespace {
+namespace reference_random_inputs_test {
 
 bool same_bytes(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   if (a.size() != b.size()) return false;
@@ -110,5 +110,5 @@ TEST(RandomInputs, IndicesThroughAReshapeUseTheSmallestWeight) {
   EXPECT_TRUE(evaluate(g, in).ok());
 }
 
-}  // namespace
+}  // namespace reference_random_inputs_test
 }  // namespace sf

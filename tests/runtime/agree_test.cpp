@@ -8,7 +8,7 @@
 #include <thread>
 
 namespace sf {
-namespace {
+namespace runtime_agree_test {
 
 DeviceMesh mesh_of(std::vector<MeshDim> dims) { return DeviceMesh(Mesh{std::move(dims)}); }
 
@@ -119,5 +119,5 @@ TEST(Agree, AnEchoIsReportedWhenNoRankSaysMore) {
   EXPECT_EQ(err->message, "rank 1: aborted: rank 7 of another job failed");
 }
 
-}  // namespace
+}  // namespace runtime_agree_test
 }  // namespace sf

@@ -19,7 +19,7 @@
 #include <vector>
 
 namespace sf {
-namespace {
+namespace runtime_comm_test {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -764,5 +764,5 @@ TEST(CommArguments, ASecondCommOnTheSameRendezvousMeetsItsOwnPeers) {
     });
 }
 
-}  // namespace
+}  // namespace runtime_comm_test
 }  // namespace sf

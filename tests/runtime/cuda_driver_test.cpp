@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 namespace sf {
-namespace {
+namespace runtime_cuda_driver_test {
 
 TEST(CudaDriver, EitherADeviceOrAReasonStartingNoCudaDevice) {
   Result<const cuda::Driver*> d = cuda::driver();
@@ -36,5 +36,5 @@ TEST(CudaDriver, ArchNamesFollowTheComputeCapability) {
   EXPECT_EQ(i.arch(), "sm_86");
 }
 
-}  // namespace
+}  // namespace runtime_cuda_driver_test
 }  // namespace sf

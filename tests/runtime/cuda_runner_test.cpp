@@ -14,7 +14,7 @@
 #include "runtime/cublas.h"
 
 namespace sf {
-namespace {
+namespace runtime_cuda_runner_test {
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -258,5 +258,5 @@ TEST(Cublas, LtBiasGeluEpilogueMatchesTheHost) {
   check_gemm(ctx, DType::BF16, true);
 }
 
-}  // namespace
+}  // namespace runtime_cuda_runner_test
 }  // namespace sf

@@ -14,7 +14,7 @@
 #include "runtime/simulate.h"
 
 namespace sf {
-namespace {
+namespace runtime_executor_test {
 
 struct Ranks {
   Graph g;
@@ -98,5 +98,5 @@ TEST(Executor, AStalledCollectiveTimesOutOnEveryRank) {
   EXPECT_LT(secs, 20.0);
 }
 
-}  // namespace
+}  // namespace runtime_executor_test
 }  // namespace sf

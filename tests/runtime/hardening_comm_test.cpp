@@ -13,7 +13,7 @@
 #include "runtime/comm.h"
 
 namespace sf {
-namespace {
+namespace runtime_hardening_comm_test {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -140,5 +140,5 @@ TEST(HardeningConnect, AMemberThatNeverJoinsIsNamed) {
   for (int r : {0, 2}) EXPECT_THAT(errors[static_cast<size_t>(r)], HasSubstr("rank 1 never joined")) << r;
 }
 
-}  // namespace
+}  // namespace runtime_hardening_comm_test
 }  // namespace sf

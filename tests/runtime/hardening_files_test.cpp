@@ -18,7 +18,7 @@
 #include "runtime/npy.h"
 
 namespace sf {
-namespace {
+namespace runtime_hardening_files_test {
 
 namespace fs = std::filesystem;
 
@@ -148,5 +148,5 @@ TEST_F(HardeningFiles, NumbersThatUnderflowRoundToZeroAndOverflowIsRefused) {
   }
 }
 
-}  // namespace
+}  // namespace runtime_hardening_files_test
 }  // namespace sf

@@ -19,7 +19,7 @@
 #include "runtime/comm.h"
 
 namespace sf {
-namespace {
+namespace runtime_nccl_test {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -410,5 +410,5 @@ TEST(NcclGpu, SplitPerMeshDim) {
   });
 }
 
-}  // namespace
+}  // namespace runtime_nccl_test
 }  // namespace sf

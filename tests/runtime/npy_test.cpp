@@ -19,7 +19,7 @@
 #include <vector>
 
 namespace sf {
-namespace {
+namespace runtime_npy_test {
 
 namespace fs = std::filesystem;
 using ::testing::AllOf;
@@ -736,5 +736,5 @@ np.savez(d + 'arrays.npz', a=a)
   EXPECT_THAT(read_error(path("arrays.npz"), kF32x23), HasSubstr("np.savez"));
 }
 
-}  // namespace
+}  // namespace runtime_npy_test
 }  // namespace sf

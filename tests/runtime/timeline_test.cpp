@@ -12,7 +12,7 @@
 #include "runtime/timeline.h"
 
 namespace sf {
-namespace {
+namespace runtime_timeline_test {
 
 // A program over f32 vectors, built step by step. Kernel times are looked up by
 // kernel name in `us` (per rank) by the model below.
@@ -530,5 +530,5 @@ TEST(Roofline, SixteenBitMatmulFlopsGoToTheTensorCores) {
   }
 }
 
-}  // namespace
+}  // namespace runtime_timeline_test
 }  // namespace sf

@@ -17,7 +17,7 @@
 #include "tests/tools/cli_util.h"  // TempDir
 
 namespace sf {
-namespace {
+namespace runtime_trace_test {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -177,5 +177,5 @@ TEST(Trace, TimelineEventsCarryBytesFlopsAndStep) {
   EXPECT_EQ(seen, (std::set<std::pair<int, std::string>>{{0, "k0"}, {0, "all_reduce a"}, {1, "k0"}, {1, "all_reduce a"}}));
 }
 
-}  // namespace
+}  // namespace runtime_trace_test
 }  // namespace sf

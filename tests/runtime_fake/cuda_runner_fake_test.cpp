@@ -22,7 +22,7 @@
 #include "tests/runtime_fake/call_log.h"
 
 namespace sf {
-namespace {
+namespace runtime_fake_cuda_runner_fake_test {
 
 #ifdef FAKE_CUDA_LIB
 // This binary runs on the fake whatever the environment says: driver() reads the
@@ -274,5 +274,5 @@ TEST(CudaRunnerFake, ArgumentsThatAreNotTheRunnersAreRefused) {
   EXPECT_FALSE(r->run(NotPtx{}, quick()));
 }
 
-}  // namespace
+}  // namespace runtime_fake_cuda_runner_fake_test
 }  // namespace sf

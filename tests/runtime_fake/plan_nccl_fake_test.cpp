@@ -25,7 +25,7 @@
 #include "tests/runtime_fake/call_log.h"
 
 namespace sf {
-namespace {
+namespace runtime_fake_plan_nccl_fake_test {
 
 // Before main, so before the runtime opens either library (once per process).
 const bool kFakes = [] {
@@ -428,5 +428,5 @@ TEST(PlanNcclFake, RanksThatDisagreeOnACollectiveFailWithTheMismatch) {
   EXPECT_NE(out.error().message.find("all_reduce"), std::string::npos) << out.error().message;
 }
 
-}  // namespace
+}  // namespace runtime_fake_plan_nccl_fake_test
 }  // namespace sf

@@ -14,7 +14,7 @@
 #include "runtime/plan.h"
 
 namespace sf {
-namespace {
+namespace tools_cli_test {
 
 const char* kExamples[] = {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf",
                            "fsdp_tp_2d.sf", "fsdp_mlp.sf"};
@@ -258,5 +258,5 @@ TEST(CliHelp, EveryCommandExplainsWithAnExample) {
   EXPECT_NE(none.code, 0);
 }
 
-}  // namespace
+}  // namespace tools_cli_test
 }  // namespace sf

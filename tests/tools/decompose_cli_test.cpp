@@ -9,7 +9,7 @@
 #include "tests/tools/cli_util.h"
 
 namespace sf {
-namespace {
+namespace tools_decompose_cli_test {
 
 TEST(DecomposeCli, ExplainShowsTheRingAndTheDecision) {
   CliResult r = shardfuse("explain " + example("seq_parallel_mlp.sf") + " --decompose always");
@@ -82,5 +82,5 @@ TEST(DecomposeCli, ThePlanCarriesTheRingAndItsConcat) {
   EXPECT_EQ(shifts, 24u) << "3 + 3 shifts per rank";
 }
 
-}  // namespace
+}  // namespace tools_decompose_cli_test
 }  // namespace sf

@@ -19,7 +19,7 @@
 #include "tests/tools/cli_util.h"
 
 namespace sf {
-namespace {
+namespace tools_exec_cli_test {
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -511,5 +511,5 @@ TEST(ExecFakeNccl, AskingForNcclWithTooFewGpusSaysSo) {
 }
 #endif
 
-}  // namespace
+}  // namespace tools_exec_cli_test
 }  // namespace sf

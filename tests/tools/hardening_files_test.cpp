@@ -16,7 +16,7 @@
 #include "tests/tools/cli_util.h"
 
 namespace sf {
-namespace {
+namespace tools_hardening_files_test {
 
 // A bound on commands that would block forever on the unfixed code (a FIFO opened
 // for reading): they then fail with timeout's 124 instead of hanging the suite.
@@ -353,5 +353,5 @@ TEST(HardeningMessages, OutputsLandAllOrNone) {
     EXPECT_EQ(e.path().filename(), "s.npy") << "left behind: " << e.path();
 }
 
-}  // namespace
+}  // namespace tools_hardening_files_test
 }  // namespace sf

@@ -10,7 +10,7 @@
 #include "tests/tools/cli_util.h"
 
 namespace sf {
-namespace {
+namespace tools_hardening_limits_test {
 
 // A command that must end at once; 60 s only bounds a regression.
 CliResult bounded(const std::string& args) { return shardfuse_with_prefix("timeout 60 ", args); }
@@ -152,5 +152,5 @@ TEST(HardeningLimits, AProcessWhosePeersNeverStartNamesTheFirstMissingRank) {
   EXPECT_LT(r.out.size(), 400u) << r.out;
 }
 
-}  // namespace
+}  // namespace tools_hardening_limits_test
 }  // namespace sf

@@ -13,7 +13,7 @@
 #include "tests/tools/cli_util.h"
 
 namespace sf {
-namespace {
+namespace tools_hardening_plan_test {
 
 using nlohmann::json;
 
@@ -278,5 +278,5 @@ TEST_F(HardeningPlan, VerifyEachIsAFlagOfEveryCommandThatRunsThePipeline) {
   }
 }
 
-}  // namespace
+}  // namespace tools_hardening_plan_test
 }  // namespace sf

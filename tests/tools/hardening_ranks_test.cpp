@@ -11,7 +11,7 @@
 #include "tests/tools/cli_util.h"
 
 namespace sf {
-namespace {
+namespace tools_hardening_ranks_test {
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -227,5 +227,5 @@ TEST(HardeningRanks, ExecProcessesWithDifferentInputsOrPlansAllFail) {
 }
 #endif
 
-}  // namespace
+}  // namespace tools_hardening_ranks_test
 }  // namespace sf

@@ -13,7 +13,7 @@
 #include "tests/tools/cli_util.h"
 
 namespace sf {
-namespace {
+namespace tools_simulate_cli_test {
 
 using json = nlohmann::json;
 
@@ -180,5 +180,5 @@ TEST(SimulateCli, MeasuredKernelTimesComeFromTheTuningCache) {
   EXPECT_NE(r.out.find(", 0 measured"), std::string::npos) << r.out;
 }
 
-}  // namespace
+}  // namespace tools_simulate_cli_test
 }  // namespace sf

@@ -13,7 +13,7 @@
 #include "tests/tools/cli_util.h"
 
 namespace sf {
-namespace {
+namespace tools_trace_cli_test {
 
 using nlohmann::json;
 
@@ -111,5 +111,5 @@ TEST(TraceCli, ExecTracesKernelsWithCudaEventsAndGraphsAsOneEvent) {
 }
 #endif
 
-}  // namespace
+}  // namespace tools_trace_cli_test
 }  // namespace sf

@@ -9,7 +9,7 @@
 #include "tests/tools/cli_util.h"
 
 namespace sf {
-namespace {
+namespace tools_tune_cli_test {
 
 // Short measurements: these tests check what is measured and cached, not how fast.
 const std::string kQuick = " --top-k 2 --warmup-ms 1 --rep-ms 2 --max-reps 5";
@@ -223,5 +223,5 @@ TEST(TuneCli, ABudgetStopsMeasuringAndSaysSo) {
   EXPECT_NE(r.out.find("measured 0 "), std::string::npos) << r.out;
 }
 
-}  // namespace
+}  // namespace tools_tune_cli_test
 }  // namespace sf

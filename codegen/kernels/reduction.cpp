@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -53,7 +54,41 @@ struct Plan {
   int warps_per_row = 1;
   int smem_bytes = 0;
   std::vector<int> smem_offset;  // per reduction, in pass order, flattened (bytes)
+  // NVPTX persistent rows (decide_persistent): each thread loads its share of a row
+  // once, into registers, and every pass and the X-space outputs read them there.
+  bool persistent = false;
+  int vector = 1;      // elements per register slot: one 16-byte-or-smaller access per operand
+  int64_t slots = 0;   // register slots per thread (slots * vector elements)
 };
+
+// The most elements of a row one thread holds in registers: beyond it the row is
+// folded in passes that read it again (Inductor's persistent and looped reductions).
+constexpr int64_t kPersistentElems = 32;
+
+// Persistent rows when a thread's share fits kPersistentElems and the row is not split
+// over blocks. Vector slots (the thread's elements of one slot adjacent in memory)
+// when the reduced dims are X's innermost, so that a row is contiguous: as wide as
+// 16 bytes of the narrowest dtype read or written in X space allows, dividing n.
+void decide_persistent(Plan& p, const Graph& g, const KernelConfig& c) {
+  if (c.split_reduction > 1 || p.n <= 0) return;
+  const int64_t tpr = c.threads_per_row;
+  int v = 1;
+  if (p.red_map.contiguous()) {
+    int64_t narrow = 8;
+    for (ValueId v : g.params()) narrow = std::min<int64_t>(narrow, dtype_size(g.node(v).type.dtype));
+    for (size_t o : p.x_outputs) narrow = std::min<int64_t>(narrow, dtype_size(g.node(g.outputs()[o].value).type.dtype));
+    v = static_cast<int>(std::min<int64_t>(8, 16 / std::max<int64_t>(narrow, 1)));
+  }
+  for (; v >= 1; v /= 2) {
+    if (p.n % v != 0) continue;
+    const int64_t slots = (p.n + tpr * v - 1) / (tpr * v);
+    if (slots * v > kPersistentElems) continue;
+    p.persistent = true;
+    p.vector = v;
+    p.slots = slots;
+    return;
+  }
+}
 
 int64_t block_threads(const KernelConfig& c) { return int64_t{c.threads_per_row} * c.rows_per_block; }
 
@@ -192,6 +227,7 @@ Result<Plan> make_plan(const KernelSpec& spec, const KernelConfig& c, const llvm
       }
     p.smem_bytes = (p.smem_bytes + 7) / 8 * 8;
   }
+  decide_persistent(p, g, c);
   if (c.split_reduction > 1) {
     // Each block adds its share of a row into the output atomically, so the kernel
     // must be one f32 sum or mean whose result is its only output: a max has no
@@ -292,7 +328,7 @@ class Fold {
 class Program {
  public:
   Program(const Graph& g, const Plan& p, ElementCodegen& cg, const std::vector<llvm::Value*>& inputs)
-      : g_(g), p_(p), cg_(cg), row_(g, cg, inputs), x_(g, cg, inputs) {}
+      : g_(g), p_(p), cg_(cg), inputs_(inputs), row_(g, cg, inputs), x_(g, cg, inputs) {}
 
   // A new row (its code dominates everything emitted for the row after it).
   void set_row(llvm::Value* r) {
@@ -303,11 +339,31 @@ class Program {
   // A new element of X (inside a loop body; forgotten at the next one).
   void set_x(llvm::Value* i) {
     x_.at_index(i, [this](ValueId v, const ValueIndex& at) { return x_hook(v, at); });
+    cur_ = &x_;
+  }
+  // Persistent rows: register slot `k` of the thread holds the element at X index
+  // `i` for the whole row, its values kept across passes (each is computed, and each
+  // operand loaded, once). `lane` may supply a param's value first (a lane of a
+  // vector load). Then use_slot(k) makes x_value() read slot k.
+  void set_slot(size_t k, llvm::Value* i, kernels::GroupValues::Hook lane) {
+    while (slots_.size() <= k) slots_.emplace_back(g_, cg_, inputs_);
+    slots_[k].at_index(i, [this, lane = std::move(lane)](ValueId v, const ValueIndex& at) -> std::optional<Elem> {
+      if (std::optional<Elem> e = x_hook(v, at)) return e;
+      return lane ? lane(v, at) : std::nullopt;
+    });
+  }
+  void use_slot(size_t k) { cur_ = &slots_[k]; }
+  // The (param, offset map from X's flat index) pairs X-space code at `roots` reads.
+  std::vector<std::pair<int, IndexMap>> x_reads(const std::vector<std::pair<ValueId, ValueIndex>>& roots) const {
+    std::vector<std::pair<int, IndexMap>> r;
+    for (const auto& [v, at] : roots)
+      for (auto& read : x_.reads(v, at)) r.push_back(std::move(read));
+    return r;
   }
   void set_reduced(ValueId v, Elem e) { reduced_[v] = e; }
 
   Result<Elem> row_value(ValueId v, const ValueIndex& at) { return checked(row_.value(v, at)); }
-  Result<Elem> x_value(ValueId v, const ValueIndex& at) { return checked(x_.value(v, at)); }
+  Result<Elem> x_value(ValueId v, const ValueIndex& at) { return checked(cur_->value(v, at)); }
 
   // Emits, at the builder's position, the row-space values that X-space code at the
   // given roots reads, so that the loop body finds them computed.
@@ -398,7 +454,10 @@ class Program {
   const Graph& g_;
   const Plan& p_;
   ElementCodegen& cg_;
+  std::vector<llvm::Value*> inputs_;
   kernels::GroupValues row_, x_;
+  std::deque<kernels::GroupValues> slots_;  // persistent rows' register slots
+  kernels::GroupValues* cur_ = &x_;
   std::map<ValueId, Elem> reduced_, prepared_;
   std::optional<Diag> error_;
 };
@@ -670,18 +729,36 @@ class NvptxBuilder final : public Builder {
     const int64_t ngroups = (p_.rows + rpb - 1) / rpb;
 
     llvm::BasicBlock* exit = llvm::BasicBlock::Create(c, "exit", fn_);
-    if (ngroups > 0) {
-      auto body = [&](llvm::Value* grp) { return group_body(grp); };
+    auto rows = [&](int vector) -> Result<bool> {
+      auto body = [&](llvm::Value* grp) { return p_.persistent ? persistent_body(grp, vector) : group_body(grp); };
       if (cfg_.grid_stride) {
         Result<bool> r = emit_loop(b_, bid, k(ngroups), nblocks, "rows", body);
         if (!r) return r;
       } else {
         llvm::BasicBlock* one = llvm::BasicBlock::Create(c, "rows", fn_);
-        b_.CreateCondBr(b_.CreateICmpSLT(bid, k(ngroups)), one, exit);
+        llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "rows.done", fn_);
+        b_.CreateCondBr(b_.CreateICmpSLT(bid, k(ngroups)), one, done);
         b_.SetInsertPoint(one);
         Result<bool> r = body(bid);
         if (!r) return r;
+        b_.CreateBr(done);
+        b_.SetInsertPoint(done);
       }
+      return true;
+    };
+    if (ngroups > 0) {
+      if (p_.persistent && p_.vector > 1) {
+        // Vector slots need every pointer they access aligned to its piece's size; a
+        // tensor that starts elsewhere (a view's offset) takes one element per slot.
+        llvm::BasicBlock* vec = llvm::BasicBlock::Create(c, "rows.vector", fn_);
+        llvm::BasicBlock* scalar = llvm::BasicBlock::Create(c, "rows.scalar", fn_);
+        b_.CreateCondBr(aligned_for_vector(), vec, scalar);
+        b_.SetInsertPoint(vec);
+        if (Result<bool> r = rows(p_.vector); !r) return r;
+        b_.CreateBr(exit);
+        b_.SetInsertPoint(scalar);
+      }
+      if (Result<bool> r = rows(1); !r) return r;
     }
     b_.CreateBr(exit);
     b_.SetInsertPoint(exit);
@@ -691,7 +768,6 @@ class NvptxBuilder final : public Builder {
 
  private:
   Result<bool> group_body(llvm::Value* grp) {
-    llvm::LLVMContext& c = m_.getContext();
     const int tpr = cfg_.threads_per_row;
     llvm::Value* row = b_.CreateAdd(b_.CreateMul(grp, k(cfg_.rows_per_block), "", true, true), sub_, "row", true, true);
     llvm::Value* valid = b_.CreateICmpSLT(row, k(p_.rows), "valid");
@@ -735,27 +811,7 @@ class NvptxBuilder final : public Builder {
       for (size_t q = 0; q < pass.size(); ++q) prog_->set_reduced(pass[q], folds_.at(pass[q]).finish(vals[q], p_.n));
     }
 
-    Result<std::vector<Elem>> ro = row_outputs();
-    if (!ro) return ro.error();
-    if (!ro->empty()) {
-      llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "row.store", fn_);
-      llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "row.stored", fn_);
-      b_.CreateCondBr(b_.CreateAnd(valid, b_.CreateICmpEQ(lr_, k(0))), st, done);
-      b_.SetInsertPoint(st);
-      for (size_t q = 0; q < ro->size(); ++q) {
-        if (split_) {
-          // This split's share of the sum (a mean's share already divided by n), added
-          // into the output the launch zeroed.
-          llvm::Value* at = b_.CreateInBoundsGEP(b_.getFloatTy(), out_[p_.row_outputs[q]], rowc);
-          b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, at, (*ro)[q].value, llvm::MaybeAlign(4),
-                             llvm::AtomicOrdering::Monotonic);
-        } else {
-          cg_->store((*ro)[q], out_[p_.row_outputs[q]], rowc);
-        }
-      }
-      b_.CreateBr(done);
-      b_.SetInsertPoint(done);
-    }
+    if (Result<bool> r = store_row_outputs(valid, rowc); !r) return r;
     if (p_.n > 0 && !p_.x_outputs.empty()) {
       if (Result<bool> r = prog_->prepare(x_output_roots()); !r) return r;
       Result<bool> r = emit_loop(b_, lr_, nloop, k(tpr), "x", [&](llvm::Value* j) { return store_x_outputs(x_index(j)); });
@@ -765,6 +821,197 @@ class NvptxBuilder final : public Builder {
     // this group's first (one pass reads its slots after its only barrier).
     if (p_.smem_bytes > 0 && cfg_.grid_stride) barrier();
     return true;
+  }
+
+  // The row-space outputs of the current row, stored by the row's first thread.
+  Result<bool> store_row_outputs(llvm::Value* valid, llvm::Value* rowc) {
+    Result<std::vector<Elem>> ro = row_outputs();
+    if (!ro) return ro.error();
+    if (ro->empty()) return true;
+    llvm::LLVMContext& c = m_.getContext();
+    llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "row.store", fn_);
+    llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "row.stored", fn_);
+    b_.CreateCondBr(b_.CreateAnd(valid, b_.CreateICmpEQ(lr_, k(0))), st, done);
+    b_.SetInsertPoint(st);
+    for (size_t q = 0; q < ro->size(); ++q) {
+      if (split_) {
+        // This split's share of the sum (a mean's share already divided by n), added
+        // into the output the launch zeroed.
+        llvm::Value* at = b_.CreateInBoundsGEP(b_.getFloatTy(), out_[p_.row_outputs[q]], rowc);
+        b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, at, (*ro)[q].value, llvm::MaybeAlign(4),
+                           llvm::AtomicOrdering::Monotonic);
+      } else {
+        cg_->store((*ro)[q], out_[p_.row_outputs[q]], rowc);
+      }
+    }
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    return true;
+  }
+
+  // Vector accesses are split into pieces of at most 16 bytes (ld.global.v4.b32).
+  int64_t piece_elems(DType t, int vector) const {
+    return std::max<int64_t>(1, std::min<int64_t>(vector, 16 / dtype_size(t)));
+  }
+
+  // True when every pointer a vector slot reads or writes in whole runs is aligned to
+  // its pieces (the params X-space code reads densely, and the X-space outputs).
+  llvm::Value* aligned_for_vector() {
+    std::vector<std::pair<ValueId, ValueIndex>> roots = x_output_roots();
+    for (const auto& pass : p_.passes)
+      for (auto& r : pass_roots(pass)) roots.push_back(r);
+    std::vector<std::pair<llvm::Value*, int64_t>> need;
+    for (auto& [param, map] : prog_->x_reads(roots))
+      if (kernels::dense_runs(map, p_.vector)) {
+        DType dt = g_.node(g_.params()[static_cast<size_t>(param)]).type.dtype;
+        need.emplace_back(in_[static_cast<size_t>(param)], piece_elems(dt, p_.vector) * dtype_size(dt));
+      }
+    for (size_t o : p_.x_outputs) {
+      DType dt = g_.node(g_.outputs()[o].value).type.dtype;
+      need.emplace_back(out_[o], piece_elems(dt, p_.vector) * dtype_size(dt));
+    }
+    llvm::Value* bits = b_.getInt64(0);
+    for (auto& [ptr, bytes] : need)
+      bits = b_.CreateOr(bits, b_.CreateAnd(b_.CreatePtrToInt(ptr, b_.getInt64Ty()), bytes - 1));
+    return b_.CreateICmpEQ(bits, b_.getInt64(0), "aligned");
+  }
+
+  // A persistent row group: thread t of a row holds slots s = 0..slots-1, slot s the
+  // `vector` adjacent elements starting at j = (s * threads_per_row + t) * vector
+  // (consecutive threads on consecutive vectors: coalesced). Everything is straight-
+  // line code over the slots: each operand is loaded once (one access per slot for
+  // params read in dense runs), and every X-space value is computed once and kept
+  // for the later passes and the outputs (softmax's exp(x - max) feeds both its sum
+  // and its output). Slots past the row's end read the row's first element and fold
+  // the identity; they store nothing.
+  Result<bool> persistent_body(llvm::Value* grp, int vector) {
+    llvm::LLVMContext& c = m_.getContext();
+    const int tpr = cfg_.threads_per_row;
+    const int64_t nslots = (p_.n + int64_t{tpr} * vector - 1) / (int64_t{tpr} * vector);
+    llvm::Value* row = b_.CreateAdd(b_.CreateMul(grp, k(cfg_.rows_per_block), "", true, true), sub_, "row", true, true);
+    llvm::Value* valid = b_.CreateICmpSLT(row, k(p_.rows), "valid");
+    llvm::Value* rowc = b_.CreateSelect(valid, row, k(p_.rows - 1));
+    llvm::Value* nrow = b_.CreateSelect(valid, k(p_.n), k(0), "row.elems");
+    prog_->set_row(rowc);
+    llvm::Value* base = kernels::emit_index_map(b_, rowc, p_.row_map);
+
+    std::vector<llvm::Value*> ok, first;  // per slot: in the row; X index of its first element
+    // Per slot: (param, map) -> the slot's `vector` elements of it.
+    std::vector<std::map<std::string, std::vector<Elem>>> lanes(static_cast<size_t>(nslots));
+    for (int64_t sl = 0; sl < nslots; ++sl) {
+      llvm::Value* j = b_.CreateMul(b_.CreateAdd(lr_, k(sl * tpr), "", true, true), k(vector), "", true, true);
+      ok.push_back(b_.CreateICmpSLT(j, nrow, "slot.ok"));
+      llvm::Value* jc = b_.CreateSelect(ok.back(), j, k(0));
+      first.push_back(b_.CreateAdd(base, kernels::emit_index_map(b_, jc, p_.red_map), "i", true, true));
+      for (int l = 0; l < vector; ++l) {
+        // vector > 1 only where the row is contiguous: element l is first + l.
+        llvm::Value* i = l == 0 ? first.back() : b_.CreateAdd(first.back(), k(l), "", true, true);
+        kernels::GroupValues::Hook lane;
+        if (vector > 1)
+          lane = [this, sl, l, vector, &lanes, &first](ValueId v, const ValueIndex& at) -> std::optional<Elem> {
+            const Node& n = g_.node(v);
+            if (n.op != OpKind::Param) return std::nullopt;
+            IndexMap map = kernels::offset_map(at, n.type.shape);
+            if (!kernels::dense_runs(map, vector)) return std::nullopt;  // a scalar load per element
+            return load_lanes(lanes[static_cast<size_t>(sl)], v, map, first[static_cast<size_t>(sl)], vector)
+                [static_cast<size_t>(l)];
+          };
+        prog_->set_slot(static_cast<size_t>(sl * vector + l), i, std::move(lane));
+      }
+    }
+
+    size_t slot = 0;  // reductions so far, in pass order: their shared-memory slots
+    for (const std::vector<ValueId>& pass : p_.passes) {
+      if (Result<bool> r = prog_->prepare(pass_roots(pass)); !r) return r;
+      std::vector<llvm::Value*> vals;
+      for (ValueId v : pass) vals.push_back(folds_.at(v).identity());
+      for (int64_t e = 0; e < nslots * vector; ++e) {
+        prog_->use_slot(static_cast<size_t>(e));
+        for (size_t q = 0; q < pass.size(); ++q) {
+          const Fold& f = folds_.at(pass[q]);
+          Result<Elem> x = prog_->x_value(g_.node(pass[q]).inputs[0], kernels::dense_index(p_.x));
+          if (!x) return x.error();
+          vals[q] = f.combine(vals[q], b_.CreateSelect(ok[static_cast<size_t>(e / vector)], f.element(*x), f.identity()));
+        }
+      }
+      block_reduce(pass, vals, slot);
+      slot += pass.size();
+      for (size_t q = 0; q < pass.size(); ++q) prog_->set_reduced(pass[q], folds_.at(pass[q]).finish(vals[q], p_.n));
+    }
+
+    if (Result<bool> r = store_row_outputs(valid, rowc); !r) return r;
+    if (!p_.x_outputs.empty()) {
+      if (Result<bool> r = prog_->prepare(x_output_roots()); !r) return r;
+      for (int64_t sl = 0; sl < nslots; ++sl) {
+        // Every value first (straight-line, so that later slots may reuse them), then
+        // the stores, only for slots in the row.
+        std::vector<std::vector<Elem>> vals(p_.x_outputs.size());  // [output][lane]
+        for (int l = 0; l < vector; ++l) {
+          prog_->use_slot(static_cast<size_t>(sl * vector + l));
+          for (size_t q = 0; q < p_.x_outputs.size(); ++q) {
+            ValueId v = g_.outputs()[p_.x_outputs[q]].value;
+            Result<Elem> e = prog_->x_value(v, kernels::dense_index(g_.node(v).type.shape));
+            if (!e) return e.error();
+            vals[q].push_back(*e);
+          }
+        }
+        llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "slot.store", fn_);
+        llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "slot.stored", fn_);
+        b_.CreateCondBr(ok[static_cast<size_t>(sl)], st, done);
+        b_.SetInsertPoint(st);
+        for (size_t q = 0; q < p_.x_outputs.size(); ++q) store_lanes(out_[p_.x_outputs[q]], vals[q], first[static_cast<size_t>(sl)]);
+        b_.CreateBr(done);
+        b_.SetInsertPoint(done);
+      }
+    }
+    if (p_.smem_bytes > 0 && cfg_.grid_stride) barrier();
+    return true;
+  }
+
+  // Param `v`'s `vector` elements from X index `first` through `map` (dense runs),
+  // loaded in 16-byte pieces at the first request of the slot's (param, map).
+  const std::vector<Elem>& load_lanes(std::map<std::string, std::vector<Elem>>& memo, ValueId v, const IndexMap& map,
+                                      llvm::Value* first, int vector) {
+    const int p = prog_slot(v);
+    std::string key = std::to_string(p) + "#" + map.str();
+    if (auto it = memo.find(key); it != memo.end()) return it->second;
+    DType dt = g_.node(v).type.dtype;
+    llvm::Type* st = kernels::storage_type(m_.getContext(), dt);
+    const int64_t pe = piece_elems(dt, vector);
+    llvm::Value* start = kernels::emit_index_map(b_, first, map);
+    std::vector<Elem> out;
+    for (int64_t piece = 0; piece < vector / pe; ++piece) {
+      llvm::Value* ptr = b_.CreateInBoundsGEP(st, in_[static_cast<size_t>(p)], b_.CreateAdd(start, k(piece * pe), "", true, true));
+      llvm::Align align(static_cast<uint64_t>(pe * dtype_size(dt)));
+      llvm::Value* vec = b_.CreateAlignedLoad(llvm::FixedVectorType::get(st, static_cast<unsigned>(pe)), ptr, align);
+      for (int64_t l = 0; l < pe; ++l)
+        out.push_back({cg_->widen(dt, b_.CreateExtractElement(vec, static_cast<uint64_t>(l))), dt});
+    }
+    return memo.emplace(std::move(key), std::move(out)).first->second;
+  }
+
+  // Stores one slot's lanes of an X-space output at X indices first, first + 1, ...
+  void store_lanes(llvm::Value* out, const std::vector<Elem>& lanes, llvm::Value* first) {
+    if (lanes.size() == 1) {
+      cg_->store(lanes[0], out, first);
+      return;
+    }
+    DType dt = lanes[0].dtype;
+    llvm::Type* st = kernels::storage_type(m_.getContext(), dt);
+    const int64_t pe = piece_elems(dt, static_cast<int>(lanes.size()));
+    for (int64_t piece = 0; piece < static_cast<int64_t>(lanes.size()) / pe; ++piece) {
+      llvm::Value* ptr = b_.CreateInBoundsGEP(st, out, b_.CreateAdd(first, k(piece * pe), "", true, true));
+      llvm::Value* vec = llvm::PoisonValue::get(llvm::FixedVectorType::get(st, static_cast<unsigned>(pe)));
+      for (int64_t l = 0; l < pe; ++l)
+        vec = b_.CreateInsertElement(vec, cg_->narrow(dt, lanes[static_cast<size_t>(piece * pe + l)].value),
+                                     static_cast<uint64_t>(l));
+      b_.CreateAlignedStore(vec, ptr, llvm::Align(static_cast<uint64_t>(pe * dtype_size(dt))));
+    }
+  }
+
+  int prog_slot(ValueId param) const {
+    const auto& ps = g_.params();
+    return static_cast<int>(std::find(ps.begin(), ps.end(), param) - ps.begin());
   }
 
   // The pass's partials, one per thread, become the row's values in every thread of
@@ -929,6 +1176,9 @@ Result<ReductionInfo> reduction_info(const KernelSpec& spec, const KernelConfig&
   r.row_outputs = static_cast<int>(p->row_outputs.size());
   r.launch = launch_of(*p, config);
   r.static_shared_bytes = p->smem_bytes;
+  r.persistent = p->persistent;
+  r.vector = p->vector;
+  r.elems_per_thread = p->persistent ? p->slots * p->vector : 0;
   return r;
 }
 

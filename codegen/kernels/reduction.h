@@ -40,9 +40,12 @@ namespace sf {
 // chunks of about sqrt(n) elements, so the f32 error grows like 2 sqrt(n) rather than
 // n), then reduced-space outputs, then a loop writing X-space outputs.
 // NVPTX: threads_per_row threads per row, rows_per_block rows per block, a block
-// reduction per pass (strided per-thread partials, warp butterfly shuffles, shared
-// memory across warps); reads threads_per_row, rows_per_block, grid_stride and
-// max_blocks. Floats accumulate in f32, integer sums in i64.
+// reduction per pass (per-thread partials, warp butterfly shuffles, shared memory
+// across warps); reads threads_per_row, rows_per_block, grid_stride and max_blocks.
+// Floats accumulate in f32, integer sums in i64. A row whose share per thread fits
+// in registers (ReductionInfo::persistent) is read once, with 16-byte accesses where
+// it is contiguous, and every pass and output reuses the registers (each prologue
+// value, such as softmax's exp, is computed once); longer rows are read per pass.
 Result<EmittedKernel> emit_reduction(const KernelSpec& spec, const KernelConfig& config,
                                      const llvmb::Target& target);
 
@@ -59,6 +62,12 @@ struct ReductionInfo {
   int x_outputs = 0, row_outputs = 0;
   LaunchShape launch;             // NVPTX: grid, block; shared_bytes stays 0 (dynamic)
   int static_shared_bytes = 0;    // NVPTX: the cross-warp scratch the kernel declares
+  // NVPTX: rows held in registers and read once (at most 32 elements per thread, no
+  // split), `vector` adjacent elements per access where the row is contiguous and
+  // the pointers aligned; otherwise the multi-pass form that reads the row per pass.
+  bool persistent = false;
+  int vector = 1;
+  int64_t elems_per_thread = 0;   // persistent: register slots x vector
 };
 Result<ReductionInfo> reduction_info(const KernelSpec& spec, const KernelConfig& config);
 

@@ -126,7 +126,10 @@ int32_t sim_shfl(void* ctx, int32_t tid, int32_t value, int32_t lane_mask) {
 
 // Runs the NVPTX kernel's algorithm on the host: every block of the launch, one after
 // another, each with all its threads running concurrently.
-Result<std::vector<Tensor>> run_simulated(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg) {
+// `misaligned`: every input is passed one element past a 16-byte boundary, as a view
+// at an odd offset would be (the kernel must take its scalar path).
+Result<std::vector<Tensor>> run_simulated(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg,
+                                          bool misaligned = false) {
   Result<ReductionInfo> info = reduction_info(spec_of(g), cfg);
   if (!info) return info.error();
   Result<EmittedKernel> k = emit_reduction_block_on_host(spec_of(g, "red_sim"), cfg);
@@ -138,6 +141,17 @@ Result<std::vector<Tensor>> run_simulated(const Graph& g, const std::vector<Tens
   auto entry = reinterpret_cast<Entry>(*fn);
   std::vector<Tensor> out = output_tensors(g);
   std::vector<void*> args = arg_array(inputs, out);
+  std::vector<std::vector<char>> shifted;
+  if (misaligned)
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const size_t esz = static_cast<size_t>(dtype_size(inputs[i].dtype()));
+      shifted.emplace_back(static_cast<size_t>(inputs[i].nbytes()) + 32);
+      // 16-aligned start + one element: aligned for scalar loads, never for 16 bytes.
+      auto addr = reinterpret_cast<uintptr_t>(shifted.back().data());
+      char* at = shifted.back().data() + ((16 - addr % 16) % 16) + esz;
+      std::memcpy(at, inputs[i].data(), static_cast<size_t>(inputs[i].nbytes()));
+      args[i] = at;
+    }
   const int threads = launch.block[0];
   std::vector<uint64_t> shared(static_cast<size_t>(info->static_shared_bytes / 8 + 1), 0xDEADBEEFDEADBEEFull);
   // A split reduction adds into its outputs, which the launch zeroes.
@@ -552,6 +566,77 @@ TEST(ReductionSimulated, IntegersNaNsAndNonTrailingDims) {
   }
 }
 
+// Which form each row shape gets: rows whose share per thread fits in registers are
+// held there (a vector of adjacent elements per access where the reduced dims are
+// innermost and the vector divides the row), longer rows and split rows are read per
+// pass.
+TEST(ReductionPersistent, RowsThatFitAreHeldInRegisters) {
+  struct Case {
+    const char* what;
+    Graph g;
+    int tpr;
+    int split;
+    bool persistent;
+    int vector;
+    int64_t elems;
+  };
+  KernelConfig c;
+  GraphBuilder cb("cols");
+  cb.ret(reduce(OpKind::Sum, cb.param("x", DType::F32, {16, 64}), {0}, false));
+  Graph cols = finish(cb);
+  GraphBuilder sb("split");
+  sb.ret(reduce(OpKind::Sum, sb.param("x", DType::F32, {6, 1000}), {1}, false));
+  Graph split = finish(sb);
+  const std::vector<Case> cases = {
+      {"softmax f32 1000 / 256 threads", composite_group(Composite::Softmax, DType::F32, {9, 1000}, -1), 256, 1, true, 4, 4},
+      {"softmax f32 1000 / 32 threads", composite_group(Composite::Softmax, DType::F32, {9, 1000}, -1), 32, 1, true, 4, 32},
+      {"softmax f32 1000 / 16 threads", composite_group(Composite::Softmax, DType::F32, {9, 1000}, -1), 16, 1, false, 1, 0},
+      {"layer_norm bf16 4096 / 512 threads", composite_group(Composite::LayerNorm, DType::BF16, {4, 4096}, 1), 512, 1, true, 8, 8},
+      {"layer_norm bf16 300: 8 does not divide it", composite_group(Composite::LayerNorm, DType::BF16, {5, 300}, 1), 64, 1, true, 4, 8},
+      {"rms_norm f16 3: odd rows", composite_group(Composite::RmsNorm, DType::F16, {6, 3}, 1), 4, 1, true, 1, 1},
+      {"a column reduction", cols, 1, 1, true, 1, 16},
+      {"a split row", split, 64, 2, false, 1, 0},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    c.threads_per_row = k.tpr;
+    c.rows_per_block = 1;
+    c.split_reduction = k.split;
+    Result<ReductionInfo> info = reduction_info(spec_of(k.g), c);
+    ASSERT_TRUE(info.ok()) << info.error().str();
+    EXPECT_EQ(info->persistent, k.persistent);
+    EXPECT_EQ(info->vector, k.vector);
+    EXPECT_EQ(info->elems_per_thread, k.elems);
+    if (numel(info->x) <= 50000 && k.split == 1)
+      expect_matches_reference(k.g, random_inputs_for(k.g, 41), c, Runner::Simulated);
+  }
+}
+
+// A tensor that does not start on a 16-byte boundary takes the persistent form's
+// scalar path: the same result, from one element per access.
+TEST(ReductionPersistent, MisalignedOperandsTakeTheScalarPath) {
+  for (const Graph& g : {composite_group(Composite::Softmax, DType::F32, {9, 1000}, -1),
+                         composite_group(Composite::LayerNorm, DType::BF16, {5, 320}, 1)}) {
+    KernelConfig c;
+    c.threads_per_row = 32;
+    c.rows_per_block = 2;
+    Result<ReductionInfo> info = reduction_info(spec_of(g), c);
+    ASSERT_TRUE(info.ok()) << info.error().str();
+    ASSERT_TRUE(info->persistent);
+    ASSERT_GT(info->vector, 1);
+    std::vector<Tensor> in = random_inputs_for(g, 42, -3, 3);
+    Result<std::vector<Tensor>> want = evaluate(g, in);
+    ASSERT_TRUE(want.ok()) << want.error().str();
+    for (bool misaligned : {false, true}) {
+      SCOPED_TRACE(misaligned ? "misaligned" : "aligned");
+      Result<std::vector<Tensor>> got = run_simulated(g, in, c, misaligned);
+      ASSERT_TRUE(got.ok()) << got.error().str();
+      Comparison cmp = compare((*got)[0], (*want)[0], default_tolerance((*want)[0].dtype()));
+      EXPECT_TRUE(cmp.ok()) << cmp.mismatches << " mismatches, first at " << cmp.first_mismatch;
+    }
+  }
+}
+
 TEST(ReductionSimulated, SuggestedConfigsFitTheRowShape) {
   struct Case {
     Shape shape;
@@ -649,6 +734,52 @@ TEST(ReductionNvptx, VerifiesCompilesAndAssemblesForSm80AndSm90a) {
         std::string maxntid = ".maxntid " + std::to_string(cfg.threads_per_row * cfg.rows_per_block) + ", 1, 1";
         EXPECT_NE(p.ptx.find(maxntid), std::string::npos);
       }
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The persistent form in PTX: 16-byte loads and stores, and softmax's exp once per
+// element (once per register element in each of the vector and the scalar bodies),
+// where the multi-pass form reads the row again in every pass and for the output.
+TEST(ReductionNvptx, PersistentRowsLoadOnceWith128BitAccesses) {
+  Graph sm = composite_group(Composite::Softmax, DType::F32, {256, 1024}, -1);
+  Result<KernelConfig> cfg = suggest_reduction_config(spec_of(sm));
+  ASSERT_TRUE(cfg.ok()) << cfg.error().str();
+  Result<ReductionInfo> info = reduction_info(spec_of(sm), *cfg);
+  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(info->persistent);
+  ASSERT_EQ(info->vector, 4);
+  Ptx p = emit_ptx(sm, "sm_90a", *cfg);
+  EXPECT_GE(count(p.ptx, ".v4.f32"), 2u) << "no 128-bit access";
+  EXPECT_NE(p.ptx.find("st.global.v4.f32"), std::string::npos);
+  EXPECT_EQ(count(p.ptx, "ex2.approx"), 2 * static_cast<size_t>(info->elems_per_thread)) << p.ptx;
+
+  // Rows too long for registers (one thread per row of 1024): read per pass.
+  KernelConfig looped = *cfg;
+  looped.threads_per_row = 1;
+  looped.rows_per_block = 64;
+  Result<ReductionInfo> li = reduction_info(spec_of(sm), looped);
+  ASSERT_TRUE(li.ok());
+  EXPECT_FALSE(li->persistent);
+  Ptx lp = emit_ptx(sm, "sm_90a", looped);
+  EXPECT_GE(count(lp.ptx, "ld.global.f32") + count(lp.ptx, "ld.global.nc.f32"), 3u) << "one read of x per pass and one for the output";
+  EXPECT_EQ(lp.ptx.find(".v4.f32"), std::string::npos);
+
+  // bf16 layer_norm: 8 elements (16 bytes) per access.
+  Graph ln = composite_group(Composite::LayerNorm, DType::BF16, {64, 4096}, 1);
+  Result<KernelConfig> lc = suggest_reduction_config(spec_of(ln));
+  ASSERT_TRUE(lc.ok());
+  Result<ReductionInfo> lni = reduction_info(spec_of(ln), *lc);
+  ASSERT_TRUE(lni.ok());
+  EXPECT_TRUE(lni->persistent);
+  EXPECT_EQ(lni->vector, 8);
+  Ptx lnp = emit_ptx(ln, "sm_90a", *lc);
+  EXPECT_GE(count(lnp.ptx, "ld.global.v4.b32") + count(lnp.ptx, "ld.global.nc.v4.b32"), 1u) << "no 16-byte bf16 load";
+  EXPECT_GE(count(lnp.ptx, "st.global.v4.b32"), 1u) << "no 16-byte bf16 store";
 }
 
 TEST(ReductionNvptx, PtxasAssemblesSoftmaxAndLayerNormForSm90a) {

@@ -396,9 +396,11 @@ TEST(HostTuning, PruningKeepsTheBestOfExhaustiveTuningOnSmallShapes) {
       EXPECT_LE(pruned->best_time.median_us, all->best_time.median_us * 1.10)
           << k.name << ": pruned best " << pruned->best_str << " vs exhaustive " << all->best_str;
       // The pick is the fastest of what the pruned run measured.
-      for (const auto& [config, e] : cb->load(key))
-        if (e.status == CacheEntry::Status::Measured)
+      for (const auto& [config, e] : cb->load(key)) {
+        if (e.status == CacheEntry::Status::Measured) {
           EXPECT_GE(e.measurement.median_us, pruned->best_time.median_us) << k.name << ": " << config;
+        }
+      }
     }
   }
 }

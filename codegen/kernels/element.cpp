@@ -231,8 +231,9 @@ std::optional<int> sm_version(const std::string& arch) {
 
 // ---- element code -----------------------------------------------------------------------
 
-ElementCodegen::ElementCodegen(llvm::IRBuilderBase& b, llvm::Module& m, const llvmb::Target& target)
-    : b_(b), m_(m), target_(target) {
+ElementCodegen::ElementCodegen(llvm::IRBuilderBase& b, llvm::Module& m, const llvmb::Target& target,
+                               Precision precision)
+    : b_(b), m_(m), target_(target), precision_(precision) {
   if (target.kind == llvmb::Target::Kind::NVPTX) sm_ = sm_version(target.arch).value_or(0);
 }
 
@@ -629,7 +630,7 @@ Result<Elem> ElementCodegen::elementwise(OpKind k, std::span<const Elem> args, D
     for (const Elem& a : args) all_same = all_same && a.dtype == result;
     if (all_same) return Elem{v, result};
   }
-  return Elem{round_to(result, v), result};
+  return Elem{node_result(result, v), result};
 }
 
 // ---- group values --------------------------------------------------------------------------

@@ -8,9 +8,12 @@
 // Dtype rules (docs/kernels.md, "Dtypes"):
 //   storage  f32: float   f16: half   bf16: i16 (the bit pattern)   i32   i64   bool: i8
 //   compute  f32, f16, bf16: float    i32: i32    i64: i64          bool: i1
-// A compute value of a node always holds a value representable in the node's dtype:
-// f16/bf16 results are rounded (to nearest even) at every node, as eager PyTorch and
-// the reference do, so a fused kernel gives what the unfused graph gives.
+// Rounding of f16/bf16 results (Precision, autotune/config.h): with Precision::Eager
+// (the default) a compute value of a node always holds a value representable in the
+// node's dtype (rounded to nearest even at every node, as eager PyTorch and the
+// reference do, so a fused kernel gives what the unfused graph gives); with
+// Precision::Fused results stay in f32 and are rounded where they are stored and at
+// explicit casts.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +29,7 @@
 
 #include "autotune/config.h"
 #include "codegen/ir/graph.h"
+#include "codegen/kernels/emitter.h"
 #include "codegen/llvm/backend.h"
 
 namespace sf::kernels {
@@ -189,7 +193,8 @@ enum class MathFn { Exp, Log, Tanh, Erf, Sin, Cos, Rsqrt, Pow };
 // apart from the declarations it adds to the module; cheap to construct.
 class ElementCodegen {
  public:
-  ElementCodegen(llvm::IRBuilderBase& b, llvm::Module& m, const llvmb::Target& target);
+  ElementCodegen(llvm::IRBuilderBase& b, llvm::Module& m, const llvmb::Target& target,
+                 Precision precision = Precision::Eager);
 
   // Memory. `index` counts elements of dtype t from `ptr` (any address space).
   Elem load(DType t, llvm::Value* ptr, llvm::Value* index);
@@ -203,6 +208,10 @@ class ElementCodegen {
   Elem constant(double v, DType t);
   // `v` rounded to t and kept in t's compute type: a no-op but for f16/bf16.
   llvm::Value* round_to(DType t, llvm::Value* v);
+  // A computed node result of dtype t (an op's, a reduction's, a matmul's): rounded
+  // to t under Precision::Eager, kept as it is (f32) under Precision::Fused.
+  llvm::Value* node_result(DType t, llvm::Value* v) { return precision_ == Precision::Eager ? round_to(t, v) : v; }
+  Precision precision() const { return precision_; }
   // torch's .to(dtype): floats to integers truncate toward zero and saturate (NaN ->
   // 0), integers to floats round once to nearest even, i64 -> i32 wraps, anything ->
   // bool is != 0 (NaN is true).
@@ -229,6 +238,7 @@ class ElementCodegen {
   llvm::IRBuilderBase& b_;
   llvm::Module& m_;
   llvmb::Target target_;
+  Precision precision_ = Precision::Eager;
   int sm_ = 0;  // NVPTX compute capability (80 for sm_80, sm_90a -> 90); 0 on the host
 };
 

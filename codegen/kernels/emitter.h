@@ -31,12 +31,13 @@
 
 namespace sf {
 
-// KernelKind and KernelConfig live in autotune/config.h (no LLVM there).
+// KernelKind, KernelConfig and Precision live in autotune/config.h (no LLVM there).
 
 struct KernelSpec {
   std::string entry;  // the kernel's symbol, a C identifier
   KernelKind kind = KernelKind::Pointwise;
   Graph group;
+  Precision precision = Precision::Eager;
 };
 
 struct LaunchShape {

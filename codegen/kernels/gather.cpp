@@ -78,7 +78,7 @@ Result<EmittedKernel> emit_gather(const KernelSpec& spec, const KernelConfig& co
   llvmb::prepare_module(*k.module, target);
   k.entry = spec.entry;
   llvm::IRBuilder<> b(*k.context);
-  ElementCodegen cg(b, *k.module, target);
+  ElementCodegen cg(b, *k.module, target, spec.precision);
   const size_t np = spec.group.params().size();
   kernels::KernelEntry ke = kernels::begin_kernel(*k.module, b, spec.entry, np, 1, target, config.block);
   llvm::Value* idx = ke.in[static_cast<size_t>(s->idx_param)];

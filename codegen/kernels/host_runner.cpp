@@ -25,13 +25,15 @@ std::function<bool(const LocalKernel&)> emit_checker(const llvmb::Target& target
   };
 }
 
-HostKernelRunner::HostKernelRunner(KernelConfig config, Chooser choose) : config_(config), choose_(std::move(choose)) {}
+HostKernelRunner::HostKernelRunner(KernelConfig config, Chooser choose, Precision precision)
+    : config_(config), choose_(std::move(choose)), precision_(precision) {}
 HostKernelRunner::~HostKernelRunner() = default;
 
-Result<std::unique_ptr<HostKernelRunner>> HostKernelRunner::create(KernelConfig config, Chooser choose) {
+Result<std::unique_ptr<HostKernelRunner>> HostKernelRunner::create(KernelConfig config, Chooser choose,
+                                                                  Precision precision) {
   Result<std::unique_ptr<llvmb::HostJit>> jit = llvmb::HostJit::create();
   if (!jit.ok()) return jit.error();
-  std::unique_ptr<HostKernelRunner> r(new HostKernelRunner(config, std::move(choose)));
+  std::unique_ptr<HostKernelRunner> r(new HostKernelRunner(config, std::move(choose), precision));
   r->jit_ = std::move(jit).value();
   return r;
 }
@@ -52,6 +54,7 @@ const HostKernelRunner::Compiled& HostKernelRunner::compile(const LocalKernel& k
     KernelSpec spec;
     spec.kind = *kind;
     spec.group = k.group;
+    spec.precision = precision_;
     char hash[32];
     std::snprintf(hash, sizeof hash, "%016zx", std::hash<std::string>{}(key));
     spec.entry = "sf_" + k.name + "_" + hash;

@@ -22,7 +22,8 @@ class HostKernelRunner final : public KernelRunner {
   // `choose` (optional) picks each kernel's config (the autotuner's choice);
   // otherwise every kernel uses `config`.
   using Chooser = std::function<KernelConfig(const LocalKernel&)>;
-  static Result<std::unique_ptr<HostKernelRunner>> create(KernelConfig config = {}, Chooser choose = {});
+  static Result<std::unique_ptr<HostKernelRunner>> create(KernelConfig config = {}, Chooser choose = {},
+                                                          Precision precision = Precision::Eager);
   ~HostKernelRunner() override;
 
   Result<std::vector<Tensor>> run(const LocalKernel& k, const std::vector<const Tensor*>& inputs) const override;
@@ -36,7 +37,7 @@ class HostKernelRunner final : public KernelRunner {
   Stats stats() const;
 
  private:
-  HostKernelRunner(KernelConfig config, Chooser choose);
+  HostKernelRunner(KernelConfig config, Chooser choose, Precision precision);
   using Entry = void (*)(void** args);
   struct Compiled {
     Entry fn = nullptr;     // null: no generated code, see reason
@@ -46,6 +47,7 @@ class HostKernelRunner final : public KernelRunner {
 
   KernelConfig config_;
   Chooser choose_;
+  Precision precision_;
   std::unique_ptr<llvmb::HostJit> jit_;
   mutable std::mutex mu_;
   mutable std::map<std::string, Compiled> cache_;  // key: kind + group text

@@ -194,7 +194,7 @@ class TiledKernel {
       if (t_.split > 1) bz = b_.CreateZExt(fn_->getArg(7), it_);
     }
     fn_->setDoesNotThrow();
-    cg_.emplace(b_, m_, target_);
+    cg_.emplace(b_, m_, target_, spec_.precision);
     if (numel(p_.out) == 0) {  // nothing to compute; the launch still has one block
       b_.CreateRetVoid();
       return true;
@@ -558,7 +558,7 @@ Result<bool> build_host(const KernelSpec& spec, const MatmulGroup& p, const Kern
   llvm::Type* acc_ty = fl ? b.getFloatTy() : b.getInt64Ty();
   const int64_t TN = cfg.host_tile_n > 0 ? cfg.host_tile_n : kHostBlockN;
   llvm::Value* accbuf = b.CreateAlloca(llvm::ArrayType::get(acc_ty, static_cast<uint64_t>(TN)), nullptr, "acc");
-  ElementCodegen cg(b, m, target);
+  ElementCodegen cg(b, m, target, spec.precision);
   MatmulEpilogue epi(g, p, cg, in);
   auto k = [&](int64_t v) { return b.getInt64(static_cast<uint64_t>(v)); };
   auto mul = [&](llvm::Value* x, int64_t s) -> llvm::Value* {
@@ -601,7 +601,7 @@ Result<bool> build_host(const KernelSpec& spec, const MatmulGroup& p, const Kern
         return emit_loop(b, k(0), jn, k(1), "epi", [&](llvm::Value* jj) -> Result<bool> {
           llvm::Value* col = add(j0, jj);
           llvm::Value* v = b.CreateAlignedLoad(acc_ty, slot(jj), acc_align);
-          Elem mm = fl ? Elem{cg.round_to(p.dtype, v), p.dtype}
+          Elem mm = fl ? Elem{cg.node_result(p.dtype, v), p.dtype}
                        : Elem{b.CreateTrunc(v, kernels::compute_type(c, p.dtype)), p.dtype};
           std::vector<llvm::Value*> coords = bi.coords;
           coords.push_back(i);

@@ -65,7 +65,7 @@ class MatmulEpilogue {
       : g_(g), p_(p), cg_(cg), inputs_(inputs), values_(g, cg, std::move(inputs)) {}
 
   // `coords`: O's coordinates (index-typed values), `flat`: O's flat index there,
-  // `mm`: the matmul's element (already rounded to its dtype).
+  // `mm`: the matmul's element (rounded to its dtype under Precision::Eager).
   Result<std::vector<Elem>> outputs(const std::vector<llvm::Value*>& coords, llvm::Value* flat, Elem mm) {
     values_.at_index(flat, [&](ValueId v, const ValueIndex& at) -> std::optional<Elem> {
       if (v == p_.mm) return mm;  // analyse_matmul() checked every read of it is at O's own index
@@ -83,7 +83,7 @@ class MatmulEpilogue {
   }
 
   // The NVPTX kernels' store of one accumulator: under `in_bounds` (a branch in
-  // `fn`), the f32 `acc` rounded to the matmul's dtype, the outputs at O's element
+  // `fn`), the f32 `acc` as the matmul's result (node_result), the outputs at O's element
   // (`coords`, `flat`) stored to `out`. Leaves the builder after the branch.
   Result<bool> store_element(llvm::Function* fn, llvm::Value* in_bounds, const std::vector<llvm::Value*>& coords,
                              llvm::Value* flat, llvm::Value* acc, const std::vector<llvm::Value*>& out) {
@@ -92,7 +92,7 @@ class MatmulEpilogue {
     llvm::BasicBlock* next = llvm::BasicBlock::Create(b.getContext(), "epi.next", fn);
     b.CreateCondBr(in_bounds, st, next);
     b.SetInsertPoint(st);
-    Result<std::vector<Elem>> outs = outputs(coords, flat, Elem{cg_.round_to(p_.dtype, acc), p_.dtype});
+    Result<std::vector<Elem>> outs = outputs(coords, flat, Elem{cg_.node_result(p_.dtype, acc), p_.dtype});
     if (!outs) return outs.error();
     for (size_t o = 0; o < outs->size(); ++o) cg_.store((*outs)[o], out[o], flat);
     b.CreateBr(next);

@@ -222,7 +222,7 @@ class MmaKernel {
       tid32_ = fn_->getArg(3);
     }
     fn_->setDoesNotThrow();
-    cg_.emplace(b_, m_, target_);
+    cg_.emplace(b_, m_, target_, spec_.precision);
     if (numel(p_.out) == 0) {
       b_.CreateRetVoid();
       return true;

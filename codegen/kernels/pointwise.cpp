@@ -132,7 +132,7 @@ class NvptxPointwise {
       nblocks = b_.CreateZExt(fn_->getArg(3), it_);
     }
     fn_->setDoesNotThrow();
-    cg_.emplace(b_, m_, target_);
+    cg_.emplace(b_, m_, target_, spec_.precision);
     values_.emplace(g_, *cg_, in_);
     const int64_t ntiles = (n_ + T - 1) / T, nfull = n_ / T;
 
@@ -321,7 +321,7 @@ Result<bool> build_host(const KernelSpec& spec, const KernelConfig& cfg, const l
   const size_t np = g.params().size(), no = g.outputs().size();
   kernels::KernelEntry ke = kernels::begin_kernel(m, b, spec.entry, np, no, target);
   std::vector<llvm::Value*> in = ke.in, out = ke.out;
-  ElementCodegen cg(b, m, target);
+  ElementCodegen cg(b, m, target, spec.precision);
   kernels::GroupValues values(g, cg, in);
   Result<bool> r = emit_loop(b, b.getInt64(0), b.getInt64(n), b.getInt64(1), "i", [&](llvm::Value* i) -> Result<bool> {
     Result<std::vector<Elem>> e = outputs_at(g, values, i);

@@ -306,7 +306,7 @@ class Fold {
     llvm::IRBuilderBase& bb = cg_.builder();
     if (op_ == OpKind::Mean)
       acc = bb.CreateFDiv(acc, llvm::ConstantFP::get(acc->getType(), static_cast<double>(n)));
-    if (is_float(dt_)) acc = cg_.round_to(dt_, acc);
+    if (is_float(dt_)) acc = cg_.node_result(dt_, acc);
     return {acc, dt_};
   }
 
@@ -480,7 +480,7 @@ class Builder {
   void start(std::vector<llvm::Value*> in, std::vector<llvm::Value*> out) {
     in_ = std::move(in);
     out_ = std::move(out);
-    cg_.emplace(b_, m_, target_);
+    cg_.emplace(b_, m_, target_, spec_.precision);
     prog_.emplace(g_, p_, *cg_, in_);
     for (const auto& pass : p_.passes)
       for (ValueId v : pass) folds_.emplace(v, Fold(g_.node(v), *cg_));

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -96,8 +97,11 @@ Value maximum(Value a, int b) { return binary(OpKind::Maximum, a, b); }
 KernelSpec spec_of(const Graph& g, std::string entry = "pw") { return KernelSpec{std::move(entry), KernelKind::Pointwise, g}; }
 
 // Emits `g` for the host, JIT-compiles it and runs it on `inputs`.
-Result<std::vector<Tensor>> run_host(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg = {}) {
-  Result<EmittedKernel> k = emitter_for(KernelKind::Pointwise).emit(spec_of(g), cfg, llvmb::Target::host());
+Result<std::vector<Tensor>> run_host(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg = {},
+                                     Precision precision = Precision::Eager) {
+  KernelSpec spec = spec_of(g);
+  spec.precision = precision;
+  Result<EmittedKernel> k = emitter_for(KernelKind::Pointwise).emit(spec, cfg, llvmb::Target::host());
   if (!k) return k.error();
   Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
   if (!fn) return fn.error();
@@ -273,8 +277,9 @@ TEST(PointwiseHost, CastRoundsOnceToNearestEvenAndSaturates) {
 }
 
 TEST(PointwiseHost, HalfIntermediatesRoundAtEveryNode) {
-  // (x + y) - x in f16 loses y's low bits at the add, as eager PyTorch and the
-  // reference do; computing the chain in f32 would give y back.
+  // Precision::Eager: (x + y) - x in f16 loses y's low bits at the add, as eager
+  // PyTorch and the reference do; Precision::Fused computes the chain in f32 and
+  // gives y back.
   GraphBuilder b("f16");
   Value x = b.param("x", DType::F16, {4});
   Value y = b.param("y", DType::F16, {4});
@@ -285,11 +290,15 @@ TEST(PointwiseHost, HalfIntermediatesRoundAtEveryNode) {
     xt.set(k, 1024.0);
     yt.set(k, 0.25 * (k + 1));
   }
-  Result<std::vector<Tensor>> got = run_host(g, {xt, yt});
+  Result<std::vector<Tensor>> got = run_host(g, {xt, yt}, {}, Precision::Eager);
   ASSERT_TRUE(got.ok()) << got.error().str();
   Result<std::vector<Tensor>> want = evaluate(g, {xt, yt});
   ASSERT_TRUE(want.ok());
   for (int k = 0; k < 4; ++k) EXPECT_EQ((*got)[0].get(k), (*want)[0].get(k)) << k;
+  EXPECT_NE((*got)[0].get(0), 0.25) << "1024 + 0.25 is 1024 in f16";
+  Result<std::vector<Tensor>> fused = run_host(g, {xt, yt}, {}, Precision::Fused);
+  ASSERT_TRUE(fused.ok()) << fused.error().str();
+  for (int k = 0; k < 4; ++k) EXPECT_EQ((*fused)[0].get(k), 0.25 * (k + 1)) << k;
 }
 
 TEST(PointwiseHost, HalfArithmeticIsCorrectlyRoundedBitForBit) {
@@ -841,6 +850,59 @@ TEST(PointwiseTiming, TenOpChainEmitAndCompile) {
   RecordProperty("ptx_emit_ms", std::to_string(ms(t4 - t3)));
   RecordProperty("ptx_compile_ms", std::to_string(ms(t5 - t4)));
   expect_matches_reference(g, make_inputs(g, 17, {Fill::Small, Fill::Small}));
+}
+
+// ---- precision: where f16/bf16 values are rounded ---------------------------------------------
+
+// bf16 round to nearest even on the bits, written here (not the emitter's or the
+// reference's) so that the expected values come from outside the code under test.
+float bf16_rne(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// y = ((x * 3 + 1) * 0.1 - x) / 7 over bf16 x, the host kernel under both precisions:
+// Eager rounds every op's result to bf16 (what eager PyTorch and the reference give),
+// Fused computes in f32 and rounds once at the store (Inductor's default), which is
+// closer to the exact result.
+TEST(Precision, FusedRoundsOnceAtTheStoreEagerAtEveryOp) {
+  GraphBuilder b("chain");
+  Value x = b.param("x", DType::BF16, {4096});
+  b.ret(((x * 3.0 + 1.0) * 0.1 - x) / 7.0);
+  Graph g = finish(b);
+  std::vector<Tensor> in = make_inputs(g, 7);
+  const float c01 = 0.1f, c7 = 7.0f;  // a weak literal keeps its f32 value (PyTorch's op-math)
+  double err_fused = 0, err_eager = 0;
+  int differ = 0;
+  std::map<Precision, std::vector<Tensor>> got;
+  for (Precision p : {Precision::Fused, Precision::Eager}) {
+    KernelSpec spec = spec_of(g);
+    spec.precision = p;
+    Result<std::vector<Tensor>> r = kernel_test::run_emitted(emitter_for(KernelKind::Pointwise).emit(spec, {}, llvmb::Target::host()), g, in);
+    ASSERT_TRUE(r.ok()) << r.error().str();
+    got[p] = std::move(r).value();
+  }
+  for (int64_t i = 0; i < 4096; ++i) {
+    const auto xv = static_cast<float>(in[0].get(i));
+    if (!std::isfinite(xv)) {  // the inputs include NaN and infinities: the same in both
+      EXPECT_EQ(std::isnan(got[Precision::Eager][0].get(i)), std::isnan(got[Precision::Fused][0].get(i)));
+      continue;
+    }
+    const float eager = bf16_rne(bf16_rne(bf16_rne(bf16_rne(bf16_rne(xv * 3.0f) + 1.0f) * c01) - xv) / c7);
+    const float fused = bf16_rne((((xv * 3.0f) + 1.0f) * c01 - xv) / c7);
+    ASSERT_EQ(static_cast<float>(got[Precision::Eager][0].get(i)), eager) << "x = " << xv;
+    ASSERT_EQ(static_cast<float>(got[Precision::Fused][0].get(i)), fused) << "x = " << xv;
+    const double exact = ((double(xv) * 3 + 1) * double(c01) - xv) / 7;
+    if (!std::isfinite(fused) || !std::isfinite(eager)) continue;  // overflowed (x near bf16's largest)
+    err_fused += std::abs(fused - exact);
+    err_eager += std::abs(eager - exact);
+    differ += fused != eager;
+  }
+  EXPECT_GT(differ, 100) << "the two precisions should differ on this chain";
+  EXPECT_LT(err_fused, err_eager) << "one rounding should be closer to the exact result than five";
 }
 
 }  // namespace kernels_pointwise_test

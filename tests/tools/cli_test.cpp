@@ -258,5 +258,37 @@ TEST(CliHelp, EveryCommandExplainsWithAnExample) {
   EXPECT_NE(none.code, 0);
 }
 
+// --precision: a bf16 chain run and checked both ways; in the PTX, eager rounds
+// after every op (cvt.rn.bf16.f32 per node), fused only at the store.
+TEST(CliRun, PrecisionEagerAndFusedBothCheckAndRoundDifferently) {
+  TempDir d;
+  write_file(d / "g.sf",
+             "graph chain(x: bf16[8, 64], y: bf16[8, 64]) {\n"
+             "  a = mul(add(x, y), 3.0)\n"
+             "  b = div(sub(a, x), 7.0)\n"
+             "  return b\n}\n");
+  for (const char* p : {"eager", "fused"}) {
+    CliResult r = shardfuse("run " + (d / "g.sf") + " --world 1 --check --precision " + p);
+    EXPECT_EQ(r.code, 0) << p << ":\n" << r.out;
+    EXPECT_NE(r.out.find("check: ok"), std::string::npos) << p << ":\n" << r.out;
+  }
+  auto cvts = [&](const char* p) {
+    std::string dir = d / (std::string("plan_") + p);
+    CliResult r = shardfuse("compile " + (d / "g.sf") + " --world 1 --no-ptxas --precision " + p + " -o " + dir);
+    EXPECT_EQ(r.code, 0) << r.out;
+    std::string ptx = read_text(dir + "/k0_add_mul_sub_div.ptx");
+    size_t n = 0;
+    for (size_t at = ptx.find("cvt.rn.bf16.f32"); at != std::string::npos; at = ptx.find("cvt.rn.bf16.f32", at + 1)) ++n;
+    return n;
+  };
+  const size_t eager = cvts("eager"), fused = cvts("fused");
+  EXPECT_GT(fused, 0u) << "the store still rounds";
+  EXPECT_GT(eager, fused) << "eager rounds after each of the four ops";
+  CliResult bad = shardfuse("run " + (d / "g.sf") + " --world 1 --precision exact");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("--precision"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("exact"), std::string::npos) << bad.out;
+}
+
 }  // namespace tools_cli_test
 }  // namespace sf

@@ -24,6 +24,7 @@ struct CompileCliOptions {
   std::string dump_after;
   CacheCliOptions cache;
   bool autotune = false;
+  std::string precision = "eager";
 };
 
 int compile(const CompileCliOptions& o) {
@@ -37,6 +38,7 @@ int compile(const CompileCliOptions& o) {
   CompileOptions co;
   co.arch = o.arch;
   co.run_ptxas = !o.no_ptxas;
+  co.precision = precision_of(o.precision);
   co.pipeline.fuse = !o.no_fuse;
   co.pipeline.reorder = !o.no_reorder;
   co.pipeline.decompose.mode = decompose_mode(o.decompose);
@@ -120,6 +122,7 @@ void add_compile(CLI::App& app, int& exit_code) {
   cmd->add_flag("--autotune", o->autotune,
                 "tune the kernels the cache has no config for first, measuring on GPU 0 (which must be --arch)");
   cmd->add_flag("--no-ptxas", o->no_ptxas, "do not check the PTX with ptxas (resources then show as -)");
+  add_precision_option(cmd, o->precision);
   cmd->footer(
       "Every kernel's PTX is assembled by ptxas (when the CUDA toolkit has it) and its registers and spills are\n"
       "recorded in plan.json and report.txt. docs/plan.md describes the Plan.\n"

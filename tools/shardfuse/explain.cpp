@@ -129,4 +129,13 @@ DecomposeMode decompose_mode(const DecomposeCliOptions& o) {
   return o.never ? DecomposeMode::Never : parse_decompose_mode(o.mode).value_or(DecomposeMode::Auto);
 }
 
+void add_precision_option(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--precision", value,
+                  "f16/bf16 values inside a fused kernel: eager (default: rounded at every op, as eager PyTorch "
+                  "and the reference) or fused (kept in f32, rounded once where stored, as Inductor)")
+      ->check(CLI::IsMember({"fused", "eager"}));
+}
+
+Precision precision_of(const std::string& value) { return value == "fused" ? Precision::Fused : Precision::Eager; }
+
 }  // namespace sf::cli

@@ -43,6 +43,7 @@ struct RunOptions {
   bool no_reorder = false;
   bool no_fuse = false;
   std::string kernels = "generated";
+  std::string precision = "eager";
   double timeout_s = 60;
   CacheCliOptions cache;
   bool autotune = false;
@@ -171,6 +172,7 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   co.pipeline.fuse = !o.no_fuse;
   co.pipeline.reorder = !o.no_reorder;
   co.pipeline.decompose.mode = decompose_mode(o.decompose);
+  co.precision = precision_of(o.precision);
   co.choose = [chooser](const LocalKernel& k) { return chooser->choose(k); };
   Result<CompiledPlan> cp = compile_plan(g, co);
   if (!cp) {
@@ -282,7 +284,8 @@ int run(const RunOptions& o) {
   std::unique_ptr<HostKernelRunner> host;
   if (o.kernels == "generated") {
     Result<std::unique_ptr<HostKernelRunner>> r =
-        HostKernelRunner::create(KernelConfig{}, [chooser](const LocalKernel& k) { return chooser->choose(k).config; });
+        HostKernelRunner::create(KernelConfig{}, [chooser](const LocalKernel& k) { return chooser->choose(k).config; },
+                                 precision_of(o.precision));
     if (!r.ok()) {
       std::cerr << "error: cannot start the host JIT: " << r.error().message << "\n";
       return 1;
@@ -295,7 +298,7 @@ int run(const RunOptions& o) {
   RunDigest digest;
   if (o.rank) {
     digest.add("graph", print_graph(*g));
-    digest.add("options", "device=cpu kernels=" + o.kernels + " fuse=" + (o.no_fuse ? "no" : "yes") +
+    digest.add("options", "device=cpu kernels=" + o.kernels + " precision=" + o.precision + " fuse=" + (o.no_fuse ? "no" : "yes") +
                               " reorder=" + (o.no_reorder ? "no" : "yes") +
                               " decompose=" + (o.decompose.never ? std::string("never") : o.decompose.mode));
     Digest in;
@@ -375,6 +378,7 @@ void add_run(CLI::App& app, int& exit_code) {
                 "compare with the reference evaluator on the global graph; print max abs/rel error, exit 1 on mismatch");
   cmd->add_flag("--no-reorder", o->no_reorder, "run collectives where lowering put them (no raise/sink)");
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  add_precision_option(cmd, o->precision);
   add_verify_each_option(cmd);
   add_decompose_options(cmd, o->decompose);
   cmd->add_option("--kernels", o->kernels,

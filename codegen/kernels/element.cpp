@@ -9,6 +9,7 @@
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Metadata.h>
 #include <llvm/IR/Module.h>
 
@@ -278,6 +279,30 @@ llvm::Value* ElementCodegen::bf16_round_bits(llvm::Value* f) {
   llvm::Value* rounded = b_.CreateLShr(b_.CreateAdd(x, b_.CreateAdd(lsb, b_.getInt32(0x7FFF))), 16);
   llvm::Value* quiet = b_.CreateOr(hi, 0x40);
   return b_.CreateTrunc(b_.CreateSelect(is_nan, quiet, rounded), b_.getInt16Ty());
+}
+
+llvm::Value* ElementCodegen::narrow_vector(DType t, const std::vector<llvm::Value*>& lanes) {
+  llvm::LLVMContext& c = b_.getContext();
+  llvm::Type* st = storage_type(c, t);
+  const auto n = static_cast<unsigned>(lanes.size());
+  llvm::Value* vec = llvm::PoisonValue::get(llvm::FixedVectorType::get(st, n));
+  const bool half = t == DType::F16 || t == DType::BF16;
+  if (sm_ >= 80 && half && n % 2 == 0) {
+    // cvt.rn.{bf16,f16}x2.f32 d, a, b puts a's conversion in d's upper half and b's in
+    // its lower half (PTX ISA, "cvt"); the lower half is the element at the lower
+    // address, vector element 0. So lane l + 1 is the first operand.
+    auto id = t == DType::BF16 ? llvm::Intrinsic::nvvm_ff2bf16x2_rn : llvm::Intrinsic::nvvm_ff2f16x2_rn;
+    auto* s2 = llvm::FixedVectorType::get(st, 2);
+    for (unsigned l = 0; l < n; l += 2) {
+      llvm::Value* packed = b_.CreateIntrinsic(id, {}, {lanes[l + 1], lanes[l]});
+      if (t == DType::BF16) packed = b_.CreateBitCast(packed, s2);  // bf16 is stored as its i16 bits
+      vec = b_.CreateInsertElement(vec, b_.CreateExtractElement(packed, uint64_t{0}), uint64_t{l});
+      vec = b_.CreateInsertElement(vec, b_.CreateExtractElement(packed, uint64_t{1}), uint64_t{l + 1});
+    }
+    return vec;
+  }
+  for (unsigned l = 0; l < n; ++l) vec = b_.CreateInsertElement(vec, narrow(t, lanes[l]), uint64_t{l});
+  return vec;
 }
 
 llvm::Value* ElementCodegen::narrow(DType t, llvm::Value* v) {

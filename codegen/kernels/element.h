@@ -203,6 +203,10 @@ class ElementCodegen {
   // lanes use these around their own wide loads and stores).
   llvm::Value* widen(DType t, llvm::Value* stored);
   llvm::Value* narrow(DType t, llvm::Value* compute);
+  // `lanes` (compute values of dtype t) as a vector of t's storage type, ready for one
+  // wide store: NVPTX sm_80+ converts f16/bf16 two at a time (cvt.rn.bf16x2.f32 /
+  // cvt.rn.f16x2.f32, one instruction per pair); elsewhere narrow() per lane.
+  llvm::Value* narrow_vector(DType t, const std::vector<llvm::Value*>& lanes);
 
   // A number literal of dtype t as an immediate (rounded to t as the reference does).
   Elem constant(double v, DType t);

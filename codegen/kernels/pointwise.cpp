@@ -273,11 +273,9 @@ class NvptxPointwise {
           b_.CreateAlignedStore(cg_->narrow(dt, results[o][static_cast<size_t>(piece)].value), ptr, align);
           continue;
         }
-        llvm::Value* vec = llvm::PoisonValue::get(llvm::FixedVectorType::get(st, static_cast<unsigned>(pe)));
-        for (int l = 0; l < pe; ++l)
-          vec = b_.CreateInsertElement(vec, cg_->narrow(dt, results[o][static_cast<size_t>(piece * pe + l)].value),
-                                       static_cast<uint64_t>(l));
-        b_.CreateAlignedStore(vec, ptr, align);
+        std::vector<llvm::Value*> lanes;
+        for (int l = 0; l < pe; ++l) lanes.push_back(results[o][static_cast<size_t>(piece * pe + l)].value);
+        b_.CreateAlignedStore(cg_->narrow_vector(dt, lanes), ptr, align);
       }
     }
     return true;

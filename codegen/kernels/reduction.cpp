@@ -1001,11 +1001,9 @@ class NvptxBuilder final : public Builder {
     const int64_t pe = piece_elems(dt, static_cast<int>(lanes.size()));
     for (int64_t piece = 0; piece < static_cast<int64_t>(lanes.size()) / pe; ++piece) {
       llvm::Value* ptr = b_.CreateInBoundsGEP(st, out, b_.CreateAdd(first, k(piece * pe), "", true, true));
-      llvm::Value* vec = llvm::PoisonValue::get(llvm::FixedVectorType::get(st, static_cast<unsigned>(pe)));
-      for (int64_t l = 0; l < pe; ++l)
-        vec = b_.CreateInsertElement(vec, cg_->narrow(dt, lanes[static_cast<size_t>(piece * pe + l)].value),
-                                     static_cast<uint64_t>(l));
-      b_.CreateAlignedStore(vec, ptr, llvm::Align(static_cast<uint64_t>(pe * dtype_size(dt))));
+      std::vector<llvm::Value*> vals;
+      for (int64_t l = 0; l < pe; ++l) vals.push_back(lanes[static_cast<size_t>(piece * pe + l)].value);
+      b_.CreateAlignedStore(cg_->narrow_vector(dt, vals), ptr, llvm::Align(static_cast<uint64_t>(pe * dtype_size(dt))));
     }
   }
 

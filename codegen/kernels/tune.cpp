@@ -295,6 +295,14 @@ KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t, const s
     if (Result<KernelConfig> s = suggest_reduction_config(KernelSpec{"sf_default", *kind, k.group}, c); s.ok()) c = *s;
   if (t == ConfigTarget::Gpu && kind == KernelKind::Matmul && !arch.empty())
     c = suggest_matmul_config(KernelSpec{"sf_default", *kind, k.group}, c, arch);
+  if (t == ConfigTarget::Gpu && kind == KernelKind::Pointwise) {
+    // 16-byte accesses of the narrowest dtype the kernel reads or writes: 4 f32, 8
+    // f16/bf16 (the emitter splits wider dtypes' vectors into 16-byte pieces).
+    int64_t narrow = 16;
+    for (ValueId v : k.group.params()) narrow = std::min<int64_t>(narrow, dtype_size(k.group.node(v).type.dtype));
+    for (const Output& o : k.group.outputs()) narrow = std::min<int64_t>(narrow, dtype_size(k.group.node(o.value).type.dtype));
+    c.vector = static_cast<int>(16 / std::max<int64_t>(narrow, 1));
+  }
   return c;
 }
 

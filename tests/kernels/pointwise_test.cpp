@@ -905,5 +905,46 @@ TEST(Precision, FusedRoundsOnceAtTheStoreEagerAtEveryOp) {
   EXPECT_LT(err_fused, err_eager) << "one rounding should be closer to the exact result than five";
 }
 
+// Packed conversions for wide f16/bf16 stores: `cvt.rn.bf16x2.f32 d, a, b` puts a's
+// conversion in d's upper half and b's in its lower half (PTX ISA, "cvt"), and the
+// lower half is the element at the lower address. So the lane stored first must be
+// the instruction's second operand. Checked on a function whose lanes are its two
+// parameters, read back from the PTX's register names.
+TEST(PointwiseNvptx, PackedConversionsPutLaneZeroInTheLowerHalf) {
+  for (DType dt : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    llvm::LLVMContext ctx;
+    llvm::Module m("pair", ctx);
+    const llvmb::Target target = llvmb::Target::nvptx("sm_90a");
+    llvmb::prepare_module(m, target);
+    llvm::IRBuilder<> b(ctx);
+    llvm::Type* st = kernels::storage_type(ctx, dt);
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), {b.getFloatTy(), b.getFloatTy(), llvm::PointerType::get(ctx, 1)}, false);
+    llvm::Function* fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, "pair", m);
+    llvmb::mark_kernel(*fn, 1);
+    b.SetInsertPoint(llvm::BasicBlock::Create(ctx, "entry", fn));
+    kernels::ElementCodegen cg(b, m, target);
+    b.CreateAlignedStore(cg.narrow_vector(dt, {fn->getArg(0), fn->getArg(1)}), fn->getArg(2), llvm::Align(4));
+    b.CreateRetVoid();
+    Result<std::string> ptx = llvmb::compile_to_ptx(m, "sm_90a");
+    ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+    auto reg_of = [&](const std::string& param) {  // "ld.param.f32 %f1, [pair_param_0];" -> "%f1"
+      size_t at = ptx->find("[pair_param_" + param + "]");
+      if (at == std::string::npos) return std::string();
+      size_t line = ptx->rfind('\n', at) + 1;
+      size_t r = ptx->find('%', line);
+      return ptx->substr(r, ptx->find(',', r) - r);
+    };
+    const std::string lane0 = reg_of("0"), lane1 = reg_of("1");
+    ASSERT_FALSE(lane0.empty()) << *ptx;
+    ASSERT_FALSE(lane1.empty()) << *ptx;
+    const std::string cvt = dt == DType::BF16 ? "cvt.rn.bf16x2.f32" : "cvt.rn.f16x2.f32";
+    size_t at = ptx->find(cvt);
+    ASSERT_NE(at, std::string::npos) << *ptx;
+    std::string line = ptx->substr(at, ptx->find('\n', at) - at);
+    EXPECT_NE(line.find(", " + lane1 + ", " + lane0 + ";"), std::string::npos) << line << "\n" << *ptx;
+  }
+}
+
 }  // namespace kernels_pointwise_test
 }  // namespace sf

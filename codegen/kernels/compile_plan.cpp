@@ -155,6 +155,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     plan.ranks.push_back(std::move(r));
   }
   std::vector<std::string> kernel_errors(plan.kernels.size());
+  std::vector<std::string> forms(plan.kernels.size());  // report.txt: how a kernel reads its data
   std::vector<std::string> kernel_ptx(plan.kernels.size());
   auto build = [&](size_t i) {
     PlanKernel& pk = plan.kernels[i];
@@ -177,6 +178,14 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
       if (Result<KernelConfig> s = suggest_reduction_config(spec, cfg); s.ok()) cfg = *s;
     }
     pk.config = config_str(*kind, ConfigTarget::Gpu, cfg);
+    if (*kind == KernelKind::Reduction)
+      if (Result<ReductionInfo> ri = reduction_info(spec, cfg); ri.ok())
+        forms[i] = ri->persistent
+                       ? "rows in registers (" + std::to_string(ri->elems_per_thread) + " elements per thread, " +
+                             std::to_string(ri->vector) + " per access), read once"
+                       : "multi-pass: each row read " + std::to_string(ri->passes + (ri->x_outputs > 0 ? 1 : 0)) +
+                             " time(s) (" + std::to_string((ri->row_elems + cfg.threads_per_row - 1) / cfg.threads_per_row) +
+                             " elements per thread do not fit 32 registers, or the row is split)";
     Result<EmittedKernel> e = emitter_for(*kind).emit(spec, cfg, llvmb::Target::nvptx(opts.arch));
     if (!e.ok()) {
       kernel_errors[i] = pk.id + ": " + e.error().message;
@@ -243,7 +252,8 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
          "): time = max(bytes / bandwidth, flops / peak of the kernel's path)\n\n";
   rep += "kernel                                   kind       regs  spill     bytes      flops   est. us  bound\n";
   double total = 0;
-  for (const PlanKernel& k : plan.kernels) {
+  for (size_t ki = 0; ki < plan.kernels.size(); ++ki) {
+    const PlanKernel& k = plan.kernels[ki];
     double bytes = static_cast<double>(k.bytes_read + k.bytes_written);
     auto ptx = out.ptx.find(k.ptx_file);
     const bool mma = tensor > 0 && ptx != out.ptx.end() && ptx->second.find("mma.sync.aligned") != std::string::npos;
@@ -259,6 +269,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     rep += "    ops: ";
     for (size_t i = 0; i < k.ops.size(); ++i) rep += (i ? " " : "") + k.ops[i];
     rep += "\n    config (" + k.config_source + "): " + k.config + "\n";
+    if (!forms[ki].empty()) rep += "    form: " + forms[ki] + "\n";
   }
   rep += "\n" + std::to_string(plan.kernels.size()) + " distinct kernel(s); rank 0 runs " +
          std::to_string(programs.empty() ? 0 : programs[0].kernels.size()) + " kernel launch(es); sum of estimates " +

@@ -290,5 +290,21 @@ TEST(CliRun, PrecisionEagerAndFusedBothCheckAndRoundDifferently) {
   EXPECT_NE(bad.out.find("exact"), std::string::npos) << bad.out;
 }
 
+// report.txt says how each reduction reads its rows: held in registers and read
+// once when a thread's share fits, else once per pass plus once for the output.
+TEST(CliCompile, ReportSaysHowEachReductionReadsItsRows) {
+  TempDir d;
+  write_file(d / "g.sf",
+             "graph r(x: f32[64, 1024], y: f32[4, 100000]) {\n"
+             "  a = softmax(x, dim=-1)\n"
+             "  b = softmax(y, dim=-1)\n"
+             "  return a, b\n}\n");
+  CliResult r = shardfuse("compile " + (d / "g.sf") + " --world 1 --no-ptxas -o " + (d / "plan"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::string report = read_text(d / "plan/report.txt");
+  EXPECT_NE(report.find("form: rows in registers (8 elements per thread, 4 per access), read once"), std::string::npos) << report;
+  EXPECT_NE(report.find("form: multi-pass: each row read 3 time(s)"), std::string::npos) << report;
+}
+
 }  // namespace tools_cli_test
 }  // namespace sf

@@ -15,15 +15,14 @@
 namespace sf {
 
 // How a kernel rounds the f16/bf16 values it computes (docs/kernels.md, "Precision").
-//   Eager (the default for now): every node's result is rounded to its dtype, as
-//     eager PyTorch and the reference evaluator do: a kernel then gives what the
-//     unfused graph gives, bit for bit where the math functions agree.
-//   Fused (Inductor's default): values inside the kernel stay in f32 and are rounded
-//     to their dtype once, where they are stored, and at explicit casts. Closer to
-//     the exact result; `--check` against the eager reference can then flag an f32
-//     or bool output computed from f16/bf16 values (see the docs), which is why it is
-//     not the default yet.
-// f32-only kernels are the same in both.
+//   Fused (the default, as Inductor): values inside the kernel stay in f32 and are
+//     rounded to their dtype once, where they are stored, and at explicit casts:
+//     closer to the exact result, and no rounding between ops.
+//   Eager: every node's result is rounded to its dtype, as eager PyTorch and the
+//     reference evaluator do: a kernel then gives what the unfused graph gives, bit
+//     for bit where the math functions agree.
+// f32-only kernels are the same in both. `--check` allows for the difference
+// (check_tolerance, codegen/reference/compare.h).
 enum class Precision { Fused, Eager };
 inline const char* precision_name(Precision p) { return p == Precision::Eager ? "eager" : "fused"; }
 

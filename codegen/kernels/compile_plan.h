@@ -19,7 +19,7 @@ struct CompileOptions {
   bool run_ptxas = true;
   RankPipelineOptions pipeline;
   KernelConfig config;
-  Precision precision = Precision::Eager;  // how kernels round f16/bf16 values (autotune/config.h)
+  Precision precision = Precision::Fused;  // how kernels round f16/bf16 values (autotune/config.h)
   // Picks each kernel's config (the tuning cache's choice); when empty every kernel
   // gets `config` (reductions: the emitter's suggestion from it).
   std::function<KernelChoice(const LocalKernel&)> choose;

@@ -8,12 +8,12 @@
 // Dtype rules (docs/kernels.md, "Dtypes"):
 //   storage  f32: float   f16: half   bf16: i16 (the bit pattern)   i32   i64   bool: i8
 //   compute  f32, f16, bf16: float    i32: i32    i64: i64          bool: i1
-// Rounding of f16/bf16 results (Precision, autotune/config.h): with Precision::Eager
-// (the default) a compute value of a node always holds a value representable in the
-// node's dtype (rounded to nearest even at every node, as eager PyTorch and the
-// reference do, so a fused kernel gives what the unfused graph gives); with
-// Precision::Fused results stay in f32 and are rounded where they are stored and at
-// explicit casts.
+// Rounding of f16/bf16 results (Precision, autotune/config.h): with Precision::Fused
+// (the default) results stay in f32 and are rounded where they are stored and at
+// explicit casts; with Precision::Eager a compute value of a node always holds a
+// value representable in the node's dtype (rounded to nearest even at every node, as
+// eager PyTorch and the reference do, so a fused kernel gives what the unfused graph
+// gives).
 #pragma once
 
 #include <cstdint>
@@ -194,7 +194,7 @@ enum class MathFn { Exp, Log, Tanh, Erf, Sin, Cos, Rsqrt, Pow };
 class ElementCodegen {
  public:
   ElementCodegen(llvm::IRBuilderBase& b, llvm::Module& m, const llvmb::Target& target,
-                 Precision precision = Precision::Eager);
+                 Precision precision = Precision::Fused);
 
   // Memory. `index` counts elements of dtype t from `ptr` (any address space).
   Elem load(DType t, llvm::Value* ptr, llvm::Value* index);
@@ -242,7 +242,7 @@ class ElementCodegen {
   llvm::IRBuilderBase& b_;
   llvm::Module& m_;
   llvmb::Target target_;
-  Precision precision_ = Precision::Eager;
+  Precision precision_ = Precision::Fused;
   int sm_ = 0;  // NVPTX compute capability (80 for sm_80, sm_90a -> 90); 0 on the host
 };
 

@@ -37,7 +37,7 @@ struct KernelSpec {
   std::string entry;  // the kernel's symbol, a C identifier
   KernelKind kind = KernelKind::Pointwise;
   Graph group;
-  Precision precision = Precision::Eager;
+  Precision precision = Precision::Fused;
 };
 
 struct LaunchShape {

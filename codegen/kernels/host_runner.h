@@ -23,7 +23,7 @@ class HostKernelRunner final : public KernelRunner {
   // otherwise every kernel uses `config`.
   using Chooser = std::function<KernelConfig(const LocalKernel&)>;
   static Result<std::unique_ptr<HostKernelRunner>> create(KernelConfig config = {}, Chooser choose = {},
-                                                          Precision precision = Precision::Eager);
+                                                          Precision precision = Precision::Fused);
   ~HostKernelRunner() override;
 
   Result<std::vector<Tensor>> run(const LocalKernel& k, const std::vector<const Tensor*>& inputs) const override;

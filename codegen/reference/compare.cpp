@@ -1,6 +1,8 @@
 #include "codegen/reference/compare.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace sf {
 
@@ -14,6 +16,28 @@ Tolerance default_tolerance(DType t) {
     case DType::Bool: return {0, 0};
   }
   return {0, 0};
+}
+
+Tolerance check_tolerance(const Graph& g, ValueId v) {
+  const DType own = g.node(v).type.dtype;
+  if (!is_float(own)) return default_tolerance(own);
+  Tolerance t = default_tolerance(own);
+  std::vector<bool> seen(g.nodes().size(), false);
+  std::vector<ValueId> stack{v};
+  while (!stack.empty()) {
+    ValueId u = stack.back();
+    stack.pop_back();
+    if (seen[static_cast<size_t>(u)]) continue;
+    seen[static_cast<size_t>(u)] = true;
+    const DType d = g.node(u).type.dtype;
+    if (is_float(d)) {
+      Tolerance du = default_tolerance(d);
+      t.rtol = std::max(t.rtol, du.rtol);
+      t.atol = std::max(t.atol, du.atol);
+    }
+    for (ValueId w : g.node(u).inputs) stack.push_back(w);
+  }
+  return t;
 }
 
 Comparison compare(const Tensor& got, const Tensor& want, Tolerance tol) {

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "codegen/ir/graph.h"
 #include "codegen/ir/tensor.h"
 
 namespace sf {
@@ -17,6 +18,14 @@ struct Tolerance {
 // program rounds every intermediate to the storage dtype while the reference
 // rounds once: f32 rtol 1e-4, f16 1e-2, bf16 5e-2; exact for integers and bool.
 Tolerance default_tolerance(DType t);
+
+// The tolerance `run --check` and `exec --check` give value `v` of `g`: the default
+// tolerance of the least precise float dtype among v and the values it is computed
+// from. A kernel may keep f16/bf16 values in f32 (Precision::Fused) where the
+// reference rounds them at every op, so an f32 value computed from bf16 ones can
+// differ from the reference by bf16's rounding, not f32's. Integer and bool values
+// stay exact.
+Tolerance check_tolerance(const Graph& g, ValueId v);
 
 struct Comparison {
   double max_abs_err = 0;

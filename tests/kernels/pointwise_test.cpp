@@ -905,6 +905,32 @@ TEST(Precision, FusedRoundsOnceAtTheStoreEagerAtEveryOp) {
   EXPECT_LT(err_fused, err_eager) << "one rounding should be closer to the exact result than five";
 }
 
+// A fused kernel keeps exp(x) of f16 x in f32 where the reference rounds it to f16,
+// so the f32 product differs from the reference by f16's rounding: more than f32's
+// tolerance allows, within what check_tolerance gives (f16's, the least precise
+// dtype the output is computed from). Eager meets f32's own tolerance.
+TEST(Precision, ChecksAllowForTheLeastPreciseDtypeAnOutputIsComputedFrom) {
+  GraphBuilder b("mixed");
+  Value x = b.param("x", DType::F16, {64, 33});
+  Value y = b.param("y", DType::F32, {33});
+  Value a = exp(x) * y;  // f32 from an f16 exp
+  b.ret(a);
+  b.ret(cast(x, DType::I32));
+  Graph g = finish(b);
+  EXPECT_EQ(check_tolerance(g, g.outputs()[0].value).rtol, default_tolerance(DType::F16).rtol);
+  EXPECT_EQ(check_tolerance(g, g.outputs()[1].value).rtol, 0.0) << "integers stay exact";
+  EXPECT_EQ(check_tolerance(g, y.id).rtol, default_tolerance(DType::F32).rtol);
+  std::vector<Tensor> in = make_inputs(g, 12, {Fill::Small, Fill::Small});
+  Result<std::vector<Tensor>> want = evaluate(g, in);
+  ASSERT_TRUE(want.ok());
+  Result<std::vector<Tensor>> fused = run_host(g, in, {}, Precision::Fused);
+  Result<std::vector<Tensor>> eager = run_host(g, in, {}, Precision::Eager);
+  ASSERT_TRUE(fused.ok() && eager.ok());
+  EXPECT_FALSE(compare((*fused)[0], (*want)[0], default_tolerance(DType::F32)).ok());
+  EXPECT_TRUE(compare((*fused)[0], (*want)[0], check_tolerance(g, g.outputs()[0].value)).ok());
+  EXPECT_TRUE(compare((*eager)[0], (*want)[0], default_tolerance(DType::F32)).ok());
+}
+
 // Packed conversions for wide f16/bf16 stores: `cvt.rn.bf16x2.f32 d, a, b` puts a's
 // conversion in d's upper half and b's in its lower half (PTX ISA, "cvt"), and the
 // lower half is the element at the lower address. So the lane stored first must be
@@ -918,7 +944,6 @@ TEST(PointwiseNvptx, PackedConversionsPutLaneZeroInTheLowerHalf) {
     const llvmb::Target target = llvmb::Target::nvptx("sm_90a");
     llvmb::prepare_module(m, target);
     llvm::IRBuilder<> b(ctx);
-    llvm::Type* st = kernels::storage_type(ctx, dt);
     auto* fty = llvm::FunctionType::get(b.getVoidTy(), {b.getFloatTy(), b.getFloatTy(), llvm::PointerType::get(ctx, 1)}, false);
     llvm::Function* fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, "pair", m);
     llvmb::mark_kernel(*fn, 1);

@@ -66,7 +66,7 @@ struct DecomposeCliOptions {
 void add_decompose_options(CLI::App* cmd, DecomposeCliOptions& o);
 DecomposeMode decompose_mode(const DecomposeCliOptions& o);
 
-// --precision eager|fused (Precision, autotune/config.h), on compile and run.
+// --precision fused|eager (Precision, autotune/config.h), on compile and run.
 void add_precision_option(CLI::App* cmd, std::string& value);
 Precision precision_of(const std::string& value);
 

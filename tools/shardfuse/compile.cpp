@@ -24,7 +24,7 @@ struct CompileCliOptions {
   std::string dump_after;
   CacheCliOptions cache;
   bool autotune = false;
-  std::string precision = "eager";
+  std::string precision = "fused";
 };
 
 int compile(const CompileCliOptions& o) {

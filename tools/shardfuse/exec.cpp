@@ -97,7 +97,7 @@ int report_outputs(const Graph& g, const std::vector<Tensor>& out, const std::ve
     const Tensor& t = out[i];
     std::cout << "  " << g.outputs()[i].name << ": " << t.type().str() << " " << preview(t);
     if (want) {
-      Comparison c = compare(t, (*want)[i], default_tolerance(t.dtype()));
+      Comparison c = compare(t, (*want)[i], check_tolerance(g, g.outputs()[i].value));
       std::cout << std::setprecision(3) << "  max_abs_err=" << c.max_abs_err << " max_rel_err=" << c.max_rel_err
                 << (c.ok() ? "  ok" : "  MISMATCH");
       if (!c.ok()) {
@@ -297,7 +297,7 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
       continue;
     }
     Tensor want = shard_tensor((*ref)[i], spec, mesh, rank);
-    Comparison c = compare((*out)[i], want, default_tolerance(want.dtype()));
+    Comparison c = compare((*out)[i], want, check_tolerance(g, g.outputs()[i].value));
     std::cout << std::setprecision(3) << "  max_abs_err=" << c.max_abs_err << (c.ok() ? "  ok" : "  MISMATCH") << "\n";
     ok = ok && c.ok();
   }

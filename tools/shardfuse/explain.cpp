@@ -131,11 +131,11 @@ DecomposeMode decompose_mode(const DecomposeCliOptions& o) {
 
 void add_precision_option(CLI::App* cmd, std::string& value) {
   cmd->add_option("--precision", value,
-                  "f16/bf16 values inside a fused kernel: eager (default: rounded at every op, as eager PyTorch "
-                  "and the reference) or fused (kept in f32, rounded once where stored, as Inductor)")
+                  "f16/bf16 values inside a fused kernel: fused (default: kept in f32, rounded once where stored, "
+                  "as Inductor) or eager (rounded at every op, as eager PyTorch and the reference)")
       ->check(CLI::IsMember({"fused", "eager"}));
 }
 
-Precision precision_of(const std::string& value) { return value == "fused" ? Precision::Fused : Precision::Eager; }
+Precision precision_of(const std::string& value) { return value == "eager" ? Precision::Eager : Precision::Fused; }
 
 }  // namespace sf::cli

@@ -43,7 +43,7 @@ struct RunOptions {
   bool no_reorder = false;
   bool no_fuse = false;
   std::string kernels = "generated";
-  std::string precision = "eager";
+  std::string precision = "fused";
   double timeout_s = 60;
   CacheCliOptions cache;
   bool autotune = false;

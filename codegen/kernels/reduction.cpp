@@ -68,7 +68,8 @@ constexpr int64_t kPersistentElems = 32;
 // Persistent rows when a thread's share fits kPersistentElems and the row is not split
 // over blocks. Vector slots (the thread's elements of one slot adjacent in memory)
 // when the reduced dims are X's innermost, so that a row is contiguous: as wide as
-// 16 bytes of the narrowest dtype read or written in X space allows, dividing n.
+// 16 bytes of the narrowest dtype read or written in X space allows, dividing n. Rows
+// too long for registers keep the vector width for their loops (not split rows).
 void decide_persistent(Plan& p, const Graph& g, const KernelConfig& c) {
   if (c.split_reduction > 1 || p.n <= 0) return;
   const int64_t tpr = c.threads_per_row;
@@ -79,15 +80,18 @@ void decide_persistent(Plan& p, const Graph& g, const KernelConfig& c) {
     for (size_t o : p.x_outputs) narrow = std::min<int64_t>(narrow, dtype_size(g.node(g.outputs()[o].value).type.dtype));
     v = static_cast<int>(std::min<int64_t>(8, 16 / std::max<int64_t>(narrow, 1)));
   }
-  for (; v >= 1; v /= 2) {
-    if (p.n % v != 0) continue;
-    const int64_t slots = (p.n + tpr * v - 1) / (tpr * v);
-    if (slots * v > kPersistentElems) continue;
+  for (int w = v; w >= 1; w /= 2) {
+    if (p.n % w != 0) continue;
+    const int64_t slots = (p.n + tpr * w - 1) / (tpr * w);
+    if (slots * w > kPersistentElems) continue;
     p.persistent = true;
-    p.vector = v;
+    p.vector = w;
     p.slots = slots;
     return;
   }
+  // Multi-pass: the loops over a row step by `vector` adjacent elements per thread.
+  while (v > 1 && p.n % v != 0) v /= 2;
+  p.vector = v;
 }
 
 int64_t block_threads(const KernelConfig& c) { return int64_t{c.threads_per_row} * c.rows_per_block; }
@@ -730,7 +734,7 @@ class NvptxBuilder final : public Builder {
 
     llvm::BasicBlock* exit = llvm::BasicBlock::Create(c, "exit", fn_);
     auto rows = [&](int vector) -> Result<bool> {
-      auto body = [&](llvm::Value* grp) { return p_.persistent ? persistent_body(grp, vector) : group_body(grp); };
+      auto body = [&](llvm::Value* grp) { return p_.persistent ? persistent_body(grp, vector) : group_body(grp, vector); };
       if (cfg_.grid_stride) {
         Result<bool> r = emit_loop(b_, bid, k(ngroups), nblocks, "rows", body);
         if (!r) return r;
@@ -747,7 +751,7 @@ class NvptxBuilder final : public Builder {
       return true;
     };
     if (ngroups > 0) {
-      if (p_.persistent && p_.vector > 1) {
+      if (p_.vector > 1) {
         // Vector slots need every pointer they access aligned to its piece's size; a
         // tensor that starts elsewhere (a view's offset) takes one element per slot.
         llvm::BasicBlock* vec = llvm::BasicBlock::Create(c, "rows.vector", fn_);
@@ -767,7 +771,7 @@ class NvptxBuilder final : public Builder {
   }
 
  private:
-  Result<bool> group_body(llvm::Value* grp) {
+  Result<bool> group_body(llvm::Value* grp, int vector) {
     const int tpr = cfg_.threads_per_row;
     llvm::Value* row = b_.CreateAdd(b_.CreateMul(grp, k(cfg_.rows_per_block), "", true, true), sub_, "row", true, true);
     llvm::Value* valid = b_.CreateICmpSLT(row, k(p_.rows), "valid");
@@ -801,7 +805,26 @@ class NvptxBuilder final : public Builder {
         if (Result<bool> r = prog_->prepare(pass_roots(pass)); !r) return r;
         // Consecutive threads read consecutive elements: coalesced when the reduced
         // dims are X's innermost.
-        Result<bool> r = emit_loop(b_, jfirst, nloop, k(tpr), "j", [&](llvm::Value* j) { return fold_element(pass, part, x_index(j)); });
+        Result<bool> r = vector == 1
+            ? emit_loop(b_, jfirst, nloop, k(tpr), "j", [&](llvm::Value* j) { return fold_element(pass, part, x_index(j)); })
+            // `vector` adjacent elements per thread and step (contiguous rows, vector
+            // dividing n), each param read in dense runs loaded once per step.
+            : emit_loop(b_, b_.CreateMul(lr_, k(vector), "", true, true), nloop, k(int64_t{tpr} * vector), "j",
+                        [&](llvm::Value* j) -> Result<bool> {
+                          std::map<std::string, std::vector<Elem>> lanes;
+                          set_vector_slots(x_index(j), vector, lanes);
+                          for (int l = 0; l < vector; ++l) {
+                            prog_->use_slot(static_cast<size_t>(l));
+                            for (size_t q = 0; q < pass.size(); ++q) {
+                              const Fold& f = folds_.at(pass[q]);
+                              Result<Elem> e = prog_->x_value(g_.node(pass[q]).inputs[0], kernels::dense_index(p_.x));
+                              if (!e) return e.error();
+                              llvm::Value* acc = b_.CreateLoad(f.type(), part[q]);
+                              b_.CreateStore(f.combine(acc, f.element(*e)), part[q]);
+                            }
+                          }
+                          return true;
+                        });
         if (!r) return r;
       }
       std::vector<llvm::Value*> vals;
@@ -814,7 +837,15 @@ class NvptxBuilder final : public Builder {
     if (Result<bool> r = store_row_outputs(valid, rowc); !r) return r;
     if (p_.n > 0 && !p_.x_outputs.empty()) {
       if (Result<bool> r = prog_->prepare(x_output_roots()); !r) return r;
-      Result<bool> r = emit_loop(b_, lr_, nloop, k(tpr), "x", [&](llvm::Value* j) { return store_x_outputs(x_index(j)); });
+      Result<bool> r = vector == 1
+          ? emit_loop(b_, lr_, nloop, k(tpr), "x", [&](llvm::Value* j) { return store_x_outputs(x_index(j)); })
+          : emit_loop(b_, b_.CreateMul(lr_, k(vector), "", true, true), nloop, k(int64_t{tpr} * vector), "x",
+                      [&](llvm::Value* j) -> Result<bool> {
+                        std::map<std::string, std::vector<Elem>> lanes;
+                        llvm::Value* first = x_index(j);
+                        set_vector_slots(first, vector, lanes);
+                        return store_vector_outputs(first, vector);
+                      });
       if (!r) return r;
     }
     // The next row group writes the same shared slots: every thread must have read
@@ -885,7 +916,6 @@ class NvptxBuilder final : public Builder {
   // and its output). Slots past the row's end read the row's first element and fold
   // the identity; they store nothing.
   Result<bool> persistent_body(llvm::Value* grp, int vector) {
-    llvm::LLVMContext& c = m_.getContext();
     const int tpr = cfg_.threads_per_row;
     const int64_t nslots = (p_.n + int64_t{tpr} * vector - 1) / (int64_t{tpr} * vector);
     llvm::Value* row = b_.CreateAdd(b_.CreateMul(grp, k(cfg_.rows_per_block), "", true, true), sub_, "row", true, true);
@@ -903,21 +933,7 @@ class NvptxBuilder final : public Builder {
       ok.push_back(b_.CreateICmpSLT(j, nrow, "slot.ok"));
       llvm::Value* jc = b_.CreateSelect(ok.back(), j, k(0));
       first.push_back(b_.CreateAdd(base, kernels::emit_index_map(b_, jc, p_.red_map), "i", true, true));
-      for (int l = 0; l < vector; ++l) {
-        // vector > 1 only where the row is contiguous: element l is first + l.
-        llvm::Value* i = l == 0 ? first.back() : b_.CreateAdd(first.back(), k(l), "", true, true);
-        kernels::GroupValues::Hook lane;
-        if (vector > 1)
-          lane = [this, sl, l, vector, &lanes, &first](ValueId v, const ValueIndex& at) -> std::optional<Elem> {
-            const Node& n = g_.node(v);
-            if (n.op != OpKind::Param) return std::nullopt;
-            IndexMap map = kernels::offset_map(at, n.type.shape);
-            if (!kernels::dense_runs(map, vector)) return std::nullopt;  // a scalar load per element
-            return load_lanes(lanes[static_cast<size_t>(sl)], v, map, first[static_cast<size_t>(sl)], vector)
-                [static_cast<size_t>(l)];
-          };
-        prog_->set_slot(static_cast<size_t>(sl * vector + l), i, std::move(lane));
-      }
+      set_vector_slots(first.back(), vector, lanes[static_cast<size_t>(sl)], static_cast<size_t>(sl * vector));
     }
 
     size_t slot = 0;  // reductions so far, in pass order: their shared-memory slots
@@ -943,28 +959,62 @@ class NvptxBuilder final : public Builder {
     if (!p_.x_outputs.empty()) {
       if (Result<bool> r = prog_->prepare(x_output_roots()); !r) return r;
       for (int64_t sl = 0; sl < nslots; ++sl) {
-        // Every value first (straight-line, so that later slots may reuse them), then
-        // the stores, only for slots in the row.
-        std::vector<std::vector<Elem>> vals(p_.x_outputs.size());  // [output][lane]
-        for (int l = 0; l < vector; ++l) {
-          prog_->use_slot(static_cast<size_t>(sl * vector + l));
-          for (size_t q = 0; q < p_.x_outputs.size(); ++q) {
-            ValueId v = g_.outputs()[p_.x_outputs[q]].value;
-            Result<Elem> e = prog_->x_value(v, kernels::dense_index(g_.node(v).type.shape));
-            if (!e) return e.error();
-            vals[q].push_back(*e);
-          }
-        }
-        llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "slot.store", fn_);
-        llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "slot.stored", fn_);
-        b_.CreateCondBr(ok[static_cast<size_t>(sl)], st, done);
-        b_.SetInsertPoint(st);
-        for (size_t q = 0; q < p_.x_outputs.size(); ++q) store_lanes(out_[p_.x_outputs[q]], vals[q], first[static_cast<size_t>(sl)]);
-        b_.CreateBr(done);
-        b_.SetInsertPoint(done);
+        if (Result<bool> r = store_vector_outputs(first[static_cast<size_t>(sl)], vector,
+                                                  static_cast<size_t>(sl * vector), ok[static_cast<size_t>(sl)]);
+            !r)
+          return r;
       }
     }
     if (p_.smem_bytes > 0 && cfg_.grid_stride) barrier();
+    return true;
+  }
+
+  // Slots slot0 .. slot0 + vector - 1 of the element program: the `vector` adjacent X
+  // elements from index `first` (vector > 1 only where the row is contiguous), params
+  // read in dense runs loaded once per (param, map) as vectors kept in `lanes`, which
+  // must live as long as the slots are read.
+  void set_vector_slots(llvm::Value* first, int vector, std::map<std::string, std::vector<Elem>>& lanes, size_t slot0 = 0) {
+    for (int l = 0; l < vector; ++l) {
+      llvm::Value* i = l == 0 ? first : b_.CreateAdd(first, k(l), "", true, true);
+      kernels::GroupValues::Hook lane;
+      if (vector > 1)
+        lane = [this, l, vector, &lanes, first](ValueId v, const ValueIndex& at) -> std::optional<Elem> {
+          const Node& n = g_.node(v);
+          if (n.op != OpKind::Param) return std::nullopt;
+          IndexMap map = kernels::offset_map(at, n.type.shape);
+          if (!kernels::dense_runs(map, vector)) return std::nullopt;  // a scalar load per element
+          return load_lanes(lanes, v, map, first, vector)[static_cast<size_t>(l)];
+        };
+      prog_->set_slot(slot0 + static_cast<size_t>(l), i, std::move(lane));
+    }
+  }
+
+  // The X-space outputs of slots slot0 .. slot0 + vector - 1 (from X index `first`):
+  // every value first (straight-line, so that later code may reuse them), then the
+  // stores, `vector` elements at a time, under `ok` when given.
+  Result<bool> store_vector_outputs(llvm::Value* first, int vector, size_t slot0 = 0, llvm::Value* ok = nullptr) {
+    std::vector<std::vector<Elem>> vals(p_.x_outputs.size());  // [output][lane]
+    for (int l = 0; l < vector; ++l) {
+      prog_->use_slot(slot0 + static_cast<size_t>(l));
+      for (size_t q = 0; q < p_.x_outputs.size(); ++q) {
+        ValueId v = g_.outputs()[p_.x_outputs[q]].value;
+        Result<Elem> e = prog_->x_value(v, kernels::dense_index(g_.node(v).type.shape));
+        if (!e) return e.error();
+        vals[q].push_back(*e);
+      }
+    }
+    llvm::BasicBlock* done = nullptr;
+    if (ok) {
+      llvm::BasicBlock* st = llvm::BasicBlock::Create(m_.getContext(), "slot.store", fn_);
+      done = llvm::BasicBlock::Create(m_.getContext(), "slot.stored", fn_);
+      b_.CreateCondBr(ok, st, done);
+      b_.SetInsertPoint(st);
+    }
+    for (size_t q = 0; q < p_.x_outputs.size(); ++q) store_lanes(out_[p_.x_outputs[q]], vals[q], first);
+    if (ok) {
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+    }
     return true;
   }
 

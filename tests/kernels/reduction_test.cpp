@@ -567,9 +567,9 @@ TEST(ReductionSimulated, IntegersNaNsAndNonTrailingDims) {
 }
 
 // Which form each row shape gets: rows whose share per thread fits in registers are
-// held there (a vector of adjacent elements per access where the reduced dims are
-// innermost and the vector divides the row), longer rows and split rows are read per
-// pass.
+// held there, longer rows and split rows are read per pass; both step by a vector of
+// adjacent elements where the reduced dims are innermost and the vector divides the
+// row (not split rows).
 TEST(ReductionPersistent, RowsThatFitAreHeldInRegisters) {
   struct Case {
     const char* what;
@@ -590,7 +590,7 @@ TEST(ReductionPersistent, RowsThatFitAreHeldInRegisters) {
   const std::vector<Case> cases = {
       {"softmax f32 1000 / 256 threads", composite_group(Composite::Softmax, DType::F32, {9, 1000}, -1), 256, 1, true, 4, 4},
       {"softmax f32 1000 / 32 threads", composite_group(Composite::Softmax, DType::F32, {9, 1000}, -1), 32, 1, true, 4, 32},
-      {"softmax f32 1000 / 16 threads", composite_group(Composite::Softmax, DType::F32, {9, 1000}, -1), 16, 1, false, 1, 0},
+      {"softmax f32 1000 / 16 threads: multi-pass, 4-wide steps", composite_group(Composite::Softmax, DType::F32, {9, 1000}, -1), 16, 1, false, 4, 0},
       {"layer_norm bf16 4096 / 512 threads", composite_group(Composite::LayerNorm, DType::BF16, {4, 4096}, 1), 512, 1, true, 8, 8},
       {"layer_norm bf16 300: 8 does not divide it", composite_group(Composite::LayerNorm, DType::BF16, {5, 300}, 1), 64, 1, true, 4, 8},
       {"rms_norm f16 3: odd rows", composite_group(Composite::RmsNorm, DType::F16, {6, 3}, 1), 4, 1, true, 1, 1},
@@ -612,17 +612,18 @@ TEST(ReductionPersistent, RowsThatFitAreHeldInRegisters) {
   }
 }
 
-// A tensor that does not start on a 16-byte boundary takes the persistent form's
-// scalar path: the same result, from one element per access.
+// A tensor that does not start on a 16-byte boundary takes the scalar path (of the
+// persistent and of the multi-pass form): the same result, one element per access.
 TEST(ReductionPersistent, MisalignedOperandsTakeTheScalarPath) {
   for (const Graph& g : {composite_group(Composite::Softmax, DType::F32, {9, 1000}, -1),
-                         composite_group(Composite::LayerNorm, DType::BF16, {5, 320}, 1)}) {
+                         composite_group(Composite::LayerNorm, DType::BF16, {5, 320}, 1)})
+  for (int tpr : {32, 1}) {
     KernelConfig c;
-    c.threads_per_row = 32;
-    c.rows_per_block = 2;
+    c.threads_per_row = tpr;
+    c.rows_per_block = tpr == 1 ? 32 : 2;
     Result<ReductionInfo> info = reduction_info(spec_of(g), c);
     ASSERT_TRUE(info.ok()) << info.error().str();
-    ASSERT_TRUE(info->persistent);
+    ASSERT_EQ(info->persistent, tpr == 32);
     ASSERT_GT(info->vector, 1);
     std::vector<Tensor> in = random_inputs_for(g, 42, -3, 3);
     Result<std::vector<Tensor>> want = evaluate(g, in);
@@ -744,7 +745,8 @@ size_t count(const std::string& text, const std::string& what) {
 
 // The persistent form in PTX: 16-byte loads and stores, and softmax's exp once per
 // element (once per register element in each of the vector and the scalar bodies),
-// where the multi-pass form reads the row again in every pass and for the output.
+// where the multi-pass form reads the row again (16 bytes at a time) in every pass
+// and for the output.
 TEST(ReductionNvptx, PersistentRowsLoadOnceWith128BitAccesses) {
   Graph sm = composite_group(Composite::Softmax, DType::F32, {256, 1024}, -1);
   Result<KernelConfig> cfg = suggest_reduction_config(spec_of(sm));
@@ -766,8 +768,10 @@ TEST(ReductionNvptx, PersistentRowsLoadOnceWith128BitAccesses) {
   ASSERT_TRUE(li.ok());
   EXPECT_FALSE(li->persistent);
   Ptx lp = emit_ptx(sm, "sm_90a", looped);
-  EXPECT_GE(count(lp.ptx, "ld.global.f32") + count(lp.ptx, "ld.global.nc.f32"), 3u) << "one read of x per pass and one for the output";
-  EXPECT_EQ(lp.ptx.find(".v4.f32"), std::string::npos);
+  EXPECT_EQ(li->vector, 4);
+  EXPECT_GE(count(lp.ptx, "ld.global.v4.f32") + count(lp.ptx, "ld.global.nc.v4.f32"), 3u)
+      << "one 128-bit read of x per pass and one for the output";
+  EXPECT_GE(count(lp.ptx, "ex2.approx"), 2u) << "exp in the sum's pass and again for the output";
 
   // bf16 layer_norm: 8 elements (16 bytes) per access.
   Graph ln = composite_group(Composite::LayerNorm, DType::BF16, {64, 4096}, 1);

@@ -100,6 +100,60 @@ class MatmulEpilogue {
     return true;
   }
 
+  // Two horizontally adjacent accumulators (columns c and c + 1 of one row, c even, N
+  // even) through the epilogue, stored under `in_bounds` as one 2-element access per
+  // output where `aligned` (every output pointer aligned to two elements: the tensor
+  // cores' C fragment holds such pairs), else one element at a time. `coords` end with
+  // (row, c); `flat` is O's flat index of column c. Leaves the builder after the branch.
+  Result<bool> store_pair(llvm::Function* fn, llvm::Value* in_bounds, std::vector<llvm::Value*> coords,
+                          llvm::Value* flat, llvm::Value* acc0, llvm::Value* acc1, const std::vector<llvm::Value*>& out,
+                          llvm::Value* aligned) {
+    llvm::IRBuilderBase& b = cg_.builder();
+    llvm::LLVMContext& c = b.getContext();
+    llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "epi", fn);
+    llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "epi.next", fn);
+    b.CreateCondBr(in_bounds, st, next);
+    b.SetInsertPoint(st);
+    llvm::Type* it = flat->getType();
+    Result<std::vector<Elem>> o0 = outputs(coords, flat, Elem{cg_.node_result(p_.dtype, acc0), p_.dtype});
+    if (!o0) return o0.error();
+    std::vector<Elem> first = *o0;  // values, computed before the next call resets the memo
+    coords.back() = b.CreateAdd(coords.back(), llvm::ConstantInt::get(it, 1), "", true, true);
+    llvm::Value* flat1 = b.CreateAdd(flat, llvm::ConstantInt::get(it, 1), "", true, true);
+    Result<std::vector<Elem>> o1 = outputs(coords, flat1, Elem{cg_.node_result(p_.dtype, acc1), p_.dtype});
+    if (!o1) return o1.error();
+    llvm::BasicBlock* wide = llvm::BasicBlock::Create(c, "epi.pair", fn);
+    llvm::BasicBlock* narrow = llvm::BasicBlock::Create(c, "epi.single", fn);
+    b.CreateCondBr(aligned, wide, narrow);
+    b.SetInsertPoint(wide);
+    for (size_t o = 0; o < first.size(); ++o) {
+      DType dt = first[o].dtype;
+      llvm::Value* ptr = b.CreateInBoundsGEP(kernels::storage_type(c, dt), out[o], flat);
+      b.CreateAlignedStore(cg_.narrow_vector(dt, {first[o].value, (*o1)[o].value}), ptr,
+                           llvm::Align(static_cast<uint64_t>(2 * dtype_size(dt))));
+    }
+    b.CreateBr(next);
+    b.SetInsertPoint(narrow);
+    for (size_t o = 0; o < first.size(); ++o) {
+      cg_.store(first[o], out[o], flat);
+      cg_.store((*o1)[o], out[o], flat1);
+    }
+    b.CreateBr(next);
+    b.SetInsertPoint(next);
+    return true;
+  }
+
+  // Whether every output pointer is aligned to two of its elements (store_pair).
+  llvm::Value* pairs_aligned(const std::vector<llvm::Value*>& out) {
+    llvm::IRBuilderBase& b = cg_.builder();
+    llvm::Value* bits = b.getInt64(0);
+    for (size_t o = 0; o < out.size(); ++o) {
+      const int64_t bytes = 2 * dtype_size(g_.node(g_.outputs()[o].value).type.dtype);
+      bits = b.CreateOr(bits, b.CreateAnd(b.CreatePtrToInt(out[o], b.getInt64Ty()), bytes - 1));
+    }
+    return b.CreateICmpEQ(bits, b.getInt64(0), "pairs.aligned");
+  }
+
  private:
   llvm::Value* offset(const Node& n, const ValueIndex& at, const std::vector<llvm::Value*>& coords) {
     llvm::IRBuilderBase& b = cg_.builder();

@@ -528,8 +528,10 @@ class MmaKernel {
   }
 
   // Each accumulator element at its (row, col), mma_layout.h's mma_c_elem: row
-  // lane / 4 (+8 for c2, c3), column 2 * (lane % 4) + i % 2; rounded to the matmul's
-  // dtype, through the epilogue, stored.
+  // lane / 4 (+8 for c2, c3), column 2 * (lane % 4) + i % 2; through the epilogue,
+  // stored. The two elements of a fragment row are adjacent columns (the first even):
+  // with N even they are stored as one 2-element access per output (a packed
+  // cvt.rn.bf16x2.f32 and one 32-bit store for bf16) where the pointers allow.
   Result<bool> epilogue(const std::vector<llvm::Value*>& acc) {
     MatmulEpilogue epi(g_, p_, *cg_, in_);
     std::vector<llvm::Value*> coords = bi_.coords;
@@ -539,12 +541,24 @@ class MmaKernel {
     llvm::Value* tig2 = mul(b_.CreateAnd(lane_, k(3)), 2);
     llvm::Value* row0 = add(add(m0_, wm0_), g);
     llvm::Value* col0 = add(add(n0_, wn0_), tig2);
+    llvm::Value* aligned = p_.N % 2 == 0 ? epi.pairs_aligned(out_) : nullptr;
     for (int i = 0; i < t_.mi; ++i)
       for (int half = 0; half < 2; ++half) {
         llvm::Value* row = add(row0, k(i * 16 + half * 8));
         llvm::Value* row_ok = b_.CreateICmpSLT(row, k(p_.M));
         llvm::Value* row_off = add(zbase_, mul(row, p_.N));
-        for (int j = 0; j < t_.ni; ++j)
+        for (int j = 0; j < t_.ni; ++j) {
+          if (aligned) {
+            llvm::Value* col = add(col0, k(j * 8));
+            coords[coords.size() - 2] = row;
+            coords.back() = col;
+            const size_t a = static_cast<size_t>((i * t_.ni + j) * 4 + half * 2);
+            // N even and col even: col < N implies col + 1 < N.
+            llvm::Value* ok = b_.CreateAnd(row_ok, b_.CreateICmpSLT(col, k(p_.N)));
+            if (Result<bool> r = epi.store_pair(fn_, ok, coords, add(row_off, col), acc[a], acc[a + 1], out_, aligned); !r)
+              return r.error();
+            continue;
+          }
           for (int e = 0; e < 2; ++e) {
             llvm::Value* col = add(col0, k(j * 8 + e));
             coords[coords.size() - 2] = row;
@@ -553,6 +567,7 @@ class MmaKernel {
             llvm::Value* ok = b_.CreateAnd(row_ok, b_.CreateICmpSLT(col, k(p_.N)));
             if (Result<bool> r = epi.store_element(fn_, ok, coords, add(row_off, col), v, out_); !r) return r.error();
           }
+        }
       }
     b_.CreateRetVoid();
     return true;

@@ -345,6 +345,15 @@ TEST(MatmulMmaSim, BatchedMatmul) {
   check(mm_graph(s, DType::F16, Epi::None), c, name(s, DType::F16, c) + " batch 3");
 }
 
+// The epilogue stores the two adjacent columns of a fragment row as one access where N
+// is even (every shape above); with N odd it stores one element at a time.
+TEST(MatmulMmaSim, OddNStoresOneElementAtATime) {
+  Shape3 s{40, 45, 64, false, true, {}};
+  KernelConfig c = tc_config(32, 32, 32, 2, 2);
+  for (Epi e : {Epi::None, Epi::BiasGelu})
+    check(mm_graph(s, DType::BF16, e), c, name(s, DType::BF16, c) + " epilogue " + std::to_string(static_cast<int>(e)));
+}
+
 // K = 0: nothing to accumulate, the epilogue of 0.
 TEST(MatmulMmaSim, EmptyContraction) {
   Shape3 s{16, 32, 0, false, false, {}};

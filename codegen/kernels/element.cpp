@@ -305,6 +305,41 @@ llvm::Value* ElementCodegen::narrow_vector(DType t, const std::vector<llvm::Valu
   return vec;
 }
 
+std::vector<Elem> ElementCodegen::load_vector(DType t, llvm::Value* ptr, llvm::Value* index, int n) {
+  llvm::Type* st = storage_type(b_.getContext(), t);
+  const int64_t pe = vector_piece_bytes(t, n) / dtype_size(t);
+  std::vector<Elem> out;
+  for (int64_t piece = 0; piece < n / pe; ++piece) {
+    llvm::Value* at = piece == 0 ? index : b_.CreateAdd(index, llvm::ConstantInt::get(index->getType(), static_cast<uint64_t>(piece * pe)), "", true, true);
+    llvm::Value* p = b_.CreateInBoundsGEP(st, ptr, at);
+    llvm::Align align(static_cast<uint64_t>(pe * dtype_size(t)));
+    if (pe == 1) {
+      out.push_back({widen(t, b_.CreateAlignedLoad(st, p, align)), t});
+      continue;
+    }
+    llvm::Value* vec = b_.CreateAlignedLoad(llvm::FixedVectorType::get(st, static_cast<unsigned>(pe)), p, align);
+    for (int64_t l = 0; l < pe; ++l) out.push_back({widen(t, b_.CreateExtractElement(vec, static_cast<uint64_t>(l))), t});
+  }
+  return out;
+}
+
+void ElementCodegen::store_vector(DType t, llvm::Value* ptr, llvm::Value* index, const std::vector<llvm::Value*>& lanes) {
+  const int n = static_cast<int>(lanes.size());
+  llvm::Type* st = storage_type(b_.getContext(), t);
+  const int64_t pe = vector_piece_bytes(t, n) / dtype_size(t);
+  for (int64_t piece = 0; piece < n / pe; ++piece) {
+    llvm::Value* at = piece == 0 ? index : b_.CreateAdd(index, llvm::ConstantInt::get(index->getType(), static_cast<uint64_t>(piece * pe)), "", true, true);
+    llvm::Value* p = b_.CreateInBoundsGEP(st, ptr, at);
+    llvm::Align align(static_cast<uint64_t>(pe * dtype_size(t)));
+    if (pe == 1) {
+      b_.CreateAlignedStore(narrow(t, lanes[static_cast<size_t>(piece)]), p, align);
+      continue;
+    }
+    std::vector<llvm::Value*> part(lanes.begin() + piece * pe, lanes.begin() + (piece + 1) * pe);
+    b_.CreateAlignedStore(narrow_vector(t, part), p, align);
+  }
+}
+
 llvm::Value* ElementCodegen::narrow(DType t, llvm::Value* v) {
   llvm::LLVMContext& c = b_.getContext();
   switch (t) {

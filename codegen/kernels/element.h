@@ -16,6 +16,7 @@
 // gives).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -207,6 +208,14 @@ class ElementCodegen {
   // wide store: NVPTX sm_80+ converts f16/bf16 two at a time (cvt.rn.bf16x2.f32 /
   // cvt.rn.f16x2.f32, one instruction per pair); elsewhere narrow() per lane.
   llvm::Value* narrow_vector(DType t, const std::vector<llvm::Value*>& lanes);
+  // `n` (a power of two) consecutive elements of dtype t at ptr[index], as compute
+  // values, in accesses of at most 16 bytes (the widest global access: ld.global.v4),
+  // each aligned to its own size: the caller checks the pointer's alignment.
+  std::vector<Elem> load_vector(DType t, llvm::Value* ptr, llvm::Value* index, int n);
+  // The same for a store of lanes.size() elements (narrow_vector per piece).
+  void store_vector(DType t, llvm::Value* ptr, llvm::Value* index, const std::vector<llvm::Value*>& lanes);
+  // The bytes of one piece of an n-element vector access of dtype t.
+  static int64_t vector_piece_bytes(DType t, int n) { return std::min<int64_t>(16, int64_t{n} * dtype_size(t)); }
 
   // A number literal of dtype t as an immediate (rounded to t as the reference does).
   Elem constant(double v, DType t);

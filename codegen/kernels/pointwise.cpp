@@ -214,7 +214,7 @@ class NvptxPointwise {
 
   // Vector accesses are split into pieces of at most 16 bytes, the widest global
   // access (ld.global.v4.b32 / v2.b64): 4 x f32, 8 x f16/bf16, 2 x i64, 16 x bool.
-  int64_t piece_bytes(DType t) const { return std::min<int64_t>(16, int64_t{cfg_.vector} * dtype_size(t)); }
+  int64_t piece_bytes(DType t) const { return ElementCodegen::vector_piece_bytes(t, cfg_.vector); }
 
   // One vector of `vector` elements at `base` (a multiple of vector, all in bounds).
   Result<bool> vector_step(llvm::Value* base) {
@@ -227,20 +227,7 @@ class NvptxPointwise {
       auto it = lanes.find(key);
       if (it != lanes.end()) return it->second;
       DType dt = g_.node(g_.params()[static_cast<size_t>(p)]).type.dtype;
-      llvm::Type* st = kernels::storage_type(m_.getContext(), dt);
-      const int pe = static_cast<int>(piece_bytes(dt) / dtype_size(dt));
-      llvm::Value* start = kernels::emit_index_map(b_, base, map);
-      std::vector<Elem> v;
-      for (int piece = 0; piece < V / pe; ++piece) {
-        llvm::Value* ptr = b_.CreateInBoundsGEP(st, in_[static_cast<size_t>(p)], b_.CreateAdd(start, k(piece * pe), "", true, true));
-        llvm::Align align(static_cast<uint64_t>(pe * dtype_size(dt)));
-        if (pe == 1) {
-          v.push_back({cg_->widen(dt, b_.CreateAlignedLoad(st, ptr, align)), dt});
-          continue;
-        }
-        llvm::Value* vec = b_.CreateAlignedLoad(llvm::FixedVectorType::get(st, static_cast<unsigned>(pe)), ptr, align);
-        for (int l = 0; l < pe; ++l) v.push_back({cg_->widen(dt, b_.CreateExtractElement(vec, static_cast<uint64_t>(l))), dt});
-      }
+      std::vector<Elem> v = cg_->load_vector(dt, in_[static_cast<size_t>(p)], kernels::emit_index_map(b_, base, map), V);
       return lanes.emplace(std::move(key), std::move(v)).first->second;
     };
 
@@ -259,24 +246,13 @@ class NvptxPointwise {
       for (size_t o = 0; o < r->size(); ++o) results[o].push_back((*r)[o]);
     }
     for (size_t o = 0; o < results.size(); ++o) {
-      DType dt = g_.node(g_.outputs()[o].value).type.dtype;
       if (V == 1) {
         cg_->store(results[o][0], out_[o], base);
         continue;
       }
-      llvm::Type* st = kernels::storage_type(m_.getContext(), dt);
-      const int pe = static_cast<int>(piece_bytes(dt) / dtype_size(dt));
-      for (int piece = 0; piece < V / pe; ++piece) {
-        llvm::Value* ptr = b_.CreateInBoundsGEP(st, out_[o], b_.CreateAdd(base, k(piece * pe), "", true, true));
-        llvm::Align align(static_cast<uint64_t>(pe * dtype_size(dt)));
-        if (pe == 1) {
-          b_.CreateAlignedStore(cg_->narrow(dt, results[o][static_cast<size_t>(piece)].value), ptr, align);
-          continue;
-        }
-        std::vector<llvm::Value*> lanes;
-        for (int l = 0; l < pe; ++l) lanes.push_back(results[o][static_cast<size_t>(piece * pe + l)].value);
-        b_.CreateAlignedStore(cg_->narrow_vector(dt, lanes), ptr, align);
-      }
+      std::vector<llvm::Value*> vals;
+      for (const Elem& e : results[o]) vals.push_back(e.value);
+      cg_->store_vector(g_.node(g_.outputs()[o].value).type.dtype, out_[o], base, vals);
     }
     return true;
   }

@@ -358,6 +358,7 @@ class Program {
   }
   void use_slot(size_t k) { cur_ = &slots_[k]; }
   // The (param, offset map from X's flat index) pairs X-space code at `roots` reads.
+  int param_slot(ValueId v) const { return x_.param_slot(v); }
   std::vector<std::pair<int, IndexMap>> x_reads(const std::vector<std::pair<ValueId, ValueIndex>>& roots) const {
     std::vector<std::pair<int, IndexMap>> r;
     for (const auto& [v, at] : roots)
@@ -880,11 +881,6 @@ class NvptxBuilder final : public Builder {
     return true;
   }
 
-  // Vector accesses are split into pieces of at most 16 bytes (ld.global.v4.b32).
-  int64_t piece_elems(DType t, int vector) const {
-    return std::max<int64_t>(1, std::min<int64_t>(vector, 16 / dtype_size(t)));
-  }
-
   // True when every pointer a vector slot reads or writes in whole runs is aligned to
   // its pieces (the params X-space code reads densely, and the X-space outputs).
   llvm::Value* aligned_for_vector() {
@@ -895,11 +891,11 @@ class NvptxBuilder final : public Builder {
     for (auto& [param, map] : prog_->x_reads(roots))
       if (kernels::dense_runs(map, p_.vector)) {
         DType dt = g_.node(g_.params()[static_cast<size_t>(param)]).type.dtype;
-        need.emplace_back(in_[static_cast<size_t>(param)], piece_elems(dt, p_.vector) * dtype_size(dt));
+        need.emplace_back(in_[static_cast<size_t>(param)], ElementCodegen::vector_piece_bytes(dt, p_.vector));
       }
     for (size_t o : p_.x_outputs) {
       DType dt = g_.node(g_.outputs()[o].value).type.dtype;
-      need.emplace_back(out_[o], piece_elems(dt, p_.vector) * dtype_size(dt));
+      need.emplace_back(out_[o], ElementCodegen::vector_piece_bytes(dt, p_.vector));
     }
     llvm::Value* bits = b_.getInt64(0);
     for (auto& [ptr, bytes] : need)
@@ -1019,24 +1015,14 @@ class NvptxBuilder final : public Builder {
   }
 
   // Param `v`'s `vector` elements from X index `first` through `map` (dense runs),
-  // loaded in 16-byte pieces at the first request of the slot's (param, map).
+  // loaded at the first request of the slot's (param, map).
   const std::vector<Elem>& load_lanes(std::map<std::string, std::vector<Elem>>& memo, ValueId v, const IndexMap& map,
                                       llvm::Value* first, int vector) {
-    const int p = prog_slot(v);
+    const int p = prog_->param_slot(v);
     std::string key = std::to_string(p) + "#" + map.str();
     if (auto it = memo.find(key); it != memo.end()) return it->second;
-    DType dt = g_.node(v).type.dtype;
-    llvm::Type* st = kernels::storage_type(m_.getContext(), dt);
-    const int64_t pe = piece_elems(dt, vector);
-    llvm::Value* start = kernels::emit_index_map(b_, first, map);
-    std::vector<Elem> out;
-    for (int64_t piece = 0; piece < vector / pe; ++piece) {
-      llvm::Value* ptr = b_.CreateInBoundsGEP(st, in_[static_cast<size_t>(p)], b_.CreateAdd(start, k(piece * pe), "", true, true));
-      llvm::Align align(static_cast<uint64_t>(pe * dtype_size(dt)));
-      llvm::Value* vec = b_.CreateAlignedLoad(llvm::FixedVectorType::get(st, static_cast<unsigned>(pe)), ptr, align);
-      for (int64_t l = 0; l < pe; ++l)
-        out.push_back({cg_->widen(dt, b_.CreateExtractElement(vec, static_cast<uint64_t>(l))), dt});
-    }
+    std::vector<Elem> out = cg_->load_vector(g_.node(v).type.dtype, in_[static_cast<size_t>(p)],
+                                             kernels::emit_index_map(b_, first, map), vector);
     return memo.emplace(std::move(key), std::move(out)).first->second;
   }
 
@@ -1046,20 +1032,9 @@ class NvptxBuilder final : public Builder {
       cg_->store(lanes[0], out, first);
       return;
     }
-    DType dt = lanes[0].dtype;
-    llvm::Type* st = kernels::storage_type(m_.getContext(), dt);
-    const int64_t pe = piece_elems(dt, static_cast<int>(lanes.size()));
-    for (int64_t piece = 0; piece < static_cast<int64_t>(lanes.size()) / pe; ++piece) {
-      llvm::Value* ptr = b_.CreateInBoundsGEP(st, out, b_.CreateAdd(first, k(piece * pe), "", true, true));
-      std::vector<llvm::Value*> vals;
-      for (int64_t l = 0; l < pe; ++l) vals.push_back(lanes[static_cast<size_t>(piece * pe + l)].value);
-      b_.CreateAlignedStore(cg_->narrow_vector(dt, vals), ptr, llvm::Align(static_cast<uint64_t>(pe * dtype_size(dt))));
-    }
-  }
-
-  int prog_slot(ValueId param) const {
-    const auto& ps = g_.params();
-    return static_cast<int>(std::find(ps.begin(), ps.end(), param) - ps.begin());
+    std::vector<llvm::Value*> vals;
+    for (const Elem& e : lanes) vals.push_back(e.value);
+    cg_->store_vector(lanes[0].dtype, out, first, vals);
   }
 
   // The pass's partials, one per thread, become the row's values in every thread of

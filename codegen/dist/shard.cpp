@@ -65,27 +65,43 @@ Tensor shard_tensor(const Tensor& global, const PlacementSpec& spec, const Devic
 
 namespace {
 
-void combine(Tensor& acc, const Tensor& x, ReduceOp op) {
-  bool ints = !is_float(acc.dtype());
-  for (int64_t i = 0; i < acc.numel(); ++i) {
-    if (ints) {
-      int64_t a = acc.get_int(i), b = x.get_int(i);
-      switch (op) {
-        case ReduceOp::Sum:
-        case ReduceOp::Avg: acc.set_int(i, static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b))); break;
-        case ReduceOp::Max: acc.set_int(i, std::max(a, b)); break;
-        case ReduceOp::Min: acc.set_int(i, std::min(a, b)); break;
+// One Partial group's reduction, in a wide accumulator (double for floats, int64
+// for integers and bool) rounded once at the end, as the runtime's collectives do
+// (runtime/comm.cpp's wire types): summing bools in bool storage would saturate at
+// true, and an avg of [true, true] would then truncate 1 / 2 to false.
+Tensor reduce_group(const std::vector<const Tensor*>& members, ReduceOp op) {
+  const Tensor& first = *members[0];
+  Tensor out(first.dtype(), first.shape());
+  const bool floats = is_float(first.dtype());
+  const auto n = static_cast<int64_t>(members.size());
+  for (int64_t i = 0; i < first.numel(); ++i) {
+    if (floats) {
+      double acc = first.get(i);
+      for (size_t k = 1; k < members.size(); ++k) {
+        double b = members[k]->get(i);
+        switch (op) {
+          case ReduceOp::Sum:
+          case ReduceOp::Avg: acc += b; break;
+          case ReduceOp::Max: acc = std::isnan(acc) || acc >= b ? acc : b; break;
+          case ReduceOp::Min: acc = std::isnan(acc) || acc <= b ? acc : b; break;
+        }
       }
+      out.set(i, op == ReduceOp::Avg ? acc / static_cast<double>(n) : acc);
     } else {
-      double a = acc.get(i), b = x.get(i);
-      switch (op) {
-        case ReduceOp::Sum:
-        case ReduceOp::Avg: acc.set(i, a + b); break;
-        case ReduceOp::Max: acc.set(i, std::isnan(a) || a >= b ? a : b); break;
-        case ReduceOp::Min: acc.set(i, std::isnan(a) || a <= b ? a : b); break;
+      int64_t acc = first.get_int(i);
+      for (size_t k = 1; k < members.size(); ++k) {
+        int64_t b = members[k]->get_int(i);
+        switch (op) {
+          case ReduceOp::Sum:
+          case ReduceOp::Avg: acc = static_cast<int64_t>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(b)); break;
+          case ReduceOp::Max: acc = std::max(acc, b); break;
+          case ReduceOp::Min: acc = std::min(acc, b); break;
+        }
       }
+      out.set_int(i, op == ReduceOp::Avg ? acc / n : acc);
     }
   }
+  return out;
 }
 
 }  // namespace
@@ -107,16 +123,10 @@ Result<Tensor> unshard_tensor(const std::vector<Tensor>& locals, const TensorTyp
     const Placement& p = spec.per_dim[static_cast<size_t>(i)];
     if (!p.is_partial()) continue;
     for (const std::vector<int>& g : mesh.groups(i)) {
-      Tensor acc = cur[static_cast<size_t>(g[0])];
-      for (size_t k = 1; k < g.size(); ++k) combine(acc, cur[static_cast<size_t>(g[k])], p.op);
-      if (p.op == ReduceOp::Avg) {
-        auto n = static_cast<int64_t>(g.size());
-        for (int64_t e = 0; e < acc.numel(); ++e) {
-          if (is_float(acc.dtype())) acc.set(e, acc.get(e) / static_cast<double>(n));
-          else acc.set_int(e, acc.get_int(e) / n);
-        }
-      }
-      cur[static_cast<size_t>(g[0])] = std::move(acc);
+      std::vector<const Tensor*> members;
+      for (int r : g) members.push_back(&cur[static_cast<size_t>(r)]);
+      Tensor reduced = reduce_group(members, p.op);
+      cur[static_cast<size_t>(g[0])] = std::move(reduced);
     }
   }
   Tensor out(global.dtype, global.shape);

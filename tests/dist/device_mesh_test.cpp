@@ -119,6 +119,54 @@ TEST(UnshardTensor, IntegerAverageDivides) {
   EXPECT_EQ(back->get_int(1), -8);
 }
 
+// Found by fuzz_pipeline: a bool returned as {dp: P(avg), tp: P} came back false.
+// The members are summed in a wide accumulator, as the runtime's collectives do:
+// in bool storage true + true saturates to true, and the average then truncates
+// 1 / 2 to false.
+TEST(UnshardTensor, BoolPartialsAccumulateWideBeforeTheAverage) {
+  DeviceMesh m = mesh_2x2();
+  Tensor x(DType::Bool, {2});
+  x.set_int(0, 1);
+  x.set_int(1, 0);
+  PlacementSpec spec{{Placement::partial(ReduceOp::Avg), Placement::partial(ReduceOp::Sum)}};
+  std::vector<Tensor> locals;
+  for (int r = 0; r < 4; ++r) locals.push_back(shard_tensor(x, spec, m, r));
+  Result<Tensor> back = unshard_tensor(locals, x.type(), spec, m);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->get_int(0), 1);
+  EXPECT_EQ(back->get_int(1), 0);
+  // A true on one member of two averages to 1 / 2, which truncates to false
+  // (runtime/comm.cpp's from_wire: true only if every member is).
+  PlacementSpec avg{{Placement::partial(ReduceOp::Avg), Placement::replicate()}};
+  std::vector<Tensor> mixed;
+  for (int r = 0; r < 4; ++r) {
+    Tensor t(DType::Bool, {2});
+    t.set_int(0, m.coord(r)[0] == 0 ? 1 : 0);
+    t.set_int(1, 1);
+    mixed.push_back(t);
+  }
+  Result<Tensor> half = unshard_tensor(mixed, x.type(), avg, m);
+  ASSERT_TRUE(half.ok());
+  EXPECT_EQ(half->get_int(0), 0);
+  EXPECT_EQ(half->get_int(1), 1);
+}
+
+// f32 partial sums are rounded once, after the whole group is added in double.
+TEST(UnshardTensor, FloatPartialsRoundOnce) {
+  DeviceMesh m = mesh_1d(3);
+  PlacementSpec sum{{Placement::partial(ReduceOp::Sum)}};
+  std::vector<Tensor> locals;
+  const float parts[3] = {1.0f, 0x1p-24f, 0x1p-24f};  // 1 + 2^-24 rounds back to 1 in f32; 1 + 2^-23 does not
+  for (float v : parts) {
+    Tensor t(DType::F32, {1});
+    t.set(0, v);
+    locals.push_back(t);
+  }
+  Result<Tensor> back = unshard_tensor(locals, TensorType{DType::F32, {1}}, sum, m);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->get(0), 1.0 + 0x1p-23);
+}
+
 TEST(ShardTensor, EverySpecRoundTripsOnBothMeshes) {
   const Placement ps[] = {Placement::replicate(), Placement::shard(0), Placement::shard(1), Placement::shard(-1),
                           Placement::partial(), Placement::partial(ReduceOp::Max), Placement::partial(ReduceOp::Avg)};

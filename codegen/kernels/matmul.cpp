@@ -641,9 +641,10 @@ Result<EmittedKernel> emit_matmul(const KernelSpec& spec, const KernelConfig& co
     if (!is_float(plan->dtype))
       return diag(std::string(dtype_name(plan->dtype)) +
                   " matmul is not supported on NVPTX (it would need i64 accumulators; the host kernel has them)");
-    if (!mma_unsupported(*plan, config, *sm)) {
+    if (!mma_unsupported(*plan, config, *sm, has_wgmma(target.arch))) {
       k = new_matmul_kernel(spec, target);
-      Result<LaunchShape> l = build_mma_kernel(spec, *plan, config, *sm, target, *k.module, /*sim=*/false);
+      Result<LaunchShape> l =
+          build_mma_kernel(spec, *plan, config, *sm, has_wgmma(target.arch), target, *k.module, /*sim=*/false);
       if (!l) return l.error();
       k.launch = *l;
     } else {
@@ -683,13 +684,15 @@ Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& spec, const Ke
   return k;
 }
 
-Result<EmittedKernel> emit_matmul_mma_block_on_host(const KernelSpec& spec, const KernelConfig& config) {
+Result<EmittedKernel> emit_matmul_mma_block_on_host(const KernelSpec& spec, const KernelConfig& config, bool wgmma) {
   Result<MatmulGroup> plan = analyse_matmul(spec);
   if (!plan) return plan.error();
-  if (std::optional<std::string> why = mma_unsupported(*plan, config, 90)) return diag("no tensor-core kernel: " + *why);
+  MmaChoice choice = mma_choice(*plan, config, 90, wgmma);
+  if (choice.unsupported) return diag("no tensor-core kernel: " + *choice.unsupported);
+  if (wgmma && !choice.wgmma) return diag("no wgmma kernel: " + choice.not_wgmma);
   const llvmb::Target host = llvmb::Target::host();
   EmittedKernel k = new_matmul_kernel(spec, host);
-  Result<LaunchShape> l = build_mma_kernel(spec, *plan, config, 90, host, *k.module, /*sim=*/true);
+  Result<LaunchShape> l = build_mma_kernel(spec, *plan, config, 90, wgmma, host, *k.module, /*sim=*/true);
   if (!l) return l.error();
   if (auto err = llvmb::verify(*k.module)) return diag("internal: the emitted module does not verify: " + *err);
   k.launch = *l;
@@ -701,10 +704,17 @@ Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& confi
   if (!plan) return plan.error();
   std::optional<int> sm = kernels::sm_version(arch);
   if (!sm) return diag("unknown NVPTX arch '" + arch + "' (expected sm_NN or sm_NNa)");
-  if (std::optional<std::string> why = mma_unsupported(*plan, config, *sm)) return MatmulPath{false, *why};
-  return MatmulPath{true, "mma.sync.m16n8k16 " + std::string(dtype_name(plan->dtype)) +
-                              " with f32 accumulators, ldmatrix, 16-byte cp.async (" + std::to_string(config.stages) +
-                              " stages)"};
+  MmaChoice choice = mma_choice(*plan, config, *sm, has_wgmma(arch));
+  if (choice.unsupported) return MatmulPath{false, false, *choice.unsupported};
+  const std::string dt(dtype_name(plan->dtype)), stages = std::to_string(config.stages) + " stages";
+  if (choice.wgmma)
+    return MatmulPath{true, true,
+                      "wgmma.mma_async m64n" + std::to_string(config.block_n) + "k16 " + dt + " with f32 accumulators, " +
+                          std::to_string(config.warps / 4) + " warpgroup(s), operands from 128-byte-swizzled shared tiles " +
+                          "filled by 16-byte cp.async (" + stages + ")"};
+  std::string why = "mma.sync.m16n8k16 " + dt + " with f32 accumulators, ldmatrix, 16-byte cp.async (" + stages + ")";
+  if (has_wgmma(arch)) why += "; not wgmma: " + choice.not_wgmma;
+  return MatmulPath{true, false, why};
 }
 
 KernelConfig suggest_matmul_config(const KernelSpec& spec, const KernelConfig& base, const std::string& arch) {
@@ -722,12 +732,25 @@ KernelConfig suggest_matmul_config(const KernelSpec& spec, const KernelConfig& b
     while (s < 128 && s < n) s *= 2;
     return s;
   };
+  const bool wg = has_wgmma(arch);
+  if (wg) {
+    // sm_90a: Triton's Hopper tile, 128 x 256 x 64 with 8 warps (two warpgroups of
+    // 64 rows, each m64n256k16 wgmma) and 3 stages; smaller matrices get 64 rows and
+    // 4 warps, and as few 64-wide column panels as cover N.
+    KernelConfig w = c;
+    w.block_m = plan->M > 64 ? 128 : 64;
+    w.warps = w.block_m / 16;
+    w.block_n = 64;
+    while (w.block_n < 256 && w.block_n < plan->N) w.block_n *= 2;
+    w.block_k = 64;
+    if (mma_choice(*plan, w, *sm, true).wgmma) return w;
+  }
   c.block_m = side(plan->M);
   c.block_n = side(plan->N);
   c.block_k = 32;
-  if (mma_unsupported(*plan, c, *sm)) {
+  if (mma_unsupported(*plan, c, *sm, wg)) {
     c.block_k = 64;  // a k-contiguous side may need 64 elements
-    if (mma_unsupported(*plan, c, *sm)) return base;
+    if (mma_unsupported(*plan, c, *sm, wg)) return base;
   }
   return c;
 }

@@ -58,11 +58,17 @@ Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& spec, const Ke
 // tiles' contiguous sides 32 or a multiple of 64, stages >= 2, split_k = 1, warp tiles
 // of whole 16x16 blocks). Otherwise it builds the SIMT kernel above. Operand base
 // addresses must be 16-byte aligned (every buffer the runtime allocates is).
+// On sm_90a the same pipeline feeds wgmma.mma_async instead (each warpgroup of 4
+// warps computes m64 x block_n per instruction, operands read from shared memory
+// through descriptors) when the config also fits it: warps a multiple of 4, block_m
+// a multiple of 64 per warpgroup, both tiles' contiguous sides multiples of 64 (the
+// 128-byte swizzle atom), at most 128 accumulators per thread.
 
 // Which NVPTX kernel emit_matmul builds for `spec` under `config` on `arch`, and why.
 struct MatmulPath {
   bool tensor_cores = false;
-  std::string why;  // tensor_cores: the instructions; otherwise why not
+  bool wgmma = false;  // sm_90a's warpgroup MMA (else mma.sync) when tensor_cores
+  std::string why;     // tensor_cores: the instructions; otherwise why not
 };
 Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& config, const std::string& arch);
 
@@ -84,15 +90,25 @@ struct MmaSimHooks {
   // mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32 (T = f16 when f16 != 0, else bf16):
   // a[4], b[2] are thread `thread`'s operand registers; cd[4] its C in, D out.
   void (*mma)(void* ctx, int32_t thread, int32_t f16, const uint32_t* a, const uint32_t* b, float* cd) = nullptr;
+  // wgmma.mma_async.sync.aligned.m64nNk16.f32.T.T with both operands in shared
+  // memory, scale-d 1: `desc_a`, `desc_b` are the matrix descriptors (start
+  // addresses counted from the block's shared memory), `mode` is f16 (bit 0; else
+  // bf16) | imm-trans-a << 1 | imm-trans-b << 2 | N << 8; d[N / 2] is thread
+  // `thread`'s accumulator fragment, in and out. Called by all 128 threads of a
+  // warpgroup, complete when it returns.
+  void (*wgmma)(void* ctx, int32_t thread, uint64_t desc_a, uint64_t desc_b, int32_t mode, float* d) = nullptr;
 };
 
 // The tensor-core kernel of emit_matmul built for the host:
 //   void entry(ptr args, i32 block_x, i32 block_y, i32 thread, ptr smem, ptr hooks)
 // runs one thread of one block; `hooks` is an MmaSimHooks*, `smem` the block's shared
-// memory (launch.shared_bytes, 128-byte aligned). The caller runs launch.block[0]
-// threads concurrently. cp.async becomes a copy that completes at once. A Diag when
-// the tensor-core kernel does not apply (as matmul_path says) on sm_90a.
-Result<EmittedKernel> emit_matmul_mma_block_on_host(const KernelSpec& spec, const KernelConfig& config);
+// memory (launch.shared_bytes; 128-byte aligned, 1024 for wgmma). The caller runs
+// launch.block[0] threads concurrently. cp.async becomes a copy that completes at
+// once. `wgmma`: the sm_90a warpgroup kernel (as for --arch sm_90a), else the
+// mma.sync one (as for sm_90). A Diag when that kernel does not apply (as
+// matmul_path says).
+Result<EmittedKernel> emit_matmul_mma_block_on_host(const KernelSpec& spec, const KernelConfig& config,
+                                                    bool wgmma = false);
 
 // The emitter registered for KernelKind::Matmul in emitter_for (emitter.cpp).
 const Emitter& matmul_emitter();

@@ -231,13 +231,22 @@ EmittedKernel new_matmul_kernel(const KernelSpec& spec, const llvmb::Target& tar
 
 // ---- the tensor-core kernel (matmul_mma.cpp) ----
 
-// Why the tensor-core kernel cannot compute `p` under config `c` on sm_`sm` (the
-// dtype, the arch, an operand layout or the config), or nullopt when it can.
-std::optional<std::string> mma_unsupported(const MatmulGroup& p, const KernelConfig& c, int sm);
+// `wgmma_arch`: the target has warpgroup MMA (sm_90a only: wgmma is an
+// arch-specific feature, so sm_90 and Blackwell's sm_100a lack it).
+inline bool has_wgmma(const std::string& arch) { return arch == "sm_90a"; }
+
+// Which tensor-core kernel computes `p` under config `c` on sm_`sm`.
+struct MmaChoice {
+  std::optional<std::string> unsupported;  // why none can (the dtype, the arch, an operand layout, the config)
+  bool wgmma = false;                      // wgmma.mma_async, else mma.sync
+  std::string not_wgmma;                   // wgmma_arch and mma.sync: what in the config rules wgmma out
+};
+MmaChoice mma_choice(const MatmulGroup& p, const KernelConfig& c, int sm, bool wgmma_arch);
+std::optional<std::string> mma_unsupported(const MatmulGroup& p, const KernelConfig& c, int sm, bool wgmma_arch);
 
 // Builds the tensor-core kernel into `m`: for NVPTX, or (`sim`) as the host function
 // emit_matmul_mma_block_on_host describes. Returns its launch shape.
 Result<LaunchShape> build_mma_kernel(const KernelSpec& spec, const MatmulGroup& p, const KernelConfig& c, int sm,
-                                     const llvmb::Target& target, llvm::Module& m, bool sim);
+                                     bool wgmma_arch, const llvmb::Target& target, llvm::Module& m, bool sim);
 
 }  // namespace sf::matmul_detail

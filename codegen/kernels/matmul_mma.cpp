@@ -14,6 +14,7 @@
 #include <llvm/IR/Function.h>
 #include <llvm/IR/GlobalVariable.h>
 #include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/LLVMContext.h>
@@ -76,14 +77,38 @@ struct MmaTiling {
   int bm = 0, bn = 0, bk = 0, threads = 0, stages = 0, group_m = 0;
   int wm = 0, wn = 0;            // the warps as a wm x wn grid over the block tile
   int warp_m = 0, warp_n = 0;    // each warp's tile
-  int mi = 0, ni = 0;            // m16 and n8 mma tiles per warp
+  int mi = 0, ni = 0;            // m16 (wgmma: m64) row steps and n8 column tiles per warp
+  int m_step = 16;               // rows between consecutive mi (64 for wgmma)
+  // sm_90a: warpgroup MMA (wgmma.mma_async, one m64 x bn x k16 per mi and k step,
+  // both operands read from shared memory through descriptors). `wgs` warpgroups
+  // split the block's rows, `wg_m` each; `not_wgmma` says why a config on sm_90a
+  // stays on mma.sync.
+  bool wgmma = false;
+  int wgs = 0, wg_m = 0;
+  std::string not_wgmma;
   bool a_kc = false, b_kc = false;  // operand_layout's k_contiguous of A and B
   SmemTile a, b;
   int64_t stage_bytes = 0, shared_bytes = 0;
   int64_t kt = 0;  // K tiles
 };
 
-Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm) {
+// Why the warpgroup kernel cannot take tiling `t` (filled up to the shared tiles),
+// or nullopt. The shared tiles are mma_layout.h's 128-byte-row panels, which are
+// wgmma's 128-byte swizzle atoms when each tile starts 1024-byte aligned.
+std::optional<std::string> wgmma_unfit(const MmaTiling& t) {
+  if (t.threads % 128 != 0) return num(t.threads / 32) + " warps are not whole warpgroups of 4";
+  const int wgs = t.threads / 128;
+  if (t.bm % (64 * wgs) != 0)
+    return "block_m = " + num(t.bm) + " does not give each of " + num(wgs) + " warpgroups a multiple of 64 rows";
+  if (t.a.panel != 64 || t.b.panel != 64)
+    return std::string("the shared tiles' contiguous sides must be multiples of 64 (128-byte swizzle atoms): ") +
+           (t.a.panel != 64 ? (t.a_kc ? "block_k" : "block_m") : (t.b_kc ? "block_k" : "block_n")) + " is 32";
+  if ((t.bm / wgs / 64) * t.bn / 2 > 128)
+    return "each thread would hold " + num((t.bm / wgs / 64) * t.bn / 2) + " accumulators; at most 128 fit in registers";
+  return std::nullopt;
+}
+
+Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm, bool wgmma_arch) {
   auto no = [](std::string s) -> Result<MmaTiling> { return diag(std::move(s)); };
   if (sm < 80) return no("sm_" + num(sm) + " has no mma.sync for 16-bit operands (sm_80 and later have)");
   if (p.dtype != DType::BF16 && p.dtype != DType::F16)
@@ -111,28 +136,6 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
   t.group_m = c.group_m;
   t.a_kc = la.k_contiguous;
   t.b_kc = lb.k_contiguous;
-  // The warps as a grid whose warp tiles are multiples of 16 x 16 (one ldmatrix.x4
-  // of A and of B), as square as possible: the A and B fragments a warp loads per
-  // k step grow with its tile's sides, its mma count with their product.
-  for (int wn = 1; wn <= c.warps; wn *= 2) {
-    int wm = c.warps / wn;
-    if (t.bm % (16 * wm) != 0 || t.bn % (16 * wn) != 0) continue;
-    int xm = t.bm / wm, xn = t.bn / wn;
-    if (t.wm == 0 || xm + xn < t.warp_m + t.warp_n || (xm + xn == t.warp_m + t.warp_n && xn > t.warp_n)) {
-      t.wm = wm;
-      t.wn = wn;
-      t.warp_m = xm;
-      t.warp_n = xn;
-    }
-  }
-  if (t.wm == 0)
-    return no(num(c.warps) + " warps cannot split a " + num(t.bm) + "x" + num(t.bn) +
-              " tile into warp tiles of whole 16x16 blocks");
-  t.mi = t.warp_m / 16;
-  t.ni = t.warp_n / 8;
-  if (t.mi * t.ni * 4 > 128)
-    return no("each thread would hold " + num(t.mi * t.ni * 4) + " accumulators (a " + num(t.warp_m) + "x" +
-              num(t.warp_n) + " warp tile); at most 128 fit in registers");
   // Shared tiles in the global layout, so each 16-byte chunk is copied unchanged.
   auto tile = [&](bool kc, int outer) -> std::optional<SmemTile> {
     SmemTile s;
@@ -151,6 +154,49 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
               " elements; the swizzle needs 32 or a multiple of 64 (" + (t.b_kc ? "block_k" : "block_n") + ")");
   t.a = *ta;
   t.b = *tb;
+  // mma.sync: the warps as a grid whose warp tiles are multiples of 16 x 16 (one
+  // ldmatrix.x4 of A and of B), as square as possible: the A and B fragments a warp
+  // loads per k step grow with its tile's sides, its mma count with their product.
+  std::string sync_unfit;
+  for (int wn = 1; wn <= c.warps; wn *= 2) {
+    int wm = c.warps / wn;
+    if (t.bm % (16 * wm) != 0 || t.bn % (16 * wn) != 0) continue;
+    int xm = t.bm / wm, xn = t.bn / wn;
+    if (t.wm == 0 || xm + xn < t.warp_m + t.warp_n || (xm + xn == t.warp_m + t.warp_n && xn > t.warp_n)) {
+      t.wm = wm;
+      t.wn = wn;
+      t.warp_m = xm;
+      t.warp_n = xn;
+    }
+  }
+  if (t.wm == 0) {
+    sync_unfit = num(c.warps) + " warps cannot split a " + num(t.bm) + "x" + num(t.bn) +
+                 " tile into warp tiles of whole 16x16 blocks";
+  } else {
+    t.mi = t.warp_m / 16;
+    t.ni = t.warp_n / 8;
+    if (t.mi * t.ni * 4 > 128)
+      sync_unfit = "each thread would hold " + num(t.mi * t.ni * 4) + " accumulators (a " + num(t.warp_m) + "x" +
+                   num(t.warp_n) + " warp tile); at most 128 fit in registers";
+  }
+  if (wgmma_arch) {
+    std::optional<std::string> unfit = wgmma_unfit(t);
+    if (!unfit) {
+      t.wgmma = true;
+      t.wgs = t.threads / 128;
+      t.wg_m = t.bm / t.wgs;
+      t.mi = t.wg_m / 64;
+      t.ni = t.bn / 8;
+      t.m_step = 64;
+      t.wm = t.wgs;  // the warp grid of the mma.sync kernel does not apply
+      t.wn = 1;
+      t.warp_m = t.wg_m;
+      t.warp_n = t.bn;
+    } else {
+      t.not_wgmma = *unfit;
+    }
+  }
+  if (!t.wgmma && !sync_unfit.empty()) return no(sync_unfit);
   t.stage_bytes = t.a.bytes() + t.b.bytes();
   t.shared_bytes = t.stage_bytes * t.stages;
   if (t.shared_bytes > max_shared_bytes(sm))
@@ -192,7 +238,9 @@ class MmaKernel {
     if (!sim_) {
       // 128-byte aligned: the swizzle's banks are counted from each tile's base, and
       // every tile and stage is a multiple of 128 bytes.
-      NvptxEntry e = begin_nvptx_matmul(m_, b_, spec_, t_.threads, 128);
+      // wgmma: 1024, where the 128-byte swizzle's pattern repeats (its descriptors
+      // carry a base offset of 0, so every tile must start on a repeat).
+      NvptxEntry e = begin_nvptx_matmul(m_, b_, spec_, t_.threads, t_.wgmma ? 1024 : 128);
       fn_ = e.fn;
       in_ = e.in;
       out_ = e.out;
@@ -214,9 +262,9 @@ class MmaKernel {
       by = b_.CreateZExt(fn_->getArg(2), it_);
       tid_ = b_.CreateZExt(fn_->getArg(3), it_);
       smem_ = fn_->getArg(4);
-      // MmaSimHooks: {ctx, barrier, ldmatrix_x4, mma}, four pointers.
+      // MmaSimHooks: {ctx, barrier, ldmatrix_x4, mma, wgmma}, five pointers.
       llvm::Value* hooks = fn_->getArg(5);
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < 5; ++i)
         hook_[i] = b_.CreateAlignedLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, hooks, static_cast<uint64_t>(i)),
                                         llvm::Align(8));
       tid32_ = fn_->getArg(3);
@@ -236,8 +284,16 @@ class MmaKernel {
     // The warp's place in the block tile and the lane's in the warp.
     llvm::Value* warp = b_.CreateLShr(tid_, k(5), "warp");
     lane_ = b_.CreateAnd(tid_, k(31), "lane");
-    wm0_ = b_.CreateMul(b_.CreateUDiv(warp, k(t_.wn)), k(t_.warp_m), "wm0", true, true);
-    wn0_ = b_.CreateMul(b_.CreateURem(warp, k(t_.wn)), k(t_.warp_n), "wn0", true, true);
+    if (t_.wgmma) {
+      // Warpgroup w = warp / 4 owns rows w * wg_m ..; within each of its m64 steps,
+      // warp % 4 holds 16 rows of the accumulator (the ISA's wgmma D figure).
+      wg_ = b_.CreateLShr(warp, k(2), "wg");
+      wm0_ = add(mul(wg_, t_.wg_m), mul(b_.CreateAnd(warp, k(3)), 16));
+      wn0_ = k(0);
+    } else {
+      wm0_ = b_.CreateMul(b_.CreateUDiv(warp, k(t_.wn)), k(t_.warp_m), "wm0", true, true);
+      wn0_ = b_.CreateMul(b_.CreateURem(warp, k(t_.wn)), k(t_.warp_n), "wn0", true, true);
+    }
     plan_copies();
 
     const size_t nacc = static_cast<size_t>(t_.mi * t_.ni * 4);
@@ -479,6 +535,114 @@ class MmaKernel {
     return acc;
   }
 
+  // ---- warpgroup MMA (sm_90a) ----
+  // Every wgmma-family instruction is inline PTX, here and nowhere else: LLVM 19 has
+  // no intrinsics for them. The host build calls MmaSimHooks::wgmma instead, and the
+  // fences, commits and waits vanish (its wgmma completes before it returns).
+
+  void asm_stmt(const std::string& text) {
+    if (sim_) return;
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), false);
+    b_.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true));
+  }
+  void proxy_fence() { asm_stmt("fence.proxy.async.shared::cta;"); }
+
+  // The 32-bit shared-memory address of byte `off` of the dynamic shared memory (the
+  // host build: `off` itself, its shared memory's base being address 0).
+  llvm::Value* shared_addr(llvm::Value* off) {
+    llvm::Value* o = b_.CreateZExtOrTrunc(off, i32_);
+    if (sim_) return o;
+    return b_.CreateAdd(b_.CreatePtrToInt(smem_, i32_), o);
+  }
+
+  // A wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"):
+  // start address, leading and stride dimension byte offsets, each >> 4 in 14 bits,
+  // base offset 0, and 128-byte swizzling (mode 1, bits 62-63).
+  llvm::Value* descriptor(llvm::Value* addr, int64_t lbo, int64_t sbo) {
+    llvm::Type* i64 = b_.getInt64Ty();
+    llvm::Value* start = b_.CreateAnd(b_.CreateLShr(b_.CreateZExt(addr, i64), 4), 0x3FFF);
+    const uint64_t fixed = ((static_cast<uint64_t>(lbo) >> 4) & 0x3FFF) << 16 |
+                           ((static_cast<uint64_t>(sbo) >> 4) & 0x3FFF) << 32 | uint64_t{1} << 62;
+    return b_.CreateOr(start, llvm::ConstantInt::get(i64, fixed));
+  }
+
+  // D (bn / 2 f32 per thread) += A (m64 x k16) * B (k16 x bn), both from shared
+  // memory; A K-major unless trans_a, B K-major unless trans_b.
+  std::vector<llvm::Value*> wgmma(llvm::Value* da, llvm::Value* db, std::vector<llvm::Value*> d) {
+    const bool f16 = p_.dtype == DType::F16;
+    const int trans_a = t_.a_kc ? 0 : 1, trans_b = t_.b_kc ? 0 : 1;
+    const size_t n = d.size();
+    if (sim_) {
+      llvm::Value* buf = entry_alloca(llvm::ArrayType::get(f32_, n));
+      for (size_t i = 0; i < n; ++i)
+        b_.CreateAlignedStore(d[i], b_.CreateConstInBoundsGEP1_64(f32_, buf, i), llvm::Align(4));
+      const int32_t mode = (f16 ? 1 : 0) | trans_a << 1 | trans_b << 2 | t_.bn << 8;
+      llvm::Type* ptr = b_.getPtrTy();
+      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32_, b_.getInt64Ty(), b_.getInt64Ty(), i32_, ptr}, false);
+      b_.CreateCall(fty, hook_[4], {hook_[0], tid32_, da, db, b_.getInt32(static_cast<uint32_t>(mode)), buf});
+      for (size_t i = 0; i < n; ++i)
+        d[i] = b_.CreateAlignedLoad(f32_, b_.CreateConstInBoundsGEP1_64(f32_, buf, i), llvm::Align(4));
+      return d;
+    }
+    const std::string ty = f16 ? "f16" : "bf16";
+    std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + num(int64_t(n) + 2) + ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
+                       num(t_.bn) + "k16.f32." + ty + "." + ty + " {";
+    std::string cons;
+    for (size_t i = 0; i < n; ++i) {
+      text += (i ? ", $" : "$") + num(int64_t(i));
+      cons += "=f,";
+    }
+    text += "}, $" + num(int64_t(n)) + ", $" + num(int64_t(n) + 1) + ", p, 1, 1, " + num(trans_a) + ", " + num(trans_b) +
+            ";\n}";
+    cons += "l,l,r";
+    for (size_t i = 0; i < n; ++i) cons += "," + num(int64_t(i));
+    cons += ",~{memory}";
+    std::vector<llvm::Type*> outs(n, f32_);
+    std::vector<llvm::Type*> ins = {b_.getInt64Ty(), b_.getInt64Ty(), i32_};
+    ins.insert(ins.end(), n, f32_);
+    auto* fty = llvm::FunctionType::get(llvm::StructType::get(m_.getContext(), outs), ins, false);
+    std::vector<llvm::Value*> args = {da, db, b_.getInt32(1)};
+    args.insert(args.end(), d.begin(), d.end());
+    llvm::Value* r = b_.CreateCall(llvm::InlineAsm::get(fty, text, cons, /*hasSideEffects=*/true), args);
+    for (size_t i = 0; i < n; ++i) d[i] = b_.CreateExtractValue(r, {static_cast<unsigned>(i)});
+    return d;
+  }
+
+  // One stage's block tile on the warpgroup's rows: per k step of 16 and per m64 step,
+  // one wgmma over all bn columns, between a wgmma.fence (the accumulators were last
+  // written by ordinary instructions) and one commit group, waited for before the
+  // stage can be refilled.
+  //   A K-major: rows m of 128 bytes in 64-wide k panels; the k step's 32 bytes start
+  //     at 32 * (k step % 4) inside the panel (the swizzle applies to the address the
+  //     hardware forms). Stride byte offset: 8 rows = 1024 bytes.
+  //   A / B MN-major: rows k of 128 bytes in 64-wide m (n) panels of block_k rows;
+  //     the k step starts 16 rows (2048 bytes) further. Leading byte offset: the next
+  //     64-wide panel (block_k * 128 bytes); stride: the next 8 rows of k (1024).
+  std::vector<llvm::Value*> compute_wgmma(llvm::Value* stage, std::vector<llvm::Value*> acc) {
+    llvm::Value* abase = mul(stage, t_.stage_bytes);
+    llvm::Value* bbase = add(abase, k(t_.a.bytes()));
+    llvm::Value* wg_row = mul(wg_, t_.wg_m);
+    const size_t per = static_cast<size_t>(t_.bn / 2);
+    asm_stmt("wgmma.fence.sync.aligned;");
+    for (int ks = 0; ks < t_.bk / 16; ++ks) {
+      llvm::Value* boff = t_.b_kc ? k(int64_t{ks / 4} * t_.b.rows * 128 + (ks % 4) * 32) : k(int64_t{ks} * 2048);
+      llvm::Value* db = descriptor(shared_addr(add(bbase, boff)), int64_t{t_.bk} * 128, 1024);
+      for (int i = 0; i < t_.mi; ++i) {
+        llvm::Value* row = add(wg_row, k(int64_t{i} * 64));
+        llvm::Value* aoff = t_.a_kc ? add(k(int64_t{ks / 4} * t_.a.rows * 128 + (ks % 4) * 32), mul(row, 128))
+                                    : add(mul(b_.CreateLShr(row, k(6)), int64_t{t_.bk} * 128), k(int64_t{ks} * 2048));
+        llvm::Value* da = descriptor(shared_addr(add(abase, aoff)), int64_t{t_.bk} * 128, 1024);
+        std::vector<llvm::Value*> d(acc.begin() + static_cast<std::ptrdiff_t>(i * per),
+                                    acc.begin() + static_cast<std::ptrdiff_t>((i + 1) * per));
+        d = wgmma(da, db, std::move(d));
+        std::copy(d.begin(), d.end(), acc.begin() + static_cast<std::ptrdiff_t>(i * per));
+      }
+    }
+    asm_stmt("wgmma.commit_group.sync.aligned;");
+    asm_stmt("wgmma.wait_group.sync.aligned 0;");
+    return acc;
+  }
+
   // stages-1 tiles in flight; iteration kt waits for tile kt, syncs (every thread is
   // also past tile kt-1, whose stage the next copy overwrites), issues tile
   // kt+stages-1, computes tile kt. One commit group per iteration, empty past the end.
@@ -509,6 +673,7 @@ class MmaKernel {
     }
     llvm::Value* next = add(kt, k(1));
     wait(t_.stages - 2);
+    if (t_.wgmma) proxy_fence();  // the copies, made by the generic proxy, become visible to wgmma's
     barrier();
     llvm::Value* ahead = add(kt, k(t_.stages - 1));
     llvm::BasicBlock* issue = llvm::BasicBlock::Create(c, "k.issue", fn_);
@@ -519,7 +684,7 @@ class MmaKernel {
     b_.CreateBr(issued);
     b_.SetInsertPoint(issued);
     commit();
-    acc = compute(stage_of(kt), acc);
+    acc = t_.wgmma ? compute_wgmma(stage_of(kt), acc) : compute(stage_of(kt), acc);
     for (size_t i = 0; i < nacc; ++i) phis[i]->addIncoming(acc[i], b_.GetInsertBlock());
     kt->addIncoming(next, b_.GetInsertBlock());
     b_.CreateCondBr(b_.CreateICmpSLT(next, k(t_.kt)), loop, done);
@@ -544,7 +709,7 @@ class MmaKernel {
     llvm::Value* aligned = p_.N % 2 == 0 ? epi.pairs_aligned(out_) : nullptr;
     for (int i = 0; i < t_.mi; ++i)
       for (int half = 0; half < 2; ++half) {
-        llvm::Value* row = add(row0, k(i * 16 + half * 8));
+        llvm::Value* row = add(row0, k(i * t_.m_step + half * 8));
         llvm::Value* row_ok = b_.CreateICmpSLT(row, k(p_.M));
         llvm::Value* row_off = add(zbase_, mul(row, p_.N));
         for (int j = 0; j < t_.ni; ++j) {
@@ -588,27 +753,37 @@ class MmaKernel {
   llvm::Type* f32_ = nullptr;
   llvm::Type* i32_ = nullptr;
   llvm::Value* smem_ = nullptr;
-  llvm::Value* hook_[4] = {nullptr, nullptr, nullptr, nullptr};
+  llvm::Value* hook_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   llvm::Value* tid32_ = nullptr;
   llvm::Value *tid_ = nullptr, *lane_ = nullptr, *m0_ = nullptr, *n0_ = nullptr, *zbase_ = nullptr;
-  llvm::Value *wm0_ = nullptr, *wn0_ = nullptr;
+  llvm::Value *wm0_ = nullptr, *wn0_ = nullptr, *wg_ = nullptr;
   BatchIndex bi_;
   std::vector<Copy> a_copy_, b_copy_;
 };
 
 }  // namespace
 
-std::optional<std::string> mma_unsupported(const MatmulGroup& p, const KernelConfig& c, int sm) {
-  Result<MmaTiling> t = mma_tiling(p, c, sm);
-  if (t) return std::nullopt;
-  std::string m = t.error().message;
-  const std::string prefix = "matmul: ";
-  return m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m;
+MmaChoice mma_choice(const MatmulGroup& p, const KernelConfig& c, int sm, bool wgmma_arch) {
+  MmaChoice r;
+  Result<MmaTiling> t = mma_tiling(p, c, sm, wgmma_arch);
+  if (!t) {
+    std::string m = t.error().message;
+    const std::string prefix = "matmul: ";
+    r.unsupported = m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m;
+    return r;
+  }
+  r.wgmma = t->wgmma;
+  r.not_wgmma = t->not_wgmma;
+  return r;
+}
+
+std::optional<std::string> mma_unsupported(const MatmulGroup& p, const KernelConfig& c, int sm, bool wgmma_arch) {
+  return mma_choice(p, c, sm, wgmma_arch).unsupported;
 }
 
 Result<LaunchShape> build_mma_kernel(const KernelSpec& spec, const MatmulGroup& p, const KernelConfig& c, int sm,
-                                     const llvmb::Target& target, llvm::Module& m, bool sim) {
-  Result<MmaTiling> t = mma_tiling(p, c, sm);
+                                     bool wgmma_arch, const llvmb::Target& target, llvm::Module& m, bool sim) {
+  Result<MmaTiling> t = mma_tiling(p, c, sm, wgmma_arch);
   if (!t) return t.error();
   if (Result<bool> g = check_matmul_grid(p, t->bm, t->bn); !g) return g.error();
   Result<bool> built = MmaKernel(spec, p, *t, target, m, sim).build();

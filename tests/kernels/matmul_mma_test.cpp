@@ -66,18 +66,30 @@ struct Warp {
   std::array<std::array<float, 4>, kLanes> c{};
 };
 
+// One warpgroup's rendezvous for wgmma: every thread deposits its descriptors and
+// mode, all 128 meet (and must agree), each computes its own fragment of D.
+struct WarpGroup {
+  std::barrier<> bar{4 * kLanes};
+  std::array<uint64_t, 4 * kLanes> da{}, db{};
+  std::array<int32_t, 4 * kLanes> mode{};
+  int calls = 0;  // wgmma instructions thread 0 of the group issued
+};
+
 struct Block {
   explicit Block(int threads, size_t smem_bytes)
-      : bar(threads), smem_bytes(smem_bytes), storage(smem_bytes + 128) {
+      : bar(threads), smem_bytes(smem_bytes), storage(smem_bytes + 1024) {
     for (int w = 0; w < threads / kLanes; ++w) warps.push_back(std::make_unique<Warp>());
+    for (int w = 0; w < threads / (4 * kLanes); ++w) groups.push_back(std::make_unique<WarpGroup>());
     auto p = reinterpret_cast<uintptr_t>(storage.data());
-    smem = storage.data() + ((128 - p % 128) % 128);
+    smem = storage.data() + ((1024 - p % 1024) % 1024);
   }
   std::barrier<> bar;
   size_t smem_bytes;
   std::vector<uint8_t> storage;
   uint8_t* smem = nullptr;
   std::vector<std::unique_ptr<Warp>> warps;
+  std::vector<std::unique_ptr<WarpGroup>> groups;
+  bool ignore_wgmma_trans = false;  // a broken wgmma that reads every operand K-major
   std::mutex mu;
   std::string error;  // the first thing the simulated hardware refused
   bool ignore_trans = false;  // a broken ldmatrix, to show the tests would notice
@@ -175,6 +187,50 @@ void sim_mma(void* ctx, int32_t thread, int32_t f16, const uint32_t* a, const ui
   w.bar.arrive_and_wait();
 }
 
+// wgmma.mma_async m64nNk16 with A and B from shared memory: the descriptors decoded
+// and the operands read by the ISA's canonical layouts (ptx_isa_tables.h), D by its
+// fragment figure. The descriptors must agree across the warpgroup, use the 128-byte
+// swizzle with base offset 0 on a 1024-byte pattern boundary, and every address must
+// lie inside the block's shared memory.
+void sim_wgmma(void* ctx, int32_t thread, uint64_t desc_a, uint64_t desc_b, int32_t mode, float* d) {
+  Block& blk = *static_cast<Block*>(ctx);
+  WarpGroup& wg = *blk.groups[static_cast<size_t>(thread / (4 * kLanes))];
+  const int t = thread % (4 * kLanes);
+  wg.da[static_cast<size_t>(t)] = desc_a;
+  wg.db[static_cast<size_t>(t)] = desc_b;
+  wg.mode[static_cast<size_t>(t)] = mode;
+  if (t == 0) ++wg.calls;
+  wg.bar.arrive_and_wait();
+  for (int u = 0; u < 4 * kLanes; ++u)
+    if (wg.da[static_cast<size_t>(u)] != desc_a || wg.db[static_cast<size_t>(u)] != desc_b ||
+        wg.mode[static_cast<size_t>(u)] != mode)
+      blk.fail("wgmma: the threads of a warpgroup disagree on the descriptors or the shape");
+  const bool f16 = (mode & 1) != 0;
+  const bool ta = (mode & 2) != 0 && !blk.ignore_wgmma_trans, tb = (mode & 4) != 0 && !blk.ignore_wgmma_trans;
+  const int n = mode >> 8;
+  kernels::isa::WgmmaDesc a = kernels::isa::decode_wgmma_desc(desc_a), b = kernels::isa::decode_wgmma_desc(desc_b);
+  for (const kernels::isa::WgmmaDesc* x : {&a, &b})
+    if (x->swizzle != 1 || x->base_offset != 0 || ((x->start >> 7) & 7) != 0)
+      blk.fail("wgmma: a descriptor is not a 128-byte swizzle starting on a 1024-byte pattern boundary");
+  auto elem = [&](const kernels::isa::WgmmaDesc& x, bool mn_major, int64_t mn, int64_t k) -> float {
+    int64_t at = kernels::isa::wgmma_operand_addr(x, mn_major, mn, k);
+    if (at < 0 || at + 2 > static_cast<int64_t>(blk.smem_bytes)) {
+      blk.fail("wgmma: an operand element lies outside shared memory");
+      return 0.0f;
+    }
+    uint32_t h = static_cast<uint32_t>(blk.smem[at]) | (static_cast<uint32_t>(blk.smem[at + 1]) << 8);
+    return from_16(h, f16);
+  };
+  for (int i = 0; i < n / 2; ++i) {
+    RowCol q = kernels::isa::isa_wgmma_d(t, i);
+    double s = d[i];
+    for (int kk = 0; kk < 16; ++kk)
+      s += static_cast<double>(elem(a, ta, q.row, kk)) * static_cast<double>(elem(b, tb, q.col, kk));
+    d[i] = static_cast<float>(s);
+  }
+  wg.bar.arrive_and_wait();
+}
+
 // ---- graphs and running ------------------------------------------------------------------
 
 // Uniform [-1, 1), deterministic per seed.
@@ -247,8 +303,9 @@ KernelConfig tc_config(int bm, int bn, int bk, int warps, int stages, int group_
 // Every block of the launch, its threads as OS threads sharing NaN-filled shared
 // memory, a barrier and the simulated warps.
 Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg,
-                                   std::string* hw_error, bool ignore_trans = false, int* wavefronts = nullptr) {
-  Result<EmittedKernel> k = emit_matmul_mma_block_on_host(spec_of(g), cfg);
+                                   std::string* hw_error, bool ignore_trans = false, int* wavefronts = nullptr,
+                                   bool wgmma = false, int* wgmma_calls = nullptr) {
+  Result<EmittedKernel> k = emit_matmul_mma_block_on_host(spec_of(g), cfg, wgmma);
   if (!k) return k.error();
   LaunchShape launch = k->launch;
   Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
@@ -265,31 +322,42 @@ Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& in
     for (int64_t bx = 0; bx < launch.grid[0]; ++bx) {
       Block blk(threads, static_cast<size_t>(launch.shared_bytes));
       blk.ignore_trans = ignore_trans;
+      blk.ignore_wgmma_trans = ignore_trans;
       std::memset(blk.smem, 0xFF, blk.smem_bytes);  // NaN in both bf16 and f16
       MmaSimHooks hooks;
       hooks.ctx = &blk;
       hooks.barrier = &sim_barrier;
       hooks.ldmatrix_x4 = &sim_ldmatrix;
       hooks.mma = &sim_mma;
+      hooks.wgmma = &sim_wgmma;
       block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks); });
       if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
       if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);
+      if (wgmma_calls)
+        for (const auto& wg : blk.groups) *wgmma_calls += wg->calls;
     }
   return out;
 }
 
 // `loads`: the kernel reads shared memory at all (K > 0).
-void check(const Graph& g, const KernelConfig& cfg, const std::string& what, bool loads = true, uint64_t seed = 1) {
+void check(const Graph& g, const KernelConfig& cfg, const std::string& what, bool loads = true, uint64_t seed = 1,
+           bool wgmma = false) {
   std::vector<Tensor> in = make_inputs(g, seed);
   Result<std::vector<Tensor>> want = evaluate(g, in);
   ASSERT_TRUE(want.ok()) << what << ": " << want.error().str();
   std::string hw_error;
-  int wavefronts = 0;
-  Result<std::vector<Tensor>> got = run_tc(g, in, cfg, &hw_error, false, &wavefronts);
+  int wavefronts = 0, wgmma_calls = 0;
+  Result<std::vector<Tensor>> got = run_tc(g, in, cfg, &hw_error, false, &wavefronts, wgmma, &wgmma_calls);
   ASSERT_TRUE(got.ok()) << what << ": " << got.error().str();
   EXPECT_EQ(hw_error, "") << what;
-  // The swizzle as emitted: every ldmatrix phase of the kernel is one wavefront.
-  EXPECT_EQ(wavefronts, loads ? 1 : 0) << what << ": an ldmatrix phase hit a bank more than once";
+  if (wgmma) {
+    EXPECT_EQ(wavefronts, 0) << what << ": the wgmma kernel used ldmatrix";
+    EXPECT_EQ(wgmma_calls > 0, loads) << what << ": " << wgmma_calls << " wgmma instructions";
+  } else {
+    // The swizzle as emitted: every ldmatrix phase of the kernel is one wavefront.
+    EXPECT_EQ(wavefronts, loads ? 1 : 0) << what << ": an ldmatrix phase hit a bank more than once";
+    EXPECT_EQ(wgmma_calls, 0) << what;
+  }
   ASSERT_EQ(got->size(), want->size()) << what;
   for (size_t o = 0; o < want->size(); ++o) {
     Comparison c = compare((*got)[o], (*want)[o], default_tolerance((*want)[o].dtype()));
@@ -374,6 +442,63 @@ TEST(MatmulMmaSim, HardwareThatIgnoresTransGivesWrongResults) {
   EXPECT_FALSE(compare((*got)[0], (*want)[0], default_tolerance(DType::BF16)).ok());
 }
 
+// ---- the warpgroup (wgmma) kernel on the host -----------------------------------------------
+
+// Every operand layout: A K-major (x) or M-major (transpose), B K-major (transpose(w))
+// or N-major (w); both 16-bit dtypes; ragged M, N and K; one and two warpgroups; two
+// m64 steps per warpgroup; block_n 64 .. 256 (one to four 64-wide panels of an
+// N-major B, which the leading byte offset steps across).
+TEST(MatmulWgmmaSim, EveryOperandLayoutMatchesTheReference) {
+  for (DType dt : {DType::BF16, DType::F16})
+    for (bool a_t : {false, true})
+      for (bool b_t : {false, true}) {
+        Shape3 s{136, 200, 136, a_t, b_t, {}};
+        for (const KernelConfig& c : {tc_config(64, 64, 64, 4, 2), tc_config(128, 128, 64, 8, 3)})
+          check(mm_graph(s, dt, Epi::None), c, name(s, dt, c) + " wgmma", true, 1, /*wgmma=*/true);
+      }
+  Shape3 s{72, 200, 80, false, false, {}};
+  for (const KernelConfig& c : {tc_config(128, 64, 64, 4, 3), tc_config(64, 256, 64, 4, 2)})
+    check(mm_graph(s, DType::BF16, Epi::None), c, name(s, DType::BF16, c) + " wgmma", true, 1, true);
+}
+
+// With both operands MN-major no tile row runs along k, so block_k may be 16 or 32:
+// each k step is then a whole panel's 16 rows.
+TEST(MatmulWgmmaSim, MnMajorOperandsTakeShortKTiles) {
+  Shape3 s{64, 96, 72, true, false, {}};
+  for (const KernelConfig& c : {tc_config(64, 64, 16, 4, 3), tc_config(64, 128, 32, 4, 2)})
+    check(mm_graph(s, DType::BF16, Epi::None), c, name(s, DType::BF16, c) + " wgmma", true, 1, true);
+}
+
+// The epilogue on the warpgroup's fragments, a batch, an odd N and K = 0.
+TEST(MatmulWgmmaSim, EpiloguesBatchesAndEdges) {
+  KernelConfig c = tc_config(64, 64, 64, 4, 2);
+  Shape3 s{48, 72, 64, false, true, {}};
+  for (Epi e : {Epi::BiasGelu, Epi::Residual, Epi::RawAndBiasRelu})
+    check(mm_graph(s, DType::BF16, e), c, name(s, DType::BF16, c) + " wgmma epilogue " + std::to_string(static_cast<int>(e)),
+          true, 1, true);
+  Shape3 batched{32, 40, 48, false, true, {3}};
+  check(mm_graph(batched, DType::F16, Epi::None), c, name(batched, DType::F16, c) + " wgmma batch 3", true, 1, true);
+  Shape3 odd{40, 45, 64, false, true, {}};
+  check(mm_graph(odd, DType::BF16, Epi::BiasGelu), c, name(odd, DType::BF16, c) + " wgmma odd N", true, 1, true);
+  Shape3 empty{16, 32, 0, false, true, {}};
+  check(mm_graph(empty, DType::BF16, Epi::BiasGelu), c, "wgmma K = 0", /*loads=*/false, 1, true);
+}
+
+// Not blind: hardware that reads every operand K-major (ignores imm-trans) gives wrong
+// results for x @ w, whose B is N-major.
+TEST(MatmulWgmmaSim, HardwareThatIgnoresTransGivesWrongResults) {
+  Shape3 s{64, 64, 64, false, false, {}};
+  Graph g = mm_graph(s, DType::BF16, Epi::None);
+  std::vector<Tensor> in = make_inputs(g, 1);
+  Result<std::vector<Tensor>> want = evaluate(g, in);
+  ASSERT_TRUE(want.ok());
+  std::string hw_error;
+  Result<std::vector<Tensor>> got =
+      run_tc(g, in, tc_config(64, 64, 64, 4, 2), &hw_error, /*ignore_trans=*/true, nullptr, /*wgmma=*/true);
+  ASSERT_TRUE(got.ok()) << got.error().str();
+  EXPECT_FALSE(compare((*got)[0], (*want)[0], default_tolerance(DType::BF16)).ok());
+}
+
 // ---- NVPTX ------------------------------------------------------------------------------------
 
 struct Ptx {
@@ -403,7 +528,7 @@ int count(const std::string& s, const std::string& what) {
 TEST(MatmulMmaNvptx, HotLoopUsesMmaLdmatrixAndCpAsync) {
   Shape3 s{4096, 4096, 4096, false, false, {}};
   for (DType dt : {DType::BF16, DType::F16})
-    for (const char* arch : {"sm_80", "sm_90a"}) {
+    for (const char* arch : {"sm_80", "sm_90"}) {  // sm_90 without "a" has no wgmma
       Graph g = mm_graph(s, dt, Epi::None);
       KernelConfig c = suggest_matmul_config(spec_of(g), KernelConfig{}, arch);
       Ptx p = emit_ptx(g, c, arch);
@@ -417,6 +542,40 @@ TEST(MatmulMmaNvptx, HotLoopUsesMmaLdmatrixAndCpAsync) {
       EXPECT_EQ(count(p.text, "mma.sync.aligned"), 4 * 8 * 2) << arch;
       EXPECT_EQ(p.launch.block[0], 128);
       EXPECT_EQ(p.launch.shared_bytes, 3 * (128 * 32 + 32 * 128) * 2);
+    }
+}
+
+// sm_90a: the suggested 128 x 256 x 64 config with 8 warps is two warpgroups, each
+// one m64n256k16 wgmma per k step of 16: 4 per K tile, fenced, committed and waited
+// for once per tile; the copies are fenced into the async proxy before the barrier.
+TEST(MatmulMmaNvptx, Sm90aHotLoopUsesWgmma) {
+  for (bool b_t : {false, true})
+    for (DType dt : {DType::BF16, DType::F16}) {
+      Graph g = mm_graph({4096, 4096, 4096, false, b_t, {}}, dt, Epi::None);
+      KernelConfig c = suggest_matmul_config(spec_of(g), KernelConfig{}, "sm_90a");
+      EXPECT_EQ(c, tc_config(128, 256, 64, 8, 3));
+      Ptx p = emit_ptx(g, c, "sm_90a");
+      const std::string ty = dt == DType::BF16 ? "bf16" : "f16";
+      EXPECT_EQ(count(p.text, "wgmma.mma_async.sync.aligned.m64n256k16.f32." + ty + "." + ty), 4) << ty;
+      // imm-trans-b: 1 for w [K, N] (N-major), 0 for transpose(w) (K-major); A is K-major.
+      EXPECT_EQ(count(p.text, std::string("p, 1, 1, 0, ") + (b_t ? "0;" : "1;")), 4) << ty << " b_t " << b_t;
+      EXPECT_EQ(count(p.text, "wgmma.fence.sync.aligned"), 1);
+      EXPECT_EQ(count(p.text, "wgmma.commit_group.sync.aligned"), 1);
+      EXPECT_EQ(count(p.text, "wgmma.wait_group.sync.aligned 0"), 1);
+      EXPECT_EQ(count(p.text, "fence.proxy.async.shared::cta"), 1);
+      EXPECT_GT(count(p.text, "cp.async.cg.shared.global"), 0);
+      EXPECT_EQ(count(p.text, "mma.sync"), 0);
+      EXPECT_EQ(count(p.text, "ldmatrix"), 0);
+      EXPECT_EQ(count(p.text, "fma.rn.f32"), 0) << "an FMA loop is left";
+      EXPECT_NE(p.text.find(".align 1024 .b8 sf_smem[]"), std::string::npos) << "the swizzle atoms need 1024-byte alignment";
+      EXPECT_EQ(p.launch.block[0], 256);
+      EXPECT_EQ(p.launch.shared_bytes, 3 * (128 * 64 + 64 * 256) * 2);
+      if (have_ptxas()) {  // with the bench's bias + GELU epilogue on 128 accumulators a thread
+        Ptx epi = emit_ptx(mm_graph({4096, 4096, 4096, false, b_t, {}}, dt, Epi::BiasGelu), c, "sm_90a");
+        Result<std::vector<KernelResources>> r = assemble(epi.text, "sm_90a");
+        ASSERT_TRUE(r.ok()) << r.error().str();
+        EXPECT_FALSE((*r)[0].spills()) << ty;
+      }
     }
 }
 
@@ -456,6 +615,27 @@ TEST(MatmulMmaPath, SaysWhichKernelAndWhy) {
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->tensor_cores) << p->why;
   EXPECT_NE(p->why.find("mma.sync"), std::string::npos) << p->why;
+
+  // block_k 32 leaves A's k-major rows 64 bytes wide: no 128-byte swizzle atoms, so
+  // sm_90a keeps mma.sync and says why; a 64-wide block_k takes wgmma.
+  EXPECT_FALSE(p->wgmma);
+  EXPECT_NE(p->why.find("not wgmma"), std::string::npos) << p->why;
+  EXPECT_NE(p->why.find("block_k"), std::string::npos) << p->why;
+  p = matmul_path(spec_of(bf), tc_config(128, 128, 64, 4, 3), "sm_90a");
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->wgmma) << p->why;
+  EXPECT_NE(p->why.find("wgmma.mma_async m64n128k16"), std::string::npos) << p->why;
+  // The same config on sm_90 (no "a") and sm_80: mma.sync.
+  for (const char* arch : {"sm_90", "sm_80"}) {
+    p = matmul_path(spec_of(bf), tc_config(128, 128, 64, 4, 3), arch);
+    ASSERT_TRUE(p.ok());
+    EXPECT_TRUE(p->tensor_cores && !p->wgmma) << arch << ": " << p->why;
+  }
+  // 2 warps are not a warpgroup.
+  p = matmul_path(spec_of(bf), tc_config(64, 64, 64, 2, 3), "sm_90a");
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->wgmma);
+  EXPECT_NE(p->why.find("warpgroups"), std::string::npos) << p->why;
 
   p = matmul_path(spec_of(bf), tc, "sm_75");
   ASSERT_TRUE(p.ok());

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 
 #include "codegen/kernels/mma_layout.h"
 
@@ -116,6 +117,44 @@ inline const FigureMap& fig_ld(bool trans) {
   static const FigureMap plain = invert(kLdFigLane, kLdFigHalf);
   static const FigureMap transposed = invert(kLdFigLane, kLdFigHalf, /*transpose=*/true);
   return trans ? transposed : plain;
+}
+
+// ---- wgmma (sm_90a) ------------------------------------------------------------------------
+// PTX ISA, "Register Fragments and Shared Memory Matrix Layouts" of wgmma.mma_async.
+
+// "WGMMA .m64nNk16 register fragment layout for accumulator matrix D": warp w of the
+// warpgroup holds rows 16w .. 16w + 15; within them each 8-column block j repeats the
+// mma.m16n8 C figure above with its elements numbered 4j .. 4j + 3 (d4j, d4j+1 in the
+// upper 8 rows, d4j+2, d4j+3 in the lower). Element i of warpgroup thread t:
+inline RowCol isa_wgmma_d(int t, int i) {
+  RowCol c = fig_c().at[t % kLanes][i % 4];
+  return {16 * (t / kLanes) + c.row, 8 * (i / 4) + c.col};
+}
+
+// The matrix descriptor's fields ("Matrix Descriptor Format"): bits 0-13 start
+// address >> 4, 16-29 leading dimension byte offset >> 4, 32-45 stride dimension
+// byte offset >> 4, 49-51 base offset, 62-63 swizzle mode (1 = 128-byte).
+struct WgmmaDesc {
+  int64_t start = 0, lbo = 0, sbo = 0;
+  int base_offset = 0, swizzle = 0;
+};
+inline WgmmaDesc decode_wgmma_desc(uint64_t d) {
+  return {static_cast<int64_t>(d & 0x3FFF) << 4, static_cast<int64_t>((d >> 16) & 0x3FFF) << 4,
+          static_cast<int64_t>((d >> 32) & 0x3FFF) << 4, static_cast<int>((d >> 49) & 7), static_cast<int>(d >> 62)};
+}
+
+// The byte address of 16-bit element (mn, k), k < 16, of an operand under the
+// canonical 128-byte-swizzle layouts ("Shared Memory Matrix Layout"; swizzle atom:
+// 8 rows of 128 bytes, its 16-byte units permuted within each row by the row's
+// index in the atom, as address bits 4-6 ^= bits 7-9).
+//   K-major (imm-trans 0): rows are m (n), 128 bytes each, k contiguous inside the
+//     row; 8-row groups `sbo` apart; the leading byte offset is unused.
+//   MN-major (imm-trans 1): rows are k, m (n) contiguous inside the row, 64 elements
+//     per atom; atoms along m (n) `lbo` apart, 8-row groups of k `sbo` apart.
+inline int64_t wgmma_operand_addr(const WgmmaDesc& d, bool mn_major, int64_t mn, int64_t k) {
+  int64_t a = mn_major ? d.start + (mn / 64) * d.lbo + (mn % 64) * 2 + (k / 8) * d.sbo + (k % 8) * 128
+                       : d.start + (mn / 8) * d.sbo + (mn % 8) * 128 + k * 2;
+  return a ^ (((a >> 7) & 7) << 4);
 }
 
 inline RowCol isa_a(int lane, int i) { return fig_a().at[lane][i]; }

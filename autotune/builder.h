@@ -38,9 +38,11 @@ struct BuildResult {
   int threads_per_block = 0;
   int64_t dynamic_shared_bytes = 0;
   int64_t grid_blocks = 0;
-  // The kernel's multiply-adds run on tensor cores (its PTX has mma): the cost model
-  // prices it at the arch's tensor-core rate instead of FP32 FMA.
+  // The kernel's multiply-adds run on tensor cores (its PTX has mma.sync or wgmma):
+  // the cost model prices it at the arch's tensor-core rate instead of FP32 FMA;
+  // `wgmma`: by sm_90a's warpgroup MMA, which reaches the dense peak mma.sync does not.
   bool tensor_cores = false;
+  bool wgmma = false;
 };
 
 class Builder {

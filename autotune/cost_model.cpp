@@ -158,20 +158,28 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
   if (p.kind == KernelKind::Matmul && b.tensor_cores && t.tensor16_gflops > 0) {
     // The tensor-core kernel (mma.sync): its rate grows with the warp tile (mma per
     // ldmatrix) and needs a few warps per SM to cover ldmatrix and mma latency. On
-    // sm_90, mma.sync reaches about two thirds of the dense peak (which wgmma
-    // reaches): estimates, to rank configs, not measurements.
+    // sm_90, mma.sync reaches about two thirds of the dense peak, which wgmma
+    // approaches; ours waits for each K tile's wgmma group before the next, so it
+    // is charged 0.85 of the peak, and needs a warpgroup's m64 x block_n per
+    // instruction to be wide (block_n 256 keeps the tensor pipe busiest). Estimates,
+    // to rank configs, not measurements.
     const double tile_flops = 2.0 * c.block_m * c.block_n * double(p.k);
     const double warp_tile = double(c.block_m) * c.block_n / std::max(c.warps, 1);
-    const double f_tile = std::min(1.0, std::sqrt(warp_tile) / 64);
+    const double f_tile = b.wgmma ? std::min(1.0, std::sqrt(double(c.block_n) / 256))
+                                  : std::min(1.0, std::sqrt(warp_tile) / 64);
     const double f_occ = std::min(1.0, warps_per_sm / 4);
-    const double f_arch = t.name.rfind("sm_9", 0) == 0 || t.name.rfind("sm_1", 0) == 0 ? 0.65 : 0.85;
+    const double f_arch =
+        b.wgmma ? 0.85 : t.name.rfind("sm_9", 0) == 0 || t.name.rfind("sm_1", 0) == 0 ? 0.65 : 0.85;
     const double f_pipe = c.stages >= 3 ? 1.0 : 0.8;
     const double per_block_rate = t.tensor16_gflops * 1e3 / t.sms * f_tile * f_occ * f_arch * f_pipe / resident;
     double compute = waves * tile_flops / per_block_rate;
-    const double l2 = c.group_m > 1 ? 0.5 : 0.75;
-    double traffic = double(grid) * double(p.k) * (c.block_m + c.block_n) * p.elem_bytes * l2 +
-                     double(p.batch) * p.m * p.n * p.elem_bytes;
-    double mem = traffic / (sm_bw * busy_sms);
+    // Every block reads its A and B panels through L2 (about 4x DRAM's bandwidth on
+    // the archs these kernels run on, an estimate); with a GROUP_M swizzle a wave's
+    // blocks share panels, so DRAM sees each operand about twice, four times without.
+    const double l2_traffic = double(grid) * double(p.k) * (c.block_m + c.block_n) * p.elem_bytes;
+    const double dram = double(p.batch) * (double(p.m) * p.k + double(p.k) * p.n) * p.elem_bytes * (c.group_m > 1 ? 2 : 4) +
+                        double(p.batch) * p.m * p.n * p.elem_bytes;
+    double mem = std::max(dram, l2_traffic / 4) / (sm_bw * busy_sms);
     return std::max(compute, mem) + t.launch_us;
   }
   if (p.kind == KernelKind::Matmul) {

@@ -18,6 +18,7 @@
 #include "codegen/ir/file_io.h"
 #include "codegen/ir/printer.h"
 #include "codegen/kernels/host_runner.h"
+#include "codegen/kernels/matmul.h"
 #include "codegen/kernels/reduction.h"
 #include "runtime/plan_verify.h"
 
@@ -242,7 +243,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
         (plan.mesh.empty() ? "" : " on mesh " + plan.mesh) + "\n";
   // The arch's peaks (autotune/target.h, datasheet figures): one table for the
   // report, the tuner's ranking and the decomposition estimates. A kernel whose PTX
-  // has mma.sync is priced at the tensor-core rate, the rest at FP32 SIMT.
+  // has mma.sync or wgmma is priced at the tensor-core rate, the rest at FP32 SIMT.
   Result<TargetInfo> ti = gpu_target_info(opts.arch);
   const TargetInfo peaks = ti ? *ti : TargetInfo{};
   const double hbm = peaks.dram_gbps * 1e9, fp32 = peaks.fp32_gflops * 1e9, tensor = peaks.tensor16_gflops * 1e9;
@@ -256,7 +257,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     const PlanKernel& k = plan.kernels[ki];
     double bytes = static_cast<double>(k.bytes_read + k.bytes_written);
     auto ptx = out.ptx.find(k.ptx_file);
-    const bool mma = tensor > 0 && ptx != out.ptx.end() && ptx->second.find("mma.sync.aligned") != std::string::npos;
+    const bool mma = tensor > 0 && ptx != out.ptx.end() && ptx_uses_tensor_cores(ptx->second);
     double tm = bytes / hbm, tc = static_cast<double>(k.flops) / (mma ? tensor : fp32);
     total += std::max(tm, tc);
     char line[256];

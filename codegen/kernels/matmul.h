@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 // EmittedKernel destroys an LLVMContext and a Module: callers need their definitions
 // (emitter.h only forward-declares them).
@@ -63,6 +64,12 @@ Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& spec, const Ke
 // through descriptors) when the config also fits it: warps a multiple of 4, block_m
 // a multiple of 64 per warpgroup, both tiles' contiguous sides multiples of 64 (the
 // 128-byte swizzle atom), at most 128 accumulators per thread.
+
+// Whether PTX multiplies on the tensor cores (mma.sync or sm_90a's wgmma.mma_async):
+// what report.txt and the tuner's cost model price at the tensor-core rate.
+inline bool ptx_uses_tensor_cores(std::string_view ptx) {
+  return ptx.find("mma.sync.aligned") != std::string_view::npos || ptx.find("wgmma.mma_async") != std::string_view::npos;
+}
 
 // Which NVPTX kernel emit_matmul builds for `spec` under `config` on `arch`, and why.
 struct MatmulPath {

@@ -152,7 +152,8 @@ class PtxCandidateBuilder final : public Builder {
     r.threads_per_block = l.block[0] * l.block[1] * l.block[2];
     r.dynamic_shared_bytes = l.shared_bytes;
     r.grid_blocks = l.grid[0] * l.grid[1] * l.grid[2];
-    r.tensor_cores = ptx->find("mma.sync.aligned") != std::string::npos;
+    r.wgmma = ptx->find("wgmma.mma_async") != std::string::npos;
+    r.tensor_cores = ptx_uses_tensor_cores(*ptx);
     std::string launch = std::to_string(l.grid[0]) + "," + std::to_string(l.grid[1]) + "," + std::to_string(l.grid[2]) +
                          "/" + std::to_string(l.block[0]) + "," + std::to_string(l.block[1]) + "," +
                          std::to_string(l.block[2]) + "/" + std::to_string(l.shared_bytes);

@@ -459,6 +459,32 @@ TEST(CostModelTest, MatmulSmallTileSlowerOnLargeProblem) {
   EXPECT_GT(predict_us(p, one_stage, t, BuildResult{}), big);
 }
 
+// A bf16 GEMM on sm_90a: the same 128 x 256 x 64 config is priced at the tensor-core
+// rate, and faster as wgmma (the builder saw wgmma.mma_async) than as mma.sync; both
+// far below the FP32 FMA kernel's ~2 ms. 2 x 4096^3 flops at 989 TFLOP/s is ~139 us.
+TEST(CostModelTest, WgmmaIsPricedNearTheTensorPeak) {
+  TuneProblem p = matmul(4096, 4096, 4096);
+  p.elem_bytes = 2;
+  TargetInfo t = gpu("sm_90a");
+  KernelConfig c = mm_cfg(128, 256, 64, 8, 8);
+  c.stages = 3;
+  BuildResult fma, sync, wg;
+  for (BuildResult* b : {&fma, &sync, &wg}) {
+    b->threads_per_block = 256;
+    b->dynamic_shared_bytes = 3 * (128 * 64 + 64 * 256) * 2;
+    b->grid_blocks = (4096 / 128) * (4096 / 256);
+    b->resources = KernelResources{};
+    b->resources->registers = 190;
+  }
+  sync.tensor_cores = wg.tensor_cores = true;
+  wg.wgmma = true;
+  double us_fma = predict_us(p, c, t, fma), us_sync = predict_us(p, c, t, sync), us_wg = predict_us(p, c, t, wg);
+  EXPECT_LT(us_wg, us_sync) << us_wg << " vs " << us_sync;
+  EXPECT_LT(us_sync, us_fma / 5) << us_sync << " vs " << us_fma;
+  EXPECT_GT(us_wg, 139);
+  EXPECT_LT(us_wg, 300);
+}
+
 TEST(CostModelTest, OccupancyMattersForMemoryBoundPointwise) {
   TuneProblem p = pointwise(int64_t{64} << 20);
   TargetInfo t = gpu("sm_90");

@@ -166,7 +166,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
       kernel_errors[i] = pk.id + ": no emitter for " + k.kind + " kernels yet";
       return;
     }
-    KernelSpec spec{pk.entry, *kind, k.group, opts.precision};
+    KernelSpec spec{pk.entry, *kind, k.group, opts.precision, opts.allow_tf32};
     KernelConfig cfg = opts.config;
     pk.config_source = std::string(config_source_name(ConfigSource::Default));
     if (opts.choose) {

@@ -38,6 +38,9 @@ struct KernelSpec {
   KernelKind kind = KernelKind::Pointwise;
   Graph group;
   Precision precision = Precision::Fused;
+  // f32 matmuls may multiply on the tensor cores in TF32 (10-bit mantissa inputs,
+  // f32 accumulation), as torch.backends.cuda.matmul.allow_tf32; off: exact FMA.
+  bool allow_tf32 = false;
 };
 
 struct LaunchShape {

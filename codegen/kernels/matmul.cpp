@@ -706,13 +706,15 @@ Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& confi
   if (!sm) return diag("unknown NVPTX arch '" + arch + "' (expected sm_NN or sm_NNa)");
   MmaChoice choice = mma_choice(*plan, config, *sm, has_wgmma(arch));
   if (choice.unsupported) return MatmulPath{false, false, *choice.unsupported};
-  const std::string dt(dtype_name(plan->dtype)), stages = std::to_string(config.stages) + " stages";
+  const bool tf32 = plan->dtype == DType::F32;
+  const std::string dt = tf32 ? "tf32" : std::string(dtype_name(plan->dtype)), stages = std::to_string(config.stages) + " stages";
+  const std::string kk = tf32 ? "k8 " : "k16 ";
   if (choice.wgmma)
     return MatmulPath{true, true,
-                      "wgmma.mma_async m64n" + std::to_string(config.block_n) + "k16 " + dt + " with f32 accumulators, " +
+                      "wgmma.mma_async m64n" + std::to_string(config.block_n) + kk + dt + " with f32 accumulators, " +
                           std::to_string(config.warps / 4) + " warpgroup(s), operands from 128-byte-swizzled shared tiles " +
                           "filled by 16-byte cp.async (" + stages + ")"};
-  std::string why = "mma.sync.m16n8k16 " + dt + " with f32 accumulators, ldmatrix, 16-byte cp.async (" + stages + ")";
+  std::string why = "mma.sync.m16n8" + kk + dt + " with f32 accumulators, ldmatrix, 16-byte cp.async (" + stages + ")";
   if (has_wgmma(arch)) why += "; not wgmma: " + choice.not_wgmma;
   return MatmulPath{true, false, why};
 }
@@ -742,7 +744,7 @@ KernelConfig suggest_matmul_config(const KernelSpec& spec, const KernelConfig& b
     w.warps = w.block_m / 16;
     w.block_n = 64;
     while (w.block_n < 256 && w.block_n < plan->N) w.block_n *= 2;
-    w.block_k = 64;
+    w.block_k = plan->dtype == DType::F32 ? 32 : 64;  // 128-byte rows: 64 16-bit or 32 TF32 elements
     if (mma_choice(*plan, w, *sm, true).wgmma) return w;
   }
   c.block_m = side(plan->M);

@@ -94,13 +94,15 @@ struct MmaSimHooks {
   // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: `row` is the 16-byte row
   // address thread `thread` supplies; out[0..3] receive its four registers.
   void (*ldmatrix_x4)(void* ctx, int32_t thread, const void* row, int32_t trans, uint32_t* out) = nullptr;
-  // mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32 (T = f16 when f16 != 0, else bf16):
-  // a[4], b[2] are thread `thread`'s operand registers; cd[4] its C in, D out.
-  void (*mma)(void* ctx, int32_t thread, int32_t f16, const uint32_t* a, const uint32_t* b, float* cd) = nullptr;
+  // mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32 (T = bf16 for kind 0, f16 for 1),
+  // or kind 2: m16n8k8.row.col.f32.tf32.tf32.f32 (one f32's bits per register): a[4],
+  // b[2] are thread `thread`'s operand registers; cd[4] its C in, D out.
+  void (*mma)(void* ctx, int32_t thread, int32_t kind, const uint32_t* a, const uint32_t* b, float* cd) = nullptr;
   // wgmma.mma_async.sync.aligned.m64nNk16.f32.T.T with both operands in shared
   // memory, scale-d 1: `desc_a`, `desc_b` are the matrix descriptors (start
   // addresses counted from the block's shared memory), `mode` is f16 (bit 0; else
-  // bf16) | imm-trans-a << 1 | imm-trans-b << 2 | N << 8; d[N / 2] is thread
+  // bf16) | imm-trans-a << 1 | imm-trans-b << 2 | tf32 << 3 (m64nNk8, both operands
+  // K-major, 32-bit elements) | N << 8; d[N / 2] is thread
   // `thread`'s accumulator fragment, in and out. Called by all 128 threads of a
   // warpgroup, complete when it returns.
   void (*wgmma)(void* ctx, int32_t thread, uint64_t desc_a, uint64_t desc_b, int32_t mode, float* d) = nullptr;

@@ -100,6 +100,7 @@ Result<MatmulGroup> analyse_matmul(const KernelSpec& spec) {
   if (!is_c_identifier(spec.entry)) return diag("entry '" + spec.entry + "' is not a C identifier");
   if (g.outputs().empty()) return diag("group '" + g.name() + "' has no outputs");
   MatmulGroup p;
+  p.allow_tf32 = spec.allow_tf32;
   int count = 0;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];

@@ -48,6 +48,7 @@ struct MatmulGroup {
   int64_t sam = 0, sak = 0, sbk = 0, sbn = 0;  // strides of A's M, K and B's K, N dims
   std::vector<ValueIndex> out_at;             // each output's index over O
   bool bare = false;  // the kernel's one output is the matmul's own result (no epilogue)
+  bool allow_tf32 = false;  // KernelSpec::allow_tf32
 };
 
 // The group's matmul, operands and outputs, or a Diag saying why `spec` is not a

@@ -36,8 +36,8 @@ int log2i(int64_t v) {
 }
 
 // How an operand sits in global memory, for 16-byte copies: the dim with unit stride
-// ("contiguous") and the other one's stride, which must keep every 8-element chunk
-// 16-byte aligned.
+// ("contiguous") and the other one's stride, which must keep every chunk (`per`
+// elements: 8 of 16 bits, 4 of 32) 16-byte aligned.
 struct OperandLayout {
   bool k_contiguous = false;  // A: [m][k] rows (else [k][m]); B: [n][k] rows (else [k][n])
   std::string why_not;        // non-empty: no layout 16-byte copies can read
@@ -45,13 +45,13 @@ struct OperandLayout {
 
 // `outer` is M (A) or N (B): the stride pair is (outer stride, k stride).
 OperandLayout operand_layout(const char* name, int64_t s_outer, int64_t s_k, int64_t outer, int64_t k,
-                             const std::vector<int64_t>& bstrides) {
+                             const std::vector<int64_t>& bstrides, int64_t per) {
   OperandLayout l;
-  auto aligned = [](int64_t s, int64_t n) { return n == 1 || s % 8 == 0; };
+  auto aligned = [per](int64_t s, int64_t n) { return n == 1 || s % per == 0; };
   for (int64_t s : bstrides)
-    if (s % 8 != 0) {
-      l.why_not = std::string("operand ") + name + "'s batch stride " + num(s) +
-                  " is not a multiple of 8 elements (16-byte cp.async needs 16-byte aligned rows)";
+    if (s % per != 0) {
+      l.why_not = std::string("operand ") + name + "'s batch stride " + num(s) + " is not a multiple of " + num(per) +
+                  " elements (16-byte cp.async needs 16-byte aligned rows)";
       return l;
     }
   if ((s_k == 1 || k == 1) && aligned(s_outer, outer)) {
@@ -60,17 +60,20 @@ OperandLayout operand_layout(const char* name, int64_t s_outer, int64_t s_k, int
   }
   if ((s_outer == 1 || outer == 1) && aligned(s_k, k)) return l;
   l.why_not = std::string("operand ") + name + " (strides " + num(s_outer) + ", " + num(s_k) +
-              ") has no unit-stride dim whose rows start 16-byte aligned (the other stride a multiple of 8 elements)";
+              ") has no unit-stride dim whose rows start 16-byte aligned (the other stride a multiple of " + num(per) +
+              " elements)";
   return l;
 }
 
-// A tile in shared memory: `rows` rows of `cols` 16-bit elements, the cols
-// contiguous, kept as panels of `panel` (32 or 64) columns, each a block of rows of
-// 64 or 128 bytes with mma_layout.h's XOR swizzle.
+// A tile in shared memory: `rows` rows of `cols` elements of `eb` bytes (2, or 4 for
+// TF32), the cols contiguous, kept as panels of `panel` columns (64 or 128 bytes),
+// each a block of rows of 64 or 128 bytes with mma_layout.h's XOR swizzle of 16-byte
+// chunks.
 struct SmemTile {
-  int rows = 0, cols = 0, panel = 0;
-  int64_t bytes() const { return int64_t{rows} * cols * 2; }
-  int row_bytes() const { return panel * 2; }
+  int rows = 0, cols = 0, panel = 0, eb = 2;
+  int64_t bytes() const { return int64_t{rows} * cols * eb; }
+  int row_bytes() const { return panel * eb; }
+  int per_chunk() const { return 16 / eb; }
 };
 
 struct MmaTiling {
@@ -100,9 +103,13 @@ std::optional<std::string> wgmma_unfit(const MmaTiling& t) {
   const int wgs = t.threads / 128;
   if (t.bm % (64 * wgs) != 0)
     return "block_m = " + num(t.bm) + " does not give each of " + num(wgs) + " warpgroups a multiple of 64 rows";
-  if (t.a.panel != 64 || t.b.panel != 64)
-    return std::string("the shared tiles' contiguous sides must be multiples of 64 (128-byte swizzle atoms): ") +
-           (t.a.panel != 64 ? (t.a_kc ? "block_k" : "block_m") : (t.b_kc ? "block_k" : "block_n")) + " is 32";
+  if (t.a.row_bytes() != 128 || t.b.row_bytes() != 128)
+    return "the shared tiles' contiguous sides must be multiples of " + num(128 / t.a.eb) +
+           " elements (128-byte swizzle atoms): " +
+           (t.a.row_bytes() != 128 ? (t.a_kc ? "block_k" : "block_m") : (t.b_kc ? "block_k" : "block_n")) + " is " +
+           num(64 / t.a.eb);
+  if (t.a.eb == 4 && (!t.a_kc || !t.b_kc))
+    return "TF32 wgmma reads both operands K-major, and " + std::string(!t.a_kc ? "A is m" : "B is n") + "-contiguous";
   if ((t.bm / wgs / 64) * t.bn / 2 > 128)
     return "each thread would hold " + num((t.bm / wgs / 64) * t.bn / 2) + " accumulators; at most 128 fit in registers";
   return std::nullopt;
@@ -110,13 +117,17 @@ std::optional<std::string> wgmma_unfit(const MmaTiling& t) {
 
 Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm, bool wgmma_arch) {
   auto no = [](std::string s) -> Result<MmaTiling> { return diag(std::move(s)); };
-  if (sm < 80) return no("sm_" + num(sm) + " has no mma.sync for 16-bit operands (sm_80 and later have)");
-  if (p.dtype != DType::BF16 && p.dtype != DType::F16)
-    return no(std::string(dtype_name(p.dtype)) + " operands stay on exact FMA (tensor cores take f16 and bf16)");
+  if (sm < 80) return no("sm_" + num(sm) + " has no mma.sync for 16-bit or TF32 operands (sm_80 and later have)");
+  const bool tf32 = p.dtype == DType::F32 && p.allow_tf32;
+  if (p.dtype == DType::F32 && !tf32)
+    return no("f32 operands stay on exact FMA (TF32 tensor cores only with --allow-tf32)");
+  if (p.dtype != DType::BF16 && p.dtype != DType::F16 && !tf32)
+    return no(std::string(dtype_name(p.dtype)) + " operands stay on exact FMA (tensor cores take f16, bf16 and, with --allow-tf32, f32)");
+  const int eb = tf32 ? 4 : 2;
   if (c.split_k != 1) return no("split_k = " + num(c.split_k) + " (the tensor-core kernel sums all of K in one block)");
-  OperandLayout la = operand_layout("A", p.sam, p.sak, p.M, p.K, p.a_bstride);
+  OperandLayout la = operand_layout("A", p.sam, p.sak, p.M, p.K, p.a_bstride, 16 / eb);
   if (!la.why_not.empty()) return no(la.why_not);
-  OperandLayout lb = operand_layout("B", p.sbn, p.sbk, p.N, p.K, p.b_bstride);
+  OperandLayout lb = operand_layout("B", p.sbn, p.sbk, p.N, p.K, p.b_bstride, 16 / eb);
   if (!lb.why_not.empty()) return no(lb.why_not);
   if (!pow2(c.block_m) || c.block_m < 16 || c.block_m > 256)
     return no("block_m = " + num(c.block_m) + " is not a power of two in 16..256");
@@ -139,19 +150,21 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
   // Shared tiles in the global layout, so each 16-byte chunk is copied unchanged.
   auto tile = [&](bool kc, int outer) -> std::optional<SmemTile> {
     SmemTile s;
+    s.eb = eb;
     s.rows = kc ? outer : t.bk;
     s.cols = kc ? t.bk : outer;
-    if (s.cols % 32 != 0) return std::nullopt;
-    s.panel = s.cols % 64 == 0 ? 64 : 32;
+    if (s.cols % (64 / eb) != 0) return std::nullopt;
+    s.panel = s.cols % (128 / eb) == 0 ? 128 / eb : 64 / eb;
     return s;
   };
   std::optional<SmemTile> ta = tile(t.a_kc, t.bm), tb = tile(t.b_kc, t.bn);
+  const std::string widths = num(64 / eb) + " or a multiple of " + num(128 / eb);
   if (!ta)
-    return no("A's shared tile would have rows of " + num(t.a_kc ? t.bk : t.bm) +
-              " elements; the swizzle needs 32 or a multiple of 64 (" + (t.a_kc ? "block_k" : "block_m") + ")");
+    return no("A's shared tile would have rows of " + num(t.a_kc ? t.bk : t.bm) + " elements; the swizzle needs " + widths +
+              " (" + (t.a_kc ? "block_k" : "block_m") + ")");
   if (!tb)
-    return no("B's shared tile would have rows of " + num(t.b_kc ? t.bk : t.bn) +
-              " elements; the swizzle needs 32 or a multiple of 64 (" + (t.b_kc ? "block_k" : "block_n") + ")");
+    return no("B's shared tile would have rows of " + num(t.b_kc ? t.bk : t.bn) + " elements; the swizzle needs " + widths +
+              " (" + (t.b_kc ? "block_k" : "block_n") + ")");
   t.a = *ta;
   t.b = *tb;
   // mma.sync: the warps as a grid whose warp tiles are multiples of 16 x 16 (one
@@ -307,15 +320,16 @@ class MmaKernel {
   llvm::Value* add(llvm::Value* x, llvm::Value* y) { return b_.CreateAdd(x, y, "", true, true); }
   llvm::Value* mul(llvm::Value* x, int64_t s) { return s == 1 ? x : b_.CreateMul(x, k(s), "", true, true); }
 
-  // The byte offset of element (row, col) in `tile`, col a multiple of 8 (a chunk):
-  // the panel, the row within it, and the row's chunk moved by mma_layout.h's
-  // swizzle_chunk (chunk ^ row % 8 for 128-byte rows, chunk ^ (row / 2) % 4 for 64).
+  // The byte offset of element (row, col) in `tile`, col a multiple of per_chunk (a
+  // 16-byte chunk): the panel, the row within it, and the row's chunk moved by
+  // mma_layout.h's swizzle_chunk (chunk ^ row % 8 for 128-byte rows, chunk ^ (row / 2)
+  // % 4 for 64).
   llvm::Value* tile_offset(const SmemTile& tile, llvm::Value* row, llvm::Value* col) {
-    const int cpp = tile.panel / 8;  // chunks per panel row
-    llvm::Value* chunk = b_.CreateLShr(col, k(3));
+    const int cpp = tile.row_bytes() / 16;  // chunks per panel row
+    llvm::Value* chunk = b_.CreateLShr(col, k(log2i(tile.per_chunk())));
     llvm::Value* panel = b_.CreateLShr(chunk, k(log2i(cpp)));
     llvm::Value* in = b_.CreateAnd(chunk, k(cpp - 1));
-    llvm::Value* x = tile.panel == 64 ? b_.CreateAnd(row, k(7)) : b_.CreateAnd(b_.CreateLShr(row, k(1)), k(3));
+    llvm::Value* x = tile.row_bytes() == 128 ? b_.CreateAnd(row, k(7)) : b_.CreateAnd(b_.CreateLShr(row, k(1)), k(3));
     llvm::Value* phys = b_.CreateXor(in, x);
     return add(add(mul(panel, int64_t{tile.rows} * tile.row_bytes()), mul(row, tile.row_bytes())), mul(phys, 16));
   }
@@ -344,14 +358,15 @@ class MmaKernel {
       const int64_t outer_n = is_a ? p_.M : p_.N;
       llvm::Value* outer0 = is_a ? m0_ : n0_;
       llvm::Value* boff = is_a ? bi_.a_off : bi_.b_off;
-      const int64_t cpr = tile.cols / 8, total = int64_t{tile.rows} * cpr;
+      const int per = tile.per_chunk();
+      const int64_t cpr = tile.cols / per, total = int64_t{tile.rows} * cpr;
       std::vector<Copy> out;
       for (int64_t l = 0; l * t_.threads < total; ++l) {
         Copy cp;
         llvm::Value* e = add(tid_, k(l * t_.threads));
         if ((l + 1) * t_.threads > total) cp.valid = b_.CreateICmpULT(e, k(total));
         llvm::Value* r = b_.CreateLShr(e, k(log2i(cpr)));
-        llvm::Value* col = b_.CreateShl(b_.CreateAnd(e, k(cpr - 1)), k(3));
+        llvm::Value* col = b_.CreateShl(b_.CreateAnd(e, k(cpr - 1)), k(log2i(per)));
         cp.smem_off = tile_offset(tile, r, col);
         cp.k_in_row = kc;
         cp.kstride = s_k;
@@ -364,8 +379,8 @@ class MmaKernel {
         } else {  // rows are k, the chunk covers m (n) col .. col+7
           llvm::Value* o = add(outer0, col);
           llvm::Value* left = b_.CreateBinaryIntrinsic(
-              llvm::Intrinsic::smax, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateSub(k(outer_n), o), k(8)), k(0));
-          cp.other_bytes = mul(left, 2);
+              llvm::Intrinsic::smax, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateSub(k(outer_n), o), k(per)), k(0));
+          cp.other_bytes = mul(left, tile.eb);
           if (cp.valid) cp.other_bytes = b_.CreateSelect(cp.valid, cp.other_bytes, k(0));
           cp.kk = r;
           cp.base = add(boff, add(mul(o, s_outer), mul(r, s_k)));
@@ -399,15 +414,17 @@ class MmaKernel {
         llvm::Value* bytes;
         if (cp.k_in_row) {
           llvm::Value* left = b_.CreateBinaryIntrinsic(
-              llvm::Intrinsic::smax, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateSub(k(p_.K), kidx), k(8)), k(0));
-          bytes = b_.CreateSelect(cp.other_ok, mul(left, 2), k(0));
+              llvm::Intrinsic::smax,
+              b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateSub(k(p_.K), kidx), k(t_.a.per_chunk())), k(0));
+          bytes = b_.CreateSelect(cp.other_ok, mul(left, t_.a.eb), k(0));
         } else {
           bytes = b_.CreateSelect(b_.CreateICmpSLT(kidx, k(p_.K)), cp.other_bytes, k(0));
         }
         llvm::Value* idx = add(cp.base, mul(k0, cp.kstride));
         idx = b_.CreateSelect(b_.CreateICmpSGT(bytes, k(0)), idx, k(0));
         llvm::Value* bytes32 = b_.CreateZExtOrTrunc(bytes, i32_);
-        llvm::Value* src = b_.CreateInBoundsGEP(b_.getInt16Ty(), in_[static_cast<size_t>(op.param)], idx);
+        llvm::Value* src = b_.CreateInBoundsGEP(b_.getIntNTy(8 * static_cast<unsigned>(t_.a.eb)),
+                                                in_[static_cast<size_t>(op.param)], idx);
         llvm::Value* dst = smem_at(add(tbase, cp.smem_off));
         if (sim_) {
           b_.CreateMemSet(dst, b_.getInt8(0), 16, llvm::Align(16));
@@ -457,10 +474,13 @@ class MmaKernel {
     return r;
   }
 
-  // D = A * B + C, mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32.
+  // D = A * B + C, mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32,
+  // or m16n8k8.row.col.f32.tf32.tf32.f32 (the registers' f32 bits as TF32: the
+  // tensor cores read the top 19 bits).
   std::vector<llvm::Value*> mma(const std::vector<llvm::Value*>& a, const std::vector<llvm::Value*>& bf,
                                 const std::vector<llvm::Value*>& c) {
     const bool f16 = p_.dtype == DType::F16;
+    const bool tf32 = p_.dtype == DType::F32;
     std::vector<llvm::Value*> d;
     if (!sim_) {
       std::vector<llvm::Value*> args;
@@ -468,21 +488,22 @@ class MmaKernel {
       for (llvm::Value* v : a) args.push_back(f16 ? b_.CreateBitCast(v, h2) : v);
       for (llvm::Value* v : bf) args.push_back(f16 ? b_.CreateBitCast(v, h2) : v);
       for (llvm::Value* v : c) args.push_back(v);
-      llvm::Intrinsic::ID id = f16 ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32
-                                   : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16;
+      llvm::Intrinsic::ID id = tf32  ? llvm::Intrinsic::nvvm_mma_m16n8k8_row_col_tf32
+                               : f16 ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32
+                                     : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16;
       llvm::Value* v = b_.CreateIntrinsic(id, {}, args);
       for (unsigned i = 0; i < 4; ++i) d.push_back(b_.CreateExtractValue(v, {i}));
       return d;
     }
     llvm::Value* av = entry_alloca(llvm::ArrayType::get(i32_, 4));
-    llvm::Value* bv = entry_alloca(llvm::ArrayType::get(i32_, 2));
+    llvm::Value* bv = entry_alloca(llvm::ArrayType::get(i32_, 2));  // TF32 fills all four and both
     llvm::Value* cv = entry_alloca(llvm::ArrayType::get(f32_, 4));
     for (unsigned i = 0; i < 4; ++i) b_.CreateAlignedStore(a[i], b_.CreateConstInBoundsGEP1_32(i32_, av, i), llvm::Align(4));
     for (unsigned i = 0; i < 2; ++i) b_.CreateAlignedStore(bf[i], b_.CreateConstInBoundsGEP1_32(i32_, bv, i), llvm::Align(4));
     for (unsigned i = 0; i < 4; ++i) b_.CreateAlignedStore(c[i], b_.CreateConstInBoundsGEP1_32(f32_, cv, i), llvm::Align(4));
     auto* fty = llvm::FunctionType::get(b_.getVoidTy(),
                                         {b_.getPtrTy(), i32_, i32_, b_.getPtrTy(), b_.getPtrTy(), b_.getPtrTy()}, false);
-    b_.CreateCall(fty, hook_[3], {hook_[0], tid32_, b_.getInt32(f16 ? 1 : 0), av, bv, cv});
+    b_.CreateCall(fty, hook_[3], {hook_[0], tid32_, b_.getInt32(tf32 ? 2 : f16 ? 1 : 0), av, bv, cv});
     for (unsigned i = 0; i < 4; ++i)
       d.push_back(b_.CreateAlignedLoad(f32_, b_.CreateConstInBoundsGEP1_32(f32_, cv, i), llvm::Align(4)));
     return d;
@@ -495,33 +516,59 @@ class MmaKernel {
     return b_.CreateAlloca(t);
   }
 
-  // One stage's block tile: per 16-wide k step, an ldmatrix.x4 per 16 rows of the
-  // warp's A and per 16 columns of its B (two n8 tiles), then mi x ni mma.
+  // One stage's block tile: per k step of 32 bytes (16 16-bit elements, 8 TF32), an
+  // ldmatrix.x4 per 16 rows of the warp's A and per 16 columns of its B (two n8
+  // tiles), then mi x ni mma. The k-contiguous addresses are the same bytes for both
+  // element sizes: a 16-byte ldmatrix row holds 8 16-bit or 4 32-bit elements, and
+  // without .trans lane l receives 32 bits at (row l / 4, 4 bytes x (l % 4)), which is
+  // the TF32 fragment element. 32-bit elements cannot be transposed by ldmatrix, so an
+  // m- or n-contiguous TF32 operand is read one element per register.
   std::vector<llvm::Value*> compute(llvm::Value* stage, std::vector<llvm::Value*> acc) {
     llvm::Value* abase = mul(stage, t_.stage_bytes);
     llvm::Value* bbase = add(abase, k(t_.a.bytes()));
+    const bool tf32 = t_.a.eb == 4;
+    const int kstep = 32 / t_.a.eb, half = 16 / t_.a.eb;
     // The lane's part of the ldmatrix addresses (mma_layout.h): ldmatrix_x4_a_addr
     // (= the KxN B addresses) is (lane % 16, 8 * (lane / 16)); ldmatrix_x4_a_trans_addr
-    // (= the NxK B addresses) is (lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2)).
+    // (= the NxK B addresses) is (lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2)),
+    // in 16-bit elements along k.
     llvm::Value* l16 = b_.CreateAnd(lane_, k(15));
-    llvm::Value* hi8 = mul(b_.CreateLShr(lane_, k(4)), 8);
-    llvm::Value* l8 = add(b_.CreateAnd(lane_, k(7)), hi8);
-    llvm::Value* mid8 = mul(b_.CreateAnd(b_.CreateLShr(lane_, k(3)), k(1)), 8);
-    for (int ks = 0; ks < t_.bk / 16; ++ks) {
+    llvm::Value* hi = b_.CreateLShr(lane_, k(4));
+    llvm::Value* l8 = add(b_.CreateAnd(lane_, k(7)), mul(hi, 8));
+    llvm::Value* mid = b_.CreateAnd(b_.CreateLShr(lane_, k(3)), k(1));
+    // TF32 fragments read one element at a time: groupID and threadID_in_group.
+    llvm::Value* g = b_.CreateLShr(lane_, k(2));
+    llvm::Value* tig = b_.CreateAnd(lane_, k(3));
+    for (int ks = 0; ks < t_.bk / kstep; ++ks) {
       std::vector<std::vector<llvm::Value*>> af, bf;
+      llvm::Value* k0 = k(int64_t{ks} * kstep);
       for (int i = 0; i < t_.mi; ++i) {
         llvm::Value* m = add(wm0_, k(i * 16));
-        llvm::Value* off = t_.a_kc ? tile_offset(t_.a, add(m, l16), add(k(ks * 16), hi8))
-                                   : tile_offset(t_.a, add(k(ks * 16), l8), add(m, mid8));
-        af.push_back(ldmatrix_x4(smem_at(add(abase, off)), !t_.a_kc));
+        if (t_.a_kc) {
+          af.push_back(ldmatrix_x4(smem_at(add(abase, tile_offset(t_.a, add(m, l16), add(k0, mul(hi, half))))), false));
+        } else if (!tf32) {
+          af.push_back(ldmatrix_x4(smem_at(add(abase, tile_offset(t_.a, add(k0, l8), add(m, mul(mid, 8))))), true));
+        } else {  // a_r: m = g (+8 for r odd), k = tig (+4 for r >= 2)
+          std::vector<llvm::Value*> r;
+          for (int e = 0; e < 4; ++e)
+            r.push_back(lds32(abase, t_.a, add(k0, add(tig, k(4 * (e / 2)))), add(m, add(g, k(8 * (e % 2))))));
+          af.push_back(r);
+        }
       }
       for (int j = 0; j < t_.ni / 2; ++j) {
         llvm::Value* n = add(wn0_, k(j * 16));
-        llvm::Value* off = t_.b_kc ? tile_offset(t_.b, add(n, l8), add(k(ks * 16), mid8))
-                                   : tile_offset(t_.b, add(k(ks * 16), l16), add(n, hi8));
-        std::vector<llvm::Value*> r = ldmatrix_x4(smem_at(add(bbase, off)), !t_.b_kc);
-        bf.push_back({r[0], r[1]});
-        bf.push_back({r[2], r[3]});
+        if (t_.b_kc || !tf32) {
+          llvm::Value* off = t_.b_kc ? tile_offset(t_.b, add(n, l8), add(k0, mul(mid, half)))
+                                     : tile_offset(t_.b, add(k0, l16), add(n, mul(hi, 8)));
+          std::vector<llvm::Value*> r = ldmatrix_x4(smem_at(add(bbase, off)), !t_.b_kc);
+          bf.push_back({r[0], r[1]});
+          bf.push_back({r[2], r[3]});
+        } else {  // b_r of n8 tile h: n = g, k = tig (+4 for r = 1)
+          for (int h = 0; h < 2; ++h) {
+            llvm::Value* col = add(n, add(g, k(8 * h)));
+            bf.push_back({lds32(bbase, t_.b, add(k0, tig), col), lds32(bbase, t_.b, add(k0, add(tig, k(4))), col)});
+          }
+        }
       }
       for (int i = 0; i < t_.mi; ++i)
         for (int j = 0; j < t_.ni; ++j) {
@@ -533,6 +580,14 @@ class MmaKernel {
         }
     }
     return acc;
+  }
+
+  // One 32-bit element (row, col) of `tile` in the stage at `base`, as raw bits.
+  llvm::Value* lds32(llvm::Value* base, const SmemTile& tile, llvm::Value* row, llvm::Value* col) {
+    const int per = tile.per_chunk();
+    llvm::Value* chunk_col = b_.CreateAnd(col, k(~int64_t{per - 1}));
+    llvm::Value* off = add(tile_offset(tile, row, chunk_col), mul(b_.CreateAnd(col, k(per - 1)), tile.eb));
+    return b_.CreateAlignedLoad(i32_, smem_at(add(base, off)), llvm::Align(4));
   }
 
   // ---- warpgroup MMA (sm_90a) ----
@@ -569,14 +624,14 @@ class MmaKernel {
   // D (bn / 2 f32 per thread) += A (m64 x k16) * B (k16 x bn), both from shared
   // memory; A K-major unless trans_a, B K-major unless trans_b.
   std::vector<llvm::Value*> wgmma(llvm::Value* da, llvm::Value* db, std::vector<llvm::Value*> d) {
-    const bool f16 = p_.dtype == DType::F16;
+    const bool f16 = p_.dtype == DType::F16, tf32 = p_.dtype == DType::F32;
     const int trans_a = t_.a_kc ? 0 : 1, trans_b = t_.b_kc ? 0 : 1;
     const size_t n = d.size();
     if (sim_) {
       llvm::Value* buf = entry_alloca(llvm::ArrayType::get(f32_, n));
       for (size_t i = 0; i < n; ++i)
         b_.CreateAlignedStore(d[i], b_.CreateConstInBoundsGEP1_64(f32_, buf, i), llvm::Align(4));
-      const int32_t mode = (f16 ? 1 : 0) | trans_a << 1 | trans_b << 2 | t_.bn << 8;
+      const int32_t mode = (f16 ? 1 : 0) | trans_a << 1 | trans_b << 2 | (tf32 ? 8 : 0) | t_.bn << 8;
       llvm::Type* ptr = b_.getPtrTy();
       auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32_, b_.getInt64Ty(), b_.getInt64Ty(), i32_, ptr}, false);
       b_.CreateCall(fty, hook_[4], {hook_[0], tid32_, da, db, b_.getInt32(static_cast<uint32_t>(mode)), buf});
@@ -584,16 +639,17 @@ class MmaKernel {
         d[i] = b_.CreateAlignedLoad(f32_, b_.CreateConstInBoundsGEP1_64(f32_, buf, i), llvm::Align(4));
       return d;
     }
-    const std::string ty = f16 ? "f16" : "bf16";
+    const std::string ty = tf32 ? "tf32" : f16 ? "f16" : "bf16";
     std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + num(int64_t(n) + 2) + ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
-                       num(t_.bn) + "k16.f32." + ty + "." + ty + " {";
+                       num(t_.bn) + (tf32 ? "k8" : "k16") + ".f32." + ty + "." + ty + " {";
     std::string cons;
     for (size_t i = 0; i < n; ++i) {
       text += (i ? ", $" : "$") + num(int64_t(i));
       cons += "=f,";
     }
-    text += "}, $" + num(int64_t(n)) + ", $" + num(int64_t(n) + 1) + ", p, 1, 1, " + num(trans_a) + ", " + num(trans_b) +
-            ";\n}";
+    // TF32 has no imm-trans operands (both operands are K-major).
+    text += "}, $" + num(int64_t(n)) + ", $" + num(int64_t(n) + 1) + ", p, 1, 1" +
+            (tf32 ? std::string() : ", " + num(trans_a) + ", " + num(trans_b)) + ";\n}";
     cons += "l,l,r";
     for (size_t i = 0; i < n; ++i) cons += "," + num(int64_t(i));
     cons += ",~{memory}";
@@ -624,7 +680,7 @@ class MmaKernel {
     llvm::Value* wg_row = mul(wg_, t_.wg_m);
     const size_t per = static_cast<size_t>(t_.bn / 2);
     asm_stmt("wgmma.fence.sync.aligned;");
-    for (int ks = 0; ks < t_.bk / 16; ++ks) {
+    for (int ks = 0; ks < t_.bk * t_.a.eb / 32; ++ks) {  // k steps of 32 bytes
       llvm::Value* boff = t_.b_kc ? k(int64_t{ks / 4} * t_.b.rows * 128 + (ks % 4) * 32) : k(int64_t{ks} * 2048);
       llvm::Value* db = descriptor(shared_addr(add(bbase, boff)), int64_t{t_.bk} * 128, 1024);
       for (int i = 0; i < t_.mi; ++i) {

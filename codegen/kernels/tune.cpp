@@ -45,10 +45,13 @@ const std::string& llvm_toolchain() {
 
 // The kernel emitted for one candidate config (entry "sf_tune": every candidate
 // is compiled on its own, so names never clash).
-Result<EmittedKernel> emit_candidate(const LocalKernel& k, const KernelConfig& c, const llvmb::Target& t) {
+Result<EmittedKernel> emit_candidate(const LocalKernel& k, const KernelConfig& c, const llvmb::Target& t,
+                                     bool allow_tf32 = false) {
   std::optional<KernelKind> kind = kernel_kind_of(k);
   if (!kind) return Diag{"", {}, "no emitter for " + k.kind + " kernels"};
-  return emitter_for(*kind).emit(KernelSpec{"sf_tune", *kind, k.group}, c, t);
+  KernelSpec spec{"sf_tune", *kind, k.group};
+  spec.allow_tf32 = allow_tf32;
+  return emitter_for(*kind).emit(spec, c, t);
 }
 
 // The kernel ABI's arguments: the group's params, then its outputs.
@@ -125,12 +128,12 @@ class HostCandidateBuilder final : public Builder {
 
 class PtxCandidateBuilder final : public Builder {
  public:
-  PtxCandidateBuilder(const LocalKernel& k, std::string arch)
-      : k_(k), arch_(std::move(arch)), input_specs_(input_specs(k)), output_specs_(output_specs(k)) {}
+  PtxCandidateBuilder(const LocalKernel& k, std::string arch, bool allow_tf32)
+      : k_(k), arch_(std::move(arch)), allow_tf32_(allow_tf32), input_specs_(input_specs(k)), output_specs_(output_specs(k)) {}
   BuildResult build(const KernelConfig& c) override {
     auto t0 = Clock::now();
     BuildResult r;
-    Result<EmittedKernel> e = emit_candidate(k_, c, llvmb::Target::nvptx(arch_));
+    Result<EmittedKernel> e = emit_candidate(k_, c, llvmb::Target::nvptx(arch_), allow_tf32_);
     if (!e) {
       r.error = e.error().message;
       return r;
@@ -175,6 +178,7 @@ class PtxCandidateBuilder final : public Builder {
  private:
   LocalKernel k_;
   std::string arch_;
+  bool allow_tf32_ = false;
   std::vector<KernelArgSpec> input_specs_, output_specs_;
 };
 
@@ -289,13 +293,16 @@ Result<TuneProblem> tune_problem(const LocalKernel& k) {
   return p;
 }
 
-KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t, const std::string& arch) {
+KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t, const std::string& arch, bool allow_tf32) {
   KernelConfig c;
   std::optional<KernelKind> kind = kernel_kind_of(k);
   if (t == ConfigTarget::Gpu && kind == KernelKind::Reduction)
     if (Result<KernelConfig> s = suggest_reduction_config(KernelSpec{"sf_default", *kind, k.group}, c); s.ok()) c = *s;
-  if (t == ConfigTarget::Gpu && kind == KernelKind::Matmul && !arch.empty())
-    c = suggest_matmul_config(KernelSpec{"sf_default", *kind, k.group}, c, arch);
+  if (t == ConfigTarget::Gpu && kind == KernelKind::Matmul && !arch.empty()) {
+    KernelSpec spec{"sf_default", *kind, k.group};
+    spec.allow_tf32 = allow_tf32;
+    c = suggest_matmul_config(spec, c, arch);
+  }
   if (t == ConfigTarget::Gpu && kind == KernelKind::Pointwise) {
     // 16-byte accesses of the narrowest dtype the kernel reads or writes: 4 f32, 8
     // f16/bf16 (the emitter splits wider dtypes' vectors into 16-byte pieces).
@@ -346,8 +353,8 @@ std::shared_ptr<Builder> make_host_builder(const LocalKernel& k, std::shared_ptr
   return std::make_shared<HostCandidateBuilder>(k, std::move(jit));
 }
 
-std::shared_ptr<Builder> make_ptx_builder(const LocalKernel& k, const std::string& arch) {
-  return std::make_shared<PtxCandidateBuilder>(k, arch);
+std::shared_ptr<Builder> make_ptx_builder(const LocalKernel& k, const std::string& arch, bool allow_tf32) {
+  return std::make_shared<PtxCandidateBuilder>(k, arch, allow_tf32);
 }
 
 std::unique_ptr<Runner> make_host_runner(const LocalKernel& k, uint64_t seed) {
@@ -368,6 +375,10 @@ Result<std::unique_ptr<Runner>> make_cuda_runner(const LocalKernel& k, const std
 
 std::unique_ptr<Runner> make_unavailable_runner(std::string why) {
   return std::make_unique<UnavailableRunner>(std::move(why));
+}
+
+void mark_tf32(TuneProblem& p, const TuneSetup& setup) {
+  if (setup.allow_tf32 && setup.device == "cuda" && p.kind == KernelKind::Matmul && p.elem_bytes == 4) p.signature += " tf32";
 }
 
 Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs, const TuneSetup& setup,
@@ -391,6 +402,7 @@ Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs,
     for (const LocalKernel& k : prog.kernels) {
       Result<TuneProblem> p = tune_problem(k);
       if (!p) continue;  // kinds without an emitter run on the reference evaluator
+      mark_tf32(*p, setup);
       TuneKey key = make_tune_key(*p, setup.buckets, tid, tool);
       if (!seen.insert(key.hash()).second) continue;
       jobs.push_back({&k, std::move(p).value(), key});
@@ -405,7 +417,8 @@ Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs,
   GraphTuneResult out;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Job& j = jobs[i];
-    std::shared_ptr<Builder> builder = ct == ConfigTarget::Host ? make_host_builder(*j.k, jit) : make_ptx_builder(*j.k, setup.arch);
+    std::shared_ptr<Builder> builder =
+        ct == ConfigTarget::Host ? make_host_builder(*j.k, jit) : make_ptx_builder(*j.k, setup.arch, setup.allow_tf32);
     std::unique_ptr<Runner> own_runner;
     Runner* runner = gpu_runner;
     if (ct == ConfigTarget::Host) {
@@ -418,7 +431,7 @@ Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs,
       own_runner = cr ? std::move(cr).value() : make_unavailable_runner(cr.error().message);
       runner = own_runner.get();
     }
-    KernelConfig def = default_kernel_config(*j.k, ct, setup.arch);
+    KernelConfig def = default_kernel_config(*j.k, ct, setup.arch, setup.allow_tf32);
     Result<TuneReport> r = tune_kernel(j.p, j.key, *target, def, builder, *runner, cache, opts,
                                        [&](const TuneProgress& tp) {
                                          if (progress) progress(i, jobs.size(), tp);
@@ -441,12 +454,14 @@ ConfigChooser::ConfigChooser(TuneSetup setup, TuneCache* cache) : setup_(std::mo
 std::optional<TuneKey> ConfigChooser::key_of(const LocalKernel& k) const {
   Result<TuneProblem> p = tune_problem(k);
   if (!p) return std::nullopt;
+  mark_tf32(*p, setup_);
   return make_tune_key(*p, setup_.buckets, target_id(target_), toolchain_);
 }
 
 KernelChoice ConfigChooser::choose(const LocalKernel& k) const {
   const ConfigTarget ct = config_target_of(setup_);
-  KernelChoice c{default_kernel_config(k, ct, ct == ConfigTarget::Gpu ? setup_.arch : ""), ConfigSource::Default, ""};
+  KernelChoice c{default_kernel_config(k, ct, ct == ConfigTarget::Gpu ? setup_.arch : "", setup_.allow_tf32),
+                 ConfigSource::Default, ""};
   std::optional<KernelKind> kind = kernel_kind_of(k);
   if (kind) c.text = config_str(*kind, ct, c.config);
   std::optional<TuneKey> key = key_of(k);

@@ -22,9 +22,10 @@ Result<TuneProblem> tune_problem(const LocalKernel& k);
 
 // The config codegen uses when nothing was tuned: KernelConfig{} with, for GPU
 // reductions, the emitter's suggestion for the row shape, and for GPU matmuls that
-// can take tensor cores on `arch` (f16/bf16, sm_80+), a tensor-core tile
-// (suggest_matmul_config; none without an arch).
-KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t, const std::string& arch = "");
+// can take tensor cores on `arch` (f16/bf16, or f32 under `allow_tf32`, sm_80+), a
+// tensor-core tile (suggest_matmul_config; none without an arch).
+KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t, const std::string& arch = "",
+                                   bool allow_tf32 = false);
 
 // The GPU that GPU keys are measured on: device 0's name, arch and driver version
 // (cuda::device_info), looked up once per process; all empty without a driver or GPU.
@@ -51,7 +52,7 @@ std::string toolchain_id(ConfigTarget t, const GpuDeviceId& dev);
 // emits and compiles PTX for `arch` and runs ptxas for resources; its artifact holds
 // the PTX and launch shape (for the CUDA Runner).
 std::shared_ptr<Builder> make_host_builder(const LocalKernel& k, std::shared_ptr<llvmb::HostJit> jit);
-std::shared_ptr<Builder> make_ptx_builder(const LocalKernel& k, const std::string& arch);
+std::shared_ptr<Builder> make_ptx_builder(const LocalKernel& k, const std::string& arch, bool allow_tf32 = false);
 
 // Times host artifacts of `k` on seeded random inputs of its params' shapes.
 std::unique_ptr<Runner> make_host_runner(const LocalKernel& k, uint64_t seed = 1);
@@ -73,13 +74,20 @@ struct TuneSetup {
   std::string device = "cpu";     // cpu: host code, timed here; cuda: PTX for `arch`
   std::string arch = "sm_90a";
   ShapeBuckets buckets = ShapeBuckets::Exact;
+  // cuda: f32 matmuls may take TF32 tensor cores (--allow-tf32); their keys then
+  // say so (" tf32" after the signature), apart from the exact-FMA kernels'.
+  bool allow_tf32 = false;
 };
+
+// Appends " tf32" to an f32 matmul problem's signature under setup.allow_tf32 on cuda.
+void mark_tf32(TuneProblem& p, const TuneSetup& setup);
 
 // A kernel's config and where it came from.
 struct KernelChoice {
   KernelConfig config;
   ConfigSource source = ConfigSource::Default;
-  std::string text;  // config_str
+  std::string text;     // config_str, or extern_config_str(library)
+  std::string library;  // a library GEMM won ("cublaslt", "cublas"; codegen/kernels/extern_gemm.h); "" otherwise
 };
 
 // One line of `shardfuse tune` per distinct kernel, and the choice per key hash.
@@ -93,6 +101,8 @@ struct GraphTuneResult {
 // setup's runner: host timing for cpu; for cuda, `gpu_runner` when given, else a
 // CUDA Runner per kernel (make_cuda_runner), or, when none can be made (no device),
 // one that says why, so every kernel keeps its default config with a warning.
+// For cuda, a matmul a library can compute is also measured through it
+// (extern_candidates): each report says which library was offered, or why none.
 // Progress goes to `progress` with the kernel's index and count.
 Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs, const TuneSetup& setup,
                                       TuneCache& cache, const TuneOptions& opts,

@@ -18,7 +18,7 @@ Tolerance default_tolerance(DType t) {
   return {0, 0};
 }
 
-Tolerance check_tolerance(const Graph& g, ValueId v) {
+Tolerance check_tolerance(const Graph& g, ValueId v, bool allow_tf32) {
   const DType own = g.node(v).type.dtype;
   if (!is_float(own)) return default_tolerance(own);
   Tolerance t = default_tolerance(own);
@@ -31,7 +31,8 @@ Tolerance check_tolerance(const Graph& g, ValueId v) {
     seen[static_cast<size_t>(u)] = true;
     const DType d = g.node(u).type.dtype;
     if (is_float(d)) {
-      Tolerance du = default_tolerance(d);
+      const bool tf32 = allow_tf32 && d == DType::F32 && g.node(u).op == OpKind::Matmul;
+      Tolerance du = default_tolerance(tf32 ? DType::F16 : d);
       t.rtol = std::max(t.rtol, du.rtol);
       t.atol = std::max(t.atol, du.atol);
     }

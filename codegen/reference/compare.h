@@ -24,8 +24,9 @@ Tolerance default_tolerance(DType t);
 // from. A kernel may keep f16/bf16 values in f32 (Precision::Fused) where the
 // reference rounds them at every op, so an f32 value computed from bf16 ones can
 // differ from the reference by bf16's rounding, not f32's. Integer and bool values
-// stay exact.
-Tolerance check_tolerance(const Graph& g, ValueId v);
+// stay exact. `allow_tf32`: an f32 matmul among them may have multiplied in TF32,
+// whose inputs keep f16's 10-bit mantissa, so f16's tolerance.
+Tolerance check_tolerance(const Graph& g, ValueId v, bool allow_tf32 = false);
 
 struct Comparison {
   double max_abs_err = 0;

@@ -49,6 +49,10 @@ constexpr int kLanes = 32;
 
 // ---- the simulated warps -----------------------------------------------------------------
 
+// A 32-bit register as the tensor cores read TF32: the sign, exponent and top 10
+// mantissa bits of the f32 (the low 13 bits are ignored).
+float from_tf32(uint32_t bits) { return std::bit_cast<float>(bits & 0xFFFFE000u); }
+
 float from_16(uint32_t h, bool f16) {
   h &= 0xFFFFu;
   if (f16) return static_cast<float>(std::bit_cast<_Float16>(static_cast<uint16_t>(h)));
@@ -156,7 +160,7 @@ void sim_ldmatrix(void* ctx, int32_t thread, const void* row, int32_t trans, uin
   w.bar.arrive_and_wait();
 }
 
-void sim_mma(void* ctx, int32_t thread, int32_t f16, const uint32_t* a, const uint32_t* b, float* cd) {
+void sim_mma(void* ctx, int32_t thread, int32_t kind, const uint32_t* a, const uint32_t* b, float* cd) {
   Block& blk = *static_cast<Block*>(ctx);
   Warp& w = *blk.warps[static_cast<size_t>(thread / kLanes)];
   const int lane = thread % kLanes;
@@ -164,16 +168,34 @@ void sim_mma(void* ctx, int32_t thread, int32_t f16, const uint32_t* a, const ui
   std::memcpy(w.b[static_cast<size_t>(lane)].data(), b, 8);
   std::memcpy(w.c[static_cast<size_t>(lane)].data(), cd, 16);
   w.bar.arrive_and_wait();
-  // A (16 x 16), B (16 x 8) and C (16 x 8) gathered from every lane by the ISA figures.
+  // A (16 x K), B (K x 8) and C (16 x 8) gathered from every lane by the ISA figures:
+  // K = 16 for 16-bit operands (two per register), 8 for TF32 (one per register).
+  const bool tf32 = kind == 2, f16 = kind == 1;
+  const int kk_n = tf32 ? 8 : 16;
   float am[16][16], bm[16][8], cm[16][8];
   for (int l = 0; l < kLanes; ++l) {
-    for (int i = 0; i < 8; ++i) {
-      RowCol p = kernels::isa::isa_a(l, i);
-      am[p.row][p.col] = from_16(w.a[static_cast<size_t>(l)][static_cast<size_t>(i / 2)] >> (16 * (i % 2)), f16 != 0);
+    const auto& ra = w.a[static_cast<size_t>(l)];
+    const auto& rb = w.b[static_cast<size_t>(l)];
+    if (tf32) {
+      for (int i = 0; i < 4; ++i) {
+        RowCol p = kernels::isa::isa_a32(l, i);
+        am[p.row][p.col] = from_tf32(ra[static_cast<size_t>(i)]);
+      }
+      for (int i = 0; i < 2; ++i) {
+        RowCol p = kernels::isa::isa_b32(l, i);
+        bm[p.row][p.col] = from_tf32(rb[static_cast<size_t>(i)]);
+      }
+    } else {
+      for (int i = 0; i < 8; ++i) {
+        RowCol p = kernels::isa::isa_a(l, i);
+        am[p.row][p.col] = from_16(ra[static_cast<size_t>(i / 2)] >> (16 * (i % 2)), f16);
+      }
+      for (int i = 0; i < 4; ++i) {
+        RowCol p = kernels::isa::isa_b(l, i);
+        bm[p.row][p.col] = from_16(rb[static_cast<size_t>(i / 2)] >> (16 * (i % 2)), f16);
+      }
     }
     for (int i = 0; i < 4; ++i) {
-      RowCol p = kernels::isa::isa_b(l, i);
-      bm[p.row][p.col] = from_16(w.b[static_cast<size_t>(l)][static_cast<size_t>(i / 2)] >> (16 * (i % 2)), f16 != 0);
       RowCol q = kernels::isa::isa_c(l, i);
       cm[q.row][q.col] = w.c[static_cast<size_t>(l)][static_cast<size_t>(i)];
     }
@@ -181,7 +203,7 @@ void sim_mma(void* ctx, int32_t thread, int32_t f16, const uint32_t* a, const ui
   for (int i = 0; i < 4; ++i) {
     RowCol q = kernels::isa::isa_c(lane, i);
     double s = cm[q.row][q.col];
-    for (int kk = 0; kk < 16; ++kk) s += static_cast<double>(am[q.row][kk]) * bm[kk][q.col];
+    for (int kk = 0; kk < kk_n; ++kk) s += static_cast<double>(am[q.row][kk]) * bm[kk][q.col];
     cd[i] = static_cast<float>(s);
   }
   w.bar.arrive_and_wait();
@@ -205,26 +227,29 @@ void sim_wgmma(void* ctx, int32_t thread, uint64_t desc_a, uint64_t desc_b, int3
     if (wg.da[static_cast<size_t>(u)] != desc_a || wg.db[static_cast<size_t>(u)] != desc_b ||
         wg.mode[static_cast<size_t>(u)] != mode)
       blk.fail("wgmma: the threads of a warpgroup disagree on the descriptors or the shape");
-  const bool f16 = (mode & 1) != 0;
+  const bool f16 = (mode & 1) != 0, tf32 = (mode & 8) != 0;
   const bool ta = (mode & 2) != 0 && !blk.ignore_wgmma_trans, tb = (mode & 4) != 0 && !blk.ignore_wgmma_trans;
   const int n = mode >> 8;
+  const int64_t eb = tf32 ? 4 : 2, kk_n = tf32 ? 8 : 16;
+  if (tf32 && (ta || tb)) blk.fail("wgmma: TF32 has no transposed (MN-major) operands");
   kernels::isa::WgmmaDesc a = kernels::isa::decode_wgmma_desc(desc_a), b = kernels::isa::decode_wgmma_desc(desc_b);
   for (const kernels::isa::WgmmaDesc* x : {&a, &b})
     if (x->swizzle != 1 || x->base_offset != 0 || ((x->start >> 7) & 7) != 0)
       blk.fail("wgmma: a descriptor is not a 128-byte swizzle starting on a 1024-byte pattern boundary");
   auto elem = [&](const kernels::isa::WgmmaDesc& x, bool mn_major, int64_t mn, int64_t k) -> float {
-    int64_t at = kernels::isa::wgmma_operand_addr(x, mn_major, mn, k);
-    if (at < 0 || at + 2 > static_cast<int64_t>(blk.smem_bytes)) {
+    int64_t at = kernels::isa::wgmma_operand_addr(x, mn_major, mn, k, eb);
+    if (at < 0 || at + eb > static_cast<int64_t>(blk.smem_bytes)) {
       blk.fail("wgmma: an operand element lies outside shared memory");
       return 0.0f;
     }
-    uint32_t h = static_cast<uint32_t>(blk.smem[at]) | (static_cast<uint32_t>(blk.smem[at + 1]) << 8);
-    return from_16(h, f16);
+    uint32_t h = 0;
+    std::memcpy(&h, blk.smem + at, static_cast<size_t>(eb));
+    return tf32 ? from_tf32(h) : from_16(h, f16);
   };
   for (int i = 0; i < n / 2; ++i) {
     RowCol q = kernels::isa::isa_wgmma_d(t, i);
     double s = d[i];
-    for (int kk = 0; kk < 16; ++kk)
+    for (int kk = 0; kk < kk_n; ++kk)
       s += static_cast<double>(elem(a, ta, q.row, kk)) * static_cast<double>(elem(b, tb, q.col, kk));
     d[i] = static_cast<float>(s);
   }
@@ -289,6 +314,13 @@ Graph mm_graph(const Shape3& s, DType dt, Epi e) {
 
 KernelSpec spec_of(const Graph& g, std::string entry = "mm_tc") { return KernelSpec{std::move(entry), KernelKind::Matmul, g}; }
 
+// --allow-tf32's spec: an f32 matmul may take the tensor cores in TF32.
+KernelSpec tf32_spec(const Graph& g) {
+  KernelSpec s = spec_of(g);
+  s.allow_tf32 = true;
+  return s;
+}
+
 KernelConfig tc_config(int bm, int bn, int bk, int warps, int stages, int group_m = 8) {
   KernelConfig c;
   c.block_m = bm;
@@ -305,7 +337,7 @@ KernelConfig tc_config(int bm, int bn, int bk, int warps, int stages, int group_
 Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg,
                                    std::string* hw_error, bool ignore_trans = false, int* wavefronts = nullptr,
                                    bool wgmma = false, int* wgmma_calls = nullptr) {
-  Result<EmittedKernel> k = emit_matmul_mma_block_on_host(spec_of(g), cfg, wgmma);
+  Result<EmittedKernel> k = emit_matmul_mma_block_on_host(tf32_spec(g), cfg, wgmma);
   if (!k) return k.error();
   LaunchShape launch = k->launch;
   Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
@@ -340,10 +372,17 @@ Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& in
 }
 
 // `loads`: the kernel reads shared memory at all (K > 0).
+// For an f32 graph (TF32 kernels) the reference gets the inputs as the tensor cores
+// read them, cut to TF32, so the kernel must match it to f32's tolerance: a kernel
+// that skipped TF32 or cut wrongly fails.
 void check(const Graph& g, const KernelConfig& cfg, const std::string& what, bool loads = true, uint64_t seed = 1,
            bool wgmma = false) {
   std::vector<Tensor> in = make_inputs(g, seed);
-  Result<std::vector<Tensor>> want = evaluate(g, in);
+  std::vector<Tensor> ref_in = in;
+  for (Tensor& t : ref_in)
+    if (t.dtype() == DType::F32)
+      for (int64_t i = 0; i < t.numel(); ++i) t.set(i, from_tf32(std::bit_cast<uint32_t>(static_cast<float>(t.get(i)))));
+  Result<std::vector<Tensor>> want = evaluate(g, ref_in);
   ASSERT_TRUE(want.ok()) << what << ": " << want.error().str();
   std::string hw_error;
   int wavefronts = 0, wgmma_calls = 0;
@@ -353,6 +392,10 @@ void check(const Graph& g, const KernelConfig& cfg, const std::string& what, boo
   if (wgmma) {
     EXPECT_EQ(wavefronts, 0) << what << ": the wgmma kernel used ldmatrix";
     EXPECT_EQ(wgmma_calls > 0, loads) << what << ": " << wgmma_calls << " wgmma instructions";
+  } else if (g.node(g.params()[0]).type.dtype == DType::F32) {
+    // TF32 with both operands m-/n-contiguous loads no fragment by ldmatrix.
+    EXPECT_LE(wavefronts, 1) << what << ": an ldmatrix phase hit a bank more than once";
+    EXPECT_EQ(wgmma_calls, 0) << what;
   } else {
     // The swizzle as emitted: every ldmatrix phase of the kernel is one wavefront.
     EXPECT_EQ(wavefronts, loads ? 1 : 0) << what << ": an ldmatrix phase hit a bank more than once";
@@ -442,6 +485,37 @@ TEST(MatmulMmaSim, HardwareThatIgnoresTransGivesWrongResults) {
   EXPECT_FALSE(compare((*got)[0], (*want)[0], default_tolerance(DType::BF16)).ok());
 }
 
+// TF32 (--allow-tf32): f32 operands in 32-bit shared tiles (32-wide panels of 128-byte
+// rows, 16-wide of 64), mma.m16n8k8 per 32 bytes of k. k-contiguous operands come by
+// ldmatrix (the same bytes as 16-bit ones), m- and n-contiguous ones one element per
+// register. Matched against the reference on TF32-cut inputs (check above).
+TEST(MatmulMmaSim, Tf32EveryOperandLayoutMatchesTheReference) {
+  for (bool a_t : {false, true})
+    for (bool b_t : {false, true}) {
+      Shape3 s{40, 48, 84, a_t, b_t, {}};
+      for (const KernelConfig& c : {tc_config(32, 32, 16, 2, 2), tc_config(64, 32, 32, 4, 3)})
+        check(mm_graph(s, DType::F32, Epi::None), c, name(s, DType::F32, c) + " tf32");
+    }
+  Shape3 b{32, 40, 48, false, true, {2}};
+  check(mm_graph(b, DType::F32, Epi::None), tc_config(32, 32, 32, 2, 2), "tf32 batch 2");
+}
+
+// The check is not blind to TF32: the same kernel's results against the exact f32
+// reference (uncut inputs) miss f32's tolerance and keep f16's, TF32's mantissa.
+TEST(MatmulMmaSim, Tf32RoundsLikeTf32) {
+  Shape3 s{32, 32, 256, false, true, {}};
+  Graph g = mm_graph(s, DType::F32, Epi::None);
+  std::vector<Tensor> in = make_inputs(g, 3);
+  Result<std::vector<Tensor>> exact = evaluate(g, in);
+  ASSERT_TRUE(exact.ok());
+  std::string hw_error;
+  Result<std::vector<Tensor>> got = run_tc(g, in, tc_config(32, 32, 32, 2, 2), &hw_error);
+  ASSERT_TRUE(got.ok()) << got.error().str();
+  EXPECT_EQ(hw_error, "");
+  EXPECT_FALSE(compare((*got)[0], (*exact)[0], default_tolerance(DType::F32)).ok());
+  EXPECT_TRUE(compare((*got)[0], (*exact)[0], default_tolerance(DType::F16)).ok());
+}
+
 // ---- the warpgroup (wgmma) kernel on the host -----------------------------------------------
 
 // Every operand layout: A K-major (x) or M-major (transpose), B K-major (transpose(w))
@@ -484,6 +558,13 @@ TEST(MatmulWgmmaSim, EpiloguesBatchesAndEdges) {
   check(mm_graph(empty, DType::BF16, Epi::BiasGelu), c, "wgmma K = 0", /*loads=*/false, 1, true);
 }
 
+// TF32 wgmma (m64nNk8): both operands K-major (x @ transpose(w)), 32-wide k panels.
+TEST(MatmulWgmmaSim, Tf32KMajorMatchesTheReference) {
+  Shape3 s{136, 100, 72, false, true, {}};
+  for (const KernelConfig& c : {tc_config(64, 64, 32, 4, 2), tc_config(128, 128, 64, 8, 3)})
+    check(mm_graph(s, DType::F32, Epi::None), c, name(s, DType::F32, c) + " tf32 wgmma", true, 1, true);
+}
+
 // Not blind: hardware that reads every operand K-major (ignores imm-trans) gives wrong
 // results for x @ w, whose B is N-major.
 TEST(MatmulWgmmaSim, HardwareThatIgnoresTransGivesWrongResults) {
@@ -506,10 +587,10 @@ struct Ptx {
   LaunchShape launch;
 };
 
-Ptx emit_ptx(const Graph& g, const KernelConfig& c, const std::string& arch) {
+Ptx emit_ptx(const Graph& g, const KernelConfig& c, const std::string& arch, bool allow_tf32 = false) {
   Ptx out;
   llvmb::Target t = llvmb::Target::nvptx(arch);
-  Result<EmittedKernel> k = emit_matmul(spec_of(g), c, t);
+  Result<EmittedKernel> k = emit_matmul(allow_tf32 ? tf32_spec(g) : spec_of(g), c, t);
   EXPECT_TRUE(k.ok()) << (k.ok() ? "" : k.error().str());
   if (!k) return out;
   out.launch = k->launch;
@@ -579,6 +660,40 @@ TEST(MatmulMmaNvptx, Sm90aHotLoopUsesWgmma) {
     }
 }
 
+// --allow-tf32: an f32 GEMM multiplies on the tensor cores in TF32; without it, FMA.
+TEST(MatmulMmaNvptx, Tf32OnlyWhenAllowed) {
+  Graph lin = mm_graph({4096, 4096, 4096, false, true, {}}, DType::F32, Epi::None);  // x @ transpose(w)
+  Graph xw = mm_graph({4096, 4096, 4096, false, false, {}}, DType::F32, Epi::None);  // x @ w
+  KernelConfig c80 = suggest_matmul_config(tf32_spec(lin), KernelConfig{}, "sm_80");
+  EXPECT_EQ(c80, tc_config(128, 128, 32, 4, 3));
+  Ptx p80 = emit_ptx(lin, c80, "sm_80", true);
+  EXPECT_GT(count(p80.text, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"), 0);
+  EXPECT_GT(count(p80.text, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), 0);
+  EXPECT_EQ(count(p80.text, "fma.rn.f32"), 0);
+  // sm_90a, both operands K-major: wgmma m64n256k8 over 32-element (128-byte) k panels.
+  KernelConfig c90 = suggest_matmul_config(tf32_spec(lin), KernelConfig{}, "sm_90a");
+  EXPECT_EQ(c90, tc_config(128, 256, 32, 8, 3));
+  Ptx p90 = emit_ptx(lin, c90, "sm_90a", true);
+  EXPECT_EQ(count(p90.text, "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32"), 4);
+  // x @ w: B is n-contiguous, which TF32 wgmma cannot read; mma.sync with B one
+  // element per register.
+  KernelConfig cxw = suggest_matmul_config(tf32_spec(xw), KernelConfig{}, "sm_90a");
+  Ptx pxw = emit_ptx(xw, cxw, "sm_90a", true);
+  EXPECT_GT(count(pxw.text, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"), 0);
+  EXPECT_EQ(count(pxw.text, "wgmma"), 0);
+  EXPECT_EQ(count(pxw.text, "ldmatrix.sync.aligned.m8n8.x4.trans"), 0) << "32-bit elements cannot be transposed by ldmatrix";
+  // Not allowed: the SIMT FMA kernel.
+  Ptx exact = emit_ptx(lin, c80, "sm_80", false);
+  EXPECT_EQ(count(exact.text, "mma"), 0);
+  EXPECT_GT(count(exact.text, "fma.rn.f32"), 0);
+  if (have_ptxas())
+    for (const Ptx* p : {&p80, &p90, &pxw}) {
+      Result<std::vector<KernelResources>> r = assemble(p->text, p == &p80 ? "sm_80" : "sm_90a");
+      ASSERT_TRUE(r.ok()) << r.error().str();
+      EXPECT_FALSE((*r)[0].spills());
+    }
+}
+
 TEST(MatmulMmaNvptx, TransposedOperandsUseLdmatrixTrans) {
   // x @ w (w [K, N]: n contiguous) needs .trans for B; transpose(a) @ transpose(w)
   // needs it for A and not for B.
@@ -604,6 +719,21 @@ TEST(MatmulMmaNvptx, PtxasAcceptsEveryTestedConfigWithoutSpills) {
         ASSERT_FALSE(r->empty());
         EXPECT_EQ((*r)[0].spill_store_bytes + (*r)[0].spill_load_bytes, 0) << name(s, dt, c) << " " << arch;
       }
+}
+
+// --check under --allow-tf32: an f32 value computed by an f32 matmul gets f16's
+// tolerance (TF32's mantissa), and values no matmul feeds keep f32's.
+TEST(MatmulMmaPath, CheckToleranceAllowsForTf32) {
+  GraphBuilder b("t");
+  Value x = b.param("x", DType::F32, {4, 8});
+  Value w = b.param("w", DType::F32, {8, 4});
+  Value y = relu(matmul(x, w));
+  b.ret(y);
+  b.ret(x + x);
+  Graph g = finish(b);
+  EXPECT_EQ(check_tolerance(g, g.outputs()[0].value).rtol, default_tolerance(DType::F32).rtol);
+  EXPECT_EQ(check_tolerance(g, g.outputs()[0].value, true).rtol, default_tolerance(DType::F16).rtol);
+  EXPECT_EQ(check_tolerance(g, g.outputs()[1].value, true).rtol, default_tolerance(DType::F32).rtol);
 }
 
 // ---- which kernel ------------------------------------------------------------------------------
@@ -646,7 +776,12 @@ TEST(MatmulMmaPath, SaysWhichKernelAndWhy) {
   p = matmul_path(spec_of(f32), tc, "sm_90a");
   ASSERT_TRUE(p.ok());
   EXPECT_FALSE(p->tensor_cores);
-  EXPECT_NE(p->why.find("f32"), std::string::npos) << p->why;
+  EXPECT_NE(p->why.find("--allow-tf32"), std::string::npos) << p->why;
+  // Allowed: TF32 on mma.sync, not wgmma, since B (x @ w) is n-contiguous.
+  p = matmul_path(tf32_spec(f32), tc_config(128, 128, 32, 8, 3), "sm_90a");
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->tensor_cores && !p->wgmma) << p->why;
+  EXPECT_NE(p->why.find("TF32 wgmma reads both operands K-major"), std::string::npos) << p->why;
 
   // block_k 16: A's k-contiguous shared rows would be 32 bytes, which the swizzle
   // does not cover.

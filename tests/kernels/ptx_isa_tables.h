@@ -92,6 +92,34 @@ constexpr const char* kLdFigHalf[8] = {
     "01010101", "01010101", "01010101", "01010101", "01010101", "01010101", "01010101", "01010101",
 };
 
+// PTX ISA, "Matrix Fragments for mma.m16n8k8" with .tf32 A/B: each register holds one
+// 32-bit element.
+// A, 16 x 8 (rows m, columns k), elements a0..a3.
+constexpr int kA32FigLane[16][8] = {
+    { 0,  1,  2,  3,  0,  1,  2,  3}, { 4,  5,  6,  7,  4,  5,  6,  7},
+    { 8,  9, 10, 11,  8,  9, 10, 11}, {12, 13, 14, 15, 12, 13, 14, 15},
+    {16, 17, 18, 19, 16, 17, 18, 19}, {20, 21, 22, 23, 20, 21, 22, 23},
+    {24, 25, 26, 27, 24, 25, 26, 27}, {28, 29, 30, 31, 28, 29, 30, 31},
+    { 0,  1,  2,  3,  0,  1,  2,  3}, { 4,  5,  6,  7,  4,  5,  6,  7},
+    { 8,  9, 10, 11,  8,  9, 10, 11}, {12, 13, 14, 15, 12, 13, 14, 15},
+    {16, 17, 18, 19, 16, 17, 18, 19}, {20, 21, 22, 23, 20, 21, 22, 23},
+    {24, 25, 26, 27, 24, 25, 26, 27}, {28, 29, 30, 31, 28, 29, 30, 31},
+};
+constexpr const char* kA32FigElem[16] = {
+    "00002222", "00002222", "00002222", "00002222", "00002222", "00002222", "00002222", "00002222",
+    "11113333", "11113333", "11113333", "11113333", "11113333", "11113333", "11113333", "11113333",
+};
+// B, 8 x 8 (rows k, columns n), elements b0, b1.
+constexpr int kB32FigLane[8][8] = {
+    {0, 4,  8, 12, 16, 20, 24, 28}, {1, 5,  9, 13, 17, 21, 25, 29},
+    {2, 6, 10, 14, 18, 22, 26, 30}, {3, 7, 11, 15, 19, 23, 27, 31},
+    {0, 4,  8, 12, 16, 20, 24, 28}, {1, 5,  9, 13, 17, 21, 25, 29},
+    {2, 6, 10, 14, 18, 22, 26, 30}, {3, 7, 11, 15, 19, 23, 27, 31},
+};
+constexpr const char* kB32FigElem[8] = {
+    "00000000", "00000000", "00000000", "00000000", "11111111", "11111111", "11111111", "11111111",
+};
+
 // A figure read backwards: (lane, element) -> cell, and how often the grid names each.
 struct FigureMap {
   std::array<std::array<RowCol, 8>, kLanes> at{};
@@ -143,19 +171,25 @@ inline WgmmaDesc decode_wgmma_desc(uint64_t d) {
           static_cast<int64_t>((d >> 32) & 0x3FFF) << 4, static_cast<int>((d >> 49) & 7), static_cast<int>(d >> 62)};
 }
 
-// The byte address of 16-bit element (mn, k), k < 16, of an operand under the
+// The byte address of element (mn, k) of `eb` bytes, k < 32 / eb, of an operand under the
 // canonical 128-byte-swizzle layouts ("Shared Memory Matrix Layout"; swizzle atom:
 // 8 rows of 128 bytes, its 16-byte units permuted within each row by the row's
 // index in the atom, as address bits 4-6 ^= bits 7-9).
 //   K-major (imm-trans 0): rows are m (n), 128 bytes each, k contiguous inside the
 //     row; 8-row groups `sbo` apart; the leading byte offset is unused.
-//   MN-major (imm-trans 1): rows are k, m (n) contiguous inside the row, 64 elements
-//     per atom; atoms along m (n) `lbo` apart, 8-row groups of k `sbo` apart.
-inline int64_t wgmma_operand_addr(const WgmmaDesc& d, bool mn_major, int64_t mn, int64_t k) {
-  int64_t a = mn_major ? d.start + (mn / 64) * d.lbo + (mn % 64) * 2 + (k / 8) * d.sbo + (k % 8) * 128
-                       : d.start + (mn / 8) * d.sbo + (mn % 8) * 128 + k * 2;
+//   MN-major (imm-trans 1): rows are k, m (n) contiguous inside the row, 128 bytes
+//     per atom row; atoms along m (n) `lbo` apart, 8-row groups of k `sbo` apart.
+inline int64_t wgmma_operand_addr(const WgmmaDesc& d, bool mn_major, int64_t mn, int64_t k, int64_t eb = 2) {
+  const int64_t atom = 128 / eb;  // elements in an atom's 128-byte row
+  int64_t a = mn_major ? d.start + (mn / atom) * d.lbo + (mn % atom) * eb + (k / 8) * d.sbo + (k % 8) * 128
+                       : d.start + (mn / 8) * d.sbo + (mn % 8) * 128 + k * eb;
   return a ^ (((a >> 7) & 7) << 4);
 }
+
+inline const FigureMap& fig_a32() { static const FigureMap m = invert(kA32FigLane, kA32FigElem); return m; }
+inline const FigureMap& fig_b32() { static const FigureMap m = invert(kB32FigLane, kB32FigElem); return m; }
+inline RowCol isa_a32(int lane, int i) { return fig_a32().at[lane][i]; }
+inline RowCol isa_b32(int lane, int i) { return fig_b32().at[lane][i]; }
 
 inline RowCol isa_a(int lane, int i) { return fig_a().at[lane][i]; }
 inline RowCol isa_b(int lane, int i) { return fig_b().at[lane][i]; }

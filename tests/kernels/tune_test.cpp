@@ -249,6 +249,28 @@ TEST(CompileWithCache, PlanRecordsCachedConfigsAndTheirSource) {
   EXPECT_EQ(p2->plan.kernels[0].block[0], 128);
 }
 
+// --allow-tf32 builds another kernel for an f32 matmul, so its key differs from the
+// exact one's (a tuned FMA config must not be reused for the TF32 kernel, nor the
+// reverse), on cuda only; the default config is then the TF32 tensor-core tile.
+TEST(TuneKeys, Tf32MatmulsHaveTheirOwnKeys) {
+  LocalKernel k = only(kernels_of(mlp(256, 256, 256)));
+  TuneSetup exact{"cuda", "sm_80", ShapeBuckets::Exact};
+  TuneSetup tf32 = exact;
+  tf32.allow_tf32 = true;
+  std::optional<TuneKey> a = ConfigChooser(exact, nullptr).key_of(k), b = ConfigChooser(tf32, nullptr).key_of(k);
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(a->hash(), b->hash());
+  EXPECT_NE(b->signature.find(" tf32"), std::string::npos);
+  TuneSetup host{"cpu", "", ShapeBuckets::Exact};
+  TuneSetup host_tf32 = host;
+  host_tf32.allow_tf32 = true;
+  EXPECT_EQ(ConfigChooser(host, nullptr).key_of(k)->hash(), ConfigChooser(host_tf32, nullptr).key_of(k)->hash());
+  EXPECT_EQ(default_kernel_config(k, ConfigTarget::Gpu, "sm_80"), KernelConfig{}) << "f32 stays on the SIMT default";
+  KernelConfig t = default_kernel_config(k, ConfigTarget::Gpu, "sm_80", true);
+  EXPECT_EQ(t.block_m, 128);
+  EXPECT_EQ(t.block_k, 32);
+}
+
 TEST(TuneKeys, OnlyGpuKeysCarryTheDeviceAndItsDriver) {
   const GpuDeviceId h200{"NVIDIA H200", "sm_90a", 13000};
   const TargetInfo& host = host_target_info();

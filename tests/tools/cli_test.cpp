@@ -321,5 +321,26 @@ TEST(CliCompile, ReportPricesTensorCoreMatmulsAtTheTensorRate) {
   }
 }
 
+// --allow-tf32 from the CLI: an f32 nn.Linear GEMM compiles to TF32 tensor cores
+// (and is priced so), explain says so; without the flag it stays FMA.
+TEST(CliCompile, AllowTf32PutsF32MatmulsOnTheTensorCores) {
+  TempDir d;
+  write_file(d / "g.sf",
+             "graph lin(x: f32[1024, 1024], w: f32[1024, 1024]) {\n"
+             "  y = matmul(x, transpose(w, 0, 1))\n"
+             "  return y\n}\n");
+  CliResult tf = shardfuse("compile " + (d / "g.sf") + " --arch sm_80 --allow-tf32 --no-ptxas -o " + (d / "tf"));
+  ASSERT_EQ(tf.code, 0) << tf.out;
+  std::string ptx = read_text(d / "tf/k0_matmul.ptx");
+  EXPECT_NE(ptx.find("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"), std::string::npos);
+  EXPECT_NE(read_text(d / "tf/report.txt").find("compute (tensor cores)"), std::string::npos);
+  CliResult exact = shardfuse("compile " + (d / "g.sf") + " --arch sm_80 --no-ptxas -o " + (d / "exact"));
+  ASSERT_EQ(exact.code, 0) << exact.out;
+  EXPECT_EQ(read_text(d / "exact/k0_matmul.ptx").find("tf32"), std::string::npos);
+  CliResult ex = shardfuse("explain " + (d / "g.sf") + " --device cuda --arch sm_90a --allow-tf32");
+  ASSERT_EQ(ex.code, 0) << ex.out;
+  EXPECT_NE(ex.out.find("tensor cores: wgmma.mma_async m64n256k8 tf32"), std::string::npos) << ex.out;
+}
+
 }  // namespace tools_cli_test
 }  // namespace sf

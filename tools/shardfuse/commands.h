@@ -69,6 +69,7 @@ DecomposeMode decompose_mode(const DecomposeCliOptions& o);
 // --precision fused|eager (Precision, autotune/config.h), on compile and run.
 void add_precision_option(CLI::App* cmd, std::string& value);
 Precision precision_of(const std::string& value);
+void add_allow_tf32_option(CLI::App* cmd, bool& value);
 
 // The tuning cache options shared by tune, run, compile and explain.
 struct CacheCliOptions {
@@ -99,8 +100,9 @@ std::optional<std::vector<Tensor>> gather_outputs(const Graph& g, const Sharding
                                                   const std::vector<std::vector<Tensor>>& per_rank);
 // Prints every output (and with `check`, its error against the reference evaluator
 // on `inputs`), saves them to `outputs_dir` if given; the exit code.
+// `allow_tf32`: f32 matmuls may have multiplied in TF32 (check_tolerance).
 int report_outputs(const Graph& g, const std::vector<Tensor>& out, const std::vector<Tensor>& inputs, bool check,
-                   const std::string& outputs_dir);
+                   const std::string& outputs_dir, bool allow_tf32 = false);
 
 // How the ranks of a GPU run spread over GPUs and run their collectives.
 struct GpuCommOptions {
@@ -119,6 +121,7 @@ struct GpuCliOptions {
   std::string inputs_dir, outputs_dir;
   uint64_t seed = 0;
   bool check = false;
+  bool allow_tf32 = false;  // --check: f32 matmuls may have run in TF32 (check_tolerance)
   bool cuda_graph = false;
   double timeout_s = 60;
   std::string trace_file;  // --trace: a Chrome trace of the run

@@ -25,6 +25,7 @@ struct CompileCliOptions {
   CacheCliOptions cache;
   bool autotune = false;
   std::string precision = "fused";
+  bool allow_tf32 = false;
 };
 
 int compile(const CompileCliOptions& o) {
@@ -39,6 +40,7 @@ int compile(const CompileCliOptions& o) {
   co.arch = o.arch;
   co.run_ptxas = !o.no_ptxas;
   co.precision = precision_of(o.precision);
+  co.allow_tf32 = o.allow_tf32;
   co.pipeline.fuse = !o.no_fuse;
   co.pipeline.reorder = !o.no_reorder;
   co.pipeline.decompose.mode = decompose_mode(o.decompose);
@@ -55,7 +57,7 @@ int compile(const CompileCliOptions& o) {
   bool cache_failed = false;
   std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, o.autotune, &cache_failed);
   if (cache_failed) return 1;
-  const TuneSetup setup{"cuda", o.arch, parse_buckets(o.cache.buckets)};
+  const TuneSetup setup{"cuda", o.arch, parse_buckets(o.cache.buckets), o.allow_tf32};
   auto chooser = std::make_shared<ConfigChooser>(setup, cache.get());
   if (o.autotune) {
     if (!cache) {
@@ -123,6 +125,7 @@ void add_compile(CLI::App& app, int& exit_code) {
                 "tune the kernels the cache has no config for first, measuring on GPU 0 (which must be --arch)");
   cmd->add_flag("--no-ptxas", o->no_ptxas, "do not check the PTX with ptxas (resources then show as -)");
   add_precision_option(cmd, o->precision);
+  add_allow_tf32_option(cmd, o->allow_tf32);
   cmd->footer(
       "Every kernel's PTX is assembled by ptxas (when the CUDA toolkit has it) and its registers and spills are\n"
       "recorded in plan.json and report.txt. docs/plan.md describes the Plan.\n"

@@ -82,7 +82,7 @@ std::string preview(const Tensor& t) {
 }  // namespace
 
 int report_outputs(const Graph& g, const std::vector<Tensor>& out, const std::vector<Tensor>& inputs, bool check,
-                   const std::string& outputs_dir) {
+                   const std::string& outputs_dir, bool allow_tf32) {
   std::optional<std::vector<Tensor>> want;
   if (check) {
     Result<std::vector<Tensor>> ref = evaluate(g, inputs);
@@ -97,7 +97,7 @@ int report_outputs(const Graph& g, const std::vector<Tensor>& out, const std::ve
     const Tensor& t = out[i];
     std::cout << "  " << g.outputs()[i].name << ": " << t.type().str() << " " << preview(t);
     if (want) {
-      Comparison c = compare(t, (*want)[i], check_tolerance(g, g.outputs()[i].value));
+      Comparison c = compare(t, (*want)[i], check_tolerance(g, g.outputs()[i].value, allow_tf32));
       std::cout << std::setprecision(3) << "  max_abs_err=" << c.max_abs_err << " max_rel_err=" << c.max_rel_err
                 << (c.ok() ? "  ok" : "  MISMATCH");
       if (!c.ok()) {
@@ -297,7 +297,7 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
       continue;
     }
     Tensor want = shard_tensor((*ref)[i], spec, mesh, rank);
-    Comparison c = compare((*out)[i], want, check_tolerance(g, g.outputs()[i].value));
+    Comparison c = compare((*out)[i], want, check_tolerance(g, g.outputs()[i].value, o.allow_tf32));
     std::cout << std::setprecision(3) << "  max_abs_err=" << c.max_abs_err << (c.ok() ? "  ok" : "  MISMATCH") << "\n";
     ok = ok && c.ok();
   }
@@ -353,7 +353,7 @@ int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o)
   std::cout << "; collectives: " << stats.collectives;
   if (stats.nccl_ops) std::cout << ", " << stats.nccl_ops << " enqueued";
   std::cout << "\n";
-  return report_outputs(g, *global, *inputs, o.check, o.outputs_dir);
+  return report_outputs(g, *global, *inputs, o.check, o.outputs_dir, o.allow_tf32);
 }
 
 namespace {
@@ -390,7 +390,12 @@ int exec(const ExecCliOptions& o) {
     return 1;
   }
   if (!cuda_device_for(src->plan.arch)) return 1;
-  return run_plan_cuda(*g, *src, o.gpu);
+  // A Plan compiled with --allow-tf32 has kernels that multiply in TF32: its PTX says
+  // so, and --check allows for TF32's rounding of their f32 inputs.
+  GpuCliOptions go = o.gpu;
+  for (const auto& [file, text] : src->ptx)
+    if (text.find(".f32.tf32.tf32") != std::string::npos) go.allow_tf32 = true;
+  return run_plan_cuda(*g, *src, go);
 }
 
 }  // namespace

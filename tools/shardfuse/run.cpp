@@ -44,6 +44,7 @@ struct RunOptions {
   bool no_fuse = false;
   std::string kernels = "generated";
   std::string precision = "fused";
+  bool allow_tf32 = false;
   double timeout_s = 60;
   CacheCliOptions cache;
   bool autotune = false;
@@ -153,7 +154,7 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   bool cache_failed = false;
   std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, o.autotune, &cache_failed);
   if (cache_failed) return 1;
-  const TuneSetup setup{"cuda", dev->arch(), parse_buckets(o.cache.buckets)};
+  const TuneSetup setup{"cuda", dev->arch(), parse_buckets(o.cache.buckets), o.allow_tf32};
   auto chooser = std::make_shared<ConfigChooser>(setup, cache.get());
   if (o.autotune) {
     // Ranks are threads here: one table for all of them.
@@ -173,6 +174,7 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   co.pipeline.reorder = !o.no_reorder;
   co.pipeline.decompose.mode = decompose_mode(o.decompose);
   co.precision = precision_of(o.precision);
+  co.allow_tf32 = o.allow_tf32;
   co.choose = [chooser](const LocalKernel& k) { return chooser->choose(k); };
   Result<CompiledPlan> cp = compile_plan(g, co);
   if (!cp) {
@@ -185,6 +187,7 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   go.outputs_dir = o.outputs_dir;
   go.seed = o.seed;
   go.check = o.check;
+  go.allow_tf32 = o.allow_tf32;
   go.cuda_graph = o.cuda_graph;
   go.comm = o.gpu_comm;
   go.rank = o.rank;
@@ -379,6 +382,7 @@ void add_run(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-reorder", o->no_reorder, "run collectives where lowering put them (no raise/sink)");
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
   add_precision_option(cmd, o->precision);
+  add_allow_tf32_option(cmd, o->allow_tf32);
   add_verify_each_option(cmd);
   add_decompose_options(cmd, o->decompose);
   cmd->add_option("--kernels", o->kernels,

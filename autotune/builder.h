@@ -43,6 +43,7 @@ struct BuildResult {
   // `wgmma`: by sm_90a's warpgroup MMA, which reaches the dense peak mma.sync does not.
   bool tensor_cores = false;
   bool wgmma = false;
+  bool tf32 = false;  // its tensor-core operands are TF32 (--allow-tf32): the TF32 rate
 };
 
 class Builder {

@@ -171,7 +171,9 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
     const double f_arch =
         b.wgmma ? 0.85 : t.name.rfind("sm_9", 0) == 0 || t.name.rfind("sm_1", 0) == 0 ? 0.65 : 0.85;
     const double f_pipe = c.stages >= 3 ? 1.0 : 0.8;
-    const double per_block_rate = t.tensor16_gflops * 1e3 / t.sms * f_tile * f_occ * f_arch * f_pipe / resident;
+    // TF32 (--allow-tf32) at its own rate, half the 16-bit one.
+    const double peak = b.tf32 && t.tf32_gflops > 0 ? t.tf32_gflops : t.tensor16_gflops;
+    const double per_block_rate = peak * 1e3 / t.sms * f_tile * f_occ * f_arch * f_pipe / resident;
     double compute = waves * tile_flops / per_block_rate;
     // Every block reads its A and B panels through L2 (about 4x DRAM's bandwidth on
     // the archs these kernels run on, an estimate); with a GROUP_M swizzle a wave's

@@ -258,7 +258,9 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     double bytes = static_cast<double>(k.bytes_read + k.bytes_written);
     auto ptx = out.ptx.find(k.ptx_file);
     const bool mma = tensor > 0 && ptx != out.ptx.end() && ptx_uses_tensor_cores(ptx->second);
-    double tm = bytes / hbm, tc = static_cast<double>(k.flops) / (mma ? tensor : fp32);
+    // TF32 (--allow-tf32) runs at half the 16-bit rate on the archs the table has.
+    const bool tf32 = mma && ptx->second.find(".f32.tf32.tf32") != std::string::npos;
+    double tm = bytes / hbm, tc = static_cast<double>(k.flops) / (tf32 ? peaks.tf32_gflops * 1e9 : mma ? tensor : fp32);
     total += std::max(tm, tc);
     char line[256];
     std::snprintf(line, sizeof line, "%-40s %-10s %4s %6s %9.0f %10lld %9.3f  %s\n", k.id.c_str(), k.kind.c_str(),

@@ -157,6 +157,7 @@ class PtxCandidateBuilder final : public Builder {
     r.grid_blocks = l.grid[0] * l.grid[1] * l.grid[2];
     r.wgmma = ptx->find("wgmma.mma_async") != std::string::npos;
     r.tensor_cores = ptx_uses_tensor_cores(*ptx);
+    r.tf32 = r.tensor_cores && ptx->find(".f32.tf32.tf32") != std::string::npos;
     std::string launch = std::to_string(l.grid[0]) + "," + std::to_string(l.grid[1]) + "," + std::to_string(l.grid[2]) +
                          "/" + std::to_string(l.block[0]) + "," + std::to_string(l.block[1]) + "," +
                          std::to_string(l.block[2]) + "/" + std::to_string(l.shared_bytes);

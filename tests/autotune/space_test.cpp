@@ -483,6 +483,10 @@ TEST(CostModelTest, WgmmaIsPricedNearTheTensorPeak) {
   EXPECT_LT(us_sync, us_fma / 5) << us_sync << " vs " << us_fma;
   EXPECT_GT(us_wg, 139);
   EXPECT_LT(us_wg, 300);
+  // The same kernel in TF32 (--allow-tf32) runs at half the 16-bit rate.
+  BuildResult tf = wg;
+  tf.tf32 = true;
+  EXPECT_GT(predict_us(p, c, t, tf), 1.8 * us_wg);
 }
 
 TEST(CostModelTest, OccupancyMattersForMemoryBoundPointwise) {

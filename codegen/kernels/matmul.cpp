@@ -737,7 +737,7 @@ KernelConfig suggest_matmul_config(const KernelSpec& spec, const KernelConfig& b
   const bool wg = has_wgmma(arch);
   if (wg) {
     // sm_90a: Triton's Hopper tile, 128 x 256 x 64 with 8 warps (two warpgroups of
-    // 64 rows, each m64n256k16 wgmma) and 3 stages; smaller matrices get 64 rows and
+    // 64 rows, each m64n256k16 wgmma), 4 stages; smaller matrices get 64 rows and
     // 4 warps, and as few 64-wide column panels as cover N.
     KernelConfig w = c;
     w.block_m = plan->M > 64 ? 128 : 64;
@@ -745,6 +745,7 @@ KernelConfig suggest_matmul_config(const KernelSpec& spec, const KernelConfig& b
     w.block_n = 64;
     while (w.block_n < 256 && w.block_n < plan->N) w.block_n *= 2;
     w.block_k = plan->dtype == DType::F32 ? 32 : 64;  // 128-byte rows: 64 16-bit or 32 TF32 elements
+    w.stages = 4;  // two tiles ahead while one wgmma group is in flight (192 KiB for 16-bit)
     if (mma_choice(*plan, w, *sm, true).wgmma) return w;
   }
   c.block_m = side(plan->M);

@@ -106,14 +106,24 @@ struct MmaSimHooks {
   // `thread`'s accumulator fragment, in and out. Called by all 128 threads of a
   // warpgroup, complete when it returns.
   void (*wgmma)(void* ctx, int32_t thread, uint64_t desc_a, uint64_t desc_b, int32_t mode, float* d) = nullptr;
+  // cp.async.cg.shared.global 16 bytes with source size `bytes` (the rest zero-filled),
+  // and the thread's cp.async.commit_group / cp.async.wait_group `pending`: the
+  // simulation may copy at once but knows when the data may be read.
+  void (*cp_async)(void* ctx, int32_t thread, void* dst, const void* src, int32_t bytes) = nullptr;
+  void (*cp_commit)(void* ctx, int32_t thread) = nullptr;
+  void (*cp_wait)(void* ctx, int32_t thread, int32_t pending) = nullptr;
+  // wgmma.commit_group / wgmma.wait_group `pending`, by every thread of a warpgroup:
+  // until a wgmma's group is waited for, it may still read its shared-memory operands.
+  void (*wgmma_commit)(void* ctx, int32_t thread) = nullptr;
+  void (*wgmma_wait)(void* ctx, int32_t thread, int32_t pending) = nullptr;
 };
 
 // The tensor-core kernel of emit_matmul built for the host:
 //   void entry(ptr args, i32 block_x, i32 block_y, i32 thread, ptr smem, ptr hooks)
 // runs one thread of one block; `hooks` is an MmaSimHooks*, `smem` the block's shared
 // memory (launch.shared_bytes; 128-byte aligned, 1024 for wgmma). The caller runs
-// launch.block[0] threads concurrently. cp.async becomes a copy that completes at
-// once. `wgmma`: the sm_90a warpgroup kernel (as for --arch sm_90a), else the
+// launch.block[0] threads concurrently. cp.async and the commits and waits of both
+// cp.async and wgmma call the hooks. `wgmma`: the sm_90a warpgroup kernel (as for --arch sm_90a), else the
 // mma.sync one (as for sm_90). A Diag when that kernel does not apply (as
 // matmul_path says).
 Result<EmittedKernel> emit_matmul_mma_block_on_host(const KernelSpec& spec, const KernelConfig& config,

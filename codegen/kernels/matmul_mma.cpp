@@ -275,14 +275,16 @@ class MmaKernel {
       by = b_.CreateZExt(fn_->getArg(2), it_);
       tid_ = b_.CreateZExt(fn_->getArg(3), it_);
       smem_ = fn_->getArg(4);
-      // MmaSimHooks: {ctx, barrier, ldmatrix_x4, mma, wgmma}, five pointers.
+      // MmaSimHooks: {ctx, barrier, ldmatrix_x4, mma, wgmma, cp_async, cp_commit,
+      // cp_wait, wgmma_commit, wgmma_wait}, ten pointers.
       llvm::Value* hooks = fn_->getArg(5);
-      for (int i = 0; i < 5; ++i)
+      for (int i = 0; i < kHooks; ++i)
         hook_[i] = b_.CreateAlignedLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, hooks, static_cast<uint64_t>(i)),
                                         llvm::Align(8));
       tid32_ = fn_->getArg(3);
     }
     fn_->setDoesNotThrow();
+    lag_ = t_.wgmma && t_.stages >= 3 ? 1 : 0;
     cg_.emplace(b_, m_, target_, spec_.precision);
     if (numel(p_.out) == 0) {
       b_.CreateRetVoid();
@@ -427,8 +429,9 @@ class MmaKernel {
                                                 in_[static_cast<size_t>(op.param)], idx);
         llvm::Value* dst = smem_at(add(tbase, cp.smem_off));
         if (sim_) {
-          b_.CreateMemSet(dst, b_.getInt8(0), 16, llvm::Align(16));
-          b_.CreateMemCpy(dst, llvm::Align(2), src, llvm::Align(2), b_.CreateZExt(bytes32, b_.getInt64Ty()));
+          llvm::Type* ptr = b_.getPtrTy();
+          auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32_, ptr, ptr, i32_}, false);
+          b_.CreateCall(fty, hook_[5], {hook_[0], tid32_, dst, src, bytes32});
         } else {
           b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16_s, {}, {dst, src, bytes32});
         }
@@ -442,10 +445,30 @@ class MmaKernel {
 
   void commit() {
     if (!sim_) b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_commit_group, {}, {});
+    else sim_call(6, {});
   }
   void wait(int pending) {
     if (!sim_)
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_group, {}, {b_.getInt32(static_cast<uint32_t>(pending))});
+    else sim_call(7, {b_.getInt32(static_cast<uint32_t>(pending))});
+  }
+  void wgmma_commit() {
+    if (!sim_) asm_stmt("wgmma.commit_group.sync.aligned;");
+    else sim_call(8, {});
+  }
+  void wgmma_wait(int pending) {
+    if (!sim_) asm_stmt("wgmma.wait_group.sync.aligned " + num(pending) + ";");
+    else sim_call(9, {b_.getInt32(static_cast<uint32_t>(pending))});
+  }
+  // hook_[h](ctx, thread, extra i32s...).
+  void sim_call(int h, std::vector<llvm::Value*> extra) {
+    std::vector<llvm::Type*> types = {b_.getPtrTy(), i32_};
+    std::vector<llvm::Value*> args = {hook_[0], tid32_};
+    for (llvm::Value* v : extra) {
+      types.push_back(v->getType());
+      args.push_back(v);
+    }
+    b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), types, false), hook_[h], args);
   }
   void barrier() {
     if (!sim_) {
@@ -694,8 +717,8 @@ class MmaKernel {
         std::copy(d.begin(), d.end(), acc.begin() + static_cast<std::ptrdiff_t>(i * per));
       }
     }
-    asm_stmt("wgmma.commit_group.sync.aligned;");
-    asm_stmt("wgmma.wait_group.sync.aligned 0;");
+    wgmma_commit();
+    wgmma_wait(lag_);  // the previous tile's group (lag 1), or this one (lag 0), is done
     return acc;
   }
 
@@ -707,7 +730,10 @@ class MmaKernel {
     auto stage_of = [&](llvm::Value* kt) {
       return pow2(t_.stages) ? b_.CreateAnd(kt, k(t_.stages - 1)) : b_.CreateURem(kt, k(t_.stages));
     };
-    for (int st = 0; st + 1 < t_.stages; ++st) {
+    // `ahead` tiles are in flight; the wgmma kernel also keeps `lag_` wgmma groups in
+    // flight, whose stages the copies must not overwrite: one fewer tile ahead.
+    const int ahead_n = t_.stages - 1 - lag_;
+    for (int st = 0; st < ahead_n; ++st) {
       if (st < t_.kt) issue_tile(k(int64_t{st} * t_.bk), k(st));
       commit();
     }
@@ -728,10 +754,12 @@ class MmaKernel {
       acc.push_back(ph);
     }
     llvm::Value* next = add(kt, k(1));
-    wait(t_.stages - 2);
+    wait(ahead_n - 1);
     if (t_.wgmma) proxy_fence();  // the copies, made by the generic proxy, become visible to wgmma's
+    // Every thread is past tile kt-1's compute (mma.sync), or past the wait that
+    // retired tile kt-1-lag's wgmma group: that tile's stage may be refilled.
     barrier();
-    llvm::Value* ahead = add(kt, k(t_.stages - 1));
+    llvm::Value* ahead = add(kt, k(ahead_n));
     llvm::BasicBlock* issue = llvm::BasicBlock::Create(c, "k.issue", fn_);
     llvm::BasicBlock* issued = llvm::BasicBlock::Create(c, "k.issued", fn_);
     b_.CreateCondBr(b_.CreateICmpSLT(ahead, k(t_.kt)), issue, issued);
@@ -745,6 +773,7 @@ class MmaKernel {
     kt->addIncoming(next, b_.GetInsertBlock());
     b_.CreateCondBr(b_.CreateICmpSLT(next, k(t_.kt)), loop, done);
     b_.SetInsertPoint(done);
+    if (lag_ > 0) wgmma_wait(0);  // the last groups, before the epilogue reads the accumulators
     return acc;
   }
 
@@ -809,7 +838,9 @@ class MmaKernel {
   llvm::Type* f32_ = nullptr;
   llvm::Type* i32_ = nullptr;
   llvm::Value* smem_ = nullptr;
-  llvm::Value* hook_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+  static constexpr int kHooks = 10;
+  llvm::Value* hook_[kHooks] = {};
+  int lag_ = 0;  // wgmma groups left in flight across K tiles
   llvm::Value* tid32_ = nullptr;
   llvm::Value *tid_ = nullptr, *lane_ = nullptr, *m0_ = nullptr, *n0_ = nullptr, *zbase_ = nullptr;
   llvm::Value *wm0_ = nullptr, *wn0_ = nullptr, *wg_ = nullptr;

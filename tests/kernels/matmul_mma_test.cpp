@@ -21,6 +21,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -79,15 +80,43 @@ struct WarpGroup {
   int calls = 0;  // wgmma instructions thread 0 of the group issued
 };
 
+// Shared-memory byte ranges [lo, hi) whose cp.async data may not be read yet, or which
+// an in-flight wgmma may still read.
+struct Range {
+  int64_t lo = 0, hi = 0;
+  bool overlaps(int64_t a, int64_t b) const { return a < hi && lo < b; }
+};
+
+struct Block;
+// bar.sync's completion: the data every thread waited for (cp.async.wait_group) before
+// the barrier becomes readable by all.
+struct Publish {
+  Block* blk;
+  void operator()() noexcept;
+};
+
 struct Block {
   explicit Block(int threads, size_t smem_bytes)
-      : bar(threads), smem_bytes(smem_bytes), storage(smem_bytes + 1024) {
+      : bar(threads, Publish{this}), smem_bytes(smem_bytes), storage(smem_bytes + 1024),
+        cp_groups(static_cast<size_t>(threads), std::vector<std::vector<Range>>(1)),
+        landed(static_cast<size_t>(threads)) {
     for (int w = 0; w < threads / kLanes; ++w) warps.push_back(std::make_unique<Warp>());
-    for (int w = 0; w < threads / (4 * kLanes); ++w) groups.push_back(std::make_unique<WarpGroup>());
+    for (int w = 0; w < threads / (4 * kLanes); ++w) {
+      groups.push_back(std::make_unique<WarpGroup>());
+      wgmma_groups.emplace_back(1);
+    }
     auto p = reinterpret_cast<uintptr_t>(storage.data());
     smem = storage.data() + ((1024 - p % 1024) % 1024);
   }
-  std::barrier<> bar;
+  std::barrier<Publish> bar;
+  // The memory model (under mu): per thread, its cp.async groups (the last one open)
+  // and the ranges its waits completed but no barrier has published yet; per
+  // warpgroup, the operand ranges of its wgmma groups not yet waited for (the last
+  // open), and how many of its threads reached the current commit or wait.
+  std::vector<std::vector<std::vector<Range>>> cp_groups;
+  std::vector<std::vector<Range>> landed;
+  std::vector<std::vector<std::vector<Range>>> wgmma_groups;
+  std::vector<int> wg_commits = std::vector<int>(4, 0), wg_waits = std::vector<int>(4, 0);
   size_t smem_bytes;
   std::vector<uint8_t> storage;
   uint8_t* smem = nullptr;
@@ -106,9 +135,32 @@ struct Block {
 
   void fail(const std::string& what) {
     std::lock_guard<std::mutex> lock(mu);
+    fail_locked(what);
+  }
+  void fail_locked(const std::string& what) {
     if (error.empty()) error = what;
   }
+
+  // Reading [lo, hi) of shared memory: no cp.async data in it may be unwaited or
+  // unpublished. Under mu.
+  void check_read_locked(int64_t lo, int64_t hi, const char* who) {
+    for (size_t t = 0; t < cp_groups.size(); ++t) {
+      for (const auto& g : cp_groups[t])
+        for (const Range& r : g)
+          if (r.overlaps(lo, hi))
+            return fail_locked(std::string(who) + " reads shared memory a cp.async of thread " + std::to_string(t) +
+                               " has not been waited for");
+      for (const Range& r : landed[t])
+        if (r.overlaps(lo, hi))
+          return fail_locked(std::string(who) + " reads shared memory thread " + std::to_string(t) +
+                             " waited for but no barrier has published");
+    }
+  }
 };
+
+void Publish::operator()() noexcept {
+  for (auto& l : blk->landed) l.clear();
+}
 
 void sim_barrier(void* ctx) { static_cast<Block*>(ctx)->bar.arrive_and_wait(); }
 
@@ -128,6 +180,13 @@ void sim_ldmatrix(void* ctx, int32_t thread, const void* row, int32_t trans, uin
       for (int j = 0; j < 4; ++j) out[j] = 0xFFFFFFFFu;
       w.bar.arrive_and_wait();
       return;
+    }
+  }
+  if (lane == 0) {
+    std::lock_guard<std::mutex> lock(blk.mu);
+    for (int l = 0; l < kLanes; ++l) {
+      int64_t at = w.row[static_cast<size_t>(l)] - blk.smem;
+      blk.check_read_locked(at, at + 16, "ldmatrix");
     }
   }
   // Lane 0 prices each matrix's 8 row reads in the 32-bank model of mma_layout_test:
@@ -246,6 +305,24 @@ void sim_wgmma(void* ctx, int32_t thread, uint64_t desc_a, uint64_t desc_b, int3
     std::memcpy(&h, blk.smem + at, static_cast<size_t>(eb));
     return tf32 ? from_tf32(h) : from_16(h, f16);
   };
+  // Thread 0 of the group checks and records the byte ranges both operands span.
+  if (t == 0) {
+    std::lock_guard<std::mutex> lock(blk.mu);
+    const int64_t rows_a = 64, rows_b = n;
+    for (int which = 0; which < 2; ++which) {
+      const kernels::isa::WgmmaDesc& x = which == 0 ? a : b;
+      const bool mn = which == 0 ? ta : tb;
+      int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+      for (int64_t r = 0; r < (which == 0 ? rows_a : rows_b); ++r)
+        for (int64_t kk = 0; kk < kk_n; ++kk) {
+          int64_t at = kernels::isa::wgmma_operand_addr(x, mn, r, kk, eb);
+          lo = std::min(lo, at);
+          hi = std::max(hi, at + eb);
+        }
+      blk.check_read_locked(lo, hi, "wgmma");
+      blk.wgmma_groups[static_cast<size_t>(thread / (4 * kLanes))].back().push_back({lo, hi});
+    }
+  }
   for (int i = 0; i < n / 2; ++i) {
     RowCol q = kernels::isa::isa_wgmma_d(t, i);
     double s = d[i];
@@ -254,6 +331,70 @@ void sim_wgmma(void* ctx, int32_t thread, uint64_t desc_a, uint64_t desc_b, int3
     d[i] = static_cast<float>(s);
   }
   wg.bar.arrive_and_wait();
+}
+
+// cp.async: copies at once (zero-filling past `bytes`), but its range may not be read
+// until the thread waited for its group and a barrier published it; and it must not
+// overwrite what an in-flight wgmma group may still read.
+void sim_cp_async(void* ctx, int32_t thread, void* dst, const void* src, int32_t bytes) {
+  Block& blk = *static_cast<Block*>(ctx);
+  auto* d = static_cast<uint8_t*>(dst);
+  const int64_t at = d - blk.smem;
+  if (at < 0 || at + 16 > static_cast<int64_t>(blk.smem_bytes) || at % 16 != 0 || bytes < 0 || bytes > 16) {
+    blk.fail("cp.async: a 16-byte copy outside shared memory or off a 16-byte boundary");
+    return;
+  }
+  std::lock_guard<std::mutex> lock(blk.mu);
+  for (size_t g = 0; g < blk.wgmma_groups.size(); ++g)
+    for (const auto& grp : blk.wgmma_groups[g])
+      for (const Range& r : grp)
+        if (r.overlaps(at, at + 16))
+          blk.fail_locked("cp.async overwrites shared memory that an in-flight wgmma of warpgroup " + std::to_string(g) +
+                          " may still read");
+  std::memset(d, 0, 16);
+  if (bytes > 0) std::memcpy(d, src, static_cast<size_t>(bytes));
+  blk.cp_groups[static_cast<size_t>(thread)].back().push_back({at, at + 16});
+}
+
+void sim_cp_commit(void* ctx, int32_t thread) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  blk.cp_groups[static_cast<size_t>(thread)].emplace_back();
+}
+
+void sim_cp_wait(void* ctx, int32_t thread, int32_t pending) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  auto& gs = blk.cp_groups[static_cast<size_t>(thread)];
+  // Committed groups are all but the open last one; all but the newest `pending` complete.
+  const int64_t committed = static_cast<int64_t>(gs.size()) - 1;
+  const int64_t done = std::max<int64_t>(0, committed - pending);
+  for (int64_t i = 0; i < done; ++i)
+    for (const Range& r : gs[static_cast<size_t>(i)]) blk.landed[static_cast<size_t>(thread)].push_back(r);
+  gs.erase(gs.begin(), gs.begin() + done);
+}
+
+// wgmma.commit_group / wait_group: the warpgroup's 128 threads each call; the last
+// to arrive acts for the group.
+void sim_wgmma_commit(void* ctx, int32_t thread) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  const size_t g = static_cast<size_t>(thread / (4 * kLanes));
+  if (++blk.wg_commits[g] < 4 * kLanes) return;
+  blk.wg_commits[g] = 0;
+  blk.wgmma_groups[g].emplace_back();
+}
+
+void sim_wgmma_wait(void* ctx, int32_t thread, int32_t pending) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  const size_t g = static_cast<size_t>(thread / (4 * kLanes));
+  if (++blk.wg_waits[g] < 4 * kLanes) return;
+  blk.wg_waits[g] = 0;
+  auto& gs = blk.wgmma_groups[g];
+  const int64_t committed = static_cast<int64_t>(gs.size()) - 1;
+  const int64_t done = std::max<int64_t>(0, committed - pending);
+  gs.erase(gs.begin(), gs.begin() + done);
 }
 
 // ---- graphs and running ------------------------------------------------------------------
@@ -362,6 +503,11 @@ Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& in
       hooks.ldmatrix_x4 = &sim_ldmatrix;
       hooks.mma = &sim_mma;
       hooks.wgmma = &sim_wgmma;
+      hooks.cp_async = &sim_cp_async;
+      hooks.cp_commit = &sim_cp_commit;
+      hooks.cp_wait = &sim_cp_wait;
+      hooks.wgmma_commit = &sim_wgmma_commit;
+      hooks.wgmma_wait = &sim_wgmma_wait;
       block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks); });
       if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
       if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);
@@ -535,6 +681,16 @@ TEST(MatmulWgmmaSim, EveryOperandLayoutMatchesTheReference) {
     check(mm_graph(s, DType::BF16, Epi::None), c, name(s, DType::BF16, c) + " wgmma", true, 1, true);
 }
 
+// The pipeline over many K tiles: with 3 or more stages one wgmma group stays in flight
+// while the copies run one tile fewer ahead; the simulated memory model fails a copy
+// into a stage an unretired wgmma group reads, and a read of data not yet waited for
+// and published by a barrier.
+TEST(MatmulWgmmaSim, PipelineOverManyKTiles) {
+  Shape3 s{128, 128, 520, false, false, {}};
+  for (const KernelConfig& c : {tc_config(128, 128, 64, 8, 3), tc_config(64, 128, 64, 4, 4), tc_config(64, 64, 64, 4, 2)})
+    check(mm_graph(s, DType::BF16, Epi::None), c, name(s, DType::BF16, c) + " wgmma", true, 1, true);
+}
+
 // With both operands MN-major no tile row runs along k, so block_k may be 16 or 32:
 // each k step is then a whole panel's 16 rows.
 TEST(MatmulWgmmaSim, MnMajorOperandsTakeShortKTiles) {
@@ -626,15 +782,16 @@ TEST(MatmulMmaNvptx, HotLoopUsesMmaLdmatrixAndCpAsync) {
     }
 }
 
-// sm_90a: the suggested 128 x 256 x 64 config with 8 warps is two warpgroups, each
-// one m64n256k16 wgmma per k step of 16: 4 per K tile, fenced, committed and waited
-// for once per tile; the copies are fenced into the async proxy before the barrier.
+// sm_90a: the suggested 128 x 256 x 64 config with 8 warps and 4 stages is two
+// warpgroups, each one m64n256k16 wgmma per k step of 16: 4 per K tile, fenced and
+// committed once per tile, the previous tile's group waited for (one in flight); the
+// copies are fenced into the async proxy before the barrier.
 TEST(MatmulMmaNvptx, Sm90aHotLoopUsesWgmma) {
   for (bool b_t : {false, true})
     for (DType dt : {DType::BF16, DType::F16}) {
       Graph g = mm_graph({4096, 4096, 4096, false, b_t, {}}, dt, Epi::None);
       KernelConfig c = suggest_matmul_config(spec_of(g), KernelConfig{}, "sm_90a");
-      EXPECT_EQ(c, tc_config(128, 256, 64, 8, 3));
+      EXPECT_EQ(c, tc_config(128, 256, 64, 8, 4));
       Ptx p = emit_ptx(g, c, "sm_90a");
       const std::string ty = dt == DType::BF16 ? "bf16" : "f16";
       EXPECT_EQ(count(p.text, "wgmma.mma_async.sync.aligned.m64n256k16.f32." + ty + "." + ty), 4) << ty;
@@ -642,6 +799,8 @@ TEST(MatmulMmaNvptx, Sm90aHotLoopUsesWgmma) {
       EXPECT_EQ(count(p.text, std::string("p, 1, 1, 0, ") + (b_t ? "0;" : "1;")), 4) << ty << " b_t " << b_t;
       EXPECT_EQ(count(p.text, "wgmma.fence.sync.aligned"), 1);
       EXPECT_EQ(count(p.text, "wgmma.commit_group.sync.aligned"), 1);
+      // One group left in flight across K tiles, all retired before the epilogue.
+      EXPECT_EQ(count(p.text, "wgmma.wait_group.sync.aligned 1"), 1);
       EXPECT_EQ(count(p.text, "wgmma.wait_group.sync.aligned 0"), 1);
       EXPECT_EQ(count(p.text, "fence.proxy.async.shared::cta"), 1);
       EXPECT_GT(count(p.text, "cp.async.cg.shared.global"), 0);
@@ -650,7 +809,7 @@ TEST(MatmulMmaNvptx, Sm90aHotLoopUsesWgmma) {
       EXPECT_EQ(count(p.text, "fma.rn.f32"), 0) << "an FMA loop is left";
       EXPECT_NE(p.text.find(".align 1024 .b8 sf_smem[]"), std::string::npos) << "the swizzle atoms need 1024-byte alignment";
       EXPECT_EQ(p.launch.block[0], 256);
-      EXPECT_EQ(p.launch.shared_bytes, 3 * (128 * 64 + 64 * 256) * 2);
+      EXPECT_EQ(p.launch.shared_bytes, 4 * (128 * 64 + 64 * 256) * 2);
       if (have_ptxas()) {  // with the bench's bias + GELU epilogue on 128 accumulators a thread
         Ptx epi = emit_ptx(mm_graph({4096, 4096, 4096, false, b_t, {}}, dt, Epi::BiasGelu), c, "sm_90a");
         Result<std::vector<KernelResources>> r = assemble(epi.text, "sm_90a");
@@ -672,7 +831,7 @@ TEST(MatmulMmaNvptx, Tf32OnlyWhenAllowed) {
   EXPECT_EQ(count(p80.text, "fma.rn.f32"), 0);
   // sm_90a, both operands K-major: wgmma m64n256k8 over 32-element (128-byte) k panels.
   KernelConfig c90 = suggest_matmul_config(tf32_spec(lin), KernelConfig{}, "sm_90a");
-  EXPECT_EQ(c90, tc_config(128, 256, 32, 8, 3));
+  EXPECT_EQ(c90, tc_config(128, 256, 32, 8, 4));
   Ptx p90 = emit_ptx(lin, c90, "sm_90a", true);
   EXPECT_EQ(count(p90.text, "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32"), 4);
   // x @ w: B is n-contiguous, which TF32 wgmma cannot read; mma.sync with B one

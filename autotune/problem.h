@@ -27,6 +27,10 @@ struct TuneProblem {
   // The one output is the f32 matmul itself (split-K possible), or an f32 sum or mean
   // (split reduction possible): partial results can be added atomically.
   bool bare = false;
+  // matmul: its operands' dtype size (2: tensor cores from sm_80 on), and whether an
+  // f32 matmul may take TF32 tensor cores (--allow-tf32).
+  int operand_bytes = 4;
+  bool tf32 = false;
 };
 
 // How shapes enter the cache key: exactly, or each extent rounded up to a power

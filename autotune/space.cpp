@@ -50,8 +50,10 @@ std::vector<KernelConfig> gpu_reduction(const TargetInfo& t) {
   return out;
 }
 
-// Tensor-core tiles (sm_80+, 16-bit operands): Triton's and CUTLASS's common sm_80
-// configs. Their contiguous shared sides are 32 or 64 wide, the swizzle's widths.
+// Tensor-core tiles (sm_80+, 16-bit or TF32 operands): Triton's and CUTLASS's common
+// sm_80 configs, which on sm_90a include the wgmma ones (4 or 8 warps, 64-row
+// warpgroups, block_k 64, or 32 for TF32). Their contiguous shared sides are 32 or 64
+// wide, the swizzle's widths.
 void add_tensor_core_matmul(std::vector<KernelConfig>& out) {
   for (int bm : {64, 128, 256})
     for (int bn : {64, 128, 256})
@@ -71,7 +73,7 @@ void add_tensor_core_matmul(std::vector<KernelConfig>& out) {
 
 std::vector<KernelConfig> gpu_matmul(const TuneProblem& p, const TargetInfo& t) {
   std::vector<KernelConfig> out;
-  if (p.elem_bytes == 2 && t.tensor16_gflops > 0) add_tensor_core_matmul(out);
+  if ((p.operand_bytes == 2 || p.tf32) && t.tensor16_gflops > 0) add_tensor_core_matmul(out);
   for (int bm : {32, 64, 128})
     for (int bn : {32, 64, 128})
       for (int bk : {8, 16, 32})

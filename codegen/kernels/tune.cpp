@@ -282,6 +282,7 @@ Result<TuneProblem> tune_problem(const LocalKernel& k) {
     }
     if (*kind == KernelKind::Matmul && n.op == OpKind::Matmul) {
       p.bare = g.outputs().size() == 1 && &g.node(g.outputs()[0].value) == &n && n.type.dtype == DType::F32;
+      p.operand_bytes = static_cast<int>(dtype_size(n.type.dtype));
       const Shape& a = g.node(n.inputs[0]).type.shape;
       const Shape& out = n.type.shape;
       p.k = a.back();
@@ -379,7 +380,10 @@ std::unique_ptr<Runner> make_unavailable_runner(std::string why) {
 }
 
 void mark_tf32(TuneProblem& p, const TuneSetup& setup) {
-  if (setup.allow_tf32 && setup.device == "cuda" && p.kind == KernelKind::Matmul && p.elem_bytes == 4) p.signature += " tf32";
+  if (setup.allow_tf32 && setup.device == "cuda" && p.kind == KernelKind::Matmul && p.operand_bytes == 4) {
+    p.tf32 = true;
+    p.signature += " tf32";
+  }
 }
 
 Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs, const TuneSetup& setup,

@@ -79,7 +79,8 @@ struct TuneSetup {
   bool allow_tf32 = false;
 };
 
-// Appends " tf32" to an f32 matmul problem's signature under setup.allow_tf32 on cuda.
+// Marks an f32 matmul problem TF32 under setup.allow_tf32 on cuda (TuneProblem::tf32,
+// and " tf32" appended to its signature).
 void mark_tf32(TuneProblem& p, const TuneSetup& setup);
 
 // A kernel's config and where it came from.

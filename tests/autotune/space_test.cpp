@@ -459,6 +459,27 @@ TEST(CostModelTest, MatmulSmallTileSlowerOnLargeProblem) {
   EXPECT_GT(predict_us(p, one_stage, t, BuildResult{}), big);
 }
 
+// Tensor-core tiles are in the GPU matmul space for 16-bit operands (whatever the
+// output dtype) and for f32 ones under --allow-tf32 (TuneProblem::tf32), not for exact
+// f32; sm_90a's default wgmma tile (128 x 256 x 64, 8 warps, 4 stages) is among them.
+TEST(SpaceTest, TensorCoreTilesForSixteenBitAndTf32Matmuls) {
+  TargetInfo t = gpu("sm_90a");
+  auto has = [&](const TuneProblem& p, int bm, int bn, int bk, int warps, int stages) {
+    for (const KernelConfig& c : config_space(p, t))
+      if (c.block_m == bm && c.block_n == bn && c.block_k == bk && c.warps == warps && c.stages == stages && c.split_k == 1)
+        return true;
+    return false;
+  };
+  TuneProblem f32 = matmul(4096, 4096, 4096);
+  EXPECT_FALSE(has(f32, 128, 256, 64, 8, 4));
+  TuneProblem bf16_out_f32 = f32;
+  bf16_out_f32.operand_bytes = 2;  // a bf16 matmul whose epilogue casts to f32: elem_bytes stays 4
+  EXPECT_TRUE(has(bf16_out_f32, 128, 256, 64, 8, 4));
+  TuneProblem tf32 = f32;
+  tf32.tf32 = true;
+  EXPECT_TRUE(has(tf32, 128, 256, 32, 8, 4));
+}
+
 // A bf16 GEMM on sm_90a: the same 128 x 256 x 64 config is priced at the tensor-core
 // rate, and faster as wgmma (the builder saw wgmma.mma_async) than as mma.sync; both
 // far below the FP32 FMA kernel's ~2 ms. 2 x 4096^3 flops at 989 TFLOP/s is ~139 us.

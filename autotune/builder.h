@@ -44,6 +44,9 @@ struct BuildResult {
   bool tensor_cores = false;
   bool wgmma = false;
   bool tf32 = false;  // its tensor-core operands are TF32 (--allow-tf32): the TF32 rate
+  // Reductions: how often the kernel reads each row: 1 when it holds rows in registers,
+  // else once per pass (softmax's multi-pass form reads 3 times).
+  int row_reads = 1;
 };
 
 class Builder {

@@ -218,6 +218,9 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
     // memory when a row spans warps.
     // A split reduction's blocks each take a share of a row.
     const int split = std::max(c.split_reduction, 1);
+    // A multi-pass row is read once per pass; the bytes counted once are read again.
+    if (b.row_reads > 1 && p.bytes > 0)
+      mem *= (double(p.bytes) + (b.row_reads - 1) * double(p.rows) * double(p.cols) * p.elem_bytes) / double(p.bytes);
     double active = std::min(1.0, double(p.cols) / split / c.threads_per_row);
     mem /= std::max(active, 0.05);
     double steps = std::log2(std::max(c.threads_per_row, 1)) + (c.threads_per_row > 32 ? 4 : 0);

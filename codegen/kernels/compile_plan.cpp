@@ -184,7 +184,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
         forms[i] = ri->persistent
                        ? "rows in registers (" + std::to_string(ri->elems_per_thread) + " elements per thread, " +
                              std::to_string(ri->vector) + " per access), read once"
-                       : "multi-pass: each row read " + std::to_string(ri->passes + (ri->x_outputs > 0 ? 1 : 0)) +
+                       : "multi-pass: each row read " + std::to_string(ri->row_reads()) +
                              " time(s) (" + std::to_string((ri->row_elems + cfg.threads_per_row - 1) / cfg.threads_per_row) +
                              " elements per thread do not fit 32 registers, or the row is split)";
     Result<EmittedKernel> e = emitter_for(*kind).emit(spec, cfg, llvmb::Target::nvptx(opts.arch));

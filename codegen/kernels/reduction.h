@@ -68,6 +68,9 @@ struct ReductionInfo {
   bool persistent = false;
   int vector = 1;
   int64_t elems_per_thread = 0;   // persistent: register slots x vector
+  // How often the kernel reads each row from memory: once when held in registers,
+  // else once per pass and once more for the X-space epilogue.
+  int row_reads() const { return persistent ? 1 : passes + (x_outputs > 0 ? 1 : 0); }
 };
 Result<ReductionInfo> reduction_info(const KernelSpec& spec, const KernelConfig& config);
 

@@ -158,6 +158,9 @@ class PtxCandidateBuilder final : public Builder {
     r.wgmma = ptx->find("wgmma.mma_async") != std::string::npos;
     r.tensor_cores = ptx_uses_tensor_cores(*ptx);
     r.tf32 = r.tensor_cores && ptx->find(".f32.tf32.tf32") != std::string::npos;
+    if (kernel_kind_of(k_) == KernelKind::Reduction)
+      if (Result<ReductionInfo> ri = reduction_info(KernelSpec{"sf_tune", KernelKind::Reduction, k_.group}, c); ri.ok())
+        r.row_reads = std::max(ri->row_reads(), 1);
     std::string launch = std::to_string(l.grid[0]) + "," + std::to_string(l.grid[1]) + "," + std::to_string(l.grid[2]) +
                          "/" + std::to_string(l.block[0]) + "," + std::to_string(l.block[1]) + "," +
                          std::to_string(l.block[2]) + "/" + std::to_string(l.shared_bytes);

@@ -528,6 +528,23 @@ TEST(CostModelTest, OccupancyMattersForMemoryBoundPointwise) {
   EXPECT_LT(fast, 250);
 }
 
+// A reduction the emitter builds in its multi-pass form reads each row once per pass
+// (BuildResult::row_reads, from reduction_info): priced about that many times the
+// bytes of the form that holds rows in registers.
+TEST(CostModelTest, MultiPassReductionsPayForEveryPass) {
+  TuneProblem p = reduction(4096, 8192);
+  TargetInfo t = gpu("sm_90a");
+  KernelConfig c;
+  c.threads_per_row = 256;
+  c.grid_stride = false;
+  BuildResult once, thrice;
+  once.threads_per_block = thrice.threads_per_block = 256;
+  thrice.row_reads = 3;
+  double a = predict_us(p, c, t, once), b = predict_us(p, c, t, thrice);
+  EXPECT_GT(b, 2.5 * a) << a << " vs " << b;
+  EXPECT_LT(b, 3.2 * a) << a << " vs " << b;
+}
+
 TEST(CostModelTest, WaveQuantisation) {
   // One block an SM (shared memory), same bytes per block: SMs + 1 blocks take two
   // waves, the second with one busy SM, so about twice the time of SMs blocks.

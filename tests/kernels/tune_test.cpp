@@ -124,7 +124,23 @@ TEST(PtxBuilder, ReportsResourcesLaunchAndCodeHash) {
   EXPECT_FALSE(r64.resources->spills());
 }
 
-// A Runner that measures nothing but returns a fixed time per code hash, so the
+// The PTX builder says how often a reduction candidate reads each row: softmax over
+// rows of 8192 with 256 threads per row holds 32 elements a thread in registers (1
+// read); with 64 threads, 128 a thread, it is multi-pass (3 reads: max, sum, write).
+TEST(PtxBuilder, SaysHowOftenAReductionReadsItsRows) {
+  LocalKernel k = only(kernels_of("graph s(x: f32[64, 8192]) {\n  y = softmax(x, dim=-1)\n  return y\n}\n"));
+  std::shared_ptr<Builder> b = make_ptx_builder(k, "sm_90a");
+  KernelConfig wide, narrow;
+  wide.threads_per_row = 256;
+  narrow.threads_per_row = 64;
+  BuildResult w = b->build(wide), n = b->build(narrow);
+  ASSERT_TRUE(w.artifact) << w.error;
+  ASSERT_TRUE(n.artifact) << n.error;
+  EXPECT_EQ(w.row_reads, 1);
+  EXPECT_EQ(n.row_reads, 3);
+}
+
+// A Runner that measures nothing but returns a fixed time per code hash, so the// A Runner that measures nothing but returns a fixed time per code hash, so the
 // GPU tuning path (builds, ptxas, pruning, ranking) runs without a GPU.
 class FakeGpuRunner final : public Runner {
  public:

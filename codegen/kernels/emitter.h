@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
@@ -41,6 +42,24 @@ struct KernelSpec {
   // f32 matmuls may multiply on the tensor cores in TF32 (10-bit mantissa inputs,
   // f32 accumulation), as torch.backends.cuda.matmul.allow_tf32; off: exact FMA.
   bool allow_tf32 = false;
+  // sm_90a matmuls may read their operands by TMA (cp.async.bulk.tensor) through
+  // tensor maps the runtime encodes (LaunchShape::tensor_maps); off: cp.async.
+  bool tma = false;
+};
+
+// A TMA tensor map a kernel reads one of its inputs through (cuTensorMapEncodeTiled's
+// arguments): the runtime encodes it over the input's buffer, stores it in global
+// memory and passes its address as an extra kernel argument, after the outputs, in
+// LaunchShape::tensor_maps' order. Always 128-byte swizzle, element strides 1, no
+// interleave, out-of-bounds elements read as zero.
+struct TensorMapSpec {
+  int input = -1;                      // which kernel input (param) the map reads
+  DType dtype = DType::BF16;
+  int rank = 2;                        // 2, or 3 with a batch dim
+  std::array<int64_t, 3> dims{};      // global extents, innermost (unit-stride) first
+  std::array<int64_t, 2> strides{};   // bytes between consecutive indices of dims 1 and 2
+  std::array<int, 3> box{};           // elements one copy moves, innermost first
+  bool operator==(const TensorMapSpec&) const = default;
 };
 
 struct LaunchShape {
@@ -50,6 +69,7 @@ struct LaunchShape {
   // The outputs must be zero before the launch: the kernel adds into them (split-K
   // matmuls add each block's partial sums atomically).
   bool zero_outputs = false;
+  std::vector<TensorMapSpec> tensor_maps;  // extra arguments after the outputs
 };
 
 struct EmittedKernel {

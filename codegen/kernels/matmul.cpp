@@ -713,7 +713,9 @@ Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& confi
     return MatmulPath{true, true,
                       "wgmma.mma_async m64n" + std::to_string(config.block_n) + kk + dt + " with f32 accumulators, " +
                           std::to_string(config.warps / 4) + " warpgroup(s), operands from 128-byte-swizzled shared tiles " +
-                          "filled by 16-byte cp.async (" + stages + ")"};
+                          (choice.tma ? std::string("filled by TMA (cp.async.bulk.tensor + mbarrier, ")
+                                      : "filled by 16-byte cp.async (") + stages + ")" +
+                          (spec.tma && !choice.tma ? "; not TMA: " + choice.not_tma : std::string())};
   std::string why = "mma.sync.m16n8" + kk + dt + " with f32 accumulators, ldmatrix, 16-byte cp.async (" + stages + ")";
   if (has_wgmma(arch)) why += "; not wgmma: " + choice.not_wgmma;
   return MatmulPath{true, false, why};

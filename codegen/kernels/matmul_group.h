@@ -49,6 +49,7 @@ struct MatmulGroup {
   std::vector<ValueIndex> out_at;             // each output's index over O
   bool bare = false;  // the kernel's one output is the matmul's own result (no epilogue)
   bool allow_tf32 = false;  // KernelSpec::allow_tf32
+  bool tma = false;         // KernelSpec::tma
 };
 
 // The group's matmul, operands and outputs, or a Diag saying why `spec` is not a
@@ -202,13 +203,14 @@ int64_t max_shared_bytes(int sm);
 // .maxntid `threads`, its entry block current in `b`, and its dynamic shared memory:
 // one `.extern .shared` array `sf_smem` aligned to `smem_align` bytes, sized by the
 // launch (static shared memory stops at 48 KiB, and Triton's configs go beyond it).
+// `extra` more global pointers follow the outputs (TMA tensor maps).
 struct NvptxEntry {
   llvm::Function* fn = nullptr;
-  std::vector<llvm::Value*> in, out;
+  std::vector<llvm::Value*> in, out, extra;
   llvm::Value* smem = nullptr;
 };
 NvptxEntry begin_nvptx_matmul(llvm::Module& m, llvm::IRBuilderBase& b, const KernelSpec& spec, int threads,
-                              uint64_t smem_align);
+                              uint64_t smem_align, int extra = 0);
 
 // A special register (%tid.x, %ctaid.x, ...) widened to `index_type`.
 llvm::Value* nvptx_sreg(llvm::IRBuilderBase& b, llvm::Intrinsic::ID id, llvm::Type* index_type);
@@ -241,6 +243,8 @@ struct MmaChoice {
   std::optional<std::string> unsupported;  // why none can (the dtype, the arch, an operand layout, the config)
   bool wgmma = false;                      // wgmma.mma_async, else mma.sync
   std::string not_wgmma;                   // wgmma_arch and mma.sync: what in the config rules wgmma out
+  bool tma = false;                        // wgmma's operands by TMA (KernelSpec::tma), else cp.async
+  std::string not_tma;                     // KernelSpec::tma, wgmma and cp.async: why
 };
 MmaChoice mma_choice(const MatmulGroup& p, const KernelConfig& c, int sm, bool wgmma_arch);
 std::optional<std::string> mma_unsupported(const MatmulGroup& p, const KernelConfig& c, int sm, bool wgmma_arch);

@@ -6,6 +6,7 @@
 // proves against the PTX ISA's figures; matmul_mma_test.cpp runs this very kernel on
 // the host with every warp simulated (MmaSimHooks) to prove the emitted addressing.
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -89,6 +90,13 @@ struct MmaTiling {
   bool wgmma = false;
   int wgs = 0, wg_m = 0;
   std::string not_wgmma;
+  // wgmma with TMA (KernelSpec::tma): one thread copies each stage's panels with
+  // cp.async.bulk.tensor through two tensor maps, completing on the stage's mbarrier
+  // (8 bytes each at `mbar_off`); `not_tma` says why a wgmma kernel stays on cp.async.
+  bool tma = false;
+  std::string not_tma;
+  int64_t mbar_off = 0;
+  std::vector<TensorMapSpec> maps;  // A's, then B's
   bool a_kc = false, b_kc = false;  // operand_layout's k_contiguous of A and B
   SmemTile a, b;
   int64_t stage_bytes = 0, shared_bytes = 0;
@@ -113,6 +121,56 @@ std::optional<std::string> wgmma_unfit(const MmaTiling& t) {
   if ((t.bm / wgs / 64) * t.bn / 2 > 128)
     return "each thread would hold " + num((t.bm / wgs / 64) * t.bn / 2) + " accumulators; at most 128 fit in registers";
   return std::nullopt;
+}
+
+// Why TMA cannot read `p`'s operands (a tensor map of rank 2, or 3 with one batch dim
+// both operands step through), or nullopt.
+std::optional<std::string> tma_unfit(const MatmulGroup& p) {
+  if (p.batch.size() > 1) return "tensor maps here cover one batch dim, the matmul has " + num(int64_t(p.batch.size()));
+  if (p.nbatch > 1 && (p.a_bstride[0] == 0 || p.b_bstride[0] == 0))
+    return "an operand is broadcast over the batch (stride 0), which a tensor map cannot step";
+  const int64_t lim = int64_t{1} << 31;  // TMA coordinates are 32-bit
+  if (std::max({p.M, p.N, p.K, p.nbatch}) >= lim) return "an extent is 2^31 or more";
+  return std::nullopt;
+}
+
+// The two tensor maps of tiling `t` (A's, B's): the unit-stride dim first (k for a
+// K-major operand, m or n otherwise), then the other, then the batch; each box one
+// 128-byte-wide panel of the stage's tile. Extents of 1 get a 16-byte stride, which
+// no index ever steps. nullopt (with `why`) when a stride is not a multiple of 16
+// bytes or the dims overlap (each stride must cover the dims inside it).
+std::optional<std::vector<TensorMapSpec>> tma_maps(const MatmulGroup& p, const MmaTiling& t, std::string* why) {
+  const int64_t eb = t.a.eb, panel = 128 / eb;
+  std::vector<TensorMapSpec> maps;
+  for (int which = 0; which < 2; ++which) {
+    const bool kc = which == 0 ? t.a_kc : t.b_kc;
+    const int64_t outer = which == 0 ? p.M : p.N, s_outer = which == 0 ? p.sam : p.sbn, s_k = which == 0 ? p.sak : p.sbk;
+    TensorMapSpec m;
+    m.input = which == 0 ? p.a.param : p.b.param;
+    m.dtype = p.dtype;
+    m.rank = p.nbatch > 1 ? 3 : 2;
+    m.dims = {kc ? p.K : outer, kc ? outer : p.K, p.nbatch};
+    const int64_t s1 = (kc ? s_outer : s_k) * eb;
+    const int64_t s2 = p.nbatch > 1 ? (which == 0 ? p.a_bstride[0] : p.b_bstride[0]) * eb : 0;
+    m.strides = {m.dims[1] == 1 ? 16 : s1, m.rank == 3 ? s2 : 0};
+    m.box = {static_cast<int>(panel), kc ? (which == 0 ? t.bm : t.bn) : t.bk, 1};
+    for (int d = 0; d + 1 < m.rank; ++d)
+      if (m.strides[static_cast<size_t>(d)] % 16 != 0 || m.strides[static_cast<size_t>(d)] <= 0) {
+        *why = std::string("operand ") + (which == 0 ? "A" : "B") + "'s stride of " + num(m.strides[static_cast<size_t>(d)]) +
+               " bytes is not a positive multiple of 16";
+        return std::nullopt;
+      }
+    if (m.dims[1] > 1 && m.strides[0] < m.dims[0] * eb) {
+      *why = std::string("operand ") + (which == 0 ? "A" : "B") + "'s rows overlap";
+      return std::nullopt;
+    }
+    if (m.rank == 3 && m.strides[1] < m.dims[1] * m.strides[0]) {
+      *why = std::string("operand ") + (which == 0 ? "A" : "B") + "'s batch stride is inside its matrix";
+      return std::nullopt;
+    }
+    maps.push_back(m);
+  }
+  return maps;
 }
 
 Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm, bool wgmma_arch) {
@@ -212,6 +270,20 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
   if (!t.wgmma && !sync_unfit.empty()) return no(sync_unfit);
   t.stage_bytes = t.a.bytes() + t.b.bytes();
   t.shared_bytes = t.stage_bytes * t.stages;
+  if (t.wgmma && p.tma) {
+    std::string why;
+    std::optional<std::vector<TensorMapSpec>> maps;
+    if (std::optional<std::string> unfit = tma_unfit(p)) why = *unfit;
+    else maps = tma_maps(p, t, &why);
+    if (!maps) {
+      t.not_tma = why;
+    } else {
+      t.tma = true;
+      t.maps = std::move(*maps);
+      t.mbar_off = t.shared_bytes;
+      t.shared_bytes += 8 * t.stages;
+    }
+  }
   if (t.shared_bytes > max_shared_bytes(sm))
     return no("the tiles need " + num(t.shared_bytes) + " bytes of shared memory (" + num(t.stages) + " stages), more than sm_" +
               num(sm) + "'s " + num(max_shared_bytes(sm)) + " per block");
@@ -253,10 +325,11 @@ class MmaKernel {
       // every tile and stage is a multiple of 128 bytes.
       // wgmma: 1024, where the 128-byte swizzle's pattern repeats (its descriptors
       // carry a base offset of 0, so every tile must start on a repeat).
-      NvptxEntry e = begin_nvptx_matmul(m_, b_, spec_, t_.threads, t_.wgmma ? 1024 : 128);
+      NvptxEntry e = begin_nvptx_matmul(m_, b_, spec_, t_.threads, t_.wgmma ? 1024 : 128, t_.tma ? 2 : 0);
       fn_ = e.fn;
       in_ = e.in;
       out_ = e.out;
+      tmap_ = e.extra;
       smem_ = e.smem;
       tid_ = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, it_);
       bx = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, it_);
@@ -267,16 +340,19 @@ class MmaKernel {
       auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32_, i32_, i32_, ptr, ptr}, false);
       fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec_.entry, m_);
       b_.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn_));
-      for (size_t i = 0; i < np + no; ++i) {
+      // args: inputs, outputs, then (TMA) the two tensor maps: SimTensorMap*.
+      const size_t nx = t_.tma ? 2 : 0;
+      for (size_t i = 0; i < np + no + nx; ++i) {
         llvm::Value* slot = b_.CreateConstInBoundsGEP1_64(ptr, fn_->getArg(0), i);
-        (i < np ? in_ : out_).push_back(b_.CreateAlignedLoad(ptr, slot, llvm::Align(8)));
+        (i < np ? in_ : i < np + no ? out_ : tmap_).push_back(b_.CreateAlignedLoad(ptr, slot, llvm::Align(8)));
       }
       bx = b_.CreateZExt(fn_->getArg(1), it_);
       by = b_.CreateZExt(fn_->getArg(2), it_);
       tid_ = b_.CreateZExt(fn_->getArg(3), it_);
       smem_ = fn_->getArg(4);
       // MmaSimHooks: {ctx, barrier, ldmatrix_x4, mma, wgmma, cp_async, cp_commit,
-      // cp_wait, wgmma_commit, wgmma_wait}, ten pointers.
+      // cp_wait, wgmma_commit, wgmma_wait, tma_load, mbar_init, mbar_expect_tx,
+      // mbar_try_wait}, fourteen pointers.
       llvm::Value* hooks = fn_->getArg(5);
       for (int i = 0; i < kHooks; ++i)
         hook_[i] = b_.CreateAlignedLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, hooks, static_cast<uint64_t>(i)),
@@ -291,6 +367,7 @@ class MmaKernel {
       return true;
     }
 
+    bz_ = by;
     TileOrigin o = group_m_tile(b_, p_, bx, t_.bm, t_.bn, t_.group_m);
     m0_ = o.m0;
     n0_ = o.n0;
@@ -441,6 +518,132 @@ class MmaKernel {
         }
       }
     }
+  }
+
+  void load_tile(llvm::Value* k0, llvm::Value* stage) {
+    if (t_.tma) issue_tile_tma(k0, stage);
+    else issue_tile(k0, stage);
+  }
+
+  // ---- TMA (sm_90a wgmma kernel, KernelSpec::tma) ----
+  // One mbarrier per stage, arrival count 1: thread 0's arrive.expect_tx of the
+  // stage's bytes; the copies complete the transaction count, and every thread waits
+  // for the phase. Inline PTX here, as for wgmma; the host build calls the hooks.
+
+  llvm::Value* mbar(llvm::Value* stage) { return add(k(t_.mbar_off), mul(stage, 8)); }
+  // An mbarrier or shared destination as the instruction takes it: the 32-bit shared
+  // address, or (host build) the pointer.
+  llvm::Value* smem_operand(llvm::Value* off) { return sim_ ? smem_at(off) : shared_addr(off); }
+
+  void if_thread0(const std::function<void()>& body) {
+    llvm::LLVMContext& c = m_.getContext();
+    llvm::BasicBlock* yes = llvm::BasicBlock::Create(c, "t0", fn_);
+    llvm::BasicBlock* after = llvm::BasicBlock::Create(c, "t0.done", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(tid_, k(0)), yes, after);
+    b_.SetInsertPoint(yes);
+    body();
+    b_.CreateBr(after);
+    b_.SetInsertPoint(after);
+  }
+
+  void init_mbarriers() {
+    if_thread0([&] {
+      for (int st = 0; st < t_.stages; ++st) {
+        if (sim_) {
+          sim_call(11, {smem_operand(mbar(k(st))), b_.getInt32(1)});
+          continue;
+        }
+        auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {i32_, i32_}, false);
+        b_.CreateCall(llvm::InlineAsm::get(fty, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}", true),
+                      {smem_operand(mbar(k(st))), b_.getInt32(1)});
+      }
+      // The initialisation visible to the async proxy (the copies complete on them).
+      asm_stmt("fence.mbarrier_init.release.cluster;");
+    });
+    barrier();
+  }
+
+  // Thread 0: the stage's mbarrier expects stage_bytes, then one bulk tensor copy per
+  // 128-byte-wide panel of A's and B's tiles (OOB elements arrive as zeros).
+  void issue_tile_tma(llvm::Value* k0, llvm::Value* stage) {
+    if_thread0([&] {
+      llvm::Value* bar = smem_operand(mbar(stage));
+      llvm::Value* bytes = b_.getInt32(static_cast<uint32_t>(t_.stage_bytes));
+      if (sim_) {
+        sim_call(12, {bar, bytes});
+      } else {
+        auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {i32_, i32_}, false);
+        b_.CreateCall(
+            llvm::InlineAsm::get(fty, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r,~{memory}", true),
+            {bar, bytes});
+      }
+      llvm::Value* sbase = mul(stage, t_.stage_bytes);
+      llvm::Value* z = b_.CreateZExtOrTrunc(bz_, i32_);
+      const int64_t panel = 128 / t_.a.eb;
+      for (int which = 0; which < 2; ++which) {
+        const SmemTile& tile = which == 0 ? t_.a : t_.b;
+        const bool kc = which == 0 ? t_.a_kc : t_.b_kc;
+        llvm::Value* outer0 = which == 0 ? m0_ : n0_;
+        llvm::Value* tbase = which == 0 ? sbase : add(sbase, k(t_.a.bytes()));
+        const int panels = tile.cols / static_cast<int>(panel);
+        for (int pi = 0; pi < panels; ++pi) {
+          llvm::Value* inner = add(kc ? k0 : outer0, k(pi * panel));
+          llvm::Value* c0 = b_.CreateZExtOrTrunc(inner, i32_);
+          llvm::Value* c1 = b_.CreateZExtOrTrunc(kc ? outer0 : k0, i32_);
+          llvm::Value* dst = smem_operand(add(tbase, k(int64_t{pi} * tile.rows * 128)));
+          tma_load(tmap_[static_cast<size_t>(which)], dst, c0, c1, z, bar);
+        }
+      }
+    });
+  }
+
+  void tma_load(llvm::Value* map, llvm::Value* dst, llvm::Value* c0, llvm::Value* c1, llvm::Value* c2, llvm::Value* bar) {
+    if (sim_) {
+      sim_call(10, {map, dst, c0, c1, c2, bar});
+      return;
+    }
+    llvm::Value* addr = b_.CreatePtrToInt(b_.CreateAddrSpaceCast(map, b_.getPtrTy()), b_.getInt64Ty());
+    const bool r3 = t_.maps[0].rank == 3;
+    std::string text = std::string("cp.async.bulk.tensor.") + (r3 ? "3d" : "2d") +
+                       ".shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3" + (r3 ? ", $4" : "") +
+                       "}], [$" + (r3 ? "5" : "4") + "];";
+    std::vector<llvm::Type*> ty = {i32_, b_.getInt64Ty(), i32_, i32_};
+    std::vector<llvm::Value*> args = {dst, addr, c0, c1};
+    std::string cons = "r,l,r,r";
+    if (r3) {
+      ty.push_back(i32_);
+      args.push_back(c2);
+      cons += ",r";
+    }
+    ty.push_back(i32_);
+    args.push_back(bar);
+    cons += ",r,~{memory}";
+    b_.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(b_.getVoidTy(), ty, false), text, cons, true), args);
+  }
+
+  // Every thread: until the stage's mbarrier has completed the phase of parity `parity`.
+  void mbar_wait(llvm::Value* stage, llvm::Value* parity) {
+    llvm::LLVMContext& c = m_.getContext();
+    llvm::BasicBlock* spin = llvm::BasicBlock::Create(c, "mbar.wait", fn_);
+    llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "mbar.done", fn_);
+    llvm::Value* bar = smem_operand(mbar(stage));
+    llvm::Value* par = b_.CreateZExtOrTrunc(parity, i32_);
+    b_.CreateBr(spin);
+    b_.SetInsertPoint(spin);
+    llvm::Value* ok;
+    if (sim_) {
+      auto* fty = llvm::FunctionType::get(i32_, {b_.getPtrTy(), i32_, b_.getPtrTy(), i32_}, false);
+      ok = b_.CreateCall(fty, hook_[13], {hook_[0], tid32_, bar, par});
+    } else {
+      auto* fty = llvm::FunctionType::get(i32_, {i32_, i32_}, false);
+      ok = b_.CreateCall(
+          llvm::InlineAsm::get(
+              fty, "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\nselp.b32 $0, 1, 0, p;\n}",
+              "=r,r,r,~{memory}", true),
+          {bar, par});
+    }
+    b_.CreateCondBr(b_.CreateICmpNE(ok, b_.getInt32(0)), done, spin);
+    b_.SetInsertPoint(done);
   }
 
   void commit() {
@@ -733,9 +936,10 @@ class MmaKernel {
     // `ahead` tiles are in flight; the wgmma kernel also keeps `lag_` wgmma groups in
     // flight, whose stages the copies must not overwrite: one fewer tile ahead.
     const int ahead_n = t_.stages - 1 - lag_;
+    if (t_.tma) init_mbarriers();
     for (int st = 0; st < ahead_n; ++st) {
-      if (st < t_.kt) issue_tile(k(int64_t{st} * t_.bk), k(st));
-      commit();
+      if (st < t_.kt) load_tile(k(int64_t{st} * t_.bk), k(st));
+      if (!t_.tma) commit();
     }
     const size_t nacc = static_cast<size_t>(t_.mi * t_.ni * 4);
     llvm::BasicBlock* pre = b_.GetInsertBlock();
@@ -754,8 +958,8 @@ class MmaKernel {
       acc.push_back(ph);
     }
     llvm::Value* next = add(kt, k(1));
-    wait(ahead_n - 1);
-    if (t_.wgmma) proxy_fence();  // the copies, made by the generic proxy, become visible to wgmma's
+    if (!t_.tma) wait(ahead_n - 1);
+    if (t_.wgmma && !t_.tma) proxy_fence();  // the copies, made by the generic proxy, become visible to wgmma's
     // Every thread is past tile kt-1's compute (mma.sync), or past the wait that
     // retired tile kt-1-lag's wgmma group: that tile's stage may be refilled.
     barrier();
@@ -764,10 +968,16 @@ class MmaKernel {
     llvm::BasicBlock* issued = llvm::BasicBlock::Create(c, "k.issued", fn_);
     b_.CreateCondBr(b_.CreateICmpSLT(ahead, k(t_.kt)), issue, issued);
     b_.SetInsertPoint(issue);
-    issue_tile(mul(ahead, t_.bk), stage_of(ahead));
+    load_tile(mul(ahead, t_.bk), stage_of(ahead));
     b_.CreateBr(issued);
     b_.SetInsertPoint(issued);
-    commit();
+    if (t_.tma) {
+      // Tile kt's copies complete its stage's mbarrier phase number kt / stages.
+      llvm::Value* parity = b_.CreateAnd(b_.CreateUDiv(kt, k(t_.stages)), k(1));
+      mbar_wait(stage_of(kt), parity);
+    } else {
+      commit();
+    }
     acc = t_.wgmma ? compute_wgmma(stage_of(kt), acc) : compute(stage_of(kt), acc);
     for (size_t i = 0; i < nacc; ++i) phis[i]->addIncoming(acc[i], b_.GetInsertBlock());
     kt->addIncoming(next, b_.GetInsertBlock());
@@ -838,12 +1048,14 @@ class MmaKernel {
   llvm::Type* f32_ = nullptr;
   llvm::Type* i32_ = nullptr;
   llvm::Value* smem_ = nullptr;
-  static constexpr int kHooks = 10;
+  static constexpr int kHooks = 14;
   llvm::Value* hook_[kHooks] = {};
   int lag_ = 0;  // wgmma groups left in flight across K tiles
   llvm::Value* tid32_ = nullptr;
   llvm::Value *tid_ = nullptr, *lane_ = nullptr, *m0_ = nullptr, *n0_ = nullptr, *zbase_ = nullptr;
   llvm::Value *wm0_ = nullptr, *wn0_ = nullptr, *wg_ = nullptr;
+  std::vector<llvm::Value*> tmap_;  // TMA: A's and B's tensor maps
+  llvm::Value* bz_ = nullptr;        // the batch index (grid y)
   BatchIndex bi_;
   std::vector<Copy> a_copy_, b_copy_;
 };
@@ -861,6 +1073,8 @@ MmaChoice mma_choice(const MatmulGroup& p, const KernelConfig& c, int sm, bool w
   }
   r.wgmma = t->wgmma;
   r.not_wgmma = t->not_wgmma;
+  r.tma = t->tma;
+  r.not_tma = t->not_tma;
   return r;
 }
 
@@ -875,7 +1089,9 @@ Result<LaunchShape> build_mma_kernel(const KernelSpec& spec, const MatmulGroup& 
   if (Result<bool> g = check_matmul_grid(p, t->bm, t->bn); !g) return g.error();
   Result<bool> built = MmaKernel(spec, p, *t, target, m, sim).build();
   if (!built) return built.error();
-  return matmul_launch_shape(p, t->bm, t->bn, t->threads, t->shared_bytes, 1);
+  LaunchShape l = matmul_launch_shape(p, t->bm, t->bn, t->threads, t->shared_bytes, 1);
+  l.tensor_maps = t->maps;
+  return l;
 }
 
 }  // namespace sf::matmul_detail

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -119,6 +120,24 @@ struct Block {
   std::vector<std::vector<Range>> landed;
   std::vector<std::vector<std::vector<Range>>> wgmma_groups;
   std::vector<int> wg_commits = std::vector<int>(4, 0), wg_waits = std::vector<int>(4, 0);
+  // TMA: each mbarrier (by its shared-memory offset) and the copies still to be
+  // waited for: a copy completes phase `use` of its mbarrier, and a reader must have
+  // seen that phase complete (observed[thread][mbarrier] > use).
+  struct MBar {
+    int count = 0, pending = 0;
+    int64_t tx = 0;
+    int completions = 0;
+  };
+  std::map<int64_t, MBar> mbars;
+  struct TmaWrite {
+    Range r;
+    int64_t mbar = 0;
+    int use = 0;
+  };
+  std::vector<TmaWrite> tma_writes;
+  std::map<std::pair<int, int64_t>, int> observed;
+  bool tma_ignores_swizzle = false;  // broken TMA hardware, to show the tests notice
+  int tma_copies = 0;
   size_t smem_bytes;
   std::vector<uint8_t> storage;
   uint8_t* smem = nullptr;
@@ -323,6 +342,9 @@ void sim_wgmma(void* ctx, int32_t thread, uint64_t desc_a, uint64_t desc_b, int3
     std::lock_guard<std::mutex> lock(blk.mu);
     blk.check_read_locked(alo, ahi, "wgmma");
     blk.check_read_locked(blo, bhi, "wgmma");
+    for (const Block::TmaWrite& w : blk.tma_writes)
+      if ((w.r.overlaps(alo, ahi) || w.r.overlaps(blo, bhi)) && blk.observed[{thread, w.mbar}] <= w.use)
+        blk.fail_locked("wgmma reads what a TMA copy writes before its mbarrier phase was waited for");
     auto& open = blk.wgmma_groups[static_cast<size_t>(thread / (4 * kLanes))].back();
     open.push_back({alo, ahi});
     open.push_back({blo, bhi});
@@ -401,6 +423,95 @@ void sim_wgmma_wait(void* ctx, int32_t thread, int32_t pending) {
   const int64_t committed = static_cast<int64_t>(gs.size()) - 1;
   const int64_t done = std::max<int64_t>(0, committed - pending);
   gs.erase(gs.begin(), gs.begin() + done);
+}
+
+// mbarrier phase bookkeeping: a phase completes when its arrivals and transaction
+// bytes are all in; it then counts as completion number `completions`.
+void complete_if_done(Block::MBar& m) {
+  if (m.pending == 0 && m.tx == 0) {
+    ++m.completions;
+    m.pending = m.count;
+  }
+}
+
+void sim_mbar_init(void* ctx, int32_t, void* mbar, int32_t count) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  const int64_t at = static_cast<uint8_t*>(mbar) - blk.smem;
+  if (at < 0 || at + 8 > static_cast<int64_t>(blk.smem_bytes) || at % 8 != 0) return blk.fail_locked("mbarrier outside shared memory");
+  blk.mbars[at] = Block::MBar{count, count, 0, 0};
+}
+
+void sim_mbar_expect_tx(void* ctx, int32_t, void* mbar, int32_t bytes) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  auto it = blk.mbars.find(static_cast<uint8_t*>(mbar) - blk.smem);
+  if (it == blk.mbars.end()) return blk.fail_locked("arrive.expect_tx on an mbarrier never initialised");
+  it->second.tx += bytes;
+  --it->second.pending;
+  complete_if_done(it->second);
+}
+
+int32_t sim_mbar_try_wait(void* ctx, int32_t thread, void* mbar, int32_t parity) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  const int64_t at = static_cast<uint8_t*>(mbar) - blk.smem;
+  auto it = blk.mbars.find(at);
+  if (it == blk.mbars.end()) {
+    blk.fail_locked("try_wait on an mbarrier never initialised");
+    return 1;
+  }
+  // The phase of parity `parity` has completed when the one in progress has the other.
+  if ((it->second.completions & 1) == (parity & 1)) {
+    if (blk.error.empty() && it->second.pending == it->second.count && it->second.tx == 0 &&
+        it->second.completions == 0 && parity == 1)
+      blk.fail_locked("try_wait on a phase that can never complete");
+    return 0;
+  }
+  int& seen = blk.observed[{thread, at}];
+  seen = std::max(seen, it->second.completions);
+  return 1;
+}
+
+// cp.async.bulk.tensor with a 128-byte swizzle: box row r of 128 bytes lands at
+// dst + 128 r with its 16-byte units permuted by address bits 7-9, elements outside
+// the tensor read as zero; the box's bytes complete on the mbarrier.
+void sim_tma_load(void* ctx, int32_t, const void* map, void* dst, int32_t c0, int32_t c1, int32_t c2, void* mbar) {
+  Block& blk = *static_cast<Block*>(ctx);
+  const auto& m = *static_cast<const SimTensorMap*>(map);
+  const int64_t eb = dtype_size(m.spec.dtype);
+  const int64_t at = static_cast<uint8_t*>(dst) - blk.smem;
+  const int64_t rows = m.spec.box[1];
+  std::lock_guard<std::mutex> lock(blk.mu);
+  ++blk.tma_copies;
+  if (m.spec.box[0] * eb != 128 || at % 1024 != 0 || at < 0 || at + rows * 128 > static_cast<int64_t>(blk.smem_bytes))
+    return blk.fail_locked("TMA: a 128-byte-swizzled box must be 128 bytes wide and land 1024-byte aligned in shared memory");
+  const Range r{at, at + rows * 128};
+  for (const auto& gs : blk.wgmma_groups)
+    for (const auto& grp : gs)
+      for (const Range& x : grp)
+        if (x.overlaps(r.lo, r.hi)) blk.fail_locked("TMA overwrites shared memory that an in-flight wgmma may still read");
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t i = 0; i < m.spec.box[0]; ++i) {
+      const int64_t g0 = c0 + i, g1 = c1 + row, g2 = m.spec.rank == 3 ? c2 : 0;
+      const bool in = g0 >= 0 && g0 < m.spec.dims[0] && g1 >= 0 && g1 < m.spec.dims[1] && g2 >= 0 &&
+                      (m.spec.rank < 3 || g2 < m.spec.dims[2]);
+      int64_t off = at + row * 128 + i * eb;
+      if (!blk.tma_ignores_swizzle) off ^= ((off >> 7) & 7) << 4;
+      if (in)
+        std::memcpy(blk.smem + off,
+                    static_cast<const uint8_t*>(m.base) + g0 * eb + g1 * m.spec.strides[0] + g2 * m.spec.strides[1],
+                    static_cast<size_t>(eb));
+      else
+        std::memset(blk.smem + off, 0, static_cast<size_t>(eb));
+    }
+  const int64_t bar = static_cast<uint8_t*>(mbar) - blk.smem;
+  auto it = blk.mbars.find(bar);
+  if (it == blk.mbars.end()) return blk.fail_locked("TMA completes on an mbarrier never initialised");
+  std::erase_if(blk.tma_writes, [&](const Block::TmaWrite& w) { return w.r.overlaps(r.lo, r.hi); });
+  blk.tma_writes.push_back({r, bar, it->second.completions});
+  it->second.tx -= rows * 128;
+  complete_if_done(it->second);
 }
 
 // ---- graphs and running ------------------------------------------------------------------
@@ -483,8 +594,11 @@ KernelConfig tc_config(int bm, int bn, int bk, int warps, int stages, int group_
 // memory, a barrier and the simulated warps.
 Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg,
                                    std::string* hw_error, bool ignore_trans = false, int* wavefronts = nullptr,
-                                   bool wgmma = false, int* wgmma_calls = nullptr) {
-  Result<EmittedKernel> k = emit_matmul_mma_block_on_host(tf32_spec(g), cfg, wgmma);
+                                   bool wgmma = false, int* wgmma_calls = nullptr, bool tma = false,
+                                   int* tma_copies = nullptr, bool tma_no_swizzle = false) {
+  KernelSpec spec = tf32_spec(g);
+  spec.tma = tma;
+  Result<EmittedKernel> k = emit_matmul_mma_block_on_host(spec, cfg, wgmma);
   if (!k) return k.error();
   LaunchShape launch = k->launch;
   Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
@@ -495,6 +609,9 @@ Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& in
   for (Tensor& t : out)
     if (t.nbytes()) std::memset(t.data(), 0x7f, t.nbytes());
   std::vector<void*> args = arg_array(inputs, out);
+  std::vector<SimTensorMap> maps;
+  for (const TensorMapSpec& t : launch.tensor_maps) maps.push_back({t, inputs[static_cast<size_t>(t.input)].data()});
+  for (SimTensorMap& m : maps) args.push_back(&m);
   const int threads = launch.block[0];
   kernel_test::BlockThreads block(threads);
   for (int64_t by = 0; by < launch.grid[1]; ++by)
@@ -502,6 +619,7 @@ Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& in
       Block blk(threads, static_cast<size_t>(launch.shared_bytes));
       blk.ignore_trans = ignore_trans;
       blk.ignore_wgmma_trans = ignore_trans;
+      blk.tma_ignores_swizzle = tma_no_swizzle;
       std::memset(blk.smem, 0xFF, blk.smem_bytes);  // NaN in both bf16 and f16
       MmaSimHooks hooks;
       hooks.ctx = &blk;
@@ -514,11 +632,16 @@ Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& in
       hooks.cp_wait = &sim_cp_wait;
       hooks.wgmma_commit = &sim_wgmma_commit;
       hooks.wgmma_wait = &sim_wgmma_wait;
+      hooks.tma_load = &sim_tma_load;
+      hooks.mbar_init = &sim_mbar_init;
+      hooks.mbar_expect_tx = &sim_mbar_expect_tx;
+      hooks.mbar_try_wait = &sim_mbar_try_wait;
       block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks); });
       if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
       if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);
       if (wgmma_calls)
         for (const auto& wg : blk.groups) *wgmma_calls += wg->calls;
+      if (tma_copies) *tma_copies += blk.tma_copies;
     }
   return out;
 }
@@ -528,7 +651,7 @@ Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& in
 // read them, cut to TF32, so the kernel must match it to f32's tolerance: a kernel
 // that skipped TF32 or cut wrongly fails.
 void check(const Graph& g, const KernelConfig& cfg, const std::string& what, bool loads = true, uint64_t seed = 1,
-           bool wgmma = false) {
+           bool wgmma = false, bool tma = false) {
   std::vector<Tensor> in = make_inputs(g, seed);
   std::vector<Tensor> ref_in = in;
   for (Tensor& t : ref_in)
@@ -537,10 +660,11 @@ void check(const Graph& g, const KernelConfig& cfg, const std::string& what, boo
   Result<std::vector<Tensor>> want = evaluate(g, ref_in);
   ASSERT_TRUE(want.ok()) << what << ": " << want.error().str();
   std::string hw_error;
-  int wavefronts = 0, wgmma_calls = 0;
-  Result<std::vector<Tensor>> got = run_tc(g, in, cfg, &hw_error, false, &wavefronts, wgmma, &wgmma_calls);
+  int wavefronts = 0, wgmma_calls = 0, tma_copies = 0;
+  Result<std::vector<Tensor>> got = run_tc(g, in, cfg, &hw_error, false, &wavefronts, wgmma, &wgmma_calls, tma, &tma_copies);
   ASSERT_TRUE(got.ok()) << what << ": " << got.error().str();
   EXPECT_EQ(hw_error, "") << what;
+  EXPECT_EQ(tma_copies > 0, tma && loads) << what << ": " << tma_copies << " TMA copies";
   if (wgmma) {
     EXPECT_EQ(wavefronts, 0) << what << ": the wgmma kernel used ldmatrix";
     EXPECT_EQ(wgmma_calls > 0, loads) << what << ": " << wgmma_calls << " wgmma instructions";
@@ -700,6 +824,45 @@ TEST(MatmulWgmmaSim, PipelineOverManyKTiles) {
     check(mm_graph(s, DType::BF16, Epi::None), c, name(s, DType::BF16, c) + " wgmma", true, 1, true);
 }
 
+// TMA (KernelSpec::tma): thread 0 copies each stage's 128-byte-wide panels with
+// cp.async.bulk.tensor through the two tensor maps the launch lists, completing on the
+// stage's mbarrier, which every thread waits for. Every operand layout, one and two
+// warpgroups, ragged edges (zero-filled by the copy), a 3-D map for a batch, TF32, and
+// a pipeline over many K tiles; the memory model fails a wgmma that reads a copy's
+// bytes before its mbarrier phase was waited for, or a copy into an in-flight stage.
+TEST(MatmulWgmmaSim, TmaEveryOperandLayoutMatchesTheReference) {
+  for (bool a_t : {false, true})
+    for (bool b_t : {false, true}) {
+      Shape3 s{136, 200, 136, a_t, b_t, {}};
+      for (const KernelConfig& c : {tc_config(64, 64, 64, 4, 2), tc_config(128, 128, 64, 8, 3)})
+        check(mm_graph(s, DType::BF16, Epi::None), c, name(s, DType::BF16, c) + " wgmma tma", true, 1, true, true);
+    }
+  Shape3 batched{72, 64, 80, false, true, {3}};
+  check(mm_graph(batched, DType::F16, Epi::BiasGelu), tc_config(64, 64, 64, 4, 3), "tma batch 3", true, 1, true, true);
+  Shape3 lin{136, 100, 72, false, true, {}};
+  check(mm_graph(lin, DType::F32, Epi::None), tc_config(64, 64, 32, 4, 3), "tma tf32", true, 1, true, true);
+  Shape3 deep{128, 128, 520, false, false, {}};
+  for (const KernelConfig& c : {tc_config(128, 128, 64, 8, 4), tc_config(64, 64, 64, 4, 2)})
+    check(mm_graph(deep, DType::BF16, Epi::None), c, name(deep, DType::BF16, c) + " wgmma tma", true, 1, true, true);
+}
+
+// Not blind: TMA hardware that skips the 128-byte swizzle puts the panels where
+// wgmma's descriptors do not read them.
+TEST(MatmulWgmmaSim, TmaWithoutTheSwizzleGivesWrongResults) {
+  Shape3 s{64, 64, 64, false, true, {}};
+  Graph g = mm_graph(s, DType::BF16, Epi::None);
+  std::vector<Tensor> in = make_inputs(g, 1);
+  Result<std::vector<Tensor>> want = evaluate(g, in);
+  ASSERT_TRUE(want.ok());
+  std::string hw_error;
+  int copies = 0;
+  Result<std::vector<Tensor>> got = run_tc(g, in, tc_config(64, 64, 64, 4, 2), &hw_error, false, nullptr, true, nullptr,
+                                           /*tma=*/true, &copies, /*tma_no_swizzle=*/true);
+  ASSERT_TRUE(got.ok()) << got.error().str();
+  EXPECT_GT(copies, 0);
+  EXPECT_FALSE(compare((*got)[0], (*want)[0], default_tolerance(DType::BF16)).ok());
+}
+
 // With both operands MN-major no tile row runs along k, so block_k may be 16 or 32:
 // each k step is then a whole panel's 16 rows.
 TEST(MatmulWgmmaSim, MnMajorOperandsTakeShortKTiles) {
@@ -752,10 +915,12 @@ struct Ptx {
   LaunchShape launch;
 };
 
-Ptx emit_ptx(const Graph& g, const KernelConfig& c, const std::string& arch, bool allow_tf32 = false) {
+Ptx emit_ptx(const Graph& g, const KernelConfig& c, const std::string& arch, bool allow_tf32 = false, bool tma = false) {
   Ptx out;
   llvmb::Target t = llvmb::Target::nvptx(arch);
-  Result<EmittedKernel> k = emit_matmul(allow_tf32 ? tf32_spec(g) : spec_of(g), c, t);
+  KernelSpec spec = allow_tf32 ? tf32_spec(g) : spec_of(g);
+  spec.tma = tma;
+  Result<EmittedKernel> k = emit_matmul(spec, c, t);
   EXPECT_TRUE(k.ok()) << (k.ok() ? "" : k.error().str());
   if (!k) return out;
   out.launch = k->launch;
@@ -860,6 +1025,54 @@ TEST(MatmulMmaNvptx, Tf32OnlyWhenAllowed) {
       ASSERT_TRUE(r.ok()) << r.error().str();
       EXPECT_FALSE((*r)[0].spills());
     }
+}
+
+// TMA on sm_90a: thread 0 arms each stage's mbarrier and issues one 2-D bulk tensor
+// copy per 128-byte-wide panel (x: one 64 x 128 box of A; w [K, N]: four 64 x 64
+// boxes of B) per K tile, every thread waits on the mbarrier; no cp.async, no proxy
+// fence. The
+// launch lists the two tensor maps (A K-major, B N-major), which a batch makes 3-D.
+TEST(MatmulMmaNvptx, Sm90aTmaCopiesThroughTensorMaps) {
+  Graph g = mm_graph({4096, 4096, 4096, false, false, {}}, DType::BF16, Epi::BiasGelu);
+  KernelConfig c = suggest_matmul_config(spec_of(g), KernelConfig{}, "sm_90a");
+  Ptx p = emit_ptx(g, c, "sm_90a", false, /*tma=*/true);
+  // Tiles 0 and 1 before the loop (4 stages, one wgmma group in flight), one in it.
+  EXPECT_EQ(count(p.text, "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"), 3 * (1 + 4));
+  EXPECT_EQ(count(p.text, "mbarrier.init.shared::cta.b64"), 4);  // one per stage
+  EXPECT_EQ(count(p.text, "mbarrier.arrive.expect_tx.shared::cta.b64"), 3);
+  EXPECT_EQ(count(p.text, "mbarrier.try_wait.parity.shared::cta.b64"), 1);
+  EXPECT_EQ(count(p.text, "fence.mbarrier_init.release.cluster"), 1);
+  EXPECT_EQ(count(p.text, "cp.async.cg"), 0);
+  EXPECT_EQ(count(p.text, "fence.proxy.async"), 0);
+  EXPECT_EQ(count(p.text, "wgmma.mma_async"), 4);
+  EXPECT_EQ(p.launch.shared_bytes, 4 * (128 * 64 + 64 * 256) * 2 + 4 * 8);
+  ASSERT_EQ(p.launch.tensor_maps.size(), 2u);
+  const TensorMapSpec& a = p.launch.tensor_maps[0];
+  const TensorMapSpec& b = p.launch.tensor_maps[1];
+  EXPECT_EQ(a.input, 0);
+  EXPECT_EQ(a.rank, 2);
+  EXPECT_EQ(a.dims[0], 4096);
+  EXPECT_EQ(a.strides[0], 4096 * 2);
+  EXPECT_EQ(a.box[0], 64);
+  EXPECT_EQ(a.box[1], 128);  // block_m rows of one 64-wide k panel
+  EXPECT_EQ(b.input, 1);
+  EXPECT_EQ(b.box[0], 64);
+  EXPECT_EQ(b.box[1], 64);  // block_k rows of one 64-wide n panel
+  if (have_ptxas()) {
+    Result<std::vector<KernelResources>> r = assemble(p.text, "sm_90a");
+    ASSERT_TRUE(r.ok()) << r.error().str();
+    EXPECT_FALSE((*r)[0].spills());
+  }
+  Graph bat = mm_graph({256, 256, 256, false, true, {4}}, DType::BF16, Epi::None);
+  Ptx pb = emit_ptx(bat, tc_config(128, 128, 64, 8, 4), "sm_90a", false, true);
+  EXPECT_GT(count(pb.text, "cp.async.bulk.tensor.3d"), 0);
+  ASSERT_EQ(pb.launch.tensor_maps.size(), 2u);
+  EXPECT_EQ(pb.launch.tensor_maps[0].rank, 3);
+  EXPECT_EQ(pb.launch.tensor_maps[0].strides[1], 256 * 256 * 2);
+  // Without KernelSpec::tma: cp.async, no tensor maps.
+  Ptx plain = emit_ptx(g, c, "sm_90a");
+  EXPECT_TRUE(plain.launch.tensor_maps.empty());
+  EXPECT_EQ(count(plain.text, "cp.async.bulk"), 0);
 }
 
 TEST(MatmulMmaNvptx, TransposedOperandsUseLdmatrixTrans) {

@@ -11,11 +11,13 @@ namespace sf::cublas {
 
 namespace {
 
-// The files to try for a library: the environment's path first, then the
-// versioned and plain sonames (the loader's search path), then the toolkit's lib64.
+// The files to try for a library: the environment's path alone when it is set (a
+// library named by the user is that library or an error, as $SHARDFUSE_LIBCUDA and
+// $SHARDFUSE_LIBNCCL are), else the versioned and plain sonames (the loader's search
+// path), then the toolkit's lib64.
 std::vector<std::string> candidates(const char* env, const std::string& stem) {
   std::vector<std::string> v;
-  if (const char* p = std::getenv(env); p && *p) v.push_back(p);
+  if (const char* p = std::getenv(env); p && *p) return {p};
   v.push_back(stem + ".so.13");
   v.push_back(stem + ".so");
   if (const char* home = std::getenv("CUDA_HOME"); home && *home) v.push_back(std::string(home) + "/lib64/" + stem + ".so.13");
@@ -43,8 +45,29 @@ bool resolve(void* lib, const char* name, F& f, std::string* missing) {
   return f != nullptr;
 }
 
+// Why the system's cuBLAS must not be opened: $SHARDFUSE_LIBCUDA names a driver
+// other than libcuda.so.1 (the fake one of tests/fake_cuda), and cuBLAS would talk
+// to libcuda.so.1 instead, with other contexts and pointers. Opening the named
+// driver first (the runtime opens it anyway) lets dlopen tell whether it is the
+// library whose soname is libcuda.so.1.
+std::optional<std::string> foreign_driver() {
+  const char* drv = std::getenv("SHARDFUSE_LIBCUDA");
+  if (!drv || !*drv) return std::nullopt;
+  if (const char* own = std::getenv("SHARDFUSE_LIBCUBLAS"); own && *own) return std::nullopt;
+  void* mine = dlopen(drv, RTLD_NOW | RTLD_LOCAL);
+  void* sys = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  const bool same = mine && mine == sys;
+  if (sys) dlclose(sys);
+  if (mine) dlclose(mine);
+  if (same) return std::nullopt;
+  return std::string("$SHARDFUSE_LIBCUDA=") + drv +
+         " is not libcuda.so.1, the driver cuBLAS uses; set $SHARDFUSE_LIBCUBLAS (and $SHARDFUSE_LIBCUBLASLT) to a "
+         "cuBLAS for that driver";
+}
+
 Result<Api> load() {
   Api a;
+  if (std::optional<std::string> why = foreign_driver()) return Diag{"", {}, "cuBLAS not available: " + *why};
   std::string why;
   void* lib = open_first(candidates("SHARDFUSE_LIBCUBLAS", "libcublas"), &a.library, &why);
   if (!lib) return Diag{"", {}, "cuBLAS not available: cannot open libcublas (" + why + ")"};
@@ -53,10 +76,12 @@ Result<Api> load() {
   resolve(lib, "cublasDestroy_v2", a.Destroy, &missing);
   resolve(lib, "cublasSetStream_v2", a.SetStream, &missing);
   resolve(lib, "cublasGemmEx", a.GemmEx, &missing);
+  resolve(lib, "cublasGemmStridedBatchedEx", a.GemmStridedBatchedEx, &missing);
   if (!missing.empty())
     return Diag{"", {}, "cuBLAS not available: " + a.library + " lacks " + missing};
   std::string ignored;
   resolve(lib, "cublasGetStatusString", a.GetStatusString, &ignored);
+  resolve(lib, "cublasGetProperty", a.GetProperty, &ignored);
 
   std::string lt_why;
   void* lt = open_first(candidates("SHARDFUSE_LIBCUBLASLT", "libcublasLt"), &a.lt_library, &lt_why);
@@ -72,6 +97,7 @@ Result<Api> load() {
   resolve(lt, "cublasLtMatmulDescSetAttribute", a.LtMatmulDescSetAttribute, &lt_missing);
   resolve(lt, "cublasLtMatrixLayoutCreate", a.LtMatrixLayoutCreate, &lt_missing);
   resolve(lt, "cublasLtMatrixLayoutDestroy", a.LtMatrixLayoutDestroy, &lt_missing);
+  resolve(lt, "cublasLtMatrixLayoutSetAttribute", a.LtMatrixLayoutSetAttribute, &lt_missing);
   resolve(lt, "cublasLtMatmulPreferenceCreate", a.LtMatmulPreferenceCreate, &lt_missing);
   resolve(lt, "cublasLtMatmulPreferenceDestroy", a.LtMatmulPreferenceDestroy, &lt_missing);
   resolve(lt, "cublasLtMatmulPreferenceSetAttribute", a.LtMatmulPreferenceSetAttribute, &lt_missing);
@@ -81,6 +107,7 @@ Result<Api> load() {
     a.lt_error = "cuBLASLt not available: " + a.lt_library + " lacks " + lt_missing;
     a.LtCreate = nullptr;
   }
+  resolve(lt, "cublasLtGetVersion", a.LtGetVersion, &ignored);
   return a;
 }
 
@@ -117,6 +144,22 @@ std::string Api::error(cublasStatus_t s) const {
   if (GetStatusString)
     if (const char* t = GetStatusString(s)) return name + " (" + t + ")";
   return name;
+}
+
+std::string Api::version() const {
+  int v[3] = {-1, -1, -1};
+  const libraryPropertyType parts[3] = {MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL};
+  for (int i = 0; i < 3 && GetProperty; ++i)
+    if (GetProperty(parts[i], &v[i]) != CUBLAS_STATUS_SUCCESS) v[i] = -1;
+  const std::string number = v[0] < 0 ? "(version unknown)"
+                                      : std::to_string(v[0]) + "." + std::to_string(v[1]) + "." + std::to_string(v[2]);
+  return "cuBLAS " + number + " (" + library + ")";
+}
+
+std::string Api::lt_version() const {
+  if (!LtCreate) return "";
+  return "cublasLt " + (LtGetVersion ? std::to_string(LtGetVersion()) : std::string("(version unknown)")) + " (" +
+         lt_library + ")";
 }
 
 Result<const Api*> api() {
@@ -167,68 +210,147 @@ Handle& Handle::operator=(Handle&& o) noexcept {
 
 std::optional<Diag> Handle::gemm(const cuda::Stream& s, DType dtype, int64_t m, int64_t n, int64_t k, CUdeviceptr a,
                                  CUdeviceptr b, CUdeviceptr c) {
-  Result<cudaDataType> t = data_type(dtype);
-  if (!t) return t.error();
-  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return Diag{"", {}, "cuBLAS GEMM: a dimension over 2^31"};
-  if (cublasStatus_t st = api_->SetStream(h_, reinterpret_cast<cudaStream_t>(s.get())); st != CUBLAS_STATUS_SUCCESS)
-    return status_error(*api_, st, "cublasSetStream");
-  const float alpha = 1, beta = 0;
-  const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
-  // Column-major C^T[N, M] = op_T(B stored as K x N, ld K) x A^T (A stored as K x M, ld K).
-  cublasStatus_t st = api_->GemmEx(h_, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, reinterpret_cast<const void*>(b), *t,
-                                   K, reinterpret_cast<const void*>(a), *t, K, &beta, reinterpret_cast<void*>(c), *t, N,
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  if (st != CUBLAS_STATUS_SUCCESS) return status_error(*api_, st, "cublasGemmEx");
-  return std::nullopt;
+  Result<GemmCall> call = prepare(linear_gemm(GemmLibrary::Cublas, dtype, m, n, k), 0);
+  if (!call) return call.error();
+  return call->enqueue(s, a, b, 0, c, 0);
 }
 
-Handle::BiasGelu::~BiasGelu() { release(); }
+GemmDesc linear_gemm(GemmLibrary lib, DType dtype, int64_t m, int64_t n, int64_t k, GemmEpilogue epilogue) {
+  GemmDesc d;
+  d.library = lib;
+  d.dtype = dtype;
+  d.m = m;
+  d.n = n;
+  d.k = k;
+  d.trans_b = true;
+  d.lda = k;
+  d.ldb = k;
+  d.ldc = n;
+  d.stride_a = m * k;
+  d.stride_b = n * k;
+  d.stride_c = m * n;
+  d.epilogue = epilogue;
+  return d;
+}
 
-void Handle::BiasGelu::release() {
+// --- GemmCall ------------------------------------------------------------------------------
+
+namespace {
+
+// f32 accumulation always; TF32 multiplies only where the GEMM allows it.
+cublasComputeType_t compute_type(const GemmDesc& d) {
+  return d.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+cublasLtEpilogue_t lt_epilogue(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::None: return CUBLASLT_EPILOGUE_DEFAULT;
+    case GemmEpilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::Relu: return CUBLASLT_EPILOGUE_RELU;
+    case GemmEpilogue::BiasRelu: return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case GemmEpilogue::GeluTanh: return CUBLASLT_EPILOGUE_GELU;
+    case GemmEpilogue::BiasGeluTanh: return CUBLASLT_EPILOGUE_GELU_BIAS;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// The column-major view of a row-major matrix stored rows x cols with row stride ld:
+// cols x rows with leading dim ld.
+struct ColMajor {
+  uint64_t rows, cols;
+  int64_t ld;
+};
+
+// cuBLAS's operands: its A is our B, its B our A (module comment in cublas.h).
+struct ColMajorCall {
+  cublasOperation_t op_a, op_b;
+  int m, n, k;
+  ColMajor a, b, c;
+  int64_t stride_a, stride_b, stride_c;
+};
+
+ColMajorCall col_major(const GemmDesc& d) {
+  ColMajorCall c{};
+  c.m = static_cast<int>(d.n);
+  c.n = static_cast<int>(d.m);
+  c.k = static_cast<int>(d.k);
+  const auto N = static_cast<uint64_t>(d.n), M = static_cast<uint64_t>(d.m), K = static_cast<uint64_t>(d.k);
+  // Our B stored [K, N] is column-major N x K: op(A) = B^T as it is. Stored [N, K]
+  // (trans_b) it is K x N, transposed by the op.
+  c.op_a = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  c.a = d.trans_b ? ColMajor{K, N, d.ldb} : ColMajor{N, K, d.ldb};
+  // Our A stored [M, K] is column-major K x M: op(B) = A^T as it is; stored [K, M]
+  // (trans_a) it is M x K, transposed.
+  c.op_b = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  c.b = d.trans_a ? ColMajor{M, K, d.lda} : ColMajor{K, M, d.lda};
+  c.c = ColMajor{N, M, d.ldc};
+  c.stride_a = d.stride_b;
+  c.stride_b = d.stride_a;
+  c.stride_c = d.stride_c;
+  return c;
+}
+
+}  // namespace
+
+GemmCall::~GemmCall() { release(); }
+
+void GemmCall::release() {
   if (!api_) return;
-  for (cublasLtMatrixLayout_t l : {weight_, input_, out_})
-    if (l) api_->LtMatrixLayoutDestroy(l);
-  if (desc_) api_->LtMatmulDescDestroy(desc_);
-  weight_ = input_ = out_ = nullptr;
-  desc_ = nullptr;
+  if (lt_) {
+    for (cublasLtMatrixLayout_t l : {a_, b_, c_})
+      if (l) api_->LtMatrixLayoutDestroy(l);
+    if (op_) api_->LtMatmulDescDestroy(op_);
+  }
+  a_ = b_ = c_ = nullptr;
+  op_ = nullptr;
   api_ = nullptr;
 }
 
-Handle::BiasGelu::BiasGelu(BiasGelu&& o) noexcept { *this = std::move(o); }
+GemmCall::GemmCall(GemmCall&& o) noexcept { *this = std::move(o); }
 
-Handle::BiasGelu& Handle::BiasGelu::operator=(BiasGelu&& o) noexcept {
+GemmCall& GemmCall::operator=(GemmCall&& o) noexcept {
   if (this != &o) {
     release();
     api_ = std::exchange(o.api_, nullptr);
+    desc_ = o.desc_;
+    h_ = std::exchange(o.h_, nullptr);
     lt_ = std::exchange(o.lt_, nullptr);
-    desc_ = std::exchange(o.desc_, nullptr);
-    weight_ = std::exchange(o.weight_, nullptr);
-    input_ = std::exchange(o.input_, nullptr);
-    out_ = std::exchange(o.out_, nullptr);
+    op_ = std::exchange(o.op_, nullptr);
+    a_ = std::exchange(o.a_, nullptr);
+    b_ = std::exchange(o.b_, nullptr);
+    c_ = std::exchange(o.c_, nullptr);
     algo_ = o.algo_;
     workspace_bytes_ = o.workspace_bytes_;
   }
   return *this;
 }
 
-Result<Handle::BiasGelu> Handle::bias_gelu(DType dtype, int64_t m, int64_t n, int64_t k, CUdeviceptr bias,
-                                           size_t workspace_bytes) {
-  if (!lt_) return Diag{"", {}, api_->lt_error.empty() ? "cuBLASLt not available: cublasLtCreate failed" : api_->lt_error};
-  Result<cudaDataType> t = data_type(dtype);
+Result<GemmCall> Handle::prepare(const GemmDesc& d, size_t workspace_bytes) {
+  if (!api_) return Diag{"", {}, "cuBLAS: the handle was not created"};
+  Result<cudaDataType> t = data_type(d.dtype);
   if (!t) return t.error();
+  for (int64_t v : {d.m, d.n, d.k, d.batch})
+    if (v < 1 || v > kMaxGemmDim) return Diag{"", {}, "cuBLAS GEMM: a size outside [1, 2^31): " + gemm_str(d)};
   const Api& A = *api_;
-  BiasGelu g;  // owns each descriptor as soon as it exists: released on every error path
+  GemmCall g;  // owns each descriptor as soon as it exists: released on every error path
   g.api_ = api_;
-  g.lt_ = lt_;
+  g.desc_ = d;
   g.workspace_bytes_ = workspace_bytes;
-  auto ok = [&](cublasStatus_t st, const char* what) -> std::optional<Diag> {
+  if (d.library == GemmLibrary::Cublas) {
+    if (d.epilogue != GemmEpilogue::None)
+      return Diag{"", {}, "cuBLAS GEMM: GemmEx has no " + std::string(gemm_epilogue_name(d.epilogue)) + " epilogue"};
+    g.h_ = h_;
+    return g;
+  }
+  if (!lt_) return Diag{"", {}, A.lt_error.empty() ? "cuBLASLt not available: cublasLtCreate failed" : A.lt_error};
+  g.lt_ = lt_;
+  auto ok = [&](cublasStatus_t st, const std::string& what) -> std::optional<Diag> {
     if (st == CUBLAS_STATUS_SUCCESS) return std::nullopt;
     return status_error(A, st, what);
   };
-  if (auto e = ok(A.LtMatmulDescCreate(&g.desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate")) return *e;
-  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-  const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_GELU_BIAS;
-  const void* bias_ptr = reinterpret_cast<const void*>(bias);
+  const ColMajorCall c = col_major(d);
+  if (auto e = ok(A.LtMatmulDescCreate(&g.op_, compute_type(d), CUDA_R_32F), "cublasLtMatmulDescCreate")) return *e;
+  const cublasLtEpilogue_t epi = lt_epilogue(d.epilogue);
   const int32_t bias_type = static_cast<int32_t>(*t);
   struct Attr {
     cublasLtMatmulDescAttributes_t attr;
@@ -236,18 +358,26 @@ Result<Handle::BiasGelu> Handle::bias_gelu(DType dtype, int64_t m, int64_t n, in
     size_t size;
     const char* name;
   };
-  for (const Attr& a : {Attr{CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t, "TRANSA"},
-                        Attr{CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n, "TRANSB"},
-                        Attr{CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi, "EPILOGUE"},
-                        Attr{CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof bias_ptr, "BIAS_POINTER"},
-                        Attr{CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type, "BIAS_DATA_TYPE"}})
-    if (auto e = ok(A.LtMatmulDescSetAttribute(g.desc_, a.attr, a.value, a.size), a.name)) return *e;
-  // As gemm(): column-major, the weight stored K x N (transposed by the op), the
-  // input stored K x M, D = C^T stored N x M; the bias runs along D's rows, our N.
-  const auto K = static_cast<uint64_t>(k), M = static_cast<uint64_t>(m), N = static_cast<uint64_t>(n);
-  if (auto e = ok(A.LtMatrixLayoutCreate(&g.weight_, *t, K, N, static_cast<int64_t>(K)), "layout of B")) return *e;
-  if (auto e = ok(A.LtMatrixLayoutCreate(&g.input_, *t, K, M, static_cast<int64_t>(K)), "layout of A")) return *e;
-  if (auto e = ok(A.LtMatrixLayoutCreate(&g.out_, *t, N, M, static_cast<int64_t>(N)), "layout of C")) return *e;
+  std::vector<Attr> attrs = {Attr{CUBLASLT_MATMUL_DESC_TRANSA, &c.op_a, sizeof c.op_a, "TRANSA"},
+                             Attr{CUBLASLT_MATMUL_DESC_TRANSB, &c.op_b, sizeof c.op_b, "TRANSB"},
+                             Attr{CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi, "EPILOGUE"}};
+  if (gemm_epilogue_has_bias(d.epilogue))
+    attrs.push_back(Attr{CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type, "BIAS_DATA_TYPE"});
+  for (const Attr& a : attrs)
+    if (auto e = ok(A.LtMatmulDescSetAttribute(g.op_, a.attr, a.value, a.size), a.name)) return *e;
+  auto layout = [&](cublasLtMatrixLayout_t* l, const ColMajor& m, int64_t stride, const char* what) -> std::optional<Diag> {
+    if (auto e = ok(A.LtMatrixLayoutCreate(l, *t, m.rows, m.cols, m.ld), std::string("layout of ") + what)) return e;
+    if (d.batch == 1) return std::nullopt;
+    const int32_t count = static_cast<int32_t>(d.batch);
+    if (auto e = ok(A.LtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+                    std::string("batch count of ") + what))
+      return e;
+    return ok(A.LtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+              std::string("batch stride of ") + what);
+  };
+  if (auto e = layout(&g.a_, c.a, c.stride_a, "B")) return *e;
+  if (auto e = layout(&g.b_, c.b, c.stride_b, "A")) return *e;
+  if (auto e = layout(&g.c_, c.c, c.stride_c, "C")) return *e;
   cublasLtMatmulPreference_t pref = nullptr;
   if (auto e = ok(A.LtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate")) return *e;
   const uint64_t ws = workspace_bytes;
@@ -255,21 +385,55 @@ Result<Handle::BiasGelu> Handle::bias_gelu(DType dtype, int64_t m, int64_t n, in
   int found = 0;
   cublasStatus_t st = A.LtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = A.LtMatmulAlgoGetHeuristic(lt_, g.desc_, g.weight_, g.input_, g.out_, g.out_, pref, 1, &best, &found);
+    st = A.LtMatmulAlgoGetHeuristic(lt_, g.op_, g.a_, g.b_, g.c_, g.c_, pref, 1, &best, &found);
   A.LtMatmulPreferenceDestroy(pref);
+  // No algorithm is either answer: NOT_SUPPORTED, or success with none found.
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0))
+    return Diag{"", {}, "cuBLASLt has no algorithm for " + gemm_str(d) + " within " +
+                            std::to_string(workspace_bytes >> 20) + " MiB of workspace"};
   if (auto e = ok(st, "cublasLtMatmulAlgoGetHeuristic")) return *e;
-  if (found == 0) return Diag{"", {}, "cuBLASLt has no algorithm for this GEMM with a bias+GELU epilogue"};
   g.algo_ = best.algo;
   return g;
 }
 
-std::optional<Diag> Handle::BiasGelu::enqueue(const cuda::Stream& s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
-                                              CUdeviceptr workspace) const {
+std::optional<Diag> GemmCall::enqueue(const cuda::Stream& s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr bias,
+                                      CUdeviceptr c, CUdeviceptr workspace) const {
+  if (!api_) return Diag{"", {}, "cuBLAS GEMM: not prepared"};
   const float alpha = 1, beta = 0;
-  cublasStatus_t st = api_->LtMatmul(lt_, desc_, &alpha, reinterpret_cast<const void*>(b), weight_,
-                                     reinterpret_cast<const void*>(a), input_, &beta, reinterpret_cast<const void*>(c),
-                                     out_, reinterpret_cast<void*>(c), out_, &algo_, reinterpret_cast<void*>(workspace),
-                                     workspace_bytes_, reinterpret_cast<cudaStream_t>(s.get()));
+  const auto stream = reinterpret_cast<cudaStream_t>(s.get());
+  const auto ptr = [](CUdeviceptr p) { return reinterpret_cast<const void*>(p); };
+  const GemmDesc& d = desc_;
+  if (!lt_) {
+    Result<cudaDataType> t = data_type(d.dtype);
+    if (!t) return t.error();
+    if (cublasStatus_t st = api_->SetStream(h_, stream); st != CUBLAS_STATUS_SUCCESS)
+      return status_error(*api_, st, "cublasSetStream");
+    const ColMajorCall m = col_major(d);
+    cublasStatus_t st;
+    if (d.batch == 1)
+      st = api_->GemmEx(h_, m.op_a, m.op_b, m.m, m.n, m.k, &alpha, ptr(b), *t, static_cast<int>(m.a.ld), ptr(a), *t,
+                        static_cast<int>(m.b.ld), &beta, reinterpret_cast<void*>(c), *t, static_cast<int>(m.c.ld),
+                        compute_type(d), CUBLAS_GEMM_DEFAULT);
+    else
+      st = api_->GemmStridedBatchedEx(h_, m.op_a, m.op_b, m.m, m.n, m.k, &alpha, ptr(b), *t, static_cast<int>(m.a.ld),
+                                      m.stride_a, ptr(a), *t, static_cast<int>(m.b.ld), m.stride_b, &beta,
+                                      reinterpret_cast<void*>(c), *t, static_cast<int>(m.c.ld), m.stride_c,
+                                      static_cast<int>(d.batch), compute_type(d), CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      return status_error(*api_, st, d.batch == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx");
+    return std::nullopt;
+  }
+  if (gemm_epilogue_has_bias(d.epilogue)) {
+    // The bias is an attribute of the descriptor, not an argument: set per call, so
+    // a prepared call serves any buffers (a host-side store, no device work).
+    const void* bp = ptr(bias);
+    if (cublasStatus_t st = api_->LtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
+        st != CUBLAS_STATUS_SUCCESS)
+      return status_error(*api_, st, "BIAS_POINTER");
+  }
+  cublasStatus_t st = api_->LtMatmul(lt_, op_, &alpha, ptr(b), a_, ptr(a), b_, &beta, ptr(c), c_,
+                                     reinterpret_cast<void*>(c), c_, &algo_, reinterpret_cast<void*>(workspace),
+                                     workspace_bytes_, stream);
   if (st != CUBLAS_STATUS_SUCCESS) return status_error(*api_, st, "cublasLtMatmul");
   return std::nullopt;
 }

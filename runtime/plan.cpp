@@ -71,6 +71,20 @@ std::string plan_to_json(const Plan& p) {
       if (!s.sizes2.empty()) sj["sizes2"] = s.sizes2;
       if (!s.offset.empty()) sj["offset"] = s.offset;
       if (s.op == "partialize") sj["keep"] = s.keep;
+      if (s.op == "gemm") {
+        const GemmDesc& d = s.gemm.desc;
+        sj["name"] = s.gemm.name;
+        sj["library"] = std::string(gemm_library_name(d.library));
+        sj["dtype"] = std::string(dtype_name(d.dtype));
+        for (auto [key, v] : {std::pair<const char*, int64_t>{"m", d.m}, {"n", d.n}, {"k", d.k}, {"batch", d.batch},
+                              {"lda", d.lda}, {"ldb", d.ldb}, {"ldc", d.ldc}, {"stride_a", d.stride_a},
+                              {"stride_b", d.stride_b}, {"stride_c", d.stride_c}})
+          sj[key] = v;
+        sj["trans_a"] = d.trans_a;
+        sj["trans_b"] = d.trans_b;
+        sj["epilogue"] = std::string(gemm_epilogue_name(d.epilogue));
+        if (d.tf32) sj["tf32"] = true;
+      }
       rj["steps"].push_back(sj);
     }
     j["ranks"].push_back(rj);
@@ -189,6 +203,44 @@ struct Reader {
   }
 };
 
+// A gemm step's call (docs/plan.md): every field required, numbers in range, the
+// library, dtype and epilogue known. Whether it fits its buffers is verify_plan's.
+PlanGemm read_gemm(const Reader& rd, const json& sj, const std::string& spath) {
+  PlanGemm g;
+  GemmDesc& d = g.desc;
+  g.name = rd.string_or(sj, spath, "name");
+  const std::string lib = rd.string(sj, spath, "library");
+  std::optional<GemmLibrary> l = parse_gemm_library(lib);
+  if (!l) rd.fail(spath + ".library", "unknown library \"" + lib + "\" (cublaslt or cublas)");
+  d.library = *l;
+  const std::string dt = rd.string(sj, spath, "dtype");
+  std::optional<DType> t = parse_dtype(dt);
+  if (!t) rd.fail(spath + ".dtype", "unknown dtype \"" + dt + "\"");
+  d.dtype = *t;
+  const std::string epi = rd.string(sj, spath, "epilogue");
+  std::optional<GemmEpilogue> e = parse_gemm_epilogue(epi);
+  if (!e)
+    rd.fail(spath + ".epilogue",
+            "unknown epilogue \"" + epi + "\" (none, bias, relu, bias_relu, gelu_tanh, bias_gelu_tanh)");
+  d.epilogue = *e;
+  d.m = rd.integer(sj, spath, "m", 1, kMaxGemmDim);
+  d.n = rd.integer(sj, spath, "n", 1, kMaxGemmDim);
+  d.k = rd.integer(sj, spath, "k", 1, kMaxGemmDim);
+  d.batch = rd.integer(sj, spath, "batch", 1, kMaxGemmDim);
+  d.lda = rd.integer(sj, spath, "lda", 1, kMaxPlanElements);
+  d.ldb = rd.integer(sj, spath, "ldb", 1, kMaxPlanElements);
+  d.ldc = rd.integer(sj, spath, "ldc", 1, kMaxPlanElements);
+  d.stride_a = rd.integer(sj, spath, "stride_a", 0, kMaxPlanElements);
+  d.stride_b = rd.integer(sj, spath, "stride_b", 0, kMaxPlanElements);
+  d.stride_c = rd.integer(sj, spath, "stride_c", 0, kMaxPlanElements);
+  for (const char* key : {"trans_a", "trans_b"})
+    if (!sj.contains(key)) rd.fail(spath, std::string("missing \"") + key + "\"");
+  d.trans_a = rd.boolean_or(sj, spath, "trans_a", false);
+  d.trans_b = rd.boolean_or(sj, spath, "trans_b", false);
+  d.tf32 = rd.boolean_or(sj, spath, "tf32", false);
+  return g;
+}
+
 }  // namespace
 
 Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
@@ -299,6 +351,7 @@ Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
         s.sizes2 = rd.integers_or(sj, spath, "sizes2", INT64_MIN, INT64_MAX, kMaxPlanWorld);
         s.offset = rd.integers_or(sj, spath, "offset", INT64_MIN, INT64_MAX, kMaxRank);
         s.keep = rd.boolean_or(sj, spath, "keep", true);
+        if (s.op == "gemm") s.gemm = read_gemm(rd, sj, spath);
         r.steps.push_back(std::move(s));
       }
       p.ranks.push_back(std::move(r));

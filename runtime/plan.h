@@ -11,6 +11,7 @@
 
 #include "codegen/ir/diag.h"
 #include "codegen/ir/tensor.h"
+#include "runtime/gemm.h"
 
 namespace sf {
 
@@ -37,9 +38,17 @@ struct PlanBuffer {
   Shape shape;  // local shape on this rank
 };
 
+// A "gemm" step: a fused matmul kernel whose tuned winner is a library GEMM
+// (docs/plan.md). Its `in` buffers are A, B and the bias (when the epilogue has one),
+// its one `out` is C.
+struct PlanGemm {
+  std::string name;  // the fused kernel it stands for (k0_matmul_add_relu), for messages and traces
+  GemmDesc desc;
+};
+
 // One step of a rank's program, as the CUDA runtime will issue it.
 struct PlanStep {
-  std::string op;  // kernel, all_gather, all_reduce, reduce_scatter, all_to_all, wait, slice, partialize
+  std::string op;  // kernel, gemm, all_gather, all_reduce, reduce_scatter, all_to_all, wait, slice, partialize
   std::string stream;  // compute or comm
   std::string kernel;  // kernel: PlanKernel::id
   std::vector<int> in, out;  // buffer ids
@@ -50,6 +59,7 @@ struct PlanStep {
   std::string reduce_op;
   std::vector<int64_t> sizes, sizes2, offset;
   bool keep = true;
+  PlanGemm gemm;  // gemm steps
 };
 
 struct PlanRank {

@@ -1,6 +1,7 @@
 // Runs a Plan on GPUs: every buffer of a rank lives in device memory, kernel
 // steps launch the Plan's PTX with its grid/block/shared memory on the rank's
-// compute stream, and slices and concats are strided device copies. Collectives
+// compute stream, gemm steps call cuBLASLt or cuBLAS on that stream
+// (runtime/plan_gemm.cpp), and slices and concats are strided device copies. Collectives
 // go one of two ways:
 //   - NCCL (one GPU per rank): each start step is enqueued on the rank's comm
 //     stream after an event recorded on the compute stream (its operand is
@@ -119,6 +120,7 @@ class GpuRank {
   cuda::Stream& stream() { return stream_; }
   cuda::Stream& comm_stream() { return comm_stream_; }
   int64_t launches() const { return launches_; }
+  int64_t library_calls() const { return library_calls_; }  // gemm steps run
   int64_t nccl_ops() const { return nccl_ops_run_; }
   int64_t graph_launches() const { return graph_launches_; }
 
@@ -143,6 +145,13 @@ class GpuRank {
   std::optional<Diag> host_slice(const PlanStep& s);
   double now_us() const;
   std::optional<Diag> launch_step(const PlanStep& s);
+  // gemm steps (runtime/plan_gemm.cpp): the library opened and every step's call
+  // prepared when the rank is created, so a missing library or a GEMM it refuses is
+  // an error naming the step before anything runs; then each call is enqueued on
+  // the compute stream. They are never captured into CUDA graphs (--cuda-graph):
+  // a graph segment ends before one, and the call runs between two graph launches.
+  std::optional<Diag> prepare_gemm_steps();
+  std::optional<Diag> gemm_step(size_t i);
   std::optional<Diag> local_step(const PlanStep& s);
   std::optional<Diag> collective(const PlanStep& s, Comm& comm, std::map<int, Work>& pending);
   Result<Tensor> download(int buffer);
@@ -158,7 +167,12 @@ class GpuRank {
     int64_t kernels = 0;  // launches it replays
   };
   std::map<size_t, Captured> graphs_;  // per device segment, by its first step
-  int64_t launches_ = 0, graph_launches_ = 0, nccl_ops_run_ = 0;
+  int64_t launches_ = 0, graph_launches_ = 0, nccl_ops_run_ = 0, library_calls_ = 0;
+  struct GemmSteps;  // runtime/plan_gemm.cpp: the cuBLAS handle, the prepared calls, the workspace
+  struct GemmStepsDeleter {
+    void operator()(GemmSteps* g) const;
+  };
+  std::unique_ptr<GemmSteps, GemmStepsDeleter> gemms_;
   struct DeviceEvent {
     std::string name;
     nlohmann::json args;
@@ -182,6 +196,10 @@ class GpuRank {
   double ref_us_ = 0;
 };
 
+// "rank 1, step 4 (kernel k3_matmul_add)", "rank 0, step 2 (gemm k0_matmul_add_relu
+// via cublaslt)": how errors name a step.
+std::string plan_step_name(const PlanRank& r, size_t i);
+
 // Why PTX compiled for `arch` ("sm_90a", "sm_80") cannot run on `dev`, or nullopt
 // if it can: sm_XY runs on compute capability X.Y and later (the driver JITs it);
 // an arch-specific sm_XYa only on X.Y itself.
@@ -193,6 +211,7 @@ struct GpuRunStats {
   std::string collectives;     // "NCCL 2.28.9 on a comm stream", "host-staged (Gloo)", "none"
   int64_t nccl_ops = 0;        // collectives enqueued through NCCL, every rank
   int64_t launches = 0;        // kernel launches, every rank (inside graphs too)
+  int64_t library_gemms = 0;   // gemm steps run through cuBLASLt / cuBLAS, every rank
   int64_t graph_launches = 0;  // CUDA graph launches, every rank
 };
 

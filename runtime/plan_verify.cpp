@@ -153,7 +153,7 @@ std::optional<Diag> verify_plan(const Plan& p, const std::string& file) {
       const std::string spath = rpath + ".steps[" + std::to_string(i) + "]";
       const std::optional<RedistKind> coll = collective_kind(s.op);
       const bool known = coll || s.op == "kernel" || s.op == "wait" || s.op == "slice" || s.op == "partialize" ||
-                         s.op == "concat";
+                         s.op == "concat" || s.op == "gemm";
       if (!known) return fail(spath + ".op", "unknown op \"" + s.op + "\"");
       const std::string want_stream = coll ? "comm" : "compute";
       if (s.stream != want_stream)
@@ -189,6 +189,20 @@ std::optional<Diag> verify_plan(const Plan& p, const std::string& file) {
         if (!first && it->second.first != sig)
           return fail(spath, "launches kernel " + s.kernel + " on " + sig + ", but " + it->second.second +
                                  " launches it on " + it->second.first + " (a kernel is compiled for one set of shapes)");
+      } else if (s.op == "gemm") {
+        // The library reads and writes what these fields say: every one is checked
+        // against the buffers, and C must be a buffer of its own (cuBLAS does not
+        // allow C to overlap A, B or the bias).
+        if (s.out.size() != 1) return fail(spath + ".out", "a gemm step writes one buffer (C)");
+        std::vector<TensorType> in;
+        for (int b : s.in) in.push_back(TensorType{buf(b).dtype, buf(b).shape});
+        const PlanBuffer& c = buf(s.out[0]);
+        if (std::optional<GemmIssue> why = gemm_check(s.gemm.desc, in, TensorType{c.dtype, c.shape}))
+          return fail(spath + "." + why->field, why->message);
+        for (size_t k = 0; k < s.in.size(); ++k)
+          if (s.in[k] == s.out[0])
+            return fail(spath + ".out[0]", "C is buffer " + std::to_string(s.out[0]) + ", which in[" +
+                                               std::to_string(k) + "] also is (the library does not write in place)");
       } else if (coll) {
         if (auto e = arity(1, 0)) return e;
         if (s.handle < 0) return fail(spath + ".handle", "a collective needs a handle (>= 0)");

@@ -21,7 +21,8 @@ namespace sf {
 // per output; every step reads buffers already written (or inputs), on a stream
 // its op uses; collectives name a mesh dim, the rank's group along it, sizes that
 // cut their buffers, a handle waited once into a buffer of the result's type;
-// slices, concats and partializations fit their buffers; every launch of one
+// slices, concats and partializations fit their buffers; a gemm step's call fits
+// its buffers (gemm_check, runtime/gemm.h) and writes none it reads; every launch of one
 // kernel passes buffers of the same types; and the collectives of each group match
 // member by member (same op, dims and sizes, equal shapes, all_to_all chunks sent
 // equal to those expected).

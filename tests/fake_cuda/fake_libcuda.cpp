@@ -1407,7 +1407,9 @@ FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cud
 // "mem_alloc_calls", "mem_free_calls", "resets", "ctx_refs" (device 0's
 // primary-context retain count), "clock_ns" (the fake clock), "sticky"
 // (device 0's sticky CUresult), "last_args" (the number of arguments of the last
-// executed launch) and "last_arg:<i>" (its i-th pointer).
+// executed launch) and "last_arg:<i>" (its i-th pointer); "range:<ptr>:<bytes>"
+// (decimal) is 1 when those bytes lie inside one live allocation, else 0 (the fake
+// cuBLAS checks what a GEMM reads and writes with it).
 FAKE_EXPORT long long fake_cuda_stat(const char* name) {
   fake::State& s = fake::state();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -1432,6 +1434,14 @@ FAKE_EXPORT long long fake_cuda_stat(const char* name) {
   if (n == "ctx_refs") return s.devices.empty() ? 0 : s.devices[0].refs;
   if (n == "sticky") return s.devices.empty() ? 0 : static_cast<long long>(s.devices[0].sticky);
   if (n == "last_args") return static_cast<long long>(s.last_args.size());
+  if (n.rfind("range:", 0) == 0) {
+    char* end = nullptr;
+    const unsigned long long p = std::strtoull(n.c_str() + 6, &end, 10);
+    const unsigned long long bytes = end && *end == ':' ? std::strtoull(end + 1, nullptr, 10) : 0;
+    for (size_t d = 0; d < s.devices.size(); ++d)
+      if (fake::find_range(s, static_cast<int>(d), static_cast<CUdeviceptr>(p), static_cast<size_t>(bytes))) return 1;
+    return 0;
+  }
   if (n.rfind("last_arg:", 0) == 0) {
     const size_t i = std::strtoull(n.c_str() + 9, nullptr, 10);
     return i < s.last_args.size() ? static_cast<long long>(s.last_args[i]) : -1;
@@ -1440,8 +1450,9 @@ FAKE_EXPORT long long fake_cuda_stat(const char* name) {
 }
 
 // Changes a setting at run time; 0 on success, -1 for an unknown name:
-// "mem_bytes" (the per-device allocation budget, $FAKE_CUDA_MEM_BYTES) and
-// "async_errors" (0/1, $FAKE_CUDA_ASYNC_ERRORS).
+// "mem_bytes" (the per-device allocation budget, $FAKE_CUDA_MEM_BYTES),
+// "async_errors" (0/1, $FAKE_CUDA_ASYNC_ERRORS) and "advance_clock_ns" (moves the
+// fake clock on by the value, as work another library did: the fake cuBLAS's GEMMs).
 FAKE_EXPORT int fake_cuda_set(const char* name, long long value) {
   fake::State& s = fake::state();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -1452,6 +1463,10 @@ FAKE_EXPORT int fake_cuda_set(const char* name, long long value) {
   }
   if (n == "async_errors") {
     s.async_errors = value != 0;
+    return 0;
+  }
+  if (n == "advance_clock_ns" && value >= 0) {
+    s.clock_ns += value;
     return 0;
   }
   return -1;

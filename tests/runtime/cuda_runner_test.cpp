@@ -223,16 +223,17 @@ void check_gemm(cuda::Context& ctx, DType dt, bool epilogue) {
   cuda::Buffer dc = std::move(cuda::Buffer::allocate(ctx, c.nbytes())).value();
   cuda::Buffer ws = std::move(cuda::Buffer::allocate(ctx, size_t{32} << 20)).value();
   if (epilogue) {
-    Result<cublas::Handle::BiasGelu> g = h->bias_gelu(dt, m, n, k, dbias.ptr(), ws.bytes());
+    Result<cublas::GemmCall> g =
+        h->prepare(cublas::linear_gemm(GemmLibrary::CublasLt, dt, m, n, k, GemmEpilogue::BiasGeluTanh), ws.bytes());
     if (!g) GTEST_SKIP() << g.error().message;
-    ASSERT_FALSE(g->enqueue(*s, da.ptr(), db.ptr(), dc.ptr(), ws.ptr()));
+    ASSERT_FALSE(g->enqueue(*s, da.ptr(), db.ptr(), dbias.ptr(), dc.ptr(), ws.ptr()));
   } else {
     ASSERT_FALSE(h->gemm(*s, dt, m, n, k, da.ptr(), db.ptr(), dc.ptr()));
   }
   ASSERT_FALSE(s->synchronize());
   ASSERT_EQ(ctx.drv().MemcpyDtoH(c.data(), dc.ptr(), c.nbytes()), CUDA_SUCCESS);
-  // bf16 results are rounded to 8 bits of mantissa; cuBLASLt's GELU may be the
-  // tanh approximation (within 1e-3 of erf's).
+  // bf16 results are rounded to 8 bits of mantissa; cuBLASLt's GELU is the tanh
+  // approximation (within 1e-3 of erf's, which the host computes here).
   const double tol = dt == DType::F32 ? 2e-3 : 3e-2;
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
@@ -256,6 +257,65 @@ TEST(Cublas, LtBiasGeluEpilogueMatchesTheHost) {
   REQUIRE_GPU(ctx);
   check_gemm(ctx, DType::F32, true);
   check_gemm(ctx, DType::BF16, true);
+}
+
+// Library GEMMs as the tuner and a Plan's gemm steps describe them (runtime/gemm.h):
+// a transposed A, a batch with B broadcast, each epilogue, against doubles on the host.
+TEST(Cublas, GemmStepLayoutsMatchTheHost) {
+  REQUIRE_GPU(ctx);
+  Result<cublas::Handle> h = cublas::Handle::create(ctx);
+  if (!h) GTEST_SKIP() << h.error().message;
+  Result<cuda::Stream> s = cuda::Stream::create(ctx);
+  ASSERT_TRUE(s) << s.error().message;
+  cuda::Buffer ws = std::move(cuda::Buffer::allocate(ctx, kGemmWorkspaceBytes)).value();
+  const int64_t batch = 3, m = 40, n = 24, k = 56;
+  auto desc = [&](GemmLibrary lib, DType t, GemmEpilogue e) {
+    GemmDesc d;
+    d.library = lib;
+    d.dtype = t;
+    d.m = m, d.n = n, d.k = k, d.batch = batch;
+    d.trans_a = true;  // A stored [K, M] per batch entry
+    d.lda = m;
+    d.stride_a = k * m;
+    d.ldb = n;  // B stored [K, N], one matrix for the whole batch
+    d.stride_b = 0;
+    d.ldc = n;
+    d.stride_c = m * n;
+    d.epilogue = e;
+    return d;
+  };
+  for (const GemmDesc& d : {desc(GemmLibrary::Cublas, DType::F32, GemmEpilogue::None),
+                            desc(GemmLibrary::CublasLt, DType::BF16, GemmEpilogue::BiasRelu),
+                            desc(GemmLibrary::CublasLt, DType::F16, GemmEpilogue::BiasGeluTanh)}) {
+    Tensor a = random_tensor(d.dtype, {batch, k, m}, 1), b = random_tensor(d.dtype, {k, n}, 2),
+           bias = random_tensor(d.dtype, {n}, 3);
+    auto upload = [&](const Tensor& t) {
+      cuda::Buffer buf = std::move(cuda::Buffer::allocate(ctx, t.nbytes())).value();
+      EXPECT_EQ(ctx.drv().MemcpyHtoD(buf.ptr(), t.data(), t.nbytes()), CUDA_SUCCESS);
+      return buf;
+    };
+    cuda::Buffer da = upload(a), db = upload(b), dbias = upload(bias);
+    Tensor c(d.dtype, {batch, m, n});
+    cuda::Buffer dc = std::move(cuda::Buffer::allocate(ctx, c.nbytes())).value();
+    Result<cublas::GemmCall> call = h->prepare(d);
+    if (!call) GTEST_SKIP() << gemm_str(d) << ": " << call.error().message;
+    ASSERT_FALSE(call->enqueue(*s, da.ptr(), db.ptr(), dbias.ptr(), dc.ptr(), ws.ptr()));
+    ASSERT_FALSE(s->synchronize());
+    ASSERT_EQ(ctx.drv().MemcpyDtoH(c.data(), dc.ptr(), c.nbytes()), CUDA_SUCCESS);
+    const double tol = d.dtype == DType::F32 ? 2e-3 : 3e-2;
+    for (int64_t z = 0; z < batch; ++z)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double acc = 0;
+          for (int64_t p = 0; p < k; ++p) acc += a.get(z * k * m + p * m + i) * b.get(p * n + j);
+          if (gemm_epilogue_has_bias(d.epilogue)) acc += bias.get(j);
+          if (d.epilogue == GemmEpilogue::BiasRelu) acc = std::max(acc, 0.0);
+          if (d.epilogue == GemmEpilogue::BiasGeluTanh)
+            acc = 0.5 * acc * (1 + std::tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)));
+          ASSERT_NEAR(c.get((z * m + i) * n + j), acc, tol * (1 + std::abs(acc))) << gemm_str(d) << " at " << z
+                                                                                   << "," << i << "," << j;
+        }
+  }
 }
 
 }  // namespace runtime_cuda_runner_test

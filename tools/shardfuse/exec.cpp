@@ -350,6 +350,7 @@ int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o)
   std::cout << "kernels: " << stats.launches << " launch(es) of " << src.plan.kernels.size()
             << " distinct kernel(s) from " << src.ptx.size() << " PTX module(s)";
   if (o.cuda_graph) std::cout << ", replayed from " << stats.graph_launches << " CUDA graph launch(es)";
+  if (stats.library_gemms) std::cout << "; library GEMMs: " << stats.library_gemms << " call(s)";
   std::cout << "; collectives: " << stats.collectives;
   if (stats.nccl_ops) std::cout << ", " << stats.nccl_ops << " enqueued";
   std::cout << "\n";
@@ -395,6 +396,8 @@ int exec(const ExecCliOptions& o) {
   GpuCliOptions go = o.gpu;
   for (const auto& [file, text] : src->ptx)
     if (text.find(".f32.tf32.tf32") != std::string::npos) go.allow_tf32 = true;
+  for (const PlanRank& r : src->plan.ranks)
+    for (const PlanStep& s : r.steps) go.allow_tf32 = go.allow_tf32 || (s.op == "gemm" && s.gemm.desc.tf32);
   return run_plan_cuda(*g, *src, go);
 }
 

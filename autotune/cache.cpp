@@ -322,6 +322,7 @@ nlohmann::json entry_to_json(const CacheEntry& e) {
   j["code_hash"] = e.code_hash;
   j["measurement"] = measurement_to_json(e.measurement);
   j["when"] = e.when;
+  if (e.is_extern()) j["extern"] = json{{"library", e.extern_library}, {"version", e.extern_version}};
   return j;
 }
 
@@ -356,6 +357,18 @@ Result<CacheEntry> entry_from_json(const nlohmann::json& j) {
       e.measurement = *meas;
     }
     if (auto d = read_string(j, "when", &e.when)) return *d;
+    // An extern entry says so twice, in its config text and its "extern" object, and
+    // the two must agree: a KernelConfig never reads as a library call or back.
+    if (auto x = j.find("extern"); x != j.end()) {
+      if (!x->is_object()) return error("'extern' must be an object, not " + x->dump());
+      if (auto d = read_string(*x, "library", &e.extern_library, /*required=*/true)) return error("extern: " + d->message);
+      if (auto d = read_string(*x, "version", &e.extern_version)) return error("extern: " + d->message);
+      if (e.extern_library.empty() || e.config != extern_config_str(e.extern_library))
+        return error("config '" + e.config + "' does not match its extern library '" + e.extern_library +
+                     "' (expected '" + extern_config_str(e.extern_library) + "')");
+    } else if (extern_library_of(e.config)) {
+      return error("config '" + e.config + "' names a library but the entry has no 'extern' object");
+    }
     return e;
   } catch (const json::exception& ex) {
     return error(std::string("malformed entry: ") + ex.what());

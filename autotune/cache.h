@@ -49,6 +49,13 @@ struct CacheEntry {
   std::string code_hash;                     // BuildResult::code_hash: equal hashes, equal kernels
   Measurement measurement;                   // Measured
   std::string when;       // UTC time of writing, ISO 8601
+  // An extern candidate's entry (config "extern=<library>", autotune/config.h): the
+  // library, and its version when measured; the tuner measures again under another
+  // version. Empty for a generated kernel's entry (and in files written before
+  // extern candidates existed, which read as such).
+  std::string extern_library;
+  std::string extern_version;
+  bool is_extern() const { return !extern_library.empty(); }
   bool operator==(const CacheEntry&) const = default;
 };
 

@@ -157,4 +157,15 @@ Result<KernelConfig> parse_config_str(std::string_view text, KernelConfig base) 
   return base;
 }
 
+namespace {
+constexpr std::string_view kExternPrefix = "extern=";
+}
+
+std::string extern_config_str(std::string_view library) { return std::string(kExternPrefix) + std::string(library); }
+
+std::optional<std::string> extern_library_of(std::string_view config_text) {
+  if (!config_text.starts_with(kExternPrefix) || config_text.size() == kExternPrefix.size()) return std::nullopt;
+  return std::string(config_text.substr(kExternPrefix.size()));
+}
+
 }  // namespace sf

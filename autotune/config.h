@@ -79,4 +79,13 @@ Result<KernelConfig> config_from_json(const nlohmann::json& j, KernelConfig base
 // Parses config_str's text back ("a=1 b=2"); a Diag naming the offending token.
 Result<KernelConfig> parse_config_str(std::string_view text, KernelConfig base = {});
 
+// Extern candidates (docs/autotuning.md): a library GEMM (cuBLASLt, cuBLAS) measured
+// beside the generated configs of a matmul, as Inductor's max-autotune measures its
+// extern kernels. It is stored and chosen under the config text "extern=<library>"
+// ("extern=cublaslt"), which no KernelConfig can have (parse_config_str rejects it),
+// so a cached extern winner never passes for a config.
+std::string extern_config_str(std::string_view library);
+// The library of an extern config text, nullopt for a KernelConfig's text.
+std::optional<std::string> extern_library_of(std::string_view config_text);
+
 }  // namespace sf

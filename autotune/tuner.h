@@ -31,6 +31,27 @@ struct TuneOptions {
   std::function<std::vector<KernelConfig>(const TuneProblem&, const TargetInfo&)> space;  // empty: config_space
 };
 
+// A library call measured beside a kernel's generated configs (docs/autotuning.md,
+// "Extern candidates"), as Inductor's max-autotune measures cuBLAS beside its
+// templates: timed by the same Runner with the same BenchOptions, stored under
+// extern_config_str(library) with its version, and chosen like any config when it
+// is the fastest.
+struct ExternCandidate {
+  std::string library;  // "cublaslt"
+  std::string version;  // the library's; a cached measurement under another version is taken again
+  std::shared_ptr<Artifact> artifact;  // what the Runner times
+  std::string what;     // for the report: "epilogue bias_relu, B transposed"
+};
+
+// What became of one extern candidate in a tuning run.
+struct ExternResult {
+  std::string library, what;
+  bool measured = false;  // `time` holds its measurement (this run's or the cache's)
+  bool reused = false;    // the measurement came from the cache
+  Measurement time;
+  std::string reason;     // not measured: why (the Runner's error)
+};
+
 // Where a kernel's config came from.
 enum class ConfigSource : uint8_t { Default, Cache, Tuned };
 std::string_view config_source_name(ConfigSource s);
@@ -54,6 +75,14 @@ struct TuneReport {
   Measurement best_time;
   std::optional<Measurement> default_time;  // the default config's, when it could be measured
   ConfigSource source = ConfigSource::Default;
+  // The winner is a library call: its name ("cublaslt"); best_str is then
+  // "extern=<library>", best the default config, and best_generated the fastest
+  // generated config's text and time.
+  std::string best_extern;
+  std::string best_generated;
+  std::optional<Measurement> best_generated_time;
+  std::vector<ExternResult> externs;  // one per extern candidate offered
+  std::string extern_note;            // set by the caller: why no (or which) library was offered
   std::vector<std::string> warnings;
 };
 
@@ -69,9 +98,11 @@ struct TuneProgress {
 Result<TuneReport> tune_kernel(const TuneProblem& problem, const TuneKey& key, const TargetInfo& target,
                                const KernelConfig& default_config,
                                std::shared_ptr<Builder> builder, Runner& runner, TuneCache& cache,
-                               const TuneOptions& opts, const std::function<void(const TuneProgress&)>& progress = {});
+                               const TuneOptions& opts, const std::function<void(const TuneProgress&)>& progress = {},
+                               const std::vector<ExternCandidate>& externs = {});
 
-// The best measured entry under `key`, if any (what `run` and `compile` use).
+// The best measured entry under `key`, if any (what `run` and `compile` use); an
+// extern entry (CacheEntry::is_extern) when a library call measured fastest.
 std::optional<CacheEntry> cached_choice(TuneCache& cache, const TuneKey& key);
 
 }  // namespace sf

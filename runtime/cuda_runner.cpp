@@ -76,6 +76,8 @@ std::optional<Diag> CudaRunner::ensure_ready(int64_t flush_bytes) {
     inputs_.clear();
     outputs_.clear();
     flush_ = {};
+    blas_.reset();
+    gemm_workspace_ = {};
     generation_ = ctx_->generation();
     Result<cuda::Stream> s = cuda::Stream::create(*ctx_);
     if (!s) return s.error();
@@ -126,27 +128,74 @@ std::string CudaRunner::recover() {
   inputs_.clear();
   outputs_.clear();
   flush_ = {};
+  blas_.reset();
+  gemm_workspace_ = {};
   return "; the context was reset";
+}
+
+Result<cublas::GemmCall> CudaRunner::prepare_gemm(const GemmArtifact& g) {
+  // The artifact's arguments must be this runner's, with the types the GEMM reads.
+  auto arg = [&](int i, const std::vector<KernelArgSpec>& specs) -> std::optional<TensorType> {
+    if (i < 0 || i >= static_cast<int>(specs.size())) return std::nullopt;
+    const KernelArgSpec& s = specs[static_cast<size_t>(i)];
+    return TensorType{s.dtype, {s.elements}};
+  };
+  std::vector<TensorType> in;
+  for (int i : {g.a, g.b, g.bias}) {
+    if (i == g.bias && i < 0) break;
+    std::optional<TensorType> t = arg(i, input_specs_);
+    if (!t) return Diag{"", {}, "the GEMM's argument " + std::to_string(i) + " is not one of the runner's " +
+                                    std::to_string(input_specs_.size()) + " inputs"};
+    in.push_back(*t);
+  }
+  std::optional<TensorType> out = arg(g.c, output_specs_);
+  if (!out) return Diag{"", {}, "the GEMM's output " + std::to_string(g.c) + " is not one of the runner's outputs"};
+  if (std::optional<GemmIssue> why = gemm_check(g.desc, in, *out))
+    return Diag{"", {}, "the GEMM does not fit the runner's arguments: " + why->field + ": " + why->message};
+  if (!blas_) {
+    Result<cublas::Handle> h = cublas::Handle::create(*ctx_);
+    if (!h) return h.error();
+    blas_ = std::move(h).value();
+  }
+  if (g.desc.library == GemmLibrary::CublasLt && gemm_workspace_.bytes() < kGemmWorkspaceBytes) {
+    Result<cuda::Buffer> w = cuda::Buffer::allocate(*ctx_, kGemmWorkspaceBytes);
+    if (!w) return Diag{"", {}, "the cuBLASLt workspace: " + w.error().message};
+    gemm_workspace_ = std::move(w).value();
+  }
+  return blas_->prepare(g.desc, g.desc.library == GemmLibrary::CublasLt ? kGemmWorkspaceBytes : 0);
 }
 
 Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench) {
   info_ = {};
   const auto* p = dynamic_cast<const PtxArtifact*>(&a);
-  if (!p) return Diag{"", {}, "the CUDA Runner runs PTX artifacts only"};
-  if ((!p->inputs.empty() || !p->outputs.empty()) && (p->inputs != input_specs_ || p->outputs != output_specs_))
+  const auto* gemm = dynamic_cast<const GemmArtifact*>(&a);
+  if (!p && !gemm) return Diag{"", {}, "the CUDA Runner runs PTX and library GEMM artifacts only"};
+  if (p && (!p->inputs.empty() || !p->outputs.empty()) && (p->inputs != input_specs_ || p->outputs != output_specs_))
     return Diag{"", {}, "the candidate's arguments " + specs_str(p->inputs) + " -> " + specs_str(p->outputs) +
                             " are not this runner's " + specs_str(input_specs_) + " -> " + specs_str(output_specs_)};
   const int64_t flush_bytes = !bench.flush_cache ? 0 : bench.flush_bytes > 0 ? bench.flush_bytes : opts_.flush_bytes;
   if (auto e = ensure_ready(flush_bytes)) return *e;
 
-  Result<cuda::Module> module = cuda::Module::load_ptx(*ctx_, p->ptx, p->entry);
-  if (!module) return module.error();  // carries the JIT's error log
-  Result<CUfunction> fn = module->function(p->entry);
-  if (!fn) return fn.error();
-
+  // What one run of the candidate enqueues: a launch of its PTX, or the library call.
   std::vector<CUdeviceptr> args;
   for (const cuda::Buffer& b : inputs_) args.push_back(b.ptr());
   for (const cuda::Buffer& b : outputs_) args.push_back(b.ptr());
+  std::optional<cuda::Module> module;
+  CUfunction fn{};
+  std::optional<cublas::GemmCall> call;
+  const bool zero_outputs = p && p->zero_outputs;
+  if (p) {
+    Result<cuda::Module> m = cuda::Module::load_ptx(*ctx_, p->ptx, p->entry);
+    if (!m) return m.error();  // carries the JIT's error log
+    module = std::move(m).value();
+    Result<CUfunction> f = module->function(p->entry);
+    if (!f) return f.error();
+    fn = *f;
+  } else {
+    Result<cublas::GemmCall> c = prepare_gemm(*gemm);
+    if (!c) return c.error();
+    call = std::move(c).value();
+  }
   const cuda::Driver& d = ctx_->drv();
 
   auto failed = [&](const Diag& e) -> Diag {
@@ -154,7 +203,7 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
     return Diag{e.file, e.loc, e.message + note};
   };
   auto zero = [&]() -> std::optional<Diag> {
-    if (!p->zero_outputs) return std::nullopt;
+    if (!zero_outputs) return std::nullopt;
     ++info_.zeroings;
     for (const cuda::Buffer& b : outputs_)
       if (b.bytes() > 0)
@@ -162,7 +211,14 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
           return e;
     return std::nullopt;
   };
-  auto launch_once = [&]() { return cuda::launch(*ctx_, *fn, p->launch, args, stream_); };
+  auto launch_once = [&]() -> std::optional<Diag> {
+    if (call) {
+      auto ptr = [&](const std::vector<cuda::Buffer>& v, int i) { return i < 0 ? CUdeviceptr{0} : v[static_cast<size_t>(i)].ptr(); };
+      return call->enqueue(stream_, ptr(inputs_, gemm->a), ptr(inputs_, gemm->b), ptr(inputs_, gemm->bias),
+                           ptr(outputs_, gemm->c), gemm_workspace_.ptr());
+    }
+    return cuda::launch(*ctx_, fn, p->launch, args, stream_);
+  };
   // Records start, enqueues `work`, records end and waits: the events' time in us.
   auto timed = [&](const std::function<std::optional<Diag>()>& work) -> Result<double> {
     ++info_.timed_runs;

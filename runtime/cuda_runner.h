@@ -36,7 +36,9 @@
 
 #include "autotune/builder.h"
 #include "codegen/ir/tensor.h"
+#include "runtime/cublas.h"
 #include "runtime/cuda.h"
+#include "runtime/gemm.h"
 
 namespace sf {
 
@@ -58,6 +60,17 @@ struct PtxArtifact final : Artifact {
   // The kernel's arguments in ABI order; when set, the runner checks that its
   // buffers match them.
   std::vector<KernelArgSpec> inputs, outputs;
+};
+
+// An extern candidate (autotune/tuner.h): a library GEMM (runtime/gemm.h) on the
+// runner's own arguments, timed exactly as a kernel is (the same probe, estimate,
+// CUDA-graph mode, flush and events), through cuBLASLt or cuBLAS (runtime/cublas.h)
+// with a kGemmWorkspaceBytes workspace. Its library must be there, else the run is a
+// Diag saying why.
+struct GemmArtifact final : Artifact {
+  GemmDesc desc;
+  int a = -1, b = -1, bias = -1;  // indices among the kernel's inputs (bias: -1 without one)
+  int c = 0;                      // index among its outputs
 };
 
 struct CudaRunnerOptions {
@@ -92,9 +105,10 @@ class CudaRunner final : public Runner {
                                                     CudaRunnerOptions o = {});
   ~CudaRunner() override;
 
-  // Times a PtxArtifact. A Diag when it cannot: not PTX, arguments that differ from
-  // this runner's, the JIT's log, a launch error or a fault (the context is then
-  // recovered before returning).
+  // Times a PtxArtifact or a GemmArtifact. A Diag when it cannot: another artifact,
+  // arguments that differ from this runner's, the JIT's log, the library missing or
+  // refusing the GEMM, a launch error or a fault (the context is then recovered
+  // before returning).
   Result<Measurement> run(const Artifact& a, const BenchOptions& opts) override;
 
   const CudaRunInfo& last_run() const { return info_; }
@@ -105,6 +119,9 @@ class CudaRunner final : public Runner {
  private:
   CudaRunner() = default;
   std::optional<Diag> ensure_ready(int64_t flush_bytes);
+  // The GEMM prepared on this runner's context and arguments (its handle and
+  // workspace made on first use, again after a reset).
+  Result<cublas::GemmCall> prepare_gemm(const GemmArtifact& g);
   // After a failure: if the context no longer works (a sticky fault), reset it and
   // drop every handle made in it. Returns a note for the Diag, "" when nothing was done.
   std::string recover();
@@ -120,6 +137,8 @@ class CudaRunner final : public Runner {
   cuda::Event start_, end_;
   std::vector<cuda::Buffer> inputs_, outputs_;
   cuda::Buffer flush_;
+  std::optional<cublas::Handle> blas_;
+  cuda::Buffer gemm_workspace_;
   uint32_t flush_value_ = 0;
   CudaRunInfo info_;
   int recoveries_ = 0;

@@ -17,6 +17,7 @@
 #include "autotune/target.h"
 #include "codegen/ir/file_io.h"
 #include "codegen/ir/printer.h"
+#include "codegen/kernels/extern_gemm.h"
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/matmul.h"
 #include "codegen/kernels/reduction.h"
@@ -33,6 +34,43 @@ std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
+}
+
+// The gemm step of a fused kernel whose chosen winner is a library GEMM (the tuning
+// cache's choice, codegen/kernels/extern_gemm.h), over the kernel step's buffers
+// (`in`: its params in order; `out`: its outputs); nullopt when the choice is a
+// generated config, or when the library cannot compute the kernel after all (then
+// `notes` says why, and the kernel is compiled with its default config).
+std::optional<PlanStep> gemm_step(const LocalKernel& k, const std::vector<int>& in, const std::vector<int>& out,
+                                  const CompileOptions& opts, std::map<std::string, std::string>* notes) {
+  if (!opts.choose) return std::nullopt;
+  const KernelChoice c = opts.choose(k);
+  if (c.library.empty()) return std::nullopt;
+  Result<ExternGemm> x = extern_gemm(k);
+  std::optional<GemmLibrary> lib = parse_gemm_library(c.library);
+  std::string why = !x ? x.error().message : !lib ? "unknown library \"" + c.library + "\"" : "";
+  if (x && lib && std::find(x->libraries.begin(), x->libraries.end(), *lib) == x->libraries.end())
+    why = c.library + " cannot compute its epilogue " + std::string(gemm_epilogue_name(x->desc.epilogue));
+  const bool args_fit = x && x->a >= 0 && x->a < static_cast<int>(in.size()) && x->b >= 0 &&
+                        x->b < static_cast<int>(in.size()) && x->bias < static_cast<int>(in.size()) &&
+                        x->c >= 0 && x->c < static_cast<int>(out.size());
+  if (why.empty() && !args_fit) why = "internal: the kernel step's buffers are not the group's arguments";
+  if (!why.empty()) {
+    (*notes)[k.name] = "the cache chose " + c.text + ", but " + why + "; compiled as a generated kernel";
+    return std::nullopt;
+  }
+  PlanStep ps;
+  ps.op = "gemm";
+  ps.stream = "compute";
+  ps.gemm.name = k.name;
+  ps.gemm.desc = x->desc;
+  ps.gemm.desc.library = *lib;
+  ps.gemm.desc.tf32 = opts.allow_tf32 && x->desc.dtype == DType::F32;
+  ps.in = {in[static_cast<size_t>(x->a)], in[static_cast<size_t>(x->b)]};
+  if (x->bias >= 0) ps.in.push_back(in[static_cast<size_t>(x->bias)]);
+  ps.out = {out[static_cast<size_t>(x->c)]};
+  (*notes)[k.name] = gemm_str(ps.gemm.desc) + " (" + std::string(config_source_name(c.source)) + ")";
+  return ps;
 }
 
 }  // namespace
@@ -77,6 +115,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     return id;
   };
   std::vector<std::string> errors;
+  std::map<std::string, std::string> gemm_notes;  // report.txt: per fused kernel, its library GEMM or why not
 
   for (const LocalProgram& p : programs) {
     PlanRank r;
@@ -102,11 +141,17 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
       for (int v : s.outs) ps.out.push_back(buffer(v));
       std::string md = mesh.ndim() ? mesh.mesh().dims[static_cast<size_t>(s.mesh_dim)].name : "";
       switch (s.kind) {
-        case LocalStep::Kind::Kernel:
+        case LocalStep::Kind::Kernel: {
+          const LocalKernel& lk = p.kernels[static_cast<size_t>(s.kernel)];
+          if (std::optional<PlanStep> gs = gemm_step(lk, ps.in, ps.out, opts, &gemm_notes)) {
+            ps = std::move(*gs);
+            break;
+          }
           ps.op = "kernel";
           ps.stream = "compute";
-          ps.kernel = kernel_id(p.kernels[static_cast<size_t>(s.kernel)]);
+          ps.kernel = kernel_id(lk);
           break;
+        }
         case LocalStep::Kind::Start:
           ps.op = collective_name(s.comm);
           ps.stream = "comm";
@@ -172,7 +217,9 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     if (opts.choose) {
       KernelChoice c = opts.choose(k);
       cfg = c.config;
-      pk.config_source = std::string(config_source_name(c.source));
+      // A library GEMM that cannot compute the kernel here (gemm_step said why):
+      // the generated kernel, with the default config the choice carries.
+      pk.config_source = std::string(config_source_name(c.library.empty() ? c.source : ConfigSource::Default));
     } else if (*kind == KernelKind::Reduction) {
       // Untuned reductions start from the emitter's suggestion for their row shape
       // (a 16-wide row wants few threads per row).
@@ -274,9 +321,18 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     rep += "\n    config (" + k.config_source + "): " + k.config + "\n";
     if (!forms[ki].empty()) rep += "    form: " + forms[ki] + "\n";
   }
-  rep += "\n" + std::to_string(plan.kernels.size()) + " distinct kernel(s); rank 0 runs " +
-         std::to_string(programs.empty() ? 0 : programs[0].kernels.size()) + " kernel launch(es); sum of estimates " +
-         fmt("%.3f", total * 1e6) + " us\n";
+  if (!gemm_notes.empty()) {
+    rep += "\nlibrary GEMMs (the tuning cache's winners; run through the library at exec, no PTX):\n";
+    for (const auto& [name, note] : gemm_notes) rep += "  " + name + ": " + note + "\n";
+  }
+  int64_t launches = 0, gemms = 0;
+  for (const PlanStep& st : plan.ranks.empty() ? std::vector<PlanStep>{} : plan.ranks[0].steps) {
+    launches += st.op == "kernel";
+    gemms += st.op == "gemm";
+  }
+  rep += "\n" + std::to_string(plan.kernels.size()) + " distinct kernel(s); rank 0 runs " + std::to_string(launches) +
+         " kernel launch(es)" + (gemms ? " and " + std::to_string(gemms) + " library GEMM(s)" : std::string()) +
+         "; sum of estimates " + fmt("%.3f", total * 1e6) + " us\n";
   return out;
 }
 

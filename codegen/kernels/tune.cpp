@@ -13,6 +13,7 @@
 
 #include "autotune/ptxas.h"
 #include "codegen/ir/printer.h"
+#include "codegen/kernels/extern_gemm.h"
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/matmul.h"
 #include "codegen/kernels/reduction.h"
@@ -440,14 +441,21 @@ Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs,
       runner = own_runner.get();
     }
     KernelConfig def = default_kernel_config(*j.k, ct, setup.arch, setup.allow_tf32);
+    // Library GEMMs beside the generated configs, where one can compute the kernel.
+    std::string extern_note;
+    std::vector<ExternCandidate> externs;
+    if (ct == ConfigTarget::Gpu && j.p.kind == KernelKind::Matmul)
+      externs = extern_candidates(*j.k, setup.allow_tf32, &extern_note);
     Result<TuneReport> r = tune_kernel(j.p, j.key, *target, def, builder, *runner, cache, opts,
                                        [&](const TuneProgress& tp) {
                                          if (progress) progress(i, jobs.size(), tp);
-                                       });
+                                       },
+                                       externs);
     if (!r) return Diag{"", {}, j.k->name + ": " + r.error().message};
+    r->extern_note = extern_note;
     if (r->cache_hit()) ++out.cache_hits;
     if (r->measured > 0) ++out.measured_kernels;
-    out.choices[j.key.hash()] = KernelChoice{r->best, r->source, r->best_str};
+    out.choices[j.key.hash()] = KernelChoice{r->best, r->source, r->best_str, r->best_extern};
     out.reports.push_back(std::move(r).value());
   }
   return out;
@@ -469,7 +477,7 @@ std::optional<TuneKey> ConfigChooser::key_of(const LocalKernel& k) const {
 KernelChoice ConfigChooser::choose(const LocalKernel& k) const {
   const ConfigTarget ct = config_target_of(setup_);
   KernelChoice c{default_kernel_config(k, ct, ct == ConfigTarget::Gpu ? setup_.arch : "", setup_.allow_tf32),
-                 ConfigSource::Default, ""};
+                 ConfigSource::Default, "", ""};
   std::optional<KernelKind> kind = kernel_kind_of(k);
   if (kind) c.text = config_str(*kind, ct, c.config);
   std::optional<TuneKey> key = key_of(k);
@@ -480,10 +488,11 @@ KernelChoice ConfigChooser::choose(const LocalKernel& k) const {
   if (auto it = memo_.find(h); it != memo_.end()) return it->second;
   if (cache_) {
     if (std::optional<CacheEntry> e = cached_choice(*cache_, *key)) {
-      // The entry's config over the default, so fields the text leaves out keep
-      // the default's values.
+      // A library GEMM keeps the default config (for a fallback); a config goes over
+      // the default, so fields the text leaves out keep the default's values.
       Result<KernelConfig> cfg = parse_config_str(e->config, c.config);
-      if (cfg) c = KernelChoice{*cfg, ConfigSource::Cache, e->config};
+      if (e->is_extern()) c = KernelChoice{c.config, ConfigSource::Cache, e->config, e->extern_library};
+      else if (cfg) c = KernelChoice{*cfg, ConfigSource::Cache, e->config, ""};
     }
   }
   memo_[h] = c;
@@ -514,9 +523,13 @@ Result<std::map<std::string, KernelChoice>> choices_from_text(const std::string&
     else if (src == "default") c.source = ConfigSource::Default;
     else return Diag{"<choices>", {n, static_cast<int>(a) + 2}, "unknown source '" + src + "'"};
     c.text = line.substr(b + 1);
-    Result<KernelConfig> cfg = parse_config_str(c.text);
-    if (!cfg) return Diag{"<choices>", {n, static_cast<int>(b) + 2}, cfg.error().message};
-    c.config = *cfg;
+    if (std::optional<std::string> lib = extern_library_of(c.text)) {
+      c.library = *lib;
+    } else {
+      Result<KernelConfig> cfg = parse_config_str(c.text);
+      if (!cfg) return Diag{"<choices>", {n, static_cast<int>(b) + 2}, cfg.error().message};
+      c.config = *cfg;
+    }
     out[line.substr(0, a)] = c;
   }
   return out;

@@ -186,6 +186,84 @@ TEST_F(CacheTest, EntryFromJsonReportsErrorsWithoutThrowing) {
   }
 }
 
+// A library GEMM measured as an extern candidate (autotune/config.h): its entry
+// round-trips, says it is one twice (config text and "extern"), and never parses as
+// a KernelConfig; entries written before extern candidates existed (no "extern")
+// read as generated kernels' entries.
+CacheEntry extern_entry() {
+  CacheEntry e;
+  e.config = extern_config_str("cublaslt");
+  e.extern_library = "cublaslt";
+  e.extern_version = "cublasLt 130100 (libcublasLt.so.13)";
+  e.status = CacheEntry::Status::Measured;
+  e.measurement = {7.5, 7.25, 8.0, 7.0, 9.0, 7.6, 50, 1};
+  e.when = "2026-01-02T03:04:05Z";
+  return e;
+}
+
+TEST_F(CacheTest, ExternEntriesRoundTripAndAreNoConfig) {
+  const CacheEntry e = extern_entry();
+  EXPECT_TRUE(e.is_extern());
+  EXPECT_EQ(e.config, "extern=cublaslt");
+  EXPECT_EQ(extern_library_of(e.config), "cublaslt");
+  EXPECT_FALSE(parse_config_str(e.config)) << "a library call must never read as a KernelConfig";
+  const CacheEntry generated = matmul_entry(64, CacheEntry::Status::Measured);
+  EXPECT_FALSE(extern_library_of(generated.config));
+  EXPECT_FALSE(generated.is_extern());
+  Result<CacheEntry> back = entry_from_json(nlohmann::json::parse(entry_to_json(e).dump()));
+  ASSERT_TRUE(back) << back.error().str();
+  EXPECT_EQ(*back, e);
+  EXPECT_FALSE(entry_to_json(generated).contains("extern")) << "generated entries are written as before";
+  ASSERT_FALSE(cache_->store(test_key(), e));
+  ASSERT_FALSE(cache_->store(test_key(), generated));
+  std::map<std::string, CacheEntry> loaded = cache_->load(test_key());
+  ASSERT_EQ(loaded.size(), 2u);
+  EXPECT_EQ(loaded.at("extern=cublaslt"), e);
+  EXPECT_EQ(loaded.at(generated.config), generated);
+  EXPECT_TRUE(cache_->take_warnings().empty());
+}
+
+TEST_F(CacheTest, AnEntryWrittenBeforeExternCandidatesReadsAsAConfig) {
+  // The file of an earlier shardfuse: no "extern" object anywhere.
+  const TuneKey k = test_key();
+  const CacheEntry e = matmul_entry(32, CacheEntry::Status::Measured);
+  nlohmann::json entry = entry_to_json(e);
+  ASSERT_FALSE(entry.contains("extern"));
+  fs::create_directories(key_dir(k));
+  nlohmann::json file = {{"format", "shardfuse-tune-cache"}, {"version", 1}, {"key", k.text()}, {"entry", entry}};
+  write_text(key_dir(k) / (fnv1a_hex(e.config) + ".json"), file.dump(2));
+  std::map<std::string, CacheEntry> loaded = cache_->load(k);
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_EQ(loaded.begin()->second, e);
+  EXPECT_FALSE(loaded.begin()->second.is_extern());
+  EXPECT_TRUE(cache_->take_warnings().empty());
+}
+
+TEST_F(CacheTest, AnExternEntryWhoseTwoNamesDisagreeIsRefused) {
+  const nlohmann::json good = entry_to_json(extern_entry());
+  struct Case {
+    const char* what;
+    std::function<void(nlohmann::json&)> damage;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {"no extern object", [](nlohmann::json& j) { j.erase("extern"); }, "names a library but the entry has no 'extern'"},
+      {"another library", [](nlohmann::json& j) { j["extern"]["library"] = "cublas"; },
+       "does not match its extern library 'cublas'"},
+      {"a config under an extern object", [](nlohmann::json& j) { j["config"] = "block_m=64"; },
+       "does not match its extern library"},
+      {"extern not an object", [](nlohmann::json& j) { j["extern"] = "cublaslt"; }, "'extern' must be an object"},
+      {"no library", [](nlohmann::json& j) { j["extern"].erase("library"); }, "'library' is missing"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = good;
+    c.damage(j);
+    Result<CacheEntry> r = entry_from_json(j);
+    ASSERT_FALSE(r.ok()) << c.what;
+    EXPECT_NE(r.error().message.find(c.expect), std::string::npos) << c.what << ": " << r.error().message;
+  }
+}
+
 TEST_F(CacheTest, StoreThenLoadRoundTripsEveryStatus) {
   TuneKey k = test_key();
   std::map<std::string, CacheEntry> want;

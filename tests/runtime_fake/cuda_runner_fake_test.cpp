@@ -274,5 +274,51 @@ TEST(CudaRunnerFake, ArgumentsThatAreNotTheRunnersAreRefused) {
   EXPECT_FALSE(r->run(NotPtx{}, quick()));
 }
 
+#ifdef FAKE_CUBLAS_LIB
+// An extern candidate (a library GEMM) through the same measurement as a kernel: the
+// fake cuBLAS (tests/fake_cublas) advances the fake clock by $FAKE_CUBLAS_NS per call.
+TEST(CudaRunnerFake, TimesALibraryGemmOnTheSameClockAsKernels) {
+  REQUIRE_FAKE();
+  ::setenv("SHARDFUSE_LIBCUBLAS", FAKE_CUBLAS_LIB, 1);  // before cublas::api()'s first call
+  ::setenv("SHARDFUSE_LIBCUBLASLT", FAKE_CUBLAS_LIB, 1);
+  ::setenv("FAKE_CUBLAS_NS", "20000", 1);
+  CallLog log("sf-runner-gemm");
+  Result<std::unique_ptr<CudaRunner>> made = CudaRunner::create(
+      {random_tensor(DType::F32, {64, 32}, 1), random_tensor(DType::F32, {48, 32}, 2), random_tensor(DType::F32, {48}, 3)},
+      {{DType::F32, 64 * 48}}, small());
+  ASSERT_TRUE(made) << made.error().message;
+  CudaRunner& r = **made;
+  GemmArtifact g;
+  g.desc = cublas::linear_gemm(GemmLibrary::CublasLt, DType::F32, 64, 48, 32, GemmEpilogue::BiasRelu);
+  g.a = 0;
+  g.b = 1;
+  g.bias = 2;
+  g.c = 0;
+  Result<Measurement> m = r.run(g, quick());
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_NEAR(m->median_us, 20.0, kUs) << "the library's time, read by the same events";
+  EXPECT_FALSE(r.last_run().graph_mode);
+  const std::vector<std::string> calls = log.lines("cublasLtMatmul ");
+  EXPECT_EQ(static_cast<int>(calls.size()), 1 + r.last_run().timed_runs) << "the probe, then every timed run";
+  ASSERT_FALSE(calls.empty());
+  EXPECT_TRUE(has(calls[0], "m=48 n=64 k=32 batch=1 transa=T transb=N lda=32 ldb=32 ldc=48 ")) << calls[0];
+  EXPECT_TRUE(has(calls[0], "epilogue=bias_relu compute=32F workspace=33554432")) << calls[0];
+  EXPECT_EQ(static_cast<int>(log.lines("memset32 ").size()), r.last_run().flushes) << "flushed like a kernel";
+
+  // Arguments the runner does not have, and a GEMM the library has no algorithm for.
+  GemmArtifact wrong = g;
+  wrong.c = 1;
+  Result<Measurement> w = r.run(wrong, quick());
+  ASSERT_FALSE(w);
+  EXPECT_TRUE(has(w.error().message, "not one of the runner's outputs")) << w.error().message;
+  ::setenv("FAKE_CUBLASLT_NO_ALGO", "1", 1);
+  Result<Measurement> none = r.run(g, quick());
+  ::unsetenv("FAKE_CUBLASLT_NO_ALGO");
+  ASSERT_FALSE(none);
+  EXPECT_TRUE(has(none.error().message, "cuBLASLt has no algorithm for cublaslt f32 [64x48x32]")) << none.error().message;
+  EXPECT_TRUE(r.run(g, quick())) << "and the next one measures";
+}
+#endif
+
 }  // namespace runtime_fake_cuda_runner_fake_test
 }  // namespace sf

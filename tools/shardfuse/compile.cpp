@@ -91,11 +91,14 @@ int compile(const CompileCliOptions& o) {
     std::cerr << err->str() << "\n";
     return 1;
   }
-  int from_cache = 0;
+  int from_cache = 0, gemms = 0;
   for (const PlanKernel& k : p->plan.kernels) from_cache += k.config_source == "cache";
+  for (const PlanStep& s : p->plan.ranks[0].steps) gemms += s.op == "gemm";
   std::cout << "wrote " << o.out << ": plan.json, " << p->ptx.size() << " .ptx file(s) for " << o.arch
             << ", graph.sf, report.txt (" << p->plan.world << " rank(s)); "
-            << from_cache << " of " << p->plan.kernels.size() << " kernel config(s) from the tuning cache\n";
+            << from_cache << " of " << p->plan.kernels.size() << " kernel config(s) from the tuning cache";
+  if (gemms) std::cout << "; " << gemms << " library GEMM step(s) on rank 0 (the cache's winners)";
+  std::cout << "\n";
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include "codegen/dist/explain.h"
 #include "codegen/dist/lower.h"
 #include "codegen/fusion/pipeline.h"
+#include "codegen/kernels/extern_gemm.h"
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/matmul.h"
 #include "codegen/kernels/tune.h"
@@ -86,6 +87,12 @@ int explain(const ExplainOptions& o) {
                                               c.config, o.arch);
           mp.ok())
         std::cout << "    " << (mp->tensor_cores ? "tensor cores: " : "SIMT FMA, no tensor cores: ") << mp->why << "\n";
+    // Whether `tune --device cuda` measures a library GEMM for it, and which call.
+    if (o.device == "cuda" && kernel_kind_of(k) == KernelKind::Matmul) {
+      Result<ExternGemm> x = extern_gemm(k);
+      if (x) x->desc.tf32 = o.allow_tf32 && x->desc.dtype == DType::F32;
+      std::cout << "    library GEMM: " << (x ? "offered to the tuner: " + gemm_str(x->desc) : x.error().message) << "\n";
+    }
   }
   return 0;
 }

@@ -124,11 +124,24 @@ void print_report(const TuneReport& r) {
     std::cout << "  best: " << r.best_str << "  " << us(r.best_time.median_us) << " median (p20 "
               << us(r.best_time.p20_us) << ", p80 " << us(r.best_time.p80_us) << ", " << r.best_time.reps
               << " reps, " << r.best_time.outliers << " outliers)";
-    if (r.default_time && r.default_time->median_us > 0)
+    if (r.default_time && r.default_time->median_us > 0 && r.best_time.median_us > 0)
       std::cout << "; default " << us(r.default_time->median_us) << ", speedup " << std::fixed << std::setprecision(2)
                 << r.default_time->median_us / r.best_time.median_us << "x";
     std::cout << "\n";
   }
+  // Library GEMMs measured beside the generated configs (or why none was).
+  if (!r.extern_note.empty()) std::cout << "  " << r.extern_note << "\n";
+  for (const ExternResult& x : r.externs) {
+    std::cout << "  extern " << x.library << ": ";
+    if (x.measured)
+      std::cout << us(x.time.median_us) << " median" << (x.reused ? " (cached)" : "")
+                << (r.best_extern == x.library ? "  [best]" : "");
+    else
+      std::cout << "not measured: " << x.reason;
+    std::cout << "\n";
+  }
+  if (!r.best_extern.empty() && r.best_generated_time)
+    std::cout << "  best generated: " << r.best_generated << "  " << us(r.best_generated_time->median_us) << " median\n";
   for (const std::string& w : r.warnings) std::cout << "  warning: " << w << "\n";
 }
 

@@ -1,0 +1,51 @@
+// Which fused matmul kernels a library GEMM can compute, and the call that does
+// (runtime/gemm.h): the tuner's extern candidates (docs/autotuning.md, "Extern
+// candidates") and the Plan's gemm steps (docs/plan.md) both start here.
+//
+// cuBLASLt computes epilogue(op(A) x op(B) + bias) over whole matrices read in place.
+// So a group qualifies when:
+//   - its matmul is f32, f16 or bf16 (operands and result of one dtype), 2-D or
+//     batched, every extent at least 1 (an empty shard keeps its kernel);
+//   - each operand is a param read with one contiguous dim among its last two
+//     (row-major, or column-major: a transpose of a param), its rows apart by the
+//     other dim's stride, and its batch dims collapsing to one stride (0 where it is
+//     broadcast over the batch; expanding some batch dims and not others does not);
+//   - it writes one output, of the matmul's dtype, computed from the matmul's result
+//     by one of: nothing; add a bias (a param of N elements along the last dim, of
+//     the matmul's dtype); then, optionally, relu or gelu_tanh (as the decomposition
+//     of gelu_tanh writes it). The erf `gelu` does not qualify: cuBLASLt's GELU
+//     epilogue is the tanh approximation (runtime/gemm.h). Nor does anything else:
+//     a residual add, a scale, a cast to another dtype, a second output.
+// cuBLAS's GemmEx computes the same without an epilogue, so it is offered only for
+// a bare matmul. No GPU is needed to decide any of this.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "autotune/tuner.h"
+#include "codegen/dist/local_program.h"
+#include "runtime/gemm.h"
+
+namespace sf {
+
+struct ExternGemm {
+  GemmDesc desc;  // library CublasLt
+  // The kernel's arguments the call reads and writes: indices among its params
+  // (the group's params, in order) for A, B and the bias (-1: none), among its
+  // outputs for C.
+  int a = -1, b = -1, bias = -1, c = 0;
+  std::vector<GemmLibrary> libraries;  // which can compute it: cuBLASLt, and cuBLAS when there is no epilogue
+};
+
+// The library GEMM that computes `k`, or a Diag saying why none can
+// ("cuBLASLt cannot express it: ...").
+Result<ExternGemm> extern_gemm(const LocalKernel& k);
+
+// The tuner's extern candidates for `k`: one GemmArtifact (runtime/cuda_runner.h) per
+// library that can compute it and can be opened here; under `allow_tf32` an f32 GEMM
+// multiplies in TF32 (GemmDesc::tf32), as the generated kernels then do. `note` gets
+// one line for the report: the libraries offered and the call, or why none was.
+std::vector<ExternCandidate> extern_candidates(const LocalKernel& k, bool allow_tf32, std::string* note);
+
+}  // namespace sf

@@ -1,0 +1,391 @@
+// Library GEMMs in place of generated matmul kernels (codegen/kernels/extern_gemm.h):
+// which fused groups cuBLASLt can express and the exact call derived for each, a
+// cached library winner compiled into a Plan gemm step, and that step run by `exec`
+// on the fake driver and the fake cuBLAS (tests/fake_cublas: its GEMMs compute, from
+// cuBLAS's column-major definition, so `--check` judges our layout mapping).
+#include "codegen/kernels/extern_gemm.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "codegen/dist/propagate.h"
+#include "codegen/fusion/pipeline.h"
+#include "codegen/ir/parser.h"
+#include "codegen/kernels/compile_plan.h"
+#include "codegen/kernels/host_runner.h"
+#include "tests/tools/cli_util.h"
+
+namespace sf {
+namespace kernels_extern_gemm_test {
+
+// The graph's one matmul kernel, and the names of the rank's values it reads (its
+// group's params are in0, in1, ...: the kernel step's `in` says which value each is).
+struct Matmul {
+  LocalKernel k;
+  std::vector<std::string> reads;
+};
+Matmul matmul_of(const std::string& text) {
+  Result<Graph> g = parse_graph(text);
+  if (!g) throw std::runtime_error(g.error().str());
+  DeviceMesh mesh(g->mesh());
+  const LocalProgram p = rank_programs(*g, propagate(*g, mesh), mesh)[0];
+  for (const LocalStep& s : p.steps) {
+    if (s.kind != LocalStep::Kind::Kernel) continue;
+    const LocalKernel& k = p.kernels[static_cast<size_t>(s.kernel)];
+    if (kernel_kind_of(k) != KernelKind::Matmul) continue;
+    Matmul m{k, {}};
+    for (int v : s.in) m.reads.push_back(p.names[static_cast<size_t>(v)]);
+    return m;
+  }
+  throw std::runtime_error("no matmul kernel in\n" + text);
+}
+LocalKernel matmul_kernel(const std::string& text) { return matmul_of(text).k; }
+
+std::string graph(const std::string& params, const std::string& body) {
+  return "graph g(" + params + ") {\n  y = " + body + "\n  return y\n}\n";
+}
+
+struct Want {
+  std::string what, params, body;
+  // The call, in our row-major terms (runtime/gemm.h), and the params it reads.
+  int64_t m, n, k, batch;
+  bool trans_a;
+  int64_t lda;
+  bool trans_b;
+  int64_t ldb, stride_a, stride_b;
+  GemmEpilogue epilogue;
+  std::string a, b, bias;
+};
+
+TEST(ExternGemm, DerivesTheCallForEachLayout) {
+  using E = GemmEpilogue;
+  const std::vector<Want> cases = {
+      {"x @ w", "x: f32[64, 32], w: f32[32, 48]", "matmul(x, w)", 64, 48, 32, 1, false, 32, false, 48, 0, 0, E::None,
+       "x", "w", ""},
+      {"x @ w^T (nn.Linear)", "x: f32[64, 32], w: f32[48, 32]", "matmul(x, transpose(w, 0, 1))", 64, 48, 32, 1, false,
+       32, true, 32, 0, 0, E::None, "x", "w", ""},
+      {"a^T @ w", "a: f32[32, 64], w: f32[32, 48]", "matmul(transpose(a, 0, 1), w)", 64, 48, 32, 1, true, 64, false,
+       48, 0, 0, E::None, "a", "w", ""},
+      {"batched", "x: f32[4, 64, 32], w: f32[4, 32, 48]", "matmul(x, w)", 64, 48, 32, 4, false, 32, false, 48,
+       64 * 32, 32 * 48, E::None, "x", "w", ""},
+      {"batched, B broadcast", "x: bf16[4, 64, 32], w: bf16[32, 48]", "matmul(x, w)", 64, 48, 32, 4, false, 32, false,
+       48, 64 * 32, 0, E::None, "x", "w", ""},
+      {"batched, B transposed", "x: f32[4, 64, 32], w: f32[4, 48, 32]", "matmul(x, transpose(w, 1, 2))", 64, 48, 32, 4,
+       false, 32, true, 32, 64 * 32, 48 * 32, E::None, "x", "w", ""},
+      {"two batch dims", "x: f32[2, 3, 8, 16], w: f32[2, 3, 16, 8]", "matmul(x, w)", 8, 8, 16, 6, false, 16, false, 8,
+       128, 128, E::None, "x", "w", ""},
+      {"A a permuted view (heads first)", "q: f32[64, 4, 32], w: f32[4, 32, 48]", "matmul(permute(q, [1, 0, 2]), w)",
+       64, 48, 32, 4, false, 128, false, 48, 32, 32 * 48, E::None, "q", "w", ""},
+      {"bias", "x: f32[64, 32], w: f32[48, 32], b: f32[48]", "add(matmul(x, transpose(w, 0, 1)), b)", 64, 48, 32, 1,
+       false, 32, true, 32, 0, 0, E::Bias, "x", "w", "b"},
+      {"bias first", "x: f32[64, 32], w: f32[48, 32], b: f32[1, 48]", "add(b, matmul(x, transpose(w, 0, 1)))", 64, 48,
+       32, 1, false, 32, true, 32, 0, 0, E::Bias, "x", "w", "b"},
+      {"relu", "x: f32[64, 32], w: f32[32, 48]", "relu(matmul(x, w))", 64, 48, 32, 1, false, 32, false, 48, 0, 0,
+       E::Relu, "x", "w", ""},
+      {"bias + relu", "x: f32[64, 32], w: f32[48, 32], b: f32[48]", "relu(add(matmul(x, transpose(w, 0, 1)), b))", 64,
+       48, 32, 1, false, 32, true, 32, 0, 0, E::BiasRelu, "x", "w", "b"},
+      {"gelu_tanh", "x: f32[64, 32], w: f32[32, 48]", "gelu_tanh(matmul(x, w))", 64, 48, 32, 1, false, 32, false, 48,
+       0, 0, E::GeluTanh, "x", "w", ""},
+      {"bias + gelu_tanh, f32", "x: f32[64, 32], w: f32[48, 32], b: f32[48]",
+       "gelu_tanh(add(matmul(x, transpose(w, 0, 1)), b))", 64, 48, 32, 1, false, 32, true, 32, 0, 0, E::BiasGeluTanh,
+       "x", "w", "b"},
+      {"bias + gelu_tanh, bf16 (casts to f32 and back)", "x: bf16[64, 32], w: bf16[48, 32], b: bf16[48]",
+       "gelu_tanh(add(matmul(x, transpose(w, 0, 1)), b))", 64, 48, 32, 1, false, 32, true, 32, 0, 0, E::BiasGeluTanh,
+       "x", "w", "b"},
+  };
+  for (const Want& w : cases) {
+    const Matmul mm = matmul_of(graph(w.params, w.body));
+    const LocalKernel& k = mm.k;
+    auto param_name = [&](int i) { return i < 0 ? std::string() : mm.reads.at(static_cast<size_t>(i)); };
+    Result<ExternGemm> x = extern_gemm(k);
+    ASSERT_TRUE(x) << w.what << ": " << x.error().message;
+    const GemmDesc& d = x->desc;
+    EXPECT_EQ(d.library, GemmLibrary::CublasLt) << w.what;
+    EXPECT_EQ(d.m, w.m) << w.what;
+    EXPECT_EQ(d.n, w.n) << w.what;
+    EXPECT_EQ(d.k, w.k) << w.what;
+    EXPECT_EQ(d.batch, w.batch) << w.what;
+    EXPECT_EQ(d.trans_a, w.trans_a) << w.what;
+    EXPECT_EQ(d.lda, w.lda) << w.what;
+    EXPECT_EQ(d.trans_b, w.trans_b) << w.what;
+    EXPECT_EQ(d.ldb, w.ldb) << w.what;
+    EXPECT_EQ(d.ldc, w.n) << w.what;
+    if (w.batch > 1) {
+      EXPECT_EQ(d.stride_a, w.stride_a) << w.what;
+      EXPECT_EQ(d.stride_b, w.stride_b) << w.what;
+    }
+    EXPECT_EQ(d.stride_c, w.m * w.n) << w.what;
+    EXPECT_EQ(d.epilogue, w.epilogue) << w.what << ": " << gemm_epilogue_name(d.epilogue);
+    EXPECT_EQ(param_name(x->a), w.a) << w.what;
+    EXPECT_EQ(param_name(x->b), w.b) << w.what;
+    EXPECT_EQ(param_name(x->bias), w.bias) << w.what;
+    EXPECT_EQ(x->c, 0);
+    const bool bare = w.epilogue == E::None;
+    EXPECT_EQ(x->libraries.size(), bare ? 2u : 1u) << w.what << ": cuBLAS's GemmEx only without an epilogue";
+    // The call fits the kernel's own arguments.
+    std::vector<TensorType> in = {k.group.node(k.group.params()[static_cast<size_t>(x->a)]).type,
+                                  k.group.node(k.group.params()[static_cast<size_t>(x->b)]).type};
+    if (x->bias >= 0) in.push_back(k.group.node(k.group.params()[static_cast<size_t>(x->bias)]).type);
+    std::optional<GemmIssue> why = gemm_check(d, in, k.group.node(k.group.outputs()[0].value).type);
+    EXPECT_FALSE(why) << w.what << ": " << why->field << ": " << why->message;
+  }
+}
+
+TEST(ExternGemm, SaysWhyALibraryCannotExpressAGroup) {
+  struct Case {
+    std::string what, params, body, says;
+  };
+  const std::vector<Case> cases = {
+      {"the erf gelu", "x: f32[64, 32], w: f32[48, 32], b: f32[48]", "gelu(add(matmul(x, transpose(w, 0, 1)), b))",
+       "erf form"},
+      {"a residual add", "x: f32[64, 32], w: f32[32, 48], r: f32[64, 48]", "add(matmul(x, w), r)",
+       "the epilogue is not one of"},
+      {"a bias along M", "x: f32[64, 32], w: f32[32, 48], c: f32[64, 1]", "add(matmul(x, w), c)",
+       "the epilogue is not one of"},
+      {"relu before the bias", "x: f32[64, 32], w: f32[32, 48], b: f32[48]", "add(relu(matmul(x, w)), b)",
+       "the epilogue is not one of"},
+      {"a scale", "x: f32[64, 32], w: f32[32, 48]", "mul(matmul(x, w), 0.5)", "the epilogue is not one of"},
+      {"a cast to f16", "x: f32[64, 32], w: f32[32, 48]", "cast(matmul(x, w), dtype=f16)", "the output is f16"},
+      {"an integer matmul", "x: i32[64, 32], w: i32[32, 48]", "matmul(x, w)", "i32"},
+      {"batch dims broadcast unevenly", "x: f32[2, 3, 8, 16], w: f32[3, 16, 8]", "matmul(x, w)",
+       "do not collapse to one batch stride"},
+  };
+  for (const Case& c : cases) {
+    Result<ExternGemm> x = extern_gemm(matmul_kernel(graph(c.params, c.body)));
+    ASSERT_FALSE(x) << c.what;
+    EXPECT_EQ(x.error().message.rfind("cuBLASLt cannot express it: ", 0), 0u) << c.what << ": " << x.error().message;
+    EXPECT_NE(x.error().message.find(c.says), std::string::npos) << c.what << ": " << x.error().message;
+  }
+  // Two outputs: the matmul's own result and its relu.
+  Result<ExternGemm> two = extern_gemm(matmul_kernel(
+      "graph g(x: f32[64, 32], w: f32[32, 48]) {\n  h = matmul(x, w)\n  y = relu(h)\n  return h, y\n}\n"));
+  ASSERT_FALSE(two);
+  EXPECT_NE(two.error().message.find("writes 2 outputs"), std::string::npos) << two.error().message;
+}
+
+TEST(ExternGemm, ChoicesCarryTheLibraryAcrossRanks) {
+  std::map<std::string, KernelChoice> t;
+  t["00aa"] = KernelChoice{KernelConfig{}, ConfigSource::Tuned, extern_config_str("cublaslt"), "cublaslt"};
+  t["00bb"] = KernelChoice{KernelConfig{}, ConfigSource::Cache, "block_m=32", ""};
+  Result<std::map<std::string, KernelChoice>> back = choices_from_text(choices_to_text(t));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->at("00aa").library, "cublaslt");
+  EXPECT_EQ(back->at("00aa").text, "extern=cublaslt");
+  EXPECT_EQ(back->at("00bb").library, "");
+  EXPECT_EQ(back->at("00bb").config.block_m, 32);
+}
+
+// --- compile: the cache's library winner becomes a gemm step -----------------------------
+
+const std::string kLinear = graph("x: f32[64, 32], w: f32[48, 32], b: f32[48]",
+                                  "relu(add(matmul(x, transpose(w, 0, 1)), b))");
+
+class TempCache {
+ public:
+  TempCache() {
+    std::string t = (fs::temp_directory_path() / "sf-extern-XXXXXX").string();
+    dir_ = mkdtemp(t.data());
+    cache_ = std::move(TuneCache::open(dir_ + "/cache")).value();
+  }
+  ~TempCache() { fs::remove_all(dir_); }
+  TuneCache& cache() { return *cache_; }
+  const std::string& dir() const { return dir_; }
+
+  // Measured entries under the key `compile` looks `text`'s matmul kernel up with:
+  // a generated config at `config_us`, and library `lib` at `lib_us`.
+  void store(const std::string& text, double config_us, const std::string& lib, double lib_us) {
+    ConfigChooser chooser(TuneSetup{"cuda", "sm_90a", ShapeBuckets::Exact}, cache_.get());
+    std::optional<TuneKey> key = chooser.key_of(matmul_kernel(text));
+    ASSERT_TRUE(key);
+    CacheEntry gen;
+    gen.cfg.block_m = 32;
+    gen.config = config_str(KernelKind::Matmul, ConfigTarget::Gpu, gen.cfg);
+    gen.status = CacheEntry::Status::Measured;
+    gen.measurement.median_us = config_us;
+    ASSERT_FALSE(cache_->store(*key, gen));
+    CacheEntry x;
+    x.config = extern_config_str(lib);
+    x.extern_library = lib;
+    x.extern_version = "cublasLt 130100 (fake)";
+    x.status = CacheEntry::Status::Measured;
+    x.measurement.median_us = lib_us;
+    ASSERT_FALSE(cache_->store(*key, x));
+  }
+
+  Result<CompiledPlan> compile(const std::string& text) {
+    CompileOptions co;
+    co.run_ptxas = false;
+    auto ch = std::make_shared<ConfigChooser>(TuneSetup{"cuda", "sm_90a", ShapeBuckets::Exact}, cache_.get());
+    co.choose = [ch](const LocalKernel& k) { return ch->choose(k); };
+    return compile_plan(std::move(parse_graph(text)).value(), co);
+  }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<TuneCache> cache_;
+};
+
+TEST(ExternGemmCompile, ACachedLibraryWinnerBecomesAGemmStepWithoutPtx) {
+  TempCache c;
+  c.store(kLinear, 10, "cublaslt", 4);
+  Result<CompiledPlan> p = c.compile(kLinear);
+  ASSERT_TRUE(p) << p.error().message;
+  EXPECT_TRUE(p->plan.kernels.empty()) << "no PTX kernel for a library GEMM";
+  EXPECT_TRUE(p->ptx.empty());
+  const PlanRank& r = p->plan.ranks[0];
+  ASSERT_EQ(r.steps.size(), 1u);
+  const PlanStep& s = r.steps[0];
+  EXPECT_EQ(s.op, "gemm");
+  EXPECT_EQ(s.stream, "compute");
+  EXPECT_EQ(s.gemm.name, "k0_matmul_add_relu");
+  auto name = [&](int b) { return r.buffers[static_cast<size_t>(b)].name; };
+  ASSERT_EQ(s.in.size(), 3u);
+  EXPECT_EQ(name(s.in[0]), "x");
+  EXPECT_EQ(name(s.in[1]), "w");
+  EXPECT_EQ(name(s.in[2]), "b");
+  ASSERT_EQ(s.out.size(), 1u);
+  EXPECT_EQ(s.out[0], r.outputs[0]);
+  EXPECT_EQ(gemm_str(s.gemm.desc), "cublaslt f32 [64x48x32] A [M,K] lda 32, B^T [N,K] ldb 32, epilogue bias_relu");
+  EXPECT_NE(p->report.find("library GEMMs"), std::string::npos) << p->report;
+  EXPECT_NE(p->report.find("k0_matmul_add_relu: cublaslt f32 [64x48x32]"), std::string::npos) << p->report;
+  Result<Plan> back = plan_from_json(plan_to_json(p->plan), "plan.json");
+  ASSERT_TRUE(back) << back.error().str();
+  EXPECT_EQ(back->ranks[0].steps[0].gemm.desc, s.gemm.desc);
+}
+
+TEST(ExternGemmCompile, TheKernelStaysWhenAConfigIsFasterOrTheLibraryCannotComputeIt) {
+  {
+    TempCache c;
+    c.store(kLinear, 3, "cublaslt", 4);
+    Result<CompiledPlan> p = c.compile(kLinear);
+    ASSERT_TRUE(p) << p.error().message;
+    ASSERT_EQ(p->plan.kernels.size(), 1u);
+    EXPECT_EQ(p->plan.ranks[0].steps[0].op, "kernel");
+    EXPECT_EQ(p->plan.kernels[0].config_source, "cache");
+    EXPECT_EQ(p->plan.kernels[0].config.rfind("block_m=32 ", 0), 0u);
+  }
+  {
+    // A cache that says cuBLAS won a group with an epilogue (hand-made: GemmEx has none).
+    TempCache c;
+    c.store(kLinear, 10, "cublas", 4);
+    Result<CompiledPlan> p = c.compile(kLinear);
+    ASSERT_TRUE(p) << p.error().message;
+    ASSERT_EQ(p->plan.kernels.size(), 1u);
+    EXPECT_EQ(p->plan.ranks[0].steps[0].op, "kernel");
+    EXPECT_EQ(p->plan.kernels[0].config_source, "default");
+    EXPECT_NE(p->report.find("cublas cannot compute its epilogue bias_relu; compiled as a generated kernel"),
+              std::string::npos)
+        << p->report;
+  }
+}
+
+// --- exec on the fake driver and the fake cuBLAS -------------------------------------------
+
+#if defined(SF_FAKE_CUDA) && defined(SF_FAKE_CUBLAS)
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+// `text` written to a file and compiled by the CLI against a cache where the
+// library beat the generated config: the Plan directory (its one gemm step checked).
+std::string compiled_with_library_winner(TempCache& c, const std::string& text) {
+  c.store(text, 10, "cublaslt", 4);
+  const std::string g = c.dir() + "/g.sf", plan = c.dir() + "/plan";
+  write_file(g, text);
+  CliResult r = shardfuse("compile " + g + " --no-ptxas --cache " + c.dir() + "/cache -o " + plan);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("1 library GEMM step(s)"), std::string::npos) << r.out;
+  return plan;
+}
+
+std::string fakes(const std::string& log, bool cublas = true) {
+  std::string env = std::string("SHARDFUSE_LIBCUDA=") + SF_FAKE_CUDA + " FAKE_CUDA_LOG=" + log;
+  if (cublas) env += std::string(" SHARDFUSE_LIBCUBLAS=") + SF_FAKE_CUBLAS + " SHARDFUSE_LIBCUBLASLT=" + SF_FAKE_CUBLAS;
+  return env;
+}
+
+TEST(ExternGemmExec, CompileFromTheCacheThenExecCallsTheLibraryAndChecks) {
+  TempCache c;
+  const std::string plan = compiled_with_library_winner(c, kLinear), log = c.dir() + "/log";
+  CliResult r = shardfuse_env(fakes(log), "exec " + plan + " --device cuda --check");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("library GEMMs: 1 call(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("check: ok"), std::string::npos) << "the fake cuBLAS computed y from x, w and b:\n" << r.out;
+  // cuBLAS sees C^T = op(w stored [N, K]) x x^T: m = N, n = M, w transposed, ld K.
+  const std::string calls = read_text(log);
+  EXPECT_NE(calls.find("cublasLtMatmul m=48 n=64 k=32 batch=1 transa=T transb=N lda=32 ldb=32 ldc=48 "),
+            std::string::npos)
+      << calls;
+  EXPECT_NE(calls.find("epilogue=bias_relu compute=32F workspace=33554432"), std::string::npos) << calls;
+
+  // The check has teeth: B read as [K, N] (still inside its buffer) multiplies the
+  // wrong elements, and the outputs no longer match.
+  std::string j = read_text(plan + "/plan.json");
+  const size_t at = j.find("\"trans_b\": true");
+  ASSERT_NE(at, std::string::npos);
+  j.replace(at, 15, "\"trans_b\": false");
+  j.replace(j.find("\"ldb\": 32"), 9, "\"ldb\": 48");
+  write_file(plan + "/plan.json", j);
+  CliResult wrong = shardfuse_env(fakes(log), "exec " + plan + " --device cuda --check");
+  EXPECT_EQ(wrong.code, 1) << wrong.out;
+  EXPECT_NE(wrong.out.find("check: MISMATCH"), std::string::npos) << wrong.out;
+}
+
+TEST(ExecGemm, AMissingLibraryIsAnErrorNamingTheStep) {
+  TempCache c;
+  const std::string plan = compiled_with_library_winner(c, kLinear), log = c.dir() + "/log";
+  const std::string step = "rank 0, step 0 (gemm k0_matmul_add_relu via cublaslt): cuBLAS not available: ";
+  CliResult none = shardfuse_env(fakes(log, false) + " SHARDFUSE_LIBCUBLAS=/nonexistent/libcublas.so.13",
+                                 "exec " + plan + " --device cuda");
+  EXPECT_EQ(none.code, 1) << none.out;
+  EXPECT_NE(none.out.find(step + "cannot open libcublas"), std::string::npos) << none.out;
+  // The fake driver with the system's cuBLAS: refused, since that cuBLAS would use
+  // libcuda.so.1's contexts and pointers.
+  CliResult foreign = shardfuse_env(fakes(log, false), "exec " + plan + " --device cuda");
+  EXPECT_EQ(foreign.code, 1) << foreign.out;
+  EXPECT_NE(foreign.out.find(step + "$SHARDFUSE_LIBCUDA="), std::string::npos) << foreign.out;
+  EXPECT_NE(foreign.out.find("is not libcuda.so.1"), std::string::npos) << foreign.out;
+}
+
+TEST(ExecGemm, CudaGraphsEndBeforeAGemmStepWhichRunsBetweenThem) {
+  // A pointwise kernel, the matmul (a gemm step) and a reduction: two captured
+  // segments with the library call between their replays.
+  const std::string text =
+      "graph g(x: f32[64, 32], w: f32[48, 32], b: f32[48]) {\n  x2 = mul(x, 2.0)\n"
+      "  h = relu(add(matmul(x2, transpose(w, 0, 1)), b))\n  y = sum(h, dims=[1])\n  return y\n}\n";
+  TempCache c;
+  const std::string plan = compiled_with_library_winner(c, text), log = c.dir() + "/log";
+  CliResult r = shardfuse_env(fakes(log), "exec " + plan + " --device cuda --cuda-graph");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("replayed from 2 CUDA graph launch(es)"), std::string::npos) << r.out;
+  // In the log: the first graph's replay, then the library call, then the second.
+  const std::string calls = read_text(log);
+  const size_t first = calls.find("graph launch");
+  const size_t gemm = calls.find("cublasLtMatmul");
+  const size_t second = calls.find("graph launch", first + 1);
+  ASSERT_NE(first, std::string::npos) << calls;
+  ASSERT_NE(gemm, std::string::npos) << calls;
+  ASSERT_NE(second, std::string::npos) << calls;
+  EXPECT_LT(first, gemm) << calls;
+  EXPECT_LT(gemm, second) << calls;
+  EXPECT_EQ(calls.find("cublasLtMatmul", gemm + 1), std::string::npos) << "one run, one call\n" << calls;
+  const size_t capture_end = calls.rfind("capture end", gemm);
+  const size_t capture_begin = calls.rfind("capture begin", gemm);
+  EXPECT_TRUE(capture_begin == std::string::npos || capture_end > capture_begin)
+      << "the call is not inside a capture\n" << calls;
+}
+
+#endif
+
+}  // namespace kernels_extern_gemm_test
+}  // namespace sf

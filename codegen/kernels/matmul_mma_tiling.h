@@ -1,0 +1,68 @@
+// The tensor-core matmul's tiling (internal to codegen/kernels): which kernel a
+// config gets (mma.sync, or sm_90a's wgmma, fed by cp.async or TMA), its shared
+// tiles, warp layout, pipeline depth and tensor maps, decided once from the group and
+// the config. matmul_mma.cpp emits the kernel from it; matmul_mma_tiling.cpp decides.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/kernels/matmul_group.h"
+
+namespace sf::matmul_detail {
+
+inline std::string num(int64_t v) { return std::to_string(v); }
+
+inline int log2i(int64_t v) {
+  int r = 0;
+  while ((int64_t{1} << r) < v) ++r;
+  return r;
+}
+
+// A tile in shared memory: `rows` rows of `cols` elements of `eb` bytes (2, or 4 for
+// TF32), the cols contiguous, kept as panels of `panel` columns (64 or 128 bytes),
+// each a block of rows of 64 or 128 bytes with mma_layout.h's XOR swizzle of 16-byte
+// chunks.
+struct SmemTile {
+  int rows = 0, cols = 0, panel = 0, eb = 2;
+  int64_t bytes() const { return int64_t{rows} * cols * eb; }
+  int row_bytes() const { return panel * eb; }
+  int per_chunk() const { return 16 / eb; }
+};
+
+struct MmaTiling {
+  int bm = 0, bn = 0, bk = 0, threads = 0, stages = 0, group_m = 0;
+  int wm = 0, wn = 0;            // the warps as a wm x wn grid over the block tile
+  int warp_m = 0, warp_n = 0;    // each warp's tile
+  int mi = 0, ni = 0;            // m16 (wgmma: m64) row steps and n8 column tiles per warp
+  int m_step = 16;               // rows between consecutive mi (64 for wgmma)
+  // sm_90a: warpgroup MMA (wgmma.mma_async, one m64 x bn x k16 per mi and k step,
+  // both operands read from shared memory through descriptors). `wgs` warpgroups
+  // split the block's rows, `wg_m` each; `not_wgmma` says why a config on sm_90a
+  // stays on mma.sync.
+  bool wgmma = false;
+  int wgs = 0, wg_m = 0;
+  std::string not_wgmma;
+  // wgmma with TMA (KernelSpec::tma): one thread copies each stage's panels with
+  // cp.async.bulk.tensor through two tensor maps, completing on the stage's mbarrier
+  // (8 bytes each at `mbar_off`); `not_tma` says why a wgmma kernel stays on cp.async.
+  bool tma = false;
+  std::string not_tma;
+  int64_t mbar_off = 0;
+  std::vector<TensorMapSpec> maps;  // A's, then B's
+  bool a_kc = false, b_kc = false;  // operand_layout's k_contiguous of A and B
+  SmemTile a, b;
+  int64_t stage_bytes = 0, shared_bytes = 0;
+  int64_t kt = 0;  // K tiles
+};
+
+// The tiling of `p` under `c` on sm_`sm` (`wgmma_arch`: sm_90a), or a Diag saying why
+// no tensor-core kernel fits (matmul.h lists the conditions).
+Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm, bool wgmma_arch);
+
+// Whether every index the kernel forms fits i32: the operands' spans over tiles padded
+// past M, N and K, and every tensor's size.
+bool mma_fits_i32(const Graph& g, const MatmulGroup& p, const MmaTiling& t);
+
+}  // namespace sf::matmul_detail

@@ -1,0 +1,135 @@
+// The sm_90a warpgroup kernel (wgmma.mma_async, codegen/kernels/matmul_mma.cpp) on the
+// host, no GPU needed: every block's threads as OS threads, wgmma simulated from the
+// PTX ISA's descriptor format, canonical shared-memory layouts and D fragment figure
+// (mma_sim.h, ptx_isa_tables.h), cp.async or TMA with mbarriers under the memory
+// model, results against the float64 reference evaluator.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/kernels/mma_sim.h"
+
+namespace sf {
+namespace kernels_matmul_wgmma_test {
+
+using namespace mma_sim;
+
+// ---- the warpgroup (wgmma) kernel on the host -----------------------------------------------
+
+// Every operand layout: A K-major (x) or M-major (transpose), B K-major (transpose(w))
+// or N-major (w); both 16-bit dtypes; ragged M, N and K; one and two warpgroups; two
+// m64 steps per warpgroup; block_n 64 .. 256 (one to four 64-wide panels of an
+// N-major B, which the leading byte offset steps across).
+TEST(MatmulWgmmaSim, EveryOperandLayoutMatchesTheReference) {
+  for (DType dt : {DType::BF16, DType::F16})
+    for (bool a_t : {false, true})
+      for (bool b_t : {false, true}) {
+        Shape3 s{136, 200, 136, a_t, b_t, {}};
+        check(mm_graph(s, dt, Epi::None), tc_config(64, 64, 64, 4, 2), name(s, dt, tc_config(64, 64, 64, 4, 2)) + " wgmma",
+              true, 1, /*wgmma=*/true);
+        if (dt == DType::BF16)  // the 16-bit dtypes share every index: one of them on two warpgroups
+          check(mm_graph(s, dt, Epi::None), tc_config(128, 128, 64, 8, 3),
+                name(s, dt, tc_config(128, 128, 64, 8, 3)) + " wgmma", true, 1, true);
+      }
+  Shape3 s{72, 200, 80, false, false, {}};
+  for (const KernelConfig& c : {tc_config(128, 64, 64, 4, 3), tc_config(64, 256, 64, 4, 2)})
+    check(mm_graph(s, DType::BF16, Epi::None), c, name(s, DType::BF16, c) + " wgmma", true, 1, true);
+}
+
+// The pipeline over many K tiles: with 3 or more stages one wgmma group stays in flight
+// while the copies run one tile fewer ahead; the simulated memory model fails a copy
+// into a stage an unretired wgmma group reads, and a read of data not yet waited for
+// and published by a barrier.
+TEST(MatmulWgmmaSim, PipelineOverManyKTiles) {
+  Shape3 s{128, 128, 520, false, false, {}};
+  for (const KernelConfig& c : {tc_config(128, 128, 64, 8, 3), tc_config(64, 128, 64, 4, 4), tc_config(64, 64, 64, 4, 2)})
+    check(mm_graph(s, DType::BF16, Epi::None), c, name(s, DType::BF16, c) + " wgmma", true, 1, true);
+}
+
+// TMA (KernelSpec::tma): thread 0 copies each stage's 128-byte-wide panels with
+// cp.async.bulk.tensor through the two tensor maps the launch lists, completing on the
+// stage's mbarrier, which every thread waits for. Every operand layout, one and two
+// warpgroups, ragged edges (zero-filled by the copy), a 3-D map for a batch, TF32, and
+// a pipeline over many K tiles; the memory model fails a wgmma that reads a copy's
+// bytes before its mbarrier phase was waited for, or a copy into an in-flight stage.
+TEST(MatmulWgmmaSim, TmaEveryOperandLayoutMatchesTheReference) {
+  for (bool a_t : {false, true})
+    for (bool b_t : {false, true}) {
+      Shape3 s{136, 200, 136, a_t, b_t, {}};
+      for (const KernelConfig& c : {tc_config(64, 64, 64, 4, 2), tc_config(128, 128, 64, 8, 3)})
+        check(mm_graph(s, DType::BF16, Epi::None), c, name(s, DType::BF16, c) + " wgmma tma", true, 1, true, true);
+    }
+  Shape3 batched{72, 64, 80, false, true, {3}};
+  check(mm_graph(batched, DType::F16, Epi::BiasGelu), tc_config(64, 64, 64, 4, 3), "tma batch 3", true, 1, true, true);
+  Shape3 lin{136, 100, 72, false, true, {}};
+  check(mm_graph(lin, DType::F32, Epi::None), tc_config(64, 64, 32, 4, 3), "tma tf32", true, 1, true, true);
+  Shape3 deep{128, 128, 520, false, false, {}};
+  for (const KernelConfig& c : {tc_config(128, 128, 64, 8, 4), tc_config(64, 64, 64, 4, 2)})
+    check(mm_graph(deep, DType::BF16, Epi::None), c, name(deep, DType::BF16, c) + " wgmma tma", true, 1, true, true);
+}
+
+// Not blind: TMA hardware that skips the 128-byte swizzle puts the panels where
+// wgmma's descriptors do not read them.
+TEST(MatmulWgmmaSim, TmaWithoutTheSwizzleGivesWrongResults) {
+  Shape3 s{64, 64, 64, false, true, {}};
+  Graph g = mm_graph(s, DType::BF16, Epi::None);
+  std::vector<Tensor> in = make_inputs(g, 1);
+  Result<std::vector<Tensor>> want = evaluate(g, in);
+  ASSERT_TRUE(want.ok());
+  std::string hw_error;
+  int copies = 0;
+  Result<std::vector<Tensor>> got = run_tc(g, in, tc_config(64, 64, 64, 4, 2), &hw_error, false, nullptr, true, nullptr,
+                                           /*tma=*/true, &copies, /*tma_no_swizzle=*/true);
+  ASSERT_TRUE(got.ok()) << got.error().str();
+  EXPECT_GT(copies, 0);
+  EXPECT_FALSE(compare((*got)[0], (*want)[0], default_tolerance(DType::BF16)).ok());
+}
+
+// With both operands MN-major no tile row runs along k, so block_k may be 16 or 32:
+// each k step is then a whole panel's 16 rows.
+TEST(MatmulWgmmaSim, MnMajorOperandsTakeShortKTiles) {
+  Shape3 s{64, 96, 72, true, false, {}};
+  for (const KernelConfig& c : {tc_config(64, 64, 16, 4, 3), tc_config(64, 128, 32, 4, 2)})
+    check(mm_graph(s, DType::BF16, Epi::None), c, name(s, DType::BF16, c) + " wgmma", true, 1, true);
+}
+
+// The epilogue on the warpgroup's fragments, a batch, an odd N and K = 0.
+TEST(MatmulWgmmaSim, EpiloguesBatchesAndEdges) {
+  KernelConfig c = tc_config(64, 64, 64, 4, 2);
+  Shape3 s{48, 72, 64, false, true, {}};
+  for (Epi e : {Epi::BiasGelu, Epi::Residual, Epi::RawAndBiasRelu})
+    check(mm_graph(s, DType::BF16, e), c, name(s, DType::BF16, c) + " wgmma epilogue " + std::to_string(static_cast<int>(e)),
+          true, 1, true);
+  Shape3 batched{32, 40, 48, false, true, {3}};
+  check(mm_graph(batched, DType::F16, Epi::None), c, name(batched, DType::F16, c) + " wgmma batch 3", true, 1, true);
+  Shape3 odd{40, 45, 64, false, true, {}};
+  check(mm_graph(odd, DType::BF16, Epi::BiasGelu), c, name(odd, DType::BF16, c) + " wgmma odd N", true, 1, true);
+  Shape3 empty{16, 32, 0, false, true, {}};
+  check(mm_graph(empty, DType::BF16, Epi::BiasGelu), c, "wgmma K = 0", /*loads=*/false, 1, true);
+}
+
+// TF32 wgmma (m64nNk8): both operands K-major (x @ transpose(w)), 32-wide k panels.
+TEST(MatmulWgmmaSim, Tf32KMajorMatchesTheReference) {
+  Shape3 s{136, 100, 72, false, true, {}};
+  for (const KernelConfig& c : {tc_config(64, 64, 32, 4, 2), tc_config(128, 128, 64, 8, 3)})
+    check(mm_graph(s, DType::F32, Epi::None), c, name(s, DType::F32, c) + " tf32 wgmma", true, 1, true);
+}
+
+// Not blind: hardware that reads every operand K-major (ignores imm-trans) gives wrong
+// results for x @ w, whose B is N-major.
+TEST(MatmulWgmmaSim, HardwareThatIgnoresTransGivesWrongResults) {
+  Shape3 s{64, 64, 64, false, false, {}};
+  Graph g = mm_graph(s, DType::BF16, Epi::None);
+  std::vector<Tensor> in = make_inputs(g, 1);
+  Result<std::vector<Tensor>> want = evaluate(g, in);
+  ASSERT_TRUE(want.ok());
+  std::string hw_error;
+  Result<std::vector<Tensor>> got =
+      run_tc(g, in, tc_config(64, 64, 64, 4, 2), &hw_error, /*ignore_trans=*/true, nullptr, /*wgmma=*/true);
+  ASSERT_TRUE(got.ok()) << got.error().str();
+  EXPECT_FALSE(compare((*got)[0], (*want)[0], default_tolerance(DType::BF16)).ok());
+}
+
+}  // namespace kernels_matmul_wgmma_test
+}  // namespace sf

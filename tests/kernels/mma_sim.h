@@ -1,0 +1,691 @@
+// A simulated thread block for the tensor-core matmul kernels built for the host
+// (emit_matmul_mma_block_on_host): OS threads as GPU threads, and the warp- and
+// warpgroup-collective instructions, cp.async, TMA and mbarriers simulated from the
+// PTX ISA (ptx_isa_tables.h), not from the emitter's own index maps, under a memory
+// model that fails reads of data not yet waited for and copies into shared memory a
+// wgmma may still read. Plus the graphs, configs and the run-and-compare the tests
+// share (matmul_mma_test.cpp: mma.sync, NVPTX, paths; matmul_wgmma_test.cpp: wgmma).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <barrier>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "codegen/ir/builder.h"
+#include "codegen/ir/decompose.h"
+#include "codegen/kernels/matmul.h"
+#include "codegen/reference/compare.h"
+#include "codegen/reference/evaluate.h"
+#include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/ptx_isa_tables.h"
+
+namespace sf::mma_sim {
+
+using kernel_test::arg_array;
+using kernel_test::finish;
+using kernel_test::jit;
+using kernel_test::output_tensors;
+using kernels::RowCol;
+
+constexpr int kLanes = 32;
+
+// ---- the simulated warps -----------------------------------------------------------------
+
+// A 32-bit register as the tensor cores read TF32: the sign, exponent and top 10
+// mantissa bits of the f32 (the low 13 bits are ignored).
+inline float from_tf32(uint32_t bits) { return std::bit_cast<float>(bits & 0xFFFFE000u); }
+
+inline float from_16(uint32_t h, bool f16) {
+  h &= 0xFFFFu;
+  if (f16) return static_cast<float>(std::bit_cast<_Float16>(static_cast<uint16_t>(h)));
+  return std::bit_cast<float>(h << 16);
+}
+
+// One warp's rendezvous: every lane deposits its operands, all 32 meet, each computes
+// its own result from everybody's, all 32 meet again before the slots are reused.
+struct Warp {
+  std::barrier<> bar{kLanes};
+  std::array<const uint8_t*, kLanes> row{};
+  std::array<int, kLanes> trans{};
+  std::array<std::array<uint32_t, 4>, kLanes> a{};
+  std::array<std::array<uint32_t, 2>, kLanes> b{};
+  std::array<std::array<float, 4>, kLanes> c{};
+};
+
+// One warpgroup's rendezvous for wgmma: every thread deposits its descriptors and
+// mode, all 128 meet (and must agree), each computes its own fragment of D.
+struct WarpGroup {
+  std::barrier<> bar{4 * kLanes};
+  std::array<uint64_t, 4 * kLanes> da{}, db{};
+  std::array<int32_t, 4 * kLanes> mode{};
+  int calls = 0;  // wgmma instructions thread 0 of the group issued
+  std::array<float, 64 * 16> am{};   // the operands as thread 0 read them: A [m][k]
+  std::array<float, 256 * 16> bm{};  // B [n][k]
+};
+
+// Shared-memory byte ranges [lo, hi) whose cp.async data may not be read yet, or which
+// an in-flight wgmma may still read.
+struct Range {
+  int64_t lo = 0, hi = 0;
+  bool overlaps(int64_t a, int64_t b) const { return a < hi && lo < b; }
+};
+
+struct Block;
+// bar.sync's completion: the data every thread waited for (cp.async.wait_group) before
+// the barrier becomes readable by all.
+struct Publish {
+  Block* blk;
+  void operator()() noexcept;
+};
+
+struct Block {
+  explicit Block(int threads, size_t smem_bytes)
+      : bar(threads, Publish{this}),
+        cp_groups(static_cast<size_t>(threads), std::vector<std::vector<Range>>(1)),
+        landed(static_cast<size_t>(threads)),
+        smem_bytes(smem_bytes),
+        storage(smem_bytes + 1024) {
+    for (int w = 0; w < threads / kLanes; ++w) warps.push_back(std::make_unique<Warp>());
+    for (int w = 0; w < threads / (4 * kLanes); ++w) {
+      groups.push_back(std::make_unique<WarpGroup>());
+      wgmma_groups.emplace_back(1);
+    }
+    auto p = reinterpret_cast<uintptr_t>(storage.data());
+    smem = storage.data() + ((1024 - p % 1024) % 1024);
+  }
+  std::barrier<Publish> bar;
+  // The memory model (under mu): per thread, its cp.async groups (the last one open)
+  // and the ranges its waits completed but no barrier has published yet; per
+  // warpgroup, the operand ranges of its wgmma groups not yet waited for (the last
+  // open), and how many of its threads reached the current commit or wait.
+  std::vector<std::vector<std::vector<Range>>> cp_groups;
+  std::vector<std::vector<Range>> landed;
+  std::vector<std::vector<std::vector<Range>>> wgmma_groups;
+  std::vector<int> wg_commits = std::vector<int>(4, 0), wg_waits = std::vector<int>(4, 0);
+  // TMA: each mbarrier (by its shared-memory offset) and the copies still to be
+  // waited for: a copy completes phase `use` of its mbarrier, and a reader must have
+  // seen that phase complete (observed[thread][mbarrier] > use).
+  struct MBar {
+    int count = 0, pending = 0;
+    int64_t tx = 0;
+    int completions = 0;
+  };
+  std::map<int64_t, MBar> mbars;
+  struct TmaWrite {
+    Range r;
+    int64_t mbar = 0;
+    int use = 0;
+  };
+  std::vector<TmaWrite> tma_writes;
+  std::map<std::pair<int, int64_t>, int> observed;
+  bool tma_ignores_swizzle = false;  // broken TMA hardware, to show the tests notice
+  int tma_copies = 0;
+  size_t smem_bytes;
+  std::vector<uint8_t> storage;
+  uint8_t* smem = nullptr;
+  std::vector<std::unique_ptr<Warp>> warps;
+  std::vector<std::unique_ptr<WarpGroup>> groups;
+  bool ignore_wgmma_trans = false;  // a broken wgmma that reads every operand K-major
+  std::mutex mu;
+  std::string error;  // the first thing the simulated hardware refused
+  bool ignore_trans = false;  // a broken ldmatrix, to show the tests would notice
+  int wavefronts = 0;         // the most any ldmatrix phase (8 row addresses) took
+
+  void saw_wavefronts(int w) {
+    std::lock_guard<std::mutex> lock(mu);
+    wavefronts = std::max(wavefronts, w);
+  }
+
+  void fail(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    fail_locked(what);
+  }
+  void fail_locked(const std::string& what) {
+    if (error.empty()) error = what;
+  }
+
+  // Reading [lo, hi) of shared memory: no cp.async data in it may be unwaited or
+  // unpublished. Under mu.
+  void check_read_locked(int64_t lo, int64_t hi, const char* who) {
+    for (size_t t = 0; t < cp_groups.size(); ++t) {
+      for (const auto& g : cp_groups[t])
+        for (const Range& r : g)
+          if (r.overlaps(lo, hi))
+            return fail_locked(std::string(who) + " reads shared memory a cp.async of thread " + std::to_string(t) +
+                               " has not been waited for");
+      for (const Range& r : landed[t])
+        if (r.overlaps(lo, hi))
+          return fail_locked(std::string(who) + " reads shared memory thread " + std::to_string(t) +
+                             " waited for but no barrier has published");
+    }
+  }
+};
+
+inline void Publish::operator()() noexcept {
+  for (auto& l : blk->landed) l.clear();
+}
+
+inline void sim_barrier(void* ctx) { static_cast<Block*>(ctx)->bar.arrive_and_wait(); }
+
+inline void sim_ldmatrix(void* ctx, int32_t thread, const void* row, int32_t trans, uint32_t* out) {
+  Block& blk = *static_cast<Block*>(ctx);
+  Warp& w = *blk.warps[static_cast<size_t>(thread / kLanes)];
+  const int lane = thread % kLanes;
+  w.row[static_cast<size_t>(lane)] = static_cast<const uint8_t*>(row);
+  w.trans[static_cast<size_t>(lane)] = trans;
+  w.bar.arrive_and_wait();
+  for (int l = 0; l < kLanes; ++l) {
+    const uint8_t* r = w.row[static_cast<size_t>(l)];
+    if (w.trans[static_cast<size_t>(l)] != trans) blk.fail("ldmatrix: lanes disagree on .trans");
+    if (r < blk.smem || r + 16 > blk.smem + blk.smem_bytes || (r - blk.smem) % 16 != 0) {
+      blk.fail("ldmatrix: lane " + std::to_string(l) + " of thread " + std::to_string(thread) +
+               "'s warp points outside shared memory or off a 16-byte row");
+      for (int j = 0; j < 4; ++j) out[j] = 0xFFFFFFFFu;
+      w.bar.arrive_and_wait();
+      return;
+    }
+  }
+  if (lane == 0) {
+    std::lock_guard<std::mutex> lock(blk.mu);
+    for (int l = 0; l < kLanes; ++l) {
+      int64_t at = w.row[static_cast<size_t>(l)] - blk.smem;
+      blk.check_read_locked(at, at + 16, "ldmatrix");
+    }
+  }
+  // Lane 0 prices each matrix's 8 row reads in the 32-bank model of mma_layout_test:
+  // as many wavefronts as the most distinct 4-byte words one bank must deliver.
+  if (lane == 0)
+    for (int j = 0; j < 4; ++j) {
+      std::array<std::vector<int64_t>, 32> words;
+      for (int r = 0; r < 8; ++r)
+        for (int64_t wd = 0; wd < 4; ++wd) {
+          int64_t word = (w.row[static_cast<size_t>(8 * j + r)] - blk.smem) / 4 + wd;
+          auto& b = words[static_cast<size_t>(word % 32)];
+          if (std::find(b.begin(), b.end(), word) == b.end()) b.push_back(word);
+        }
+      size_t most = 0;
+      for (const auto& b : words) most = std::max(most, b.size());
+      blk.saw_wavefronts(static_cast<int>(most));
+    }
+  // Register j of this lane: matrix j, whose row i lane 8j + i points at; which element
+  // lands where is the ISA's figure (isa_ld), with or without .trans.
+  for (int j = 0; j < 4; ++j) {
+    uint32_t reg = 0;
+    for (int half = 0; half < 2; ++half) {
+      RowCol p = kernels::isa::isa_ld(lane, half, trans != 0 && !blk.ignore_trans);
+      const uint8_t* src = w.row[static_cast<size_t>(8 * j + p.row)] + 2 * p.col;
+      uint32_t h = static_cast<uint32_t>(src[0]) | (static_cast<uint32_t>(src[1]) << 8);
+      reg |= h << (16 * half);
+    }
+    out[j] = reg;
+  }
+  w.bar.arrive_and_wait();
+}
+
+inline void sim_mma(void* ctx, int32_t thread, int32_t kind, const uint32_t* a, const uint32_t* b, float* cd) {
+  Block& blk = *static_cast<Block*>(ctx);
+  Warp& w = *blk.warps[static_cast<size_t>(thread / kLanes)];
+  const int lane = thread % kLanes;
+  std::memcpy(w.a[static_cast<size_t>(lane)].data(), a, 16);
+  std::memcpy(w.b[static_cast<size_t>(lane)].data(), b, 8);
+  std::memcpy(w.c[static_cast<size_t>(lane)].data(), cd, 16);
+  w.bar.arrive_and_wait();
+  // A (16 x K), B (K x 8) and C (16 x 8) gathered from every lane by the ISA figures:
+  // K = 16 for 16-bit operands (two per register), 8 for TF32 (one per register).
+  const bool tf32 = kind == 2, f16 = kind == 1;
+  const int kk_n = tf32 ? 8 : 16;
+  float am[16][16], bm[16][8], cm[16][8];
+  for (int l = 0; l < kLanes; ++l) {
+    const auto& ra = w.a[static_cast<size_t>(l)];
+    const auto& rb = w.b[static_cast<size_t>(l)];
+    if (tf32) {
+      for (int i = 0; i < 4; ++i) {
+        RowCol p = kernels::isa::isa_a32(l, i);
+        am[p.row][p.col] = from_tf32(ra[static_cast<size_t>(i)]);
+      }
+      for (int i = 0; i < 2; ++i) {
+        RowCol p = kernels::isa::isa_b32(l, i);
+        bm[p.row][p.col] = from_tf32(rb[static_cast<size_t>(i)]);
+      }
+    } else {
+      for (int i = 0; i < 8; ++i) {
+        RowCol p = kernels::isa::isa_a(l, i);
+        am[p.row][p.col] = from_16(ra[static_cast<size_t>(i / 2)] >> (16 * (i % 2)), f16);
+      }
+      for (int i = 0; i < 4; ++i) {
+        RowCol p = kernels::isa::isa_b(l, i);
+        bm[p.row][p.col] = from_16(rb[static_cast<size_t>(i / 2)] >> (16 * (i % 2)), f16);
+      }
+    }
+    for (int i = 0; i < 4; ++i) {
+      RowCol q = kernels::isa::isa_c(l, i);
+      cm[q.row][q.col] = w.c[static_cast<size_t>(l)][static_cast<size_t>(i)];
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    RowCol q = kernels::isa::isa_c(lane, i);
+    double s = cm[q.row][q.col];
+    for (int kk = 0; kk < kk_n; ++kk) s += static_cast<double>(am[q.row][kk]) * bm[kk][q.col];
+    cd[i] = static_cast<float>(s);
+  }
+  w.bar.arrive_and_wait();
+}
+
+// wgmma.mma_async m64nNk16 with A and B from shared memory: the descriptors decoded
+// and the operands read by the ISA's canonical layouts (ptx_isa_tables.h), D by its
+// fragment figure. The descriptors must agree across the warpgroup, use the 128-byte
+// swizzle with base offset 0 on a 1024-byte pattern boundary, and every address must
+// lie inside the block's shared memory.
+inline void sim_wgmma(void* ctx, int32_t thread, uint64_t desc_a, uint64_t desc_b, int32_t mode, float* d) {
+  Block& blk = *static_cast<Block*>(ctx);
+  WarpGroup& wg = *blk.groups[static_cast<size_t>(thread / (4 * kLanes))];
+  const int t = thread % (4 * kLanes);
+  wg.da[static_cast<size_t>(t)] = desc_a;
+  wg.db[static_cast<size_t>(t)] = desc_b;
+  wg.mode[static_cast<size_t>(t)] = mode;
+  if (t == 0) ++wg.calls;
+  wg.bar.arrive_and_wait();
+  for (int u = 0; u < 4 * kLanes; ++u)
+    if (wg.da[static_cast<size_t>(u)] != desc_a || wg.db[static_cast<size_t>(u)] != desc_b ||
+        wg.mode[static_cast<size_t>(u)] != mode)
+      blk.fail("wgmma: the threads of a warpgroup disagree on the descriptors or the shape");
+  const bool f16 = (mode & 1) != 0, tf32 = (mode & 8) != 0;
+  const bool ta = (mode & 2) != 0 && !blk.ignore_wgmma_trans, tb = (mode & 4) != 0 && !blk.ignore_wgmma_trans;
+  const int n = mode >> 8;
+  const int64_t eb = tf32 ? 4 : 2, kk_n = tf32 ? 8 : 16;
+  if (tf32 && (ta || tb)) blk.fail("wgmma: TF32 has no transposed (MN-major) operands");
+  kernels::isa::WgmmaDesc a = kernels::isa::decode_wgmma_desc(desc_a), b = kernels::isa::decode_wgmma_desc(desc_b);
+  for (const kernels::isa::WgmmaDesc* x : {&a, &b})
+    if (x->swizzle != 1 || x->base_offset != 0 || ((x->start >> 7) & 7) != 0)
+      blk.fail("wgmma: a descriptor is not a 128-byte swizzle starting on a 1024-byte pattern boundary");
+  // Thread 0 of the group reads both operands through the descriptors into the group's
+  // A (64 x k) and B (k x n), checks and records the byte ranges they span; then every
+  // thread computes its own D elements.
+  if (t == 0) {
+    auto elem = [&](const kernels::isa::WgmmaDesc& x, bool mn_major, int64_t mn, int64_t k, int64_t& lo,
+                    int64_t& hi) -> float {
+      int64_t at = kernels::isa::wgmma_operand_addr(x, mn_major, mn, k, eb);
+      if (at < 0 || at + eb > static_cast<int64_t>(blk.smem_bytes)) {
+        blk.fail("wgmma: an operand element lies outside shared memory");
+        return 0.0f;
+      }
+      lo = std::min(lo, at);
+      hi = std::max(hi, at + eb);
+      uint32_t h = 0;
+      std::memcpy(&h, blk.smem + at, static_cast<size_t>(eb));
+      return tf32 ? from_tf32(h) : from_16(h, f16);
+    };
+    const int64_t big = std::numeric_limits<int64_t>::max();
+    int64_t alo = big, ahi = -big, blo = big, bhi = -big;
+    for (int64_t r = 0; r < 64; ++r)
+      for (int64_t kk = 0; kk < kk_n; ++kk) wg.am[static_cast<size_t>(r * 16 + kk)] = elem(a, ta, r, kk, alo, ahi);
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t kk = 0; kk < kk_n; ++kk) wg.bm[static_cast<size_t>(c * 16 + kk)] = elem(b, tb, c, kk, blo, bhi);
+    std::lock_guard<std::mutex> lock(blk.mu);
+    blk.check_read_locked(alo, ahi, "wgmma");
+    blk.check_read_locked(blo, bhi, "wgmma");
+    for (const Block::TmaWrite& w : blk.tma_writes)
+      if ((w.r.overlaps(alo, ahi) || w.r.overlaps(blo, bhi)) && blk.observed[{thread, w.mbar}] <= w.use)
+        blk.fail_locked("wgmma reads what a TMA copy writes before its mbarrier phase was waited for");
+    auto& open = blk.wgmma_groups[static_cast<size_t>(thread / (4 * kLanes))].back();
+    open.push_back({alo, ahi});
+    open.push_back({blo, bhi});
+  }
+  wg.bar.arrive_and_wait();
+  for (int i = 0; i < n / 2; ++i) {
+    RowCol q = kernels::isa::isa_wgmma_d(t, i);
+    double s = d[i];
+    for (int kk = 0; kk < kk_n; ++kk)
+      s += static_cast<double>(wg.am[static_cast<size_t>(q.row * 16 + kk)]) *
+           static_cast<double>(wg.bm[static_cast<size_t>(q.col * 16 + kk)]);
+    d[i] = static_cast<float>(s);
+  }
+  wg.bar.arrive_and_wait();
+}
+
+// cp.async: copies at once (zero-filling past `bytes`), but its range may not be read
+// until the thread waited for its group and a barrier published it; and it must not
+// overwrite what an in-flight wgmma group may still read.
+inline void sim_cp_async(void* ctx, int32_t thread, void* dst, const void* src, int32_t bytes) {
+  Block& blk = *static_cast<Block*>(ctx);
+  auto* d = static_cast<uint8_t*>(dst);
+  const int64_t at = d - blk.smem;
+  if (at < 0 || at + 16 > static_cast<int64_t>(blk.smem_bytes) || at % 16 != 0 || bytes < 0 || bytes > 16) {
+    blk.fail("cp.async: a 16-byte copy outside shared memory or off a 16-byte boundary");
+    return;
+  }
+  std::lock_guard<std::mutex> lock(blk.mu);
+  for (size_t g = 0; g < blk.wgmma_groups.size(); ++g)
+    for (const auto& grp : blk.wgmma_groups[g])
+      for (const Range& r : grp)
+        if (r.overlaps(at, at + 16))
+          blk.fail_locked("cp.async overwrites shared memory that an in-flight wgmma of warpgroup " + std::to_string(g) +
+                          " may still read");
+  std::memset(d, 0, 16);
+  if (bytes > 0) std::memcpy(d, src, static_cast<size_t>(bytes));
+  blk.cp_groups[static_cast<size_t>(thread)].back().push_back({at, at + 16});
+}
+
+inline void sim_cp_commit(void* ctx, int32_t thread) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  blk.cp_groups[static_cast<size_t>(thread)].emplace_back();
+}
+
+inline void sim_cp_wait(void* ctx, int32_t thread, int32_t pending) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  auto& gs = blk.cp_groups[static_cast<size_t>(thread)];
+  // Committed groups are all but the open last one; all but the newest `pending` complete.
+  const int64_t committed = static_cast<int64_t>(gs.size()) - 1;
+  const int64_t done = std::max<int64_t>(0, committed - pending);
+  for (int64_t i = 0; i < done; ++i)
+    for (const Range& r : gs[static_cast<size_t>(i)]) blk.landed[static_cast<size_t>(thread)].push_back(r);
+  gs.erase(gs.begin(), gs.begin() + done);
+}
+
+// wgmma.commit_group / wait_group: the warpgroup's 128 threads each call; the last
+// to arrive acts for the group.
+inline void sim_wgmma_commit(void* ctx, int32_t thread) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  const size_t g = static_cast<size_t>(thread / (4 * kLanes));
+  if (++blk.wg_commits[g] < 4 * kLanes) return;
+  blk.wg_commits[g] = 0;
+  blk.wgmma_groups[g].emplace_back();
+}
+
+inline void sim_wgmma_wait(void* ctx, int32_t thread, int32_t pending) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  const size_t g = static_cast<size_t>(thread / (4 * kLanes));
+  if (++blk.wg_waits[g] < 4 * kLanes) return;
+  blk.wg_waits[g] = 0;
+  auto& gs = blk.wgmma_groups[g];
+  const int64_t committed = static_cast<int64_t>(gs.size()) - 1;
+  const int64_t done = std::max<int64_t>(0, committed - pending);
+  gs.erase(gs.begin(), gs.begin() + done);
+}
+
+// mbarrier phase bookkeeping: a phase completes when its arrivals and transaction
+// bytes are all in; it then counts as completion number `completions`.
+inline void complete_if_done(Block::MBar& m) {
+  if (m.pending == 0 && m.tx == 0) {
+    ++m.completions;
+    m.pending = m.count;
+  }
+}
+
+inline void sim_mbar_init(void* ctx, int32_t, void* mbar, int32_t count) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  const int64_t at = static_cast<uint8_t*>(mbar) - blk.smem;
+  if (at < 0 || at + 8 > static_cast<int64_t>(blk.smem_bytes) || at % 8 != 0) return blk.fail_locked("mbarrier outside shared memory");
+  blk.mbars[at] = Block::MBar{count, count, 0, 0};
+}
+
+inline void sim_mbar_expect_tx(void* ctx, int32_t, void* mbar, int32_t bytes) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  auto it = blk.mbars.find(static_cast<uint8_t*>(mbar) - blk.smem);
+  if (it == blk.mbars.end()) return blk.fail_locked("arrive.expect_tx on an mbarrier never initialised");
+  it->second.tx += bytes;
+  --it->second.pending;
+  complete_if_done(it->second);
+}
+
+inline int32_t sim_mbar_try_wait(void* ctx, int32_t thread, void* mbar, int32_t parity) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  const int64_t at = static_cast<uint8_t*>(mbar) - blk.smem;
+  auto it = blk.mbars.find(at);
+  if (it == blk.mbars.end()) {
+    blk.fail_locked("try_wait on an mbarrier never initialised");
+    return 1;
+  }
+  // The phase of parity `parity` has completed when the one in progress has the other.
+  if ((it->second.completions & 1) == (parity & 1)) {
+    if (blk.error.empty() && it->second.pending == it->second.count && it->second.tx == 0 &&
+        it->second.completions == 0 && parity == 1)
+      blk.fail_locked("try_wait on a phase that can never complete");
+    return 0;
+  }
+  int& seen = blk.observed[{thread, at}];
+  seen = std::max(seen, it->second.completions);
+  return 1;
+}
+
+// cp.async.bulk.tensor with a 128-byte swizzle: box row r of 128 bytes lands at
+// dst + 128 r with its 16-byte units permuted by address bits 7-9, elements outside
+// the tensor read as zero; the box's bytes complete on the mbarrier.
+inline void sim_tma_load(void* ctx, int32_t, const void* map, void* dst, int32_t c0, int32_t c1, int32_t c2, void* mbar) {
+  Block& blk = *static_cast<Block*>(ctx);
+  const auto& m = *static_cast<const SimTensorMap*>(map);
+  const int64_t eb = dtype_size(m.spec.dtype);
+  const int64_t at = static_cast<uint8_t*>(dst) - blk.smem;
+  const int64_t rows = m.spec.box[1];
+  std::lock_guard<std::mutex> lock(blk.mu);
+  ++blk.tma_copies;
+  if (m.spec.box[0] * eb != 128 || at % 1024 != 0 || at < 0 || at + rows * 128 > static_cast<int64_t>(blk.smem_bytes))
+    return blk.fail_locked("TMA: a 128-byte-swizzled box must be 128 bytes wide and land 1024-byte aligned in shared memory");
+  const Range r{at, at + rows * 128};
+  for (const auto& gs : blk.wgmma_groups)
+    for (const auto& grp : gs)
+      for (const Range& x : grp)
+        if (x.overlaps(r.lo, r.hi)) blk.fail_locked("TMA overwrites shared memory that an in-flight wgmma may still read");
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t i = 0; i < m.spec.box[0]; ++i) {
+      const int64_t g0 = c0 + i, g1 = c1 + row, g2 = m.spec.rank == 3 ? c2 : 0;
+      const bool in = g0 >= 0 && g0 < m.spec.dims[0] && g1 >= 0 && g1 < m.spec.dims[1] && g2 >= 0 &&
+                      (m.spec.rank < 3 || g2 < m.spec.dims[2]);
+      int64_t off = at + row * 128 + i * eb;
+      if (!blk.tma_ignores_swizzle) off ^= ((off >> 7) & 7) << 4;
+      if (in)
+        std::memcpy(blk.smem + off,
+                    static_cast<const uint8_t*>(m.base) + g0 * eb + g1 * m.spec.strides[0] + g2 * m.spec.strides[1],
+                    static_cast<size_t>(eb));
+      else
+        std::memset(blk.smem + off, 0, static_cast<size_t>(eb));
+    }
+  const int64_t bar = static_cast<uint8_t*>(mbar) - blk.smem;
+  auto it = blk.mbars.find(bar);
+  if (it == blk.mbars.end()) return blk.fail_locked("TMA completes on an mbarrier never initialised");
+  std::erase_if(blk.tma_writes, [&](const Block::TmaWrite& w) { return w.r.overlaps(r.lo, r.hi); });
+  blk.tma_writes.push_back({r, bar, it->second.completions});
+  it->second.tx -= rows * 128;
+  complete_if_done(it->second);
+}
+
+// ---- graphs and running ------------------------------------------------------------------
+
+// Uniform [-1, 1), deterministic per seed.
+inline std::vector<Tensor> make_inputs(const Graph& g, uint64_t seed) {
+  std::vector<Tensor> in;
+  for (size_t p = 0; p < g.params().size(); ++p) {
+    const TensorType& t = g.node(g.params()[p]).type;
+    Tensor x(t.dtype, t.shape);
+    std::mt19937_64 rng(seed + 7919 * p);
+    for (int64_t i = 0; i < x.numel(); ++i) x.set(i, -1.0 + 2.0 * static_cast<double>(rng() >> 11) * 0x1p-53);
+    in.push_back(std::move(x));
+  }
+  return in;
+}
+
+struct Shape3 {
+  int64_t m, n, k;
+  bool a_t = false;  // A is transpose(a) with a [K, M]: m contiguous
+  bool b_t = false;  // B is transpose(w) with w [N, K]: k contiguous
+  Shape batch;       // batch dims of both operands
+};
+
+enum class Epi { None, BiasGelu, Residual, RawAndBiasRelu };
+
+inline Graph mm_graph(const Shape3& s, DType dt, Epi e) {
+  GraphBuilder b("mm");
+  Shape sa = s.batch, sb = s.batch;
+  const int64_t r = static_cast<int64_t>(s.batch.size()) + 2;
+  Value a, w;
+  if (s.a_t) {
+    sa.insert(sa.end(), {s.k, s.m});
+    a = transpose(b.param("in0", dt, sa), r - 2, r - 1);
+  } else {
+    sa.insert(sa.end(), {s.m, s.k});
+    a = b.param("in0", dt, sa);
+  }
+  if (s.b_t) {
+    sb.insert(sb.end(), {s.n, s.k});
+    w = transpose(b.param("in1", dt, sb), r - 2, r - 1);
+  } else {
+    sb.insert(sb.end(), {s.k, s.n});
+    w = b.param("in1", dt, sb);
+  }
+  Value h = matmul(a, w);
+  switch (e) {
+    case Epi::None: b.ret(h); break;
+    case Epi::BiasGelu: b.ret(gelu(h + b.param("in2", dt, {s.n}))); break;
+    case Epi::Residual: b.ret(h + b.param("in2", dt, h.type().shape)); break;
+    case Epi::RawAndBiasRelu:
+      b.ret(h);
+      b.ret(relu(h + b.param("in2", dt, {s.n})));
+      break;
+  }
+  return decompose(finish(b));
+}
+
+inline KernelSpec spec_of(const Graph& g, std::string entry = "mm_tc") { return KernelSpec{std::move(entry), KernelKind::Matmul, g}; }
+
+// --allow-tf32's spec: an f32 matmul may take the tensor cores in TF32.
+inline KernelSpec tf32_spec(const Graph& g) {
+  KernelSpec s = spec_of(g);
+  s.allow_tf32 = true;
+  return s;
+}
+
+inline KernelConfig tc_config(int bm, int bn, int bk, int warps, int stages, int group_m = 8) {
+  KernelConfig c;
+  c.block_m = bm;
+  c.block_n = bn;
+  c.block_k = bk;
+  c.warps = warps;
+  c.stages = stages;
+  c.group_m = group_m;
+  return c;
+}
+
+// Every block of the launch, its threads as OS threads sharing NaN-filled shared
+// memory, a barrier and the simulated warps.
+inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg,
+                                   std::string* hw_error, bool ignore_trans = false, int* wavefronts = nullptr,
+                                   bool wgmma = false, int* wgmma_calls = nullptr, bool tma = false,
+                                   int* tma_copies = nullptr, bool tma_no_swizzle = false) {
+  KernelSpec spec = tf32_spec(g);
+  spec.tma = tma;
+  Result<EmittedKernel> k = emit_matmul_mma_block_on_host(spec, cfg, wgmma);
+  if (!k) return k.error();
+  LaunchShape launch = k->launch;
+  Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
+  if (!fn) return fn.error();
+  using Entry = void (*)(void**, int32_t, int32_t, int32_t, void*, const MmaSimHooks*);
+  auto entry = reinterpret_cast<Entry>(*fn);
+  std::vector<Tensor> out = output_tensors(g);
+  for (Tensor& t : out)
+    if (t.nbytes()) std::memset(t.data(), 0x7f, t.nbytes());
+  std::vector<void*> args = arg_array(inputs, out);
+  std::vector<SimTensorMap> maps;
+  for (const TensorMapSpec& t : launch.tensor_maps) maps.push_back({t, inputs[static_cast<size_t>(t.input)].data()});
+  for (SimTensorMap& m : maps) args.push_back(&m);
+  const int threads = launch.block[0];
+  kernel_test::BlockThreads block(threads);
+  for (int64_t by = 0; by < launch.grid[1]; ++by)
+    for (int64_t bx = 0; bx < launch.grid[0]; ++bx) {
+      Block blk(threads, static_cast<size_t>(launch.shared_bytes));
+      blk.ignore_trans = ignore_trans;
+      blk.ignore_wgmma_trans = ignore_trans;
+      blk.tma_ignores_swizzle = tma_no_swizzle;
+      std::memset(blk.smem, 0xFF, blk.smem_bytes);  // NaN in both bf16 and f16
+      MmaSimHooks hooks;
+      hooks.ctx = &blk;
+      hooks.barrier = &sim_barrier;
+      hooks.ldmatrix_x4 = &sim_ldmatrix;
+      hooks.mma = &sim_mma;
+      hooks.wgmma = &sim_wgmma;
+      hooks.cp_async = &sim_cp_async;
+      hooks.cp_commit = &sim_cp_commit;
+      hooks.cp_wait = &sim_cp_wait;
+      hooks.wgmma_commit = &sim_wgmma_commit;
+      hooks.wgmma_wait = &sim_wgmma_wait;
+      hooks.tma_load = &sim_tma_load;
+      hooks.mbar_init = &sim_mbar_init;
+      hooks.mbar_expect_tx = &sim_mbar_expect_tx;
+      hooks.mbar_try_wait = &sim_mbar_try_wait;
+      block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks); });
+      if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
+      if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);
+      if (wgmma_calls)
+        for (const auto& wg : blk.groups) *wgmma_calls += wg->calls;
+      if (tma_copies) *tma_copies += blk.tma_copies;
+    }
+  return out;
+}
+
+// `loads`: the kernel reads shared memory at all (K > 0).
+// For an f32 graph (TF32 kernels) the reference gets the inputs as the tensor cores
+// read them, cut to TF32, so the kernel must match it to f32's tolerance: a kernel
+// that skipped TF32 or cut wrongly fails.
+inline void check(const Graph& g, const KernelConfig& cfg, const std::string& what, bool loads = true, uint64_t seed = 1,
+           bool wgmma = false, bool tma = false) {
+  std::vector<Tensor> in = make_inputs(g, seed);
+  std::vector<Tensor> ref_in = in;
+  for (Tensor& t : ref_in)
+    if (t.dtype() == DType::F32)
+      for (int64_t i = 0; i < t.numel(); ++i) t.set(i, from_tf32(std::bit_cast<uint32_t>(static_cast<float>(t.get(i)))));
+  Result<std::vector<Tensor>> want = evaluate(g, ref_in);
+  ASSERT_TRUE(want.ok()) << what << ": " << want.error().str();
+  std::string hw_error;
+  int wavefronts = 0, wgmma_calls = 0, tma_copies = 0;
+  Result<std::vector<Tensor>> got = run_tc(g, in, cfg, &hw_error, false, &wavefronts, wgmma, &wgmma_calls, tma, &tma_copies);
+  ASSERT_TRUE(got.ok()) << what << ": " << got.error().str();
+  EXPECT_EQ(hw_error, "") << what;
+  EXPECT_EQ(tma_copies > 0, tma && loads) << what << ": " << tma_copies << " TMA copies";
+  if (wgmma) {
+    EXPECT_EQ(wavefronts, 0) << what << ": the wgmma kernel used ldmatrix";
+    EXPECT_EQ(wgmma_calls > 0, loads) << what << ": " << wgmma_calls << " wgmma instructions";
+  } else if (g.node(g.params()[0]).type.dtype == DType::F32) {
+    // TF32 with both operands m-/n-contiguous loads no fragment by ldmatrix.
+    EXPECT_LE(wavefronts, 1) << what << ": an ldmatrix phase hit a bank more than once";
+    EXPECT_EQ(wgmma_calls, 0) << what;
+  } else {
+    // The swizzle as emitted: every ldmatrix phase of the kernel is one wavefront.
+    EXPECT_EQ(wavefronts, loads ? 1 : 0) << what << ": an ldmatrix phase hit a bank more than once";
+    EXPECT_EQ(wgmma_calls, 0) << what;
+  }
+  ASSERT_EQ(got->size(), want->size()) << what;
+  for (size_t o = 0; o < want->size(); ++o) {
+    Comparison c = compare((*got)[o], (*want)[o], default_tolerance((*want)[o].dtype()));
+    EXPECT_TRUE(c.ok()) << what << ": output " << o << ": " << c.mismatches << " mismatches, first at flat index "
+                        << c.first_mismatch << " (got " << (*got)[o].get(std::max<int64_t>(c.first_mismatch, 0)) << ", want "
+                        << (*want)[o].get(std::max<int64_t>(c.first_mismatch, 0)) << "), max abs err " << c.max_abs_err;
+  }
+}
+
+inline std::string name(const Shape3& s, DType dt, const KernelConfig& c) {
+  return std::string(dtype_name(dt)) + " M" + std::to_string(s.m) + " N" + std::to_string(s.n) + " K" + std::to_string(s.k) +
+         (s.a_t ? " A^T" : "") + (s.b_t ? " B^T" : "") + " tile " + std::to_string(c.block_m) + "x" +
+         std::to_string(c.block_n) + "x" + std::to_string(c.block_k) + " warps " + std::to_string(c.warps) + " stages " +
+         std::to_string(c.stages);
+}
+
+}  // namespace sf::mma_sim

@@ -19,6 +19,8 @@
 #include "codegen/ir/parser.h"
 #include "codegen/kernels/compile_plan.h"
 #include "codegen/kernels/host_runner.h"
+#include "runtime/cublas.h"
+#include "runtime/cuda_runner.h"
 #include "tests/tools/cli_util.h"
 
 namespace sf {
@@ -169,6 +171,39 @@ TEST(ExternGemm, SaysWhyALibraryCannotExpressAGroup) {
   EXPECT_NE(two.error().message.find("writes 2 outputs"), std::string::npos) << two.error().message;
 }
 
+// What tune_programs hands the tuner: one GemmArtifact per library that can compute
+// the kernel and opens here, or a note saying why none.
+TEST(ExternGemm, CandidatesAreOnePerLibraryThatCanComputeTheKernel) {
+  std::string note;
+  const LocalKernel bare = matmul_kernel(graph("x: f32[64, 32], w: f32[32, 48]", "matmul(x, w)"));
+  std::vector<ExternCandidate> c = extern_candidates(bare, /*allow_tf32=*/true, &note);
+  Result<const cublas::Api*> api = cublas::api();
+  if (!api) {
+    EXPECT_TRUE(c.empty());
+    EXPECT_EQ(note, "no library GEMM measured: " + api.error().message);
+  } else {
+    const bool lt = (*api)->lt_error.empty();
+    ASSERT_EQ(c.size(), lt ? 2u : 1u) << note;
+    EXPECT_EQ(c.back().library, "cublas");
+    EXPECT_EQ(c.back().version, (*api)->version());
+    const auto* g = dynamic_cast<const GemmArtifact*>(c.back().artifact.get());
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(g->desc.library, GemmLibrary::Cublas);
+    EXPECT_TRUE(g->desc.tf32) << "an f32 GEMM under --allow-tf32 multiplies in TF32, as the kernels then do";
+    EXPECT_EQ(g->a, 0);
+    EXPECT_EQ(g->b, 1);
+    EXPECT_EQ(g->bias, -1);
+    if (lt) EXPECT_EQ(c.front().library, "cublaslt");
+    EXPECT_EQ(note.rfind(lt ? "library GEMM(s) measured: cublaslt, cublas (" : "library GEMM(s) measured: cublas (", 0),
+              0u)
+        << note;
+  }
+  // A group no library can compute: no candidate, and the reason.
+  c = extern_candidates(matmul_kernel(graph("x: f32[64, 32], w: f32[32, 48]", "mul(matmul(x, w), 0.5)")), false, &note);
+  EXPECT_TRUE(c.empty());
+  EXPECT_EQ(note.rfind("no library GEMM: cuBLASLt cannot express it: the epilogue is not one of", 0), 0u) << note;
+}
+
 TEST(ExternGemm, ChoicesCarryTheLibraryAcrossRanks) {
   std::map<std::string, KernelChoice> t;
   t["00aa"] = KernelChoice{KernelConfig{}, ConfigSource::Tuned, extern_config_str("cublaslt"), "cublaslt"};
@@ -283,6 +318,27 @@ TEST(ExternGemmCompile, TheKernelStaysWhenAConfigIsFasterOrTheLibraryCannotCompu
               std::string::npos)
         << p->report;
   }
+}
+
+TEST(ExternGemmCli, ExplainSaysWhetherAMatmulIsOfferedToTheLibraryAndWhyNot) {
+  TempCache c;
+  const std::string lin = c.dir() + "/lin.sf", erf = c.dir() + "/erf.sf";
+  write_file(lin, kLinear);
+  write_file(erf, graph("x: bf16[64, 32], w: bf16[48, 32], b: bf16[48]", "gelu(add(matmul(x, transpose(w, 0, 1)), b))"));
+  CliResult r = shardfuse("explain " + lin + " --device cuda --cache " + c.dir() + "/cache");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("    library GEMM: offered to the tuner: cublaslt f32 [64x48x32] A [M,K] lda 32, B^T [N,K] ldb 32, "
+                       "epilogue bias_relu\n"),
+            std::string::npos)
+      << r.out;
+  CliResult e = shardfuse("explain " + erf + " --device cuda --cache " + c.dir() + "/cache");
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("    library GEMM: cuBLASLt cannot express it: the epilogue's gelu is the erf form"), std::string::npos)
+      << e.out;
+  // With a cached library winner, the kernel's choice is the library.
+  c.store(kLinear, 10, "cublaslt", 4);
+  CliResult w = shardfuse("explain " + lin + " --device cuda --cache " + c.dir() + "/cache");
+  EXPECT_NE(w.out.find("k0_matmul_add_relu: extern=cublaslt  [cache]"), std::string::npos) << w.out;
 }
 
 // --- exec on the fake driver and the fake cuBLAS -------------------------------------------

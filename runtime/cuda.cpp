@@ -379,6 +379,37 @@ std::optional<Diag> copy_2d(const Context& ctx, CUdeviceptr dst, size_t dst_pitc
   return check(dr.Memcpy2DAsync(&c, s.get()), "cuMemcpy2DAsync");
 }
 
+Result<Buffer> encode_tensor_map(Context& ctx, const PlanTensorMap& t, CUdeviceptr base) {
+  const Driver& d = ctx.drv();
+  CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  switch (t.dtype) {
+    case DType::BF16: type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
+    case DType::F16: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT16; break;
+    case DType::F32: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
+    default: return Diag{"", {}, "tensor map: no TMA data type for " + std::string(dtype_name(t.dtype))};
+  }
+  if (t.rank < 1 || t.rank > 3) return Diag{"", {}, "tensor map: rank " + std::to_string(t.rank) + " is outside 1..3"};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  cuuint64_t dims[3], strides[2];
+  cuuint32_t box[3];
+  for (int i = 0; i < 3; ++i) {
+    dims[i] = static_cast<cuuint64_t>(t.dims[static_cast<size_t>(i)]);
+    box[i] = static_cast<cuuint32_t>(t.box[static_cast<size_t>(i)]);
+  }
+  for (int i = 0; i < 2; ++i) strides[i] = static_cast<cuuint64_t>(t.strides[static_cast<size_t>(i)]);
+  CUtensorMap map{};
+  if (auto e = check(d.TensorMapEncodeTiled(&map, type, static_cast<cuuint32_t>(t.rank), reinterpret_cast<void*>(base), dims,
+                                            strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                     "cuTensorMapEncodeTiled"))
+    return *e;
+  Result<Buffer> buf = Buffer::allocate(ctx, sizeof map);
+  if (!buf) return buf.error();
+  if (auto e = check(d.MemcpyHtoD(buf->ptr(), &map, sizeof map), "cuMemcpyHtoD (tensor map)")) return *e;
+  return buf;
+}
+
 std::optional<Diag> wait_event(const Context& ctx, const Stream& s, const Event& e) {
   if (auto err = usable(s.ctx_, s.generation_, "cuStreamWaitEvent (stream)")) return err;
   return check(ctx.drv().StreamWaitEvent(s.get(), e.get(), 0), "cuStreamWaitEvent");

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "codegen/ir/diag.h"
+#include "codegen/ir/dtype.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/plan.h"
 
 namespace sf::cuda {
 
@@ -200,6 +202,14 @@ class Module {
 // (inputs, then outputs). Dynamic shared memory above 48 KiB is opted into first.
 std::optional<Diag> launch(const Context& ctx, CUfunction f, const LaunchDims& d, const std::vector<CUdeviceptr>& args,
                            const Stream& s);
+
+// A TMA tensor map (cuTensorMapEncodeTiled) over the tensor at `base`, in a 128-byte
+// device allocation whose address the kernel takes as an argument: `t.rank` (1..3)
+// dims of elements of `t.dtype`, innermost first, rank-1 byte strides, a box of
+// `t.box` elements (plan.h); 128-byte swizzle, element strides 1, no interleave,
+// 256-byte L2 promotion, out-of-bounds elements read as zero. f32 is copied as raw
+// f32 bits (TF32 kernels read them as such). A Diag names the driver's refusal.
+Result<Buffer> encode_tensor_map(Context& ctx, const PlanTensorMap& t, CUdeviceptr base);
 
 // Copies `height` rows of `width` bytes from device memory at src (rows
 // src_pitch bytes apart) to dst (rows dst_pitch apart) on `s`: cuMemcpy2DAsync,

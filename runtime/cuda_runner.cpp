@@ -184,6 +184,17 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
   CUfunction fn{};
   std::optional<cublas::GemmCall> call;
   const bool zero_outputs = p && p->zero_outputs;
+  std::vector<cuda::Buffer> maps;
+  if (p)
+    for (const PlanTensorMap& m : p->tensor_maps) {
+      if (m.input < 0 || m.input >= static_cast<int>(inputs_.size()))
+        return Diag{"", {}, "tensor map of input " + std::to_string(m.input) + ": the kernel has " +
+                                std::to_string(inputs_.size()) + " inputs"};
+      Result<cuda::Buffer> b = cuda::encode_tensor_map(*ctx_, m, inputs_[static_cast<size_t>(m.input)].ptr());
+      if (!b) return b.error();
+      args.push_back(b->ptr());
+      maps.push_back(std::move(b).value());
+    }
   if (p) {
     Result<cuda::Module> m = cuda::Module::load_ptx(*ctx_, p->ptx, p->entry);
     if (!m) return m.error();  // carries the JIT's error log

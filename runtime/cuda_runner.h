@@ -39,6 +39,7 @@
 #include "runtime/cublas.h"
 #include "runtime/cuda.h"
 #include "runtime/gemm.h"
+#include "runtime/plan.h"
 
 namespace sf {
 
@@ -60,6 +61,9 @@ struct PtxArtifact final : Artifact {
   // The kernel's arguments in ABI order; when set, the runner checks that its
   // buffers match them.
   std::vector<KernelArgSpec> inputs, outputs;
+  // TMA tensor maps over inputs (plan.h's PlanTensorMap), encoded over the runner's
+  // input buffers and passed after the outputs.
+  std::vector<PlanTensorMap> tensor_maps;
 };
 
 // An extern candidate (autotune/tuner.h): a library GEMM (runtime/gemm.h) on the

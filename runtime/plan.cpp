@@ -38,6 +38,14 @@ std::string plan_to_json(const Plan& p) {
     if (k.zero_outputs) kj["zero_outputs"] = true;
     if (!k.config.empty()) kj["config"] = k.config;
     if (!k.config_source.empty()) kj["config_source"] = k.config_source;
+    for (const PlanTensorMap& m : k.tensor_maps) {
+      const size_t r = static_cast<size_t>(m.rank);
+      kj["tensor_maps"].push_back({{"input", m.input},
+                                   {"dtype", std::string(dtype_name(m.dtype))},
+                                   {"dims", std::vector<int64_t>(m.dims.begin(), m.dims.begin() + r)},
+                                   {"strides", std::vector<int64_t>(m.strides.begin(), m.strides.begin() + (r - 1))},
+                                   {"box", std::vector<int>(m.box.begin(), m.box.begin() + r)}});
+    }
     j["kernels"].push_back(kj);
   }
   j["ranks"] = json::array();
@@ -204,6 +212,39 @@ struct Reader {
 };
 
 // A gemm step's call (docs/plan.md): every field required, numbers in range, the
+// A kernel's tensor map: rank 2 or 3; extents in 1..2^32; strides positive multiples
+// of 16 bytes below 2^40; a box of 1..256 elements a dim whose innermost side is at most
+// 128 bytes (the 128-byte swizzle). Whether it lies inside its buffer is verify_plan's.
+PlanTensorMap read_tensor_map(const Reader& rd, const json& mj, const std::string& path) {
+  PlanTensorMap m;
+  m.input = static_cast<int>(rd.integer(mj, path, "input", 0, kMaxEntries));
+  const std::string dt = rd.string(mj, path, "dtype");
+  std::optional<DType> t = parse_dtype(dt);
+  if (!t || (*t != DType::BF16 && *t != DType::F16 && *t != DType::F32))
+    rd.fail(path + ".dtype", "\"" + dt + "\" is not a tensor map dtype (bf16, f16 or f32)");
+  m.dtype = *t;
+  std::vector<int64_t> dims = rd.integers(rd.at(mj, path, "dims"), path + ".dims", 1, int64_t{1} << 32, 3);
+  if (dims.size() < 2) rd.fail(path + ".dims", "needs 2 or 3 extents");
+  m.rank = static_cast<int>(dims.size());
+  std::vector<int64_t> strides = rd.integers(rd.at(mj, path, "strides"), path + ".strides", 16, (int64_t{1} << 40) - 1, 2);
+  if (strides.size() + 1 != dims.size()) rd.fail(path + ".strides", "needs one stride per dim after the first");
+  std::vector<int64_t> box = rd.integers(rd.at(mj, path, "box"), path + ".box", 1, 256, 3);
+  if (box.size() != dims.size()) rd.fail(path + ".box", "needs one extent per dim");
+  for (size_t i = 0; i < 3; ++i) {
+    m.dims[i] = i < dims.size() ? dims[i] : 1;
+    m.box[i] = i < box.size() ? static_cast<int>(box[i]) : 1;
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    m.strides[i] = i < strides.size() ? strides[i] : 0;
+    if (i < strides.size() && strides[i] % 16 != 0)
+      rd.fail(Reader::item(path + ".strides", i), std::to_string(strides[i]) + " is not a multiple of 16 bytes");
+  }
+  if (int64_t{m.box[0]} * dtype_size(m.dtype) > 128)
+    rd.fail(path + ".box", "the innermost box side is " + std::to_string(int64_t{m.box[0]} * dtype_size(m.dtype)) +
+                               " bytes, more than the 128-byte swizzle's 128");
+  return m;
+}
+
 // library, dtype and epilogue known. Whether it fits its buffers is verify_plan's.
 PlanGemm read_gemm(const Reader& rd, const json& sj, const std::string& spath) {
   PlanGemm g;
@@ -305,6 +346,10 @@ Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
       k.zero_outputs = rd.boolean_or(kj, path, "zero_outputs", false);
       k.config = rd.string_or(kj, path, "config");
       k.config_source = rd.string_or(kj, path, "config_source");
+      if (kj.contains("tensor_maps")) {
+        const json& maps = rd.array(kj.at("tensor_maps"), path + ".tensor_maps", 8);
+        for (size_t mi = 0; mi < maps.size(); ++mi) k.tensor_maps.push_back(read_tensor_map(rd, maps[mi], Reader::item(path + ".tensor_maps", mi)));
+      }
       p.kernels.push_back(std::move(k));
     }
     const json& ranks = rd.array(rd.at(j, "", "ranks"), "ranks", kMaxEntries);

@@ -15,6 +15,19 @@
 
 namespace sf {
 
+// A TMA tensor map a kernel reads one of its inputs through (sm_90a's wgmma kernel,
+// codegen/kernels/emitter.h's TensorMapSpec): the runtime encodes it over the step's
+// input buffer `input` and passes its device address after the outputs.
+struct PlanTensorMap {
+  int input = 0;                      // index into the kernel step's inputs
+  DType dtype = DType::BF16;
+  int rank = 2;                       // 2 or 3
+  std::array<int64_t, 3> dims{};     // elements, innermost first (unused dims 1)
+  std::array<int64_t, 2> strides{};  // bytes of dims 1 and 2 (unused 0)
+  std::array<int, 3> box{};          // elements per copy, innermost first (unused 1)
+  bool operator==(const PlanTensorMap&) const = default;
+};
+
 struct PlanKernel {
   std::string id;     // unique in the plan; also the .ptx file's stem
   std::string entry;  // the .entry symbol in the PTX
@@ -30,6 +43,7 @@ struct PlanKernel {
   std::vector<std::string> ops;
   std::string config;         // the kernel's config as "name=value ..." (config_str)
   std::string config_source;  // "default", "cache" or "tuned"
+  std::vector<PlanTensorMap> tensor_maps;  // extra arguments after the outputs
 };
 
 struct PlanBuffer {

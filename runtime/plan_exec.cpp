@@ -1,5 +1,6 @@
 #include "runtime/plan_exec.h"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -199,7 +200,27 @@ Result<std::unique_ptr<GpuRank>> GpuRank::create(std::shared_ptr<GpuPlan> plan, 
     r->buffers_.push_back(std::move(buf).value());
   }
   if (auto e = r->prepare_gemm_steps()) return *e;
+  if (auto e = r->encode_tensor_maps()) return *e;
   return r;
+}
+
+std::optional<Diag> GpuRank::encode_tensor_maps() {
+  const Plan& p = plan_->plan();
+  for (size_t i = 0; i < rank_->steps.size(); ++i) {
+    const PlanStep& s = rank_->steps[i];
+    if (s.op != "kernel") continue;
+    auto k = std::find_if(p.kernels.begin(), p.kernels.end(), [&](const PlanKernel& pk) { return pk.id == s.kernel; });
+    if (k == p.kernels.end() || k->tensor_maps.empty()) continue;
+    std::vector<cuda::Buffer> maps;
+    for (const PlanTensorMap& m : k->tensor_maps) {
+      const int b = s.in[static_cast<size_t>(m.input)];  // verify_plan checked the index
+      Result<cuda::Buffer> map = cuda::encode_tensor_map(plan_->context(), m, buffers_[static_cast<size_t>(b)].ptr());
+      if (!map) return with_context(plan_step_name(*rank_, i) + ": ", map.error());
+      maps.push_back(std::move(map).value());
+    }
+    tensor_maps_.emplace(&s, std::move(maps));
+  }
+  return std::nullopt;
 }
 
 GpuRank::~GpuRank() {
@@ -270,6 +291,8 @@ std::optional<Diag> GpuRank::launch_step(const PlanStep& s) {
   std::vector<CUdeviceptr> args;
   for (int b : s.in) args.push_back(buffers_[static_cast<size_t>(b)].ptr());
   for (int b : s.out) args.push_back(buffers_[static_cast<size_t>(b)].ptr());
+  if (auto m = tensor_maps_.find(&s); m != tensor_maps_.end())
+    for (const cuda::Buffer& map : m->second) args.push_back(map.ptr());
   if (k.zero_outputs)
     for (int b : s.out)
       if (auto e = cuda::check(d.MemsetD8Async(buffers_[static_cast<size_t>(b)].ptr(), 0,

@@ -152,6 +152,11 @@ class GpuRank {
   // a graph segment ends before one, and the call runs between two graph launches.
   std::optional<Diag> prepare_gemm_steps();
   std::optional<Diag> gemm_step(size_t i);
+  // Kernel steps whose kernel reads inputs by TMA: each of its tensor maps encoded
+  // over the step's input buffer when the rank is created (a map the driver refuses
+  // is an error naming the step), passed after the outputs at every launch.
+  std::optional<Diag> encode_tensor_maps();
+  std::map<const PlanStep*, std::vector<cuda::Buffer>> tensor_maps_;
   std::optional<Diag> local_step(const PlanStep& s);
   std::optional<Diag> collective(const PlanStep& s, Comm& comm, std::map<int, Work>& pending);
   Result<Tensor> download(int buffer);

@@ -1,6 +1,7 @@
 #include "runtime/plan_verify.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -189,6 +190,33 @@ std::optional<Diag> verify_plan(const Plan& p, const std::string& file) {
         if (!first && it->second.first != sig)
           return fail(spath, "launches kernel " + s.kernel + " on " + sig + ", but " + it->second.second +
                                  " launches it on " + it->second.first + " (a kernel is compiled for one set of shapes)");
+        // A TMA copy reads anywhere its tensor map reaches: every map must lie inside
+        // the input buffer it is encoded over, in that buffer's dtype.
+        const PlanKernel& pk = p.kernels[kernel_index.at(s.kernel)];
+        for (size_t mi = 0; mi < pk.tensor_maps.size(); ++mi) {
+          const PlanTensorMap& m = pk.tensor_maps[mi];
+          const std::string mpath = "kernels[" + std::to_string(kernel_index.at(s.kernel)) + "].tensor_maps[" +
+                                    std::to_string(mi) + "]";
+          if (m.input < 0 || m.input >= static_cast<int>(s.in.size()))
+            return fail(mpath + ".input", std::to_string(m.input) + " is not an input of " + spath + " (it has " +
+                                              std::to_string(s.in.size()) + ")");
+          const PlanBuffer& b = buf(s.in[static_cast<size_t>(m.input)]);
+          if (b.dtype != m.dtype)
+            return fail(mpath + ".dtype", std::string(dtype_name(m.dtype)) + ", but " + spath + "'s input " +
+                                              std::to_string(m.input) + " is " + type_of(b));
+          // The last byte the map can address, in 128-bit arithmetic (each term < 2^72).
+          __int128 reach = static_cast<__int128>(m.dims[0]) * dtype_size(m.dtype);
+          for (int d = 1; d < m.rank; ++d)
+            reach += static_cast<__int128>(m.dims[static_cast<size_t>(d)] - 1) * m.strides[static_cast<size_t>(d - 1)];
+          const __int128 have = static_cast<__int128>(numel(b.shape)) * dtype_size(b.dtype);
+          const std::string shown = reach > static_cast<__int128>(UINT64_MAX)
+                                        ? std::string("over 2^64")
+                                        : std::to_string(static_cast<unsigned long long>(reach));
+          if (reach > have)
+            return fail(mpath, "reaches " + shown + " bytes into " + spath +
+                                   "'s input " + std::to_string(m.input) + ", which holds " +
+                                   std::to_string(static_cast<long long>(have)) + " (" + type_of(b) + ")");
+        }
       } else if (s.op == "gemm") {
         // The library reads and writes what these fields say: every one is checked
         // against the buffers, and C must be a buffer of its own (cuBLAS does not
@@ -350,15 +378,19 @@ int ptx_entry_params(const std::string& ptx, const std::string& entry) {
 
 std::optional<Diag> verify_kernel_arity(const Plan& p, const std::string& kernel_id, int params,
                                         const std::string& ptx_file) {
+  size_t maps = 0;  // tensor maps follow the outputs
+  for (const PlanKernel& k : p.kernels)
+    if (k.id == kernel_id) maps = k.tensor_maps.size();
   for (const PlanRank& r : p.ranks)
     for (size_t i = 0; i < r.steps.size(); ++i) {
       const PlanStep& s = r.steps[i];
       if (s.op != "kernel" || s.kernel != kernel_id) continue;
-      const size_t args = s.in.size() + s.out.size();
+      const size_t args = s.in.size() + s.out.size() + maps;
       if (static_cast<int>(args) != params)
         return Diag{ptx_file, {}, "kernel " + kernel_id + "'s entry takes " + std::to_string(params) +
                                       " pointer(s), but plan.json's ranks[" + std::to_string(r.rank) + "].steps[" +
-                                      std::to_string(i) + "] passes " + std::to_string(args) + " buffer(s)"};
+                                      std::to_string(i) + "] passes " + std::to_string(s.in.size() + s.out.size()) +
+                                      " buffer(s)" + (maps ? " and " + std::to_string(maps) + " tensor map(s)" : std::string())};
     }
   return std::nullopt;
 }

@@ -211,7 +211,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
       kernel_errors[i] = pk.id + ": no emitter for " + k.kind + " kernels yet";
       return;
     }
-    KernelSpec spec{pk.entry, *kind, k.group, opts.precision, opts.allow_tf32};
+    KernelSpec spec{pk.entry, *kind, k.group, opts.precision, opts.allow_tf32, opts.tma};
     KernelConfig cfg = opts.config;
     pk.config_source = std::string(config_source_name(ConfigSource::Default));
     if (opts.choose) {
@@ -243,6 +243,8 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     pk.block = e->launch.block;
     pk.shared_bytes = e->launch.shared_bytes;
     pk.zero_outputs = e->launch.zero_outputs;
+    for (const TensorMapSpec& t : e->launch.tensor_maps)
+      pk.tensor_maps.push_back(PlanTensorMap{t.input, t.dtype, t.rank, t.dims, t.strides, t.box});
     Result<std::string> ptx = llvmb::compile_to_ptx(*e->module, opts.arch);
     if (!ptx.ok()) {
       kernel_errors[i] = pk.id + ": " + ptx.error().message;

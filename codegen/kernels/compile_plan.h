@@ -21,6 +21,7 @@ struct CompileOptions {
   KernelConfig config;
   Precision precision = Precision::Fused;  // how kernels round f16/bf16 values (autotune/config.h)
   bool allow_tf32 = false;                 // f32 matmuls may take TF32 tensor cores (KernelSpec::allow_tf32)
+  bool tma = true;                         // sm_90a matmuls read their operands by TMA (KernelSpec::tma)
   // Picks each kernel's config (the tuning cache's choice); when empty every kernel
   // gets `config` (reductions: the emitter's suggestion from it).
   std::function<KernelChoice(const LocalKernel&)> choose;

@@ -47,11 +47,12 @@ const std::string& llvm_toolchain() {
 // The kernel emitted for one candidate config (entry "sf_tune": every candidate
 // is compiled on its own, so names never clash).
 Result<EmittedKernel> emit_candidate(const LocalKernel& k, const KernelConfig& c, const llvmb::Target& t,
-                                     bool allow_tf32 = false) {
+                                     bool allow_tf32 = false, bool tma = false) {
   std::optional<KernelKind> kind = kernel_kind_of(k);
   if (!kind) return Diag{"", {}, "no emitter for " + k.kind + " kernels"};
   KernelSpec spec{"sf_tune", *kind, k.group};
   spec.allow_tf32 = allow_tf32;
+  spec.tma = tma;
   return emitter_for(*kind).emit(spec, c, t);
 }
 
@@ -129,12 +130,13 @@ class HostCandidateBuilder final : public Builder {
 
 class PtxCandidateBuilder final : public Builder {
  public:
-  PtxCandidateBuilder(const LocalKernel& k, std::string arch, bool allow_tf32)
-      : k_(k), arch_(std::move(arch)), allow_tf32_(allow_tf32), input_specs_(input_specs(k)), output_specs_(output_specs(k)) {}
+  PtxCandidateBuilder(const LocalKernel& k, std::string arch, bool allow_tf32, bool tma)
+      : k_(k), arch_(std::move(arch)), allow_tf32_(allow_tf32), tma_(tma), input_specs_(input_specs(k)),
+        output_specs_(output_specs(k)) {}
   BuildResult build(const KernelConfig& c) override {
     auto t0 = Clock::now();
     BuildResult r;
-    Result<EmittedKernel> e = emit_candidate(k_, c, llvmb::Target::nvptx(arch_), allow_tf32_);
+    Result<EmittedKernel> e = emit_candidate(k_, c, llvmb::Target::nvptx(arch_), allow_tf32_, tma_);
     if (!e) {
       r.error = e.error().message;
       return r;
@@ -173,6 +175,8 @@ class PtxCandidateBuilder final : public Builder {
     a->launch.block = l.block;
     a->launch.shared_bytes = l.shared_bytes;
     a->zero_outputs = l.zero_outputs;
+    for (const TensorMapSpec& t : l.tensor_maps)
+      a->tensor_maps.push_back(PlanTensorMap{t.input, t.dtype, t.rank, t.dims, t.strides, t.box});
     a->inputs = input_specs_;
     a->outputs = output_specs_;
     r.artifact = a;
@@ -184,6 +188,7 @@ class PtxCandidateBuilder final : public Builder {
   LocalKernel k_;
   std::string arch_;
   bool allow_tf32_ = false;
+  bool tma_ = false;
   std::vector<KernelArgSpec> input_specs_, output_specs_;
 };
 
@@ -359,8 +364,8 @@ std::shared_ptr<Builder> make_host_builder(const LocalKernel& k, std::shared_ptr
   return std::make_shared<HostCandidateBuilder>(k, std::move(jit));
 }
 
-std::shared_ptr<Builder> make_ptx_builder(const LocalKernel& k, const std::string& arch, bool allow_tf32) {
-  return std::make_shared<PtxCandidateBuilder>(k, arch, allow_tf32);
+std::shared_ptr<Builder> make_ptx_builder(const LocalKernel& k, const std::string& arch, bool allow_tf32, bool tma) {
+  return std::make_shared<PtxCandidateBuilder>(k, arch, allow_tf32, tma);
 }
 
 std::unique_ptr<Runner> make_host_runner(const LocalKernel& k, uint64_t seed) {
@@ -427,7 +432,8 @@ Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs,
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Job& j = jobs[i];
     std::shared_ptr<Builder> builder =
-        ct == ConfigTarget::Host ? make_host_builder(*j.k, jit) : make_ptx_builder(*j.k, setup.arch, setup.allow_tf32);
+        ct == ConfigTarget::Host ? make_host_builder(*j.k, jit)
+                                 : make_ptx_builder(*j.k, setup.arch, setup.allow_tf32, setup.tma);
     std::unique_ptr<Runner> own_runner;
     Runner* runner = gpu_runner;
     if (ct == ConfigTarget::Host) {

@@ -52,7 +52,8 @@ std::string toolchain_id(ConfigTarget t, const GpuDeviceId& dev);
 // emits and compiles PTX for `arch` and runs ptxas for resources; its artifact holds
 // the PTX and launch shape (for the CUDA Runner).
 std::shared_ptr<Builder> make_host_builder(const LocalKernel& k, std::shared_ptr<llvmb::HostJit> jit);
-std::shared_ptr<Builder> make_ptx_builder(const LocalKernel& k, const std::string& arch, bool allow_tf32 = false);
+std::shared_ptr<Builder> make_ptx_builder(const LocalKernel& k, const std::string& arch, bool allow_tf32 = false,
+                                          bool tma = true);
 
 // Times host artifacts of `k` on seeded random inputs of its params' shapes.
 std::unique_ptr<Runner> make_host_runner(const LocalKernel& k, uint64_t seed = 1);
@@ -77,6 +78,9 @@ struct TuneSetup {
   // cuda: f32 matmuls may take TF32 tensor cores (--allow-tf32); their keys then
   // say so (" tf32" after the signature), apart from the exact-FMA kernels'.
   bool allow_tf32 = false;
+  // cuda, sm_90a: matmul candidates read their operands by TMA (KernelSpec::tma), as
+  // compile builds them unless --no-tma.
+  bool tma = true;
 };
 
 // Marks an f32 matmul problem TF32 under setup.allow_tf32 on cuda (TuneProblem::tf32,

@@ -413,6 +413,44 @@ TEST_F(CudaFake, CopiesGoThroughDeviceMemory) {
   EXPECT_TRUE(has(e->message, "CUDA_ERROR_INVALID_VALUE")) << e->message;
 }
 
+// encode_tensor_map: cuTensorMapEncodeTiled with our fixed choices (128-byte swizzle,
+// element strides 1), the map copied into a 128-byte device buffer a kernel can take
+// as an argument; the fake stores what it was given there. Arguments the driver
+// documents as invalid are refused with its error, named.
+TEST_F(CudaFake, TensorMapsAreEncodedIntoDeviceMemory) {
+  Buffer x = buffer(256 * 512 * 2);
+  PlanTensorMap t;
+  t.dtype = DType::BF16;
+  t.rank = 2;
+  t.dims = {512, 256, 1};
+  t.strides = {1024, 0};
+  t.box = {64, 128, 1};
+  Result<Buffer> m = encode_tensor_map(*ctx, t, x.ptr());
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->bytes(), 128u);
+  uint64_t raw[16] = {};
+  ASSERT_FALSE(check(ctx->drv().MemcpyDtoH(raw, m->ptr(), 128), "dtoh"));
+  EXPECT_EQ(raw[0], 0x66616b65746d6170u);  // the fake's FakeTensorMap: magic, address, ...
+  EXPECT_EQ(raw[1], x.ptr());
+  const auto* words = reinterpret_cast<const uint32_t*>(raw + 2);
+  EXPECT_EQ(words[0], static_cast<uint32_t>(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16));
+  EXPECT_EQ(words[1], 2u);
+  EXPECT_EQ(words[2], static_cast<uint32_t>(CU_TENSOR_MAP_SWIZZLE_128B));
+  EXPECT_EQ(raw[4], 512u);
+  EXPECT_EQ(raw[5], 256u);
+  EXPECT_EQ(raw[7], 1024u);  // strides[0]
+  // A stride off 16 bytes, and an inner box wider than the swizzle's 128 bytes.
+  PlanTensorMap bad = t;
+  bad.strides[0] = 1000;
+  Result<Buffer> e1 = encode_tensor_map(*ctx, bad, x.ptr());
+  ASSERT_FALSE(e1);
+  EXPECT_TRUE(has(e1.error().message, "cuTensorMapEncodeTiled")) << e1.error().message;
+  EXPECT_TRUE(has(e1.error().message, "CUDA_ERROR_INVALID_VALUE")) << e1.error().message;
+  bad = t;
+  bad.box[0] = 128;
+  EXPECT_FALSE(encode_tensor_map(*ctx, bad, x.ptr()));
+}
+
 TEST_F(CudaFake, ElapsedTimeCountsTheLaunchesBetweenEvents) {
   Module m = load();
   Result<CUfunction> f = m.function("sf_k");

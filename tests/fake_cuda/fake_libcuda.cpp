@@ -161,6 +161,7 @@ struct State {
   uint64_t next_id = 0x10000;  // handles are ids, never reused, so a stale one is always caught
   int64_t clock_ns = 0;
   int64_t launches = 0, mem_alloc_calls = 0, mem_free_calls = 0, resets = 0;
+  int64_t tensor_maps = 0;             // cuTensorMapEncodeTiled calls that succeeded
   std::vector<CUdeviceptr> last_args;  // of the last executed launch
 };
 
@@ -1213,6 +1214,67 @@ CUresult FuncSetAttribute(CUfunction h, CUfunction_attribute a, int v) {
 
 // --- launches and graphs --------------------------------------------------------------------
 
+// The driver's documented limits on a tiled tensor map (CUDA Driver API,
+// cuTensorMapEncodeTiled), CUDA_ERROR_INVALID_VALUE otherwise; no context needed.
+// The map (opaque on a GPU) holds what a test can read back: FakeTensorMap.
+struct FakeTensorMap {
+  uint64_t magic = 0x66616b65746d6170;  // "faketmap"
+  uint64_t address = 0;
+  uint32_t type = 0, rank = 0, swizzle = 0, pad = 0;
+  uint64_t dims[3] = {};
+  uint64_t strides[2] = {};
+  uint32_t box[3] = {};
+};
+static_assert(sizeof(FakeTensorMap) <= sizeof(CUtensorMap));
+
+CUresult TensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
+                              const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                              const cuuint32_t* elem_strides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
+                              CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
+  const char* call = "cuTensorMapEncodeTiled";
+  if (!map || !address || !dims || !box || !elem_strides || (rank > 1 && !strides)) return fail(CUDA_ERROR_INVALID_VALUE, call, "null");
+  if (rank < 1 || rank > 5) return fail(CUDA_ERROR_INVALID_VALUE, call, "rank");
+  if (reinterpret_cast<uintptr_t>(address) % 16 != 0) return fail(CUDA_ERROR_INVALID_VALUE, call, "globalAddress not 16-byte aligned");
+  int64_t elem = 0;
+  switch (type) {
+    case CU_TENSOR_MAP_DATA_TYPE_FLOAT16:
+    case CU_TENSOR_MAP_DATA_TYPE_BFLOAT16: elem = 2; break;
+    case CU_TENSOR_MAP_DATA_TYPE_FLOAT32: elem = 4; break;
+    default: return fail(CUDA_ERROR_INVALID_VALUE, call, "data type");
+  }
+  for (cuuint32_t i = 0; i < rank; ++i) {
+    if (dims[i] == 0 || dims[i] > (uint64_t{1} << 32)) return fail(CUDA_ERROR_INVALID_VALUE, call, "globalDim");
+    if (box[i] == 0 || box[i] > 256) return fail(CUDA_ERROR_INVALID_VALUE, call, "boxDim");
+    if (elem_strides[i] == 0 || elem_strides[i] > 8) return fail(CUDA_ERROR_INVALID_VALUE, call, "elementStrides");
+  }
+  for (cuuint32_t i = 0; i + 1 < rank; ++i)
+    if (strides[i] % 16 != 0 || strides[i] >= (uint64_t{1} << 40)) return fail(CUDA_ERROR_INVALID_VALUE, call, "globalStrides");
+  if (interleave != CU_TENSOR_MAP_INTERLEAVE_NONE) return fail(CUDA_ERROR_INVALID_VALUE, call, "interleave");
+  if (swizzle == CU_TENSOR_MAP_SWIZZLE_128B && box[0] * elem > 128)
+    return fail(CUDA_ERROR_INVALID_VALUE, call, "the 128-byte swizzle's inner box is wider than 128 bytes");
+  FakeTensorMap f;
+  f.address = reinterpret_cast<uint64_t>(address);
+  f.type = static_cast<uint32_t>(type);
+  f.rank = rank;
+  f.swizzle = static_cast<uint32_t>(swizzle);
+  for (cuuint32_t i = 0; i < rank && i < 3; ++i) {
+    f.dims[i] = dims[i];
+    f.box[i] = box[i];
+    if (i + 1 < rank && i < 2) f.strides[i] = strides[i];
+  }
+  std::memset(map, 0, sizeof *map);
+  std::memcpy(map, &f, sizeof f);
+  std::string line = "tensormap rank=" + std::to_string(rank) + " dims=";
+  for (cuuint32_t i = 0; i < rank; ++i) line += (i ? "," : "") + std::to_string(dims[i]);
+  line += " box=";
+  for (cuuint32_t i = 0; i < rank; ++i) line += (i ? "," : "") + std::to_string(box[i]);
+  log_line(line);
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  ++s.tensor_maps;
+  return CUDA_SUCCESS;
+}
+
 CUresult LaunchKernel(CUfunction h, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                       unsigned shared, CUstream sh, void** params, void** extra) {
   State& s = state();
@@ -1403,7 +1465,7 @@ FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cud
 
 // A counter of the fake's state, or -1 for an unknown name: "allocs" and
 // "alloc_bytes" (live), "streams", "events", "modules", "links", "graphs",
-// "graph_execs" (live handles), "launches" (executed, replays included),
+// "graph_execs" (live handles), "launches" (executed, replays included), "tensor_maps" (encoded),
 // "mem_alloc_calls", "mem_free_calls", "resets", "ctx_refs" (device 0's
 // primary-context retain count), "clock_ns" (the fake clock), "sticky"
 // (device 0's sticky CUresult), "last_args" (the number of arguments of the last
@@ -1427,6 +1489,7 @@ FAKE_EXPORT long long fake_cuda_stat(const char* name) {
   if (n == "graphs") return static_cast<long long>(s.graphs.size());
   if (n == "graph_execs") return static_cast<long long>(s.execs.size());
   if (n == "launches") return s.launches;
+  if (n == "tensor_maps") return s.tensor_maps;
   if (n == "mem_alloc_calls") return s.mem_alloc_calls;
   if (n == "mem_free_calls") return s.mem_free_calls;
   if (n == "resets") return s.resets;

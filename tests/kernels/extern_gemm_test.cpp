@@ -193,7 +193,9 @@ TEST(ExternGemm, CandidatesAreOnePerLibraryThatCanComputeTheKernel) {
     EXPECT_EQ(g->a, 0);
     EXPECT_EQ(g->b, 1);
     EXPECT_EQ(g->bias, -1);
-    if (lt) EXPECT_EQ(c.front().library, "cublaslt");
+    if (lt) {
+      EXPECT_EQ(c.front().library, "cublaslt");
+    }
     EXPECT_EQ(note.rfind(lt ? "library GEMM(s) measured: cublaslt, cublas (" : "library GEMM(s) measured: cublas (", 0),
               0u)
         << note;

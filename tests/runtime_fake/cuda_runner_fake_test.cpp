@@ -134,6 +134,32 @@ TEST(CudaRunnerFake, MeasuresWithEventsOnTheFakeClock) {
   EXPECT_EQ(stat("sticky"), 0);
 }
 
+// A TMA candidate (sm_90a wgmma fed by TMA): its tensor maps are encoded over the
+// runner's input buffers and passed after the outputs at every launch; a map over an
+// input the kernel lacks is refused before anything runs.
+TEST(CudaRunnerFake, TensorMapsAreEncodedOverTheRunnersInputs) {
+  REQUIRE_FAKE();
+  auto r = runner();
+  PtxArtifact a;
+  a.entry = "sf_tma";
+  a.ptx = ".version 8.0\n.target sm_90a\n.address_size 64\n\n.visible .entry sf_tma(\n\t.param .u64 in0,\n\t.param "
+          ".u64 out0,\n\t.param .u64 tmap0\n)\n{\n\tret;\n}\n";
+  a.launch.grid = {4, 1, 1};
+  a.launch.block = {128, 1, 1};
+  a.inputs = {{DType::F32, 512}};
+  a.outputs = {{DType::F32, 512}};
+  a.tensor_maps.push_back(PlanTensorMap{0, DType::F32, 2, {32, 16, 1}, {128, 0}, {32, 16, 1}});
+  const long long maps = stat("tensor_maps");
+  Result<Measurement> m = r->run(a, quick());
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(stat("tensor_maps") - maps, 1) << "encoded once per run";
+  EXPECT_EQ(stat("last_args"), 3) << "input, output, tensor map";
+  a.tensor_maps[0].input = 1;
+  Result<Measurement> bad = r->run(a, quick());
+  ASSERT_FALSE(bad);
+  EXPECT_TRUE(has(bad.error().message, "tensor map of input 1: the kernel has 1 inputs")) << bad.error().message;
+}
+
 TEST(CudaRunnerFake, AFaultMarksTheCandidateInvalidAndTheNextOneStillMeasures) {
   REQUIRE_FAKE();
   auto r = runner();

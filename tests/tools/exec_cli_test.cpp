@@ -201,7 +201,7 @@ std::vector<Launch> planned(const Plan& p) {
       if (s.op == "kernel") {
         const PlanKernel& k = *by_id.at(s.kernel);
         out.push_back({k.entry, dims(k.grid), dims(k.block), k.shared_bytes,
-                       static_cast<int>(s.in.size() + s.out.size()), false});
+                       static_cast<int>(s.in.size() + s.out.size() + k.tensor_maps.size()), false});
       }
   std::sort(out.begin(), out.end());
   return out;
@@ -234,6 +234,42 @@ TEST(ExecFakeDriver, LaunchesEveryKernelStepWithThePlansGridBlockAndArguments) {
     }
     EXPECT_NE(r.out.find("kernels: " + std::to_string(want.size()) + " launch(es)"), std::string::npos) << r.out;
   }
+}
+
+// sm_90a matmuls read their operands by TMA: the Plan lists each kernel's tensor maps,
+// exec encodes them over the step's input buffers once per rank and launches the
+// kernel with their addresses after the outputs; --no-tma compiles the cp.async kernel
+// with neither.
+TEST(ExecFakeDriver, TmaKernelsTakeTheirTensorMapsAfterTheOutputs) {
+  TempDir t;
+  write_file(t / "g.sf",
+             "graph lin(x: bf16[256, 512], w: bf16[384, 512], b: bf16[384]) {\n"
+             "  y = relu(add(matmul(x, transpose(w, 0, 1)), b))\n"
+             "  return y\n}\n");
+  const std::string dir = compile_to(t, t / "g.sf", "tma");
+  Plan p = read_plan(dir);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  ASSERT_EQ(p.kernels[0].tensor_maps.size(), 2u);
+  const PlanTensorMap& a = p.kernels[0].tensor_maps[0];  // A's map: x, whichever input x is
+  EXPECT_EQ(p.ranks[0].buffers[static_cast<size_t>(p.ranks[0].steps[0].in[static_cast<size_t>(a.input)])].name, "x");
+  EXPECT_EQ(a.dims[0], 512);
+  EXPECT_EQ(a.dims[1], 256);
+  EXPECT_EQ(a.strides[0], 512 * 2);
+  const std::string log = t / "log";
+  CliResult r = shardfuse_env(fake_env(log), "exec " + dir + " --device cuda");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string calls = read_text(log);
+  EXPECT_NE(calls.find("tensormap rank=2 dims=512,256 box=64,128"), std::string::npos) << calls;  // x: K-major
+  EXPECT_NE(calls.find("tensormap rank=2 dims=512,384 box=64,256"), std::string::npos) << calls;  // w: K-major
+  std::vector<Launch> got = launches_in(calls);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].args, 3 + 1 + 2);
+  const std::string plain = compile_to(t, t / "g.sf", "plain", "--no-tma");
+  EXPECT_TRUE(read_plan(plain).kernels[0].tensor_maps.empty());
+  CliResult q = shardfuse_env(fake_env(t / "log2"), "exec " + plain + " --device cuda");
+  ASSERT_EQ(q.code, 0) << q.out;
+  EXPECT_EQ(read_text(t / "log2").find("tensormap"), std::string::npos);
+  EXPECT_EQ(launches_in(read_text(t / "log2"))[0].args, 3 + 1);
 }
 
 TEST(ExecFakeDriver, ZeroOutputsAreClearedBeforeTheirLaunch) {

@@ -70,6 +70,7 @@ DecomposeMode decompose_mode(const DecomposeCliOptions& o);
 void add_precision_option(CLI::App* cmd, std::string& value);
 Precision precision_of(const std::string& value);
 void add_allow_tf32_option(CLI::App* cmd, bool& value);
+void add_no_tma_option(CLI::App* cmd, bool& value);
 
 // The tuning cache options shared by tune, run, compile and explain.
 struct CacheCliOptions {

@@ -26,6 +26,7 @@ struct CompileCliOptions {
   bool autotune = false;
   std::string precision = "fused";
   bool allow_tf32 = false;
+  bool no_tma = false;
 };
 
 int compile(const CompileCliOptions& o) {
@@ -41,6 +42,7 @@ int compile(const CompileCliOptions& o) {
   co.run_ptxas = !o.no_ptxas;
   co.precision = precision_of(o.precision);
   co.allow_tf32 = o.allow_tf32;
+  co.tma = !o.no_tma;
   co.pipeline.fuse = !o.no_fuse;
   co.pipeline.reorder = !o.no_reorder;
   co.pipeline.decompose.mode = decompose_mode(o.decompose);
@@ -57,7 +59,7 @@ int compile(const CompileCliOptions& o) {
   bool cache_failed = false;
   std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, o.autotune, &cache_failed);
   if (cache_failed) return 1;
-  const TuneSetup setup{"cuda", o.arch, parse_buckets(o.cache.buckets), o.allow_tf32};
+  const TuneSetup setup{"cuda", o.arch, parse_buckets(o.cache.buckets), o.allow_tf32, !o.no_tma};
   auto chooser = std::make_shared<ConfigChooser>(setup, cache.get());
   if (o.autotune) {
     if (!cache) {
@@ -129,6 +131,7 @@ void add_compile(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-ptxas", o->no_ptxas, "do not check the PTX with ptxas (resources then show as -)");
   add_precision_option(cmd, o->precision);
   add_allow_tf32_option(cmd, o->allow_tf32);
+  add_no_tma_option(cmd, o->no_tma);
   cmd->footer(
       "Every kernel's PTX is assembled by ptxas (when the CUDA toolkit has it) and its registers and spills are\n"
       "recorded in plan.json and report.txt. docs/plan.md describes the Plan.\n"

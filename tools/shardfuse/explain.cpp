@@ -27,6 +27,7 @@ struct ExplainOptions {
   std::string device = "cpu";
   std::string arch = "sm_90a";
   bool allow_tf32 = false;
+  bool no_tma = false;
 };
 
 int explain(const ExplainOptions& o) {
@@ -74,7 +75,7 @@ int explain(const ExplainOptions& o) {
   bool cache_failed = false;
   std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, false, &cache_failed);
   if (cache_failed) return 1;
-  TuneSetup setup{o.device, o.arch, parse_buckets(o.cache.buckets), o.allow_tf32};
+  TuneSetup setup{o.device, o.arch, parse_buckets(o.cache.buckets), o.allow_tf32, !o.no_tma};
   ConfigChooser chooser(setup, cache.get());
   std::cout << "\nkernel configs (" << (o.device == "cpu" ? "host" : o.arch) << ", cache " << (cache ? cache->dir() : std::string("none")) << "):\n";
   for (const LocalKernel& k : p.kernels) {
@@ -83,7 +84,7 @@ int explain(const ExplainOptions& o) {
               << config_source_name(c.source) << "]\n";
     // Which matmul kernel that config gets on the GPU: tensor cores or SIMT FMA, and why.
     if (o.device == "cuda" && kernel_kind_of(k) == KernelKind::Matmul)
-      if (Result<MatmulPath> mp = matmul_path(KernelSpec{k.name, KernelKind::Matmul, k.group, Precision::Fused, o.allow_tf32},
+      if (Result<MatmulPath> mp = matmul_path(KernelSpec{k.name, KernelKind::Matmul, k.group, Precision::Fused, o.allow_tf32, !o.no_tma},
                                               c.config, o.arch);
           mp.ok())
         std::cout << "    " << (mp->tensor_cores ? "tensor cores: " : "SIMT FMA, no tensor cores: ") << mp->why << "\n";
@@ -116,6 +117,7 @@ void add_explain(CLI::App& app, int& exit_code) {
                 "print the schedule as lowered, without raising collectives and sinking waits");
   add_cache_options(cmd, o->cache);
   add_allow_tf32_option(cmd, o->allow_tf32);
+  add_no_tma_option(cmd, o->no_tma);
   cmd->add_option("--device", o->device, "whose kernel configs to show: cpu (what run uses, default) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--arch", o->arch, "GPU architecture for --device cuda (default sm_90a)")
@@ -148,6 +150,12 @@ void add_precision_option(CLI::App* cmd, std::string& value) {
 }
 
 Precision precision_of(const std::string& value) { return value == "eager" ? Precision::Eager : Precision::Fused; }
+
+void add_no_tma_option(CLI::App* cmd, bool& value) {
+  cmd->add_flag("--no-tma", value,
+                "sm_90a matmuls copy their operands with cp.async instead of TMA (cp.async.bulk.tensor through tensor "
+                "maps the runtime encodes)");
+}
 
 void add_allow_tf32_option(CLI::App* cmd, bool& value) {
   cmd->add_flag("--allow-tf32", value,

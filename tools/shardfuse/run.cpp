@@ -45,6 +45,7 @@ struct RunOptions {
   std::string kernels = "generated";
   std::string precision = "fused";
   bool allow_tf32 = false;
+  bool no_tma = false;
   double timeout_s = 60;
   CacheCliOptions cache;
   bool autotune = false;
@@ -154,7 +155,7 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   bool cache_failed = false;
   std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, o.autotune, &cache_failed);
   if (cache_failed) return 1;
-  const TuneSetup setup{"cuda", dev->arch(), parse_buckets(o.cache.buckets), o.allow_tf32};
+  const TuneSetup setup{"cuda", dev->arch(), parse_buckets(o.cache.buckets), o.allow_tf32, !o.no_tma};
   auto chooser = std::make_shared<ConfigChooser>(setup, cache.get());
   if (o.autotune) {
     // Ranks are threads here: one table for all of them.
@@ -175,6 +176,7 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   co.pipeline.decompose.mode = decompose_mode(o.decompose);
   co.precision = precision_of(o.precision);
   co.allow_tf32 = o.allow_tf32;
+  co.tma = !o.no_tma;
   co.choose = [chooser](const LocalKernel& k) { return chooser->choose(k); };
   Result<CompiledPlan> cp = compile_plan(g, co);
   if (!cp) {
@@ -383,6 +385,7 @@ void add_run(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
   add_precision_option(cmd, o->precision);
   add_allow_tf32_option(cmd, o->allow_tf32);
+  add_no_tma_option(cmd, o->no_tma);
   add_verify_each_option(cmd);
   add_decompose_options(cmd, o->decompose);
   cmd->add_option("--kernels", o->kernels,

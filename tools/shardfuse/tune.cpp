@@ -76,6 +76,7 @@ struct TuneCliOptions {
   double compile_timeout_s = 60;
   bool no_fuse = false;
   bool allow_tf32 = false;
+  bool no_tma = false;
 };
 
 std::string us(double v) {
@@ -180,6 +181,7 @@ int tune(const TuneCliOptions& o) {
   setup.arch = arch;
   setup.buckets = parse_buckets(o.cache.buckets);
   setup.allow_tf32 = o.allow_tf32;
+  setup.tma = !o.no_tma;
   TuneOptions to;
   to.top_k = o.top_k;
   to.budget_s = o.budget_s;
@@ -278,6 +280,7 @@ void add_tune(CLI::App& app, int& exit_code) {
   cmd->add_option("--device", o->device, "where candidates are timed: cpu (host code, default) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   add_allow_tf32_option(cmd, o->allow_tf32);
+  add_no_tma_option(cmd, o->no_tma);
   cmd->add_option("--arch", o->arch, "GPU architecture for --device cuda (default: the device's; another is an error)")
       ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}));
   add_cache_options(cmd, o->cache);

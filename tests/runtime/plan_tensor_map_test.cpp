@@ -1,0 +1,113 @@
+// TMA tensor maps in plan.json (runtime/plan.h's PlanTensorMap): how a kernel step's
+// maps round-trip, and how a hand-edited map is refused, naming its field, before
+// any driver sees it: a map reaches only inside the input buffer it is encoded over.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/plan.h"
+
+namespace sf {
+namespace runtime_plan_tensor_map_test {
+
+using json = nlohmann::json;
+
+// y = x @ transpose(w) on sm_90a: x bf16[256, 512] and w bf16[384, 512], both K-major.
+Plan tma_plan() {
+  Plan p;
+  p.graph = "lin";
+  p.world = 1;
+  p.arch = "sm_90a";
+  p.params = {"x", "w"};
+  p.outputs = {"y"};
+  PlanKernel k;
+  k.id = "k0_matmul";
+  k.entry = "sf_k0_matmul";
+  k.kind = "matmul";
+  k.ptx_file = "k0_matmul.ptx";
+  k.grid = {2, 1, 1};
+  k.block = {256, 1, 1};
+  k.shared_bytes = 196640;
+  k.tensor_maps.push_back(PlanTensorMap{0, DType::BF16, 2, {512, 256, 1}, {1024, 0}, {64, 128, 1}});
+  k.tensor_maps.push_back(PlanTensorMap{1, DType::BF16, 2, {512, 384, 1}, {1024, 0}, {64, 256, 1}});
+  p.kernels.push_back(k);
+  PlanRank r;
+  r.buffers = {{"x", DType::BF16, {256, 512}}, {"w", DType::BF16, {384, 512}}, {"y", DType::BF16, {256, 384}}};
+  r.inputs = {0, 1};
+  r.input_specs = {"{}", "{}"};
+  r.outputs = {2};
+  r.output_specs = {"{}"};
+  PlanStep s;
+  s.op = "kernel";
+  s.stream = "compute";
+  s.kernel = "k0_matmul";
+  s.in = {0, 1};
+  s.out = {2};
+  r.steps.push_back(s);
+  p.ranks.push_back(r);
+  return p;
+}
+
+TEST(PlanTensorMap, RoundTripsThroughPlanJson) {
+  Plan p = tma_plan();
+  p.kernels[0].tensor_maps[1] = PlanTensorMap{1, DType::BF16, 3, {512, 128, 3}, {1024, 131072}, {64, 64, 1}};
+  const std::string text = plan_to_json(p);
+  const json m = json::parse(text)["kernels"][0]["tensor_maps"][1];
+  EXPECT_EQ(m["dims"], json::array({512, 128, 3}));
+  EXPECT_EQ(m["strides"], json::array({1024, 131072}));
+  EXPECT_EQ(m["box"], json::array({64, 64, 1}));
+  Result<Plan> back = plan_from_json(text, "plan.json");
+  ASSERT_TRUE(back) << back.error().str();
+  EXPECT_EQ(back->kernels[0].tensor_maps, p.kernels[0].tensor_maps);
+  // A kernel without maps writes none.
+  Plan q = tma_plan();
+  q.kernels[0].tensor_maps.clear();
+  EXPECT_FALSE(json::parse(plan_to_json(q))["kernels"][0].contains("tensor_maps"));
+}
+
+TEST(PlanTensorMap, AnEditedMapIsRefusedNamingItsField) {
+  struct Case {
+    std::string what;
+    std::function<void(json&)> edit;
+    std::string want;
+  };
+  const std::string at = "plan.json: error: kernels[0].tensor_maps[0]";
+  const std::vector<Case> cases = {
+      {"an input the step lacks", [](json& m) { m["input"] = 2; }, at + ".input: 2 is not an input of ranks[0].steps[0]"},
+      {"another dtype",
+       [](json& m) {
+         m["dtype"] = "f32";
+         m["box"][0] = 32;
+       },
+       at + ".dtype: f32, but ranks[0].steps[0]'s input 0 is bf16"},
+      {"an integer dtype", [](json& m) { m["dtype"] = "i32"; }, at + ".dtype: \"i32\" is not a tensor map dtype"},
+      {"rows past the buffer", [](json& m) { m["dims"][1] = 257; }, at + ": reaches 263168 bytes into"},
+      {"a stride past the buffer", [](json& m) { m["strides"][0] = 2048; }, at + ": reaches 523264 bytes into"},
+      {"a stride off 16 bytes", [](json& m) { m["strides"][0] = 1000; }, at + ".strides[0]: 1000 is not a multiple of 16"},
+      {"a stride of 0", [](json& m) { m["strides"][0] = 0; }, at + ".strides[0]: 0 is out of range"},
+      {"a box wider than the swizzle", [](json& m) { m["box"][0] = 128; }, at + ".box: the innermost box side is 256 bytes"},
+      {"a box of 257", [](json& m) { m["box"][1] = 257; }, at + ".box[1]: 257 is out of range"},
+      {"four dims", [](json& m) { m["dims"] = {512, 256, 1, 1}; }, at + ".dims: 4 entries, more than"},
+      {"one dim", [](json& m) { m["dims"] = {512}; }, at + ".dims: needs 2 or 3 extents"},
+      {"strides that do not match the dims", [](json& m) { m["strides"] = {1024, 16}; }, at + ".strides: needs one stride"},
+      {"a dim of 0", [](json& m) { m["dims"][0] = 0; }, at + ".dims[0]: 0 is out of range"},
+      {"no box", [](json& m) { m.erase("box"); }, at + ": missing \"box\""},
+  };
+  const std::string good = plan_to_json(tma_plan());
+  ASSERT_TRUE(plan_from_json(good, "plan.json")) << plan_from_json(good, "plan.json").error().str();
+  for (const Case& c : cases) {
+    json j = json::parse(good);
+    c.edit(j["kernels"][0]["tensor_maps"][0]);
+    Result<Plan> p = plan_from_json(j.dump(), "plan.json");
+    ASSERT_FALSE(p) << c.what;
+    EXPECT_NE(p.error().str().find(c.want), std::string::npos) << c.what << ": want '" << c.want << "' in\n"
+                                                               << p.error().str();
+  }
+}
+
+}  // namespace runtime_plan_tensor_map_test
+}  // namespace sf

@@ -48,6 +48,7 @@ const std::vector<Field>& all_fields() {
       {"stages", &KernelConfig::stages},
       {"group_m", &KernelConfig::group_m},
       {"split_k", &KernelConfig::split_k},
+      {"warp_specialize", &KernelConfig::warp_specialize},
       {"host_vector", &KernelConfig::host_vector},
       {"host_interleave", &KernelConfig::host_interleave},
       {"host_tile_n", &KernelConfig::host_tile_n},
@@ -75,7 +76,8 @@ std::vector<const char*> relevant(KernelKind kind, ConfigTarget t) {
     case KernelKind::Pointwise: return {"block", "vector", "elems_per_thread", "grid_stride", "max_blocks"};
     case KernelKind::Reduction:
       return {"rows_per_block", "threads_per_row", "split_reduction", "grid_stride", "max_blocks"};
-    case KernelKind::Matmul: return {"block_m", "block_n", "block_k", "warps", "stages", "group_m", "split_k"};
+    case KernelKind::Matmul:
+      return {"block_m", "block_n", "block_k", "warps", "stages", "group_m", "split_k", "warp_specialize"};
     case KernelKind::Gather: return {"block", "max_blocks"};
   }
   return {};
@@ -85,9 +87,16 @@ int get(const KernelConfig& c, const Field& f) { return f.ip ? c.*(f.ip) : (c.*(
 
 }  // namespace
 
+// Fields written only where they differ from the default (knobs added after caches
+// and plans were written keep those texts valid and unchanged).
+static bool omitted_at_default(std::string_view name, const KernelConfig& c) {
+  return name == "warp_specialize" && c.warp_specialize == 0;
+}
+
 std::string config_str(KernelKind kind, ConfigTarget target, const KernelConfig& c) {
   std::string s;
   for (const char* name : relevant(kind, target)) {
+    if (omitted_at_default(name, c)) continue;
     if (!s.empty()) s += ' ';
     s += name;
     s += '=';
@@ -99,6 +108,7 @@ std::string config_str(KernelKind kind, ConfigTarget target, const KernelConfig&
 nlohmann::json config_to_json(KernelKind kind, ConfigTarget target, const KernelConfig& c) {
   nlohmann::json j = nlohmann::json::object();
   for (const char* name : relevant(kind, target)) {
+    if (omitted_at_default(name, c)) continue;
     const Field& f = *find_field(name);
     if (f.bp)
       j[name] = c.*(f.bp);

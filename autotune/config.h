@@ -51,6 +51,10 @@ struct KernelConfig {
   int stages = 2;
   int group_m = 8;   // GROUP_M swizzle of block indices for L2 reuse
   int split_k = 1;
+  // sm_90a wgmma + TMA: one extra warpgroup of producers issues the copies while the
+  // `warps` consumer warps multiply, the stages handed over by mbarriers (0: every
+  // thread takes part in both, meeting at a barrier per K tile).
+  int warp_specialize = 0;
   // --- host (the kernel runs as loops in one CPU thread) ---
   int host_vector = 0;      // llvm.loop.vectorize.width of the innermost loop; 0 = LLVM's choice
   int host_interleave = 0;  // llvm.loop.interleave.count of the innermost loop; 0 = LLVM's choice

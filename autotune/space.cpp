@@ -54,26 +54,30 @@ std::vector<KernelConfig> gpu_reduction(const TargetInfo& t) {
 // sm_80 configs, which on sm_90a include the wgmma ones (4 or 8 warps, 64-row
 // warpgroups, block_k 64, or 32 for TF32). Their contiguous shared sides are 32 or 64
 // wide, the swizzle's widths.
-void add_tensor_core_matmul(std::vector<KernelConfig>& out) {
+void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma) {
   for (int bm : {64, 128, 256})
     for (int bn : {64, 128, 256})
       for (int bk : {32, 64})
         for (int warps : {4, 8})
-          for (int stages : {2, 3, 4, 5}) {
-            KernelConfig c;
-            c.block_m = bm;
-            c.block_n = bn;
-            c.block_k = bk;
-            c.warps = warps;
-            c.stages = stages;
-            c.group_m = 8;
-            out.push_back(c);
-          }
+          for (int stages : {2, 3, 4, 5})
+            // sm_90a: also with a producer warpgroup (the wgmma + TMA kernel; configs it
+            // cannot take fail to build and are dropped).
+            for (int ws = 0; ws <= (wgmma && stages >= 3 ? 1 : 0); ++ws) {
+              KernelConfig c;
+              c.block_m = bm;
+              c.block_n = bn;
+              c.block_k = bk;
+              c.warps = warps;
+              c.stages = stages;
+              c.group_m = 8;
+              c.warp_specialize = ws;
+              out.push_back(c);
+            }
 }
 
 std::vector<KernelConfig> gpu_matmul(const TuneProblem& p, const TargetInfo& t) {
   std::vector<KernelConfig> out;
-  if ((p.operand_bytes == 2 || p.tf32) && t.tensor16_gflops > 0) add_tensor_core_matmul(out);
+  if ((p.operand_bytes == 2 || p.tf32) && t.tensor16_gflops > 0) add_tensor_core_matmul(out, t.name == "sm_90a");
   for (int bm : {32, 64, 128})
     for (int bn : {32, 64, 128})
       for (int bk : {8, 16, 32})

@@ -715,6 +715,8 @@ Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& confi
                           std::to_string(config.warps / 4) + " warpgroup(s), operands from 128-byte-swizzled shared tiles " +
                           (choice.tma ? std::string("filled by TMA (cp.async.bulk.tensor + mbarrier, ")
                                       : "filled by 16-byte cp.async (") + stages + ")" +
+                          (config.warp_specialize ? ", warp-specialised: a producer warpgroup issues the copies"
+                                                  : std::string()) +
                           (spec.tma && !choice.tma ? "; not TMA: " + choice.not_tma : std::string())};
   std::string why = "mma.sync.m16n8" + kk + dt + " with f32 accumulators, ldmatrix, 16-byte cp.async (" + stages + ")";
   if (has_wgmma(arch)) why += "; not wgmma: " + choice.not_wgmma;

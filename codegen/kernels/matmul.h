@@ -126,6 +126,8 @@ struct MmaSimHooks {
   void (*mbar_init)(void* ctx, int32_t thread, void* mbar, int32_t count) = nullptr;
   void (*mbar_expect_tx)(void* ctx, int32_t thread, void* mbar, int32_t bytes) = nullptr;
   int32_t (*mbar_try_wait)(void* ctx, int32_t thread, void* mbar, int32_t parity) = nullptr;
+  // mbarrier.arrive without transaction bytes (warp specialisation's "empty" barriers).
+  void (*mbar_arrive)(void* ctx, int32_t thread, void* mbar) = nullptr;
 };
 
 // What the host build's kernel arguments hold in place of each encoded tensor map

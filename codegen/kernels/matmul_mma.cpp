@@ -47,7 +47,7 @@ class MmaKernel {
       // every tile and stage is a multiple of 128 bytes.
       // wgmma: 1024, where the 128-byte swizzle's pattern repeats (its descriptors
       // carry a base offset of 0, so every tile must start on a repeat).
-      NvptxEntry e = begin_nvptx_matmul(m_, b_, spec_, t_.threads, t_.wgmma ? 1024 : 128, t_.tma ? 2 : 0);
+      NvptxEntry e = begin_nvptx_matmul(m_, b_, spec_, t_.launch_threads(), t_.wgmma ? 1024 : 128, t_.tma ? 2 : 0);
       fn_ = e.fn;
       in_ = e.in;
       out_ = e.out;
@@ -74,7 +74,7 @@ class MmaKernel {
       smem_ = fn_->getArg(4);
       // MmaSimHooks: {ctx, barrier, ldmatrix_x4, mma, wgmma, cp_async, cp_commit,
       // cp_wait, wgmma_commit, wgmma_wait, tma_load, mbar_init, mbar_expect_tx,
-      // mbar_try_wait}, fourteen pointers.
+      // mbar_try_wait, mbar_arrive}, fifteen pointers.
       llvm::Value* hooks = fn_->getArg(5);
       for (int i = 0; i < kHooks; ++i)
         hook_[i] = b_.CreateAlignedLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, hooks, static_cast<uint64_t>(i)),
@@ -112,7 +112,7 @@ class MmaKernel {
 
     const size_t nacc = static_cast<size_t>(t_.mi * t_.ni * 4);
     std::vector<llvm::Value*> acc(nacc, llvm::ConstantFP::get(f32_, 0.0));
-    if (t_.kt > 0) acc = k_loop();
+    if (t_.kt > 0) acc = t_.ws ? k_loop_ws() : k_loop();
     return epilogue(acc);
   }
 
@@ -253,6 +253,9 @@ class MmaKernel {
   // for the phase. Inline PTX here, as for wgmma; the host build calls the hooks.
 
   llvm::Value* mbar(llvm::Value* stage) { return add(k(t_.mbar_off), mul(stage, 8)); }
+  // Warp specialisation: the stage's "empty" mbarrier, which the consumer warpgroups
+  // arrive on once their wgmma no longer reads the stage.
+  llvm::Value* empty_mbar(llvm::Value* stage) { return add(k(t_.mbar_off + 8 * t_.stages), mul(stage, 8)); }
   // An mbarrier or shared destination as the instruction takes it: the 32-bit shared
   // address, or (host build) the pointer.
   llvm::Value* smem_operand(llvm::Value* off) { return sim_ ? smem_at(off) : shared_addr(off); }
@@ -270,14 +273,18 @@ class MmaKernel {
 
   void init_mbarriers() {
     if_thread0([&] {
-      for (int st = 0; st < t_.stages; ++st) {
+      auto init = [&](llvm::Value* off, int count) {
         if (sim_) {
-          sim_call(11, {smem_operand(mbar(k(st))), b_.getInt32(1)});
-          continue;
+          sim_call(11, {smem_operand(off), b_.getInt32(static_cast<uint32_t>(count))});
+          return;
         }
         auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {i32_, i32_}, false);
         b_.CreateCall(llvm::InlineAsm::get(fty, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}", true),
-                      {smem_operand(mbar(k(st))), b_.getInt32(1)});
+                      {smem_operand(off), b_.getInt32(static_cast<uint32_t>(count))});
+      };
+      for (int st = 0; st < t_.stages; ++st) {
+        init(mbar(k(st)), 1);
+        if (t_.ws) init(empty_mbar(k(st)), t_.threads / 32);  // one arrival per consumer warp
       }
       // The initialisation visible to the async proxy (the copies complete on them).
       asm_stmt("fence.mbarrier_init.release.cluster;");
@@ -288,7 +295,15 @@ class MmaKernel {
   // Thread 0: the stage's mbarrier expects stage_bytes, then one bulk tensor copy per
   // 128-byte-wide panel of A's and B's tiles (OOB elements arrive as zeros).
   void issue_tile_tma(llvm::Value* k0, llvm::Value* stage) {
-    if_thread0([&] {
+    if (t_.ws) {  // only the producer thread gets here
+      tma_tile_body(k0, stage);
+      return;
+    }
+    if_thread0([&] { tma_tile_body(k0, stage); });
+  }
+
+  void tma_tile_body(llvm::Value* k0, llvm::Value* stage) {
+    {
       llvm::Value* bar = smem_operand(mbar(stage));
       llvm::Value* bytes = b_.getInt32(static_cast<uint32_t>(t_.stage_bytes));
       if (sim_) {
@@ -316,7 +331,18 @@ class MmaKernel {
           tma_load(tmap_[static_cast<size_t>(which)], dst, c0, c1, z, bar);
         }
       }
-    });
+    }
+  }
+
+  // mbarrier.arrive (no transaction bytes) on the mbarrier at shared offset `off`.
+  void mbar_arrive(llvm::Value* off) {
+    if (sim_) {
+      sim_call(14, {smem_operand(off)});
+      return;
+    }
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {i32_}, false);
+    b_.CreateCall(llvm::InlineAsm::get(fty, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", true),
+                  {smem_operand(off)});
   }
 
   void tma_load(llvm::Value* map, llvm::Value* dst, llvm::Value* c0, llvm::Value* c1, llvm::Value* c2, llvm::Value* bar) {
@@ -344,11 +370,12 @@ class MmaKernel {
   }
 
   // Every thread: until the stage's mbarrier has completed the phase of parity `parity`.
-  void mbar_wait(llvm::Value* stage, llvm::Value* parity) {
+  void mbar_wait(llvm::Value* stage, llvm::Value* parity) { mbar_wait_at(mbar(stage), parity); }
+  void mbar_wait_at(llvm::Value* off, llvm::Value* parity) {
     llvm::LLVMContext& c = m_.getContext();
     llvm::BasicBlock* spin = llvm::BasicBlock::Create(c, "mbar.wait", fn_);
     llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "mbar.done", fn_);
-    llvm::Value* bar = smem_operand(mbar(stage));
+    llvm::Value* bar = smem_operand(off);
     llvm::Value* par = b_.CreateZExtOrTrunc(parity, i32_);
     b_.CreateBr(spin);
     b_.SetInsertPoint(spin);
@@ -647,6 +674,33 @@ class MmaKernel {
     return acc;
   }
 
+  // The K loop's header, entered from the current block: kt from 0 and every
+  // accumulator from 0.0 as phis, the builder inside it; `done` follows the loop.
+  struct KLoop {
+    llvm::BasicBlock *loop = nullptr, *done = nullptr;
+    llvm::PHINode* kt = nullptr;
+    std::vector<llvm::PHINode*> phis;
+    std::vector<llvm::Value*> acc;
+  };
+  KLoop open_k_loop() {
+    llvm::LLVMContext& c = m_.getContext();
+    KLoop l;
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    l.loop = llvm::BasicBlock::Create(c, "k.loop", fn_);
+    l.done = llvm::BasicBlock::Create(c, "k.done", fn_);
+    b_.CreateBr(l.loop);
+    b_.SetInsertPoint(l.loop);
+    l.kt = b_.CreatePHI(it_, 2, "kt");
+    l.kt->addIncoming(k(0), pre);
+    for (int i = 0; i < t_.mi * t_.ni * 4; ++i) {
+      llvm::PHINode* ph = b_.CreatePHI(f32_, 2, "acc");
+      ph->addIncoming(llvm::ConstantFP::get(f32_, 0.0), pre);
+      l.phis.push_back(ph);
+      l.acc.push_back(ph);
+    }
+    return l;
+  }
+
   // stages-1 tiles in flight; iteration kt waits for tile kt, syncs (every thread is
   // also past tile kt-1, whose stage the next copy overwrites), issues tile
   // kt+stages-1, computes tile kt. One commit group per iteration, empty past the end.
@@ -664,21 +718,12 @@ class MmaKernel {
       if (!t_.tma) commit();
     }
     const size_t nacc = static_cast<size_t>(t_.mi * t_.ni * 4);
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    llvm::BasicBlock* loop = llvm::BasicBlock::Create(c, "k.loop", fn_);
-    llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "k.done", fn_);
-    b_.CreateBr(loop);
-    b_.SetInsertPoint(loop);
-    llvm::PHINode* kt = b_.CreatePHI(it_, 2, "kt");
-    kt->addIncoming(k(0), pre);
-    std::vector<llvm::PHINode*> phis;
-    std::vector<llvm::Value*> acc;
-    for (size_t i = 0; i < nacc; ++i) {
-      llvm::PHINode* ph = b_.CreatePHI(f32_, 2, "acc");
-      ph->addIncoming(llvm::ConstantFP::get(f32_, 0.0), pre);
-      phis.push_back(ph);
-      acc.push_back(ph);
-    }
+    KLoop kl = open_k_loop();
+    llvm::BasicBlock* loop = kl.loop;
+    llvm::BasicBlock* done = kl.done;
+    llvm::PHINode* kt = kl.kt;
+    std::vector<llvm::PHINode*>& phis = kl.phis;
+    std::vector<llvm::Value*> acc = kl.acc;
     llvm::Value* next = add(kt, k(1));
     if (!t_.tma) wait(ahead_n - 1);
     if (t_.wgmma && !t_.tma) proxy_fence();  // the copies, made by the generic proxy, become visible to wgmma's
@@ -706,6 +751,74 @@ class MmaKernel {
     b_.CreateCondBr(b_.CreateICmpSLT(next, k(t_.kt)), loop, done);
     b_.SetInsertPoint(done);
     if (lag_ > 0) wgmma_wait(0);  // the last groups, before the epilogue reads the accumulators
+    return acc;
+  }
+
+  // Warp specialisation: after the mbarriers' initialisation (and the one barrier
+  // every thread meets), the producer warpgroup's first thread walks the K tiles:
+  // waits until the tile's stage is empty (its previous use released by every
+  // consumer warpgroup; a fresh stage passes at once, the phase before the first
+  // counting as done), arms the stage's full mbarrier and issues the copies; the
+  // producer's other threads have nothing to do and leave. The consumers wait for
+  // each tile's full phase, multiply, and once wgmma.wait_group lag has retired the
+  // previous tile's group, lane 0 of every consumer warp (past its own wait) arrives
+  // on that tile's empty mbarrier. No barrier in the loop: the stages are handed over
+  // by mbarriers only.
+  std::vector<llvm::Value*> k_loop_ws() {
+    llvm::LLVMContext& c = m_.getContext();
+    auto stage_of = [&](llvm::Value* kt) {
+      return pow2(t_.stages) ? b_.CreateAnd(kt, k(t_.stages - 1)) : b_.CreateURem(kt, k(t_.stages));
+    };
+    auto parity_of = [&](llvm::Value* kt) { return b_.CreateAnd(b_.CreateUDiv(kt, k(t_.stages)), k(1)); };
+    init_mbarriers();
+    llvm::BasicBlock* producer = llvm::BasicBlock::Create(c, "ws.producer", fn_);
+    llvm::BasicBlock* consumer = llvm::BasicBlock::Create(c, "ws.consumer", fn_);
+    llvm::BasicBlock* leave = llvm::BasicBlock::Create(c, "ws.leave", fn_);
+    b_.CreateCondBr(b_.CreateICmpUGE(tid_, k(t_.threads)), producer, consumer);
+
+    // The producer.
+    b_.SetInsertPoint(producer);
+    llvm::BasicBlock* ploop = llvm::BasicBlock::Create(c, "ws.p.loop", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(tid_, k(t_.threads)), ploop, leave);
+    b_.SetInsertPoint(ploop);
+    llvm::PHINode* pk = b_.CreatePHI(it_, 2, "pkt");
+    pk->addIncoming(k(0), producer);
+    mbar_wait_at(empty_mbar(stage_of(pk)), b_.CreateXor(parity_of(pk), k(1)));
+    issue_tile_tma(mul(pk, t_.bk), stage_of(pk));
+    llvm::Value* pnext = add(pk, k(1));
+    pk->addIncoming(pnext, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(pnext, k(t_.kt)), ploop, leave);
+    b_.SetInsertPoint(leave);
+    b_.CreateRetVoid();
+
+    // The consumers.
+    b_.SetInsertPoint(consumer);
+    const size_t nacc = static_cast<size_t>(t_.mi * t_.ni * 4);
+    KLoop kl = open_k_loop();
+    llvm::BasicBlock* loop = kl.loop;
+    llvm::BasicBlock* done = kl.done;
+    llvm::PHINode* kt = kl.kt;
+    std::vector<llvm::PHINode*>& phis = kl.phis;
+    std::vector<llvm::Value*> acc = kl.acc;
+    mbar_wait(stage_of(kt), parity_of(kt));
+    acc = compute_wgmma(stage_of(kt), acc);  // ends with wgmma.wait_group lag
+    // The tile whose group that wait retired (kt - lag) releases its stage.
+    llvm::Value* retired = b_.CreateSub(kt, k(lag_));
+    llvm::Value* release = b_.CreateAnd(b_.CreateICmpSGE(retired, k(0)),
+                                        b_.CreateICmpEQ(lane_, k(0)));
+    llvm::BasicBlock* rel = llvm::BasicBlock::Create(c, "ws.release", fn_);
+    llvm::BasicBlock* cont = llvm::BasicBlock::Create(c, "ws.released", fn_);
+    b_.CreateCondBr(release, rel, cont);
+    b_.SetInsertPoint(rel);
+    mbar_arrive(empty_mbar(stage_of(b_.CreateSelect(b_.CreateICmpSGE(retired, k(0)), retired, k(0)))));
+    b_.CreateBr(cont);
+    b_.SetInsertPoint(cont);
+    llvm::Value* next = add(kt, k(1));
+    for (size_t i = 0; i < nacc; ++i) phis[i]->addIncoming(acc[i], cont);
+    kt->addIncoming(next, cont);
+    b_.CreateCondBr(b_.CreateICmpSLT(next, k(t_.kt)), loop, done);
+    b_.SetInsertPoint(done);
+    if (lag_ > 0) wgmma_wait(0);
     return acc;
   }
 
@@ -770,7 +883,7 @@ class MmaKernel {
   llvm::Type* f32_ = nullptr;
   llvm::Type* i32_ = nullptr;
   llvm::Value* smem_ = nullptr;
-  static constexpr int kHooks = 14;
+  static constexpr int kHooks = 15;
   llvm::Value* hook_[kHooks] = {};
   int lag_ = 0;  // wgmma groups left in flight across K tiles
   llvm::Value* tid32_ = nullptr;
@@ -791,7 +904,7 @@ Result<LaunchShape> build_mma_kernel(const KernelSpec& spec, const MatmulGroup& 
   if (Result<bool> g = check_matmul_grid(p, t->bm, t->bn); !g) return g.error();
   Result<bool> built = MmaKernel(spec, p, *t, target, m, sim).build();
   if (!built) return built.error();
-  LaunchShape l = matmul_launch_shape(p, t->bm, t->bn, t->threads, t->shared_bytes, 1);
+  LaunchShape l = matmul_launch_shape(p, t->bm, t->bn, t->launch_threads(), t->shared_bytes, 1);
   l.tensor_maps = t->maps;
   return l;
 }

@@ -210,6 +210,8 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
   if (!t.wgmma && !sync_unfit.empty()) return no(sync_unfit);
   t.stage_bytes = t.a.bytes() + t.b.bytes();
   t.shared_bytes = t.stage_bytes * t.stages;
+  if (c.warp_specialize < 0 || c.warp_specialize > 1)
+    return no("warp_specialize = " + num(c.warp_specialize) + " is not 0 or 1");
   if (t.wgmma && p.tma) {
     std::string why;
     std::optional<std::vector<TensorMapSpec>> maps;
@@ -221,9 +223,13 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
       t.tma = true;
       t.maps = std::move(*maps);
       t.mbar_off = t.shared_bytes;
-      t.shared_bytes += 8 * t.stages;
+      t.ws = c.warp_specialize == 1;
+      t.shared_bytes += (t.ws ? 16 : 8) * t.stages;
     }
   }
+  if (c.warp_specialize == 1 && !t.ws)
+    return no("warp_specialize = 1 needs the sm_90a wgmma kernel fed by TMA (" +
+              (!t.wgmma ? "not wgmma: " + t.not_wgmma : "not TMA: " + (t.not_tma.empty() ? "--no-tma" : t.not_tma)) + ")");
   if (t.shared_bytes > max_shared_bytes(sm))
     return no("the tiles need " + num(t.shared_bytes) + " bytes of shared memory (" + num(t.stages) + " stages), more than sm_" +
               num(sm) + "'s " + num(max_shared_bytes(sm)) + " per block");

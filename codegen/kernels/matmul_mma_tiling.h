@@ -49,7 +49,11 @@ struct MmaTiling {
   // (8 bytes each at `mbar_off`); `not_tma` says why a wgmma kernel stays on cp.async.
   bool tma = false;
   std::string not_tma;
-  int64_t mbar_off = 0;
+  int64_t mbar_off = 0;  // the stages' "full" mbarriers (TMA done); ws: then their "empty" ones
+  // Warp specialisation (KernelConfig::warp_specialize, wgmma + TMA only): one more
+  // warpgroup, after the `threads` consumers, whose first thread issues every copy.
+  bool ws = false;
+  int launch_threads() const { return threads + (ws ? 128 : 0); }
   std::vector<TensorMapSpec> maps;  // A's, then B's
   bool a_kc = false, b_kc = false;  // operand_layout's k_contiguous of A and B
   SmemTile a, b;

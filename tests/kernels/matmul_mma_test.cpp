@@ -295,6 +295,48 @@ TEST(MatmulMmaNvptx, Sm90aTmaCopiesThroughTensorMaps) {
   EXPECT_EQ(count(plain.text, "cp.async.bulk"), 0);
 }
 
+// Warp specialisation on sm_90a: 8 consumer warps and a producer warpgroup (384
+// threads); full and empty mbarriers per stage (8 inits for 4 stages); the only
+// bar.sync is the one after their initialisation; consumers release a stage with
+// mbarrier.arrive; the copies are issued by the producer's loop alone. The config
+// text says warp_specialize=1 (and leaves it out at 0, as older caches wrote it).
+TEST(MatmulMmaNvptx, Sm90aWarpSpecialisedKernel) {
+  Graph g = mm_graph({4096, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);
+  KernelConfig c = tc_config(128, 256, 64, 8, 4, 8, /*ws=*/1);
+  Ptx p = emit_ptx(g, c, "sm_90a", false, /*tma=*/true);
+  EXPECT_EQ(p.launch.block[0], 384);
+  EXPECT_EQ(p.launch.shared_bytes, 4 * (128 * 64 + 64 * 256) * 2 + 4 * 16);
+  EXPECT_EQ(count(p.text, "mbarrier.init.shared::cta.b64"), 8);
+  EXPECT_EQ(count(p.text, "bar.sync"), 1);
+  EXPECT_EQ(count(p.text, "mbarrier.arrive.shared::cta.b64"), 1);
+  // The producer's loop (LLVM may lay its body out twice): one panel of x and one of
+  // transpose(w) per armed stage.
+  const int armed = count(p.text, "mbarrier.arrive.expect_tx.shared::cta.b64");
+  EXPECT_GE(armed, 1);
+  EXPECT_EQ(count(p.text, "cp.async.bulk.tensor.2d"), 2 * armed);
+  EXPECT_EQ(count(p.text, "wgmma.mma_async"), 4);
+  EXPECT_EQ(config_str(KernelKind::Matmul, ConfigTarget::Gpu, c),
+            "block_m=128 block_n=256 block_k=64 warps=8 stages=4 group_m=8 split_k=1 warp_specialize=1");
+  c.warp_specialize = 0;
+  EXPECT_EQ(config_str(KernelKind::Matmul, ConfigTarget::Gpu, c),
+            "block_m=128 block_n=256 block_k=64 warps=8 stages=4 group_m=8 split_k=1");
+  if (have_ptxas()) {
+    Result<std::vector<KernelResources>> r = assemble(p.text, "sm_90a");
+    ASSERT_TRUE(r.ok()) << r.error().str();
+    EXPECT_FALSE((*r)[0].spills());
+  }
+  // Without TMA there is no producer to hand the copies to.
+  Result<MatmulPath> path = matmul_path(spec_of(g), tc_config(128, 256, 64, 8, 4, 8, 1), "sm_90a");
+  ASSERT_TRUE(path.ok());
+  EXPECT_FALSE(path->wgmma) << path->why;
+  EXPECT_NE(path->why.find("warp_specialize = 1 needs the sm_90a wgmma kernel fed by TMA"), std::string::npos) << path->why;
+  KernelSpec with_tma = spec_of(g);
+  with_tma.tma = true;
+  path = matmul_path(with_tma, tc_config(128, 256, 64, 8, 4, 8, 1), "sm_90a");
+  ASSERT_TRUE(path.ok());
+  EXPECT_NE(path->why.find("warp-specialised"), std::string::npos) << path->why;
+}
+
 TEST(MatmulMmaNvptx, TransposedOperandsUseLdmatrixTrans) {
   // x @ w (w [K, N]: n contiguous) needs .trans for B; transpose(a) @ transpose(w)
   // needs it for A and not for B.

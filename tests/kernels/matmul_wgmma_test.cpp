@@ -72,7 +72,28 @@ TEST(MatmulWgmmaSim, TmaEveryOperandLayoutMatchesTheReference) {
     check(mm_graph(deep, DType::BF16, Epi::None), c, name(deep, DType::BF16, c) + " wgmma tma", true, 1, true, true);
 }
 
-// Not blind: TMA hardware that skips the 128-byte swizzle puts the panels where
+// Warp specialisation (warp_specialize = 1): a producer warpgroup after the consumers
+// issues every copy, the stages handed over by full and empty mbarriers with no
+// barrier in the loop. Every operand layout, two consumer warpgroups, a batch, and the
+// long pipeline with 2, 3 and 4 stages; the memory model fails a copy into a stage an
+// unretired wgmma group reads (the producer must wait for the empty phase) and a read
+// before the full phase was waited for.
+TEST(MatmulWgmmaSim, WarpSpecialisedProducerAndConsumers) {
+  for (bool a_t : {false, true})
+    for (bool b_t : {false, true}) {
+      Shape3 s{136, 200, 136, a_t, b_t, {}};
+      KernelConfig c = tc_config(64, 64, 64, 4, 3, 8, /*ws=*/1);
+      check(mm_graph(s, DType::BF16, Epi::None), c, name(s, DType::BF16, c) + " ws", true, 1, true, true);
+    }
+  Shape3 batched{72, 64, 80, false, true, {3}};
+  check(mm_graph(batched, DType::F16, Epi::BiasGelu), tc_config(128, 64, 64, 8, 3, 8, 1), "ws batch 3", true, 1, true, true);
+  Shape3 deep{128, 128, 520, false, false, {}};
+  for (const KernelConfig& c :
+       {tc_config(128, 128, 64, 8, 4, 8, 1), tc_config(64, 128, 64, 4, 3, 8, 1), tc_config(64, 64, 64, 4, 2, 8, 1)})
+    check(mm_graph(deep, DType::BF16, Epi::None), c, name(deep, DType::BF16, c) + " ws", true, 1, true, true);
+}
+
+// Not blind: TMA hardware that skips the 128-byte swizzle puts the panels where// Not blind: TMA hardware that skips the 128-byte swizzle puts the panels where
 // wgmma's descriptors do not read them.
 TEST(MatmulWgmmaSim, TmaWithoutTheSwizzleGivesWrongResults) {
   Shape3 s{64, 64, 64, false, true, {}};

@@ -408,16 +408,22 @@ inline void sim_wgmma_commit(void* ctx, int32_t thread) {
   blk.wgmma_groups[g].emplace_back();
 }
 
+// wgmma.wait_group is .sync.aligned: a warp's lanes leave it together (the warp
+// rendezvous below), and the warpgroup's groups retire once all its 128 threads are in.
 inline void sim_wgmma_wait(void* ctx, int32_t thread, int32_t pending) {
   Block& blk = *static_cast<Block*>(ctx);
-  std::lock_guard<std::mutex> lock(blk.mu);
-  const size_t g = static_cast<size_t>(thread / (4 * kLanes));
-  if (++blk.wg_waits[g] < 4 * kLanes) return;
-  blk.wg_waits[g] = 0;
-  auto& gs = blk.wgmma_groups[g];
-  const int64_t committed = static_cast<int64_t>(gs.size()) - 1;
-  const int64_t done = std::max<int64_t>(0, committed - pending);
-  gs.erase(gs.begin(), gs.begin() + done);
+  {
+    std::lock_guard<std::mutex> lock(blk.mu);
+    const size_t g = static_cast<size_t>(thread / (4 * kLanes));
+    if (++blk.wg_waits[g] == 4 * kLanes) {
+      blk.wg_waits[g] = 0;
+      auto& gs = blk.wgmma_groups[g];
+      const int64_t committed = static_cast<int64_t>(gs.size()) - 1;
+      const int64_t done = std::max<int64_t>(0, committed - pending);
+      gs.erase(gs.begin(), gs.begin() + done);
+    }
+  }
+  blk.warps[static_cast<size_t>(thread / kLanes)]->bar.arrive_and_wait();
 }
 
 // mbarrier phase bookkeeping: a phase completes when its arrivals and transaction
@@ -443,13 +449,38 @@ inline void sim_mbar_expect_tx(void* ctx, int32_t, void* mbar, int32_t bytes) {
   auto it = blk.mbars.find(static_cast<uint8_t*>(mbar) - blk.smem);
   if (it == blk.mbars.end()) return blk.fail_locked("arrive.expect_tx on an mbarrier never initialised");
   it->second.tx += bytes;
-  --it->second.pending;
+  if (--it->second.pending < 0) return blk.fail_locked("more arrivals on an mbarrier phase than its count");
   complete_if_done(it->second);
 }
 
-inline int32_t sim_mbar_try_wait(void* ctx, int32_t thread, void* mbar, int32_t parity) {
+inline void sim_mbar_arrive(void* ctx, int32_t, void* mbar) {
   Block& blk = *static_cast<Block*>(ctx);
   std::lock_guard<std::mutex> lock(blk.mu);
+  auto it = blk.mbars.find(static_cast<uint8_t*>(mbar) - blk.smem);
+  if (it == blk.mbars.end()) return blk.fail_locked("arrive on an mbarrier never initialised");
+  if (--it->second.pending < 0) return blk.fail_locked("more arrivals on an mbarrier phase than its count");
+  complete_if_done(it->second);
+}
+
+inline int32_t sim_mbar_try_wait_locked(Block& blk, int32_t thread, void* mbar, int32_t parity);
+
+// A spinning thread gives the others its core (the simulation runs hundreds of threads
+// on a few).
+inline int32_t sim_mbar_try_wait(void* ctx, int32_t thread, void* mbar, int32_t parity) {
+  Block& blk = *static_cast<Block*>(ctx);
+  int32_t done;
+  {
+    std::lock_guard<std::mutex> lock(blk.mu);
+    done = sim_mbar_try_wait_locked(blk, thread, mbar, parity);
+  }
+  if (!done) std::this_thread::yield();
+  return done;
+}
+
+inline int32_t sim_mbar_try_wait_locked(Block& blk, int32_t thread, void* mbar, int32_t parity) {
+  // Once the simulated hardware has refused something, waits end, so the kernel runs
+  // to its end and the test reports the refusal instead of hanging.
+  if (!blk.error.empty()) return 1;
   const int64_t at = static_cast<uint8_t*>(mbar) - blk.smem;
   auto it = blk.mbars.find(at);
   if (it == blk.mbars.end()) {
@@ -503,6 +534,15 @@ inline void sim_tma_load(void* ctx, int32_t, const void* map, void* dst, int32_t
   const int64_t bar = static_cast<uint8_t*>(mbar) - blk.smem;
   auto it = blk.mbars.find(bar);
   if (it == blk.mbars.end()) return blk.fail_locked("TMA completes on an mbarrier never initialised");
+  // Overwriting an earlier copy's bytes before anyone waited for that copy's phase:
+  // the producer ran ahead of the consumers (it must wait for the stage to be released).
+  for (const Block::TmaWrite& w : blk.tma_writes)
+    if (w.r.overlaps(r.lo, r.hi)) {
+      int seen = 0;
+      for (const auto& [key, n] : blk.observed)
+        if (key.second == w.mbar) seen = std::max(seen, n);
+      if (seen <= w.use) blk.fail_locked("TMA overwrites a copy no thread has waited for yet");
+    }
   std::erase_if(blk.tma_writes, [&](const Block::TmaWrite& w) { return w.r.overlaps(r.lo, r.hi); });
   blk.tma_writes.push_back({r, bar, it->second.completions});
   it->second.tx -= rows * 128;
@@ -574,7 +614,7 @@ inline KernelSpec tf32_spec(const Graph& g) {
   return s;
 }
 
-inline KernelConfig tc_config(int bm, int bn, int bk, int warps, int stages, int group_m = 8) {
+inline KernelConfig tc_config(int bm, int bn, int bk, int warps, int stages, int group_m = 8, int ws = 0) {
   KernelConfig c;
   c.block_m = bm;
   c.block_n = bn;
@@ -582,6 +622,7 @@ inline KernelConfig tc_config(int bm, int bn, int bk, int warps, int stages, int
   c.warps = warps;
   c.stages = stages;
   c.group_m = group_m;
+  c.warp_specialize = ws;
   return c;
 }
 
@@ -631,6 +672,7 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
       hooks.mbar_init = &sim_mbar_init;
       hooks.mbar_expect_tx = &sim_mbar_expect_tx;
       hooks.mbar_try_wait = &sim_mbar_try_wait;
+      hooks.mbar_arrive = &sim_mbar_arrive;
       block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks); });
       if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
       if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);

@@ -308,7 +308,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     auto ptx = out.ptx.find(k.ptx_file);
     const bool mma = tensor > 0 && ptx != out.ptx.end() && ptx_uses_tensor_cores(ptx->second);
     // TF32 (--allow-tf32) runs at half the 16-bit rate on the archs the table has.
-    const bool tf32 = mma && ptx->second.find(".f32.tf32.tf32") != std::string::npos;
+    const bool tf32 = mma && ptx_uses_tf32(ptx->second);
     double tm = bytes / hbm, tc = static_cast<double>(k.flops) / (tf32 ? peaks.tf32_gflops * 1e9 : mma ? tensor : fp32);
     total += std::max(tm, tc);
     char line[256];

@@ -70,6 +70,9 @@ Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& spec, const Ke
 inline bool ptx_uses_tensor_cores(std::string_view ptx) {
   return ptx.find("mma.sync.aligned") != std::string_view::npos || ptx.find("wgmma.mma_async") != std::string_view::npos;
 }
+// ... in TF32 (--allow-tf32), priced at the TF32 rate. (exec, built without LLVM,
+// looks for the same text in a Plan's PTX.)
+inline bool ptx_uses_tf32(std::string_view ptx) { return ptx.find(".f32.tf32.tf32") != std::string_view::npos; }
 
 // Which NVPTX kernel emit_matmul builds for `spec` under `config` on `arch`, and why.
 struct MatmulPath {

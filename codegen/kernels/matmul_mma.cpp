@@ -701,14 +701,29 @@ class MmaKernel {
     return l;
   }
 
+  // The loop's back edge from the current block (kt + 1 while below the K tiles, the
+  // accumulators `acc`), then the builder after it, every wgmma group retired.
+  void close_k_loop(KLoop& l, const std::vector<llvm::Value*>& acc) {
+    llvm::Value* next = add(l.kt, k(1));
+    for (size_t i = 0; i < acc.size(); ++i) l.phis[i]->addIncoming(acc[i], b_.GetInsertBlock());
+    l.kt->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(next, k(t_.kt)), l.loop, l.done);
+    b_.SetInsertPoint(l.done);
+    if (lag_ > 0) wgmma_wait(0);  // the last groups, before the epilogue reads the accumulators
+  }
+
+  // K tile kt's stage, and the parity of its use of it (TMA: the mbarrier phase number
+  // kt / stages that tile's copies complete).
+  llvm::Value* stage_of(llvm::Value* kt) {
+    return pow2(t_.stages) ? b_.CreateAnd(kt, k(t_.stages - 1)) : b_.CreateURem(kt, k(t_.stages));
+  }
+  llvm::Value* parity_of(llvm::Value* kt) { return b_.CreateAnd(b_.CreateUDiv(kt, k(t_.stages)), k(1)); }
+
   // stages-1 tiles in flight; iteration kt waits for tile kt, syncs (every thread is
   // also past tile kt-1, whose stage the next copy overwrites), issues tile
   // kt+stages-1, computes tile kt. One commit group per iteration, empty past the end.
   std::vector<llvm::Value*> k_loop() {
     llvm::LLVMContext& c = m_.getContext();
-    auto stage_of = [&](llvm::Value* kt) {
-      return pow2(t_.stages) ? b_.CreateAnd(kt, k(t_.stages - 1)) : b_.CreateURem(kt, k(t_.stages));
-    };
     // `ahead` tiles are in flight; the wgmma kernel also keeps `lag_` wgmma groups in
     // flight, whose stages the copies must not overwrite: one fewer tile ahead.
     const int ahead_n = t_.stages - 1 - lag_;
@@ -717,14 +732,8 @@ class MmaKernel {
       if (st < t_.kt) load_tile(k(int64_t{st} * t_.bk), k(st));
       if (!t_.tma) commit();
     }
-    const size_t nacc = static_cast<size_t>(t_.mi * t_.ni * 4);
     KLoop kl = open_k_loop();
-    llvm::BasicBlock* loop = kl.loop;
-    llvm::BasicBlock* done = kl.done;
     llvm::PHINode* kt = kl.kt;
-    std::vector<llvm::PHINode*>& phis = kl.phis;
-    std::vector<llvm::Value*> acc = kl.acc;
-    llvm::Value* next = add(kt, k(1));
     if (!t_.tma) wait(ahead_n - 1);
     if (t_.wgmma && !t_.tma) proxy_fence();  // the copies, made by the generic proxy, become visible to wgmma's
     // Every thread is past tile kt-1's compute (mma.sync), or past the wait that
@@ -738,19 +747,10 @@ class MmaKernel {
     load_tile(mul(ahead, t_.bk), stage_of(ahead));
     b_.CreateBr(issued);
     b_.SetInsertPoint(issued);
-    if (t_.tma) {
-      // Tile kt's copies complete its stage's mbarrier phase number kt / stages.
-      llvm::Value* parity = b_.CreateAnd(b_.CreateUDiv(kt, k(t_.stages)), k(1));
-      mbar_wait(stage_of(kt), parity);
-    } else {
-      commit();
-    }
-    acc = t_.wgmma ? compute_wgmma(stage_of(kt), acc) : compute(stage_of(kt), acc);
-    for (size_t i = 0; i < nacc; ++i) phis[i]->addIncoming(acc[i], b_.GetInsertBlock());
-    kt->addIncoming(next, b_.GetInsertBlock());
-    b_.CreateCondBr(b_.CreateICmpSLT(next, k(t_.kt)), loop, done);
-    b_.SetInsertPoint(done);
-    if (lag_ > 0) wgmma_wait(0);  // the last groups, before the epilogue reads the accumulators
+    if (t_.tma) mbar_wait(stage_of(kt), parity_of(kt));
+    else commit();
+    std::vector<llvm::Value*> acc = t_.wgmma ? compute_wgmma(stage_of(kt), kl.acc) : compute(stage_of(kt), kl.acc);
+    close_k_loop(kl, acc);
     return acc;
   }
 
@@ -766,10 +766,6 @@ class MmaKernel {
   // by mbarriers only.
   std::vector<llvm::Value*> k_loop_ws() {
     llvm::LLVMContext& c = m_.getContext();
-    auto stage_of = [&](llvm::Value* kt) {
-      return pow2(t_.stages) ? b_.CreateAnd(kt, k(t_.stages - 1)) : b_.CreateURem(kt, k(t_.stages));
-    };
-    auto parity_of = [&](llvm::Value* kt) { return b_.CreateAnd(b_.CreateUDiv(kt, k(t_.stages)), k(1)); };
     init_mbarriers();
     llvm::BasicBlock* producer = llvm::BasicBlock::Create(c, "ws.producer", fn_);
     llvm::BasicBlock* consumer = llvm::BasicBlock::Create(c, "ws.consumer", fn_);
@@ -793,15 +789,10 @@ class MmaKernel {
 
     // The consumers.
     b_.SetInsertPoint(consumer);
-    const size_t nacc = static_cast<size_t>(t_.mi * t_.ni * 4);
     KLoop kl = open_k_loop();
-    llvm::BasicBlock* loop = kl.loop;
-    llvm::BasicBlock* done = kl.done;
     llvm::PHINode* kt = kl.kt;
-    std::vector<llvm::PHINode*>& phis = kl.phis;
-    std::vector<llvm::Value*> acc = kl.acc;
     mbar_wait(stage_of(kt), parity_of(kt));
-    acc = compute_wgmma(stage_of(kt), acc);  // ends with wgmma.wait_group lag
+    std::vector<llvm::Value*> acc = compute_wgmma(stage_of(kt), kl.acc);  // ends with wgmma.wait_group lag
     // The tile whose group that wait retired (kt - lag) releases its stage.
     llvm::Value* retired = b_.CreateSub(kt, k(lag_));
     llvm::Value* release = b_.CreateAnd(b_.CreateICmpSGE(retired, k(0)),
@@ -810,15 +801,10 @@ class MmaKernel {
     llvm::BasicBlock* cont = llvm::BasicBlock::Create(c, "ws.released", fn_);
     b_.CreateCondBr(release, rel, cont);
     b_.SetInsertPoint(rel);
-    mbar_arrive(empty_mbar(stage_of(b_.CreateSelect(b_.CreateICmpSGE(retired, k(0)), retired, k(0)))));
+    mbar_arrive(empty_mbar(stage_of(retired)));  // retired >= 0 here
     b_.CreateBr(cont);
     b_.SetInsertPoint(cont);
-    llvm::Value* next = add(kt, k(1));
-    for (size_t i = 0; i < nacc; ++i) phis[i]->addIncoming(acc[i], cont);
-    kt->addIncoming(next, cont);
-    b_.CreateCondBr(b_.CreateICmpSLT(next, k(t_.kt)), loop, done);
-    b_.SetInsertPoint(done);
-    if (lag_ > 0) wgmma_wait(0);
+    close_k_loop(kl, acc);
     return acc;
   }
 

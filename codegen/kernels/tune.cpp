@@ -160,7 +160,7 @@ class PtxCandidateBuilder final : public Builder {
     r.grid_blocks = l.grid[0] * l.grid[1] * l.grid[2];
     r.wgmma = ptx->find("wgmma.mma_async") != std::string::npos;
     r.tensor_cores = ptx_uses_tensor_cores(*ptx);
-    r.tf32 = r.tensor_cores && ptx->find(".f32.tf32.tf32") != std::string::npos;
+    r.tf32 = r.tensor_cores && ptx_uses_tf32(*ptx);
     if (kernel_kind_of(k_) == KernelKind::Reduction)
       if (Result<ReductionInfo> ri = reduction_info(KernelSpec{"sf_tune", KernelKind::Reduction, k_.group}, c); ri.ok())
         r.row_reads = std::max(ri->row_reads(), 1);

@@ -53,8 +53,9 @@ std::vector<KernelConfig> gpu_reduction(const TargetInfo& t) {
 // Tensor-core tiles (sm_80+, 16-bit or TF32 operands): Triton's and CUTLASS's common
 // sm_80 configs, which on sm_90a include the wgmma ones (4 or 8 warps, 64-row
 // warpgroups, block_k 64, or 32 for TF32). Their contiguous shared sides are 32 or 64
-// wide, the swizzle's widths.
-void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma) {
+// wide, the swizzle's widths. A bare TF32 matmul also tries split-K (2 and 4), which
+// the rules keep only where the output tiles leave SMs idle.
+void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool split) {
   for (int bm : {64, 128, 256})
     for (int bn : {64, 128, 256})
       for (int bk : {32, 64})
@@ -62,22 +63,24 @@ void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma) {
           for (int stages : {2, 3, 4, 5})
             // sm_90a: also with a producer warpgroup (the wgmma + TMA kernel; configs it
             // cannot take fail to build and are dropped).
-            for (int ws = 0; ws <= (wgmma && stages >= 3 ? 1 : 0); ++ws) {
-              KernelConfig c;
-              c.block_m = bm;
-              c.block_n = bn;
-              c.block_k = bk;
-              c.warps = warps;
-              c.stages = stages;
-              c.group_m = 8;
-              c.warp_specialize = ws;
-              out.push_back(c);
-            }
+            for (int ws = 0; ws <= (wgmma && stages >= 3 ? 1 : 0); ++ws)
+              for (int sk = 1; sk <= (split ? 4 : 1); sk *= 2) {
+                KernelConfig c;
+                c.block_m = bm;
+                c.block_n = bn;
+                c.block_k = bk;
+                c.warps = warps;
+                c.stages = stages;
+                c.group_m = 8;
+                c.warp_specialize = ws;
+                c.split_k = sk;
+                out.push_back(c);
+              }
 }
 
 std::vector<KernelConfig> gpu_matmul(const TuneProblem& p, const TargetInfo& t) {
   std::vector<KernelConfig> out;
-  if ((p.operand_bytes == 2 || p.tf32) && t.tensor16_gflops > 0) add_tensor_core_matmul(out, t.name == "sm_90a");
+  if ((p.operand_bytes == 2 || p.tf32) && t.tensor16_gflops > 0) add_tensor_core_matmul(out, t.name == "sm_90a", p.tf32 && p.bare);
   for (int bm : {32, 64, 128})
     for (int bn : {32, 64, 128})
       for (int bk : {8, 16, 32})
@@ -202,7 +205,7 @@ std::optional<std::string> rule_reject(const TuneProblem& p, const KernelConfig&
       if (c.split_k > 1) {
         // Split-K adds partial sums atomically into a zeroed output: only a bare f32
         // matmul, and only worth it when the output tiles leave SMs idle.
-        if (!p.bare) return "split_k " + s(c.split_k) + " needs the bare f32 matmul as the kernel's output";
+        if (!p.bare || p.operand_bytes != 4) return "split_k " + s(c.split_k) + " needs the bare f32 matmul as the kernel's output";
         int64_t tiles = p.batch * ((p.m + c.block_m - 1) / c.block_m) * ((p.n + c.block_n - 1) / c.block_n);
         if (tiles >= t.sms) return "split_k " + s(c.split_k) + ": " + s(tiles) + " output tiles already fill " + s(t.sms) + " SMs";
         int64_t kt = (p.k + c.block_k - 1) / c.block_k;

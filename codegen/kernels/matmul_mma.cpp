@@ -41,7 +41,7 @@ class MmaKernel {
     it_ = mma_fits_i32(g_, p_, t_) ? b_.getInt32Ty() : b_.getInt64Ty();
     f32_ = b_.getFloatTy();
     i32_ = b_.getInt32Ty();
-    llvm::Value *bx = nullptr, *by = nullptr;
+    llvm::Value *bx = nullptr, *by = nullptr, *bz = nullptr;
     if (!sim_) {
       // 128-byte aligned: the swizzle's banks are counted from each tile's base, and
       // every tile and stage is a multiple of 128 bytes.
@@ -56,10 +56,12 @@ class MmaKernel {
       tid_ = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, it_);
       bx = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, it_);
       by = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y, it_);
+      if (t_.split > 1) bz = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z, it_);
     } else {
       llvm::Type* ptr = b_.getPtrTy();
-      // void entry(ptr args, i32 blockIdx.x, i32 blockIdx.y, i32 threadIdx.x, ptr smem, ptr hooks)
-      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32_, i32_, i32_, ptr, ptr}, false);
+      // void entry(ptr args, i32 blockIdx.x, i32 blockIdx.y, i32 threadIdx.x, ptr smem, ptr hooks,
+      //            i32 blockIdx.z)
+      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32_, i32_, i32_, ptr, ptr, i32_}, false);
       fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec_.entry, m_);
       b_.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn_));
       // args: inputs, outputs, then (TMA) the two tensor maps: SimTensorMap*.
@@ -80,6 +82,7 @@ class MmaKernel {
         hook_[i] = b_.CreateAlignedLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, hooks, static_cast<uint64_t>(i)),
                                         llvm::Align(8));
       tid32_ = fn_->getArg(3);
+      if (t_.split > 1) bz = b_.CreateZExt(fn_->getArg(6), it_);
     }
     fn_->setDoesNotThrow();
     lag_ = t_.wgmma && t_.stages >= 3 ? 1 : 0;
@@ -90,6 +93,7 @@ class MmaKernel {
     }
 
     bz_ = by;
+    kbase_ = bz ? b_.CreateMul(bz, k(t_.kt * t_.bk), "kbase", true, true) : k(0);
     TileOrigin o = group_m_tile(b_, p_, bx, t_.bm, t_.bn, t_.group_m);
     m0_ = o.m0;
     n0_ = o.n0;
@@ -199,6 +203,7 @@ class MmaKernel {
   // address when none is). The host simulation copies at once (zero-fill included),
   // one of the orders cp.async allows.
   void issue_tile(llvm::Value* k0, llvm::Value* stage) {
+    k0 = add(kbase_, k0);
     llvm::Value* sbase = mul(stage, t_.stage_bytes);
     for (int which = 0; which < 2; ++which) {
       const MatmulOperand& op = which == 0 ? p_.a : p_.b;
@@ -303,6 +308,7 @@ class MmaKernel {
   }
 
   void tma_tile_body(llvm::Value* k0, llvm::Value* stage) {
+    k0 = add(kbase_, k0);
     {
       llvm::Value* bar = smem_operand(mbar(stage));
       llvm::Value* bytes = b_.getInt32(static_cast<uint32_t>(t_.stage_bytes));
@@ -822,7 +828,7 @@ class MmaKernel {
     llvm::Value* tig2 = mul(b_.CreateAnd(lane_, k(3)), 2);
     llvm::Value* row0 = add(add(m0_, wm0_), g);
     llvm::Value* col0 = add(add(n0_, wn0_), tig2);
-    llvm::Value* aligned = p_.N % 2 == 0 ? epi.pairs_aligned(out_) : nullptr;
+    llvm::Value* aligned = p_.N % 2 == 0 && t_.split == 1 ? epi.pairs_aligned(out_) : nullptr;
     for (int i = 0; i < t_.mi; ++i)
       for (int half = 0; half < 2; ++half) {
         llvm::Value* row = add(row0, k(i * t_.m_step + half * 8));
@@ -846,12 +852,30 @@ class MmaKernel {
             coords.back() = col;
             llvm::Value* v = acc[static_cast<size_t>((i * t_.ni + j) * 4 + half * 2 + e)];
             llvm::Value* ok = b_.CreateAnd(row_ok, b_.CreateICmpSLT(col, k(p_.N)));
+            if (t_.split > 1) {
+              add_partial(ok, add(row_off, col), v);
+              continue;
+            }
             if (Result<bool> r = epi.store_element(fn_, ok, coords, add(row_off, col), v, out_); !r) return r.error();
           }
         }
       }
     b_.CreateRetVoid();
     return true;
+  }
+
+  // Split-K: a partial sum added into the (zeroed) f32 output where `ok`; relaxed
+  // order, as only the sum matters.
+  void add_partial(llvm::Value* ok, llvm::Value* flat, llvm::Value* v) {
+    llvm::LLVMContext& c = m_.getContext();
+    llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "epi.add", fn_);
+    llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "epi.added", fn_);
+    b_.CreateCondBr(ok, st, next);
+    b_.SetInsertPoint(st);
+    b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, b_.CreateInBoundsGEP(f32_, out_[0], flat), v, llvm::MaybeAlign(4),
+                       llvm::AtomicOrdering::Monotonic);
+    b_.CreateBr(next);
+    b_.SetInsertPoint(next);
   }
 
   const KernelSpec& spec_;
@@ -877,6 +901,7 @@ class MmaKernel {
   llvm::Value *wm0_ = nullptr, *wn0_ = nullptr, *wg_ = nullptr;
   std::vector<llvm::Value*> tmap_;  // TMA: A's and B's tensor maps
   llvm::Value* bz_ = nullptr;        // the batch index (grid y)
+  llvm::Value* kbase_ = nullptr;     // split-K: the first K element of this block's share (grid z)
   BatchIndex bi_;
   std::vector<Copy> a_copy_, b_copy_;
 };
@@ -890,7 +915,7 @@ Result<LaunchShape> build_mma_kernel(const KernelSpec& spec, const MatmulGroup& 
   if (Result<bool> g = check_matmul_grid(p, t->bm, t->bn); !g) return g.error();
   Result<bool> built = MmaKernel(spec, p, *t, target, m, sim).build();
   if (!built) return built.error();
-  LaunchShape l = matmul_launch_shape(p, t->bm, t->bn, t->launch_threads(), t->shared_bytes, 1);
+  LaunchShape l = matmul_launch_shape(p, t->bm, t->bn, t->launch_threads(), t->shared_bytes, t->split);
   l.tensor_maps = t->maps;
   return l;
 }

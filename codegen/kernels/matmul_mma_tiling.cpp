@@ -122,7 +122,17 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
   if (p.dtype != DType::BF16 && p.dtype != DType::F16 && !tf32)
     return no(std::string(dtype_name(p.dtype)) + " operands stay on exact FMA (tensor cores take f16, bf16 and, with --allow-tf32, f32)");
   const int eb = tf32 ? 4 : 2;
-  if (c.split_k != 1) return no("split_k = " + num(c.split_k) + " (the tensor-core kernel sums all of K in one block)");
+  if (!pow2(c.split_k) || c.split_k > 64) return no("split_k = " + num(c.split_k) + " is not a power of two in 1..64");
+  if (c.split_k > 1) {
+    // As the SIMT kernel's split-K: f32 atomic adds of partial sums into the output,
+    // so only a bare f32 (here: TF32) matmul.
+    if (!p.bare)
+      return no("split_k = " + num(c.split_k) +
+                " needs the matmul's own result as the kernel's only output (an epilogue would see partial sums)");
+    if (!tf32)
+      return no("split_k = " + num(c.split_k) + " needs an f32 matmul (partial sums are added with f32 atomics), not " +
+                std::string(dtype_name(p.dtype)));
+  }
   OperandLayout la = operand_layout("A", p.sam, p.sak, p.M, p.K, p.a_bstride, 16 / eb);
   if (!la.why_not.empty()) return no(la.why_not);
   OperandLayout lb = operand_layout("B", p.sbn, p.sbk, p.N, p.K, p.b_bstride, 16 / eb);
@@ -233,7 +243,12 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
   if (t.shared_bytes > max_shared_bytes(sm))
     return no("the tiles need " + num(t.shared_bytes) + " bytes of shared memory (" + num(t.stages) + " stages), more than sm_" +
               num(sm) + "'s " + num(max_shared_bytes(sm)) + " per block");
-  t.kt = ceil_div(p.K, t.bk);
+  t.split = c.split_k;
+  const int64_t tiles = ceil_div(p.K, t.bk);
+  if (tiles % t.split != 0)
+    return no("split_k = " + num(t.split) + " does not divide the " + num(tiles) + " K tiles of block_k = " + num(t.bk) +
+              " (K = " + num(p.K) + ")");
+  t.kt = tiles / t.split;
   return t;
 }
 
@@ -241,7 +256,7 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
 // past M, N and K, and every tensor's size.
 bool mma_fits_i32(const Graph& g, const MatmulGroup& p, const MmaTiling& t) {
   const int64_t lim = int64_t{1} << 30;
-  int64_t mp = ceil_div(p.M, t.bm) * t.bm + t.bm, np = ceil_div(p.N, t.bn) * t.bn + t.bn, kp = (t.kt + 1) * t.bk;
+  int64_t mp = ceil_div(p.M, t.bm) * t.bm + t.bm, np = ceil_div(p.N, t.bn) * t.bn + t.bn, kp = (t.kt * t.split + 1) * t.bk;
   auto span = [&](const std::vector<int64_t>& bs, int64_t r, int64_t sr, int64_t c, int64_t sc) {
     int64_t s = r * std::max<int64_t>(sr, 1) + c * std::max<int64_t>(sc, 1) + 1;
     for (size_t e = 0; e < bs.size(); ++e) s += (p.batch[e] - 1) * bs[e];

@@ -58,7 +58,11 @@ struct MmaTiling {
   bool a_kc = false, b_kc = false;  // operand_layout's k_contiguous of A and B
   SmemTile a, b;
   int64_t stage_bytes = 0, shared_bytes = 0;
-  int64_t kt = 0;  // K tiles
+  int64_t kt = 0;  // K tiles one block walks (all of them unless split-K)
+  // Split-K (KernelConfig::split_k, a bare f32 matmul: TF32): grid z splits the K
+  // tiles into `split` shares of kt each, and every block adds its partial sums into
+  // the output, which the launch zeroes (LaunchShape::zero_outputs).
+  int split = 1;
 };
 
 // The tiling of `p` under `c` on sm_`sm` (`wgmma_arch`: sm_90a), or a Diag saying why

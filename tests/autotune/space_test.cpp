@@ -480,6 +480,29 @@ TEST(SpaceTest, TensorCoreTilesForSixteenBitAndTf32Matmuls) {
   EXPECT_TRUE(has(tf32, 128, 256, 32, 8, 4));
 }
 
+// Split-K on the tensor cores: a bare TF32 matmul whose output tiles leave most SMs
+// idle (a 256 x 256 output, K = 8192) gets tensor-core split-K configs that pass the
+// rules; the same shape in bf16 gets none (partial sums need f32 atomics).
+TEST(SpaceTest, Tf32SplitKTensorCoreConfigs) {
+  TargetInfo t = gpu("sm_90a");
+  auto splits = [&](const TuneProblem& p) {
+    int n = 0;
+    for (const KernelConfig& c : config_space(p, t))
+      // 4 stages and block_k 64: tensor-core tiles, not the SIMT space's.
+      if (c.split_k > 1 && c.block_k == 64 && c.stages == 4 && !rule_reject(p, c, t)) ++n;
+    return n;
+  };
+  TuneProblem tf32 = matmul(256, 256, 8192);
+  tf32.tf32 = true;
+  tf32.bare = true;
+  EXPECT_GT(splits(tf32), 0);
+  TuneProblem bf16 = tf32;
+  bf16.tf32 = false;
+  bf16.operand_bytes = 2;
+  bf16.elem_bytes = 2;
+  EXPECT_EQ(splits(bf16), 0);
+}
+
 // A bf16 GEMM on sm_90a: the same 128 x 256 x 64 config is priced at the tensor-core
 // rate, and faster as wgmma (the builder saw wgmma.mma_async) than as mma.sync; both
 // far below the FP32 FMA kernel's ~2 ms. 2 x 4096^3 flops at 989 TFLOP/s is ~139 us.

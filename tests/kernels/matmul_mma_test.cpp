@@ -128,6 +128,25 @@ TEST(MatmulMmaSim, Tf32RoundsLikeTf32) {
   EXPECT_TRUE(compare((*got)[0], (*exact)[0], default_tolerance(DType::F16)).ok());
 }
 
+// Split-K on the tensor cores (a bare TF32 matmul): grid z splits the K tiles, and each
+// block adds its partial sums into the zeroed output with f32 atomics. Ragged M and N,
+// both B layouts, 2 and 4 splits. A block that summed the wrong share of K (the first
+// one for every z), or stored instead of adding, misses the reference.
+TEST(MatmulMmaSim, Tf32SplitKAddsEveryShare) {
+  for (bool b_t : {false, true}) {
+    Shape3 s{40, 48, 128, false, b_t, {}};
+    for (int split : {2, 4}) {
+      KernelConfig c = tc_config(32, 32, 16, 2, 2);
+      c.split_k = split;
+      check(mm_graph(s, DType::F32, Epi::None), c, name(s, DType::F32, c) + " tf32 split_k " + std::to_string(split));
+    }
+  }
+  Shape3 b{32, 40, 64, false, true, {2}};
+  KernelConfig c = tc_config(32, 32, 16, 2, 3);
+  c.split_k = 2;
+  check(mm_graph(b, DType::F32, Epi::None), c, "tf32 split_k 2 batch 2");
+}
+
 // ---- NVPTX ------------------------------------------------------------------------------------
 
 struct Ptx {
@@ -245,6 +264,33 @@ TEST(MatmulMmaNvptx, Tf32OnlyWhenAllowed) {
       ASSERT_TRUE(r.ok()) << r.error().str();
       EXPECT_FALSE((*r)[0].spills());
     }
+}
+
+// Split-K TF32 on sm_80 and on sm_90a's wgmma + TMA kernel: grid z = split_k, a
+// zeroed output, tensor-core multiplies, and the partial sums added by f32 atomics
+// (red.global.add.f32), no plain store of the result.
+TEST(MatmulMmaNvptx, Tf32SplitKAddsPartialSums) {
+  Graph lin = mm_graph({256, 512, 4096, false, true, {}}, DType::F32, Epi::None);
+  struct Case {
+    const char* arch;
+    KernelConfig c;
+    const char* mma;
+  };
+  KernelConfig c80 = tc_config(128, 128, 32, 4, 3);
+  c80.split_k = 4;
+  KernelConfig c90 = tc_config(128, 128, 64, 8, 3);
+  c90.split_k = 4;
+  for (const Case& k : {Case{"sm_80", c80, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"},
+                        Case{"sm_90a", c90, "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32"}}) {
+    Ptx p = emit_ptx(lin, k.c, k.arch, /*allow_tf32=*/true, /*tma=*/true);
+    EXPECT_EQ(p.launch.grid[2], 4) << k.arch;
+    EXPECT_TRUE(p.launch.zero_outputs) << k.arch;
+    EXPECT_GT(count(p.text, k.mma), 0) << k.arch;
+    EXPECT_GT(count(p.text, "%ctaid.z"), 0) << k.arch;
+    EXPECT_GT(count(p.text, "red.global.add.f32") + count(p.text, "atom.global.add.f32"), 0) << k.arch;
+    EXPECT_EQ(count(p.text, "st.global.f32"), 0) << k.arch;
+    EXPECT_EQ(count(p.text, "fma.rn.f32"), 0) << k.arch;
+  }
 }
 
 // TMA on sm_90a: thread 0 arms each stage's mbarrier and issues one 2-D bulk tensor
@@ -425,6 +471,23 @@ TEST(MatmulMmaPath, SaysWhichKernelAndWhy) {
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->tensor_cores && !p->wgmma) << p->why;
   EXPECT_NE(p->why.find("TF32 wgmma reads both operands K-major"), std::string::npos) << p->why;
+
+  // Split-K: a bare TF32 matmul keeps the tensor cores (grid z, zeroed output); a
+  // 16-bit one cannot add partial sums with f32 atomics and says so.
+  KernelConfig split = tc_config(128, 128, 32, 8, 3);
+  split.split_k = 4;
+  p = matmul_path(tf32_spec(f32), split, "sm_80");
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->tensor_cores) << p->why;
+  Graph f32_epi = mm_graph({256, 256, 256, false, false, {}}, DType::F32, Epi::BiasGelu);
+  p = matmul_path(tf32_spec(f32_epi), split, "sm_80");
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->tensor_cores);
+  EXPECT_NE(p->why.find("epilogue would see partial sums"), std::string::npos) << p->why;
+  p = matmul_path(spec_of(bf), split, "sm_80");
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->tensor_cores);
+  EXPECT_NE(p->why.find("needs an f32 matmul"), std::string::npos) << p->why;
 
   // block_k 16: A's k-contiguous shared rows would be 32 bytes, which the swizzle
   // does not cover.

@@ -140,6 +140,20 @@ TEST(MatmulWgmmaSim, Tf32KMajorMatchesTheReference) {
     check(mm_graph(s, DType::F32, Epi::None), c, name(s, DType::F32, c) + " tf32 wgmma", true, 1, true);
 }
 
+// Split-K on the warpgroup kernel (TF32, K-major operands): each z block's TMA copies
+// start at its share of K, plain and warp-specialised, and the partial sums add up.
+TEST(MatmulWgmmaSim, Tf32SplitKWithTma) {
+  Shape3 s{72, 100, 256, false, true, {}};
+  for (int ws : {0, 1}) {
+    KernelConfig c = tc_config(64, 64, 32, 4, 3, 8, ws);
+    c.split_k = 2;
+    check(mm_graph(s, DType::F32, Epi::None), c, name(s, DType::F32, c) + " tf32 split_k 2 tma", true, 1, true, true);
+  }
+  KernelConfig c = tc_config(64, 64, 32, 4, 2);
+  c.split_k = 4;
+  check(mm_graph(s, DType::F32, Epi::None), c, name(s, DType::F32, c) + " tf32 split_k 4 cp.async", true, 1, true);
+}
+
 // Not blind: hardware that reads every operand K-major (ignores imm-trans) gives wrong
 // results for x @ w, whose B is N-major.
 TEST(MatmulWgmmaSim, HardwareThatIgnoresTransGivesWrongResults) {

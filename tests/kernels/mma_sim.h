@@ -634,17 +634,19 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
   LaunchShape launch = k->launch;
   Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
   if (!fn) return fn.error();
-  using Entry = void (*)(void**, int32_t, int32_t, int32_t, void*, const MmaSimHooks*);
+  using Entry = void (*)(void**, int32_t, int32_t, int32_t, void*, const MmaSimHooks*, int32_t);
   auto entry = reinterpret_cast<Entry>(*fn);
   std::vector<Tensor> out = output_tensors(g);
+  // Outputs start as garbage, or zeroed where the launch says so (split-K).
   for (Tensor& t : out)
-    if (t.nbytes()) std::memset(t.data(), 0x7f, t.nbytes());
+    if (t.nbytes()) std::memset(t.data(), launch.zero_outputs ? 0 : 0x7f, t.nbytes());
   std::vector<void*> args = arg_array(inputs, out);
   std::vector<SimTensorMap> maps;
   for (const TensorMapSpec& t : launch.tensor_maps) maps.push_back({t, inputs[static_cast<size_t>(t.input)].data()});
   for (SimTensorMap& m : maps) args.push_back(&m);
   const int threads = launch.block[0];
   kernel_test::BlockThreads block(threads);
+  for (int64_t bz = 0; bz < launch.grid[2]; ++bz)
   for (int64_t by = 0; by < launch.grid[1]; ++by)
     for (int64_t bx = 0; bx < launch.grid[0]; ++bx) {
       Block blk(threads, static_cast<size_t>(launch.shared_bytes));
@@ -668,7 +670,9 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
       hooks.mbar_expect_tx = &sim_mbar_expect_tx;
       hooks.mbar_try_wait = &sim_mbar_try_wait;
       hooks.mbar_arrive = &sim_mbar_arrive;
-      block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks); });
+      block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks,
+                               static_cast<int32_t>(bz));
+      });
       if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
       if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);
       if (wgmma_calls)

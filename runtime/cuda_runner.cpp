@@ -78,6 +78,7 @@ std::optional<Diag> CudaRunner::ensure_ready(int64_t flush_bytes) {
     flush_ = {};
     blas_.reset();
     gemm_workspace_ = {};
+    gemm_product_ = {};
     generation_ = ctx_->generation();
     Result<cuda::Stream> s = cuda::Stream::create(*ctx_);
     if (!s) return s.error();
@@ -130,6 +131,7 @@ std::string CudaRunner::recover() {
   flush_ = {};
   blas_.reset();
   gemm_workspace_ = {};
+  gemm_product_ = {};
   return "; the context was reset";
 }
 
@@ -149,6 +151,15 @@ Result<cublas::GemmCall> CudaRunner::prepare_gemm(const GemmArtifact& g) {
     in.push_back(*t);
   }
   std::optional<TensorType> out = arg(g.c, output_specs_);
+  if (g.c == kGemmProduct && g.epilogue) {
+    // A buffer of the runner's own, of exactly the product's size (gemm_check below
+    // checks that the call writes it whole).
+    int64_t mn = 0, elements = 0;
+    if (__builtin_mul_overflow(g.desc.m, g.desc.n, &mn) || __builtin_mul_overflow(mn, g.desc.batch, &elements) ||
+        elements < 1)
+      return Diag{"", {}, "the GEMM's product (" + gemm_str(g.desc) + ") has no size"};
+    out = TensorType{g.desc.dtype, {elements}};
+  }
   if (!out) return Diag{"", {}, "the GEMM's output " + std::to_string(g.c) + " is not one of the runner's outputs"};
   if (std::optional<GemmIssue> why = gemm_check(g.desc, in, *out))
     return Diag{"", {}, "the GEMM does not fit the runner's arguments: " + why->field + ": " + why->message};
@@ -163,6 +174,49 @@ Result<cublas::GemmCall> CudaRunner::prepare_gemm(const GemmArtifact& g) {
     gemm_workspace_ = std::move(w).value();
   }
   return blas_->prepare(g.desc, g.desc.library == GemmLibrary::CublasLt ? kGemmWorkspaceBytes : 0);
+}
+
+Result<std::vector<CUdeviceptr>> CudaRunner::epilogue_args(const GemmArtifact& g) {
+  const PtxArtifact& e = *g.epilogue;
+  if (!e.tensor_maps.empty() || e.zero_outputs)
+    return Diag{"", {}, "an epilogue kernel with tensor maps or zeroed outputs is not supported"};
+  if (g.epilogue_in.size() != e.inputs.size() || g.epilogue_out.size() != e.outputs.size() || e.outputs.empty())
+    return Diag{"", {}, "the epilogue kernel takes " + specs_str(e.inputs) + " -> " + specs_str(e.outputs) + ", but " +
+                            std::to_string(g.epilogue_in.size()) + " input(s) and " +
+                            std::to_string(g.epilogue_out.size()) + " output(s) are given"};
+  const KernelArgSpec product{g.desc.dtype, g.desc.m * g.desc.n * g.desc.batch};  // prepare_gemm checked it
+  if (g.c == kGemmProduct && gemm_product_.bytes() != static_cast<size_t>(product.bytes())) {
+    gemm_product_ = {};
+    Result<cuda::Buffer> b = cuda::Buffer::allocate(*ctx_, static_cast<size_t>(product.bytes()));
+    if (!b) return Diag{"", {}, "the GEMM's product buffer: " + b.error().message};
+    gemm_product_ = std::move(b).value();
+  }
+  std::vector<CUdeviceptr> args;
+  auto take = [&](int i, const KernelArgSpec& want, bool output) -> std::optional<Diag> {
+    const std::vector<KernelArgSpec>& specs = output ? output_specs_ : input_specs_;
+    const std::vector<cuda::Buffer>& bufs = output ? outputs_ : inputs_;
+    KernelArgSpec have;
+    if (!output && i == kGemmProduct) {
+      have = product;
+      args.push_back(g.c == kGemmProduct ? gemm_product_.ptr() : outputs_[static_cast<size_t>(g.c)].ptr());
+    } else if (i >= 0 && i < static_cast<int>(specs.size())) {
+      have = specs[static_cast<size_t>(i)];
+      args.push_back(bufs[static_cast<size_t>(i)].ptr());
+    } else {
+      return Diag{"", {}, "the epilogue kernel's " + std::string(output ? "output " : "input ") + std::to_string(i) +
+                              " is not one of the runner's " + std::to_string(specs.size()) +
+                              (output ? " outputs" : " inputs")};
+    }
+    if (have != want)
+      return Diag{"", {}, "the epilogue kernel's argument " + std::to_string(args.size() - 1) + " is " +
+                              specs_str({want}) + ", the buffer it is given " + specs_str({have})};
+    return std::nullopt;
+  };
+  for (size_t j = 0; j < g.epilogue_in.size(); ++j)
+    if (auto d = take(g.epilogue_in[j], e.inputs[j], false)) return *d;
+  for (size_t j = 0; j < g.epilogue_out.size(); ++j)
+    if (auto d = take(g.epilogue_out[j], e.outputs[j], true)) return *d;
+  return args;
 }
 
 Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench) {
@@ -207,6 +261,21 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
     if (!c) return c.error();
     call = std::move(c).value();
   }
+  // A split candidate's epilogue kernel, launched after the call in every run.
+  std::optional<cuda::Module> epilogue_module;
+  CUfunction epilogue_fn{};
+  std::vector<CUdeviceptr> epi_args;
+  if (gemm && gemm->epilogue) {
+    Result<std::vector<CUdeviceptr>> ea = epilogue_args(*gemm);
+    if (!ea) return ea.error();
+    epi_args = std::move(ea).value();
+    Result<cuda::Module> m = cuda::Module::load_ptx(*ctx_, gemm->epilogue->ptx, gemm->epilogue->entry);
+    if (!m) return Diag{"", {}, "the epilogue kernel: " + m.error().message};
+    epilogue_module = std::move(m).value();
+    Result<CUfunction> f = epilogue_module->function(gemm->epilogue->entry);
+    if (!f) return f.error();
+    epilogue_fn = *f;
+  }
   const cuda::Driver& d = ctx_->drv();
 
   auto failed = [&](const Diag& e) -> Diag {
@@ -225,8 +294,12 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
   auto launch_once = [&]() -> std::optional<Diag> {
     if (call) {
       auto ptr = [&](const std::vector<cuda::Buffer>& v, int i) { return i < 0 ? CUdeviceptr{0} : v[static_cast<size_t>(i)].ptr(); };
-      return call->enqueue(stream_, ptr(inputs_, gemm->a), ptr(inputs_, gemm->b), ptr(inputs_, gemm->bias),
-                           ptr(outputs_, gemm->c), gemm_workspace_.ptr());
+      const CUdeviceptr c = gemm->c == kGemmProduct ? gemm_product_.ptr() : ptr(outputs_, gemm->c);
+      if (auto e = call->enqueue(stream_, ptr(inputs_, gemm->a), ptr(inputs_, gemm->b), ptr(inputs_, gemm->bias), c,
+                                 gemm_workspace_.ptr()))
+        return e;
+      if (!gemm->epilogue) return std::nullopt;
+      return cuda::launch(*ctx_, epilogue_fn, gemm->epilogue->launch, epi_args, stream_);
     }
     return cuda::launch(*ctx_, fn, p->launch, args, stream_);
   };

@@ -71,10 +71,23 @@ struct PtxArtifact final : Artifact {
 // CUDA-graph mode, flush and events), through cuBLASLt or cuBLAS (runtime/cublas.h)
 // with a kGemmWorkspaceBytes workspace. Its library must be there, else the run is a
 // Diag saying why.
+//
+// With an `epilogue` it is the split candidate ("extern=cublaslt+epilogue",
+// codegen/kernels/extern_gemm.h): the library writes the bare product into output
+// `c`, or, when c is kGemmProduct, into a buffer the runner keeps for it; then the
+// epilogue kernel (a PtxArtifact, JIT-linked like a candidate) reads it and writes
+// the outputs the group computes after the matmul. A run is the call and the launch,
+// back to back on one stream, timed by one pair of events (and captured together
+// in graph mode).
 struct GemmArtifact final : Artifact {
   GemmDesc desc;
   int a = -1, b = -1, bias = -1;  // indices among the kernel's inputs (bias: -1 without one)
-  int c = 0;                      // index among its outputs
+  int c = 0;                      // index among its outputs, or kGemmProduct (with an epilogue)
+  std::shared_ptr<const PtxArtifact> epilogue;
+  // The epilogue kernel's arguments: per input, an index among the runner's inputs or
+  // kGemmProduct (the GEMM's C); per output, an index among the runner's outputs.
+  // Their sizes must be the epilogue's own `inputs` and `outputs` specs.
+  std::vector<int> epilogue_in, epilogue_out;
 };
 
 struct CudaRunnerOptions {
@@ -126,6 +139,9 @@ class CudaRunner final : public Runner {
   // The GEMM prepared on this runner's context and arguments (its handle and
   // workspace made on first use, again after a reset).
   Result<cublas::GemmCall> prepare_gemm(const GemmArtifact& g);
+  // The device pointers a split candidate's epilogue kernel is launched with, each
+  // checked against its spec; the product buffer allocated when it needs one.
+  Result<std::vector<CUdeviceptr>> epilogue_args(const GemmArtifact& g);
   // After a failure: if the context no longer works (a sticky fault), reset it and
   // drop every handle made in it. Returns a note for the Diag, "" when nothing was done.
   std::string recover();
@@ -143,6 +159,7 @@ class CudaRunner final : public Runner {
   cuda::Buffer flush_;
   std::optional<cublas::Handle> blas_;
   cuda::Buffer gemm_workspace_;
+  cuda::Buffer gemm_product_;  // a split candidate's product, when it is no output
   uint32_t flush_value_ = 0;
   CudaRunInfo info_;
   int recoveries_ = 0;

@@ -55,6 +55,11 @@ struct GemmDesc {
   bool operator==(const GemmDesc&) const = default;
 };
 
+// The split extern candidate (a library GEMM of a group's bare matmul, then a
+// generated epilogue kernel; codegen/kernels/extern_gemm.h): where an index says "the
+// GEMM's product", in a buffer of its own when no output of the group is the product.
+inline constexpr int kGemmProduct = -1;
+
 // Limits of a GemmDesc (cuBLAS takes m, n, k and the batch count as 32-bit ints).
 inline constexpr int64_t kMaxGemmDim = 2147483647;
 

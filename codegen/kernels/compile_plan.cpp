@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <deque>
+#include <functional>
 #include <thread>
 #include <filesystem>
 #include <fstream>
@@ -36,41 +38,89 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-// The gemm step of a fused kernel whose chosen winner is a library GEMM (the tuning
+// The steps of a fused kernel whose chosen winner is a library GEMM (the tuning
 // cache's choice, codegen/kernels/extern_gemm.h), over the kernel step's buffers
-// (`in`: its params in order; `out`: its outputs); nullopt when the choice is a
-// generated config, or when the library cannot compute the kernel after all (then
-// `notes` says why, and the kernel is compiled with its default config).
-std::optional<PlanStep> gemm_step(const LocalKernel& k, const std::vector<int>& in, const std::vector<int>& out,
-                                  const CompileOptions& opts, std::map<std::string, std::string>* notes) {
-  if (!opts.choose) return std::nullopt;
+// (`in`: its params in order; `out`: its outputs): one gemm step, or for the split
+// form ("cublaslt+epilogue") a gemm step writing the bare product into a buffer
+// added to `r` (or into the output that is the product) followed by a kernel step of
+// the epilogue kernel, which is kept in `epilogues` and named by `kernel_id`. Empty
+// when the choice is a generated config, or when the library cannot compute the
+// kernel after all (then `notes` says why, and the kernel is compiled with its
+// default config).
+std::vector<PlanStep> extern_steps(const LocalKernel& k, const std::vector<int>& in, const std::vector<int>& out,
+                                   const CompileOptions& opts, PlanRank& r, std::deque<LocalKernel>& epilogues,
+                                   const std::function<std::string(const LocalKernel&)>& kernel_id,
+                                   std::map<std::string, std::string>* notes) {
+  if (!opts.choose) return {};
   const KernelChoice c = opts.choose(k);
-  if (c.library.empty()) return std::nullopt;
-  Result<ExternGemm> x = extern_gemm(k);
-  std::optional<GemmLibrary> lib = parse_gemm_library(c.library);
-  std::string why = !x ? x.error().message : !lib ? "unknown library \"" + c.library + "\"" : "";
-  if (x && lib && std::find(x->libraries.begin(), x->libraries.end(), *lib) == x->libraries.end())
+  if (c.library.empty()) return {};
+  std::optional<ExternChoice> choice = parse_extern_choice(c.library);
+  std::string why = !choice ? "unknown library \"" + c.library + "\"" : "";
+  std::optional<ExternGemm> x;
+  std::optional<ExternGemmEpilogue> split;
+  if (choice && !choice->epilogue_kernel) {
+    Result<ExternGemm> whole = extern_gemm(k);
+    if (whole) x = *whole;
+    else why = whole.error().message;
+  } else if (choice) {
+    Result<ExternGemmEpilogue> s = extern_gemm_epilogue(k);
+    if (s) {
+      split = std::move(s).value();
+      x = split->gemm;
+    } else {
+      why = s.error().message;
+    }
+  }
+  if (x && std::find(x->libraries.begin(), x->libraries.end(), choice->library) == x->libraries.end())
     why = c.library + " cannot compute its epilogue " + std::string(gemm_epilogue_name(x->desc.epilogue));
-  const bool args_fit = x && x->a >= 0 && x->a < static_cast<int>(in.size()) && x->b >= 0 &&
-                        x->b < static_cast<int>(in.size()) && x->bias < static_cast<int>(in.size()) &&
-                        x->c >= 0 && x->c < static_cast<int>(out.size());
+  auto fits = [](int i, const std::vector<int>& v) { return i >= 0 && i < static_cast<int>(v.size()); };
+  bool args_fit = x && fits(x->a, in) && fits(x->b, in) && x->bias < static_cast<int>(in.size()) &&
+                  (fits(x->c, out) || (split && x->c == kGemmProduct));
+  if (split) {
+    for (int i : split->epilogue_in) args_fit = args_fit && (i == kGemmProduct || fits(i, in));
+    for (int o : split->epilogue_out) args_fit = args_fit && fits(o, out);
+  }
   if (why.empty() && !args_fit) why = "internal: the kernel step's buffers are not the group's arguments";
   if (!why.empty()) {
     (*notes)[k.name] = "the cache chose " + c.text + ", but " + why + "; compiled as a generated kernel";
-    return std::nullopt;
+    return {};
   }
   PlanStep ps;
   ps.op = "gemm";
   ps.stream = "compute";
   ps.gemm.name = k.name;
   ps.gemm.desc = x->desc;
-  ps.gemm.desc.library = *lib;
+  ps.gemm.desc.library = choice->library;
   ps.gemm.desc.tf32 = opts.allow_tf32 && x->desc.dtype == DType::F32;
   ps.in = {in[static_cast<size_t>(x->a)], in[static_cast<size_t>(x->b)]};
   if (x->bias >= 0) ps.in.push_back(in[static_cast<size_t>(x->bias)]);
-  ps.out = {out[static_cast<size_t>(x->c)]};
-  (*notes)[k.name] = gemm_str(ps.gemm.desc) + " (" + std::string(config_source_name(c.source)) + ")";
-  return ps;
+  std::string& note = (*notes)[k.name];
+  note = gemm_str(ps.gemm.desc);
+  if (!split) {
+    ps.out = {out[static_cast<size_t>(x->c)]};
+    note += " (" + std::string(config_source_name(c.source)) + ")";
+    return {ps};
+  }
+  // The product: the output that is the matmul's own result, or a buffer of its own
+  // (the matmul's local type), which only these two steps touch.
+  int product = 0;
+  if (x->c == kGemmProduct) {
+    const TensorType& pt = split->epilogue.group.node(split->epilogue.group.params()[0]).type;
+    r.buffers.push_back({k.name + ".product", pt.dtype, pt.shape});
+    product = static_cast<int>(r.buffers.size()) - 1;
+  } else {
+    product = out[static_cast<size_t>(x->c)];
+  }
+  ps.out = {product};
+  PlanStep ks;
+  ks.op = "kernel";
+  ks.stream = "compute";
+  for (int i : split->epilogue_in) ks.in.push_back(i == kGemmProduct ? product : in[static_cast<size_t>(i)]);
+  for (int o : split->epilogue_out) ks.out.push_back(out[static_cast<size_t>(o)]);
+  epilogues.push_back(std::move(split->epilogue));
+  ks.kernel = kernel_id(epilogues.back());
+  note += ", then kernel " + ks.kernel + " (" + std::string(config_source_name(c.source)) + ")";
+  return {ps, ks};
 }
 
 }  // namespace
@@ -115,6 +165,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     return id;
   };
   std::vector<std::string> errors;
+  std::deque<LocalKernel> epilogues;  // the epilogue kernels of split library GEMMs (sources point into it)
   std::map<std::string, std::string> gemm_notes;  // report.txt: per fused kernel, its library GEMM or why not
 
   for (const LocalProgram& p : programs) {
@@ -143,8 +194,11 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
       switch (s.kind) {
         case LocalStep::Kind::Kernel: {
           const LocalKernel& lk = p.kernels[static_cast<size_t>(s.kernel)];
-          if (std::optional<PlanStep> gs = gemm_step(lk, ps.in, ps.out, opts, &gemm_notes)) {
-            ps = std::move(*gs);
+          std::vector<PlanStep> xs = extern_steps(lk, ps.in, ps.out, opts, r, epilogues, kernel_id, &gemm_notes);
+          if (!xs.empty()) {
+            ps = std::move(xs.back());
+            xs.pop_back();
+            for (PlanStep& x : xs) r.steps.push_back(std::move(x));
             break;
           }
           ps.op = "kernel";

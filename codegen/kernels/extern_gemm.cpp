@@ -1,5 +1,6 @@
 #include "codegen/kernels/extern_gemm.h"
 
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -9,10 +10,14 @@
 #include "codegen/kernels/matmul_group.h"
 #include "runtime/cublas.h"
 #include "runtime/cuda_runner.h"
+#include "codegen/kernels/tune.h"
 
 namespace sf {
 
 namespace {
+
+// The extern library text of the split candidate: "cublaslt+epilogue".
+constexpr std::string_view kEpilogueSuffix = "+epilogue";
 
 Diag cannot(const std::string& why) { return Diag{"", {}, "cuBLASLt cannot express it: " + why}; }
 
@@ -93,14 +98,13 @@ std::string ops_text(const LocalKernel& k) {
   return s;
 }
 
-}  // namespace
-
-Result<ExternGemm> extern_gemm(const LocalKernel& k) {
+// The call for the group's matmul alone (epilogue none, C its product), and the
+// analysis it came from; extern_gemm's reasons when the library cannot compute it.
+Result<std::pair<ExternGemm, matmul_detail::MatmulGroup>> matmul_call(const LocalKernel& k) {
   if (kernel_kind_of(k) != KernelKind::Matmul) return cannot("not a matmul kernel");
   Result<matmul_detail::MatmulGroup> analysed = matmul_detail::analyse_matmul(KernelSpec{"sf_extern", KernelKind::Matmul, k.group});
   if (!analysed) return cannot(analysed.error().message);
   const matmul_detail::MatmulGroup& p = *analysed;
-  const Graph& g = k.group;
   if (p.dtype != DType::F32 && p.dtype != DType::F16 && p.dtype != DType::BF16)
     return cannot("the matmul is " + std::string(dtype_name(p.dtype)) + " (f32, f16 or bf16 only)");
   if (p.a.dtype != p.dtype || p.b.dtype != p.dtype) return cannot("the operands' dtypes differ from the result's");
@@ -137,6 +141,19 @@ Result<ExternGemm> extern_gemm(const LocalKernel& k) {
   x.a = p.a.param;
   x.b = p.b.param;
 
+  x.libraries = {GemmLibrary::CublasLt, GemmLibrary::Cublas};
+  return std::make_pair(x, p);
+}
+
+}  // namespace
+
+Result<ExternGemm> extern_gemm(const LocalKernel& k) {
+  Result<std::pair<ExternGemm, matmul_detail::MatmulGroup>> call = matmul_call(k);
+  if (!call) return call.error();
+  ExternGemm x = call->first;
+  const matmul_detail::MatmulGroup& p = call->second;
+  const Graph& g = k.group;
+  GemmDesc& d = x.desc;
   // The epilogue, from the one output down to the matmul.
   if (g.outputs().size() != 1)
     return cannot("the kernel writes " + std::to_string(g.outputs().size()) + " outputs (a library GEMM writes one)");
@@ -183,12 +200,166 @@ Result<ExternGemm> extern_gemm(const LocalKernel& k) {
   return x;
 }
 
-std::vector<ExternCandidate> extern_candidates(const LocalKernel& k, bool allow_tf32, std::string* note) {
-  Result<ExternGemm> x = extern_gemm(k);
+Result<ExternGemmEpilogue> extern_gemm_epilogue(const LocalKernel& k) {
+  auto no = [](const std::string& why) { return Diag{"", {}, "no library GEMM + epilogue kernel: " + why}; };
+  Result<std::pair<ExternGemm, matmul_detail::MatmulGroup>> call = matmul_call(k);
+  if (!call) return no(call.error().message);
+  if (Result<ExternGemm> whole = extern_gemm(k))
+    return no("the library computes the whole group (" + std::string(gemm_epilogue_name(whole->desc.epilogue)) +
+              " epilogue)");
+  const Graph& g = k.group;
+  const ValueId mm = call->second.mm;
+  ExternGemmEpilogue x;
+  x.gemm = call->first;
+  x.gemm.c = kGemmProduct;
+
+  // The nodes the epilogue computes: everything the outputs need, the product standing
+  // in for the matmul (its operands' views are the library's, not the kernel's).
+  std::vector<bool> need(g.nodes().size(), false);
+  std::vector<ValueId> stack;
+  for (size_t o = 0; o < g.outputs().size(); ++o) {
+    const ValueId v = g.outputs()[o].value;
+    if (v == mm && x.gemm.c == kGemmProduct) {
+      x.gemm.c = static_cast<int>(o);  // the library writes this output itself
+      continue;
+    }
+    if (g.node(v).op == OpKind::Param || g.node(v).op == OpKind::Constant)
+      return no("output " + std::to_string(o) + " passes a " + std::string(op_name(g.node(v).op)) + " through");
+    x.epilogue_out.push_back(static_cast<int>(o));
+    stack.push_back(v);
+  }
+  if (x.epilogue_out.empty()) return no("nothing is left for an epilogue kernel");
+  while (!stack.empty()) {
+    const ValueId v = stack.back();
+    stack.pop_back();
+    if (need[static_cast<size_t>(v)]) continue;
+    need[static_cast<size_t>(v)] = true;
+    if (v == mm) continue;
+    for (ValueId u : g.node(v).inputs) stack.push_back(u);
+  }
+
+  // The epilogue group: the product, then the group's params it reads, in order.
+  GraphBuilder b(k.name + "_epilogue");
+  std::map<ValueId, Value> val;
+  const TensorType& pt = g.node(mm).type;
+  val.emplace(mm, b.param("in0", pt.dtype, pt.shape));
+  x.epilogue_in.push_back(kGemmProduct);
+  LocalKernel& e = x.epilogue;
+  e.bytes_read = numel(pt.shape) * dtype_size(pt.dtype);
+  for (size_t i = 0; i < g.params().size(); ++i) {
+    const ValueId v = g.params()[i];
+    if (!need[static_cast<size_t>(v)]) continue;
+    const TensorType& t = g.node(v).type;
+    val.emplace(v, b.param("in" + std::to_string(x.epilogue_in.size()), t.dtype, t.shape));
+    x.epilogue_in.push_back(static_cast<int>(i));
+    e.bytes_read += numel(t.shape) * dtype_size(t.dtype);
+  }
+  try {
+    for (ValueId v = 0; v < static_cast<ValueId>(g.nodes().size()); ++v) {
+      const Node& n = g.node(v);
+      if (!need[static_cast<size_t>(v)] || val.count(v)) continue;
+      if (n.op == OpKind::Constant) {
+        val.emplace(v, b.constant(n.attrs.get_float("value"), n.attrs.get_dtype("dtype")));
+        continue;
+      }
+      std::vector<Value> in;
+      for (ValueId u : n.inputs) in.push_back(val.at(u));
+      val.emplace(v, b.op(n.op, in, {}, n.attrs.items, n.loc));
+      e.ops.push_back(std::string(op_name(n.op)));
+      if (op_info(n.op).category != OpCategory::Movement) e.flops += numel(n.type.shape);
+    }
+    for (int o : x.epilogue_out) {
+      const ValueId v = g.outputs()[static_cast<size_t>(o)].value;
+      b.ret(val.at(v));
+      e.bytes_written += numel(g.node(v).type.shape) * dtype_size(g.node(v).type.dtype);
+    }
+  } catch (const DiagError& err) {
+    return no(err.diag.message);
+  }
+  Result<Graph> eg = b.finish();
+  if (!eg) return no(eg.error().message);
+  e.name = k.name + "_epilogue";
+  e.kind = "pointwise";
+  e.group = std::move(eg).value();
+  return x;
+}
+
+std::string extern_choice_name(const ExternChoice& c) {
+  return std::string(gemm_library_name(c.library)) + (c.epilogue_kernel ? std::string(kEpilogueSuffix) : "");
+}
+
+std::optional<ExternChoice> parse_extern_choice(std::string_view library) {
+  ExternChoice c;
+  if (library.ends_with(kEpilogueSuffix)) {
+    c.epilogue_kernel = true;
+    library.remove_suffix(kEpilogueSuffix.size());
+  }
+  std::optional<GemmLibrary> lib = parse_gemm_library(library);
+  if (!lib) return std::nullopt;
+  c.library = *lib;
+  return c;
+}
+
+namespace {
+
+// The split candidates of a group the library cannot compute whole (`whole` says why).
+std::vector<ExternCandidate> epilogue_candidates(const LocalKernel& k, bool allow_tf32, const std::string& arch,
+                                                 const std::string& whole, std::string* note) {
+  Result<ExternGemmEpilogue> x = extern_gemm_epilogue(k);
   if (!x) {
-    *note = "no library GEMM: " + x.error().message;
+    *note = whole + "; " + x.error().message;
     return {};
   }
+  x->gemm.desc.tf32 = allow_tf32 && x->gemm.desc.dtype == DType::F32;
+  Result<const cublas::Api*> api = cublas::api();
+  if (!api) {
+    *note = whole + "; no library GEMM + epilogue kernel measured: " + api.error().message;
+    return {};
+  }
+  // The epilogue kernel with its default config: the pair is one candidate, not a
+  // space (tuning the epilogue's config too would multiply the library's runs).
+  const KernelConfig cfg = default_kernel_config(x->epilogue, ConfigTarget::Gpu, arch);
+  BuildResult built = make_ptx_builder(x->epilogue, arch)->build(cfg);
+  auto ptx = std::dynamic_pointer_cast<PtxArtifact>(built.artifact);
+  if (!ptx) {
+    *note = whole + "; no library GEMM + epilogue kernel: the epilogue kernel does not build: " + built.error;
+    return {};
+  }
+  std::vector<ExternCandidate> out;
+  std::string offered, missing;
+  for (GemmLibrary lib : x->gemm.libraries) {
+    if (lib == GemmLibrary::CublasLt && !(*api)->lt_error.empty()) {
+      missing += "; " + (*api)->lt_error;
+      continue;
+    }
+    auto art = std::make_shared<GemmArtifact>();
+    art->desc = x->gemm.desc;
+    art->desc.library = lib;
+    art->a = x->gemm.a;
+    art->b = x->gemm.b;
+    art->c = x->gemm.c;
+    art->epilogue = ptx;
+    art->epilogue_in = x->epilogue_in;
+    art->epilogue_out = x->epilogue_out;
+    const std::string name = extern_choice_name({lib, true});
+    offered += (offered.empty() ? "" : ", ") + name;
+    out.push_back(ExternCandidate{name, lib == GemmLibrary::CublasLt ? (*api)->lt_version() : (*api)->version(), art,
+                                  gemm_str(art->desc) + ", then " + x->epilogue.name});
+  }
+  std::string ops;
+  for (const std::string& o : x->epilogue.ops) ops += (ops.empty() ? "" : " ") + o;
+  *note = whole + (offered.empty() ? "; no library GEMM + epilogue kernel measured" + missing
+                                   : "; library GEMM + epilogue kernel measured: " + offered + " (" +
+                                         gemm_str(x->gemm.desc) + ", then a pointwise kernel: " + ops + ")" + missing);
+  return out;
+}
+
+}  // namespace
+
+std::vector<ExternCandidate> extern_candidates(const LocalKernel& k, bool allow_tf32, std::string* note,
+                                               const std::string& arch) {
+  Result<ExternGemm> x = extern_gemm(k);
+  if (!x) return epilogue_candidates(k, allow_tf32, arch, "no library GEMM: " + x.error().message, note);
   x->desc.tf32 = allow_tf32 && x->desc.dtype == DType::F32;
   Result<const cublas::Api*> api = cublas::api();
   if (!api) {

@@ -18,9 +18,18 @@
 //     a residual add, a scale, a cast to another dtype, a second output.
 // cuBLAS's GemmEx computes the same without an epilogue, so it is offered only for
 // a bare matmul. No GPU is needed to decide any of this.
+//
+// A group whose matmul qualifies but whose epilogue does not (a residual add, the erf
+// gelu, a scale, a cast, a second output) is offered split instead (issue 15):
+// the library writes the bare product, and a generated pointwise kernel reads it and
+// computes the rest of the group (extern_gemm_epilogue). The tuner measures the pair
+// as one candidate, "extern=cublaslt+epilogue" (or cublas+epilogue), against the
+// generated configs.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "autotune/tuner.h"
@@ -42,10 +51,43 @@ struct ExternGemm {
 // ("cuBLASLt cannot express it: ...").
 Result<ExternGemm> extern_gemm(const LocalKernel& k);
 
+// A library GEMM of the group's bare matmul followed by a generated epilogue kernel.
+struct ExternGemmEpilogue {
+  // The call: epilogue none, cuBLASLt and cuBLAS both able. `gemm.c` is the group's
+  // output the product is written to when the matmul's own result is one of them,
+  // else kGemmProduct (runtime/gemm.h): a buffer of its own.
+  ExternGemm gemm;
+  // A pointwise kernel: its first param is the product, then the group's params it
+  // reads (in group order); its outputs are the group's other outputs, in order.
+  LocalKernel epilogue;
+  std::vector<int> epilogue_in;   // per epilogue param: kGemmProduct, or an index among the group's params
+  std::vector<int> epilogue_out;  // per epilogue output: an index among the group's outputs
+};
+
+// The split form of `k`, or a Diag saying why it is not offered: the library cannot
+// compute the matmul itself (extern_gemm's reasons), or it computes the whole group
+// already (then extern_gemm is the candidate), or an output passes a param through.
+// Whether the pointwise emitter takes the epilogue is for the caller to find out.
+Result<ExternGemmEpilogue> extern_gemm_epilogue(const LocalKernel& k);
+
+// The extern library text of a choice: "cublaslt", "cublas" (the whole group in one
+// call) or "cublaslt+epilogue", "cublas+epilogue" (the split form). It is what the
+// cache stores after "extern=" and what KernelChoice::library holds.
+struct ExternChoice {
+  GemmLibrary library = GemmLibrary::CublasLt;
+  bool epilogue_kernel = false;
+};
+std::string extern_choice_name(const ExternChoice& c);
+std::optional<ExternChoice> parse_extern_choice(std::string_view library);
+
 // The tuner's extern candidates for `k`: one GemmArtifact (runtime/cuda_runner.h) per
 // library that can compute it and can be opened here; under `allow_tf32` an f32 GEMM
 // multiplies in TF32 (GemmDesc::tf32), as the generated kernels then do. `note` gets
 // one line for the report: the libraries offered and the call, or why none was.
-std::vector<ExternCandidate> extern_candidates(const LocalKernel& k, bool allow_tf32, std::string* note);
+// A group the library cannot compute whole gets the split candidates instead (one
+// per library, "cublaslt+epilogue", "cublas+epilogue"), their epilogue kernel
+// emitted as PTX for `arch` with its default config, or the note says why not.
+std::vector<ExternCandidate> extern_candidates(const LocalKernel& k, bool allow_tf32, std::string* note,
+                                               const std::string& arch = "sm_90a");
 
 }  // namespace sf

@@ -866,6 +866,32 @@ TEST_F(TunerTest, AFasterExternCandidateWinsAndIsCachedAsALibraryCall) {
   EXPECT_EQ(entries().at("extern=cublaslt").extern_version, "v2");
 }
 
+// The library GEMM + epilogue kernel pair (codegen/kernels/extern_gemm.h) is one more
+// extern candidate: kept when the pair measures faster, else the generated kernel.
+TEST_F(TunerTest, ALibraryGemmPlusEpilogueKernelWinsOnlyWhenFaster) {
+  for (int i = 0; i < 4; ++i) set(i, 100, 20 + i);
+  opts_.space = [](const TuneProblem&, const TargetInfo&) { return mks(4); };
+  const std::string t = "extern=cublaslt+epilogue";
+  auto run = [&](const std::string& version) {
+    std::unique_ptr<TuneCache> cache = open_cache();
+    ExternCandidate pair{"cublaslt+epilogue", version, std::make_shared<TextArtifact>(t), "a GEMM, then k0_epilogue"};
+    Result<TuneReport> r = tune_kernel(problem_, key_, target_, mk(0), builder_, *runner_, *cache, opts_, {}, {pair});
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : TuneReport{};
+  };
+  runner_->times[t] = 8;
+  TuneReport fast = run("v1");
+  EXPECT_EQ(fast.best_str, t);
+  EXPECT_EQ(fast.best_extern, "cublaslt+epilogue");
+  EXPECT_EQ(entries().at(t).extern_library, "cublaslt+epilogue");
+  runner_->times[t] = 30;
+  TuneReport slow = run("v2");
+  EXPECT_EQ(slow.best_extern, "");
+  EXPECT_EQ(slow.best, mk(0));
+  ASSERT_EQ(slow.externs.size(), 1u);
+  EXPECT_EQ(slow.externs[0].time.median_us, 30) << "listed with its measurement";
+}
+
 TEST_F(TunerTest, AnExternCandidateThatFailsIsInvalidAndTheConfigsStillWin) {
   for (int i = 0; i < 3; ++i) set(i, 100, 20 + i);
   runner_->fail.insert("extern=cublaslt");

@@ -93,6 +93,14 @@ int explain(const ExplainOptions& o) {
       Result<ExternGemm> x = extern_gemm(k);
       if (x) x->desc.tf32 = o.allow_tf32 && x->desc.dtype == DType::F32;
       std::cout << "    library GEMM: " << (x ? "offered to the tuner: " + gemm_str(x->desc) : x.error().message) << "\n";
+      if (!x) {  // then perhaps the library's bare product and a generated epilogue kernel
+        Result<ExternGemmEpilogue> sx = extern_gemm_epilogue(k);
+        if (sx) sx->gemm.desc.tf32 = o.allow_tf32 && sx->gemm.desc.dtype == DType::F32;
+        std::cout << "    " << (sx ? "library GEMM + epilogue kernel: offered to the tuner: " + gemm_str(sx->gemm.desc) +
+                                        ", then " + sx->epilogue.name
+                                  : sx.error().message)
+                  << "\n";
+      }
     }
   }
   return 0;

@@ -755,6 +755,10 @@ KernelConfig suggest_matmul_config(const KernelSpec& spec, const KernelConfig& b
   c.block_m = side(plan->M);
   c.block_n = side(plan->N);
   c.block_k = 32;
+  // TF32 with an m- or n-contiguous operand loads its fragments one 32-bit shared load
+  // per register (ldmatrix cannot transpose 32-bit elements): 8 warps halve each
+  // thread's accumulators, and 4 would leave ptxas at 255 registers with spills.
+  if (plan->dtype == DType::F32 && (plan->sak != 1 || plan->sbk != 1)) c.warps = 8;
   if (mma_unsupported(*plan, c, *sm, wg)) {
     c.block_k = 64;  // a k-contiguous side may need 64 elements
     if (mma_unsupported(*plan, c, *sm, wg)) return base;

@@ -23,6 +23,7 @@
 
 #include "codegen/kernels/matmul.h"
 #include "codegen/kernels/matmul_group.h"
+#include "codegen/kernels/matmul_mma_epilogue.h"
 #include "codegen/kernels/matmul_mma_tiling.h"
 
 namespace sf::matmul_detail {
@@ -100,7 +101,7 @@ class MmaKernel {
     bi_ = batch_index(b_, p_, by);
     zbase_ = b_.CreateMul(by, k(p_.M * p_.N), "zbase", true, true);
     // The warp's place in the block tile and the lane's in the warp.
-    llvm::Value* warp = b_.CreateLShr(tid_, k(5), "warp");
+    llvm::Value* warp = warp_ = b_.CreateLShr(tid_, k(5), "warp");
     lane_ = b_.CreateAnd(tid_, k(31), "lane");
     if (t_.wgmma) {
       // Warpgroup w = warp / 4 owns rows w * wg_m ..; within each of its m64 steps,
@@ -790,8 +791,11 @@ class MmaKernel {
     llvm::Value* pnext = add(pk, k(1));
     pk->addIncoming(pnext, b_.GetInsertBlock());
     b_.CreateCondBr(b_.CreateICmpSLT(pnext, k(t_.kt)), ploop, leave);
+    // The producer's threads join the consumers' in the epilogue, with zero
+    // accumulators they do not store (MmaEpilogueFrame::active).
+    llvm::BasicBlock* join = llvm::BasicBlock::Create(c, "ws.join", fn_);
     b_.SetInsertPoint(leave);
-    b_.CreateRetVoid();
+    b_.CreateBr(join);
 
     // The consumers.
     b_.SetInsertPoint(consumer);
@@ -811,71 +815,42 @@ class MmaKernel {
     b_.CreateBr(cont);
     b_.SetInsertPoint(cont);
     close_k_loop(kl, acc);
+    llvm::BasicBlock* done = b_.GetInsertBlock();
+    b_.CreateBr(join);
+    b_.SetInsertPoint(join);
+    for (llvm::Value*& v : acc) {
+      llvm::PHINode* phi = b_.CreatePHI(f32_, 2);
+      phi->addIncoming(llvm::ConstantFP::get(f32_, 0.0), leave);
+      phi->addIncoming(v, done);
+      v = phi;
+    }
     return acc;
   }
 
-  // Each accumulator element at its (row, col), mma_layout.h's mma_c_elem: row
-  // lane / 4 (+8 for c2, c3), column 2 * (lane % 4) + i % 2; through the epilogue,
-  // stored. The two elements of a fragment row are adjacent columns (the first even):
-  // with N even they are stored as one 2-element access per output (a packed
-  // cvt.rn.bf16x2.f32 and one 32-bit store for bf16) where the pointers allow.
   Result<bool> epilogue(const std::vector<llvm::Value*>& acc) {
-    MatmulEpilogue epi(g_, p_, *cg_, in_);
-    std::vector<llvm::Value*> coords = bi_.coords;
-    coords.push_back(nullptr);
-    coords.push_back(nullptr);
-    llvm::Value* g = b_.CreateLShr(lane_, k(2));
-    llvm::Value* tig2 = mul(b_.CreateAnd(lane_, k(3)), 2);
-    llvm::Value* row0 = add(add(m0_, wm0_), g);
-    llvm::Value* col0 = add(add(n0_, wn0_), tig2);
-    llvm::Value* aligned = p_.N % 2 == 0 && t_.split == 1 ? epi.pairs_aligned(out_) : nullptr;
-    for (int i = 0; i < t_.mi; ++i)
-      for (int half = 0; half < 2; ++half) {
-        llvm::Value* row = add(row0, k(i * t_.m_step + half * 8));
-        llvm::Value* row_ok = b_.CreateICmpSLT(row, k(p_.M));
-        llvm::Value* row_off = add(zbase_, mul(row, p_.N));
-        for (int j = 0; j < t_.ni; ++j) {
-          if (aligned) {
-            llvm::Value* col = add(col0, k(j * 8));
-            coords[coords.size() - 2] = row;
-            coords.back() = col;
-            const size_t a = static_cast<size_t>((i * t_.ni + j) * 4 + half * 2);
-            // N even and col even: col < N implies col + 1 < N.
-            llvm::Value* ok = b_.CreateAnd(row_ok, b_.CreateICmpSLT(col, k(p_.N)));
-            if (Result<bool> r = epi.store_pair(fn_, ok, coords, add(row_off, col), acc[a], acc[a + 1], out_, aligned); !r)
-              return r.error();
-            continue;
-          }
-          for (int e = 0; e < 2; ++e) {
-            llvm::Value* col = add(col0, k(j * 8 + e));
-            coords[coords.size() - 2] = row;
-            coords.back() = col;
-            llvm::Value* v = acc[static_cast<size_t>((i * t_.ni + j) * 4 + half * 2 + e)];
-            llvm::Value* ok = b_.CreateAnd(row_ok, b_.CreateICmpSLT(col, k(p_.N)));
-            if (t_.split > 1) {
-              add_partial(ok, add(row_off, col), v);
-              continue;
-            }
-            if (Result<bool> r = epi.store_element(fn_, ok, coords, add(row_off, col), v, out_); !r) return r.error();
-          }
-        }
-      }
-    b_.CreateRetVoid();
-    return true;
-  }
-
-  // Split-K: a partial sum added into the (zeroed) f32 output where `ok`; relaxed
-  // order, as only the sum matters.
-  void add_partial(llvm::Value* ok, llvm::Value* flat, llvm::Value* v) {
-    llvm::LLVMContext& c = m_.getContext();
-    llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "epi.add", fn_);
-    llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "epi.added", fn_);
-    b_.CreateCondBr(ok, st, next);
-    b_.SetInsertPoint(st);
-    b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, b_.CreateInBoundsGEP(f32_, out_[0], flat), v, llvm::MaybeAlign(4),
-                       llvm::AtomicOrdering::Monotonic);
-    b_.CreateBr(next);
-    b_.SetInsertPoint(next);
+    MmaEpilogueFrame f;
+    f.b = &b_;
+    f.fn = fn_;
+    f.g = &g_;
+    f.p = &p_;
+    f.t = &t_;
+    f.cg = &*cg_;
+    f.in = in_;
+    f.out = out_;
+    f.it = it_;
+    f.smem = smem_;
+    f.m0 = m0_;
+    f.n0 = n0_;
+    f.wm0 = wm0_;
+    f.wn0 = wn0_;
+    f.lane = lane_;
+    f.warp = warp_;
+    f.zbase = zbase_;
+    f.batch_coords = bi_.coords;
+    // The producer warpgroup holds no accumulators but meets the epilogue's barriers.
+    if (t_.ws) f.active = b_.CreateICmpULT(tid_, k(t_.threads));
+    f.barrier = [this] { barrier(); };
+    return emit_mma_epilogue(f, acc);
   }
 
   const KernelSpec& spec_;
@@ -897,6 +872,7 @@ class MmaKernel {
   llvm::Value* hook_[kHooks] = {};
   int lag_ = 0;  // wgmma groups left in flight across K tiles
   llvm::Value* tid32_ = nullptr;
+  llvm::Value* warp_ = nullptr;
   llvm::Value *tid_ = nullptr, *lane_ = nullptr, *m0_ = nullptr, *n0_ = nullptr, *zbase_ = nullptr;
   llvm::Value *wm0_ = nullptr, *wn0_ = nullptr, *wg_ = nullptr;
   std::vector<llvm::Value*> tmap_;  // TMA: A's and B's tensor maps

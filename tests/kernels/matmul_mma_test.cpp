@@ -74,6 +74,19 @@ TEST(MatmulMmaSim, OddNStoresOneElementAtATime) {
     check(mm_graph(s, DType::BF16, e), c, name(s, DType::BF16, c) + " epilogue " + std::to_string(static_cast<int>(e)));
 }
 
+// The epilogue stages each warp's outputs in shared memory and stores them 16 bytes at
+// a time where every output pointer is 16-byte aligned (all tests above); outputs that
+// start 4 or 2 bytes past such a boundary take the direct stores (pairs, or single
+// elements), the same numbers.
+TEST(MatmulMmaSim, MisalignedOutputsTakeTheDirectStores) {
+  Shape3 s{48, 72, 64, false, true, {}};
+  KernelConfig c = tc_config(32, 64, 32, 4, 2);
+  for (size_t shift : {4, 2})
+    for (Epi e : {Epi::None, Epi::RawAndBiasRelu})
+      check(mm_graph(s, DType::BF16, e), c, name(s, DType::BF16, c) + " outputs shifted " + std::to_string(shift), true, 1,
+            false, false, shift);
+}
+
 // K = 0: nothing to accumulate, the epilogue of 0.
 TEST(MatmulMmaSim, EmptyContraction) {
   Shape3 s{16, 32, 0, false, false, {}};
@@ -342,8 +355,8 @@ TEST(MatmulMmaNvptx, Sm90aTmaCopiesThroughTensorMaps) {
 }
 
 // Warp specialisation on sm_90a: 8 consumer warps and a producer warpgroup (384
-// threads); full and empty mbarriers per stage (8 inits for 4 stages); the only
-// bar.sync is the one after their initialisation; consumers release a stage with
+// threads); full and empty mbarriers per stage (8 inits for 4 stages); no bar.sync
+// in the K loop; consumers release a stage with
 // mbarrier.arrive; the copies are issued by the producer's loop alone. The config
 // text says warp_specialize=1 (and leaves it out at 0, as older caches wrote it).
 TEST(MatmulMmaNvptx, Sm90aWarpSpecialisedKernel) {
@@ -353,7 +366,9 @@ TEST(MatmulMmaNvptx, Sm90aWarpSpecialisedKernel) {
   EXPECT_EQ(p.launch.block[0], 384);
   EXPECT_EQ(p.launch.shared_bytes, 4 * (128 * 64 + 64 * 256) * 2 + 4 * 16);
   EXPECT_EQ(count(p.text, "mbarrier.init.shared::cta.b64"), 8);
-  EXPECT_EQ(count(p.text, "bar.sync"), 1);
+  // One bar.sync after the mbarriers' initialisation, two around the staged epilogue
+  // (the producer's threads meet them too), none in the K loop.
+  EXPECT_EQ(count(p.text, "bar.sync"), 3);
   EXPECT_EQ(count(p.text, "mbarrier.arrive.shared::cta.b64"), 1);
   // The producer's loop (LLVM may lay its body out twice): one panel of x and one of
   // transpose(w) per armed stage.
@@ -381,6 +396,26 @@ TEST(MatmulMmaNvptx, Sm90aWarpSpecialisedKernel) {
   path = matmul_path(with_tma, tc_config(128, 256, 64, 8, 4, 8, 1), "sm_90a");
   ASSERT_TRUE(path.ok());
   EXPECT_NE(path->why.find("warp-specialised"), std::string::npos) << path->why;
+}
+
+// The staged epilogue in PTX: fragment pairs into shared memory (st.shared.b32 for
+// bf16), read back 16 bytes a lane (ld.shared.v4) and stored 128 bits at a time
+// (st.global.v4), on sm_80's and sm_90a's default kernels for the bench GEMM + bias +
+// GELU. N = 4099 (rows that are not whole 16-byte chunks) keeps the direct stores
+// only.
+TEST(MatmulMmaNvptx, EpilogueStoresThroughSharedMemory) {
+  Graph g = mm_graph({4096, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    Ptx p = emit_ptx(g, suggest_matmul_config(spec_of(g), KernelConfig{}, arch), arch, false, /*tma=*/true);
+    EXPECT_GT(count(p.text, "st.shared.b32"), 0) << arch;
+    EXPECT_GT(count(p.text, "ld.shared.v4.u32"), 0) << arch;
+    EXPECT_GT(count(p.text, "st.global.v4.u32"), 0) << arch;
+    EXPECT_GT(count(p.text, "st.global.b32"), 0) << arch << ": the direct pair stores, for misaligned outputs";
+  }
+  Graph odd = mm_graph({256, 4099, 256, false, true, {}}, DType::BF16, Epi::BiasGelu);
+  Ptx p = emit_ptx(odd, tc_config(128, 128, 32, 4, 3), "sm_80");
+  EXPECT_EQ(count(p.text, "st.global.v4"), 0);
+  EXPECT_GT(count(p.text, "st.global.b16"), 0);
 }
 
 TEST(MatmulMmaNvptx, TransposedOperandsUseLdmatrixTrans) {

@@ -133,6 +133,17 @@ TEST(MatmulWgmmaSim, EpiloguesBatchesAndEdges) {
   check(mm_graph(empty, DType::BF16, Epi::BiasGelu), c, "wgmma K = 0", /*loads=*/false, 1, true);
 }
 
+// Outputs that are not 16-byte aligned: the direct stores, on the plain and the
+// warp-specialised kernel (whose producer warpgroup still passes the epilogue).
+TEST(MatmulWgmmaSim, MisalignedOutputsTakeTheDirectStores) {
+  Shape3 s{72, 100, 128, false, true, {}};
+  for (int ws : {0, 1}) {
+    KernelConfig c = tc_config(64, 64, 64, 4, 3, 8, ws);
+    check(mm_graph(s, DType::BF16, Epi::BiasGelu), c, name(s, DType::BF16, c) + " shifted ws " + std::to_string(ws), true, 1,
+          true, true, 4);
+  }
+}
+
 // TF32 wgmma (m64nNk8): both operands K-major (x @ transpose(w)), 32-wide k panels.
 TEST(MatmulWgmmaSim, Tf32KMajorMatchesTheReference) {
   Shape3 s{136, 100, 72, false, true, {}};

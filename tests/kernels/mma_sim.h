@@ -626,7 +626,7 @@ inline KernelConfig tc_config(int bm, int bn, int bk, int warps, int stages, int
 inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg,
                                    std::string* hw_error, bool ignore_trans = false, int* wavefronts = nullptr,
                                    bool wgmma = false, int* wgmma_calls = nullptr, bool tma = false,
-                                   int* tma_copies = nullptr, bool tma_no_swizzle = false) {
+                                   int* tma_copies = nullptr, bool tma_no_swizzle = false, size_t out_shift = 0) {
   KernelSpec spec = tf32_spec(g);
   spec.tma = tma;
   Result<EmittedKernel> k = emit_matmul_mma_block_on_host(spec, cfg, wgmma);
@@ -641,6 +641,17 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
   for (Tensor& t : out)
     if (t.nbytes()) std::memset(t.data(), launch.zero_outputs ? 0 : 0x7f, t.nbytes());
   std::vector<void*> args = arg_array(inputs, out);
+  // `out_shift`: each output `out_shift` bytes past a 64-byte boundary instead (a
+  // view's misaligned start), copied back after the launch.
+  std::vector<std::vector<std::byte>> shifted(out.size());
+  if (out_shift)
+    for (size_t o = 0; o < out.size(); ++o) {
+      shifted[o].resize(out[o].nbytes() + 64 + out_shift);
+      std::byte* base = shifted[o].data();
+      base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64 + out_shift;
+      if (out[o].nbytes()) std::memcpy(base, out[o].data(), out[o].nbytes());
+      args[inputs.size() + o] = base;
+    }
   std::vector<SimTensorMap> maps;
   for (const TensorMapSpec& t : launch.tensor_maps) maps.push_back({t, inputs[static_cast<size_t>(t.input)].data()});
   for (SimTensorMap& m : maps) args.push_back(&m);
@@ -679,6 +690,9 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
         for (const auto& wg : blk.groups) *wgmma_calls += wg->calls;
       if (tma_copies) *tma_copies += blk.tma_copies;
     }
+  if (out_shift)
+    for (size_t o = 0; o < out.size(); ++o)
+      if (out[o].nbytes()) std::memcpy(out[o].data(), args[inputs.size() + o], out[o].nbytes());
   return out;
 }
 
@@ -687,7 +701,7 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
 // read them, cut to TF32, so the kernel must match it to f32's tolerance: a kernel
 // that skipped TF32 or cut wrongly fails.
 inline void check(const Graph& g, const KernelConfig& cfg, const std::string& what, bool loads = true, uint64_t seed = 1,
-           bool wgmma = false, bool tma = false) {
+           bool wgmma = false, bool tma = false, size_t out_shift = 0) {
   std::vector<Tensor> in = make_inputs(g, seed);
   std::vector<Tensor> ref_in = in;
   for (Tensor& t : ref_in)
@@ -697,7 +711,8 @@ inline void check(const Graph& g, const KernelConfig& cfg, const std::string& wh
   ASSERT_TRUE(want.ok()) << what << ": " << want.error().str();
   std::string hw_error;
   int wavefronts = 0, wgmma_calls = 0, tma_copies = 0;
-  Result<std::vector<Tensor>> got = run_tc(g, in, cfg, &hw_error, false, &wavefronts, wgmma, &wgmma_calls, tma, &tma_copies);
+  Result<std::vector<Tensor>> got = run_tc(g, in, cfg, &hw_error, false, &wavefronts, wgmma, &wgmma_calls, tma, &tma_copies,
+                                            false, out_shift);
   ASSERT_TRUE(got.ok()) << what << ": " << got.error().str();
   EXPECT_EQ(hw_error, "") << what;
   EXPECT_EQ(tma_copies > 0, tma && loads) << what << ": " << tma_copies << " TMA copies";

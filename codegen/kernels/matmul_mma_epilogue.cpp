@@ -1,0 +1,258 @@
+// The tensor-core matmul's epilogue: matmul_mma_epilogue.h says which path a kernel
+// takes; docs/kernels.md ("Outputs") draws the staged one.
+#include "codegen/kernels/matmul_mma_epilogue.h"
+
+#include <algorithm>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/LLVMContext.h>
+
+#include "codegen/kernels/matmul_group.h"
+
+namespace sf::matmul_detail {
+
+namespace {
+
+class Epilogue {
+ public:
+  Epilogue(MmaEpilogueFrame& f) : f_(f), b_(*f.b), p_(*f.p), t_(*f.t) {}
+
+  Result<bool> emit(const std::vector<llvm::Value*>& acc) {
+    MatmulEpilogue epi(*f_.g, p_, *f_.cg, f_.in);
+    g_ = b_.CreateLShr(f_.lane, k(2));
+    tig2_ = mul(b_.CreateAnd(f_.lane, k(3)), 2);
+    if (t_.split > 1) {
+      each_piece(1, [&](const Piece& pc) {
+        add_partial(pc.ok, pc.flat, acc[pc.acc]);
+        return Result<bool>(true);
+      });
+      b_.CreateRetVoid();
+      return true;
+    }
+    if (!mma_staging_unfit(*f_.g, p_, t_)) {
+      llvm::LLVMContext& c = b_.getContext();
+      // Every warp is past its last read of the pipeline's shared memory (and, with
+      // TMA, every copy into it has completed: the consumers waited for each).
+      f_.barrier();
+      llvm::BasicBlock* staged = llvm::BasicBlock::Create(c, "epi.staged", f_.fn);
+      llvm::BasicBlock* direct = llvm::BasicBlock::Create(c, "epi.direct", f_.fn);
+      b_.CreateCondBr(aligned16(), staged, direct);
+      b_.SetInsertPoint(staged);
+      if (Result<bool> r = stage(epi, acc); !r) return r;
+      f_.barrier();  // the warp's chunks are in shared memory (a block barrier: the simulation has no warp one)
+      write_back();
+      b_.CreateRetVoid();
+      b_.SetInsertPoint(direct);
+    }
+    if (Result<bool> r = direct_stores(epi, acc); !r) return r;
+    b_.CreateRetVoid();
+    return true;
+  }
+
+ private:
+  llvm::Value* k(int64_t v) { return llvm::ConstantInt::get(f_.it, static_cast<uint64_t>(v)); }
+  llvm::Value* add(llvm::Value* x, llvm::Value* y) { return b_.CreateAdd(x, y, "", true, true); }
+  llvm::Value* mul(llvm::Value* x, int64_t s) { return s == 1 ? x : b_.CreateMul(x, k(s), "", true, true); }
+  llvm::Value* guard(llvm::Value* ok) { return f_.active ? b_.CreateAnd(f_.active, ok) : ok; }
+
+  // The fragment rows (accumulator element i's row: lane / 4, + 8 for c2 and c3, per
+  // m step) and the row's columns, mma_layout.h's mma_c_elem.
+  llvm::Value* frag_row(int i, int half) { return add(add(add(f_.m0, f_.wm0), g_), k(i * t_.m_step + half * 8)); }
+  llvm::Value* frag_col(int j) { return add(add(add(f_.n0, f_.wn0), tig2_), k(j * 8)); }
+
+  // One piece of the fragments: an accumulator element (width 1) or a fragment row's
+  // two adjacent columns (width 2, the first even), with O's coordinates, flat index
+  // and bounds (with N even, col < N covers col + 1 too), and the local row in the
+  // warp's tile (i * 16 + half * 8 + lane / 4) for the staging area.
+  struct Piece {
+    size_t acc = 0;  // accumulator index of the (first) element
+    llvm::Value *ok = nullptr, *flat = nullptr, *col = nullptr, *local_row = nullptr;
+    int j = 0;
+    const std::vector<llvm::Value*>* coords = nullptr;
+  };
+  using PieceFn = std::function<Result<bool>(const Piece&)>;
+  Result<bool> each_piece(int width, const PieceFn& fn) {
+    std::vector<llvm::Value*> coords = f_.batch_coords;
+    coords.push_back(nullptr);
+    coords.push_back(nullptr);
+    for (int i = 0; i < t_.mi; ++i)
+      for (int half = 0; half < 2; ++half) {
+        llvm::Value* row = frag_row(i, half);
+        llvm::Value* row_ok = b_.CreateICmpSLT(row, k(p_.M));
+        llvm::Value* row_off = add(f_.zbase, mul(row, p_.N));
+        for (int j = 0; j < t_.ni; ++j)
+          for (int e = 0; e < 2; e += width) {
+            Piece pc;
+            pc.acc = acc_index(i, j, half, e);
+            pc.j = j;
+            pc.col = add(frag_col(j), k(e));
+            coords[coords.size() - 2] = row;
+            coords.back() = pc.col;
+            pc.coords = &coords;
+            pc.ok = guard(b_.CreateAnd(row_ok, b_.CreateICmpSLT(pc.col, k(p_.N))));
+            pc.flat = add(row_off, pc.col);
+            pc.local_row = add(g_, k(i * 16 + half * 8));
+            if (Result<bool> r = fn(pc); !r) return r;
+          }
+      }
+    return true;
+  }
+  size_t acc_index(int i, int j, int half, int e) const {
+    return static_cast<size_t>((i * t_.ni + j) * 4 + half * 2 + e);
+  }
+
+  // Split-K: a partial sum added into the (zeroed) f32 output where `ok`; relaxed
+  // order, as only the sum matters.
+  void add_partial(llvm::Value* ok, llvm::Value* flat, llvm::Value* v) {
+    llvm::LLVMContext& c = b_.getContext();
+    llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "epi.add", f_.fn);
+    llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "epi.added", f_.fn);
+    b_.CreateCondBr(ok, st, next);
+    b_.SetInsertPoint(st);
+    b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, b_.CreateInBoundsGEP(b_.getFloatTy(), f_.out[0], flat), v,
+                       llvm::MaybeAlign(4), llvm::AtomicOrdering::Monotonic);
+    b_.CreateBr(next);
+    b_.SetInsertPoint(next);
+  }
+
+  // The direct path: with N even, each fragment row's two adjacent columns (the first
+  // even) as one 2-element access per output where every output pointer is aligned
+  // to two elements (one uniform test), else one element at a time.
+  Result<bool> direct_stores(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc) {
+    llvm::Value* aligned = p_.N % 2 == 0 ? epi.pairs_aligned(f_.out) : nullptr;
+    if (!aligned)
+      return each_piece(1, [&](const Piece& pc) {
+        return epi.store_element(f_.fn, pc.ok, *pc.coords, pc.flat, acc[pc.acc], f_.out);
+      });
+    return each_piece(2, [&](const Piece& pc) {
+      return epi.store_pair(f_.fn, pc.ok, *pc.coords, pc.flat, acc[pc.acc], acc[pc.acc + 1], f_.out, aligned);
+    });
+  }
+
+  // ---- the staged path ----
+
+  // A warp's staging area: its rows_w x cols_w accumulator tile (local row lr = i * 16
+  // + half * 8 + lane / 4, local column lc = j * 8 + 2 * (lane % 4) + e), one area per
+  // output, each row `row_bytes(o)` long in 16-byte chunks, chunk ch of row lr at
+  // ch ^ (lr % 8) (fewer bits for rows under 8 chunks): a fragment store's eight rows
+  // hit eight chunks, and a read's eight lanes one row's eight.
+  int rows_w() const { return t_.mi * 16; }
+  int cols_w() const { return t_.ni * 8; }
+  int64_t out_bytes(size_t o) const {
+    return dtype_size(f_.g->node(f_.g->outputs()[o].value).type.dtype);
+  }
+  int64_t row_bytes(size_t o) const { return cols_w() * out_bytes(o); }
+  // The byte offset of output o's area within the warp's.
+  int64_t area_offset(size_t o) const {
+    int64_t off = 0;
+    for (size_t q = 0; q < o; ++q) off += int64_t{rows_w()} * row_bytes(q);
+    return off;
+  }
+  int64_t warp_bytes() const { return area_offset(f_.out.size()); }
+  llvm::Value* chunk_at(size_t o, llvm::Value* lr, llvm::Value* chunk) {
+    const int64_t cpr = row_bytes(o) / 16;
+    llvm::Value* swz = b_.CreateXor(chunk, b_.CreateAnd(lr, k(std::min<int64_t>(cpr, 8) - 1)));
+    llvm::Value* area = add(mul(f_.warp, warp_bytes()), k(area_offset(o)));
+    return add(area, add(mul(lr, row_bytes(o)), b_.CreateShl(swz, k(4))));
+  }
+  llvm::Value* smem_at(llvm::Value* off) { return b_.CreateInBoundsGEP(b_.getInt8Ty(), f_.smem, off); }
+
+  llvm::Value* aligned16() {
+    llvm::Value* bits = b_.getInt64(0);
+    for (llvm::Value* o : f_.out) bits = b_.CreateOr(bits, b_.CreateAnd(b_.CreatePtrToInt(o, b_.getInt64Ty()), 15));
+    return b_.CreateICmpEQ(bits, b_.getInt64(0), "out.aligned16");
+  }
+
+  // Each in-bounds fragment pair through the epilogue, every output's pair written to
+  // its area (a packed conversion and one 4- or 8-byte shared store).
+  Result<bool> stage(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc) {
+    llvm::LLVMContext& c = b_.getContext();
+    return each_piece(2, [&](const Piece& pc) -> Result<bool> {
+      llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "stage", f_.fn);
+      llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "stage.next", f_.fn);
+      b_.CreateCondBr(pc.ok, st, next);
+      b_.SetInsertPoint(st);
+      Result<std::vector<Elem>> o0 =
+          epi.outputs(*pc.coords, pc.flat, Elem{f_.cg->node_result(p_.dtype, acc[pc.acc]), p_.dtype});
+      if (!o0) return o0.error();
+      std::vector<Elem> first = *o0;  // the next call resets the memo
+      std::vector<llvm::Value*> c1 = *pc.coords;
+      c1.back() = add(pc.col, k(1));
+      Result<std::vector<Elem>> o1 =
+          epi.outputs(c1, add(pc.flat, k(1)), Elem{f_.cg->node_result(p_.dtype, acc[pc.acc + 1]), p_.dtype});
+      if (!o1) return o1.error();
+      llvm::Value* lc = add(tig2_, k(pc.j * 8));
+      for (size_t o = 0; o < first.size(); ++o) {
+        const int64_t s = out_bytes(o);
+        llvm::Value* byte = mul(lc, s);
+        llvm::Value* off = add(chunk_at(o, pc.local_row, b_.CreateLShr(byte, k(4))), b_.CreateAnd(byte, k(15)));
+        b_.CreateAlignedStore(f_.cg->narrow_vector(first[o].dtype, {first[o].value, (*o1)[o].value}), smem_at(off),
+                              llvm::Align(static_cast<uint64_t>(2 * s)));
+      }
+      b_.CreateBr(next);
+      b_.SetInsertPoint(next);
+      return true;
+    });
+  }
+
+  // Each output's area back a 16-byte chunk per lane, consecutive lanes on consecutive
+  // chunks of a row, each chunk stored with one 128-bit access where it is inside O
+  // (N fills whole chunks, so a chunk is all in or all out).
+  void write_back() {
+    llvm::LLVMContext& c = b_.getContext();
+    llvm::Type* v4 = llvm::FixedVectorType::get(b_.getInt32Ty(), 4);
+    for (size_t o = 0; o < f_.out.size(); ++o) {
+      const int64_t s = out_bytes(o), cpr = row_bytes(o) / 16, per = 16 / s;
+      const int64_t chunks = int64_t{rows_w()} * cpr;  // a multiple of 32
+      for (int64_t q = 0; q * 32 < chunks; ++q) {
+        llvm::Value* e = add(f_.lane, k(q * 32));
+        llvm::Value* lr = b_.CreateLShr(e, k(log2i(cpr)));
+        llvm::Value* ch = b_.CreateAnd(e, k(cpr - 1));
+        llvm::Value* row = add(add(f_.m0, f_.wm0), add(mul(b_.CreateLShr(lr, k(4)), t_.m_step), b_.CreateAnd(lr, k(15))));
+        llvm::Value* col = add(add(f_.n0, f_.wn0), mul(ch, per));
+        llvm::Value* ok = guard(b_.CreateAnd(b_.CreateICmpSLT(row, k(p_.M)), b_.CreateICmpSLT(col, k(p_.N))));
+        llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "wb", f_.fn);
+        llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "wb.next", f_.fn);
+        b_.CreateCondBr(ok, st, next);
+        b_.SetInsertPoint(st);
+        llvm::Value* v = b_.CreateAlignedLoad(v4, smem_at(chunk_at(o, lr, ch)), llvm::Align(16));
+        llvm::Value* flat = add(f_.zbase, add(mul(row, p_.N), col));
+        llvm::Value* dst = b_.CreateInBoundsGEP(b_.getInt8Ty(), f_.out[o], mul(flat, s));
+        b_.CreateAlignedStore(v, dst, llvm::Align(16));
+        b_.CreateBr(next);
+        b_.SetInsertPoint(next);
+      }
+    }
+  }
+
+  MmaEpilogueFrame& f_;
+  llvm::IRBuilder<>& b_;
+  const MatmulGroup& p_;
+  const MmaTiling& t_;
+  llvm::Value *g_ = nullptr, *tig2_ = nullptr;
+};
+
+}  // namespace
+
+std::optional<std::string> mma_staging_unfit(const Graph& g, const MatmulGroup& p, const MmaTiling& t) {
+  if (t.split > 1) return "split-K adds partial sums";
+  int64_t bytes = 0;
+  for (const auto& o : g.outputs()) {
+    const int64_t s = dtype_size(g.node(o.value).type.dtype);
+    if (s != 2 && s != 4) return "an output of " + num(s) + "-byte elements";
+    if ((p.N * s) % 16 != 0) return "N = " + num(p.N) + " does not fill whole 16-byte chunks";
+    bytes += s;
+  }
+  const int64_t need = int64_t{t.bm} * t.bn * bytes;
+  if (need > t.stages * t.stage_bytes)
+    return "the outputs' tiles need " + num(need) + " bytes of shared memory, more than the pipeline's " +
+           num(t.stages * t.stage_bytes);
+  return std::nullopt;
+}
+
+Result<bool> emit_mma_epilogue(MmaEpilogueFrame& f, const std::vector<llvm::Value*>& acc) {
+  return Epilogue(f).emit(acc);
+}
+
+}  // namespace sf::matmul_detail

@@ -1,0 +1,58 @@
+// The tensor-core matmul's epilogue (internal to codegen/kernels; docs/kernels.md,
+// "Outputs"): the accumulator fragments through the group's elementwise ops to its
+// outputs. matmul_mma.cpp builds the K loop and hands the accumulators here.
+//
+// Three ways out, decided per kernel (and, for the second, per launch):
+//   - split-K: each accumulator added into the zeroed f32 output by an atomic;
+//   - staged: every output's values of a warp's tile written to shared memory (the
+//     pipeline's, free once the K loop is done) in 16-byte chunks XOR-swizzled by
+//     row, then read back a chunk per lane and stored 128 bits at a time, a warp's
+//     lanes on consecutive chunks of a row: when each output is 2 or 4 bytes wide, N
+//     fills whole 16-byte chunks, the tiles fit in the pipeline's shared memory, and
+//     (checked at run time, one uniform branch) every output pointer is 16-byte
+//     aligned;
+//   - direct: each fragment row's two adjacent columns stored as one 2-element access
+//     where the pointers allow, else one element at a time.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <llvm/IR/IRBuilder.h>
+
+#include "codegen/kernels/element.h"
+#include "codegen/kernels/matmul_mma_tiling.h"
+
+namespace sf::matmul_detail {
+
+// What the epilogue needs of the kernel being built.
+struct MmaEpilogueFrame {
+  llvm::IRBuilder<>* b = nullptr;
+  llvm::Function* fn = nullptr;
+  const Graph* g = nullptr;
+  const MatmulGroup* p = nullptr;
+  const MmaTiling* t = nullptr;
+  ElementCodegen* cg = nullptr;
+  std::vector<llvm::Value*> in, out;
+  llvm::Type* it = nullptr;                 // the index type
+  llvm::Value* smem = nullptr;              // the dynamic shared memory (i8)
+  llvm::Value *m0 = nullptr, *n0 = nullptr;    // the block tile's origin
+  llvm::Value *wm0 = nullptr, *wn0 = nullptr;  // the warp's place in it
+  llvm::Value *lane = nullptr, *warp = nullptr, *zbase = nullptr;
+  std::vector<llvm::Value*> batch_coords;   // O's batch coordinates
+  // Whether this thread holds accumulators (warp specialisation: not the producer
+  // warpgroup, which still meets the staged path's barriers); nullptr: every thread.
+  llvm::Value* active = nullptr;
+  std::function<void()> barrier;            // bar.sync 0 (or the simulation's)
+};
+
+// Why the staged path does not apply to the kernel (nullopt: it does, subject to the
+// run-time alignment check).
+std::optional<std::string> mma_staging_unfit(const Graph& g, const MatmulGroup& p, const MmaTiling& t);
+
+// Emits the epilogue at the builder's insertion point and the kernel's return.
+Result<bool> emit_mma_epilogue(MmaEpilogueFrame& f, const std::vector<llvm::Value*>& acc);
+
+}  // namespace sf::matmul_detail

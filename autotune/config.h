@@ -55,6 +55,9 @@ struct KernelConfig {
   // `warps` consumer warps multiply, the stages handed over by mbarriers (0: every
   // thread takes part in both, meeting at a barrier per K tile).
   int warp_specialize = 0;
+  // Tensor-core matmul: a persistent grid of this many blocks (Triton's NUM_SMS), each
+  // walking output tiles (and batches) a grid apart; 0: one block per tile.
+  int persistent = 0;
   // --- host (the kernel runs as loops in one CPU thread) ---
   int host_vector = 0;      // llvm.loop.vectorize.width of the innermost loop; 0 = LLVM's choice
   int host_interleave = 0;  // llvm.loop.interleave.count of the innermost loop; 0 = LLVM's choice

@@ -36,7 +36,10 @@ int occupancy(const TuneProblem& p, const KernelConfig& c, const TargetInfo& t, 
 }
 
 int64_t grid_of(const TuneProblem& p, const KernelConfig& c, const BuildResult& b) {
-  if (b.grid_blocks > 0) return b.grid_blocks;
+  // A persistent matmul's blocks each walk several tiles: the work is still one tile
+  // per output tile (priced in waves of them; the overlap of one tile's epilogue with
+  // the next one's loads is not modelled).
+  if (b.grid_blocks > 0 && !(p.kind == KernelKind::Matmul && c.persistent > 0)) return b.grid_blocks;
   switch (p.kind) {
     case KernelKind::Pointwise:
     case KernelKind::Gather: {

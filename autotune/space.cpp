@@ -55,7 +55,13 @@ std::vector<KernelConfig> gpu_reduction(const TargetInfo& t) {
 // warpgroups, block_k 64, or 32 for TF32). Their contiguous shared sides are 32 or 64
 // wide, the swizzle's widths. A bare TF32 matmul also tries split-K (2 and 4), which
 // the rules keep only where the output tiles leave SMs idle.
-void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool split) {
+//
+// The warp-specialised sm_90a configs also come persistent (CUTLASS's and Triton's
+// persistent Hopper GEMMs are warp-specialised: the producer loads the next tile
+// while the consumers store this one): a grid of the SMs times the blocks one SM
+// holds by shared memory.
+void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool split, const TargetInfo& t,
+                            int operand_bytes) {
   for (int bm : {64, 128, 256})
     for (int bn : {64, 128, 256})
       for (int bk : {32, 64})
@@ -64,23 +70,30 @@ void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool spl
             // sm_90a: also with a producer warpgroup (the wgmma + TMA kernel; configs it
             // cannot take fail to build and are dropped).
             for (int ws = 0; ws <= (wgmma && stages >= 3 ? 1 : 0); ++ws)
-              for (int sk = 1; sk <= (split ? 4 : 1); sk *= 2) {
-                KernelConfig c;
-                c.block_m = bm;
-                c.block_n = bn;
-                c.block_k = bk;
-                c.warps = warps;
-                c.stages = stages;
-                c.group_m = 8;
-                c.warp_specialize = ws;
-                c.split_k = sk;
-                out.push_back(c);
-              }
+              for (int sk = 1; sk <= (split ? 4 : 1); sk *= 2)
+                for (int pers = 0; pers <= ws; ++pers) {
+                  KernelConfig c;
+                  c.block_m = bm;
+                  c.block_n = bn;
+                  c.block_k = bk;
+                  c.warps = warps;
+                  c.stages = stages;
+                  c.group_m = 8;
+                  c.warp_specialize = ws;
+                  c.split_k = sk;
+                  if (pers) {
+                    const int64_t shared =
+                        int64_t{stages} * (int64_t{bm} * bk + int64_t{bk} * bn) * operand_bytes + 16 * stages;
+                    const int64_t per_sm = t.shared_bytes / std::max<int64_t>(shared + t.reserved_shared_per_block, 1);
+                    c.persistent = t.sms * static_cast<int>(std::clamp<int64_t>(per_sm, 1, 4));
+                  }
+                  out.push_back(c);
+                }
 }
 
 std::vector<KernelConfig> gpu_matmul(const TuneProblem& p, const TargetInfo& t) {
   std::vector<KernelConfig> out;
-  if ((p.operand_bytes == 2 || p.tf32) && t.tensor16_gflops > 0) add_tensor_core_matmul(out, t.name == "sm_90a", p.tf32 && p.bare);
+  if ((p.operand_bytes == 2 || p.tf32) && t.tensor16_gflops > 0) add_tensor_core_matmul(out, t.name == "sm_90a", p.tf32 && p.bare, t, p.operand_bytes);
   for (int bm : {32, 64, 128})
     for (int bn : {32, 64, 128})
       for (int bk : {8, 16, 32})

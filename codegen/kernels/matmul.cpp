@@ -699,6 +699,12 @@ Result<EmittedKernel> emit_matmul_mma_block_on_host(const KernelSpec& spec, cons
   return k;
 }
 
+namespace {
+std::string persistent(const KernelConfig& c) {
+  return c.persistent ? ", persistent: " + std::to_string(c.persistent) + " blocks walk the output tiles" : std::string();
+}
+}  // namespace
+
 Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& config, const std::string& arch) {
   Result<MatmulGroup> plan = analyse_matmul(spec);
   if (!plan) return plan.error();
@@ -717,8 +723,10 @@ Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& confi
                                       : "filled by 16-byte cp.async (") + stages + ")" +
                           (config.warp_specialize ? ", warp-specialised: a producer warpgroup issues the copies"
                                                   : std::string()) +
+                          persistent(config) +
                           (spec.tma && !choice.tma ? "; not TMA: " + choice.not_tma : std::string())};
   std::string why = "mma.sync.m16n8" + kk + dt + " with f32 accumulators, ldmatrix, 16-byte cp.async (" + stages + ")";
+  why += persistent(config);
   if (has_wgmma(arch)) why += "; not wgmma: " + choice.not_wgmma;
   return MatmulPath{true, false, why};
 }

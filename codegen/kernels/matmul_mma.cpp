@@ -24,17 +24,18 @@
 #include "codegen/kernels/matmul.h"
 #include "codegen/kernels/matmul_group.h"
 #include "codegen/kernels/matmul_mma_epilogue.h"
+#include "codegen/kernels/matmul_mma_isa.h"
 #include "codegen/kernels/matmul_mma_tiling.h"
 
 namespace sf::matmul_detail {
 
 namespace {
 
-class MmaKernel {
+class MmaKernel : MmaIsa {
  public:
   MmaKernel(const KernelSpec& spec, const MatmulGroup& plan, const MmaTiling& t, const llvmb::Target& target,
             llvm::Module& m, bool sim)
-      : spec_(spec), g_(spec.group), p_(plan), t_(t), target_(target), m_(m), b_(m.getContext()), sim_(sim) {}
+      : MmaIsa(plan, t, m, sim), spec_(spec), g_(spec.group), target_(target) {}
 
   Result<bool> build() {
     llvm::LLVMContext& c = m_.getContext();
@@ -93,13 +94,8 @@ class MmaKernel {
       return true;
     }
 
-    bz_ = by;
     kbase_ = bz ? b_.CreateMul(bz, k(t_.kt * t_.bk), "kbase", true, true) : k(0);
-    TileOrigin o = group_m_tile(b_, p_, bx, t_.bm, t_.bn, t_.group_m);
-    m0_ = o.m0;
-    n0_ = o.n0;
-    bi_ = batch_index(b_, p_, by);
-    zbase_ = b_.CreateMul(by, k(p_.M * p_.N), "zbase", true, true);
+    gk0_ = k(0);
     // The warp's place in the block tile and the lane's in the warp.
     llvm::Value* warp = warp_ = b_.CreateLShr(tid_, k(5), "warp");
     lane_ = b_.CreateAnd(tid_, k(31), "lane");
@@ -113,18 +109,104 @@ class MmaKernel {
       wm0_ = b_.CreateMul(b_.CreateUDiv(warp, k(t_.wn)), k(t_.warp_m), "wm0", true, true);
       wn0_ = b_.CreateMul(b_.CreateURem(warp, k(t_.wn)), k(t_.warp_n), "wn0", true, true);
     }
-    plan_copies();
-
-    const size_t nacc = static_cast<size_t>(t_.mi * t_.ni * 4);
-    std::vector<llvm::Value*> acc(nacc, llvm::ConstantFP::get(f32_, 0.0));
+    if (t_.tma && t_.kt > 0) init_mbarriers();
+    if (t_.persistent) return persistent(bx);
+    start_item(bx, by);
+    std::vector<llvm::Value*> acc = zeros();
     if (t_.kt > 0) acc = t_.ws ? k_loop_ws() : k_loop();
-    return epilogue(acc);
+    return epilogue(acc, nullptr);
   }
 
  private:
-  llvm::Value* k(int64_t v) { return llvm::ConstantInt::get(it_, static_cast<uint64_t>(v)); }
-  llvm::Value* add(llvm::Value* x, llvm::Value* y) { return b_.CreateAdd(x, y, "", true, true); }
-  llvm::Value* mul(llvm::Value* x, int64_t s) { return s == 1 ? x : b_.CreateMul(x, k(s), "", true, true); }
+  std::vector<llvm::Value*> zeros() {
+    return std::vector<llvm::Value*>(static_cast<size_t>(t_.mi * t_.ni * 4), llvm::ConstantFP::get(f32_, 0.0));
+  }
+
+  // The work item's output tile (bx, by GROUP_M-swizzled tile and batch): its origin,
+  // batch offsets and copy addresses.
+  void start_item(llvm::Value* bx, llvm::Value* by) {
+    bz_ = by;
+    TileOrigin o = group_m_tile(b_, p_, bx, t_.bm, t_.bn, t_.group_m);
+    m0_ = o.m0;
+    n0_ = o.n0;
+    bi_ = batch_index(b_, p_, by);
+    zbase_ = b_.CreateMul(by, k(p_.M * p_.N), "zbase", true, true);
+    plan_copies();
+  }
+
+  // ---- the persistent grid (KernelConfig::persistent) ----
+  // Block b takes work items w = b, b + grid, ...: tile w % tiles of batch w / tiles.
+  // gk0_ (the item's first K tile counted over the block's whole life) keeps the
+  // stages and mbarrier phases running on from item to item. Without warp
+  // specialisation every thread walks the items, with a barrier after each epilogue
+  // (the next item's copies overwrite the shared memory it staged through); with it,
+  // the producer's thread walks them issuing copies, ahead into the next item's tiles
+  // while the consumers finish the last one's epilogue (stored directly).
+  struct ItemLoop {
+    llvm::BasicBlock *loop = nullptr, *latch = nullptr, *done = nullptr;
+    llvm::PHINode *w = nullptr, *iter = nullptr;
+  };
+  ItemLoop open_items(llvm::Value* first) {
+    llvm::LLVMContext& c = m_.getContext();
+    ItemLoop l;
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    l.loop = llvm::BasicBlock::Create(c, "item", fn_);
+    l.latch = llvm::BasicBlock::Create(c, "item.next", fn_);
+    l.done = llvm::BasicBlock::Create(c, "items.done", fn_);
+    b_.CreateBr(l.loop);
+    b_.SetInsertPoint(l.loop);
+    l.w = b_.CreatePHI(it_, 2, "item");
+    l.w->addIncoming(first, pre);
+    l.iter = b_.CreatePHI(it_, 2, "item.iter");
+    l.iter->addIncoming(k(0), pre);
+    gk0_ = mul(l.iter, t_.kt);
+    start_item(b_.CreateURem(l.w, k(t_.tiles)), b_.CreateUDiv(l.w, k(t_.tiles)));
+    return l;
+  }
+  // The latch (the builder must be in it): the next item a grid apart, while any.
+  void close_items(ItemLoop& l) {
+    llvm::Value* next = add(l.w, k(t_.grid_x()));
+    l.w->addIncoming(next, b_.GetInsertBlock());
+    l.iter->addIncoming(add(l.iter, k(1)), b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(next, k(t_.items)), l.loop, l.done);
+    b_.SetInsertPoint(l.done);
+    b_.CreateRetVoid();
+  }
+
+  Result<bool> persistent(llvm::Value* bx) {
+    llvm::LLVMContext& c = m_.getContext();
+    if (t_.ws) {
+      // The producer warpgroup: its first thread walks the items issuing their copies
+      // (none when K = 0), the others return at once.
+      llvm::BasicBlock* producer = llvm::BasicBlock::Create(c, "ws.producer", fn_);
+      llvm::BasicBlock* consumer = llvm::BasicBlock::Create(c, "ws.consumer", fn_);
+      llvm::BasicBlock* leave = llvm::BasicBlock::Create(c, "ws.leave", fn_);
+      b_.CreateCondBr(b_.CreateICmpUGE(tid_, k(t_.threads)), producer, consumer);
+      b_.SetInsertPoint(leave);
+      b_.CreateRetVoid();
+      b_.SetInsertPoint(producer);
+      if (t_.kt > 0) {
+        llvm::BasicBlock* lead = llvm::BasicBlock::Create(c, "ws.lead", fn_);
+        b_.CreateCondBr(b_.CreateICmpEQ(tid_, k(t_.threads)), lead, leave);
+        b_.SetInsertPoint(lead);
+        ItemLoop pitems = open_items(bx);
+        producer_loop();
+        b_.CreateBr(pitems.latch);
+        b_.SetInsertPoint(pitems.latch);
+        close_items(pitems);
+      } else {
+        b_.CreateBr(leave);
+      }
+      b_.SetInsertPoint(consumer);
+    }
+    ItemLoop items = open_items(bx);
+    std::vector<llvm::Value*> acc = t_.kt == 0 ? zeros() : t_.ws ? consumer_loop(/*release_last=*/true) : k_loop();
+    if (Result<bool> r = epilogue(acc, items.latch, /*producer_joins=*/false); !r) return r;
+    b_.SetInsertPoint(items.latch);
+    if (!t_.ws) barrier();
+    close_items(items);
+    return true;
+  }
 
   // The byte offset of element (row, col) in `tile`, col a multiple of per_chunk (a
   // 16-byte chunk): the panel, the row within it, and the row's chunk moved by
@@ -139,8 +221,6 @@ class MmaKernel {
     llvm::Value* phys = b_.CreateXor(in, x);
     return add(add(mul(panel, int64_t{tile.rows} * tile.row_bytes()), mul(row, tile.row_bytes())), mul(phys, 16));
   }
-
-  llvm::Value* smem_at(llvm::Value* byte_off) { return b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, byte_off); }
 
   // One 16-byte chunk a thread copies from global to shared memory per K tile.
   struct Copy {
@@ -256,26 +336,7 @@ class MmaKernel {
   // ---- TMA (sm_90a wgmma kernel, KernelSpec::tma) ----
   // One mbarrier per stage, arrival count 1: thread 0's arrive.expect_tx of the
   // stage's bytes; the copies complete the transaction count, and every thread waits
-  // for the phase. Inline PTX here, as for wgmma; the host build calls the hooks.
-
-  llvm::Value* mbar(llvm::Value* stage) { return add(k(t_.mbar_off), mul(stage, 8)); }
-  // Warp specialisation: the stage's "empty" mbarrier, which the consumer warpgroups
-  // arrive on once their wgmma no longer reads the stage.
-  llvm::Value* empty_mbar(llvm::Value* stage) { return add(k(t_.mbar_off + 8 * t_.stages), mul(stage, 8)); }
-  // An mbarrier or shared destination as the instruction takes it: the 32-bit shared
-  // address, or (host build) the pointer.
-  llvm::Value* smem_operand(llvm::Value* off) { return sim_ ? smem_at(off) : shared_addr(off); }
-
-  void if_thread0(const std::function<void()>& body) {
-    llvm::LLVMContext& c = m_.getContext();
-    llvm::BasicBlock* yes = llvm::BasicBlock::Create(c, "t0", fn_);
-    llvm::BasicBlock* after = llvm::BasicBlock::Create(c, "t0.done", fn_);
-    b_.CreateCondBr(b_.CreateICmpEQ(tid_, k(0)), yes, after);
-    b_.SetInsertPoint(yes);
-    body();
-    b_.CreateBr(after);
-    b_.SetInsertPoint(after);
-  }
+  // for the phase (the instructions: matmul_mma_isa.h).
 
   void init_mbarriers() {
     if_thread0([&] {
@@ -339,163 +400,6 @@ class MmaKernel {
         }
       }
     }
-  }
-
-  // mbarrier.arrive (no transaction bytes) on the mbarrier at shared offset `off`.
-  void mbar_arrive(llvm::Value* off) {
-    if (sim_) {
-      sim_call(14, {smem_operand(off)});
-      return;
-    }
-    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {i32_}, false);
-    b_.CreateCall(llvm::InlineAsm::get(fty, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", true),
-                  {smem_operand(off)});
-  }
-
-  void tma_load(llvm::Value* map, llvm::Value* dst, llvm::Value* c0, llvm::Value* c1, llvm::Value* c2, llvm::Value* bar) {
-    if (sim_) {
-      sim_call(10, {map, dst, c0, c1, c2, bar});
-      return;
-    }
-    llvm::Value* addr = b_.CreatePtrToInt(b_.CreateAddrSpaceCast(map, b_.getPtrTy()), b_.getInt64Ty());
-    const bool r3 = t_.maps[0].rank == 3;
-    std::string text = std::string("cp.async.bulk.tensor.") + (r3 ? "3d" : "2d") +
-                       ".shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3" + (r3 ? ", $4" : "") +
-                       "}], [$" + (r3 ? "5" : "4") + "];";
-    std::vector<llvm::Type*> ty = {i32_, b_.getInt64Ty(), i32_, i32_};
-    std::vector<llvm::Value*> args = {dst, addr, c0, c1};
-    std::string cons = "r,l,r,r";
-    if (r3) {
-      ty.push_back(i32_);
-      args.push_back(c2);
-      cons += ",r";
-    }
-    ty.push_back(i32_);
-    args.push_back(bar);
-    cons += ",r,~{memory}";
-    b_.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(b_.getVoidTy(), ty, false), text, cons, true), args);
-  }
-
-  // Every thread: until the stage's mbarrier has completed the phase of parity `parity`.
-  void mbar_wait(llvm::Value* stage, llvm::Value* parity) { mbar_wait_at(mbar(stage), parity); }
-  void mbar_wait_at(llvm::Value* off, llvm::Value* parity) {
-    llvm::LLVMContext& c = m_.getContext();
-    llvm::BasicBlock* spin = llvm::BasicBlock::Create(c, "mbar.wait", fn_);
-    llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "mbar.done", fn_);
-    llvm::Value* bar = smem_operand(off);
-    llvm::Value* par = b_.CreateZExtOrTrunc(parity, i32_);
-    b_.CreateBr(spin);
-    b_.SetInsertPoint(spin);
-    llvm::Value* ok;
-    if (sim_) {
-      auto* fty = llvm::FunctionType::get(i32_, {b_.getPtrTy(), i32_, b_.getPtrTy(), i32_}, false);
-      ok = b_.CreateCall(fty, hook_[13], {hook_[0], tid32_, bar, par});
-    } else {
-      auto* fty = llvm::FunctionType::get(i32_, {i32_, i32_}, false);
-      ok = b_.CreateCall(
-          llvm::InlineAsm::get(
-              fty, "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\nselp.b32 $0, 1, 0, p;\n}",
-              "=r,r,r,~{memory}", true),
-          {bar, par});
-    }
-    b_.CreateCondBr(b_.CreateICmpNE(ok, b_.getInt32(0)), done, spin);
-    b_.SetInsertPoint(done);
-  }
-
-  void commit() {
-    if (!sim_) b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_commit_group, {}, {});
-    else sim_call(6, {});
-  }
-  void wait(int pending) {
-    if (!sim_)
-      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_group, {}, {b_.getInt32(static_cast<uint32_t>(pending))});
-    else sim_call(7, {b_.getInt32(static_cast<uint32_t>(pending))});
-  }
-  void wgmma_commit() {
-    if (!sim_) asm_stmt("wgmma.commit_group.sync.aligned;");
-    else sim_call(8, {});
-  }
-  void wgmma_wait(int pending) {
-    if (!sim_) asm_stmt("wgmma.wait_group.sync.aligned " + num(pending) + ";");
-    else sim_call(9, {b_.getInt32(static_cast<uint32_t>(pending))});
-  }
-  // hook_[h](ctx, thread, extra i32s...).
-  void sim_call(int h, std::vector<llvm::Value*> extra) {
-    std::vector<llvm::Type*> types = {b_.getPtrTy(), i32_};
-    std::vector<llvm::Value*> args = {hook_[0], tid32_};
-    for (llvm::Value* v : extra) {
-      types.push_back(v->getType());
-      args.push_back(v);
-    }
-    b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), types, false), hook_[h], args);
-  }
-  void barrier() {
-    if (!sim_) {
-      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
-      return;
-    }
-    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy()}, false);
-    b_.CreateCall(fty, hook_[1], {hook_[0]});
-  }
-
-  // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 from the row this lane points at.
-  std::vector<llvm::Value*> ldmatrix_x4(llvm::Value* row_ptr, bool trans) {
-    std::vector<llvm::Value*> r;
-    if (!sim_) {
-      llvm::Intrinsic::ID id = trans ? llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16
-                                     : llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16;
-      llvm::Value* v = b_.CreateIntrinsic(id, {row_ptr->getType()}, {row_ptr});
-      for (unsigned i = 0; i < 4; ++i) r.push_back(b_.CreateExtractValue(v, {i}));
-      return r;
-    }
-    llvm::Value* out = entry_alloca(llvm::ArrayType::get(i32_, 4));
-    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), i32_, b_.getPtrTy(), i32_, b_.getPtrTy()}, false);
-    b_.CreateCall(fty, hook_[2], {hook_[0], tid32_, row_ptr, b_.getInt32(trans ? 1 : 0), out});
-    for (unsigned i = 0; i < 4; ++i)
-      r.push_back(b_.CreateAlignedLoad(i32_, b_.CreateConstInBoundsGEP1_32(i32_, out, i), llvm::Align(4)));
-    return r;
-  }
-
-  // D = A * B + C, mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32,
-  // or m16n8k8.row.col.f32.tf32.tf32.f32 (the registers' f32 bits as TF32: the
-  // tensor cores read the top 19 bits).
-  std::vector<llvm::Value*> mma(const std::vector<llvm::Value*>& a, const std::vector<llvm::Value*>& bf,
-                                const std::vector<llvm::Value*>& c) {
-    const bool f16 = p_.dtype == DType::F16;
-    const bool tf32 = p_.dtype == DType::F32;
-    std::vector<llvm::Value*> d;
-    if (!sim_) {
-      std::vector<llvm::Value*> args;
-      llvm::Type* h2 = llvm::FixedVectorType::get(b_.getHalfTy(), 2);
-      for (llvm::Value* v : a) args.push_back(f16 ? b_.CreateBitCast(v, h2) : v);
-      for (llvm::Value* v : bf) args.push_back(f16 ? b_.CreateBitCast(v, h2) : v);
-      for (llvm::Value* v : c) args.push_back(v);
-      llvm::Intrinsic::ID id = tf32  ? llvm::Intrinsic::nvvm_mma_m16n8k8_row_col_tf32
-                               : f16 ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32
-                                     : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16;
-      llvm::Value* v = b_.CreateIntrinsic(id, {}, args);
-      for (unsigned i = 0; i < 4; ++i) d.push_back(b_.CreateExtractValue(v, {i}));
-      return d;
-    }
-    llvm::Value* av = entry_alloca(llvm::ArrayType::get(i32_, 4));
-    llvm::Value* bv = entry_alloca(llvm::ArrayType::get(i32_, 2));  // TF32 fills all four and both
-    llvm::Value* cv = entry_alloca(llvm::ArrayType::get(f32_, 4));
-    for (unsigned i = 0; i < 4; ++i) b_.CreateAlignedStore(a[i], b_.CreateConstInBoundsGEP1_32(i32_, av, i), llvm::Align(4));
-    for (unsigned i = 0; i < 2; ++i) b_.CreateAlignedStore(bf[i], b_.CreateConstInBoundsGEP1_32(i32_, bv, i), llvm::Align(4));
-    for (unsigned i = 0; i < 4; ++i) b_.CreateAlignedStore(c[i], b_.CreateConstInBoundsGEP1_32(f32_, cv, i), llvm::Align(4));
-    auto* fty = llvm::FunctionType::get(b_.getVoidTy(),
-                                        {b_.getPtrTy(), i32_, i32_, b_.getPtrTy(), b_.getPtrTy(), b_.getPtrTy()}, false);
-    b_.CreateCall(fty, hook_[3], {hook_[0], tid32_, b_.getInt32(tf32 ? 2 : f16 ? 1 : 0), av, bv, cv});
-    for (unsigned i = 0; i < 4; ++i)
-      d.push_back(b_.CreateAlignedLoad(f32_, b_.CreateConstInBoundsGEP1_32(f32_, cv, i), llvm::Align(4)));
-    return d;
-  }
-
-  llvm::Value* entry_alloca(llvm::Type* t) {
-    llvm::IRBuilderBase::InsertPointGuard guard(b_);
-    llvm::BasicBlock& entry = fn_->getEntryBlock();
-    b_.SetInsertPoint(&entry, entry.getFirstInsertionPt());
-    return b_.CreateAlloca(t);
   }
 
   // One stage's block tile: per k step of 32 bytes (16 16-bit elements, 8 TF32), an
@@ -572,80 +476,6 @@ class MmaKernel {
     return b_.CreateAlignedLoad(i32_, smem_at(add(base, off)), llvm::Align(4));
   }
 
-  // ---- warpgroup MMA (sm_90a) ----
-  // Every wgmma-family instruction is inline PTX, here and nowhere else: LLVM 19 has
-  // no intrinsics for them. The host build calls MmaSimHooks::wgmma instead, and the
-  // fences, commits and waits vanish (its wgmma completes before it returns).
-
-  void asm_stmt(const std::string& text) {
-    if (sim_) return;
-    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), false);
-    b_.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true));
-  }
-  void proxy_fence() { asm_stmt("fence.proxy.async.shared::cta;"); }
-
-  // The 32-bit shared-memory address of byte `off` of the dynamic shared memory (the
-  // host build: `off` itself, its shared memory's base being address 0).
-  llvm::Value* shared_addr(llvm::Value* off) {
-    llvm::Value* o = b_.CreateZExtOrTrunc(off, i32_);
-    if (sim_) return o;
-    return b_.CreateAdd(b_.CreatePtrToInt(smem_, i32_), o);
-  }
-
-  // A wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"):
-  // start address, leading and stride dimension byte offsets, each >> 4 in 14 bits,
-  // base offset 0, and 128-byte swizzling (mode 1, bits 62-63).
-  llvm::Value* descriptor(llvm::Value* addr, int64_t lbo, int64_t sbo) {
-    llvm::Type* i64 = b_.getInt64Ty();
-    llvm::Value* start = b_.CreateAnd(b_.CreateLShr(b_.CreateZExt(addr, i64), 4), 0x3FFF);
-    const uint64_t fixed = ((static_cast<uint64_t>(lbo) >> 4) & 0x3FFF) << 16 |
-                           ((static_cast<uint64_t>(sbo) >> 4) & 0x3FFF) << 32 | uint64_t{1} << 62;
-    return b_.CreateOr(start, llvm::ConstantInt::get(i64, fixed));
-  }
-
-  // D (bn / 2 f32 per thread) += A (m64 x k16) * B (k16 x bn), both from shared
-  // memory; A K-major unless trans_a, B K-major unless trans_b.
-  std::vector<llvm::Value*> wgmma(llvm::Value* da, llvm::Value* db, std::vector<llvm::Value*> d) {
-    const bool f16 = p_.dtype == DType::F16, tf32 = p_.dtype == DType::F32;
-    const int trans_a = t_.a_kc ? 0 : 1, trans_b = t_.b_kc ? 0 : 1;
-    const size_t n = d.size();
-    if (sim_) {
-      llvm::Value* buf = entry_alloca(llvm::ArrayType::get(f32_, n));
-      for (size_t i = 0; i < n; ++i)
-        b_.CreateAlignedStore(d[i], b_.CreateConstInBoundsGEP1_64(f32_, buf, i), llvm::Align(4));
-      const int32_t mode = (f16 ? 1 : 0) | trans_a << 1 | trans_b << 2 | (tf32 ? 8 : 0) | t_.bn << 8;
-      llvm::Type* ptr = b_.getPtrTy();
-      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32_, b_.getInt64Ty(), b_.getInt64Ty(), i32_, ptr}, false);
-      b_.CreateCall(fty, hook_[4], {hook_[0], tid32_, da, db, b_.getInt32(static_cast<uint32_t>(mode)), buf});
-      for (size_t i = 0; i < n; ++i)
-        d[i] = b_.CreateAlignedLoad(f32_, b_.CreateConstInBoundsGEP1_64(f32_, buf, i), llvm::Align(4));
-      return d;
-    }
-    const std::string ty = tf32 ? "tf32" : f16 ? "f16" : "bf16";
-    std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + num(int64_t(n) + 2) + ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
-                       num(t_.bn) + (tf32 ? "k8" : "k16") + ".f32." + ty + "." + ty + " {";
-    std::string cons;
-    for (size_t i = 0; i < n; ++i) {
-      text += (i ? ", $" : "$") + num(int64_t(i));
-      cons += "=f,";
-    }
-    // TF32 has no imm-trans operands (both operands are K-major).
-    text += "}, $" + num(int64_t(n)) + ", $" + num(int64_t(n) + 1) + ", p, 1, 1" +
-            (tf32 ? std::string() : ", " + num(trans_a) + ", " + num(trans_b)) + ";\n}";
-    cons += "l,l,r";
-    for (size_t i = 0; i < n; ++i) cons += "," + num(int64_t(i));
-    cons += ",~{memory}";
-    std::vector<llvm::Type*> outs(n, f32_);
-    std::vector<llvm::Type*> ins = {b_.getInt64Ty(), b_.getInt64Ty(), i32_};
-    ins.insert(ins.end(), n, f32_);
-    auto* fty = llvm::FunctionType::get(llvm::StructType::get(m_.getContext(), outs), ins, false);
-    std::vector<llvm::Value*> args = {da, db, b_.getInt32(1)};
-    args.insert(args.end(), d.begin(), d.end());
-    llvm::Value* r = b_.CreateCall(llvm::InlineAsm::get(fty, text, cons, /*hasSideEffects=*/true), args);
-    for (size_t i = 0; i < n; ++i) d[i] = b_.CreateExtractValue(r, {static_cast<unsigned>(i)});
-    return d;
-  }
-
   // One stage's block tile on the warpgroup's rows: per k step of 16 and per m64 step,
   // one wgmma over all bn columns, between a wgmma.fence (the accumulators were last
   // written by ordinary instructions) and one commit group, waited for before the
@@ -719,12 +549,14 @@ class MmaKernel {
     if (lag_ > 0) wgmma_wait(0);  // the last groups, before the epilogue reads the accumulators
   }
 
-  // K tile kt's stage, and the parity of its use of it (TMA: the mbarrier phase number
-  // kt / stages that tile's copies complete).
+  // The item's K tile kt's stage, and the parity of its use of it (TMA: the mbarrier
+  // phase number g / stages that tile's copies complete), g = gk0_ + kt the tile
+  // counted over the block's life (a persistent block's earlier items included).
   llvm::Value* stage_of(llvm::Value* kt) {
-    return pow2(t_.stages) ? b_.CreateAnd(kt, k(t_.stages - 1)) : b_.CreateURem(kt, k(t_.stages));
+    llvm::Value* g = add(gk0_, kt);
+    return pow2(t_.stages) ? b_.CreateAnd(g, k(t_.stages - 1)) : b_.CreateURem(g, k(t_.stages));
   }
-  llvm::Value* parity_of(llvm::Value* kt) { return b_.CreateAnd(b_.CreateUDiv(kt, k(t_.stages)), k(1)); }
+  llvm::Value* parity_of(llvm::Value* kt) { return b_.CreateAnd(b_.CreateUDiv(add(gk0_, kt), k(t_.stages)), k(1)); }
 
   // stages-1 tiles in flight; iteration kt waits for tile kt, syncs (every thread is
   // also past tile kt-1, whose stage the next copy overwrites), issues tile
@@ -734,9 +566,8 @@ class MmaKernel {
     // `ahead` tiles are in flight; the wgmma kernel also keeps `lag_` wgmma groups in
     // flight, whose stages the copies must not overwrite: one fewer tile ahead.
     const int ahead_n = t_.stages - 1 - lag_;
-    if (t_.tma) init_mbarriers();
     for (int st = 0; st < ahead_n; ++st) {
-      if (st < t_.kt) load_tile(k(int64_t{st} * t_.bk), k(st));
+      if (st < t_.kt) load_tile(k(int64_t{st} * t_.bk), stage_of(k(st)));
       if (!t_.tma) commit();
     }
     KLoop kl = open_k_loop();
@@ -766,55 +597,30 @@ class MmaKernel {
   // waits until the tile's stage is empty (its previous use released by every
   // consumer warpgroup; a fresh stage passes at once, the phase before the first
   // counting as done), arms the stage's full mbarrier and issues the copies; the
-  // producer's other threads have nothing to do and leave. The consumers wait for
-  // each tile's full phase, multiply, and once wgmma.wait_group lag has retired the
-  // previous tile's group, lane 0 of every consumer warp (past its own wait) arrives
-  // on that tile's empty mbarrier. No barrier in the loop: the stages are handed over
-  // by mbarriers only.
+  // producer's other threads have nothing to do. The consumers wait for each tile's
+  // full phase, multiply, and once wgmma.wait_group lag has retired the previous
+  // tile's group, lane 0 of every consumer warp (past its own wait) arrives on that
+  // tile's empty mbarrier. No barrier in the loop: the stages are handed over by
+  // mbarriers only. The producer's threads then join the consumers' in the epilogue,
+  // with zero accumulators they do not store (MmaEpilogueFrame::active).
   std::vector<llvm::Value*> k_loop_ws() {
     llvm::LLVMContext& c = m_.getContext();
-    init_mbarriers();
     llvm::BasicBlock* producer = llvm::BasicBlock::Create(c, "ws.producer", fn_);
+    llvm::BasicBlock* lead = llvm::BasicBlock::Create(c, "ws.lead", fn_);
     llvm::BasicBlock* consumer = llvm::BasicBlock::Create(c, "ws.consumer", fn_);
     llvm::BasicBlock* leave = llvm::BasicBlock::Create(c, "ws.leave", fn_);
-    b_.CreateCondBr(b_.CreateICmpUGE(tid_, k(t_.threads)), producer, consumer);
-
-    // The producer.
-    b_.SetInsertPoint(producer);
-    llvm::BasicBlock* ploop = llvm::BasicBlock::Create(c, "ws.p.loop", fn_);
-    b_.CreateCondBr(b_.CreateICmpEQ(tid_, k(t_.threads)), ploop, leave);
-    b_.SetInsertPoint(ploop);
-    llvm::PHINode* pk = b_.CreatePHI(it_, 2, "pkt");
-    pk->addIncoming(k(0), producer);
-    mbar_wait_at(empty_mbar(stage_of(pk)), b_.CreateXor(parity_of(pk), k(1)));
-    issue_tile_tma(mul(pk, t_.bk), stage_of(pk));
-    llvm::Value* pnext = add(pk, k(1));
-    pk->addIncoming(pnext, b_.GetInsertBlock());
-    b_.CreateCondBr(b_.CreateICmpSLT(pnext, k(t_.kt)), ploop, leave);
-    // The producer's threads join the consumers' in the epilogue, with zero
-    // accumulators they do not store (MmaEpilogueFrame::active).
     llvm::BasicBlock* join = llvm::BasicBlock::Create(c, "ws.join", fn_);
+    b_.CreateCondBr(b_.CreateICmpUGE(tid_, k(t_.threads)), producer, consumer);
+    b_.SetInsertPoint(producer);
+    b_.CreateCondBr(b_.CreateICmpEQ(tid_, k(t_.threads)), lead, leave);
+    b_.SetInsertPoint(lead);
+    producer_loop();
+    b_.CreateBr(leave);
     b_.SetInsertPoint(leave);
     b_.CreateBr(join);
 
-    // The consumers.
     b_.SetInsertPoint(consumer);
-    KLoop kl = open_k_loop();
-    llvm::PHINode* kt = kl.kt;
-    mbar_wait(stage_of(kt), parity_of(kt));
-    std::vector<llvm::Value*> acc = compute_wgmma(stage_of(kt), kl.acc);  // ends with wgmma.wait_group lag
-    // The tile whose group that wait retired (kt - lag) releases its stage.
-    llvm::Value* retired = b_.CreateSub(kt, k(lag_));
-    llvm::Value* release = b_.CreateAnd(b_.CreateICmpSGE(retired, k(0)),
-                                        b_.CreateICmpEQ(lane_, k(0)));
-    llvm::BasicBlock* rel = llvm::BasicBlock::Create(c, "ws.release", fn_);
-    llvm::BasicBlock* cont = llvm::BasicBlock::Create(c, "ws.released", fn_);
-    b_.CreateCondBr(release, rel, cont);
-    b_.SetInsertPoint(rel);
-    mbar_arrive(empty_mbar(stage_of(retired)));  // retired >= 0 here
-    b_.CreateBr(cont);
-    b_.SetInsertPoint(cont);
-    close_k_loop(kl, acc);
+    std::vector<llvm::Value*> acc = consumer_loop(/*release_last=*/false);
     llvm::BasicBlock* done = b_.GetInsertBlock();
     b_.CreateBr(join);
     b_.SetInsertPoint(join);
@@ -827,7 +633,53 @@ class MmaKernel {
     return acc;
   }
 
-  Result<bool> epilogue(const std::vector<llvm::Value*>& acc) {
+  // The producer thread's K loop over the item's tiles; the builder after it.
+  void producer_loop() {
+    llvm::LLVMContext& c = m_.getContext();
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    llvm::BasicBlock* ploop = llvm::BasicBlock::Create(c, "ws.p.loop", fn_);
+    llvm::BasicBlock* pdone = llvm::BasicBlock::Create(c, "ws.p.done", fn_);
+    b_.CreateBr(ploop);
+    b_.SetInsertPoint(ploop);
+    llvm::PHINode* pk = b_.CreatePHI(it_, 2, "pkt");
+    pk->addIncoming(k(0), pre);
+    mbar_wait_at(empty_mbar(stage_of(pk)), b_.CreateXor(parity_of(pk), k(1)));
+    issue_tile_tma(mul(pk, t_.bk), stage_of(pk));
+    llvm::Value* pnext = add(pk, k(1));
+    pk->addIncoming(pnext, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(pnext, k(t_.kt)), ploop, pdone);
+    b_.SetInsertPoint(pdone);
+  }
+
+  // The consumers' K loop; the builder after it, every wgmma group retired.
+  // `release_last`: also release the stage of the item's last tile, whose group only
+  // the final wait retired (a persistent producer reuses it for a later item).
+  std::vector<llvm::Value*> consumer_loop(bool release_last) {
+    llvm::LLVMContext& c = m_.getContext();
+    KLoop kl = open_k_loop();
+    llvm::PHINode* kt = kl.kt;
+    mbar_wait(stage_of(kt), parity_of(kt));
+    std::vector<llvm::Value*> acc = compute_wgmma(stage_of(kt), kl.acc);  // ends with wgmma.wait_group lag
+    // The tile whose group that wait retired (kt - lag) releases its stage.
+    llvm::Value* retired = b_.CreateSub(kt, k(lag_));
+    auto release = [&](llvm::Value* when, llvm::Value* tile) {
+      llvm::BasicBlock* rel = llvm::BasicBlock::Create(c, "ws.release", fn_);
+      llvm::BasicBlock* cont = llvm::BasicBlock::Create(c, "ws.released", fn_);
+      b_.CreateCondBr(b_.CreateAnd(when, b_.CreateICmpEQ(lane_, k(0))), rel, cont);
+      b_.SetInsertPoint(rel);
+      mbar_arrive(empty_mbar(stage_of(tile)));
+      b_.CreateBr(cont);
+      b_.SetInsertPoint(cont);
+    };
+    release(b_.CreateICmpSGE(retired, k(0)), retired);
+    close_k_loop(kl, acc);
+    if (release_last && lag_ > 0) release(b_.getTrue(), k(t_.kt - 1));
+    return acc;
+  }
+
+  // `exit`: where the epilogue ends (nullptr: the kernel returns); `producer_joins`:
+  // the warp-specialised producer's threads pass it too, storing nothing.
+  Result<bool> epilogue(const std::vector<llvm::Value*>& acc, llvm::BasicBlock* exit, bool producer_joins = true) {
     MmaEpilogueFrame f;
     f.b = &b_;
     f.fn = fn_;
@@ -848,36 +700,25 @@ class MmaKernel {
     f.zbase = zbase_;
     f.batch_coords = bi_.coords;
     // The producer warpgroup holds no accumulators but meets the epilogue's barriers.
-    if (t_.ws) f.active = b_.CreateICmpULT(tid_, k(t_.threads));
+    if (t_.ws && producer_joins) f.active = b_.CreateICmpULT(tid_, k(t_.threads));
     f.barrier = [this] { barrier(); };
+    f.exit = exit;
     return emit_mma_epilogue(f, acc);
   }
 
   const KernelSpec& spec_;
   const Graph& g_;
-  const MatmulGroup& p_;
-  const MmaTiling& t_;
   const llvmb::Target& target_;
-  llvm::Module& m_;
-  llvm::IRBuilder<> b_;
-  bool sim_ = false;
-  llvm::Function* fn_ = nullptr;
   std::vector<llvm::Value*> in_, out_;
   std::optional<ElementCodegen> cg_;
-  llvm::Type* it_ = nullptr;
-  llvm::Type* f32_ = nullptr;
-  llvm::Type* i32_ = nullptr;
-  llvm::Value* smem_ = nullptr;
-  static constexpr int kHooks = 15;
-  llvm::Value* hook_[kHooks] = {};
   int lag_ = 0;  // wgmma groups left in flight across K tiles
-  llvm::Value* tid32_ = nullptr;
   llvm::Value* warp_ = nullptr;
-  llvm::Value *tid_ = nullptr, *lane_ = nullptr, *m0_ = nullptr, *n0_ = nullptr, *zbase_ = nullptr;
+  llvm::Value *lane_ = nullptr, *m0_ = nullptr, *n0_ = nullptr, *zbase_ = nullptr;
   llvm::Value *wm0_ = nullptr, *wn0_ = nullptr, *wg_ = nullptr;
   std::vector<llvm::Value*> tmap_;  // TMA: A's and B's tensor maps
   llvm::Value* bz_ = nullptr;        // the batch index (grid y)
   llvm::Value* kbase_ = nullptr;     // split-K: the first K element of this block's share (grid z)
+  llvm::Value* gk0_ = nullptr;       // the item's first K tile over the block's life (persistent grid)
   BatchIndex bi_;
   std::vector<Copy> a_copy_, b_copy_;
 };
@@ -892,6 +733,7 @@ Result<LaunchShape> build_mma_kernel(const KernelSpec& spec, const MatmulGroup& 
   Result<bool> built = MmaKernel(spec, p, *t, target, m, sim).build();
   if (!built) return built.error();
   LaunchShape l = matmul_launch_shape(p, t->bm, t->bn, t->launch_threads(), t->shared_bytes, t->split);
+  if (t->persistent) l.grid = {t->grid_x(), 1, t->split};
   l.tensor_maps = t->maps;
   return l;
 }

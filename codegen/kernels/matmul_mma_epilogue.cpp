@@ -27,7 +27,7 @@ class Epilogue {
         add_partial(pc.ok, pc.flat, acc[pc.acc]);
         return Result<bool>(true);
       });
-      b_.CreateRetVoid();
+      finish();
       return true;
     }
     if (!mma_staging_unfit(*f_.g, p_, t_)) {
@@ -42,11 +42,11 @@ class Epilogue {
       if (Result<bool> r = stage(epi, acc); !r) return r;
       f_.barrier();  // the warp's chunks are in shared memory (a block barrier: the simulation has no warp one)
       write_back();
-      b_.CreateRetVoid();
+      finish();
       b_.SetInsertPoint(direct);
     }
     if (Result<bool> r = direct_stores(epi, acc); !r) return r;
-    b_.CreateRetVoid();
+    finish();
     return true;
   }
 
@@ -54,6 +54,10 @@ class Epilogue {
   llvm::Value* k(int64_t v) { return llvm::ConstantInt::get(f_.it, static_cast<uint64_t>(v)); }
   llvm::Value* add(llvm::Value* x, llvm::Value* y) { return b_.CreateAdd(x, y, "", true, true); }
   llvm::Value* mul(llvm::Value* x, int64_t s) { return s == 1 ? x : b_.CreateMul(x, k(s), "", true, true); }
+  void finish() {
+    if (f_.exit) b_.CreateBr(f_.exit);
+    else b_.CreateRetVoid();
+  }
   llvm::Value* guard(llvm::Value* ok) { return f_.active ? b_.CreateAnd(f_.active, ok) : ok; }
 
   // The fragment rows (accumulator element i's row: lane / 4, + 8 for c2 and c3, per
@@ -237,6 +241,7 @@ class Epilogue {
 
 std::optional<std::string> mma_staging_unfit(const Graph& g, const MatmulGroup& p, const MmaTiling& t) {
   if (t.split > 1) return "split-K adds partial sums";
+  if (t.persistent && t.ws) return "the persistent producer refills the pipeline's shared memory during the epilogue";
   int64_t bytes = 0;
   for (const auto& o : g.outputs()) {
     const int64_t s = dtype_size(g.node(o.value).type.dtype);

@@ -46,13 +46,15 @@ struct MmaEpilogueFrame {
   // warpgroup, which still meets the staged path's barriers); nullptr: every thread.
   llvm::Value* active = nullptr;
   std::function<void()> barrier;            // bar.sync 0 (or the simulation's)
+  llvm::BasicBlock* exit = nullptr;         // where the epilogue ends (nullptr: the kernel returns)
 };
 
 // Why the staged path does not apply to the kernel (nullopt: it does, subject to the
 // run-time alignment check).
 std::optional<std::string> mma_staging_unfit(const Graph& g, const MatmulGroup& p, const MmaTiling& t);
 
-// Emits the epilogue at the builder's insertion point and the kernel's return.
+// Emits the epilogue at the builder's insertion point, ending in the kernel's return
+// or a branch to `f.exit`.
 Result<bool> emit_mma_epilogue(MmaEpilogueFrame& f, const std::vector<llvm::Value*>& acc);
 
 }  // namespace sf::matmul_detail

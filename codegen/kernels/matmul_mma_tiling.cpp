@@ -249,6 +249,11 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
     return no("split_k = " + num(t.split) + " does not divide the " + num(tiles) + " K tiles of block_k = " + num(t.bk) +
               " (K = " + num(p.K) + ")");
   t.kt = tiles / t.split;
+  t.tiles = std::max<int64_t>(ceil_div(p.M, t.bm) * ceil_div(p.N, t.bn), 1);
+  t.items = t.tiles * std::max<int64_t>(p.nbatch, 1);
+  if (c.persistent < 0 || c.persistent > 65535)
+    return no("persistent = " + num(c.persistent) + " is outside 0..65535 blocks");
+  t.persistent = c.persistent;
   return t;
 }
 

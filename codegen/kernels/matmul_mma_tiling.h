@@ -4,6 +4,7 @@
 // the config. matmul_mma.cpp emits the kernel from it; matmul_mma_tiling.cpp decides.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -63,6 +64,12 @@ struct MmaTiling {
   // tiles into `split` shares of kt each, and every block adds its partial sums into
   // the output, which the launch zeroes (LaunchShape::zero_outputs).
   int split = 1;
+  // A persistent grid (KernelConfig::persistent): `persistent` blocks (at most one per
+  // work item) each take work items w = blockIdx.x, + grid, ... of the `items` = output
+  // tiles x batch; the pipeline's stages and mbarrier phases run on across items.
+  int persistent = 0;
+  int64_t tiles = 0, items = 0;  // output tiles per matrix, and times the batch
+  int64_t grid_x() const { return persistent ? std::min<int64_t>(persistent, items) : tiles; }
 };
 
 // The tiling of `p` under `c` on sm_`sm` (`wgmma_arch`: sm_90a), or a Diag saying why

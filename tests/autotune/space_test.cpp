@@ -480,6 +480,27 @@ TEST(SpaceTest, TensorCoreTilesForSixteenBitAndTf32Matmuls) {
   EXPECT_TRUE(has(tf32, 128, 256, 32, 8, 4));
 }
 
+// Persistent tensor-core configs: on sm_90a the warp-specialised ones also come with a
+// persistent grid of the SMs times the blocks one SM's shared memory holds (128 x 256
+// x 64, 4 bf16 stages: 192 KiB, one block on each of 132 SMs; 64 x 64 x 64, 3 stages:
+// 48 KiB, four); never without warp specialisation, never on sm_80.
+TEST(SpaceTest, PersistentWarpSpecialisedTensorCoreConfigs) {
+  TuneProblem bf16 = matmul(4096, 4096, 4096);
+  bf16.operand_bytes = 2;
+  bf16.elem_bytes = 2;
+  auto grid = [&](const std::string& arch, int bm, int bn, int bk, int stages) {
+    int found = -1;
+    for (const KernelConfig& c : config_space(bf16, gpu(arch))) {
+      EXPECT_TRUE(c.persistent == 0 || c.warp_specialize == 1) << arch;
+      if (c.block_m == bm && c.block_n == bn && c.block_k == bk && c.stages == stages && c.persistent > 0) found = c.persistent;
+    }
+    return found;
+  };
+  EXPECT_EQ(grid("sm_90a", 128, 256, 64, 4), 132);
+  EXPECT_EQ(grid("sm_90a", 64, 64, 64, 3), 4 * 132);
+  EXPECT_EQ(grid("sm_80", 128, 256, 64, 4), -1);
+}
+
 // Split-K on the tensor cores: a bare TF32 matmul whose output tiles leave most SMs
 // idle (a 256 x 256 output, K = 8192) gets tensor-core split-K configs that pass the
 // rules; the same shape in bf16 gets none (partial sums need f32 atomics).

@@ -87,6 +87,19 @@ TEST(MatmulMmaSim, MisalignedOutputsTakeTheDirectStores) {
             false, false, shift);
 }
 
+// A persistent grid (persistent = blocks): each block walks output tiles and batches a
+// grid apart, the cp.async pipeline's stages running on from item to item, with the
+// staged epilogue between. 3 blocks for 12 items (3 x 2 tiles x 2 batches), 5 K tiles
+// per item over 3 stages (items start mid-cycle); a grid larger than the work.
+TEST(MatmulMmaSim, PersistentGridWalksEveryTile) {
+  Shape3 s{72, 100, 160, false, true, {2}};
+  for (int blocks : {3, 64}) {
+    KernelConfig c = tc_config(32, 64, 32, 4, 3);
+    c.persistent = blocks;
+    check(mm_graph(s, DType::BF16, Epi::BiasGelu), c, name(s, DType::BF16, c) + " persistent " + std::to_string(blocks));
+  }
+}
+
 // K = 0: nothing to accumulate, the epilogue of 0.
 TEST(MatmulMmaSim, EmptyContraction) {
   Shape3 s{16, 32, 0, false, false, {}};
@@ -416,6 +429,50 @@ TEST(MatmulMmaNvptx, EpilogueStoresThroughSharedMemory) {
   Ptx p = emit_ptx(odd, tc_config(128, 128, 32, 4, 3), "sm_80");
   EXPECT_EQ(count(p.text, "st.global.v4"), 0);
   EXPECT_GT(count(p.text, "st.global.b16"), 0);
+}
+
+// The persistent warp-specialised sm_90a kernel (persistent = 132, an H100's SMs): a
+// grid of 132 blocks for 512 tiles, the batch folded into the items; the producer's
+// copies loop over items and K tiles; no bar.sync but the one after the mbarriers'
+// initialisation (the epilogue stores directly: the producer refills shared memory
+// meanwhile); no spills. The config text says persistent=132 (and leaves it out at 0),
+// explain says so, and more than 65535 blocks are refused.
+TEST(MatmulMmaNvptx, Sm90aPersistentKernel) {
+  Graph g = mm_graph({4096, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);
+  KernelConfig c = tc_config(128, 256, 64, 8, 4, 8, /*ws=*/1);
+  c.persistent = 132;
+  Ptx p = emit_ptx(g, c, "sm_90a", false, /*tma=*/true);
+  EXPECT_EQ(p.launch.grid[0], 132);
+  EXPECT_EQ(p.launch.grid[1], 1);
+  EXPECT_EQ(p.launch.block[0], 384);
+  EXPECT_EQ(count(p.text, "bar.sync"), 1);
+  EXPECT_EQ(count(p.text, "st.global.v4"), 0);
+  EXPECT_GT(count(p.text, "cp.async.bulk.tensor.2d"), 0);
+  EXPECT_EQ(config_str(KernelKind::Matmul, ConfigTarget::Gpu, c),
+            "block_m=128 block_n=256 block_k=64 warps=8 stages=4 group_m=8 split_k=1 warp_specialize=1 persistent=132");
+  if (have_ptxas()) {
+    Result<std::vector<KernelResources>> r = assemble(p.text, "sm_90a");
+    ASSERT_TRUE(r.ok()) << r.error().str();
+    EXPECT_FALSE((*r)[0].spills());
+  }
+  KernelSpec with_tma = spec_of(g);
+  with_tma.tma = true;
+  Result<MatmulPath> path = matmul_path(with_tma, c, "sm_90a");
+  ASSERT_TRUE(path.ok());
+  EXPECT_NE(path->why.find("persistent: 132 blocks"), std::string::npos) << path->why;
+  // Without warp specialisation every thread walks the items, staging each epilogue.
+  c.warp_specialize = 0;
+  Ptx q = emit_ptx(g, c, "sm_90a", false, true);
+  EXPECT_EQ(q.launch.grid[0], 132);
+  EXPECT_GT(count(q.text, "st.global.v4"), 0);
+  // A small batched matmul: fewer items than blocks, one block each.
+  Graph small = mm_graph({128, 256, 256, false, true, {3}}, DType::BF16, Epi::None);
+  EXPECT_EQ(emit_ptx(small, c, "sm_90a", false, true).launch.grid[0], 3);
+  c.persistent = 70000;
+  path = matmul_path(with_tma, c, "sm_90a");
+  ASSERT_TRUE(path.ok());
+  EXPECT_FALSE(path->tensor_cores);
+  EXPECT_NE(path->why.find("persistent = 70000"), std::string::npos) << path->why;
 }
 
 TEST(MatmulMmaNvptx, TransposedOperandsUseLdmatrixTrans) {

@@ -144,6 +144,28 @@ TEST(MatmulWgmmaSim, MisalignedOutputsTakeTheDirectStores) {
   }
 }
 
+// The persistent grid on the warpgroup kernel: TMA plain (every thread walks the items,
+// mbarrier phases carried over: 5 K tiles a item over 3 stages) and warp-specialised
+// (the producer runs ahead into the next item; the consumers release the last tile's
+// stage too, or the producer would wait for it forever), cp.async, a batch, K = 0
+// (the epilogue alone, item after item).
+TEST(MatmulWgmmaSim, PersistentGridCarriesThePipelineAcrossTiles) {
+  Shape3 s{136, 100, 320, false, true, {2}};
+  for (int ws : {0, 1}) {
+    KernelConfig c = tc_config(64, 64, 64, 4, 3, 8, ws);
+    c.persistent = 3;
+    check(mm_graph(s, DType::BF16, Epi::BiasGelu), c, name(s, DType::BF16, c) + " persistent tma ws " + std::to_string(ws),
+          true, 1, true, true);
+  }
+  KernelConfig c = tc_config(64, 64, 64, 4, 4);
+  c.persistent = 5;
+  check(mm_graph(s, DType::F16, Epi::None), c, name(s, DType::F16, c) + " persistent cp.async", true, 1, true);
+  Shape3 empty{136, 64, 0, false, true, {}};
+  KernelConfig e = tc_config(64, 64, 64, 4, 3);
+  e.persistent = 1;
+  check(mm_graph(empty, DType::BF16, Epi::BiasGelu), e, "persistent K = 0", /*loads=*/false, 1, true);
+}
+
 // TF32 wgmma (m64nNk8): both operands K-major (x @ transpose(w)), 32-wide k panels.
 TEST(MatmulWgmmaSim, Tf32KMajorMatchesTheReference) {
   Shape3 s{136, 100, 72, false, true, {}};

@@ -13,6 +13,7 @@
 #include <array>
 #include <barrier>
 #include <bit>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -114,7 +115,13 @@ struct Block {
   std::vector<std::vector<std::vector<Range>>> cp_groups;
   std::vector<std::vector<Range>> landed;
   std::vector<std::vector<std::vector<Range>>> wgmma_groups;
-  std::vector<int> wg_commits = std::vector<int>(4, 0), wg_waits = std::vector<int>(4, 0);
+  std::vector<int> wg_commits = std::vector<int>(4, 0);
+  // wgmma.wait_group instances: each thread's count of the waits it has made, and per
+  // warpgroup how many threads have made their n-th (warps may be one wait apart: a
+  // warp past `wait_group 1` may reach the next `wait_group 0` before another warp
+  // has reached the first).
+  std::map<int32_t, int64_t> wait_seq;
+  std::vector<std::map<int64_t, int>> wg_waits = std::vector<std::map<int64_t, int>>(4);
   // TMA: each mbarrier (by its shared-memory offset) and the copies still to be
   // waited for: a copy completes phase `use` of its mbarrier, and a reader must have
   // seen that phase complete (observed[thread][mbarrier] > use).
@@ -153,6 +160,10 @@ struct Block {
     std::lock_guard<std::mutex> lock(mu);
     fail_locked(what);
   }
+  // Threads spinning on an mbarrier phase, since when (a phase that never comes is a
+  // deadlock: the wait gives up and fails the run instead of hanging the test).
+  std::map<int32_t, std::chrono::steady_clock::time_point> spinning;
+
   void fail_locked(const std::string& what) {
     if (error.empty()) error = what;
   }
@@ -409,14 +420,16 @@ inline void sim_wgmma_commit(void* ctx, int32_t thread) {
 }
 
 // wgmma.wait_group is .sync.aligned: a warp's lanes leave it together (the warp
-// rendezvous below), and the warpgroup's groups retire once all its 128 threads are in.
+// rendezvous below), and the warpgroup's groups retire once all its 128 threads have
+// made that wait (their n-th).
 inline void sim_wgmma_wait(void* ctx, int32_t thread, int32_t pending) {
   Block& blk = *static_cast<Block*>(ctx);
   {
     std::lock_guard<std::mutex> lock(blk.mu);
     const size_t g = static_cast<size_t>(thread / (4 * kLanes));
-    if (++blk.wg_waits[g] == 4 * kLanes) {
-      blk.wg_waits[g] = 0;
+    const int64_t n = blk.wait_seq[thread]++;
+    if (++blk.wg_waits[g][n] == 4 * kLanes) {
+      blk.wg_waits[g].erase(n);
       auto& gs = blk.wgmma_groups[g];
       const int64_t committed = static_cast<int64_t>(gs.size()) - 1;
       const int64_t done = std::max<int64_t>(0, committed - pending);
@@ -488,7 +501,16 @@ inline int32_t sim_mbar_try_wait_locked(Block& blk, int32_t thread, void* mbar, 
     return 1;
   }
   // The phase of parity `parity` has completed when the one in progress has the other.
-  if ((it->second.completions & 1) == (parity & 1)) return 0;
+  if ((it->second.completions & 1) == (parity & 1)) {
+    const auto now = std::chrono::steady_clock::now();
+    auto [since, fresh] = blk.spinning.try_emplace(thread, now);
+    if (!fresh && now - since->second > std::chrono::seconds(20)) {
+      blk.fail_locked("an mbarrier wait has not completed in 20 s: the phase it waits for never comes (deadlock)");
+      return 1;
+    }
+    return 0;
+  }
+  blk.spinning.erase(thread);
   int& seen = blk.observed[{thread, at}];
   seen = std::max(seen, it->second.completions);
   return 1;

@@ -1,0 +1,239 @@
+// The tensor-core matmul's instructions: matmul_mma_isa.h.
+#include "codegen/kernels/matmul_mma_isa.h"
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/InlineAsm.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/LLVMContext.h>
+
+namespace sf::matmul_detail {
+
+void MmaIsa::if_thread0(const std::function<void()>& body) {
+  llvm::LLVMContext& c = m_.getContext();
+  llvm::BasicBlock* yes = llvm::BasicBlock::Create(c, "t0", fn_);
+  llvm::BasicBlock* after = llvm::BasicBlock::Create(c, "t0.done", fn_);
+  b_.CreateCondBr(b_.CreateICmpEQ(tid_, k(0)), yes, after);
+  b_.SetInsertPoint(yes);
+  body();
+  b_.CreateBr(after);
+  b_.SetInsertPoint(after);
+}
+
+void MmaIsa::mbar_arrive(llvm::Value* off) {
+  if (sim_) {
+    sim_call(14, {smem_operand(off)});
+    return;
+  }
+  auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {i32_}, false);
+  b_.CreateCall(llvm::InlineAsm::get(fty, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", true),
+                {smem_operand(off)});
+}
+
+void MmaIsa::tma_load(llvm::Value* map, llvm::Value* dst, llvm::Value* c0, llvm::Value* c1, llvm::Value* c2, llvm::Value* bar) {
+  if (sim_) {
+    sim_call(10, {map, dst, c0, c1, c2, bar});
+    return;
+  }
+  llvm::Value* addr = b_.CreatePtrToInt(b_.CreateAddrSpaceCast(map, b_.getPtrTy()), b_.getInt64Ty());
+  const bool r3 = t_.maps[0].rank == 3;
+  std::string text = std::string("cp.async.bulk.tensor.") + (r3 ? "3d" : "2d") +
+                     ".shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3" + (r3 ? ", $4" : "") +
+                     "}], [$" + (r3 ? "5" : "4") + "];";
+  std::vector<llvm::Type*> ty = {i32_, b_.getInt64Ty(), i32_, i32_};
+  std::vector<llvm::Value*> args = {dst, addr, c0, c1};
+  std::string cons = "r,l,r,r";
+  if (r3) {
+    ty.push_back(i32_);
+    args.push_back(c2);
+    cons += ",r";
+  }
+  ty.push_back(i32_);
+  args.push_back(bar);
+  cons += ",r,~{memory}";
+  b_.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(b_.getVoidTy(), ty, false), text, cons, true), args);
+}
+
+void MmaIsa::mbar_wait_at(llvm::Value* off, llvm::Value* parity) {
+  llvm::LLVMContext& c = m_.getContext();
+  llvm::BasicBlock* spin = llvm::BasicBlock::Create(c, "mbar.wait", fn_);
+  llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "mbar.done", fn_);
+  llvm::Value* bar = smem_operand(off);
+  llvm::Value* par = b_.CreateZExtOrTrunc(parity, i32_);
+  b_.CreateBr(spin);
+  b_.SetInsertPoint(spin);
+  llvm::Value* ok;
+  if (sim_) {
+    auto* fty = llvm::FunctionType::get(i32_, {b_.getPtrTy(), i32_, b_.getPtrTy(), i32_}, false);
+    ok = b_.CreateCall(fty, hook_[13], {hook_[0], tid32_, bar, par});
+  } else {
+    auto* fty = llvm::FunctionType::get(i32_, {i32_, i32_}, false);
+    ok = b_.CreateCall(
+        llvm::InlineAsm::get(
+            fty, "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\nselp.b32 $0, 1, 0, p;\n}",
+            "=r,r,r,~{memory}", true),
+        {bar, par});
+  }
+  b_.CreateCondBr(b_.CreateICmpNE(ok, b_.getInt32(0)), done, spin);
+  b_.SetInsertPoint(done);
+}
+
+void MmaIsa::commit() {
+  if (!sim_) b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_commit_group, {}, {});
+  else sim_call(6, {});
+}
+
+void MmaIsa::wait(int pending) {
+  if (!sim_)
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_group, {}, {b_.getInt32(static_cast<uint32_t>(pending))});
+  else sim_call(7, {b_.getInt32(static_cast<uint32_t>(pending))});
+}
+
+void MmaIsa::wgmma_commit() {
+  if (!sim_) asm_stmt("wgmma.commit_group.sync.aligned;");
+  else sim_call(8, {});
+}
+
+void MmaIsa::wgmma_wait(int pending) {
+  if (!sim_) asm_stmt("wgmma.wait_group.sync.aligned " + num(pending) + ";");
+  else sim_call(9, {b_.getInt32(static_cast<uint32_t>(pending))});
+}
+
+void MmaIsa::sim_call(int h, std::vector<llvm::Value*> extra) {
+  std::vector<llvm::Type*> types = {b_.getPtrTy(), i32_};
+  std::vector<llvm::Value*> args = {hook_[0], tid32_};
+  for (llvm::Value* v : extra) {
+    types.push_back(v->getType());
+    args.push_back(v);
+  }
+  b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), types, false), hook_[h], args);
+}
+
+void MmaIsa::barrier() {
+  if (!sim_) {
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    return;
+  }
+  auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy()}, false);
+  b_.CreateCall(fty, hook_[1], {hook_[0]});
+}
+
+std::vector<llvm::Value*> MmaIsa::ldmatrix_x4(llvm::Value* row_ptr, bool trans) {
+  std::vector<llvm::Value*> r;
+  if (!sim_) {
+    llvm::Intrinsic::ID id = trans ? llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16
+                                   : llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16;
+    llvm::Value* v = b_.CreateIntrinsic(id, {row_ptr->getType()}, {row_ptr});
+    for (unsigned i = 0; i < 4; ++i) r.push_back(b_.CreateExtractValue(v, {i}));
+    return r;
+  }
+  llvm::Value* out = entry_alloca(llvm::ArrayType::get(i32_, 4));
+  auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), i32_, b_.getPtrTy(), i32_, b_.getPtrTy()}, false);
+  b_.CreateCall(fty, hook_[2], {hook_[0], tid32_, row_ptr, b_.getInt32(trans ? 1 : 0), out});
+  for (unsigned i = 0; i < 4; ++i)
+    r.push_back(b_.CreateAlignedLoad(i32_, b_.CreateConstInBoundsGEP1_32(i32_, out, i), llvm::Align(4)));
+  return r;
+}
+
+std::vector<llvm::Value*> MmaIsa::mma(const std::vector<llvm::Value*>& a, const std::vector<llvm::Value*>& bf,
+                              const std::vector<llvm::Value*>& c) {
+  const bool f16 = p_.dtype == DType::F16;
+  const bool tf32 = p_.dtype == DType::F32;
+  std::vector<llvm::Value*> d;
+  if (!sim_) {
+    std::vector<llvm::Value*> args;
+    llvm::Type* h2 = llvm::FixedVectorType::get(b_.getHalfTy(), 2);
+    for (llvm::Value* v : a) args.push_back(f16 ? b_.CreateBitCast(v, h2) : v);
+    for (llvm::Value* v : bf) args.push_back(f16 ? b_.CreateBitCast(v, h2) : v);
+    for (llvm::Value* v : c) args.push_back(v);
+    llvm::Intrinsic::ID id = tf32  ? llvm::Intrinsic::nvvm_mma_m16n8k8_row_col_tf32
+                             : f16 ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32
+                                   : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16;
+    llvm::Value* v = b_.CreateIntrinsic(id, {}, args);
+    for (unsigned i = 0; i < 4; ++i) d.push_back(b_.CreateExtractValue(v, {i}));
+    return d;
+  }
+  llvm::Value* av = entry_alloca(llvm::ArrayType::get(i32_, 4));
+  llvm::Value* bv = entry_alloca(llvm::ArrayType::get(i32_, 2));  // TF32 fills all four and both
+  llvm::Value* cv = entry_alloca(llvm::ArrayType::get(f32_, 4));
+  for (unsigned i = 0; i < 4; ++i) b_.CreateAlignedStore(a[i], b_.CreateConstInBoundsGEP1_32(i32_, av, i), llvm::Align(4));
+  for (unsigned i = 0; i < 2; ++i) b_.CreateAlignedStore(bf[i], b_.CreateConstInBoundsGEP1_32(i32_, bv, i), llvm::Align(4));
+  for (unsigned i = 0; i < 4; ++i) b_.CreateAlignedStore(c[i], b_.CreateConstInBoundsGEP1_32(f32_, cv, i), llvm::Align(4));
+  auto* fty = llvm::FunctionType::get(b_.getVoidTy(),
+                                      {b_.getPtrTy(), i32_, i32_, b_.getPtrTy(), b_.getPtrTy(), b_.getPtrTy()}, false);
+  b_.CreateCall(fty, hook_[3], {hook_[0], tid32_, b_.getInt32(tf32 ? 2 : f16 ? 1 : 0), av, bv, cv});
+  for (unsigned i = 0; i < 4; ++i)
+    d.push_back(b_.CreateAlignedLoad(f32_, b_.CreateConstInBoundsGEP1_32(f32_, cv, i), llvm::Align(4)));
+  return d;
+}
+
+llvm::Value* MmaIsa::entry_alloca(llvm::Type* t) {
+  llvm::IRBuilderBase::InsertPointGuard guard(b_);
+  llvm::BasicBlock& entry = fn_->getEntryBlock();
+  b_.SetInsertPoint(&entry, entry.getFirstInsertionPt());
+  return b_.CreateAlloca(t);
+}
+
+void MmaIsa::asm_stmt(const std::string& text) {
+  if (sim_) return;
+  auto* fty = llvm::FunctionType::get(b_.getVoidTy(), false);
+  b_.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true));
+}
+
+llvm::Value* MmaIsa::shared_addr(llvm::Value* off) {
+  llvm::Value* o = b_.CreateZExtOrTrunc(off, i32_);
+  if (sim_) return o;
+  return b_.CreateAdd(b_.CreatePtrToInt(smem_, i32_), o);
+}
+
+llvm::Value* MmaIsa::descriptor(llvm::Value* addr, int64_t lbo, int64_t sbo) {
+  llvm::Type* i64 = b_.getInt64Ty();
+  llvm::Value* start = b_.CreateAnd(b_.CreateLShr(b_.CreateZExt(addr, i64), 4), 0x3FFF);
+  const uint64_t fixed = ((static_cast<uint64_t>(lbo) >> 4) & 0x3FFF) << 16 |
+                         ((static_cast<uint64_t>(sbo) >> 4) & 0x3FFF) << 32 | uint64_t{1} << 62;
+  return b_.CreateOr(start, llvm::ConstantInt::get(i64, fixed));
+}
+
+std::vector<llvm::Value*> MmaIsa::wgmma(llvm::Value* da, llvm::Value* db, std::vector<llvm::Value*> d) {
+  const bool f16 = p_.dtype == DType::F16, tf32 = p_.dtype == DType::F32;
+  const int trans_a = t_.a_kc ? 0 : 1, trans_b = t_.b_kc ? 0 : 1;
+  const size_t n = d.size();
+  if (sim_) {
+    llvm::Value* buf = entry_alloca(llvm::ArrayType::get(f32_, n));
+    for (size_t i = 0; i < n; ++i)
+      b_.CreateAlignedStore(d[i], b_.CreateConstInBoundsGEP1_64(f32_, buf, i), llvm::Align(4));
+    const int32_t mode = (f16 ? 1 : 0) | trans_a << 1 | trans_b << 2 | (tf32 ? 8 : 0) | t_.bn << 8;
+    llvm::Type* ptr = b_.getPtrTy();
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32_, b_.getInt64Ty(), b_.getInt64Ty(), i32_, ptr}, false);
+    b_.CreateCall(fty, hook_[4], {hook_[0], tid32_, da, db, b_.getInt32(static_cast<uint32_t>(mode)), buf});
+    for (size_t i = 0; i < n; ++i)
+      d[i] = b_.CreateAlignedLoad(f32_, b_.CreateConstInBoundsGEP1_64(f32_, buf, i), llvm::Align(4));
+    return d;
+  }
+  const std::string ty = tf32 ? "tf32" : f16 ? "f16" : "bf16";
+  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + num(int64_t(n) + 2) + ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
+                     num(t_.bn) + (tf32 ? "k8" : "k16") + ".f32." + ty + "." + ty + " {";
+  std::string cons;
+  for (size_t i = 0; i < n; ++i) {
+    text += (i ? ", $" : "$") + num(int64_t(i));
+    cons += "=f,";
+  }
+  // TF32 has no imm-trans operands (both operands are K-major).
+  text += "}, $" + num(int64_t(n)) + ", $" + num(int64_t(n) + 1) + ", p, 1, 1" +
+          (tf32 ? std::string() : ", " + num(trans_a) + ", " + num(trans_b)) + ";\n}";
+  cons += "l,l,r";
+  for (size_t i = 0; i < n; ++i) cons += "," + num(int64_t(i));
+  cons += ",~{memory}";
+  std::vector<llvm::Type*> outs(n, f32_);
+  std::vector<llvm::Type*> ins = {b_.getInt64Ty(), b_.getInt64Ty(), i32_};
+  ins.insert(ins.end(), n, f32_);
+  auto* fty = llvm::FunctionType::get(llvm::StructType::get(m_.getContext(), outs), ins, false);
+  std::vector<llvm::Value*> args = {da, db, b_.getInt32(1)};
+  args.insert(args.end(), d.begin(), d.end());
+  llvm::Value* r = b_.CreateCall(llvm::InlineAsm::get(fty, text, cons, /*hasSideEffects=*/true), args);
+  for (size_t i = 0; i < n; ++i) d[i] = b_.CreateExtractValue(r, {static_cast<unsigned>(i)});
+  return d;
+}
+
+}  // namespace sf::matmul_detail

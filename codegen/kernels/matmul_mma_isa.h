@@ -1,0 +1,101 @@
+// The tensor-core matmul's instructions (internal to codegen/kernels): each PTX
+// instruction the kernel of matmul_mma.cpp issues (cp.async groups, ldmatrix,
+// mma.sync, wgmma and its fences, TMA copies, mbarriers, bar.sync), emitted either
+// for NVPTX or, in the host build (`sim`), as calls to the MmaSimHooks the tests
+// implement (tests/kernels/mma_sim.h). MmaKernel builds the kernel on top of it.
+//
+// Every wgmma-family and mbarrier/TMA instruction is inline PTX, here and nowhere
+// else: LLVM 19 has no intrinsics for them. The host build calls the hooks instead,
+// and the wgmma fences, commits and waits become calls too (its wgmma completes
+// before it returns).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Module.h>
+
+#include "codegen/kernels/matmul_mma_tiling.h"
+
+namespace sf::matmul_detail {
+
+class MmaIsa {
+ protected:
+  MmaIsa(const MatmulGroup& p, const MmaTiling& t, llvm::Module& m, bool sim)
+      : p_(p), t_(t), m_(m), b_(m.getContext()), sim_(sim) {}
+
+  llvm::Value* k(int64_t v) { return llvm::ConstantInt::get(it_, static_cast<uint64_t>(v)); }
+  llvm::Value* add(llvm::Value* x, llvm::Value* y) { return b_.CreateAdd(x, y, "", true, true); }
+  llvm::Value* mul(llvm::Value* x, int64_t s) { return s == 1 ? x : b_.CreateMul(x, k(s), "", true, true); }
+  llvm::Value* smem_at(llvm::Value* byte_off) { return b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, byte_off); }
+  // The stage's "full" mbarrier (TMA: its copies complete on it).
+  llvm::Value* mbar(llvm::Value* stage) { return add(k(t_.mbar_off), mul(stage, 8)); }
+  // Warp specialisation: the stage's "empty" mbarrier, which the consumer warpgroups
+  // arrive on once their wgmma no longer reads the stage.
+  llvm::Value* empty_mbar(llvm::Value* stage) { return add(k(t_.mbar_off + 8 * t_.stages), mul(stage, 8)); }
+  // An mbarrier or shared destination as the instruction takes it: the 32-bit shared
+  // address, or (host build) the pointer.
+  llvm::Value* smem_operand(llvm::Value* off) { return sim_ ? smem_at(off) : shared_addr(off); }
+  // `body` emitted for thread 0 of the block alone.
+  void if_thread0(const std::function<void()>& body);
+  // mbarrier.arrive (no transaction bytes) on the mbarrier at shared offset `off`.
+  void mbar_arrive(llvm::Value* off);
+  // cp.async.bulk.tensor of one box (at coordinates c0, c1 and, rank 3, c2) through
+  // tensor map `map` into shared `dst`, completing on mbarrier `bar`.
+  void tma_load(llvm::Value* map, llvm::Value* dst, llvm::Value* c0, llvm::Value* c1, llvm::Value* c2, llvm::Value* bar);
+  // Every thread: until the stage's mbarrier has completed the phase of parity `parity`.
+  void mbar_wait(llvm::Value* stage, llvm::Value* parity) { mbar_wait_at(mbar(stage), parity); }
+  void mbar_wait_at(llvm::Value* off, llvm::Value* parity);
+  // cp.async.commit_group / wait_group, wgmma.commit_group / wait_group.
+  void commit();
+  void wait(int pending);
+  void wgmma_commit();
+  void wgmma_wait(int pending);
+  // hook_[h](ctx, thread, extra i32s...).
+  void sim_call(int h, std::vector<llvm::Value*> extra);
+  void barrier();  // bar.sync 0
+  // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 from the row this lane points at.
+  std::vector<llvm::Value*> ldmatrix_x4(llvm::Value* row_ptr, bool trans);
+  // D = A * B + C, mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32,
+  // or m16n8k8.row.col.f32.tf32.tf32.f32 (the registers' f32 bits as TF32: the
+  // tensor cores read the top 19 bits).
+  std::vector<llvm::Value*> mma(const std::vector<llvm::Value*>& a, const std::vector<llvm::Value*>& bf,
+                                const std::vector<llvm::Value*>& c);
+  // An alloca in the entry block (the host build's operand buffers for the hooks).
+  llvm::Value* entry_alloca(llvm::Type* t);
+  // An inline-PTX statement with a memory clobber (nothing in the host build).
+  void asm_stmt(const std::string& text);
+  void proxy_fence() { asm_stmt("fence.proxy.async.shared::cta;"); }
+  // The 32-bit shared-memory address of byte `off` of the dynamic shared memory (the
+  // host build: `off` itself, its shared memory's base being address 0).
+  llvm::Value* shared_addr(llvm::Value* off);
+  // A wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"):
+  // start address, leading and stride dimension byte offsets, each >> 4 in 14 bits,
+  // base offset 0, and 128-byte swizzling (mode 1, bits 62-63).
+  llvm::Value* descriptor(llvm::Value* addr, int64_t lbo, int64_t sbo);
+  // D (bn / 2 f32 per thread) += A (m64 x k16) * B (k16 x bn), both from shared
+  // memory; A K-major unless trans_a, B K-major unless trans_b.
+  std::vector<llvm::Value*> wgmma(llvm::Value* da, llvm::Value* db, std::vector<llvm::Value*> d);
+
+  const MatmulGroup& p_;
+  const MmaTiling& t_;
+  llvm::Module& m_;
+  llvm::IRBuilder<> b_;
+  bool sim_ = false;
+  llvm::Function* fn_ = nullptr;
+  llvm::Type* it_ = nullptr;   // the index type (i32 where every index fits)
+  llvm::Type* f32_ = nullptr;
+  llvm::Type* i32_ = nullptr;
+  llvm::Value* smem_ = nullptr;  // the dynamic shared memory
+  llvm::Value* tid_ = nullptr;   // threadIdx.x, index-typed
+  llvm::Value* tid32_ = nullptr;  // the host build: threadIdx.x as the hooks take it
+  // The host build's MmaSimHooks: {ctx, barrier, ldmatrix_x4, mma, wgmma, cp_async,
+  // cp_commit, cp_wait, wgmma_commit, wgmma_wait, tma_load, mbar_init,
+  // mbar_expect_tx, mbar_try_wait, mbar_arrive}.
+  static constexpr int kHooks = 15;
+  llvm::Value* hook_[kHooks] = {};
+};
+
+}  // namespace sf::matmul_detail

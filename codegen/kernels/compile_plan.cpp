@@ -279,6 +279,18 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
       // (a 16-wide row wants few threads per row).
       if (Result<KernelConfig> s = suggest_reduction_config(spec, cfg); s.ok()) cfg = *s;
     }
+    if (*kind == KernelKind::Matmul && opts.matmul_config) {
+      cfg = *opts.matmul_config;
+      pk.config_source = "flag";
+      if (cfg.warp_specialize || cfg.persistent) {
+        Result<MatmulPath> path = matmul_path(spec, cfg, opts.arch);
+        if (path.ok() && !path->tensor_cores) {
+          kernel_errors[i] = pk.id + ": --matmul-config '" + config_str(*kind, ConfigTarget::Gpu, cfg) +
+                             "' asks for the tensor-core kernel, which cannot compute it: " + path->why;
+          return;
+        }
+      }
+    }
     pk.config = config_str(*kind, ConfigTarget::Gpu, cfg);
     if (*kind == KernelKind::Reduction)
       if (Result<ReductionInfo> ri = reduction_info(spec, cfg); ri.ok())

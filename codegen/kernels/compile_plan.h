@@ -25,6 +25,10 @@ struct CompileOptions {
   // Picks each kernel's config (the tuning cache's choice); when empty every kernel
   // gets `config` (reductions: the emitter's suggestion from it).
   std::function<KernelChoice(const LocalKernel&)> choose;
+  // `compile --matmul-config`: every matmul kernel takes this config, over the cache
+  // and the default (its config_source says "flag"); one whose tensor-core knobs
+  // (warp_specialize, persistent) its tensor-core kernel cannot take is an error.
+  std::optional<KernelConfig> matmul_config;
 };
 
 struct CompiledPlan {

@@ -1,9 +1,10 @@
 #!/bin/sh
 # ctest gpu_check_graphs: the tensor-core check graphs scripts/gpu-pack compiles for a
 # GPU session (tests/gpu/tc_*.sf) still take the paths they are there to check on
-# sm_90a: wgmma + TMA by default, wgmma + cp.async with --no-tma, TF32 for the f32
-# graph under --allow-tf32 (and exact FMA without). Each graph also matches the
-# reference on the CPU (run --check).
+# sm_90a, one per variant of tests/gpu/variants.txt: wgmma + TMA by default, wgmma +
+# cp.async with --no-tma, warp-specialised, persistent, TF32 for the f32 graph under
+# --allow-tf32 (also warp-specialised and split-K; exact FMA without). Each graph also
+# matches the reference on the CPU (run --check).
 #   check_paths.sh SHARDFUSE SOURCE_DIR
 set -u
 sf="$1"
@@ -12,30 +13,37 @@ d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 fail=0
 has() {  # has PLAN_DIR TEXT: some kernel's PTX contains TEXT
-  grep -q -F -- "$2" "$1"/*.ptx || { echo "FAIL: $1: no '$2' in its PTX"; fail=1; }
+  grep -q -F -- "$2" "$1"/*.ptx || { echo "FAIL: $1: no '$2' in its PTX"; echo x >> "$d/failed"; }
 }
 lacks() {
-  if grep -q -F -- "$2" "$1"/*.ptx; then echo "FAIL: $1: '$2' in its PTX"; fail=1; fi
+  if grep -q -F -- "$2" "$1"/*.ptx; then echo "FAIL: $1: '$2' in its PTX"; echo x >> "$d/failed"; fi
 }
 for g in "$src"/tests/gpu/tc_*.sf; do
   n=$(basename "$g" .sf)
   "$sf" run "$g" --check >/dev/null || { echo "FAIL: run $g --check"; fail=1; }
-  "$sf" compile "$g" --arch sm_90a --no-ptxas -o "$d/$n" >/dev/null || { echo "FAIL: compile $g"; fail=1; continue; }
-  "$sf" compile "$g" --arch sm_90a --no-ptxas --no-tma -o "$d/$n.no-tma" >/dev/null || { echo "FAIL: compile --no-tma $g"; fail=1; continue; }
-  case "$n" in
-    *_f32)
-      "$sf" compile "$g" --arch sm_90a --no-ptxas --allow-tf32 -o "$d/$n.tf32" >/dev/null || { echo "FAIL: compile --allow-tf32 $g"; fail=1; continue; }
-      has "$d/$n.tf32" ".f32.tf32.tf32"
-      lacks "$d/$n" "tf32"
-      ;;
-    *)
-      has "$d/$n" "wgmma.mma_async"
-      has "$d/$n" "cp.async.bulk.tensor"
-      has "$d/$n.no-tma" "wgmma.mma_async"
-      has "$d/$n.no-tma" "cp.async.cg"
-      lacks "$d/$n.no-tma" "cp.async.bulk.tensor"
-      ;;
-  esac
 done
+# Every variant of variants.txt, as scripts/gpu-pack compiles it, and what shows it
+# took its path.
+grep -v '^#' "$src/tests/gpu/variants.txt" | while read -r variant which rest; do
+  [ -n "$variant" ] || continue
+  eval "set -- $rest"
+  for g in "$src"/tests/gpu/tc_*.sf; do
+    n=$(basename "$g" .sf)
+    case "$which:$n" in all:* | f32:*_f32 | 16bit:*_bf16 | 16bit:*_f16) ;; *) continue ;; esac
+    p="$d/$n.$variant"
+    "$sf" compile "$g" --arch sm_90a --no-ptxas "$@" -o "$p" >/dev/null || { echo "FAIL: compile $g $rest"; echo x >> "$d/failed"; continue; }
+    case "$variant:$n" in
+      default:*_f32) lacks "$p" "tf32" ;;
+      default:*) has "$p" "wgmma.mma_async"; has "$p" "cp.async.bulk.tensor" ;;
+      no-tma:*) has "$p" "wgmma.mma_async"; has "$p" "cp.async.cg"; lacks "$p" "cp.async.bulk.tensor" ;;
+      ws:* | tf32-ws:*) has "$p" "mbarrier.arrive.shared::cta.b64"; has "$p" "wgmma.mma_async" ;;
+      persistent:*) has "$p" "wgmma.mma_async"; grep -q "persistent=3" "$p/plan.json" || { echo "FAIL: $p: not persistent"; echo x >> "$d/failed"; } ;;
+      ws-persistent:*) has "$p" "mbarrier.arrive.shared::cta.b64"; grep -q "persistent=3" "$p/plan.json" || { echo "FAIL: $p: not persistent"; echo x >> "$d/failed"; } ;;
+      tf32:*) has "$p" ".f32.tf32.tf32" ;;
+      tf32-split-k:*) has "$p" ".f32.tf32.tf32"; has "$p" ".global.add.f32" ;;  # red. or atom.
+      *) echo "FAIL: variant $variant has no check here"; echo x >> "$d/failed" ;;
+    esac
+  done
+done
+[ -e "$d/failed" ] && fail=1
 [ "$fail" = 0 ] && echo "ok: every tensor-core check graph takes its paths"
-exit "$fail"

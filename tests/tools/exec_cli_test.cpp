@@ -272,6 +272,46 @@ TEST(ExecFakeDriver, TmaKernelsTakeTheirTensorMapsAfterTheOutputs) {
   EXPECT_EQ(launches_in(read_text(t / "log2"))[0].args, 3 + 1);
 }
 
+// compile --matmul-config: every matmul kernel takes the given config (config_source
+// "flag"): a persistent warp-specialised one launches its 384 threads on a grid of
+// min(persistent, tiles) blocks, and exec launches it so on the fake driver. A config
+// whose tensor-core knobs the kernel cannot take, or a text with a field that is not a
+// matmul's, a repeated field or a bad value, is an error naming it.
+TEST(ExecFakeDriver, MatmulConfigFromTheCommandLine) {
+  TempDir t;
+  write_file(t / "g.sf",
+             "graph lin(x: bf16[512, 512], w: bf16[1024, 512]) {\n"
+             "  y = matmul(x, transpose(w, 0, 1))\n"
+             "  return y\n}\n");
+  const std::string dir = compile_to(t, t / "g.sf", "pers", "--matmul-config 'block_m=128 block_n=256 block_k=64 warps=8 "
+                                                         "stages=4 warp_specialize=1 persistent=12'");
+  Plan p = read_plan(dir);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(p.kernels[0].config_source, "flag");
+  EXPECT_NE(p.kernels[0].config.find("persistent=12"), std::string::npos) << p.kernels[0].config;
+  EXPECT_EQ(p.kernels[0].grid[0], 12);  // 4 x 4 = 16 tiles over 12 blocks
+  EXPECT_EQ(p.kernels[0].block[0], 384);
+  CliResult r = shardfuse_env(fake_env(t / "log"), "exec " + dir + " --device cuda");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<Launch> got = launches_in(read_text(t / "log"));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].grid, "12,1,1");
+  EXPECT_EQ(got[0].block, "384,1,1");
+  struct Bad {
+    std::string flags, says;
+  };
+  for (const Bad& b : {Bad{"--no-tma --matmul-config 'block_m=128 block_n=128 warps=8 block_k=64 stages=4 warp_specialize=1'", "not TMA: --no-tma"},
+                       Bad{"--matmul-config 'block=128'", "'block' is not a matmul field"},
+                       Bad{"--matmul-config 'warps=4 warps=8'", "warps given twice"},
+                       Bad{"--matmul-config 'warps=x'", "'x' is not an integer"},
+                       Bad{"--matmul-config ' '", "no field given"}}) {
+    CliResult q = shardfuse("compile " + (t / "g.sf") + " --no-ptxas -o " + (t / "bad") + " " + b.flags);
+    EXPECT_NE(q.code, 0) << b.flags;
+    EXPECT_NE(q.out.find(b.says), std::string::npos) << b.flags << ": " << q.out;
+    EXPECT_FALSE(std::filesystem::exists(t / "bad")) << b.flags;
+  }
+}
+
 TEST(ExecFakeDriver, ZeroOutputsAreClearedBeforeTheirLaunch) {
   TempDir t;
   const std::string dir = compile_to(t, example("tp_mlp.sf"), "p");

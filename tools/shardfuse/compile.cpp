@@ -1,6 +1,7 @@
 // `shardfuse compile G.sf -o DIR`: write the Plan for a GPU arch.
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "codegen/ir/file_io.h"
@@ -27,7 +28,39 @@ struct CompileCliOptions {
   std::string precision = "fused";
   bool allow_tf32 = false;
   bool no_tma = false;
+  std::string matmul_config;
 };
+
+// --matmul-config: matmul fields only (a pointwise or host knob would be ignored, so it
+// is refused instead), each once, parsed as a cache's config text is.
+std::optional<KernelConfig> parse_matmul_config(const std::string& text) {
+  static const std::set<std::string> fields = {"block_m", "block_n", "block_k",  "warps",         "stages",
+                                               "group_m", "split_k", "warp_specialize", "persistent"};
+  std::istringstream in(text);
+  std::set<std::string> seen;
+  for (std::string tok; in >> tok;) {
+    const std::string name = tok.substr(0, tok.find('='));
+    if (!fields.count(name)) {
+      std::cerr << "error: --matmul-config: '" << name << "' is not a matmul field (block_m, block_n, block_k, warps, "
+                   "stages, group_m, split_k, warp_specialize, persistent)\n";
+      return std::nullopt;
+    }
+    if (!seen.insert(name).second) {
+      std::cerr << "error: --matmul-config: " << name << " given twice\n";
+      return std::nullopt;
+    }
+  }
+  if (seen.empty()) {
+    std::cerr << "error: --matmul-config: no field given (name=value, separated by spaces)\n";
+    return std::nullopt;
+  }
+  Result<KernelConfig> c = parse_config_str(text);
+  if (!c) {
+    std::cerr << "error: --matmul-config: " << c.error().message << "\n";
+    return std::nullopt;
+  }
+  return *c;
+}
 
 int compile(const CompileCliOptions& o) {
   std::optional<Graph> loaded = load_graph(o.file);
@@ -43,6 +76,11 @@ int compile(const CompileCliOptions& o) {
   co.precision = precision_of(o.precision);
   co.allow_tf32 = o.allow_tf32;
   co.tma = !o.no_tma;
+  if (!o.matmul_config.empty()) {
+    std::optional<KernelConfig> c = parse_matmul_config(o.matmul_config);
+    if (!c) return 1;
+    co.matmul_config = *c;
+  }
   co.pipeline.fuse = !o.no_fuse;
   co.pipeline.reorder = !o.no_reorder;
   co.pipeline.decompose.mode = decompose_mode(o.decompose);
@@ -132,6 +170,10 @@ void add_compile(CLI::App& app, int& exit_code) {
   add_precision_option(cmd, o->precision);
   add_allow_tf32_option(cmd, o->allow_tf32);
   add_no_tma_option(cmd, o->no_tma);
+  cmd->add_option("--matmul-config", o->matmul_config,
+                  "every matmul kernel takes this config instead of the cache's or the default, e.g. \"block_m=128 "
+                  "block_n=256 block_k=64 warps=8 stages=4 group_m=8 split_k=1 warp_specialize=1 persistent=132\" "
+                  "(fields not given keep their defaults; benchmarking a config by hand, as triton.Config does)");
   cmd->footer(
       "Every kernel's PTX is assembled by ptxas (when the CUDA toolkit has it) and its registers and spills are\n"
       "recorded in plan.json and report.txt. docs/plan.md describes the Plan.\n"

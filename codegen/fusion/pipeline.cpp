@@ -9,48 +9,81 @@
 
 namespace sf {
 
+namespace {
+
+// What stage `name` does (pipeline_stages names them, in order).
+std::function<void(std::vector<LocalProgram>&)> stage_fn(const std::string& name, const Graph& g,
+                                                         const ShardingPlan& plan, const DeviceMesh& mesh,
+                                                         const RankPipelineOptions& opts) {
+  if (name == "lower")
+    return [&](std::vector<LocalProgram>& ps) {
+      for (int r = 0; r < mesh.world(); ++r) ps.push_back(lower(g, plan, mesh, r));
+    };
+  if (name == "decompose")
+    return [](std::vector<LocalProgram>& ps) {
+      for (LocalProgram& p : ps) p = decompose_program(std::move(p));
+    };
+  if (name == "collective-matmul")
+    return [&](std::vector<LocalProgram>& ps) {
+      std::vector<DecomposeDecision> decisions = decompose_collective_matmuls(ps, mesh, opts.decompose);
+      if (opts.decisions) *opts.decisions = std::move(decisions);
+    };
+  if (name == "fuse")
+    return [&](std::vector<LocalProgram>& ps) {
+      FusionOptions fo;
+      fo.enabled = opts.fuse;
+      std::vector<LocalProgram> fused = fuse_all(ps, fo);
+      if (opts.can_emit && opts.fuse) {
+        // Kernels are alike on every rank but for shapes: a kernel that fails on any
+        // rank has its steps isolated on all.
+        std::map<std::string, bool> verdict;
+        for (const LocalProgram& p : fused)
+          for (const LocalKernel& k : p.kernels) {
+            if (k.steps.size() < 2) continue;
+            std::string key = k.kind + "\n" + print_graph(k.group);
+            auto it = verdict.find(key);
+            if (it == verdict.end()) it = verdict.emplace(key, opts.can_emit(k)).first;
+            if (!it->second) fo.isolate.insert(k.steps.begin(), k.steps.end());
+          }
+        if (!fo.isolate.empty()) fused = fuse_all(std::move(ps), fo);
+      }
+      ps = std::move(fused);
+    };
+  // "schedule"
+  return [](std::vector<LocalProgram>& ps) {
+    for (LocalProgram& p : ps) p = schedule(std::move(p));
+  };
+}
+
+}  // namespace
+
+std::vector<std::string> pipeline_stages(const RankPipelineOptions& opts) {
+  std::vector<std::string> names;
+  for (const std::string& n : all_pipeline_stages())
+    if (n != "schedule" || opts.reorder) names.push_back(n);
+  return names;
+}
+
+const std::vector<std::string>& all_pipeline_stages() {
+  static const std::vector<std::string> s{"lower", "decompose", "collective-matmul", "fuse", "schedule"};
+  return s;
+}
+
 std::vector<LocalProgram> rank_programs(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
                                         const RankPipelineOptions& opts) {
   const bool verify = opts.verify_each || verify_each_from_env();
-  // false when `stage` left a broken program (reported as pipeline.h says).
-  auto verified = [&](const std::vector<LocalProgram>& ps, std::string_view stage) {
-    if (!verify) return true;
-    std::optional<Diag> d = verify_programs(ps, mesh, stage);
-    if (!d) return true;
-    d->message = "--verify-each: the programs are broken " + d->message;
-    if (!opts.verify_failure) throw DiagError{*d};
-    *opts.verify_failure = std::move(d);
-    return false;
-  };
-  std::vector<LocalProgram> unfused;
-  for (int r = 0; r < mesh.world(); ++r) unfused.push_back(lower(g, plan, mesh, r));
-  if (!verified(unfused, "lower")) return unfused;
-  for (LocalProgram& p : unfused) p = decompose_program(std::move(p));
-  if (!verified(unfused, "decompose")) return unfused;
-  std::vector<DecomposeDecision> decisions = decompose_collective_matmuls(unfused, mesh, opts.decompose);
-  if (opts.decisions) *opts.decisions = std::move(decisions);
-  if (!verified(unfused, "collective-matmul")) return unfused;
-  FusionOptions fo;
-  fo.enabled = opts.fuse;
-  std::vector<LocalProgram> ps = fuse_all(unfused, fo);
-  if (opts.can_emit && opts.fuse) {
-    // Kernels are alike on every rank but for shapes: a kernel that fails on any
-    // rank has its steps isolated on all.
-    std::map<std::string, bool> verdict;
-    for (const LocalProgram& p : ps)
-      for (const LocalKernel& k : p.kernels) {
-        if (k.steps.size() < 2) continue;
-        std::string key = k.kind + "\n" + print_graph(k.group);
-        auto it = verdict.find(key);
-        if (it == verdict.end()) it = verdict.emplace(key, opts.can_emit(k)).first;
-        if (!it->second) fo.isolate.insert(k.steps.begin(), k.steps.end());
+  std::vector<LocalProgram> ps;
+  for (const std::string& name : pipeline_stages(opts)) {
+    stage_fn(name, g, plan, mesh, opts)(ps);
+    if (verify) {
+      if (std::optional<Diag> d = verify_programs(ps, mesh, name)) {
+        d->message = "--verify-each: the programs are broken " + d->message;
+        if (!opts.verify_failure) throw DiagError{*d};
+        *opts.verify_failure = std::move(d);
+        return ps;  // not to be run (pipeline.h)
       }
-    if (!fo.isolate.empty()) ps = fuse_all(std::move(unfused), fo);
-  }
-  if (!verified(ps, "fuse")) return ps;
-  if (opts.reorder) {
-    for (LocalProgram& p : ps) p = schedule(std::move(p));
-    if (!verified(ps, "schedule")) return ps;
+    }
+    if (opts.after_stage) opts.after_stage(name, ps);
   }
   return ps;
 }

@@ -1,10 +1,15 @@
-// The per-rank lowering pipeline in one flat list (STYLE.md #1): lower the global
-// graph for a rank, decompose composites, decompose collective matmuls into ring
-// steps, fuse into kernels, schedule collectives.
+// The per-rank lowering pipeline as one list of named stages (STYLE.md #1; as
+// Halide's lower_impl and Triton's add_stages): lower the global graph for every
+// rank, decompose composites, decompose collective matmuls into ring steps, fuse into
+// kernels, schedule collectives. compile, run, explain, simulate and tune all run it
+// through rank_programs; --dump-after and --verify-each observe the same stages.
 #pragma once
 
 #include <functional>
 #include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "codegen/dist/lower.h"
 #include "codegen/fusion/collective_matmul.h"
@@ -33,7 +38,16 @@ struct RankPipelineOptions {
   // DiagError.
   bool verify_each = false;
   std::optional<Diag>* verify_failure = nullptr;
+  // Called after each stage (after its --verify-each check) with the stage's name and
+  // every rank's programs: --dump-after prints them.
+  std::function<void(std::string_view stage, const std::vector<LocalProgram>&)> after_stage;
 };
+
+// The stages rank_programs runs under `opts`, in order: lower, decompose,
+// collective-matmul, fuse, and schedule unless !opts.reorder.
+std::vector<std::string> pipeline_stages(const RankPipelineOptions& opts);
+// Every stage name the pipeline has under some options.
+const std::vector<std::string>& all_pipeline_stages();
 
 // Every rank's program. Fusion decides for all ranks together (fuse_all), so the
 // programs have the same kernels and steps whatever the local shapes.

@@ -50,9 +50,26 @@ std::string diag_str(Diag d);
 std::optional<Graph> resolve_world(Graph g, std::optional<int64_t> world);
 
 // --dump-after: the set of stages to print, or nullopt (after printing why) for an
-// unknown stage name; and the printer, for rank `rank` of the graph's mesh.
+// unknown stage name: parse, propagate, the pipeline's stages (pipeline.h), emit.
 std::optional<std::set<std::string>> parse_dump_after(const std::string& arg);
-void dump_pipeline(const Graph& g, const std::set<std::string>& want, int rank, const llvmb::Target& target);
+// The printer, for rank `rank` of the graph's mesh: prints parse and propagate at
+// once; observer() goes into the RankPipelineOptions of the command's own pipeline
+// run and prints each wanted stage as it runs ("(unchanged)" when it changed nothing),
+// so what is printed is what the command ran; emit() then prints the LLVM IR of the
+// last stage's kernels for `target`.
+class PipelineDump {
+ public:
+  PipelineDump(const Graph& g, std::set<std::string> want, int rank);
+  std::function<void(std::string_view, const std::vector<LocalProgram>&)> observer();
+  void emit(const llvmb::Target& target) const;
+
+ private:
+  std::set<std::string> want_;
+  int rank_;
+  std::shared_ptr<const DeviceMesh> mesh_;
+  std::string last_text_;
+  std::optional<LocalProgram> last_;
+};
 // --verify-each: check every rank's programs after each pipeline stage
 // (codegen/fusion/verify_programs.h); a broken stage is an internal error (exit 3).
 void add_verify_each_option(CLI::App* cmd);

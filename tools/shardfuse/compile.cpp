@@ -69,7 +69,7 @@ int compile(const CompileCliOptions& o) {
   if (!g) return 1;
   std::optional<std::set<std::string>> dump = parse_dump_after(o.dump_after);
   if (!dump) return 1;
-  dump_pipeline(*g, *dump, 0, llvmb::Target::nvptx(o.arch));
+  PipelineDump dumper(*g, *dump, 0);  // parse and propagate now, the pipeline's stages as compile_plan runs them
   CompileOptions co;
   co.arch = o.arch;
   co.run_ptxas = !o.no_ptxas;
@@ -84,6 +84,7 @@ int compile(const CompileCliOptions& o) {
   co.pipeline.fuse = !o.no_fuse;
   co.pipeline.reorder = !o.no_reorder;
   co.pipeline.decompose.mode = decompose_mode(o.decompose);
+  co.pipeline.after_stage = dumper.observer();
   if (o.autotune) {
     // Tuning for a GPU measures on it: the GPU must be here and be `--arch`.
     std::optional<cuda::DeviceInfo> dev = cuda_device_for("");
@@ -116,6 +117,7 @@ int compile(const CompileCliOptions& o) {
   }
   co.choose = [chooser](const LocalKernel& k) { return chooser->choose(k); };
   Result<CompiledPlan> p = compile_plan(*g, co);
+  dumper.emit(llvmb::Target::nvptx(o.arch));
   if (!p.ok()) {
     std::cerr << o.file << ": error: " << p.error().message << "\n";
     return 1;
@@ -162,7 +164,7 @@ void add_compile(CLI::App& app, int& exit_code) {
   add_decompose_options(cmd, o->decompose);
   cmd->add_option("--dump-after", o->dump_after,
                   "also print the IR after these stages (rank 0): all, or a comma list of parse, propagate, lower, "
-                  "decompose, fuse, schedule, emit (emit shows each kernel's LLVM IR for the arch)");
+                  "decompose, collective-matmul, fuse, schedule, emit, as this command runs them (emit shows each kernel's LLVM IR for the arch)");
   add_cache_options(cmd, o->cache);
   cmd->add_flag("--autotune", o->autotune,
                 "tune the kernels the cache has no config for first, measuring on GPU 0 (which must be --arch)");

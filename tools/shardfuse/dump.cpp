@@ -1,7 +1,9 @@
-// --dump-after=STAGE|all: the IR after each named stage of the pipeline, in pipeline
-// order (parse, propagate, lower, decompose, fuse, schedule, emit), with
+// --dump-after=STAGE|all: the IR after each named stage, in order: parse, propagate,
+// the pipeline's own stages (codegen/fusion/pipeline.h: lower, decompose,
+// collective-matmul, fuse, schedule) as the command runs them, and emit; with
 // "(unchanged)" when a stage did nothing (LLVM's -print-after-all habit).
 #include <iostream>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -10,10 +12,8 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include "codegen/dist/explain.h"
-#include "codegen/dist/lower.h"
-#include "codegen/dist/schedule.h"
-#include "codegen/fusion/decompose_program.h"
 #include "codegen/fusion/fuse.h"
+#include "codegen/fusion/pipeline.h"
 #include "codegen/fusion/verify_programs.h"
 #include "codegen/ir/printer.h"
 #include "codegen/kernels/host_runner.h"
@@ -22,7 +22,18 @@
 namespace sf::cli {
 
 const std::vector<std::string>& dump_stages() {
-  static const std::vector<std::string> s{"parse", "propagate", "lower", "decompose", "fuse", "schedule", "emit"};
+  static const std::vector<std::string> s = [] {
+    std::vector<std::string> v{"parse", "propagate"};
+    v.insert(v.end(), all_pipeline_stages().begin(), all_pipeline_stages().end());
+    v.push_back("emit");
+    return v;
+  }();
+  return s;
+}
+
+std::string stage_list() {
+  std::string s;
+  for (const std::string& n : dump_stages()) s += (s.empty() ? "" : ", ") + n;
   return s;
 }
 
@@ -37,8 +48,8 @@ std::optional<std::set<std::string>> parse_dump_after(const std::string& arg) {
       continue;
     }
     if (std::find(dump_stages().begin(), dump_stages().end(), s) == dump_stages().end()) {
-      std::cerr << "error: --dump-after: unknown stage '" << s
-                << "' (expected all or a comma list of parse, propagate, lower, decompose, fuse, schedule, emit)\n";
+      std::cerr << "error: --dump-after: unknown stage '" << s << "' (expected all or a comma list of " << stage_list()
+                << ")\n";
       return std::nullopt;
     }
     want.insert(s);
@@ -62,38 +73,33 @@ std::string program_text(const LocalProgram& p, const DeviceMesh& mesh) {
   return s;
 }
 
-void stage(const std::set<std::string>& want, const std::string& name, const std::string& text,
-           const std::string& before) {
-  if (!want.count(name)) return;
-  std::cout << "; ---- after " << name << (text == before ? " (unchanged)" : "") << " ----\n" << text << "\n";
+void print_stage(const std::string& name, const std::string& text, bool unchanged) {
+  std::cout << "; ---- after " << name << (unchanged ? " (unchanged)" : "") << " ----\n" << text << "\n";
 }
 
 }  // namespace
 
-void dump_pipeline(const Graph& g, const std::set<std::string>& want, int rank, const llvmb::Target& target) {
-  if (want.empty()) return;
-  DeviceMesh mesh(g.mesh());
-  std::string parsed = print_graph(g);
-  stage(want, "parse", parsed, "");
-  ShardingPlan plan = propagate(g, mesh);
-  std::string sharded = explain_sharding(g, plan, mesh);
-  stage(want, "propagate", sharded, "");
-  // Every rank goes through the stages (fusion decides for all alike); rank `rank` is shown.
-  std::vector<LocalProgram> ps;
-  for (int r = 0; r < mesh.world(); ++r) ps.push_back(lower(g, plan, mesh, r));
-  std::string lowered = program_text(ps[static_cast<size_t>(rank)], mesh);
-  stage(want, "lower", lowered, "");
-  for (LocalProgram& p : ps) p = decompose_program(std::move(p));
-  std::string decomposed = program_text(ps[static_cast<size_t>(rank)], mesh);
-  stage(want, "decompose", decomposed, lowered);
-  ps = fuse_all(std::move(ps));
-  std::string fused = explain_kernels(ps[static_cast<size_t>(rank)]) + program_text(ps[static_cast<size_t>(rank)], mesh);
-  stage(want, "fuse", fused, "");
-  LocalProgram sched = schedule(ps[static_cast<size_t>(rank)]);
-  stage(want, "schedule", program_text(sched, mesh), program_text(ps[static_cast<size_t>(rank)], mesh));
-  if (!want.count("emit")) return;
+PipelineDump::PipelineDump(const Graph& g, std::set<std::string> want, int rank)
+    : want_(std::move(want)), rank_(rank), mesh_(std::make_shared<const DeviceMesh>(g.mesh())) {
+  if (want_.count("parse")) print_stage("parse", print_graph(g), false);
+  if (want_.count("propagate")) print_stage("propagate", explain_sharding(g, propagate(g, *mesh_), *mesh_), false);
+}
+
+std::function<void(std::string_view, const std::vector<LocalProgram>&)> PipelineDump::observer() {
+  if (want_.empty()) return {};
+  return [this](std::string_view stage, const std::vector<LocalProgram>& ps) {
+    const LocalProgram& p = ps[static_cast<size_t>(rank_)];
+    std::string text = explain_kernels(p) + program_text(p, *mesh_);
+    if (want_.count(std::string(stage))) print_stage(std::string(stage), text, stage != "lower" && text == last_text_);
+    last_text_ = std::move(text);
+    last_ = p;
+  };
+}
+
+void PipelineDump::emit(const llvmb::Target& target) const {
+  if (!want_.count("emit") || !last_) return;
   std::cout << "; ---- after emit (" << target.str() << ") ----\n";
-  for (const LocalKernel& k : sched.kernels) {
+  for (const LocalKernel& k : last_->kernels) {
     std::optional<KernelKind> kind = kernel_kind_of(k);
     std::cout << "; kernel " << k.name << "\n";
     if (!kind) {

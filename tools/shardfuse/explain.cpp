@@ -41,10 +41,6 @@ int explain(const ExplainOptions& o) {
   }
   std::optional<std::set<std::string>> dump = parse_dump_after(o.dump_after);
   if (!dump) return 1;
-  if (!dump->empty()) {
-    dump_pipeline(*g, *dump, o.rank, llvmb::Target::host());
-    return 0;
-  }
   DeviceMesh mesh(g->mesh());
   ShardingPlan plan = propagate(*g, mesh);
   RankPipelineOptions po;
@@ -53,6 +49,13 @@ int explain(const ExplainOptions& o) {
   po.decompose.mode = decompose_mode(o.decompose);
   std::vector<DecomposeDecision> decisions;
   po.decisions = &decisions;
+  if (!dump->empty()) {  // the stages explain runs, printed as they run
+    PipelineDump dumper(*g, *dump, o.rank);
+    po.after_stage = dumper.observer();
+    rank_program(*g, plan, mesh, o.rank, po);
+    dumper.emit(llvmb::Target::host());
+    return 0;
+  }
   LocalProgram p = rank_program(*g, plan, mesh, o.rank, po);
   std::cout << "graph " << g->name() << " on mesh " << (mesh.ndim() ? mesh.mesh().str() : "(none)") << " ("
             << mesh.world() << " rank" << (mesh.world() == 1 ? "" : "s") << ")\n\n";
@@ -120,7 +123,7 @@ void add_explain(CLI::App& app, int& exit_code) {
   add_decompose_options(cmd, o->decompose);
   cmd->add_option("--dump-after", o->dump_after,
                   "print the IR after these stages instead: all, or a comma list of parse, propagate, lower, "
-                  "decompose, fuse, schedule, emit (emit shows each kernel's LLVM IR for the host)");
+                  "decompose, collective-matmul, fuse, schedule, emit, as this command runs them (emit shows each kernel's LLVM IR for the host)");
   cmd->add_flag("--no-reorder", o->no_reorder,
                 "print the schedule as lowered, without raising collectives and sinking waits");
   add_cache_options(cmd, o->cache);

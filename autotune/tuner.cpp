@@ -20,8 +20,6 @@ std::string_view config_source_name(ConfigSource s) {
   return "?";
 }
 
-namespace {
-
 std::string now_utc() {
   std::time_t t = std::time(nullptr);
   char buf[32];
@@ -30,6 +28,8 @@ std::string now_utc() {
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
 }
+
+namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }

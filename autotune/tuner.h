@@ -56,6 +56,9 @@ struct ExternResult {
 enum class ConfigSource : uint8_t { Default, Cache, Tuned };
 std::string_view config_source_name(ConfigSource s);
 
+// The time now, UTC, ISO 8601 ("2026-11-25T21:03:05Z"): when a measurement was taken.
+std::string now_utc();
+
 struct TuneReport {
   std::string kernel;
   TuneKey key;

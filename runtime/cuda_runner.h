@@ -54,6 +54,7 @@ struct KernelArgSpec {
 
 // What the PTX builder makes of one candidate config and the CUDA Runner times.
 struct PtxArtifact final : Artifact {
+  std::string config;  // the config text it was built from (for the record: tune --emit-candidates)
   std::string ptx;    // the whole module
   std::string entry;  // its .entry
   cuda::LaunchDims launch;

@@ -6,11 +6,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/json_reader.h"
+#include "runtime/plan_json.h"
 #include "runtime/plan_verify.h"
 
 namespace sf {
 
 using nlohmann::json;
+
+nlohmann::json tensor_map_to_json(const PlanTensorMap& m) {
+  const size_t r = static_cast<size_t>(m.rank);
+  return {{"input", m.input},
+          {"dtype", std::string(dtype_name(m.dtype))},
+          {"dims", std::vector<int64_t>(m.dims.begin(), m.dims.begin() + r)},
+          {"strides", std::vector<int64_t>(m.strides.begin(), m.strides.begin() + (r - 1))},
+          {"box", std::vector<int>(m.box.begin(), m.box.begin() + r)}};
+}
 
 namespace {
 
@@ -38,14 +49,7 @@ std::string plan_to_json(const Plan& p) {
     if (k.zero_outputs) kj["zero_outputs"] = true;
     if (!k.config.empty()) kj["config"] = k.config;
     if (!k.config_source.empty()) kj["config_source"] = k.config_source;
-    for (const PlanTensorMap& m : k.tensor_maps) {
-      const size_t r = static_cast<size_t>(m.rank);
-      kj["tensor_maps"].push_back({{"input", m.input},
-                                   {"dtype", std::string(dtype_name(m.dtype))},
-                                   {"dims", std::vector<int64_t>(m.dims.begin(), m.dims.begin() + r)},
-                                   {"strides", std::vector<int64_t>(m.strides.begin(), m.strides.begin() + (r - 1))},
-                                   {"box", std::vector<int>(m.box.begin(), m.box.begin() + r)}});
-    }
+    for (const PlanTensorMap& m : k.tensor_maps) kj["tensor_maps"].push_back(tensor_map_to_json(m));
     j["kernels"].push_back(kj);
   }
   j["ranks"] = json::array();
@@ -108,90 +112,8 @@ constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 constexpr size_t kMaxEntries = size_t{1} << 24;  // per array: ranks, steps, buffers, ids
 constexpr size_t kMaxRank = 64;                 // tensor dims of a buffer, sizes of a step
 
-// plan.json is input a user can edit: every field is read with its type and range
-// checked and named by its JSON path (ranks[1].steps[3].group[0]), since the DOM
-// keeps no line:col. nlohmann's get<int>() would C-cast 1e30 or 2^64 (undefined
-// for a double out of range), so numbers go through integer() below.
-struct Reader {
-  const std::string& file;
-
-  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
-    throw DiagError{Diag{file, {}, path + ": " + what}};
-  }
-  const json& at(const json& obj, const std::string& path, const char* key) const {
-    if (!obj.is_object()) fail(path, "expected an object, got " + obj.dump());
-    auto it = obj.find(key);
-    if (it == obj.end()) fail(path, std::string("missing \"") + key + "\"");
-    return *it;
-  }
-  static std::string child(const std::string& path, const char* key) {
-    return path.empty() ? std::string(key) : path + "." + key;
-  }
-  static std::string item(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
-  static std::string shown(const json& v) {
-    std::string s = v.dump();
-    return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-  }
-  int64_t integer(const json& v, const std::string& path, int64_t lo, int64_t hi) const {
-    bool in_range = false;
-    int64_t x = 0;
-    if (v.is_number_unsigned()) {
-      const uint64_t u = v.get<uint64_t>();
-      in_range = u <= static_cast<uint64_t>(hi) && (lo <= 0 || u >= static_cast<uint64_t>(lo));
-      x = static_cast<int64_t>(u);
-    } else if (v.is_number_integer()) {
-      x = v.get<int64_t>();
-      in_range = x >= lo && x <= hi;
-    } else {
-      fail(path, shown(v) + " is not an integer");
-    }
-    if (!in_range)
-      fail(path, shown(v) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return x;
-  }
-  int64_t integer(const json& obj, const std::string& path, const char* key, int64_t lo, int64_t hi) const {
-    return integer(at(obj, path, key), child(path, key), lo, hi);
-  }
-  int64_t integer_or(const json& obj, const std::string& path, const char* key, int64_t lo, int64_t hi,
-                     int64_t dflt) const {
-    return obj.contains(key) ? integer(obj, path, key, lo, hi) : dflt;
-  }
-  std::string string(const json& v, const std::string& path) const {
-    if (!v.is_string()) fail(path, shown(v) + " is not a string");
-    return v.get<std::string>();
-  }
-  std::string string(const json& obj, const std::string& path, const char* key) const {
-    return string(at(obj, path, key), child(path, key));
-  }
-  std::string string_or(const json& obj, const std::string& path, const char* key) const {
-    return obj.contains(key) ? string(obj, path, key) : std::string();
-  }
-  bool boolean_or(const json& obj, const std::string& path, const char* key, bool dflt) const {
-    if (!obj.contains(key)) return dflt;
-    const json& v = obj.at(key);
-    if (!v.is_boolean()) fail(child(path, key), shown(v) + " is not true or false");
-    return v.get<bool>();
-  }
-  const json& array(const json& v, const std::string& path, size_t most) const {
-    if (!v.is_array()) fail(path, shown(v) + " is not an array");
-    if (v.size() > most) fail(path, std::to_string(v.size()) + " entries, more than the " + std::to_string(most) + " a Plan may have");
-    return v;
-  }
-  std::vector<int64_t> integers(const json& v, const std::string& path, int64_t lo, int64_t hi, size_t most) const {
-    std::vector<int64_t> out;
-    for (size_t i = 0; i < array(v, path, most).size(); ++i) out.push_back(integer(v[i], item(path, i), lo, hi));
-    return out;
-  }
-  std::vector<int64_t> integers_or(const json& obj, const std::string& path, const char* key, int64_t lo, int64_t hi,
-                                   size_t most) const {
-    return obj.contains(key) ? integers(obj.at(key), child(path, key), lo, hi, most) : std::vector<int64_t>{};
-  }
-  std::vector<int> ints_or(const json& obj, const std::string& path, const char* key, int64_t lo, int64_t hi,
-                           size_t most) const {
-    std::vector<int> out;
-    for (int64_t x : integers_or(obj, path, key, lo, hi, most)) out.push_back(static_cast<int>(x));
-    return out;
-  }
+// plan.json's reader (runtime/json_reader.h) with the Plan's own checks.
+struct Reader : json_read::Reader {
   // Indices into the rank's buffers.
   std::vector<int> buffer_ids(const json& v, const std::string& path, int nbuf) const {
     std::vector<int> out;
@@ -204,18 +126,12 @@ struct Reader {
     }
     return out;
   }
-  std::vector<std::string> strings(const json& v, const std::string& path, size_t most) const {
-    std::vector<std::string> out;
-    for (size_t i = 0; i < array(v, path, most).size(); ++i) out.push_back(string(v[i], item(path, i)));
-    return out;
-  }
 };
 
-// A gemm step's call (docs/plan.md): every field required, numbers in range, the
 // A kernel's tensor map: rank 2 or 3; extents in 1..2^32; strides positive multiples
 // of 16 bytes below 2^40; a box of 1..256 elements a dim whose innermost side is at most
 // 128 bytes (the 128-byte swizzle). Whether it lies inside its buffer is verify_plan's.
-PlanTensorMap read_tensor_map(const Reader& rd, const json& mj, const std::string& path) {
+PlanTensorMap read_tensor_map(const json_read::Reader& rd, const json& mj, const std::string& path) {
   PlanTensorMap m;
   m.input = static_cast<int>(rd.integer(mj, path, "input", 0, kMaxEntries));
   const std::string dt = rd.string(mj, path, "dtype");
@@ -245,6 +161,7 @@ PlanTensorMap read_tensor_map(const Reader& rd, const json& mj, const std::strin
   return m;
 }
 
+// A gemm step's call (docs/plan.md): every field required, numbers in range, the
 // library, dtype and epilogue known. Whether it fits its buffers is verify_plan's.
 PlanGemm read_gemm(const Reader& rd, const json& sj, const std::string& spath) {
   PlanGemm g;
@@ -284,6 +201,10 @@ PlanGemm read_gemm(const Reader& rd, const json& sj, const std::string& spath) {
 
 }  // namespace
 
+PlanTensorMap read_plan_tensor_map(const json_read::Reader& rd, const nlohmann::json& mj, const std::string& path) {
+  return read_tensor_map(rd, mj, path);
+}
+
 Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
   json j;
   try {
@@ -305,7 +226,7 @@ Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
     if (size_t colon = what.find(": "); colon != std::string::npos) what = what.substr(colon + 2);
     return Diag{file, loc, "not valid JSON: " + what};
   }
-  const Reader rd{file};
+  const Reader rd{{file}};
   try {
     if (!j.is_object()) rd.fail("(top level)", "expected an object");
     if (!j.contains("version") || j["version"] != Plan::kVersion)

@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <random>
 #include <sstream>
 
 namespace sf {
@@ -92,6 +94,32 @@ Result<std::string> read_regular_file(const std::string& path, uint64_t max_byte
   }
   ::close(*fd);
   return text;
+}
+
+std::optional<std::string> swap_in_directory(const std::string& tmp_dir, const std::string& target_dir) {
+  namespace fs = std::filesystem;
+  const fs::path tmp(tmp_dir), target(target_dir);
+  std::error_code ec;
+  fs::path old;
+  if (fs::exists(fs::symlink_status(target, ec))) {
+    std::mt19937_64 rng(std::random_device{}());
+    old = target.parent_path() / (target.filename().string() + ".old-" + std::to_string(rng() % 1000000000));
+    fs::rename(target, old, ec);
+    if (ec) {
+      std::error_code ec2;
+      fs::remove_all(tmp, ec2);
+      return "cannot replace the existing directory: " + ec.message();
+    }
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    std::error_code ec2;
+    if (!old.empty()) fs::rename(old, target, ec2);
+    fs::remove_all(tmp, ec2);
+    return "cannot move the new directory into place: " + ec.message();
+  }
+  if (!old.empty()) fs::remove_all(old, ec);
+  return std::nullopt;
 }
 
 }  // namespace sf

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -28,6 +29,12 @@ Result<int> open_regular_file(const std::string& path, uint64_t max_bytes, std::
 // The whole content of `path`, opened as open_regular_file does; refuses a file
 // that grows past `max_bytes` while it is read.
 Result<std::string> read_regular_file(const std::string& path, uint64_t max_bytes, std::string_view what);
+
+// Moves the fully written directory `tmp` (a sibling of `target`) into place as
+// `target`: an existing `target` (the caller decided it may be replaced) moves aside
+// first and is removed after, so a reader sees the old directory or the new one; on
+// failure the old one is put back and `tmp` removed. nullopt, or why it failed.
+std::optional<std::string> swap_in_directory(const std::string& tmp, const std::string& target);
 
 // "16 MiB", "1.5 GiB": a byte count for messages.
 std::string bytes_str(uint64_t n);

@@ -501,27 +501,9 @@ std::optional<Diag> write_plan_dir(const CompiledPlan& p, const std::string& dir
     fs::remove_all(tmp, ec);
     return Diag{dir, {}, "cannot write the plan files"};
   }
-  // Swap the new directory in: the old one (if any; why_not_replace allowed it:
-  // empty or a Plan of ours) moves aside first, so a reader sees either the old
-  // plan or the new one.
-  fs::path old;
-  if (fs::exists(fs::symlink_status(target, ec))) {
-    old = parent / (target.filename().string() + ".old-" + std::to_string(rng() % 1000000000));
-    fs::rename(target, old, ec);
-    if (ec) {
-      std::error_code ec2;
-      fs::remove_all(tmp, ec2);
-      return Diag{dir, {}, "cannot replace the existing directory: " + ec.message()};
-    }
-  }
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    std::error_code ec2;
-    if (!old.empty()) fs::rename(old, target, ec2);
-    fs::remove_all(tmp, ec2);
-    return Diag{dir, {}, "cannot move the plan into place: " + ec.message()};
-  }
-  if (!old.empty()) fs::remove_all(old, ec);
+  // Swap the new directory in (why_not_replace allowed replacing the old one: empty
+  // or a Plan of ours), so a reader sees either the old plan or the new one.
+  if (std::optional<std::string> why = swap_in_directory(tmp.string(), target.string())) return Diag{dir, {}, *why};
   return std::nullopt;
 }
 

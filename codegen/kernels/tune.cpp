@@ -169,6 +169,7 @@ class PtxCandidateBuilder final : public Builder {
                          std::to_string(l.block[2]) + "/" + std::to_string(l.shared_bytes);
     r.code_hash = fnv1a_hex(*ptx + "\n" + launch);
     auto a = std::make_shared<PtxArtifact>();
+    a->config = config_str(*kernel_kind_of(k_), ConfigTarget::Gpu, c);
     a->ptx = std::move(ptx).value();
     a->entry = e->entry;
     a->launch.grid = l.grid;
@@ -398,11 +399,12 @@ void mark_tf32(TuneProblem& p, const TuneSetup& setup) {
 Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs, const TuneSetup& setup,
                                       TuneCache& cache, const TuneOptions& opts,
                                       const std::function<void(size_t, size_t, const TuneProgress&)>& progress,
-                                      Runner* gpu_runner) {
+                                      Runner* gpu_runner, const GpuRunnerFactory& gpu_runners) {
   Result<TargetInfo> target = target_of(setup);
   if (!target) return target.error();
   const ConfigTarget ct = target->kind;
-  const std::string tid = target_id(*target), tool = toolchain_id(ct);
+  const std::string tid = setup.gpu ? target_id(*target, *setup.gpu) : target_id(*target);
+  const std::string tool = setup.gpu ? toolchain_id(ct, *setup.gpu) : toolchain_id(ct);
 
   // Distinct kernels by key, in program order (rank 0's first).
   struct Job {
@@ -439,6 +441,9 @@ Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs,
     if (ct == ConfigTarget::Host) {
       own_runner = make_host_runner(*j.k);
       runner = own_runner.get();
+    } else if (!runner && gpu_runners) {
+      own_runner = gpu_runners(*j.k, j.key);
+      runner = own_runner.get();
     } else if (!runner) {
       // One CUDA Runner per kernel: its arguments are the kernel's. Without a device
       // every candidate is unmeasurable and the kernel keeps its default config.
@@ -470,14 +475,14 @@ Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs,
 ConfigChooser::ConfigChooser(TuneSetup setup, TuneCache* cache) : setup_(std::move(setup)), cache_(cache) {
   Result<TargetInfo> t = target_of(setup_);
   target_ = t ? *t : host_target_info();
-  toolchain_ = toolchain_id(config_target_of(setup_));
+  toolchain_ = setup_.gpu ? toolchain_id(config_target_of(setup_), *setup_.gpu) : toolchain_id(config_target_of(setup_));
 }
 
 std::optional<TuneKey> ConfigChooser::key_of(const LocalKernel& k) const {
   Result<TuneProblem> p = tune_problem(k);
   if (!p) return std::nullopt;
   mark_tf32(*p, setup_);
-  return make_tune_key(*p, setup_.buckets, target_id(target_), toolchain_);
+  return make_tune_key(*p, setup_.buckets, setup_.gpu ? target_id(target_, *setup_.gpu) : target_id(target_), toolchain_);
 }
 
 KernelChoice ConfigChooser::choose(const LocalKernel& k) const {

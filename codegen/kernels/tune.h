@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,7 +82,14 @@ struct TuneSetup {
   // cuda, sm_90a: matmul candidates read their operands by TMA (KernelSpec::tma), as
   // compile builds them unless --no-tma.
   bool tma = true;
+  // cuda: the GPU the keys name as the measuring one (tune --import: the device that
+  // ran tune --measure); unset: local_gpu_device().
+  std::optional<GpuDeviceId> gpu;
 };
+
+// Makes the Runner that measures kernel `k` (under `key`) instead of a CUDA Runner on
+// device 0 (tune --emit-candidates records, tune --import replays).
+using GpuRunnerFactory = std::function<std::unique_ptr<Runner>(const LocalKernel& k, const TuneKey& key)>;
 
 // Marks an f32 matmul problem TF32 under setup.allow_tf32 on cuda (TuneProblem::tf32,
 // and " tf32" appended to its signature).
@@ -112,7 +120,7 @@ struct GraphTuneResult {
 Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs, const TuneSetup& setup,
                                       TuneCache& cache, const TuneOptions& opts,
                                       const std::function<void(size_t, size_t, const TuneProgress&)>& progress = {},
-                                      Runner* gpu_runner = nullptr);
+                                      Runner* gpu_runner = nullptr, const GpuRunnerFactory& gpu_runners = {});
 
 // Looks up each kernel's config in the cache (its best measured entry), else the
 // default. For `run` and `compile`.

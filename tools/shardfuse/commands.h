@@ -10,6 +10,7 @@
 #include "codegen/ir/graph.h"
 #include "codegen/ir/limits.h"
 #include "autotune/cache.h"
+#include "autotune/measure.h"
 #include "codegen/dist/local_program.h"
 #include "codegen/dist/device_mesh.h"
 #include "codegen/dist/propagate.h"
@@ -25,6 +26,16 @@ void add_run(CLI::App& app, int& exit_code);
 void add_explain(CLI::App& app, int& exit_code);
 void add_compile(CLI::App& app, int& exit_code);
 void add_tune(CLI::App& app, int& exit_code);
+// The split tuner's GPU half (measure.cpp, in both builds): `tune --measure DIR`, and
+// the timing options it shares with `tune`.
+struct BenchCliOptions {
+  double warmup_ms = 10, rep_ms = 40;
+  int max_reps = 100;
+};
+void add_bench_options(CLI::App* cmd, BenchCliOptions& o);
+BenchOptions bench_options(const BenchCliOptions& o);
+int tune_measure(const std::string& dir, const BenchOptions& bench);
+void add_tune_measure_only(CLI::App& app, int& exit_code);  // the runtime-only build's `tune`
 void add_simulate(CLI::App& app, int& exit_code);
 void add_exec(CLI::App& app, int& exit_code);  // the only one besides check without LLVM
 

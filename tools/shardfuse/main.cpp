@@ -19,8 +19,10 @@ int main(int argc, char** argv) {
   sf::cli::add_tune(app, exit_code);
   sf::cli::add_simulate(app, exit_code);
 #else
-  app.footer("This is a runtime-only build (SHARDFUSE_LLVM=OFF): explain, run, compile and tune need the code "
-             "generator.\nRun 'shardfuse COMMAND --help' for a command's options and an example.");
+  sf::cli::add_tune_measure_only(app, exit_code);
+  app.footer("This is a runtime-only build (SHARDFUSE_LLVM=OFF): explain, run and compile need the code generator, "
+             "and tune only measures (--measure).\nRun 'shardfuse COMMAND --help' for a command's options and an "
+             "example.");
 #endif
   sf::cli::add_exec(app, exit_code);
   // Exit statuses (README): 0 success, 1 bad input or a failed

@@ -5,16 +5,20 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <deque>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
 
 #include "codegen/dist/lower.h"
 #include "codegen/fusion/pipeline.h"
+#include "codegen/ir/printer.h"
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/tune.h"
 #include "runtime/agree.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/tune_split.h"
 #include "tools/shardfuse/commands.h"
 
 namespace sf::cli {
@@ -77,6 +81,7 @@ struct TuneCliOptions {
   bool no_fuse = false;
   bool allow_tf32 = false;
   bool no_tma = false;
+  std::string emit_dir, import_dir, measure_dir;  // the split tuner (runtime/tune_split.h)
 };
 
 std::string us(double v) {
@@ -146,16 +151,122 @@ void print_report(const TuneReport& r) {
   for (const std::string& w : r.warnings) std::cout << "  warning: " << w << "\n";
 }
 
+// A temporary directory, removed with what it holds.
+struct TempCacheDir {
+  std::string path;
+  TempCacheDir() {
+    std::string t = (std::filesystem::temp_directory_path() / "sf-emit-XXXXXX").string();
+    if (::mkdtemp(t.data())) path = t;
+  }
+  ~TempCacheDir() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+  TempCacheDir(const TempCacheDir&) = delete;
+  TempCacheDir& operator=(const TempCacheDir&) = delete;
+};
+
+// --emit-candidates: each candidate the tuner would measure, recorded instead (the
+// first config of each code), and every measurement a Diag, so nothing is chosen.
+class RecordingRunner final : public Runner {
+ public:
+  explicit RecordingRunner(TuneCandidateKernel* k) : k_(k) {}
+  Result<Measurement> run(const Artifact& a, const BenchOptions&) override {
+    const auto* p = dynamic_cast<const PtxArtifact*>(&a);
+    if (!p) return Diag{"", {}, "library GEMMs are measured only by tune --device cuda on the GPU machine"};
+    TuneCandidate c{p->config, tune_code_hash(*p), *p};
+    bool seen = false;
+    for (const TuneCandidate& x : k_->candidates) seen = seen || x.code == c.code;
+    if (!seen) k_->candidates.push_back(std::move(c));
+    return Diag{"", {}, "recorded for tune --measure"};
+  }
+
+ private:
+  TuneCandidateKernel* k_;
+};
+
+// --import: the measurements of tune --measure in place of a device, by code.
+class ReplayRunner final : public Runner {
+ public:
+  ReplayRunner(const TuneMeasurements& m, std::string dir) : dir_(std::move(dir)) {
+    for (const TuneMeasurement& r : m.results) by_code_[r.code] = &r;
+  }
+  Result<Measurement> run(const Artifact& a, const BenchOptions&) override {
+    const auto* p = dynamic_cast<const PtxArtifact*>(&a);
+    if (!p) return Diag{"", {}, "library GEMMs are not measured by tune --measure"};
+    auto it = by_code_.find(tune_code_hash(*p));
+    if (it == by_code_.end())
+      return Diag{"", {}, "not in " + dir_ + "/measurements.json (emit and measure the candidates again)"};
+    if (!it->second->time) return Diag{"", {}, "failed on the GPU: " + it->second->error};
+    return *it->second->time;
+  }
+
+ private:
+  std::string dir_;
+  std::map<std::string, const TuneMeasurement*> by_code_;
+};
+
 int tune(const TuneCliOptions& o) {
+  if (!o.measure_dir.empty()) {
+    if (!o.file.empty() || !o.emit_dir.empty() || !o.import_dir.empty()) {
+      std::cerr << "error: --measure DIR takes no graph and no --emit-candidates or --import: it measures what DIR "
+                   "holds\n";
+      return 2;
+    }
+    BenchCliOptions b{o.warmup_ms, o.rep_ms, o.max_reps};
+    return tune_measure(o.measure_dir, bench_options(b));
+  }
+  if (o.file.empty()) {
+    std::cerr << "error: tune needs a graph file (or --measure DIR)\n";
+    return 2;
+  }
+  if (!o.emit_dir.empty() && !o.import_dir.empty()) {
+    std::cerr << "error: --emit-candidates and --import are the two ends of the split tuner: give one\n";
+    return 2;
+  }
+  const bool split = !o.emit_dir.empty() || !o.import_dir.empty();
+  if (split && o.device != "cuda") {
+    std::cerr << "error: --emit-candidates and --import are for --device cuda\n";
+    return 2;
+  }
+  std::optional<TuneMeasurements> imported;
+  if (!o.import_dir.empty()) {
+    Result<TuneMeasurements> m = read_tune_measurements(o.import_dir);
+    if (!m) {
+      std::cerr << m.error().str() << "\n";
+      return 1;
+    }
+    if (!o.arch.empty() && o.arch != m->arch) {
+      std::cerr << "error: --arch " << o.arch << ": " << o.import_dir << " was measured on " << m->device << " ("
+                << m->arch << ")\n";
+      return 1;
+    }
+    imported = std::move(m).value();
+  }
+  if (!o.emit_dir.empty() && o.arch.empty()) {
+    std::cerr << "error: --emit-candidates needs --arch: the GPU that will measure them is not here\n";
+    return 2;
+  }
   std::optional<Graph> loaded = load_graph(o.file);
   if (!loaded) return 1;
   std::optional<Graph> g = resolve_world(std::move(*loaded), o.world);
   if (!g) return 1;
-  std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, true);
+  // --emit-candidates tunes into a throwaway cache: its entries say "recorded".
+  std::optional<TempCacheDir> scratch;
+  if (!o.emit_dir.empty()) scratch.emplace();
+  std::unique_ptr<TuneCache> cache = open_tune_cache(scratch ? scratch->path : o.cache.dir, true);
   if (!cache) return 1;
-  std::string arch = o.arch;
+  std::string arch = imported ? imported->arch : o.arch;
   std::string device_line;
-  if (o.device == "cuda") {
+  if (split) {
+    if (!gpu_target_info(arch)) {
+      std::cerr << "error: the tuner has no limits and rates for " << arch << "\n";
+      return 1;
+    }
+    device_line = imported ? "measured on " + imported->device + ", driver " + std::to_string(imported->driver_version) +
+                                 ", " + imported->date + " (" + o.import_dir + ")"
+                           : "candidates for " + o.emit_dir;
+  } else if (o.device == "cuda") {
     // Candidates are timed on device 0 (runtime/cuda_runner.h): its arch is the
     // default, and PTX for another arch cannot be measured on it.
     Result<cuda::DeviceInfo> dev = cuda::device_info(0);
@@ -182,6 +293,7 @@ int tune(const TuneCliOptions& o) {
   setup.buckets = parse_buckets(o.cache.buckets);
   setup.allow_tf32 = o.allow_tf32;
   setup.tma = !o.no_tma;
+  if (imported) setup.gpu = GpuDeviceId{imported->device, imported->arch, imported->driver_version};
   TuneOptions to;
   to.top_k = o.top_k;
   to.budget_s = o.budget_s;
@@ -199,6 +311,19 @@ int tune(const TuneCliOptions& o) {
             << (o.device == "cpu" ? std::string("the host CPU") : arch + " (" + device_line + ")") << " on "
             << mesh.world() << " rank(s); cache " << cache->dir() << "\n";
 
+  // The split tuner's runners: record (--emit-candidates) or replay (--import).
+  std::deque<TuneCandidateKernel> recorded;
+  GpuRunnerFactory runners;
+  if (!o.emit_dir.empty())
+    runners = [&](const LocalKernel& k, const TuneKey& key) -> std::unique_ptr<Runner> {
+      recorded.push_back(TuneCandidateKernel{key.hash(), k.name, print_graph(k.group), {}});
+      return std::make_unique<RecordingRunner>(&recorded.back());
+    };
+  if (imported)
+    runners = [&](const LocalKernel&, const TuneKey&) -> std::unique_ptr<Runner> {
+      return std::make_unique<ReplayRunner>(*imported, o.import_dir);
+    };
+
   // Rank 0 tunes every distinct kernel of every rank and broadcasts the table of
   // choices; each rank then reads its own kernels' configs from that one table.
   std::optional<GraphTuneResult> result;
@@ -211,9 +336,9 @@ int tune(const TuneCliOptions& o) {
   std::optional<Diag> err = on_rank_threads(mesh, timeout, [&](Comm& comm) -> std::optional<Diag> {
     std::string table;
     if (comm.rank() == 0) {
-      Result<GraphTuneResult> r = tune_programs(programs, setup, *cache, to, [&](size_t i, size_t n, const TuneProgress& p) {
-        progress.update(i, n, p);
-      });
+      Result<GraphTuneResult> r = tune_programs(
+          programs, setup, *cache, to, [&](size_t i, size_t n, const TuneProgress& p) { progress.update(i, n, p); },
+          nullptr, runners);
       progress.clear();
       if (!r) {
         tune_error = r.error().message;
@@ -261,6 +386,34 @@ int tune(const TuneCliOptions& o) {
     std::cerr << "error: " << disagreement << "\n";
     return 1;
   }
+  if (!o.emit_dir.empty()) {
+    TuneCandidateSet set{arch, {recorded.begin(), recorded.end()}};
+    if (std::optional<Diag> e = write_tune_candidates(set, o.emit_dir)) {
+      std::cerr << e->str() << "\n";
+      return 1;
+    }
+    size_t n = 0;
+    for (const TuneCandidateKernel& k : set.kernels) n += k.candidates.size();
+    std::cout << "wrote " << o.emit_dir << ": " << n << " candidate(s) of " << set.kernels.size()
+              << " kernel(s) for " << arch << "; measure them on a " << arch
+              << " GPU (the runtime-only build will do) with: shardfuse tune --measure " << o.emit_dir << "\n";
+    return 0;
+  }
+  if (imported) {
+    // Also under the arch-only keys that a machine without a GPU looks up (compile
+    // --cache here): every entry of the device's key copied to it.
+    Result<TargetInfo> t = gpu_target_info(arch);
+    for (const TuneReport& r : result->reports) {
+      TuneKey here = r.key;
+      here.target = target_id(*t, GpuDeviceId{});
+      here.toolchain = toolchain_id(ConfigTarget::Gpu, GpuDeviceId{});
+      for (const auto& [config, entry] : cache->load(r.key))
+        if (std::optional<Diag> e = cache->store(here, entry)) {
+          std::cerr << "error: " << e->str() << "\n";
+          return 1;
+        }
+    }
+  }
   for (const TuneReport& r : result->reports) print_report(r);
   if (mesh.world() > 1)
     for (const std::string& l : rank_lines) std::cout << l << "\n";
@@ -274,7 +427,7 @@ int tune(const TuneCliOptions& o) {
 void add_tune(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<TuneCliOptions>();
   auto* cmd = app.add_subcommand("tune", "Autotune every distinct kernel of a graph into the tuning cache");
-  cmd->add_option("graph", o->file, "the .sf graph file")->required();
+  cmd->add_option("graph", o->file, "the .sf graph file (none with --measure)");
   cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh")
       ->check(CLI::Range(int64_t{1}, kMaxMeshRanks));
   cmd->add_option("--device", o->device, "where candidates are timed: cpu (host code, default) or cuda")
@@ -299,6 +452,18 @@ void add_tune(CLI::App& app, int& exit_code) {
   cmd->add_option("--compile-timeout", o->compile_timeout_s, "seconds one candidate may take to compile (default 60)")
       ->check(CLI::Range(0.001, 86400.0));
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  cmd->add_option("--emit-candidates", o->emit_dir,
+                  "write the candidates tuning would measure (PTX, launch, arguments) into DIR instead of measuring "
+                  "them: for a GPU machine without LLVM (needs --device cuda --arch)")
+      ->check(non_empty());
+  cmd->add_option("--measure", o->measure_dir,
+                  "on the GPU machine: time every candidate in DIR (from --emit-candidates) on GPU 0 and write "
+                  "DIR/measurements.json; no graph")
+      ->check(non_empty());
+  cmd->add_option("--import", o->import_dir,
+                  "tune with the times in DIR/measurements.json (from --measure) instead of a device, into --cache; "
+                  "the keys name the GPU that measured")
+      ->check(non_empty());
   add_verify_each_option(cmd);
   cmd->footer(
       "Per kernel it prints the space size, what was pruned and why, how many candidates were measured, and the\n"

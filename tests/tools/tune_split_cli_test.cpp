@@ -1,0 +1,135 @@
+// The tuner split across two machines (runtime/tune_split.h) from the CLI, with the
+// fake driver as the GPU machine's device: --emit-candidates here, --measure there,
+// --import back here, then compile --cache picks the imported choice. Edited or
+// hostile files are refused naming the field.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "tests/tools/cli_util.h"
+
+namespace sf {
+namespace tools_tune_split_cli_test {
+
+const char* kGraph =
+    "graph pw(x: f32[1024, 512], y: f32[1024, 512]) {\n"
+    "  z = relu(add(mul(x, y), x))\n"
+    "  return z\n}\n";
+
+std::string fake() { return std::string("SHARDFUSE_LIBCUDA=") + SF_FAKE_CUDA; }
+
+std::string read(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+int count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(TuneSplitCli, EmitMeasureImportThenCompileUsesIt) {
+  TempDir t;
+  write_file(t / "g.sf", kGraph);
+  const std::string cands = t / "cands";
+  // Here: no GPU (a driver that cannot load), the candidates of the top 3 and the default.
+  CliResult e = shardfuse_env("SHARDFUSE_LIBCUDA=/nonexistent/libcuda.so.1",
+                              "tune " + (t / "g.sf") + " --device cuda --arch sm_90a --top-k 3 --emit-candidates " + cands +
+                                  " --cache " + (t / "cache"));
+  ASSERT_EQ(e.code, 0) << e.out;
+  const std::string manifest = read(cands + "/candidates.json");
+  const int n = count(manifest, "\"config\":");
+  EXPECT_GE(n, 3) << manifest;
+  EXPECT_LE(n, 4) << manifest;
+  EXPECT_TRUE(fs::exists(cands + "/k0_c0.ptx"));
+  EXPECT_NE(read(cands + "/k0_c0.ptx").find(".entry"), std::string::npos);
+  EXPECT_FALSE(fs::exists(t / "cache")) << "emitting tunes into a throwaway cache, not --cache";
+
+  // There: every candidate timed on GPU 0.
+  CliResult m = shardfuse_env(fake(), "tune --measure " + cands + " --warmup-ms 0.1 --rep-ms 1 --max-reps 5");
+  ASSERT_EQ(m.code, 0) << m.out;
+  const std::string measured = read(cands + "/measurements.json");
+  EXPECT_NE(measured.find("\"device\": \"shardfuse fake GPU\""), std::string::npos) << measured;
+  EXPECT_EQ(count(measured, "\"median_us\""), n) << measured;
+
+  // Here again, without a GPU: the tuner replays the times into the cache.
+  CliResult i = shardfuse_env("SHARDFUSE_LIBCUDA=/nonexistent/libcuda.so.1",
+                              "tune " + (t / "g.sf") + " --device cuda --arch sm_90a --top-k 3 --import " + cands +
+                                  " --cache " + (t / "cache"));
+  ASSERT_EQ(i.code, 0) << i.out;
+  EXPECT_NE(i.out.find("measured on shardfuse fake GPU, driver 13000"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("measured " + std::to_string(n)), std::string::npos) << i.out;
+  // compile here (no GPU: the arch-only key) and on the measuring GPU (its key) both use it.
+  for (const std::string& env : {std::string("SHARDFUSE_LIBCUDA=/nonexistent/libcuda.so.1"), fake()}) {
+    const std::string out = t / ("plan" + std::to_string(env.size()));
+    CliResult c = shardfuse_env(env, "compile " + (t / "g.sf") + " --no-ptxas --arch sm_90a --cache " + (t / "cache") +
+                                         " -o " + out);
+    ASSERT_EQ(c.code, 0) << c.out;
+    EXPECT_NE(read(out + "/plan.json").find("\"config_source\": \"cache\""), std::string::npos) << env;
+  }
+  // Emitting again replaces the directory it wrote.
+  CliResult again = shardfuse("tune " + (t / "g.sf") + " --device cuda --arch sm_90a --top-k 2 --emit-candidates " + cands);
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_FALSE(fs::exists(cands + "/measurements.json"));
+}
+
+TEST(TuneSplitCli, BadUseAndHostileFilesAreRefused) {
+  TempDir t;
+  write_file(t / "g.sf", kGraph);
+  const std::string g = t / "g.sf";
+  struct Bad {
+    std::string args, says;
+    int code;
+  };
+  fs::create_directories(t / "mine");
+  write_file(t / "mine/notes.txt", "my file\n");
+  for (const Bad& b : {Bad{"tune " + g + " --device cuda --emit-candidates " + (t / "c"), "needs --arch", 2},
+                       Bad{"tune " + g + " --emit-candidates " + (t / "c") + " --arch sm_90a", "for --device cuda", 2},
+                       Bad{"tune " + g + " --measure " + (t / "c"), "takes no graph", 2},
+                       Bad{"tune", "needs a graph file", 2},
+                       Bad{"tune " + g + " --device cuda --arch sm_90a --emit-candidates " + (t / "mine"),
+                           "did not write: refusing to replace it", 1}}) {
+    CliResult r = shardfuse(b.args);
+    EXPECT_EQ(r.code, b.code) << b.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(b.says), std::string::npos) << b.args << "\n" << r.out;
+  }
+  EXPECT_EQ(read(t / "mine/notes.txt"), "my file\n");
+
+  const std::string cands = t / "cands";
+  ASSERT_EQ(shardfuse("tune " + g + " --device cuda --arch sm_90a --top-k 2 --emit-candidates " + cands).code, 0);
+  const std::string good = read(cands + "/candidates.json");
+  struct Edit {
+    std::string from, to, says;
+  };
+  for (const Edit& e : {Edit{"\"k0_c0.ptx\"", "\"../../etc/passwd\"", "kernels[0].candidates[0].ptx"},
+                        Edit{"\"shared_bytes\": 0", "\"shared_bytes\": -5", "kernels[0].candidates[0].shared_bytes"},
+                        Edit{"\"version\": 1", "\"version\": 7", "version"},
+                        Edit{"\"entry\": \"", "\"entry\": \"x", "does not match the PTX"}}) {
+    std::string edited = std::regex_replace(good, std::regex(std::regex_replace(e.from, std::regex(R"([\[\]\.\"])"), R"(\$&)")),
+                                            e.to, std::regex_constants::format_first_only);
+    ASSERT_NE(edited, good) << e.from;
+    write_file(cands + "/candidates.json", edited);
+    CliResult r = shardfuse_env(fake(), "tune --measure " + cands);
+    EXPECT_EQ(r.code, 1) << e.from << "\n" << r.out;
+    EXPECT_NE(r.out.find(e.says), std::string::npos) << e.from << "\n" << r.out;
+    EXPECT_FALSE(fs::exists(cands + "/measurements.json")) << e.from;
+  }
+  write_file(cands + "/candidates.json", good);
+  ASSERT_EQ(shardfuse_env(fake(), "tune --measure " + cands + " --warmup-ms 0.1 --rep-ms 1 --max-reps 5").code, 0);
+  const std::string measured = read(cands + "/measurements.json");
+  write_file(cands + "/measurements.json", std::regex_replace(measured, std::regex("\"median_us\": [0-9.e+-]+"),
+                                                             "\"median_us\": \"fast\"", std::regex_constants::format_first_only));
+  CliResult r = shardfuse("tune " + g + " --device cuda --arch sm_90a --import " + cands + " --cache " + (t / "cache"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("results[0].time.median_us"), std::string::npos) << r.out;
+  write_file(cands + "/measurements.json", measured);
+  r = shardfuse("tune " + g + " --device cuda --arch sm_80 --import " + cands + " --cache " + (t / "cache"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("was measured on shardfuse fake GPU (sm_90a)"), std::string::npos) << r.out;
+}
+
+}  // namespace tools_tune_split_cli_test
+}  // namespace sf

@@ -29,6 +29,7 @@ constexpr const char* kMeasuredFormat = "shardfuse tune measurements";
 constexpr int kVersion = 1;
 constexpr size_t kMaxKernels = 4096, kMaxCandidates = 4096;
 constexpr uint64_t kMaxJsonBytes = uint64_t{256} << 20, kMaxPtxBytes = uint64_t{64} << 20;
+constexpr uint64_t kMaxArgumentBytes = uint64_t{64} << 30;  // a kernel's inputs and outputs, on the host and the GPU
 
 
 json specs_json(const std::vector<KernelArgSpec>& v) {
@@ -151,6 +152,19 @@ Result<TuneCandidateSet> read_tune_candidates(const std::string& dir) {
       k.key = rd.string(ks[ki], path, "key");
       k.name = rd.string(ks[ki], path, "name");
       k.group = rd.string(ks[ki], path, "group");
+      // The group's params and outputs are what the runner allocates and fills: every
+      // candidate must take exactly them, and they must fit a GPU.
+      Result<Graph> g = parse_graph(k.group, "<group>");
+      if (!g) rd.fail(path + ".group", g.error().str());
+      std::vector<KernelArgSpec> params, outs;
+      int64_t bytes = 0;
+      for (ValueId v : g->params()) params.push_back({g->node(v).type.dtype, numel(g->node(v).type.shape)});
+      for (const Output& o : g->outputs()) outs.push_back({g->node(o.value).type.dtype, numel(g->node(o.value).type.shape)});
+      for (const auto* list : {&params, &outs})
+        for (const KernelArgSpec& a : *list) bytes += a.bytes();
+      if (static_cast<uint64_t>(bytes) > kMaxArgumentBytes)
+        rd.fail(path + ".group", "its arguments take " + bytes_str(static_cast<uint64_t>(bytes)) + ", more than the " +
+                                     bytes_str(kMaxArgumentBytes) + " a candidate may be measured with");
       const json& cs = rd.array(rd.at(ks[ki], path, "candidates"), path + ".candidates", kMaxCandidates);
       for (size_t ci = 0; ci < cs.size(); ++ci) {
         const std::string cp = json_read::Reader::item(path + ".candidates", ci);
@@ -185,6 +199,8 @@ Result<TuneCandidateSet> read_tune_candidates(const std::string& dir) {
             rd.fail(json_read::Reader::item(cp + ".tensor_maps", mi) + ".input", "no such input");
           a.tensor_maps.push_back(m);
         }
+        if (a.inputs != params) rd.fail(cp + ".inputs", "are not the group's params (their dtypes and sizes)");
+        if (a.outputs != outs) rd.fail(cp + ".outputs", "are not the group's outputs (their dtypes and sizes)");
         if (tune_code_hash(a) != c.code)
           rd.fail(cp + ".code", "does not match the PTX and launch shape (an edited file?)");
         k.candidates.push_back(std::move(c));

@@ -103,13 +103,19 @@ TEST(TuneSplitCli, BadUseAndHostileFilesAreRefused) {
   const std::string good = read(cands + "/candidates.json");
   struct Edit {
     std::string from, to, says;
+    bool all = false;  // every occurrence, else the first
   };
   for (const Edit& e : {Edit{"\"k0_c0.ptx\"", "\"../../etc/passwd\"", "kernels[0].candidates[0].ptx"},
                         Edit{"\"shared_bytes\": 0", "\"shared_bytes\": -5", "kernels[0].candidates[0].shared_bytes"},
                         Edit{"\"version\": 1", "\"version\": 7", "version"},
-                        Edit{"\"entry\": \"", "\"entry\": \"x", "does not match the PTX"}}) {
+                        Edit{"\"entry\": \"", "\"entry\": \"x", "does not match the PTX"},
+                        Edit{"f32[1024, 512]", "f32[1024, 256]", "kernels[0].candidates[0].inputs: are not the group's params",
+                             true},
+                        Edit{"f32[1024, 512]", "f32[1048576, 1048576]", "more than the 64 GiB", true},
+                        Edit{"f32[1024, 512]", "f32[1024, 7]", "kernels[0].group: <group>:"}}) {
     std::string edited = std::regex_replace(good, std::regex(std::regex_replace(e.from, std::regex(R"([\[\]\.\"])"), R"(\$&)")),
-                                            e.to, std::regex_constants::format_first_only);
+                                            e.to, e.all ? std::regex_constants::format_default
+                                                        : std::regex_constants::format_first_only);
     ASSERT_NE(edited, good) << e.from;
     write_file(cands + "/candidates.json", edited);
     CliResult r = shardfuse_env(fake(), "tune --measure " + cands);

@@ -76,7 +76,6 @@ namespace sf {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using nccl::Collective;
 
 struct Config {
   int64_t min_bytes = 8;
@@ -104,12 +103,12 @@ int iterations_for(int64_t bytes, int wanted) {
 
 // The per-member block of the n-way cut (the extent each member sends, keeps or
 // receives); the whole buffer for all_reduce.
-int64_t block_of(Collective c, const nccl::CollectiveSize& sz, int n) {
+int64_t block_of(CollectiveKind c, const nccl::CollectiveSize& sz, int n) {
   switch (c) {
-    case Collective::AllReduce: return sz.send_count;
-    case Collective::AllGather: return sz.send_count;
-    case Collective::ReduceScatter: return sz.recv_count;
-    case Collective::AllToAll: return sz.send_count / n;
+    case CollectiveKind::AllReduce: return sz.send_count;
+    case CollectiveKind::AllGather: return sz.send_count;
+    case CollectiveKind::ReduceScatter: return sz.recv_count;
+    case CollectiveKind::AllToAll: return sz.send_count / n;
   }
   return 0;
 }
@@ -124,14 +123,14 @@ Tensor input(int rank, int64_t count) {
 }
 
 // The host definitions' result on every member.
-std::vector<Tensor> expected(Collective c, const std::vector<Tensor>& locals, int64_t block) {
+std::vector<Tensor> expected(CollectiveKind c, const std::vector<Tensor>& locals, int64_t block) {
   const size_t n = locals.size();
   const std::vector<int64_t> sizes(n, block);
   switch (c) {
-    case Collective::AllReduce: return host_all_reduce(locals, ReduceOp::Sum);
-    case Collective::AllGather: return host_all_gather(locals, 0);
-    case Collective::ReduceScatter: return host_reduce_scatter(locals, 0, sizes, ReduceOp::Sum);
-    case Collective::AllToAll: return host_all_to_all(locals, 0, std::vector<std::vector<int64_t>>(n, sizes), 0);
+    case CollectiveKind::AllReduce: return host_all_reduce(locals, ReduceOp::Sum);
+    case CollectiveKind::AllGather: return host_all_gather(locals, 0);
+    case CollectiveKind::ReduceScatter: return host_reduce_scatter(locals, 0, sizes, ReduceOp::Sum);
+    case CollectiveKind::AllToAll: return host_all_to_all(locals, 0, std::vector<std::vector<int64_t>>(n, sizes), 0);
   }
   return {};
 }
@@ -162,7 +161,7 @@ void run_ranks(int n, const std::function<void(int)>& fn) {
 }
 
 // Turns the ranks' reports into the benchmark's time, counters and check.
-void report(benchmark::State& state, Collective c, int n, const nccl::CollectiveSize& sz, int iters, int warmup,
+void report(benchmark::State& state, CollectiveKind c, int n, const nccl::CollectiveSize& sz, int iters, int warmup,
             const std::vector<Tensor>& locals, const std::vector<RankRun>& runs) {
   for (int r = 0; r < n; ++r)
     if (!runs[static_cast<size_t>(r)].error.empty()) {
@@ -227,18 +226,18 @@ Result<GlooWorld*> gloo_world(int n) {
   return raw;
 }
 
-Work issue(Comm& comm, Collective c, Tensor t, int n, int64_t block) {
+Work issue(Comm& comm, CollectiveKind c, Tensor t, int n, int64_t block) {
   const std::vector<int64_t> sizes(static_cast<size_t>(n), block);
   switch (c) {
-    case Collective::AllReduce: return comm.all_reduce(0, std::move(t), ReduceOp::Sum);
-    case Collective::AllGather: return comm.all_gather(0, std::move(t), 0, sizes);
-    case Collective::ReduceScatter: return comm.reduce_scatter(0, std::move(t), 0, sizes, ReduceOp::Sum);
-    case Collective::AllToAll: return comm.all_to_all(0, std::move(t), 0, sizes, 0, sizes);
+    case CollectiveKind::AllReduce: return comm.all_reduce(0, std::move(t), ReduceOp::Sum);
+    case CollectiveKind::AllGather: return comm.all_gather(0, std::move(t), 0, sizes);
+    case CollectiveKind::ReduceScatter: return comm.reduce_scatter(0, std::move(t), 0, sizes, ReduceOp::Sum);
+    case CollectiveKind::AllToAll: return comm.all_to_all(0, std::move(t), 0, sizes, 0, sizes);
   }
   return {};
 }
 
-void BM_Gloo(benchmark::State& state, Collective c, int n, int64_t requested) {
+void BM_Gloo(benchmark::State& state, CollectiveKind c, int n, int64_t requested) {
   Result<GlooWorld*> world = gloo_world(n);
   if (!world) {
     ++config().failures;
@@ -333,21 +332,21 @@ Result<NcclWorld*> nccl_world(int n) {
   return raw;
 }
 
-std::optional<Diag> enqueue(nccl::NcclComm& comm, Collective c, CUdeviceptr send, CUdeviceptr recv,
+std::optional<Diag> enqueue(nccl::NcclComm& comm, CollectiveKind c, CUdeviceptr send, CUdeviceptr recv,
                             const nccl::CollectiveSize& sz, int n, CUstream s) {
   switch (c) {
-    case Collective::AllReduce:
+    case CollectiveKind::AllReduce:
       return comm.all_reduce(send, recv, static_cast<size_t>(sz.send_count), DType::F32, ReduceOp::Sum, s);
-    case Collective::AllGather: return comm.all_gather(send, recv, static_cast<size_t>(sz.send_count), DType::F32, s);
-    case Collective::ReduceScatter:
+    case CollectiveKind::AllGather: return comm.all_gather(send, recv, static_cast<size_t>(sz.send_count), DType::F32, s);
+    case CollectiveKind::ReduceScatter:
       return comm.reduce_scatter(send, recv, static_cast<size_t>(sz.recv_count), DType::F32, ReduceOp::Sum, s);
-    case Collective::AllToAll:
+    case CollectiveKind::AllToAll:
       return comm.all_to_all(send, recv, static_cast<size_t>(block_of(c, sz, n)), DType::F32, s);
   }
   return std::nullopt;
 }
 
-void BM_Nccl(benchmark::State& state, Collective c, int n, int64_t requested) {
+void BM_Nccl(benchmark::State& state, CollectiveKind c, int n, int64_t requested) {
   Result<NcclWorld*> world = nccl_world(n);
   if (!world) {
     ++config().failures;
@@ -598,10 +597,10 @@ int main(int argc, char** argv) {
     const std::string skip = nccl_skip(world);
     if (!skip.empty() && cfg.backends.count("nccl"))
       std::cerr << "bench_collectives: NCCL with " << world << " ranks skipped: " << skip << "\n";
-    for (Collective c : nccl::kAllCollectives)
+    for (CollectiveKind c : kAllCollectives)
       for (int64_t s : sizes) {
         const int64_t bytes = nccl::collective_size(c, s, 4, world).bytes;
-        const std::string tail = std::string(nccl::collective_name(c)) + "/ranks:" + std::to_string(world) +
+        const std::string tail = std::string(collective_name(c)) + "/ranks:" + std::to_string(world) +
                                  "/bytes:" + std::to_string(bytes);
         if (cfg.backends.count("gloo"))
           benchmark::RegisterBenchmark(("gloo/" + tail).c_str(), BM_Gloo, c, world, s)

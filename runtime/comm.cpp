@@ -22,6 +22,8 @@
 // Zero-byte transfers are never posted (both ends know the count is zero).
 #include "runtime/comm.h"
 
+#include "codegen/ir/collective.h"
+
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -654,20 +656,8 @@ Tensor from_wire(const std::byte* w, DType t, const Shape& s, ReduceOp op, int64
 // Ops
 // ---------------------------------------------------------------------------------
 
-enum class OpKind : uint8_t { AllGather, ReduceScatter, AllReduce, AllToAll };
-
-std::string_view op_kind_name(OpKind k) {
-  switch (k) {
-    case OpKind::AllGather: return "all_gather";
-    case OpKind::ReduceScatter: return "reduce_scatter";
-    case OpKind::AllReduce: return "all_reduce";
-    case OpKind::AllToAll: return "all_to_all";
-  }
-  return "?";
-}
-
 struct Op {
-  OpKind kind = OpKind::AllReduce;
+  CollectiveKind kind = CollectiveKind::AllReduce;
   int group = 0;
   Tensor local;
   int dim = 0;                  // all_gather, reduce_scatter; all_to_all: split_dim
@@ -746,8 +736,8 @@ struct Comm::Impl {
   bool stopping = false;
   std::thread thread;
 
-  std::string label(OpKind k, int g) const {
-    std::string s = "rank " + std::to_string(rank) + ": " + std::string(op_kind_name(k)) + " over ";
+  std::string label(CollectiveKind k, int g) const {
+    std::string s = "rank " + std::to_string(rank) + ": " + std::string(collective_name(k)) + " over ";
     if (g >= 0 && g < static_cast<int>(groups.size())) return s + group_str(g, groups[static_cast<size_t>(g)].ranks);
     return s + "group " + std::to_string(g);
   }
@@ -924,8 +914,8 @@ struct Comm::Impl {
     const size_t me = static_cast<size_t>(g.me);
     auto extent = [&](int d) { return t.shape()[static_cast<size_t>(d)]; };
     switch (op.kind) {
-      case OpKind::AllReduce: return std::nullopt;
-      case OpKind::AllGather: {
+      case CollectiveKind::AllReduce: return std::nullopt;
+      case CollectiveKind::AllGather: {
         if (auto e = check_dim(op.dim, t, "dim")) return e;
         if (auto e = check_sizes(op.sizes, g, "sizes")) return e;
         if (op.sizes[me] != extent(op.dim))
@@ -933,7 +923,7 @@ struct Comm::Impl {
                  std::to_string(op.sizes[me]) + " along dim " + std::to_string(op.dim) + ", but it holds " + t.type().str();
         return std::nullopt;
       }
-      case OpKind::ReduceScatter: {
+      case CollectiveKind::ReduceScatter: {
         if (auto e = check_dim(op.dim, t, "dim")) return e;
         if (auto e = check_sizes(op.sizes, g, "sizes")) return e;
         int64_t sum = std::accumulate(op.sizes.begin(), op.sizes.end(), int64_t{0});
@@ -942,7 +932,7 @@ struct Comm::Impl {
                  " of " + t.type().str() + " has extent " + std::to_string(extent(op.dim));
         return std::nullopt;
       }
-      case OpKind::AllToAll: {
+      case CollectiveKind::AllToAll: {
         if (auto e = check_dim(op.dim, t, "split_dim")) return e;
         if (auto e = check_dim(op.dim2, t, "concat_dim")) return e;
         if (auto e = check_sizes(op.sizes, g, "send_sizes")) return e;
@@ -1048,9 +1038,9 @@ struct Comm::Impl {
       if (h.magic != out[p].magic || h.seq != seq)
         throw Disagreement{"the members disagree: " + peer + " sent a malformed header"};
       if (h.kind != out[p].kind || h.dtype != out[p].dtype || h.reduce != out[p].reduce) {
-        std::string theirs = std::string(op_kind_name(static_cast<OpKind>(h.kind))) + " on " +
+        std::string theirs = std::string(collective_name(static_cast<CollectiveKind>(h.kind))) + " on " +
                              std::string(dtype_name(static_cast<DType>(h.dtype)));
-        if (static_cast<OpKind>(h.kind) == OpKind::AllReduce || static_cast<OpKind>(h.kind) == OpKind::ReduceScatter)
+        if (static_cast<CollectiveKind>(h.kind) == CollectiveKind::AllReduce || static_cast<CollectiveKind>(h.kind) == CollectiveKind::ReduceScatter)
           theirs += " (" + std::string(reduce_op_name(static_cast<ReduceOp>(h.reduce))) + ")";
         throw Disagreement{"the members disagree: " + peer + " issued " + theirs + " as collective #" +
                            std::to_string(seq) + " on this group, while this rank issued " + describe(op)};
@@ -1072,27 +1062,27 @@ struct Comm::Impl {
     const Shape& s = op.local.shape();
     h.ndim = static_cast<uint8_t>(std::min<size_t>(s.size(), 255));
     for (size_t i = 0; i < s.size() && i < static_cast<size_t>(kHeaderDims); ++i) h.shape[i] = s[i];
-    if (op.kind != OpKind::AllReduce) h.dim = op.dim;
-    if (op.kind == OpKind::AllToAll) h.dim2 = op.dim2;
+    if (op.kind != CollectiveKind::AllReduce) h.dim = op.dim;
+    if (op.kind == CollectiveKind::AllToAll) h.dim2 = op.dim2;
   }
 
   // "all_gather on f32[4, 3] along dim 0" from a header (ours or a peer's).
   static std::string describe_local(const Header& h) {
-    const auto kind = static_cast<OpKind>(h.kind);
-    std::string s = std::string(op_kind_name(kind)) + " on " + std::string(dtype_name(static_cast<DType>(h.dtype))) + "[";
+    const auto kind = static_cast<CollectiveKind>(h.kind);
+    std::string s = std::string(collective_name(kind)) + " on " + std::string(dtype_name(static_cast<DType>(h.dtype))) + "[";
     for (int i = 0; i < h.ndim && i < kHeaderDims; ++i) s += (i ? ", " : "") + std::to_string(h.shape[i]);
     if (h.ndim > kHeaderDims) s += ", ...";
     s += "]";
-    if (kind == OpKind::AllToAll)
+    if (kind == CollectiveKind::AllToAll)
       s += " split along dim " + std::to_string(h.dim) + ", concatenated along dim " + std::to_string(h.dim2);
-    else if (kind != OpKind::AllReduce)
+    else if (kind != CollectiveKind::AllReduce)
       s += " along dim " + std::to_string(h.dim);
     return s;
   }
 
   static std::string describe(const Op& op) {
-    std::string s = std::string(op_kind_name(op.kind)) + " on " + std::string(dtype_name(op.local.dtype()));
-    if (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter)
+    std::string s = std::string(collective_name(op.kind)) + " on " + std::string(dtype_name(op.local.dtype()));
+    if (op.kind == CollectiveKind::AllReduce || op.kind == CollectiveKind::ReduceScatter)
       s += " (" + std::string(reduce_op_name(op.reduce)) + ")";
     return s;
   }
@@ -1176,10 +1166,10 @@ struct Comm::Impl {
 
   Tensor execute(Op& op, Group& g, uint64_t seq) {
     switch (op.kind) {
-      case OpKind::AllGather: return all_gather(op, g, seq);
-      case OpKind::ReduceScatter: return reduce_scatter(op, g, seq);
-      case OpKind::AllReduce: return all_reduce(op, g, seq);
-      case OpKind::AllToAll: return all_to_all(op, g, seq);
+      case CollectiveKind::AllGather: return all_gather(op, g, seq);
+      case CollectiveKind::ReduceScatter: return reduce_scatter(op, g, seq);
+      case CollectiveKind::AllReduce: return all_reduce(op, g, seq);
+      case CollectiveKind::AllToAll: return all_to_all(op, g, seq);
     }
     return {};
   }
@@ -1349,7 +1339,7 @@ const std::vector<int>& Comm::group(int i) const { return impl_->groups.at(stati
 
 Work Comm::all_gather(int group, Tensor local, int dim, std::vector<int64_t> sizes) {
   Op op;
-  op.kind = OpKind::AllGather;
+  op.kind = CollectiveKind::AllGather;
   op.group = group;
   op.local = std::move(local);
   op.dim = dim;
@@ -1359,7 +1349,7 @@ Work Comm::all_gather(int group, Tensor local, int dim, std::vector<int64_t> siz
 
 Work Comm::reduce_scatter(int group, Tensor local, int dim, std::vector<int64_t> sizes, ReduceOp rop) {
   Op op;
-  op.kind = OpKind::ReduceScatter;
+  op.kind = CollectiveKind::ReduceScatter;
   op.group = group;
   op.local = std::move(local);
   op.dim = dim;
@@ -1370,7 +1360,7 @@ Work Comm::reduce_scatter(int group, Tensor local, int dim, std::vector<int64_t>
 
 Work Comm::all_reduce(int group, Tensor local, ReduceOp rop) {
   Op op;
-  op.kind = OpKind::AllReduce;
+  op.kind = CollectiveKind::AllReduce;
   op.group = group;
   op.local = std::move(local);
   op.reduce = rop;
@@ -1380,7 +1370,7 @@ Work Comm::all_reduce(int group, Tensor local, ReduceOp rop) {
 Work Comm::all_to_all(int group, Tensor local, int split_dim, std::vector<int64_t> send_sizes, int concat_dim,
                       std::vector<int64_t> recv_sizes) {
   Op op;
-  op.kind = OpKind::AllToAll;
+  op.kind = CollectiveKind::AllToAll;
   op.group = group;
   op.local = std::move(local);
   op.dim = split_dim;

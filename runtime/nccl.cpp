@@ -110,7 +110,7 @@ class Backoff {
   int n_ = 0;
 };
 
-std::string describe(Collective c, size_t count, DType dt, std::optional<ReduceOp> op) {
+std::string describe(CollectiveKind c, size_t count, DType dt, std::optional<ReduceOp> op) {
   std::string s = std::string(collective_name(c)) + " of " + std::to_string(count * static_cast<size_t>(dtype_size(dt))) +
                   " B (" + std::string(dtype_name(dt));
   if (op) s += ", " + std::string(reduce_op_name(*op));
@@ -184,40 +184,30 @@ Result<ncclRedOp_t> reduce_op(ReduceOp op, DType t) {
 
 // --- sizes and bandwidths ---------------------------------------------------------------
 
-std::string_view collective_name(Collective c) {
-  switch (c) {
-    case Collective::AllReduce: return "all_reduce";
-    case Collective::AllGather: return "all_gather";
-    case Collective::ReduceScatter: return "reduce_scatter";
-    case Collective::AllToAll: return "all_to_all";
-  }
-  return "?";
-}
-
-double bus_factor(Collective c, int n) {
+double bus_factor(CollectiveKind c, int n) {
   if (n <= 1) return 0.0;
   const double f = static_cast<double>(n - 1) / n;
-  return c == Collective::AllReduce ? 2 * f : f;
+  return c == CollectiveKind::AllReduce ? 2 * f : f;
 }
 
-CollectiveSize collective_size(Collective c, int64_t bytes, int elem_bytes, int n) {
+CollectiveSize collective_size(CollectiveKind c, int64_t bytes, int elem_bytes, int n) {
   n = std::max(n, 1);
   const int64_t count = std::max<int64_t>(bytes / std::max(elem_bytes, 1), 1);
   const int64_t block = std::max<int64_t>(count / n, 1);  // per-rank block of the n-way cut
   CollectiveSize s;
   switch (c) {
-    case Collective::AllReduce: s.send_count = s.recv_count = count; break;
-    case Collective::AllGather: s.send_count = block, s.recv_count = block * n; break;
-    case Collective::ReduceScatter: s.send_count = block * n, s.recv_count = block; break;
-    case Collective::AllToAll: s.send_count = s.recv_count = block * n; break;
+    case CollectiveKind::AllReduce: s.send_count = s.recv_count = count; break;
+    case CollectiveKind::AllGather: s.send_count = block, s.recv_count = block * n; break;
+    case CollectiveKind::ReduceScatter: s.send_count = block * n, s.recv_count = block; break;
+    case CollectiveKind::AllToAll: s.send_count = s.recv_count = block * n; break;
   }
-  s.bytes = (c == Collective::AllReduce ? count : block * n) * elem_bytes;
+  s.bytes = (c == CollectiveKind::AllReduce ? count : block * n) * elem_bytes;
   return s;
 }
 
 double algbw_GBps(int64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
 
-double busbw_GBps(Collective c, int n, int64_t bytes, double seconds) {
+double busbw_GBps(CollectiveKind c, int n, int64_t bytes, double seconds) {
   return algbw_GBps(bytes, seconds) * bus_factor(c, n);
 }
 
@@ -444,7 +434,7 @@ Result<std::unique_ptr<NcclComm>> NcclComm::split(int color, int key, const Grou
 
 std::optional<Diag> NcclComm::all_reduce(CUdeviceptr send, CUdeviceptr recv, size_t count, DType dtype, ReduceOp op,
                                          CUstream stream) {
-  std::string what = describe(Collective::AllReduce, count, dtype, op);
+  std::string what = describe(CollectiveKind::AllReduce, count, dtype, op);
   if (auto e = usable(what)) return e;
   Result<ncclDataType_t> dt = data_type(dtype);
   Result<ncclRedOp_t> rop = reduce_op(op, dtype);
@@ -455,7 +445,7 @@ std::optional<Diag> NcclComm::all_reduce(CUdeviceptr send, CUdeviceptr recv, siz
 
 std::optional<Diag> NcclComm::all_gather(CUdeviceptr send, CUdeviceptr recv, size_t send_count, DType dtype,
                                          CUstream stream) {
-  std::string what = describe(Collective::AllGather, send_count * static_cast<size_t>(size()), dtype, std::nullopt);
+  std::string what = describe(CollectiveKind::AllGather, send_count * static_cast<size_t>(size()), dtype, std::nullopt);
   if (auto e = usable(what)) return e;
   Result<ncclDataType_t> dt = data_type(dtype);
   if (!dt) return diag(who() + what + ": " + dt.error().message);
@@ -464,7 +454,7 @@ std::optional<Diag> NcclComm::all_gather(CUdeviceptr send, CUdeviceptr recv, siz
 
 std::optional<Diag> NcclComm::reduce_scatter(CUdeviceptr send, CUdeviceptr recv, size_t recv_count, DType dtype,
                                              ReduceOp op, CUstream stream) {
-  std::string what = describe(Collective::ReduceScatter, recv_count * static_cast<size_t>(size()), dtype, op);
+  std::string what = describe(CollectiveKind::ReduceScatter, recv_count * static_cast<size_t>(size()), dtype, op);
   if (auto e = usable(what)) return e;
   Result<ncclDataType_t> dt = data_type(dtype);
   Result<ncclRedOp_t> rop = reduce_op(op, dtype);
@@ -481,7 +471,7 @@ std::optional<Diag> NcclComm::all_to_all(CUdeviceptr send, CUdeviceptr recv, siz
     sends.push_back({k, send + static_cast<CUdeviceptr>(k) * block, count});
     recvs.push_back({k, recv + static_cast<CUdeviceptr>(k) * block, count});
   }
-  std::string what = describe(Collective::AllToAll, count * static_cast<size_t>(size()), dtype, std::nullopt);
+  std::string what = describe(CollectiveKind::AllToAll, count * static_cast<size_t>(size()), dtype, std::nullopt);
   return grouped(sends, recvs, dtype, stream, std::move(what));
 }
 

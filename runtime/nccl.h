@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "codegen/dist/device_mesh.h"
+#include "codegen/ir/collective.h"
 #include "codegen/ir/diag.h"
 #include "codegen/ir/dtype.h"
 #include "codegen/ir/mesh.h"
@@ -103,16 +104,14 @@ Result<ncclRedOp_t> reduce_op(ReduceOp op, DType t);
 
 // --- sizes and bandwidths (nccl-tests' conventions) ---------------------------------
 
-enum class Collective : uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll };
-inline constexpr Collective kAllCollectives[] = {Collective::AllReduce, Collective::AllGather,
-                                                 Collective::ReduceScatter, Collective::AllToAll};
-std::string_view collective_name(Collective c);  // "all_reduce"
+// The collective kind is codegen/ir/collective.h's CollectiveKind (kAllCollectives,
+// collective_name).
 
 // busbw = algbw * bus_factor: the share of the buffer each rank's busiest link
 // carries in the bandwidth-optimal algorithm, so busbw is comparable with the link
 // bandwidth whatever n is. all_reduce 2(n-1)/n (a reduce-scatter then an
 // all-gather); all_gather, reduce_scatter and all_to_all (n-1)/n. 0 for n <= 1.
-double bus_factor(Collective c, int n);
+double bus_factor(CollectiveKind c, int n);
 
 // The buffers of one collective of nccl-tests' "size" `bytes` over n ranks, and
 // the size actually run (counts are whole elements and, where the buffer is cut in
@@ -126,11 +125,11 @@ struct CollectiveSize {
   int64_t recv_count = 0;  // elements in each rank's receive buffer
   int64_t bytes = 0;       // nccl-tests' size of what runs: what algbw divides
 };
-CollectiveSize collective_size(Collective c, int64_t bytes, int elem_bytes, int n);
+CollectiveSize collective_size(CollectiveKind c, int64_t bytes, int elem_bytes, int n);
 
 // algbw = size / time, in GB/s (1e9 B/s, as nccl-tests); busbw = algbw * bus factor.
 double algbw_GBps(int64_t bytes, double seconds);
-double busbw_GBps(Collective c, int n, int64_t bytes, double seconds);
+double busbw_GBps(CollectiveKind c, int n, int64_t bytes, double seconds);
 
 // --- communicators -------------------------------------------------------------------
 

@@ -77,7 +77,7 @@ std::string plan_to_json(const Plan& p) {
       if (s.op == "all_gather" || s.op == "reduce_scatter" || s.op == "all_to_all" || s.op == "slice" ||
           s.op == "concat")
         sj["dim"] = s.dim;
-      if (s.op == "all_to_all") sj["dim2"] = s.dim2;
+      if (s.collective() == CollectiveKind::AllToAll) sj["dim2"] = s.dim2;
       if (!s.reduce_op.empty()) sj["reduce_op"] = s.reduce_op;
       if (!s.sizes.empty()) sj["sizes"] = s.sizes;
       if (!s.sizes2.empty()) sj["sizes2"] = s.sizes2;

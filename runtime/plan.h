@@ -6,9 +6,11 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "codegen/ir/collective.h"
 #include "codegen/ir/diag.h"
 #include "codegen/ir/tensor.h"
 #include "runtime/gemm.h"
@@ -63,6 +65,8 @@ struct PlanGemm {
 // One step of a rank's program, as the CUDA runtime will issue it.
 struct PlanStep {
   std::string op;  // kernel, gemm, all_gather, all_reduce, reduce_scatter, all_to_all, wait, slice, partialize
+  // The collective `op` names (codegen/ir/collective.h), nullopt for the other steps.
+  std::optional<CollectiveKind> collective() const { return parse_collective(op); }
   std::string stream;  // compute or comm
   std::string kernel;  // kernel: PlanKernel::id
   std::vector<int> in, out;  // buffer ids

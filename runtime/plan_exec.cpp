@@ -398,13 +398,20 @@ std::optional<Diag> GpuRank::collective(const PlanStep& s, Comm& comm, std::map<
     if (!r) return Diag{"", {}, "unknown reduce_op \"" + s.reduce_op + "\""};
     op = *r;
   }
-  if (s.op == "all_gather") pending.emplace(s.handle, comm.all_gather(*dim, std::move(x).value(), s.dim, s.sizes));
-  else if (s.op == "reduce_scatter")
-    pending.emplace(s.handle, comm.reduce_scatter(*dim, std::move(x).value(), s.dim, s.sizes, op));
-  else if (s.op == "all_reduce") pending.emplace(s.handle, comm.all_reduce(*dim, std::move(x).value(), op));
-  else if (s.op == "all_to_all")
-    pending.emplace(s.handle, comm.all_to_all(*dim, std::move(x).value(), s.dim, s.sizes, s.dim2, s.sizes2));
-  else return Diag{"", {}, "unknown step op \"" + s.op + "\""};
+  std::optional<CollectiveKind> kind = s.collective();
+  if (!kind) return Diag{"", {}, "unknown step op \"" + s.op + "\""};
+  switch (*kind) {
+    case CollectiveKind::AllGather:
+      pending.emplace(s.handle, comm.all_gather(*dim, std::move(x).value(), s.dim, s.sizes));
+      break;
+    case CollectiveKind::ReduceScatter:
+      pending.emplace(s.handle, comm.reduce_scatter(*dim, std::move(x).value(), s.dim, s.sizes, op));
+      break;
+    case CollectiveKind::AllReduce: pending.emplace(s.handle, comm.all_reduce(*dim, std::move(x).value(), op)); break;
+    case CollectiveKind::AllToAll:
+      pending.emplace(s.handle, comm.all_to_all(*dim, std::move(x).value(), s.dim, s.sizes, s.dim2, s.sizes2));
+      break;
+  }
   return std::nullopt;
 }
 

@@ -42,8 +42,8 @@ bool all_to_all_packs(const Shape& shape, int dim, const std::vector<int64_t>& s
 std::vector<size_t> scratch_bytes(const PlanStep& s, const PlanBuffer& in, const PlanBuffer& out, int n) {
   const size_t es = static_cast<size_t>(dtype_size(in.dtype));
   auto outer = [](const Shape& sh, int dim) { return dim < 0 ? 1 : prod(sh, 0, static_cast<size_t>(dim)); };
-  if (s.op == "all_gather" && outer(out.shape, s.dim) > 1) return {static_cast<size_t>(numel(out.shape)) * es};
-  if (s.op == "reduce_scatter" && !s.sizes.empty() && s.dim >= 0 && s.dim < static_cast<int>(in.shape.size())) {
+  if (s.collective() == CollectiveKind::AllGather && outer(out.shape, s.dim) > 1) return {static_cast<size_t>(numel(out.shape)) * es};
+  if (s.collective() == CollectiveKind::ReduceScatter && !s.sizes.empty() && s.dim >= 0 && s.dim < static_cast<int>(in.shape.size())) {
     const int64_t most = *std::max_element(s.sizes.begin(), s.sizes.end());
     const bool even = std::all_of(s.sizes.begin(), s.sizes.end(), [&](int64_t x) { return x == most; });
     const size_t block = static_cast<size_t>(outer(in.shape, s.dim) * most *
@@ -52,7 +52,7 @@ std::vector<size_t> scratch_bytes(const PlanStep& s, const PlanBuffer& in, const
     if (even) return {static_cast<size_t>(n) * block};  // packed, reduced into the output
     return {static_cast<size_t>(n) * block, block};     // packed and padded, reduced, trimmed
   }
-  if (s.op == "all_to_all")
+  if (s.collective() == CollectiveKind::AllToAll)
     return {all_to_all_packs(in.shape, s.dim, s.sizes) ? static_cast<size_t>(numel(in.shape)) * es : 0,
             all_to_all_packs(out.shape, s.dim2, s.sizes2) ? static_cast<size_t>(numel(out.shape)) * es : 0};
   return {};
@@ -72,7 +72,7 @@ std::optional<Diag> GpuRank::use_nccl(std::vector<std::unique_ptr<nccl::NcclComm
   std::map<size_t, size_t> start_of;
   for (size_t i = 0; i < rank_->steps.size(); ++i) {
     const PlanStep& s = rank_->steps[i];
-    if (s.op == "all_reduce" || s.op == "all_gather" || s.op == "reduce_scatter" || s.op == "all_to_all") {
+    if (s.collective()) {
       if (open.count(s.handle)) return Diag{"", {}, plan_step_name(*rank_, i) + ": handle " + std::to_string(s.handle) +
                                                         " is started again before its wait"};
       open[s.handle] = i;
@@ -167,11 +167,11 @@ std::optional<Diag> GpuRank::enqueue_collective(const PlanStep& s, NcclOp& op, n
     return cuda::copy_2d(ctx, dst, dst_pitch, src, src_pitch, width, height, comm_stream_);
   };
 
-  if (s.op == "all_reduce") {
+  if (s.collective() == CollectiveKind::AllReduce) {
     if (numel(ib.shape) != numel(ob.shape)) return Diag{"", {}, "all_reduce: input and output sizes differ"};
     return c.all_reduce(in, out, static_cast<size_t>(numel(ib.shape)), dt, rop, cs);
   }
-  if (s.op == "all_gather") {
+  if (s.collective() == CollectiveKind::AllGather) {
     if (auto e = sizes_fit(s.sizes, ob.shape, s.dim, "all_gather")) return e;
     const size_t d = static_cast<size_t>(s.dim);
     const int64_t outer = prod(ob.shape, 0, d), inner = prod(ob.shape, d + 1, ob.shape.size());
@@ -209,7 +209,7 @@ std::optional<Diag> GpuRank::enqueue_collective(const PlanStep& s, NcclOp& op, n
     }
     return std::nullopt;
   }
-  if (s.op == "reduce_scatter") {
+  if (s.collective() == CollectiveKind::ReduceScatter) {
     if (auto e = sizes_fit(s.sizes, ib.shape, s.dim, "reduce_scatter")) return e;
     const size_t d = static_cast<size_t>(s.dim);
     const int64_t outer = prod(ib.shape, 0, d), inner = prod(ib.shape, d + 1, ib.shape.size());
@@ -238,7 +238,7 @@ std::optional<Diag> GpuRank::enqueue_collective(const PlanStep& s, NcclOp& op, n
     const size_t bytes = static_cast<size_t>(numel(ob.shape)) * es;
     return copy(out, bytes, *mine, bytes, bytes, 1);
   }
-  if (s.op == "all_to_all") {
+  if (s.collective() == CollectiveKind::AllToAll) {
     if (auto e = sizes_fit(s.sizes, ib.shape, s.dim, "all_to_all (split)")) return e;
     if (auto e = sizes_fit(s.sizes2, ob.shape, s.dim2, "all_to_all (concat)")) return e;
     const size_t d1 = static_cast<size_t>(s.dim), d2 = static_cast<size_t>(s.dim2);

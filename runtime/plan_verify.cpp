@@ -23,11 +23,16 @@ constexpr int64_t kMaxGridX = 2147483647, kMaxGridYZ = 65535;
 constexpr int64_t kMaxBlockThreads = 1024, kMaxBlockZ = 64;
 constexpr int64_t kMaxSharedBytes = 227 * 1024;
 
+// The redistribution step a collective step performs (for the shape checks).
 std::optional<RedistKind> collective_kind(const std::string& op) {
-  if (op == "all_gather") return RedistKind::AllGather;
-  if (op == "all_reduce") return RedistKind::AllReduce;
-  if (op == "reduce_scatter") return RedistKind::ReduceScatter;
-  if (op == "all_to_all") return RedistKind::AllToAll;
+  std::optional<CollectiveKind> c = parse_collective(op);
+  if (!c) return std::nullopt;
+  switch (*c) {
+    case CollectiveKind::AllGather: return RedistKind::AllGather;
+    case CollectiveKind::AllReduce: return RedistKind::AllReduce;
+    case CollectiveKind::ReduceScatter: return RedistKind::ReduceScatter;
+    case CollectiveKind::AllToAll: return RedistKind::AllToAll;
+  }
   return std::nullopt;
 }
 

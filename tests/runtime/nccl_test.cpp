@@ -26,7 +26,6 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-using nccl::Collective;
 
 void run_ranks(int world, const std::function<void(int)>& fn) {
   std::vector<std::thread> ts;
@@ -109,58 +108,58 @@ TEST(NcclLibrary, DtypesAndReduceOps) {
 // ---- sizes and bandwidths: hand-computed values ----------------------------------------
 
 TEST(NcclBandwidth, BusFactorsAreNcclTests) {
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(Collective::AllReduce, 2), 1.0);     // 2 * 1/2
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(Collective::AllReduce, 4), 1.5);     // 2 * 3/4
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(Collective::AllReduce, 8), 1.75);    // 2 * 7/8
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(Collective::AllGather, 2), 0.5);     // 1/2
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(Collective::AllGather, 4), 0.75);    // 3/4
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(Collective::ReduceScatter, 8), 0.875);
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(Collective::AllToAll, 4), 0.75);
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(Collective::AllToAll, 3), 2.0 / 3.0);
-  for (Collective c : nccl::kAllCollectives) EXPECT_EQ(nccl::bus_factor(c, 1), 0.0) << nccl::collective_name(c);
+  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::AllReduce, 2), 1.0);     // 2 * 1/2
+  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::AllReduce, 4), 1.5);     // 2 * 3/4
+  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::AllReduce, 8), 1.75);    // 2 * 7/8
+  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::AllGather, 2), 0.5);     // 1/2
+  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::AllGather, 4), 0.75);    // 3/4
+  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::ReduceScatter, 8), 0.875);
+  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::AllToAll, 4), 0.75);
+  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::AllToAll, 3), 2.0 / 3.0);
+  for (CollectiveKind c : kAllCollectives) EXPECT_EQ(nccl::bus_factor(c, 1), 0.0) << collective_name(c);
 }
 
 TEST(NcclBandwidth, AlgbwIsSizeOverTimeAndBusbwScalesIt) {
   // 1 GB in 0.5 s: 2 GB/s; an all_reduce on 4 ranks moves 1.5x that per link.
   EXPECT_DOUBLE_EQ(nccl::algbw_GBps(1'000'000'000, 0.5), 2.0);
-  EXPECT_DOUBLE_EQ(nccl::busbw_GBps(Collective::AllReduce, 4, 1'000'000'000, 0.5), 3.0);
-  EXPECT_DOUBLE_EQ(nccl::busbw_GBps(Collective::AllGather, 4, 1'000'000'000, 0.5), 1.5);
+  EXPECT_DOUBLE_EQ(nccl::busbw_GBps(CollectiveKind::AllReduce, 4, 1'000'000'000, 0.5), 3.0);
+  EXPECT_DOUBLE_EQ(nccl::busbw_GBps(CollectiveKind::AllGather, 4, 1'000'000'000, 0.5), 1.5);
   // 16 MiB all_gather in 2 ms on 2 ranks: 8.388608 GB/s algbw, half that busbw.
   EXPECT_DOUBLE_EQ(nccl::algbw_GBps(16 << 20, 0.002), 8.388608);
-  EXPECT_DOUBLE_EQ(nccl::busbw_GBps(Collective::AllGather, 2, 16 << 20, 0.002), 4.194304);
+  EXPECT_DOUBLE_EQ(nccl::busbw_GBps(CollectiveKind::AllGather, 2, 16 << 20, 0.002), 4.194304);
   EXPECT_EQ(nccl::algbw_GBps(100, 0.0), 0.0) << "no time measured, no bandwidth";
 }
 
 TEST(NcclBandwidth, SizesFollowNcclTestsConventions) {
   // 1 MiB of f32 on 4 ranks.
-  nccl::CollectiveSize s = nccl::collective_size(Collective::AllReduce, 1 << 20, 4, 4);
+  nccl::CollectiveSize s = nccl::collective_size(CollectiveKind::AllReduce, 1 << 20, 4, 4);
   EXPECT_EQ(s.send_count, 262144);
   EXPECT_EQ(s.recv_count, 262144);
   EXPECT_EQ(s.bytes, 1 << 20);
-  s = nccl::collective_size(Collective::AllGather, 1 << 20, 4, 4);  // size = the gathered output
+  s = nccl::collective_size(CollectiveKind::AllGather, 1 << 20, 4, 4);  // size = the gathered output
   EXPECT_EQ(s.send_count, 65536);
   EXPECT_EQ(s.recv_count, 262144);
   EXPECT_EQ(s.bytes, 1 << 20);
-  s = nccl::collective_size(Collective::ReduceScatter, 1 << 20, 4, 4);  // size = the input
+  s = nccl::collective_size(CollectiveKind::ReduceScatter, 1 << 20, 4, 4);  // size = the input
   EXPECT_EQ(s.send_count, 262144);
   EXPECT_EQ(s.recv_count, 65536);
   EXPECT_EQ(s.bytes, 1 << 20);
-  s = nccl::collective_size(Collective::AllToAll, 1 << 20, 4, 4);  // 4 blocks of 64 Ki
+  s = nccl::collective_size(CollectiveKind::AllToAll, 1 << 20, 4, 4);  // 4 blocks of 64 Ki
   EXPECT_EQ(s.send_count, 262144);
   EXPECT_EQ(s.recv_count, 262144);
   EXPECT_EQ(s.bytes, 1 << 20);
   // 1000 B of f32 on 3 ranks: 250 elements, cut in 3 blocks of 83 (249 elements run).
-  s = nccl::collective_size(Collective::AllGather, 1000, 4, 3);
+  s = nccl::collective_size(CollectiveKind::AllGather, 1000, 4, 3);
   EXPECT_EQ(s.send_count, 83);
   EXPECT_EQ(s.recv_count, 249);
   EXPECT_EQ(s.bytes, 996);
-  EXPECT_EQ(nccl::collective_size(Collective::AllReduce, 1000, 4, 3).bytes, 1000) << "no cut: all 250 elements";
+  EXPECT_EQ(nccl::collective_size(CollectiveKind::AllReduce, 1000, 4, 3).bytes, 1000) << "no cut: all 250 elements";
   // 8 B of f32 on 4 ranks: 2 elements do not cut in 4; one element per rank runs.
-  s = nccl::collective_size(Collective::ReduceScatter, 8, 4, 4);
+  s = nccl::collective_size(CollectiveKind::ReduceScatter, 8, 4, 4);
   EXPECT_EQ(s.send_count, 4);
   EXPECT_EQ(s.recv_count, 1);
   EXPECT_EQ(s.bytes, 16);
-  EXPECT_EQ(nccl::collective_size(Collective::AllReduce, 8, 4, 4).bytes, 8);
+  EXPECT_EQ(nccl::collective_size(CollectiveKind::AllReduce, 8, 4, 4).bytes, 8);
 }
 
 // ---- options and split keys --------------------------------------------------------------
@@ -315,16 +314,16 @@ TEST(NcclGpu, OneRankCollectivesAreTheIdentity) {
   ASSERT_FALSE((*c)->all_reduce(in.ptr(), out.ptr(), x.size(), DType::F32, ReduceOp::Sum, d.stream.get()));
   ASSERT_FALSE((*c)->wait_with_timeout(d.stream.get()));
   EXPECT_EQ(download(*d.ctx, out, x.size()), x);
-  for (Collective k : {Collective::AllGather, Collective::ReduceScatter, Collective::AllToAll}) {
+  for (CollectiveKind k : {CollectiveKind::AllGather, CollectiveKind::ReduceScatter, CollectiveKind::AllToAll}) {
     cuda::Buffer o2 = upload(*d.ctx, std::vector<float>(x.size(), 0.0f));
     std::optional<Diag> e;
-    if (k == Collective::AllGather) e = (*c)->all_gather(in.ptr(), o2.ptr(), x.size(), DType::F32, d.stream.get());
-    if (k == Collective::ReduceScatter)
+    if (k == CollectiveKind::AllGather) e = (*c)->all_gather(in.ptr(), o2.ptr(), x.size(), DType::F32, d.stream.get());
+    if (k == CollectiveKind::ReduceScatter)
       e = (*c)->reduce_scatter(in.ptr(), o2.ptr(), x.size(), DType::F32, ReduceOp::Max, d.stream.get());
-    if (k == Collective::AllToAll) e = (*c)->all_to_all(in.ptr(), o2.ptr(), x.size(), DType::F32, d.stream.get());
+    if (k == CollectiveKind::AllToAll) e = (*c)->all_to_all(in.ptr(), o2.ptr(), x.size(), DType::F32, d.stream.get());
     ASSERT_FALSE(e) << e->message;
-    ASSERT_FALSE((*c)->wait_with_timeout(d.stream.get())) << nccl::collective_name(k);
-    EXPECT_EQ(download(*d.ctx, o2, x.size()), x) << nccl::collective_name(k);
+    ASSERT_FALSE((*c)->wait_with_timeout(d.stream.get())) << collective_name(k);
+    EXPECT_EQ(download(*d.ctx, o2, x.size()), x) << collective_name(k);
   }
 }
 

@@ -1,0 +1,30 @@
+// The one collective kind (codegen/ir/collective.h): its names are the `.sf` ops' and
+// the Plan steps' ("all_reduce", ...), every kind parses back from its name, and
+// nothing else parses (another step's op, a near miss, a different case).
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "codegen/ir/collective.h"
+#include "codegen/ir/ops.h"
+
+namespace sf {
+namespace ir_collective_test {
+
+TEST(CollectiveKind, NamesAreTheOpNamesAndParseBack) {
+  std::set<std::string> names;
+  for (CollectiveKind c : kAllCollectives) {
+    const std::string n(collective_name(c));
+    names.insert(n);
+    EXPECT_EQ(parse_collective(n), c) << n;
+    // The graph format has an op of that name (per-rank collectives, docs/graph-format.md).
+    EXPECT_TRUE(find_op(n).has_value()) << n;
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}));
+  for (const char* other : {"kernel", "gemm", "wait", "slice", "all_reduce ", "All_Reduce", "allreduce", ""})
+    EXPECT_FALSE(parse_collective(other).has_value()) << other;
+}
+
+}  // namespace ir_collective_test
+}  // namespace sf

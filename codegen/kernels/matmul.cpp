@@ -51,22 +51,7 @@ struct Tiling {
 Result<Tiling> make_tiling(const KernelConfig& c, const MatmulGroup& p, int sm) {
   auto bad = [](const std::string& s) -> Result<Tiling> { return diag(s); };
   auto num = [](int64_t v) { return std::to_string(v); };
-  if (!pow2(c.split_k) || c.split_k > 64) return bad("split_k = " + num(c.split_k) + " is not a power of two in 1..64");
-  if (c.split_k > 1) {
-    // Each split adds its partial sums into the output atomically: nothing may be
-    // applied to them first, and PTX has f32 atomic adds (f16/bf16 ones only on some
-    // archs and not for every layout).
-    if (!p.bare)
-      return bad("split_k = " + num(c.split_k) +
-                 " needs the matmul's own result as the kernel's only output (an epilogue would see partial sums)");
-    if (p.dtype != DType::F32)
-      return bad("split_k = " + num(c.split_k) + " needs an f32 matmul (partial sums are added with f32 atomics), not " +
-                 std::string(dtype_name(p.dtype)));
-    int64_t tiles = ceil_div(p.K, int64_t{c.block_k});
-    if (tiles % c.split_k != 0)
-      return bad("split_k = " + num(c.split_k) + " does not divide the " + num(tiles) + " K tiles of block_k = " +
-                 num(c.block_k) + " (K = " + num(p.K) + ")");
-  }
+  if (std::optional<std::string> why = split_k_unfit(p, c)) return bad(*why);
   if (!pow2(c.block_m) || c.block_m > 256) return bad("block_m = " + num(c.block_m) + " is not a power of two in 1..256");
   if (!pow2(c.block_n) || c.block_n > 256) return bad("block_n = " + num(c.block_n) + " is not a power of two in 1..256");
   if (!pow2(c.block_k) || c.block_k > 128) return bad("block_k = " + num(c.block_k) + " is not a power of two in 1..128");

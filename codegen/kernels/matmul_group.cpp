@@ -287,6 +287,23 @@ LaunchShape matmul_launch_shape(const MatmulGroup& p, int bm, int bn, int thread
   return l;
 }
 
+std::optional<std::string> split_k_unfit(const MatmulGroup& p, const KernelConfig& c) {
+  const std::string sk = "split_k = " + std::to_string(c.split_k);
+  if (!pow2(c.split_k) || c.split_k > 64) return sk + " is not a power of two in 1..64";
+  if (c.split_k == 1) return std::nullopt;
+  // Nothing may be applied to partial sums, and PTX has f32 atomic adds (f16/bf16
+  // ones only on some archs and not for every layout).
+  if (!p.bare) return sk + " needs the matmul's own result as the kernel's only output (an epilogue would see partial sums)";
+  if (p.dtype != DType::F32)
+    return sk + " needs an f32 matmul (partial sums are added with f32 atomics), not " + std::string(dtype_name(p.dtype));
+  if (c.block_k < 1) return std::nullopt;
+  const int64_t tiles = ceil_div(p.K, int64_t{c.block_k});
+  if (tiles % c.split_k != 0)
+    return sk + " does not divide the " + std::to_string(tiles) + " K tiles of block_k = " + std::to_string(c.block_k) +
+           " (K = " + std::to_string(p.K) + ")";
+  return std::nullopt;
+}
+
 Result<bool> check_matmul_grid(const MatmulGroup& p, int bm, int bn) {
   int64_t tiles = ceil_div(p.M, bm) * ceil_div(p.N, bn);
   if (tiles > 0x7FFFFFFF) return diag(std::to_string(tiles) + " tiles exceed the grid's x limit 2^31-1");

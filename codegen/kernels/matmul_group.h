@@ -229,6 +229,12 @@ TileOrigin group_m_tile(llvm::IRBuilderBase& b, const MatmulGroup& p, llvm::Valu
 LaunchShape matmul_launch_shape(const MatmulGroup& p, int bm, int bn, int threads, int64_t shared_bytes, int split);
 Result<bool> check_matmul_grid(const MatmulGroup& p, int bm, int bn);
 
+// Why `c.split_k` does not fit `p` on either NVPTX kernel, nullopt when it does: a
+// power of two in 1..64; above 1, each split adds its partial sums into the output
+// with f32 atomics, so only a bare f32 matmul, and the split must divide its K tiles
+// (a block_k below 1 is left to the caller's block_k check).
+std::optional<std::string> split_k_unfit(const MatmulGroup& p, const KernelConfig& c);
+
 // A fresh context and module for `spec`'s kernel, prepared for `target`.
 EmittedKernel new_matmul_kernel(const KernelSpec& spec, const llvmb::Target& target);
 

@@ -122,17 +122,8 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
   if (p.dtype != DType::BF16 && p.dtype != DType::F16 && !tf32)
     return no(std::string(dtype_name(p.dtype)) + " operands stay on exact FMA (tensor cores take f16, bf16 and, with --allow-tf32, f32)");
   const int eb = tf32 ? 4 : 2;
-  if (!pow2(c.split_k) || c.split_k > 64) return no("split_k = " + num(c.split_k) + " is not a power of two in 1..64");
-  if (c.split_k > 1) {
-    // As the SIMT kernel's split-K: f32 atomic adds of partial sums into the output,
-    // so only a bare f32 (here: TF32) matmul.
-    if (!p.bare)
-      return no("split_k = " + num(c.split_k) +
-                " needs the matmul's own result as the kernel's only output (an epilogue would see partial sums)");
-    if (!tf32)
-      return no("split_k = " + num(c.split_k) + " needs an f32 matmul (partial sums are added with f32 atomics), not " +
-                std::string(dtype_name(p.dtype)));
-  }
+  // Split-K as on the SIMT kernel (here f32 means TF32: exact f32 was refused above).
+  if (std::optional<std::string> why = split_k_unfit(p, c)) return no(*why);
   OperandLayout la = operand_layout("A", p.sam, p.sak, p.M, p.K, p.a_bstride, 16 / eb);
   if (!la.why_not.empty()) return no(la.why_not);
   OperandLayout lb = operand_layout("B", p.sbn, p.sbk, p.N, p.K, p.b_bstride, 16 / eb);
@@ -244,11 +235,7 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
     return no("the tiles need " + num(t.shared_bytes) + " bytes of shared memory (" + num(t.stages) + " stages), more than sm_" +
               num(sm) + "'s " + num(max_shared_bytes(sm)) + " per block");
   t.split = c.split_k;
-  const int64_t tiles = ceil_div(p.K, t.bk);
-  if (tiles % t.split != 0)
-    return no("split_k = " + num(t.split) + " does not divide the " + num(tiles) + " K tiles of block_k = " + num(t.bk) +
-              " (K = " + num(p.K) + ")");
-  t.kt = tiles / t.split;
+  t.kt = ceil_div(p.K, t.bk) / t.split;  // split_k_unfit checked that the split divides the K tiles
   t.tiles = std::max<int64_t>(ceil_div(p.M, t.bm) * ceil_div(p.N, t.bn), 1);
   t.items = t.tiles * std::max<int64_t>(p.nbatch, 1);
   if (c.persistent < 0 || c.persistent > 65535)

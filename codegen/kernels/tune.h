@@ -84,7 +84,7 @@ struct TuneSetup {
   bool tma = true;
   // cuda: the GPU the keys name as the measuring one (tune --import: the device that
   // ran tune --measure); unset: local_gpu_device().
-  std::optional<GpuDeviceId> gpu;
+  std::optional<GpuDeviceId> gpu = std::nullopt;
 };
 
 // Makes the Runner that measures kernel `k` (under `key`) instead of a CUDA Runner on

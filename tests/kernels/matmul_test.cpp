@@ -645,6 +645,11 @@ TEST(MatmulSplitK, OnlyForBareF32MatmulsWhoseKTilesItDivides) {
   EXPECT_NE(emit_error(plain({64, 64, 48}), c).find("does not divide the 3 K tiles"), std::string::npos);
   c.split_k = 3;
   EXPECT_NE(emit_error(plain({64, 64, 48}), c).find("not a power of two"), std::string::npos);
+  // A block_k of 0 from a cache or --matmul-config: refused by the block_k check, not
+  // a division by zero in the split's K-tile count (it was: SIGFPE).
+  c.split_k = 2;
+  c.block_k = 0;
+  EXPECT_NE(emit_error(plain({64, 64, 48}), c).find("block_k = 0"), std::string::npos);
 }
 
 TEST(MatmulErrors, UnsupportedGroupsAreDiags) {

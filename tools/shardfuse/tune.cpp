@@ -253,7 +253,13 @@ int tune(const TuneCliOptions& o) {
   if (!g) return 1;
   // --emit-candidates tunes into a throwaway cache: its entries say "recorded".
   std::optional<TempCacheDir> scratch;
-  if (!o.emit_dir.empty()) scratch.emplace();
+  if (!o.emit_dir.empty()) {
+    scratch.emplace();
+    if (scratch->path.empty()) {  // never fall back to the user's cache
+      std::cerr << "error: --emit-candidates: cannot create a temporary directory for its scratch cache\n";
+      return 1;
+    }
+  }
   std::unique_ptr<TuneCache> cache = open_tune_cache(scratch ? scratch->path : o.cache.dir, true);
   if (!cache) return 1;
   std::string arch = imported ? imported->arch : o.arch;

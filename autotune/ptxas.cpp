@@ -1,8 +1,5 @@
 #include "autotune/ptxas.h"
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,9 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 
-extern char** environ;
+#include "codegen/ir/run_tool.h"
 
 namespace sf {
 namespace {
@@ -229,28 +225,6 @@ Diag ptxas_error_diag(std::string_view log, const std::string& file) {
   return d;
 }
 
-// Runs argv (no shell) with stdin from /dev/null and stdout and stderr into
-// `log_path`; the wait status, or a Diag when it cannot run.
-static Result<int> run_logged(std::vector<std::string> args, const std::string& log_path) {
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return error("ptxas: cannot run " + args[0] + ": " + std::strerror(rc));
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return error(std::string("ptxas: waitpid: ") + std::strerror(errno));
-  }
-  return status;
-}
-
 Result<std::vector<KernelResources>> run_ptxas(std::string_view ptx, const PtxasOptions& o) {
   if (!valid_arch(o.arch)) return error("ptxas: '" + o.arch + "' is not an arch like sm_90a");
   if (o.opt_level < 0 || o.opt_level > 3) return error("ptxas: -O" + std::to_string(o.opt_level) + " is not 0..3");
@@ -264,7 +238,6 @@ Result<std::vector<KernelResources>> run_ptxas(std::string_view ptx, const Ptxas
   if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") name = "kernel.ptx";
   const std::string ptx_path = dir.path() + "/" + name;
   const std::string cubin_path = dir.path() + "/out.cubin";
-  const std::string log_path = dir.path() + "/ptxas.log";
   {
     std::ofstream f(ptx_path, std::ios::binary);
     f.write(ptx.data(), static_cast<std::streamsize>(ptx.size()));
@@ -274,41 +247,28 @@ Result<std::vector<KernelResources>> run_ptxas(std::string_view ptx, const Ptxas
   std::vector<std::string> args = {*ptxas, "-v", "-O" + std::to_string(o.opt_level), "-arch=" + o.arch};
   if (o.max_registers > 0) args.push_back("--maxrregcount=" + std::to_string(o.max_registers));
   args.insert(args.end(), {"-o", cubin_path, ptx_path});
-  // stdout and stderr (where -v writes) both into the log.
-  Result<int> waited = run_logged(std::move(args), log_path);
-  if (!waited) return waited.error();
-  const int status = *waited;
-
-  std::string log;
-  {
-    std::ifstream f(log_path, std::ios::binary);
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    log = ss.str();
-  }
+  // stdout and stderr (where -v writes) both into the log. No timeout: ptxas on a
+  // large kernel may take long, and it always finished so far.
+  Result<ToolRun> run = run_tool(args);
+  if (!run) return with_context("ptxas: ", run.error());
+  std::string log = std::move(run->output);
   replace_all(log, ptx_path, name);
 
-  if (WIFSIGNALED(status))
-    return error("ptxas killed by signal " + std::to_string(WTERMSIG(status)) + "\n" + log);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return ptxas_error_diag(log, name);
+  if (run->signal != 0) return error("ptxas " + run->status_str() + "\n" + log);
+  if (!run->ok()) return ptxas_error_diag(log, name);
   return parse_ptxas_info(log);
 }
 
 Result<std::string> ptxas_version() {
   auto ptxas = find_ptxas();
   if (!ptxas) return ptxas.error();
-  TempDir dir;
-  if (dir.path().empty()) return error(std::string("ptxas: cannot create a temporary directory: ") + std::strerror(errno));
-  const std::string log_path = dir.path() + "/version.log";
-  Result<int> waited = run_logged({*ptxas, "--version"}, log_path);
-  if (!waited) return waited.error();
-  const int status = *waited;
-  std::ifstream f(log_path);
-  std::string line, version;
+  Result<ToolRun> run = run_tool({*ptxas, "--version"}, std::chrono::seconds(60));
+  if (!run) return with_context("ptxas: ", run.error());
+  std::string version;
   // "Cuda compilation tools, release 13.0, V13.0.88": the last word of that line.
-  while (std::getline(f, line))
-    if (line.find("release") != std::string::npos) version = std::string(trim(line.substr(line.rfind(' ') + 1)));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || version.empty())
+  for (std::string_view line : split(run->output, '\n'))
+    if (line.find("release") != std::string_view::npos) version = std::string(trim(line.substr(line.rfind(' ') + 1)));
+  if (!run->ok() || version.empty())
     return error("ptxas: '" + *ptxas + " --version' did not print a release line");
   return version;
 }

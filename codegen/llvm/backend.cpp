@@ -1,9 +1,14 @@
-// The LLVM boundary: target machines, the O3 pipeline, libdevice, PTX emission and
-// the host JIT. One file because the JIT's IR transform runs the same pipeline as
-// compile_to_ptx; docs/llvm-backend.md describes the stages.
+// The LLVM boundary: target machines, the O3 pipeline, libdevice, PTX emission, the
+// host JIT and host objects. One file because the JIT's IR transform and the host
+// objects run the same pipeline as compile_to_ptx; docs/llvm-backend.md describes
+// the stages.
 #include "codegen/llvm/backend.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -38,6 +43,7 @@
 #include <llvm/Transforms/IPO/Internalize.h>
 #include <llvm/Transforms/Utils/Cloning.h>
 
+#include "codegen/ir/run_tool.h"
 #include "codegen/llvm/llvm_compat.h"
 
 #ifndef SF_LIBDEVICE_PATH
@@ -305,6 +311,34 @@ Result<NvptxModule> optimize_nvptx(const llvm::Module& m, const std::string& arc
   return out;
 }
 
+// The factory behind create_target_machine and the portable host machine below;
+// `what` names the target in the Diag.
+Result<std::unique_ptr<llvm::TargetMachine>> make_target_machine(const std::string& triple,
+                                                                 const std::string& cpu,
+                                                                 const std::string& features,
+                                                                 std::optional<llvm::Reloc::Model> rm,
+                                                                 const std::string& what) {
+  std::string lookup_error;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, lookup_error);
+  if (!target) return error("no LLVM target for '" + triple + "': " + lookup_error);
+  llvm::TargetOptions options;  // no global fast-math (see compile_to_ptx)
+  llvm::TargetMachine* tm =
+      compat::create_target_machine(*target, triple, cpu, features, options, rm);
+  if (!tm) return error("LLVM could not create a target machine for " + what);
+  return std::unique_ptr<llvm::TargetMachine>(tm);
+}
+
+// Host code that runs on every machine of the host's architecture, not just this one
+// (compile_to_host_object): x86-64-v2 (SSE4.2, POPCNT, CX16; what every x86_64 server
+// of the last decade has, and the baseline of current distributions) on x86_64, the
+// target's generic CPU elsewhere; no extra features; PIC for shared objects.
+Result<std::unique_ptr<llvm::TargetMachine>> portable_host_target_machine() {
+  init_targets();
+  const std::string& triple = host_info().triple;
+  const std::string cpu = llvm::Triple(triple).getArch() == llvm::Triple::x86_64 ? "x86-64-v2" : "generic";
+  return make_target_machine(triple, cpu, "", llvm::Reloc::PIC_, "the portable host (" + triple + ", " + cpu + ")");
+}
+
 }  // namespace
 
 // ---- targets -----------------------------------------------------------------------------
@@ -336,14 +370,7 @@ Result<std::unique_ptr<llvm::TargetMachine>> create_target_machine(const Target&
     features = host_info().features_str;
     rm = llvm::Reloc::PIC_;
   }
-  std::string lookup_error;
-  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, lookup_error);
-  if (!target) return error("no LLVM target for '" + triple + "': " + lookup_error);
-  llvm::TargetOptions options;  // no global fast-math (see compile_to_ptx)
-  llvm::TargetMachine* tm =
-      compat::create_target_machine(*target, triple, cpu, features, options, rm);
-  if (!tm) return error("LLVM could not create a target machine for " + t.str());
-  return std::unique_ptr<llvm::TargetMachine>(tm);
+  return make_target_machine(triple, cpu, features, rm, t.str());
 }
 
 std::optional<int> ptx_isa_version(const std::string& arch) {
@@ -568,6 +595,140 @@ Result<void*> HostJit::add(std::unique_ptr<llvm::Module> m, std::unique_ptr<llvm
   auto addr = jit.lookup(*jd, symbol);
   if (!addr) return fail("looking up '" + symbol + "'", addr.takeError());
   return addr->toPtr<void*>();
+}
+
+// ---- host shared objects ---------------------------------------------------------------
+
+Result<std::string> compile_to_host_object(llvm::Module& m) {
+  if (auto report = verify(m)) return error("module does not verify:\n" + *report);
+  auto tm = portable_host_target_machine();
+  if (!tm) return tm.error();
+  const llvm::Triple host((*tm)->getTargetTriple());
+  if (!host.isOSBinFormatELF())
+    return error("compile_to_host_object: the host (" + host.str() + ") does not use ELF objects");
+  const std::string own_triple = compat::get_triple(m);
+  if (!own_triple.empty()) {
+    llvm::Triple mt(own_triple);
+    if (mt.getArch() != host.getArch() || mt.getOS() != host.getOS())
+      return error("compile_to_host_object: module '" + m.getModuleIdentifier() + "' is for " + mt.str() +
+                   ", not the host (" + host.str() + ")");
+  }
+  const llvm::DataLayout layout = (*tm)->createDataLayout();
+  if (!m.getDataLayout().isDefault() && m.getDataLayout() != layout)
+    return error("compile_to_host_object: module '" + m.getModuleIdentifier() + "' has data layout '" +
+                 m.getDataLayout().getStringRepresentation() + "', not the host's '" +
+                 layout.getStringRepresentation() + "'");
+
+  // As in optimized_ir: warnings (loop hints the vectoriser could not honour) are
+  // dropped, errors end up in the Diag.
+  DiagCapture capture(m.getContext());
+  std::unique_ptr<llvm::Module> c = llvm::CloneModule(m);
+  if (own_triple.empty()) compat::set_triple(*c, host.str());
+  c->setDataLayout(layout);
+  // A function's own CPU or features would override the portable target machine's.
+  for (llvm::Function& f : *c) {
+    f.removeFnAttr("target-cpu");
+    f.removeFnAttr("target-features");
+  }
+  run_o3(*c, **tm);
+
+  llvm::SmallString<0> object;
+  {
+    llvm::raw_svector_ostream os(object);
+    llvm::legacy::PassManager pm;
+    pm.add(new llvm::TargetLibraryInfoWrapperPass(llvm::Triple(compat::get_triple(*c))));
+    if ((*tm)->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
+      return error("the host target (" + host.str() + ") cannot emit object files");
+    pm.run(*c);
+  }
+  if (!capture.errors().empty()) return error("host code generation failed: " + capture.errors());
+  return std::string(object.str());
+}
+
+namespace {
+
+constexpr std::chrono::seconds kLinkTimeout{60};
+
+bool executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// `name` looked up on $PATH as execvp would (an empty entry is the current directory).
+std::optional<std::string> find_on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  if (!path) return std::nullopt;
+  std::string_view rest(path);
+  for (;;) {
+    size_t colon = rest.find(':');
+    std::string_view dir = rest.substr(0, colon);
+    std::string candidate = (dir.empty() ? std::string(".") : std::string(dir)) + "/" + name;
+    if (executable_file(candidate)) return candidate;
+    if (colon == std::string_view::npos) return std::nullopt;
+    rest.remove_prefix(colon + 1);
+  }
+}
+
+// The C compiler driver that links host objects (see link_host_shared_object).
+Result<std::string> find_host_cc() {
+  if (const char* env = std::getenv("SHARDFUSE_HOST_CC"); env && *env) {
+    const std::string cc = env;
+    if (cc.find('/') != std::string::npos) {
+      if (executable_file(cc)) return cc;
+      return error("cannot link host code: SHARDFUSE_HOST_CC=" + cc + " is not an executable file");
+    }
+    if (auto found = find_on_path(cc)) return *found;
+    return error("cannot link host code: SHARDFUSE_HOST_CC=" + cc + " is not on PATH");
+  }
+  for (const char* name : {"cc", "gcc", "clang"})
+    if (auto found = find_on_path(name)) return *found;
+  return error(
+      "cannot link host code: no C compiler driver (cc, gcc or clang) on PATH; install one or "
+      "set SHARDFUSE_HOST_CC to its path");
+}
+
+// A command line to paste into a shell: arguments with anything but [A-Za-z0-9_./=+,:@%-]
+// in single quotes.
+std::string command_line(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const std::string& a : argv) {
+    if (!out.empty()) out += ' ';
+    bool plain = !a.empty();
+    for (char ch : a)
+      plain &= (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+               std::string_view("_./=+,:@%-").find(ch) != std::string_view::npos;
+    if (plain) {
+      out += a;
+      continue;
+    }
+    out += '\'';
+    for (char ch : a) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    out += '\'';
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<Diag> link_host_shared_object(const std::vector<std::string>& object_paths,
+                                            const std::string& out_path) {
+  if (out_path.empty()) return error("cannot link host code: no output path");
+  if (object_paths.empty()) return error("cannot link " + out_path + ": no objects");
+  auto cc = find_host_cc();
+  if (!cc) return cc.error();
+
+  // A path that starts with '-' would be read as an option.
+  auto as_path = [](const std::string& p) { return p.starts_with('-') ? "./" + p : p; };
+  std::vector<std::string> argv = {*cc, "-shared", "-o", as_path(out_path)};
+  for (const std::string& p : object_paths) argv.push_back(as_path(p));
+  argv.push_back("-lm");  // the kernels call libm (expf, tanhf, ...)
+  auto run = run_tool(argv, kLinkTimeout);
+  if (!run) return with_context("cannot link " + out_path + ": ", run.error());
+  if (run->ok()) return std::nullopt;
+  std::string msg = "linking " + out_path + " failed: `" + command_line(argv) + "` " + run->status_str();
+  std::string quoted = quote_tool_output(run->output);
+  msg += quoted.empty() ? " (no output)" : ":\n" + quoted;
+  return error(msg);
 }
 
 }  // namespace sf::llvmb

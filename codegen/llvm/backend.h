@@ -1,5 +1,6 @@
 // The LLVM boundary (STYLE.md #4): the only code that creates target machines,
-// runs pass pipelines, links libdevice, emits PTX and JIT-compiles host code.
+// runs pass pipelines, links libdevice, emits PTX, JIT-compiles host code and emits
+// host objects.
 // Emitters build llvm::Modules with IRBuilder and hand them here; they never touch
 // pass managers or target options. Every LLVM-version difference lives in
 // codegen/llvm/llvm_compat.h.
@@ -8,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "codegen/ir/diag.h"
 
@@ -114,5 +116,39 @@ class HostJit {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// ---- host shared objects ----------------------------------------------------------------
+//
+// A Plan carries its CPU kernels as one ELF shared object, which a machine without
+// LLVM dlopen()s: compile each module to an object, then link the objects.
+
+// Optimises a clone of the module with the host JIT's O3 pipeline and emits a
+// relocatable ELF object (the bytes) for the host triple, position-independent
+// (Reloc::PIC_), for a portable CPU rather than this machine's: "x86-64-v2" with no
+// extra features on x86_64 (SSE4.2, POPCNT; no AVX), "generic" elsewhere, so the
+// object runs on any machine of the architecture (functions' own "target-cpu" and
+// "target-features" attributes are dropped from the clone). The clone's triple and
+// data layout are set to the host's when empty; a module for another target (or
+// another data layout), or one that does not verify, gives a Diag, as does an error
+// LLVM reports while generating code.
+//
+// What the object exports: nothing is internalised, so every external function
+// definition keeps its name, linkage and visibility (external with default
+// visibility is what dlsym finds; make helpers internal to keep them out);
+// declarations (libm's `expf`, ...) stay undefined symbols for the linker and the
+// dynamic loader. The module itself is left unchanged (the work is done on a clone
+// in the same context), as in compile_to_ptx.
+Result<std::string> compile_to_host_object(llvm::Module& m);
+
+// Links objects from compile_to_host_object into the shared object `out_path` with
+// the system C compiler driver: `<cc> -shared -o OUT OBJS... -lm`, where <cc> is
+// $SHARDFUSE_HOST_CC when set (a path, or a name looked up on PATH), else the first
+// of cc, gcc, clang on PATH. Argv only, no shell; stdin is /dev/null, the output is
+// captured, and a link that runs over 60 s is killed. nullopt when it linked, else a
+// Diag: no driver found (it names SHARDFUSE_HOST_CC), the driver cannot be run, or
+// it failed (the Diag names the command and quotes the first lines of its output).
+// Needs no LLVM.
+std::optional<Diag> link_host_shared_object(const std::vector<std::string>& object_paths,
+                                            const std::string& out_path);
 
 }  // namespace sf::llvmb

@@ -22,7 +22,7 @@
 //       (GEMM + epilogue), `ratio_vs_cublaslt` ours / the cuBLASLt epilogue (> 1: ours
 //       is faster);
 //   block_<block> (or any other name)     BM_Block/<block>: the whole single-rank plan
-//       (GpuRank::enqueue), TFLOPs over its matmul kernels' flops (2*M*N*K, as
+//       (RankExec::enqueue), TFLOPs over its matmul kernels' flops (2*M*N*K, as
 //       bench/peers/peers.py counts them).
 //
 // Every iteration: a 256 MiB cuMemsetD32Async (more than an H100's 50 MiB or an
@@ -236,7 +236,7 @@ void BM_D2DCopy(benchmark::State& state, int64_t bytes) {
 
 struct LoadedPlan {
   std::shared_ptr<GpuPlan> plan;
-  std::unique_ptr<GpuRank> rank;
+  std::unique_ptr<RankExec> rank;
   int64_t io_bytes = 0;       // the plan's inputs and outputs
   int64_t matmul_flops = 0;   // flops of its matmul kernels
   int64_t kernels = 0;        // kernel launches per run
@@ -255,7 +255,7 @@ Result<LoadedPlan> load_plan(const std::string& name) {
   Result<std::shared_ptr<GpuPlan>> gp = GpuPlan::load(e.ctx, *src);
   if (!gp) return gp.error();
   p.plan = *gp;
-  Result<std::unique_ptr<GpuRank>> rank = GpuRank::create(p.plan, 0, GpuRunOptions{});
+  Result<std::unique_ptr<RankExec>> rank = RankExec::create_cuda(p.plan, 0, GpuRunOptions{});
   if (!rank) return rank.error();
   p.rank = std::move(rank).value();
   const PlanRank& r = src->plan.ranks[0];
@@ -290,7 +290,7 @@ void BM_Memory(benchmark::State& state, std::string plan) {
     state.SkipWithError(str(p.error()).c_str());
     return;
   }
-  GpuRank& rank = *p->rank;
+  RankExec& rank = *p->rank;
   double s = run_loop(state, rank.stream(), [&] { return rank.enqueue(); });
   if (s <= 0) return;
   const double gbps = static_cast<double>(p->io_bytes) / s / 1e9;
@@ -447,7 +447,7 @@ void BM_Matmul(benchmark::State& state, std::string plan, MatmulShape sh) {
     state.SkipWithError(str(p.error()).c_str());
     return;
   }
-  GpuRank& rank = *p->rank;
+  RankExec& rank = *p->rank;
   double s = run_loop(state, rank.stream(), [&] { return rank.enqueue(); });
   if (s <= 0) return;
   set_tflops(state, sh, s, nullptr);
@@ -467,7 +467,7 @@ void BM_Block(benchmark::State& state, std::string plan) {
     state.SkipWithError(str(p.error()).c_str());
     return;
   }
-  GpuRank& rank = *p->rank;
+  RankExec& rank = *p->rank;
   double s = run_loop(state, rank.stream(), [&] { return rank.enqueue(); });
   if (s <= 0) return;
   state.counters["TFLOPs"] = static_cast<double>(p->matmul_flops) / s / 1e12;

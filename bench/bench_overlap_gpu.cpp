@@ -101,9 +101,9 @@ Result<Measured> measure(const std::string& dir, int reps, bool trace_kernels) {
   std::optional<Diag> failed = on_rank_threads(mesh, opts.timeout, [&](Comm& comm) -> std::optional<Diag> {
     const int r = comm.rank();
     std::optional<Diag> err;
-    std::unique_ptr<GpuRank> rank;
+    std::unique_ptr<RankExec> rank;
     {
-      Result<std::unique_ptr<GpuRank>> gr = GpuRank::create(loaded[static_cast<size_t>(r)], r, opts);
+      Result<std::unique_ptr<RankExec>> gr = RankExec::create_cuda(loaded[static_cast<size_t>(r)], r, opts);
       if (!gr) err = gr.error();
       else rank = std::move(gr).value();
     }

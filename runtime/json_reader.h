@@ -78,6 +78,10 @@ struct Reader {
     if (!v.is_boolean()) fail(child(path, key), shown(v) + " is not true or false");
     return v.get<bool>();
   }
+  const json& object(const json& v, const std::string& path) const {
+    if (!v.is_object()) fail(path, shown(v) + " is not an object");
+    return v;
+  }
   const json& array(const json& v, const std::string& path, size_t most) const {
     if (!v.is_array()) fail(path, shown(v) + " is not an array");
     if (v.size() > most) fail(path, std::to_string(v.size()) + " entries, more than the " + std::to_string(most) + " allowed");

@@ -37,6 +37,7 @@ std::string plan_to_json(const Plan& p) {
   j["world"] = p.world;
   j["arch"] = p.arch;
   if (!p.graph_digest.empty()) j["graph_digest"] = p.graph_digest;
+  if (!p.host_object.empty()) j["host_object"] = p.host_object;
   j["params"] = p.params;
   j["outputs"] = p.outputs;
   j["kernels"] = json::array();
@@ -50,6 +51,10 @@ std::string plan_to_json(const Plan& p) {
     if (!k.config.empty()) kj["config"] = k.config;
     if (!k.config_source.empty()) kj["config_source"] = k.config_source;
     for (const PlanTensorMap& m : k.tensor_maps) kj["tensor_maps"].push_back(tensor_map_to_json(m));
+    if (!k.host_symbol.empty()) {
+      kj["host"] = {{"symbol", k.host_symbol}, {"config", k.host_config}};
+      if (k.host_zero_outputs) kj["host"]["zero_outputs"] = true;
+    }
     j["kernels"].push_back(kj);
   }
   j["ranks"] = json::array();
@@ -231,13 +236,15 @@ Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
     if (!j.is_object()) rd.fail("(top level)", "expected an object");
     if (!j.contains("version") || j["version"] != Plan::kVersion)
       return Diag{file, {}, "plan version " + (j.contains("version") ? Reader::shown(j["version"]) : std::string("missing")) +
-                                ", this shardfuse reads version " + std::to_string(Plan::kVersion)};
+                                ", this shardfuse reads version " + std::to_string(Plan::kVersion) +
+                                " (compile the graph again with this shardfuse)"};
     Plan p;
     p.graph = rd.string(j, "", "graph");
     p.mesh = rd.string(j, "", "mesh");
     p.world = static_cast<int>(rd.integer(j, "", "world", 1, kMaxPlanWorld));
     p.arch = rd.string(j, "", "arch");
     p.graph_digest = rd.string_or(j, "", "graph_digest");
+    p.host_object = rd.string_or(j, "", "host_object");
     p.params = rd.strings(rd.at(j, "", "params"), "params", kMaxEntries);
     p.outputs = rd.strings(rd.at(j, "", "outputs"), "outputs", kMaxEntries);
     const json& kernels = rd.array(rd.at(j, "", "kernels"), "kernels", kMaxEntries);
@@ -270,6 +277,13 @@ Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
       if (kj.contains("tensor_maps")) {
         const json& maps = rd.array(kj.at("tensor_maps"), path + ".tensor_maps", 8);
         for (size_t mi = 0; mi < maps.size(); ++mi) k.tensor_maps.push_back(read_tensor_map(rd, maps[mi], Reader::item(path + ".tensor_maps", mi)));
+      }
+      if (kj.contains("host")) {
+        const json& h = rd.object(kj.at("host"), path + ".host");
+        k.host_symbol = rd.string(h, path + ".host", "symbol");
+        if (k.host_symbol.empty()) rd.fail(path + ".host.symbol", "must not be empty");
+        k.host_config = rd.string_or(h, path + ".host", "config");
+        k.host_zero_outputs = rd.boolean_or(h, path + ".host", "zero_outputs", false);
       }
       p.kernels.push_back(std::move(k));
     }

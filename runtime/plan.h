@@ -46,6 +46,13 @@ struct PlanKernel {
   std::string config;         // the kernel's config as "name=value ..." (config_str)
   std::string config_source;  // "default", "cache" or "tuned"
   std::vector<PlanTensorMap> tensor_maps;  // extra arguments after the outputs
+  // The kernel's host (CPU) code in Plan::host_object, for `exec --device cpu`:
+  // its symbol (`void f(void** args)`, args the step's inputs then outputs; empty
+  // when the host emitter could not build it), whether its outputs are zeroed
+  // first, and its host config.
+  std::string host_symbol;
+  bool host_zero_outputs = false;
+  std::string host_config;
 };
 
 struct PlanBuffer {
@@ -97,7 +104,8 @@ inline constexpr int64_t kMaxPlanWorld = int64_t{1} << 16;
 inline constexpr int64_t kMaxPlanElements = int64_t{1} << 40;
 
 struct Plan {
-  static constexpr int kVersion = 1;
+  // 2: kernels' host code (host_object, PlanKernel::host_symbol).
+  static constexpr int kVersion = 2;
   std::string graph;
   // FNV-1a of the printed graph (plan_graph_digest) that `compile` wrote the Plan
   // for; `exec` compares it with graph.sf's, after checking graph.sf's shapes and
@@ -109,6 +117,9 @@ struct Plan {
   std::vector<std::string> params, outputs;  // names, in graph order
   std::vector<PlanKernel> kernels;
   std::vector<PlanRank> ranks;
+  // The shared object (a file name in the Plan directory) holding the kernels' host
+  // code; empty when the Plan has none.
+  std::string host_object;
 };
 
 std::string plan_to_json(const Plan& p);

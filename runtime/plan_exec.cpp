@@ -12,6 +12,8 @@
 #include "codegen/dist/host_collectives.h"
 #include "codegen/dist/shard.h"
 #include "runtime/agree.h"
+#include "runtime/plan_cuda.h"
+#include "runtime/plan_host.h"
 #include "runtime/plan_verify.h"
 
 namespace sf {
@@ -172,98 +174,93 @@ Result<std::shared_ptr<GpuPlan>> GpuPlan::load(std::shared_ptr<cuda::Context> ct
     l.dims.block = k.block;
     l.dims.shared_bytes = k.shared_bytes;
     l.zero_outputs = k.zero_outputs;
-    l.flops = k.flops;
-    l.bytes = k.bytes_read + k.bytes_written;
     p->kernels_.emplace(k.id, l);
   }
   return p;
 }
 
-// --- GpuRank -----------------------------------------------------------------------------
+// --- RankExec ----------------------------------------------------------------------------
 
-Result<std::unique_ptr<GpuRank>> GpuRank::create(std::shared_ptr<GpuPlan> plan, int rank, const GpuRunOptions& opts) {
-  const Plan& p = plan->plan();
-  if (rank < 0 || rank >= static_cast<int>(p.ranks.size()))
-    return Diag{"", {}, "rank " + std::to_string(rank) + " is not in the plan (world " + std::to_string(p.world) + ")"};
-  std::unique_ptr<GpuRank> r(new GpuRank());
-  r->plan_ = plan;
-  r->rank_ = &p.ranks[static_cast<size_t>(rank)];
-  r->opts_ = opts;
-  cuda::Context& ctx = plan->context();
-  if (auto e = ctx.make_current()) return *e;
-  Result<cuda::Stream> s = cuda::Stream::create(ctx);
-  if (!s) return s.error();
-  r->stream_ = std::move(s).value();
-  for (const PlanBuffer& b : r->rank_->buffers) {
-    Result<cuda::Buffer> buf = cuda::Buffer::allocate(ctx, static_cast<size_t>(numel(b.shape) * dtype_size(b.dtype)));
-    if (!buf) return Diag{"", {}, "rank " + std::to_string(rank) + ", buffer " + b.name + ": " + buf.error().message};
-    r->buffers_.push_back(std::move(buf).value());
-  }
-  if (auto e = r->prepare_gemm_steps()) return *e;
-  if (auto e = r->encode_tensor_maps()) return *e;
+Result<std::unique_ptr<RankExec>> RankExec::create_cuda(std::shared_ptr<GpuPlan> plan, int rank,
+                                                        const GpuRunOptions& opts) {
+  Result<std::unique_ptr<CudaPlanDevice>> dev = CudaPlanDevice::create(plan);
+  if (!dev) return dev.error();
+  CudaPlanDevice* cuda = dev->get();
+  Result<std::unique_ptr<RankExec>> r = create(plan->plan(), std::move(dev).value(), rank, opts, plan, cuda);
+  if (!r) return r.error();
   return r;
 }
 
-std::optional<Diag> GpuRank::encode_tensor_maps() {
-  const Plan& p = plan_->plan();
-  for (size_t i = 0; i < rank_->steps.size(); ++i) {
-    const PlanStep& s = rank_->steps[i];
-    if (s.op != "kernel") continue;
-    auto k = std::find_if(p.kernels.begin(), p.kernels.end(), [&](const PlanKernel& pk) { return pk.id == s.kernel; });
-    if (k == p.kernels.end() || k->tensor_maps.empty()) continue;
-    std::vector<cuda::Buffer> maps;
-    for (const PlanTensorMap& m : k->tensor_maps) {
-      const int b = s.in[static_cast<size_t>(m.input)];  // verify_plan checked the index
-      Result<cuda::Buffer> map = cuda::encode_tensor_map(plan_->context(), m, buffers_[static_cast<size_t>(b)].ptr());
-      if (!map) return with_context(plan_step_name(*rank_, i) + ": ", map.error());
-      maps.push_back(std::move(map).value());
-    }
-    tensor_maps_.emplace(&s, std::move(maps));
-  }
-  return std::nullopt;
+Result<std::unique_ptr<RankExec>> RankExec::create_host(const Plan& plan, std::shared_ptr<const HostKernels> kernels,
+                                                        int rank, const GpuRunOptions& opts) {
+  if (opts.cuda_graph) return Diag{"", {}, "CUDA graphs need --device cuda"};
+  if (opts.collectives == GpuCollectives::Nccl) return Diag{"", {}, "NCCL needs --device cuda"};
+  return create(plan, std::make_unique<HostPlanDevice>(std::move(kernels)), rank, opts, nullptr, nullptr);
 }
 
-GpuRank::~GpuRank() {
+Result<std::unique_ptr<RankExec>> RankExec::create(const Plan& p, std::unique_ptr<PlanDevice> dev, int rank,
+                                                   const GpuRunOptions& opts, std::shared_ptr<GpuPlan> gpu_plan,
+                                                   CudaPlanDevice* cuda) {
+  if (rank < 0 || rank >= static_cast<int>(p.ranks.size()))
+    return Diag{"", {}, "rank " + std::to_string(rank) + " is not in the plan (world " + std::to_string(p.world) + ")"};
+  Result<Mesh> mesh = parse_mesh(p.mesh, "plan.json");
+  if (!mesh) return mesh.error();
+  std::unique_ptr<RankExec> r(new RankExec());
+  r->plan_ = &p;
+  r->mesh_ = std::move(mesh).value();
+  r->gpu_plan_ = std::move(gpu_plan);
+  r->rank_ = &p.ranks[static_cast<size_t>(rank)];
+  r->opts_ = opts;
+  r->dev_ = std::move(dev);
+  r->cuda_ = cuda;
+  for (const PlanKernel& k : p.kernels) r->kernels_.emplace(k.id, &k);
+  for (const PlanBuffer& b : r->rank_->buffers) {
+    Result<PlanDevice::Addr> a = r->dev_->allocate(static_cast<size_t>(numel(b.shape) * dtype_size(b.dtype)));
+    if (!a) return Diag{"", {}, "rank " + std::to_string(rank) + ", buffer " + b.name + ": " + a.error().message};
+    r->buffers_.push_back(*a);
+  }
+  if (auto e = r->prepare_gemm_steps()) return *e;
+  if (auto e = r->dev_->prepare(*r->rank_, r->buffers_)) return *e;
+  return r;
+}
+
+RankExec::~RankExec() {
   // Nothing may still use the buffers when they go back to the allocator. A
   // collective whose peer is gone would keep the comm stream busy forever: wait
   // for it under the timeout, which aborts the communicator (and so ends its
   // kernels) when it passes.
-  if (!nccl_.empty() && !plan_->context().make_current())
+  if (cuda_ && !nccl_.empty() && !cuda_->context().make_current())
     for (auto& c : nccl_)
-      if (!c->aborted()) (void)c->wait_with_timeout(comm_stream_.get());
-  if (comm_stream_.get()) (void)comm_stream_.synchronize();
-  if (stream_.get()) (void)stream_.synchronize();
+      if (!c->aborted()) (void)c->wait_with_timeout(cuda_->comm_stream().get());
+  if (dev_) (void)dev_->synchronize();
 }
 
-std::optional<Diag> GpuRank::upload(int buffer, const Tensor& t) {
+cuda::Stream& RankExec::stream() { return cuda_->stream(); }
+cuda::Stream& RankExec::comm_stream() { return cuda_->comm_stream(); }
+
+size_t RankExec::bytes(int buffer) const {
+  const PlanBuffer& b = rank_->buffers[static_cast<size_t>(buffer)];
+  return static_cast<size_t>(numel(b.shape) * dtype_size(b.dtype));
+}
+
+std::optional<Diag> RankExec::upload(int buffer, const Tensor& t) {
   const PlanBuffer& b = rank_->buffers[static_cast<size_t>(buffer)];
   if (t.dtype() != b.dtype || t.shape() != b.shape)
     return Diag{"", {}, "buffer " + b.name + " is " + TensorType{b.dtype, b.shape}.str() + ", got " + t.type().str()};
-  if (t.nbytes() == 0) return std::nullopt;
-  const cuda::Driver& d = plan_->context().drv();
-  if (auto e = cuda::check(d.MemcpyHtoDAsync(buffers_[static_cast<size_t>(buffer)].ptr(), t.data(), t.nbytes(),
-                                             stream_.get()),
-                           "cuMemcpyHtoDAsync (" + b.name + ")"))
-    return e;
-  // The host tensor need not outlive this call.
-  return stream_.synchronize();
+  if (auto e = dev_->upload(addr(buffer), t.data(), t.nbytes())) return with_context(b.name + ": ", *e);
+  return std::nullopt;
 }
 
-Result<Tensor> GpuRank::download(int buffer) {
+Result<Tensor> RankExec::download(int buffer) {
   const PlanBuffer& b = rank_->buffers[static_cast<size_t>(buffer)];
   Tensor t(b.dtype, b.shape);
-  if (t.nbytes() == 0) return t;
-  const cuda::Driver& d = plan_->context().drv();
-  if (auto e = cuda::check(d.MemcpyDtoHAsync(t.data(), buffers_[static_cast<size_t>(buffer)].ptr(), t.nbytes(),
-                                             stream_.get()),
-                           "cuMemcpyDtoHAsync (" + b.name + ")"))
-    return *e;
-  if (auto e = stream_.synchronize()) return *e;
+  if (auto e = dev_->download(t.data(), addr(buffer), t.nbytes())) return with_context(b.name + ": ", *e);
   return t;
 }
 
-std::optional<Diag> GpuRank::upload_inputs(const std::vector<Tensor>& inputs) {
-  if (auto e = plan_->context().make_current()) return e;
+std::optional<Diag> RankExec::upload_inputs(const std::vector<Tensor>& inputs) {
+  if (cuda_)
+    if (auto e = cuda_->context().make_current()) return e;
   if (inputs.size() != rank_->inputs.size())
     return Diag{"", {}, "rank " + std::to_string(rank_->rank) + ": " + std::to_string(inputs.size()) +
                             " inputs for " + std::to_string(rank_->inputs.size()) + " params"};
@@ -273,8 +270,9 @@ std::optional<Diag> GpuRank::upload_inputs(const std::vector<Tensor>& inputs) {
   return std::nullopt;
 }
 
-Result<std::vector<Tensor>> GpuRank::download_outputs() {
-  if (auto e = plan_->context().make_current()) return *e;
+Result<std::vector<Tensor>> RankExec::download_outputs() {
+  if (cuda_)
+    if (auto e = cuda_->context().make_current()) return *e;
   std::vector<Tensor> out;
   for (int b : rank_->outputs) {
     Result<Tensor> t = download(b);
@@ -284,45 +282,32 @@ Result<std::vector<Tensor>> GpuRank::download_outputs() {
   return out;
 }
 
-std::optional<Diag> GpuRank::launch_step(const PlanStep& s) {
-  const GpuPlan::Loaded& k = plan_->kernel(s.kernel);
-  const cuda::Driver& d = plan_->context().drv();
-  if (k.dims.grid[0] * k.dims.grid[1] * k.dims.grid[2] == 0) return std::nullopt;  // an empty shard
-  std::vector<CUdeviceptr> args;
-  for (int b : s.in) args.push_back(buffers_[static_cast<size_t>(b)].ptr());
-  for (int b : s.out) args.push_back(buffers_[static_cast<size_t>(b)].ptr());
-  if (auto m = tensor_maps_.find(&s); m != tensor_maps_.end())
-    for (const cuda::Buffer& map : m->second) args.push_back(map.ptr());
-  if (k.zero_outputs)
-    for (int b : s.out)
-      if (auto e = cuda::check(d.MemsetD8Async(buffers_[static_cast<size_t>(b)].ptr(), 0,
-                                               buffers_[static_cast<size_t>(b)].bytes(), stream_.get()),
-                               "cuMemsetD8Async (zero_outputs)"))
-        return e;
+std::optional<Diag> RankExec::launch_step(size_t i) {
+  const PlanStep& s = rank_->steps[i];
+  std::vector<PlanDevice::Mem> args;
+  for (int b : s.in) args.push_back({addr(b), bytes(b)});
+  for (int b : s.out) args.push_back({addr(b), bytes(b)});
   ++launches_;
-  return cuda::launch(plan_->context(), k.fn, k.dims, args, stream_);
+  return dev_->launch(i, s, args, s.in.size());
 }
 
-std::optional<Diag> GpuRank::local_step(const PlanStep& s) {
-  if (s.op == "kernel") return launch_step(s);
+std::optional<Diag> RankExec::local_step(size_t i) {
+  const PlanStep& s = rank_->steps[i];
+  if (s.op == "kernel") return launch_step(i);
   if (s.op == "partialize") {
-    const cuda::Driver& d = plan_->context().drv();
-    const cuda::Buffer& in = buffers_[static_cast<size_t>(s.in.at(0))];
-    const cuda::Buffer& out = buffers_[static_cast<size_t>(s.out.at(0))];
-    if (out.bytes() == 0) return std::nullopt;
-    if (!s.keep) return cuda::check(d.MemsetD8Async(out.ptr(), 0, out.bytes(), stream_.get()), "cuMemsetD8Async");
-    if (in.ptr() == out.ptr()) return std::nullopt;
-    return cuda::check(d.MemcpyDtoDAsync(out.ptr(), in.ptr(), out.bytes(), stream_.get()), "cuMemcpyDtoDAsync");
+    const int in = s.in.at(0), out = s.out.at(0);
+    if (bytes(out) == 0) return std::nullopt;
+    if (!s.keep) return dev_->zero(addr(out), bytes(out));
+    if (addr(in) == addr(out)) return std::nullopt;
+    return dev_->copy_2d(addr(out), bytes(out), addr(in), bytes(out), bytes(out), 1);
   }
   if (s.op == "slice") {
     const PlanBuffer& ib = rank_->buffers[static_cast<size_t>(s.in.at(0))];
     const PlanBuffer& ob = rank_->buffers[static_cast<size_t>(s.out.at(0))];
     std::optional<Block2D> b = slice_block_2d(ib.shape, ob.shape, s.offset, static_cast<size_t>(dtype_size(ob.dtype)));
     if (!b) return host_slice(s);
-    const cuda::Buffer& in = buffers_[static_cast<size_t>(s.in.at(0))];
-    const cuda::Buffer& out = buffers_[static_cast<size_t>(s.out.at(0))];
-    return cuda::copy_2d(plan_->context(), out.ptr(), b->dst_pitch, in.ptr() + b->src_offset, b->src_pitch, b->width,
-                         b->height, stream_);
+    return dev_->copy_2d(addr(s.out.at(0)), b->dst_pitch, addr(s.in.at(0)) + b->src_offset, b->src_pitch, b->width,
+                         b->height);
   }
   if (s.op == "concat") {
     // A decomposed all_gather -> matmul assembling its per-shard results: one
@@ -343,12 +328,11 @@ std::optional<Diag> GpuRank::local_step(const PlanStep& s) {
     const size_t d = static_cast<size_t>(s.dim);
     const size_t inner = static_cast<size_t>(prod(ob.shape, d + 1, ob.shape.size()) * dtype_size(ob.dtype));
     const size_t rows = static_cast<size_t>(prod(ob.shape, 0, d));
-    const cuda::Buffer& out = buffers_[static_cast<size_t>(s.out.at(0))];
     size_t at = 0;
     for (int b : s.in) {
       const size_t width = static_cast<size_t>(rank_->buffers[static_cast<size_t>(b)].shape[d]) * inner;
-      if (auto e = cuda::copy_2d(plan_->context(), out.ptr() + at, static_cast<size_t>(ob.shape[d]) * inner,
-                                 buffers_[static_cast<size_t>(b)].ptr(), width, width, rows, stream_))
+      if (auto e = dev_->copy_2d(addr(s.out.at(0)) + at, static_cast<size_t>(ob.shape[d]) * inner, addr(b), width,
+                                 width, rows))
         return e;
       at += width;
     }
@@ -357,7 +341,7 @@ std::optional<Diag> GpuRank::local_step(const PlanStep& s) {
   return Diag{"", {}, "not a local step"};
 }
 
-std::optional<Diag> GpuRank::host_slice(const PlanStep& s) {
+std::optional<Diag> RankExec::host_slice(const PlanStep& s) {
   // A slice along several dims at once (no strided copy does it): through the host.
   Result<Tensor> x = download(s.in.at(0));
   if (!x) return x.error();
@@ -369,7 +353,7 @@ std::optional<Diag> GpuRank::host_slice(const PlanStep& s) {
   return upload(s.out.at(0), slice_block(*x, s.offset, ob.shape));
 }
 
-bool GpuRank::on_device(size_t i) const {
+bool RankExec::on_device(size_t i) const {
   const PlanStep& s = rank_->steps[i];
   if (is_device_step(s) || s.op == "concat") return true;
   if (s.op != "slice") return false;
@@ -378,7 +362,7 @@ bool GpuRank::on_device(size_t i) const {
   return slice_block_2d(ib.shape, ob.shape, s.offset, static_cast<size_t>(dtype_size(ob.dtype))).has_value();
 }
 
-std::optional<Diag> GpuRank::collective(const PlanStep& s, Comm& comm, std::map<int, Work>& pending) {
+std::optional<Diag> RankExec::collective(const PlanStep& s, Comm& comm, std::map<int, Work>& pending) {
   if (s.op == "wait") {
     auto it = pending.find(s.handle);
     if (it == pending.end()) return Diag{"", {}, "wait for handle " + std::to_string(s.handle) + " with no start"};
@@ -390,8 +374,8 @@ std::optional<Diag> GpuRank::collective(const PlanStep& s, Comm& comm, std::map<
   // A start: the operand, once the kernels before it have written it, to the host.
   Result<Tensor> x = download(s.in.at(0));
   if (!x) return x.error();
-  std::optional<int> dim = plan_->mesh().find(s.mesh_dim);
-  if (!dim) return Diag{"", {}, "mesh dim \"" + s.mesh_dim + "\" is not in the plan's mesh \"" + plan_->plan().mesh + "\""};
+  std::optional<int> dim = mesh_.find(s.mesh_dim);
+  if (!dim) return Diag{"", {}, "mesh dim \"" + s.mesh_dim + "\" is not in the plan's mesh \"" + plan_->mesh + "\""};
   ReduceOp op = ReduceOp::Sum;
   if (!s.reduce_op.empty()) {
     std::optional<ReduceOp> r = parse_reduce_op(s.reduce_op);
@@ -415,37 +399,31 @@ std::optional<Diag> GpuRank::collective(const PlanStep& s, Comm& comm, std::map<
   return std::nullopt;
 }
 
-std::optional<Diag> GpuRank::timed(const std::string& name, nlohmann::json args,
-                                   const std::function<std::optional<Diag>()>& enqueue) {
-  return timed(name, std::move(args), enqueue, stream_, Stream::Compute);
-}
-
-std::optional<Diag> GpuRank::timed(const std::string& name, nlohmann::json args,
-                                   const std::function<std::optional<Diag>()>& enqueue, const cuda::Stream& on,
-                                   Stream track) {
+std::optional<Diag> RankExec::timed(const std::string& name, nlohmann::json args,
+                                    const std::function<std::optional<Diag>()>& enqueue, Stream track) {
   if (!opts_.trace) return enqueue();
-  Result<cuda::Event> a = cuda::Event::create(plan_->context()), b = cuda::Event::create(plan_->context());
+  Result<int> a = dev_->mark(track);
   if (!a) return a.error();
-  if (!b) return b.error();
-  if (auto e = a->record(on)) return e;
   if (auto e = enqueue()) return e;
-  if (auto e = b->record(on)) return e;
-  device_events_.push_back({name, std::move(args), std::move(a).value(), std::move(b).value(), track});
+  Result<int> b = dev_->mark(track);
+  if (!b) return b.error();
+  marked_.push_back({name, std::move(args), *a, *b, track});
   return std::nullopt;
 }
 
-std::optional<Diag> GpuRank::run_segment(size_t begin, size_t end) {
+std::optional<Diag> RankExec::run_segment(size_t begin, size_t end) {
   const bool per_kernel = opts_.trace && !opts_.cuda_graph;
   auto body = [&]() -> std::optional<Diag> {
     for (size_t i = begin; i < end; ++i) {
       const PlanStep& st = rank_->steps[i];
       std::optional<Diag> e;
       if (per_kernel && st.op == "kernel") {
-        const GpuPlan::Loaded& k = plan_->kernel(st.kernel);
-        e = timed(st.kernel, {{"step", i}, {"kind", "kernel"}, {"flops", k.flops}, {"bytes", k.bytes}},
-                  [&] { return local_step(st); });
+        const PlanKernel& k = *kernels_.at(st.kernel);
+        e = timed(st.kernel,
+                  {{"step", i}, {"kind", "kernel"}, {"flops", k.flops}, {"bytes", k.bytes_read + k.bytes_written}},
+                  [&] { return local_step(i); });
       } else {
-        e = local_step(st);
+        e = local_step(i);
       }
       if (e) return with_context(plan_step_name(*rank_, i) + ": ", *e);
     }
@@ -456,7 +434,7 @@ std::optional<Diag> GpuRank::run_segment(size_t begin, size_t end) {
   if (it == graphs_.end()) {
     // Capturing enqueues nothing; count the kernels it records once, then per replay.
     const int64_t before = launches_;
-    Result<cuda::Graph> g = cuda::Graph::capture(plan_->context(), stream_, body);
+    Result<cuda::Graph> g = cuda::Graph::capture(cuda_->context(), cuda_->stream(), body);
     const int64_t kernels = launches_ - before;
     launches_ = before;
     if (!g) return g.error();
@@ -466,11 +444,12 @@ std::optional<Diag> GpuRank::run_segment(size_t begin, size_t end) {
   launches_ += it->second.kernels;
   const cuda::Graph& graph = it->second.graph;
   return timed("graph of steps " + std::to_string(begin) + ".." + std::to_string(end - 1),
-               {{"kernels", it->second.kernels}}, [&] { return graph.launch(stream_); });
+               {{"kernels", it->second.kernels}}, [&] { return graph.launch(cuda_->stream()); });
 }
 
-std::optional<Diag> GpuRank::enqueue() {
-  if (auto e = plan_->context().make_current()) return e;
+std::optional<Diag> RankExec::enqueue() {
+  if (cuda_)
+    if (auto e = cuda_->context().make_current()) return e;
   const size_t n = rank_->steps.size();
   for (size_t i = 0; i < n; ++i)
     if (!on_device(i) && rank_->steps[i].op != "gemm")
@@ -490,42 +469,42 @@ std::optional<Diag> GpuRank::enqueue() {
   return std::nullopt;
 }
 
-double GpuRank::now_us() const {
+double RankExec::now_us() const {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - opts_.trace_origin).count();
 }
 
-std::optional<Diag> GpuRank::run(Comm* comm) {
-  if (auto e = plan_->context().make_current()) return e;
+std::optional<Diag> RankExec::run(Comm* comm) {
+  if (cuda_)
+    if (auto e = cuda_->context().make_current()) return e;
   if (auto e = run_steps(comm)) return e;
   // The comm stream first, under the timeout: a peer that never joins a
   // collective aborts the communicator here instead of hanging the sync.
   for (auto& c : nccl_)
-    if (auto e = c->wait_with_timeout(comm_stream_.get())) return e;
-  if (auto e = stream_.synchronize()) return e;
+    if (auto e = c->wait_with_timeout(cuda_->comm_stream().get())) return e;
+  if (auto e = dev_->synchronize()) return e;
   if (!opts_.trace) return std::nullopt;
-  // Device events become trace events, placed by their distance from the reference
-  // event recorded when the run began.
+  // Marked events become trace events, placed by their distance from the reference
+  // mark made when the run began.
   opts_.trace->add_rank(rank_->rank);
-  for (DeviceEvent& d : device_events_) {
-    Result<float> from = cuda::Event::elapsed_ms(*ref_event_, d.start);
-    Result<float> dur = cuda::Event::elapsed_ms(d.start, d.end);
+  for (MarkedEvent& d : marked_) {
+    Result<double> from = dev_->elapsed_us(ref_mark_, d.start);
+    Result<double> dur = dev_->elapsed_us(d.start, d.end);
     if (!from) return from.error();
     if (!dur) return dur.error();
-    opts_.trace->add(rank_->rank, d.track, d.name, ref_us_ + *from * 1e3, *dur * 1e3, std::move(d.args),
+    opts_.trace->add(rank_->rank, d.track, d.name, ref_us_ + *from, *dur, std::move(d.args),
                      d.track == Stream::Comm ? "collective" : "kernel");
   }
-  device_events_.clear();
+  marked_.clear();
   return std::nullopt;
 }
 
-std::optional<Diag> GpuRank::run_steps(Comm* comm) {
+std::optional<Diag> RankExec::run_steps(Comm* comm) {
   if (opts_.trace) {
-    Result<cuda::Event> ref = cuda::Event::create(plan_->context());
+    if (auto e = dev_->synchronize()) return e;
+    Result<int> ref = dev_->mark(Stream::Compute);
     if (!ref) return ref.error();
-    ref_event_ = std::make_unique<cuda::Event>(std::move(ref).value());
-    if (auto e = stream_.synchronize()) return e;
-    if (auto e = ref_event_->record(stream_)) return e;
-    if (auto e = ref_event_->synchronize()) return e;
+    ref_mark_ = *ref;
+    if (auto e = dev_->synchronize()) return e;
     ref_us_ = now_us();
   }
   std::map<int, std::pair<double, std::string>> issued;  // handle -> (issue time, name), for the trace
@@ -533,9 +512,19 @@ std::optional<Diag> GpuRank::run_steps(Comm* comm) {
   const std::vector<PlanStep>& steps = rank_->steps;
   size_t i = 0;
   while (i < steps.size()) {
+    if (opts_.before_step) {
+      std::optional<Diag> stop;
+      try {
+        stop = opts_.before_step(rank_->rank, i);
+      } catch (const std::exception& ex) {
+        stop = Diag{"", {}, ex.what()};
+      }
+      if (stop) return with_context(plan_step_name(*rank_, i) + ": ", *stop);
+    }
     if (on_device(i)) {
-      size_t j = i;
-      while (j < steps.size() && on_device(j)) ++j;
+      // With a test hook every step is its own segment, so the hook sees each.
+      size_t j = i + 1;
+      while (!opts_.before_step && j < steps.size() && on_device(j)) ++j;
       if (auto e = run_segment(i, j)) return e;
       i = j;
       continue;
@@ -560,7 +549,7 @@ std::optional<Diag> GpuRank::run_steps(Comm* comm) {
           const double t1 = now_us();
           const auto& [at, name] = issued[s.handle];
           opts_.trace->add(rank_->rank, Stream::Comm, name + " (host-staged)", at, t1 - at,
-                           {{"step", i}, {"bytes", buffers_[static_cast<size_t>(s.out.at(0))].bytes()}}, "collective");
+                           {{"step", i}, {"bytes", bytes(s.out.at(0))}}, "collective");
           opts_.trace->add(rank_->rank, Stream::Compute, "wait " + rank_->buffers[static_cast<size_t>(s.out.at(0))].name,
                            t0, t1 - t0, {{"step", i}}, "wait");
         }
@@ -639,6 +628,22 @@ Result<RunSetup> setup_run(const PlanSource& src, const GpuRunOptions& opts, int
   return rs;
 }
 
+// Uploads the inputs, runs the steps, adds the counts to the stats, downloads the
+// outputs.
+Result<std::vector<Tensor>> run_and_collect(RankExec& rank, Comm& comm, const std::vector<Tensor>& inputs,
+                                            GpuRunStats* stats, std::mutex& mu) {
+  if (auto e = rank.upload_inputs(inputs)) return *e;
+  if (auto e = rank.run(&comm)) return *e;
+  if (stats) {
+    std::lock_guard<std::mutex> lock(mu);
+    stats->launches += rank.launches();
+    stats->library_gemms += rank.library_calls();
+    stats->graph_launches += rank.graph_launches();
+    stats->nccl_ops += rank.nccl_ops();
+  }
+  return rank.download_outputs();
+}
+
 // One rank on its GPU: buffers, NCCL communicators if the setup says so, the run,
 // the outputs.
 Result<std::vector<Tensor>> run_one_rank(const std::shared_ptr<GpuPlan>& loaded, const RunSetup& rs, int device,
@@ -646,7 +651,7 @@ Result<std::vector<Tensor>> run_one_rank(const std::shared_ptr<GpuPlan>& loaded,
                                          GpuRunStats* stats, std::mutex& mu) {
   const int r = comm.rank();
   if (opts.trace) opts.trace->add_rank(r);
-  Result<std::unique_ptr<GpuRank>> gr = GpuRank::create(loaded, r, opts);
+  Result<std::unique_ptr<RankExec>> gr = RankExec::create_cuda(loaded, r, opts);
   if (!gr) return gr.error();
   if (rs.use_nccl) {
     // One communicator per mesh dim, its unique id exchanged through Gloo.
@@ -658,16 +663,7 @@ Result<std::vector<Tensor>> run_one_rank(const std::shared_ptr<GpuPlan>& loaded,
     }
     if (auto e = (*gr)->use_nccl(std::move(comms))) return *e;
   }
-  if (auto e = (*gr)->upload_inputs(inputs)) return *e;
-  if (auto e = (*gr)->run(&comm)) return *e;
-  if (stats) {
-    std::lock_guard<std::mutex> lock(mu);
-    stats->launches += (*gr)->launches();
-    stats->library_gemms += (*gr)->library_calls();
-    stats->graph_launches += (*gr)->graph_launches();
-    stats->nccl_ops += (*gr)->nccl_ops();
-  }
-  return (*gr)->download_outputs();
+  return run_and_collect(**gr, comm, inputs, stats, mu);
 }
 
 Result<std::shared_ptr<GpuPlan>> load_on(const PlanSource& src, int device, GpuRunStats* stats) {
@@ -726,6 +722,74 @@ Result<std::vector<Tensor>> run_rank_on_gpu(const PlanSource& src, Comm& comm, c
   if (stats) stats->gpus = 1;
   std::mutex mu;
   return run_one_rank(*loaded, *rs, device, comm, inputs, opts, stats, mu);
+}
+
+// --- on the host CPU ----------------------------------------------------------------------
+
+namespace {
+
+Result<DeviceMesh> host_setup(const Plan& plan, const GpuRunOptions& opts, GpuRunStats* stats) {
+  if (opts.cuda_graph) return Diag{"", {}, "CUDA graphs need --device cuda"};
+  if (opts.collectives == GpuCollectives::Nccl) return Diag{"", {}, "NCCL needs --device cuda"};
+  Result<Mesh> mesh = parse_mesh(plan.mesh, "plan.json");
+  if (!mesh) return mesh.error();
+  DeviceMesh dm(*mesh);
+  if (dm.world() != plan.world)
+    return Diag{"", {}, "the plan's mesh \"" + plan.mesh + "\" has " + std::to_string(dm.world()) +
+                            " rank(s), world is " + std::to_string(plan.world)};
+  if (stats) {
+    bool has_collectives = false;
+    for (const PlanRank& r : plan.ranks)
+      for (const PlanStep& st : r.steps) has_collectives = has_collectives || st.op == "wait";
+    stats->device = "host CPU";
+    stats->gpus = 0;
+    stats->collectives = has_collectives ? "Gloo" : "none";
+  }
+  return dm;
+}
+
+Result<std::vector<Tensor>> run_host_rank(const Plan& plan, const std::shared_ptr<const HostKernels>& kernels,
+                                          Comm& comm, const std::vector<Tensor>& inputs, const GpuRunOptions& opts,
+                                          GpuRunStats* stats, std::mutex& mu) {
+  if (opts.trace) opts.trace->add_rank(comm.rank());
+  Result<std::unique_ptr<RankExec>> r = RankExec::create_host(plan, kernels, comm.rank(), opts);
+  if (!r) return r.error();
+  return run_and_collect(**r, comm, inputs, stats, mu);
+}
+
+}  // namespace
+
+Result<std::vector<std::vector<Tensor>>> run_plan_on_host(const Plan& plan, std::shared_ptr<const HostKernels> kernels,
+                                                          const std::vector<std::vector<Tensor>>& inputs,
+                                                          const GpuRunOptions& opts, GpuRunStats* stats) {
+  if (static_cast<int>(inputs.size()) != plan.world)
+    return Diag{"", {}, "inputs for " + std::to_string(inputs.size()) + " rank(s), the plan's world is " +
+                            std::to_string(plan.world)};
+  Result<DeviceMesh> mesh = host_setup(plan, opts, stats);
+  if (!mesh) return mesh.error();
+  std::vector<std::vector<Tensor>> outputs(static_cast<size_t>(plan.world));
+  std::mutex mu;
+  std::optional<Diag> failed = on_rank_threads(*mesh, opts.timeout, [&](Comm& comm) -> std::optional<Diag> {
+    Result<std::vector<Tensor>> out =
+        run_host_rank(plan, kernels, comm, inputs[static_cast<size_t>(comm.rank())], opts, stats, mu);
+    if (!out) return out.error();
+    outputs[static_cast<size_t>(comm.rank())] = std::move(out).value();
+    return std::nullopt;
+  });
+  if (failed) return *failed;
+  return outputs;
+}
+
+Result<std::vector<Tensor>> run_rank_on_host(const Plan& plan, std::shared_ptr<const HostKernels> kernels, Comm& comm,
+                                             const std::vector<Tensor>& inputs, const GpuRunOptions& opts,
+                                             GpuRunStats* stats) {
+  if (comm.rank() < 0 || comm.rank() >= plan.world)
+    return Diag{"", {}, "rank " + std::to_string(comm.rank()) + " is not in the plan (world " +
+                            std::to_string(plan.world) + ")"};
+  Result<DeviceMesh> mesh = host_setup(plan, opts, stats);
+  if (!mesh) return mesh.error();
+  std::mutex mu;
+  return run_host_rank(plan, kernels, comm, inputs, opts, stats, mu);
 }
 
 }  // namespace sf

@@ -28,6 +28,7 @@
 #include "runtime/cuda.h"
 #include "runtime/nccl.h"
 #include "runtime/plan.h"
+#include "runtime/plan_device.h"
 #include "runtime/trace.h"
 
 namespace sf {
@@ -68,9 +69,12 @@ struct GpuRunOptions {
   // Microseconds since trace_origin.
   TraceWriter* trace = nullptr;
   std::chrono::steady_clock::time_point trace_origin = std::chrono::steady_clock::now();
+  // Test hook, called before every step of every rank (every step then runs on its
+  // own, outside any CUDA graph); a Diag or an exception ends the rank there.
+  std::function<std::optional<Diag>(int rank, size_t step)> before_step;
 };
 
-// A Plan's kernels loaded on a device, shared by its ranks.
+// A Plan's kernels loaded on a GPU, shared by its ranks.
 class GpuPlan {
  public:
   static Result<std::shared_ptr<GpuPlan>> load(std::shared_ptr<cuda::Context> ctx, const PlanSource& src);
@@ -82,7 +86,6 @@ class GpuPlan {
     CUfunction fn{};
     cuda::LaunchDims dims;
     bool zero_outputs = false;
-    int64_t flops = 0, bytes = 0;  // the Plan's counts (bytes read + written), for traces
   };
   const Loaded& kernel(const std::string& id) const { return kernels_.at(id); }
 
@@ -94,15 +97,28 @@ class GpuPlan {
   std::map<std::string, Loaded> kernels_;
 };
 
-// One rank of a Plan on the device: its buffers allocated once, its stream.
-class GpuRank {
- public:
-  static Result<std::unique_ptr<GpuRank>> create(std::shared_ptr<GpuPlan> plan, int rank, const GpuRunOptions& opts);
-  ~GpuRank();
+class CudaPlanDevice;  // runtime/plan_cuda.h
+class HostKernels;     // runtime/plan_host.h
 
-  // From now on the Plan's collectives go through NCCL: comms[d] is this rank's
-  // communicator along mesh dim d, on this rank's device. Makes the comm stream
-  // and an event pair per collective.
+// One rank of a Plan on a device (runtime/plan_device.h): its buffers allocated
+// once, its steps run in order. The step logic is the same on every device; the
+// GPU adds NCCL on a comm stream, CUDA graphs and library GEMM steps.
+class RankExec {
+ public:
+  // On a GPU: the Plan's PTX loaded there (GpuPlan).
+  static Result<std::unique_ptr<RankExec>> create_cuda(std::shared_ptr<GpuPlan> plan, int rank,
+                                                       const GpuRunOptions& opts);
+  // On the host CPU: the Plan's host kernels (runtime/plan_host.h). opts.cuda_graph
+  // and NCCL are GPU-only and refused.
+  static Result<std::unique_ptr<RankExec>> create_host(const Plan& plan, std::shared_ptr<const HostKernels> kernels,
+                                                       int rank, const GpuRunOptions& opts);
+  ~RankExec();
+
+  const PlanRank& rank() const { return *rank_; }
+
+  // From now on the Plan's collectives go through NCCL (GPU only): comms[d] is this
+  // rank's communicator along mesh dim d, on this rank's device. Makes the comm
+  // stream and an event pair per collective.
   std::optional<Diag> use_nccl(std::vector<std::unique_ptr<nccl::NcclComm>> comms);
   bool uses_nccl() const { return !nccl_.empty(); }
 
@@ -110,32 +126,38 @@ class GpuRank {
   std::optional<Diag> upload_inputs(const std::vector<Tensor>& inputs);
   // Runs every step in order and waits for the device. `comm` runs the collectives
   // unless use_nccl() was called (null is fine then, or for a plan with none).
+  // `before_step` (tests) is called before each step and may throw or return a Diag.
   std::optional<Diag> run(Comm* comm);
   // Enqueues the whole program on the stream without waiting (benchmarks time it
-  // with events); only for a rank whose steps are all kernels.
+  // with events); only for a rank whose steps are all kernels and library GEMMs.
   std::optional<Diag> enqueue();
   // The output buffers, copied to the host.
   Result<std::vector<Tensor>> download_outputs();
 
-  cuda::Stream& stream() { return stream_; }
-  cuda::Stream& comm_stream() { return comm_stream_; }
+  // GPU only (null on the host): the CUDA device, its compute and comm streams.
+  CudaPlanDevice* cuda() const { return cuda_; }
+  cuda::Stream& stream();
+  cuda::Stream& comm_stream();
   int64_t launches() const { return launches_; }
   int64_t library_calls() const { return library_calls_; }  // gemm steps run
   int64_t nccl_ops() const { return nccl_ops_run_; }
   int64_t graph_launches() const { return graph_launches_; }
 
  private:
-  GpuRank() = default;
+  RankExec() = default;
+  static Result<std::unique_ptr<RankExec>> create(const Plan& plan, std::unique_ptr<PlanDevice> dev, int rank,
+                                                  const GpuRunOptions& opts, std::shared_ptr<GpuPlan> gpu_plan,
+                                                  CudaPlanDevice* cuda);
+  PlanDevice::Addr addr(int buffer) const { return buffers_[static_cast<size_t>(buffer)]; }
+  size_t bytes(int buffer) const;
   std::optional<Diag> run_steps(Comm* comm);
   std::optional<Diag> run_segment(size_t begin, size_t end);
   // Whether step i runs on the compute stream (kernels, partialize, and slices
   // and concats a strided copy can do).
   bool on_device(size_t i) const;
-  // Enqueues on `on`, between two CUDA events when tracing (an event of `track`).
+  // Runs `enqueue` between two marks of `track` when tracing (an event of that track).
   std::optional<Diag> timed(const std::string& name, nlohmann::json args,
-                            const std::function<std::optional<Diag>()>& enqueue);
-  std::optional<Diag> timed(const std::string& name, nlohmann::json args,
-                            const std::function<std::optional<Diag>()>& enqueue, const cuda::Stream& on, Stream track);
+                            const std::function<std::optional<Diag>()>& enqueue, Stream track = Stream::Compute);
   // NCCL: a start step (after its operand is written) and a wait step.
   std::optional<Diag> nccl_start(size_t i);
   std::optional<Diag> nccl_wait(size_t i);
@@ -144,29 +166,29 @@ class GpuRank {
   Result<CUdeviceptr> scratch(NcclOp& op, size_t slot, size_t bytes);
   std::optional<Diag> host_slice(const PlanStep& s);
   double now_us() const;
-  std::optional<Diag> launch_step(const PlanStep& s);
+  std::optional<Diag> launch_step(size_t i);
   // gemm steps (runtime/plan_gemm.cpp): the library opened and every step's call
   // prepared when the rank is created, so a missing library or a GEMM it refuses is
   // an error naming the step before anything runs; then each call is enqueued on
   // the compute stream. They are never captured into CUDA graphs (--cuda-graph):
   // a graph segment ends before one, and the call runs between two graph launches.
+  // On the host a gemm step is an error naming it (the Plan was tuned on a GPU).
   std::optional<Diag> prepare_gemm_steps();
   std::optional<Diag> gemm_step(size_t i);
-  // Kernel steps whose kernel reads inputs by TMA: each of its tensor maps encoded
-  // over the step's input buffer when the rank is created (a map the driver refuses
-  // is an error naming the step), passed after the outputs at every launch.
-  std::optional<Diag> encode_tensor_maps();
-  std::map<const PlanStep*, std::vector<cuda::Buffer>> tensor_maps_;
-  std::optional<Diag> local_step(const PlanStep& s);
+  std::optional<Diag> local_step(size_t i);
   std::optional<Diag> collective(const PlanStep& s, Comm& comm, std::map<int, Work>& pending);
   Result<Tensor> download(int buffer);
   std::optional<Diag> upload(int buffer, const Tensor& t);
 
-  std::shared_ptr<GpuPlan> plan_;
+  const Plan* plan_ = nullptr;
+  Mesh mesh_;  // plan_->mesh, parsed once
+  std::shared_ptr<GpuPlan> gpu_plan_;  // GPU: kept alive for the device
   const PlanRank* rank_ = nullptr;
   GpuRunOptions opts_;
-  cuda::Stream stream_;
-  std::vector<cuda::Buffer> buffers_;
+  std::unique_ptr<PlanDevice> dev_;
+  CudaPlanDevice* cuda_ = nullptr;  // dev_, when it is a GPU
+  std::vector<PlanDevice::Addr> buffers_;
+  std::map<std::string, const PlanKernel*> kernels_;  // by id
   struct Captured {
     cuda::Graph graph;
     int64_t kernels = 0;  // launches it replays
@@ -178,16 +200,15 @@ class GpuRank {
     void operator()(GemmSteps* g) const;
   };
   std::unique_ptr<GemmSteps, GemmStepsDeleter> gemms_;
-  struct DeviceEvent {
+  struct MarkedEvent {
     std::string name;
     nlohmann::json args;
-    cuda::Event start, end;
+    int start = 0, end = 0;  // PlanDevice marks
     Stream track = Stream::Compute;
   };
-  // NCCL: the communicators (by mesh dim), the comm stream, and per start step
-  // its wait step, its output buffer, its events and its pack/unpack space.
+  // NCCL: the communicators (by mesh dim), and per start step its wait step, its
+  // output buffer, its events and its pack/unpack space.
   std::vector<std::unique_ptr<nccl::NcclComm>> nccl_;
-  cuda::Stream comm_stream_;
   struct NcclOp {
     size_t wait = 0;
     int out = -1;
@@ -196,8 +217,8 @@ class GpuRank {
   };
   std::map<size_t, NcclOp> nccl_ops_;   // by start step
   std::map<size_t, size_t> start_of_;   // wait step -> start step
-  std::vector<DeviceEvent> device_events_;
-  std::unique_ptr<cuda::Event> ref_event_;
+  std::vector<MarkedEvent> marked_;
+  int ref_mark_ = -1;
   double ref_us_ = 0;
 };
 
@@ -237,5 +258,17 @@ Result<std::vector<std::vector<Tensor>>> run_plan_on_gpu(const PlanSource& src,
 // local outputs.
 Result<std::vector<Tensor>> run_rank_on_gpu(const PlanSource& src, Comm& comm, const std::vector<Tensor>& inputs,
                                             const GpuRunOptions& opts = {}, GpuRunStats* stats = nullptr);
+
+// The same on the host CPU: every rank a thread of this process running the Plan's
+// host code (runtime/plan_host.h) through the executor above, collectives through
+// Gloo. opts.cuda_graph and NCCL are refused. stats->device is "host CPU".
+Result<std::vector<std::vector<Tensor>>> run_plan_on_host(const Plan& plan, std::shared_ptr<const HostKernels> kernels,
+                                                          const std::vector<std::vector<Tensor>>& inputs,
+                                                          const GpuRunOptions& opts = {},
+                                                          GpuRunStats* stats = nullptr);
+// One rank of a multi-process run on the host CPU.
+Result<std::vector<Tensor>> run_rank_on_host(const Plan& plan, std::shared_ptr<const HostKernels> kernels, Comm& comm,
+                                             const std::vector<Tensor>& inputs, const GpuRunOptions& opts = {},
+                                             GpuRunStats* stats = nullptr);
 
 }  // namespace sf

@@ -4,19 +4,21 @@
 #include <map>
 
 #include "runtime/cublas.h"
+#include "runtime/plan_cuda.h"
 #include "runtime/plan_exec.h"
 
 namespace sf {
 
-struct GpuRank::GemmSteps {
+struct RankExec::GemmSteps {
   cublas::Handle handle;
   std::map<size_t, cublas::GemmCall> calls;  // by step
   cuda::Buffer workspace;                    // cuBLASLt's, kGemmWorkspaceBytes, shared by the rank's calls
 };
 
-void GpuRank::GemmStepsDeleter::operator()(GemmSteps* g) const { delete g; }
+void RankExec::GemmStepsDeleter::operator()(GemmSteps* g) const { delete g; }
 
-std::optional<Diag> GpuRank::prepare_gemm_steps() {
+std::optional<Diag> RankExec::prepare_gemm_steps() {
+  if (!cuda_) return std::nullopt;  // the host device refuses gemm steps, naming the first
   std::vector<size_t> steps;
   bool lt = false;
   for (size_t i = 0; i < rank_->steps.size(); ++i)
@@ -27,11 +29,11 @@ std::optional<Diag> GpuRank::prepare_gemm_steps() {
   if (steps.empty()) return std::nullopt;
   // The library is opened once per process; without it every gemm step fails here,
   // named, before any input is uploaded.
-  Result<cublas::Handle> h = cublas::Handle::create(plan_->context());
+  Result<cublas::Handle> h = cublas::Handle::create(cuda_->context());
   if (!h) return Diag{"", {}, plan_step_name(*rank_, steps[0]) + ": " + h.error().message};
   std::unique_ptr<GemmSteps, GemmStepsDeleter> g(new GemmSteps{std::move(h).value(), {}, {}});
   if (lt) {
-    Result<cuda::Buffer> w = cuda::Buffer::allocate(plan_->context(), kGemmWorkspaceBytes);
+    Result<cuda::Buffer> w = cuda::Buffer::allocate(cuda_->context(), kGemmWorkspaceBytes);
     if (!w) return Diag{"", {}, plan_step_name(*rank_, steps[0]) + ": the cuBLASLt workspace: " + w.error().message};
     g->workspace = std::move(w).value();
   }
@@ -45,11 +47,11 @@ std::optional<Diag> GpuRank::prepare_gemm_steps() {
   return std::nullopt;
 }
 
-std::optional<Diag> GpuRank::gemm_step(size_t i) {
+std::optional<Diag> RankExec::gemm_step(size_t i) {
   const PlanStep& s = rank_->steps[i];
-  if (!gemms_ || !gemms_->calls.count(i)) return Diag{"", {}, "the gemm step was not prepared"};
+  if (!cuda_ || !gemms_ || !gemms_->calls.count(i)) return Diag{"", {}, "the gemm step was not prepared"};
   const cublas::GemmCall& call = gemms_->calls.at(i);
-  auto ptr = [&](int b) { return buffers_[static_cast<size_t>(b)].ptr(); };
+  auto ptr = [&](int b) { return addr(b); };
   const GemmDesc& d = s.gemm.desc;
   ++library_calls_;
   return timed("gemm " + s.gemm.name,
@@ -58,7 +60,7 @@ std::optional<Diag> GpuRank::gemm_step(size_t i) {
                 {"library", std::string(gemm_library_name(d.library))},
                 {"flops", gemm_flops(d)}},
                [&] {
-                 return call.enqueue(stream_, ptr(s.in.at(0)), ptr(s.in.at(1)), s.in.size() > 2 ? ptr(s.in[2]) : 0,
+                 return call.enqueue(cuda_->stream(), ptr(s.in.at(0)), ptr(s.in.at(1)), s.in.size() > 2 ? ptr(s.in[2]) : 0,
                                            ptr(s.out.at(0)), gemms_->workspace.ptr());
                });
 }

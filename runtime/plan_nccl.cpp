@@ -5,6 +5,7 @@
 // on the comm stream around the NCCL call.
 #include <algorithm>
 
+#include "runtime/plan_cuda.h"
 #include "runtime/plan_exec.h"
 
 namespace sf {
@@ -34,7 +35,7 @@ bool all_to_all_packs(const Shape& shape, int dim, const std::vector<int64_t>& s
   return std::any_of(sizes.begin(), sizes.end(), [&](int64_t x) { return x > 0 && x < extent; });
 }
 
-// The scratch bytes (per slot) GpuRank::enqueue_collective packs and unpacks
+// The scratch bytes (per slot) RankExec::enqueue_collective packs and unpacks
 // through for collective `s` over n members, from `in` to `out`: allocated before
 // the first collective is enqueued, since allocating (and above all freeing, which
 // the allocator does when memory runs short) while NCCL kernels wait for peers can
@@ -60,12 +61,13 @@ std::vector<size_t> scratch_bytes(const PlanStep& s, const PlanBuffer& in, const
 
 }  // namespace
 
-std::optional<Diag> GpuRank::use_nccl(std::vector<std::unique_ptr<nccl::NcclComm>> comms) {
+std::optional<Diag> RankExec::use_nccl(std::vector<std::unique_ptr<nccl::NcclComm>> comms) {
   const std::string who = "rank " + std::to_string(rank_->rank) + ": ";
-  if (static_cast<int>(comms.size()) != static_cast<int>(plan_->mesh().dims.size()))
+  if (!cuda_) return Diag{"", {}, who + "NCCL needs --device cuda"};
+  if (static_cast<int>(comms.size()) != static_cast<int>(mesh_.dims.size()))
     return Diag{"", {}, who + std::to_string(comms.size()) + " NCCL communicator(s) for a mesh of " +
-                            std::to_string(static_cast<int>(plan_->mesh().dims.size())) + " dim(s)"};
-  cuda::Context& ctx = plan_->context();
+                            std::to_string(static_cast<int>(mesh_.dims.size())) + " dim(s)"};
+  cuda::Context& ctx = cuda_->context();
   if (auto e = ctx.make_current()) return e;
   std::map<int, size_t> open;  // handle -> its start step
   std::map<size_t, NcclOp> ops;
@@ -96,13 +98,11 @@ std::optional<Diag> GpuRank::use_nccl(std::vector<std::unique_ptr<nccl::NcclComm
   }
   if (!open.empty())
     return Diag{"", {}, plan_step_name(*rank_, open.begin()->second) + ": started but never waited for"};
-  Result<cuda::Stream> cs = cuda::Stream::create(ctx);
-  if (!cs) return cs.error();
-  comm_stream_ = std::move(cs).value();
+  if (auto e = cuda_->make_comm_stream()) return e;
   nccl_ops_ = std::move(ops);
   for (auto& [i, op] : nccl_ops_) {
     const PlanStep& s = rank_->steps[i];
-    std::optional<int> dim = plan_->mesh().find(s.mesh_dim);
+    std::optional<int> dim = mesh_.find(s.mesh_dim);
     if (!dim || *dim >= static_cast<int>(comms.size())) continue;  // reported when the step runs
     const std::vector<size_t> need =
         scratch_bytes(s, rank_->buffers[static_cast<size_t>(s.in.at(0))], rank_->buffers[static_cast<size_t>(op.out)],
@@ -119,35 +119,35 @@ std::optional<Diag> GpuRank::use_nccl(std::vector<std::unique_ptr<nccl::NcclComm
 
 // --- collectives through NCCL ------------------------------------------------------------
 
-Result<CUdeviceptr> GpuRank::scratch(NcclOp& op, size_t slot, size_t bytes) {
+Result<CUdeviceptr> RankExec::scratch(NcclOp& op, size_t slot, size_t bytes) {
   // Allocated by use_nccl() (scratch_bytes()) and kept: it is only touched on the
   // comm stream, in stream order, so every run reuses it safely. Growing it here is
   // a fallback that scratch_bytes() makes unneeded.
   if (op.scratch.size() <= slot) op.scratch.resize(slot + 1);
   cuda::Buffer& b = op.scratch[slot];
   if (b.bytes() < bytes) {
-    Result<cuda::Buffer> nb = cuda::Buffer::allocate(plan_->context(), bytes);
+    Result<cuda::Buffer> nb = cuda::Buffer::allocate(cuda_->context(), bytes);
     if (!nb) return nb.error();
     // Zeroed once, so padding that an uneven reduce-scatter reduces but nobody
     // keeps holds numbers, not whatever the allocation held.
-    const cuda::Driver& d = plan_->context().drv();
-    if (auto e = cuda::check(d.MemsetD8Async(nb->ptr(), 0, bytes, comm_stream_.get()), "cuMemsetD8Async (scratch)"))
+    const cuda::Driver& d = cuda_->context().drv();
+    if (auto e = cuda::check(d.MemsetD8Async(nb->ptr(), 0, bytes, cuda_->comm_stream().get()), "cuMemsetD8Async (scratch)"))
       return *e;
     b = std::move(nb).value();
   }
   return b.ptr();
 }
 
-std::optional<Diag> GpuRank::enqueue_collective(const PlanStep& s, NcclOp& op, nccl::NcclComm& c) {
-  const cuda::Context& ctx = plan_->context();
+std::optional<Diag> RankExec::enqueue_collective(const PlanStep& s, NcclOp& op, nccl::NcclComm& c) {
+  const cuda::Context& ctx = cuda_->context();
   const PlanBuffer& ib = rank_->buffers[static_cast<size_t>(s.in.at(0))];
   const PlanBuffer& ob = rank_->buffers[static_cast<size_t>(op.out)];
-  const CUdeviceptr in = buffers_[static_cast<size_t>(s.in.at(0))].ptr();
-  const CUdeviceptr out = buffers_[static_cast<size_t>(op.out)].ptr();
+  const CUdeviceptr in = addr(s.in.at(0));
+  const CUdeviceptr out = addr(op.out);
   const DType dt = ib.dtype;
   const size_t es = static_cast<size_t>(dtype_size(dt));
   const int n = c.size();
-  const CUstream cs = comm_stream_.get();
+  const CUstream cs = cuda_->comm_stream().get();
   if (ob.dtype != dt) return Diag{"", {}, "the collective's input and output dtypes differ"};
   ReduceOp rop = ReduceOp::Sum;
   if (!s.reduce_op.empty()) {
@@ -164,7 +164,7 @@ std::optional<Diag> GpuRank::enqueue_collective(const PlanStep& s, NcclOp& op, n
     return std::nullopt;
   };
   auto copy = [&](CUdeviceptr dst, size_t dst_pitch, CUdeviceptr src, size_t src_pitch, size_t width, size_t height) {
-    return cuda::copy_2d(ctx, dst, dst_pitch, src, src_pitch, width, height, comm_stream_);
+    return cuda::copy_2d(ctx, dst, dst_pitch, src, src_pitch, width, height, cuda_->comm_stream());
   };
 
   if (s.collective() == CollectiveKind::AllReduce) {
@@ -290,33 +290,33 @@ std::optional<Diag> GpuRank::enqueue_collective(const PlanStep& s, NcclOp& op, n
   return Diag{"", {}, "unknown step op \"" + s.op + "\""};
 }
 
-std::optional<Diag> GpuRank::nccl_start(size_t i) {
+std::optional<Diag> RankExec::nccl_start(size_t i) {
   const PlanStep& s = rank_->steps[i];
   auto it = nccl_ops_.find(i);
   if (it == nccl_ops_.end()) return Diag{"", {}, "not a collective start"};
   NcclOp& op = it->second;
-  std::optional<int> dim = plan_->mesh().find(s.mesh_dim);
+  std::optional<int> dim = mesh_.find(s.mesh_dim);
   if (!dim || *dim >= static_cast<int>(nccl_.size()))
-    return Diag{"", {}, "mesh dim \"" + s.mesh_dim + "\" is not in the plan's mesh \"" + plan_->plan().mesh + "\""};
+    return Diag{"", {}, "mesh dim \"" + s.mesh_dim + "\" is not in the plan's mesh \"" + plan_->mesh + "\""};
   nccl::NcclComm& c = *nccl_[static_cast<size_t>(*dim)];
-  const cuda::Context& ctx = plan_->context();
+  const cuda::Context& ctx = cuda_->context();
   // The comm stream starts once the compute stream has written the operand.
-  if (auto e = op.ready.record(stream_)) return e;
-  if (auto e = cuda::wait_event(ctx, comm_stream_, op.ready)) return e;
+  if (auto e = op.ready.record(cuda_->stream())) return e;
+  if (auto e = cuda::wait_event(ctx, cuda_->comm_stream(), op.ready)) return e;
   const std::string name = s.op + " " + rank_->buffers[static_cast<size_t>(s.in.at(0))].name;
-  if (auto e = timed(name, {{"step", i}, {"bytes", buffers_[static_cast<size_t>(op.out)].bytes()}, {"via", "nccl"},
+  if (auto e = timed(name, {{"step", i}, {"bytes", bytes(op.out)}, {"via", "nccl"},
                             {"mesh_dim", s.mesh_dim}},
-                     [&] { return enqueue_collective(s, op, c); }, comm_stream_, Stream::Comm))
+                     [&] { return enqueue_collective(s, op, c); }, Stream::Comm))
     return e;
   ++nccl_ops_run_;
-  return op.done.record(comm_stream_);
+  return op.done.record(cuda_->comm_stream());
 }
 
-std::optional<Diag> GpuRank::nccl_wait(size_t i) {
+std::optional<Diag> RankExec::nccl_wait(size_t i) {
   auto it = start_of_.find(i);
   if (it == start_of_.end()) return Diag{"", {}, "a wait with no start"};
   // Only the compute stream waits, on the device; the host goes on enqueueing.
-  return cuda::wait_event(plan_->context(), stream_, nccl_ops_.at(it->second).done);
+  return cuda::wait_event(cuda_->context(), cuda_->stream(), nccl_ops_.at(it->second).done);
 }
 
 }  // namespace sf

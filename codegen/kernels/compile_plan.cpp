@@ -4,6 +4,7 @@
 #include <llvm/IR/Module.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <cstdio>
 #include <deque>
@@ -23,11 +24,68 @@
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/matmul.h"
 #include "codegen/kernels/reduction.h"
+#include "codegen/reference/evaluate.h"
+#include "codegen/dist/shard.h"
 #include "runtime/plan_verify.h"
 
 namespace sf {
 
 namespace {
+
+constexpr const char* kHostObjectFile = "host_kernels.so";
+
+// A kernel run by the reference evaluator on its group: the args' bytes in, the
+// outputs' bytes out (`run --kernels reference`, and groups no host emitter builds).
+std::function<std::optional<Diag>(void**)> reference_host_kernel(const Graph& group) {
+  auto g = std::make_shared<const Graph>(group);
+  return [g](void** args) -> std::optional<Diag> {
+    std::vector<Tensor> in;
+    size_t a = 0;
+    for (ValueId p : g->params()) {
+      const TensorType& t = g->node(p).type;
+      in.emplace_back(t.dtype, t.shape);
+      if (in.back().nbytes()) std::memcpy(in.back().data(), args[a], in.back().nbytes());
+      ++a;
+    }
+    Result<std::vector<Tensor>> out = evaluate(*g, in);
+    if (!out) return out.error();
+    for (const Tensor& t : *out) {
+      if (t.nbytes()) std::memcpy(args[a], t.data(), t.nbytes());
+      ++a;
+    }
+    return std::nullopt;
+  };
+}
+
+// Links the kernels' host objects (empty where a kernel has none) into one shared
+// object, through a scratch directory; its bytes, or "" when no kernel has host code.
+Result<std::string> link_host_objects(const std::vector<PlanKernel>& kernels, const std::vector<std::string>& objects) {
+  namespace fs = std::filesystem;
+  if (std::all_of(objects.begin(), objects.end(), [](const std::string& o) { return o.empty(); })) return std::string();
+  std::error_code ec;
+  std::mt19937_64 rng(std::random_device{}());
+  const fs::path dir = fs::temp_directory_path(ec) / ("shardfuse-host-" + std::to_string(rng() % 1000000000000));
+  if (ec || !fs::create_directory(dir, ec)) return Diag{dir.string(), {}, "cannot create a scratch directory"};
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code e;
+      fs::remove_all(dir, e);
+    }
+  } cleanup{dir};
+  std::vector<std::string> paths;
+  for (size_t i = 0; i < objects.size(); ++i) {
+    if (objects[i].empty()) continue;
+    paths.push_back((dir / (kernels[i].id + ".o")).string());
+    std::ofstream f(paths.back(), std::ios::binary);
+    f.write(objects[i].data(), static_cast<std::streamsize>(objects[i].size()));
+    f.close();
+    if (!f) return Diag{paths.back(), {}, "cannot write it"};
+  }
+  const std::string so = (dir / kHostObjectFile).string();
+  if (auto e = llvmb::link_host_shared_object(paths, so)) return *e;
+  return read_regular_file(so, kMaxPlanFileBytes, "");
+}
 
 
 std::string collective_name(RedistKind k) { return std::string(redist_kind_name(k)); }
@@ -128,8 +186,13 @@ std::vector<PlanStep> extern_steps(const LocalKernel& k, const std::vector<int>&
 Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
   DeviceMesh mesh(g.mesh());
   ShardingPlan sharding = propagate(g, mesh);
+  if (opts.replicate_outputs)
+    for (PlacementSpec& s : sharding.outputs) s = replicated(mesh);
   RankPipelineOptions po = opts.pipeline;
-  if (!po.can_emit) po.can_emit = emit_checker(llvmb::Target::nvptx(opts.arch), opts.config);
+  if (!po.can_emit && opts.host == CompileOptions::HostCode::Reference && !opts.ptx)
+    po.can_emit = [](const LocalKernel&) { return true; };  // the evaluator runs any group
+  if (!po.can_emit)
+    po.can_emit = emit_checker(opts.ptx ? llvmb::Target::nvptx(opts.arch) : llvmb::Target::host(), opts.config);
   std::vector<LocalProgram> programs = rank_programs(g, sharding, mesh, po);
 
   CompiledPlan out;
@@ -155,7 +218,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     pk.id = id;
     pk.entry = "sf_" + id;
     pk.kind = k.kind;
-    pk.ptx_file = id + ".ptx";
+    pk.ptx_file = opts.ptx ? id + ".ptx" : "";
     pk.bytes_read = k.bytes_read;
     pk.bytes_written = k.bytes_written;
     pk.flops = k.flops;
@@ -254,6 +317,46 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     }
     plan.ranks.push_back(std::move(r));
   }
+  // Host code: one object per kernel (linked into one shared object below), or
+  // functions in this process's JIT.
+  std::vector<std::string> host_objects(plan.kernels.size()), host_why(plan.kernels.size());
+  std::vector<void*> host_fns(plan.kernels.size(), nullptr);
+  std::shared_ptr<llvmb::HostJit> jit;
+  if (opts.host == CompileOptions::HostCode::Jit) {
+    Result<std::unique_ptr<llvmb::HostJit>> j = llvmb::HostJit::create();
+    if (!j) return j.error();
+    jit = std::move(j).value();
+  }
+  auto build_host = [&](size_t i, KernelKind kind) {
+    PlanKernel& pk = plan.kernels[i];
+    const LocalKernel& k = *sources[i];
+    KernelSpec spec{pk.entry, kind, k.group, opts.precision, opts.allow_tf32, false};
+    const KernelConfig cfg = opts.host_choose ? opts.host_choose(k) : KernelConfig{};
+    Result<EmittedKernel> e = emitter_for(kind).emit(spec, cfg, llvmb::Target::host());
+    if (!e) {
+      host_why[i] = e.error().message;
+      return;
+    }
+    const std::string entry = e->entry;
+    if (jit) {
+      Result<void*> fn = jit->add(std::move(e->module), std::move(e->context), entry);
+      if (!fn) {
+        host_why[i] = fn.error().message;
+        return;
+      }
+      host_fns[i] = *fn;
+    } else {
+      Result<std::string> obj = llvmb::compile_to_host_object(*e->module);
+      if (!obj) {
+        host_why[i] = obj.error().message;
+        return;
+      }
+      host_objects[i] = std::move(obj).value();
+    }
+    pk.host_symbol = entry;
+    pk.host_zero_outputs = e->launch.zero_outputs;
+    pk.host_config = config_str(kind, ConfigTarget::Host, cfg);
+  };
   std::vector<std::string> kernel_errors(plan.kernels.size());
   std::vector<std::string> forms(plan.kernels.size());  // report.txt: how a kernel reads its data
   std::vector<std::string> kernel_ptx(plan.kernels.size());
@@ -261,8 +364,10 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     PlanKernel& pk = plan.kernels[i];
     const LocalKernel& k = *sources[i];
     std::optional<KernelKind> kind = kernel_kind_of(k);
-    if (!kind) {
-      kernel_errors[i] = pk.id + ": no emitter for " + k.kind + " kernels yet";
+    if (!kind || opts.host == CompileOptions::HostCode::Reference) {
+      const std::string why = !kind ? "no emitter for " + k.kind + " kernels yet" : "--kernels reference";
+      if (opts.ptx) kernel_errors[i] = pk.id + ": " + why;
+      else host_why[i] = why;  // runs on the reference evaluator
       return;
     }
     KernelSpec spec{pk.entry, *kind, k.group, opts.precision, opts.allow_tf32, opts.tma};
@@ -300,6 +405,8 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
                        : "multi-pass: each row read " + std::to_string(ri->row_reads()) +
                              " time(s) (" + std::to_string((ri->row_elems + cfg.threads_per_row - 1) / cfg.threads_per_row) +
                              " elements per thread do not fit 32 registers, or the row is split)";
+    if (opts.host != CompileOptions::HostCode::None) build_host(i, *kind);
+    if (!opts.ptx) return;
     Result<EmittedKernel> e = emitter_for(*kind).emit(spec, cfg, llvmb::Target::nvptx(opts.arch));
     if (!e.ok()) {
       kernel_errors[i] = pk.id + ": " + e.error().message;
@@ -345,12 +452,42 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
   }
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     if (!kernel_errors[i].empty()) errors.push_back(kernel_errors[i]);
-    else out.ptx.emplace(plan.kernels[i].ptx_file, std::move(kernel_ptx[i]));
+    else if (opts.ptx) out.ptx.emplace(plan.kernels[i].ptx_file, std::move(kernel_ptx[i]));
   }
   if (!errors.empty()) {
     std::string m = "cannot compile " + std::to_string(errors.size()) + " kernel(s) for " + opts.arch + ":";
     for (const std::string& e : errors) m += "\n  " + e;
     return Diag{"", {}, m};
+  }
+
+  if (opts.host == CompileOptions::HostCode::Jit || opts.host == CompileOptions::HostCode::Reference) {
+    // Generated code where the host emitter built it, the reference evaluator on the
+    // kernel's group elsewhere (named in `missing`, so `run` can list them).
+    auto hk = std::make_shared<HostKernels>();
+    hk->owner = jit;
+    hk->origin = jit ? "compiled in this process" : "the reference evaluator";
+    for (size_t i = 0; i < plan.kernels.size(); ++i) {
+      const PlanKernel& pk = plan.kernels[i];
+      if (host_fns[i]) {
+        hk->by_id[pk.id] = {[entry = reinterpret_cast<HostKernel::Entry>(host_fns[i])](void** args)
+                                -> std::optional<Diag> {
+                              entry(args);
+                              return std::nullopt;
+                            },
+                            pk.host_zero_outputs, true};
+      } else {
+        hk->by_id[pk.id] = {reference_host_kernel(sources[i]->group), false, false};
+        hk->missing[pk.id] = host_why[i];
+      }
+    }
+    out.host_kernels = std::move(hk);
+  } else if (opts.host == CompileOptions::HostCode::Object) {
+    Result<std::string> so = link_host_objects(plan.kernels, host_objects);
+    if (!so) return with_context("the kernels' host code: ", so.error());
+    if (!so->empty()) {
+      plan.host_object = kHostObjectFile;
+      out.host_object = std::move(so).value();
+    }
   }
 
   std::string& rep = out.report;
@@ -388,6 +525,9 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     for (size_t i = 0; i < k.ops.size(); ++i) rep += (i ? " " : "") + k.ops[i];
     rep += "\n    config (" + k.config_source + "): " + k.config + "\n";
     if (!forms[ki].empty()) rep += "    form: " + forms[ki] + "\n";
+    if (opts.host != CompileOptions::HostCode::None)
+      rep += k.host_symbol.empty() ? "    host code: none (" + host_why[ki] + ")\n"
+                                   : "    host config: " + k.host_config + "\n";
   }
   if (!gemm_notes.empty()) {
     rep += "\nlibrary GEMMs (the tuning cache's winners; run through the library at exec, no PTX):\n";
@@ -490,6 +630,7 @@ std::optional<Diag> write_plan_dir(const CompiledPlan& p, const std::string& dir
   };
   bool ok = write("plan.json", plan_to_json(p.plan)) && write("report.txt", p.report);
   for (const auto& [name, text] : p.ptx) ok = ok && write(name, text);
+  if (!p.plan.host_object.empty()) ok = ok && write(p.plan.host_object, p.host_object);
   if (!p.graph_source.empty()) ok = ok && write("graph.sf", p.graph_source);
   if (ok) {
     std::ofstream f(tmp / kPlanMarker, std::ios::binary);

@@ -11,6 +11,7 @@
 #include "codegen/kernels/emitter.h"
 #include "codegen/kernels/tune.h"
 #include "runtime/plan.h"
+#include "runtime/plan_host.h"
 
 namespace sf {
 
@@ -29,6 +30,22 @@ struct CompileOptions {
   // and the default (its config_source says "flag"); one whose tensor-core knobs
   // (warp_specialize, persistent) its tensor-core kernel cannot take is an error.
   std::optional<KernelConfig> matmul_config;
+  // PTX for `arch` (false: a Plan that runs only on the host, `run --device cpu`;
+  // arch is then "host").
+  bool ptx = true;
+  // Every kernel's host (CPU) code too, so the Plan runs with `--device cpu`:
+  //   Object: one shared object in the Plan (Plan::host_object), linked by the
+  //           system C compiler driver (codegen/llvm/backend.h); for `compile`;
+  //   Jit:    compiled into this process (CompiledPlan::host_kernels); for `run`.
+  // A kernel the host emitter cannot build gets no host symbol (said in the report).
+  //   Reference: every kernel on the reference evaluator (`run --kernels reference`).
+  enum class HostCode : uint8_t { None, Object, Jit, Reference };
+  HostCode host = HostCode::Object;
+  // Every output Replicate at the end (collectives added to gather them), so each
+  // rank holds the whole result: `run --rank`, where every process reports it.
+  bool replicate_outputs = false;
+  // Each kernel's host config (the host tuning cache's choice); default when empty.
+  std::function<KernelConfig(const LocalKernel&)> host_choose;
 };
 
 struct CompiledPlan {
@@ -36,6 +53,8 @@ struct CompiledPlan {
   std::map<std::string, std::string> ptx;  // file name -> PTX text
   std::string report;                      // report.txt
   std::string graph_source;                // graph.sf: the graph's text, for `exec` (when known)
+  std::string host_object;                 // HostCode::Object: the shared object's bytes
+  std::shared_ptr<const HostKernels> host_kernels;  // HostCode::Jit: the kernels' code in this process
 };
 
 // A Diag naming every kernel that could not be emitted or that ptxas rejected.

@@ -722,6 +722,9 @@ std::optional<Diag> link_host_shared_object(const std::vector<std::string>& obje
   std::vector<std::string> argv = {*cc, "-shared", "-o", as_path(out_path)};
   for (const std::string& p : object_paths) argv.push_back(as_path(p));
   argv.push_back("-lm");  // the kernels call libm (expf, tanhf, ...)
+  // A call to a function nothing defines fails here, naming it, rather than at
+  // dlopen on the machine that runs the Plan.
+  argv.push_back("-Wl,-z,defs");
   auto run = run_tool(argv, kLinkTimeout);
   if (!run) return with_context("cannot link " + out_path + ": ", run.error());
   if (run->ok()) return std::nullopt;

@@ -338,7 +338,7 @@ std::pair<long long, long long> allocations_around_run(const OneStep& c) {
       on_rank_threads(DeviceMesh(loaded[0]->mesh()), opts.timeout, [&](Comm& comm) -> std::optional<Diag> {
         const int r = comm.rank();
         std::optional<Diag> err;
-        Result<std::unique_ptr<GpuRank>> rank = GpuRank::create(loaded[static_cast<size_t>(r)], r, opts);
+        Result<std::unique_ptr<RankExec>> rank = RankExec::create_cuda(loaded[static_cast<size_t>(r)], r, opts);
         Result<std::unique_ptr<nccl::NcclComm>> nc = nccl::NcclComm::create(comm, 0, r, opts.nccl);
         if (!rank) err = rank.error();
         else if (!nc) err = nc.error();

@@ -71,7 +71,7 @@ TEST(ExecCli, ValidatesThePlanBeforeLookingForAGpu) {
   {
     std::string d = copy("version");
     std::string j = read_text(d + "/plan.json");
-    j = std::regex_replace(j, std::regex("\"version\": *1"), "\"version\": 99");
+    j = std::regex_replace(j, std::regex("\"version\": *2"), "\"version\": 99");
     write_file(d + "/plan.json", j);
     cases.push_back({"another version", d, "version"});
   }

@@ -164,5 +164,8 @@ void add_gpu_options(CLI::App* cmd, GpuCliOptions& o);
 std::optional<cuda::DeviceInfo> cuda_device_for(const std::string& arch);
 // Runs the Plan of graph `g` on the GPUs, every rank a thread, and reports like `run`.
 int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o);
+// The same on the host CPU when `host` is given: the Plan's host code through the
+// same executor (runtime/plan_host.h).
+int run_plan(const Graph& g, const PlanSource& src, const GpuCliOptions& o, std::shared_ptr<const HostKernels> host);
 
 }  // namespace sf::cli

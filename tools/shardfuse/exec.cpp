@@ -18,6 +18,7 @@
 #include "runtime/nccl.h"
 #include "runtime/npy.h"
 #include "runtime/plan_exec.h"
+#include "runtime/plan_host.h"
 #include "runtime/plan_verify.h"
 #include "tools/shardfuse/commands.h"
 
@@ -213,7 +214,8 @@ GpuRunOptions run_options(const GpuCliOptions& o, int gpus, GpuCollectives how, 
 
 // One rank of a multi-process run on this process's GPU. With --check, the rank
 // compares its own local outputs with its shard of the reference result.
-int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions& o) {
+int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions& o,
+                     const std::shared_ptr<const HostKernels>& host) {
   DeviceMesh mesh(g.mesh());
   const int rank = *o.rank;
   const std::string who = "rank " + std::to_string(rank) + ": ";
@@ -225,19 +227,22 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
     std::cerr << "error: --save-outputs needs every rank's outputs: run the ranks as threads (without --rank)\n";
     return 1;
   }
-  Result<int> count = cuda::device_count();
-  if (!count) {
-    std::cerr << "error: " << count.error().message << "\n";
-    return 1;
+  int gpus = 0;
+  GpuCollectives how = GpuCollectives::Host;
+  if (!host) {
+    Result<int> count = cuda::device_count();
+    if (!count) {
+      std::cerr << "error: " << count.error().message << "\n";
+      return 1;
+    }
+    gpus = o.comm.gpus > 0 ? std::min(o.comm.gpus, *count) : *count;
+    // A process drives one GPU, so NCCL's GPU per rank is the launcher's to keep
+    // (one process per GPU of each machine): auto trusts it, for a world of 2 or more.
+    const bool auto_nccl = mesh.world() > 1 && nccl::library().ok();
+    if (o.comm.collectives == "nccl" || (o.comm.collectives == "auto" && auto_nccl)) how = GpuCollectives::Nccl;
   }
-  // A process drives one GPU, so NCCL's GPU per rank is the launcher's to keep
-  // (one process per GPU of each machine): auto trusts it, for a world of 2 or more.
-  const bool auto_nccl = mesh.world() > 1 && nccl::library().ok();
-  const GpuCollectives how = o.comm.collectives == "nccl" || (o.comm.collectives == "auto" && auto_nccl)
-                                 ? GpuCollectives::Nccl
-                                 : GpuCollectives::Host;
   TraceWriter trace;
-  GpuRunOptions ro = run_options(o, o.comm.gpus > 0 ? std::min(o.comm.gpus, *count) : *count, how, trace, g.name());
+  GpuRunOptions ro = run_options(o, gpus, how, trace, g.name());
   if (ro.trace) trace.set_metadata("rank", rank);
   ShardingPlan sharding = propagate(g, mesh);
   std::optional<std::vector<Tensor>> inputs = load_inputs(g, o.inputs_dir, o.seed);
@@ -253,8 +258,8 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
   // happen to fit would give a wrong result (docs/comm.md, "Ranks that agree").
   RunDigest digest;
   digest.add("graph", print_graph(g));
-  digest.add("options", std::string("device=cuda collectives=") + (how == GpuCollectives::Nccl ? "nccl" : "host") +
-                            " cuda_graph=" + (o.cuda_graph ? "yes" : "no"));
+  digest.add("options", std::string(host ? "device=cpu" : "device=cuda") + " collectives=" +
+                            (how == GpuCollectives::Nccl ? "nccl" : "host") + " cuda_graph=" + (o.cuda_graph ? "yes" : "no"));
   Digest in;
   for (const Tensor& t : *inputs) in.update(t.type().str()).update(t.data(), t.nbytes());
   digest.add("inputs", in);
@@ -267,7 +272,8 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
     return 1;
   }
   GpuRunStats stats;
-  Result<std::vector<Tensor>> out = run_rank_on_gpu(src, **comm, local[static_cast<size_t>(rank)], ro, &stats);
+  Result<std::vector<Tensor>> out = host ? run_rank_on_host(src.plan, host, **comm, local[static_cast<size_t>(rank)], ro, &stats)
+                                         : run_rank_on_gpu(src, **comm, local[static_cast<size_t>(rank)], ro, &stats);
   bool trace_failed = false;  // a trace asked for and not written fails the rank, like any output
   if (!o.trace_file.empty())
     if (auto err = trace.write(o.trace_file)) {
@@ -279,9 +285,10 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
     return 1;
   }
   if (trace_failed) return 1;
-  std::cout << "graph " << g.name() << ": rank " << rank << " of " << mesh.world() << " as a process on GPU "
-            << ro.device + rank % std::max(1, ro.gpus) << " (" << stats.device << ", " << src.plan.arch
-            << "); kernels: " << stats.launches << " launch(es); collectives: " << stats.collectives << "\n";
+  std::cout << "graph " << g.name() << ": rank " << rank << " of " << mesh.world() << " as a process on "
+            << (host ? "the host CPU" : "GPU " + std::to_string(ro.device + rank % std::max(1, ro.gpus)) + " (" +
+                                            stats.device + ", " + src.plan.arch + ")")
+            << "; kernels: " << stats.launches << " launch(es); collectives: " << stats.collectives << "\n";
   if (!o.check) return 0;
   Result<std::vector<Tensor>> ref = evaluate(g, *inputs);
   if (!ref) {
@@ -307,12 +314,14 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
 
 }  // namespace
 
-int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o) {
+int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o) { return run_plan(g, src, o, nullptr); }
+
+int run_plan(const Graph& g, const PlanSource& src, const GpuCliOptions& o, std::shared_ptr<const HostKernels> host) {
   if (o.rank.has_value() != !o.rendezvous.empty()) {
     std::cerr << "error: --rank and --rendezvous go together (one process per rank meeting through a directory)\n";
     return 2;
   }
-  if (o.rank) return run_rank_process(g, src, o);
+  if (o.rank) return run_rank_process(g, src, o, host);
   DeviceMesh mesh(g.mesh());
   // Every rank a thread of this process: refused now, above kMaxThreadRanks or the
   // descriptors the connections need, not after the inputs are read.
@@ -320,7 +329,8 @@ int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o)
     std::cerr << "error: " << *why << "\n";
     return 1;
   }
-  std::optional<std::pair<int, GpuCollectives>> comm = resolve_comm(o.comm, mesh.world());
+  std::optional<std::pair<int, GpuCollectives>> comm =
+      host ? std::make_optional(std::make_pair(0, GpuCollectives::Host)) : resolve_comm(o.comm, mesh.world());
   if (!comm) return 1;
   ShardingPlan sharding = propagate(g, mesh);
   std::optional<std::vector<Tensor>> inputs = load_inputs(g, o.inputs_dir, o.seed);
@@ -328,9 +338,12 @@ int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o)
   std::vector<std::vector<Tensor>> local = shard_inputs(g, sharding, mesh, *inputs);
   TraceWriter trace;
   GpuRunOptions ro = run_options(o, comm->first, comm->second, trace, g.name());
-  if (ro.trace) trace.set_metadata("command", src.dir.empty() ? "run --device cuda" : "exec " + src.dir);
+  if (ro.trace)
+    trace.set_metadata("command", src.dir.empty() ? std::string("run --device ") + (host ? "cpu" : "cuda")
+                                                  : "exec " + src.dir + (host ? " --device cpu" : ""));
   GpuRunStats stats;
-  Result<std::vector<std::vector<Tensor>>> out = run_plan_on_gpu(src, local, ro, &stats);
+  Result<std::vector<std::vector<Tensor>>> out =
+      host ? run_plan_on_host(src.plan, host, local, ro, &stats) : run_plan_on_gpu(src, local, ro, &stats);
   if (!o.trace_file.empty()) {
     trace.set_metadata("device", stats.device);
     if (auto err = trace.write(o.trace_file)) {
@@ -345,10 +358,14 @@ int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o)
   std::optional<std::vector<Tensor>> global = gather_outputs(g, sharding, mesh, *out);
   if (!global) return 1;
   std::cout << "graph " << g.name() << ": " << mesh.world() << " rank(s)" << (mesh.world() > 1 ? " as threads" : "")
-            << " on " << stats.gpus << " GPU(s) (" << stats.device << ", " << src.plan.arch << "), inputs "
-            << (o.inputs_dir.empty() ? "random (seed " + std::to_string(o.seed) + ")" : o.inputs_dir) << "\n";
-  std::cout << "kernels: " << stats.launches << " launch(es) of " << src.plan.kernels.size()
-            << " distinct kernel(s) from " << src.ptx.size() << " PTX module(s)";
+            << " on "
+            << (host ? std::string("the host CPU")
+                     : std::to_string(stats.gpus) + " GPU(s) (" + stats.device + ", " + src.plan.arch + ")")
+            << ", inputs " << (o.inputs_dir.empty() ? "random (seed " + std::to_string(o.seed) + ")" : o.inputs_dir)
+            << "\n";
+  std::cout << "kernels: " << stats.launches << " launch(es) of " << src.plan.kernels.size() << " distinct kernel(s) ";
+  if (host) std::cout << "as host code (" << host->origin << ")";
+  else std::cout << "from " << src.ptx.size() << " PTX module(s)";
   if (o.cuda_graph) std::cout << ", replayed from " << stats.graph_launches << " CUDA graph launch(es)";
   if (stats.library_gemms) std::cout << "; library GEMMs: " << stats.library_gemms << " call(s)";
   std::cout << "; collectives: " << stats.collectives;
@@ -390,6 +407,23 @@ int exec(const ExecCliOptions& o) {
     std::cerr << e->str() << "\n";
     return 1;
   }
+  if (o.device == "cpu") {
+    if (o.gpu.cuda_graph) {
+      std::cerr << "error: --cuda-graph needs --device cuda\n";
+      return 2;
+    }
+    if (o.gpu.comm.collectives == "nccl") {
+      std::cerr << "error: --collectives nccl needs --device cuda\n";
+      return 2;
+    }
+    Result<std::shared_ptr<const HostKernels>> host = load_host_kernels(*src);
+    if (!host) {
+      std::cerr << host.error().str() << "\n";
+      return 1;
+    }
+    // Host kernels multiply f32 exactly, --allow-tf32 or not: the default tolerance.
+    return run_plan(*g, *src, o.gpu, *host);
+  }
   if (!cuda_device_for(src->plan.arch)) return 1;
   // A Plan compiled with --allow-tf32 has kernels that multiply in TF32: its PTX says
   // so, and --check allows for TF32's rounding of their f32 inputs.
@@ -427,8 +461,10 @@ void add_exec(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<ExecCliOptions>();
   auto* cmd = app.add_subcommand("exec", "Run a Plan directory (from `shardfuse compile`) on the GPU");
   cmd->add_option("plan", o->dir, "the Plan directory: plan.json, the .ptx files, graph.sf")->required();
-  cmd->add_option("--device", o->device, "where the Plan runs: cuda (the only choice: a Plan is PTX)")
-      ->check(CLI::IsMember({"cuda"}));
+  cmd->add_option("--device", o->device,
+                  "where the Plan runs: cuda (its PTX on the GPU; default) or cpu (its host code, through the same "
+                  "executor)")
+      ->check(CLI::IsMember({"cuda", "cpu"}));
   add_gpu_options(cmd, o->gpu);
   add_gpu_comm_options(cmd, o->gpu.comm);
   auto* rank = cmd->add_option("--rank", o->gpu.rank,

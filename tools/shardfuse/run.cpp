@@ -22,7 +22,8 @@
 #include "codegen/kernels/tune.h"
 #include "runtime/agree.h"
 #include "runtime/cuda_driver.h"
-#include "runtime/executor.h"
+#include "runtime/plan_exec.h"
+#include "runtime/plan_host.h"
 #include "runtime/npy.h"
 #include "tools/shardfuse/commands.h"
 
@@ -58,22 +59,56 @@ struct RunOptions {
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
 
-// Runs the ranks; returns the global outputs (every process of a multi-process
-// run gets them all). A multi-process rank first compares `digest` (plus the Plan)
-// with its peers' at connect.
+// What the host Plan ran: kernel launches of generated code and on the reference
+// evaluator (per rank that this process ran), and the kernels that fell back.
+struct HostRunStats {
+  int64_t generated = 0, fallbacks = 0;
+  int compiled = 0;  // distinct kernels with generated code
+  std::map<std::string, std::string> fallback_reasons;  // kernel id -> why
+};
+
+// Compiles the graph to a Plan for the host in memory (its kernels JIT-compiled,
+// or on the reference evaluator) and runs it through the Plan executor the GPU
+// uses (runtime/plan_exec.h); returns the global outputs (every process of a
+// multi-process run gets them all). A multi-process rank first compares `digest`
+// (plus the Plan) with its peers' at connect.
 std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOptions& o,
-                                                   const std::vector<Tensor>& global_in, const KernelRunner* kernels,
-                                                   RunDigest digest, bool& ok) {
+                                                   const std::vector<Tensor>& global_in, const ConfigChooser* chooser,
+                                                   RunDigest digest, HostRunStats& st, bool& ok) {
   ok = false;
   DeviceMesh mesh(g.mesh());
   ShardingPlan plan = propagate(g, mesh);
-  ExecOptions eo;
-  eo.kernels = kernels;
-  eo.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
-  eo.connect_deadline = o.started + eo.timeout;
+  CompileOptions co;
+  co.arch = "host";
+  co.ptx = false;
+  co.host = chooser ? CompileOptions::HostCode::Jit : CompileOptions::HostCode::Reference;
+  co.pipeline.fuse = !o.no_fuse;
+  co.pipeline.reorder = !o.no_reorder;
+  co.pipeline.decompose.mode = decompose_mode(o.decompose);
+  co.precision = precision_of(o.precision);
+  // One process of several: every rank gathers the outputs (they are replicated at
+  // the end), so rank 0 can save and check them without another exchange.
+  co.replicate_outputs = o.rank.has_value();
+  if (chooser) co.host_choose = [chooser](const LocalKernel& k) { return chooser->choose(k).config; };
+  Result<CompiledPlan> cp = compile_plan(g, co);
+  if (!cp) {
+    std::cerr << o.file << ": error: " << cp.error().message << "\n";
+    return std::nullopt;
+  }
+  const HostKernels& hk = *cp->host_kernels;
+  for (const PlanRank& r : cp->plan.ranks) {
+    if (o.rank && r.rank != *o.rank) continue;
+    for (const PlanStep& s : r.steps)
+      if (s.op == "kernel") ++(hk.by_id.at(s.kernel).generated ? st.generated : st.fallbacks);
+  }
+  for (const auto& [id, k] : hk.by_id) st.compiled += k.generated;
+  if (chooser) st.fallback_reasons = hk.missing;
+
+  GpuRunOptions ro;
+  ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   TraceWriter trace;
   if (!o.trace_file.empty()) {
-    eo.trace = &trace;
+    ro.trace = &trace;
     trace.set_metadata("graph", g.name());
     trace.set_metadata("command", "run");
     trace.set_metadata("device", "cpu");
@@ -98,46 +133,37 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
       in.push_back(shard_tensor(global_in[i], plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));
     return in;
   };
-  // One process of several: every rank gathers the outputs (they are replicated at
-  // the end), so rank 0 can save and check them without another exchange.
-  if (o.rank)
-    for (PlacementSpec& s : plan.outputs) s = replicated(mesh);
-  RankPipelineOptions po;
-  po.fuse = !o.no_fuse;
-  po.reorder = !o.no_reorder;
-  po.decompose.mode = decompose_mode(o.decompose);
-  if (kernels) po.can_emit = emit_checker(llvmb::Target::host());  // split what cannot be emitted
-  std::vector<LocalProgram> all = rank_programs(g, plan, mesh, po);
-  auto program = [&](int r) { return all[static_cast<size_t>(r)]; };
 
   if (o.rank) {
-    // Every process derives every rank's program; rank 0's stands for the Plan
-    // (with the graph and options equal, the others follow from it).
-    digest.add("plan", explain_schedule(all[0], mesh) + explain_kernels(all[0]));
-    eo.on_connect = [&digest](Comm& comm) { return agree_on_run(comm, digest); };
-    Result<std::vector<Tensor>> out =
-        run_rank_in_process(program(*o.rank), mesh, local_inputs(*o.rank), o.rendezvous, eo);
+    Result<std::unique_ptr<Comm>> comm =
+        connect_rank(mesh, *o.rank, o.rendezvous, ro.timeout, o.started + ro.timeout);
+    if (!comm) {
+      std::cerr << "error: rank " << *o.rank << ": " << comm.error().message << "\n";
+      return std::nullopt;
+    }
+    // Every process compiles every rank's program; the Plan stands for them all.
+    digest.add("plan", plan_to_json(cp->plan));
+    if (std::optional<Diag> d = agree_on_run(**comm, digest)) {
+      std::cerr << "error: " << d->message << "\n";
+      return std::nullopt;
+    }
+    Result<std::vector<Tensor>> out = run_rank_on_host(cp->plan, cp->host_kernels, **comm, local_inputs(*o.rank), ro);
     if (!out.ok()) {
       std::cerr << diag_str(out.error()) << "\n";
       return std::nullopt;
     }
     ok = true;
-    return std::move(out).value();
+    return std::move(out).value();  // replicated: the global outputs
   }
 
-  std::vector<LocalProgram> programs;
   std::vector<std::vector<Tensor>> inputs;
-  for (int r = 0; r < mesh.world(); ++r) {
-    programs.push_back(program(r));
-    inputs.push_back(local_inputs(r));
-  }
-  Result<std::vector<std::vector<Tensor>>> out = run_ranks_in_threads(programs, mesh, inputs, eo);
+  for (int r = 0; r < mesh.world(); ++r) inputs.push_back(local_inputs(r));
+  Result<std::vector<std::vector<Tensor>>> out = run_plan_on_host(cp->plan, cp->host_kernels, inputs, ro);
   if (!out.ok()) {
     std::cerr << diag_str(out.error()) << "\n";
     return std::nullopt;
   }
-  std::vector<std::vector<Tensor>> per_rank = std::move(out).value();
-  std::optional<std::vector<Tensor>> global = gather_outputs(g, plan, mesh, per_rank);
+  std::optional<std::vector<Tensor>> global = gather_outputs(g, plan, mesh, *out);
   if (!global) return std::nullopt;
   ok = true;
   return global;
@@ -285,18 +311,6 @@ int run(const RunOptions& o) {
     chooser->set_table(std::move(choices).value());
   }
 
-  // Generated host kernels by default; the reference evaluator stays the oracle.
-  std::unique_ptr<HostKernelRunner> host;
-  if (o.kernels == "generated") {
-    Result<std::unique_ptr<HostKernelRunner>> r =
-        HostKernelRunner::create(KernelConfig{}, [chooser](const LocalKernel& k) { return chooser->choose(k).config; },
-                                 precision_of(o.precision));
-    if (!r.ok()) {
-      std::cerr << "error: cannot start the host JIT: " << r.error().message << "\n";
-      return 1;
-    }
-    host = std::move(r).value();
-  }
   // What every process of a multi-process run must agree on before it runs: a rank
   // started with another graph, seed, option or tuning cache would otherwise
   // exchange collectives that happen to fit and save a wrong result.
@@ -315,8 +329,12 @@ int run(const RunOptions& o) {
         configs += k.name + " " + chooser->choose(k).text + "\n";
     digest.add("configs", configs);
   }
+  // Generated host kernels by default; the reference evaluator stays the oracle.
+  const bool generated = o.kernels == "generated";
   bool ok = false;
-  std::optional<std::vector<Tensor>> out = run_distributed(*g, o, *inputs, host.get(), std::move(digest), ok);
+  HostRunStats st;
+  std::optional<std::vector<Tensor>> out =
+      run_distributed(*g, o, *inputs, generated ? chooser.get() : nullptr, std::move(digest), st, ok);
   if (!ok || !out) return 1;
   if (o.rank && *o.rank != 0) {
     // Rank 0 alone prints and saves the outputs; with --check every rank checks
@@ -329,8 +347,7 @@ int run(const RunOptions& o) {
             << (o.rank ? " as processes" : world > 1 ? " as threads" : "") << ", device " << o.device
             << ", inputs " << (o.inputs_dir.empty() ? "random (seed " + std::to_string(o.seed) + ")" : o.inputs_dir)
             << "\n";
-  if (host) {
-    HostKernelRunner::Stats st = host->stats();
+  if (generated) {
     std::cout << "kernels: " << st.generated << " launch(es) of generated host code (" << st.compiled
               << " distinct kernel(s) compiled)";
     if (st.fallbacks) std::cout << ", " << st.fallbacks << " on the reference evaluator";

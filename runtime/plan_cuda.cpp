@@ -1,0 +1,115 @@
+#include "runtime/plan_cuda.h"
+
+#include <algorithm>
+
+namespace sf {
+
+Result<std::unique_ptr<CudaPlanDevice>> CudaPlanDevice::create(std::shared_ptr<GpuPlan> plan) {
+  std::unique_ptr<CudaPlanDevice> d(new CudaPlanDevice());
+  d->plan_ = std::move(plan);
+  cuda::Context& ctx = d->plan_->context();
+  if (auto e = ctx.make_current()) return *e;
+  Result<cuda::Stream> s = cuda::Stream::create(ctx);
+  if (!s) return s.error();
+  d->stream_ = std::move(s).value();
+  return d;
+}
+
+CudaPlanDevice::~CudaPlanDevice() {
+  // Nothing may still use the buffers when they go back to the allocator.
+  if (comm_stream_.get()) (void)comm_stream_.synchronize();
+  if (stream_.get()) (void)stream_.synchronize();
+}
+
+std::optional<Diag> CudaPlanDevice::make_comm_stream() {
+  Result<cuda::Stream> cs = cuda::Stream::create(context());
+  if (!cs) return cs.error();
+  comm_stream_ = std::move(cs).value();
+  return std::nullopt;
+}
+
+Result<PlanDevice::Addr> CudaPlanDevice::allocate(size_t bytes) {
+  Result<cuda::Buffer> b = cuda::Buffer::allocate(context(), bytes);
+  if (!b) return b.error();
+  buffers_.push_back(std::move(b).value());
+  return static_cast<Addr>(buffers_.back().ptr());
+}
+
+std::optional<Diag> CudaPlanDevice::prepare(const PlanRank& rank, const std::vector<Addr>& buffers) {
+  // Kernel steps whose kernel reads inputs by TMA: each of its tensor maps encoded
+  // over the step's input buffer now (a map the driver refuses is an error naming
+  // the step), passed after the outputs at every launch.
+  const Plan& p = plan_->plan();
+  for (size_t i = 0; i < rank.steps.size(); ++i) {
+    const PlanStep& s = rank.steps[i];
+    if (s.op != "kernel") continue;
+    auto k = std::find_if(p.kernels.begin(), p.kernels.end(), [&](const PlanKernel& pk) { return pk.id == s.kernel; });
+    if (k == p.kernels.end() || k->tensor_maps.empty()) continue;
+    std::vector<cuda::Buffer> maps;
+    for (const PlanTensorMap& m : k->tensor_maps) {
+      const int b = s.in[static_cast<size_t>(m.input)];  // verify_plan checked the index
+      Result<cuda::Buffer> map = cuda::encode_tensor_map(context(), m, buffers[static_cast<size_t>(b)]);
+      if (!map) return with_context(plan_step_name(rank, i) + ": ", map.error());
+      maps.push_back(std::move(map).value());
+    }
+    tensor_maps_.emplace(i, std::move(maps));
+  }
+  return std::nullopt;
+}
+
+std::optional<Diag> CudaPlanDevice::upload(Addr dst, const void* src, size_t bytes) {
+  if (bytes == 0) return std::nullopt;
+  if (auto e = cuda::check(context().drv().MemcpyHtoDAsync(dst, src, bytes, stream_.get()), "cuMemcpyHtoDAsync"))
+    return e;
+  // The host memory need not outlive this call.
+  return stream_.synchronize();
+}
+
+std::optional<Diag> CudaPlanDevice::download(void* dst, Addr src, size_t bytes) {
+  if (bytes == 0) return std::nullopt;
+  if (auto e = cuda::check(context().drv().MemcpyDtoHAsync(dst, src, bytes, stream_.get()), "cuMemcpyDtoHAsync"))
+    return e;
+  return stream_.synchronize();
+}
+
+std::optional<Diag> CudaPlanDevice::zero(Addr dst, size_t bytes) {
+  if (bytes == 0) return std::nullopt;
+  return cuda::check(context().drv().MemsetD8Async(dst, 0, bytes, stream_.get()), "cuMemsetD8Async");
+}
+
+std::optional<Diag> CudaPlanDevice::copy_2d(Addr dst, size_t dst_pitch, Addr src, size_t src_pitch, size_t width,
+                                            size_t height) {
+  return cuda::copy_2d(context(), dst, dst_pitch, src, src_pitch, width, height, stream_);
+}
+
+std::optional<Diag> CudaPlanDevice::launch(size_t step, const PlanStep& s, const std::vector<Mem>& args,
+                                           size_t inputs) {
+  const GpuPlan::Loaded& k = plan_->kernel(s.kernel);
+  if (k.dims.grid[0] * k.dims.grid[1] * k.dims.grid[2] == 0) return std::nullopt;  // an empty shard
+  std::vector<CUdeviceptr> ptrs;
+  for (const Mem& m : args) ptrs.push_back(m.addr);
+  if (auto m = tensor_maps_.find(step); m != tensor_maps_.end())
+    for (const cuda::Buffer& map : m->second) ptrs.push_back(map.ptr());
+  if (k.zero_outputs)
+    for (size_t o = inputs; o < args.size(); ++o)
+      if (auto e = zero(args[o].addr, args[o].bytes)) return with_context("zero_outputs: ", *e);
+  return cuda::launch(context(), k.fn, k.dims, ptrs, stream_);
+}
+
+std::optional<Diag> CudaPlanDevice::synchronize() { return stream_.synchronize(); }
+
+Result<int> CudaPlanDevice::mark(Stream stream) {
+  Result<cuda::Event> e = cuda::Event::create(context());
+  if (!e) return e.error();
+  if (auto err = e->record(stream == Stream::Comm ? comm_stream_ : stream_)) return *err;
+  marks_.push_back(std::move(e).value());
+  return static_cast<int>(marks_.size()) - 1;
+}
+
+Result<double> CudaPlanDevice::elapsed_us(int from, int to) {
+  Result<float> ms = cuda::Event::elapsed_ms(marks_.at(static_cast<size_t>(from)), marks_.at(static_cast<size_t>(to)));
+  if (!ms) return ms.error();
+  return static_cast<double>(*ms) * 1e3;
+}
+
+}  // namespace sf

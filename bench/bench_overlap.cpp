@@ -3,7 +3,8 @@
 // E_overlap = 1 - ECT_overlapped / ECT_serial, with ECT = T_total - T_compute.
 //
 // BM_OverlapCpu/<graph>: the graphs of bench/graphs/overlap/ (tp=4, CPU-sized) run on
-// 4 CPU ranks as threads over Gloo with generated host kernels, three ways:
+// 4 CPU ranks as threads over Gloo with generated host kernels (a host Plan through
+// the Plan executor, as `run` runs it), three ways:
 //   serial      collectives where lowering put them, each waited for at once
 //               (--no-reorder --no-decompose);
 //   overlapped  the scheduler's raised starts and sunk waits (--no-decompose);
@@ -32,7 +33,8 @@
 #include "codegen/llvm/backend.h"
 #include "codegen/kernels/emitter.h"
 #include "codegen/reference/evaluate.h"
-#include "runtime/executor.h"
+#include "codegen/kernels/compile_plan.h"
+#include "runtime/plan_exec.h"
 #include "runtime/timeline.h"
 
 namespace sf {
@@ -53,12 +55,11 @@ constexpr Mode kModes[] = {{"serial", false, DecomposeMode::Never},
                            {"overlapped", true, DecomposeMode::Never},
                            {"decomposed", true, DecomposeMode::Always}};
 
-std::vector<LocalProgram> programs_for(const Graph& g, const Mode& m, bool host) {
+std::vector<LocalProgram> programs_for(const Graph& g, const Mode& m) {
   DeviceMesh mesh(g.mesh());
   RankPipelineOptions po;
   po.reorder = m.reorder;
   po.decompose.mode = m.decompose;
-  if (host) po.can_emit = emit_checker(llvmb::Target::host());
   return rank_programs(g, propagate(g, mesh), mesh, po);
 }
 
@@ -77,18 +78,24 @@ void BM_OverlapCpu(benchmark::State& state, const std::string& file, int reps) {
     for (size_t i = 0; i < g.params().size(); ++i)
       inputs[static_cast<size_t>(r)].push_back(
           shard_tensor(global[i], plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));
-  Result<std::unique_ptr<HostKernelRunner>> host = HostKernelRunner::create();
-  if (!host.ok()) {
-    state.SkipWithError(host.error().message.c_str());
-    return;
-  }
   std::map<std::string, double> total_ms, compute_ms;
   for (auto _ : state) {
     for (const Mode& m : kModes) {
-      std::vector<LocalProgram> ps = programs_for(g, m, true);
-      ExecOptions eo;
-      eo.kernels = host->get();
-      if (!run_ranks_in_threads(ps, mesh, inputs, eo).ok()) {  // compiles the kernels
+      // The graph compiled to a host Plan in memory and run through the Plan
+      // executor, as `run` does.
+      CompileOptions co;
+      co.arch = "host";
+      co.ptx = false;
+      co.host = CompileOptions::HostCode::Jit;
+      co.pipeline.reorder = m.reorder;
+      co.pipeline.decompose.mode = m.decompose;
+      Result<CompiledPlan> cp = compile_plan(g, co);
+      if (!cp.ok()) {
+        state.SkipWithError(cp.error().message.c_str());
+        return;
+      }
+      GpuRunOptions eo;
+      if (!run_plan_on_host(cp->plan, cp->host_kernels, inputs, eo).ok()) {  // warms up
         state.SkipWithError("run failed");
         return;
       }
@@ -98,7 +105,7 @@ void BM_OverlapCpu(benchmark::State& state, const std::string& file, int reps) {
         eo.trace = &trace;
         eo.trace_origin = std::chrono::steady_clock::now();
         auto t0 = std::chrono::steady_clock::now();
-        Result<std::vector<std::vector<Tensor>>> out = run_ranks_in_threads(ps, mesh, inputs, eo);
+        Result<std::vector<std::vector<Tensor>>> out = run_plan_on_host(cp->plan, cp->host_kernels, inputs, eo);
         auto t1 = std::chrono::steady_clock::now();
         if (!out.ok()) {
           state.SkipWithError(out.error().message.c_str());
@@ -153,8 +160,8 @@ void BM_Simulated(benchmark::State& state, const std::string& file, const std::s
   TimelineModel model = timeline_model(*sys, [&](const LocalProgram& p, size_t step) {
     return roofline_us(step_work(p, step), sys->gpu);
   });
-  std::vector<LocalProgram> plain = programs_for(g, kModes[1], false);
-  std::vector<LocalProgram> ring = programs_for(g, kModes[2], false);
+  std::vector<LocalProgram> plain = programs_for(g, kModes[1]);
+  std::vector<LocalProgram> ring = programs_for(g, kModes[2]);
   Result<OverlapReport> over = simulate_overlap(plain, mesh, model);
   Result<OverlapReport> dec = simulate_overlap(plain, ring, mesh, model);
   for (auto _ : state) {

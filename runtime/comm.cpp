@@ -1333,6 +1333,7 @@ Comm::~Comm() {
 }
 
 int Comm::rank() const { return impl_->rank; }
+std::optional<std::string> Comm::aborted() const { return impl_->rv->aborted(); }
 int Comm::world() const { return impl_->world; }
 int Comm::num_groups() const { return static_cast<int>(impl_->groups.size()); }
 const std::vector<int>& Comm::group(int i) const { return impl_->groups.at(static_cast<size_t>(i)).ranks; }

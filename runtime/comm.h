@@ -116,6 +116,9 @@ class Comm {
 
   int rank() const;
   int world() const;
+  // The reason of the first abort() on this Comm's rendezvous (this rank's or a
+  // peer's that reached it), if any.
+  std::optional<std::string> aborted() const;
   int num_groups() const;
   const std::vector<int>& group(int i) const;
 

@@ -512,10 +512,15 @@ std::optional<Diag> RankExec::run_steps(Comm* comm) {
   const std::vector<PlanStep>& steps = rank_->steps;
   size_t i = 0;
   while (i < steps.size()) {
+    if (comm && comm->aborted()) {
+      Diag d{"", {}, plan_step_name(*rank_, i) + ": aborted because another rank failed"};
+      d.from_peer = true;
+      return d;
+    }
     if (opts_.before_step) {
       std::optional<Diag> stop;
       try {
-        stop = opts_.before_step(rank_->rank, i);
+        stop = opts_.before_step(rank_->rank, i, comm);
       } catch (const std::exception& ex) {
         stop = Diag{"", {}, ex.what()};
       }

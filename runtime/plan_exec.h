@@ -69,9 +69,10 @@ struct GpuRunOptions {
   // Microseconds since trace_origin.
   TraceWriter* trace = nullptr;
   std::chrono::steady_clock::time_point trace_origin = std::chrono::steady_clock::now();
-  // Test hook, called before every step of every rank (every step then runs on its
-  // own, outside any CUDA graph); a Diag or an exception ends the rank there.
-  std::function<std::optional<Diag>(int rank, size_t step)> before_step;
+  // Test hook, called before every step of every rank with the rank's Comm (every
+  // step then runs on its own, outside any CUDA graph); a Diag or an exception ends
+  // the rank there. A hook may block to stall its rank, until comm->aborted().
+  std::function<std::optional<Diag>(int rank, size_t step, const Comm* comm)> before_step;
 };
 
 // A Plan's kernels loaded on a GPU, shared by its ranks.

@@ -2,8 +2,8 @@
 // when `check` accepts it (parse_graph: parse + verify), every command's library
 // path must finish without a crash, hang or sanitizer report:
 //   explain   propagation, per-rank lowering, fusion and scheduling, the explain text;
-//   run --kernels reference   every rank as a thread over Gloo, ops on the reference
-//             evaluator, gathered to global shapes;
+//   run --kernels reference   a host Plan, every rank as a thread over Gloo through the
+//             Plan executor, kernels on the reference evaluator, gathered to global shapes;
 //   run       the same with generated host kernels (JIT), split where an emitter
 //             cannot go, as `run` does;
 //   compile   compile_plan for sm_90a without ptxas (compile --no-ptxas).
@@ -26,10 +26,9 @@
 #include "codegen/fusion/pipeline.h"
 #include "codegen/ir/parser.h"
 #include "codegen/kernels/compile_plan.h"
-#include "codegen/kernels/host_runner.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
-#include "runtime/executor.h"
+#include "runtime/plan_exec.h"
 #include "tests/fuzz/graph_gen.h"
 
 namespace {
@@ -41,11 +40,20 @@ using namespace sf;
   std::abort();
 }
 
-// Runs every rank's program as threads and gathers the outputs (the CLI's `run`
-// without --rank): the global outputs, or the error the run reported.
+// Compiles the graph to a host Plan in memory and runs every rank as a thread
+// through the Plan executor, gathering the outputs (the CLI's `run` without
+// --rank): the global outputs, or the error the compile or the run reported.
 Result<std::vector<Tensor>> run_all(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
-                                    const std::vector<LocalProgram>& programs, const std::vector<Tensor>& global_in,
-                                    const KernelRunner* kernels) {
+                                    const RankPipelineOptions& po, const std::vector<Tensor>& global_in,
+                                    CompileOptions::HostCode host, Precision precision = Precision::Fused) {
+  CompileOptions co;
+  co.arch = "host";
+  co.ptx = false;
+  co.host = host;
+  co.precision = precision;
+  co.pipeline = po;
+  Result<CompiledPlan> cp = compile_plan(g, co);
+  if (!cp) return cp.error();
   std::vector<std::vector<Tensor>> inputs;
   for (int r = 0; r < mesh.world(); ++r) {
     std::vector<Tensor> in;
@@ -53,11 +61,10 @@ Result<std::vector<Tensor>> run_all(const Graph& g, const ShardingPlan& plan, co
       in.push_back(shard_tensor(global_in[i], plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));
     inputs.push_back(std::move(in));
   }
-  ExecOptions eo;
-  eo.kernels = kernels;
+  GpuRunOptions eo;
   // Far above what these sizes need; libFuzzer's -timeout reports a real hang first.
   eo.timeout = std::chrono::seconds(60);
-  Result<std::vector<std::vector<Tensor>>> out = run_ranks_in_threads(programs, mesh, inputs, eo);
+  Result<std::vector<std::vector<Tensor>>> out = run_plan_on_host(cp->plan, cp->host_kernels, inputs, eo);
   if (!out) return out.error();
   std::vector<Tensor> global;
   for (size_t i = 0; i < g.outputs().size(); ++i) {
@@ -127,17 +134,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Result<std::vector<Tensor>> want = evaluate(g, inputs);
 
   // run --kernels reference
-  Result<std::vector<Tensor>> ref_run = run_all(g, plan, mesh, programs, inputs, nullptr);
+  RankPipelineOptions rpo = po;
+  rpo.decisions = nullptr;
+  Result<std::vector<Tensor>> ref_run = run_all(g, plan, mesh, rpo, inputs, CompileOptions::HostCode::Reference);
   if (want) check_against(c.text, g, "run --kernels reference", ref_run, *want);
 
-  // run (generated host kernels)
+  // run (generated host kernels, split where an emitter cannot go)
   {
-    Result<std::unique_ptr<HostKernelRunner>> host = HostKernelRunner::create();
-    if (!host) fail(c.text, "cannot start the host JIT: " + host.error().message);
-    RankPipelineOptions gpo = po;
-    gpo.can_emit = emit_checker(llvmb::Target::host());
-    std::vector<LocalProgram> gen_programs = rank_programs(g, plan, mesh, gpo);
-    Result<std::vector<Tensor>> gen_run = run_all(g, plan, mesh, gen_programs, inputs, host->get());
+    Result<std::vector<Tensor>> gen_run = run_all(g, plan, mesh, rpo, inputs, CompileOptions::HostCode::Jit);
     if (want) {
       if (!gen_run) fail(c.text, "run failed where the reference evaluator did not: " + gen_run.error().str());
       // Fused precision keeps f16/bf16 values in f32 where the reference rounds at every
@@ -145,9 +149,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // beyond any fixed tolerance, closer to the exact value. Such a run must match
       // under --precision eager, which rounds as the reference does.
       if (std::string m = mismatch(g, "run", gen_run.value(), *want); !m.empty()) {
-        Result<std::unique_ptr<HostKernelRunner>> eager = HostKernelRunner::create({}, {}, Precision::Eager);
-        if (!eager) fail(c.text, "cannot start the host JIT: " + eager.error().message);
-        Result<std::vector<Tensor>> eager_run = run_all(g, plan, mesh, gen_programs, inputs, eager->get());
+        Result<std::vector<Tensor>> eager_run =
+            run_all(g, plan, mesh, rpo, inputs, CompileOptions::HostCode::Jit, Precision::Eager);
         check_against(c.text, g, "run --precision eager (fused differed)", eager_run, *want);
       }
     }
@@ -156,6 +159,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // compile --no-ptxas: a Plan or a located refusal, nothing else.
   CompileOptions co;
   co.run_ptxas = false;
+  co.host = CompileOptions::HostCode::None;  // the host path ran above
   co.pipeline = po;
   Result<CompiledPlan> compiled = compile_plan(g, co);
   if (!compiled && compiled.error().message.empty()) fail(c.text, "compile failed without a message");

@@ -74,7 +74,7 @@ Graph composite_group(Composite c, DType dt, const Shape& x_shape, int64_t dim_o
 
 // Floats uniform in [lo, hi) rounded to the dtype; integers uniform over the whole
 // range of the dtype when `wide` (sums wrap like the reference), else in [-1000, 1000).
-Tensor random_tensor(DType t, const Shape& s, uint64_t seed, double lo = -1, double hi = 1, bool wide = false) {
+Tensor random_rows(DType t, const Shape& s, uint64_t seed, double lo = -1, double hi = 1, bool wide = false) {
   Tensor x(t, s);
   std::mt19937_64 rng(seed);
   for (int64_t i = 0; i < x.numel(); ++i) {
@@ -90,7 +90,7 @@ std::vector<Tensor> random_inputs_for(const Graph& g, uint64_t seed, double lo =
   std::vector<Tensor> in;
   for (size_t i = 0; i < g.params().size(); ++i) {
     const TensorType& t = g.node(g.params()[i]).type;
-    in.push_back(random_tensor(t.dtype, t.shape, seed + 7919 * i, lo, hi, wide));
+    in.push_back(random_rows(t.dtype, t.shape, seed + 7919 * i, lo, hi, wide));
   }
   return in;
 }
@@ -314,7 +314,7 @@ TEST(ReductionHost, MaxAndMinPropagateNaNAndSeeInfinities) {
   b.ret(reduce(OpKind::Min, x, {1}, false));
   b.ret(reduce(OpKind::Sum, x, {1}, false));
   Graph g = finish(b);
-  Tensor t = random_tensor(DType::F32, {6, 37}, 3);
+  Tensor t = random_rows(DType::F32, {6, 37}, 3);
   const double inf = std::numeric_limits<double>::infinity();
   t.set(0 * 37 + 5, std::nan(""));   // row 0: NaN in the middle
   t.set(1 * 37 + 0, std::nan(""));   // row 1: NaN first

@@ -55,13 +55,20 @@ TEST(ExecCpu, EveryExamplePlanChecksOnTheHost) {
 TEST(ExecCpu, UnevenShardsAndDecomposedCollectiveMatmuls) {
   TempDir t;
   // World 3 splits 16 rows 6/5/5; --decompose always turns the all_gather -> matmul
-  // into ring steps (all_to_all of one chunk) and a concat, all run by the executor.
-  const std::string dir = compile_to(t, example("transformer_block.sf"), "tb", "--world 3 --decompose always");
-  const std::string json = read_text(dir + "/plan.json");
-  ASSERT_NE(json.find("\"op\": \"concat\""), std::string::npos) << "no decomposed collective matmul in the Plan";
-  CliResult r = shardfuse("exec " + dir + " --device cpu --check");
-  EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("check: ok"), std::string::npos) << r.out;
+  // into ring steps (all_to_all of one chunk) and a concat, and matmul ->
+  // reduce_scatter into ring steps of partial chunks, all run by the executor.
+  for (const char* ex : {"transformer_block.sf", "seq_parallel_mlp.sf"})
+    for (const char* world : {"3", "4"}) {
+      SCOPED_TRACE(std::string(ex) + " world " + world);
+      const std::string dir =
+          compile_to(t, example(ex), std::string(ex) + world, std::string("--world ") + world + " --decompose always");
+      const std::string json = read_text(dir + "/plan.json");
+      // Ring steps are all_to_alls of one chunk (the undecomposed graphs have none).
+      ASSERT_NE(json.find("\"op\": \"all_to_all\""), std::string::npos) << "no ring step in the Plan";
+      CliResult r = shardfuse("exec " + dir + " --device cpu --check");
+      EXPECT_EQ(r.code, 0) << r.out;
+      EXPECT_NE(r.out.find("check: ok"), std::string::npos) << r.out;
+    }
 }
 
 TEST(ExecCpu, RanksAsProcessesMeetThroughADirectory) {

@@ -39,8 +39,8 @@ Result<std::shared_ptr<const HostKernels>> load_host_kernels(const PlanSource& s
   const Plan& p = src.plan;
   const std::string json_path = (fs::path(src.dir) / "plan.json").string();
   if (p.host_object.empty())
-    return Diag{json_path, {}, "the Plan has no host code (no \"host_object\"): compile the graph again with this "
-                               "shardfuse to run it with --device cpu"};
+    return Diag{json_path, {}, "the Plan has no host code (no \"host_object\": compiled with --no-host): compile "
+                               "it again without --no-host to run it with --device cpu"};
   if (p.host_object.find('/') != std::string::npos || p.host_object == "." || p.host_object == "..")
     return Diag{json_path, {}, "\"host_object\": \"" + p.host_object + "\" must be a file name inside the Plan directory"};
   const fs::path path = fs::absolute(fs::path(src.dir) / p.host_object);

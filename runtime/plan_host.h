@@ -44,7 +44,7 @@ class HostKernels {
 
 // Opens a Plan directory's host object (Plan::host_object) and finds every kernel's
 // symbol in it. The Diag names the file and what is wrong: no host object (a Plan
-// from an older compile, or compiled with --no-host), not a regular file, one that
+// compiled with --no-host), not a regular file, one that
 // dlopen refuses (its message), a symbol it lacks.
 Result<std::shared_ptr<const HostKernels>> load_host_kernels(const PlanSource& src);
 

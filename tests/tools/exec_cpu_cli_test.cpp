@@ -159,6 +159,8 @@ TEST(ExecCpu, ABrokenOrHostileHostObjectIsRefusedNamingIt) {
     edit_json(d, "\"host_object\": \"host_kernels.so\",", "");
     cases.push_back({"no host code", d, "the Plan has no host code"});
   }
+  cases.push_back({"compiled with --no-host", compile_to(t, example("tp_mlp.sf"), "nohost", "--no-host"),
+                   "compiled with --no-host"});
   {
     std::string d = copy("junk");
     write_text(d + "/host_kernels.so", "not an ELF file\n");

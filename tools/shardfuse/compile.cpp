@@ -22,6 +22,7 @@ struct CompileCliOptions {
   bool no_reorder = false;
   DecomposeCliOptions decompose;
   bool no_ptxas = false;
+  bool no_host = false;
   std::string dump_after;
   CacheCliOptions cache;
   bool autotune = false;
@@ -73,6 +74,7 @@ int compile(const CompileCliOptions& o) {
   CompileOptions co;
   co.arch = o.arch;
   co.run_ptxas = !o.no_ptxas;
+  co.host = o.no_host ? CompileOptions::HostCode::None : CompileOptions::HostCode::Object;
   co.precision = precision_of(o.precision);
   co.allow_tf32 = o.allow_tf32;
   co.tma = !o.no_tma;
@@ -137,6 +139,7 @@ int compile(const CompileCliOptions& o) {
   for (const PlanKernel& k : p->plan.kernels) from_cache += k.config_source == "cache";
   for (const PlanStep& s : p->plan.ranks[0].steps) gemms += s.op == "gemm";
   std::cout << "wrote " << o.out << ": plan.json, " << p->ptx.size() << " .ptx file(s) for " << o.arch
+            << (p->plan.host_object.empty() ? "" : ", " + p->plan.host_object + " (host code)")
             << ", graph.sf, report.txt (" << p->plan.world << " rank(s)); "
             << from_cache << " of " << p->plan.kernels.size() << " kernel config(s) from the tuning cache";
   if (gemms) std::cout << "; " << gemms << " library GEMM step(s) on rank 0 (the cache's winners)";
@@ -169,6 +172,8 @@ void add_compile(CLI::App& app, int& exit_code) {
   cmd->add_flag("--autotune", o->autotune,
                 "tune the kernels the cache has no config for first, measuring on GPU 0 (which must be --arch)");
   cmd->add_flag("--no-ptxas", o->no_ptxas, "do not check the PTX with ptxas (resources then show as -)");
+  cmd->add_flag("--no-host", o->no_host,
+                "leave out the kernels' host code (host_kernels.so): the Plan then runs only with exec --device cuda");
   add_precision_option(cmd, o->precision);
   add_allow_tf32_option(cmd, o->allow_tf32);
   add_no_tma_option(cmd, o->no_tma);

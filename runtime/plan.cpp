@@ -1,5 +1,7 @@
 #include "runtime/plan.h"
 
+#include <sstream>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -343,6 +345,26 @@ Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
   } catch (const json::exception& e) {
     return Diag{file, {}, std::string("malformed plan: ") + e.what()};
   }
+}
+
+Result<Mesh> parse_plan_mesh(const std::string& s, const std::string& file) {
+  Mesh m;
+  std::istringstream in(s);
+  std::string tok;
+  while (in >> tok) {
+    size_t eq = tok.find('=');
+    int64_t n = 0;
+    try {
+      if (eq == std::string::npos || eq == 0) throw std::invalid_argument(tok);
+      size_t used = 0;
+      n = std::stoll(tok.substr(eq + 1), &used);
+      if (used != tok.size() - eq - 1 || n < 1) throw std::invalid_argument(tok);
+    } catch (const std::exception&) {
+      return Diag{file, {}, "\"mesh\": \"" + s + "\" is not a list of name=size"};
+    }
+    m.dims.push_back({tok.substr(0, eq), n});
+  }
+  return m;
 }
 
 }  // namespace sf

@@ -12,6 +12,7 @@
 
 #include "codegen/ir/collective.h"
 #include "codegen/ir/diag.h"
+#include "codegen/ir/mesh.h"
 #include "codegen/ir/tensor.h"
 #include "runtime/gemm.h"
 
@@ -123,6 +124,8 @@ struct Plan {
 };
 
 std::string plan_to_json(const Plan& p);
+// A Plan's "mesh" ("dp=2 tp=2", Mesh::str) back into a Mesh; a Diag naming `file`.
+Result<Mesh> parse_plan_mesh(const std::string& mesh, const std::string& file);
 // Parses and validates plan.json text (`file` names it in Diags): version, every
 // field's type and range (by its JSON path), then verify_plan (runtime/plan_verify.h):
 // buffers defined before use, collectives that match across ranks, and so on.

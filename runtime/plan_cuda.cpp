@@ -1,8 +1,11 @@
 #include "runtime/plan_cuda.h"
 
 #include <algorithm>
+#include <filesystem>
 
 namespace sf {
+
+namespace fs = std::filesystem;
 
 Result<std::unique_ptr<CudaPlanDevice>> CudaPlanDevice::create(std::shared_ptr<GpuPlan> plan) {
   std::unique_ptr<CudaPlanDevice> d(new CudaPlanDevice());
@@ -110,6 +113,61 @@ Result<double> CudaPlanDevice::elapsed_us(int from, int to) {
   Result<float> ms = cuda::Event::elapsed_ms(marks_.at(static_cast<size_t>(from)), marks_.at(static_cast<size_t>(to)));
   if (!ms) return ms.error();
   return static_cast<double>(*ms) * 1e3;
+}
+
+Result<std::shared_ptr<GpuPlan>> GpuPlan::load(std::shared_ptr<cuda::Context> ctx, const PlanSource& src) {
+  auto p = std::shared_ptr<GpuPlan>(new GpuPlan());
+  p->ctx_ = ctx;
+  p->src_ = src;
+  Result<Mesh> mesh = parse_plan_mesh(src.plan.mesh, src.dir.empty() ? "plan.json" : (fs::path(src.dir) / "plan.json").string());
+  if (!mesh) return mesh.error();
+  p->mesh_ = std::move(mesh).value();
+  std::map<std::string, size_t> module_of;  // ptx file -> modules_ index
+  for (const PlanKernel& k : src.plan.kernels) {
+    auto it = module_of.find(k.ptx_file);
+    if (it == module_of.end()) {
+      auto text = src.ptx.find(k.ptx_file);
+      if (text == src.ptx.end()) return Diag{"", {}, "kernel " + k.id + ": no PTX for " + k.ptx_file};
+      std::string name = src.dir.empty() ? k.ptx_file : (fs::path(src.dir) / k.ptx_file).string();
+      Result<cuda::Module> m = cuda::Module::load_ptx(*ctx, text->second, name);
+      if (!m) return m.error();
+      p->modules_.push_back(std::move(m).value());
+      it = module_of.emplace(k.ptx_file, p->modules_.size() - 1).first;
+    }
+    Result<CUfunction> fn = p->modules_[it->second].function(k.entry);
+    if (!fn) return fn.error();
+    Loaded l;
+    l.fn = *fn;
+    l.dims.grid = k.grid;
+    l.dims.block = k.block;
+    l.dims.shared_bytes = k.shared_bytes;
+    l.zero_outputs = k.zero_outputs;
+    p->kernels_.emplace(k.id, l);
+  }
+  return p;
+}
+
+std::optional<std::string> arch_mismatch(const std::string& arch, const cuda::DeviceInfo& dev) {
+  int num = 0;
+  size_t used = 0;
+  bool specific = false;
+  try {
+    if (arch.rfind("sm_", 0) != 0) throw std::invalid_argument(arch);
+    num = std::stoi(arch.substr(3), &used);
+    std::string rest = arch.substr(3 + used);
+    if (rest == "a") specific = true;
+    else if (!rest.empty()) throw std::invalid_argument(arch);
+  } catch (const std::exception&) {
+    return "arch \"" + arch + "\" is not of the form sm_XY or sm_XYa";
+  }
+  const int cc = dev.cc_major * 10 + dev.cc_minor;
+  const std::string have = dev.name + " is compute capability " + std::to_string(dev.cc_major) + "." +
+                           std::to_string(dev.cc_minor) + " (" + dev.arch() + ")";
+  if (specific && cc != num)
+    return "the Plan's PTX is for " + arch + ", which runs only on compute capability " + std::to_string(num / 10) +
+           "." + std::to_string(num % 10) + "; " + have + ": recompile with --arch " + dev.arch();
+  if (cc < num) return "the Plan's PTX is for " + arch + "; " + have + ": recompile with --arch " + dev.arch();
+  return std::nullopt;
 }
 
 }  // namespace sf

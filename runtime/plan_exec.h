@@ -1,7 +1,7 @@
 // Runs a Plan on GPUs: every buffer of a rank lives in device memory, kernel
 // steps launch the Plan's PTX with its grid/block/shared memory on the rank's
 // compute stream, gemm steps call cuBLASLt or cuBLAS on that stream
-// (runtime/plan_gemm.cpp), and slices and concats are strided device copies. Collectives
+// (runtime/plan_step_gemm.cpp), and slices and concats are strided device copies. Collectives
 // go one of two ways:
 //   - NCCL (one GPU per rank): each start step is enqueued on the rank's comm
 //     stream after an event recorded on the compute stream (its operand is
@@ -167,8 +167,12 @@ class RankExec {
   Result<CUdeviceptr> scratch(NcclOp& op, size_t slot, size_t bytes);
   std::optional<Diag> host_slice(const PlanStep& s);
   double now_us() const;
+  // One file per step kind (as XLA's thunks): runtime/plan_step_kernel.cpp,
+  // plan_step_copy.cpp (slice, concat, partialize), plan_step_collective.cpp
+  // (host-staged), plan_step_nccl.cpp, plan_step_gemm.cpp.
   std::optional<Diag> launch_step(size_t i);
-  // gemm steps (runtime/plan_gemm.cpp): the library opened and every step's call
+  std::optional<Diag> copy_step(size_t i);
+  // gemm steps (runtime/plan_step_gemm.cpp): the library opened and every step's call
   // prepared when the rank is created, so a missing library or a GEMM it refuses is
   // an error naming the step before anything runs; then each call is enqueued on
   // the compute stream. They are never captured into CUDA graphs (--cuda-graph):
@@ -196,7 +200,7 @@ class RankExec {
   };
   std::map<size_t, Captured> graphs_;  // per device segment, by its first step
   int64_t launches_ = 0, graph_launches_ = 0, nccl_ops_run_ = 0, library_calls_ = 0;
-  struct GemmSteps;  // runtime/plan_gemm.cpp: the cuBLAS handle, the prepared calls, the workspace
+  struct GemmSteps;  // runtime/plan_step_gemm.cpp: the cuBLAS handle, the prepared calls, the workspace
   struct GemmStepsDeleter {
     void operator()(GemmSteps* g) const;
   };

@@ -31,7 +31,7 @@ struct HostRun {
 HostRun make_run(const std::string& example_name, CompileOptions::HostCode host) {
   Result<Graph> g = parse_file(std::string(SF_SOURCE_DIR) + "/examples/" + example_name);
   if (!g.ok()) throw std::runtime_error(g.error().str());
-  HostRun s{std::move(g).value()};
+  HostRun s{std::move(g).value(), DeviceMesh(Mesh{}), {}, {}, {}, {}};
   s.mesh = DeviceMesh(s.g.mesh());
   s.sharding = propagate(s.g, s.mesh);
   CompileOptions co;

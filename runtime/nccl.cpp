@@ -184,12 +184,6 @@ Result<ncclRedOp_t> reduce_op(ReduceOp op, DType t) {
 
 // --- sizes and bandwidths ---------------------------------------------------------------
 
-double bus_factor(CollectiveKind c, int n) {
-  if (n <= 1) return 0.0;
-  const double f = static_cast<double>(n - 1) / n;
-  return c == CollectiveKind::AllReduce ? 2 * f : f;
-}
-
 CollectiveSize collective_size(CollectiveKind c, int64_t bytes, int elem_bytes, int n) {
   n = std::max(n, 1);
   const int64_t count = std::max<int64_t>(bytes / std::max(elem_bytes, 1), 1);

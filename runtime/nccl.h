@@ -107,11 +107,8 @@ Result<ncclRedOp_t> reduce_op(ReduceOp op, DType t);
 // The collective kind is codegen/ir/collective.h's CollectiveKind (kAllCollectives,
 // collective_name).
 
-// busbw = algbw * bus_factor: the share of the buffer each rank's busiest link
-// carries in the bandwidth-optimal algorithm, so busbw is comparable with the link
-// bandwidth whatever n is. all_reduce 2(n-1)/n (a reduce-scatter then an
-// all-gather); all_gather, reduce_scatter and all_to_all (n-1)/n. 0 for n <= 1.
-double bus_factor(CollectiveKind c, int n);
+// busbw = algbw * bus_factor (codegen/ir/collective.h, shared with the timeline
+// model), so busbw is comparable with the link bandwidth whatever n is.
 
 // The buffers of one collective of nccl-tests' "size" `bytes` over n ranks, and
 // the size actually run (counts are whole elements and, where the buffer is cut in

@@ -23,19 +23,6 @@ constexpr int64_t kMaxGridX = 2147483647, kMaxGridYZ = 65535;
 constexpr int64_t kMaxBlockThreads = 1024, kMaxBlockZ = 64;
 constexpr int64_t kMaxSharedBytes = 227 * 1024;
 
-// The redistribution step a collective step performs (for the shape checks).
-std::optional<RedistKind> collective_kind(const std::string& op) {
-  std::optional<CollectiveKind> c = parse_collective(op);
-  if (!c) return std::nullopt;
-  switch (*c) {
-    case CollectiveKind::AllGather: return RedistKind::AllGather;
-    case CollectiveKind::AllReduce: return RedistKind::AllReduce;
-    case CollectiveKind::ReduceScatter: return RedistKind::ReduceScatter;
-    case CollectiveKind::AllToAll: return RedistKind::AllToAll;
-  }
-  return std::nullopt;
-}
-
 // Elements of `s`, or -1 when above kMaxPlanElements (each dim was read in [0, 2^40]).
 int64_t plan_numel(const Shape& s) {
   int64_t n = 1;
@@ -157,7 +144,7 @@ std::optional<Diag> verify_plan(const Plan& p, const std::string& file) {
     for (size_t i = 0; i < r.steps.size(); ++i) {
       const PlanStep& s = r.steps[i];
       const std::string spath = rpath + ".steps[" + std::to_string(i) + "]";
-      const std::optional<RedistKind> coll = collective_kind(s.op);
+      const std::optional<CollectiveKind> coll = s.collective();
       const bool known = coll || s.op == "kernel" || s.op == "wait" || s.op == "slice" || s.op == "partialize" ||
                          s.op == "concat" || s.op == "gemm";
       if (!known) return fail(spath + ".op", "unknown op \"" + s.op + "\"");
@@ -260,7 +247,7 @@ std::optional<Diag> verify_plan(const Plan& p, const std::string& file) {
           std::optional<ReduceOp> op = parse_reduce_op(s.reduce_op);
           if (!op) return fail(spath + ".reduce_op", "unknown reduction \"" + s.reduce_op + "\"");
           c.op = *op;
-        } else if (*coll == RedistKind::AllReduce || *coll == RedistKind::ReduceScatter) {
+        } else if (*coll == CollectiveKind::AllReduce || *coll == CollectiveKind::ReduceScatter) {
           return fail(spath, "a " + s.op + " needs a \"reduce_op\"");
         }
         c.dim = s.dim;

@@ -11,17 +11,15 @@ namespace {
 // One collective over one group: member k's result, from member k's input and step.
 std::vector<Tensor> run_group(const std::vector<const LocalStep*>& steps, const std::vector<Tensor>& in) {
   const LocalStep& s = *steps[0];
-  switch (s.comm) {
-    case RedistKind::AllGather: return host_all_gather(in, s.dim);
-    case RedistKind::AllReduce: return host_all_reduce(in, s.op);
-    case RedistKind::ReduceScatter: return host_reduce_scatter(in, s.dim, s.sizes, s.op);
-    case RedistKind::AllToAll: {
+  switch (s.collective) {
+    case CollectiveKind::AllGather: return host_all_gather(in, s.dim);
+    case CollectiveKind::AllReduce: return host_all_reduce(in, s.op);
+    case CollectiveKind::ReduceScatter: return host_reduce_scatter(in, s.dim, s.sizes, s.op);
+    case CollectiveKind::AllToAll: {
       std::vector<std::vector<int64_t>> send;
       for (const LocalStep* m : steps) send.push_back(m->sizes);
       return host_all_to_all(in, s.dim, send, s.dim2);
     }
-    case RedistKind::Slice:
-    case RedistKind::Partialize: break;
   }
   throw DiagError{Diag{"", {}, "simulate: not a collective"}};
 }

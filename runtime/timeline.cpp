@@ -247,44 +247,28 @@ Result<SystemSpec> load_system(const std::string& path) {
 
 // --- the α-β model -------------------------------------------------------------------------
 
-double collective_steps(RedistKind k, int n, CollAlgorithm a) {
+double collective_steps(CollectiveKind k, int n, CollAlgorithm a) {
   if (n <= 1) return 0;
   switch (k) {
-    case RedistKind::AllReduce:
+    case CollectiveKind::AllReduce:
       // A tree reduces up and broadcasts down: 2 ceil(log2 n) hops; a ring does a
       // reduce-scatter then an all-gather, n-1 steps each.
       return a == CollAlgorithm::Tree ? 2.0 * std::ceil(std::log2(static_cast<double>(n))) : 2.0 * (n - 1);
-    case RedistKind::AllGather:
-    case RedistKind::ReduceScatter:
-    case RedistKind::AllToAll: return n - 1.0;
-    case RedistKind::Slice:
-    case RedistKind::Partialize: return 0;
-  }
-  return 0;
-}
-
-double bus_factor(RedistKind k, int n) {
-  if (n <= 1) return 0;
-  const double nn = n;
-  switch (k) {
-    case RedistKind::AllReduce: return 2.0 * (nn - 1) / nn;
-    case RedistKind::AllGather:
-    case RedistKind::ReduceScatter:
-    case RedistKind::AllToAll: return (nn - 1) / nn;
-    case RedistKind::Slice:
-    case RedistKind::Partialize: return 0;
+    case CollectiveKind::AllGather:
+    case CollectiveKind::ReduceScatter:
+    case CollectiveKind::AllToAll: return n - 1.0;
   }
   return 0;
 }
 
 bool is_ring_shift(const LocalStep& s) {
-  return s.kind == LocalStep::Kind::Start && s.comm == RedistKind::AllToAll && s.ring_steps > 0;
+  return s.kind == LocalStep::Kind::Start && s.collective == CollectiveKind::AllToAll && s.ring_steps > 0;
 }
 
 double shift_us(double bytes, const LinkSpec& link) { return link.alpha_us + bytes / (link.bandwidth_GB_s * 1e3); }
 
-double collective_us(RedistKind k, int n, double bytes, const LinkSpec& link) {
-  if (n <= 1 || !is_collective(k)) return 0;
+double collective_us(CollectiveKind k, int n, double bytes, const LinkSpec& link) {
+  if (n <= 1) return 0;
   // GB/s = 1e9 B/s = 1e3 B/us.
   return link.alpha_us * collective_steps(k, n, link.algorithm) + bytes * bus_factor(k, n) / (link.bandwidth_GB_s * 1e3);
 }
@@ -305,13 +289,11 @@ int64_t collective_bytes(const LocalProgram& p, size_t step, int n) {
   auto largest = [](const std::vector<int64_t>& v) { return v.empty() ? int64_t{0} : *std::max_element(v.begin(), v.end()); };
   const bool sized = !s.sizes.empty() && s.dim >= 0 && s.dim < t.rank();
   if (is_ring_shift(s)) return sized ? largest(s.sizes) * slab(s.dim) : whole;
-  switch (s.comm) {
-    case RedistKind::AllGather: return sized ? n * largest(s.sizes) * slab(s.dim) : n * whole;
-    case RedistKind::ReduceScatter:
-    case RedistKind::AllToAll: return sized ? n * largest(s.sizes) * slab(s.dim) : whole;
-    case RedistKind::AllReduce: return whole;
-    case RedistKind::Slice:
-    case RedistKind::Partialize: return 0;
+  switch (s.collective) {
+    case CollectiveKind::AllGather: return sized ? n * largest(s.sizes) * slab(s.dim) : n * whole;
+    case CollectiveKind::ReduceScatter:
+    case CollectiveKind::AllToAll: return sized ? n * largest(s.sizes) * slab(s.dim) : whole;
+    case CollectiveKind::AllReduce: return whole;
   }
   return 0;
 }
@@ -392,7 +374,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Coll {
-  RedistKind kind = RedistKind::AllGather;
+  CollectiveKind kind = CollectiveKind::AllGather;
   bool shift = false;  // one step of a decomposed collective matmul's ring
   int handle = -1, mesh_dim = 0;
   std::vector<int> members;       // ranks, in group order
@@ -452,7 +434,7 @@ std::string step_name(const LocalProgram& p, size_t step) {
     case LocalStep::Kind::Partialize: return "partialize " + name(s.out);
     case LocalStep::Kind::Concat: return "concat " + name(s.out);
     case LocalStep::Kind::Start:
-      return std::string(redist_kind_name(s.comm)) + " " + (s.in.empty() ? std::string("?") : name(s.in[0]));
+      return std::string(collective_name(s.collective)) + " " + (s.in.empty() ? std::string("?") : name(s.in[0]));
     case LocalStep::Kind::Wait: return "wait " + name(s.out);
   }
   return "?";
@@ -533,7 +515,7 @@ Result<Timeline> simulate_timeline(const std::vector<LocalProgram>& programs, co
       auto [it, fresh] = coll_of.emplace(key, static_cast<int>(colls.size()));
       if (fresh) {
         Coll c;
-        c.kind = s.comm;
+        c.kind = s.collective;
         c.shift = is_ring_shift(s);
         c.handle = s.handle;
         c.mesh_dim = s.mesh_dim;
@@ -545,10 +527,10 @@ Result<Timeline> simulate_timeline(const std::vector<LocalProgram>& programs, co
         colls.push_back(std::move(c));
       }
       Coll& c = colls[static_cast<size_t>(it->second)];
-      if (c.kind != s.comm)
+      if (c.kind != s.collective)
         return Diag{"", {}, "timeline: collective " + std::to_string(s.handle) + " is " +
-                                std::string(redist_kind_name(c.kind)) + " on rank " + std::to_string(c.members[0]) +
-                                " but " + std::string(redist_kind_name(s.comm)) + " on rank " + std::to_string(r)};
+                                std::string(collective_name(c.kind)) + " on rank " + std::to_string(c.members[0]) +
+                                " but " + std::string(collective_name(s.collective)) + " on rank " + std::to_string(r)};
       int m = member_index(c, r);
       if (c.seen[static_cast<size_t>(m)])
         return Diag{"", {}, "timeline: rank " + std::to_string(r) + " starts collective " + std::to_string(s.handle) + " twice"};
@@ -574,7 +556,7 @@ Result<Timeline> simulate_timeline(const std::vector<LocalProgram>& programs, co
         for (size_t k = 0; k < c.members.size(); ++k)
           if (c.seen[k]) first = c.members[k];
         return Diag{"", {}, "timeline: rank " + std::to_string(first) + " issues " +
-                                std::string(redist_kind_name(c.kind)) + " (handle " + std::to_string(c.handle) +
+                                std::string(collective_name(c.kind)) + " (handle " + std::to_string(c.handle) +
                                 ") with rank " + std::to_string(c.members[m]) + ", whose program has no such collective"};
       }
     const int n = static_cast<int>(c.members.size());

@@ -75,13 +75,10 @@ Result<SystemSpec> load_system(const std::string& path);
 
 // Latency steps of `k` over n ranks: ring all_gather, reduce_scatter and all_to_all
 // n-1, ring all_reduce 2(n-1); tree all_reduce 2 ceil(log2 n) (others stay ring).
-double collective_steps(RedistKind k, int n, CollAlgorithm a);
-// nccl-tests' bus factor: busbw = algbw * factor. all_reduce 2(n-1)/n; all_gather,
-// reduce_scatter and all_to_all (n-1)/n.
-double bus_factor(RedistKind k, int n);
+double collective_steps(CollectiveKind k, int n, CollAlgorithm a);
 // alpha * steps + bytes * bus_factor / bandwidth, in microseconds; 0 for n <= 1.
 // `bytes` is nccl-tests' "size" (collective_bytes).
-double collective_us(RedistKind k, int n, double bytes, const LinkSpec& link);
+double collective_us(CollectiveKind k, int n, double bytes, const LinkSpec& link);
 
 // A Start that is one step of a decomposed collective matmul (an all_to_all with
 // ring_steps set: one chunk to the previous member, one from the next). It costs
@@ -142,7 +139,7 @@ struct TimelineEvent {
   int64_t bytes = 0, flops = 0;  // collectives: nccl-tests' size; flops 0
   double work_us = 0;  // compute: the unslowed time; collectives: the α-β time uncontended
   // Collectives only.
-  RedistKind comm = RedistKind::AllGather;
+  CollectiveKind comm = CollectiveKind::AllGather;
   std::vector<int> group;
   LinkClass link = LinkClass::NvLink;
   double ready_us = 0;   // when this rank had issued it, its operand existed and its comm stream was free

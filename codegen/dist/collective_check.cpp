@@ -28,13 +28,13 @@ int64_t sum(const std::vector<int64_t>& v) {
 Result<TensorType> collective_result(const CollectiveCall& c) {
   auto fail = [](const std::string& m) { return Diag{"", {}, m}; };
   const int rank = c.in.rank();
-  const std::string name(redist_kind_name(c.kind));
+  const std::string name(collective_name(c.kind));
   if (c.members < 1 || c.member < 0 || c.member >= c.members) return fail("this rank is not a member of its group");
   TensorType out = c.in;
   auto dim_ok = [&](int d) { return d >= 0 && d < rank; };
   switch (c.kind) {
-    case RedistKind::AllReduce: return out;
-    case RedistKind::AllGather: {
+    case CollectiveKind::AllReduce: return out;
+    case CollectiveKind::AllGather: {
       if (!dim_ok(c.dim)) return fail("all_gather along dim " + std::to_string(c.dim) + " of " + c.in.str());
       if (auto e = sizes_fit(c.sizes, c.members, "sizes")) return fail(*e);
       const int64_t mine = c.sizes[static_cast<size_t>(c.member)];
@@ -45,42 +45,40 @@ Result<TensorType> collective_result(const CollectiveCall& c) {
       out.shape[static_cast<size_t>(c.dim)] = sum(c.sizes);
       return out;
     }
-    case RedistKind::ReduceScatter:
-    case RedistKind::AllToAll: {
+    case CollectiveKind::ReduceScatter:
+    case CollectiveKind::AllToAll: {
       if (!dim_ok(c.dim)) return fail(name + " along dim " + std::to_string(c.dim) + " of " + c.in.str());
       if (auto e = sizes_fit(c.sizes, c.members, "sizes")) return fail(*e);
       if (sum(c.sizes) != c.in.shape[static_cast<size_t>(c.dim)])
         return fail("sizes " + shape_str(c.sizes) + " do not cut dim " + std::to_string(c.dim) + " of " + c.in.str());
       out.shape[static_cast<size_t>(c.dim)] = c.sizes[static_cast<size_t>(c.member)];
-      if (c.kind == RedistKind::ReduceScatter) return out;
+      if (c.kind == CollectiveKind::ReduceScatter) return out;
       if (!dim_ok(c.dim2)) return fail("all_to_all concatenating along dim " + std::to_string(c.dim2) + " of " + c.in.str());
       if (auto e = sizes_fit(c.sizes2, c.members, "sizes2")) return fail(*e);
       out.shape[static_cast<size_t>(c.dim2)] = sum(c.sizes2);
       return out;
     }
-    case RedistKind::Slice:
-    case RedistKind::Partialize: break;
   }
   return fail(name + " is not a collective");
 }
 
 std::optional<std::string> collective_mismatch(const CollectiveCall& a, const CollectiveCall& b) {
-  const std::string an(redist_kind_name(a.kind)), bn(redist_kind_name(b.kind));
+  const std::string an(collective_name(a.kind)), bn(collective_name(b.kind));
   if (a.kind != b.kind) return an + " meets " + bn;
   if (a.members != b.members) return "groups of " + std::to_string(a.members) + " and " + std::to_string(b.members);
   if (a.in.dtype != b.in.dtype) return an + " of " + a.in.str() + " meets one of " + b.in.str();
-  if ((a.kind == RedistKind::AllReduce || a.kind == RedistKind::ReduceScatter) && a.op != b.op)
+  if ((a.kind == CollectiveKind::AllReduce || a.kind == CollectiveKind::ReduceScatter) && a.op != b.op)
     return an + " reducing by " + std::string(reduce_op_name(a.op)) + " meets one by " +
            std::string(reduce_op_name(b.op));
-  if (a.kind != RedistKind::AllReduce && (a.dim != b.dim || (a.kind == RedistKind::AllToAll && a.dim2 != b.dim2)))
+  if (a.kind != CollectiveKind::AllReduce && (a.dim != b.dim || (a.kind == CollectiveKind::AllToAll && a.dim2 != b.dim2)))
     return an + " along dim " + std::to_string(a.dim) + " meets one along dim " + std::to_string(b.dim);
   switch (a.kind) {
-    case RedistKind::AllReduce:
-    case RedistKind::ReduceScatter:
+    case CollectiveKind::AllReduce:
+    case CollectiveKind::ReduceScatter:
       if (a.in.shape != b.in.shape) return an + " of " + a.in.str() + " meets one of " + b.in.str();
       if (a.sizes != b.sizes) return an + " with sizes " + shape_str(a.sizes) + " meets one with " + shape_str(b.sizes);
       return std::nullopt;
-    case RedistKind::AllGather: {
+    case CollectiveKind::AllGather: {
       if (a.sizes != b.sizes) return an + " with sizes " + shape_str(a.sizes) + " meets one with " + shape_str(b.sizes);
       Shape sa = a.in.shape, sb = b.in.shape;
       if (sa.size() == sb.size()) sa[static_cast<size_t>(a.dim)] = sb[static_cast<size_t>(a.dim)] = 0;
@@ -88,7 +86,7 @@ std::optional<std::string> collective_mismatch(const CollectiveCall& a, const Co
                            std::to_string(a.dim) + " may differ)";
       return std::nullopt;
     }
-    case RedistKind::AllToAll: {
+    case CollectiveKind::AllToAll: {
       // What a sends b: a's operand with dim cut to a.sizes[b]. What b takes from
       // a: b's operand with dim cut to b.sizes[b] and dim2 to b.sizes2[a].
       for (int pass = 0; pass < 2; ++pass) {
@@ -105,8 +103,6 @@ std::optional<std::string> collective_mismatch(const CollectiveCall& a, const Co
       }
       return std::nullopt;
     }
-    case RedistKind::Slice:
-    case RedistKind::Partialize: break;
   }
   return an + " is not a collective";
 }

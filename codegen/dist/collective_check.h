@@ -16,7 +16,7 @@ namespace sf {
 
 // One member's call of a collective: what it passes, and where it sits in its group.
 struct CollectiveCall {
-  RedistKind kind = RedistKind::AllReduce;
+  CollectiveKind kind = CollectiveKind::AllReduce;
   ReduceOp op = ReduceOp::Sum;
   int dim = 0, dim2 = 0;
   std::vector<int64_t> sizes, sizes2;

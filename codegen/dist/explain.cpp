@@ -83,14 +83,12 @@ std::string step_line(const LocalProgram& p, const LocalStep& s, const DeviceMes
         return "ring_shift " + name(s.in[0]) + " -> " + out_name + " [" + md + ", dim " + std::to_string(s.dim) +
                ", step " + std::to_string(s.ring_step) + "/" + std::to_string(s.ring_steps) + ", to " +
                (s.ring_to > 0 ? "+" : "") + std::to_string(s.ring_to) + "]";
-      std::string line = std::string(redist_kind_name(s.comm)) + " " + name(s.in[0]) + " -> " + out_name + " [" + md;
-      switch (s.comm) {
-        case RedistKind::AllGather: line += ", dim " + std::to_string(s.dim); break;
-        case RedistKind::ReduceScatter: line += ", dim " + std::to_string(s.dim) + ", " + std::string(reduce_op_name(s.op)); break;
-        case RedistKind::AllReduce: line += ", " + std::string(reduce_op_name(s.op)); break;
-        case RedistKind::AllToAll: line += ", split " + std::to_string(s.dim) + ", concat " + std::to_string(s.dim2); break;
-        case RedistKind::Slice:
-        case RedistKind::Partialize: break;
+      std::string line = std::string(collective_name(s.collective)) + " " + name(s.in[0]) + " -> " + out_name + " [" + md;
+      switch (s.collective) {
+        case CollectiveKind::AllGather: line += ", dim " + std::to_string(s.dim); break;
+        case CollectiveKind::ReduceScatter: line += ", dim " + std::to_string(s.dim) + ", " + std::string(reduce_op_name(s.op)); break;
+        case CollectiveKind::AllReduce: line += ", " + std::string(reduce_op_name(s.op)); break;
+        case CollectiveKind::AllToAll: line += ", split " + std::to_string(s.dim) + ", concat " + std::to_string(s.dim2); break;
       }
       return line + "]";
     }

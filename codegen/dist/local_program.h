@@ -34,7 +34,7 @@ struct LocalStep {
   //   all_gather: members' extents along dim;  reduce_scatter: each member's kept
   //   extent along dim;  all_to_all: extents sent to each member along dim (split)
   //   and received from each along dim2 (concat) in sizes2.
-  RedistKind comm = RedistKind::AllGather;
+  CollectiveKind collective = CollectiveKind::AllGather;
   int mesh_dim = 0;
   int dim = 0, dim2 = 0;
   ReduceOp op = ReduceOp::Sum;

@@ -109,7 +109,6 @@ class Lowering {
     s.out = out;
     s.mesh_dim = st.mesh_dim;
     s.op = st.op;
-    s.comm = st.kind;
     s.dim = static_cast<int>(st.dim);
     s.dim2 = static_cast<int>(st.dim2);
     switch (st.kind) {
@@ -134,13 +133,14 @@ class Lowering {
         break;
     }
     s.kind = LocalStep::Kind::Start;
+    s.collective = *collective_of(st.kind);
     s.handle = p_.num_handles++;
     s.out = -1;
     LocalStep w;
     w.kind = LocalStep::Kind::Wait;
     w.handle = s.handle;
     w.out = out;
-    w.comm = s.comm;
+    w.collective = s.collective;
     w.mesh_dim = s.mesh_dim;
     p_.steps.push_back(std::move(s));
     p_.steps.push_back(std::move(w));

@@ -5,18 +5,23 @@
 namespace sf {
 
 std::string_view redist_kind_name(RedistKind k) {
-  switch (k) {
-    case RedistKind::AllGather: return "all_gather";
-    case RedistKind::AllReduce: return "all_reduce";
-    case RedistKind::ReduceScatter: return "reduce_scatter";
-    case RedistKind::AllToAll: return "all_to_all";
-    case RedistKind::Slice: return "slice";
-    case RedistKind::Partialize: return "partialize";
-  }
-  return "?";
+  if (std::optional<CollectiveKind> c = collective_of(k)) return collective_name(*c);
+  return k == RedistKind::Slice ? "slice" : "partialize";
 }
 
-bool is_collective(RedistKind k) { return k != RedistKind::Slice && k != RedistKind::Partialize; }
+bool is_collective(RedistKind k) { return collective_of(k).has_value(); }
+
+std::optional<CollectiveKind> collective_of(RedistKind k) {
+  switch (k) {
+    case RedistKind::AllGather: return CollectiveKind::AllGather;
+    case RedistKind::AllReduce: return CollectiveKind::AllReduce;
+    case RedistKind::ReduceScatter: return CollectiveKind::ReduceScatter;
+    case RedistKind::AllToAll: return CollectiveKind::AllToAll;
+    case RedistKind::Slice:
+    case RedistKind::Partialize: return std::nullopt;
+  }
+  return std::nullopt;
+}
 
 namespace {
 

@@ -388,7 +388,7 @@ LocalStep shift_start(const LocalStep& like, int value, int dim, int n, int to, 
                       int64_t recv, int handle, int step, int steps) {
   LocalStep s;
   s.kind = LocalStep::Kind::Start;
-  s.comm = RedistKind::AllToAll;
+  s.collective = CollectiveKind::AllToAll;
   s.mesh_dim = like.mesh_dim;
   s.dim = s.dim2 = dim;
   s.sizes.assign(static_cast<size_t>(n), 0);
@@ -765,18 +765,18 @@ size_t split_all_reduce(LocalProgram& p, const ArMatch& m, int pos, int n) {
   const int chunk = new_value(p, with_extent(t, m.dim, sizes[static_cast<size_t>(pos)]),
                               p.names[static_cast<size_t>(p.steps[m.start].in[0])] + "_rs");
   LocalStep& rs = p.steps[m.start];
-  rs.comm = RedistKind::ReduceScatter;
+  rs.collective = CollectiveKind::ReduceScatter;
   rs.dim = m.dim;
   rs.sizes = sizes;
   LocalStep ag = rs;
-  ag.comm = RedistKind::AllGather;
+  ag.collective = CollectiveKind::AllGather;
   ag.in = {chunk};
   ag.handle = p.num_handles++;
   LocalStep& rw = p.steps[m.wait];
   rw.out = chunk;
-  rw.comm = RedistKind::ReduceScatter;
+  rw.collective = CollectiveKind::ReduceScatter;
   LocalStep aw = rw;
-  aw.comm = RedistKind::AllGather;
+  aw.collective = CollectiveKind::AllGather;
   aw.handle = ag.handle;
   aw.out = out;
   const auto at = p.steps.begin() + static_cast<std::ptrdiff_t>(m.wait + 1);
@@ -834,15 +834,15 @@ std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalPro
     for (size_t i = 0; i < p0.steps.size() && !changed; ++i) {
       const LocalStep s = p0.steps[i];  // a copy: rewriting rank 0 moves the steps
       if (s.kind != LocalStep::Kind::Start || s.ring_steps > 0) continue;
-      if (s.comm != RedistKind::AllGather && s.comm != RedistKind::ReduceScatter && s.comm != RedistKind::AllReduce)
+      if (s.collective != CollectiveKind::AllGather && s.collective != CollectiveKind::ReduceScatter && s.collective != CollectiveKind::AllReduce)
         continue;
       const std::string operand = p0.names[static_cast<size_t>(s.in[0])];
-      if (!seen.insert({operand, static_cast<int>(s.comm)}).second) continue;
-      const int n = s.comm == RedistKind::AllReduce ? static_cast<int>(mesh.group(p0.rank, s.mesh_dim).size())
+      if (!seen.insert({operand, static_cast<int>(s.collective)}).second) continue;
+      const int n = s.collective == CollectiveKind::AllReduce ? static_cast<int>(mesh.group(p0.rank, s.mesh_dim).size())
                                                     : static_cast<int>(s.sizes.size());
       DecomposeDecision dd;
       std::string why;
-      if (s.comm == RedistKind::AllGather) {
+      if (s.collective == CollectiveKind::AllGather) {
         std::optional<AgMatch> m = match_all_gather(p0, i, &why);
         if (!m) continue;  // not a collective matmul: nothing to say
         dd.what = "all_gather " + operand + " -> matmul" + (m->branches.size() > 1 ? "s" : "") + " -> " +
@@ -876,7 +876,7 @@ std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalPro
           }
           changed = true;
         }
-      } else if (s.comm == RedistKind::AllReduce) {
+      } else if (s.collective == CollectiveKind::AllReduce) {
         // Megatron's rowwise linear: all_reduce = all_gather o reduce_scatter, and the
         // reduce_scatter half hides behind the matmul's ring; the all_gather stays.
         std::optional<ArMatch> m = match_all_reduce(p0, i);

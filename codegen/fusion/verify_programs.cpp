@@ -19,7 +19,7 @@ std::string describe(const LocalProgram& p, const LocalStep& s) {
     case LocalStep::Kind::Slice: return "slice";
     case LocalStep::Kind::Partialize: return "partialize";
     case LocalStep::Kind::Concat: return "concat";
-    case LocalStep::Kind::Start: return std::string(redist_kind_name(s.comm)) + " h" + std::to_string(s.handle);
+    case LocalStep::Kind::Start: return std::string(collective_name(s.collective)) + " h" + std::to_string(s.handle);
     case LocalStep::Kind::Wait: return "wait h" + std::to_string(s.handle);
     case LocalStep::Kind::Kernel:
       if (s.kernel >= 0 && s.kernel < static_cast<int>(p.kernels.size()))
@@ -158,13 +158,12 @@ class Verifier {
         }
         case LocalStep::Kind::Start: {
           if (auto e = arity(1, false)) return e;
-          if (!is_collective(s.comm)) return at(p, i, "starts a step that is not a collective");
           if (s.mesh_dim < 0 || s.mesh_dim >= mesh_.ndim())
             return at(p, i, "along mesh dim " + std::to_string(s.mesh_dim) + " of " + std::to_string(mesh_.ndim()));
           if (open.count(s.handle)) return at(p, i, "handle h" + std::to_string(s.handle) + " is started again before its wait");
           const std::vector<int> group = mesh_.group(r, s.mesh_dim);
           CollectiveCall c;
-          c.kind = s.comm;
+          c.kind = s.collective;
           c.op = s.op;
           c.dim = s.dim;
           c.dim2 = s.dim2;

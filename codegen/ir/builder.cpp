@@ -86,7 +86,7 @@ Value GraphBuilder::op(OpKind k, const std::vector<Value>& inputs,
   // the mesh size): in a global graph they have no consistent meaning, and no
   // stage after the verifier can run them. Refused here, after the shape rule's own
   // errors, so that `check` and every command say so at the op (docs/graph-format.md).
-  if (k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce || k == OpKind::AllToAll)
+  if (op_collective(k))
     throw_at(loc, std::string(op_name(k)) +
                       ": explicit per-rank collectives are not supported (a shardfuse graph is global: values have "
                       "their global shapes); use a placement or redistribute(x, {" +

@@ -25,6 +25,16 @@ constexpr std::string_view collective_name(CollectiveKind c) {
   return "?";
 }
 
+// nccl-tests' bus bandwidth factor (busbw = algbw x bus_factor): the share of the
+// buffer each rank's busiest link carries in a ring over n members, 2(n-1)/n for
+// all_reduce, (n-1)/n for the others; 0 for a group of one. The timeline model and
+// bench_collectives both use it.
+constexpr double bus_factor(CollectiveKind c, int n) {
+  if (n <= 1) return 0.0;
+  const double f = static_cast<double>(n - 1) / n;
+  return c == CollectiveKind::AllReduce ? 2 * f : f;
+}
+
 // The kind a name spells; nullopt for any other text.
 constexpr std::optional<CollectiveKind> parse_collective(std::string_view s) {
   for (CollectiveKind c : kAllCollectives)

@@ -291,6 +291,11 @@ const PlacementSpec& Attrs::get_placements(std::string_view n) const {
 
 const OpInfo& op_info(OpKind k) { return table()[static_cast<size_t>(k)]; }
 std::string_view op_name(OpKind k) { return op_info(k).name; }
+std::optional<CollectiveKind> op_collective(OpKind k) {
+  if (op_info(k).category != OpCategory::Collective) return std::nullopt;
+  return parse_collective(op_name(k));  // the names are shared (tests/ir/collective_test.cpp)
+}
+
 std::span<const OpInfo> all_ops() { return table(); }
 
 std::optional<OpKind> find_op(std::string_view name) {

@@ -3,6 +3,8 @@
 // evaluator, decompositions, later sharding rules and emitters) looks ops up here.
 #pragma once
 
+#include "codegen/ir/collective.h"
+
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -66,6 +68,10 @@ const OpInfo& op_info(OpKind k);
 std::string_view op_name(OpKind k);
 std::optional<OpKind> find_op(std::string_view name);
 std::span<const OpInfo> all_ops();
+// The collective a per-rank collective op names (codegen/ir/collective.h: the same
+// kind the lowering's Start steps and the Plan use); nullopt for any other op,
+// `redistribute` included (it plans its collectives).
+std::optional<CollectiveKind> op_collective(OpKind k);
 
 // What a shape rule or attribute check reports; the caller adds the location.
 struct OpError {

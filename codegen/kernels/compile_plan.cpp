@@ -88,7 +88,6 @@ Result<std::string> link_host_objects(const std::vector<PlanKernel>& kernels, co
 }
 
 
-std::string collective_name(RedistKind k) { return std::string(redist_kind_name(k)); }
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -270,14 +269,14 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
           break;
         }
         case LocalStep::Kind::Start:
-          ps.op = collective_name(s.comm);
+          ps.op = std::string(collective_name(s.collective));
           ps.stream = "comm";
           ps.handle = s.handle;
           ps.mesh_dim = md;
           ps.group = mesh.group(p.rank, s.mesh_dim);
           ps.dim = s.dim;
           ps.dim2 = s.dim2;
-          if (s.comm == RedistKind::AllReduce || s.comm == RedistKind::ReduceScatter)
+          if (s.collective == CollectiveKind::AllReduce || s.collective == CollectiveKind::ReduceScatter)
             ps.reduce_op = std::string(reduce_op_name(s.op));
           ps.sizes = s.sizes;
           ps.sizes2 = s.sizes2;

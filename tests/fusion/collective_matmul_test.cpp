@@ -107,7 +107,7 @@ TEST(CollectiveMatmul, AllGatherMatmulBecomesARingStartingWithTheRanksOwnShard) 
     ASSERT_EQ(shifts.size(), 6u);
     for (size_t i = 0; i < shifts.size(); ++i) {
       const LocalStep* s = shifts[i];
-      EXPECT_EQ(s->comm, RedistKind::AllToAll);
+      EXPECT_EQ(s->collective, CollectiveKind::AllToAll);
       // The all-gather ring passes each shard on to the previous rank and takes the
       // next one's. The reduce-scatter's step t sends the partial chunk of rank
       // (rank + t) to that rank, and takes its own chunk from rank (rank - t).
@@ -209,8 +209,8 @@ TEST(CollectiveMatmul, AnAllReduceAfterAMatmulBecomesARingReduceScatterThenAnAll
       int all_reduces = 0, gathers = 0;
       for (const LocalStep& s : p.steps) {
         if (s.kind != LocalStep::Kind::Start) continue;
-        all_reduces += s.comm == RedistKind::AllReduce;
-        if (s.comm == RedistKind::AllGather && s.ring_steps == 0) {
+        all_reduces += s.collective == CollectiveKind::AllReduce;
+        if (s.collective == CollectiveKind::AllGather && s.ring_steps == 0) {
           ++gathers;
           // The reduced chunks, torch.chunk's split of the 20 rows, gathered along them.
           EXPECT_EQ(s.dim, 0);
@@ -262,7 +262,7 @@ TEST(CollectiveMatmul, TermsAddedToTheMatmulsPartialSumsAreAddedChunkByChunk) {
         }
         if (st.kind == LocalStep::Kind::Kernel)
           adds += p.kernels[static_cast<size_t>(st.kernel)].ops == std::vector<std::string>{"add"};
-        EXPECT_FALSE(st.kind == LocalStep::Kind::Start && st.comm == RedistKind::ReduceScatter);
+        EXPECT_FALSE(st.kind == LocalStep::Kind::Start && st.collective == CollectiveKind::ReduceScatter);
       }
       EXPECT_EQ(r_slices, world) << "one slice of r per chunk";
       EXPECT_EQ(b_slices, 0) << "b broadcasts along the rows: added whole";
@@ -405,7 +405,7 @@ TEST(CollectiveMatmul, AutoSplitsAnAllReduceOnlyWhenTheRingIsEstimatedFaster) {
   ASSERT_EQ(never.size(), 1u);
   EXPECT_FALSE(never[0].decomposed);
   bool all_reduce = false;
-  for (const LocalStep& s : ps[0].steps) all_reduce = all_reduce || (s.kind == LocalStep::Kind::Start && s.comm == RedistKind::AllReduce);
+  for (const LocalStep& s : ps[0].steps) all_reduce = all_reduce || (s.kind == LocalStep::Kind::Start && s.collective == CollectiveKind::AllReduce);
   EXPECT_TRUE(all_reduce) << "never leaves the all_reduce whole";
 }
 
@@ -496,7 +496,7 @@ TEST(CollectiveMatmul, AWeightGatheredIntoTheRightOperandComputesColumnBlocks) {
       SCOPED_TRACE("world " + std::to_string(world) + ", rank " + std::to_string(p.rank));
       EXPECT_EQ(ring_shifts(p).size(), static_cast<size_t>(2 * (n - 1)));
       for (const LocalStep& s : p.steps)
-        EXPECT_FALSE(s.kind == LocalStep::Kind::Start && s.comm == RedistKind::AllGather &&
+        EXPECT_FALSE(s.kind == LocalStep::Kind::Start && s.collective == CollectiveKind::AllGather &&
                      (p.names[static_cast<size_t>(s.in[0])] == "w1" || p.names[static_cast<size_t>(s.in[0])] == "w2"))
             << "no whole weight gather is left";
       // The first layer's kernels, in program order: which weight value each reads,

@@ -17,13 +17,13 @@ namespace fusion_verify_programs_test {
 DeviceMesh tp(int n) { return DeviceMesh(Mesh{{{"tp", n}}}); }
 
 // Rank r of a world of `n`: param x (f32[rows[r]]) -> `collective` -> y, returned.
-LocalProgram one_collective(int r, const std::vector<int64_t>& rows, RedistKind kind, bool with_collective = true) {
+LocalProgram one_collective(int r, const std::vector<int64_t>& rows, CollectiveKind kind, bool with_collective = true) {
   LocalProgram p;
   p.rank = r;
   const int64_t mine = rows[static_cast<size_t>(r)];
   int64_t total = 0;
   for (int64_t x : rows) total += x;
-  p.types = {{DType::F32, {mine, 8}}, {DType::F32, {kind == RedistKind::AllGather ? total : mine, 8}}};
+  p.types = {{DType::F32, {mine, 8}}, {DType::F32, {kind == CollectiveKind::AllGather ? total : mine, 8}}};
   p.names = {"x", "y"};
   p.param_values = {0};
   if (!with_collective) {
@@ -33,10 +33,10 @@ LocalProgram one_collective(int r, const std::vector<int64_t>& rows, RedistKind 
   }
   LocalStep s;
   s.kind = LocalStep::Kind::Start;
-  s.comm = kind;
+  s.collective = kind;
   s.in = {0};
   s.handle = 0;
-  if (kind == RedistKind::AllGather) s.sizes = rows;
+  if (kind == CollectiveKind::AllGather) s.sizes = rows;
   LocalStep w;
   w.kind = LocalStep::Kind::Wait;
   w.handle = 0;
@@ -54,18 +54,18 @@ std::string verify(const std::vector<LocalProgram>& ps, const DeviceMesh& mesh, 
 }
 
 TEST(VerifyPrograms, SoundHandBuiltProgramsPass) {
-  EXPECT_EQ(verify({one_collective(0, {4, 4}, RedistKind::AllReduce), one_collective(1, {4, 4}, RedistKind::AllReduce)},
+  EXPECT_EQ(verify({one_collective(0, {4, 4}, CollectiveKind::AllReduce), one_collective(1, {4, 4}, CollectiveKind::AllReduce)},
                    tp(2), "lower"),
             "");
   // Uneven all_gather shards are legal: each member passes its own extent.
-  EXPECT_EQ(verify({one_collective(0, {3, 2}, RedistKind::AllGather), one_collective(1, {3, 2}, RedistKind::AllGather)},
+  EXPECT_EQ(verify({one_collective(0, {3, 2}, CollectiveKind::AllGather), one_collective(1, {3, 2}, CollectiveKind::AllGather)},
                    tp(2), "lower"),
             "");
 }
 
 TEST(VerifyPrograms, UseBeforeDefinitionNamesTheStageTheRankTheStepAndTheValue) {
-  std::vector<LocalProgram> ps{one_collective(0, {4, 4}, RedistKind::AllReduce),
-                               one_collective(1, {4, 4}, RedistKind::AllReduce)};
+  std::vector<LocalProgram> ps{one_collective(0, {4, 4}, CollectiveKind::AllReduce),
+                               one_collective(1, {4, 4}, CollectiveKind::AllReduce)};
   // Rank 1's wait moved ahead of... nothing: its result read by a step before it.
   LocalStep neg;
   neg.kind = LocalStep::Kind::Compute;
@@ -82,23 +82,23 @@ TEST(VerifyPrograms, UseBeforeDefinitionNamesTheStageTheRankTheStepAndTheValue) 
 
 TEST(VerifyPrograms, CollectiveShapesThatDifferBetweenTwoRanksAreNamed) {
   // Rank 0 all-reduces f32[4, 8], rank 1 f32[5, 8]: both well-formed alone.
-  std::vector<LocalProgram> ps{one_collective(0, {4, 5}, RedistKind::AllReduce),
-                               one_collective(1, {4, 5}, RedistKind::AllReduce)};
+  std::vector<LocalProgram> ps{one_collective(0, {4, 5}, CollectiveKind::AllReduce),
+                               one_collective(1, {4, 5}, CollectiveKind::AllReduce)};
   const std::string m = verify(ps, tp(2), "schedule");
   EXPECT_EQ(m.rfind("after schedule: rank 1, step 0 (all_reduce h0): does not match rank 0's step 0", 0), 0u) << m;
   EXPECT_NE(m.find("all_reduce of f32[4, 8] meets one of f32[5, 8]"), std::string::npos) << m;
 }
 
 TEST(VerifyPrograms, ACollectiveMissingOnOneMemberIsNamed) {
-  std::vector<LocalProgram> ps{one_collective(0, {4, 4}, RedistKind::AllReduce),
-                               one_collective(1, {4, 4}, RedistKind::AllReduce, /*with_collective=*/false)};
+  std::vector<LocalProgram> ps{one_collective(0, {4, 4}, CollectiveKind::AllReduce),
+                               one_collective(1, {4, 4}, CollectiveKind::AllReduce, /*with_collective=*/false)};
   const std::string m = verify(ps, tp(2), "collective-matmul");
   EXPECT_EQ(m.rfind("after collective-matmul: rank 0, step 0 (all_reduce h0): has no partner on rank 1", 0), 0u) << m;
 }
 
 TEST(VerifyPrograms, AnAllGatherWhoseSizesDifferOrDoNotFitIsRefused) {
-  std::vector<LocalProgram> ps{one_collective(0, {4, 4}, RedistKind::AllGather),
-                               one_collective(1, {4, 4}, RedistKind::AllGather)};
+  std::vector<LocalProgram> ps{one_collective(0, {4, 4}, CollectiveKind::AllGather),
+                               one_collective(1, {4, 4}, CollectiveKind::AllGather)};
   ps[1].steps[0].sizes = {4, 3};  // rank 1's own extent is 4, not 3
   std::string m = verify(ps, tp(2), "lower");
   EXPECT_NE(m.find("after lower: rank 1, step 0 (all_gather h0): sizes[1] = 3"), std::string::npos) << m;
@@ -109,15 +109,15 @@ TEST(VerifyPrograms, AnAllGatherWhoseSizesDifferOrDoNotFitIsRefused) {
 }
 
 TEST(VerifyPrograms, AWaitIntoAValueOfAnotherTypeAndAStartNeverWaitedForAreRefused) {
-  std::vector<LocalProgram> ps{one_collective(0, {4, 4}, RedistKind::AllReduce),
-                               one_collective(1, {4, 4}, RedistKind::AllReduce)};
+  std::vector<LocalProgram> ps{one_collective(0, {4, 4}, CollectiveKind::AllReduce),
+                               one_collective(1, {4, 4}, CollectiveKind::AllReduce)};
   ps[0].types[1] = {DType::F32, {4, 9}};
   std::string m = verify(ps, tp(2), "fuse");
   EXPECT_NE(m.find("rank 0, step 1 (wait h0): receives into %y (value 1) of f32[4, 9], but the collective at step 0 "
                    "gives f32[4, 8]"),
             std::string::npos)
       << m;
-  ps[0] = one_collective(0, {4, 4}, RedistKind::AllReduce);
+  ps[0] = one_collective(0, {4, 4}, CollectiveKind::AllReduce);
   ps[0].steps.pop_back();
   ps[0].output_values = {0};
   m = verify(ps, tp(2), "fuse");

@@ -26,5 +26,18 @@ TEST(CollectiveKind, NamesAreTheOpNamesAndParseBack) {
     EXPECT_FALSE(parse_collective(other).has_value()) << other;
 }
 
+TEST(CollectiveKind, EveryCollectiveOpMapsToItsKindAndNoOtherOpDoes) {
+  std::set<CollectiveKind> seen;
+  for (const OpInfo& op : all_ops()) {
+    std::optional<CollectiveKind> c = op_collective(op.kind);
+    // redistribute is in the Collective category too, but plans its collectives.
+    EXPECT_EQ(c.has_value(), op.category == OpCategory::Collective && op.kind != OpKind::Redistribute) << op.name;
+    if (!c) continue;
+    EXPECT_EQ(collective_name(*c), op.name);
+    seen.insert(*c);
+  }
+  EXPECT_EQ(seen.size(), std::size(kAllCollectives));  // every kind has its op
+}
+
 }  // namespace ir_collective_test
 }  // namespace sf

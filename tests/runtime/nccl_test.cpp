@@ -108,15 +108,15 @@ TEST(NcclLibrary, DtypesAndReduceOps) {
 // ---- sizes and bandwidths: hand-computed values ----------------------------------------
 
 TEST(NcclBandwidth, BusFactorsAreNcclTests) {
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::AllReduce, 2), 1.0);     // 2 * 1/2
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::AllReduce, 4), 1.5);     // 2 * 3/4
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::AllReduce, 8), 1.75);    // 2 * 7/8
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::AllGather, 2), 0.5);     // 1/2
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::AllGather, 4), 0.75);    // 3/4
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::ReduceScatter, 8), 0.875);
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::AllToAll, 4), 0.75);
-  EXPECT_DOUBLE_EQ(nccl::bus_factor(CollectiveKind::AllToAll, 3), 2.0 / 3.0);
-  for (CollectiveKind c : kAllCollectives) EXPECT_EQ(nccl::bus_factor(c, 1), 0.0) << collective_name(c);
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::AllReduce, 2), 1.0);     // 2 * 1/2
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::AllReduce, 4), 1.5);     // 2 * 3/4
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::AllReduce, 8), 1.75);    // 2 * 7/8
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::AllGather, 2), 0.5);     // 1/2
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::AllGather, 4), 0.75);    // 3/4
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::ReduceScatter, 8), 0.875);
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::AllToAll, 4), 0.75);
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::AllToAll, 3), 2.0 / 3.0);
+  for (CollectiveKind c : kAllCollectives) EXPECT_EQ(bus_factor(c, 1), 0.0) << collective_name(c);
 }
 
 TEST(NcclBandwidth, AlgbwIsSizeOverTimeAndBusbwScalesIt) {

@@ -44,10 +44,10 @@ struct Prog {
     s.outs = std::move(outs);
     p.steps.push_back(std::move(s));
   }
-  void start(RedistKind k, int in, int handle) {
+  void start(CollectiveKind k, int in, int handle) {
     LocalStep s;
     s.kind = LocalStep::Kind::Start;
-    s.comm = k;
+    s.collective = k;
     s.mesh_dim = 0;
     s.in = {in};
     s.handle = handle;
@@ -98,31 +98,31 @@ constexpr double kTol = 1e-9;
 
 TEST(Timeline, AlphaBetaFormulasAndBusFactors) {
   LinkSpec l = link();
-  EXPECT_DOUBLE_EQ(collective_us(RedistKind::AllReduce, 2, 1000, l), 20.0);
+  EXPECT_DOUBLE_EQ(collective_us(CollectiveKind::AllReduce, 2, 1000, l), 20.0);
   // n = 8: all_reduce 14 steps and 2*7/8 of the bytes; all_gather 7 steps and 7/8.
-  EXPECT_DOUBLE_EQ(collective_us(RedistKind::AllReduce, 8, 8000, l), 14 * 5 + 8000 * 1.75 / 100);
-  EXPECT_DOUBLE_EQ(collective_us(RedistKind::AllGather, 8, 8000, l), 7 * 5 + 8000 * 0.875 / 100);
-  EXPECT_DOUBLE_EQ(collective_us(RedistKind::ReduceScatter, 8, 8000, l), 7 * 5 + 8000 * 0.875 / 100);
-  EXPECT_DOUBLE_EQ(collective_us(RedistKind::AllToAll, 8, 8000, l), 7 * 5 + 8000 * 0.875 / 100);
-  EXPECT_DOUBLE_EQ(collective_us(RedistKind::AllReduce, 1, 8000, l), 0.0);  // a group of one is free
+  EXPECT_DOUBLE_EQ(collective_us(CollectiveKind::AllReduce, 8, 8000, l), 14 * 5 + 8000 * 1.75 / 100);
+  EXPECT_DOUBLE_EQ(collective_us(CollectiveKind::AllGather, 8, 8000, l), 7 * 5 + 8000 * 0.875 / 100);
+  EXPECT_DOUBLE_EQ(collective_us(CollectiveKind::ReduceScatter, 8, 8000, l), 7 * 5 + 8000 * 0.875 / 100);
+  EXPECT_DOUBLE_EQ(collective_us(CollectiveKind::AllToAll, 8, 8000, l), 7 * 5 + 8000 * 0.875 / 100);
+  EXPECT_DOUBLE_EQ(collective_us(CollectiveKind::AllReduce, 1, 8000, l), 0.0);  // a group of one is free
   l.algorithm = CollAlgorithm::Tree;
-  EXPECT_DOUBLE_EQ(collective_us(RedistKind::AllReduce, 8, 8000, l), 6 * 5 + 8000 * 1.75 / 100);
-  EXPECT_DOUBLE_EQ(collective_steps(RedistKind::AllGather, 8, CollAlgorithm::Tree), 7.0);
-  EXPECT_DOUBLE_EQ(bus_factor(RedistKind::AllReduce, 4), 1.5);
-  EXPECT_DOUBLE_EQ(bus_factor(RedistKind::AllGather, 4), 0.75);
+  EXPECT_DOUBLE_EQ(collective_us(CollectiveKind::AllReduce, 8, 8000, l), 6 * 5 + 8000 * 1.75 / 100);
+  EXPECT_DOUBLE_EQ(collective_steps(CollectiveKind::AllGather, 8, CollAlgorithm::Tree), 7.0);
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::AllReduce, 4), 1.5);
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::AllGather, 4), 0.75);
 }
 
 TEST(Timeline, CollectiveBytesAreNcclTestsSizes) {
   Prog g(0);
   int x = g.param("x", 6 * 10);  // f32[60]: treat as rows of 10 below
   g.p.types[static_cast<size_t>(x)].shape = {6, 10};
-  g.start(RedistKind::AllGather, x, 0);
+  g.start(CollectiveKind::AllGather, x, 0);
   g.p.steps.back().dim = 0;
   g.p.steps.back().sizes = {6, 6, 6, 5};  // uneven: NCCL gathers 4 equal blocks of 6 rows
   EXPECT_EQ(collective_bytes(g.p, 0, 4), 4 * 6 * 10 * 4);
-  g.p.steps.back().comm = RedistKind::AllReduce;
+  g.p.steps.back().collective = CollectiveKind::AllReduce;
   EXPECT_EQ(collective_bytes(g.p, 0, 4), 6 * 10 * 4);
-  g.p.steps.back().comm = RedistKind::ReduceScatter;
+  g.p.steps.back().collective = CollectiveKind::ReduceScatter;
   g.p.steps.back().sizes = {2, 2, 1, 1};  // the input's 6 rows kept 2, 2, 1, 1
   EXPECT_EQ(collective_bytes(g.p, 0, 4), 4 * 2 * 10 * 4);
   g.p.steps.back().sizes.clear();  // hand-built, no sizes: the operand
@@ -142,7 +142,7 @@ std::vector<LocalProgram> hidden_programs() {
     int x = g.param("x"), y = g.param("y");
     int a = g.value("a"), b = g.value("b"), c = g.value("c"), d = g.value("d");
     g.kernel("k0", {x}, {a});
-    g.start(RedistKind::AllReduce, a, 0);
+    g.start(CollectiveKind::AllReduce, a, 0);
     g.kernel("k1", {y}, {b});
     g.wait(0, c);
     g.kernel("k2", {b, c}, {d});
@@ -191,7 +191,7 @@ TEST(Timeline, ADependentChainCannotOverlap) {
     int x = g.param("x");
     int a = g.value("a"), c = g.value("c"), d = g.value("d");
     g.kernel("k0", {x}, {a});
-    g.start(RedistKind::AllReduce, a, 0);
+    g.start(CollectiveKind::AllReduce, a, 0);
     g.wait(0, c);
     g.kernel("k1", {c}, {d});
     programs.push_back(g.p);
@@ -266,7 +266,7 @@ TEST(Timeline, PartialOverlapSlowsOnlyTheOverlappedPartAndCollectivesWaitForTheS
     int x = g.param("x"), y = g.param("y");
     int a = g.value("a"), b = g.value("b"), c = g.value("c"), d = g.value("d");
     g.kernel("k0", {x}, {a});
-    g.start(RedistKind::AllReduce, a, 0);
+    g.start(CollectiveKind::AllReduce, a, 0);
     g.kernel("k1", {y}, {b});
     g.wait(0, c);
     g.kernel("k2", {b, c}, {d});
@@ -314,8 +314,8 @@ TEST(Timeline, CollectivesQueueOnTheCommStream) {
     Prog g(r);
     int x = g.param("x"), y = g.param("y"), z = g.param("z");
     int a = g.value("a"), b = g.value("b"), c = g.value("c");
-    g.start(RedistKind::AllReduce, x, 0);
-    g.start(RedistKind::AllReduce, y, 1);
+    g.start(CollectiveKind::AllReduce, x, 0);
+    g.start(CollectiveKind::AllReduce, y, 1);
     g.kernel("k", {z}, {c});
     g.wait(0, a);
     g.wait(1, b);

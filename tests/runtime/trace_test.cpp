@@ -133,7 +133,7 @@ TEST(Trace, TimelineEventsCarryBytesFlopsAndStep) {
     s0.outs = {1};
     LocalStep s1;
     s1.kind = LocalStep::Kind::Start;
-    s1.comm = RedistKind::AllReduce;
+    s1.collective = CollectiveKind::AllReduce;
     s1.in = {1};
     s1.handle = 0;
     LocalStep s2;

@@ -6,22 +6,6 @@
 
 namespace sf {
 
-std::string_view kernel_kind_name(KernelKind k) {
-  switch (k) {
-    case KernelKind::Pointwise: return "pointwise";
-    case KernelKind::Reduction: return "reduction";
-    case KernelKind::Matmul: return "matmul";
-    case KernelKind::Gather: return "gather";
-  }
-  return "?";
-}
-
-std::optional<KernelKind> parse_kernel_kind(std::string_view name) {
-  for (KernelKind k : {KernelKind::Pointwise, KernelKind::Reduction, KernelKind::Matmul, KernelKind::Gather})
-    if (kernel_kind_name(k) == name) return k;
-  return std::nullopt;
-}
-
 namespace {
 
 // Every field by name; grid_stride is a bool stored as 0/1 in text.

@@ -3,6 +3,8 @@
 // plan.json where no compiler is present (DESIGN.md).
 #pragma once
 
+#include "codegen/ir/kernel_kind.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -27,9 +29,7 @@ enum class Precision { Fused, Eager };
 inline const char* precision_name(Precision p) { return p == Precision::Eager ? "eager" : "fused"; }
 
 
-enum class KernelKind : uint8_t { Pointwise, Reduction, Matmul, Gather };
-std::string_view kernel_kind_name(KernelKind k);
-std::optional<KernelKind> parse_kernel_kind(std::string_view name);
+// KernelKind, kernel_kind_name, parse_kernel_kind: codegen/ir/kernel_kind.h.
 
 // Tuning knobs; every field has a sane default and an emitter reads the ones that
 // concern its kind and target. The autotuner searches over them.

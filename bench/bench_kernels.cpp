@@ -272,7 +272,7 @@ Result<LoadedPlan> load_plan(const std::string& name) {
   for (const PlanStep& s : r.steps) {
     if (s.op != "kernel") continue;
     ++p.kernels;
-    if (const PlanKernel* k = by_id[s.kernel]; k && k->kind == "matmul") p.matmul_flops += k->flops;
+    if (const PlanKernel* k = by_id[s.kernel]; k && k->kind == KernelKind::Matmul) p.matmul_flops += k->flops;
   }
   return p;
 }

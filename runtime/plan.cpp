@@ -44,7 +44,7 @@ std::string plan_to_json(const Plan& p) {
   j["outputs"] = p.outputs;
   j["kernels"] = json::array();
   for (const PlanKernel& k : p.kernels) {
-    json kj{{"id", k.id},         {"entry", k.entry},        {"kind", k.kind},
+    json kj{{"id", k.id},         {"entry", k.entry},        {"kind", std::string(kernel_kind_name(k.kind))},
             {"ptx", k.ptx_file},  {"grid", k.grid},          {"block", k.block},
             {"shared_bytes", k.shared_bytes}, {"registers", k.registers}, {"spill_bytes", k.spill_bytes},
             {"bytes_read", k.bytes_read}, {"bytes_written", k.bytes_written}, {"flops", k.flops},
@@ -256,7 +256,10 @@ Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
       PlanKernel k;
       k.id = rd.string(kj, path, "id");
       k.entry = rd.string(kj, path, "entry");
-      k.kind = rd.string(kj, path, "kind");
+      const std::string kind = rd.string(kj, path, "kind");
+      std::optional<KernelKind> parsed_kind = parse_kernel_kind(kind);
+      if (!parsed_kind) rd.fail(path + ".kind", "unknown kernel kind \"" + kind + "\" (pointwise, reduction, matmul or gather)");
+      k.kind = *parsed_kind;
       k.ptx_file = rd.string(kj, path, "ptx");
       std::vector<int64_t> grid = rd.integers(rd.at(kj, path, "grid"), path + ".grid", 0, kIntMax, 3);
       std::vector<int64_t> block = rd.integers(rd.at(kj, path, "block"), path + ".block", 1, kIntMax, 3);

@@ -12,6 +12,7 @@
 
 #include "codegen/ir/collective.h"
 #include "codegen/ir/diag.h"
+#include "codegen/ir/kernel_kind.h"
 #include "codegen/ir/mesh.h"
 #include "codegen/ir/tensor.h"
 #include "runtime/gemm.h"
@@ -34,7 +35,7 @@ struct PlanTensorMap {
 struct PlanKernel {
   std::string id;     // unique in the plan; also the .ptx file's stem
   std::string entry;  // the .entry symbol in the PTX
-  std::string kind;   // pointwise, reduction, matmul
+  KernelKind kind = KernelKind::Pointwise;  // "kind" in plan.json: kernel_kind_name
   std::string ptx_file;
   std::array<int64_t, 3> grid{1, 1, 1};
   std::array<int, 3> block{1, 1, 1};

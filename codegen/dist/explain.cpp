@@ -118,7 +118,7 @@ std::string explain_kernels(const LocalProgram& p) {
   std::string out = "kernels (rank " + std::to_string(p.rank) + "): " + std::to_string(p.kernels.size()) +
                     " for " + std::to_string(ops) + " ops\n";
   for (const LocalKernel& k : p.kernels) {
-    out += "  " + k.name + " [" + k.kind + "]: ";
+    out += "  " + k.name + " [" + std::string(kernel_kind_name(k.kind)) + "]: ";
     for (size_t i = 0; i < k.ops.size(); ++i) out += (i ? " " : "") + k.ops[i];
     out += "  reads " + kb(k.bytes_read) + ", writes " + kb(k.bytes_written) + ", " + std::to_string(k.flops) +
            " flops";

@@ -10,6 +10,7 @@
 
 #include "codegen/dist/redistribute.h"
 #include "codegen/ir/graph.h"
+#include "codegen/ir/kernel_kind.h"
 
 namespace sf {
 
@@ -62,13 +63,17 @@ struct LocalStep {
 // emitter.h describes how it becomes code).
 struct LocalKernel {
   std::string name;
-  std::string kind;  // "pointwise", "reduction", "matmul", "gather"
+  KernelKind kind = KernelKind::Pointwise;
   Graph group;
   int64_t bytes_read = 0, bytes_written = 0, flops = 0;
   int64_t bytes_saved = 0;  // traffic of the intermediates fusion kept on chip
   std::vector<std::string> ops;  // the ops fused, in order, for explain
   std::vector<size_t> steps;     // the steps it replaced, as indices into the unfused program
 };
+
+// The key that names a distinct kernel: its kind and its group's text (ranks with
+// equal local shapes share one; the Plan, the host JIT and --dump-after dedupe by it).
+std::string kernel_key(const LocalKernel& k);
 
 struct LocalProgram {
   int rank = 0;

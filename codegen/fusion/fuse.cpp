@@ -12,37 +12,26 @@ namespace sf {
 
 namespace {
 
-enum class GKind { Pointwise, Reduction, Matmul, Gather };
 
-std::string_view gkind_name(GKind k) {
-  switch (k) {
-    case GKind::Pointwise: return "pointwise";
-    case GKind::Reduction: return "reduction";
-    case GKind::Matmul: return "matmul";
-    case GKind::Gather: return "gather";
-  }
-  return "?";
-}
-
-GKind step_kind(const Node& n) {
+KernelKind step_kind(const Node& n) {
   switch (op_info(n.op).category) {
-    case OpCategory::Reduce: return GKind::Reduction;
-    case OpCategory::Matmul: return GKind::Matmul;
+    case OpCategory::Reduce: return KernelKind::Reduction;
+    case OpCategory::Matmul: return KernelKind::Matmul;
     case OpCategory::Gather:
     case OpCategory::Collective:
-    case OpCategory::Composite: return GKind::Gather;  // not fusible: a kernel of its own
+    case OpCategory::Composite: return KernelKind::Gather;  // not fusible: a kernel of its own
     case OpCategory::Leaf:
     case OpCategory::Unary:
     case OpCategory::Binary:
     case OpCategory::Compare:
     case OpCategory::Where:
-    case OpCategory::Movement: return GKind::Pointwise;
+    case OpCategory::Movement: return KernelKind::Pointwise;
   }
-  return GKind::Gather;
+  return KernelKind::Gather;
 }
 
 struct Group {
-  GKind kind = GKind::Pointwise;
+  KernelKind kind = KernelKind::Pointwise;
   std::vector<size_t> steps;  // indices into the program's steps, in program order
   int64_t numel = 0;          // pointwise: the index space; matmul: its output's
   Shape full;                 // reduction: the reduced tensor's shape
@@ -118,7 +107,7 @@ class Fuser {
     g.steps = {i};
     g.numel = numel(n.type.shape);
     g.views_only = n.op == OpKind::Transpose || n.op == OpKind::Permute;
-    if (g.kind == GKind::Reduction) {
+    if (g.kind == KernelKind::Reduction) {
       const TensorType& x = type(p_.steps[i].in[0]);
       g.full = x.shape;
       g.rdims = reduced_dims(n.attrs, x.rank());
@@ -130,13 +119,13 @@ class Fuser {
   void add_to(size_t gi, size_t i) {
     Group& g = groups_[gi];
     const Node& n = p_.steps[i].node;
-    GKind k = step_kind(n);
-    if (g.kind == GKind::Pointwise && k == GKind::Reduction) {
+    KernelKind k = step_kind(n);
+    if (g.kind == KernelKind::Pointwise && k == KernelKind::Reduction) {
       Group r = start_group(i);
       r.steps = g.steps;
       g = r;
-    } else if (g.kind == GKind::Pointwise && k == GKind::Matmul) {
-      g.kind = GKind::Matmul;
+    } else if (g.kind == KernelKind::Pointwise && k == KernelKind::Matmul) {
+      g.kind = KernelKind::Matmul;
       g.numel = numel(n.type.shape);
     }
     g.views_only = g.views_only && (n.op == OpKind::Transpose || n.op == OpKind::Permute);
@@ -148,24 +137,24 @@ class Fuser {
   bool compatible(const Group& g, size_t i) const {
     const LocalStep& s = p_.steps[i];
     const Node& n = s.node;
-    GKind k = step_kind(n);
-    if (k == GKind::Gather || g.kind == GKind::Gather) return false;
+    KernelKind k = step_kind(n);
+    if (k == KernelKind::Gather || g.kind == KernelKind::Gather) return false;
     if (static_cast<int>(g.steps.size()) >= opts_.max_ops) return false;
     int64_t out = numel(n.type.shape);
     switch (g.kind) {
-      case GKind::Pointwise:
-        if (k == GKind::Pointwise) return out == g.numel;
-        if (k == GKind::Reduction) {
+      case KernelKind::Pointwise:
+        if (k == KernelKind::Pointwise) return out == g.numel;
+        if (k == KernelKind::Reduction) {
           // The chain becomes the reduction's prologue, in the reduced tensor's space.
           return feeds_only(g, i, 0) && numel(type(s.in[0]).shape) == g.numel;
         }
         // A transposed operand read in place; only params' or other kernels' outputs
         // go through such a view (its operand is not computed in this group).
-        if (k == GKind::Matmul) return g.views_only;
+        if (k == KernelKind::Matmul) return g.views_only;
         return false;
-      case GKind::Reduction:
-        if (k == GKind::Pointwise) return out == numel(g.full) || out == g.reduced_numel;
-        if (k == GKind::Reduction) {
+      case KernelKind::Reduction:
+        if (k == KernelKind::Pointwise) return out == numel(g.full) || out == g.reduced_numel;
+        if (k == KernelKind::Reduction) {
           const TensorType& x = type(s.in[0]);
           return x.shape == g.full && reduced_dims(n.attrs, x.rank()) == g.rdims;
         }
@@ -177,10 +166,10 @@ class Fuser {
       // the rank's own chunk's matmul would wait for that transfer instead of running
       // while it travels. The chunks that came earlier are added in that matmul's
       // epilogue; the last one, in a small kernel after it.
-      case GKind::Matmul:
+      case KernelKind::Matmul:
         if (std::any_of(s.in.begin(), s.in.end(), [&](int v) { return late_values_.count(v) > 0; })) return false;
-        return k == GKind::Pointwise && out == g.numel && op_info(n.op).category != OpCategory::Movement;
-      case GKind::Gather: return false;
+        return k == KernelKind::Pointwise && out == g.numel && op_info(n.op).category != OpCategory::Movement;
+      case KernelKind::Gather: return false;
     }
     return false;
   }
@@ -296,7 +285,7 @@ class Fuser {
         if (!produced.count(v) && !is_constant_value(v) && std::find(inputs.begin(), inputs.end(), v) == inputs.end())
           inputs.push_back(v);
     LocalKernel k;
-    k.kind = std::string(gkind_name(g.kind));
+    k.kind = g.kind;
     int64_t flops = 0;
     for (size_t i : g.steps) {
       int v = p_.steps[i].out;
@@ -332,7 +321,7 @@ class Fuser {
       k.name += "_" + std::string(op_name(n.op));
       ++named;
     }
-    if (named == 0) k.name += "_" + k.kind;
+    if (named == 0) k.name += "_" + std::string(kernel_kind_name(k.kind));
     k.group = group_graph(g, inputs, outs, k.name);
     k.steps = g.steps;
 

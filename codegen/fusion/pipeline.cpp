@@ -40,7 +40,7 @@ std::function<void(std::vector<LocalProgram>&)> stage_fn(const std::string& name
         for (const LocalProgram& p : fused)
           for (const LocalKernel& k : p.kernels) {
             if (k.steps.size() < 2) continue;
-            std::string key = k.kind + "\n" + print_graph(k.group);
+            std::string key = kernel_key(k);
             auto it = verdict.find(key);
             if (it == verdict.end()) it = verdict.emplace(key, opts.can_emit(k)).first;
             if (!it->second) fo.isolate.insert(k.steps.begin(), k.steps.end());

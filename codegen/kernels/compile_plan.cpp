@@ -209,7 +209,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
   std::map<std::string, std::string> id_of;  // kernel key -> PlanKernel id
   std::vector<const LocalKernel*> sources;
   auto kernel_id = [&](const LocalKernel& k) -> std::string {
-    std::string key = k.kind + "\n" + print_graph(k.group);
+    std::string key = kernel_key(k);
     if (auto it = id_of.find(key); it != id_of.end()) return it->second;
     std::string id = "k" + std::to_string(plan.kernels.size()) + k.name.substr(k.name.find('_'));
     id_of.emplace(key, id);
@@ -362,14 +362,14 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
   auto build = [&](size_t i) {
     PlanKernel& pk = plan.kernels[i];
     const LocalKernel& k = *sources[i];
-    std::optional<KernelKind> kind = kernel_kind_of(k);
-    if (!kind || opts.host == CompileOptions::HostCode::Reference) {
-      const std::string why = !kind ? "no emitter for " + k.kind + " kernels yet" : "--kernels reference";
+    const KernelKind kind = k.kind;
+    if (opts.host == CompileOptions::HostCode::Reference) {
+      const std::string why = "--kernels reference";
       if (opts.ptx) kernel_errors[i] = pk.id + ": " + why;
       else host_why[i] = why;  // runs on the reference evaluator
       return;
     }
-    KernelSpec spec{pk.entry, *kind, k.group, opts.precision, opts.allow_tf32, opts.tma};
+    KernelSpec spec{pk.entry, kind, k.group, opts.precision, opts.allow_tf32, opts.tma};
     KernelConfig cfg = opts.config;
     pk.config_source = std::string(config_source_name(ConfigSource::Default));
     if (opts.choose) {
@@ -378,25 +378,25 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
       // A library GEMM that cannot compute the kernel here (gemm_step said why):
       // the generated kernel, with the default config the choice carries.
       pk.config_source = std::string(config_source_name(c.library.empty() ? c.source : ConfigSource::Default));
-    } else if (*kind == KernelKind::Reduction) {
+    } else if (kind == KernelKind::Reduction) {
       // Untuned reductions start from the emitter's suggestion for their row shape
       // (a 16-wide row wants few threads per row).
       if (Result<KernelConfig> s = suggest_reduction_config(spec, cfg); s.ok()) cfg = *s;
     }
-    if (*kind == KernelKind::Matmul && opts.matmul_config) {
+    if (kind == KernelKind::Matmul && opts.matmul_config) {
       cfg = *opts.matmul_config;
       pk.config_source = "flag";
       if (cfg.warp_specialize || cfg.persistent) {
         Result<MatmulPath> path = matmul_path(spec, cfg, opts.arch);
         if (path.ok() && !path->tensor_cores) {
-          kernel_errors[i] = pk.id + ": --matmul-config '" + config_str(*kind, ConfigTarget::Gpu, cfg) +
+          kernel_errors[i] = pk.id + ": --matmul-config '" + config_str(kind, ConfigTarget::Gpu, cfg) +
                              "' asks for the tensor-core kernel, which cannot compute it: " + path->why;
           return;
         }
       }
     }
-    pk.config = config_str(*kind, ConfigTarget::Gpu, cfg);
-    if (*kind == KernelKind::Reduction)
+    pk.config = config_str(kind, ConfigTarget::Gpu, cfg);
+    if (kind == KernelKind::Reduction)
       if (Result<ReductionInfo> ri = reduction_info(spec, cfg); ri.ok())
         forms[i] = ri->persistent
                        ? "rows in registers (" + std::to_string(ri->elems_per_thread) + " elements per thread, " +
@@ -404,9 +404,9 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
                        : "multi-pass: each row read " + std::to_string(ri->row_reads()) +
                              " time(s) (" + std::to_string((ri->row_elems + cfg.threads_per_row - 1) / cfg.threads_per_row) +
                              " elements per thread do not fit 32 registers, or the row is split)";
-    if (opts.host != CompileOptions::HostCode::None) build_host(i, *kind);
+    if (opts.host != CompileOptions::HostCode::None) build_host(i, kind);
     if (!opts.ptx) return;
-    Result<EmittedKernel> e = emitter_for(*kind).emit(spec, cfg, llvmb::Target::nvptx(opts.arch));
+    Result<EmittedKernel> e = emitter_for(kind).emit(spec, cfg, llvmb::Target::nvptx(opts.arch));
     if (!e.ok()) {
       kernel_errors[i] = pk.id + ": " + e.error().message;
       return;
@@ -514,7 +514,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     double tm = bytes / hbm, tc = static_cast<double>(k.flops) / (tf32 ? peaks.tf32_gflops * 1e9 : mma ? tensor : fp32);
     total += std::max(tm, tc);
     char line[256];
-    std::snprintf(line, sizeof line, "%-40s %-10s %4s %6s %9.0f %10lld %9.3f  %s\n", k.id.c_str(), k.kind.c_str(),
+    std::snprintf(line, sizeof line, "%-40s %-10s %4s %6s %9.0f %10lld %9.3f  %s\n", k.id.c_str(), std::string(kernel_kind_name(k.kind)).c_str(),
                   k.registers < 0 ? "-" : std::to_string(k.registers).c_str(),
                   k.spill_bytes < 0 ? "-" : std::to_string(k.spill_bytes).c_str(), bytes,
                   static_cast<long long>(k.flops), std::max(tm, tc) * 1e6,

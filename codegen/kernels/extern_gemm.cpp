@@ -101,7 +101,7 @@ std::string ops_text(const LocalKernel& k) {
 // The call for the group's matmul alone (epilogue none, C its product), and the
 // analysis it came from; extern_gemm's reasons when the library cannot compute it.
 Result<std::pair<ExternGemm, matmul_detail::MatmulGroup>> matmul_call(const LocalKernel& k) {
-  if (kernel_kind_of(k) != KernelKind::Matmul) return cannot("not a matmul kernel");
+  if (k.kind != KernelKind::Matmul) return cannot("not a matmul kernel");
   Result<matmul_detail::MatmulGroup> analysed = matmul_detail::analyse_matmul(KernelSpec{"sf_extern", KernelKind::Matmul, k.group});
   if (!analysed) return cannot(analysed.error().message);
   const matmul_detail::MatmulGroup& p = *analysed;
@@ -279,7 +279,7 @@ Result<ExternGemmEpilogue> extern_gemm_epilogue(const LocalKernel& k) {
   Result<Graph> eg = b.finish();
   if (!eg) return no(eg.error().message);
   e.name = k.name + "_epilogue";
-  e.kind = "pointwise";
+  e.kind = KernelKind::Pointwise;
   e.group = std::move(eg).value();
   return x;
 }

@@ -9,19 +9,10 @@
 
 namespace sf {
 
-std::optional<KernelKind> kernel_kind_of(const LocalKernel& k) {
-  if (k.kind == "pointwise") return KernelKind::Pointwise;
-  if (k.kind == "reduction") return KernelKind::Reduction;
-  if (k.kind == "matmul") return KernelKind::Matmul;
-  if (k.kind == "gather") return KernelKind::Gather;
-  return std::nullopt;
-}
 
 std::function<bool(const LocalKernel&)> emit_checker(const llvmb::Target& target, KernelConfig config) {
   return [target, config](const LocalKernel& k) {
-    std::optional<KernelKind> kind = kernel_kind_of(k);
-    if (!kind) return false;
-    return emitter_for(*kind).emit(KernelSpec{"sf_check", *kind, k.group}, config, target).ok();
+    return emitter_for(k.kind).emit(KernelSpec{"sf_check", k.kind, k.group}, config, target).ok();
   };
 }
 
@@ -42,23 +33,20 @@ const HostKernelRunner::Compiled& HostKernelRunner::compile(const LocalKernel& k
   // The group's text names its ops, shapes and dtypes: equal text, equal kernel. It
   // also decides the tuning key, so the config is chosen once per distinct group, on
   // a miss, not on every launch.
-  std::string key = k.kind + "\n" + print_graph(k.group);
+  std::string key = kernel_key(k);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   const KernelConfig cfg = choose_ ? choose_(k) : config_;
   Compiled c;
-  std::optional<KernelKind> kind = kernel_kind_of(k);
-  if (!kind) {
-    c.reason = "no emitter for " + k.kind + " kernels yet";
-  } else {
+  {
     KernelSpec spec;
-    spec.kind = *kind;
+    spec.kind = k.kind;
     spec.group = k.group;
     spec.precision = precision_;
     char hash[32];
     std::snprintf(hash, sizeof hash, "%016zx", std::hash<std::string>{}(key));
     spec.entry = "sf_" + k.name + "_" + hash;
-    Result<EmittedKernel> e = emitter_for(*kind).emit(spec, cfg, llvmb::Target::host());
+    Result<EmittedKernel> e = emitter_for(k.kind).emit(spec, cfg, llvmb::Target::host());
     if (!e.ok()) {
       c.reason = e.error().message;
     } else {

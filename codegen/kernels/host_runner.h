@@ -58,8 +58,5 @@ class HostKernelRunner final : public KernelRunner {
 // `target` (emits the module and drops it; no compilation).
 std::function<bool(const LocalKernel&)> emit_checker(const llvmb::Target& target, KernelConfig config = {});
 
-// The emitter kind of a fused kernel ("pointwise", "reduction", "matmul"); nullopt
-// for kinds no emitter covers (gather).
-std::optional<KernelKind> kernel_kind_of(const LocalKernel& k);
 
 }  // namespace sf

@@ -36,7 +36,7 @@ std::string signature_of(const LocalKernel& k) {
   // program-dependent index); the body is what the kernel computes.
   size_t nl = text.find('\n');
   if (nl != std::string::npos) text = text.substr(nl + 1);
-  return k.kind + "\n" + std::regex_replace(text, dims, "$1[]");
+  return std::string(kernel_kind_name(k.kind)) + "\n" + std::regex_replace(text, dims, "$1[]");
 }
 
 const std::string& llvm_toolchain() {
@@ -48,12 +48,10 @@ const std::string& llvm_toolchain() {
 // is compiled on its own, so names never clash).
 Result<EmittedKernel> emit_candidate(const LocalKernel& k, const KernelConfig& c, const llvmb::Target& t,
                                      bool allow_tf32 = false, bool tma = false) {
-  std::optional<KernelKind> kind = kernel_kind_of(k);
-  if (!kind) return Diag{"", {}, "no emitter for " + k.kind + " kernels"};
-  KernelSpec spec{"sf_tune", *kind, k.group};
+  KernelSpec spec{"sf_tune", k.kind, k.group};
   spec.allow_tf32 = allow_tf32;
   spec.tma = tma;
-  return emitter_for(*kind).emit(spec, c, t);
+  return emitter_for(k.kind).emit(spec, c, t);
 }
 
 // The kernel ABI's arguments: the group's params, then its outputs.
@@ -161,7 +159,7 @@ class PtxCandidateBuilder final : public Builder {
     r.wgmma = ptx->find("wgmma.mma_async") != std::string::npos;
     r.tensor_cores = ptx_uses_tensor_cores(*ptx);
     r.tf32 = r.tensor_cores && ptx_uses_tf32(*ptx);
-    if (kernel_kind_of(k_) == KernelKind::Reduction)
+    if (k_.kind == KernelKind::Reduction)
       if (Result<ReductionInfo> ri = reduction_info(KernelSpec{"sf_tune", KernelKind::Reduction, k_.group}, c); ri.ok())
         r.row_reads = std::max(ri->row_reads(), 1);
     std::string launch = std::to_string(l.grid[0]) + "," + std::to_string(l.grid[1]) + "," + std::to_string(l.grid[2]) +
@@ -169,7 +167,7 @@ class PtxCandidateBuilder final : public Builder {
                          std::to_string(l.block[2]) + "/" + std::to_string(l.shared_bytes);
     r.code_hash = fnv1a_hex(*ptx + "\n" + launch);
     auto a = std::make_shared<PtxArtifact>();
-    a->config = config_str(*kernel_kind_of(k_), ConfigTarget::Gpu, c);
+    a->config = config_str(k_.kind, ConfigTarget::Gpu, c);
     a->ptx = std::move(ptx).value();
     a->entry = e->entry;
     a->launch.grid = l.grid;
@@ -256,10 +254,8 @@ Result<TargetInfo> target_of(const TuneSetup& s) {
 }  // namespace
 
 Result<TuneProblem> tune_problem(const LocalKernel& k) {
-  std::optional<KernelKind> kind = kernel_kind_of(k);
-  if (!kind) return Diag{"", {}, "no emitter for " + k.kind + " kernels"};
   TuneProblem p;
-  p.kind = *kind;
+  p.kind = k.kind;
   p.name = k.name;
   p.signature = fnv1a_hex(signature_of(k));
   const Graph& g = k.group;
@@ -279,7 +275,7 @@ Result<TuneProblem> tune_problem(const LocalKernel& k) {
   const Node& first_out = g.node(g.outputs().front().value);
   p.n = numel(first_out.type.shape);
   for (const Node& n : g.nodes()) {
-    if (*kind == KernelKind::Reduction && op_info(n.op).category == OpCategory::Reduce) {
+    if (k.kind == KernelKind::Reduction && op_info(n.op).category == OpCategory::Reduce) {
       const Shape& x = g.node(n.inputs[0]).type.shape;
       std::vector<int> rd = reduced_dims(n.attrs, static_cast<int>(x.size()));
       p.cols = 1;
@@ -290,7 +286,7 @@ Result<TuneProblem> tune_problem(const LocalKernel& k) {
                (n.op == OpKind::Sum || n.op == OpKind::Mean);
       break;
     }
-    if (*kind == KernelKind::Matmul && n.op == OpKind::Matmul) {
+    if (k.kind == KernelKind::Matmul && n.op == OpKind::Matmul) {
       p.bare = g.outputs().size() == 1 && &g.node(g.outputs()[0].value) == &n && n.type.dtype == DType::F32;
       p.operand_bytes = static_cast<int>(dtype_size(n.type.dtype));
       const Shape& a = g.node(n.inputs[0]).type.shape;
@@ -307,11 +303,11 @@ Result<TuneProblem> tune_problem(const LocalKernel& k) {
 
 KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t, const std::string& arch, bool allow_tf32) {
   KernelConfig c;
-  std::optional<KernelKind> kind = kernel_kind_of(k);
+  const KernelKind kind = k.kind;
   if (t == ConfigTarget::Gpu && kind == KernelKind::Reduction)
-    if (Result<KernelConfig> s = suggest_reduction_config(KernelSpec{"sf_default", *kind, k.group}, c); s.ok()) c = *s;
+    if (Result<KernelConfig> s = suggest_reduction_config(KernelSpec{"sf_default", kind, k.group}, c); s.ok()) c = *s;
   if (t == ConfigTarget::Gpu && kind == KernelKind::Matmul && !arch.empty()) {
-    KernelSpec spec{"sf_default", *kind, k.group};
+    KernelSpec spec{"sf_default", kind, k.group};
     spec.allow_tf32 = allow_tf32;
     c = suggest_matmul_config(spec, c, arch);
   }
@@ -489,8 +485,7 @@ KernelChoice ConfigChooser::choose(const LocalKernel& k) const {
   const ConfigTarget ct = config_target_of(setup_);
   KernelChoice c{default_kernel_config(k, ct, ct == ConfigTarget::Gpu ? setup_.arch : "", setup_.allow_tf32),
                  ConfigSource::Default, "", ""};
-  std::optional<KernelKind> kind = kernel_kind_of(k);
-  if (kind) c.text = config_str(*kind, ct, c.config);
+  c.text = config_str(k.kind, ct, c.config);
   std::optional<TuneKey> key = key_of(k);
   if (!key) return c;
   const std::string h = key->hash();

@@ -35,7 +35,7 @@ std::vector<LocalProgram> programs(const Graph& g, bool fused = true) {
 
 std::vector<std::string> kinds(const LocalProgram& p) {
   std::vector<std::string> k;
-  for (const LocalKernel& x : p.kernels) k.push_back(x.kind);
+  for (const LocalKernel& x : p.kernels) k.push_back(std::string(kernel_kind_name(x.kind)));
   return k;
 }
 
@@ -44,7 +44,7 @@ TEST(Fuse, NormalisationsBecomeOneReductionKernel) {
     Graph g = parse(std::string("graph g(x: f32[4, 16], w: f32[16], b: f32[16]) {\n  y = ") + op + "\n  return y\n}\n");
     LocalProgram p = programs(g)[0];
     ASSERT_EQ(p.kernels.size(), 1u) << op << "\n" << explain_kernels(p);
-    EXPECT_EQ(p.kernels[0].kind, "reduction") << op;
+    EXPECT_EQ(p.kernels[0].kind, KernelKind::Reduction) << op;
     EXPECT_GE(p.kernels[0].ops.size(), 4u) << op;
     EXPECT_GT(p.kernels[0].bytes_saved, 0) << op;
   }
@@ -56,7 +56,7 @@ TEST(Fuse, MatmulTakesItsTransposedOperandAndEpilogue) {
       "  y = add(relu(add(matmul(x, transpose(w, 0, 1)), b)), r)\n  return y\n}\n");
   LocalProgram p = programs(g)[0];
   ASSERT_EQ(p.kernels.size(), 1u) << explain_kernels(p);
-  EXPECT_EQ(p.kernels[0].kind, "matmul");
+  EXPECT_EQ(p.kernels[0].kind, KernelKind::Matmul);
   EXPECT_EQ(p.kernels[0].ops, (std::vector<std::string>{"transpose", "matmul", "add", "relu", "add"}));
   EXPECT_EQ(p.kernels[0].name, "k0_matmul_add_relu_add");
   // Reads x, w, b, r once and writes y once.
@@ -68,7 +68,7 @@ TEST(Fuse, PointwiseChainWithTwoOutputs) {
   Graph g = parse("graph g(x: f16[6, 5]) {\n  a = exp(x)\n  b = mul(a, 2.0)\n  return a, sigmoid(b)\n}\n");
   LocalProgram p = programs(g)[0];
   ASSERT_EQ(p.kernels.size(), 1u) << explain_kernels(p);
-  EXPECT_EQ(p.kernels[0].kind, "pointwise");
+  EXPECT_EQ(p.kernels[0].kind, KernelKind::Pointwise);
   EXPECT_EQ(p.kernels[0].group.outputs().size(), 2u);  // a escapes, b does not
   EXPECT_EQ(p.kernels[0].group.params().size(), 1u);   // the literal is folded in
 }

@@ -72,7 +72,7 @@ TEST(ExternGemmEpilogue, OffersTheSplitWhereOnlyTheEpilogueStopsTheLibrary) {
     for (int i : x->epilogue_in) in.push_back(i == kGemmProduct ? "" : mm.reads.at(static_cast<size_t>(i)));
     EXPECT_EQ(in, c.epilogue_in) << c.what;
     EXPECT_EQ(x->epilogue_out, c.epilogue_out) << c.what;
-    EXPECT_EQ(x->epilogue.kind, "pointwise") << c.what;
+    EXPECT_EQ(x->epilogue.kind, KernelKind::Pointwise) << c.what;
     EXPECT_EQ(x->epilogue.name, mm.k.name + "_epilogue") << c.what;
     EXPECT_EQ(x->epilogue.group.params().size(), x->epilogue_in.size()) << c.what;
     for (const std::string& op : x->epilogue.ops) EXPECT_NE(op, "matmul") << c.what;
@@ -261,7 +261,7 @@ TEST(ExternGemmEpilogueCompile, ACachedPairBecomesAGemmStepAProductBufferAndAKer
   const PlanKernel& pk = p->plan.kernels[0];
   EXPECT_EQ(pk.id, ks.kernel);
   EXPECT_EQ(pk.id, "k0_matmul_add_epilogue");
-  EXPECT_EQ(pk.kind, "pointwise");
+  EXPECT_EQ(pk.kind, KernelKind::Pointwise);
   EXPECT_EQ(pk.ops, std::vector<std::string>{"add"});
   const std::string& ptx = p->ptx.at(pk.ptx_file);
   EXPECT_EQ(ptx.find("fma.rn"), std::string::npos) << "no matmul left in the epilogue";

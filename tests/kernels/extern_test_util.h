@@ -36,7 +36,7 @@ inline Matmul matmul_of(const std::string& text) {
   for (const LocalStep& s : p.steps) {
     if (s.kind != LocalStep::Kind::Kernel) continue;
     const LocalKernel& k = p.kernels[static_cast<size_t>(s.kernel)];
-    if (kernel_kind_of(k) != KernelKind::Matmul) continue;
+    if (k.kind != KernelKind::Matmul) continue;
     Matmul m{k, {}};
     for (int v : s.in) m.reads.push_back(p.names[static_cast<size_t>(v)]);
     return m;

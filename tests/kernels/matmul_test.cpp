@@ -358,7 +358,7 @@ TEST(MatmulHost, FusionGroupsOfTheExamples) {
     DeviceMesh mesh(g->mesh());
     LocalProgram p = rank_program(*g, propagate(*g, mesh), mesh, 0);
     for (const LocalKernel& k : p.kernels) {
-      if (k.kind != "matmul") continue;
+      if (k.kind != KernelKind::Matmul) continue;
       SCOPED_TRACE(std::string(file) + ": " + k.name);
       ++groups;
       check(k.group, {KernelConfig{}});

@@ -1,6 +1,8 @@
-// TMA tensor maps in plan.json (runtime/plan.h's PlanTensorMap): how a kernel step's
-// maps round-trip, and how a hand-edited map is refused, naming its field, before
-// any driver sees it: a map reaches only inside the input buffer it is encoded over.
+// A kernel's fields in plan.json beyond its launch: TMA tensor maps
+// (runtime/plan.h's PlanTensorMap), how a kernel step's maps round-trip, and how a
+// hand-edited map is refused, naming its field, before any driver sees it: a map
+// reaches only inside the input buffer it is encoded over. Also its kind (one
+// KernelKind) and its host code (version 2).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -27,7 +29,7 @@ Plan tma_plan() {
   PlanKernel k;
   k.id = "k0_matmul";
   k.entry = "sf_k0_matmul";
-  k.kind = "matmul";
+  k.kind = KernelKind::Matmul;
   k.ptx_file = "k0_matmul.ptx";
   k.grid = {2, 1, 1};
   k.block = {256, 1, 1};
@@ -106,6 +108,46 @@ TEST(PlanTensorMap, AnEditedMapIsRefusedNamingItsField) {
     ASSERT_FALSE(p) << c.what;
     EXPECT_NE(p.error().str().find(c.want), std::string::npos) << c.what << ": want '" << c.want << "' in\n"
                                                                << p.error().str();
+  }
+}
+
+TEST(PlanKernelFields, KindAndHostCodeRoundTripAndBadOnesAreNamed) {
+  Plan p = tma_plan();
+  p.host_object = "host_kernels.so";
+  p.kernels[0].host_symbol = "sf_k0_matmul";
+  p.kernels[0].host_config = "host_tile_n=64";
+  p.kernels[0].host_zero_outputs = true;
+  const std::string text = plan_to_json(p);
+  const json j = json::parse(text);
+  EXPECT_EQ(j["version"], 2);
+  EXPECT_EQ(j["kernels"][0]["kind"], "matmul");
+  EXPECT_EQ(j["host_object"], "host_kernels.so");
+  EXPECT_EQ(j["kernels"][0]["host"]["symbol"], "sf_k0_matmul");
+  Result<Plan> back = plan_from_json(text, "plan.json");
+  ASSERT_TRUE(back) << back.error().str();
+  EXPECT_EQ(back->kernels[0].kind, KernelKind::Matmul);
+  EXPECT_EQ(back->host_object, "host_kernels.so");
+  EXPECT_EQ(back->kernels[0].host_symbol, "sf_k0_matmul");
+  EXPECT_EQ(back->kernels[0].host_config, "host_tile_n=64");
+  EXPECT_TRUE(back->kernels[0].host_zero_outputs);
+
+  struct Case {
+    std::string what;
+    std::function<void(json&)> edit;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"unknown kind", [](json& k) { k["kind"] = "attention"; }, "kernels[0].kind: unknown kernel kind \"attention\""},
+      {"host not an object", [](json& k) { k["host"] = "sf_k0"; }, "kernels[0].host: \"sf_k0\" is not an object"},
+      {"empty host symbol", [](json& k) { k["host"]["symbol"] = ""; }, "kernels[0].host.symbol: must not be empty"},
+      {"host without symbol", [](json& k) { k["host"].erase("symbol"); }, "kernels[0].host: missing \"symbol\""},
+  };
+  for (const Case& c : cases) {
+    json e = j;
+    c.edit(e["kernels"][0]);
+    Result<Plan> r = plan_from_json(e.dump(), "plan.json");
+    ASSERT_FALSE(r) << c.what;
+    EXPECT_NE(r.error().str().find(c.want), std::string::npos) << c.what << ": " << r.error().str();
   }
 }
 

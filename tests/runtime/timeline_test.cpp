@@ -32,7 +32,7 @@ struct Prog {
   void kernel(const std::string& name, std::vector<int> in, std::vector<int> outs, int64_t flops = 0) {
     LocalKernel k;
     k.name = name;
-    k.kind = "pointwise";
+    k.kind = KernelKind::Pointwise;
     k.flops = flops;
     k.bytes_read = 1000 * static_cast<int64_t>(in.size());
     k.bytes_written = 1000 * static_cast<int64_t>(outs.size());

@@ -100,13 +100,8 @@ void PipelineDump::emit(const llvmb::Target& target) const {
   if (!want_.count("emit") || !last_) return;
   std::cout << "; ---- after emit (" << target.str() << ") ----\n";
   for (const LocalKernel& k : last_->kernels) {
-    std::optional<KernelKind> kind = kernel_kind_of(k);
     std::cout << "; kernel " << k.name << "\n";
-    if (!kind) {
-      std::cout << ";   no emitter for " << k.kind << " kernels yet\n";
-      continue;
-    }
-    Result<EmittedKernel> e = emitter_for(*kind).emit(KernelSpec{"sf_" + k.name, *kind, k.group}, {}, target);
+    Result<EmittedKernel> e = emitter_for(k.kind).emit(KernelSpec{"sf_" + k.name, k.kind, k.group}, {}, target);
     if (!e.ok()) {
       std::cout << ";   " << e.error().message << "\n";
       continue;

@@ -86,13 +86,13 @@ int explain(const ExplainOptions& o) {
     std::cout << "  " << k.name << ": " << (c.text.empty() ? "(no emitter)" : c.text) << "  ["
               << config_source_name(c.source) << "]\n";
     // Which matmul kernel that config gets on the GPU: tensor cores or SIMT FMA, and why.
-    if (o.device == "cuda" && kernel_kind_of(k) == KernelKind::Matmul)
+    if (o.device == "cuda" && k.kind == KernelKind::Matmul)
       if (Result<MatmulPath> mp = matmul_path(KernelSpec{k.name, KernelKind::Matmul, k.group, Precision::Fused, o.allow_tf32, !o.no_tma},
                                               c.config, o.arch);
           mp.ok())
         std::cout << "    " << (mp->tensor_cores ? "tensor cores: " : "SIMT FMA, no tensor cores: ") << mp->why << "\n";
     // Whether `tune --device cuda` measures a library GEMM for it, and which call.
-    if (o.device == "cuda" && kernel_kind_of(k) == KernelKind::Matmul) {
+    if (o.device == "cuda" && k.kind == KernelKind::Matmul) {
       Result<ExternGemm> x = extern_gemm(k);
       if (x) x->desc.tf32 = o.allow_tf32 && x->desc.dtype == DType::F32;
       std::cout << "    library GEMM: " << (x ? "offered to the tuner: " + gemm_str(x->desc) : x.error().message) << "\n";

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "codegen/kernels/emitter.h"
-#include "runtime/kernel_runner.h"
+#include "codegen/dist/kernel_runner.h"
 
 namespace sf {
 

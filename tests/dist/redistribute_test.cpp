@@ -9,7 +9,7 @@
 #include "codegen/dist/redistribute.h"
 #include "codegen/dist/shard.h"
 #include "codegen/ir/builder.h"
-#include "runtime/simulate.h"
+#include "codegen/dist/lockstep.h"
 
 namespace sf {
 namespace dist_redistribute_test {

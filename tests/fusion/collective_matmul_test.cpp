@@ -15,7 +15,7 @@
 #include "codegen/ir/parser.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
-#include "runtime/simulate.h"
+#include "codegen/dist/lockstep.h"
 
 namespace sf {
 namespace fusion_collective_matmul_test {

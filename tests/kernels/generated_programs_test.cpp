@@ -13,7 +13,7 @@
 #include "codegen/kernels/host_runner.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
-#include "runtime/simulate.h"
+#include "codegen/dist/lockstep.h"
 
 namespace sf {
 namespace kernels_generated_programs_test {

@@ -1,4 +1,4 @@
-#include "runtime/kernel_runner.h"
+#include "codegen/dist/kernel_runner.h"
 
 #include "codegen/reference/evaluate.h"
 

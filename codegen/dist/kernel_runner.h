@@ -1,7 +1,8 @@
-// How an executor runs a fused kernel step. The runtime does not depend on LLVM,
-// so code generation plugs its compiled kernels in through this interface; the
-// reference runner evaluates the kernel's group with the reference evaluator and
-// is both the fallback and the oracle for generated kernels.
+// How the lockstep simulator (codegen/dist/lockstep.h) runs a fused kernel step of a
+// LocalProgram: the reference runner evaluates the kernel's group with the reference
+// evaluator; codegen/kernels' HostKernelRunner plugs in generated host code, so the
+// tests that check emitters op by op can run whole programs. (The Plan executor,
+// runtime/plan_exec.h, runs Plans, not LocalPrograms.)
 #pragma once
 
 #include <vector>

@@ -1,15 +1,15 @@
 // Runs every rank's program in lockstep on one thread: compute steps with the
 // reference kernels on local shards, collectives over each mesh-dim group at once
 // with the host definitions (codegen/dist/host_collectives.h). Deterministic and
-// needs no communicator, so it is the oracle the threaded executor is held to and
-// the quickest way to test a lowering.
+// needs no communicator, so it is the distribution tests' oracle and the quickest
+// way to test a lowering (the executor runs Plans: runtime/plan_exec.h).
 #pragma once
 
 #include <vector>
 
 #include "codegen/dist/local_program.h"
 #include "codegen/ir/diag.h"
-#include "runtime/kernel_runner.h"
+#include "codegen/dist/kernel_runner.h"
 
 namespace sf {
 

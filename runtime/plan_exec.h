@@ -1,8 +1,9 @@
-// Runs a Plan on GPUs: every buffer of a rank lives in device memory, kernel
-// steps launch the Plan's PTX with its grid/block/shared memory on the rank's
-// compute stream, gemm steps call cuBLASLt or cuBLAS on that stream
-// (runtime/plan_step_gemm.cpp), and slices and concats are strided device copies. Collectives
-// go one of two ways:
+// Runs a Plan: the one executor, for the host CPU and for GPUs (RankExec over a
+// PlanDevice, runtime/plan_device.h). Every buffer of a rank lives in the device's
+// memory, kernel steps launch the kernel on the rank's compute stream (the Plan's PTX
+// with its grid/block/shared memory on a GPU, its host code on the CPU), gemm steps
+// call cuBLASLt or cuBLAS on that stream (GPU only, runtime/plan_step_gemm.cpp), and
+// slices and concats are strided copies. Collectives go one of two ways:
 //   - NCCL (one GPU per rank): each start step is enqueued on the rank's comm
 //     stream after an event recorded on the compute stream (its operand is
 //     written), and its wait step makes the compute stream wait for an event
@@ -10,8 +11,9 @@
 //     schedule's raised starts and sunk waits overlap on the device. Uneven
 //     shards and gathers along inner dims are packed and unpacked with strided
 //     copies on the comm stream around the NCCL call.
-//   - host (any number of ranks per GPU): the operand is copied to the host,
-//     reduced or gathered by the CPU backend (Comm, Gloo), and copied back.
+//   - host-staged (any number of ranks per GPU, and always on the CPU): the
+//     operand is copied to the host, reduced or gathered by the CPU backend
+//     (Comm, Gloo), and copied back.
 // No LLVM: a Plan compiled on another machine runs here.
 #pragma once
 

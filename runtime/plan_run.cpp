@@ -158,9 +158,8 @@ Result<std::vector<Tensor>> run_rank_on_gpu(const PlanSource& src, Comm& comm, c
 
 namespace {
 
-Result<DeviceMesh> host_setup(const Plan& plan, const GpuRunOptions& opts, GpuRunStats* stats) {
-  if (opts.cuda_graph) return Diag{"", {}, "CUDA graphs need --device cuda"};
-  if (opts.collectives == GpuCollectives::Nccl) return Diag{"", {}, "NCCL needs --device cuda"};
+// (RankExec::create_host refuses the GPU-only options.)
+Result<DeviceMesh> host_setup(const Plan& plan, GpuRunStats* stats) {
   Result<Mesh> mesh = parse_plan_mesh(plan.mesh, "plan.json");
   if (!mesh) return mesh.error();
   DeviceMesh dm(*mesh);
@@ -195,7 +194,7 @@ Result<std::vector<std::vector<Tensor>>> run_plan_on_host(const Plan& plan, std:
   if (static_cast<int>(inputs.size()) != plan.world)
     return Diag{"", {}, "inputs for " + std::to_string(inputs.size()) + " rank(s), the plan's world is " +
                             std::to_string(plan.world)};
-  Result<DeviceMesh> mesh = host_setup(plan, opts, stats);
+  Result<DeviceMesh> mesh = host_setup(plan, stats);
   if (!mesh) return mesh.error();
   std::vector<std::vector<Tensor>> outputs(static_cast<size_t>(plan.world));
   std::mutex mu;
@@ -216,7 +215,7 @@ Result<std::vector<Tensor>> run_rank_on_host(const Plan& plan, std::shared_ptr<c
   if (comm.rank() < 0 || comm.rank() >= plan.world)
     return Diag{"", {}, "rank " + std::to_string(comm.rank()) + " is not in the plan (world " +
                             std::to_string(plan.world) + ")"};
-  Result<DeviceMesh> mesh = host_setup(plan, opts, stats);
+  Result<DeviceMesh> mesh = host_setup(plan, stats);
   if (!mesh) return mesh.error();
   std::mutex mu;
   return run_host_rank(plan, kernels, comm, inputs, opts, stats, mu);

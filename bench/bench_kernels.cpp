@@ -21,7 +21,8 @@
 //       BM_Matmul's `ratio` is ours / cuBLAS GEMM alone, `ratio_vs_epilogue` ours /
 //       (GEMM + epilogue), `ratio_vs_cublaslt` ours / the cuBLASLt epilogue (> 1: ours
 //       is faster);
-//   block_<block> (or any other name)     BM_Block/<block>: the whole single-rank plan
+//   block_<block> (or any other name)     BM_Block/<block>, BM_Block/<block>/cuda_graph: the
+//       whole single-rank plan, its kernels launched one by one or as CUDA graphs
 //       (RankExec::enqueue), TFLOPs over its matmul kernels' flops (2*M*N*K, as
 //       bench/peers/peers.py counts them).
 //
@@ -244,8 +245,9 @@ struct LoadedPlan {
 
 int64_t buffer_bytes(const PlanBuffer& b) { return numel(b.shape) * dtype_size(b.dtype); }
 
-// Reads, loads and sets up rank 0 of a single-rank plan with seeded random inputs.
-Result<LoadedPlan> load_plan(const std::string& name) {
+// Reads, loads and sets up rank 0 of a single-rank plan with seeded random inputs;
+// with cuda_graph, its kernels run as CUDA graphs captured on the first run.
+Result<LoadedPlan> load_plan(const std::string& name, bool cuda_graph = false) {
   Env& e = env();
   Result<PlanSource> src = read_plan_dir((fs::path(e.plans) / name).string());
   if (!src) return src.error();
@@ -255,7 +257,9 @@ Result<LoadedPlan> load_plan(const std::string& name) {
   Result<std::shared_ptr<GpuPlan>> gp = GpuPlan::load(e.ctx, *src);
   if (!gp) return gp.error();
   p.plan = *gp;
-  Result<std::unique_ptr<RankExec>> rank = RankExec::create_cuda(p.plan, 0, GpuRunOptions{});
+  GpuRunOptions o;
+  o.cuda_graph = cuda_graph;
+  Result<std::unique_ptr<RankExec>> rank = RankExec::create_cuda(p.plan, 0, o);
   if (!rank) return rank.error();
   p.rank = std::move(rank).value();
   const PlanRank& r = src->plan.ranks[0];
@@ -460,9 +464,9 @@ void BM_Matmul(benchmark::State& state, std::string plan, MatmulShape sh) {
 
 // --- blocks --------------------------------------------------------------------------
 
-void BM_Block(benchmark::State& state, std::string plan) {
+void BM_Block(benchmark::State& state, std::string plan, bool cuda_graph) {
   ReleaseCache release;
-  Result<LoadedPlan> p = load_plan(plan);
+  Result<LoadedPlan> p = load_plan(plan, cuda_graph);
   if (!p) {
     state.SkipWithError(str(p.error()).c_str());
     return;
@@ -548,8 +552,9 @@ int register_all(const std::string& dir, const std::string& device_arch) {
   }
   for (const std::string& n : blocks) {
     const std::string block = n.rfind("block_", 0) == 0 ? n.substr(6) : n;
-    timed(benchmark::RegisterBenchmark(("BM_Block/" + block).c_str(), BM_Block, n));
-    ++count;
+    timed(benchmark::RegisterBenchmark(("BM_Block/" + block).c_str(), BM_Block, n, false));
+    timed(benchmark::RegisterBenchmark(("BM_Block/" + block + "/cuda_graph").c_str(), BM_Block, n, true));
+    count += 2;
   }
   return count;
 }

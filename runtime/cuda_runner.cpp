@@ -121,7 +121,11 @@ std::string CudaRunner::recover() {
   ready_ = false;
   ++recoveries_;
   info_.recovered = true;
-  if (auto e = ctx_->reset()) return "; the context could not be reset: " + e->message;
+  if (auto e = ctx_->reset()) {
+    lost_ = true;
+    return "; CUDA cannot be used again in this process: the fault outlived a reset of the context (" + e->message +
+           ")";
+  }
   // Every handle is dead now (their destructors skip the driver); drop them.
   stream_ = {};
   start_ = {};
@@ -224,6 +228,8 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
   const auto* p = dynamic_cast<const PtxArtifact*>(&a);
   const auto* gemm = dynamic_cast<const GemmArtifact*>(&a);
   if (!p && !gemm) return Diag{"", {}, "the CUDA Runner runs PTX and library GEMM artifacts only"};
+  if (lost_)
+    return Diag{"", {}, "not run: an earlier candidate's fault left CUDA unusable in this process"};
   if (p && (!p->inputs.empty() || !p->outputs.empty()) && (p->inputs != input_specs_ || p->outputs != output_specs_))
     return Diag{"", {}, "the candidate's arguments " + specs_str(p->inputs) + " -> " + specs_str(p->outputs) +
                             " are not this runner's " + specs_str(input_specs_) + " -> " + specs_str(output_specs_)};

@@ -125,14 +125,19 @@ class CudaRunner final : public Runner {
 
   // Times a PtxArtifact or a GemmArtifact. A Diag when it cannot: another artifact,
   // arguments that differ from this runner's, the JIT's log, the library missing or
-  // refusing the GEMM, a launch error or a fault (the context is then recovered
-  // before returning).
+  // refusing the GEMM, a launch error or a fault. After a fault the context is
+  // reset; where the driver keeps the fault through the reset (driver 580 on an
+  // H200 did), CUDA cannot be used again in this process: lost() turns true and
+  // every later run fails at once, saying so (measure the rest in a new process,
+  // as tune --measure does).
   Result<Measurement> run(const Artifact& a, const BenchOptions& opts) override;
 
   const CudaRunInfo& last_run() const { return info_; }
   const cuda::DeviceInfo& device() const { return ctx_->info(); }
   // How many times a fault made this runner reset the context.
   int recoveries() const { return recoveries_; }
+  // A fault left CUDA unusable in this process (the reset after it failed).
+  bool lost() const { return lost_; }
 
  private:
   CudaRunner() = default;
@@ -164,6 +169,7 @@ class CudaRunner final : public Runner {
   uint32_t flush_value_ = 0;
   CudaRunInfo info_;
   int recoveries_ = 0;
+  bool lost_ = false;
 };
 
 // Seeded random values for an argument spec (floats uniform in [-1, 1) rounded to

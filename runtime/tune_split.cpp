@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -304,7 +305,8 @@ Result<TuneMeasurements> read_tune_measurements(const std::string& dir) {
 }
 
 Result<TuneMeasurements> measure_tune_candidates(const TuneCandidateSet& s, const BenchOptions& opts,
-                                                 const std::function<void(const std::string&)>& progress) {
+                                                 const std::function<void(const std::string&)>& progress,
+                                                 const TuneMeasurements* done) {
   Result<cuda::DeviceInfo> dev = cuda::device_info(0);
   if (!dev) return dev.error();
   if (dev->arch() != s.arch)
@@ -315,22 +317,37 @@ Result<TuneMeasurements> measure_tune_candidates(const TuneCandidateSet& s, cons
   m.arch = dev->arch();
   m.driver_version = dev->driver_version;
   m.date = now_utc();
+  // What an earlier run on this device measured, by kernel and code.
+  std::map<std::pair<std::string, std::string>, const TuneMeasurement*> before;
+  if (done && done->device == m.device && done->arch == m.arch && done->driver_version == m.driver_version)
+    for (const TuneMeasurement& r : done->results) before.emplace(std::pair{r.kernel, r.code}, &r);
   for (const TuneCandidateKernel& k : s.kernels) {
     if (k.candidates.empty()) continue;
-    Result<Graph> g = parse_graph(k.group, k.name + " (candidates.json)");
-    if (!g) return g.error();
-    Result<std::unique_ptr<CudaRunner>> runner =
-        CudaRunner::create(random_inputs(*g, 1), k.candidates[0].artifact.outputs);
-    if (!runner) return Diag{"", {}, k.name + ": " + runner.error().message};
+    std::unique_ptr<CudaRunner> runner;
     for (const TuneCandidate& c : k.candidates) {
+      if (auto it = before.find({k.key, c.code}); it != before.end()) {
+        m.results.push_back(*it->second);
+        continue;
+      }
+      if (!runner) {
+        Result<Graph> g = parse_graph(k.group, k.name + " (candidates.json)");
+        if (!g) return g.error();
+        Result<std::unique_ptr<CudaRunner>> r = CudaRunner::create(random_inputs(*g, 1), k.candidates[0].artifact.outputs);
+        if (!r) return Diag{"", {}, k.name + ": " + r.error().message};
+        runner = std::move(r).value();
+      }
       TuneMeasurement r{k.key, c.code, c.config, std::nullopt, ""};
-      Result<Measurement> t = (*runner)->run(c.artifact, opts);
+      Result<Measurement> t = runner->run(c.artifact, opts);
       if (t) r.time = *t;
       else r.error = t.error().message;
       if (progress)
         progress(k.name + " " + c.config + ": " +
                  (t ? std::to_string(t->median_us) + " us" : "failed: " + t.error().message));
       m.results.push_back(std::move(r));
+      if (runner->lost()) {
+        m.stopped_at_fault = true;
+        return m;
+      }
     }
   }
   return m;

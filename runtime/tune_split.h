@@ -64,6 +64,9 @@ struct TuneMeasurements {
   int driver_version = 0;  // 13000
   std::string date;        // UTC, ISO 8601
   std::vector<TuneMeasurement> results;
+  // Not written: a candidate's fault left CUDA unusable in this process, so the
+  // candidates after it were not measured (tune --measure starts again for them).
+  bool stopped_at_fault = false;
 };
 
 // DIR/measurements.json (written to a temporary file, then renamed).
@@ -74,7 +77,11 @@ Result<TuneMeasurements> read_tune_measurements(const std::string& dir);
 // CUDA Runner over its group's seeded random inputs (random_inputs, seed 1), each
 // candidate with `opts`. A candidate that fails is recorded with its error. A Diag
 // when there is no device, or the device is not the candidates' arch.
+// `done`: results of an earlier run on the same device, kept instead of measuring
+// those candidates again. A fault that leaves CUDA unusable in the process
+// (CudaRunner::lost) ends the run there, with stopped_at_fault set.
 Result<TuneMeasurements> measure_tune_candidates(const TuneCandidateSet& s, const BenchOptions& opts,
-                                                 const std::function<void(const std::string&)>& progress = {});
+                                                 const std::function<void(const std::string&)>& progress = {},
+                                                 const TuneMeasurements* done = nullptr);
 
 }  // namespace sf

@@ -74,9 +74,70 @@ class CalibrateTest(unittest.TestCase):
         p = run(os.path.join(FIXTURES, "not-benchmark.json"), "--system", SYSTEM)
         self.assertEqual(p.returncode, 1)
         self.assertIn("not-benchmark.json", p.stderr)
-        p = run(os.path.join(FIXTURES, "kernels-h100.json"), "--system", SYSTEM)
+        with tempfile.TemporaryDirectory() as d:
+            copies = os.path.join(d, "copies.json")
+            with open(copies, "w") as f:
+                json.dump({"benchmarks": [{"name": "BM_D2DCopy/1024/manual_time", "real_time": 1.0,
+                                           "time_unit": "ms"}]}, f)
+            p = run(copies, "--system", SYSTEM)
         self.assertEqual(p.returncode, 1)
         self.assertIn("no BM_OverlapGpu", p.stderr)
+        self.assertIn("no BM_Matmul", p.stderr)
+
+
+class CalibrateKernelsTest(unittest.TestCase):
+    """bench_kernels results against the simulator's T_compute of each graph."""
+
+    def calibrate(self, shardfuse, *extra):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "cal.json")
+            p = run(os.path.join(FIXTURES, "kernels-h100.json"), "--system", SYSTEM, "--shardfuse", shardfuse,
+                    "--json", out, *extra)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            with open(out) as f:
+                return p, {r["benchmark"]: r for r in json.load(f)["rows"]}
+
+    def test_errors_against_hand_worked_numbers(self):
+        p, rows = self.calibrate(os.path.join(FIXTURES, "fake_simulate"))
+        # Benchmarks with a graph in bench/graphs only: the blocks and the f32
+        # 4096^3 matmul; the failed max reduction and graphs that do not exist
+        # (bf16 8192^3, gelu/16777216, sum/1024x4096) are left out, and named.
+        self.assertEqual(set(rows), {"BM_Block/mlp", "BM_Block/attention", "BM_Block/transformer_block",
+                                     "BM_Matmul/f32/4096x4096x4096"})
+        self.assertIn("no graph in bench/graphs for: ", p.stdout)
+        self.assertIn("BM_Matmul/bf16/8192x8192x8192", p.stdout)
+        # The stand-in simulator's T_compute is 8 ms for every graph. Measured: mlp's
+        # median 2000 us (not its runs' mean), attention 4e6 ns, transformer_block's
+        # median 10 ms, the matmul 3.436 ms.
+        self.assertAlmostEqual(rows["BM_Block/mlp"]["measured"], 2.0)
+        self.assertAlmostEqual(rows["BM_Block/mlp"]["error"], 8 / 2 - 1)
+        self.assertAlmostEqual(rows["BM_Block/attention"]["error"], 8 / 4 - 1)
+        self.assertAlmostEqual(rows["BM_Block/transformer_block"]["error"], 8 / 10 - 1)
+        self.assertAlmostEqual(rows["BM_Matmul/f32/4096x4096x4096"]["error"], 8 / 3.436 - 1)
+        self.assertEqual(rows["BM_Matmul/f32/4096x4096x4096"]["graph"], "bench/graphs/kernels/matmul_f32_4096x4096x4096.sf")
+        self.assertIn("+300.0%", p.stdout)
+
+    def test_without_cache_the_roofline_is_asked_for(self):
+        # No --cache: an empty cache directory, so no measured time sneaks in.
+        _, rows = self.calibrate(os.path.join(FIXTURES, "fake_simulate"))
+        cmd = rows["BM_Block/mlp"]["command"]
+        self.assertRegex(cmd, r"^simulate \S+/bench/graphs/mlp.sf --world 1 --system \S+ --cache /\S+$")
+        self.assertFalse(os.path.exists(cmd.split()[-1]), "the empty cache is a temporary directory")
+        _, rows = self.calibrate(os.path.join(FIXTURES, "fake_simulate"), "--cache", "/some/cache")
+        self.assertTrue(rows["BM_Block/mlp"]["command"].endswith("--cache /some/cache"))
+
+    def test_the_real_simulator_is_read(self):
+        shardfuse = os.environ.get("SF_SHARDFUSE")
+        if not shardfuse:
+            self.skipTest("SF_SHARDFUSE is not set (CTest sets it in the full build)")
+        _, rows = self.calibrate(shardfuse)
+        direct = subprocess.run(
+            [shardfuse, "simulate", os.path.join(REPO, "bench/graphs/kernels/matmul_f32_4096x4096x4096.sf"), "--world",
+             "1", "--system", SYSTEM], capture_output=True, text=True, timeout=300)
+        self.assertEqual(direct.returncode, 0, direct.stderr)
+        line = [l for l in direct.stdout.splitlines() if l.startswith("T_compute:")][0]
+        self.assertAlmostEqual(rows["BM_Matmul/f32/4096x4096x4096"]["simulated"], float(line.split()[1]) / 1e3,
+                               places=6)
 
 
 if __name__ == "__main__":

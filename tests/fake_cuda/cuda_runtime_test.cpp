@@ -23,10 +23,17 @@
 namespace sf::cuda {
 namespace fake_cuda_cuda_runtime_test {
 
-// This binary tests the fake, whatever the environment says: driver() reads the
+// The fake this binary was built with, or $SHARDFUSE_FAKE_CUDA_LIB where the binary
+// travelled without its build folder (scripts/gpu-pack's pack carries the fake in lib/).
+const char* fake_lib() {
+  const char* e = std::getenv("SHARDFUSE_FAKE_CUDA_LIB");
+  return e && *e ? e : FAKE_CUDA_LIB;
+}
+
+// This binary tests the fake, whatever $SHARDFUSE_LIBCUDA says: driver() reads the
 // variable on its first call, long after this runs.
 const bool kUseFake = [] {
-  ::setenv("SHARDFUSE_LIBCUDA", FAKE_CUDA_LIB, 1);
+  ::setenv("SHARDFUSE_LIBCUDA", fake_lib(), 1);
   return true;
 }();
 
@@ -41,7 +48,7 @@ const Hooks& hooks() {
     Hooks x;
     (void)kUseFake;
     if (!driver()) return x;  // loads the library
-    void* lib = ::dlopen(FAKE_CUDA_LIB, RTLD_NOW | RTLD_NOLOAD);
+    void* lib = ::dlopen(fake_lib(), RTLD_NOW | RTLD_NOLOAD);
     if (!lib) return x;
     x.stat = reinterpret_cast<long long (*)(const char*)>(::dlsym(lib, "fake_cuda_stat"));
     x.set = reinterpret_cast<int (*)(const char*, long long)>(::dlsym(lib, "fake_cuda_set"));
@@ -102,7 +109,7 @@ constexpr const char* kBadPtx = R"(.version 8.0
 class CudaFake : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_NE(hooks().stat, nullptr) << "the fake's hooks: is " FAKE_CUDA_LIB " loaded?";
+    ASSERT_NE(hooks().stat, nullptr) << "the fake's hooks: is " << fake_lib() << " loaded?";
     Result<std::shared_ptr<Context>> c = Context::primary();
     ASSERT_TRUE(c) << c.error().message;
     ctx = *c;

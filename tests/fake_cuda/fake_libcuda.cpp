@@ -144,6 +144,9 @@ struct State {
   std::mutex mu;
   bool initialized = false;
   bool async_errors = false;  // a fault surfaces at the next call instead of the launch
+  // A fault outlives a context reset, and retaining the context again returns it:
+  // what driver 580 did on an H200 (bench/results/gpu-check-h200-2026-11-26-run1.log).
+  bool sticky_for_process = false;
   size_t budget = kDefaultBudget;
   std::vector<Device> devices;
   std::map<uintptr_t, Allocation> allocs;  // base address -> allocation
@@ -351,7 +354,7 @@ void destroy_context_resources(State& s, int dev) {
   drop(s.execs);
   Device& d = s.devices[static_cast<size_t>(dev)];
   d.used = 0;
-  d.sticky = CUDA_SUCCESS;
+  if (!s.sticky_for_process) d.sticky = CUDA_SUCCESS;
 }
 
 // --- PTX ------------------------------------------------------------------------------------
@@ -589,6 +592,7 @@ CUresult Init(unsigned int flags) {
     s.devices.assign(static_cast<size_t>(std::min(env_int("FAKE_CUDA_DEVICES", 1), 64LL)), Device{});
     s.budget = static_cast<size_t>(env_int("FAKE_CUDA_MEM_BYTES", static_cast<long long>(kDefaultBudget)));
     s.async_errors = env_int("FAKE_CUDA_ASYNC_ERRORS", 0) != 0;
+    s.sticky_for_process = env_int("FAKE_CUDA_STICKY_FOR_PROCESS", 0) != 0;
     s.initialized = true;
   }
   return CUDA_SUCCESS;
@@ -728,6 +732,7 @@ CUresult DevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
   if (!c) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(s, d)) return CUDA_ERROR_INVALID_DEVICE;
   Device& dev = s.devices[static_cast<size_t>(d)];
+  if (s.sticky_for_process && dev.sticky != CUDA_SUCCESS) return dev.sticky;
   ++dev.refs;
   dev.active = true;
   *c = handle<CUcontext>(kCtxBase + 16 * static_cast<uintptr_t>(d));
@@ -1514,7 +1519,8 @@ FAKE_EXPORT long long fake_cuda_stat(const char* name) {
 
 // Changes a setting at run time; 0 on success, -1 for an unknown name:
 // "mem_bytes" (the per-device allocation budget, $FAKE_CUDA_MEM_BYTES),
-// "async_errors" (0/1, $FAKE_CUDA_ASYNC_ERRORS) and "advance_clock_ns" (moves the
+// "async_errors" (0/1, $FAKE_CUDA_ASYNC_ERRORS), "sticky_for_process" (0/1: a
+// fault survives a context reset, as on a real driver) and "advance_clock_ns" (moves the
 // fake clock on by the value, as work another library did: the fake cuBLAS's GEMMs).
 FAKE_EXPORT int fake_cuda_set(const char* name, long long value) {
   fake::State& s = fake::state();
@@ -1526,6 +1532,10 @@ FAKE_EXPORT int fake_cuda_set(const char* name, long long value) {
   }
   if (n == "async_errors") {
     s.async_errors = value != 0;
+    return 0;
+  }
+  if (n == "sticky_for_process") {
+    s.sticky_for_process = value != 0;
     return 0;
   }
   if (n == "advance_clock_ns" && value >= 0) {

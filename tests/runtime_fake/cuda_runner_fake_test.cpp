@@ -170,6 +170,7 @@ TEST(CudaRunnerFake, AFaultMarksTheCandidateInvalidAndTheNextOneStillMeasures) {
   EXPECT_TRUE(has(bad.error().message, "the context was reset")) << bad.error().message;
   EXPECT_TRUE(r->last_run().recovered);
   EXPECT_EQ(r->recoveries(), 1);
+  EXPECT_FALSE(r->lost());
   EXPECT_EQ(stat("resets"), resets + 1);
   EXPECT_EQ(stat("sticky"), 0) << "the reset cleared the fault";
   // The runner allocates its buffers again in the new context and goes on.
@@ -177,6 +178,31 @@ TEST(CudaRunnerFake, AFaultMarksTheCandidateInvalidAndTheNextOneStillMeasures) {
   ASSERT_TRUE(good) << good.error().message;
   EXPECT_NEAR(good->median_us, 10.0, kUs);
   EXPECT_FALSE(r->last_run().recovered);
+}
+
+TEST(CudaRunnerFake, AFaultThatOutlivesTheResetLeavesCudaUnusableAndSaysSo) {
+  REQUIRE_FAKE();
+  // As driver 580 did on an H200: the reset succeeds, and retaining the context
+  // again returns the fault.
+  ASSERT_EQ(hooks().set("sticky_for_process", 1), 0);
+  auto r = runner();
+  Result<Measurement> bad = r->run(artifact("sf_fault_k"), quick());
+  ASSERT_FALSE(bad);
+  EXPECT_TRUE(has(bad.error().message, "CUDA_ERROR_ILLEGAL_ADDRESS")) << bad.error().message;
+  EXPECT_TRUE(has(bad.error().message, "CUDA cannot be used again in this process")) << bad.error().message;
+  EXPECT_TRUE(r->lost());
+  // Every later candidate fails at once, naming why, without calling the driver.
+  const long long launches = stat("launches");
+  Result<Measurement> next = r->run(artifact("sf_ok"), quick());
+  ASSERT_FALSE(next);
+  EXPECT_TRUE(has(next.error().message, "an earlier candidate's fault left CUDA unusable")) << next.error().message;
+  EXPECT_EQ(stat("launches"), launches);
+  // The fake (not a real driver) can be put back for the tests after this one.
+  ASSERT_EQ(hooks().set("sticky_for_process", 0), 0);
+  Result<std::shared_ptr<cuda::Context>> ctx = cuda::Context::primary();
+  ASSERT_TRUE(ctx);
+  ASSERT_FALSE((*ctx)->reset());
+  EXPECT_EQ(stat("sticky"), 0);
 }
 
 TEST(CudaRunnerFake, AFaultSeenOnlyAtTheSynchronisationIsCaughtToo) {

@@ -8,6 +8,7 @@
 #include <regex>
 #include <string>
 
+#include "runtime/tune_split.h"
 #include "tests/tools/cli_util.h"
 
 namespace sf {
@@ -74,6 +75,48 @@ TEST(TuneSplitCli, EmitMeasureImportThenCompileUsesIt) {
   CliResult again = shardfuse("tune " + (t / "g.sf") + " --device cuda --arch sm_90a --top-k 2 --emit-candidates " + cands);
   EXPECT_EQ(again.code, 0) << again.out;
   EXPECT_FALSE(fs::exists(cands + "/measurements.json"));
+}
+
+TEST(TuneSplitCli, AFaultThatLeavesCudaUnusableStartsTheMeasuringProcessAgain) {
+  TempDir t;
+  write_file(t / "g.sf", kGraph);
+  const std::string cands = t / "cands";
+  ASSERT_EQ(shardfuse_env("SHARDFUSE_LIBCUDA=/nonexistent/libcuda.so.1",
+                          "tune " + (t / "g.sf") + " --device cuda --arch sm_90a --top-k 3 --emit-candidates " + cands)
+                .code,
+            0);
+  // The second candidate faults (the fake faults entries named so); its code hash
+  // is made again so that the directory stays consistent.
+  Result<TuneCandidateSet> s = read_tune_candidates(cands);
+  ASSERT_TRUE(s) << s.error().message;
+  ASSERT_GE(s->kernels.at(0).candidates.size(), 3u);
+  TuneCandidate& bad = s->kernels[0].candidates[1];
+  const std::string entry = bad.artifact.entry;
+  for (size_t at = bad.artifact.ptx.find(entry); at != std::string::npos; at = bad.artifact.ptx.find(entry, at + 1))
+    bad.artifact.ptx.replace(at, entry.size(), "sf_fault_c1");
+  bad.artifact.entry = "sf_fault_c1";
+  bad.code = tune_code_hash(bad.artifact);
+  ASSERT_FALSE(write_tune_candidates(*s, cands));
+  const size_t n = s->kernels[0].candidates.size();
+
+  // As on driver 580: the fault outlives the context reset, so the process starts
+  // itself again and measures the candidates after the faulting one.
+  CliResult m = shardfuse_env(fake() + " FAKE_CUDA_STICKY_FOR_PROCESS=1",
+                              "tune --measure " + cands + " --warmup-ms 0.1 --rep-ms 1 --max-reps 5");
+  ASSERT_EQ(m.code, 0) << m.out;
+  EXPECT_EQ(count(m.out, "starting again for the " + std::to_string(n - 2) + " candidate(s) left"), 1) << m.out;
+  EXPECT_NE(m.out.find("wrote " + cands + "/measurements.json: " + std::to_string(n - 1) + " measured, 1 failed"),
+            std::string::npos)
+      << m.out;
+  Result<TuneMeasurements> r = read_tune_measurements(cands);
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(r->results.size(), n);
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(r->results[i].code, s->kernels[0].candidates[i].code) << i;
+    EXPECT_EQ(r->results[i].time.has_value(), i != 1) << i << ": " << r->results[i].error;
+  }
+  EXPECT_NE(r->results[1].error.find("CUDA cannot be used again in this process"), std::string::npos)
+      << r->results[1].error;
 }
 
 TEST(TuneSplitCli, BadUseAndHostileFilesAreRefused) {

@@ -1,13 +1,48 @@
 // `shardfuse tune --measure DIR`: the GPU machine's half of the split tuner
 // (runtime/tune_split.h). In the runtime-only build (no LLVM) it is all `tune` does.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <iterator>
+#include <optional>
 #include <sstream>
+#include <vector>
 
 #include "runtime/tune_split.h"
 #include "tools/shardfuse/commands.h"
 
 namespace sf::cli {
+
+namespace {
+
+// Runs this program again with the same arguments (after a fault that left CUDA
+// unusable in this process: only a new process gets a working driver). Returns only
+// on failure.
+std::string exec_self_again() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (size_t at = 0; at < all.size();) {
+    const size_t end = all.find('\0', at);
+    args.push_back(all.substr(at, end == std::string::npos ? std::string::npos : end - at));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  if (args.empty()) return "cannot read /proc/self/cmdline";
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv("/proc/self/exe", argv.data());
+  return std::string("cannot run /proc/self/exe: ") + std::strerror(errno);
+}
+
+}  // namespace
 
 int tune_measure(const std::string& dir, const BenchOptions& bench) {
   Result<TuneCandidateSet> s = read_tune_candidates(dir);
@@ -17,16 +52,31 @@ int tune_measure(const std::string& dir, const BenchOptions& bench) {
   }
   size_t n = 0;
   for (const TuneCandidateKernel& k : s->kernels) n += k.candidates.size();
-  std::cout << "measuring " << n << " candidate(s) of " << s->kernels.size() << " kernel(s) for " << s->arch << "\n";
-  Result<TuneMeasurements> m = measure_tune_candidates(*s, bench, [](const std::string& line) {
-    std::cout << "  " << line << "\n";
-  });
+  // Started again after a fault: what the earlier process measured stays.
+  std::optional<TuneMeasurements> done;
+  if (const char* r = std::getenv("SHARDFUSE_TUNE_RESUME"); r && std::string(r) == "1") {
+    if (Result<TuneMeasurements> d = read_tune_measurements(dir)) done = std::move(d).value();
+    ::unsetenv("SHARDFUSE_TUNE_RESUME");
+  }
+  const size_t have = done ? std::min(done->results.size(), n) : 0;
+  std::cout << "measuring " << n - have << " candidate(s) of " << s->kernels.size()
+            << " kernel(s) for " << s->arch << "\n";
+  Result<TuneMeasurements> m = measure_tune_candidates(
+      *s, bench, [](const std::string& line) { std::cout << "  " << line << "\n"; }, done ? &*done : nullptr);
   if (!m) {
     std::cerr << "error: " << m.error().message << "\n";
     return 1;
   }
   if (std::optional<Diag> err = write_tune_measurements(*m, dir)) {
     std::cerr << err->str() << "\n";
+    return 1;
+  }
+  if (m->stopped_at_fault) {
+    // The faulting candidate is recorded (failed), so every new process gets further.
+    std::cout << "a candidate's fault left CUDA unusable in this process; starting again for the "
+              << n - m->results.size() << " candidate(s) left" << std::endl;
+    ::setenv("SHARDFUSE_TUNE_RESUME", "1", 1);
+    std::cerr << "error: " << exec_self_again() << "\n";
     return 1;
   }
   size_t failed = 0;

@@ -22,7 +22,15 @@
 //
 // Flags (ours; the rest are Google Benchmark's): --plans DIR (default
 // $SF_SOURCE_DIR/bench/plans/<the device's arch>/overlap), --reps N,
-// --nccl-max-ctas N (ncclConfig_t.maxCTAs).
+// --nccl-max-ctas N (ncclConfig_t.maxCTAs), --copy-standin.
+//
+// --copy-standin: for one GPU, where NCCL cannot run two ranks. Rank 0 alone runs
+// on GPU 0 with every collective replaced by a device-to-device copy of its bus
+// bytes on the comm stream (RankExec::use_copy_standin), ordered by the same events
+// as NCCL's: it times how the comm stream interleaves with the kernels, not NCCL or
+// the links (a copy inside HBM is faster than a ring over NVLink, and the other
+// ranks do not exist). The benchmarks are named BM_OverlapGpuCopyStandin/... and the
+// context says "collectives": "d2d copy stand-in".
 // Without a CUDA device it prints "no CUDA device: ..." and exits 0 having run
 // nothing. The JSON context gets device, gpus, nccl and plans.
 #include <benchmark/benchmark.h>
@@ -53,6 +61,7 @@ struct Config {
   int reps = 10;
   int max_ctas = 0;
   int gpus = 0;
+  bool standin = false;
 };
 Config& config() {
   static Config c;
@@ -71,10 +80,55 @@ struct Measured {
   double compute_ms = 0;       // with `trace`: the largest rank's sum of kernel times
 };
 
+// Zeros of rank r's local input shapes: the kernels' time does not depend on the values.
+std::vector<Tensor> zero_inputs(const Plan& plan, int r) {
+  std::vector<Tensor> inputs;
+  const PlanRank& pr = plan.ranks[static_cast<size_t>(r)];
+  for (int b : pr.inputs)
+    inputs.emplace_back(pr.buffers[static_cast<size_t>(b)].dtype, pr.buffers[static_cast<size_t>(b)].shape);
+  return inputs;
+}
+
+// The largest rank's sum of kernel times in a trace, in ms.
+double kernel_ms(const TraceWriter& trace) {
+  std::map<int, double> per_rank;
+  const nlohmann::json events = trace.to_json()["traceEvents"];
+  for (const auto& e : events)
+    if (e.value("cat", "") == "kernel") per_rank[e["pid"].get<int>()] += e["dur"].get<double>() / 1e3;
+  double most = 0;
+  for (const auto& [r, t] : per_rank) most = std::max(most, t);
+  return most;
+}
+
+// --copy-standin: rank 0 alone on GPU 0, its collectives copies on the comm stream.
+Result<Measured> measure_standin(const PlanSource& src, int reps, bool trace_kernels) {
+  Result<std::shared_ptr<cuda::Context>> ctx = cuda::Context::primary(0);
+  if (!ctx) return ctx.error();
+  Result<std::shared_ptr<GpuPlan>> loaded = GpuPlan::load(*ctx, src);
+  if (!loaded) return loaded.error();
+  GpuRunOptions opts;
+  TraceWriter trace;
+  if (trace_kernels) opts.trace = &trace;
+  Result<std::unique_ptr<RankExec>> rank = RankExec::create_cuda(*loaded, 0, opts);
+  if (!rank) return rank.error();
+  if (auto e = (*rank)->use_copy_standin()) return *e;
+  if (auto e = (*rank)->upload_inputs(zero_inputs(src.plan, 0))) return *e;
+  if (auto e = (*rank)->run(nullptr)) return *e;  // first-launch costs
+  Measured m;
+  for (int i = 0; i < (trace_kernels ? 0 : reps); ++i) {
+    const auto t0 = Clock::now();
+    if (auto e = (*rank)->run(nullptr)) return *e;
+    m.run_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  if (trace_kernels) m.compute_ms = kernel_ms(trace);
+  return m;
+}
+
 // Runs the Plan in `dir` `reps` times on its world's GPUs (after one untimed run).
 Result<Measured> measure(const std::string& dir, int reps, bool trace_kernels) {
   Result<PlanSource> src = read_plan_dir(dir);
   if (!src) return src.error();
+  if (config().standin) return measure_standin(*src, reps, trace_kernels);
   const Plan& plan = src->plan;
   if (plan.world > config().gpus)
     return Diag{"", {}, dir + ": needs " + std::to_string(plan.world) + " GPUs, the driver sees " +
@@ -115,14 +169,7 @@ Result<Measured> measure(const std::string& dir, int reps, bool trace_kernels) {
       if (c) comms.push_back(std::move(c).value());
     }
     if (!err) err = rank->use_nccl(std::move(comms));
-    if (!err) {
-      // Zeros of the local shapes: the kernels' time does not depend on the values.
-      std::vector<Tensor> inputs;
-      const PlanRank& pr = plan.ranks[static_cast<size_t>(r)];
-      for (int b : pr.inputs)
-        inputs.emplace_back(pr.buffers[static_cast<size_t>(b)].dtype, pr.buffers[static_cast<size_t>(b)].shape);
-      err = rank->upload_inputs(inputs);
-    }
+    if (!err) err = rank->upload_inputs(zero_inputs(plan, r));
     if (!err) err = rank->run(&comm);  // first-launch and NCCL set-up costs
     // Every rank meets the barrier `reps` times whatever happened, so none waits forever.
     for (int i = 0; i < (trace_kernels ? 0 : reps); ++i) {
@@ -141,13 +188,7 @@ Result<Measured> measure(const std::string& dir, int reps, bool trace_kernels) {
     for (const auto& per_rank : ms) slowest = std::max(slowest, per_rank[static_cast<size_t>(i)]);
     m.run_ms.push_back(slowest);
   }
-  if (trace_kernels) {
-    std::map<int, double> per_rank;
-    const nlohmann::json events = trace.to_json()["traceEvents"];
-    for (const auto& e : events)
-      if (e.value("cat", "") == "kernel") per_rank[e["pid"].get<int>()] += e["dur"].get<double>() / 1e3;
-    for (const auto& [r, t] : per_rank) m.compute_ms = std::max(m.compute_ms, t);
-  }
+  if (trace_kernels) m.compute_ms = kernel_ms(trace);
   return m;
 }
 
@@ -198,7 +239,8 @@ int register_all(const std::string& dir) {
   for (const auto& [stem, count] : found) {
     if (count != 3) continue;
     const size_t dot = stem.rfind('.');
-    const std::string label = "BM_OverlapGpu/" + stem.substr(0, dot) + "/" + stem.substr(dot + 1);
+    const std::string label = std::string(config().standin ? "BM_OverlapGpuCopyStandin/" : "BM_OverlapGpu/") +
+                              stem.substr(0, dot) + "/" + stem.substr(dot + 1);
     benchmark::RegisterBenchmark(label.c_str(), BM_OverlapGpu, (fs::path(dir) / stem).string())
         ->Iterations(1)
         ->UseManualTime()
@@ -227,6 +269,7 @@ int main(int argc, char** argv) {
     if (a == "--plans") c.plans = value("--plans");
     else if (a == "--reps") c.reps = std::max(1, std::atoi(value("--reps")));
     else if (a == "--nccl-max-ctas") c.max_ctas = std::max(0, std::atoi(value("--nccl-max-ctas")));
+    else if (a == "--copy-standin") c.standin = true;
     else rest.push_back(argv[i]);
   }
   Result<int> gpus = cuda::device_count();
@@ -246,6 +289,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("gpus", std::to_string(c.gpus));
   benchmark::AddCustomContext("nccl", lib ? (*lib)->version_str() : lib.error().message);
   benchmark::AddCustomContext("plans", c.plans);
+  benchmark::AddCustomContext("collectives", c.standin ? "d2d copy stand-in (rank 0 alone on GPU 0; not NCCL)" : "nccl");
   if (register_all(c.plans) == 0) {
     std::cerr << "bench_overlap_gpu: no <graph>.tp<N>.{serial,overlapped,decomposed} Plans in " << c.plans
               << " (scripts/bench-gpu plans compiles them)\n";

@@ -292,7 +292,7 @@ std::optional<Diag> RankExec::run_steps(Comm* comm) {
       e = host_slice(s);
     } else if (s.op == "gemm") {
       e = gemm_step(i);
-    } else if (!nccl_.empty()) {
+    } else if (!nccl_.empty() || standin_) {
       e = s.op == "wait" ? nccl_wait(i) : nccl_start(i);
     } else if (!comm) {
       e = Diag{"", {}, "a collective, but no comm backend was given"};

@@ -50,6 +50,10 @@ Result<PlanSource> read_plan_dir(const std::string& dir);
 enum class GpuCollectives : uint8_t {
   Host,  // staged through the host and the CPU backend (Gloo)
   Nccl,  // NCCL on a comm stream per rank; every rank on its own GPU
+  // A device-to-device copy of each collective's bus bytes on the comm stream
+  // (RankExec::use_copy_standin): times the interleaving on any number of GPUs, one
+  // included; the outputs are not the collectives' results.
+  CopyStandin,
 };
 
 struct GpuRunOptions {
@@ -124,6 +128,14 @@ class RankExec {
   // stream and an event pair per collective.
   std::optional<Diag> use_nccl(std::vector<std::unique_ptr<nccl::NcclComm>> comms);
   bool uses_nccl() const { return !nccl_.empty(); }
+  // A stand-in for NCCL on one GPU (GPU only): every collective becomes one
+  // device-to-device copy on the comm stream of its bus bytes (the payload times
+  // nccl-tests' bus factor for the mesh dim's size: what each rank's busiest link
+  // carries in a ring), ordered by the same events as NCCL's. It times how the
+  // comm stream interleaves with the kernels without the other ranks; the copies
+  // move memory, not data between ranks, so the results are not the collectives'.
+  std::optional<Diag> use_copy_standin();
+  bool uses_copy_standin() const { return standin_; }
 
   // Copies one host tensor per graph param (local shapes) into the input buffers.
   std::optional<Diag> upload_inputs(const std::vector<Tensor>& inputs);
@@ -161,6 +173,9 @@ class RankExec {
   // Runs `enqueue` between two marks of `track` when tracing (an event of that track).
   std::optional<Diag> timed(const std::string& name, nlohmann::json args,
                             const std::function<std::optional<Diag>()>& enqueue, Stream track = Stream::Compute);
+  // NCCL (or its stand-in): the start and wait steps paired, an event pair each,
+  // and the comm stream made.
+  std::optional<Diag> pair_comm_stream_ops();
   // NCCL: a start step (after its operand is written) and a wait step.
   std::optional<Diag> nccl_start(size_t i);
   std::optional<Diag> nccl_wait(size_t i);
@@ -223,6 +238,7 @@ class RankExec {
     std::vector<cuda::Buffer> scratch;
   };
   std::map<size_t, NcclOp> nccl_ops_;   // by start step
+  bool standin_ = false;                // use_copy_standin(): copies in place of NCCL
   std::map<size_t, size_t> start_of_;   // wait step -> start step
   std::vector<MarkedEvent> marked_;
   int ref_mark_ = -1;

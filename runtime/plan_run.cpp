@@ -25,6 +25,7 @@ struct RunSetup {
   DeviceMesh mesh{Mesh{}};
   int gpus = 1;
   bool use_nccl = false;
+  bool use_standin = false;
   nccl::Options nccl;
 };
 
@@ -42,6 +43,7 @@ Result<RunSetup> setup_run(const PlanSource& src, const GpuRunOptions& opts, int
   for (const PlanRank& r : plan.ranks)
     for (const PlanStep& st : r.steps) has_collectives = has_collectives || st.op == "wait";
   rs.use_nccl = opts.collectives == GpuCollectives::Nccl && has_collectives;
+  rs.use_standin = opts.collectives == GpuCollectives::CopyStandin && has_collectives;
   if (rs.use_nccl && rs.gpus < plan.world)
     return Diag{"", {}, "NCCL needs a GPU per rank: world " + std::to_string(plan.world) + " on " +
                             std::to_string(rs.gpus) + " GPU(s) (stage the collectives through the host instead)"};
@@ -52,6 +54,9 @@ Result<RunSetup> setup_run(const PlanSource& src, const GpuRunOptions& opts, int
     if (!lib) return lib.error();
     if (auto e = nccl::check_options(rs.nccl)) return *e;
     if (stats) stats->collectives = "NCCL " + (*lib)->version_str() + " on a comm stream";
+  } else if (stats && rs.use_standin) {
+    stats->collectives = "a device-to-device copy of each collective's bus bytes on a comm stream (a stand-in: the "
+                         "outputs are not the collectives' results)";
   } else if (stats) {
     stats->collectives = has_collectives ? "host-staged (Gloo)" : "none";
   }
@@ -92,6 +97,8 @@ Result<std::vector<Tensor>> run_one_rank(const std::shared_ptr<GpuPlan>& loaded,
       comms.push_back(std::move(c).value());
     }
     if (auto e = (*gr)->use_nccl(std::move(comms))) return *e;
+  } else if (rs.use_standin) {
+    if (auto e = (*gr)->use_copy_standin()) return *e;
   }
   return run_and_collect(**gr, comm, inputs, stats, mu);
 }

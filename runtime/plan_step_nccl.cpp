@@ -5,6 +5,7 @@
 // on the comm stream around the NCCL call.
 #include <algorithm>
 
+#include "codegen/ir/collective.h"
 #include "runtime/plan_cuda.h"
 #include "runtime/plan_exec.h"
 
@@ -61,14 +62,8 @@ std::vector<size_t> scratch_bytes(const PlanStep& s, const PlanBuffer& in, const
 
 }  // namespace
 
-std::optional<Diag> RankExec::use_nccl(std::vector<std::unique_ptr<nccl::NcclComm>> comms) {
-  const std::string who = "rank " + std::to_string(rank_->rank) + ": ";
-  if (!cuda_) return Diag{"", {}, who + "NCCL needs --device cuda"};
-  if (static_cast<int>(comms.size()) != static_cast<int>(mesh_.dims.size()))
-    return Diag{"", {}, who + std::to_string(comms.size()) + " NCCL communicator(s) for a mesh of " +
-                            std::to_string(static_cast<int>(mesh_.dims.size())) + " dim(s)"};
-  cuda::Context& ctx = cuda_->context();
-  if (auto e = ctx.make_current()) return e;
+std::optional<Diag> RankExec::pair_comm_stream_ops() {
+  if (auto e = cuda_->context().make_current()) return e;
   std::map<int, size_t> open;  // handle -> its start step
   std::map<size_t, NcclOp> ops;
   std::map<size_t, size_t> start_of;
@@ -78,7 +73,8 @@ std::optional<Diag> RankExec::use_nccl(std::vector<std::unique_ptr<nccl::NcclCom
       if (open.count(s.handle)) return Diag{"", {}, plan_step_name(*rank_, i) + ": handle " + std::to_string(s.handle) +
                                                         " is started again before its wait"};
       open[s.handle] = i;
-      Result<cuda::Event> ready = cuda::Event::create(ctx, false), done = cuda::Event::create(ctx, false);
+      Result<cuda::Event> ready = cuda::Event::create(cuda_->context(), false),
+                          done = cuda::Event::create(cuda_->context(), false);
       if (!ready) return ready.error();
       if (!done) return done.error();
       NcclOp op;
@@ -100,6 +96,18 @@ std::optional<Diag> RankExec::use_nccl(std::vector<std::unique_ptr<nccl::NcclCom
     return Diag{"", {}, plan_step_name(*rank_, open.begin()->second) + ": started but never waited for"};
   if (auto e = cuda_->make_comm_stream()) return e;
   nccl_ops_ = std::move(ops);
+  start_of_ = std::move(start_of);
+  return std::nullopt;
+}
+
+std::optional<Diag> RankExec::use_nccl(std::vector<std::unique_ptr<nccl::NcclComm>> comms) {
+  const std::string who = "rank " + std::to_string(rank_->rank) + ": ";
+  if (!cuda_) return Diag{"", {}, who + "NCCL needs --device cuda"};
+  if (standin_) return Diag{"", {}, who + "the collectives already go through the copy stand-in"};
+  if (static_cast<int>(comms.size()) != static_cast<int>(mesh_.dims.size()))
+    return Diag{"", {}, who + std::to_string(comms.size()) + " NCCL communicator(s) for a mesh of " +
+                            std::to_string(static_cast<int>(mesh_.dims.size())) + " dim(s)"};
+  if (auto e = pair_comm_stream_ops()) return e;
   for (auto& [i, op] : nccl_ops_) {
     const PlanStep& s = rank_->steps[i];
     std::optional<int> dim = mesh_.find(s.mesh_dim);
@@ -112,8 +120,46 @@ std::optional<Diag> RankExec::use_nccl(std::vector<std::unique_ptr<nccl::NcclCom
         if (Result<CUdeviceptr> p = scratch(op, slot, need[slot]); !p)
           return Diag{"", {}, plan_step_name(*rank_, i) + ": scratch space: " + p.error().message};
   }
-  start_of_ = std::move(start_of);
   nccl_ = std::move(comms);
+  return std::nullopt;
+}
+
+// --- the copy stand-in ---------------------------------------------------------------------
+
+namespace {
+
+// The bytes a stand-in copy moves for collective `s` over `n` members: the larger
+// of its input and output times the bus factor (nccl-tests' bus bytes), at least one
+// element when anything moves.
+size_t standin_bytes(const PlanStep& s, const PlanBuffer& in, const PlanBuffer& out, int n) {
+  const size_t es = static_cast<size_t>(dtype_size(in.dtype));
+  const double payload = static_cast<double>(std::max(numel(in.shape), numel(out.shape))) * static_cast<double>(es);
+  const double bus = payload * bus_factor(*s.collective(), n);
+  return bus <= 0 ? 0 : std::max(es, static_cast<size_t>(bus));
+}
+
+}  // namespace
+
+std::optional<Diag> RankExec::use_copy_standin() {
+  const std::string who = "rank " + std::to_string(rank_->rank) + ": ";
+  if (!cuda_) return Diag{"", {}, who + "the copy stand-in needs --device cuda"};
+  if (!nccl_.empty()) return Diag{"", {}, who + "the collectives already go through NCCL"};
+  if (auto e = pair_comm_stream_ops()) return e;
+  for (auto& [i, op] : nccl_ops_) {
+    const PlanStep& s = rank_->steps[i];
+    std::optional<int> dim = mesh_.find(s.mesh_dim);
+    if (!dim) return Diag{"", {}, plan_step_name(*rank_, i) + ": mesh dim \"" + s.mesh_dim + "\" is not in the plan's mesh \"" +
+                                      plan_->mesh + "\""};
+    const size_t bytes = standin_bytes(s, rank_->buffers[static_cast<size_t>(s.in.at(0))],
+                                       rank_->buffers[static_cast<size_t>(op.out)],
+                                       static_cast<int>(mesh_.dims[static_cast<size_t>(*dim)].size));
+    // Two buffers of their own: the copy reads and writes as much as a ring's
+    // sends and receives, and touches none of the Plan's buffers.
+    for (size_t slot = 0; slot < 2 && bytes > 0; ++slot)
+      if (Result<CUdeviceptr> p = scratch(op, slot, bytes); !p)
+        return Diag{"", {}, plan_step_name(*rank_, i) + ": stand-in space: " + p.error().message};
+  }
+  standin_ = true;
   return std::nullopt;
 }
 
@@ -295,15 +341,30 @@ std::optional<Diag> RankExec::nccl_start(size_t i) {
   auto it = nccl_ops_.find(i);
   if (it == nccl_ops_.end()) return Diag{"", {}, "not a collective start"};
   NcclOp& op = it->second;
+  const cuda::Context& ctx = cuda_->context();
+  const std::string name = s.op + " " + rank_->buffers[static_cast<size_t>(s.in.at(0))].name;
+  if (standin_) {
+    if (auto e = op.ready.record(cuda_->stream())) return e;
+    if (auto e = cuda::wait_event(ctx, cuda_->comm_stream(), op.ready)) return e;
+    const size_t n = op.scratch.size() == 2 ? op.scratch[0].bytes() : 0;
+    auto copy = [&]() -> std::optional<Diag> {
+      if (n == 0) return std::nullopt;
+      return cuda::check(ctx.drv().MemcpyDtoDAsync(op.scratch[1].ptr(), op.scratch[0].ptr(), n, cuda_->comm_stream().get()),
+                         "cuMemcpyDtoDAsync (collective stand-in)");
+    };
+    if (auto e = timed(name, {{"step", i}, {"bytes", n}, {"via", "d2d copy stand-in"}, {"mesh_dim", s.mesh_dim}}, copy,
+                       Stream::Comm))
+      return e;
+    ++nccl_ops_run_;
+    return op.done.record(cuda_->comm_stream());
+  }
   std::optional<int> dim = mesh_.find(s.mesh_dim);
   if (!dim || *dim >= static_cast<int>(nccl_.size()))
     return Diag{"", {}, "mesh dim \"" + s.mesh_dim + "\" is not in the plan's mesh \"" + plan_->mesh + "\""};
   nccl::NcclComm& c = *nccl_[static_cast<size_t>(*dim)];
-  const cuda::Context& ctx = cuda_->context();
   // The comm stream starts once the compute stream has written the operand.
   if (auto e = op.ready.record(cuda_->stream())) return e;
   if (auto e = cuda::wait_event(ctx, cuda_->comm_stream(), op.ready)) return e;
-  const std::string name = s.op + " " + rank_->buffers[static_cast<size_t>(s.in.at(0))].name;
   if (auto e = timed(name, {{"step", i}, {"bytes", bytes(op.out)}, {"via", "nccl"},
                             {"mesh_dim", s.mesh_dim}},
                      [&] { return enqueue_collective(s, op, c); }, Stream::Comm))

@@ -439,6 +439,57 @@ TEST(RunFakeDriver, RunCompilesForTheDevicesArchAndLaunches) {
 }
 #endif
 
+#if defined(SF_FAKE_CUDA)
+// Four ranks on one GPU with the collectives replaced by copies (issue 16's
+// stand-in for timing overlap where NCCL cannot run): each collective is one
+// device-to-device copy of its bus bytes on the rank's comm stream.
+TEST(ExecFakeDriver, CopyStandinTimesEachCollectiveAsACopyOfItsBusBytesOnTheCommStream) {
+  TempDir t;
+  const std::string dir = compile_to(t, example("seq_parallel_mlp.sf"), "p");
+  const std::string trace = t / "t.json";
+  CliResult r = shardfuse_env(fake_env(t / "log") + " FAKE_CUDA_DEVICES=1 SHARDFUSE_LIBNCCL=/nonexistent/libnccl.so.2",
+                              "exec " + dir + " --device cuda --collectives copy-standin --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("on 1 GPU(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("collectives: a device-to-device copy of each collective's bus bytes on a comm stream (a "
+                       "stand-in"),
+            std::string::npos)
+      << r.out;
+  const Plan plan = read_plan(dir);
+  nlohmann::json j = nlohmann::json::parse(read_text(trace));
+  int copies = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e.value("ph", "") != "X" || e.value("cat", "") != "collective") continue;
+    ++copies;
+    EXPECT_EQ(e["tid"], 1) << "on the comm track: " << e.dump();
+    EXPECT_EQ(e["args"].value("via", ""), "d2d copy stand-in") << e.dump();
+    // The bytes: the larger of the step's input and output, times the bus factor
+    // of a ring over the 4 members.
+    const PlanRank& pr = plan.ranks.at(e["pid"].get<size_t>());
+    const PlanStep& st = pr.steps.at(e["args"]["step"].get<size_t>());
+    ASSERT_TRUE(st.collective()) << e.dump();
+    int64_t payload = 0;
+    for (int b : {st.in.at(0), pr.steps.at(e["args"]["step"].get<size_t>() + 1).out.at(0)})
+      payload = std::max(payload, numel(pr.buffers.at(static_cast<size_t>(b)).shape) * 4);
+    const double want = static_cast<double>(payload) * (st.collective() == CollectiveKind::AllReduce ? 1.5 : 0.75);
+    EXPECT_EQ(e["args"].value("bytes", int64_t{0}), static_cast<int64_t>(want)) << e.dump();
+  }
+  EXPECT_EQ(copies, 8) << "seq_parallel_mlp: an all_gather and a reduce_scatter on each of 4 ranks\n" << j.dump();
+  EXPECT_EQ(j["otherData"].value("collectives", ""), "copy-standin");
+
+  // The outputs are not the graph's, so nothing claims they are.
+  for (const char* bad : {" --check", " --save-outputs out"}) {
+    CliResult c = shardfuse_env(fake_env(t / "log2") + " FAKE_CUDA_DEVICES=1",
+                                "exec " + dir + " --device cuda --collectives copy-standin" + bad);
+    EXPECT_EQ(c.code, 2) << c.out;
+    EXPECT_NE(c.out.find("the outputs are not the graph's"), std::string::npos) << c.out;
+  }
+  CliResult cpu = shardfuse("exec " + dir + " --device cpu --collectives copy-standin");
+  EXPECT_EQ(cpu.code, 2) << cpu.out;
+  EXPECT_NE(cpu.out.find("--collectives copy-standin needs --device cuda"), std::string::npos) << cpu.out;
+}
+#endif
+
 #if defined(SF_FAKE_CUDA) && defined(SF_FAKE_NCCL)
 // The fake NCCL (tests/fake_nccl) over the fake driver with a GPU per rank.
 std::string nccl_env(const std::string& log, int gpus = 4) {

@@ -162,6 +162,7 @@ std::optional<std::pair<int, GpuCollectives>> resolve_comm(const GpuCommOptions&
   }
   const int gpus = o.gpus > 0 ? std::min(o.gpus, world) : std::min(world, *count);
   if (o.collectives == "host") return std::make_pair(gpus, GpuCollectives::Host);
+  if (o.collectives == "copy-standin") return std::make_pair(gpus, GpuCollectives::CopyStandin);
   if (o.collectives == "nccl") {
     if (gpus < world) {
       std::cerr << "error: --collectives nccl needs a GPU per rank: world " << world << ", " << gpus
@@ -180,8 +181,10 @@ std::optional<std::pair<int, GpuCollectives>> resolve_comm(const GpuCommOptions&
 void add_gpu_comm_options(CLI::App* cmd, GpuCommOptions& o) {
   cmd->add_option("--collectives", o.collectives,
                   "--device cuda: nccl (on a comm stream, overlapping the kernels; a GPU per rank), host (staged "
-                  "through the CPU backend, any number of ranks per GPU), auto (nccl when it can run; default)")
-      ->check(CLI::IsMember({"auto", "nccl", "host"}));
+                  "through the CPU backend, any number of ranks per GPU), auto (nccl when it can run; default), "
+                  "copy-standin (each collective a device-to-device copy of its bus bytes on the comm stream: times "
+                  "the overlap on one GPU; the outputs are not the collectives', so no --check)")
+      ->check(CLI::IsMember({"auto", "nccl", "host", "copy-standin"}));
   cmd->add_option("--gpus", o.gpus, "--device cuda: spread the ranks over N GPUs, rank r on GPU r % N (default: "
                                     "as many as there are, up to the world)")
       ->check(CLI::Range(1, 1024));
@@ -207,7 +210,9 @@ GpuRunOptions run_options(const GpuCliOptions& o, int gpus, GpuCollectives how, 
     ro.trace = &trace;
     trace.set_metadata("graph", graph);
     trace.set_metadata("cuda_graph", o.cuda_graph);
-    trace.set_metadata("collectives", how == GpuCollectives::Nccl ? "nccl" : "host");
+    trace.set_metadata("collectives", how == GpuCollectives::Nccl          ? "nccl"
+                                      : how == GpuCollectives::CopyStandin ? "copy-standin"
+                                                                           : "host");
   }
   return ro;
 }
@@ -317,6 +322,12 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
 int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o) { return run_plan(g, src, o, nullptr); }
 
 int run_plan(const Graph& g, const PlanSource& src, const GpuCliOptions& o, std::shared_ptr<const HostKernels> host) {
+  if (o.comm.collectives == "copy-standin" && (o.check || !o.outputs_dir.empty())) {
+    std::cerr << "error: --collectives copy-standin replaces each collective by a copy of its size, so the outputs "
+                 "are not the graph's: it takes no "
+              << (o.check ? "--check" : "--save-outputs") << " (time the run, with --trace)\n";
+    return 2;
+  }
   if (o.rank.has_value() != !o.rendezvous.empty()) {
     std::cerr << "error: --rank and --rendezvous go together (one process per rank meeting through a directory)\n";
     return 2;
@@ -412,8 +423,8 @@ int exec(const ExecCliOptions& o) {
       std::cerr << "error: --cuda-graph needs --device cuda\n";
       return 2;
     }
-    if (o.gpu.comm.collectives == "nccl") {
-      std::cerr << "error: --collectives nccl needs --device cuda\n";
+    if (o.gpu.comm.collectives == "nccl" || o.gpu.comm.collectives == "copy-standin") {
+      std::cerr << "error: --collectives " << o.gpu.comm.collectives << " needs --device cuda\n";
       return 2;
     }
     Result<std::shared_ptr<const HostKernels>> host = load_host_kernels(*src);

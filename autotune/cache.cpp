@@ -21,7 +21,7 @@
 #include <thread>
 #include <utility>
 
-#include "codegen/ir/file_io.h"
+#include "runtime/core/file_io.h"
 
 namespace sf {
 namespace {
@@ -224,7 +224,7 @@ std::optional<Diag> write_atomically(const fs::path& path, std::string_view text
 
 // The whole file, or nullopt with errno set: EINVAL for what is not a regular file
 // (O_NONBLOCK keeps a FIFO swapped in after the listing from blocking the open),
-// EFBIG for one over kMaxJsonFileBytes (codegen/ir/file_io.h).
+// EFBIG for one over kMaxJsonFileBytes (runtime/core/file_io.h).
 std::optional<std::string> read_file(const fs::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return std::nullopt;

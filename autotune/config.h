@@ -3,7 +3,7 @@
 // plan.json where no compiler is present (DESIGN.md).
 #pragma once
 
-#include "codegen/ir/kernel_kind.h"
+#include "runtime/core/kernel_kind.h"
 
 #include <cstdint>
 #include <optional>
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "codegen/ir/diag.h"
+#include "runtime/core/diag.h"
 
 namespace sf {
 
@@ -29,7 +29,7 @@ enum class Precision { Fused, Eager };
 inline const char* precision_name(Precision p) { return p == Precision::Eager ? "eager" : "fused"; }
 
 
-// KernelKind, kernel_kind_name, parse_kernel_kind: codegen/ir/kernel_kind.h.
+// KernelKind, kernel_kind_name, parse_kernel_kind: runtime/core/kernel_kind.h.
 
 // Tuning knobs; every field has a sane default and an emitter reads the ones that
 // concern its kind and target. The autotuner searches over them.

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <map>
 
-#include "codegen/ir/run_tool.h"
+#include "runtime/core/run_tool.h"
 
 namespace sf {
 namespace {

@@ -29,7 +29,7 @@
 // runtime/comm_internal.h, what these files share.
 #include "runtime/comm.h"
 
-#include "codegen/ir/collective.h"
+#include "runtime/core/collective.h"
 #include "runtime/comm_internal.h"
 
 #include <pthread.h>

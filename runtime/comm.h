@@ -27,9 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "codegen/ir/diag.h"
-#include "codegen/ir/mesh.h"
-#include "codegen/ir/tensor.h"
+#include "runtime/core/diag.h"
+#include "runtime/core/mesh.h"
+#include "runtime/core/tensor.h"
 
 namespace sf {
 

@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "codegen/ir/collective.h"
+#include "runtime/core/collective.h"
 #include "runtime/comm.h"
 
 namespace sf {

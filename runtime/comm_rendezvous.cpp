@@ -21,7 +21,7 @@
 #include <functional>
 #include <thread>
 
-#include "codegen/ir/file_io.h"
+#include "runtime/core/file_io.h"
 
 namespace sf {
 namespace comm_detail {

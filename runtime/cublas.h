@@ -26,8 +26,8 @@
 #include <optional>
 #include <string>
 
-#include "codegen/ir/diag.h"
-#include "codegen/ir/dtype.h"
+#include "runtime/core/diag.h"
+#include "runtime/core/dtype.h"
 #include "runtime/cuda.h"
 #include "runtime/gemm.h"
 

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "codegen/ir/diag.h"
-#include "codegen/ir/dtype.h"
+#include "runtime/core/diag.h"
+#include "runtime/core/dtype.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/plan.h"
 

@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "codegen/ir/diag.h"
+#include "runtime/core/diag.h"
 
 namespace sf::cuda {
 

@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "autotune/builder.h"
-#include "codegen/ir/tensor.h"
+#include "runtime/core/tensor.h"
 #include "runtime/cublas.h"
 #include "runtime/cuda.h"
 #include "runtime/gemm.h"

@@ -22,7 +22,7 @@
 #include <string>
 #include <string_view>
 
-#include "codegen/ir/tensor.h"
+#include "runtime/core/tensor.h"
 
 namespace sf {
 

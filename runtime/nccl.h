@@ -37,10 +37,10 @@
 #include <vector>
 
 #include "codegen/dist/device_mesh.h"
-#include "codegen/ir/collective.h"
-#include "codegen/ir/diag.h"
-#include "codegen/ir/dtype.h"
-#include "codegen/ir/mesh.h"
+#include "runtime/core/collective.h"
+#include "runtime/core/diag.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/mesh.h"
 #include "runtime/cuda.h"
 
 namespace sf {
@@ -104,10 +104,10 @@ Result<ncclRedOp_t> reduce_op(ReduceOp op, DType t);
 
 // --- sizes and bandwidths (nccl-tests' conventions) ---------------------------------
 
-// The collective kind is codegen/ir/collective.h's CollectiveKind (kAllCollectives,
+// The collective kind is runtime/core/collective.h's CollectiveKind (kAllCollectives,
 // collective_name).
 
-// busbw = algbw * bus_factor (codegen/ir/collective.h, shared with the timeline
+// busbw = algbw * bus_factor (runtime/core/collective.h, shared with the timeline
 // model), so busbw is comparable with the link bandwidth whatever n is.
 
 // The buffers of one collective of nccl-tests' "size" `bytes` over n ranks, and

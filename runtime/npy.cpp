@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "codegen/ir/file_io.h"
+#include "runtime/core/file_io.h"
 
 namespace sf {
 namespace {

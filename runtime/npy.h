@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "codegen/ir/diag.h"
-#include "codegen/ir/tensor.h"
+#include "runtime/core/diag.h"
+#include "runtime/core/tensor.h"
 
 namespace sf {
 

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "codegen/ir/collective.h"
-#include "codegen/ir/diag.h"
-#include "codegen/ir/kernel_kind.h"
-#include "codegen/ir/mesh.h"
-#include "codegen/ir/tensor.h"
+#include "runtime/core/collective.h"
+#include "runtime/core/diag.h"
+#include "runtime/core/kernel_kind.h"
+#include "runtime/core/mesh.h"
+#include "runtime/core/tensor.h"
 #include "runtime/gemm.h"
 
 namespace sf {
@@ -74,7 +74,7 @@ struct PlanGemm {
 // One step of a rank's program, as the CUDA runtime will issue it.
 struct PlanStep {
   std::string op;  // kernel, gemm, all_gather, all_reduce, reduce_scatter, all_to_all, wait, slice, partialize
-  // The collective `op` names (codegen/ir/collective.h), nullopt for the other steps.
+  // The collective `op` names (runtime/core/collective.h), nullopt for the other steps.
   std::optional<CollectiveKind> collective() const { return parse_collective(op); }
   std::string stream;  // compute or comm
   std::string kernel;  // kernel: PlanKernel::id

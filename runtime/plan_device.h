@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/ir/diag.h"
+#include "runtime/core/diag.h"
 #include "runtime/plan.h"
 #include "runtime/trace.h"
 

@@ -2,7 +2,7 @@
 // kernel's .ptx, checked before anything runs.
 #include <filesystem>
 
-#include "codegen/ir/file_io.h"
+#include "runtime/core/file_io.h"
 #include "runtime/plan_exec.h"
 #include "runtime/plan_verify.h"
 

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "codegen/dist/device_mesh.h"
-#include "codegen/ir/file_io.h"
+#include "runtime/core/file_io.h"
 #include "codegen/dist/host_collectives.h"
 #include "codegen/dist/shard.h"
 #include "runtime/agree.h"

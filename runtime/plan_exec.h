@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/ir/tensor.h"
+#include "runtime/core/tensor.h"
 #include "runtime/comm.h"
 #include "runtime/cuda.h"
 #include "runtime/nccl.h"

@@ -5,7 +5,7 @@
 // on the comm stream around the NCCL call.
 #include <algorithm>
 
-#include "codegen/ir/collective.h"
+#include "runtime/core/collective.h"
 #include "runtime/plan_cuda.h"
 #include "runtime/plan_exec.h"
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "codegen/ir/file_io.h"
+#include "runtime/core/file_io.h"
 #include "codegen/ir/ops.h"
 
 namespace sf {

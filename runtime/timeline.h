@@ -21,7 +21,7 @@
 
 #include "codegen/dist/device_mesh.h"
 #include "codegen/dist/local_program.h"
-#include "codegen/ir/diag.h"
+#include "runtime/core/diag.h"
 #include "runtime/trace.h"
 
 namespace sf {

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "codegen/ir/diag.h"
+#include "runtime/core/diag.h"
 
 namespace sf {
 

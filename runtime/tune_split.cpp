@@ -10,7 +10,7 @@
 
 #include "autotune/problem.h"
 #include "autotune/tuner.h"
-#include "codegen/ir/file_io.h"
+#include "runtime/core/file_io.h"
 #include "codegen/ir/parser.h"
 #include "codegen/reference/evaluate.h"
 #include "runtime/cuda_driver.h"

@@ -18,7 +18,7 @@
 
 #include "autotune/cache.h"
 #include "autotune/measure.h"
-#include "codegen/ir/diag.h"
+#include "runtime/core/diag.h"
 #include "runtime/cuda_runner.h"
 
 namespace sf {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "codegen/dist/redistribute.h"
-#include "codegen/ir/diag.h"
-#include "codegen/ir/tensor.h"
+#include "runtime/core/diag.h"
+#include "runtime/core/tensor.h"
 
 namespace sf {
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "codegen/ir/mesh.h"
-#include "codegen/ir/tensor.h"
+#include "runtime/core/mesh.h"
+#include "runtime/core/tensor.h"
 
 namespace sf {
 

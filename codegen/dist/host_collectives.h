@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "codegen/ir/mesh.h"
-#include "codegen/ir/tensor.h"
+#include "runtime/core/mesh.h"
+#include "runtime/core/tensor.h"
 
 namespace sf {
 

@@ -10,7 +10,7 @@
 
 #include "codegen/dist/redistribute.h"
 #include "codegen/ir/graph.h"
-#include "codegen/ir/kernel_kind.h"
+#include "runtime/core/kernel_kind.h"
 
 namespace sf {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "codegen/dist/local_program.h"
-#include "codegen/ir/diag.h"
+#include "runtime/core/diag.h"
 #include "codegen/dist/kernel_runner.h"
 
 namespace sf {

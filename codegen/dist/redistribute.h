@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "codegen/dist/device_mesh.h"
-#include "codegen/ir/collective.h"
+#include "runtime/core/collective.h"
 
 namespace sf {
 
@@ -22,7 +22,7 @@ enum class RedistKind : uint8_t {
 };
 std::string_view redist_kind_name(RedistKind k);  // all_gather, all_reduce, ...
 bool is_collective(RedistKind k);
-// The collective a redistribution step runs (codegen/ir/collective.h, the one
+// The collective a redistribution step runs (runtime/core/collective.h, the one
 // collective kind); nullopt for the local steps (Slice, Partialize).
 std::optional<CollectiveKind> collective_of(RedistKind k);
 

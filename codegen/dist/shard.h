@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "codegen/dist/device_mesh.h"
-#include "codegen/ir/diag.h"
-#include "codegen/ir/tensor.h"
+#include "runtime/core/diag.h"
+#include "runtime/core/tensor.h"
 
 namespace sf {
 

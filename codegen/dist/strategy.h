@@ -7,9 +7,9 @@
 
 #include "codegen/dist/device_mesh.h"
 #include "codegen/ir/graph.h"
-#include "codegen/ir/mesh.h"
+#include "runtime/core/mesh.h"
 #include "codegen/ir/ops.h"
-#include "codegen/ir/tensor.h"
+#include "runtime/core/tensor.h"
 
 namespace sf {
 

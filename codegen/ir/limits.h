@@ -12,8 +12,8 @@
 #include <optional>
 #include <string>
 
-#include "codegen/ir/mesh.h"
-#include "codegen/ir/tensor.h"
+#include "runtime/core/mesh.h"
+#include "runtime/core/tensor.h"
 
 namespace sf {
 

@@ -3,7 +3,7 @@
 // evaluator, decompositions, later sharding rules and emitters) looks ops up here.
 #pragma once
 
-#include "codegen/ir/collective.h"
+#include "runtime/core/collective.h"
 
 #include <cstdint>
 #include <optional>
@@ -14,8 +14,8 @@
 #include <variant>
 #include <vector>
 
-#include "codegen/ir/mesh.h"
-#include "codegen/ir/tensor.h"
+#include "runtime/core/mesh.h"
+#include "runtime/core/tensor.h"
 
 namespace sf {
 
@@ -68,7 +68,7 @@ const OpInfo& op_info(OpKind k);
 std::string_view op_name(OpKind k);
 std::optional<OpKind> find_op(std::string_view name);
 std::span<const OpInfo> all_ops();
-// The collective a per-rank collective op names (codegen/ir/collective.h: the same
+// The collective a per-rank collective op names (runtime/core/collective.h: the same
 // kind the lowering's Start steps and the Plan use); nullopt for any other op,
 // `redistribute` included (it plans its collectives).
 std::optional<CollectiveKind> op_collective(OpKind k);

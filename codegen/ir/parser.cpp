@@ -12,7 +12,7 @@
 
 #include "codegen/ir/builder.h"
 #include "codegen/ir/limits.h"
-#include "codegen/ir/file_io.h"
+#include "runtime/core/file_io.h"
 
 namespace sf {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "codegen/ir/diag.h"
+#include "runtime/core/diag.h"
 #include "codegen/ir/graph.h"
 
 namespace sf {

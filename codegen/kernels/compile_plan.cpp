@@ -18,7 +18,7 @@
 
 #include "autotune/ptxas.h"
 #include "autotune/target.h"
-#include "codegen/ir/file_io.h"
+#include "runtime/core/file_io.h"
 #include "codegen/ir/printer.h"
 #include "codegen/kernels/extern_gemm.h"
 #include "codegen/kernels/host_runner.h"

@@ -43,7 +43,7 @@
 #include <llvm/Transforms/IPO/Internalize.h>
 #include <llvm/Transforms/Utils/Cloning.h>
 
-#include "codegen/ir/run_tool.h"
+#include "runtime/core/run_tool.h"
 #include "codegen/llvm/llvm_compat.h"
 
 #ifndef SF_LIBDEVICE_PATH

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "codegen/ir/graph.h"
-#include "codegen/ir/tensor.h"
+#include "runtime/core/tensor.h"
 
 namespace sf {
 

@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "codegen/ir/diag.h"
+#include "runtime/core/diag.h"
 #include "codegen/ir/graph.h"
-#include "codegen/ir/tensor.h"
+#include "runtime/core/tensor.h"
 
 namespace sf {
 

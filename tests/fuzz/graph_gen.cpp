@@ -6,7 +6,7 @@
 #include <sstream>
 #include <vector>
 
-#include "codegen/ir/mesh.h"
+#include "runtime/core/mesh.h"
 #include "codegen/ir/ops.h"
 
 namespace sf::fuzz {

@@ -1,4 +1,4 @@
-// The one collective kind (codegen/ir/collective.h): its names are the `.sf` ops' and
+// The one collective kind (runtime/core/collective.h): its names are the `.sf` ops' and
 // the Plan steps' ("all_reduce", ...), every kind parses back from its name, and
 // nothing else parses (another step's op, a near miss, a different case).
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <set>
 #include <string>
 
-#include "codegen/ir/collective.h"
+#include "runtime/core/collective.h"
 #include "codegen/ir/ops.h"
 
 namespace sf {

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <limits>
 
-#include "codegen/ir/dtype.h"
-#include "codegen/ir/tensor.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/tensor.h"
 
 namespace sf {
 namespace ir_dtype_test {

@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "codegen/ir/run_tool.h"
+#include "runtime/core/run_tool.h"
 
 namespace sf {
 namespace ir_run_tool_test {

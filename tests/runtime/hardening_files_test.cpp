@@ -13,7 +13,7 @@
 #include <string>
 
 #include "autotune/cache.h"
-#include "codegen/ir/file_io.h"
+#include "runtime/core/file_io.h"
 #include "codegen/ir/parser.h"
 #include "runtime/npy.h"
 

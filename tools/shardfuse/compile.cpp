@@ -4,7 +4,7 @@
 #include <set>
 #include <sstream>
 
-#include "codegen/ir/file_io.h"
+#include "runtime/core/file_io.h"
 #include "codegen/kernels/compile_plan.h"
 #include "codegen/kernels/tune.h"
 #include "tools/shardfuse/commands.h"

@@ -17,7 +17,7 @@
 #include "autotune/problem.h"
 #include "codegen/fusion/pipeline.h"
 #include "codegen/kernels/host_runner.h"
-#include "codegen/ir/file_io.h"
+#include "runtime/core/file_io.h"
 #include "codegen/kernels/tune.h"
 #include "runtime/timeline.h"
 #include "runtime/trace.h"

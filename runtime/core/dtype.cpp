@@ -1,4 +1,4 @@
-#include "codegen/ir/dtype.h"
+#include "runtime/core/dtype.h"
 
 #include <algorithm>
 #include <bit>

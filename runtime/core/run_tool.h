@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/ir/diag.h"
+#include "runtime/core/diag.h"
 
 namespace sf {
 

@@ -1,4 +1,4 @@
-#include "codegen/ir/diag.h"
+#include "runtime/core/diag.h"
 
 namespace sf {
 

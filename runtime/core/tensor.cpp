@@ -1,4 +1,4 @@
-#include "codegen/ir/tensor.h"
+#include "runtime/core/tensor.h"
 
 #include <cstring>
 

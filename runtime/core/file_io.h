@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "codegen/ir/diag.h"
+#include "runtime/core/diag.h"
 
 namespace sf {
 

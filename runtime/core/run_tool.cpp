@@ -1,4 +1,4 @@
-#include "codegen/ir/run_tool.h"
+#include "runtime/core/run_tool.h"
 
 #include <fcntl.h>
 #include <signal.h>

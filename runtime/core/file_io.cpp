@@ -1,4 +1,4 @@
-#include "codegen/ir/file_io.h"
+#include "runtime/core/file_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

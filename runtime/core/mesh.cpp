@@ -1,4 +1,4 @@
-#include "codegen/ir/mesh.h"
+#include "runtime/core/mesh.h"
 
 namespace sf {
 

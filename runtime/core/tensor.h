@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/ir/dtype.h"
+#include "runtime/core/dtype.h"
 
 namespace sf {
 

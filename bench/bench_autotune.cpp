@@ -47,7 +47,7 @@
 #include "autotune/cache.h"
 #include "autotune/measure.h"
 #include "autotune/tuner.h"
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 #include "codegen/dist/propagate.h"
 #include "codegen/fusion/pipeline.h"
 #include "codegen/ir/builder.h"

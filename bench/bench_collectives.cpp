@@ -67,7 +67,7 @@
 #include <thread>
 #include <vector>
 
-#include "codegen/dist/host_collectives.h"
+#include "runtime/core/host_collectives.h"
 #include "runtime/comm.h"
 #include "runtime/cuda.h"
 #include "runtime/nccl.h"

@@ -25,7 +25,7 @@
 #include <chrono>
 #include <map>
 
-#include "codegen/dist/shard.h"
+#include "runtime/core/shard.h"
 #include "codegen/fusion/pipeline.h"
 #include "codegen/ir/builder.h"
 #include "codegen/ir/parser.h"

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 #include "runtime/comm.h"
 
 namespace sf {

@@ -146,7 +146,7 @@ class Comm {
   // the group size: for floats in double, rounded once; for integers and bool in
   // int64, truncated toward zero (so a bool avg is true only if every member is).
   // max and min propagate NaN, as torch.maximum does. These are the definitions
-  // of codegen/dist/host_collectives.h, the host oracle.
+  // of runtime/core/host_collectives.h, the host oracle.
   Work all_reduce(int group, Tensor local, ReduceOp op);
   // Splits `local` along split_dim into chunks of extents send_sizes[k] (chunk k
   // goes to member k) and concatenates the chunks received along concat_dim in

@@ -192,7 +192,7 @@ void to_wire(const std::byte* src, DType t, int64_t n, std::byte* dst);
 
 // Back from the wire type, rounding once; avg divides by `members` first:
 // floats in double, integers and bool in int64 truncating toward zero (as
-// codegen/dist/host_collectives.h's oracle does; for bool: true only if every
+// runtime/core/host_collectives.h's oracle does; for bool: true only if every
 // member is).
 Tensor from_wire(const std::byte* w, DType t, const Shape& s, ReduceOp op, int64_t members);
 

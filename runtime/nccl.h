@@ -36,7 +36,7 @@
 #include <string_view>
 #include <vector>
 
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 #include "runtime/core/collective.h"
 #include "runtime/core/diag.h"
 #include "runtime/core/dtype.h"
@@ -97,7 +97,7 @@ Result<const Library*> library();
 Result<std::shared_ptr<const Library>> open_library(const std::string& file);
 
 // Our dtype as NCCL's; a Diag for dtypes NCCL cannot reduce like the host oracle
-// (codegen/dist/host_collectives.h): bool is carried as uint8, so only max and
+// (runtime/core/host_collectives.h): bool is carried as uint8, so only max and
 // min (any, all) agree; a bool sum (saturating) or avg does not.
 Result<ncclDataType_t> data_type(DType t);
 Result<ncclRedOp_t> reduce_op(ReduceOp op, DType t);

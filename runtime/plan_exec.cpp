@@ -7,10 +7,10 @@
 #include <sstream>
 #include <thread>
 
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 #include "runtime/core/file_io.h"
-#include "codegen/dist/host_collectives.h"
-#include "codegen/dist/shard.h"
+#include "runtime/core/host_collectives.h"
+#include "runtime/core/shard.h"
 #include "runtime/agree.h"
 #include "runtime/plan_cuda.h"
 #include "runtime/plan_host.h"

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <mutex>
 
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 #include "runtime/agree.h"
 #include "runtime/plan_cuda.h"
 #include "runtime/plan_exec.h"

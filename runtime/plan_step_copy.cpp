@@ -3,7 +3,7 @@
 // collective matmul joining its per-shard results) and partialize (Replicate ->
 // Partial: the value on one rank, zeros on the others), on the device's compute
 // stream.
-#include "codegen/dist/shard.h"
+#include "runtime/core/shard.h"
 #include "runtime/plan_exec.h"
 #include "runtime/plan_steps.h"
 

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "codegen/dist/collective_check.h"
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 #include "codegen/dist/propagate.h"
 #include "codegen/ir/printer.h"
 

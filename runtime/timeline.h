@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 #include "codegen/dist/local_program.h"
 #include "runtime/core/diag.h"
 #include "runtime/trace.h"

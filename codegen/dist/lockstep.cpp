@@ -1,7 +1,7 @@
 #include "codegen/dist/lockstep.h"
 
-#include "codegen/dist/host_collectives.h"
-#include "codegen/dist/shard.h"
+#include "runtime/core/host_collectives.h"
+#include "runtime/core/shard.h"
 #include "codegen/reference/evaluate.h"
 
 namespace sf {

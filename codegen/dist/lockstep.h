@@ -1,6 +1,6 @@
 // Runs every rank's program in lockstep on one thread: compute steps with the
 // reference kernels on local shards, collectives over each mesh-dim group at once
-// with the host definitions (codegen/dist/host_collectives.h). Deterministic and
+// with the host definitions (runtime/core/host_collectives.h). Deterministic and
 // needs no communicator, so it is the distribution tests' oracle and the quickest
 // way to test a lowering (the executor runs Plans: runtime/plan_exec.h).
 #pragma once

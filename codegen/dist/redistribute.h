@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 #include "runtime/core/collective.h"
 
 namespace sf {

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 #include "codegen/ir/graph.h"
 #include "runtime/core/mesh.h"
 #include "codegen/ir/ops.h"

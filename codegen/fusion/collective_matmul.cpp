@@ -6,7 +6,7 @@
 #include <optional>
 #include <set>
 
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 
 namespace sf {
 

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 #include "codegen/dist/local_program.h"
 #include "runtime/core/diag.h"
 

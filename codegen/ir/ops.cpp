@@ -344,11 +344,6 @@ Attrs normalize_attrs(OpKind k, const std::vector<AttrValue>& positional,
   return out;
 }
 
-std::optional<int> normalize_dim(int64_t d, int rank) {
-  if (d < -rank || d >= rank) return std::nullopt;
-  return static_cast<int>(d < 0 ? d + rank : d);
-}
-
 std::vector<int> reduced_dims(const Attrs& attrs, int rank) {
   std::vector<int> d;
   const auto& dims = attrs.get_ints("dims");

@@ -97,8 +97,7 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& att
                       const Mesh& mesh);
 
 // Helpers shared by passes.
-// Normalises a possibly negative dim against `rank`; nullopt if out of range.
-std::optional<int> normalize_dim(int64_t d, int rank);
+// (normalize_dim, for a possibly negative dim, is in runtime/core/tensor.h.)
 // The dims a reduction (sum/max/min/mean) reduces, normalised and sorted: its
 // `dims` attribute, or every dim when that is empty. `attrs` must be complete.
 std::vector<int> reduced_dims(const Attrs& attrs, int rank);

@@ -25,7 +25,7 @@
 #include "codegen/kernels/matmul.h"
 #include "codegen/kernels/reduction.h"
 #include "codegen/reference/evaluate.h"
-#include "codegen/dist/shard.h"
+#include "runtime/core/shard.h"
 #include "runtime/plan_verify.h"
 
 namespace sf {

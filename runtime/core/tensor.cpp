@@ -4,6 +4,11 @@
 
 namespace sf {
 
+std::optional<int> normalize_dim(int64_t d, int rank) {
+  if (d < -rank || d >= rank) return std::nullopt;
+  return static_cast<int>(d < 0 ? d + rank : d);
+}
+
 int64_t numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;

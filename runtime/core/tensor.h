@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,9 @@
 namespace sf {
 
 using Shape = std::vector<int64_t>;
+
+// Normalises a possibly negative dim against `rank`; nullopt if out of range.
+std::optional<int> normalize_dim(int64_t d, int rank);
 
 int64_t numel(const Shape& s);
 // C-order strides in elements.

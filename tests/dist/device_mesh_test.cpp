@@ -2,8 +2,8 @@
 // shard/unshard, with expected values worked out by hand.
 #include <gtest/gtest.h>
 
-#include "codegen/dist/device_mesh.h"
-#include "codegen/dist/shard.h"
+#include "runtime/core/device_mesh.h"
+#include "runtime/core/shard.h"
 
 namespace sf {
 namespace dist_device_mesh_test {

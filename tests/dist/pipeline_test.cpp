@@ -11,7 +11,7 @@
 #include "codegen/dist/lower.h"
 #include "codegen/dist/schedule.h"
 #include "codegen/fusion/pipeline.h"
-#include "codegen/dist/shard.h"
+#include "runtime/core/shard.h"
 #include "codegen/ir/builder.h"
 #include "codegen/ir/parser.h"
 #include "codegen/reference/compare.h"

@@ -7,7 +7,7 @@
 #include "codegen/dist/lower.h"
 #include "codegen/dist/propagate.h"
 #include "codegen/dist/redistribute.h"
-#include "codegen/dist/shard.h"
+#include "runtime/core/shard.h"
 #include "codegen/ir/builder.h"
 #include "codegen/dist/lockstep.h"
 

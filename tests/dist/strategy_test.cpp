@@ -12,8 +12,8 @@
 #include <set>
 #include <string>
 
-#include "codegen/dist/device_mesh.h"
-#include "codegen/dist/shard.h"
+#include "runtime/core/device_mesh.h"
+#include "runtime/core/shard.h"
 #include "codegen/dist/strategy.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"

@@ -277,7 +277,7 @@ void store_float(std::byte* p, ncclDataType_t t, double v) {
 }
 
 // out[i] = ins[0][i] op ins[1][i] op ... in member order; floats in double rounded
-// once (NaN-propagating max/min, as codegen/dist/host_collectives.cpp), integers in
+// once (NaN-propagating max/min, as runtime/core/host_collectives.cpp), integers in
 // their own type (sum and prod wrap; avg = sum / n, truncated).
 void reduce_float(const std::vector<const std::byte*>& ins, std::byte* out, size_t count, ncclDataType_t t,
                   ncclRedOp_t op) {

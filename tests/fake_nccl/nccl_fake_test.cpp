@@ -1,7 +1,7 @@
 // runtime/nccl.h's communicators and collectives on the fake NCCL and the fake
 // CUDA driver (tests/fake_nccl/README.md): ranks are threads of this process, each
 // with its own fake GPU, meeting through an in-process Gloo Comm as in a real run.
-// Numbers are checked against the host oracle (codegen/dist/host_collectives.h),
+// Numbers are checked against the host oracle (runtime/core/host_collectives.h),
 // so a wrong layout, member order or reduction in the runtime or the fake fails;
 // the failure paths (a rank that never arrives, an abort, members that disagree)
 // must end every rank with a Diag, never a hang.
@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "codegen/dist/host_collectives.h"
+#include "runtime/core/host_collectives.h"
 #include "runtime/agree.h"
 #include "runtime/comm.h"
 #include "runtime/nccl.h"

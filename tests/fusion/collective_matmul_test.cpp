@@ -9,7 +9,7 @@
 #include <set>
 
 #include "codegen/dist/explain.h"
-#include "codegen/dist/shard.h"
+#include "runtime/core/shard.h"
 #include "codegen/fusion/pipeline.h"
 #include "codegen/ir/builder.h"
 #include "codegen/ir/parser.h"

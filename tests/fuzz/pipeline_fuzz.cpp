@@ -22,7 +22,7 @@
 
 #include "codegen/dist/explain.h"
 #include "codegen/dist/propagate.h"
-#include "codegen/dist/shard.h"
+#include "runtime/core/shard.h"
 #include "codegen/fusion/pipeline.h"
 #include "codegen/ir/parser.h"
 #include "codegen/kernels/compile_plan.h"

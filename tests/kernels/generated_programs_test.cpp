@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "codegen/dist/shard.h"
+#include "runtime/core/shard.h"
 #include "codegen/fusion/pipeline.h"
 #include "codegen/ir/builder.h"
 #include "codegen/ir/parser.h"

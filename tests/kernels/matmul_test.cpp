@@ -26,7 +26,7 @@
 #include <llvm/IR/Module.h>
 #include <llvm/Support/raw_ostream.h>
 
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 #include "codegen/dist/propagate.h"
 #include "codegen/fusion/pipeline.h"
 #include "codegen/ir/builder.h"

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "codegen/dist/propagate.h"
-#include "codegen/dist/shard.h"
+#include "runtime/core/shard.h"
 #include "codegen/ir/parser.h"
 #include "codegen/kernels/compile_plan.h"
 #include "codegen/reference/compare.h"

@@ -2,7 +2,7 @@
 // NCCL (tests/fake_cuda, tests/fake_nccl): device memory is host memory and the
 // fake NCCL really moves it, so a Plan made only of collectives, slices and
 // concats gives real numbers here, and they are checked against the host oracle
-// (codegen/dist/host_collectives.h). That covers the packing and unpacking
+// (runtime/core/host_collectives.h). That covers the packing and unpacking
 // around every NCCL call (uneven shards, gathers along inner dims, all_to_all
 // between dims). What the fake cannot show is timing: it runs work at once.
 //
@@ -18,8 +18,8 @@
 #include <vector>
 
 
-#include "codegen/dist/host_collectives.h"
-#include "codegen/dist/shard.h"
+#include "runtime/core/host_collectives.h"
+#include "runtime/core/shard.h"
 #include "runtime/agree.h"
 #include "runtime/plan_exec.h"
 #include "tests/runtime_fake/call_log.h"

@@ -12,7 +12,7 @@
 #include "autotune/cache.h"
 #include "autotune/measure.h"
 #include "codegen/dist/local_program.h"
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 #include "codegen/dist/propagate.h"
 #include "codegen/fusion/collective_matmul.h"
 #include "codegen/llvm/backend.h"

@@ -7,9 +7,9 @@
 #include <iostream>
 #include <sstream>
 
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 #include "codegen/dist/propagate.h"
-#include "codegen/dist/shard.h"
+#include "runtime/core/shard.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
 #include "codegen/ir/printer.h"

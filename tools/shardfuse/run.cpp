@@ -14,7 +14,7 @@
 #include "codegen/dist/lower.h"
 #include "codegen/ir/printer.h"
 #include "codegen/fusion/pipeline.h"
-#include "codegen/dist/shard.h"
+#include "runtime/core/shard.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
 #include "codegen/kernels/compile_plan.h"

@@ -1,8 +1,7 @@
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 
 #include <stdexcept>
 
-#include "codegen/ir/ops.h"
 
 namespace sf {
 

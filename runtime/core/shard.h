@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "codegen/dist/device_mesh.h"
+#include "runtime/core/device_mesh.h"
 #include "runtime/core/diag.h"
 #include "runtime/core/tensor.h"
 

@@ -1,9 +1,9 @@
-#include "codegen/dist/host_collectives.h"
+#include "runtime/core/host_collectives.h"
 
 #include <cmath>
 #include <stdexcept>
 
-#include "codegen/dist/shard.h"
+#include "runtime/core/shard.h"
 
 namespace sf {
 

@@ -1,4 +1,4 @@
-#include "codegen/dist/shard.h"
+#include "runtime/core/shard.h"
 
 #include <cmath>
 #include <cstring>

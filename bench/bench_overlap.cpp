@@ -17,7 +17,7 @@
 // the backend working, not as GPU overlap.
 //
 // BM_Simulated/<graph>/<system>: bench/graphs/overlap/full/ (tp=8, 8 x 2048 tokens,
-// hidden 4096) through the timeline model (runtime/timeline.h) on the shipped 8xH100
+// hidden 4096) through the timeline model (codegen/fusion/timeline.h) on the shipped 8xH100
 // NVLink and 2x8 H100 InfiniBand systems, kernels timed by the roofline.
 #include <benchmark/benchmark.h>
 
@@ -35,7 +35,7 @@
 #include "codegen/reference/evaluate.h"
 #include "codegen/kernels/compile_plan.h"
 #include "runtime/plan_exec.h"
-#include "runtime/timeline.h"
+#include "codegen/fusion/timeline.h"
 
 namespace sf {
 namespace {

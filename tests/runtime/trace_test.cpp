@@ -12,7 +12,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/timeline.h"
 #include "runtime/trace.h"
 #include "tests/tools/cli_util.h"  // TempDir
 
@@ -110,71 +109,6 @@ TEST(Trace, AFailedWriteLeavesTheOldFileAndSaysWhy) {
   w.add(0, Stream::Compute, "k2", 1, 1);
   ASSERT_FALSE(w.write(d / "t.json").has_value());  // replaced whole
   EXPECT_EQ(read_json(d / "t.json").at("traceEvents").size(), 6u + 2u);  // rank 0's 6 metadata events, 2 events
-}
-
-TEST(Trace, TimelineEventsCarryBytesFlopsAndStep) {
-  // One all_reduce between two kernels, on two ranks.
-  std::vector<LocalProgram> programs;
-  for (int r = 0; r < 2; ++r) {
-    LocalProgram p;
-    p.rank = r;
-    p.types = {TensorType{DType::F32, {250}}, TensorType{DType::F32, {250}}, TensorType{DType::F32, {250}}};
-    p.names = {"x", "a", "c"};
-    p.param_values = {0};
-    LocalKernel k;
-    k.name = "k0";
-    k.flops = 250;
-    k.bytes_read = k.bytes_written = 1000;
-    p.kernels = {k};
-    LocalStep s0;
-    s0.kind = LocalStep::Kind::Kernel;
-    s0.kernel = 0;
-    s0.in = {0};
-    s0.outs = {1};
-    LocalStep s1;
-    s1.kind = LocalStep::Kind::Start;
-    s1.collective = CollectiveKind::AllReduce;
-    s1.in = {1};
-    s1.handle = 0;
-    LocalStep s2;
-    s2.kind = LocalStep::Kind::Wait;
-    s2.handle = 0;
-    s2.out = 2;
-    p.steps = {s0, s1, s2};
-    p.num_handles = 1;
-    programs.push_back(p);
-  }
-  TimelineModel m;
-  m.intra.bandwidth_GB_s = m.inter.bandwidth_GB_s = 1;
-  m.intra.alpha_us = m.inter.alpha_us = 1;
-  m.compute_us = [](const LocalProgram&, size_t) { return 3.0; };
-  Result<Timeline> t = simulate_timeline(programs, DeviceMesh(Mesh{{MeshDim{"tp", 2}}}), m);
-  ASSERT_TRUE(t.ok()) << t.error().str();
-  TraceWriter w;
-  add_to_trace(*t, w);
-  json j = w.to_json();
-  std::set<std::pair<int, std::string>> seen;
-  for (const json& e : j.at("traceEvents")) {
-    if (e.at("ph") != "X") continue;
-    seen.insert({e.at("pid").get<int>(), e.at("name").get<std::string>()});
-    if (e.at("name") == "k0") {
-      EXPECT_EQ(e.at("tid"), static_cast<int>(Stream::Compute));
-      EXPECT_EQ(e.at("args").at("flops"), 250);
-      EXPECT_EQ(e.at("args").at("bytes"), 2000);
-      EXPECT_EQ(e.at("args").at("step"), 0);
-      EXPECT_DOUBLE_EQ(e.at("dur").get<double>(), 3);
-    } else {
-      EXPECT_EQ(e.at("name"), "all_reduce a");
-      EXPECT_EQ(e.at("tid"), static_cast<int>(Stream::Comm));
-      EXPECT_EQ(e.at("args").at("bytes"), 1000);
-      EXPECT_EQ(e.at("args").at("step"), 1);
-      EXPECT_EQ(e.at("args").at("link"), "nvlink");
-      // 2 steps of 1 us + 1000 bytes at 1 GB/s (1000 B/us).
-      EXPECT_DOUBLE_EQ(e.at("ts").get<double>(), 3);
-      EXPECT_DOUBLE_EQ(e.at("dur").get<double>(), 3);
-    }
-  }
-  EXPECT_EQ(seen, (std::set<std::pair<int, std::string>>{{0, "k0"}, {0, "all_reduce a"}, {1, "k0"}, {1, "all_reduce a"}}));
 }
 
 }  // namespace runtime_trace_test

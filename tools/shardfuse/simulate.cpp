@@ -1,5 +1,5 @@
 // `shardfuse simulate G.sf --system FILE`: every rank's fused, scheduled program run
-// through the discrete-event model of runtime/timeline.h on a described multi-GPU
+// through the discrete-event model of codegen/fusion/timeline.h on a described multi-GPU
 // system; prints serial and overlapped time and E_overlap, and writes a Perfetto
 // trace with --trace. Kernel times are the tuning cache's GPU measurements where it
 // has them for the system's GPU, else a roofline (docs/overlap.md).
@@ -19,7 +19,7 @@
 #include "codegen/kernels/host_runner.h"
 #include "runtime/core/file_io.h"
 #include "codegen/kernels/tune.h"
-#include "runtime/timeline.h"
+#include "codegen/fusion/timeline.h"
 #include "runtime/trace.h"
 #include "tools/shardfuse/commands.h"
 

@@ -1,18 +1,22 @@
-// The discrete-event timeline (runtime/timeline.h) on hand-built two-rank programs
+// The discrete-event timeline (codegen/fusion/timeline.h) on hand-built two-rank programs
 // whose timelines are worked out by hand below, the α-β formulas, the system file
 // reader, and the examples' programs as a sanity check.
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "codegen/dist/lower.h"
 #include "codegen/dist/schedule.h"
+#include "codegen/fusion/timeline.h"
 #include "codegen/ir/builder.h"
 #include "codegen/ir/parser.h"
-#include "runtime/timeline.h"
+#include "runtime/trace.h"
 
 namespace sf {
-namespace runtime_timeline_test {
+namespace fusion_timeline_test {
 
 // A program over f32 vectors, built step by step. Kernel times are looked up by
 // kernel name in `us` (per rank) by the model below.
@@ -530,5 +534,70 @@ TEST(Roofline, SixteenBitMatmulFlopsGoToTheTensorCores) {
   }
 }
 
-}  // namespace runtime_timeline_test
+TEST(Timeline, TraceEventsCarryBytesFlopsAndStep) {
+  // One all_reduce between two kernels, on two ranks.
+  std::vector<LocalProgram> programs;
+  for (int r = 0; r < 2; ++r) {
+    LocalProgram p;
+    p.rank = r;
+    p.types = {TensorType{DType::F32, {250}}, TensorType{DType::F32, {250}}, TensorType{DType::F32, {250}}};
+    p.names = {"x", "a", "c"};
+    p.param_values = {0};
+    LocalKernel k;
+    k.name = "k0";
+    k.flops = 250;
+    k.bytes_read = k.bytes_written = 1000;
+    p.kernels = {k};
+    LocalStep s0;
+    s0.kind = LocalStep::Kind::Kernel;
+    s0.kernel = 0;
+    s0.in = {0};
+    s0.outs = {1};
+    LocalStep s1;
+    s1.kind = LocalStep::Kind::Start;
+    s1.collective = CollectiveKind::AllReduce;
+    s1.in = {1};
+    s1.handle = 0;
+    LocalStep s2;
+    s2.kind = LocalStep::Kind::Wait;
+    s2.handle = 0;
+    s2.out = 2;
+    p.steps = {s0, s1, s2};
+    p.num_handles = 1;
+    programs.push_back(p);
+  }
+  TimelineModel m;
+  m.intra.bandwidth_GB_s = m.inter.bandwidth_GB_s = 1;
+  m.intra.alpha_us = m.inter.alpha_us = 1;
+  m.compute_us = [](const LocalProgram&, size_t) { return 3.0; };
+  Result<Timeline> t = simulate_timeline(programs, DeviceMesh(Mesh{{MeshDim{"tp", 2}}}), m);
+  ASSERT_TRUE(t.ok()) << t.error().str();
+  TraceWriter w;
+  add_to_trace(*t, w);
+  nlohmann::json j = w.to_json();
+  std::set<std::pair<int, std::string>> seen;
+  for (const nlohmann::json& e : j.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    seen.insert({e.at("pid").get<int>(), e.at("name").get<std::string>()});
+    if (e.at("name") == "k0") {
+      EXPECT_EQ(e.at("tid"), static_cast<int>(Stream::Compute));
+      EXPECT_EQ(e.at("args").at("flops"), 250);
+      EXPECT_EQ(e.at("args").at("bytes"), 2000);
+      EXPECT_EQ(e.at("args").at("step"), 0);
+      EXPECT_DOUBLE_EQ(e.at("dur").get<double>(), 3);
+    } else {
+      EXPECT_EQ(e.at("name"), "all_reduce a");
+      EXPECT_EQ(e.at("tid"), static_cast<int>(Stream::Comm));
+      EXPECT_EQ(e.at("args").at("bytes"), 1000);
+      EXPECT_EQ(e.at("args").at("step"), 1);
+      EXPECT_EQ(e.at("args").at("link"), "nvlink");
+      // 2 steps of 1 us + 1000 bytes at 1 GB/s (1000 B/us).
+      EXPECT_DOUBLE_EQ(e.at("ts").get<double>(), 3);
+      EXPECT_DOUBLE_EQ(e.at("dur").get<double>(), 3);
+    }
+  }
+  EXPECT_EQ(seen, (std::set<std::pair<int, std::string>>{{0, "k0"}, {0, "all_reduce a"}, {1, "k0"}, {1, "all_reduce a"}}));
+}
+
+}  // namespace fusion_timeline_test
 }  // namespace sf

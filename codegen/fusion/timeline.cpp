@@ -1,4 +1,4 @@
-#include "runtime/timeline.h"
+#include "codegen/fusion/timeline.h"
 
 #include <algorithm>
 #include <cmath>

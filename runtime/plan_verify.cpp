@@ -7,10 +7,8 @@
 #include <set>
 #include <sstream>
 
-#include "codegen/dist/collective_check.h"
+#include "runtime/core/collective_check.h"
 #include "runtime/core/device_mesh.h"
-#include "codegen/dist/propagate.h"
-#include "codegen/ir/printer.h"
 
 namespace sf {
 
@@ -384,68 +382,6 @@ std::optional<Diag> verify_kernel_arity(const Plan& p, const std::string& kernel
                                       std::to_string(i) + "] passes " + std::to_string(s.in.size() + s.out.size()) +
                                       " buffer(s)" + (maps ? " and " + std::to_string(maps) + " tensor map(s)" : std::string())};
     }
-  return std::nullopt;
-}
-
-std::string plan_graph_digest(const Graph& g) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
-  for (unsigned char c : print_graph(g)) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
-
-std::optional<Diag> verify_plan_matches_graph(const Plan& p, const Graph& g, const std::string& graph_file,
-                                              const std::string& plan_file) {
-  auto fail = [&](const std::string& what) {
-    return Diag{graph_file, {}, what + " (recompile the Plan, or restore graph.sf: exec shards the inputs and "
-                                       "gathers the outputs by it)"};
-  };
-  const DeviceMesh mesh(g.mesh());
-  std::vector<std::string> params, outputs;
-  for (ValueId v : g.params()) params.push_back(g.node(v).name);
-  for (const Output& o : g.outputs()) outputs.push_back(o.name);
-  if (g.name() != p.graph || g.mesh().str() != p.mesh || mesh.world() != p.world)
-    return fail("graph '" + g.name() + "' (mesh '" + g.mesh().str() + "') is not the graph plan.json was compiled from ('" +
-                p.graph + "', mesh '" + p.mesh + "')");
-  if (params != p.params) return fail("the params are not the ones plan.json was compiled for");
-  if (outputs != p.outputs) return fail("the returned values are not the ones plan.json was compiled for");
-  // Re-derived per rank: what each param's and output's buffer must hold.
-  const ShardingPlan sharding = propagate(g, mesh);
-  for (const PlanRank& r : p.ranks) {
-    const std::string rpath = plan_file + ": ranks[" + std::to_string(r.rank) + "]";
-    auto check = [&](const char* what, const std::string& name, const TensorType& global, const PlacementSpec& spec,
-                     int buffer, const std::string& plan_spec) -> std::optional<Diag> {
-      const std::string placed = spec.str(mesh.mesh());
-      if (placed != plan_spec)
-        return fail(std::string(what) + " " + name + " is placed " + placed + ", but " + rpath + " has it " + plan_spec);
-      const TensorType local{global.dtype, local_shard(global.shape, spec, mesh, r.rank).shape};
-      const PlanBuffer& b = r.buffers[static_cast<size_t>(buffer)];
-      if (TensorType{b.dtype, b.shape} != local)
-        return fail(std::string(what) + " " + name + " is " + global.str() + " placed " + placed + ", so rank " +
-                    std::to_string(r.rank) + " holds " + local.str() + ", but " + rpath + "'s buffer " +
-                    std::to_string(buffer) + " is " + TensorType{b.dtype, b.shape}.str());
-      return std::nullopt;
-    };
-    for (size_t i = 0; i < g.params().size(); ++i) {
-      const ValueId v = g.params()[i];
-      if (auto e = check("param", params[i], g.node(v).type, sharding.nodes[static_cast<size_t>(v)].output,
-                         r.inputs[i], r.input_specs[i]))
-        return e;
-    }
-    for (size_t o = 0; o < g.outputs().size(); ++o)
-      if (auto e = check("output", outputs[o], g.node(g.outputs()[o].value).type, sharding.outputs[o], r.outputs[o],
-                         r.output_specs[o]))
-        return e;
-  }
-  if (p.graph_digest.empty())
-    return Diag{plan_file, {}, "graph_digest: missing; exec checks graph.sf against it (recompile the Plan)"};
-  if (plan_graph_digest(g) != p.graph_digest)
-    return fail("its ops are not the ones plan.json was compiled from (digest " + plan_graph_digest(g) +
-                ", plan.json's graph_digest " + p.graph_digest + ")");
   return std::nullopt;
 }
 

@@ -9,7 +9,6 @@
 #include <optional>
 #include <string>
 
-#include "codegen/ir/graph.h"
 #include "runtime/plan.h"
 
 namespace sf {
@@ -35,16 +34,7 @@ int ptx_entry_params(const std::string& ptx, const std::string& entry);
 std::optional<Diag> verify_kernel_arity(const Plan& p, const std::string& kernel_id, int params,
                                         const std::string& ptx_file);
 
-// The digest `compile` stores as plan.json's "graph_digest": FNV-1a (64 bits, hex) of
-// the printed graph, so any change to an op, attribute, type or placement shows.
-std::string plan_graph_digest(const Graph& g);
-
-// Whether `g` (graph.sf, parsed and resized to the Plan's world) is the program the
-// Plan was compiled from: name, mesh, param and output names; per rank, each
-// param's and output's placement and local dtype and shape re-derived from the
-// graph (propagate + local_shard) against the Plan's buffers; and the digest. The
-// structural checks come first because an edited Plan can carry any digest.
-std::optional<Diag> verify_plan_matches_graph(const Plan& p, const Graph& g, const std::string& graph_file,
-                                              const std::string& plan_file);
+// What ties a Plan to graph.sf (the digest, verify_plan_matches_graph) needs the
+// graph and its propagation: codegen/dist/plan_graph.h.
 
 }  // namespace sf

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "codegen/dist/collective_check.h"
+#include "runtime/core/collective_check.h"
 
 namespace sf {
 

@@ -24,7 +24,7 @@ namespace sf {
 //   - collectives: a start names a mesh dim, sizes that cut its operand, a handle
 //     waited once, into a value of the result's type; and across ranks, the k-th
 //     collective of every member of a group along a mesh dim is the same collective
-//     with equal shapes (codegen/dist/collective_check.h).
+//     with equal shapes (runtime/core/collective_check.h).
 // nullopt when all hold, else a Diag "after STAGE: rank R, step I (WHAT): DEFECT".
 std::optional<Diag> verify_programs(const std::vector<LocalProgram>& programs, const DeviceMesh& mesh,
                                     std::string_view stage);

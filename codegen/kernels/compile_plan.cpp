@@ -26,6 +26,7 @@
 #include "codegen/kernels/reduction.h"
 #include "codegen/reference/evaluate.h"
 #include "runtime/core/shard.h"
+#include "codegen/dist/plan_graph.h"
 #include "runtime/plan_verify.h"
 
 namespace sf {

@@ -19,6 +19,7 @@
 #include "runtime/npy.h"
 #include "runtime/plan_exec.h"
 #include "runtime/plan_host.h"
+#include "codegen/dist/plan_graph.h"
 #include "runtime/plan_verify.h"
 #include "tools/shardfuse/commands.h"
 

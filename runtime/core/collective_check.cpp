@@ -1,4 +1,4 @@
-#include "codegen/dist/collective_check.h"
+#include "runtime/core/collective_check.h"
 
 namespace sf {
 

@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "codegen/dist/redistribute.h"
+#include "runtime/core/collective.h"
+#include "runtime/core/mesh.h"
 #include "runtime/core/diag.h"
 #include "runtime/core/tensor.h"
 

@@ -11,8 +11,6 @@
 #include "autotune/problem.h"
 #include "autotune/tuner.h"
 #include "runtime/core/file_io.h"
-#include "codegen/ir/parser.h"
-#include "codegen/reference/evaluate.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/json_reader.h"
 #include "runtime/plan_json.h"
@@ -27,7 +25,11 @@ using json = nlohmann::json;
 constexpr const char* kMarker = ".shardfuse-tune-candidates";
 constexpr const char* kFormat = "shardfuse tune candidates";
 constexpr const char* kMeasuredFormat = "shardfuse tune measurements";
-constexpr int kVersion = 1;
+constexpr int kVersion = 1;  // measurements.json
+// candidates.json: 2 carries each kernel's params, integer bounds and outputs (1 had
+// only the group's text, which the GPU machine had to parse).
+constexpr int kCandidatesVersion = 2;
+constexpr size_t kMaxArguments = 1024;  // params or outputs of one kernel
 constexpr size_t kMaxKernels = 4096, kMaxCandidates = 4096;
 constexpr uint64_t kMaxJsonBytes = uint64_t{256} << 20, kMaxPtxBytes = uint64_t{64} << 20;
 constexpr uint64_t kMaxArgumentBytes = uint64_t{64} << 30;  // a kernel's inputs and outputs, on the host and the GPU
@@ -90,7 +92,7 @@ std::optional<Diag> write_tune_candidates(const TuneCandidateSet& s, const std::
   std::mt19937_64 rng(std::random_device{}());
   fs::path tmp = parent / (target.filename().string() + ".tmp-" + std::to_string(rng() % 1000000000));
   if (!fs::create_directory(tmp, ec)) return Diag{dir, {}, "cannot create " + tmp.string()};
-  json j = {{"format", kFormat}, {"version", kVersion}, {"arch", s.arch}, {"kernels", json::array()}};
+  json j = {{"format", kFormat}, {"version", kCandidatesVersion}, {"arch", s.arch}, {"kernels", json::array()}};
   bool ok = true;
   auto write = [&](const std::string& name, const std::string& text) {
     std::ofstream f(tmp / name, std::ios::binary);
@@ -100,7 +102,13 @@ std::optional<Diag> write_tune_candidates(const TuneCandidateSet& s, const std::
   };
   for (size_t ki = 0; ki < s.kernels.size(); ++ki) {
     const TuneCandidateKernel& k = s.kernels[ki];
-    json kj = {{"key", k.key}, {"name", k.name}, {"group", k.group}, {"candidates", json::array()}};
+    json kj = {{"key", k.key}, {"name", k.name}, {"group", k.group}, {"params", json::array()},
+               {"outputs", json::array()}, {"candidates", json::array()}};
+    for (size_t i = 0; i < k.params.size(); ++i)
+      kj["params"].push_back({{"dtype", dtype_name(k.params[i].dtype)},
+                              {"shape", k.params[i].shape},
+                              {"int_bound", i < k.int_bounds.size() ? k.int_bounds[i] : 8}});
+    for (const TensorType& t : k.outputs) kj["outputs"].push_back({{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}});
     for (size_t ci = 0; ci < k.candidates.size(); ++ci) {
       const TuneCandidate& c = k.candidates[ci];
       const PtxArtifact& a = c.artifact;
@@ -141,8 +149,9 @@ Result<TuneCandidateSet> read_tune_candidates(const std::string& dir) {
   const json_read::Reader rd{file};
   try {
     if (rd.string(j, "", "format") != kFormat) rd.fail("format", "is not \"" + std::string(kFormat) + "\"");
-    if (rd.integer(j, "", "version", 0, 1 << 20) != kVersion)
-      rd.fail("version", "version " + json_read::Reader::shown(j["version"]) + " is not " + std::to_string(kVersion) +
+    if (rd.integer(j, "", "version", 0, 1 << 20) != kCandidatesVersion)
+      rd.fail("version", "version " + json_read::Reader::shown(j["version"]) + " is not " +
+                             std::to_string(kCandidatesVersion) +
                              ", the one this shardfuse reads: emit the candidates again with this version");
     TuneCandidateSet s;
     s.arch = rd.string(j, "", "arch");
@@ -155,16 +164,34 @@ Result<TuneCandidateSet> read_tune_candidates(const std::string& dir) {
       k.group = rd.string(ks[ki], path, "group");
       // The group's params and outputs are what the runner allocates and fills: every
       // candidate must take exactly them, and they must fit a GPU.
-      Result<Graph> g = parse_graph(k.group, "<group>");
-      if (!g) rd.fail(path + ".group", g.error().str());
+      auto read_types = [&](const char* key, bool bounds) {
+        const std::string lp = path + "." + key;
+        const json& list = rd.array(rd.at(ks[ki], path, key), lp, kMaxArguments);
+        std::vector<TensorType> types;
+        for (size_t i = 0; i < list.size(); ++i) {
+          const std::string ip = json_read::Reader::item(lp, i);
+          const std::string dn = rd.string(list[i], ip, "dtype");
+          std::optional<DType> dt = parse_dtype(dn);
+          if (!dt) rd.fail(ip + ".dtype", "\"" + dn + "\" is not a dtype");
+          const Shape shape = rd.integers(rd.at(list[i], ip, "shape"), ip + ".shape", 0, int64_t{1} << 40, 8);
+          int64_t n = 1;
+          for (int64_t e : shape)
+            if (__builtin_mul_overflow(n, e, &n) || n > (int64_t{1} << 40)) rd.fail(ip + ".shape", "is too large");
+          types.push_back(TensorType{*dt, shape});
+          if (bounds) k.int_bounds.push_back(rd.integer(list[i], ip, "int_bound", 1, int64_t{1} << 31));
+        }
+        return types;
+      };
+      k.params = read_types("params", true);
+      k.outputs = read_types("outputs", false);
       std::vector<KernelArgSpec> params, outs;
       int64_t bytes = 0;
-      for (ValueId v : g->params()) params.push_back({g->node(v).type.dtype, numel(g->node(v).type.shape)});
-      for (const Output& o : g->outputs()) outs.push_back({g->node(o.value).type.dtype, numel(g->node(o.value).type.shape)});
+      for (const TensorType& t : k.params) params.push_back({t.dtype, numel(t.shape)});
+      for (const TensorType& t : k.outputs) outs.push_back({t.dtype, numel(t.shape)});
       for (const auto* list : {&params, &outs})
         for (const KernelArgSpec& a : *list) bytes += a.bytes();
       if (static_cast<uint64_t>(bytes) > kMaxArgumentBytes)
-        rd.fail(path + ".group", "its arguments take " + bytes_str(static_cast<uint64_t>(bytes)) + ", more than the " +
+        rd.fail(path + ".params", "the arguments take " + bytes_str(static_cast<uint64_t>(bytes)) + ", more than the " +
                                      bytes_str(kMaxArgumentBytes) + " a candidate may be measured with");
       const json& cs = rd.array(rd.at(ks[ki], path, "candidates"), path + ".candidates", kMaxCandidates);
       for (size_t ci = 0; ci < cs.size(); ++ci) {
@@ -330,9 +357,8 @@ Result<TuneMeasurements> measure_tune_candidates(const TuneCandidateSet& s, cons
         continue;
       }
       if (!runner) {
-        Result<Graph> g = parse_graph(k.group, k.name + " (candidates.json)");
-        if (!g) return g.error();
-        Result<std::unique_ptr<CudaRunner>> r = CudaRunner::create(random_inputs(*g, 1), k.candidates[0].artifact.outputs);
+        Result<std::unique_ptr<CudaRunner>> r =
+            CudaRunner::create(random_tensors(k.params, k.int_bounds, 1), k.candidates[0].artifact.outputs);
         if (!r) return Diag{"", {}, k.name + ": " + r.error().message};
         runner = std::move(r).value();
       }

@@ -32,7 +32,12 @@ struct TuneCandidate {
 struct TuneCandidateKernel {
   std::string key;    // TuneKey::hash() where emitted (for the record)
   std::string name;   // "k0_matmul"
-  std::string group;  // the kernel's group graph as .sf text: its params give the inputs
+  std::string group;  // the kernel's group graph as .sf text (for the record)
+  // The group's params (what the runner fills: random_tensors(params, int_bounds, 1),
+  // the inputs the in-process tuner gives it) and its outputs.
+  std::vector<TensorType> params;
+  std::vector<int64_t> int_bounds;  // per param: integers are drawn from [0, bound)
+  std::vector<TensorType> outputs;
   std::vector<TuneCandidate> candidates;
 };
 

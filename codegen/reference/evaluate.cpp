@@ -542,29 +542,16 @@ Result<Tensor> evaluate_node(const Node& n, const std::vector<const Tensor*>& in
   }
 }
 
+std::vector<int64_t> random_input_bounds(const Graph& g) {
+  std::vector<int64_t> bounds;
+  for (ValueId p : g.params()) bounds.push_back(std::max<int64_t>(embedding_rows(g, p).value_or(8), 1));
+  return bounds;
+}
+
 std::vector<Tensor> random_inputs(const Graph& g, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<Tensor> out;
-  for (ValueId p : g.params()) {
-    const Node& n = g.node(p);
-    Tensor t(n.type.dtype, n.type.shape);
-    // Integers: an index into an embedding must be a valid row. The modulo bias
-    // (< 2^-50 for these bounds) does not matter for test data.
-    auto bound = static_cast<uint64_t>(std::max<int64_t>(embedding_rows(g, p).value_or(8), 1));
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      uint64_t r = rng();
-      if (is_float(t.dtype())) {
-        double u = static_cast<double>(r >> 11) * 0x1p-53;  // uniform in [0, 1), 53 bits
-        t.set(i, -1.0 + 2.0 * u);
-      } else if (t.dtype() == DType::Bool) {
-        t.set_int(i, static_cast<int64_t>(r >> 63));
-      } else {
-        t.set_int(i, static_cast<int64_t>(r % bound));
-      }
-    }
-    out.push_back(std::move(t));
-  }
-  return out;
+  std::vector<TensorType> types;
+  for (ValueId p : g.params()) types.push_back(g.node(p).type);
+  return random_tensors(types, random_input_bounds(g), seed);
 }
 
 }  // namespace sf

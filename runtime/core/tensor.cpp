@@ -1,6 +1,8 @@
 #include "runtime/core/tensor.h"
 
+#include <algorithm>
 #include <cstring>
+#include <random>
 
 namespace sf {
 
@@ -88,6 +90,30 @@ void Tensor::set_int(int64_t i, int64_t v) {
     case DType::Bool: store<uint8_t>(p, i, v != 0 ? 1 : 0); return;
     default: set(i, i64_to_double_round_odd(v)); return;
   }
+}
+
+std::vector<Tensor> random_tensors(const std::vector<TensorType>& types, const std::vector<int64_t>& int_bounds,
+                                   uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Tensor> out;
+  for (size_t k = 0; k < types.size(); ++k) {
+    Tensor t(types[k].dtype, types[k].shape);
+    // The modulo bias (< 2^-50 for these bounds) does not matter for test data.
+    const auto bound = static_cast<uint64_t>(std::max<int64_t>(k < int_bounds.size() ? int_bounds[k] : 8, 1));
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const uint64_t r = rng();
+      if (is_float(t.dtype())) {
+        const double u = static_cast<double>(r >> 11) * 0x1p-53;  // uniform in [0, 1), 53 bits
+        t.set(i, -1.0 + 2.0 * u);
+      } else if (t.dtype() == DType::Bool) {
+        t.set_int(i, static_cast<int64_t>(r >> 63));
+      } else {
+        t.set_int(i, static_cast<int64_t>(r % bound));
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 }  // namespace sf

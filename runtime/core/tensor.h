@@ -62,4 +62,13 @@ class Tensor {
   std::vector<std::byte> data_;
 };
 
+// Seeded random values for tensors of these types, deterministic per seed on every
+// platform (std::mt19937_64 read directly, one generator across the tensors in
+// order; no std:: distributions, whose algorithms differ between standard
+// libraries): floats uniform in [-1, 1) rounded to the dtype, bools fair coin flips,
+// integers uniform in [0, int_bounds[i]) (a bound below 1 counts as 1). What the
+// reference's random_inputs, the tuner and the split tuner's measuring half feed.
+std::vector<Tensor> random_tensors(const std::vector<TensorType>& types, const std::vector<int64_t>& int_bounds,
+                                   uint64_t seed);
+
 }  // namespace sf

@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "runtime/tune_split.h"
 #include "tests/tools/cli_util.h"
@@ -150,12 +153,9 @@ TEST(TuneSplitCli, BadUseAndHostileFilesAreRefused) {
   };
   for (const Edit& e : {Edit{"\"k0_c0.ptx\"", "\"../../etc/passwd\"", "kernels[0].candidates[0].ptx"},
                         Edit{"\"shared_bytes\": 0", "\"shared_bytes\": -5", "kernels[0].candidates[0].shared_bytes"},
-                        Edit{"\"version\": 1", "\"version\": 7", "version"},
-                        Edit{"\"entry\": \"", "\"entry\": \"x", "does not match the PTX"},
-                        Edit{"f32[1024, 512]", "f32[1024, 256]", "kernels[0].candidates[0].inputs: are not the group's params",
-                             true},
-                        Edit{"f32[1024, 512]", "f32[1048576, 1048576]", "more than the 64 GiB", true},
-                        Edit{"f32[1024, 512]", "f32[1024, 7]", "kernels[0].group: <group>:"}}) {
+                        Edit{"\"version\": 2", "\"version\": 7", "version"},
+                        Edit{"\"version\": 2", "\"version\": 1", "emit the candidates again"},
+                        Edit{"\"entry\": \"", "\"entry\": \"x", "does not match the PTX"}}) {
     std::string edited = std::regex_replace(good, std::regex(std::regex_replace(e.from, std::regex(R"([\[\]\.\"])"), R"(\$&)")),
                                             e.to, e.all ? std::regex_constants::format_default
                                                         : std::regex_constants::format_first_only);
@@ -165,6 +165,31 @@ TEST(TuneSplitCli, BadUseAndHostileFilesAreRefused) {
     EXPECT_EQ(r.code, 1) << e.from << "\n" << r.out;
     EXPECT_NE(r.out.find(e.says), std::string::npos) << e.from << "\n" << r.out;
     EXPECT_FALSE(fs::exists(cands + "/measurements.json")) << e.from;
+  }
+  // The kernel's params and outputs, which the GPU machine allocates and fills.
+  struct JsonEdit {
+    std::function<void(nlohmann::json&)> edit;
+    std::string says;
+  };
+  const nlohmann::json parsed = nlohmann::json::parse(good);
+  for (const JsonEdit& e :
+       {JsonEdit{[](nlohmann::json& k) { k["params"][0]["shape"] = {1024, 256}; },
+                 "kernels[0].candidates[0].inputs: are not the group's params"},
+        JsonEdit{[](nlohmann::json& k) { for (auto& p : k["params"]) p["shape"] = {1048576, 1048576}; },
+                 "more than the 64 GiB"},
+        JsonEdit{[](nlohmann::json& k) { k["params"][0]["shape"] = {int64_t{1} << 30, int64_t{1} << 30}; },
+                 "kernels[0].params[0].shape: is too large"},
+        JsonEdit{[](nlohmann::json& k) { k["params"][1]["dtype"] = "f99"; }, "kernels[0].params[1].dtype"},
+        JsonEdit{[](nlohmann::json& k) { k["params"][0]["int_bound"] = 0; }, "kernels[0].params[0].int_bound"},
+        JsonEdit{[](nlohmann::json& k) { k["outputs"][0]["shape"] = {7}; }, "are not the group's outputs"},
+        JsonEdit{[](nlohmann::json& k) { k.erase("params"); }, "kernels[0]"}}) {
+    nlohmann::json j = parsed;
+    e.edit(j["kernels"][0]);
+    write_file(cands + "/candidates.json", j.dump(1));
+    CliResult r = shardfuse_env(fake(), "tune --measure " + cands);
+    EXPECT_EQ(r.code, 1) << e.says << "\n" << r.out;
+    EXPECT_NE(r.out.find(e.says), std::string::npos) << e.says << "\n" << r.out;
+    EXPECT_FALSE(fs::exists(cands + "/measurements.json")) << e.says;
   }
   write_file(cands + "/candidates.json", good);
   ASSERT_EQ(shardfuse_env(fake(), "tune --measure " + cands + " --warmup-ms 0.1 --rep-ms 1 --max-reps 5").code, 0);

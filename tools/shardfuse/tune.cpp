@@ -16,6 +16,7 @@
 #include "codegen/ir/printer.h"
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/tune.h"
+#include "codegen/reference/evaluate.h"
 #include "runtime/agree.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/tune_split.h"
@@ -322,7 +323,10 @@ int tune(const TuneCliOptions& o) {
   GpuRunnerFactory runners;
   if (!o.emit_dir.empty())
     runners = [&](const LocalKernel& k, const TuneKey& key) -> std::unique_ptr<Runner> {
-      recorded.push_back(TuneCandidateKernel{key.hash(), k.name, print_graph(k.group), {}});
+      TuneCandidateKernel rec{key.hash(), k.name, print_graph(k.group), {}, random_input_bounds(k.group), {}, {}};
+      for (ValueId v : k.group.params()) rec.params.push_back(k.group.node(v).type);
+      for (const Output& out : k.group.outputs()) rec.outputs.push_back(k.group.node(out.value).type);
+      recorded.push_back(std::move(rec));
       return std::make_unique<RecordingRunner>(&recorded.back());
     };
   if (imported)

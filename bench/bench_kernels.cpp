@@ -57,7 +57,7 @@
 
 #include "runtime/cublas.h"
 #include "runtime/cuda.h"
-#include "runtime/cuda_runner.h"
+#include "autotune/cuda_runner.h"
 #include "runtime/plan_exec.h"
 
 namespace sf {

@@ -1,5 +1,5 @@
 // cuBLAS and cuBLASLt opened at run time: the tuner's extern GEMM candidates
-// (runtime/cuda_runner.h), a Plan's gemm steps (runtime/plan_exec.h) and the kernel
+// (autotune/cuda_runner.h), a Plan's gemm steps (runtime/plan_exec.h) and the kernel
 // benchmarks' baselines (bench/bench_kernels.cpp). dlopen("libcublas.so.13") and
 // dlsym of the few entry points we call, with the toolkit's headers used for types
 // only. No link-time dependency, so the runtime builds and runs on a machine without

@@ -1,6 +1,6 @@
 // A library GEMM: the one description of a matmul that cuBLASLt (or cuBLAS) computes
 // in place of a generated kernel. The tuner measures it as an extern candidate
-// (runtime/cuda_runner.h, GemmArtifact), the Plan records it as a "gemm" step
+// (autotune/cuda_runner.h, GemmArtifact), the Plan records it as a "gemm" step
 // (runtime/plan.h, docs/plan.md) and `exec` calls the library with it
 // (runtime/cublas.h). No LLVM here; codegen/kernels/extern_gemm.h derives one from a
 // fused matmul group.

@@ -1,5 +1,5 @@
 // A Plan's pieces as JSON, for files other than plan.json that carry them (the tune
-// candidate files of runtime/tune_split.h): a kernel's TMA tensor map, written as
+// candidate files of autotune/tune_split.h): a kernel's TMA tensor map, written as
 // plan.json writes it and read with plan.json's checks.
 #pragma once
 

@@ -9,7 +9,7 @@
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/matmul_group.h"
 #include "runtime/cublas.h"
-#include "runtime/cuda_runner.h"
+#include "autotune/cuda_runner.h"
 #include "codegen/kernels/tune.h"
 
 namespace sf {

@@ -80,7 +80,7 @@ struct ExternChoice {
 std::string extern_choice_name(const ExternChoice& c);
 std::optional<ExternChoice> parse_extern_choice(std::string_view library);
 
-// The tuner's extern candidates for `k`: one GemmArtifact (runtime/cuda_runner.h) per
+// The tuner's extern candidates for `k`: one GemmArtifact (autotune/cuda_runner.h) per
 // library that can compute it and can be opened here; under `allow_tf32` an f32 GEMM
 // multiplies in TF32 (GemmDesc::tf32), as the generated kernels then do. `note` gets
 // one line for the report: the libraries offered and the call, or why none was.

@@ -14,7 +14,7 @@
 #include "autotune/tuner.h"
 #include "codegen/dist/local_program.h"
 #include "codegen/kernels/emitter.h"
-#include "runtime/cuda_runner.h"
+#include "autotune/cuda_runner.h"
 
 namespace sf {
 
@@ -59,7 +59,7 @@ std::shared_ptr<Builder> make_ptx_builder(const LocalKernel& k, const std::strin
 // Times host artifacts of `k` on seeded random inputs of its params' shapes.
 std::unique_ptr<Runner> make_host_runner(const LocalKernel& k, uint64_t seed = 1);
 
-// Times PTX artifacts of `k` on device 0 (runtime/cuda_runner.h) with its params'
+// Times PTX artifacts of `k` on device 0 (autotune/cuda_runner.h) with its params'
 // seeded random values (random_inputs, as the host runner) and its outputs' sizes.
 // A Diag without a device ("no CUDA device: ..."), or when `arch` is not the
 // device's: candidates built for another arch cannot be measured here.
@@ -69,7 +69,7 @@ Result<std::unique_ptr<Runner>> make_cuda_runner(const LocalKernel& k, const std
 // A Runner that cannot run anything, saying why (no CUDA device here).
 std::unique_ptr<Runner> make_unavailable_runner(std::string why);
 
-// The PTX builder's artifact is PtxArtifact (runtime/cuda_runner.h): PTX, entry,
+// The PTX builder's artifact is PtxArtifact (autotune/cuda_runner.h): PTX, entry,
 // launch, zero_outputs and the kernel's argument sizes.
 
 struct TuneSetup {

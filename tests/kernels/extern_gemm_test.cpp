@@ -20,7 +20,7 @@
 #include "codegen/kernels/compile_plan.h"
 #include "codegen/kernels/host_runner.h"
 #include "runtime/cublas.h"
-#include "runtime/cuda_runner.h"
+#include "autotune/cuda_runner.h"
 #include "tests/kernels/extern_test_util.h"
 #include "tests/tools/cli_util.h"
 

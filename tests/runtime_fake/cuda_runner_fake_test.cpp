@@ -1,10 +1,10 @@
-// The CUDA Runner (runtime/cuda_runner.h) against the fake driver
+// The CUDA Runner (autotune/cuda_runner.h) against the fake driver
 // (tests/fake_cuda/README.md): which calls it makes and what it does on failure,
 // without a GPU. The fake runs no kernel code and each launch takes exactly 10 us
 // of its clock, so these tests check the plumbing — a faulting candidate is
 // invalid and the next one still measures, a JIT error carries the log, short
 // kernels are timed in CUDA graphs, the L2 flush buffer is written before every
-// timed repetition — never real timings (tests/runtime/cuda_runner_test.cpp does
+// timed repetition — never real timings (tests/autotune/cuda_runner_test.cpp does
 // that on a GPU).
 #include <dlfcn.h>
 #include <unistd.h>
@@ -18,7 +18,7 @@
 #include <sstream>
 #include <string>
 
-#include "runtime/cuda_runner.h"
+#include "autotune/cuda_runner.h"
 #include "tests/runtime_fake/call_log.h"
 
 namespace sf {

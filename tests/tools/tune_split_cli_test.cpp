@@ -1,4 +1,4 @@
-// The tuner split across two machines (runtime/tune_split.h) from the CLI, with the
+// The tuner split across two machines (autotune/tune_split.h) from the CLI, with the
 // fake driver as the GPU machine's device: --emit-candidates here, --measure there,
 // --import back here, then compile --cache picks the imported choice. Edited or
 // hostile files are refused naming the field.
@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/tune_split.h"
+#include "autotune/tune_split.h"
 #include "tests/tools/cli_util.h"
 
 namespace sf {

@@ -1,5 +1,5 @@
 // `shardfuse tune --measure DIR`: the GPU machine's half of the split tuner
-// (runtime/tune_split.h). In the runtime-only build (no LLVM) it is all `tune` does.
+// (autotune/tune_split.h). In the runtime-only build (no LLVM) it is all `tune` does.
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 #include <sstream>
 #include <vector>
 
-#include "runtime/tune_split.h"
+#include "autotune/tune_split.h"
 #include "tools/shardfuse/commands.h"
 
 namespace sf::cli {

@@ -19,7 +19,7 @@
 #include "codegen/reference/evaluate.h"
 #include "runtime/agree.h"
 #include "runtime/cuda_driver.h"
-#include "runtime/tune_split.h"
+#include "autotune/tune_split.h"
 #include "tools/shardfuse/commands.h"
 
 namespace sf::cli {
@@ -82,7 +82,7 @@ struct TuneCliOptions {
   bool no_fuse = false;
   bool allow_tf32 = false;
   bool no_tma = false;
-  std::string emit_dir, import_dir, measure_dir;  // the split tuner (runtime/tune_split.h)
+  std::string emit_dir, import_dir, measure_dir;  // the split tuner (autotune/tune_split.h)
 };
 
 std::string us(double v) {
@@ -274,7 +274,7 @@ int tune(const TuneCliOptions& o) {
                                  ", " + imported->date + " (" + o.import_dir + ")"
                            : "candidates for " + o.emit_dir;
   } else if (o.device == "cuda") {
-    // Candidates are timed on device 0 (runtime/cuda_runner.h): its arch is the
+    // Candidates are timed on device 0 (autotune/cuda_runner.h): its arch is the
     // default, and PTX for another arch cannot be measured on it.
     Result<cuda::DeviceInfo> dev = cuda::device_info(0);
     if (!dev) {

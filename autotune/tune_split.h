@@ -19,7 +19,7 @@
 #include "autotune/cache.h"
 #include "autotune/measure.h"
 #include "runtime/core/diag.h"
-#include "runtime/cuda_runner.h"
+#include "autotune/cuda_runner.h"
 
 namespace sf {
 

@@ -1,4 +1,4 @@
-#include "runtime/cuda_runner.h"
+#include "autotune/cuda_runner.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
-// The tuner split across two machines: runtime/tune_split.h.
-#include "runtime/tune_split.h"
+// The tuner split across two machines: autotune/tune_split.h.
+#include "autotune/tune_split.h"
 
 #include <filesystem>
 #include <fstream>

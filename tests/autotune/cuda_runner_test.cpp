@@ -4,7 +4,7 @@
 // (tests/runtime_fake/cuda_runner_fake_test.cpp); what only a GPU shows is here:
 // real event times, the graph mode's effect on a tiny kernel, a real fault and
 // its recovery, a real JIT error log, and cuBLAS's results in our layout.
-#include "runtime/cuda_runner.h"
+#include "autotune/cuda_runner.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include "runtime/cublas.h"
 
 namespace sf {
-namespace runtime_cuda_runner_test {
+namespace autotune_cuda_runner_test {
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -341,5 +341,5 @@ TEST(Cublas, GemmStepLayoutsMatchTheHost) {
   }
 }
 
-}  // namespace runtime_cuda_runner_test
+}  // namespace autotune_cuda_runner_test
 }  // namespace sf

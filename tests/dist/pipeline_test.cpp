@@ -8,6 +8,7 @@
 #include <set>
 
 #include "codegen/dist/explain.h"
+#include "tests/dist/pipeline_util.h"
 #include "codegen/dist/lower.h"
 #include "codegen/dist/schedule.h"
 #include "codegen/fusion/pipeline.h"
@@ -21,51 +22,7 @@
 namespace sf {
 namespace dist_pipeline_test {
 
-struct Ran {
-  std::vector<LocalProgram> programs;
-  ShardingPlan plan;
-};
-
-// Runs g on its mesh with seeded inputs and checks every output against the reference.
-Ran run_and_check(const Graph& g, uint64_t seed, const std::string& what, bool fused = true) {
-  DeviceMesh mesh(g.mesh());
-  Ran ran;
-  ran.plan = propagate(g, mesh);
-  std::vector<Tensor> global = random_inputs(g, seed);
-  ran.programs = rank_programs(g, ran.plan, mesh, [&] { RankPipelineOptions o; o.fuse = fused; return o; }());
-  std::vector<std::vector<Tensor>> inputs;
-  for (int r = 0; r < mesh.world(); ++r) {
-    std::vector<Tensor> in;
-    for (size_t i = 0; i < g.params().size(); ++i)
-      in.push_back(shard_tensor(global[i], ran.plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));
-    inputs.push_back(in);
-  }
-  auto out = simulate(ran.programs, mesh, inputs);
-  EXPECT_TRUE(out.ok()) << what << ": " << (out.ok() ? "" : out.error().str());
-  if (!out.ok()) return ran;
-  auto want = evaluate(g, global);
-  EXPECT_TRUE(want.ok()) << what;
-  if (!want.ok()) return ran;
-  for (size_t o = 0; o < g.outputs().size(); ++o) {
-    std::vector<Tensor> locals;
-    for (int r = 0; r < mesh.world(); ++r) locals.push_back((*out)[static_cast<size_t>(r)][o]);
-    Result<Tensor> got = unshard_tensor(locals, g.node(g.outputs()[o].value).type, ran.plan.outputs[o], mesh);
-    EXPECT_TRUE(got.ok()) << what << ": " << (got.ok() ? "" : got.error().str());
-    if (!got.ok()) continue;
-    Comparison c = compare(*got, (*want)[o], default_tolerance(got->dtype()));
-    EXPECT_TRUE(c.ok()) << what << " output " << g.outputs()[o].name << ": max_abs_err " << c.max_abs_err;
-  }
-  return ran;
-}
-
-Graph example(const std::string& name) {
-  Result<Graph> g = parse_file(std::string(SF_SOURCE_DIR) + "/examples/" + name);
-  if (!g.ok()) throw std::runtime_error(g.error().str());
-  return std::move(g).value();
-}
-
-const char* kExamples[] = {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf",
-                           "fsdp_tp_2d.sf", "fsdp_mlp.sf"};
+using namespace dist_test;
 
 TEST(Pipeline, EveryExampleMatchesTheReference) {
   for (const char* e : kExamples) {
@@ -84,60 +41,6 @@ TEST(Pipeline, OneDimExamplesOnThreeRanksWithUnevenShards) {
     ASSERT_TRUE(g3.ok()) << g3.error().str();
     run_and_check(*g3, 2, std::string(e) + " on 3 ranks");
   }
-}
-
-TEST(Pipeline, MegatronMlpNeedsOneAllReduce) {
-  Ran r = run_and_check(example("tp_mlp.sf"), 3, "tp_mlp");
-  std::vector<std::string> comms;
-  for (const LocalStep& s : r.programs[0].steps)
-    if (s.kind == LocalStep::Kind::Start || s.kind == LocalStep::Kind::Wait)
-      comms.push_back(step_line(r.programs[0], s, DeviceMesh(example("tp_mlp.sf").mesh())));
-  ASSERT_EQ(comms.size(), 2u) << "a start and a wait";
-  EXPECT_EQ(comms[0].rfind("all_reduce ", 0), 0u) << comms[0];
-}
-
-TEST(Pipeline, AttentionGathersItsInputBeforeTheFirstMatmul) {
-  Graph g = example("tp_attention.sf");
-  Ran r = run_and_check(g, 4, "tp_attention");
-  DeviceMesh mesh(g.mesh());
-  std::vector<std::string> lines;
-  for (const LocalStep& s : r.programs[0].steps) lines.push_back(step_line(r.programs[0], s, mesh));
-  auto first = [&](const std::string& prefix) {
-    for (size_t i = 0; i < lines.size(); ++i)
-      if (lines[i].rfind(prefix, 0) == 0) return static_cast<int>(i);
-    return -1;
-  };
-  int mm = -1;
-  for (size_t i = 0; i < lines.size() && mm < 0; ++i)
-    if (lines[i].rfind("kernel ", 0) == 0 && lines[i].find("matmul") != std::string::npos) mm = static_cast<int>(i);
-  int ag = first("all_gather x "), wait = first("wait x_ag");
-  ASSERT_GE(ag, 0);
-  // The redistribute after the gather is no kernel of its own: the matmul reads x_ag.
-  ASSERT_GE(mm, 0);
-  EXPECT_NE(lines[static_cast<size_t>(mm)].find("x_ag"), std::string::npos) << lines[static_cast<size_t>(mm)];
-  EXPECT_LT(ag, wait);
-  EXPECT_LT(wait, mm);
-}
-
-TEST(Pipeline, IndependentComputeRunsBetweenStartAndWait) {
-  Graph g = example("seq_parallel_mlp.sf");
-  Ran r = run_and_check(g, 5, "seq_parallel_mlp");
-  const auto& st = r.programs[0].steps;
-  ASSERT_EQ(st[0].kind, LocalStep::Kind::Start);
-  size_t wait = 1;
-  while (st[wait].kind != LocalStep::Kind::Wait) ++wait;
-  // Unfused, both weight transposes run while the all-gather is in flight.
-  Ran unfused = run_and_check(g, 5, "seq_parallel_mlp unfused", /*fused=*/false);
-  const auto& su = unfused.programs[0].steps;
-  ASSERT_EQ(su[0].kind, LocalStep::Kind::Start);
-  size_t w = 1;
-  while (su[w].kind != LocalStep::Kind::Wait) ++w;
-  EXPECT_GE(w, 3u);
-  for (size_t i = 1; i < w; ++i) {
-    ASSERT_EQ(su[i].kind, LocalStep::Kind::Kernel);
-    EXPECT_EQ(unfused.programs[0].kernels[static_cast<size_t>(su[i].kernel)].ops, std::vector<std::string>{"transpose"});
-  }
-  (void)wait;
 }
 
 TEST(Pipeline, ConstraintsAndUnevenAndEmptyShards) {

@@ -757,38 +757,60 @@ std::vector<std::pair<int, IndexMap>> GroupValues::reads(ValueId v0, const Value
   return out;
 }
 
-KernelEntry begin_kernel(llvm::Module& m, llvm::IRBuilderBase& b, const std::string& entry, size_t num_in,
-                         size_t num_out, const llvmb::Target& target, int max_threads,
-                         const std::vector<llvm::Type*>& host_extra) {
+namespace {
+
+std::string param_name(size_t i, size_t num_in, size_t num_out) {
+  if (i < num_in) return "in" + std::to_string(i);
+  if (i < num_in + num_out) return "out" + std::to_string(i - num_in);
+  return "tmap" + std::to_string(i - num_in - num_out);
+}
+
+}  // namespace
+
+KernelEntry begin_nvptx_kernel(llvm::Module& m, llvm::IRBuilderBase& b, const std::string& entry, size_t num_in,
+                               size_t num_out, int max_threads, size_t num_extra) {
   llvm::LLVMContext& c = m.getContext();
   KernelEntry k;
-  auto name = [&](size_t i) { return i < num_in ? "in" + std::to_string(i) : "out" + std::to_string(i - num_in); };
-  if (target.kind == llvmb::Target::Kind::NVPTX) {
-    llvm::Type* gptr = llvm::PointerType::get(c, 1);  // addrspace(1): global memory
-    auto* fty = llvm::FunctionType::get(b.getVoidTy(), std::vector<llvm::Type*>(num_in + num_out, gptr), false);
-    k.fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, entry, m);
-    llvmb::mark_kernel(*k.fn, max_threads);
-    for (size_t i = 0; i < num_in + num_out; ++i) {
-      llvm::Argument* a = k.fn->getArg(static_cast<unsigned>(i));
-      a->setName(name(i));
-      if (i < num_in) a->addAttr(llvm::Attribute::ReadOnly);
-      (i < num_in ? k.in : k.out).push_back(a);
-    }
-    b.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", k.fn));
-  } else {
-    std::vector<llvm::Type*> params{b.getPtrTy()};
-    params.insert(params.end(), host_extra.begin(), host_extra.end());
-    auto* fty = llvm::FunctionType::get(b.getVoidTy(), params, false);
-    k.fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, entry, m);
-    k.fn->getArg(0)->setName("args");
-    b.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", k.fn));
-    for (size_t i = 0; i < num_in + num_out; ++i) {
-      llvm::Value* slot = b.CreateConstInBoundsGEP1_64(b.getPtrTy(), k.fn->getArg(0), i);
-      (i < num_in ? k.in : k.out).push_back(b.CreateAlignedLoad(b.getPtrTy(), slot, llvm::Align(8), name(i)));
-    }
+  const size_t n = num_in + num_out + num_extra;
+  llvm::Type* gptr = llvm::PointerType::get(c, 1);  // addrspace(1): global memory
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), std::vector<llvm::Type*>(n, gptr), false);
+  k.fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, entry, m);
+  llvmb::mark_kernel(*k.fn, max_threads);
+  for (size_t i = 0; i < n; ++i) {
+    llvm::Argument* a = k.fn->getArg(static_cast<unsigned>(i));
+    a->setName(param_name(i, num_in, num_out));
+    if (i < num_in || i >= num_in + num_out) a->addAttr(llvm::Attribute::ReadOnly);
+    (i < num_in ? k.in : i < num_in + num_out ? k.out : k.extra).push_back(a);
+  }
+  b.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", k.fn));
+  k.fn->setDoesNotThrow();
+  return k;
+}
+
+KernelEntry begin_host_kernel(llvm::Module& m, llvm::IRBuilderBase& b, const std::string& entry, size_t num_in,
+                              size_t num_out, const std::vector<llvm::Type*>& host_extra, size_t num_extra) {
+  KernelEntry k;
+  std::vector<llvm::Type*> params{b.getPtrTy()};
+  params.insert(params.end(), host_extra.begin(), host_extra.end());
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), params, false);
+  k.fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, entry, m);
+  k.fn->getArg(0)->setName("args");
+  b.SetInsertPoint(llvm::BasicBlock::Create(m.getContext(), "entry", k.fn));
+  for (size_t i = 0; i < num_in + num_out + num_extra; ++i) {
+    llvm::Value* slot = b.CreateConstInBoundsGEP1_64(b.getPtrTy(), k.fn->getArg(0), i);
+    llvm::Value* p = b.CreateAlignedLoad(b.getPtrTy(), slot, llvm::Align(8), param_name(i, num_in, num_out));
+    (i < num_in ? k.in : i < num_in + num_out ? k.out : k.extra).push_back(p);
   }
   k.fn->setDoesNotThrow();
   return k;
+}
+
+KernelEntry begin_kernel(llvm::Module& m, llvm::IRBuilderBase& b, const std::string& entry, size_t num_in,
+                         size_t num_out, const llvmb::Target& target, int max_threads,
+                         const std::vector<llvm::Type*>& host_extra, size_t num_extra) {
+  if (target.kind == llvmb::Target::Kind::NVPTX)
+    return begin_nvptx_kernel(m, b, entry, num_in, num_out, max_threads, num_extra);
+  return begin_host_kernel(m, b, entry, num_in, num_out, host_extra, num_extra);
 }
 
 LoopHints host_loop_hints(const KernelConfig& c) { return LoopHints{c.host_vector, c.host_interleave}; }

@@ -113,13 +113,21 @@ llvm::Value* emit_index_map(llvm::IRBuilderBase& b, llvm::Value* flat, const Ind
 //   host:  `void entry(ptr args, <host_extra>...)`, the pointers loaded from args
 //          (host_extra: the extra parameters of an emitter's host simulation of its
 //          GPU kernel, read with fn->getArg(1 + i)).
+// `num_extra` pointers follow the outputs (the TMA tensor maps of a wgmma matmul:
+// NVPTX parameters `tmap0`, ..., readonly; on the host more slots of args), in
+// `extra`. Every emitter makes its entry here, the matmuls' host simulations too.
 struct KernelEntry {
   llvm::Function* fn = nullptr;
-  std::vector<llvm::Value*> in, out;
+  std::vector<llvm::Value*> in, out, extra;
 };
 KernelEntry begin_kernel(llvm::Module& m, llvm::IRBuilderBase& b, const std::string& entry, size_t num_in,
                          size_t num_out, const llvmb::Target& target, int max_threads = 0,
-                         const std::vector<llvm::Type*>& host_extra = {});
+                         const std::vector<llvm::Type*>& host_extra = {}, size_t num_extra = 0);
+// The two halves of begin_kernel, for emitters that know their target.
+KernelEntry begin_nvptx_kernel(llvm::Module& m, llvm::IRBuilderBase& b, const std::string& entry, size_t num_in,
+                               size_t num_out, int max_threads, size_t num_extra = 0);
+KernelEntry begin_host_kernel(llvm::Module& m, llvm::IRBuilderBase& b, const std::string& entry, size_t num_in,
+                              size_t num_out, const std::vector<llvm::Type*>& host_extra = {}, size_t num_extra = 0);
 
 // ---- loops ------------------------------------------------------------------------
 

@@ -145,7 +145,6 @@ class TiledKernel {
         wide_(wide) {}
 
   Result<bool> build() {
-    llvm::LLVMContext& c = m_.getContext();
     const size_t np = g_.params().size(), no = g_.outputs().size();
     it_ = !wide_ && fits_i32(g_, p_, t_) ? b_.getInt32Ty() : b_.getInt64Ty();
     f32_ = b_.getFloatTy();
@@ -165,13 +164,10 @@ class TiledKernel {
       llvm::Type* ptr = b_.getPtrTy();
       // void entry(ptr args, i32 blockIdx.x, i32 blockIdx.y, i32 threadIdx.x, ptr smem,
       //            ptr barrier, ptr barrier_ctx, i32 blockIdx.z)
-      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, i32, i32, ptr, ptr, ptr, i32}, false);
-      fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec_.entry, m_);
-      b_.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn_));
-      for (size_t i = 0; i < np + no; ++i) {
-        llvm::Value* slot = b_.CreateConstInBoundsGEP1_64(ptr, fn_->getArg(0), i);
-        (i < np ? in_ : out_).push_back(b_.CreateAlignedLoad(ptr, slot, llvm::Align(8)));
-      }
+      kernels::KernelEntry e = kernels::begin_host_kernel(m_, b_, spec_.entry, np, no, {i32, i32, i32, ptr, ptr, ptr, i32});
+      fn_ = e.fn;
+      in_ = e.in;
+      out_ = e.out;
       bx = b_.CreateZExt(fn_->getArg(1), it_);
       by = b_.CreateZExt(fn_->getArg(2), it_);
       tid_ = b_.CreateZExt(fn_->getArg(3), it_);

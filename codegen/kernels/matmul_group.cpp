@@ -237,20 +237,13 @@ int64_t max_shared_bytes(int sm) {
 
 NvptxEntry begin_nvptx_matmul(llvm::Module& m, llvm::IRBuilderBase& b, const KernelSpec& spec, int threads,
                               uint64_t smem_align, int extra) {
-  llvm::LLVMContext& c = m.getContext();
-  const size_t np = spec.group.params().size(), no = spec.group.outputs().size(), nx = static_cast<size_t>(extra);
+  kernels::KernelEntry k = kernels::begin_nvptx_kernel(m, b, spec.entry, spec.group.params().size(),
+                                                       spec.group.outputs().size(), threads, static_cast<size_t>(extra));
   NvptxEntry e;
-  llvm::Type* gptr = llvm::PointerType::get(c, 1);  // addrspace(1): global memory
-  auto* fty = llvm::FunctionType::get(b.getVoidTy(), std::vector<llvm::Type*>(np + no + nx, gptr), false);
-  e.fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec.entry, m);
-  llvmb::mark_kernel(*e.fn, threads);
-  for (size_t i = 0; i < np + no + nx; ++i) {
-    llvm::Argument* a = e.fn->getArg(static_cast<unsigned>(i));
-    a->setName(i < np ? "in" + std::to_string(i) : i < np + no ? "out" + std::to_string(i - np) : "tmap" + std::to_string(i - np - no));
-    if (i < np || i >= np + no) a->addAttr(llvm::Attribute::ReadOnly);
-    (i < np ? e.in : i < np + no ? e.out : e.extra).push_back(a);
-  }
-  b.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", e.fn));
+  e.fn = k.fn;
+  e.in = std::move(k.in);
+  e.out = std::move(k.out);
+  e.extra = std::move(k.extra);
   auto* arr = llvm::ArrayType::get(b.getInt8Ty(), 0);
   auto* gv = new llvm::GlobalVariable(m, arr, false, llvm::GlobalValue::ExternalLinkage, nullptr, "sf_smem", nullptr,
                                       llvm::GlobalValue::NotThreadLocal, 3);

@@ -38,7 +38,6 @@ class MmaKernel : MmaIsa {
       : MmaIsa(plan, t, m, sim), spec_(spec), g_(spec.group), target_(target) {}
 
   Result<bool> build() {
-    llvm::LLVMContext& c = m_.getContext();
     const size_t np = g_.params().size(), no = g_.outputs().size();
     it_ = mma_fits_i32(g_, p_, t_) ? b_.getInt32Ty() : b_.getInt64Ty();
     f32_ = b_.getFloatTy();
@@ -62,16 +61,13 @@ class MmaKernel : MmaIsa {
     } else {
       llvm::Type* ptr = b_.getPtrTy();
       // void entry(ptr args, i32 blockIdx.x, i32 blockIdx.y, i32 threadIdx.x, ptr smem, ptr hooks,
-      //            i32 blockIdx.z)
-      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32_, i32_, i32_, ptr, ptr, i32_}, false);
-      fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec_.entry, m_);
-      b_.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn_));
-      // args: inputs, outputs, then (TMA) the two tensor maps: SimTensorMap*.
-      const size_t nx = t_.tma ? 2 : 0;
-      for (size_t i = 0; i < np + no + nx; ++i) {
-        llvm::Value* slot = b_.CreateConstInBoundsGEP1_64(ptr, fn_->getArg(0), i);
-        (i < np ? in_ : i < np + no ? out_ : tmap_).push_back(b_.CreateAlignedLoad(ptr, slot, llvm::Align(8)));
-      }
+      //            i32 blockIdx.z); args: inputs, outputs, then (TMA) the two tensor maps: SimTensorMap*.
+      kernels::KernelEntry e = kernels::begin_host_kernel(m_, b_, spec_.entry, np, no, {i32_, i32_, i32_, ptr, ptr, i32_},
+                                                          t_.tma ? 2 : 0);
+      fn_ = e.fn;
+      in_ = e.in;
+      out_ = e.out;
+      tmap_ = e.extra;
       bx = b_.CreateZExt(fn_->getArg(1), it_);
       by = b_.CreateZExt(fn_->getArg(2), it_);
       tid_ = b_.CreateZExt(fn_->getArg(3), it_);

@@ -342,33 +342,31 @@ std::optional<Diag> RankExec::nccl_start(size_t i) {
   if (it == nccl_ops_.end()) return Diag{"", {}, "not a collective start"};
   NcclOp& op = it->second;
   const cuda::Context& ctx = cuda_->context();
-  const std::string name = s.op + " " + rank_->buffers[static_cast<size_t>(s.in.at(0))].name;
-  if (standin_) {
-    if (auto e = op.ready.record(cuda_->stream())) return e;
-    if (auto e = cuda::wait_event(ctx, cuda_->comm_stream(), op.ready)) return e;
-    const size_t n = op.scratch.size() == 2 ? op.scratch[0].bytes() : 0;
-    auto copy = [&]() -> std::optional<Diag> {
-      if (n == 0) return std::nullopt;
-      return cuda::check(ctx.drv().MemcpyDtoDAsync(op.scratch[1].ptr(), op.scratch[0].ptr(), n, cuda_->comm_stream().get()),
-                         "cuMemcpyDtoDAsync (collective stand-in)");
-    };
-    if (auto e = timed(name, {{"step", i}, {"bytes", n}, {"via", "d2d copy stand-in"}, {"mesh_dim", s.mesh_dim}}, copy,
-                       Stream::Comm))
-      return e;
-    ++nccl_ops_run_;
-    return op.done.record(cuda_->comm_stream());
+  nccl::NcclComm* c = nullptr;
+  if (!standin_) {
+    std::optional<int> dim = mesh_.find(s.mesh_dim);
+    if (!dim || *dim >= static_cast<int>(nccl_.size()))
+      return Diag{"", {}, "mesh dim \"" + s.mesh_dim + "\" is not in the plan's mesh \"" + plan_->mesh + "\""};
+    c = nccl_[static_cast<size_t>(*dim)].get();
   }
-  std::optional<int> dim = mesh_.find(s.mesh_dim);
-  if (!dim || *dim >= static_cast<int>(nccl_.size()))
-    return Diag{"", {}, "mesh dim \"" + s.mesh_dim + "\" is not in the plan's mesh \"" + plan_->mesh + "\""};
-  nccl::NcclComm& c = *nccl_[static_cast<size_t>(*dim)];
   // The comm stream starts once the compute stream has written the operand.
   if (auto e = op.ready.record(cuda_->stream())) return e;
   if (auto e = cuda::wait_event(ctx, cuda_->comm_stream(), op.ready)) return e;
-  if (auto e = timed(name, {{"step", i}, {"bytes", bytes(op.out)}, {"via", "nccl"},
-                            {"mesh_dim", s.mesh_dim}},
-                     [&] { return enqueue_collective(s, op, c); }, Stream::Comm))
-    return e;
+  const std::string name = s.op + " " + rank_->buffers[static_cast<size_t>(s.in.at(0))].name;
+  // The stand-in: one copy between its two scratch buffers (use_copy_standin).
+  const size_t standin_bytes = standin_ && op.scratch.size() == 2 ? op.scratch[0].bytes() : 0;
+  auto enqueue = [&]() -> std::optional<Diag> {
+    if (c) return enqueue_collective(s, op, *c);
+    if (standin_bytes == 0) return std::nullopt;
+    return cuda::check(ctx.drv().MemcpyDtoDAsync(op.scratch[1].ptr(), op.scratch[0].ptr(), standin_bytes,
+                                                 cuda_->comm_stream().get()),
+                       "cuMemcpyDtoDAsync (collective stand-in)");
+  };
+  const nlohmann::json args = {{"step", i},
+                               {"bytes", c ? bytes(op.out) : standin_bytes},
+                               {"via", c ? "nccl" : "d2d copy stand-in"},
+                               {"mesh_dim", s.mesh_dim}};
+  if (auto e = timed(name, args, enqueue, Stream::Comm)) return e;
   ++nccl_ops_run_;
   return op.done.record(cuda_->comm_stream());
 }

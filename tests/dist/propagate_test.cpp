@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codegen/dist/propagate.h"
+#include "codegen/ir/builder.h"
 #include "tests/dist/pipeline_util.h"
 
 namespace sf {
@@ -75,10 +76,20 @@ TEST(Propagate, SequenceParallelMlpGathersTheInputAndReduceScattersTheOutput) {
   EXPECT_EQ(p.plan.outputs[0].str(p.g.mesh()), "{tp: S(1)}");
 }
 
-TEST(Propagate, AStatementsPlacementIsTheValuesWhateverTheOpPrefers) {
-  Propagated p = propagated("seq_parallel_mlp.sf");
-  // `h = matmul(...) {tp: S(2)}`: the value carries the statement's placement.
-  EXPECT_EQ(p.value(p.named("h")), "{tp: S(2)}");
+TEST(Propagate, AConstraintFixesTheValueWhateverTheOpProduced) {
+  // Row-sharded x @ replicated w gives row shards; the constraint asks for columns.
+  GraphBuilder b("g", Mesh{{{"tp", 2}}});
+  Value x = b.param("x", DType::F32, {4, 3}, b.spec({{"tp", Placement::shard(0)}}));
+  Value w = b.param("w", DType::F32, {3, 2});
+  Value h = matmul(x, w);
+  b.constrain(h, b.spec({{"tp", Placement::shard(1)}}));
+  b.ret(h);
+  Result<Graph> g = b.finish();
+  ASSERT_TRUE(g.ok()) << g.error().str();
+  const ShardingPlan plan = propagate(*g, DeviceMesh(g->mesh()));
+  const NodeSharding& n = plan.nodes[static_cast<size_t>(h.id)];
+  EXPECT_EQ(n.output.str(g->mesh()), "{tp: S(0)}") << "what the matmul strategy produces without comm";
+  EXPECT_EQ(n.value.str(g->mesh()), "{tp: S(1)}") << "what the value is after its constraint";
 }
 
 }  // namespace dist_propagate_test

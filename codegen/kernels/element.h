@@ -245,6 +245,10 @@ class ElementCodegen {
   // f32 math: libdevice (__nv_expf ...) on NVPTX, libm (expf ...) on the host.
   // Accuracy first: no fast-math flags.
   llvm::Value* math(MathFn f, llvm::Value* x, llvm::Value* y = nullptr);
+  // erf for a value that is rounded to f16/bf16 before anyone sees it (a 16-bit node
+  // under Precision::Fused): two short polynomials and one exp2 instead of libdevice's
+  // erff, within 2e-7 of erf (absolute, and relative for normal results) (docs/kernels.md, "erf for 16-bit results").
+  llvm::Value* erf_for_16bit(llvm::Value* x);
 
   llvm::IRBuilderBase& builder() { return b_; }
   const llvmb::Target& target() const { return target_; }

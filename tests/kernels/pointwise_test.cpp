@@ -601,8 +601,11 @@ struct Ptx {
 };
 
 // Emits for `arch`, checks the verifier and ptxas, returns the texts.
-Ptx emit_ptx(const Graph& g, const std::string& arch, const KernelConfig& cfg = {}) {
-  Result<EmittedKernel> k = emitter_for(KernelKind::Pointwise).emit(spec_of(g, "pw_kernel"), cfg, llvmb::Target::nvptx(arch));
+Ptx emit_ptx(const Graph& g, const std::string& arch, const KernelConfig& cfg = {},
+             Precision precision = Precision::Fused) {
+  KernelSpec spec = spec_of(g, "pw_kernel");
+  spec.precision = precision;
+  Result<EmittedKernel> k = emitter_for(KernelKind::Pointwise).emit(spec, cfg, llvmb::Target::nvptx(arch));
   if (!k) {
     ADD_FAILURE() << k.error().str();
     return {};
@@ -929,6 +932,102 @@ TEST(Precision, ChecksAllowForTheLeastPreciseDtypeAnOutputIsComputedFrom) {
   EXPECT_FALSE(compare((*fused)[0], (*want)[0], default_tolerance(DType::F32)).ok());
   EXPECT_TRUE(compare((*fused)[0], (*want)[0], check_tolerance(g, g.outputs()[0].value)).ok());
   EXPECT_TRUE(compare((*eager)[0], (*want)[0], default_tolerance(DType::F32)).ok());
+}
+
+// erf_for_16bit, built for the host as `float f(float)` and swept over the f32
+// inputs (every 61st bit pattern from 0 to 6.0, plus the specials) against the float64
+// erf. The bound it documents (2e-7 absolute, and relative where erf is a normal
+// float; a subnormal result has fewer bits than that) is under 3 f32 ulps near 1 and
+// a twenty-thousandth of a bf16 ulp: the kernels that use it round to 16 bits.
+TEST(ElementCodegen, ErfFor16BitIsWithin2e7OfErf) {
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  auto m = std::make_unique<llvm::Module>("erf16", *ctx);
+  const llvmb::Target target = llvmb::Target::host();
+  llvmb::prepare_module(*m, target);
+  llvm::IRBuilder<> b(*ctx);
+  auto* fty = llvm::FunctionType::get(b.getFloatTy(), {b.getFloatTy()}, false);
+  llvm::Function* fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, "erf16", *m);
+  b.SetInsertPoint(llvm::BasicBlock::Create(*ctx, "entry", fn));
+  kernels::ElementCodegen cg(b, *m, target);
+  b.CreateRet(cg.erf_for_16bit(fn->getArg(0)));
+  std::optional<std::string> bad = llvmb::verify(*m);
+  ASSERT_FALSE(bad) << *bad;
+  Result<void*> sym = jit().add(std::move(m), std::move(ctx), "erf16");
+  ASSERT_TRUE(sym.ok()) << sym.error().str();
+  auto erf16 = reinterpret_cast<float (*)(float)>(*sym);
+  double worst_abs = 0, worst_rel = 0;
+  float at_abs = 0, at_rel = 0;
+  for (uint32_t bits = 0; bits <= 0x40C00000u; bits += 61) {
+    float x;
+    std::memcpy(&x, &bits, 4);
+    const double want = std::erf(static_cast<double>(x));
+    for (float sx : {x, -x}) {
+      const double got = erf16(sx), w = sx < 0 ? -want : want;
+      const double a = std::abs(got - w);
+      const double r = std::abs(w) >= std::numeric_limits<float>::min() ? a / std::abs(w) : 0;
+      if (a > worst_abs) worst_abs = a, at_abs = sx;
+      if (r > worst_rel) worst_rel = r, at_rel = sx;
+    }
+  }
+  EXPECT_LT(worst_abs, 2e-7) << "at x = " << at_abs;
+  EXPECT_LT(worst_rel, 2e-7) << "at x = " << at_rel;
+  EXPECT_GT(worst_abs, 0) << "not libm's erff either";
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(erf16(inf), 1.0f);
+  EXPECT_EQ(erf16(-inf), -1.0f);
+  EXPECT_EQ(erf16(100.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(erf16(std::nanf(""))));
+  EXPECT_TRUE(std::signbit(erf16(-0.0f)));
+  EXPECT_EQ(erf16(-0.0f), 0.0f);
+  EXPECT_EQ(erf16(1e-30f), static_cast<float>(std::erf(1e-30)));  // t * q(0): no cancellation
+}
+
+// A bf16 erf under Fused precision stores what rounding libm's erff to bf16 stores,
+// but at the odd rounding boundary: over 65536 inputs (every positive bf16 from 2^-31
+// to 2^96, the same negated, then uniform ones in [-1, 1)), at most a handful differ,
+// each by one bf16 ulp.
+TEST(Precision, SixteenBitErfRoundsLikeLibmsErff) {
+  GraphBuilder b("erf");
+  Value x = b.param("x", DType::BF16, {65536});
+  b.ret(unary(OpKind::Erf, x));
+  Graph g = finish(b);
+  std::vector<Tensor> in = make_inputs(g, 5, {Fill::Small});
+  for (int64_t i = 0; i < 32768; ++i) {
+    uint32_t bits = static_cast<uint32_t>(i % 16384 + 0x3000) << 16;  // 2^-31 .. 2^96
+    float f;
+    std::memcpy(&f, &bits, 4);
+    in[0].set(i, i < 16384 ? f : -f);
+  }
+  Result<std::vector<Tensor>> got = run_host(g, in, {}, Precision::Fused);
+  ASSERT_TRUE(got.ok()) << got.error().str();
+  int differ = 0;
+  for (int64_t i = 0; i < 65536; ++i) {
+    const auto xv = static_cast<float>(in[0].get(i));
+    const float want = bf16_rne(std::erf(xv));
+    const auto have = static_cast<float>((*got)[0].get(i));
+    if (have == want) continue;
+    ++differ;
+    EXPECT_LE(std::abs(have - want), std::abs(want) * 0x1p-7f) << "x = " << xv;  // one bf16 ulp
+  }
+  EXPECT_LE(differ, 8);
+}
+
+// Which erf each kernel calls: a bf16 or f16 node under Fused precision takes
+// erf_for_16bit (no libdevice call, one ex2.approx.ftz); f32, and any dtype under
+// Eager (bit-exact with eager PyTorch), keep __nv_erff.
+TEST(PointwiseNvptx, SixteenBitErfUnderFusedPrecisionSkipsLibdevice) {
+  for (DType dt : {DType::BF16, DType::F16, DType::F32}) {
+    for (Precision pr : {Precision::Fused, Precision::Eager}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (pr == Precision::Fused ? " fused" : " eager"));
+      GraphBuilder b("gelu");
+      Value x = b.param("x", dt, {4096});
+      b.ret(unary(OpKind::Erf, (x + b.param("bias", dt, {4096})) * 0.7071067811865476));
+      Ptx p = emit_ptx(finish(b), "sm_90a", {}, pr);
+      const bool fast = dt != DType::F32 && pr == Precision::Fused;
+      EXPECT_EQ(p.ir.find("@__nv_erff") == std::string::npos, fast) << p.ir;
+      if (fast) EXPECT_NE(p.ptx.find("ex2.approx.ftz.f32"), std::string::npos) << p.ptx;
+    }
+  }
 }
 
 // Packed conversions for wide f16/bf16 stores: `cvt.rn.bf16x2.f32 d, a, b` puts a's

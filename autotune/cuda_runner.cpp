@@ -22,6 +22,19 @@ double median3(double a, double b, double c) { return std::max(std::min(a, b), s
 
 }  // namespace
 
+GemmLibraries local_gemm_libraries() {
+  GemmLibraries l;
+  Result<const cublas::Api*> api = cublas::api();
+  if (!api) {
+    l.error = api.error().message;
+    return l;
+  }
+  l.cublas_version = (*api)->version();
+  if ((*api)->lt_error.empty()) l.cublaslt_version = (*api)->lt_version();
+  else l.cublaslt_error = (*api)->lt_error;
+  return l;
+}
+
 Tensor random_tensor(DType dtype, const Shape& shape, uint64_t seed) {
   Tensor t(dtype, shape);
   // splitmix64: a fast generator with the same output on every platform.

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "autotune/builder.h"
+#include "autotune/tuner.h"
 #include "runtime/core/tensor.h"
 #include "runtime/cublas.h"
 #include "runtime/cuda.h"
@@ -90,6 +91,10 @@ struct GemmArtifact final : Artifact {
   // Their sizes must be the epilogue's own `inputs` and `outputs` specs.
   std::vector<int> epilogue_in, epilogue_out;
 };
+
+// The cuBLAS and cuBLASLt this process opens (runtime/cublas.h): their versions, or
+// why they cannot be opened.
+GemmLibraries local_gemm_libraries();
 
 struct CudaRunnerOptions {
   int device = 0;

@@ -56,12 +56,91 @@ std::vector<KernelArgSpec> read_specs(const json_read::Reader& rd, const json& v
   return out;
 }
 
+// A PTX artifact's fields beside its file's name (the text is in that file).
+json ptx_artifact_json(const PtxArtifact& a, const std::string& file) {
+  json cj = {{"ptx", file},
+             {"entry", a.entry},
+             {"grid", a.launch.grid},
+             {"block", a.launch.block},
+             {"shared_bytes", a.launch.shared_bytes},
+             {"zero_outputs", a.zero_outputs},
+             {"inputs", specs_json(a.inputs)},
+             {"outputs", specs_json(a.outputs)},
+             {"tensor_maps", json::array()}};
+  for (const PlanTensorMap& m : a.tensor_maps) cj["tensor_maps"].push_back(tensor_map_to_json(m));
+  return cj;
+}
+
+std::vector<int> to_ints(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
+
 // A file name the directory may hold: no separators, no "..", printable.
 bool plain_name(const std::string& n) {
   if (n.empty() || n.size() > 128 || n == "." || n == "..") return false;
   for (char c : n)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
   return true;
+}
+
+// A PTX artifact's fields at `cp` (ptx_artifact_json's), its text from the file named.
+PtxArtifact read_ptx_artifact(const json_read::Reader& rd, const std::string& dir, const json& cj,
+                              const std::string& cp) {
+  PtxArtifact a;
+  const std::string ptx = rd.string(cj, cp, "ptx");
+  if (!plain_name(ptx)) rd.fail(cp + ".ptx", "\"" + ptx + "\" is not a file name inside the directory");
+  Result<std::string> code = read_regular_file((fs::path(dir) / ptx).string(), kMaxPtxBytes, "PTX file");
+  if (!code) rd.fail(cp + ".ptx", code.error().message);
+  a.ptx = *code;
+  a.entry = rd.string(cj, cp, "entry");
+  std::vector<int64_t> grid = rd.integers(rd.at(cj, cp, "grid"), cp + ".grid", 1, (int64_t{1} << 31) - 1, 3);
+  std::vector<int64_t> block = rd.integers(rd.at(cj, cp, "block"), cp + ".block", 1, 1024, 3);
+  if (grid.size() != 3 || block.size() != 3) rd.fail(cp, "grid and block need 3 extents each");
+  for (size_t d = 0; d < 3; ++d) {
+    a.launch.grid[d] = grid[d];
+    a.launch.block[d] = static_cast<int>(block[d]);
+  }
+  if (int64_t{a.launch.block[0]} * a.launch.block[1] * a.launch.block[2] > 1024)
+    rd.fail(cp + ".block", "more than 1024 threads");
+  a.launch.shared_bytes = static_cast<int>(rd.integer(cj, cp, "shared_bytes", 0, 256 * 1024));
+  a.zero_outputs = rd.boolean_or(cj, cp, "zero_outputs", false);
+  a.inputs = read_specs(rd, rd.at(cj, cp, "inputs"), cp + ".inputs");
+  a.outputs = read_specs(rd, rd.at(cj, cp, "outputs"), cp + ".outputs");
+  const json& maps = rd.array(rd.at(cj, cp, "tensor_maps"), cp + ".tensor_maps", 8);
+  for (size_t mi = 0; mi < maps.size(); ++mi) {
+    PlanTensorMap m = read_plan_tensor_map(rd, maps[mi], json_read::Reader::item(cp + ".tensor_maps", mi));
+    if (m.input >= static_cast<int>(a.inputs.size()))
+      rd.fail(json_read::Reader::item(cp + ".tensor_maps", mi) + ".input", "no such input");
+    a.tensor_maps.push_back(m);
+  }
+  return a;
+}
+
+// A library GEMM candidate at `gp`: the call (a Plan gemm step's fields), its
+// arguments among the kernel's params and outputs, and the epilogue kernel of a split
+// candidate with where each of its arguments comes from. Whether the call fits those
+// buffers is checked by the CUDA Runner that runs it (gemm_check).
+std::shared_ptr<const GemmArtifact> read_gemm_candidate(const json_read::Reader& rd, const std::string& dir,
+                                                        const json& gj, const std::string& gp,
+                                                        const std::vector<KernelArgSpec>& params,
+                                                        const std::vector<KernelArgSpec>& outs) {
+  if (!gj.is_object()) rd.fail(gp, "is not an object");
+  auto g = std::make_shared<GemmArtifact>();
+  g->desc = read_plan_gemm_desc(rd, gj, gp);
+  const auto np = static_cast<int64_t>(params.size()), no = static_cast<int64_t>(outs.size());
+  g->a = static_cast<int>(rd.integer(gj, gp, "a", 0, np - 1));
+  g->b = static_cast<int>(rd.integer(gj, gp, "b", 0, np - 1));
+  g->bias = static_cast<int>(rd.integer(gj, gp, "bias", -1, np - 1));
+  const bool split = gj.contains("epilogue_kernel");
+  g->c = static_cast<int>(rd.integer(gj, gp, "c", split ? kGemmProduct : 0, no - 1));
+  if (split) {
+    g->epilogue = std::make_shared<const PtxArtifact>(read_ptx_artifact(rd, dir, gj["epilogue_kernel"], gp + ".epilogue_kernel"));
+    g->epilogue_in = to_ints(rd.integers(rd.at(gj, gp, "epilogue_in"), gp + ".epilogue_in", kGemmProduct, np - 1,
+                                         kMaxArguments));
+    g->epilogue_out = to_ints(rd.integers(rd.at(gj, gp, "epilogue_out"), gp + ".epilogue_out", 0, no - 1,
+                                          kMaxArguments));
+    if (g->epilogue_in.size() != g->epilogue->inputs.size() || g->epilogue_out.size() != g->epilogue->outputs.size())
+      rd.fail(gp, "epilogue_in and epilogue_out are not one per argument of the epilogue kernel");
+  }
+  return g;
 }
 
 }  // namespace
@@ -72,6 +151,18 @@ std::string tune_code_hash(const PtxArtifact& a) {
   for (int b : a.launch.block) launch += std::to_string(b) + ",";
   launch += std::to_string(a.launch.shared_bytes) + (a.zero_outputs ? ",z" : "");
   return fnv1a_hex(a.ptx + "\n" + a.entry + "\n" + launch);
+}
+
+std::string tune_code_hash(const GemmArtifact& g) {
+  std::string text = gemm_desc_to_json(g.desc).dump() + "\n" + std::to_string(g.a) + "," + std::to_string(g.b) + "," +
+                     std::to_string(g.bias) + "," + std::to_string(g.c);
+  if (g.epilogue) {
+    text += "\nepilogue " + tune_code_hash(*g.epilogue) + " in";
+    for (int i : g.epilogue_in) text += " " + std::to_string(i);
+    text += " out";
+    for (int i : g.epilogue_out) text += " " + std::to_string(i);
+  }
+  return fnv1a_hex(text);
 }
 
 std::optional<Diag> write_tune_candidates(const TuneCandidateSet& s, const std::string& dir) {
@@ -111,21 +202,23 @@ std::optional<Diag> write_tune_candidates(const TuneCandidateSet& s, const std::
     for (const TensorType& t : k.outputs) kj["outputs"].push_back({{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}});
     for (size_t ci = 0; ci < k.candidates.size(); ++ci) {
       const TuneCandidate& c = k.candidates[ci];
-      const PtxArtifact& a = c.artifact;
       const std::string file = "k" + std::to_string(ki) + "_c" + std::to_string(ci) + ".ptx";
-      write(file, a.ptx);
-      json cj = {{"config", c.config},
-                 {"code", c.code},
-                 {"ptx", file},
-                 {"entry", a.entry},
-                 {"grid", a.launch.grid},
-                 {"block", a.launch.block},
-                 {"shared_bytes", a.launch.shared_bytes},
-                 {"zero_outputs", a.zero_outputs},
-                 {"inputs", specs_json(a.inputs)},
-                 {"outputs", specs_json(a.outputs)},
-                 {"tensor_maps", json::array()}};
-      for (const PlanTensorMap& m : a.tensor_maps) cj["tensor_maps"].push_back(tensor_map_to_json(m));
+      json cj = {{"config", c.config}, {"code", c.code}};
+      if (c.gemm) {
+        const GemmArtifact& g = *c.gemm;
+        json gj = gemm_desc_to_json(g.desc);
+        gj.update({{"a", g.a}, {"b", g.b}, {"bias", g.bias}, {"c", g.c}});
+        if (g.epilogue) {
+          write(file, g.epilogue->ptx);
+          gj["epilogue_kernel"] = ptx_artifact_json(*g.epilogue, file);
+          gj["epilogue_in"] = g.epilogue_in;
+          gj["epilogue_out"] = g.epilogue_out;
+        }
+        cj["gemm"] = gj;
+      } else {
+        write(file, c.artifact.ptx);
+        cj.update(ptx_artifact_json(c.artifact, file));
+      }
       kj["candidates"].push_back(cj);
     }
     j["kernels"].push_back(kj);
@@ -200,33 +293,15 @@ Result<TuneCandidateSet> read_tune_candidates(const std::string& dir) {
         TuneCandidate c;
         c.config = rd.string(cj, cp, "config");
         c.code = rd.string(cj, cp, "code");
-        const std::string ptx = rd.string(cj, cp, "ptx");
-        if (!plain_name(ptx)) rd.fail(cp + ".ptx", "\"" + ptx + "\" is not a file name inside the directory");
-        Result<std::string> code = read_regular_file((fs::path(dir) / ptx).string(), kMaxPtxBytes, "PTX file");
-        if (!code) rd.fail(cp + ".ptx", code.error().message);
+        if (cj.contains("gemm")) {
+          c.gemm = read_gemm_candidate(rd, dir, cj["gemm"], cp + ".gemm", params, outs);
+          if (tune_code_hash(*c.gemm) != c.code)
+            rd.fail(cp + ".code", "does not match the GEMM's call and arguments (an edited file?)");
+          k.candidates.push_back(std::move(c));
+          continue;
+        }
         PtxArtifact& a = c.artifact;
-        a.ptx = *code;
-        a.entry = rd.string(cj, cp, "entry");
-        std::vector<int64_t> grid = rd.integers(rd.at(cj, cp, "grid"), cp + ".grid", 1, (int64_t{1} << 31) - 1, 3);
-        std::vector<int64_t> block = rd.integers(rd.at(cj, cp, "block"), cp + ".block", 1, 1024, 3);
-        if (grid.size() != 3 || block.size() != 3) rd.fail(cp, "grid and block need 3 extents each");
-        for (size_t d = 0; d < 3; ++d) {
-          a.launch.grid[d] = grid[d];
-          a.launch.block[d] = static_cast<int>(block[d]);
-        }
-        if (int64_t{a.launch.block[0]} * a.launch.block[1] * a.launch.block[2] > 1024)
-          rd.fail(cp + ".block", "more than 1024 threads");
-        a.launch.shared_bytes = static_cast<int>(rd.integer(cj, cp, "shared_bytes", 0, 256 * 1024));
-        a.zero_outputs = rd.boolean_or(cj, cp, "zero_outputs", false);
-        a.inputs = read_specs(rd, rd.at(cj, cp, "inputs"), cp + ".inputs");
-        a.outputs = read_specs(rd, rd.at(cj, cp, "outputs"), cp + ".outputs");
-        const json& maps = rd.array(rd.at(cj, cp, "tensor_maps"), cp + ".tensor_maps", 8);
-        for (size_t mi = 0; mi < maps.size(); ++mi) {
-          PlanTensorMap m = read_plan_tensor_map(rd, maps[mi], json_read::Reader::item(cp + ".tensor_maps", mi));
-          if (m.input >= static_cast<int>(a.inputs.size()))
-            rd.fail(json_read::Reader::item(cp + ".tensor_maps", mi) + ".input", "no such input");
-          a.tensor_maps.push_back(m);
-        }
+        a = read_ptx_artifact(rd, dir, cj, cp);
         if (a.inputs != params) rd.fail(cp + ".inputs", "are not the group's params (their dtypes and sizes)");
         if (a.outputs != outs) rd.fail(cp + ".outputs", "are not the group's outputs (their dtypes and sizes)");
         if (tune_code_hash(a) != c.code)
@@ -245,6 +320,10 @@ std::optional<Diag> write_tune_measurements(const TuneMeasurements& m, const std
   json j = {{"format", kMeasuredFormat}, {"version", kVersion}, {"device", m.device},
             {"arch", m.arch},            {"driver_version", m.driver_version}, {"date", m.date},
             {"results", json::array()}};
+  const GemmLibraries& l = m.libraries;
+  j["libraries"] = l.error.empty() ? json{{"cublas", l.cublas_version}, {"cublaslt", l.cublaslt_version}}
+                                   : json{{"error", l.error}};
+  if (!l.cublaslt_error.empty()) j["libraries"]["cublaslt_error"] = l.cublaslt_error;
   for (const TuneMeasurement& r : m.results) {
     json rj = {{"kernel", r.kernel}, {"code", r.code}, {"config", r.config}};
     if (r.time)
@@ -294,6 +373,22 @@ Result<TuneMeasurements> read_tune_measurements(const std::string& dir) {
     m.arch = rd.string(j, "", "arch");
     m.driver_version = static_cast<int>(rd.integer(j, "", "driver_version", 1, 1 << 30));
     m.date = rd.string(j, "", "date");
+    // The libraries (files from before they were recorded have none: no library
+    // measurement can be in them either).
+    if (!j.contains("libraries")) {
+      m.libraries.error = "tune --measure recorded no GEMM library";
+    } else {
+      const json& lj = j["libraries"];
+      if (!lj.is_object()) rd.fail("libraries", "is not an object");
+      m.libraries.error = rd.string_or(lj, "libraries", "error");
+      m.libraries.cublas_version = rd.string_or(lj, "libraries", "cublas");
+      m.libraries.cublaslt_version = rd.string_or(lj, "libraries", "cublaslt");
+      m.libraries.cublaslt_error = rd.string_or(lj, "libraries", "cublaslt_error");
+      if (m.libraries.error.empty() && m.libraries.cublas_version.empty())
+        rd.fail("libraries", "names neither cuBLAS's version nor an error");
+      if (m.libraries.error.empty() && m.libraries.cublaslt_version.empty() && m.libraries.cublaslt_error.empty())
+        rd.fail("libraries", "names neither cuBLASLt's version nor why it is missing");
+    }
     const json& rs = rd.array(rd.at(j, "", "results"), "results", kMaxKernels * kMaxCandidates);
     for (size_t i = 0; i < rs.size(); ++i) {
       const std::string p = json_read::Reader::item("results", i);
@@ -331,6 +426,62 @@ Result<TuneMeasurements> read_tune_measurements(const std::string& dir) {
   }
 }
 
+namespace {
+
+class RecordingRunner final : public Runner {
+ public:
+  explicit RecordingRunner(TuneCandidateKernel* k) : k_(k) {}
+  Result<Measurement> run(const Artifact& a, const BenchOptions&) override {
+    TuneCandidate c;
+    if (const auto* g = dynamic_cast<const GemmArtifact*>(&a)) {
+      c.config = extern_config_str(std::string(gemm_library_name(g->desc.library)) +
+                                   (g->epilogue ? std::string(kGemmEpilogueSuffix) : ""));
+      c.code = tune_code_hash(*g);
+      c.gemm = std::make_shared<const GemmArtifact>(*g);
+    } else if (const auto* p = dynamic_cast<const PtxArtifact*>(&a)) {
+      c = TuneCandidate{p->config, tune_code_hash(*p), *p, nullptr};
+    } else {
+      return Diag{"", {}, "not a candidate tune --measure can run"};
+    }
+    bool seen = false;
+    for (const TuneCandidate& x : k_->candidates) seen = seen || x.code == c.code;
+    if (!seen) k_->candidates.push_back(std::move(c));
+    return Diag{"", {}, "recorded for tune --measure"};
+  }
+
+ private:
+  TuneCandidateKernel* k_;
+};
+
+class ReplayRunner final : public Runner {
+ public:
+  ReplayRunner(const TuneMeasurements& m, std::string dir) : dir_(std::move(dir)) {
+    for (const TuneMeasurement& r : m.results) by_code_[r.code] = &r;
+  }
+  Result<Measurement> run(const Artifact& a, const BenchOptions&) override {
+    const auto* p = dynamic_cast<const PtxArtifact*>(&a);
+    const auto* g = dynamic_cast<const GemmArtifact*>(&a);
+    if (!p && !g) return Diag{"", {}, "not a candidate tune --measure runs"};
+    auto it = by_code_.find(p ? tune_code_hash(*p) : tune_code_hash(*g));
+    if (it == by_code_.end())
+      return Diag{"", {}, "not in " + dir_ + "/measurements.json (emit and measure the candidates again)"};
+    if (!it->second->time) return Diag{"", {}, "failed on the GPU: " + it->second->error};
+    return *it->second->time;
+  }
+
+ private:
+  std::string dir_;
+  std::map<std::string, const TuneMeasurement*> by_code_;
+};
+
+}  // namespace
+
+std::unique_ptr<Runner> make_recording_runner(TuneCandidateKernel* k) { return std::make_unique<RecordingRunner>(k); }
+
+std::unique_ptr<Runner> make_replay_runner(const TuneMeasurements& m, const std::string& dir) {
+  return std::make_unique<ReplayRunner>(m, dir);
+}
+
 Result<TuneMeasurements> measure_tune_candidates(const TuneCandidateSet& s, const BenchOptions& opts,
                                                  const std::function<void(const std::string&)>& progress,
                                                  const TuneMeasurements* done) {
@@ -344,6 +495,7 @@ Result<TuneMeasurements> measure_tune_candidates(const TuneCandidateSet& s, cons
   m.arch = dev->arch();
   m.driver_version = dev->driver_version;
   m.date = now_utc();
+  m.libraries = local_gemm_libraries();
   // What an earlier run on this device measured, by kernel and code.
   std::map<std::pair<std::string, std::string>, const TuneMeasurement*> before;
   if (done && done->device == m.device && done->arch == m.arch && done->driver_version == m.driver_version)
@@ -351,6 +503,8 @@ Result<TuneMeasurements> measure_tune_candidates(const TuneCandidateSet& s, cons
   for (const TuneCandidateKernel& k : s.kernels) {
     if (k.candidates.empty()) continue;
     std::unique_ptr<CudaRunner> runner;
+    std::vector<KernelArgSpec> outputs;
+    for (const TensorType& t : k.outputs) outputs.push_back({t.dtype, numel(t.shape)});
     for (const TuneCandidate& c : k.candidates) {
       if (auto it = before.find({k.key, c.code}); it != before.end()) {
         m.results.push_back(*it->second);
@@ -358,12 +512,12 @@ Result<TuneMeasurements> measure_tune_candidates(const TuneCandidateSet& s, cons
       }
       if (!runner) {
         Result<std::unique_ptr<CudaRunner>> r =
-            CudaRunner::create(random_tensors(k.params, k.int_bounds, 1), k.candidates[0].artifact.outputs);
+            CudaRunner::create(random_tensors(k.params, k.int_bounds, 1), outputs);
         if (!r) return Diag{"", {}, k.name + ": " + r.error().message};
         runner = std::move(r).value();
       }
       TuneMeasurement r{k.key, c.code, c.config, std::nullopt, ""};
-      Result<Measurement> t = runner->run(c.artifact, opts);
+      Result<Measurement> t = c.gemm ? runner->run(*c.gemm, opts) : runner->run(c.artifact, opts);
       if (t) r.time = *t;
       else r.error = t.error().message;
       if (progress)

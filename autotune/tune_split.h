@@ -24,9 +24,12 @@
 namespace sf {
 
 struct TuneCandidate {
-  std::string config;  // config_str of the (first) config that built this code
+  std::string config;  // config_str of the (first) config that built this code; "extern=<library>" for a library GEMM
   std::string code;    // tune_code_hash of the artifact: what the measurement is of
   PtxArtifact artifact;
+  // A library GEMM (an extern candidate, with or without its epilogue kernel) in
+  // place of `artifact`: the GPU machine's cuBLAS or cuBLASLt runs it.
+  std::shared_ptr<const GemmArtifact> gemm;
 };
 
 struct TuneCandidateKernel {
@@ -46,8 +49,10 @@ struct TuneCandidateSet {
   std::vector<TuneCandidateKernel> kernels;
 };
 
-// What a measurement is of: a hash of the PTX and the launch shape.
+// What a measurement is of: a hash of the PTX and the launch shape; of a library
+// GEMM, its call (library, sizes, strides, epilogue), arguments and epilogue kernel.
 std::string tune_code_hash(const PtxArtifact& a);
+std::string tune_code_hash(const GemmArtifact& g);
 
 // DIR/candidates.json and one .ptx per candidate, written into a fresh sibling
 // directory that then replaces DIR. DIR must be absent, empty, or a candidate
@@ -69,10 +74,21 @@ struct TuneMeasurements {
   int driver_version = 0;  // 13000
   std::string date;        // UTC, ISO 8601
   std::vector<TuneMeasurement> results;
+  // The GPU machine's cuBLAS and cuBLASLt (their versions key the cached library
+  // measurements), or why it has none.
+  GemmLibraries libraries;
   // Not written: a candidate's fault left CUDA unusable in this process, so the
   // candidates after it were not measured (tune --measure starts again for them).
   bool stopped_at_fault = false;
 };
+
+// The split tuner's Runners, in place of a device. Recording (--emit-candidates):
+// each PTX or library GEMM candidate it is asked to measure is added to `k` (once per
+// code hash), and every run is a Diag ("recorded for tune --measure"), so nothing is
+// chosen. Replaying (--import): the time `m` holds for the candidate's code hash, a
+// Diag naming `dir` when it has none, or the GPU's error when it failed there.
+std::unique_ptr<Runner> make_recording_runner(TuneCandidateKernel* k);
+std::unique_ptr<Runner> make_replay_runner(const TuneMeasurements& m, const std::string& dir);
 
 // DIR/measurements.json (written to a temporary file, then renamed).
 std::optional<Diag> write_tune_measurements(const TuneMeasurements& m, const std::string& dir);
@@ -80,7 +96,7 @@ Result<TuneMeasurements> read_tune_measurements(const std::string& dir);
 
 // Times every candidate on CUDA device 0, as `tune --device cuda` does: per kernel a
 // CUDA Runner over its group's seeded random inputs (random_inputs, seed 1), each
-// candidate with `opts`. A candidate that fails is recorded with its error. A Diag
+// candidate with `opts`, a library GEMM through this machine's cuBLAS or cuBLASLt. A candidate that fails is recorded with its error. A Diag
 // when there is no device, or the device is not the candidates' arch.
 // `done`: results of an earlier run on the same device, kept instead of measuring
 // those candidates again. A fault that leaves CUDA unusable in the process

@@ -43,6 +43,15 @@ struct ExternCandidate {
   std::string what;     // for the report: "epilogue bias_relu, B transposed"
 };
 
+// The GEMM libraries extern candidates run on: their versions, or why none (or only
+// cuBLAS) can be used. This machine's (local_gemm_libraries, autotune/cuda_runner.h),
+// or for the split tuner the GPU machine's, as tune --measure recorded them.
+struct GemmLibraries {
+  std::string error;  // non-empty: no library GEMM can be run (why)
+  std::string cublas_version, cublaslt_version;
+  std::string cublaslt_error;  // non-empty: cuBLAS without cuBLASLt (why)
+};
+
 // What became of one extern candidate in a tuning run.
 struct ExternResult {
   std::string library, what;

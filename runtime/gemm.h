@@ -55,6 +55,10 @@ struct GemmDesc {
   bool operator==(const GemmDesc&) const = default;
 };
 
+// The name of a split extern candidate's library ("cublas" + this): the library
+// computes the bare product, a generated kernel the rest (codegen/kernels/extern_gemm.h).
+inline constexpr std::string_view kGemmEpilogueSuffix = "+epilogue";
+
 // The split extern candidate (a library GEMM of a group's bare matmul, then a
 // generated epilogue kernel; codegen/kernels/extern_gemm.h): where an index says "the
 // GEMM's product", in a buffer of its own when no output of the group is the product.

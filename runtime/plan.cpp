@@ -91,18 +91,8 @@ std::string plan_to_json(const Plan& p) {
       if (!s.offset.empty()) sj["offset"] = s.offset;
       if (s.op == "partialize") sj["keep"] = s.keep;
       if (s.op == "gemm") {
-        const GemmDesc& d = s.gemm.desc;
         sj["name"] = s.gemm.name;
-        sj["library"] = std::string(gemm_library_name(d.library));
-        sj["dtype"] = std::string(dtype_name(d.dtype));
-        for (auto [key, v] : {std::pair<const char*, int64_t>{"m", d.m}, {"n", d.n}, {"k", d.k}, {"batch", d.batch},
-                              {"lda", d.lda}, {"ldb", d.ldb}, {"ldc", d.ldc}, {"stride_a", d.stride_a},
-                              {"stride_b", d.stride_b}, {"stride_c", d.stride_c}})
-          sj[key] = v;
-        sj["trans_a"] = d.trans_a;
-        sj["trans_b"] = d.trans_b;
-        sj["epilogue"] = std::string(gemm_epilogue_name(d.epilogue));
-        if (d.tf32) sj["tf32"] = true;
+        sj.update(gemm_desc_to_json(s.gemm.desc));
       }
       rj["steps"].push_back(sj);
     }
@@ -172,8 +162,32 @@ PlanTensorMap read_tensor_map(const json_read::Reader& rd, const json& mj, const
 // library, dtype and epilogue known. Whether it fits its buffers is verify_plan's.
 PlanGemm read_gemm(const Reader& rd, const json& sj, const std::string& spath) {
   PlanGemm g;
-  GemmDesc& d = g.desc;
   g.name = rd.string_or(sj, spath, "name");
+  g.desc = read_plan_gemm_desc(rd, sj, spath);
+  return g;
+}
+
+}  // namespace
+
+PlanTensorMap read_plan_tensor_map(const json_read::Reader& rd, const nlohmann::json& mj, const std::string& path) {
+  return read_tensor_map(rd, mj, path);
+}
+
+nlohmann::json gemm_desc_to_json(const GemmDesc& d) {
+  json sj = {{"library", std::string(gemm_library_name(d.library))}, {"dtype", std::string(dtype_name(d.dtype))}};
+  for (auto [key, v] : {std::pair<const char*, int64_t>{"m", d.m}, {"n", d.n}, {"k", d.k}, {"batch", d.batch},
+                        {"lda", d.lda}, {"ldb", d.ldb}, {"ldc", d.ldc}, {"stride_a", d.stride_a},
+                        {"stride_b", d.stride_b}, {"stride_c", d.stride_c}})
+    sj[key] = v;
+  sj["trans_a"] = d.trans_a;
+  sj["trans_b"] = d.trans_b;
+  sj["epilogue"] = std::string(gemm_epilogue_name(d.epilogue));
+  if (d.tf32) sj["tf32"] = true;
+  return sj;
+}
+
+GemmDesc read_plan_gemm_desc(const json_read::Reader& rd, const json& sj, const std::string& spath) {
+  GemmDesc d;
   const std::string lib = rd.string(sj, spath, "library");
   std::optional<GemmLibrary> l = parse_gemm_library(lib);
   if (!l) rd.fail(spath + ".library", "unknown library \"" + lib + "\" (cublaslt or cublas)");
@@ -203,13 +217,7 @@ PlanGemm read_gemm(const Reader& rd, const json& sj, const std::string& spath) {
   d.trans_a = rd.boolean_or(sj, spath, "trans_a", false);
   d.trans_b = rd.boolean_or(sj, spath, "trans_b", false);
   d.tf32 = rd.boolean_or(sj, spath, "tf32", false);
-  return g;
-}
-
-}  // namespace
-
-PlanTensorMap read_plan_tensor_map(const json_read::Reader& rd, const nlohmann::json& mj, const std::string& path) {
-  return read_tensor_map(rd, mj, path);
+  return d;
 }
 
 Result<Plan> plan_from_json(const std::string& text, const std::string& file) {

@@ -17,7 +17,7 @@ namespace sf {
 namespace {
 
 // The extern library text of the split candidate: "cublaslt+epilogue".
-constexpr std::string_view kEpilogueSuffix = "+epilogue";
+constexpr std::string_view kEpilogueSuffix = kGemmEpilogueSuffix;
 
 Diag cannot(const std::string& why) { return Diag{"", {}, "cuBLASLt cannot express it: " + why}; }
 
@@ -304,16 +304,16 @@ namespace {
 
 // The split candidates of a group the library cannot compute whole (`whole` says why).
 std::vector<ExternCandidate> epilogue_candidates(const LocalKernel& k, bool allow_tf32, const std::string& arch,
-                                                 const std::string& whole, std::string* note) {
+                                                 const GemmLibraries& libs, const std::string& whole,
+                                                 std::string* note) {
   Result<ExternGemmEpilogue> x = extern_gemm_epilogue(k);
   if (!x) {
     *note = whole + "; " + x.error().message;
     return {};
   }
   x->gemm.desc.tf32 = allow_tf32 && x->gemm.desc.dtype == DType::F32;
-  Result<const cublas::Api*> api = cublas::api();
-  if (!api) {
-    *note = whole + "; no library GEMM + epilogue kernel measured: " + api.error().message;
+  if (!libs.error.empty()) {
+    *note = whole + "; no library GEMM + epilogue kernel measured: " + libs.error;
     return {};
   }
   // The epilogue kernel with its default config: the pair is one candidate, not a
@@ -328,8 +328,8 @@ std::vector<ExternCandidate> epilogue_candidates(const LocalKernel& k, bool allo
   std::vector<ExternCandidate> out;
   std::string offered, missing;
   for (GemmLibrary lib : x->gemm.libraries) {
-    if (lib == GemmLibrary::CublasLt && !(*api)->lt_error.empty()) {
-      missing += "; " + (*api)->lt_error;
+    if (lib == GemmLibrary::CublasLt && !libs.cublaslt_error.empty()) {
+      missing += "; " + libs.cublaslt_error;
       continue;
     }
     auto art = std::make_shared<GemmArtifact>();
@@ -343,7 +343,7 @@ std::vector<ExternCandidate> epilogue_candidates(const LocalKernel& k, bool allo
     art->epilogue_out = x->epilogue_out;
     const std::string name = extern_choice_name({lib, true});
     offered += (offered.empty() ? "" : ", ") + name;
-    out.push_back(ExternCandidate{name, lib == GemmLibrary::CublasLt ? (*api)->lt_version() : (*api)->version(), art,
+    out.push_back(ExternCandidate{name, lib == GemmLibrary::CublasLt ? libs.cublaslt_version : libs.cublas_version, art,
                                   gemm_str(art->desc) + ", then " + x->epilogue.name});
   }
   std::string ops;
@@ -357,20 +357,20 @@ std::vector<ExternCandidate> epilogue_candidates(const LocalKernel& k, bool allo
 }  // namespace
 
 std::vector<ExternCandidate> extern_candidates(const LocalKernel& k, bool allow_tf32, std::string* note,
-                                               const std::string& arch) {
+                                               const std::string& arch, const GemmLibraries* libraries) {
+  const GemmLibraries libs = libraries ? *libraries : local_gemm_libraries();
   Result<ExternGemm> x = extern_gemm(k);
-  if (!x) return epilogue_candidates(k, allow_tf32, arch, "no library GEMM: " + x.error().message, note);
+  if (!x) return epilogue_candidates(k, allow_tf32, arch, libs, "no library GEMM: " + x.error().message, note);
   x->desc.tf32 = allow_tf32 && x->desc.dtype == DType::F32;
-  Result<const cublas::Api*> api = cublas::api();
-  if (!api) {
-    *note = "no library GEMM measured: " + api.error().message;
+  if (!libs.error.empty()) {
+    *note = "no library GEMM measured: " + libs.error;
     return {};
   }
   std::vector<ExternCandidate> out;
   std::string offered, missing;
   for (GemmLibrary lib : x->libraries) {
-    if (lib == GemmLibrary::CublasLt && !(*api)->lt_error.empty()) {
-      missing += "; " + (*api)->lt_error;
+    if (lib == GemmLibrary::CublasLt && !libs.cublaslt_error.empty()) {
+      missing += "; " + libs.cublaslt_error;
       continue;
     }
     auto art = std::make_shared<GemmArtifact>();
@@ -382,7 +382,7 @@ std::vector<ExternCandidate> extern_candidates(const LocalKernel& k, bool allow_
     art->c = x->c;
     const std::string name(gemm_library_name(lib));
     offered += (offered.empty() ? "" : ", ") + name;
-    out.push_back(ExternCandidate{name, lib == GemmLibrary::CublasLt ? (*api)->lt_version() : (*api)->version(), art,
+    out.push_back(ExternCandidate{name, lib == GemmLibrary::CublasLt ? libs.cublaslt_version : libs.cublas_version, art,
                                   gemm_str(art->desc)});
   }
   *note = offered.empty() ? "no library GEMM measured" + missing

@@ -81,13 +81,15 @@ std::string extern_choice_name(const ExternChoice& c);
 std::optional<ExternChoice> parse_extern_choice(std::string_view library);
 
 // The tuner's extern candidates for `k`: one GemmArtifact (autotune/cuda_runner.h) per
-// library that can compute it and can be opened here; under `allow_tf32` an f32 GEMM
+// library that can compute it and can be opened; under `allow_tf32` an f32 GEMM
 // multiplies in TF32 (GemmDesc::tf32), as the generated kernels then do. `note` gets
 // one line for the report: the libraries offered and the call, or why none was.
 // A group the library cannot compute whole gets the split candidates instead (one
 // per library, "cublaslt+epilogue", "cublas+epilogue"), their epilogue kernel
 // emitted as PTX for `arch` with its default config, or the note says why not.
+// `libraries`: the libraries (and versions) the candidates will run on; null: this
+// machine's (local_gemm_libraries). The split tuner passes the GPU machine's.
 std::vector<ExternCandidate> extern_candidates(const LocalKernel& k, bool allow_tf32, std::string* note,
-                                               const std::string& arch = "sm_90a");
+                                               const std::string& arch = "sm_90a", const GemmLibraries* libraries = nullptr);
 
 }  // namespace sf

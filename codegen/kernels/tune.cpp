@@ -452,7 +452,8 @@ Result<GraphTuneResult> tune_programs(const std::vector<LocalProgram>& programs,
     std::string extern_note;
     std::vector<ExternCandidate> externs;
     if (ct == ConfigTarget::Gpu && j.p.kind == KernelKind::Matmul)
-      externs = extern_candidates(*j.k, setup.allow_tf32, &extern_note, setup.arch);
+      externs = extern_candidates(*j.k, setup.allow_tf32, &extern_note, setup.arch,
+                                  setup.libraries ? &*setup.libraries : nullptr);
     Result<TuneReport> r = tune_kernel(j.p, j.key, *target, def, builder, *runner, cache, opts,
                                        [&](const TuneProgress& tp) {
                                          if (progress) progress(i, jobs.size(), tp);

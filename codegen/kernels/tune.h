@@ -85,6 +85,9 @@ struct TuneSetup {
   // cuda: the GPU the keys name as the measuring one (tune --import: the device that
   // ran tune --measure); unset: local_gpu_device().
   std::optional<GpuDeviceId> gpu = std::nullopt;
+  // cuda: the GEMM libraries the extern candidates run on (the split tuner: the GPU
+  // machine's, as tune --measure recorded them); unset: this machine's.
+  std::optional<GemmLibraries> libraries = std::nullopt;
 };
 
 // Makes the Runner that measures kernel `k` (under `key`) instead of a CUDA Runner on

@@ -183,6 +183,28 @@ TEST(ExternGemm, CandidatesAreOnePerLibraryThatCanComputeTheKernel) {
   EXPECT_EQ(note.rfind("no library GEMM: cuBLASLt cannot express it: the epilogue is not one of", 0), 0u) << note;
 }
 
+// The split tuner's libraries are the GPU machine's: the candidates carry the
+// versions it recorded, cuBLASLt is left out where it had none (saying why), and a
+// machine without cuBLAS gets no candidate, whatever this machine has.
+TEST(ExternGemm, CandidatesCarryTheGivenLibrariesVersions) {
+  std::string note;
+  const LocalKernel bare = matmul_kernel(graph("x: f32[64, 32], w: f32[32, 48]", "matmul(x, w)"));
+  const GemmLibraries there{"", "cuBLAS 130100 (there)", "cublasLt 130100 (there)", ""};
+  std::vector<ExternCandidate> c = extern_candidates(bare, false, &note, "sm_90a", &there);
+  ASSERT_EQ(c.size(), 2u) << note;
+  EXPECT_EQ(c[0].library, "cublaslt");
+  EXPECT_EQ(c[0].version, "cublasLt 130100 (there)");
+  EXPECT_EQ(c[1].version, "cuBLAS 130100 (there)");
+  const GemmLibraries no_lt{"", "cuBLAS 130100 (there)", "", "cannot open libcublasLt.so.13 there"};
+  c = extern_candidates(bare, false, &note, "sm_90a", &no_lt);
+  ASSERT_EQ(c.size(), 1u) << note;
+  EXPECT_EQ(c[0].library, "cublas");
+  EXPECT_NE(note.find("cannot open libcublasLt.so.13 there"), std::string::npos) << note;
+  const GemmLibraries none{"no cuBLAS on that machine", "", "", ""};
+  EXPECT_TRUE(extern_candidates(bare, false, &note, "sm_90a", &none).empty());
+  EXPECT_EQ(note, "no library GEMM measured: no cuBLAS on that machine");
+}
+
 TEST(ExternGemm, ChoicesCarryTheLibraryAcrossRanks) {
   std::map<std::string, KernelChoice> t;
   t["00aa"] = KernelChoice{KernelConfig{}, ConfigSource::Tuned, extern_config_str("cublaslt"), "cublaslt"};

@@ -18,7 +18,10 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "autotune/cuda_runner.h"
+#include "autotune/tune_split.h"
 #include "tests/runtime_fake/call_log.h"
 
 namespace sf {
@@ -369,6 +372,125 @@ TEST(CudaRunnerFake, TimesALibraryGemmOnTheSameClockAsKernels) {
   ASSERT_FALSE(none);
   EXPECT_TRUE(has(none.error().message, "cuBLASLt has no algorithm for cublaslt f32 [64x48x32]")) << none.error().message;
   EXPECT_TRUE(r.run(g, quick())) << "and the next one measures";
+}
+// Library GEMMs in the split tuner (autotune/tune_split.h): recorded as candidates
+// beside the PTX ones, written and read back whole, measured on this machine's
+// (here the fake) cuBLASLt and cuBLAS with their versions recorded, and replayed by
+// code hash. A cuBLASLt call that takes bias + ReLU whole, and the split candidate:
+// cuBLAS's bare product into a buffer of its own, then an epilogue kernel that reads
+// it and the bias.
+TEST(TuneSplitFake, LibraryGemmCandidatesAreWrittenMeasuredAndReplayed) {
+  REQUIRE_FAKE();
+  ::setenv("SHARDFUSE_LIBCUBLAS", FAKE_CUBLAS_LIB, 1);
+  ::setenv("SHARDFUSE_LIBCUBLASLT", FAKE_CUBLAS_LIB, 1);
+  ::setenv("FAKE_CUBLAS_NS", "20000", 1);
+  TuneCandidateKernel k{"key0", "k0_matmul_add_relu", "graph ...", {}, {8, 8, 8}, {}, {}};
+  k.params = {{DType::F32, {64, 32}}, {DType::F32, {48, 32}}, {DType::F32, {48}}};
+  k.outputs = {{DType::F32, {64, 48}}};
+  GemmArtifact whole;
+  whole.desc = cublas::linear_gemm(GemmLibrary::CublasLt, DType::F32, 64, 48, 32, GemmEpilogue::BiasRelu);
+  whole.a = 0, whole.b = 1, whole.bias = 2, whole.c = 0;
+  GemmArtifact split;
+  split.desc = cublas::linear_gemm(GemmLibrary::Cublas, DType::F32, 64, 48, 32, GemmEpilogue::None);
+  split.a = 0, split.b = 1, split.c = kGemmProduct;
+  auto epi = std::make_shared<PtxArtifact>();
+  epi->entry = "k0_epilogue";
+  epi->ptx = ".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry k0_epilogue(\n\t.param .u64 in0,\n"
+             "\t.param .u64 in1,\n\t.param .u64 out0\n)\n{\n\tret;\n}\n";
+  epi->launch.grid = {12, 1, 1};
+  epi->launch.block = {256, 1, 1};
+  epi->inputs = {{DType::F32, 64 * 48}, {DType::F32, 48}};
+  epi->outputs = {{DType::F32, 64 * 48}};
+  split.epilogue = epi;
+  split.epilogue_in = {kGemmProduct, 2};
+  split.epilogue_out = {0};
+
+  std::unique_ptr<Runner> rec = make_recording_runner(&k);
+  for (const GemmArtifact* g : {&whole, &split, &whole}) {
+    Result<Measurement> r = rec->run(*g, quick());
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().message, "recorded for tune --measure");
+  }
+  ASSERT_EQ(k.candidates.size(), 2u) << "one candidate per code";
+  EXPECT_EQ(k.candidates[0].config, "extern=cublaslt");
+  EXPECT_EQ(k.candidates[1].config, "extern=cublas+epilogue");
+  EXPECT_NE(k.candidates[0].code, k.candidates[1].code);
+
+  const std::string dir = std::filesystem::temp_directory_path() / ("sf-split-cands-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ASSERT_FALSE(write_tune_candidates({"sm_90a", {k}}, dir));
+  Result<TuneCandidateSet> back = read_tune_candidates(dir);
+  ASSERT_TRUE(back) << back.error().str();
+  ASSERT_EQ(back->kernels.at(0).candidates.size(), 2u);
+  const TuneCandidate& w = back->kernels[0].candidates[0];
+  const TuneCandidate& sp = back->kernels[0].candidates[1];
+  ASSERT_TRUE(w.gemm && sp.gemm);
+  EXPECT_EQ(w.gemm->desc, whole.desc);
+  EXPECT_EQ(std::vector<int>({w.gemm->a, w.gemm->b, w.gemm->bias, w.gemm->c}), std::vector<int>({0, 1, 2, 0}));
+  EXPECT_FALSE(w.gemm->epilogue);
+  EXPECT_EQ(sp.gemm->desc, split.desc);
+  ASSERT_TRUE(sp.gemm->epilogue);
+  EXPECT_EQ(sp.gemm->epilogue->ptx, epi->ptx);
+  EXPECT_EQ(sp.gemm->epilogue_in, split.epilogue_in);
+  EXPECT_EQ(sp.code, tune_code_hash(split));
+
+  CallLog log("sf-split-gemm");
+  Result<TuneMeasurements> m = measure_tune_candidates(*back, quick());
+  ASSERT_TRUE(m) << m.error().message;
+  ASSERT_EQ(m->results.size(), 2u);
+  ASSERT_TRUE(m->results[0].time) << m->results[0].error;
+  ASSERT_TRUE(m->results[1].time) << m->results[1].error;
+  EXPECT_NEAR(m->results[0].time->median_us, 20.0, 1e-3) << "one library call";
+  EXPECT_NEAR(m->results[1].time->median_us, 30.0, 1e-3) << "the call, then the epilogue's 10 us launch";
+  EXPECT_FALSE(log.lines("cublasLtMatmul m=48 n=64 k=32 batch=1 transa=T transb=N").empty());
+  EXPECT_FALSE(log.lines("cublasGemmEx ").empty());
+  EXPECT_TRUE(m->libraries.error.empty()) << m->libraries.error;
+  EXPECT_FALSE(m->libraries.cublas_version.empty());
+  EXPECT_FALSE(m->libraries.cublaslt_version.empty());
+  ASSERT_FALSE(write_tune_measurements(*m, dir));
+  Result<TuneMeasurements> mb = read_tune_measurements(dir);
+  ASSERT_TRUE(mb) << mb.error().str();
+  EXPECT_EQ(mb->libraries.cublaslt_version, m->libraries.cublaslt_version);
+  std::unique_ptr<Runner> replay = make_replay_runner(*mb, dir);
+  Result<Measurement> again = replay->run(split, quick());
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(again->median_us, m->results[1].time->median_us);
+  GemmArtifact other = whole;
+  other.desc.lda = 64;
+  Result<Measurement> none = replay->run(other, quick());
+  ASSERT_FALSE(none);
+  EXPECT_TRUE(has(none.error().message, "not in " + dir + "/measurements.json")) << none.error().message;
+
+  // Edited or hostile library candidates are refused, naming the field.
+  std::ifstream in(dir + "/candidates.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  struct Case {
+    std::string key;
+    nlohmann::json value;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"a", 7, "kernels[0].candidates[0].gemm.a"},
+           {"library", "openblas", "kernels[0].candidates[0].gemm.library"},
+           {"k", int64_t{1} << 40, "kernels[0].candidates[0].gemm.k"},
+           {"c", -1, "kernels[0].candidates[0].gemm.c"},
+           {"lda", 64, "kernels[0].candidates[0].code"},
+       }) {
+    SCOPED_TRACE(c.key);
+    nlohmann::json bad = j;
+    bad["kernels"][0]["candidates"][0]["gemm"][c.key] = c.value;
+    std::ofstream(dir + "/candidates.json") << bad.dump(1);
+    Result<TuneCandidateSet> r = read_tune_candidates(dir);
+    ASSERT_FALSE(r);
+    EXPECT_TRUE(has(r.error().str(), c.says)) << r.error().str();
+  }
+  nlohmann::json bad = j;
+  bad["kernels"][0]["candidates"][1]["gemm"]["epilogue_in"] = {kGemmProduct};
+  std::ofstream(dir + "/candidates.json") << bad.dump(1);
+  Result<TuneCandidateSet> r = read_tune_candidates(dir);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(has(r.error().str(), "not one per argument of the epilogue kernel")) << r.error().str();
+  std::filesystem::remove_all(dir);
 }
 #endif
 

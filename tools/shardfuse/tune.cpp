@@ -167,46 +167,6 @@ struct TempCacheDir {
   TempCacheDir& operator=(const TempCacheDir&) = delete;
 };
 
-// --emit-candidates: each candidate the tuner would measure, recorded instead (the
-// first config of each code), and every measurement a Diag, so nothing is chosen.
-class RecordingRunner final : public Runner {
- public:
-  explicit RecordingRunner(TuneCandidateKernel* k) : k_(k) {}
-  Result<Measurement> run(const Artifact& a, const BenchOptions&) override {
-    const auto* p = dynamic_cast<const PtxArtifact*>(&a);
-    if (!p) return Diag{"", {}, "library GEMMs are measured only by tune --device cuda on the GPU machine"};
-    TuneCandidate c{p->config, tune_code_hash(*p), *p};
-    bool seen = false;
-    for (const TuneCandidate& x : k_->candidates) seen = seen || x.code == c.code;
-    if (!seen) k_->candidates.push_back(std::move(c));
-    return Diag{"", {}, "recorded for tune --measure"};
-  }
-
- private:
-  TuneCandidateKernel* k_;
-};
-
-// --import: the measurements of tune --measure in place of a device, by code.
-class ReplayRunner final : public Runner {
- public:
-  ReplayRunner(const TuneMeasurements& m, std::string dir) : dir_(std::move(dir)) {
-    for (const TuneMeasurement& r : m.results) by_code_[r.code] = &r;
-  }
-  Result<Measurement> run(const Artifact& a, const BenchOptions&) override {
-    const auto* p = dynamic_cast<const PtxArtifact*>(&a);
-    if (!p) return Diag{"", {}, "library GEMMs are not measured by tune --measure"};
-    auto it = by_code_.find(tune_code_hash(*p));
-    if (it == by_code_.end())
-      return Diag{"", {}, "not in " + dir_ + "/measurements.json (emit and measure the candidates again)"};
-    if (!it->second->time) return Diag{"", {}, "failed on the GPU: " + it->second->error};
-    return *it->second->time;
-  }
-
- private:
-  std::string dir_;
-  std::map<std::string, const TuneMeasurement*> by_code_;
-};
-
 int tune(const TuneCliOptions& o) {
   if (!o.measure_dir.empty()) {
     if (!o.file.empty() || !o.emit_dir.empty() || !o.import_dir.empty()) {
@@ -301,6 +261,10 @@ int tune(const TuneCliOptions& o) {
   setup.allow_tf32 = o.allow_tf32;
   setup.tma = !o.no_tma;
   if (imported) setup.gpu = GpuDeviceId{imported->device, imported->arch, imported->driver_version};
+  // The library GEMMs run on the GPU machine's libraries: their versions are unknown
+  // until it measures them (emit: placeholders in the scratch cache), then recorded.
+  if (imported) setup.libraries = imported->libraries;
+  else if (!o.emit_dir.empty()) setup.libraries = GemmLibraries{"", "recorded", "recorded", ""};
   TuneOptions to;
   to.top_k = o.top_k;
   to.budget_s = o.budget_s;
@@ -327,11 +291,11 @@ int tune(const TuneCliOptions& o) {
       for (ValueId v : k.group.params()) rec.params.push_back(k.group.node(v).type);
       for (const Output& out : k.group.outputs()) rec.outputs.push_back(k.group.node(out.value).type);
       recorded.push_back(std::move(rec));
-      return std::make_unique<RecordingRunner>(&recorded.back());
+      return make_recording_runner(&recorded.back());
     };
   if (imported)
     runners = [&](const LocalKernel&, const TuneKey&) -> std::unique_ptr<Runner> {
-      return std::make_unique<ReplayRunner>(*imported, o.import_dir);
+      return make_replay_runner(*imported, o.import_dir);
     };
 
   // Rank 0 tunes every distinct kernel of every rank and broadcasts the table of

@@ -608,7 +608,7 @@ void allow_contract(llvm::Value* v) {
 }
 }  // namespace
 
-Result<Elem> ElementCodegen::elementwise(OpKind k, std::span<const Elem> args, DType result) {
+Result<Elem> ElementCodegen::elementwise(OpKind k, std::span<const Elem> args, DType result, bool rounded_to_16bit) {
   auto fail = [&](const std::string& why) -> Result<Elem> {
     return Diag{"", {}, std::string(op_name(k)) + ": " + why};
   };
@@ -655,11 +655,14 @@ Result<Elem> ElementCodegen::elementwise(OpKind k, std::span<const Elem> args, D
     case OpKind::Rsqrt: v = math(MathFn::Rsqrt, x); break;
     case OpKind::Tanh: v = math(MathFn::Tanh, x); break;
     case OpKind::Erf:
-      // A 16-bit result under Fused precision is rounded to 8 (bf16) or 11 (f16) bits
-      // once, at the store: erf_for_16bit's 2e-7 cannot move it by more than libdevice's
-      // own 2 ulp can. Eager precision keeps libdevice, to match eager PyTorch bit for bit.
-      v = (result == DType::BF16 || result == DType::F16) && precision_ == Precision::Fused ? erf_for_16bit(x)
-                                                                                          : math(MathFn::Erf, x);
+      // A value rounded to 8 (bf16) or 11 (f16) bits before anyone sees it (a 16-bit
+      // node, checked at 16-bit tolerance, or an f32 one that reaches the outputs only
+      // through such a rounding, as in a bf16 GELU) under Fused precision:
+      // erf_for_16bit's 2e-7 cannot move it by more than libdevice's own 2 ulp can.
+      // Eager precision keeps libdevice, to match eager PyTorch bit for bit.
+      v = (result == DType::BF16 || result == DType::F16 || rounded_to_16bit) && precision_ == Precision::Fused
+              ? erf_for_16bit(x)
+              : math(MathFn::Erf, x);
       break;
     case OpKind::Sin: v = math(MathFn::Sin, x); break;
     case OpKind::Cos: v = math(MathFn::Cos, x); break;
@@ -742,8 +745,36 @@ Result<Elem> ElementCodegen::elementwise(OpKind k, std::span<const Elem> args, D
 
 // ---- group values --------------------------------------------------------------------------
 
+std::vector<bool> rounded_to_16bit(const Graph& g) {
+  const size_t n = g.nodes().size();
+  auto half = [](DType t) { return t == DType::BF16 || t == DType::F16; };
+  std::vector<std::vector<ValueId>> users(n);
+  for (size_t v = 0; v < n; ++v)
+    for (ValueId u : g.node(static_cast<ValueId>(v)).inputs) users[static_cast<size_t>(u)].push_back(static_cast<ValueId>(v));
+  std::vector<bool> output(n, false);
+  for (const Output& o : g.outputs()) output[static_cast<size_t>(o.value)] = true;
+  // Nodes are in topological order: a node's users come after it.
+  std::vector<bool> r(n, false);
+  for (size_t i = n; i-- > 0;) {
+    const Node& node = g.node(static_cast<ValueId>(i));
+    bool ok = !users[i].empty() || output[i];
+    if (output[i] && !half(node.type.dtype)) ok = false;
+    for (ValueId u : users[i]) {
+      if (!ok) break;
+      const Node& un = g.node(u);
+      if (un.op == OpKind::Cast && half(un.type.dtype)) continue;  // rounded here
+      const OpCategory cat = op_info(un.op).category;
+      const bool arith = (cat == OpCategory::Unary || cat == OpCategory::Binary) && un.op != OpKind::Cast;
+      const bool passes = arith || is_view(un.op) || (un.op == OpKind::Cast && un.type.dtype == DType::F32);
+      ok = passes && r[static_cast<size_t>(u)];
+    }
+    r[i] = ok;
+  }
+  return r;
+}
+
 GroupValues::GroupValues(const Graph& g, ElementCodegen& cg, std::vector<llvm::Value*> inputs)
-    : g_(g), cg_(cg), inputs_(std::move(inputs)), param_slot_(g.nodes().size(), -1) {
+    : g_(g), cg_(cg), inputs_(std::move(inputs)), param_slot_(g.nodes().size(), -1), rounded16_(rounded_to_16bit(g)) {
   for (size_t i = 0; i < g.params().size(); ++i) param_slot_[static_cast<size_t>(g.params()[i])] = static_cast<int>(i);
 }
 
@@ -778,7 +809,7 @@ Result<Elem> GroupValues::value(ValueId v, const ValueIndex& at) {
     if (is_view(n.op)) {
       e = args[0];  // a view only changes which element is read
     } else {
-      Result<Elem> r = cg_.elementwise(n.op, args, n.type.dtype);
+      Result<Elem> r = cg_.elementwise(n.op, args, n.type.dtype, rounded16_[static_cast<size_t>(v)]);
       if (!r) return Diag{"", n.loc, r.error().message};
       e = *r;
     }

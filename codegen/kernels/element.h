@@ -240,7 +240,10 @@ class ElementCodegen {
 
   // One elementwise op (is_elementwise(k)) on operands of any dtypes, producing a
   // value of dtype `result` (the node's type). A Diag for any other op.
-  Result<Elem> elementwise(OpKind k, std::span<const Elem> args, DType result);
+  // `rounded_to_16bit`: the value reaches the kernel's outputs only through a rounding
+  // to f16/bf16 (rounded_to_16bit below), so f32 math may take its cheaper 16-bit
+  // forms (erf_for_16bit) under Precision::Fused.
+  Result<Elem> elementwise(OpKind k, std::span<const Elem> args, DType result, bool rounded_to_16bit = false);
 
   // f32 math: libdevice (__nv_expf ...) on NVPTX, libm (expf ...) on the host.
   // Accuracy first: no fast-math flags.
@@ -274,6 +277,15 @@ class ElementCodegen {
 // at_index(), so a value shared by several outputs or uses is computed once.
 // Emitters drive it: the pointwise emitter asks for each output at a flat index; a
 // reduction emitter asks for its input at (row, k) and hooks its accumulators in.
+// Per node of `g` (a kernel's group graph): whether its value reaches the group's
+// outputs only through a rounding to f16/bf16 under Precision::Fused: every path from
+// it to an output runs through elementwise arithmetic and views and ends at a cast to
+// f16/bf16 or at an f16/bf16 output (stored rounded). A comparison, a where, a cast to
+// an integer, a reduction or an f32 output on the way exposes the f32 value: false.
+// The decomposed GELU of a bf16 tensor (f32 inside, cast back at the end) is the case
+// that matters.
+std::vector<bool> rounded_to_16bit(const Graph& g);
+
 class GroupValues {
  public:
   // Called for every value before the default handling; a value it returns is used
@@ -299,6 +311,7 @@ class GroupValues {
   ElementCodegen& cg_;
   std::vector<llvm::Value*> inputs_;
   std::vector<int> param_slot_;
+  std::vector<bool> rounded16_;  // rounded_to_16bit(g_)
   llvm::Value* flat_ = nullptr;
   Hook hook_;
   std::unordered_map<std::string, Elem> memo_;

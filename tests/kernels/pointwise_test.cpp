@@ -25,6 +25,7 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include "codegen/ir/builder.h"
+#include "codegen/ir/decompose.h"
 #include "codegen/kernels/element.h"
 #include "codegen/kernels/pointwise.h"
 #include "codegen/reference/compare.h"
@@ -1014,20 +1015,59 @@ TEST(Precision, SixteenBitErfRoundsLikeLibmsErff) {
 
 // Which erf each kernel calls: a bf16 or f16 node under Fused precision takes
 // erf_for_16bit (no libdevice call, one ex2.approx.ftz); f32, and any dtype under
-// Eager (bit-exact with eager PyTorch), keep __nv_erff.
+// Eager (bit-exact with eager PyTorch), keep __nv_erff. So does the f32 erf inside a
+// decomposed bf16 GELU (f32 inside, cast back to bf16 at the end), unless its f32
+// value also leaves the kernel.
 TEST(PointwiseNvptx, SixteenBitErfUnderFusedPrecisionSkipsLibdevice) {
+  auto fast = [](const Ptx& p) {
+    const bool lib = p.ir.find("@__nv_erff") != std::string::npos;
+    const bool ex2 = p.ptx.find("ex2.approx.ftz.f32") != std::string::npos;
+    EXPECT_TRUE(lib || ex2) << p.ptx;
+    return !lib;
+  };
   for (DType dt : {DType::BF16, DType::F16, DType::F32}) {
     for (Precision pr : {Precision::Fused, Precision::Eager}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + (pr == Precision::Fused ? " fused" : " eager"));
       GraphBuilder b("gelu");
       Value x = b.param("x", dt, {4096});
       b.ret(unary(OpKind::Erf, (x + b.param("bias", dt, {4096})) * 0.7071067811865476));
-      Ptx p = emit_ptx(finish(b), "sm_90a", {}, pr);
-      const bool fast = dt != DType::F32 && pr == Precision::Fused;
-      EXPECT_EQ(p.ir.find("@__nv_erff") == std::string::npos, fast) << p.ir;
-      if (fast) EXPECT_NE(p.ptx.find("ex2.approx.ftz.f32"), std::string::npos) << p.ptx;
+      EXPECT_EQ(fast(emit_ptx(finish(b), "sm_90a", {}, pr)), dt != DType::F32 && pr == Precision::Fused);
+      GraphBuilder b2("bias_gelu");
+      Value h = b2.param("h", dt, {4096});
+      b2.ret(gelu(h + b2.param("bias", dt, {4096})));
+      EXPECT_EQ(fast(emit_ptx(decompose(finish(b2)), "sm_90a", {}, pr)), dt != DType::F32 && pr == Precision::Fused);
     }
   }
+}
+
+// rounded_to_16bit on a decomposed bf16 GELU and its variations: the f32 erf is
+// rounded on every way out, until an f32 output, a comparison or a cast to an integer
+// sees it.
+TEST(ElementCodegen, RoundedTo16BitFollowsEveryPathToTheOutputs) {
+  auto erf_rounded = [](const Graph& g) {
+    std::vector<bool> r = kernels::rounded_to_16bit(g);
+    for (size_t i = 0; i < g.nodes().size(); ++i)
+      if (g.node(static_cast<ValueId>(i)).op == OpKind::Erf) return static_cast<bool>(r[i]);
+    ADD_FAILURE() << "no erf";
+    return false;
+  };
+  auto make = [](int variant) {
+    GraphBuilder b("g");
+    Value x = b.param("x", DType::BF16, {64});
+    Value e = unary(OpKind::Erf, cast(x, DType::F32) * 0.7071067811865476);
+    Value y = cast(cast(x, DType::F32) * 0.5 * (e + 1.0), DType::BF16);
+    b.ret(y);
+    if (variant == 1) b.ret(e * 2.0);                          // an f32 output
+    if (variant == 2) b.ret(cast(e, DType::I32));              // a cast to an integer
+    if (variant == 3) b.ret(binary(OpKind::Gt, e, 0.5));       // a comparison
+    if (variant == 4) b.ret(cast(reshape(e * 3.0, {8, 8}), DType::F16));  // a view, then f16
+    return finish(b);
+  };
+  EXPECT_TRUE(erf_rounded(make(0)));
+  EXPECT_FALSE(erf_rounded(make(1)));
+  EXPECT_FALSE(erf_rounded(make(2)));
+  EXPECT_FALSE(erf_rounded(make(3)));
+  EXPECT_TRUE(erf_rounded(make(4)));
 }
 
 // Packed conversions for wide f16/bf16 stores: `cvt.rn.bf16x2.f32 d, a, b` puts a's

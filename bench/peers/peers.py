@@ -16,6 +16,12 @@ JSON reports the median and the 20th/80th percentiles of the per-call times.
 The output is Google Benchmark JSON ({"context": ..., "benchmarks": [...]}), one
 iteration entry per (block, peer) named BM_Block/<block>/<peer>.
 
+--kernels bias_gelu times single kernels too, as bench_kernels' BM_Pointwise does:
+F.gelu(h + b) on [16384, 4096] eager and compiled (Inductor's Triton kernel), each
+against a device-to-device copy of the same bytes timed just before it, as
+BM_Pointwise/bias_gelu_<dtype>_16384x4096/<peer> with a `ratio` counter (copy time
+over the kernel's) that bench/compare lists beside ours.
+
 Run on the GPU machine (it has PyTorch and Triton); --cpu-smoke runs tiny shapes
 eagerly on the CPU so the script can be exercised anywhere torch imports.
 """
@@ -35,6 +41,8 @@ from dataclasses import dataclass
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BLOCKS = ("mlp", "attention", "transformer_block")
+# Single kernels, as bench_kernels' BM_Pointwise/<name>: --kernels.
+KERNELS = ("bias_gelu",)
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 # Bound at run time by import_torch(), so that --help and py_compile work without torch.
@@ -369,6 +377,46 @@ def run_block(block, shapes, args, device, dtype):
     return results, failed
 
 
+def run_kernel(kernel, shapes, args, device, dtype):
+    """A single kernel of bench/graphs/kernels/, eager and compiled, each against a
+    device-to-device copy of the same bytes timed in the same way just before it:
+    BM_Pointwise/<kernel>_<dtype>_<T>x<H>/<peer> with a `ratio` counter (copy time
+    over the kernel's, bench_kernels' convention for memory-bound kernels)."""
+    T, H = shapes.tokens, shapes.hidden
+    h, b = make_inputs([("h", (T, H), "act"), ("b", (H,), "b")], dtype, device, args.seed)
+
+    def bias_gelu(h, b):
+        return F.gelu(h + b)
+
+    # Bytes moved: h read, y written (the bias is H elements, noise).
+    moved = 2 * h.numel() * h.element_size()
+    dst = torch.empty_like(h)
+
+    def copy(src):
+        dst.copy_(src)
+
+    timer = time_cpu if args.cpu_smoke else time_cuda
+    name_base = f"BM_Pointwise/{kernel}_{args.dtype}_{T}x{H}"
+    results = []
+    peers = [("torch_eager", bias_gelu)]
+    if not args.cpu_smoke:
+        peers.append(("torch_compile", torch.compile(bias_gelu)))
+    with torch.no_grad():
+        for peer, fn in peers:
+            name = f"{name_base}/{peer}"
+            print(f"{name}: ...", file=sys.stderr, flush=True)
+            copy_ms = quantile(sorted(timer(copy, [h], args)), 0.5)
+            times = timer(fn, [h, b], args)
+            e = entry(name, times, 0, f"{args.dtype} [{T}, {H}]", {"dtype": args.dtype, "copy_ms": copy_ms})
+            e["bytes_per_second"] = moved / (e["real_time"] * 1e-3) if e["real_time"] > 0 else 0.0
+            e["GBps"] = e["bytes_per_second"] / 1e9
+            e["ratio"] = copy_ms / e["real_time"] if e["real_time"] > 0 else 0.0
+            results.append(e)
+            print(f"{name}: median {e['real_time']:.4f} ms, {e['GBps']:.0f} GB/s, "
+                  f"{e['ratio']:.3f} of a copy ({copy_ms:.4f} ms)", file=sys.stderr, flush=True)
+    return results
+
+
 def report(e):
     extra = f", max abs diff vs eager {e['max_abs_diff']:.3g}" if "max_abs_diff" in e else ""
     print(f"{e['name']}: median {e['real_time']:.3f} ms (p20 {e['p20_ms']:.3f}, p80 {e['p80_ms']:.3f}, "
@@ -387,6 +435,9 @@ def parse_args(argv):
                                  "written to a temporary file, then renamed")
     p.add_argument("--blocks", default=",".join(BLOCKS),
                    help="comma-separated blocks to run (default: %(default)s)")
+    p.add_argument("--kernels", default="",
+                   help="comma-separated single kernels to run too, each against a same-run copy "
+                        f"(some of {', '.join(KERNELS)}; default: none)")
     p.add_argument("--scale", type=float, default=1.0,
                    help="divide the token count (8 x 2048) by this for a quick run; "
                         "such results are not comparable with BM_Block (default: 1)")
@@ -411,10 +462,15 @@ def parse_args(argv):
 
     blocks = [b.strip() for b in args.blocks.split(",") if b.strip()]
     unknown = [b for b in blocks if b not in BLOCKS]
-    if unknown or not blocks:
-        p.error(f"--blocks: unknown block(s) {', '.join(unknown) or '(none given)'}; "
-                f"expected some of {', '.join(BLOCKS)}")
-    args.blocks = blocks
+    if unknown:
+        p.error(f"--blocks: unknown block(s) {', '.join(unknown)}; expected some of {', '.join(BLOCKS)}")
+    kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    unknown = [k for k in kernels if k not in KERNELS]
+    if unknown:
+        p.error(f"--kernels: unknown kernel(s) {', '.join(unknown)}; expected some of {', '.join(KERNELS)}")
+    if not blocks and not kernels:
+        p.error("nothing to run: give --blocks or --kernels")
+    args.blocks, args.kernels = blocks, kernels
     if not args.scale > 0:
         p.error("--scale must be > 0")
     if args.min_reps < 1 or args.max_reps < args.min_reps:
@@ -480,6 +536,14 @@ def main(argv=None):
         if not args.cpu_smoke:
             torch._dynamo.reset()
             torch.cuda.empty_cache()
+    for kernel in args.kernels:
+        try:
+            doc["benchmarks"].extend(run_kernel(kernel, shapes, args, device, dtype))
+        except Exception as exc:  # noqa: BLE001
+            msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            print(f"{kernel}: error: {msg}", file=sys.stderr)
+            doc["benchmarks"].append(error_entry(f"BM_Pointwise/{kernel}_{args.dtype}/torch_eager", msg))
+            any_failed = True
     write_json(out, doc)
     print(f"wrote {out}", file=sys.stderr)
     return 1 if any_failed else 0

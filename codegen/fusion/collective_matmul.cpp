@@ -57,19 +57,22 @@ size_t wait_of(const LocalProgram& p, int handle) {
   return p.steps.size();
 }
 
+const DeviceRates& rates(const DecomposeOptions& o) { return o.rates ? *o.rates : default_device_rates(); }
+
 // A roofline estimate of one compute step, in seconds (no launch).
 double step_time(const LocalProgram& p, const LocalStep& s, const DecomposeOptions& o) {
   if (s.kind != LocalStep::Kind::Compute) return 0;
   const TensorType& out = p.types[static_cast<size_t>(s.out)];
   double bytes = static_cast<double>(bytes_of(out)), flops = static_cast<double>(numel(out.shape));
   for (int v : s.in) bytes += static_cast<double>(bytes_of(p.types[static_cast<size_t>(v)]));
-  double rate = o.flops_per_s;
+  const DeviceRates& r = rates(o);
+  double rate = r.fp32_flops_s;
   if (s.node.op == OpKind::Matmul) {
     const TensorType& a = p.types[static_cast<size_t>(s.in[0])];
     flops = 2.0 * static_cast<double>(numel(out.shape)) * static_cast<double>(a.shape.back());
-    if (a.dtype == DType::BF16 || a.dtype == DType::F16) rate = o.tensor_flops_per_s;
+    rate = r.matmul_flops_s(a.dtype, o.allow_tf32);
   }
-  return std::max(flops / rate, bytes / o.bytes_per_s);
+  return r.roofline_s(flops, rate, bytes);
 }
 
 // The time of the compute that could run while a collective on `from` is in flight:
@@ -791,8 +794,8 @@ size_t split_all_reduce(LocalProgram& p, const ArMatch& m, int pos, int n) {
 // whole result; `t_mm`: the matmul alone, with its launch).
 double rs_ring_time(double bytes, double t_mm, int n, const DecomposeOptions& o) {
   const double t_step = o.comm.alpha_s + bytes / n / o.comm.beta_bytes_per_s;
-  const double t_part = (t_mm - o.launch_s) / n + o.launch_s;
-  const double t_last_add = o.launch_s + 3 * bytes / n / o.bytes_per_s;
+  const double t_part = (t_mm - rates(o).launch_s) / n + rates(o).launch_s;
+  const double t_last_add = rates(o).launch_s + 3 * bytes / n / rates(o).hbm_bytes_s;
   return t_part + (n - 1) * std::max(t_part, t_step) + t_last_add;
 }
 
@@ -800,7 +803,7 @@ double rs_ring_time(double bytes, double t_mm, int n, const DecomposeOptions& o)
 // steps they are.
 double matmul_sum_time(const LocalProgram& p, size_t matmul, const std::vector<size_t>& adds,
                        const DecomposeOptions& o, std::set<size_t>* steps) {
-  double t = o.launch_s + step_time(p, p.steps[matmul], o);
+  double t = rates(o).launch_s + step_time(p, p.steps[matmul], o);
   steps->insert(matmul);
   for (size_t a : adds) {
     t += step_time(p, p.steps[a], o);
@@ -851,18 +854,18 @@ std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalPro
         const TensorType& xg = p0.types[static_cast<size_t>(p0.steps[m->wait].out)];
         double t_comm = o.comm.alpha_s + static_cast<double>(bytes_of(xg)) * (n - 1) / n / o.comm.beta_bytes_per_s;
         const std::vector<size_t> steps = m->all_steps();
-        double t_chain = o.launch_s * static_cast<double>(m->branches.size());
+        double t_chain = rates(o).launch_s * static_cast<double>(m->branches.size());
         for (size_t c : steps) t_chain += step_time(p0, p0.steps[c], o);
         std::set<size_t> skip(steps.begin(), steps.end());
         double t_indep = independent_time(p0, s.in[0], p0.steps[m->wait].out, skip, o);
         double plain = t_chain + std::max(0.0, t_comm - t_indep);
         double t_step = o.comm.alpha_s + static_cast<double>(bytes_of(xg)) / n / o.comm.beta_bytes_per_s;
-        const double launches = o.launch_s * static_cast<double>(m->branches.size());
+        const double launches = rates(o).launch_s * static_cast<double>(m->branches.size());
         double t_part = (t_chain - launches) / n + launches;
         double concat = 0;
         for (const Chain& b : m->branches)
-          concat += o.launch_s + 2.0 * static_cast<double>(bytes_of(p0.types[static_cast<size_t>(p0.steps[b.steps.back()].out)])) /
-                                     o.bytes_per_s;
+          concat += rates(o).launch_s + 2.0 * static_cast<double>(bytes_of(p0.types[static_cast<size_t>(p0.steps[b.steps.back()].out)])) /
+                                     rates(o).hbm_bytes_s;
         double ring = t_part + (n - 1) * std::max(t_part, t_step) + concat;
         dd.decomposed = o.mode == DecomposeMode::Always || (o.mode == DecomposeMode::Auto && ring < plain);
         dd.why = "estimated " + us(plain) + " as is (" + us(t_comm) + " all_gather, " + us(t_indep) +

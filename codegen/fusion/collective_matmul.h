@@ -35,6 +35,8 @@
 
 #include "codegen/dist/local_program.h"
 #include "codegen/dist/redistribute.h"
+#include "autotune/perf_model.h"
+#include <optional>
 
 namespace sf {
 
@@ -45,12 +47,12 @@ std::optional<DecomposeMode> parse_decompose_mode(const std::string& s);
 struct DecomposeOptions {
   DecomposeMode mode = DecomposeMode::Auto;
   // Auto: the estimates that decide (docs/overlap.md). Collectives by the same
-  // alpha-beta model as redistribution; compute by a roofline.
+  // alpha-beta model as redistribution; compute by the one roofline
+  // (autotune/perf_model.h) over `rates`: the target arch's row (compile, explain)
+  // or the system file's GPU (simulate); unset, sm_90a's.
   CostModel comm;
-  double flops_per_s = 50e12;         // f32 matmuls and elementwise work (FP32 SIMT)
-  double tensor_flops_per_s = 400e12;  // matmuls of f16/bf16 operands (tensor cores)
-  double bytes_per_s = 2e12;
-  double launch_s = 4e-6;
+  std::optional<DeviceRates> rates;
+  bool allow_tf32 = false;  // f32 matmuls at the TF32 rate, as --allow-tf32 builds them
 };
 
 struct DecomposeDecision {

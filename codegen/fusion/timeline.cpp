@@ -349,13 +349,26 @@ StepWork step_work(const LocalProgram& p, size_t step) {
   return w;
 }
 
+DeviceRates device_rates(const GpuSpec& gpu) {
+  DeviceRates r;
+  r.name = gpu.name;
+  r.hbm_bytes_s = gpu.hbm_GB_s * 1e9;
+  r.fp32_flops_s = gpu.fp32_tflops * 1e12;
+  r.tensor16_flops_s = gpu.bf16_tflops > 0 ? gpu.bf16_tflops * 1e12 : r.fp32_flops_s;
+  Result<DeviceRates> table = arch_rates(gpu.arch);
+  r.tf32_flops_s = table && table->tensor16_flops_s > 0 ? r.tensor16_flops_s * table->tf32_flops_s / table->tensor16_flops_s
+                                                        : r.tensor16_flops_s / 2;
+  r.launch_s = gpu.launch_us * 1e-6;
+  return r;
+}
+
 double roofline_us(const StepWork& w, const GpuSpec& gpu) {
-  // TFLOP/s = 1e6 flop/us; GB/s = 1e3 B/us.
-  double compute = gpu.fp32_tflops > 0 ? static_cast<double>(w.flops) / (gpu.fp32_tflops * 1e6) : 0;
-  const double tensor = gpu.bf16_tflops > 0 ? gpu.bf16_tflops : gpu.fp32_tflops;
-  if (tensor > 0) compute += static_cast<double>(w.tensor_flops) / (tensor * 1e6);
-  double memory = gpu.hbm_GB_s > 0 ? static_cast<double>(w.bytes) / (gpu.hbm_GB_s * 1e3) : 0;
-  return std::max(compute, memory) + gpu.launch_us;
+  // The work of a step at the fp32 rate plus its 16-bit matmul work at the tensor
+  // rate, against its bytes: the one roofline, in microseconds.
+  const DeviceRates r = device_rates(gpu);
+  const double compute_s = (r.fp32_flops_s > 0 ? static_cast<double>(w.flops) / r.fp32_flops_s : 0) +
+                           (r.tensor16_flops_s > 0 ? static_cast<double>(w.tensor_flops) / r.tensor16_flops_s : 0);
+  return r.roofline_s(compute_s, 1.0, static_cast<double>(w.bytes)) * 1e6 + gpu.launch_us;
 }
 
 TimelineModel timeline_model(const SystemSpec& sys, std::function<double(const LocalProgram&, size_t)> compute_us) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "autotune/perf_model.h"
 #include "runtime/core/device_mesh.h"
 #include "codegen/dist/local_program.h"
 #include "runtime/core/diag.h"
@@ -37,6 +38,12 @@ struct GpuSpec {
   double hbm_GB_s = 0;      // HBM bandwidth, 1e9 bytes per second
   double launch_us = 0;     // per-kernel launch overhead the roofline adds
 };
+
+// The system file's GPU as the one performance model's rates (autotune/perf_model.h):
+// its fp32, f16/bf16 and HBM figures and launch cost; TF32 from the arch's table row
+// scaled as the file's 16-bit rate is to the table's (half the 16-bit rate when the
+// table lacks the arch). A 16-bit rate of 0 prices 16-bit matmuls at fp32.
+DeviceRates device_rates(const GpuSpec& gpu);
 
 enum class CollAlgorithm : uint8_t { Ring, Tree };
 

@@ -189,6 +189,11 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
   if (opts.replicate_outputs)
     for (PlacementSpec& s : sharding.outputs) s = replicated(mesh);
   RankPipelineOptions po = opts.pipeline;
+  // Decomposition prices its choices with the target arch's rates (the table the
+  // report below uses), unless the caller gave a system's.
+  if (!po.decompose.rates)
+    if (Result<DeviceRates> r = arch_rates(opts.arch)) po.decompose.rates = *r;
+  po.decompose.allow_tf32 = opts.allow_tf32;
   if (!po.can_emit && opts.host == CompileOptions::HostCode::Reference && !opts.ptx)
     po.can_emit = [](const LocalKernel&) { return true; };  // the evaluator runs any group
   if (!po.can_emit)
@@ -493,15 +498,17 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
   std::string& rep = out.report;
   rep = "graph " + plan.graph + " for " + opts.arch + ", " + std::to_string(plan.world) + " rank(s)" +
         (plan.mesh.empty() ? "" : " on mesh " + plan.mesh) + "\n";
-  // The arch's peaks (autotune/target.h, datasheet figures): one table for the
-  // report, the tuner's ranking and the decomposition estimates. A kernel whose PTX
-  // has mma.sync or wgmma is priced at the tensor-core rate, the rest at FP32 SIMT.
-  Result<TargetInfo> ti = gpu_target_info(opts.arch);
-  const TargetInfo peaks = ti ? *ti : TargetInfo{};
-  const double hbm = peaks.dram_gbps * 1e9, fp32 = peaks.fp32_gflops * 1e9, tensor = peaks.tensor16_gflops * 1e9;
-  rep += "roofline estimate on " + (ti ? peaks.model : std::string("an unknown GPU (H100 SXM figures)")) + " (" +
-         fmt("%.0f", peaks.dram_gbps) + " GB/s HBM, " + fmt("%.1f", peaks.fp32_gflops / 1e3) + " TFLOP/s FP32 SIMT" +
-         (tensor > 0 ? ", " + fmt("%.0f", peaks.tensor16_gflops / 1e3) + " TFLOP/s f16/bf16 tensor cores" : std::string()) +
+  // The arch's rates (autotune/perf_model.h: the table's row, datasheet figures),
+  // the one model the decomposition above, simulate and the tuner's ranking use. A
+  // kernel whose PTX has mma.sync or wgmma is priced at the tensor-core rate (TF32's
+  // for TF32 operands), the rest at FP32 SIMT.
+  Result<DeviceRates> known = arch_rates(opts.arch);
+  const DeviceRates peaks = known ? *known : default_device_rates();
+  const double tensor = peaks.tensor16_flops_s;
+  rep += "roofline estimate on " + (known ? peaks.name : std::string("an unknown GPU (H100 SXM figures)")) + " (" +
+         fmt("%.0f", peaks.hbm_bytes_s / 1e9) + " GB/s HBM, " + fmt("%.1f", peaks.fp32_flops_s / 1e12) +
+         " TFLOP/s FP32 SIMT" +
+         (tensor > 0 ? ", " + fmt("%.0f", tensor / 1e12) + " TFLOP/s f16/bf16 tensor cores" : std::string()) +
          "): time = max(bytes / bandwidth, flops / peak of the kernel's path)\n\n";
   rep += "kernel                                   kind       regs  spill     bytes      flops   est. us  bound\n";
   double total = 0;
@@ -512,7 +519,8 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     const bool mma = tensor > 0 && ptx != out.ptx.end() && ptx_uses_tensor_cores(ptx->second);
     // TF32 (--allow-tf32) runs at half the 16-bit rate on the archs the table has.
     const bool tf32 = mma && ptx_uses_tf32(ptx->second);
-    double tm = bytes / hbm, tc = static_cast<double>(k.flops) / (tf32 ? peaks.tf32_gflops * 1e9 : mma ? tensor : fp32);
+    const double rate = tf32 ? peaks.tf32_flops_s : mma ? tensor : peaks.fp32_flops_s;
+    const double tm = peaks.roofline_s(0, 0, bytes), tc = peaks.roofline_s(static_cast<double>(k.flops), rate, 0);
     total += std::max(tm, tc);
     char line[256];
     std::snprintf(line, sizeof line, "%-40s %-10s %4s %6s %9.0f %10lld %9.3f  %s\n", k.id.c_str(), std::string(kernel_kind_name(k.kind)).c_str(),

@@ -38,11 +38,13 @@ Graph example(const std::string& name, int64_t world = 0) {
 }
 
 std::vector<LocalProgram> programs(const Graph& g, DecomposeMode mode, bool fuse = true,
-                                   std::vector<DecomposeDecision>* decisions = nullptr) {
+                                   std::vector<DecomposeDecision>* decisions = nullptr,
+                                   std::optional<DeviceRates> rates = std::nullopt) {
   DeviceMesh mesh(g.mesh());
   RankPipelineOptions o;
   o.fuse = fuse;
   o.decompose.mode = mode;
+  o.decompose.rates = rates;
   o.decisions = decisions;
   return rank_programs(g, propagate(g, mesh), mesh, o);
 }
@@ -594,6 +596,21 @@ TEST(CollectiveMatmul, AutoDecomposesOnlyWhenTheRingIsEstimatedFaster) {
   EXPECT_TRUE(large[0].decomposed) << large[0].why;
   EXPECT_TRUE(large[1].decomposed) << large[1].why;
   EXPECT_EQ(ring_shifts(ps[0]).size(), 6u);
+  // The estimate is the one performance model's (autotune/perf_model.h): unset rates
+  // are sm_90a's table row, and a device whose compute is nearly free has nothing to
+  // hide the ring behind, so the same graph stays whole there.
+  std::vector<DecomposeDecision> h100;
+  programs(big, DecomposeMode::Auto, true, &h100, arch_rates("sm_90a").value());
+  ASSERT_EQ(h100.size(), 2u);
+  EXPECT_EQ(h100[0].why, large[0].why);
+  DeviceRates instant = default_device_rates();
+  instant.fp32_flops_s = instant.tensor16_flops_s = instant.hbm_bytes_s = 1e21;
+  std::vector<DecomposeDecision> fast;
+  ps = programs(big, DecomposeMode::Auto, true, &fast, instant);
+  ASSERT_EQ(fast.size(), 2u);
+  EXPECT_FALSE(fast[0].decomposed) << fast[0].why;
+  EXPECT_FALSE(fast[1].decomposed) << fast[1].why;
+  EXPECT_TRUE(ring_shifts(ps[0]).empty());
   // And never means never.
   std::vector<DecomposeDecision> never;
   ps = programs(big, DecomposeMode::Never, true, &never);

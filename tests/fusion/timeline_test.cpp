@@ -100,6 +100,32 @@ const TimelineEvent& event(const Timeline& t, int rank, const std::string& name)
 
 constexpr double kTol = 1e-9;
 
+// A system file's GPU in the one performance model's units: its own fp32, 16-bit and
+// HBM figures; TF32 scaled from the arch's table row as the file's 16-bit rate is to
+// the table's; a file without a 16-bit rate prices 16-bit matmuls at fp32.
+TEST(Timeline, TheSystemsGpuBecomesTheOneModelsRates) {
+  GpuSpec g;
+  g.arch = "sm_90a";
+  g.fp32_tflops = 60;
+  g.bf16_tflops = 900;
+  g.hbm_GB_s = 4000;
+  g.launch_us = 2;
+  DeviceRates r = device_rates(g);
+  EXPECT_DOUBLE_EQ(r.fp32_flops_s, 60e12);
+  EXPECT_DOUBLE_EQ(r.hbm_bytes_s, 4000e9);
+  EXPECT_DOUBLE_EQ(r.launch_s, 2e-6);
+  const DeviceRates table = arch_rates("sm_90a").value();
+  EXPECT_NEAR(r.tf32_flops_s, 900e12 * table.tf32_flops_s / table.tensor16_flops_s, 1e6);
+  EXPECT_DOUBLE_EQ(r.matmul_flops_s(DType::BF16, false), 900e12);
+  EXPECT_DOUBLE_EQ(r.matmul_flops_s(DType::F32, false), 60e12);
+  EXPECT_DOUBLE_EQ(r.matmul_flops_s(DType::F32, true), r.tf32_flops_s);
+  g.bf16_tflops = 0;
+  g.arch = "sm_99";  // not in the table
+  r = device_rates(g);
+  EXPECT_DOUBLE_EQ(r.matmul_flops_s(DType::BF16, false), 60e12);
+  EXPECT_DOUBLE_EQ(r.tf32_flops_s, 30e12);
+}
+
 TEST(Timeline, AlphaBetaFormulasAndBusFactors) {
   LinkSpec l = link();
   EXPECT_DOUBLE_EQ(collective_us(CollectiveKind::AllReduce, 2, 1000, l), 20.0);

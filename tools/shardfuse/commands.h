@@ -113,9 +113,11 @@ ShapeBuckets parse_buckets(const std::string& s);
 std::unique_ptr<TuneCache> open_tune_cache(const std::string& dir, bool required, bool* failed = nullptr);
 // Every rank's fused program, split where the target's emitters cannot go, with
 // collective matmuls decomposed as `decompose` says (so the kernels tuned are the
-// ones the run or the Plan will have).
+// ones the run or the Plan will have: the decisions priced with `arch`'s rates on
+// cuda, as compile prices them, and TF32 under `allow_tf32`).
 std::vector<LocalProgram> programs_for_tuning(const Graph& g, const std::string& device, const std::string& arch,
-                                              bool fuse, DecomposeMode decompose = DecomposeMode::Auto);
+                                              bool fuse, DecomposeMode decompose = DecomposeMode::Auto,
+                                              bool allow_tf32 = false);
 
 // --- shared by run and exec (exec.cpp; no LLVM) -----------------------------------
 

@@ -108,7 +108,7 @@ int compile(const CompileCliOptions& o) {
       return 1;
     }
     TuneOptions to;
-    Result<GraphTuneResult> r = tune_programs(programs_for_tuning(*g, "cuda", o.arch, !o.no_fuse, decompose_mode(o.decompose)), setup, *cache, to);
+    Result<GraphTuneResult> r = tune_programs(programs_for_tuning(*g, "cuda", o.arch, !o.no_fuse, decompose_mode(o.decompose), o.allow_tf32), setup, *cache, to);
     if (!r) {
       std::cerr << o.file << ": error: autotune: " << r.error().message << "\n";
       return 1;

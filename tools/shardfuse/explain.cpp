@@ -47,6 +47,9 @@ int explain(const ExplainOptions& o) {
   po.fuse = !o.no_fuse;
   po.reorder = !o.no_reorder;
   po.decompose.mode = decompose_mode(o.decompose);
+  // The decisions compile would take for this arch (its rates: autotune/perf_model.h).
+  if (Result<DeviceRates> r = arch_rates(o.arch)) po.decompose.rates = *r;
+  po.decompose.allow_tf32 = o.allow_tf32;
   std::vector<DecomposeDecision> decisions;
   po.decisions = &decisions;
   if (!dump->empty()) {  // the stages explain runs, printed as they run

@@ -186,7 +186,7 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   if (o.autotune) {
     // Ranks are threads here: one table for all of them.
     Result<GraphTuneResult> r = tune_programs(
-        programs_for_tuning(g, "cuda", dev->arch(), !o.no_fuse, decompose_mode(o.decompose)), setup, *cache, TuneOptions{});
+        programs_for_tuning(g, "cuda", dev->arch(), !o.no_fuse, decompose_mode(o.decompose), o.allow_tf32), setup, *cache, TuneOptions{});
     if (!r) {
       std::cerr << o.file << ": error: autotune: " << r.error().message << "\n";
       return 1;

@@ -137,10 +137,7 @@ int simulate(const SimulateOptions& o) {
     for (int d = 0; d < mesh.ndim(); ++d) widest = std::max(widest, mesh.size(d));
     po.decompose.comm.alpha_s = l.alpha_us * 1e-6 * static_cast<double>(std::max<int64_t>(1, widest - 1));
     po.decompose.comm.beta_bytes_per_s = l.bandwidth_GB_s * 1e9;
-    po.decompose.flops_per_s = sys->gpu.fp32_tflops * 1e12;
-    if (sys->gpu.bf16_tflops > 0) po.decompose.tensor_flops_per_s = sys->gpu.bf16_tflops * 1e12;
-    po.decompose.bytes_per_s = sys->gpu.hbm_GB_s * 1e9;
-    po.decompose.launch_s = sys->gpu.launch_us * 1e-6;
+    po.decompose.rates = device_rates(sys->gpu);
   }
   std::vector<DecomposeDecision> decisions;
   po.decisions = &decisions;

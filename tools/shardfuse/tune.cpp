@@ -54,12 +54,15 @@ void add_cache_options(CLI::App* cmd, CacheCliOptions& o) {
 ShapeBuckets parse_buckets(const std::string& s) { return s == "pow2" ? ShapeBuckets::Pow2 : ShapeBuckets::Exact; }
 
 std::vector<LocalProgram> programs_for_tuning(const Graph& g, const std::string& device, const std::string& arch,
-                                              bool fuse, DecomposeMode decompose) {
+                                              bool fuse, DecomposeMode decompose, bool allow_tf32) {
   DeviceMesh mesh(g.mesh());
   ShardingPlan plan = propagate(g, mesh);
   RankPipelineOptions po;
   po.fuse = fuse;
   po.decompose.mode = decompose;
+  if (device == "cuda")
+    if (Result<DeviceRates> r = arch_rates(arch)) po.decompose.rates = *r;
+  po.decompose.allow_tf32 = allow_tf32;
   po.can_emit = emit_checker(device == "cpu" ? llvmb::Target::host() : llvmb::Target::nvptx(arch));
   return rank_programs(g, plan, mesh, po);
 }
@@ -276,7 +279,8 @@ int tune(const TuneCliOptions& o) {
   to.bench.max_reps = o.max_reps;
   to.bench.min_reps = std::min(to.bench.min_reps, o.max_reps);
 
-  std::vector<LocalProgram> programs = programs_for_tuning(*g, o.device, arch, !o.no_fuse);
+  std::vector<LocalProgram> programs =
+      programs_for_tuning(*g, o.device, arch, !o.no_fuse, DecomposeMode::Auto, o.device == "cuda" && o.allow_tf32);
   DeviceMesh mesh(g->mesh());
   std::cout << "tuning " << g->name() << " for "
             << (o.device == "cpu" ? std::string("the host CPU") : arch + " (" + device_line + ")") << " on "

@@ -939,8 +939,8 @@ llvm::MDNode* loop_metadata(llvm::LLVMContext& c, const LoopHints& h) {
   return id;
 }
 
-Result<bool> emit_loop(llvm::IRBuilderBase& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
-                       const std::string& name, const std::function<Result<bool>(llvm::Value*)>& body,
+Result<void> emit_loop(llvm::IRBuilderBase& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
+                       const std::string& name, const std::function<Result<void>(llvm::Value*)>& body,
                        const LoopHints& hints) {
   llvm::LLVMContext& c = b.getContext();
   llvm::Function* fn = b.GetInsertBlock()->getParent();
@@ -954,14 +954,14 @@ Result<bool> emit_loop(llvm::IRBuilderBase& b, llvm::Value* begin, llvm::Value* 
   i->addIncoming(begin, pre);
   b.CreateCondBr(b.CreateICmpSLT(i, end), bodyb, exit);
   b.SetInsertPoint(bodyb);
-  Result<bool> r = body(i);
+  Result<void> r = body(i);
   if (!r) return r;
   llvm::Value* next = b.CreateAdd(i, step, name + ".next", /*HasNUW=*/true, /*HasNSW=*/true);
   i->addIncoming(next, b.GetInsertBlock());
   llvm::BranchInst* latch = b.CreateBr(head);
   if (llvm::MDNode* md = loop_metadata(c, hints)) latch->setMetadata(llvm::LLVMContext::MD_loop, md);
   b.SetInsertPoint(exit);
-  return true;
+  return {};
 }
 
 }  // namespace sf::kernels

@@ -174,8 +174,8 @@ std::optional<std::string> host_knob_error(const KernelConfig& c);
 // returned; on success the builder is left in the exit block. `hints` (when any())
 // become the loop's `!llvm.loop` metadata; hint only loops whose body is
 // straight-line (the innermost), since the latch is the body's last block.
-Result<bool> emit_loop(llvm::IRBuilderBase& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
-                       const std::string& name, const std::function<Result<bool>(llvm::Value*)>& body,
+Result<void> emit_loop(llvm::IRBuilderBase& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
+                       const std::string& name, const std::function<Result<void>(llvm::Value*)>& body,
                        const LoopHints& hints = {});
 
 // The `!llvm.loop` node for `hints` (a distinct node whose first operand is itself),

@@ -84,11 +84,11 @@ Result<EmittedKernel> emit_gather(const KernelSpec& spec, const KernelConfig& co
   llvm::Value* idx = ke.in[static_cast<size_t>(s->idx_param)];
   llvm::Value* w = ke.in[static_cast<size_t>(s->weight_param)];
   llvm::Value* out = ke.out[0];
-  auto body = [&](llvm::Value* f) -> Result<bool> {
+  auto body = [&](llvm::Value* f) -> Result<void> {
     element(cg, *s, idx, w, out, f);
-    return true;
+    return {};
   };
-  Result<bool> r = true;
+  Result<void> r;
   if (gpu) {
     auto sreg = [&](llvm::Intrinsic::ID id) { return b.CreateZExt(b.CreateIntrinsic(id, {}, {}), b.getInt64Ty()); };
     llvm::Value* tid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);

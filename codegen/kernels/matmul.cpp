@@ -115,7 +115,7 @@ LaunchShape matmul_launch(const MatmulGroup& p, const Tiling& t) {
   return matmul_launch_shape(p, t.bm, t.bn, t.threads, t.shared_bytes, t.split);
 }
 
-Result<bool> check_grid(const MatmulGroup& p, const Tiling& t) { return check_matmul_grid(p, t.bm, t.bn); }
+Result<void> check_grid(const MatmulGroup& p, const Tiling& t) { return check_matmul_grid(p, t.bm, t.bn); }
 
 // Whether every index the kernel forms fits i32 (half the registers and cheaper
 // arithmetic than i64): the operands' offsets over tiles padded past M, N and one K
@@ -144,7 +144,7 @@ class TiledKernel {
       : spec_(spec), g_(spec.group), p_(plan), t_(t), target_(target), m_(m), b_(m.getContext()), sim_(sim),
         wide_(wide) {}
 
-  Result<bool> build() {
+  Result<void> build() {
     const size_t np = g_.params().size(), no = g_.outputs().size();
     it_ = !wide_ && fits_i32(g_, p_, t_) ? b_.getInt32Ty() : b_.getInt64Ty();
     f32_ = b_.getFloatTy();
@@ -178,7 +178,7 @@ class TiledKernel {
     cg_.emplace(b_, m_, target_, spec_.precision);
     if (numel(p_.out) == 0) {  // nothing to compute; the launch still has one block
       b_.CreateRetVoid();
-      return true;
+      return {};
     }
 
     TileOrigin o = group_m_tile(b_, p_, bx, t_.bm, t_.bn, t_.group_m);
@@ -455,7 +455,7 @@ class TiledKernel {
 
   // Each accumulator in bounds: the matmul's value rounded to its dtype, the epilogue,
   // the stores.
-  Result<bool> epilogue(const std::vector<llvm::Value*>& acc) {
+  Result<void> epilogue(const std::vector<llvm::Value*>& acc) {
     llvm::LLVMContext& c = m_.getContext();
     MatmulEpilogue epi(g_, p_, *cg_, in_);
     std::vector<llvm::Value*> coords = bi_.coords;
@@ -485,11 +485,11 @@ class TiledKernel {
           b_.SetInsertPoint(next);
           continue;
         }
-        if (Result<bool> r1 = epi.store_element(fn_, ok, coords, flat, v, out_); !r1) return r1.error();
+        if (Result<void> r1 = epi.store_element(fn_, ok, coords, flat, v, out_); !r1) return r1.error();
       }
     }
     b_.CreateRetVoid();
-    return true;
+    return {};
   }
 
   const KernelSpec& spec_;
@@ -527,7 +527,7 @@ constexpr int64_t kHostBlockN = 64;
 // host_vector / host_interleave as vectoriser hints (element.h LoopHints); each acc[j]
 // is its own accumulator, so no hint reorders a sum. f32 accumulators for float
 // dtypes; integers accumulate in i64 with wrap-around, as the reference (and torch) do.
-Result<bool> build_host(const KernelSpec& spec, const MatmulGroup& p, const KernelConfig& cfg, const llvmb::Target& target,
+Result<void> build_host(const KernelSpec& spec, const MatmulGroup& p, const KernelConfig& cfg, const llvmb::Target& target,
                         llvm::Module& m) {
   llvm::LLVMContext& c = m.getContext();
   const Graph& g = spec.group;
@@ -551,35 +551,35 @@ Result<bool> build_host(const KernelSpec& spec, const MatmulGroup& p, const Kern
   const llvm::Align acc_align(fl ? 4 : 8);
   llvm::Value* zero = fl ? static_cast<llvm::Value*>(llvm::ConstantFP::get(acc_ty, 0.0)) : k(0);
 
-  Result<bool> r = emit_loop(b, k(0), k(p.nbatch), k(1), "z", [&](llvm::Value* z) -> Result<bool> {
+  Result<void> r = emit_loop(b, k(0), k(p.nbatch), k(1), "z", [&](llvm::Value* z) -> Result<void> {
     BatchIndex bi = batch_index(b, p, z);
     llvm::Value* zbase = mul(z, p.M * p.N);
-    return emit_loop(b, k(0), k(p.M), k(1), "i", [&](llvm::Value* i) -> Result<bool> {
+    return emit_loop(b, k(0), k(p.M), k(1), "i", [&](llvm::Value* i) -> Result<void> {
       llvm::Value* arow = add(bi.a_off, mul(i, p.sam));
       llvm::Value* orow = add(zbase, mul(i, p.N));
-      return emit_loop(b, k(0), k(p.N), k(TN), "j0", [&](llvm::Value* j0) -> Result<bool> {
+      return emit_loop(b, k(0), k(p.N), k(TN), "j0", [&](llvm::Value* j0) -> Result<void> {
         llvm::Value* jn = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b.CreateSub(k(p.N), j0), k(TN));
-        Result<bool> r1 = emit_loop(b, k(0), jn, k(1), "clr", [&](llvm::Value* jj) -> Result<bool> {
+        Result<void> r1 = emit_loop(b, k(0), jn, k(1), "clr", [&](llvm::Value* jj) -> Result<void> {
           b.CreateAlignedStore(zero, slot(jj), acc_align);
-          return true;
+          return {};
         });
         if (!r1) return r1;
         llvm::Value* bcol = add(bi.b_off, mul(j0, p.sbn));
-        r1 = emit_loop(b, k(0), k(p.K), k(1), "k", [&](llvm::Value* kk) -> Result<bool> {
+        r1 = emit_loop(b, k(0), k(p.K), k(1), "k", [&](llvm::Value* kk) -> Result<void> {
           llvm::Value* a = widen(cg.load(p.a.dtype, in[static_cast<size_t>(p.a.param)], add(arow, mul(kk, p.sak))));
           llvm::Value* brow = add(bcol, mul(kk, p.sbk));
-          return emit_loop(b, k(0), jn, k(1), "j", [&](llvm::Value* jj) -> Result<bool> {
+          return emit_loop(b, k(0), jn, k(1), "j", [&](llvm::Value* jj) -> Result<void> {
             llvm::Value* bv = widen(cg.load(p.b.dtype, in[static_cast<size_t>(p.b.param)], add(brow, mul(jj, p.sbn))));
             llvm::Value* s = slot(jj);
             llvm::Value* old = b.CreateAlignedLoad(acc_ty, s, acc_align);
             llvm::Value* nv = fl ? b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {acc_ty}, {a, bv, old})
                                  : b.CreateAdd(old, b.CreateMul(a, bv));  // wraps, as the reference's int64
             b.CreateAlignedStore(nv, s, acc_align);
-            return true;
+            return {};
           }, kernels::host_loop_hints(cfg));
         });
         if (!r1) return r1;
-        return emit_loop(b, k(0), jn, k(1), "epi", [&](llvm::Value* jj) -> Result<bool> {
+        return emit_loop(b, k(0), jn, k(1), "epi", [&](llvm::Value* jj) -> Result<void> {
           llvm::Value* col = add(j0, jj);
           llvm::Value* v = b.CreateAlignedLoad(acc_ty, slot(jj), acc_align);
           Elem mm = fl ? Elem{cg.node_result(p.dtype, v), p.dtype}
@@ -591,14 +591,14 @@ Result<bool> build_host(const KernelSpec& spec, const MatmulGroup& p, const Kern
           Result<std::vector<Elem>> outs = epi.outputs(coords, flat, mm);
           if (!outs) return outs.error();
           for (size_t o = 0; o < no; ++o) cg.store((*outs)[o], out[o], flat);
-          return true;
+          return {};
         });
       });
     });
   });
   if (!r) return r;
   b.CreateRetVoid();
-  return true;
+  return {};
 }
 
 class MatmulEmitter final : public Emitter {
@@ -631,16 +631,16 @@ Result<EmittedKernel> emit_matmul(const KernelSpec& spec, const KernelConfig& co
     } else {
       Result<Tiling> t = make_tiling(config, *plan, *sm);
       if (!t) return t.error();
-      if (Result<bool> g = check_grid(*plan, *t); !g) return g.error();
+      if (Result<void> g = check_grid(*plan, *t); !g) return g.error();
       k = new_matmul_kernel(spec, target);
-      Result<bool> built = TiledKernel(spec, *plan, *t, target, *k.module, /*sim=*/false).build();
+      Result<void> built = TiledKernel(spec, *plan, *t, target, *k.module, /*sim=*/false).build();
       if (!built) return built.error();
       k.launch = matmul_launch(*plan, *t);
     }
   } else {
     if (std::optional<std::string> e = kernels::host_knob_error(config)) return diag(*e);
     k = new_matmul_kernel(spec, target);
-    Result<bool> built = build_host(spec, *plan, config, target, *k.module);
+    Result<void> built = build_host(spec, *plan, config, target, *k.module);
     if (!built) return built.error();
   }
   if (auto err = llvmb::verify(*k.module))  // an emitter bug, not a user error: say so
@@ -655,10 +655,10 @@ Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& spec, const Ke
   // Checked as for sm_90a: the same limits apply to the kernel being simulated.
   Result<Tiling> t = make_tiling(config, *plan, 90);
   if (!t) return t.error();
-  if (Result<bool> g = check_grid(*plan, *t); !g) return g.error();
+  if (Result<void> g = check_grid(*plan, *t); !g) return g.error();
   const llvmb::Target host = llvmb::Target::host();
   EmittedKernel k = new_matmul_kernel(spec, host);
-  Result<bool> built = TiledKernel(spec, *plan, *t, host, *k.module, /*sim=*/true, wide_index).build();
+  Result<void> built = TiledKernel(spec, *plan, *t, host, *k.module, /*sim=*/true, wide_index).build();
   if (!built) return built.error();
   if (auto err = llvmb::verify(*k.module)) return diag("internal: the emitted module does not verify: " + *err);
   k.launch = matmul_launch(*plan, *t);

@@ -297,11 +297,11 @@ std::optional<std::string> split_k_unfit(const MatmulGroup& p, const KernelConfi
   return std::nullopt;
 }
 
-Result<bool> check_matmul_grid(const MatmulGroup& p, int bm, int bn) {
+Result<void> check_matmul_grid(const MatmulGroup& p, int bm, int bn) {
   int64_t tiles = ceil_div(p.M, bm) * ceil_div(p.N, bn);
   if (tiles > 0x7FFFFFFF) return diag(std::to_string(tiles) + " tiles exceed the grid's x limit 2^31-1");
   if (p.nbatch > 65535) return diag("batch of " + std::to_string(p.nbatch) + " matrices exceeds the grid's y limit 65535");
-  return true;
+  return {};
 }
 
 EmittedKernel new_matmul_kernel(const KernelSpec& spec, const llvmb::Target& target) {

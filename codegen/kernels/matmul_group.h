@@ -87,7 +87,7 @@ class MatmulEpilogue {
   // The NVPTX kernels' store of one accumulator: under `in_bounds` (a branch in
   // `fn`), the f32 `acc` as the matmul's result (node_result), the outputs at O's element
   // (`coords`, `flat`) stored to `out`. Leaves the builder after the branch.
-  Result<bool> store_element(llvm::Function* fn, llvm::Value* in_bounds, const std::vector<llvm::Value*>& coords,
+  Result<void> store_element(llvm::Function* fn, llvm::Value* in_bounds, const std::vector<llvm::Value*>& coords,
                              llvm::Value* flat, llvm::Value* acc, const std::vector<llvm::Value*>& out) {
     llvm::IRBuilderBase& b = cg_.builder();
     llvm::BasicBlock* st = llvm::BasicBlock::Create(b.getContext(), "epi", fn);
@@ -99,7 +99,7 @@ class MatmulEpilogue {
     for (size_t o = 0; o < outs->size(); ++o) cg_.store((*outs)[o], out[o], flat);
     b.CreateBr(next);
     b.SetInsertPoint(next);
-    return true;
+    return {};
   }
 
   // Two horizontally adjacent accumulators (columns c and c + 1 of one row, c even, N
@@ -107,7 +107,7 @@ class MatmulEpilogue {
   // output where `aligned` (every output pointer aligned to two elements: the tensor
   // cores' C fragment holds such pairs), else one element at a time. `coords` end with
   // (row, c); `flat` is O's flat index of column c. Leaves the builder after the branch.
-  Result<bool> store_pair(llvm::Function* fn, llvm::Value* in_bounds, std::vector<llvm::Value*> coords,
+  Result<void> store_pair(llvm::Function* fn, llvm::Value* in_bounds, std::vector<llvm::Value*> coords,
                           llvm::Value* flat, llvm::Value* acc0, llvm::Value* acc1, const std::vector<llvm::Value*>& out,
                           llvm::Value* aligned) {
     llvm::IRBuilderBase& b = cg_.builder();
@@ -142,7 +142,7 @@ class MatmulEpilogue {
     }
     b.CreateBr(next);
     b.SetInsertPoint(next);
-    return true;
+    return {};
   }
 
   // Whether every output pointer is aligned to two of its elements (store_pair).
@@ -227,7 +227,7 @@ TileOrigin group_m_tile(llvm::IRBuilderBase& b, const MatmulGroup& p, llvm::Valu
 // (ceil(M/bm) * ceil(N/bn), batch, split) blocks of `threads` threads with
 // `shared_bytes` of dynamic shared memory; a Diag when the grid is over CUDA's limits.
 LaunchShape matmul_launch_shape(const MatmulGroup& p, int bm, int bn, int threads, int64_t shared_bytes, int split);
-Result<bool> check_matmul_grid(const MatmulGroup& p, int bm, int bn);
+Result<void> check_matmul_grid(const MatmulGroup& p, int bm, int bn);
 
 // Why `c.split_k` does not fit `p` on either NVPTX kernel, nullopt when it does: a
 // power of two in 1..64; above 1, each split adds its partial sums into the output

@@ -37,7 +37,7 @@ class MmaKernel : MmaIsa {
             llvm::Module& m, bool sim)
       : MmaIsa(plan, t, m, sim), spec_(spec), g_(spec.group), target_(target) {}
 
-  Result<bool> build() {
+  Result<void> build() {
     const size_t np = g_.params().size(), no = g_.outputs().size();
     it_ = mma_fits_i32(g_, p_, t_) ? b_.getInt32Ty() : b_.getInt64Ty();
     f32_ = b_.getFloatTy();
@@ -87,7 +87,7 @@ class MmaKernel : MmaIsa {
     cg_.emplace(b_, m_, target_, spec_.precision);
     if (numel(p_.out) == 0) {
       b_.CreateRetVoid();
-      return true;
+      return {};
     }
 
     kbase_ = bz ? b_.CreateMul(bz, k(t_.kt * t_.bk), "kbase", true, true) : k(0);
@@ -169,7 +169,7 @@ class MmaKernel : MmaIsa {
     b_.CreateRetVoid();
   }
 
-  Result<bool> persistent(llvm::Value* bx) {
+  Result<void> persistent(llvm::Value* bx) {
     llvm::LLVMContext& c = m_.getContext();
     if (t_.ws) {
       // The producer warpgroup: its first thread walks the items issuing their copies
@@ -197,11 +197,11 @@ class MmaKernel : MmaIsa {
     }
     ItemLoop items = open_items(bx);
     std::vector<llvm::Value*> acc = t_.kt == 0 ? zeros() : t_.ws ? consumer_loop(/*release_last=*/true) : k_loop();
-    if (Result<bool> r = epilogue(acc, items.latch, /*producer_joins=*/false); !r) return r;
+    if (Result<void> r = epilogue(acc, items.latch, /*producer_joins=*/false); !r) return r;
     b_.SetInsertPoint(items.latch);
     if (!t_.ws) barrier();
     close_items(items);
-    return true;
+    return {};
   }
 
   // The byte offset of element (row, col) in `tile`, col a multiple of per_chunk (a
@@ -675,7 +675,7 @@ class MmaKernel : MmaIsa {
 
   // `exit`: where the epilogue ends (nullptr: the kernel returns); `producer_joins`:
   // the warp-specialised producer's threads pass it too, storing nothing.
-  Result<bool> epilogue(const std::vector<llvm::Value*>& acc, llvm::BasicBlock* exit, bool producer_joins = true) {
+  Result<void> epilogue(const std::vector<llvm::Value*>& acc, llvm::BasicBlock* exit, bool producer_joins = true) {
     MmaEpilogueFrame f;
     f.b = &b_;
     f.fn = fn_;
@@ -725,8 +725,8 @@ Result<LaunchShape> build_mma_kernel(const KernelSpec& spec, const MatmulGroup& 
                                      bool wgmma_arch, const llvmb::Target& target, llvm::Module& m, bool sim) {
   Result<MmaTiling> t = mma_tiling(p, c, sm, wgmma_arch);
   if (!t) return t.error();
-  if (Result<bool> g = check_matmul_grid(p, t->bm, t->bn); !g) return g.error();
-  Result<bool> built = MmaKernel(spec, p, *t, target, m, sim).build();
+  if (Result<void> g = check_matmul_grid(p, t->bm, t->bn); !g) return g.error();
+  Result<void> built = MmaKernel(spec, p, *t, target, m, sim).build();
   if (!built) return built.error();
   LaunchShape l = matmul_launch_shape(p, t->bm, t->bn, t->launch_threads(), t->shared_bytes, t->split);
   if (t->persistent) l.grid = {t->grid_x(), 1, t->split};

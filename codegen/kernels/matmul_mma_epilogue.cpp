@@ -18,17 +18,17 @@ class Epilogue {
  public:
   Epilogue(MmaEpilogueFrame& f) : f_(f), b_(*f.b), p_(*f.p), t_(*f.t) {}
 
-  Result<bool> emit(const std::vector<llvm::Value*>& acc) {
+  Result<void> emit(const std::vector<llvm::Value*>& acc) {
     MatmulEpilogue epi(*f_.g, p_, *f_.cg, f_.in);
     g_ = b_.CreateLShr(f_.lane, k(2));
     tig2_ = mul(b_.CreateAnd(f_.lane, k(3)), 2);
     if (t_.split > 1) {
       each_piece(1, [&](const Piece& pc) {
         add_partial(pc.ok, pc.flat, acc[pc.acc]);
-        return Result<bool>(true);
+        return Result<void>();
       });
       finish();
-      return true;
+      return {};
     }
     if (!mma_staging_unfit(*f_.g, p_, t_)) {
       llvm::LLVMContext& c = b_.getContext();
@@ -39,15 +39,15 @@ class Epilogue {
       llvm::BasicBlock* direct = llvm::BasicBlock::Create(c, "epi.direct", f_.fn);
       b_.CreateCondBr(aligned16(), staged, direct);
       b_.SetInsertPoint(staged);
-      if (Result<bool> r = stage(epi, acc); !r) return r;
+      if (Result<void> r = stage(epi, acc); !r) return r;
       f_.barrier();  // the warp's chunks are in shared memory (a block barrier: the simulation has no warp one)
       write_back();
       finish();
       b_.SetInsertPoint(direct);
     }
-    if (Result<bool> r = direct_stores(epi, acc); !r) return r;
+    if (Result<void> r = direct_stores(epi, acc); !r) return r;
     finish();
-    return true;
+    return {};
   }
 
  private:
@@ -75,8 +75,8 @@ class Epilogue {
     int j = 0;
     const std::vector<llvm::Value*>* coords = nullptr;
   };
-  using PieceFn = std::function<Result<bool>(const Piece&)>;
-  Result<bool> each_piece(int width, const PieceFn& fn) {
+  using PieceFn = std::function<Result<void>(const Piece&)>;
+  Result<void> each_piece(int width, const PieceFn& fn) {
     std::vector<llvm::Value*> coords = f_.batch_coords;
     coords.push_back(nullptr);
     coords.push_back(nullptr);
@@ -97,10 +97,10 @@ class Epilogue {
             pc.ok = guard(b_.CreateAnd(row_ok, b_.CreateICmpSLT(pc.col, k(p_.N))));
             pc.flat = add(row_off, pc.col);
             pc.local_row = add(g_, k(i * 16 + half * 8));
-            if (Result<bool> r = fn(pc); !r) return r;
+            if (Result<void> r = fn(pc); !r) return r;
           }
       }
-    return true;
+    return {};
   }
   size_t acc_index(int i, int j, int half, int e) const {
     return static_cast<size_t>((i * t_.ni + j) * 4 + half * 2 + e);
@@ -123,7 +123,7 @@ class Epilogue {
   // The direct path: with N even, each fragment row's two adjacent columns (the first
   // even) as one 2-element access per output where every output pointer is aligned
   // to two elements (one uniform test), else one element at a time.
-  Result<bool> direct_stores(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc) {
+  Result<void> direct_stores(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc) {
     llvm::Value* aligned = p_.N % 2 == 0 ? epi.pairs_aligned(f_.out) : nullptr;
     if (!aligned)
       return each_piece(1, [&](const Piece& pc) {
@@ -170,9 +170,9 @@ class Epilogue {
 
   // Each in-bounds fragment pair through the epilogue, every output's pair written to
   // its area (a packed conversion and one 4- or 8-byte shared store).
-  Result<bool> stage(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc) {
+  Result<void> stage(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc) {
     llvm::LLVMContext& c = b_.getContext();
-    return each_piece(2, [&](const Piece& pc) -> Result<bool> {
+    return each_piece(2, [&](const Piece& pc) -> Result<void> {
       llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "stage", f_.fn);
       llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "stage.next", f_.fn);
       b_.CreateCondBr(pc.ok, st, next);
@@ -196,7 +196,7 @@ class Epilogue {
       }
       b_.CreateBr(next);
       b_.SetInsertPoint(next);
-      return true;
+      return {};
     });
   }
 
@@ -256,7 +256,7 @@ std::optional<std::string> mma_staging_unfit(const Graph& g, const MatmulGroup& 
   return std::nullopt;
 }
 
-Result<bool> emit_mma_epilogue(MmaEpilogueFrame& f, const std::vector<llvm::Value*>& acc) {
+Result<void> emit_mma_epilogue(MmaEpilogueFrame& f, const std::vector<llvm::Value*>& acc) {
   return Epilogue(f).emit(acc);
 }
 

@@ -55,6 +55,6 @@ std::optional<std::string> mma_staging_unfit(const Graph& g, const MatmulGroup& 
 
 // Emits the epilogue at the builder's insertion point, ending in the kernel's return
 // or a branch to `f.exit`.
-Result<bool> emit_mma_epilogue(MmaEpilogueFrame& f, const std::vector<llvm::Value*>& acc);
+Result<void> emit_mma_epilogue(MmaEpilogueFrame& f, const std::vector<llvm::Value*>& acc);
 
 }  // namespace sf::matmul_detail

@@ -103,7 +103,7 @@ class NvptxPointwise {
       : spec_(spec), g_(spec.group), cfg_(cfg), target_(target), n_(n), m_(m), b_(m.getContext()),
         simulate_(simulate) {}
 
-  Result<bool> build() {
+  Result<void> build() {
     llvm::LLVMContext& c = m_.getContext();
     const size_t np = g_.params().size(), no = g_.outputs().size();
     const int64_t T = tile_elems(cfg_);
@@ -158,7 +158,7 @@ class NvptxPointwise {
     }
 
     llvm::BasicBlock* exit = llvm::BasicBlock::Create(c, "exit", fn_);
-    auto tile_body = [&](llvm::Value* tile) -> Result<bool> {
+    auto tile_body = [&](llvm::Value* tile) -> Result<void> {
       llvm::BasicBlock* vec = llvm::BasicBlock::Create(c, "full", fn_);
       llvm::BasicBlock* tail = llvm::BasicBlock::Create(c, "tail", fn_);
       llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "tile.done", fn_);
@@ -169,12 +169,12 @@ class NvptxPointwise {
       // A full tile: elems_per_thread vectors per thread, a block apart, so that each
       // warp-wide access covers one contiguous span (coalesced), no bounds checks.
       b_.SetInsertPoint(vec);
-      auto step = [&](llvm::Value* kk) -> Result<bool> {
+      auto step = [&](llvm::Value* kk) -> Result<void> {
         llvm::Value* slot = b_.CreateAdd(b_.CreateMul(kk, k(cfg_.block), "", true, true), tid_, "", true, true);
         llvm::Value* base = b_.CreateAdd(tile_base, b_.CreateMul(slot, k(cfg_.vector), "", true, true), "base", true, true);
         return vector_step(base);
       };
-      Result<bool> r = cfg_.elems_per_thread == 1 ? step(k(0)) : emit_loop(b_, k(0), k(cfg_.elems_per_thread), k(1), "ept", step);
+      Result<void> r = cfg_.elems_per_thread == 1 ? step(k(0)) : emit_loop(b_, k(0), k(cfg_.elems_per_thread), k(1), "ept", step);
       if (!r) return r;
       b_.CreateBr(next);
 
@@ -188,25 +188,25 @@ class NvptxPointwise {
       if (!r) return r;
       b_.CreateBr(next);
       b_.SetInsertPoint(next);
-      return true;
+      return {};
     };
 
     if (cfg_.grid_stride) {
       // for (tile = blockIdx.x; tile < ntiles; tile += gridDim.x)
-      Result<bool> r = emit_loop(b_, bid, k(ntiles), nblocks, "tile", tile_body);
+      Result<void> r = emit_loop(b_, bid, k(ntiles), nblocks, "tile", tile_body);
       if (!r) return r;
       b_.CreateBr(exit);
     } else {
       llvm::BasicBlock* body = llvm::BasicBlock::Create(c, "tile", fn_);
       b_.CreateCondBr(b_.CreateICmpSLT(bid, k(ntiles)), body, exit);
       b_.SetInsertPoint(body);
-      Result<bool> r = tile_body(bid);
+      Result<void> r = tile_body(bid);
       if (!r) return r;
       b_.CreateBr(exit);
     }
     b_.SetInsertPoint(exit);
     b_.CreateRetVoid();
-    return true;
+    return {};
   }
 
  private:
@@ -217,7 +217,7 @@ class NvptxPointwise {
   int64_t piece_bytes(DType t) const { return ElementCodegen::vector_piece_bytes(t, cfg_.vector); }
 
   // One vector of `vector` elements at `base` (a multiple of vector, all in bounds).
-  Result<bool> vector_step(llvm::Value* base) {
+  Result<void> vector_step(llvm::Value* base) {
     const int V = cfg_.vector;
     // (param, map) -> its V elements, loaded where lane 0 first reads them, which
     // dominates every later lane (lanes are emitted in order, as straight-line code).
@@ -254,14 +254,14 @@ class NvptxPointwise {
       for (const Elem& e : results[o]) vals.push_back(e.value);
       cg_->store_vector(g_.node(g_.outputs()[o].value).type.dtype, out_[o], base, vals);
     }
-    return true;
+    return {};
   }
 
-  Result<bool> scalar_step(llvm::Value* i) {
+  Result<void> scalar_step(llvm::Value* i) {
     Result<std::vector<Elem>> r = outputs_at(g_, *values_, i);
     if (!r) return r.error();
     for (size_t o = 0; o < r->size(); ++o) cg_->store((*r)[o], out_[o], i);
-    return true;
+    return {};
   }
 
   const KernelSpec& spec_;
@@ -287,7 +287,7 @@ class NvptxPointwise {
 // The body is straight-line element code (dense operands indexed by i itself), which
 // LLVM's loop vectoriser turns into SIMD code for the host CPU; host_vector and
 // host_interleave, when set, are its width and interleave count (element.h LoopHints).
-Result<bool> build_host(const KernelSpec& spec, const KernelConfig& cfg, const llvmb::Target& target, int64_t n,
+Result<void> build_host(const KernelSpec& spec, const KernelConfig& cfg, const llvmb::Target& target, int64_t n,
                         llvm::Module& m) {
   llvm::LLVMContext& c = m.getContext();
   const Graph& g = spec.group;
@@ -297,15 +297,15 @@ Result<bool> build_host(const KernelSpec& spec, const KernelConfig& cfg, const l
   std::vector<llvm::Value*> in = ke.in, out = ke.out;
   ElementCodegen cg(b, m, target, spec.precision);
   kernels::GroupValues values(g, cg, in);
-  Result<bool> r = emit_loop(b, b.getInt64(0), b.getInt64(n), b.getInt64(1), "i", [&](llvm::Value* i) -> Result<bool> {
+  Result<void> r = emit_loop(b, b.getInt64(0), b.getInt64(n), b.getInt64(1), "i", [&](llvm::Value* i) -> Result<void> {
     Result<std::vector<Elem>> e = outputs_at(g, values, i);
     if (!e) return e.error();
     for (size_t o = 0; o < no; ++o) cg.store((*e)[o], out[o], i);
-    return true;
+    return {};
   }, kernels::host_loop_hints(cfg));
   if (!r) return r;
   b.CreateRetVoid();
-  return true;
+  return {};
 }
 
 }  // namespace
@@ -329,7 +329,7 @@ Result<EmittedKernel> emit_pointwise(const KernelSpec& spec, const KernelConfig&
   k.module = std::make_unique<llvm::Module>(spec.entry, *k.context);
   llvmb::prepare_module(*k.module, target);
   k.entry = spec.entry;
-  Result<bool> built = target.kind == llvmb::Target::Kind::NVPTX
+  Result<void> built = target.kind == llvmb::Target::Kind::NVPTX
                            ? NvptxPointwise(spec, config, target, *n, *k.module).build()
                            : build_host(spec, config, target, *n, *k.module);
   if (!built) return built.error();
@@ -349,7 +349,7 @@ Result<EmittedKernel> emit_pointwise_thread_on_host(const KernelSpec& spec, cons
   k.module = std::make_unique<llvm::Module>(spec.entry, *k.context);
   llvmb::prepare_module(*k.module, host);
   k.entry = spec.entry;
-  Result<bool> built = NvptxPointwise(spec, config, host, *n, *k.module, /*simulate=*/true).build();
+  Result<void> built = NvptxPointwise(spec, config, host, *n, *k.module, /*simulate=*/true).build();
   if (!built) return built.error();
   if (auto err = llvmb::verify(*k.module)) return diag("internal: the emitted module does not verify: " + *err);
   k.launch = pointwise_launch(*n, config);

@@ -96,7 +96,7 @@ void decide_persistent(Plan& p, const Graph& g, const KernelConfig& c) {
 
 int64_t block_threads(const KernelConfig& c) { return int64_t{c.threads_per_row} * c.rows_per_block; }
 
-Result<bool> check_config(const KernelConfig& c) {
+Result<void> check_config(const KernelConfig& c) {
   const int t = c.threads_per_row;
   if (t < 1 || t > 1024 || (t < 32 ? !is_pow2(t) : t % 32 != 0))
     return diag("threads_per_row = " + std::to_string(t) +
@@ -110,7 +110,7 @@ Result<bool> check_config(const KernelConfig& c) {
   if (c.max_blocks < 1) return diag("max_blocks = " + std::to_string(c.max_blocks) + " must be positive");
   if (c.split_reduction < 1 || c.split_reduction > 65535)
     return diag("split_reduction = " + std::to_string(c.split_reduction) + " is outside 1..65535 (the grid's y limit)");
-  return true;
+  return {};
 }
 
 Result<Plan> make_plan(const KernelSpec& spec, const KernelConfig& c, const llvmb::Target& t) {
@@ -118,7 +118,7 @@ Result<Plan> make_plan(const KernelSpec& spec, const KernelConfig& c, const llvm
   if (!is_c_identifier(spec.entry)) return diag("entry '" + spec.entry + "' is not a C identifier");
   if (t.kind == llvmb::Target::Kind::NVPTX && !kernels::sm_version(t.arch))
     return diag("unknown NVPTX arch '" + t.arch + "' (expected sm_NN or sm_NNa)");
-  if (Result<bool> ok = check_config(c); !ok) return ok.error();
+  if (Result<void> ok = check_config(c); !ok) return ok.error();
   if (g.outputs().empty()) return diag("group '" + g.name() + "' has no outputs");
 
   Plan p;
@@ -372,27 +372,27 @@ class Program {
 
   // Emits, at the builder's position, the row-space values that X-space code at the
   // given roots reads, so that the loop body finds them computed.
-  Result<bool> prepare(const std::vector<std::pair<ValueId, ValueIndex>>& roots) {
+  Result<void> prepare(const std::vector<std::pair<ValueId, ValueIndex>>& roots) {
     std::vector<ValueId> need;
     std::set<std::string> seen;
-    std::function<Result<bool>(ValueId, const ValueIndex&)> walk = [&](ValueId v, const ValueIndex& at) -> Result<bool> {
-      if (!seen.insert(std::to_string(v) + "#" + at.key()).second) return true;
+    std::function<Result<void>(ValueId, const ValueIndex&)> walk = [&](ValueId v, const ValueIndex& at) -> Result<void> {
+      if (!seen.insert(std::to_string(v) + "#" + at.key()).second) return {};
       const Node& n = g_.node(v);
-      if (n.op == OpKind::Param || n.op == OpKind::Constant) return true;
+      if (n.op == OpKind::Param || n.op == OpKind::Constant) return {};
       if (row_read(v, at)) {
         if (!is_reduce(n.op) && std::find(need.begin(), need.end(), v) == need.end()) need.push_back(v);
-        return true;
+        return {};
       }
       if (is_reduce(n.op)) return other_row(n);
       for (ValueId u : n.inputs) {
         std::optional<ValueIndex> ui = kernels::operand_index(n, at, g_.node(u).type.shape);
         if (!ui) return diag(who(n) + " is neither elementwise nor a view", n.loc);
-        if (Result<bool> r = walk(u, *ui); !r) return r;
+        if (Result<void> r = walk(u, *ui); !r) return r;
       }
-      return true;
+      return {};
     };
     for (const auto& [v, at] : roots)
-      if (Result<bool> r = walk(v, at); !r) return r;
+      if (Result<void> r = walk(v, at); !r) return r;
     std::sort(need.begin(), need.end());  // node order: a stable IR
     for (ValueId v : need) {
       if (prepared_.count(v)) continue;
@@ -400,7 +400,7 @@ class Program {
       if (!e) return e.error();
       prepared_.emplace(v, *e);
     }
-    return true;
+    return {};
   }
 
  private:
@@ -511,7 +511,7 @@ class Builder {
   }
 
   // Folds the element at X index `i` of every reduction of `pass` into `accs`.
-  Result<bool> fold_element(const std::vector<ValueId>& pass, const std::vector<llvm::AllocaInst*>& accs,
+  Result<void> fold_element(const std::vector<ValueId>& pass, const std::vector<llvm::AllocaInst*>& accs,
                             llvm::Value* i) {
     prog_->set_x(i);
     for (size_t r = 0; r < pass.size(); ++r) {
@@ -521,7 +521,7 @@ class Builder {
       llvm::Value* acc = b_.CreateLoad(f.type(), accs[r]);
       b_.CreateStore(f.combine(acc, f.element(*e)), accs[r]);
     }
-    return true;
+    return {};
   }
 
   // Every row-space output's value for the current row (computed by every thread,
@@ -537,7 +537,7 @@ class Builder {
     return r;
   }
 
-  Result<bool> store_x_outputs(llvm::Value* i) {
+  Result<void> store_x_outputs(llvm::Value* i) {
     prog_->set_x(i);
     for (size_t o : p_.x_outputs) {
       ValueId v = g_.outputs()[o].value;
@@ -545,7 +545,7 @@ class Builder {
       if (!e) return e.error();
       cg_->store(*e, out_[o], i);
     }
-    return true;
+    return {};
   }
 
   const KernelSpec& spec_;
@@ -576,18 +576,18 @@ class HostBuilder final : public Builder {
  public:
   using Builder::Builder;
 
-  Result<bool> build() {
+  Result<void> build() {
     it_ = b_.getInt64Ty();
     kernels::KernelEntry ke =
         kernels::begin_kernel(m_, b_, spec_.entry, g_.params().size(), g_.outputs().size(), llvmb::Target::host());
     fn_ = ke.fn;
     start(std::move(ke.in), std::move(ke.out));
     if (p_.rows > 0) {
-      Result<bool> r = emit_loop(b_, k(0), k(p_.rows), k(1), "row", [&](llvm::Value* row) { return row_body(row); });
+      Result<void> r = emit_loop(b_, k(0), k(p_.rows), k(1), "row", [&](llvm::Value* row) { return row_body(row); });
       if (!r) return r;
     }
     b_.CreateRetVoid();
-    return true;
+    return {};
   }
 
  private:
@@ -601,7 +601,7 @@ class HostBuilder final : public Builder {
     return c;
   }
 
-  Result<bool> row_body(llvm::Value* row) {
+  Result<void> row_body(llvm::Value* row) {
     prog_->set_row(row);
     llvm::Value* base = kernels::emit_index_map(b_, row, p_.row_map);
     auto x_index = [&](llvm::Value* j) {
@@ -617,19 +617,19 @@ class HostBuilder final : public Builder {
         b_.CreateStore(f.identity(), total.back());
       }
       if (p_.n > 0) {
-        if (Result<bool> r = prog_->prepare(pass_roots(pass)); !r) return r;
+        if (Result<void> r = prog_->prepare(pass_roots(pass)); !r) return r;
         const int64_t C = chunk();
-        Result<bool> r = emit_loop(b_, k(0), k(p_.n), k(C), "chunk", [&](llvm::Value* c0) -> Result<bool> {
+        Result<void> r = emit_loop(b_, k(0), k(p_.n), k(C), "chunk", [&](llvm::Value* c0) -> Result<void> {
           for (size_t q = 0; q < pass.size(); ++q) b_.CreateStore(folds_.at(pass[q]).identity(), part[q]);
           llvm::Value* end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(c0, k(C), "", true, true), k(p_.n));
-          Result<bool> inner = emit_loop(b_, c0, end, k(1), "j", [&](llvm::Value* j) { return fold_element(pass, part, x_index(j)); },
+          Result<void> inner = emit_loop(b_, c0, end, k(1), "j", [&](llvm::Value* j) { return fold_element(pass, part, x_index(j)); },
                                          kernels::host_loop_hints(cfg_));
           if (!inner) return inner;
           for (size_t q = 0; q < pass.size(); ++q) {
             const Fold& f = folds_.at(pass[q]);
             b_.CreateStore(f.combine(b_.CreateLoad(f.type(), total[q]), b_.CreateLoad(f.type(), part[q])), total[q]);
           }
-          return true;
+          return {};
         });
         if (!r) return r;
       }
@@ -642,11 +642,11 @@ class HostBuilder final : public Builder {
     if (!ro) return ro.error();
     for (size_t q = 0; q < ro->size(); ++q) cg_->store((*ro)[q], out_[p_.row_outputs[q]], row);
     if (p_.n > 0 && !p_.x_outputs.empty()) {
-      if (Result<bool> r = prog_->prepare(x_output_roots()); !r) return r;
+      if (Result<void> r = prog_->prepare(x_output_roots()); !r) return r;
       return emit_loop(b_, k(0), k(p_.n), k(1), "x", [&](llvm::Value* j) { return store_x_outputs(x_index(j)); },
                        kernels::host_loop_hints(cfg_));
     }
-    return true;
+    return {};
   }
 };
 
@@ -662,7 +662,7 @@ class NvptxBuilder final : public Builder {
                llvm::Module& m, bool simulate)
       : Builder(spec, cfg, plan, target, m), simulate_(simulate) {}
 
-  Result<bool> build() {
+  Result<void> build() {
     llvm::LLVMContext& c = m_.getContext();
     const size_t np = g_.params().size(), no = g_.outputs().size();
     // i32 index arithmetic where every value formed fits (indices below numel(X) or
@@ -734,22 +734,22 @@ class NvptxBuilder final : public Builder {
     const int64_t ngroups = (p_.rows + rpb - 1) / rpb;
 
     llvm::BasicBlock* exit = llvm::BasicBlock::Create(c, "exit", fn_);
-    auto rows = [&](int vector) -> Result<bool> {
+    auto rows = [&](int vector) -> Result<void> {
       auto body = [&](llvm::Value* grp) { return p_.persistent ? persistent_body(grp, vector) : group_body(grp, vector); };
       if (cfg_.grid_stride) {
-        Result<bool> r = emit_loop(b_, bid, k(ngroups), nblocks, "rows", body);
+        Result<void> r = emit_loop(b_, bid, k(ngroups), nblocks, "rows", body);
         if (!r) return r;
       } else {
         llvm::BasicBlock* one = llvm::BasicBlock::Create(c, "rows", fn_);
         llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "rows.done", fn_);
         b_.CreateCondBr(b_.CreateICmpSLT(bid, k(ngroups)), one, done);
         b_.SetInsertPoint(one);
-        Result<bool> r = body(bid);
+        Result<void> r = body(bid);
         if (!r) return r;
         b_.CreateBr(done);
         b_.SetInsertPoint(done);
       }
-      return true;
+      return {};
     };
     if (ngroups > 0) {
       if (p_.vector > 1) {
@@ -759,20 +759,20 @@ class NvptxBuilder final : public Builder {
         llvm::BasicBlock* scalar = llvm::BasicBlock::Create(c, "rows.scalar", fn_);
         b_.CreateCondBr(aligned_for_vector(), vec, scalar);
         b_.SetInsertPoint(vec);
-        if (Result<bool> r = rows(p_.vector); !r) return r;
+        if (Result<void> r = rows(p_.vector); !r) return r;
         b_.CreateBr(exit);
         b_.SetInsertPoint(scalar);
       }
-      if (Result<bool> r = rows(1); !r) return r;
+      if (Result<void> r = rows(1); !r) return r;
     }
     b_.CreateBr(exit);
     b_.SetInsertPoint(exit);
     b_.CreateRetVoid();
-    return true;
+    return {};
   }
 
  private:
-  Result<bool> group_body(llvm::Value* grp, int vector) {
+  Result<void> group_body(llvm::Value* grp, int vector) {
     const int tpr = cfg_.threads_per_row;
     llvm::Value* row = b_.CreateAdd(b_.CreateMul(grp, k(cfg_.rows_per_block), "", true, true), sub_, "row", true, true);
     llvm::Value* valid = b_.CreateICmpSLT(row, k(p_.rows), "valid");
@@ -803,15 +803,15 @@ class NvptxBuilder final : public Builder {
         b_.CreateStore(f.identity(), part.back());
       }
       if (p_.n > 0) {
-        if (Result<bool> r = prog_->prepare(pass_roots(pass)); !r) return r;
+        if (Result<void> r = prog_->prepare(pass_roots(pass)); !r) return r;
         // Consecutive threads read consecutive elements: coalesced when the reduced
         // dims are X's innermost.
-        Result<bool> r = vector == 1
+        Result<void> r = vector == 1
             ? emit_loop(b_, jfirst, nloop, k(tpr), "j", [&](llvm::Value* j) { return fold_element(pass, part, x_index(j)); })
             // `vector` adjacent elements per thread and step (contiguous rows, vector
             // dividing n), each param read in dense runs loaded once per step.
             : emit_loop(b_, b_.CreateMul(lr_, k(vector), "", true, true), nloop, k(int64_t{tpr} * vector), "j",
-                        [&](llvm::Value* j) -> Result<bool> {
+                        [&](llvm::Value* j) -> Result<void> {
                           std::map<std::string, std::vector<Elem>> lanes;
                           set_vector_slots(x_index(j), vector, lanes);
                           for (int l = 0; l < vector; ++l) {
@@ -824,7 +824,7 @@ class NvptxBuilder final : public Builder {
                               b_.CreateStore(f.combine(acc, f.element(*e)), part[q]);
                             }
                           }
-                          return true;
+                          return {};
                         });
         if (!r) return r;
       }
@@ -835,13 +835,13 @@ class NvptxBuilder final : public Builder {
       for (size_t q = 0; q < pass.size(); ++q) prog_->set_reduced(pass[q], folds_.at(pass[q]).finish(vals[q], p_.n));
     }
 
-    if (Result<bool> r = store_row_outputs(valid, rowc); !r) return r;
+    if (Result<void> r = store_row_outputs(valid, rowc); !r) return r;
     if (p_.n > 0 && !p_.x_outputs.empty()) {
-      if (Result<bool> r = prog_->prepare(x_output_roots()); !r) return r;
-      Result<bool> r = vector == 1
+      if (Result<void> r = prog_->prepare(x_output_roots()); !r) return r;
+      Result<void> r = vector == 1
           ? emit_loop(b_, lr_, nloop, k(tpr), "x", [&](llvm::Value* j) { return store_x_outputs(x_index(j)); })
           : emit_loop(b_, b_.CreateMul(lr_, k(vector), "", true, true), nloop, k(int64_t{tpr} * vector), "x",
-                      [&](llvm::Value* j) -> Result<bool> {
+                      [&](llvm::Value* j) -> Result<void> {
                         std::map<std::string, std::vector<Elem>> lanes;
                         llvm::Value* first = x_index(j);
                         set_vector_slots(first, vector, lanes);
@@ -852,14 +852,14 @@ class NvptxBuilder final : public Builder {
     // The next row group writes the same shared slots: every thread must have read
     // this group's first (one pass reads its slots after its only barrier).
     if (p_.smem_bytes > 0 && cfg_.grid_stride) barrier();
-    return true;
+    return {};
   }
 
   // The row-space outputs of the current row, stored by the row's first thread.
-  Result<bool> store_row_outputs(llvm::Value* valid, llvm::Value* rowc) {
+  Result<void> store_row_outputs(llvm::Value* valid, llvm::Value* rowc) {
     Result<std::vector<Elem>> ro = row_outputs();
     if (!ro) return ro.error();
-    if (ro->empty()) return true;
+    if (ro->empty()) return {};
     llvm::LLVMContext& c = m_.getContext();
     llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "row.store", fn_);
     llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "row.stored", fn_);
@@ -878,7 +878,7 @@ class NvptxBuilder final : public Builder {
     }
     b_.CreateBr(done);
     b_.SetInsertPoint(done);
-    return true;
+    return {};
   }
 
   // True when every pointer a vector slot reads or writes in whole runs is aligned to
@@ -911,7 +911,7 @@ class NvptxBuilder final : public Builder {
   // for the later passes and the outputs (softmax's exp(x - max) feeds both its sum
   // and its output). Slots past the row's end read the row's first element and fold
   // the identity; they store nothing.
-  Result<bool> persistent_body(llvm::Value* grp, int vector) {
+  Result<void> persistent_body(llvm::Value* grp, int vector) {
     const int tpr = cfg_.threads_per_row;
     const int64_t nslots = (p_.n + int64_t{tpr} * vector - 1) / (int64_t{tpr} * vector);
     llvm::Value* row = b_.CreateAdd(b_.CreateMul(grp, k(cfg_.rows_per_block), "", true, true), sub_, "row", true, true);
@@ -934,7 +934,7 @@ class NvptxBuilder final : public Builder {
 
     size_t slot = 0;  // reductions so far, in pass order: their shared-memory slots
     for (const std::vector<ValueId>& pass : p_.passes) {
-      if (Result<bool> r = prog_->prepare(pass_roots(pass)); !r) return r;
+      if (Result<void> r = prog_->prepare(pass_roots(pass)); !r) return r;
       std::vector<llvm::Value*> vals;
       for (ValueId v : pass) vals.push_back(folds_.at(v).identity());
       for (int64_t e = 0; e < nslots * vector; ++e) {
@@ -951,18 +951,18 @@ class NvptxBuilder final : public Builder {
       for (size_t q = 0; q < pass.size(); ++q) prog_->set_reduced(pass[q], folds_.at(pass[q]).finish(vals[q], p_.n));
     }
 
-    if (Result<bool> r = store_row_outputs(valid, rowc); !r) return r;
+    if (Result<void> r = store_row_outputs(valid, rowc); !r) return r;
     if (!p_.x_outputs.empty()) {
-      if (Result<bool> r = prog_->prepare(x_output_roots()); !r) return r;
+      if (Result<void> r = prog_->prepare(x_output_roots()); !r) return r;
       for (int64_t sl = 0; sl < nslots; ++sl) {
-        if (Result<bool> r = store_vector_outputs(first[static_cast<size_t>(sl)], vector,
+        if (Result<void> r = store_vector_outputs(first[static_cast<size_t>(sl)], vector,
                                                   static_cast<size_t>(sl * vector), ok[static_cast<size_t>(sl)]);
             !r)
           return r;
       }
     }
     if (p_.smem_bytes > 0 && cfg_.grid_stride) barrier();
-    return true;
+    return {};
   }
 
   // Slots slot0 .. slot0 + vector - 1 of the element program: the `vector` adjacent X
@@ -988,7 +988,7 @@ class NvptxBuilder final : public Builder {
   // The X-space outputs of slots slot0 .. slot0 + vector - 1 (from X index `first`):
   // every value first (straight-line, so that later code may reuse them), then the
   // stores, `vector` elements at a time, under `ok` when given.
-  Result<bool> store_vector_outputs(llvm::Value* first, int vector, size_t slot0 = 0, llvm::Value* ok = nullptr) {
+  Result<void> store_vector_outputs(llvm::Value* first, int vector, size_t slot0 = 0, llvm::Value* ok = nullptr) {
     std::vector<std::vector<Elem>> vals(p_.x_outputs.size());  // [output][lane]
     for (int l = 0; l < vector; ++l) {
       prog_->use_slot(slot0 + static_cast<size_t>(l));
@@ -1011,7 +1011,7 @@ class NvptxBuilder final : public Builder {
       b_.CreateBr(done);
       b_.SetInsertPoint(done);
     }
-    return true;
+    return {};
   }
 
   // Param `v`'s `vector` elements from X index `first` through `map` (dense runs),
@@ -1128,7 +1128,7 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   k.module = std::make_unique<llvm::Module>(spec.entry, *k.context);
   llvmb::prepare_module(*k.module, target);
   k.entry = spec.entry;
-  Result<bool> built = gpu ? NvptxBuilder(spec, config, *plan, target, *k.module, simulate).build()
+  Result<void> built = gpu ? NvptxBuilder(spec, config, *plan, target, *k.module, simulate).build()
                            : HostBuilder(spec, config, *plan, target, *k.module).build();
   if (!built) return built.error();
   if (auto err = llvmb::verify(*k.module))  // an emitter bug, not a user error: say so

@@ -53,6 +53,31 @@ class Result {
   std::variant<T, Diag> v_;
 };
 
+// Success, or the Diag that says why not: what a function with no value to return
+// returns (the one error shape, with Result<T>; not std::optional<Diag>, whose empty
+// state means success and reads backwards at the call site).
+template <>
+class Result<void> {
+ public:
+  Result() = default;                            // success
+  Result(Diag d) : d_(std::move(d)), ok_(false) {}  // NOLINT: implicit on purpose
+  bool ok() const { return ok_; }
+  explicit operator bool() const { return ok_; }
+  const Diag& error() const { return d_; }
+
+ private:
+  Diag d_;
+  bool ok_ = true;
+};
+
+// Returns the Diag of `expr` (a Result<T> or Result<void>) from the enclosing
+// function, which returns a Result, when it failed.
+#define SF_TRY(expr)                                        \
+  do {                                                      \
+    auto&& sf_try_result_ = (expr);                         \
+    if (!sf_try_result_.ok()) return sf_try_result_.error(); \
+  } while (0)
+
 // Thrown only inside a component and turned into a Diag at its boundary (the
 // parser, the builder); never escapes a function that returns Result.
 struct DiagError {

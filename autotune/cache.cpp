@@ -194,7 +194,7 @@ bool write_all(int fd, std::string_view data) {
 // concurrent writers one wins whole. No fsync: after a crash the worst case is an
 // empty or truncated entry, which load() detects and removes, costing one re-tune;
 // an fsync per entry would cost milliseconds on every Built/Pruned store.
-std::optional<Diag> write_atomically(const fs::path& path, std::string_view text) {
+Result<void> write_atomically(const fs::path& path, std::string_view text) {
   fs::path tmp;
   int fd = -1;
   for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
@@ -219,7 +219,7 @@ std::optional<Diag> write_atomically(const fs::path& path, std::string_view text
     ::unlink(tmp.c_str());
     return error("tuning cache: cannot write " + path.string() + ": " + errno_text(e));
   }
-  return std::nullopt;
+  return {};
 }
 
 // The whole file, or nullopt with errno set: EINVAL for what is not a regular file
@@ -458,7 +458,7 @@ std::map<std::string, CacheEntry> TuneCache::load(const TuneKey& key) {
   return out;
 }
 
-std::optional<Diag> TuneCache::store(const TuneKey& key, const CacheEntry& e) {
+Result<void> TuneCache::store(const TuneKey& key, const CacheEntry& e) {
   const fs::path kdir = key_dir(key);
   std::error_code ec;
   fs::create_directories(kdir, ec);
@@ -470,7 +470,7 @@ std::optional<Diag> TuneCache::store(const TuneKey& key, const CacheEntry& e) {
     json k = {{"format", kFormat},       {"version", kVersion},         {"key", key_text},
               {"kind", key.kind},        {"signature", key.signature},  {"shapes", key.shapes},
               {"target", key.target},    {"toolchain", key.toolchain}};
-    if (auto d = write_atomically(key_file, k.dump(2) + "\n")) return d;
+    SF_TRY(write_atomically(key_file, k.dump(2) + "\n"));
   }
 
   CacheEntry stamped = e;

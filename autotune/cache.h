@@ -75,7 +75,7 @@ class TuneCache {
   std::map<std::string, CacheEntry> load(const TuneKey& key);
 
   // Writes one entry atomically (temporary file + rename) and key.json if missing.
-  std::optional<Diag> store(const TuneKey& key, const CacheEntry& e);
+  Result<void> store(const TuneKey& key, const CacheEntry& e);
 
   // An exclusive flock(2) on the key's .lock, held until the Lock is destroyed.
   // Blocks while another process or thread holds it, up to `timeout_s`.

@@ -67,7 +67,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(std::vector<Tensor> input
   r->output_specs_ = std::move(outputs);
   // Allocate and upload now, so a device that cannot hold the arguments says so
   // before any candidate is built.
-  if (auto e = r->ensure_ready(o.flush_bytes)) return *e;
+  SF_TRY(r->ensure_ready(o.flush_bytes));
   return r;
 }
 
@@ -76,12 +76,12 @@ CudaRunner::~CudaRunner() {
   if (ready_ && ctx_ && ctx_->generation() == generation_) (void)stream_.synchronize();
 }
 
-std::optional<Diag> CudaRunner::ensure_ready(int64_t flush_bytes) {
+Result<void> CudaRunner::ensure_ready(int64_t flush_bytes) {
   if (ready_ && ctx_->generation() != generation_) {
     // Someone reset the context since: every handle below is dead.
     ready_ = false;
   }
-  if (auto e = ctx_->make_current()) return e;
+  if (auto e = ctx_->make_current()) return *e;
   if (!ready_) {
     stream_ = {};
     start_ = {};
@@ -106,7 +106,7 @@ std::optional<Diag> CudaRunner::ensure_ready(int64_t flush_bytes) {
       if (!buf) return Diag{"", {}, "kernel inputs: " + buf.error().message};
       if (t.nbytes() > 0)
         if (auto e = cuda::check(ctx_->drv().MemcpyHtoD(buf->ptr(), t.data(), t.nbytes()), "cuMemcpyHtoD"))
-          return e;
+          return *e;
       inputs_.push_back(std::move(buf).value());
     }
     for (const KernelArgSpec& s : output_specs_) {
@@ -122,7 +122,7 @@ std::optional<Diag> CudaRunner::ensure_ready(int64_t flush_bytes) {
     if (!f) return Diag{"", {}, "the L2 flush buffer: " + f.error().message};
     flush_ = std::move(f).value();
   }
-  return std::nullopt;
+  return {};
 }
 
 std::string CudaRunner::recover() {
@@ -247,7 +247,7 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
     return Diag{"", {}, "the candidate's arguments " + specs_str(p->inputs) + " -> " + specs_str(p->outputs) +
                             " are not this runner's " + specs_str(input_specs_) + " -> " + specs_str(output_specs_)};
   const int64_t flush_bytes = !bench.flush_cache ? 0 : bench.flush_bytes > 0 ? bench.flush_bytes : opts_.flush_bytes;
-  if (auto e = ensure_ready(flush_bytes)) return *e;
+  SF_TRY(ensure_ready(flush_bytes));
 
   // What one run of the candidate enqueues: a launch of its PTX, or the library call.
   std::vector<CUdeviceptr> args;

@@ -146,7 +146,7 @@ class CudaRunner final : public Runner {
 
  private:
   CudaRunner() = default;
-  std::optional<Diag> ensure_ready(int64_t flush_bytes);
+  Result<void> ensure_ready(int64_t flush_bytes);
   // The GEMM prepared on this runner's context and arguments (its handle and
   // workspace made on first use, again after a reset).
   Result<cublas::GemmCall> prepare_gemm(const GemmArtifact& g);

@@ -165,7 +165,7 @@ std::string tune_code_hash(const GemmArtifact& g) {
   return fnv1a_hex(text);
 }
 
-std::optional<Diag> write_tune_candidates(const TuneCandidateSet& s, const std::string& dir) {
+Result<void> write_tune_candidates(const TuneCandidateSet& s, const std::string& dir) {
   std::error_code ec;
   if (dir.empty()) return Diag{dir, {}, "the candidate directory name is empty"};
   fs::path target = fs::absolute(dir, ec).lexically_normal();
@@ -230,7 +230,7 @@ std::optional<Diag> write_tune_candidates(const TuneCandidateSet& s, const std::
     return Diag{dir, {}, "cannot write the candidate files"};
   }
   if (std::optional<std::string> why = swap_in_directory(tmp.string(), target.string())) return Diag{dir, {}, *why};
-  return std::nullopt;
+  return {};
 }
 
 Result<TuneCandidateSet> read_tune_candidates(const std::string& dir) {
@@ -316,7 +316,7 @@ Result<TuneCandidateSet> read_tune_candidates(const std::string& dir) {
   }
 }
 
-std::optional<Diag> write_tune_measurements(const TuneMeasurements& m, const std::string& dir) {
+Result<void> write_tune_measurements(const TuneMeasurements& m, const std::string& dir) {
   json j = {{"format", kMeasuredFormat}, {"version", kVersion}, {"device", m.device},
             {"arch", m.arch},            {"driver_version", m.driver_version}, {"date", m.date},
             {"results", json::array()}};
@@ -352,7 +352,7 @@ std::optional<Diag> write_tune_measurements(const TuneMeasurements& m, const std
     fs::remove(tmp, ec);
     return Diag{target.string(), {}, "cannot move it into place"};
   }
-  return std::nullopt;
+  return {};
 }
 
 Result<TuneMeasurements> read_tune_measurements(const std::string& dir) {

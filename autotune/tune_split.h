@@ -57,7 +57,7 @@ std::string tune_code_hash(const GemmArtifact& g);
 // DIR/candidates.json and one .ptx per candidate, written into a fresh sibling
 // directory that then replaces DIR. DIR must be absent, empty, or a candidate
 // directory written before (its marker file says so); anything else is refused.
-std::optional<Diag> write_tune_candidates(const TuneCandidateSet& s, const std::string& dir);
+Result<void> write_tune_candidates(const TuneCandidateSet& s, const std::string& dir);
 Result<TuneCandidateSet> read_tune_candidates(const std::string& dir);
 
 struct TuneMeasurement {
@@ -91,7 +91,7 @@ std::unique_ptr<Runner> make_recording_runner(TuneCandidateKernel* k);
 std::unique_ptr<Runner> make_replay_runner(const TuneMeasurements& m, const std::string& dir);
 
 // DIR/measurements.json (written to a temporary file, then renamed).
-std::optional<Diag> write_tune_measurements(const TuneMeasurements& m, const std::string& dir);
+Result<void> write_tune_measurements(const TuneMeasurements& m, const std::string& dir);
 Result<TuneMeasurements> read_tune_measurements(const std::string& dir);
 
 // Times every candidate on CUDA device 0, as `tune --device cuda` does: per kernel a

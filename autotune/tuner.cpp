@@ -85,7 +85,7 @@ Result<TuneReport> tune_kernel(const TuneProblem& problem, const TuneKey& key, c
 
   auto store = [&](const CacheEntry& e) {
     entries[e.config] = e;
-    if (std::optional<Diag> d = cache.store(key, e)) r.warnings.push_back(d->message);
+    if (Result<void> d = cache.store(key, e); !d.ok()) r.warnings.push_back(d.error().message);
   };
 
   // Build what the cache knows nothing about, in parallel.

@@ -22,7 +22,7 @@ std::string plan_graph_digest(const Graph& g) {
   return buf;
 }
 
-std::optional<Diag> verify_plan_matches_graph(const Plan& p, const Graph& g, const std::string& graph_file,
+Result<void> verify_plan_matches_graph(const Plan& p, const Graph& g, const std::string& graph_file,
                                               const std::string& plan_file) {
   auto fail = [&](const std::string& what) {
     return Diag{graph_file, {}, what + " (recompile the Plan, or restore graph.sf: exec shards the inputs and "
@@ -58,19 +58,19 @@ std::optional<Diag> verify_plan_matches_graph(const Plan& p, const Graph& g, con
       const ValueId v = g.params()[i];
       if (auto e = check("param", params[i], g.node(v).type, sharding.nodes[static_cast<size_t>(v)].output,
                          r.inputs[i], r.input_specs[i]))
-        return e;
+        return *e;
     }
     for (size_t o = 0; o < g.outputs().size(); ++o)
       if (auto e = check("output", outputs[o], g.node(g.outputs()[o].value).type, sharding.outputs[o], r.outputs[o],
                          r.output_specs[o]))
-        return e;
+        return *e;
   }
   if (p.graph_digest.empty())
     return Diag{plan_file, {}, "graph_digest: missing; exec checks graph.sf against it (recompile the Plan)"};
   if (plan_graph_digest(g) != p.graph_digest)
     return fail("its ops are not the ones plan.json was compiled from (digest " + plan_graph_digest(g) +
                 ", plan.json's graph_digest " + p.graph_digest + ")");
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace sf

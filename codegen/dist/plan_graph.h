@@ -23,7 +23,7 @@ std::string plan_graph_digest(const Graph& g);
 // param's and output's placement and local dtype and shape re-derived from the
 // graph (propagate + local_shard) against the Plan's buffers; and the digest. The
 // structural checks come first because an edited Plan can carry any digest.
-std::optional<Diag> verify_plan_matches_graph(const Plan& p, const Graph& g, const std::string& graph_file,
+Result<void> verify_plan_matches_graph(const Plan& p, const Graph& g, const std::string& graph_file,
                                               const std::string& plan_file);
 
 }  // namespace sf

@@ -76,9 +76,10 @@ std::vector<LocalProgram> rank_programs(const Graph& g, const ShardingPlan& plan
   for (const std::string& name : pipeline_stages(opts)) {
     stage_fn(name, g, plan, mesh, opts)(ps);
     if (verify) {
-      if (std::optional<Diag> d = verify_programs(ps, mesh, name)) {
-        d->message = "--verify-each: the programs are broken " + d->message;
-        if (!opts.verify_failure) throw DiagError{*d};
+      if (Result<void> r = verify_programs(ps, mesh, name); !r.ok()) {
+        Diag d = r.error();
+        d.message = "--verify-each: the programs are broken " + d.message;
+        if (!opts.verify_failure) throw DiagError{d};
         *opts.verify_failure = std::move(d);
         return ps;  // not to be run (pipeline.h)
       }

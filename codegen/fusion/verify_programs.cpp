@@ -246,9 +246,10 @@ class Verifier {
 
 }  // namespace
 
-std::optional<Diag> verify_programs(const std::vector<LocalProgram>& programs, const DeviceMesh& mesh,
+Result<void> verify_programs(const std::vector<LocalProgram>& programs, const DeviceMesh& mesh,
                                     std::string_view stage) {
-  return Verifier(programs, mesh, stage).run();
+  if (std::optional<Diag> d = Verifier(programs, mesh, stage).run()) return *d;
+  return {};
 }
 
 namespace {

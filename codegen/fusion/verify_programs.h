@@ -26,7 +26,7 @@ namespace sf {
 //     collective of every member of a group along a mesh dim is the same collective
 //     with equal shapes (runtime/core/collective_check.h).
 // nullopt when all hold, else a Diag "after STAGE: rank R, step I (WHAT): DEFECT".
-std::optional<Diag> verify_programs(const std::vector<LocalProgram>& programs, const DeviceMesh& mesh,
+Result<void> verify_programs(const std::vector<LocalProgram>& programs, const DeviceMesh& mesh,
                                     std::string_view stage);
 
 // Whether rank_programs checks after every stage without being asked per call:

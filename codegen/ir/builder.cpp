@@ -144,7 +144,7 @@ Result<Graph> GraphBuilder::finish() {
   Graph g = std::move(g_);
   g_ = Graph{};
   names_.clear();
-  if (auto d = verify(g)) return *d;
+  SF_TRY(verify(g));
   return g;
 }
 

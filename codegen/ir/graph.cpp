@@ -35,7 +35,7 @@ std::optional<std::string> check_placements(const PlacementSpec& spec, const Mes
   return std::nullopt;
 }
 
-std::optional<Diag> verify(const Graph& g) {
+Result<void> verify(const Graph& g) {
   auto err = [](SourceLoc loc, std::string m) { return Diag{"", loc, std::move(m)}; };
   // Sizes first: every count below (and in every later stage) is then known to fit.
   if (auto why = check_mesh_limits(g.mesh())) return err({}, *why);
@@ -84,7 +84,7 @@ std::optional<Diag> verify(const Graph& g) {
       if (auto e = check_placements(*o.placement, g.mesh(), g.node(o.value).type.rank()))
         return err(o.loc, *e);
   }
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace sf

@@ -61,7 +61,7 @@ class Graph {
 // node's type equal to its op's shape rule, attributes complete, names unique,
 // placements valid for the mesh and the value's rank, at least one output.
 // Returns nullopt when the graph is well formed.
-std::optional<Diag> verify(const Graph& g);
+Result<void> verify(const Graph& g);
 
 // Validates a placement spec for a value of `rank` on `mesh`; the message names the
 // offending placement. Shared by the builder, the verifier and the parser.

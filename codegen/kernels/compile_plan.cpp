@@ -84,7 +84,7 @@ Result<std::string> link_host_objects(const std::vector<PlanKernel>& kernels, co
     if (!f) return Diag{paths.back(), {}, "cannot write it"};
   }
   const std::string so = (dir / kHostObjectFile).string();
-  if (auto e = llvmb::link_host_shared_object(paths, so)) return *e;
+  SF_TRY(llvmb::link_host_shared_object(paths, so));
   return read_regular_file(so, kMaxPlanFileBytes, "");
 }
 
@@ -610,7 +610,7 @@ std::optional<std::string> why_not_replace(const std::filesystem::path& target) 
 
 }  // namespace
 
-std::optional<Diag> write_plan_dir(const CompiledPlan& p, const std::string& dir) {
+Result<void> write_plan_dir(const CompiledPlan& p, const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (dir.empty()) return Diag{dir, {}, "the Plan directory name is empty"};
@@ -653,7 +653,7 @@ std::optional<Diag> write_plan_dir(const CompiledPlan& p, const std::string& dir
   // Swap the new directory in (why_not_replace allowed replacing the old one: empty
   // or a Plan of ours), so a reader sees either the old plan or the new one.
   if (std::optional<std::string> why = swap_in_directory(tmp.string(), target.string())) return Diag{dir, {}, *why};
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace sf

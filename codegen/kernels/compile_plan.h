@@ -66,6 +66,6 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts);
 // a Plan directory this function wrote (its .shardfuse-plan marker lists every file
 // in it); anything else (a file, a link, the working directory, a directory of the
 // user's) is refused with a Diag naming it, never deleted.
-std::optional<Diag> write_plan_dir(const CompiledPlan& p, const std::string& dir);
+Result<void> write_plan_dir(const CompiledPlan& p, const std::string& dir);
 
 }  // namespace sf

@@ -710,7 +710,7 @@ std::string command_line(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-std::optional<Diag> link_host_shared_object(const std::vector<std::string>& object_paths,
+Result<void> link_host_shared_object(const std::vector<std::string>& object_paths,
                                             const std::string& out_path) {
   if (out_path.empty()) return error("cannot link host code: no output path");
   if (object_paths.empty()) return error("cannot link " + out_path + ": no objects");
@@ -727,7 +727,7 @@ std::optional<Diag> link_host_shared_object(const std::vector<std::string>& obje
   argv.push_back("-Wl,-z,defs");
   auto run = run_tool(argv, kLinkTimeout);
   if (!run) return with_context("cannot link " + out_path + ": ", run.error());
-  if (run->ok()) return std::nullopt;
+  if (run->ok()) return {};
   std::string msg = "linking " + out_path + " failed: `" + command_line(argv) + "` " + run->status_str();
   std::string quoted = quote_tool_output(run->output);
   msg += quoted.empty() ? " (no output)" : ":\n" + quoted;

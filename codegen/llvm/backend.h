@@ -148,7 +148,7 @@ Result<std::string> compile_to_host_object(llvm::Module& m);
 // Diag: no driver found (it names SHARDFUSE_HOST_CC), the driver cannot be run, or
 // it failed (the Diag names the command and quotes the first lines of its output).
 // Needs no LLVM.
-std::optional<Diag> link_host_shared_object(const std::vector<std::string>& object_paths,
+Result<void> link_host_shared_object(const std::vector<std::string>& object_paths,
                                             const std::string& out_path);
 
 }  // namespace sf::llvmb

@@ -214,8 +214,8 @@ TEST_F(CacheTest, ExternEntriesRoundTripAndAreNoConfig) {
   ASSERT_TRUE(back) << back.error().str();
   EXPECT_EQ(*back, e);
   EXPECT_FALSE(entry_to_json(generated).contains("extern")) << "generated entries are written as before";
-  ASSERT_FALSE(cache_->store(test_key(), e));
-  ASSERT_FALSE(cache_->store(test_key(), generated));
+  ASSERT_TRUE(cache_->store(test_key(), e).ok());
+  ASSERT_TRUE(cache_->store(test_key(), generated).ok());
   std::map<std::string, CacheEntry> loaded = cache_->load(test_key());
   ASSERT_EQ(loaded.size(), 2u);
   EXPECT_EQ(loaded.at("extern=cublaslt"), e);
@@ -271,7 +271,7 @@ TEST_F(CacheTest, StoreThenLoadRoundTripsEveryStatus) {
   for (auto s : {CacheEntry::Status::Built, CacheEntry::Status::Measured, CacheEntry::Status::Invalid,
                  CacheEntry::Status::Pruned}) {
     CacheEntry e = matmul_entry(bm *= 2, s);
-    ASSERT_FALSE(cache_->store(k, e)) << e.config;
+    ASSERT_TRUE(cache_->store(k, e).ok()) << e.config;
     want[e.config] = e;
   }
   EXPECT_EQ(cache_->load(k), want);
@@ -301,7 +301,7 @@ TEST_F(CacheTest, StoreStampsTheTimeWhenMissing) {
   TuneKey k = test_key();
   CacheEntry e = matmul_entry(64, CacheEntry::Status::Built);
   e.when.clear();
-  ASSERT_FALSE(cache_->store(k, e));
+  ASSERT_TRUE(cache_->store(k, e).ok());
   auto got = cache_->load(k);
   ASSERT_EQ(got.count(e.config), 1u);
   const std::string& when = got[e.config].when;
@@ -323,7 +323,7 @@ TEST_F(CacheTest, MissingKeyLoadsNothing) {
 TEST_F(CacheTest, AnotherKeySeesNoneOfTheEntries) {
   TuneKey k = test_key();
   CacheEntry e = matmul_entry(64, CacheEntry::Status::Measured);
-  ASSERT_FALSE(cache_->store(k, e));
+  ASSERT_TRUE(cache_->store(k, e).ok());
   ASSERT_EQ(cache_->load(k).size(), 1u);
 
   std::vector<std::pair<const char*, TuneKey>> others;
@@ -355,12 +355,12 @@ TEST_F(CacheTest, AddingAConfigKeepsTheOthers) {
   TuneKey k = test_key();
   CacheEntry a = matmul_entry(32, CacheEntry::Status::Measured);
   CacheEntry b = matmul_entry(64, CacheEntry::Status::Pruned);
-  ASSERT_FALSE(cache_->store(k, a));
-  ASSERT_FALSE(cache_->store(k, b));
+  ASSERT_TRUE(cache_->store(k, a).ok());
+  ASSERT_TRUE(cache_->store(k, b).ok());
   std::string a_file = read_text(key_dir(k) / (fnv1a_hex(a.config) + ".json"));
 
   CacheEntry c = matmul_entry(128, CacheEntry::Status::Built);
-  ASSERT_FALSE(cache_->store(k, c));
+  ASSERT_TRUE(cache_->store(k, c).ok());
   auto got = cache_->load(k);
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(got.at(a.config), a);
@@ -373,7 +373,7 @@ TEST_F(CacheTest, AddingAConfigKeepsTheOthers) {
   CacheEntry c2 = c;
   c2.status = CacheEntry::Status::Measured;
   c2.measurement.median_us = 5;
-  ASSERT_FALSE(cache_->store(k, c2));
+  ASSERT_TRUE(cache_->store(k, c2).ok());
   got = cache_->load(k);
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(got.at(c.config), c2);
@@ -385,7 +385,7 @@ TEST_F(CacheTest, AddingAConfigKeepsTheOthers) {
 TEST_F(CacheTest, DamagedFilesAreReportedOnceAndRemoved) {
   TuneKey k = test_key();
   CacheEntry good = matmul_entry(32, CacheEntry::Status::Measured);
-  ASSERT_FALSE(cache_->store(k, good));
+  ASSERT_TRUE(cache_->store(k, good).ok());
   const fs::path d = key_dir(k);
   const std::string good_text = read_text(d / (fnv1a_hex(good.config) + ".json"));
 
@@ -453,7 +453,7 @@ TEST_F(CacheTest, DamagedFilesAreReportedOnceAndRemoved) {
   EXPECT_TRUE(cache_->take_warnings().empty());
 
   // And a removed config can be stored and loaded again.
-  ASSERT_FALSE(cache_->store(k, victims[0]));
+  ASSERT_TRUE(cache_->store(k, victims[0]).ok());
   EXPECT_EQ(cache_->load(k).size(), 2u);
 }
 
@@ -475,7 +475,7 @@ TEST_F(CacheTest, OpenReportsAFileInTheWay) {
 TEST_F(CacheTest, LoadDuringStoresSeesWholeFiles) {
   TuneKey k = test_key();
   CacheEntry e = matmul_entry(64, CacheEntry::Status::Measured);
-  ASSERT_FALSE(cache_->store(k, e));
+  ASSERT_TRUE(cache_->store(k, e).ok());
   std::atomic<bool> done{false};
   std::atomic<int> store_errors{0};
   std::thread writer([&] {
@@ -483,7 +483,7 @@ TEST_F(CacheTest, LoadDuringStoresSeesWholeFiles) {
     for (int i = 0; i < 400; ++i) {  // a store takes ~0.4 ms on ext4 (the rename), so ~1 s
       w.measurement.reps = i;
       w.reason = std::string(static_cast<size_t>(i % 97) * 40, 'r');  // sizes vary, so a torn file shows
-      if (cache_->store(k, w)) ++store_errors;
+      if (!cache_->store(k, w).ok()) ++store_errors;
     }
     done = true;
   });
@@ -505,12 +505,12 @@ TEST_F(CacheTest, StoreReportsAFailedWriteAndLeavesNothingBehind) {
   TuneKey k = test_key();
   CacheEntry a = matmul_entry(32, CacheEntry::Status::Built);
   CacheEntry b = matmul_entry(64, CacheEntry::Status::Built);
-  ASSERT_FALSE(cache_->store(k, a));
+  ASSERT_TRUE(cache_->store(k, a).ok());
   const fs::path b_path = key_dir(k) / (fnv1a_hex(b.config) + ".json");
   fs::create_directories(b_path / "x");
-  std::optional<Diag> d = cache_->store(k, b);
-  ASSERT_TRUE(d);
-  EXPECT_EQ(d->message.rfind("tuning cache: cannot write " + b_path.string() + ": ", 0), 0u) << d->message;
+  Result<void> d = cache_->store(k, b);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().message.rfind("tuning cache: cannot write " + b_path.string() + ": ", 0), 0u) << d.error().message;
   std::vector<std::string> want = {fnv1a_hex(a.config) + ".json", fnv1a_hex(b.config) + ".json", "key.json"};
   std::sort(want.begin(), want.end());  // files_in sorts
   EXPECT_EQ(files_in(k), want);
@@ -525,8 +525,8 @@ TEST_F(CacheTest, StoreReportsAFailedWriteAndLeavesNothingBehind) {
   fs::create_directories(key_dir(other).parent_path());
   write_text(key_dir(other), "in the way");
   d = cache_->store(other, a);
-  ASSERT_TRUE(d);
-  EXPECT_NE(d->message.find("cannot create " + key_dir(other).string()), std::string::npos) << d->message;
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.error().message.find("cannot create " + key_dir(other).string()), std::string::npos) << d.error().message;
 }
 
 TEST_F(CacheTest, LockTimesOutWhileAnotherThreadHoldsIt) {
@@ -637,8 +637,8 @@ int stress_writer(const std::string& dir, const TuneKey& k, int writer, int roun
       }
       CacheEntry e = matmul_entry(1000 * (writer + 1) + i, CacheEntry::Status::Measured);
       e.measurement.reps = writer;
-      if (auto d = (*cache)->store(k, e)) {
-        std::fprintf(stderr, "writer %d: %s\n", writer, d->str().c_str());
+      if (Result<void> d = (*cache)->store(k, e); !d.ok()) {
+        std::fprintf(stderr, "writer %d: %s\n", writer, d.error().str().c_str());
         return 13;
       }
       int fd = ::open(counter.c_str(), O_RDWR | O_CREAT, 0644);
@@ -655,8 +655,8 @@ int stress_writer(const std::string& dir, const TuneKey& k, int writer, int roun
     CacheEntry shared = matmul_entry(7, CacheEntry::Status::Measured);
     shared.measurement.reps = writer;
     shared.measurement.outliers = i;
-    if (auto d = (*cache)->store(k, shared)) {
-      std::fprintf(stderr, "writer %d: %s\n", writer, d->str().c_str());
+    if (Result<void> d = (*cache)->store(k, shared); !d.ok()) {
+      std::fprintf(stderr, "writer %d: %s\n", writer, d.error().str().c_str());
       return 17;
     }
   }

@@ -737,10 +737,10 @@ TEST_F(TunerTest, CachedChoiceReturnsTheFastestMeasured) {
   CacheEntry odd = entries().at(text(mk(1)));
   ASSERT_EQ(odd.status, CacheEntry::Status::Built);
   odd.measurement.median_us = 0.5;
-  ASSERT_FALSE(cache->store(key_, odd));
+  ASSERT_TRUE(cache->store(key_, odd).ok());
   EXPECT_EQ(cached_choice(*cache, key_)->config, text(mk(3)));
   odd.status = CacheEntry::Status::Measured;
-  ASSERT_FALSE(cache->store(key_, odd));
+  ASSERT_TRUE(cache->store(key_, odd).ok());
   EXPECT_EQ(cached_choice(*cache, key_)->config, text(mk(1)));
 
   // Another key has nothing.

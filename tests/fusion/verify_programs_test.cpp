@@ -49,8 +49,8 @@ LocalProgram one_collective(int r, const std::vector<int64_t>& rows, CollectiveK
 }
 
 std::string verify(const std::vector<LocalProgram>& ps, const DeviceMesh& mesh, std::string_view stage) {
-  std::optional<Diag> d = verify_programs(ps, mesh, stage);
-  return d ? d->message : "";
+  Result<void> d = verify_programs(ps, mesh, stage);
+  return d.ok() ? "" : d.error().message;
 }
 
 TEST(VerifyPrograms, SoundHandBuiltProgramsPass) {

@@ -161,9 +161,9 @@ TEST(HostObject, CompilesLinksAndRuns) {
   const std::string obj_path = dir.file("sf_add.o");
   const std::string so_path = dir.file("kernels.so");
   ASSERT_TRUE(write_file(obj_path, *object));
-  if (auto d = link_host_shared_object({obj_path}, so_path)) {
-    if (no_driver(*d)) GTEST_SKIP() << d->str();
-    FAIL() << d->str();
+  if (Result<void> d = link_host_shared_object({obj_path}, so_path); !d.ok()) {
+    if (no_driver(d.error())) GTEST_SKIP() << d.error().str();
+    FAIL() << d.error().str();
   }
 
   void* so = ::dlopen(so_path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -218,9 +218,9 @@ TEST(HostObject, LinkingSomethingThatIsNotAnObjectQuotesTheLinker) {
   const std::string junk = dir.file("junk.o");
   ASSERT_TRUE(write_file(junk, "this is not an object file\n"));
   auto d = link_host_shared_object({junk}, dir.file("out.so"));
-  ASSERT_TRUE(d.has_value());
-  if (no_driver(*d)) GTEST_SKIP() << d->str();
-  const std::string& msg = d->message;
+  ASSERT_TRUE(!d.ok());
+  if (no_driver(d.error())) GTEST_SKIP() << d.error().str();
+  const std::string& msg = d.error().message;
   // The command ...
   EXPECT_NE(msg.find("linking " + dir.file("out.so") + " failed: `"), std::string::npos) << msg;
   EXPECT_NE(msg.find(" -shared -o " + dir.file("out.so") + " " + junk + " -lm -Wl,-z,defs` exited with status "),
@@ -237,16 +237,16 @@ TEST(HostObject, MissingDriverIsAClearDiag) {
   {
     EnvVar cc("SHARDFUSE_HOST_CC", "/nonexistent");
     auto d = link_host_shared_object({"x.o"}, "x.so");
-    ASSERT_TRUE(d.has_value());
-    EXPECT_NE(d->message.find("SHARDFUSE_HOST_CC=/nonexistent is not an executable file"), std::string::npos)
-        << d->message;
+    ASSERT_TRUE(!d.ok());
+    EXPECT_NE(d.error().message.find("SHARDFUSE_HOST_CC=/nonexistent is not an executable file"), std::string::npos)
+        << d.error().message;
   }
   {
     EnvVar cc("SHARDFUSE_HOST_CC", "no-such-cc-anywhere");
     auto d = link_host_shared_object({"x.o"}, "x.so");
-    ASSERT_TRUE(d.has_value());
-    EXPECT_NE(d->message.find("SHARDFUSE_HOST_CC=no-such-cc-anywhere is not on PATH"), std::string::npos)
-        << d->message;
+    ASSERT_TRUE(!d.ok());
+    EXPECT_NE(d.error().message.find("SHARDFUSE_HOST_CC=no-such-cc-anywhere is not on PATH"), std::string::npos)
+        << d.error().message;
   }
   {
     // Nothing on PATH and no SHARDFUSE_HOST_CC: the Diag says what to set.
@@ -255,9 +255,9 @@ TEST(HostObject, MissingDriverIsAClearDiag) {
     EnvVar cc("SHARDFUSE_HOST_CC", std::nullopt);
     EnvVar path("PATH", empty.file("bin"));
     auto d = link_host_shared_object({"x.o"}, "x.so");
-    ASSERT_TRUE(d.has_value());
-    EXPECT_TRUE(no_driver(*d)) << d->message;
-    EXPECT_NE(d->message.find("SHARDFUSE_HOST_CC"), std::string::npos) << d->message;
+    ASSERT_TRUE(!d.ok());
+    EXPECT_TRUE(no_driver(d.error())) << d.error().message;
+    EXPECT_NE(d.error().message.find("SHARDFUSE_HOST_CC"), std::string::npos) << d.error().message;
   }
 }
 

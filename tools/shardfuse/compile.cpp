@@ -131,8 +131,8 @@ int compile(const CompileCliOptions& o) {
     return 1;
   }
   p->graph_source = std::move(text).value();
-  if (auto err = write_plan_dir(*p, o.out)) {
-    std::cerr << err->str() << "\n";
+  if (Result<void> err = write_plan_dir(*p, o.out); !err.ok()) {
+    std::cerr << err.error().str() << "\n";
     return 1;
   }
   int from_cache = 0, gemms = 0;

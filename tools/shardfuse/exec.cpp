@@ -415,8 +415,9 @@ int exec(const ExecCliOptions& o) {
   if (!g) return 1;
   // graph.sf shards the inputs and gathers the outputs: it must describe the
   // program the Plan runs (shapes and placements per rank, then its digest).
-  if (auto e = verify_plan_matches_graph(src->plan, *g, graph_path, (fs::path(o.dir) / "plan.json").string())) {
-    std::cerr << e->str() << "\n";
+  if (Result<void> e = verify_plan_matches_graph(src->plan, *g, graph_path, (fs::path(o.dir) / "plan.json").string());
+      !e.ok()) {
+    std::cerr << e.error().str() << "\n";
     return 1;
   }
   if (o.device == "cpu") {

@@ -67,8 +67,8 @@ int tune_measure(const std::string& dir, const BenchOptions& bench) {
     std::cerr << "error: " << m.error().message << "\n";
     return 1;
   }
-  if (std::optional<Diag> err = write_tune_measurements(*m, dir)) {
-    std::cerr << err->str() << "\n";
+  if (Result<void> err = write_tune_measurements(*m, dir); !err.ok()) {
+    std::cerr << err.error().str() << "\n";
     return 1;
   }
   if (m->stopped_at_fault) {

@@ -366,8 +366,8 @@ int tune(const TuneCliOptions& o) {
   }
   if (!o.emit_dir.empty()) {
     TuneCandidateSet set{arch, {recorded.begin(), recorded.end()}};
-    if (std::optional<Diag> e = write_tune_candidates(set, o.emit_dir)) {
-      std::cerr << e->str() << "\n";
+    if (Result<void> e = write_tune_candidates(set, o.emit_dir); !e.ok()) {
+      std::cerr << e.error().str() << "\n";
       return 1;
     }
     size_t n = 0;
@@ -386,8 +386,8 @@ int tune(const TuneCliOptions& o) {
       here.target = target_id(*t, GpuDeviceId{});
       here.toolchain = toolchain_id(ConfigTarget::Gpu, GpuDeviceId{});
       for (const auto& [config, entry] : cache->load(r.key))
-        if (std::optional<Diag> e = cache->store(here, entry)) {
-          std::cerr << "error: " << e->str() << "\n";
+        if (Result<void> e = cache->store(here, entry); !e.ok()) {
+          std::cerr << "error: " << e.error().str() << "\n";
           return 1;
         }
     }

@@ -16,11 +16,13 @@ JSON reports the median and the 20th/80th percentiles of the per-call times.
 The output is Google Benchmark JSON ({"context": ..., "benchmarks": [...]}), one
 iteration entry per (block, peer) named BM_Block/<block>/<peer>.
 
---kernels bias_gelu times single kernels too, as bench_kernels' BM_Pointwise does:
-F.gelu(h + b) on [16384, 4096] eager and compiled (Inductor's Triton kernel), each
-against a device-to-device copy of the same bytes timed just before it, as
-BM_Pointwise/bias_gelu_<dtype>_16384x4096/<peer> with a `ratio` counter (copy time
-over the kernel's) that bench/compare lists beside ours.
+--kernels bias_gelu,softmax,layer_norm times single kernels too, as bench_kernels'
+BM_Pointwise and BM_Reduction do: F.gelu(h + b), a row softmax and a layer norm on
+[16384, 4096], eager and compiled (Inductor's Triton kernels), each against a
+device-to-device copy of the same bytes timed just before it, as
+BM_Pointwise/bias_gelu_<dtype>_16384x4096/<peer>, BM_Reduction/softmax/<peer> and
+BM_Reduction/layer_norm/<peer> with a `ratio` counter (copy time over the kernel's)
+that bench/compare lists beside ours.
 
 Run on the GPU machine (it has PyTorch and Triton); --cpu-smoke runs tiny shapes
 eagerly on the CPU so the script can be exercised anywhere torch imports.
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BLOCKS = ("mlp", "attention", "transformer_block")
 # Single kernels, as bench_kernels' BM_Pointwise/<name>: --kernels.
-KERNELS = ("bias_gelu",)
+KERNELS = ("bias_gelu", "softmax", "layer_norm")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 # Bound at run time by import_torch(), so that --help and py_compile work without torch.
@@ -377,42 +379,55 @@ def run_block(block, shapes, args, device, dtype):
     return results, failed
 
 
+def make_kernel(kernel, T, H, dtype, device, seed):
+    """(fn, inputs, name) of a single kernel of bench/graphs/kernels/ at [T, H]: the
+    bias + GELU epilogue (pointwise_bias_gelu_<dtype>_<T>x<H>.sf), a row softmax
+    (reduction_softmax.sf) and a layer norm (reduction_layer_norm.sf)."""
+    if kernel == "bias_gelu":
+        inputs = make_inputs([("h", (T, H), "act"), ("b", (H,), "b")], dtype, device, seed)
+        return (lambda h, b: F.gelu(h + b)), inputs, f"bias_gelu_{'bf16' if dtype == torch.bfloat16 else 'f32'}_{T}x{H}"
+    if kernel == "softmax":
+        inputs = make_inputs([("x", (T, H), "act")], dtype, device, seed)
+        return (lambda x: torch.softmax(x, dim=-1)), inputs, "softmax" + ("_bf16" if dtype == torch.bfloat16 else "")
+    inputs = make_inputs([("x", (T, H), "act"), ("w", (H,), "ln_w"), ("b", (H,), "b")], dtype, device, seed)
+    return ((lambda x, w, b: F.layer_norm(x, (H,), w, b, 1e-5)), inputs,
+            "layer_norm" + ("_bf16" if dtype == torch.bfloat16 else ""))
+
+
 def run_kernel(kernel, shapes, args, device, dtype):
     """A single kernel of bench/graphs/kernels/, eager and compiled, each against a
     device-to-device copy of the same bytes timed in the same way just before it:
-    BM_Pointwise/<kernel>_<dtype>_<T>x<H>/<peer> with a `ratio` counter (copy time
-    over the kernel's, bench_kernels' convention for memory-bound kernels)."""
+    BM_Pointwise/<name>/<peer> or BM_Reduction/<name>/<peer>, as bench_kernels names
+    ours, with a `ratio` counter (copy time over the kernel's, bench_kernels'
+    convention for memory-bound kernels)."""
     T, H = shapes.tokens, shapes.hidden
-    h, b = make_inputs([("h", (T, H), "act"), ("b", (H,), "b")], dtype, device, args.seed)
-
-    def bias_gelu(h, b):
-        return F.gelu(h + b)
-
-    # Bytes moved: h read, y written (the bias is H elements, noise).
-    moved = 2 * h.numel() * h.element_size()
-    dst = torch.empty_like(h)
+    fn, inputs, name = make_kernel(kernel, T, H, dtype, device, args.seed)
+    x = inputs[0]
+    # Bytes moved: the [T, H] input read and the output written (vectors are noise).
+    moved = 2 * x.numel() * x.element_size()
+    dst = torch.empty_like(x)
 
     def copy(src):
         dst.copy_(src)
 
     timer = time_cpu if args.cpu_smoke else time_cuda
-    name_base = f"BM_Pointwise/{kernel}_{args.dtype}_{T}x{H}"
+    family = "BM_Pointwise" if kernel == "bias_gelu" else "BM_Reduction"
     results = []
-    peers = [("torch_eager", bias_gelu)]
+    peers = [("torch_eager", fn)]
     if not args.cpu_smoke:
-        peers.append(("torch_compile", torch.compile(bias_gelu)))
+        peers.append(("torch_compile", torch.compile(fn)))
     with torch.no_grad():
-        for peer, fn in peers:
-            name = f"{name_base}/{peer}"
-            print(f"{name}: ...", file=sys.stderr, flush=True)
-            copy_ms = quantile(sorted(timer(copy, [h], args)), 0.5)
-            times = timer(fn, [h, b], args)
-            e = entry(name, times, 0, f"{args.dtype} [{T}, {H}]", {"dtype": args.dtype, "copy_ms": copy_ms})
+        for peer, f in peers:
+            entry_name = f"{family}/{name}/{peer}"
+            print(f"{entry_name}: ...", file=sys.stderr, flush=True)
+            copy_ms = quantile(sorted(timer(copy, [x], args)), 0.5)
+            times = timer(f, inputs, args)
+            e = entry(entry_name, times, 0, f"{args.dtype} [{T}, {H}]", {"dtype": args.dtype, "copy_ms": copy_ms})
             e["bytes_per_second"] = moved / (e["real_time"] * 1e-3) if e["real_time"] > 0 else 0.0
             e["GBps"] = e["bytes_per_second"] / 1e9
             e["ratio"] = copy_ms / e["real_time"] if e["real_time"] > 0 else 0.0
             results.append(e)
-            print(f"{name}: median {e['real_time']:.4f} ms, {e['GBps']:.0f} GB/s, "
+            print(f"{entry_name}: median {e['real_time']:.4f} ms, {e['GBps']:.0f} GB/s, "
                   f"{e['ratio']:.3f} of a copy ({copy_ms:.4f} ms)", file=sys.stderr, flush=True)
     return results
 
@@ -542,7 +557,7 @@ def main(argv=None):
         except Exception as exc:  # noqa: BLE001
             msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             print(f"{kernel}: error: {msg}", file=sys.stderr)
-            doc["benchmarks"].append(error_entry(f"BM_Pointwise/{kernel}_{args.dtype}/torch_eager", msg))
+            doc["benchmarks"].append(error_entry(f"BM_Kernel/{kernel}/torch_eager", msg))
             any_failed = True
     write_json(out, doc)
     print(f"wrote {out}", file=sys.stderr)

@@ -142,6 +142,24 @@ class PeersScriptTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("unknown block(s) conv", p.stderr)
 
+    def test_unknown_kernel_and_nothing_to_run_are_rejected(self):
+        p = run(PEERS, "--kernels", "bias_gelu,conv")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("unknown kernel(s) conv", p.stderr)
+        p = run(PEERS, "--blocks", "")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("nothing to run", p.stderr)
+
+    def test_compare_lists_a_kernel_peer_with_its_ratio(self):
+        # A file peers.py --kernels wrote on an H200: the compiled kernel's ratio to
+        # its same-run copy, in compare's kernel table beside ours.
+        res = os.path.join(REPO, "bench", "results", "peers-kernels-h200-bf16-run6.json")
+        c = run(COMPARE, res)
+        self.assertEqual(c.returncode, 0, c.stderr)
+        line = [l for l in c.stdout.splitlines() if l.startswith("BM_Pointwise/bias_gelu_bf16_16384x4096/torch_compile")]
+        self.assertEqual(len(line), 1, c.stdout)
+        self.assertEqual(line[0].split()[-1], "0.631")
+
     @unittest.skipIf(importlib.util.find_spec("torch") is None,
                      "torch is not installed for this python3 (it is on the GPU machine)")
     def test_cpu_smoke_writes_benchmark_json(self):

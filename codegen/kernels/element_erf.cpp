@@ -1,0 +1,85 @@
+// erf for values rounded to 16 bits (element.h: ElementCodegen::erf_for_16bit,
+// rounded_to_16bit; docs/kernels.md, "Dtypes").
+#include "codegen/kernels/element.h"
+
+#include <span>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
+namespace sf {
+namespace kernels {
+
+std::vector<bool> rounded_to_16bit(const Graph& g) {
+  const size_t n = g.nodes().size();
+  auto half = [](DType t) { return t == DType::BF16 || t == DType::F16; };
+  std::vector<std::vector<ValueId>> users(n);
+  for (size_t v = 0; v < n; ++v)
+    for (ValueId u : g.node(static_cast<ValueId>(v)).inputs) users[static_cast<size_t>(u)].push_back(static_cast<ValueId>(v));
+  std::vector<bool> output(n, false);
+  for (const Output& o : g.outputs()) output[static_cast<size_t>(o.value)] = true;
+  // Nodes are in topological order: a node's users come after it.
+  std::vector<bool> r(n, false);
+  for (size_t i = n; i-- > 0;) {
+    const Node& node = g.node(static_cast<ValueId>(i));
+    bool ok = !users[i].empty() || output[i];
+    if (output[i] && !half(node.type.dtype)) ok = false;
+    for (ValueId u : users[i]) {
+      if (!ok) break;
+      const Node& un = g.node(u);
+      if (un.op == OpKind::Cast && half(un.type.dtype)) continue;  // rounded here
+      const OpCategory cat = op_info(un.op).category;
+      const bool arith = (cat == OpCategory::Unary || cat == OpCategory::Binary) && un.op != OpKind::Cast;
+      const bool passes = arith || is_view(un.op) || (un.op == OpKind::Cast && un.type.dtype == DType::F32);
+      ok = passes && r[static_cast<size_t>(u)];
+    }
+    r[i] = ok;
+  }
+  return r;
+}
+
+llvm::Value* ElementCodegen::erf_for_16bit(llvm::Value* x) {
+  // erf is odd; with t = |x|:
+  //   t < 1:  erf(t) = t * q(s), s = t^2, q a degree-5 polynomial in u = 2s - 1;
+  //   t >= 1: erf(t) = 1 - 2^p(t), p a degree-7 polynomial in u = (t - 2.46) / 1.46
+  //           fitted to log2(erfc(t)) on [1, 3.92] (erf rounds to 1 in f32 beyond).
+  // Least-squares fits on Chebyshev nodes (scripts/fit-erf.py); the error against the
+  // float64 erf is below 2e-7, absolute and relative (for normal results), for every
+  // f32 input (ElementCodegen.ErfFor16BitIsWithin2e7OfErf sweeps it). About 29
+  // instructions without a branch, mostly FMAs; __nv_erff is about 31 on sm_90a, 10 of
+  // them selects on the ALU pipe, which a bf16 GELU kernel saturates.
+  static constexpr float kLow[] = {9.654687643e-01f, -1.405360997e-01f, 1.985180564e-02f,
+                                   -2.285419498e-03f, 2.193594555e-04f, -1.766908099e-05f};
+  static constexpr float kHigh[] = {-1.095614052e+01f, -1.111559582e+01f, -2.898623705e+00f, -5.033903569e-02f,
+                                    1.469597127e-02f,  -4.203715827e-03f, 1.230815426e-03f,  -2.816934430e-04f};
+  llvm::Type* f32 = b_.getFloatTy();
+  auto c = [&](float v) { return llvm::ConstantFP::get(f32, v); };
+  auto fma = [&](llvm::Value* a, llvm::Value* m, llvm::Value* add) {
+    return b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {a, m, add});
+  };
+  auto horner = [&](std::span<const float> k, llvm::Value* u) {
+    llvm::Value* r = c(k.back());
+    for (size_t i = k.size() - 1; i-- > 0;) r = fma(r, u, c(k[i]));
+    return r;
+  };
+  llvm::Value* t = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+  llvm::Value* s = b_.CreateFMul(t, t);
+  llvm::Value* low = b_.CreateFMul(t, horner(kLow, fma(s, c(2.0f), c(-1.0f))));
+  // llvm.minimum propagates NaN (min.NaN.f32): erf(NaN) stays NaN through the high
+  // branch; Inf clamps to 3.92 and gives 1.
+  llvm::Value* tc = b_.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, t, c(3.92f));
+  llvm::Value* p = horner(kHigh, fma(tc, c(1.0f / 1.46f), c(-2.46f / 1.46f)));
+  // p lies in [-27, -2.5]: 2^p is a normal float, so the flushing ex2 is exact enough
+  // (relative error 2^-22 of a value below 0.16).
+  llvm::Value* e = target_.kind == llvmb::Target::Kind::NVPTX
+                       ? b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_ftz_f, {}, {p})
+                       : b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, p);
+  llvm::Value* high = b_.CreateFSub(c(1.0f), e);
+  // olt is false for NaN: NaN takes the high branch, whose minimum kept it.
+  llvm::Value* r = b_.CreateSelect(b_.CreateFCmpOLT(t, c(1.0f)), low, high);
+  return b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, r, x);
+}
+
+}  // namespace kernels
+}  // namespace sf

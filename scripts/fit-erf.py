@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Derives the coefficients of ElementCodegen::erf_for_16bit (codegen/kernels/element.cpp):
+# Derives the coefficients of ElementCodegen::erf_for_16bit (codegen/kernels/element_erf.cpp):
 #   t < 1:  erf(t) = t * q(s), s = t^2, q of degree 5 in u = 2s - 1;
 #   t >= 1: erf(t) = 1 - 2^p(t), p of degree 7 in u = (t - 2.46) / 1.46, fitted to
 #           log2(erfc(t)) on [1, 3.92] (beyond 3.92 erf rounds to 1 in f32).

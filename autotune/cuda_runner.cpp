@@ -76,6 +76,18 @@ CudaRunner::~CudaRunner() {
   if (ready_ && ctx_ && ctx_->generation() == generation_) (void)stream_.synchronize();
 }
 
+void CudaRunner::drop_handles() {
+  stream_ = {};
+  start_ = {};
+  end_ = {};
+  inputs_.clear();
+  outputs_.clear();
+  flush_ = {};
+  blas_.reset();
+  gemm_workspace_ = {};
+  gemm_product_ = {};
+}
+
 Result<void> CudaRunner::ensure_ready(int64_t flush_bytes) {
   if (ready_ && ctx_->generation() != generation_) {
     // Someone reset the context since: every handle below is dead.
@@ -83,15 +95,7 @@ Result<void> CudaRunner::ensure_ready(int64_t flush_bytes) {
   }
   if (auto e = ctx_->make_current()) return *e;
   if (!ready_) {
-    stream_ = {};
-    start_ = {};
-    end_ = {};
-    inputs_.clear();
-    outputs_.clear();
-    flush_ = {};
-    blas_.reset();
-    gemm_workspace_ = {};
-    gemm_product_ = {};
+    drop_handles();
     generation_ = ctx_->generation();
     Result<cuda::Stream> s = cuda::Stream::create(*ctx_);
     if (!s) return s.error();
@@ -140,15 +144,7 @@ std::string CudaRunner::recover() {
            ")";
   }
   // Every handle is dead now (their destructors skip the driver); drop them.
-  stream_ = {};
-  start_ = {};
-    end_ = {};
-  inputs_.clear();
-  outputs_.clear();
-  flush_ = {};
-  blas_.reset();
-  gemm_workspace_ = {};
-  gemm_product_ = {};
+  drop_handles();
   return "; the context was reset";
 }
 

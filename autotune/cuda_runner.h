@@ -147,6 +147,8 @@ class CudaRunner final : public Runner {
  private:
   CudaRunner() = default;
   Result<void> ensure_ready(int64_t flush_bytes);
+  // Releases every handle made in the context (stream, events, buffers, cuBLAS).
+  void drop_handles();
   // The GEMM prepared on this runner's context and arguments (its handle and
   // workspace made on first use, again after a reset).
   Result<cublas::GemmCall> prepare_gemm(const GemmArtifact& g);

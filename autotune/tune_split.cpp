@@ -71,6 +71,15 @@ json ptx_artifact_json(const PtxArtifact& a, const std::string& file) {
   return cj;
 }
 
+// `file` (a regular file of at most kMaxJsonBytes) parsed as JSON.
+Result<json> read_json_file(const std::string& file, std::string_view what) {
+  Result<std::string> text = read_regular_file(file, kMaxJsonBytes, what);
+  if (!text) return text.error();
+  json j = json::parse(*text, nullptr, false);
+  if (j.is_discarded()) return Diag{file, {}, "not valid JSON"};
+  return j;
+}
+
 std::vector<int> to_ints(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
 
 // A file name the directory may hold: no separators, no "..", printable.
@@ -235,10 +244,9 @@ Result<void> write_tune_candidates(const TuneCandidateSet& s, const std::string&
 
 Result<TuneCandidateSet> read_tune_candidates(const std::string& dir) {
   const std::string file = (fs::path(dir) / "candidates.json").string();
-  Result<std::string> text = read_regular_file(file, kMaxJsonBytes, "tune candidate file");
-  if (!text) return text.error();
-  json j = json::parse(*text, nullptr, false);
-  if (j.is_discarded()) return Diag{file, {}, "not valid JSON"};
+  Result<json> parsed = read_json_file(file, "tune candidate file");
+  if (!parsed) return parsed.error();
+  json j = std::move(parsed).value();
   const json_read::Reader rd{file};
   try {
     if (rd.string(j, "", "format") != kFormat) rd.fail("format", "is not \"" + std::string(kFormat) + "\"");
@@ -357,10 +365,9 @@ Result<void> write_tune_measurements(const TuneMeasurements& m, const std::strin
 
 Result<TuneMeasurements> read_tune_measurements(const std::string& dir) {
   const std::string file = (fs::path(dir) / "measurements.json").string();
-  Result<std::string> text = read_regular_file(file, kMaxJsonBytes, "tune measurement file");
-  if (!text) return text.error();
-  json j = json::parse(*text, nullptr, false);
-  if (j.is_discarded()) return Diag{file, {}, "not valid JSON"};
+  Result<json> parsed = read_json_file(file, "tune measurement file");
+  if (!parsed) return parsed.error();
+  json j = std::move(parsed).value();
   const json_read::Reader rd{file};
   try {
     if (rd.string(j, "", "format") != kMeasuredFormat)

@@ -157,8 +157,9 @@ void BM_Simulated(benchmark::State& state, const std::string& file, const std::s
   }
   const DeviceMesh mesh(g.mesh());
   state.counters["world"] = mesh.world();
+  const DeviceRates rates = device_rates(sys->gpu);
   TimelineModel model = timeline_model(*sys, [&](const LocalProgram& p, size_t step) {
-    return roofline_us(step_work(p, step), sys->gpu);
+    return roofline_us(step_work(p, step), rates);
   });
   std::vector<LocalProgram> plain = programs_for(g, kModes[1]);
   std::vector<LocalProgram> ring = programs_for(g, kModes[2]);

@@ -362,13 +362,13 @@ DeviceRates device_rates(const GpuSpec& gpu) {
   return r;
 }
 
-double roofline_us(const StepWork& w, const GpuSpec& gpu) {
+double roofline_us(const StepWork& w, const DeviceRates& r) {
   // The work of a step at the fp32 rate plus its 16-bit matmul work at the tensor
-  // rate, against its bytes: the one roofline, in microseconds.
-  const DeviceRates r = device_rates(gpu);
-  const double compute_s = (r.fp32_flops_s > 0 ? static_cast<double>(w.flops) / r.fp32_flops_s : 0) +
-                           (r.tensor16_flops_s > 0 ? static_cast<double>(w.tensor_flops) / r.tensor16_flops_s : 0);
-  return r.roofline_s(compute_s, 1.0, static_cast<double>(w.bytes)) * 1e6 + gpu.launch_us;
+  // rate, against its bytes.
+  const double simt = r.roofline_s(static_cast<double>(w.flops), r.fp32_flops_s, 0);
+  const double tensor = r.roofline_s(static_cast<double>(w.tensor_flops), r.tensor16_flops_s, 0);
+  const double memory = r.roofline_s(0, 0, static_cast<double>(w.bytes));
+  return (std::max(simt + tensor, memory) + r.launch_s) * 1e6;
 }
 
 TimelineModel timeline_model(const SystemSpec& sys, std::function<double(const LocalProgram&, size_t)> compute_us) {

@@ -114,9 +114,10 @@ struct StepWork {
 };
 StepWork step_work(const LocalProgram& p, size_t step);
 
-// max(flops / fp32 peak + tensor_flops / bf16 peak, bytes / HBM bandwidth) + launch
-// overhead, microseconds (tensor_flops at the fp32 peak when bf16_tflops is 0).
-double roofline_us(const StepWork& w, const GpuSpec& gpu);
+// max(flops / fp32 peak + tensor_flops / 16-bit peak, bytes / HBM bandwidth) + launch
+// overhead, microseconds, over `r` (device_rates(gpu) for a system's GPU: tensor_flops
+// at the fp32 peak when its bf16_tflops is 0).
+double roofline_us(const StepWork& w, const DeviceRates& r);
 
 // --- the timeline ----------------------------------------------------------------------
 

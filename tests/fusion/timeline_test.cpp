@@ -433,7 +433,8 @@ TEST(Timeline, ExamplesOverlapNoWorseThanSerial) {
     ShardingPlan plan = propagate(*g, mesh);
     std::vector<LocalProgram> programs;
     for (int r = 0; r < mesh.world(); ++r) programs.push_back(schedule(lower(*g, plan, mesh, r)));
-    TimelineModel m = timeline_model(*sys, [&](const LocalProgram& p, size_t i) { return roofline_us(step_work(p, i), sys->gpu); });
+    const DeviceRates rates = device_rates(sys->gpu);
+    TimelineModel m = timeline_model(*sys, [&](const LocalProgram& p, size_t i) { return roofline_us(step_work(p, i), rates); });
     Result<OverlapReport> r = simulate_overlap(programs, mesh, m);
     ASSERT_TRUE(r.ok()) << e << ": " << r.error().str();
     EXPECT_LE(r->overlapped.total_us, r->serial.total_us + 1e-6) << e;
@@ -520,14 +521,14 @@ TEST(Roofline, MaxOfComputeAndMemoryPlusLaunch) {
   g.fp32_tflops = 10;  // 1e7 flop/us
   g.hbm_GB_s = 1000;   // 1e6 B/us
   g.launch_us = 2;
-  EXPECT_DOUBLE_EQ(roofline_us(StepWork{100000000, 1000000}, g), 10 + 2);  // compute-bound
-  EXPECT_DOUBLE_EQ(roofline_us(StepWork{1000000, 10000000}, g), 10 + 2);  // memory-bound
-  EXPECT_DOUBLE_EQ(roofline_us(StepWork{0, 0}, g), 2);
+  EXPECT_DOUBLE_EQ(roofline_us(StepWork{100000000, 1000000}, device_rates(g)), 10 + 2);  // compute-bound
+  EXPECT_DOUBLE_EQ(roofline_us(StepWork{1000000, 10000000}, device_rates(g)), 10 + 2);  // memory-bound
+  EXPECT_DOUBLE_EQ(roofline_us(StepWork{0, 0}, device_rates(g)), 2);
   // Tensor-core flops at bf16_tflops, added to the SIMT time; at fp32 without it.
-  EXPECT_DOUBLE_EQ(roofline_us(StepWork{0, 0, 100000000}, g), 10 + 2);
+  EXPECT_DOUBLE_EQ(roofline_us(StepWork{0, 0, 100000000}, device_rates(g)), 10 + 2);
   g.bf16_tflops = 100;  // 1e8 flop/us
-  EXPECT_DOUBLE_EQ(roofline_us(StepWork{0, 0, 100000000}, g), 1 + 2);
-  EXPECT_DOUBLE_EQ(roofline_us(StepWork{10000000, 0, 100000000}, g), 1 + 1 + 2);
+  EXPECT_DOUBLE_EQ(roofline_us(StepWork{0, 0, 100000000}, device_rates(g)), 1 + 2);
+  EXPECT_DOUBLE_EQ(roofline_us(StepWork{10000000, 0, 100000000}, device_rates(g)), 1 + 1 + 2);
 }
 
 // A bf16 matmul kernel's multiply-adds are tensor flops, its epilogue's are not; an

@@ -168,6 +168,7 @@ int simulate(const SimulateOptions& o) {
   // plain and decomposed programs share one model).
   size_t from_cache = 0, from_roofline = 0;
   auto times = std::make_shared<std::map<const LocalProgram*, std::vector<double>>>();
+  const DeviceRates rates = device_rates(sys->gpu);
   auto add_times = [&](const std::vector<LocalProgram>& progs, bool count) {
     for (const LocalProgram& p : progs) {
       std::vector<double>& t = (*times)[&p];
@@ -177,7 +178,7 @@ int simulate(const SimulateOptions& o) {
         if (s.kind == LocalStep::Kind::Start || s.kind == LocalStep::Kind::Wait) continue;
         std::optional<double> m;
         if (s.kind == LocalStep::Kind::Kernel) m = measured.time_of(p.kernels[static_cast<size_t>(s.kernel)]);
-        t[i] = m ? *m : roofline_us(step_work(p, i), sys->gpu);
+        t[i] = m ? *m : roofline_us(step_work(p, i), rates);
         if (count) ++(m ? from_cache : from_roofline);
       }
     }

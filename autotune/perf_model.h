@@ -4,13 +4,19 @@
 // (codegen/fusion/timeline.h), and every estimate in shardfuse prices work through
 // them: the compile report, collective-matmul decomposition, `simulate` and the
 // tuner's static ranking (autotune/cost_model.h, which also reads the table's
-// occupancy limits). Collectives are priced by the alpha-beta model of one link
-// class (CostModel, codegen/dist/redistribute.h), from the system file when given.
+// occupancy limits). Collectives are priced by the alpha-beta model per link class
+// below (CommRates): propagation's choice among sharding strategies, the
+// decomposition's ring estimate and the timeline all call collective_us, with the
+// links of a system file (autotune/system.h) when one is given.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "autotune/target.h"
+#include "runtime/core/collective.h"
+#include "runtime/core/device_mesh.h"
 #include "runtime/core/dtype.h"
 
 namespace sf {
@@ -38,5 +44,55 @@ DeviceRates device_rates(const TargetInfo& t);
 Result<DeviceRates> arch_rates(const std::string& arch);
 // sm_90a's (an H100): what an estimate uses when nothing names a device.
 const DeviceRates& default_device_rates();
+
+// --- collectives: alpha-beta per link class ------------------------------------------
+
+enum class CollAlgorithm : uint8_t { Ring, Tree };
+
+// One class of link between GPUs.
+struct LinkSpec {
+  double bandwidth_GB_s = 0;  // per GPU per direction, 1e9 bytes per second
+  double alpha_us = 0;        // latency per algorithm step
+  double sm_fraction = 0;     // share of a GPU's SMs a running collective takes: kernels go at (1 - this)
+  // Share of a collective's speed lost while a member's compute stream runs a
+  // kernel (HBM and SM contention). 0 in the shipped systems: not calibrated.
+  double comm_slowdown = 0;
+  CollAlgorithm algorithm = CollAlgorithm::Ring;
+};
+
+enum class LinkClass : uint8_t { NvLink, Ib };
+std::string_view link_class_name(LinkClass c);  // "nvlink", "ib"
+
+// Latency steps of `k` over n ranks: ring all_gather, reduce_scatter and all_to_all
+// n-1, ring all_reduce 2(n-1); tree all_reduce 2 ceil(log2 n) (others stay ring).
+double collective_steps(CollectiveKind k, int n, CollAlgorithm a);
+// alpha * steps + bytes * bus_factor / bandwidth, in microseconds; 0 for n <= 1.
+// `bytes` is nccl-tests' "size": all_gather's gathered output, reduce_scatter's
+// input, all_reduce's buffer, all_to_all's send buffer.
+double collective_us(CollectiveKind k, int n, double bytes, const LinkSpec& link);
+// One point-to-point transfer (a step of a decomposed collective matmul's ring):
+// alpha + bytes / bandwidth, in microseconds.
+double shift_us(double bytes, const LinkSpec& link);
+
+// The links between the GPUs a mesh runs on. Ranks fill nodes in order (rank r is
+// on node r / gpus_per_node); a collective whose group stays inside one node runs
+// over `intra` (NVLink), one that spans nodes over `inter`.
+struct CommRates {
+  std::string name;  // where the figures are from
+  int gpus_per_node = 8;
+  LinkSpec intra, inter;
+
+  const LinkSpec& link(LinkClass c) const { return c == LinkClass::NvLink ? intra : inter; }
+  // The class of link the groups of `mesh_dim` cross: NvLink when every group along
+  // that dim sits inside one node.
+  LinkClass link_class(const DeviceMesh& mesh, int mesh_dim) const;
+  // collective_us over the group of `mesh_dim`, in seconds.
+  double collective_s(CollectiveKind k, const DeviceMesh& mesh, int mesh_dim, double bytes) const;
+};
+
+// Without a system file: one 8-GPU node of NVLink 4 (examples/systems/
+// h100x8_nvlink.json's links), InfiniBand between nodes as h100_2x8_ib.json has it.
+// Estimates, not measurements.
+const CommRates& default_comm_rates();
 
 }  // namespace sf

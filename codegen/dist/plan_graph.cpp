@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <vector>
 
-#include "codegen/dist/propagate.h"
 #include "codegen/ir/printer.h"
 #include "runtime/core/device_mesh.h"
 #include "runtime/core/shard.h"
@@ -22,6 +21,30 @@ std::string plan_graph_digest(const Graph& g) {
   return buf;
 }
 
+Result<PlanPlacements> plan_placements(const Plan& p, const Graph& g, const std::string& plan_file) {
+  const Mesh& mesh = g.mesh();
+  PlanPlacements out;
+  for (ValueId v : g.params()) {
+    const Node& n = g.node(v);
+    out.params.push_back(normalize_spec(n.placement ? *n.placement : replicated(DeviceMesh(mesh)), n.type.rank()));
+  }
+  if (p.ranks.empty() || p.ranks[0].output_specs.size() != g.outputs().size())
+    return Diag{plan_file, {}, "ranks[0].output_placements: expected one placement per returned value (" +
+                                   std::to_string(g.outputs().size()) + ")"};
+  for (size_t o = 0; o < g.outputs().size(); ++o) {
+    const std::string& text = p.ranks[0].output_specs[o];
+    const std::string field = plan_file + ": ranks[0].output_placements[" + std::to_string(o) + "]";
+    const Output& ret = g.outputs()[o];
+    const int rank = g.node(ret.value).type.rank();
+    std::optional<PlacementSpec> spec = parse_placement_spec(text, mesh);
+    if (!spec) return Diag{field, {}, "'" + text + "' is not a placement on mesh '" + mesh.str() + "'"};
+    if (std::optional<std::string> why = check_placements(*spec, mesh, rank))
+      return Diag{field, {}, "'" + text + "' does not fit output " + ret.name + ": " + *why};
+    out.outputs.push_back(normalize_spec(*spec, rank));
+  }
+  return out;
+}
+
 Result<void> verify_plan_matches_graph(const Plan& p, const Graph& g, const std::string& graph_file,
                                               const std::string& plan_file) {
   auto fail = [&](const std::string& what) {
@@ -37,8 +60,18 @@ Result<void> verify_plan_matches_graph(const Plan& p, const Graph& g, const std:
                 p.graph + "', mesh '" + p.mesh + "')");
   if (params != p.params) return fail("the params are not the ones plan.json was compiled for");
   if (outputs != p.outputs) return fail("the returned values are not the ones plan.json was compiled for");
-  // Re-derived per rank: what each param's and output's buffer must hold.
-  const ShardingPlan sharding = propagate(g, mesh);
+  // The placements: params as the graph declares them, outputs as the Plan chose
+  // them (its compile's cost model may differ from any default); then per rank,
+  // what each param's and output's buffer must hold.
+  Result<PlanPlacements> placed_by = plan_placements(p, g, plan_file);
+  if (!placed_by.ok()) return placed_by.error();
+  // An output the graph returns with a placement must have it in the Plan.
+  for (size_t o = 0; o < g.outputs().size(); ++o) {
+    const Output& ret = g.outputs()[o];
+    if (ret.placement && normalize_spec(*ret.placement, g.node(ret.value).type.rank()) != placed_by->outputs[o])
+      return fail("output " + ret.name + " is placed " + ret.placement->str(g.mesh()) + ", but " + plan_file +
+                  ": ranks[0].output_placements[" + std::to_string(o) + "] has it " + p.ranks[0].output_specs[o]);
+  }
   for (const PlanRank& r : p.ranks) {
     const std::string rpath = plan_file + ": ranks[" + std::to_string(r.rank) + "]";
     auto check = [&](const char* what, const std::string& name, const TensorType& global, const PlacementSpec& spec,
@@ -56,12 +89,12 @@ Result<void> verify_plan_matches_graph(const Plan& p, const Graph& g, const std:
     };
     for (size_t i = 0; i < g.params().size(); ++i) {
       const ValueId v = g.params()[i];
-      if (auto e = check("param", params[i], g.node(v).type, sharding.nodes[static_cast<size_t>(v)].output,
+      if (auto e = check("param", params[i], g.node(v).type, placed_by->params[i],
                          r.inputs[i], r.input_specs[i]))
         return *e;
     }
     for (size_t o = 0; o < g.outputs().size(); ++o)
-      if (auto e = check("output", outputs[o], g.node(g.outputs()[o].value).type, sharding.outputs[o], r.outputs[o],
+      if (auto e = check("output", outputs[o], g.node(g.outputs()[o].value).type, placed_by->outputs[o], r.outputs[o],
                          r.output_specs[o]))
         return *e;
   }

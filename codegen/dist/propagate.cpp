@@ -1,5 +1,6 @@
 #include "codegen/dist/propagate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -9,15 +10,34 @@ namespace sf {
 
 namespace {
 
-double move_cost(const PlacementSpec& from, const PlacementSpec& to, const TensorType& t, const DeviceMesh& mesh,
-                 const CostModel& model) {
-  if (normalize_spec(from, t.rank()) == normalize_spec(to, t.rank())) return 0;
-  return redistribute_cost(plan_redistribute(from, to, t, mesh), t, mesh, model);
+// The modelled time of moving a value from `from` to `to`, and the collectives it takes.
+struct MoveCost {
+  double seconds = 0;
+  int collectives = 0;
+};
+
+MoveCost move_cost(const PlacementSpec& from, const PlacementSpec& to, const TensorType& t, const DeviceMesh& mesh,
+                   const CommRates& rates) {
+  if (normalize_spec(from, t.rank()) == normalize_spec(to, t.rank())) return {};
+  const std::vector<RedistStep> steps = plan_redistribute(from, to, t, mesh);
+  MoveCost m{redistribute_cost(steps, t, mesh, rates), 0};
+  for (const RedistStep& s : steps) m.collectives += is_collective(s.kind) && mesh.size(s.mesh_dim) > 1;
+  return m;
+}
+
+// Whether a strategy costing `c` beats the best so far: strictly cheaper, or as
+// cheap (within rounding) with fewer collectives. Latency per ring step prices an
+// all_reduce like a reduce_scatter plus an all_gather; NCCL launches one kernel
+// per collective, so at equal modelled time fewer collectives win.
+bool better(const MoveCost& c, const MoveCost& best) {
+  const double tol = 1e-9 * std::max(std::abs(c.seconds), std::abs(best.seconds));
+  if (c.seconds < best.seconds - tol) return true;
+  return c.seconds <= best.seconds + tol && c.collectives < best.collectives;
 }
 
 }  // namespace
 
-ShardingPlan propagate(const Graph& g, const DeviceMesh& mesh, const CostModel& model) {
+ShardingPlan propagate(const Graph& g, const DeviceMesh& mesh, const CommRates& rates) {
   ShardingPlan plan;
   plan.nodes.resize(g.nodes().size());
   // Where a value must end up regardless of the strategy: its own constraint, or
@@ -39,22 +59,27 @@ ShardingPlan propagate(const Graph& g, const DeviceMesh& mesh, const CostModel& 
     std::vector<Operand> operands;
     for (ValueId v : n.inputs) operands.push_back({g.node(v).type, g.node(v).op == OpKind::Constant});
     std::vector<OpStrategy> strategies = op_strategies(n.op, operands, n.attrs, n.type, mesh);
-    double best = std::numeric_limits<double>::infinity(), second = best;
+    MoveCost best{std::numeric_limits<double>::infinity(), 0};
+    double second = best.seconds;
     const OpStrategy* chosen = nullptr;
     for (const OpStrategy& s : strategies) {
-      double c = 0;
+      MoveCost c;
+      auto add = [&](const MoveCost& m) {
+        c.seconds += m.seconds;
+        c.collectives += m.collectives;
+      };
       for (size_t k = 0; k < n.inputs.size(); ++k) {
         const TensorType& t = g.node(n.inputs[k]).type;
-        c += move_cost(plan.nodes[static_cast<size_t>(n.inputs[k])].value, s.inputs[k], t, mesh, model);
+        add(move_cost(plan.nodes[static_cast<size_t>(n.inputs[k])].value, s.inputs[k], t, mesh, rates));
       }
-      if (target[i] && n.op != OpKind::Redistribute) c += move_cost(s.output, *target[i], n.type, mesh, model);
-      // Strictly cheaper wins, so ties keep the strategy listed first.
-      if (c < best) {
-        second = best;
+      if (target[i] && n.op != OpKind::Redistribute) add(move_cost(s.output, *target[i], n.type, mesh, rates));
+      // Ties (in time and collectives) keep the strategy listed first.
+      if (!chosen || better(c, best)) {
+        if (chosen) second = std::min(second, best.seconds);
         best = c;
         chosen = &s;
-      } else if (c < second) {
-        second = c;
+      } else if (c.seconds < second) {
+        second = c.seconds;
       }
     }
     ns.inputs.clear();
@@ -62,7 +87,7 @@ ShardingPlan propagate(const Graph& g, const DeviceMesh& mesh, const CostModel& 
       ns.inputs.push_back(normalize_spec(chosen->inputs[k], g.node(n.inputs[k]).type.rank()));
     ns.output = normalize_spec(chosen->output, n.type.rank());
     ns.value = n.placement ? normalize_spec(*n.placement, n.type.rank()) : ns.output;
-    ns.cost = best;
+    ns.cost = best.seconds;
     ns.runner_up = std::isinf(second) ? -1 : second;
     ns.candidates = static_cast<int>(strategies.size());
   }

@@ -28,6 +28,6 @@ struct ShardingPlan {
 // also counts the cost of reaching a constraint the value must meet (a placement
 // on its statement or on the return), so a choice is not cheap now and dear later.
 // Params are placed as declared (Replicate when not), literals are Replicate.
-ShardingPlan propagate(const Graph& g, const DeviceMesh& mesh, const CostModel& model = {});
+ShardingPlan propagate(const Graph& g, const DeviceMesh& mesh, const CommRates& rates = default_comm_rates());
 
 }  // namespace sf

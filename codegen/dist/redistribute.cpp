@@ -133,7 +133,7 @@ std::vector<RedistStep> plan_redistribute(const PlacementSpec& from, const Place
 }
 
 double redistribute_cost(const std::vector<RedistStep>& steps, const TensorType& type, const DeviceMesh& mesh,
-                         const CostModel& model) {
+                         const CommRates& rates) {
   double cost = 0;
   double elem = dtype_size(type.dtype);
   // Bytes a rank holds under `spec`, with even shards (the cost model's approximation).
@@ -144,19 +144,17 @@ double redistribute_cost(const std::vector<RedistStep>& steps, const TensorType&
     return b;
   };
   for (const RedistStep& s : steps) {
-    double n = static_cast<double>(mesh.size(s.mesh_dim));
-    if (n <= 1 || !is_collective(s.kind)) continue;
-    double f = (n - 1) / n;
-    double wire = 0;
+    if (mesh.size(s.mesh_dim) <= 1 || !is_collective(s.kind)) continue;
+    double size = 0;
     switch (s.kind) {
-      case RedistKind::AllGather: wire = f * bytes(s.after); break;
-      case RedistKind::ReduceScatter: wire = f * bytes(s.before); break;
-      case RedistKind::AllReduce: wire = 2 * f * bytes(s.before); break;
-      case RedistKind::AllToAll: wire = f * bytes(s.before); break;
+      case RedistKind::AllGather: size = bytes(s.after); break;
+      case RedistKind::ReduceScatter:
+      case RedistKind::AllReduce:
+      case RedistKind::AllToAll: size = bytes(s.before); break;
       case RedistKind::Slice:
       case RedistKind::Partialize: break;
     }
-    cost += model.alpha_s + wire / model.beta_bytes_per_s;
+    cost += rates.collective_s(*collective_of(s.kind), mesh, s.mesh_dim, size);
   }
   return cost;
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "autotune/perf_model.h"
 #include "runtime/core/device_mesh.h"
 #include "runtime/core/collective.h"
 
@@ -45,18 +46,14 @@ struct RedistStep {
 std::vector<RedistStep> plan_redistribute(const PlacementSpec& from, const PlacementSpec& to,
                                           const TensorType& type, const DeviceMesh& mesh);
 
-// The α-β cost model used to choose among sharding strategies. Per collective:
-// alpha + bytes_on_the_wire / beta, with nccl-tests' bus factors: all_reduce moves
-// 2(n-1)/n of the buffer, all_gather and reduce_scatter (n-1)/n of the full buffer,
-// all_to_all (n-1)/n. Local slices and partialisations are free. The defaults are
-// an NVLink-class link (10 us per collective, 100 GB/s); only ratios matter when
-// choosing, and alpha breaks ties toward fewer collectives.
-struct CostModel {
-  double alpha_s = 10e-6;
-  double beta_bytes_per_s = 100e9;
-};
+// Seconds the collectives of `steps` take for a value of `type` on `mesh`: each
+// priced by the one performance model's alpha-beta model (collective_us,
+// autotune/perf_model.h) over the link class its mesh dim's groups cross, with
+// nccl-tests' sizes (all_gather the gathered shard, reduce_scatter and all_reduce
+// the buffer before, all_to_all the send buffer) of even shards. Local slices and
+// partialisations are free. Propagation chooses among sharding strategies with it.
 double redistribute_cost(const std::vector<RedistStep>& steps, const TensorType& type, const DeviceMesh& mesh,
-                         const CostModel& model = {});
+                         const CommRates& rates = default_comm_rates());
 
 // "all_gather(tp, dim 0)" etc., for explain.
 std::string step_str(const RedistStep& s, const DeviceMesh& mesh);

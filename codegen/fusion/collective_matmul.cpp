@@ -792,8 +792,8 @@ size_t split_all_reduce(LocalProgram& p, const ArMatch& m, int pos, int n) {
 // are added in the last matmul's epilogue (free beside its flops), but for the
 // last one, a kernel reading two chunks and writing one (`bytes`: the matmul's
 // whole result; `t_mm`: the matmul alone, with its launch).
-double rs_ring_time(double bytes, double t_mm, int n, const DecomposeOptions& o) {
-  const double t_step = o.comm.alpha_s + bytes / n / o.comm.beta_bytes_per_s;
+double rs_ring_time(double bytes, double t_mm, int n, const LinkSpec& link, const DecomposeOptions& o) {
+  const double t_step = shift_us(bytes / n, link) * 1e-6;
   const double t_part = (t_mm - rates(o).launch_s) / n + rates(o).launch_s;
   const double t_last_add = rates(o).launch_s + 3 * bytes / n / rates(o).hbm_bytes_s;
   return t_part + (n - 1) * std::max(t_part, t_step) + t_last_add;
@@ -843,6 +843,8 @@ std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalPro
       if (!seen.insert({operand, static_cast<int>(s.collective)}).second) continue;
       const int n = s.collective == CollectiveKind::AllReduce ? static_cast<int>(mesh.group(p0.rank, s.mesh_dim).size())
                                                     : static_cast<int>(s.sizes.size());
+      // The link class this mesh dim's groups cross (the one performance model).
+      const LinkSpec& link = o.comm.link(o.comm.link_class(mesh, s.mesh_dim));
       DecomposeDecision dd;
       std::string why;
       if (s.collective == CollectiveKind::AllGather) {
@@ -852,14 +854,14 @@ std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalPro
                   m->what(p0);
         if (n < 2) continue;
         const TensorType& xg = p0.types[static_cast<size_t>(p0.steps[m->wait].out)];
-        double t_comm = o.comm.alpha_s + static_cast<double>(bytes_of(xg)) * (n - 1) / n / o.comm.beta_bytes_per_s;
+        double t_comm = collective_us(CollectiveKind::AllGather, n, static_cast<double>(bytes_of(xg)), link) * 1e-6;
         const std::vector<size_t> steps = m->all_steps();
         double t_chain = rates(o).launch_s * static_cast<double>(m->branches.size());
         for (size_t c : steps) t_chain += step_time(p0, p0.steps[c], o);
         std::set<size_t> skip(steps.begin(), steps.end());
         double t_indep = independent_time(p0, s.in[0], p0.steps[m->wait].out, skip, o);
         double plain = t_chain + std::max(0.0, t_comm - t_indep);
-        double t_step = o.comm.alpha_s + static_cast<double>(bytes_of(xg)) / n / o.comm.beta_bytes_per_s;
+        double t_step = shift_us(static_cast<double>(bytes_of(xg)) / n, link) * 1e-6;
         const double launches = rates(o).launch_s * static_cast<double>(m->branches.size());
         double t_part = (t_chain - launches) / n + launches;
         double concat = 0;
@@ -887,13 +889,13 @@ std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalPro
         dd.what = "matmul " + p0.names[static_cast<size_t>(p0.steps[m->matmul].out)] + " -> all_reduce";
         if (n < 2) continue;
         const double bytes = static_cast<double>(bytes_of(p0.types[static_cast<size_t>(s.in[0])]));
-        const double t_ar = o.comm.alpha_s + 2.0 * bytes * (n - 1) / n / o.comm.beta_bytes_per_s;
-        const double t_ag = o.comm.alpha_s + bytes * (n - 1) / n / o.comm.beta_bytes_per_s;
+        const double t_ar = collective_us(CollectiveKind::AllReduce, n, bytes, link) * 1e-6;
+        const double t_ag = collective_us(CollectiveKind::AllGather, n, bytes, link) * 1e-6;
         std::set<size_t> mm_steps;
         const double t_mm = matmul_sum_time(p0, m->matmul, m->adds, o, &mm_steps);
         const double t_indep = independent_time(p0, s.in[0], s.in[0], mm_steps, o);
         const double plain = t_mm + std::max(0.0, t_ar - t_indep);
-        const double ring = rs_ring_time(bytes, t_mm, n, o) + std::max(0.0, t_ag - t_indep);
+        const double ring = rs_ring_time(bytes, t_mm, n, link, o) + std::max(0.0, t_ag - t_indep);
         dd.decomposed = o.mode == DecomposeMode::Always || (o.mode == DecomposeMode::Auto && ring < plain);
         dd.why = "estimated " + us(plain) + " as is (" + us(t_ar) + " all_reduce, " + us(t_indep) +
                  " independent compute to hide it) vs " + us(ring) + " as a reduce_scatter in " + std::to_string(n) +
@@ -915,12 +917,12 @@ std::vector<DecomposeDecision> decompose_collective_matmuls(std::vector<LocalPro
         dd.what = "matmul " + p0.names[static_cast<size_t>(p0.steps[m->matmul].out)] + " -> reduce_scatter";
         if (n < 2) continue;
         const TensorType& vt = p0.types[static_cast<size_t>(s.in[0])];
-        double t_comm = o.comm.alpha_s + static_cast<double>(bytes_of(vt)) * (n - 1) / n / o.comm.beta_bytes_per_s;
+        double t_comm = collective_us(CollectiveKind::ReduceScatter, n, static_cast<double>(bytes_of(vt)), link) * 1e-6;
         std::set<size_t> mm_steps;
         double t_mm = matmul_sum_time(p0, m->matmul, m->adds, o, &mm_steps);
         double t_indep = independent_time(p0, s.in[0], s.in[0], mm_steps, o);
         double plain = t_mm + std::max(0.0, t_comm - t_indep);
-        double ring = rs_ring_time(static_cast<double>(bytes_of(vt)), t_mm, n, o);
+        double ring = rs_ring_time(static_cast<double>(bytes_of(vt)), t_mm, n, link, o);
         dd.decomposed = o.mode == DecomposeMode::Always || (o.mode == DecomposeMode::Auto && ring < plain);
         dd.why = "estimated " + us(plain) + " as is (" + us(t_comm) + " reduce_scatter, " + us(t_indep) +
                  " independent compute to hide it) vs " + us(ring) + " in " + std::to_string(n) + " ring steps";

@@ -46,11 +46,12 @@ std::optional<DecomposeMode> parse_decompose_mode(const std::string& s);
 
 struct DecomposeOptions {
   DecomposeMode mode = DecomposeMode::Auto;
-  // Auto: the estimates that decide (docs/overlap.md). Collectives by the same
-  // alpha-beta model as redistribution; compute by the one roofline
-  // (autotune/perf_model.h) over `rates`: the target arch's row (compile, explain)
-  // or the system file's GPU (simulate); unset, sm_90a's.
-  CostModel comm;
+  // Auto: the estimates that decide (docs/overlap.md), by the one performance model
+  // (autotune/perf_model.h). Collectives and ring shifts by its alpha-beta model over
+  // the link class of the collective's mesh dim, from `comm` (the system file's links
+  // with --system, else default_comm_rates()); compute by its roofline over `rates`:
+  // the system file's GPU, else the target arch's row (compile, explain); unset, sm_90a's.
+  CommRates comm = default_comm_rates();
   std::optional<DeviceRates> rates;
   bool allow_tf32 = false;  // f32 matmuls at the TF32 rate, as --allow-tf32 builds them
 };

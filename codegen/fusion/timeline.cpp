@@ -17,260 +17,10 @@ namespace sf {
 
 using json = nlohmann::json;
 
-std::string_view link_class_name(LinkClass c) {
-  switch (c) {
-    case LinkClass::NvLink: return "nvlink";
-    case LinkClass::Ib: return "ib";
-  }
-  return "?";
-}
-
-// --- the system file -----------------------------------------------------------------
-
-namespace {
-
-constexpr const char* kSystemFormat = "shardfuse-system";
-constexpr int kSystemVersion = 1;
-
-SourceLoc loc_at(const std::string& text, size_t at) {
-  SourceLoc loc{1, 1};
-  for (size_t i = 0; i < at && i < text.size(); ++i) {
-    if (text[i] == '\n') {
-      ++loc.line;
-      loc.col = 1;
-    } else {
-      ++loc.col;
-    }
-  }
-  return loc;
-}
-
-// Where field `path` ("links.ib.alpha_us") is written: each component's quoted key
-// searched for after the previous one. Good enough for the hand-written files this
-// reads (a key repeated in an earlier sibling can mislead it); no location when a
-// component is missing, since then there is nothing to point at but its parent.
-SourceLoc locate(const std::string& text, const std::vector<std::string>& path) {
-  size_t at = 0;
-  size_t found = std::string::npos;
-  for (const std::string& k : path) {
-    size_t p = text.find("\"" + k + "\"", at);
-    if (p == std::string::npos) return found == std::string::npos ? SourceLoc{} : loc_at(text, found);
-    found = p;
-    at = p + k.size() + 2;
-  }
-  return found == std::string::npos ? SourceLoc{} : loc_at(text, found);
-}
-
-std::string join_path(const std::vector<std::string>& path) {
-  std::string s;
-  for (const std::string& k : path) s += (s.empty() ? "" : ".") + k;
-  return s;
-}
-
-// Reads one object's fields, checking types and ranges; throws DiagError located at
-// the field (turned into a Diag by parse_system).
-class Fields {
- public:
-  Fields(const std::string& text, const std::string& file, const json& obj, std::vector<std::string> path)
-      : text_(text), file_(file), obj_(obj), path_(std::move(path)) {
-    if (!obj_.is_object()) fail_at(path_, "expected an object");
-  }
-
-  [[noreturn]] void fail_at(const std::vector<std::string>& path, const std::string& msg) const {
-    throw DiagError{Diag{file_, locate(text_, path), (path.empty() ? std::string() : join_path(path) + ": ") + msg}};
-  }
-  [[noreturn]] void fail(const std::string& key, const std::string& msg) const { fail_at(sub(key), msg); }
-
-  std::vector<std::string> sub(const std::string& key) const {
-    std::vector<std::string> p = path_;
-    p.push_back(key);
-    return p;
-  }
-
-  const json* find(const std::string& key) {
-    seen_.insert(key);
-    auto it = obj_.find(key);
-    return it == obj_.end() ? nullptr : &*it;
-  }
-  const json& need(const std::string& key) {
-    const json* v = find(key);
-    if (!v) fail_at(path_, "missing field \"" + key + "\"");
-    return *v;
-  }
-
-  std::string str(const std::string& key, bool required, std::string def = {}) {
-    const json* v = required ? &need(key) : find(key);
-    if (!v) return def;
-    if (!v->is_string()) fail(key, "expected a string, found " + v->dump());
-    return v->get<std::string>();
-  }
-
-  // A number in [lo, hi) (or [lo, hi] when hi_closed), or > lo when lo_open.
-  double num(const std::string& key, bool required, double def, double lo, bool lo_open, double hi,
-             const std::string& range) {
-    const json* v = required ? &need(key) : find(key);
-    if (!v) return def;
-    if (!v->is_number()) fail(key, "expected a number " + range + ", found " + v->dump());
-    double d = v->get<double>();
-    if (!std::isfinite(d) || (lo_open ? d <= lo : d < lo) || d >= hi) fail(key, "expected a number " + range + ", found " + v->dump());
-    return d;
-  }
-  double positive(const std::string& key, bool required = true, double def = 0) {
-    return num(key, required, def, 0, true, std::numeric_limits<double>::infinity(), "> 0");
-  }
-  double non_negative(const std::string& key, bool required = true, double def = 0) {
-    return num(key, required, def, 0, false, std::numeric_limits<double>::infinity(), ">= 0");
-  }
-  double fraction(const std::string& key, bool required = true, double def = 0) {
-    return num(key, required, def, 0, false, 1, "in [0, 1)");
-  }
-  int count(const std::string& key) {
-    const json& v = need(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (1 << 20))
-      fail(key, "expected a whole number >= 1, found " + v.dump());
-    return static_cast<int>(v.get<int64_t>());
-  }
-
-  // Every field is one this reader knows ("notes" is allowed anywhere, as a comment).
-  void no_others() const {
-    for (auto it = obj_.begin(); it != obj_.end(); ++it) {
-      if (seen_.count(it.key()) || it.key() == "notes") continue;
-      std::string known;
-      for (const std::string& k : seen_) known += (known.empty() ? "" : ", ") + k;
-      fail(it.key(), "unknown field (known here: " + known + ", notes)");
-    }
-  }
-
-  const std::string& text() const { return text_; }
-  const std::string& file() const { return file_; }
-
- private:
-  const std::string& text_;
-  const std::string& file_;
-  const json& obj_;
-  std::vector<std::string> path_;
-  std::set<std::string> seen_;
-};
-
-LinkSpec parse_link(Fields& parent, const std::string& key) {
-  Fields f(parent.text(), parent.file(), parent.need(key), parent.sub(key));
-  LinkSpec l;
-  l.bandwidth_GB_s = f.positive("bandwidth_GB_s");
-  l.alpha_us = f.non_negative("alpha_us");
-  // 1 would stop kernels outright while NCCL runs; the model needs some progress.
-  l.sm_fraction = f.fraction("sm_fraction");
-  l.comm_slowdown = f.fraction("comm_slowdown", false, 0);
-  std::string a = f.str("algorithm", false, "ring");
-  if (a == "ring") l.algorithm = CollAlgorithm::Ring;
-  else if (a == "tree") l.algorithm = CollAlgorithm::Tree;
-  else f.fail("algorithm", "expected \"ring\" or \"tree\", found \"" + a + "\"");
-  f.no_others();
-  return l;
-}
-
-SystemSpec parse_system_json(const json& j, const std::string& text, const std::string& file) {
-  Fields top(text, file, j, {});
-  SystemSpec s;
-  if (top.str("format", true) != kSystemFormat)
-    top.fail("format", std::string("expected \"") + kSystemFormat + "\" (is this a shardfuse system file?)");
-  const json& v = top.need("version");
-  if (!v.is_number_integer() || v.get<int64_t>() != kSystemVersion)
-    top.fail("version", "this shardfuse reads version " + std::to_string(kSystemVersion) + ", found " + v.dump());
-  s.name = top.str("name", true);
-  if (auto it = j.find("notes"); it != j.end()) {
-    const json* n = &*it;
-    if (n->is_string()) {
-      s.notes.push_back(n->get<std::string>());
-    } else if (n->is_array()) {
-      for (const json& line : *n) {
-        if (!line.is_string()) top.fail("notes", "expected a string or an array of strings");
-        s.notes.push_back(line.get<std::string>());
-      }
-    } else {
-      top.fail("notes", "expected a string or an array of strings");
-    }
-  }
-  {
-    Fields g(text, file, top.need("gpu"), top.sub("gpu"));
-    s.gpu.name = g.str("name", true);
-    s.gpu.arch = g.str("arch", true);
-    s.gpu.device_name = g.str("device_name", false);
-    s.gpu.fp32_tflops = g.positive("fp32_tflops");
-    s.gpu.bf16_tflops = g.non_negative("bf16_tflops", false, 0);
-    s.gpu.hbm_GB_s = g.positive("hbm_GB_s");
-    s.gpu.launch_us = g.non_negative("launch_us");
-    g.no_others();
-  }
-  s.nodes = top.count("nodes");
-  s.gpus_per_node = top.count("gpus_per_node");
-  {
-    Fields links(text, file, top.need("links"), top.sub("links"));
-    s.nvlink = parse_link(links, "nvlink");
-    if (links.find("ib")) {
-      s.ib = parse_link(links, "ib");
-      s.has_ib = true;
-    } else if (s.nodes > 1) {
-      top.fail("links", "missing field \"ib\": a system of " + std::to_string(s.nodes) +
-                            " nodes needs the link between nodes");
-    }
-    links.no_others();
-  }
-  top.no_others();
-  return s;
-}
-
-}  // namespace
-
-Result<SystemSpec> parse_system(const std::string& text, const std::string& file) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // e.byte is 1-based, one past the offending character.
-    SourceLoc loc = loc_at(text, e.byte == 0 ? 0 : static_cast<size_t>(e.byte - 1));
-    std::string what = e.what();
-    if (size_t colon = what.find(": "); colon != std::string::npos) what = what.substr(colon + 2);
-    return Diag{file, loc, "not valid JSON: " + what};
-  }
-  try {
-    return parse_system_json(j, text, file);
-  } catch (const DiagError& e) {
-    return e.diag;
-  }
-}
-
-Result<SystemSpec> load_system(const std::string& path) {
-  Result<std::string> text = read_regular_file(path, kMaxJsonFileBytes, "");
-  if (!text) return Diag{path, {}, "cannot read the system file: " + text.error().message};
-  return parse_system(*text, path);
-}
-
-// --- the α-β model -------------------------------------------------------------------------
-
-double collective_steps(CollectiveKind k, int n, CollAlgorithm a) {
-  if (n <= 1) return 0;
-  switch (k) {
-    case CollectiveKind::AllReduce:
-      // A tree reduces up and broadcasts down: 2 ceil(log2 n) hops; a ring does a
-      // reduce-scatter then an all-gather, n-1 steps each.
-      return a == CollAlgorithm::Tree ? 2.0 * std::ceil(std::log2(static_cast<double>(n))) : 2.0 * (n - 1);
-    case CollectiveKind::AllGather:
-    case CollectiveKind::ReduceScatter:
-    case CollectiveKind::AllToAll: return n - 1.0;
-  }
-  return 0;
-}
+// --- the collectives ----------------------------------------------------------------------
 
 bool is_ring_shift(const LocalStep& s) {
   return s.kind == LocalStep::Kind::Start && s.collective == CollectiveKind::AllToAll && s.ring_steps > 0;
-}
-
-double shift_us(double bytes, const LinkSpec& link) { return link.alpha_us + bytes / (link.bandwidth_GB_s * 1e3); }
-
-double collective_us(CollectiveKind k, int n, double bytes, const LinkSpec& link) {
-  if (n <= 1) return 0;
-  // GB/s = 1e9 B/s = 1e3 B/us.
-  return link.alpha_us * collective_steps(k, n, link.algorithm) + bytes * bus_factor(k, n) / (link.bandwidth_GB_s * 1e3);
 }
 
 int64_t collective_bytes(const LocalProgram& p, size_t step, int n) {
@@ -349,19 +99,6 @@ StepWork step_work(const LocalProgram& p, size_t step) {
   return w;
 }
 
-DeviceRates device_rates(const GpuSpec& gpu) {
-  DeviceRates r;
-  r.name = gpu.name;
-  r.hbm_bytes_s = gpu.hbm_GB_s * 1e9;
-  r.fp32_flops_s = gpu.fp32_tflops * 1e12;
-  r.tensor16_flops_s = gpu.bf16_tflops > 0 ? gpu.bf16_tflops * 1e12 : r.fp32_flops_s;
-  Result<DeviceRates> table = arch_rates(gpu.arch);
-  r.tf32_flops_s = table && table->tensor16_flops_s > 0 ? r.tensor16_flops_s * table->tf32_flops_s / table->tensor16_flops_s
-                                                        : r.tensor16_flops_s / 2;
-  r.launch_s = gpu.launch_us * 1e-6;
-  return r;
-}
-
 double roofline_us(const StepWork& w, const DeviceRates& r) {
   // The work of a step at the fp32 rate plus its 16-bit matmul work at the tensor
   // rate, against its bytes.
@@ -373,9 +110,7 @@ double roofline_us(const StepWork& w, const DeviceRates& r) {
 
 TimelineModel timeline_model(const SystemSpec& sys, std::function<double(const LocalProgram&, size_t)> compute_us) {
   TimelineModel m;
-  m.gpus_per_node = sys.gpus_per_node;
-  m.intra = sys.nvlink;
-  m.inter = sys.has_ib ? sys.ib : sys.nvlink;
+  m.comm = comm_rates(sys);
   m.compute_us = std::move(compute_us);
   return m;
 }
@@ -484,8 +219,8 @@ Result<Timeline> simulate_timeline(const std::vector<LocalProgram>& programs, co
     return Diag{"", {}, "timeline: " + std::to_string(programs.size()) + " program(s) for a mesh of " +
                             std::to_string(world) + " rank(s)"};
   if (!model.compute_us) return Diag{"", {}, "timeline: no compute-time function"};
-  if (model.gpus_per_node < 1) return Diag{"", {}, "timeline: gpus_per_node must be >= 1"};
-  for (const LinkSpec* l : {&model.intra, &model.inter})
+  if (model.comm.gpus_per_node < 1) return Diag{"", {}, "timeline: gpus_per_node must be >= 1"};
+  for (const LinkSpec* l : {&model.comm.intra, &model.comm.inter})
     if (!(l->sm_fraction >= 0 && l->sm_fraction < 1) || !(l->comm_slowdown >= 0 && l->comm_slowdown < 1))
       return Diag{"", {}, "timeline: sm_fraction and comm_slowdown must be in [0, 1)"};
   const size_t W = static_cast<size_t>(world);
@@ -573,10 +308,10 @@ Result<Timeline> simulate_timeline(const std::vector<LocalProgram>& programs, co
                                 ") with rank " + std::to_string(c.members[m]) + ", whose program has no such collective"};
       }
     const int n = static_cast<int>(c.members.size());
-    const int node0 = c.members[0] / model.gpus_per_node;
-    bool one_node = std::all_of(c.members.begin(), c.members.end(), [&](int r) { return r / model.gpus_per_node == node0; });
+    const int node0 = c.members[0] / model.comm.gpus_per_node;
+    bool one_node = std::all_of(c.members.begin(), c.members.end(), [&](int r) { return r / model.comm.gpus_per_node == node0; });
     c.link = one_node ? LinkClass::NvLink : LinkClass::Ib;
-    c.spec = one_node ? model.intra : model.inter;
+    c.spec = one_node ? model.comm.intra : model.comm.inter;
     for (size_t m = 0; m < c.members.size(); ++m)
       c.bytes = std::max(c.bytes, collective_bytes(programs[static_cast<size_t>(c.members[m])], c.step[m], n));
     c.nominal = n <= 1 ? 0

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "autotune/perf_model.h"
+#include "autotune/system.h"
 #include "runtime/core/device_mesh.h"
 #include "codegen/dist/local_program.h"
 #include "runtime/core/diag.h"
@@ -27,72 +28,13 @@
 
 namespace sf {
 
-// --- the system -----------------------------------------------------------------------
-
-struct GpuSpec {
-  std::string name;         // for people: "H100 SXM5 80GB"
-  std::string arch;         // "sm_90a": which tuning-cache entries apply
-  std::string device_name;  // what CUDA calls it ("NVIDIA H100 80GB HBM3"): matches cache targets
-  double fp32_tflops = 0;   // peak SIMT fp32: elementwise work, f32 matmuls
-  double bf16_tflops = 0;   // peak dense f16/bf16 tensor-core rate: f16/bf16 matmuls (0: price them at fp32)
-  double hbm_GB_s = 0;      // HBM bandwidth, 1e9 bytes per second
-  double launch_us = 0;     // per-kernel launch overhead the roofline adds
-};
-
-// The system file's GPU as the one performance model's rates (autotune/perf_model.h):
-// its fp32, f16/bf16 and HBM figures and launch cost; TF32 from the arch's table row
-// scaled as the file's 16-bit rate is to the table's (half the 16-bit rate when the
-// table lacks the arch). A 16-bit rate of 0 prices 16-bit matmuls at fp32.
-DeviceRates device_rates(const GpuSpec& gpu);
-
-enum class CollAlgorithm : uint8_t { Ring, Tree };
-
-// One class of link between GPUs.
-struct LinkSpec {
-  double bandwidth_GB_s = 0;  // per GPU per direction, 1e9 bytes per second
-  double alpha_us = 0;        // latency per algorithm step
-  double sm_fraction = 0;     // share of a GPU's SMs a running collective takes: kernels go at (1 - this)
-  // Share of a collective's speed lost while a member's compute stream runs a
-  // kernel (HBM and SM contention). 0 in the shipped systems: not calibrated.
-  double comm_slowdown = 0;
-  CollAlgorithm algorithm = CollAlgorithm::Ring;
-};
-
-enum class LinkClass : uint8_t { NvLink, Ib };
-std::string_view link_class_name(LinkClass c);  // "nvlink", "ib"
-
-struct SystemSpec {
-  std::string name;
-  std::vector<std::string> notes;
-  GpuSpec gpu;
-  int nodes = 1, gpus_per_node = 1;
-  LinkSpec nvlink;  // between GPUs of one node
-  LinkSpec ib;      // between nodes
-  bool has_ib = false;
-  int max_world() const { return nodes * gpus_per_node; }
-};
-
-// The system file (docs/overlap.md): JSON with "format": "shardfuse-system",
-// "version": 1. Errors name the file, the line and column where they can, and the
-// field ("gpu.hbm_GB_s: expected a number > 0").
-Result<SystemSpec> parse_system(const std::string& text, const std::string& file);
-Result<SystemSpec> load_system(const std::string& path);
-
-// --- the α-β collective model ------------------------------------------------------------
-
-// Latency steps of `k` over n ranks: ring all_gather, reduce_scatter and all_to_all
-// n-1, ring all_reduce 2(n-1); tree all_reduce 2 ceil(log2 n) (others stay ring).
-double collective_steps(CollectiveKind k, int n, CollAlgorithm a);
-// alpha * steps + bytes * bus_factor / bandwidth, in microseconds; 0 for n <= 1.
-// `bytes` is nccl-tests' "size" (collective_bytes).
-double collective_us(CollectiveKind k, int n, double bytes, const LinkSpec& link);
+// --- the collectives ----------------------------------------------------------------
 
 // A Start that is one step of a decomposed collective matmul (an all_to_all with
 // ring_steps set: one chunk to the previous member, one from the next). It costs
 // one point-to-point transfer, alpha + chunk / bandwidth (shift_us), not an
 // all_to_all.
 bool is_ring_shift(const LocalStep& s);
-double shift_us(double bytes, const LinkSpec& link);
 
 // nccl-tests' size of the Start at `step` of program `p` on a group of n: all_gather
 // the gathered output (n times the largest member's shard, as NCCL gathers equal
@@ -122,9 +64,9 @@ double roofline_us(const StepWork& w, const DeviceRates& r);
 // --- the timeline ----------------------------------------------------------------------
 
 struct TimelineModel {
-  int gpus_per_node = 8;  // rank r is on node r / gpus_per_node
-  LinkSpec intra;         // a group inside one node
-  LinkSpec inter;         // a group spanning nodes
+  // The links: a group inside one node runs over comm.intra, one spanning nodes
+  // over comm.inter (rank r is on node r / comm.gpus_per_node).
+  CommRates comm;
   // Unslowed time of a compute-stream step (Kernel, Compute, Slice, Partialize) of a
   // program, in microseconds. Required.
   std::function<double(const LocalProgram&, size_t step)> compute_us;

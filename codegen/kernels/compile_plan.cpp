@@ -185,12 +185,14 @@ std::vector<PlanStep> extern_steps(const LocalKernel& k, const std::vector<int>&
 
 Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
   DeviceMesh mesh(g.mesh());
-  ShardingPlan sharding = propagate(g, mesh);
+  RankPipelineOptions po = opts.pipeline;
+  // One performance model for every choice below and the report: the links of
+  // po.decompose.comm (a system file's, else the defaults) choose the shardings and
+  // price the decomposition's collectives; compute is priced at the system's GPU
+  // when the caller gave one, else at the target arch's row.
+  ShardingPlan sharding = propagate(g, mesh, po.decompose.comm);
   if (opts.replicate_outputs)
     for (PlacementSpec& s : sharding.outputs) s = replicated(mesh);
-  RankPipelineOptions po = opts.pipeline;
-  // Decomposition prices its choices with the target arch's rates (the table the
-  // report below uses), unless the caller gave a system's.
   if (!po.decompose.rates)
     if (Result<DeviceRates> r = arch_rates(opts.arch)) po.decompose.rates = *r;
   po.decompose.allow_tf32 = opts.allow_tf32;
@@ -498,12 +500,12 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
   std::string& rep = out.report;
   rep = "graph " + plan.graph + " for " + opts.arch + ", " + std::to_string(plan.world) + " rank(s)" +
         (plan.mesh.empty() ? "" : " on mesh " + plan.mesh) + "\n";
-  // The arch's rates (autotune/perf_model.h: the table's row, datasheet figures),
-  // the one model the decomposition above, simulate and the tuner's ranking use. A
-  // kernel whose PTX has mma.sync or wgmma is priced at the tensor-core rate (TF32's
-  // for TF32 operands), the rest at FP32 SIMT.
-  Result<DeviceRates> known = arch_rates(opts.arch);
-  const DeviceRates peaks = known ? *known : default_device_rates();
+  // The rates the decomposition above priced with (autotune/perf_model.h: the
+  // system's GPU, else the arch's row, datasheet figures), the one model simulate and
+  // the tuner's ranking use too. A kernel whose PTX has mma.sync or wgmma is priced
+  // at the tensor-core rate (TF32's for TF32 operands), the rest at FP32 SIMT.
+  const bool known = po.decompose.rates.has_value();
+  const DeviceRates peaks = known ? *po.decompose.rates : default_device_rates();
   const double tensor = peaks.tensor16_flops_s;
   rep += "roofline estimate on " + (known ? peaks.name : std::string("an unknown GPU (H100 SXM figures)")) + " (" +
          fmt("%.0f", peaks.hbm_bytes_s / 1e9) + " GB/s HBM, " + fmt("%.1f", peaks.fp32_flops_s / 1e12) +

@@ -56,4 +56,10 @@ struct PlacementSpec {
   bool operator==(const PlacementSpec&) const = default;
 };
 
+// The inverse of PlacementSpec::str: `{tp: S(0)}`, `{dp: R, tp: P(max)}` over
+// `mesh`'s dim names (a Plan's input_specs and output_specs). nullopt for any other
+// text: an unknown or repeated dim name, a placement other than R, S(int), P or
+// P(op), a stray character. Shard dims are not checked against a rank here.
+std::optional<PlacementSpec> parse_placement_spec(std::string_view text, const Mesh& mesh);
+
 }  // namespace sf

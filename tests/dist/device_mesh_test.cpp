@@ -190,5 +190,30 @@ TEST(ShardTensor, EverySpecRoundTripsOnBothMeshes) {
   }
 }
 
+TEST(PlacementSpecText, ParsesWhatStrPrintsAndNothingElse) {
+  const Mesh m{{{"dp", 2}, {"tp", 4}}};
+  const Placement S0 = Placement::shard(0), R = Placement::replicate();
+  // Every spec str() prints reads back as itself, an all-R spec and the 1-rank mesh's too.
+  for (const PlacementSpec& s :
+       {PlacementSpec{{S0, R}}, PlacementSpec{{R, Placement::shard(-1)}}, PlacementSpec{{Placement::partial(), S0}},
+        PlacementSpec{{Placement::partial(ReduceOp::Max), R}}, PlacementSpec{{R, R}}}) {
+    std::optional<PlacementSpec> back = parse_placement_spec(s.str(m), m);
+    ASSERT_TRUE(back) << s.str(m);
+    EXPECT_EQ(*back, s) << s.str(m);
+  }
+  std::optional<PlacementSpec> one = parse_placement_spec("{}", Mesh{});
+  ASSERT_TRUE(one);
+  EXPECT_TRUE(one->per_dim.empty());
+  // A dim left out is R; spaces are free.
+  std::optional<PlacementSpec> loose = parse_placement_spec(" { tp :S( 1 ) } ", m);
+  ASSERT_TRUE(loose);
+  EXPECT_EQ(*loose, (PlacementSpec{{R, Placement::shard(1)}}));
+  // Hostile text (a Plan's placements are read from plan.json) is refused.
+  for (const char* bad : {"", "{", "tp: R", "{tp: R", "{pp: R}", "{tp: R, tp: S(0)}", "{tp: S()}", "{tp: S(x)}",
+                          "{tp: S(99999999999999999999)}", "{tp: P(mul)}", "{tp: Q}", "{tp: R} x", "{tp R}",
+                          "{tp: R,}", "{, tp: R}"})
+    EXPECT_FALSE(parse_placement_spec(bad, m)) << "'" << bad << "'";
+}
+
 }  // namespace dist_device_mesh_test
 }  // namespace sf

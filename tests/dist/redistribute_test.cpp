@@ -122,7 +122,8 @@ TEST(Redistribute, ChoosesTheExpectedCollectives) {
 TEST(Redistribute, CostFollowsTheBusFactors) {
   DeviceMesh m(Mesh{{{"tp", 4}}});
   TensorType t{DType::F32, {1000, 1000}};  // 4 MB
-  CostModel cm{0.0, 1e9};
+  CommRates cm;
+  cm.intra = LinkSpec{1.0, 0.0, 0, 0, CollAlgorithm::Ring};  // 1 GB/s, no latency
   double ag = redistribute_cost(plan_redistribute({{Placement::shard(0)}}, {{Placement::replicate()}}, t, m), t, m, cm);
   double ar = redistribute_cost(plan_redistribute({{Placement::partial()}}, {{Placement::replicate()}}, t, m), t, m, cm);
   double rs = redistribute_cost(plan_redistribute({{Placement::partial()}}, {{Placement::shard(0)}}, t, m), t, m, cm);
@@ -130,6 +131,35 @@ TEST(Redistribute, CostFollowsTheBusFactors) {
   EXPECT_DOUBLE_EQ(ar, 2 * 0.75 * 4e6 / 1e9);
   EXPECT_DOUBLE_EQ(rs, 0.75 * 4e6 / 1e9);
   EXPECT_DOUBLE_EQ(redistribute_cost({}, t, m, cm), 0.0);
+  // Latency per ring step, as the timeline counts it: n-1 for an all_gather, 2(n-1)
+  // for an all_reduce.
+  cm.intra.alpha_us = 10;
+  EXPECT_DOUBLE_EQ(redistribute_cost(plan_redistribute({{Placement::shard(0)}}, {{Placement::replicate()}}, t, m), t, m, cm),
+                   3 * 10e-6 + 0.75 * 4e6 / 1e9);
+  EXPECT_DOUBLE_EQ(redistribute_cost(plan_redistribute({{Placement::partial()}}, {{Placement::replicate()}}, t, m), t, m, cm),
+                   6 * 10e-6 + 2 * 0.75 * 4e6 / 1e9);
+}
+
+TEST(Redistribute, EachMeshDimIsPricedOnTheLinkItsGroupsCross) {
+  // dp=2 x tp=4 over nodes of 4 GPUs: tp's groups (ranks 0-3, 4-7) stay in a node,
+  // dp's (0 and 4, ...) span the two.
+  DeviceMesh m(Mesh{{{"dp", 2}, {"tp", 4}}});
+  CommRates cm;
+  cm.gpus_per_node = 4;
+  cm.intra = LinkSpec{100.0, 0, 0, 0, CollAlgorithm::Ring};
+  cm.inter = LinkSpec{10.0, 0, 0, 0, CollAlgorithm::Ring};
+  EXPECT_EQ(cm.link_class(m, 1), LinkClass::NvLink);
+  EXPECT_EQ(cm.link_class(m, 0), LinkClass::Ib);
+  TensorType t{DType::F32, {800, 1000}};  // 3.2 MB
+  const Placement R = Placement::replicate(), P = Placement::partial();
+  double over_tp = redistribute_cost(plan_redistribute({{R, P}}, {{R, R}}, t, m), t, m, cm);
+  double over_dp = redistribute_cost(plan_redistribute({{P, R}}, {{R, R}}, t, m), t, m, cm);
+  EXPECT_DOUBLE_EQ(over_tp, 2 * 0.75 * 3.2e6 / 100e9);
+  EXPECT_DOUBLE_EQ(over_dp, 2 * 0.5 * 3.2e6 / 10e9);
+  // With 8 GPUs a node, both stay on NVLink.
+  cm.gpus_per_node = 8;
+  EXPECT_EQ(cm.link_class(m, 0), LinkClass::NvLink);
+  EXPECT_DOUBLE_EQ(redistribute_cost(plan_redistribute({{P, R}}, {{R, R}}, t, m), t, m, cm), 2 * 0.5 * 3.2e6 / 100e9);
 }
 
 }  // namespace dist_redistribute_test

@@ -82,9 +82,9 @@ LinkSpec link(double sm_fraction = 0, double comm_slowdown = 0) {
 
 TimelineModel model(std::vector<std::map<std::string, double>> us, LinkSpec l) {
   TimelineModel m;
-  m.gpus_per_node = 8;
-  m.intra = l;
-  m.inter = l;
+  m.comm.gpus_per_node = 8;
+  m.comm.intra = l;
+  m.comm.inter = l;
   m.compute_us = [us = std::move(us)](const LocalProgram& p, size_t step) {
     const LocalStep& s = p.steps[step];
     return us[static_cast<size_t>(p.rank)].at(p.kernels[static_cast<size_t>(s.kernel)].name);
@@ -365,8 +365,8 @@ TEST(Timeline, LinkClassFollowsTheNodes) {
   // Two ranks, one GPU per node: the group spans nodes and uses the inter-node link.
   std::map<std::string, double> us = {{"k0", 10}, {"k1", 5}, {"k2", 5}};
   TimelineModel m = model({us, us}, link());
-  m.gpus_per_node = 1;
-  m.inter.bandwidth_GB_s = 0.05;  // half as fast: 10 + 20 us
+  m.comm.gpus_per_node = 1;
+  m.comm.inter.bandwidth_GB_s = 0.05;  // half as fast: 10 + 20 us
   Result<Timeline> t = simulate_timeline(hidden_programs(), kTwo, m);
   ASSERT_TRUE(t.ok()) << t.error().str();
   EXPECT_EQ(event(*t, 0, "all_reduce a").link, LinkClass::Ib);
@@ -594,8 +594,8 @@ TEST(Timeline, TraceEventsCarryBytesFlopsAndStep) {
     programs.push_back(p);
   }
   TimelineModel m;
-  m.intra.bandwidth_GB_s = m.inter.bandwidth_GB_s = 1;
-  m.intra.alpha_us = m.inter.alpha_us = 1;
+  m.comm.intra.bandwidth_GB_s = m.comm.inter.bandwidth_GB_s = 1;
+  m.comm.intra.alpha_us = m.comm.inter.alpha_us = 1;
   m.compute_us = [](const LocalProgram&, size_t) { return 3.0; };
   Result<Timeline> t = simulate_timeline(programs, DeviceMesh(Mesh{{MeshDim{"tp", 2}}}), m);
   ASSERT_TRUE(t.ok()) << t.error().str();

@@ -13,6 +13,7 @@
 #include "autotune/measure.h"
 #include "codegen/dist/local_program.h"
 #include "runtime/core/device_mesh.h"
+#include "codegen/dist/plan_graph.h"
 #include "codegen/dist/propagate.h"
 #include "codegen/fusion/collective_matmul.h"
 #include "codegen/llvm/backend.h"
@@ -70,7 +71,8 @@ std::optional<std::set<std::string>> parse_dump_after(const std::string& arg);
 // last stage's kernels for `target`.
 class PipelineDump {
  public:
-  PipelineDump(const Graph& g, std::set<std::string> want, int rank);
+  // `comm`: the links propagation prices with (perf_model), as the command's own run.
+  PipelineDump(const Graph& g, std::set<std::string> want, int rank, const CommRates& comm = default_comm_rates());
   std::function<void(std::string_view, const std::vector<LocalProgram>&)> observer();
   void emit(const llvmb::Target& target) const;
 
@@ -86,13 +88,24 @@ class PipelineDump {
 void add_verify_each_option(CLI::App* cmd);
 
 // --decompose auto|always|never and --no-decompose (collective-matmul decomposition),
-// shared by explain, run, compile and simulate.
+// shared by explain, run, compile and simulate; with them (but on simulate, whose
+// --system is its own and required) --system FILE, the system file whose links and
+// GPU price the command's choices (autotune/system.h).
 struct DecomposeCliOptions {
   std::string mode = "auto";
   bool never = false;
+  std::string system;
 };
-void add_decompose_options(CLI::App* cmd, DecomposeCliOptions& o);
+void add_decompose_options(CLI::App* cmd, DecomposeCliOptions& o, bool system_option = true);
+void add_system_option(CLI::App* cmd, std::string& path);
 DecomposeMode decompose_mode(const DecomposeCliOptions& o);
+// The one performance model a command's choices use (docs/performance-model.md): the
+// --system file's links (propagation and decomposition) and GPU rates (decomposition
+// and the compile report), else the default links and `*arch`'s row of the arch table.
+// `arch` (may be null: no check) is the GPU arch the command builds for: when empty
+// it becomes the system's arch, else sm_90a; a system whose GPU is another arch is an
+// error. Returns nullopt after printing why (an unreadable or invalid system file).
+std::optional<DecomposeOptions> perf_model(const DecomposeCliOptions& o, std::string* arch, bool allow_tf32);
 
 // --precision fused|eager (Precision, autotune/config.h), on compile and run.
 void add_precision_option(CLI::App* cmd, std::string& value);
@@ -111,23 +124,23 @@ ShapeBuckets parse_buckets(const std::string& s);
 // if the cache is `required` or `dir` was given explicitly, else a warning; null
 // either way, and kernels then use default configs.
 std::unique_ptr<TuneCache> open_tune_cache(const std::string& dir, bool required, bool* failed = nullptr);
-// Every rank's fused program, split where the target's emitters cannot go, with
-// collective matmuls decomposed as `decompose` says (so the kernels tuned are the
-// ones the run or the Plan will have: the decisions priced with `arch`'s rates on
-// cuda, as compile prices them, and TF32 under `allow_tf32`).
+// Every rank's fused program, split where the target's emitters cannot go, with the
+// shardings chosen and collective matmuls decomposed as `model` says (perf_model),
+// so the kernels tuned are the ones the run or the Plan will have (on cuda, unset
+// rates are `arch`'s, as compile prices them).
 std::vector<LocalProgram> programs_for_tuning(const Graph& g, const std::string& device, const std::string& arch,
-                                              bool fuse, DecomposeMode decompose = DecomposeMode::Auto,
-                                              bool allow_tf32 = false);
+                                              bool fuse, const DecomposeOptions& model = {});
 
 // --- shared by run and exec (exec.cpp; no LLVM) -----------------------------------
 
 // Each parameter's global tensor: DIR/<param>.npy, or seeded random values.
 std::optional<std::vector<Tensor>> load_inputs(const Graph& g, const std::string& inputs_dir, uint64_t seed);
-// Global inputs -> each rank's local tensors, by the graph's shardings.
-std::vector<std::vector<Tensor>> shard_inputs(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
+// Global inputs -> each rank's local tensors, by the Plan's param placements.
+std::vector<std::vector<Tensor>> shard_inputs(const Graph& g, const PlanPlacements& placed, const DeviceMesh& mesh,
                                               const std::vector<Tensor>& global);
-// Each rank's local outputs -> global outputs; nullopt after printing why.
-std::optional<std::vector<Tensor>> gather_outputs(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
+// Each rank's local outputs -> global outputs, by the Plan's output placements;
+// nullopt after printing why.
+std::optional<std::vector<Tensor>> gather_outputs(const Graph& g, const PlanPlacements& placed, const DeviceMesh& mesh,
                                                   const std::vector<std::vector<Tensor>>& per_rank);
 // Prints every output (and with `check`, its error against the reference evaluator
 // on `inputs`), saves them to `outputs_dir` if given; the exit code.

@@ -16,7 +16,7 @@ namespace {
 struct CompileCliOptions {
   std::string file;
   std::optional<int64_t> world;
-  std::string arch = "sm_90a";
+  std::string arch;  // empty: --system's, else sm_90a
   std::string out;
   bool no_fuse = false;
   bool no_reorder = false;
@@ -63,14 +63,18 @@ std::optional<KernelConfig> parse_matmul_config(const std::string& text) {
   return *c;
 }
 
-int compile(const CompileCliOptions& o) {
+int compile(CompileCliOptions o) {
+  // The one performance model (--system, else the arch's row); an empty --arch
+  // becomes the system's.
+  std::optional<DecomposeOptions> model = perf_model(o.decompose, &o.arch, o.allow_tf32);
+  if (!model) return 1;
   std::optional<Graph> loaded = load_graph(o.file);
   if (!loaded) return 1;
   std::optional<Graph> g = resolve_world(std::move(*loaded), o.world);
   if (!g) return 1;
   std::optional<std::set<std::string>> dump = parse_dump_after(o.dump_after);
   if (!dump) return 1;
-  PipelineDump dumper(*g, *dump, 0);  // parse and propagate now, the pipeline's stages as compile_plan runs them
+  PipelineDump dumper(*g, *dump, 0, model->comm);  // parse and propagate now, the pipeline's stages as compile_plan runs them
   CompileOptions co;
   co.arch = o.arch;
   co.run_ptxas = !o.no_ptxas;
@@ -85,7 +89,7 @@ int compile(const CompileCliOptions& o) {
   }
   co.pipeline.fuse = !o.no_fuse;
   co.pipeline.reorder = !o.no_reorder;
-  co.pipeline.decompose.mode = decompose_mode(o.decompose);
+  co.pipeline.decompose = *model;
   co.pipeline.after_stage = dumper.observer();
   if (o.autotune) {
     // Tuning for a GPU measures on it: the GPU must be here and be `--arch`.
@@ -108,7 +112,7 @@ int compile(const CompileCliOptions& o) {
       return 1;
     }
     TuneOptions to;
-    Result<GraphTuneResult> r = tune_programs(programs_for_tuning(*g, "cuda", o.arch, !o.no_fuse, decompose_mode(o.decompose), o.allow_tf32), setup, *cache, to);
+    Result<GraphTuneResult> r = tune_programs(programs_for_tuning(*g, "cuda", o.arch, !o.no_fuse, *model), setup, *cache, to);
     if (!r) {
       std::cerr << o.file << ": error: autotune: " << r.error().message << "\n";
       return 1;
@@ -155,7 +159,7 @@ void add_compile(CLI::App& app, int& exit_code) {
   cmd->add_option("graph", o->file, "the .sf graph file")->required();
   cmd->add_option("--world", o->world, "number of ranks: resizes a 1-D mesh; must equal the product of an N-D mesh")
       ->check(CLI::Range(int64_t{1}, kMaxMeshRanks));
-  cmd->add_option("--arch", o->arch, "GPU architecture of the PTX (default sm_90a)")
+  cmd->add_option("--arch", o->arch, "GPU architecture of the PTX (default: --system's, else sm_90a)")
       ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}));
   cmd->add_option("-o,--output", o->out, "the Plan directory: absent, empty, or a Plan an earlier compile wrote (then replaced atomically)")
       ->required()

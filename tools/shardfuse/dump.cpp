@@ -79,10 +79,10 @@ void print_stage(const std::string& name, const std::string& text, bool unchange
 
 }  // namespace
 
-PipelineDump::PipelineDump(const Graph& g, std::set<std::string> want, int rank)
+PipelineDump::PipelineDump(const Graph& g, std::set<std::string> want, int rank, const CommRates& comm)
     : want_(std::move(want)), rank_(rank), mesh_(std::make_shared<const DeviceMesh>(g.mesh())) {
   if (want_.count("parse")) print_stage("parse", print_graph(g), false);
-  if (want_.count("propagate")) print_stage("propagate", explain_sharding(g, propagate(g, *mesh_), *mesh_), false);
+  if (want_.count("propagate")) print_stage("propagate", explain_sharding(g, propagate(g, *mesh_, comm), *mesh_), false);
 }
 
 std::function<void(std::string_view, const std::vector<LocalProgram>&)> PipelineDump::observer() {

@@ -43,23 +43,23 @@ std::optional<std::vector<Tensor>> load_inputs(const Graph& g, const std::string
   return in;
 }
 
-std::vector<std::vector<Tensor>> shard_inputs(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
+std::vector<std::vector<Tensor>> shard_inputs(const Graph& g, const PlanPlacements& placed, const DeviceMesh& mesh,
                                               const std::vector<Tensor>& global) {
   std::vector<std::vector<Tensor>> out(static_cast<size_t>(mesh.world()));
   for (int r = 0; r < mesh.world(); ++r)
     for (size_t i = 0; i < g.params().size(); ++i)
       out[static_cast<size_t>(r)].push_back(
-          shard_tensor(global[i], plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));
+          shard_tensor(global[i], placed.params[i], mesh, r));
   return out;
 }
 
-std::optional<std::vector<Tensor>> gather_outputs(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
+std::optional<std::vector<Tensor>> gather_outputs(const Graph& g, const PlanPlacements& placed, const DeviceMesh& mesh,
                                                   const std::vector<std::vector<Tensor>>& per_rank) {
   std::vector<Tensor> global;
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     std::vector<Tensor> locals;
     for (int r = 0; r < mesh.world(); ++r) locals.push_back(per_rank[static_cast<size_t>(r)][i]);
-    Result<Tensor> t = unshard_tensor(locals, g.node(g.outputs()[i].value).type, plan.outputs[i], mesh);
+    Result<Tensor> t = unshard_tensor(locals, g.node(g.outputs()[i].value).type, placed.outputs[i], mesh);
     if (!t.ok()) {
       std::cerr << "error: output " << g.outputs()[i].name << ": " << t.error().message << "\n";
       return std::nullopt;
@@ -250,10 +250,14 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
   TraceWriter trace;
   GpuRunOptions ro = run_options(o, gpus, how, trace, g.name());
   if (ro.trace) trace.set_metadata("rank", rank);
-  ShardingPlan sharding = propagate(g, mesh);
+  Result<PlanPlacements> sharding = plan_placements(src.plan, g, "plan.json");
+  if (!sharding.ok()) {
+    std::cerr << diag_str(sharding.error()) << "\n";
+    return 1;
+  }
   std::optional<std::vector<Tensor>> inputs = load_inputs(g, o.inputs_dir, o.seed);
   if (!inputs) return 1;
-  std::vector<std::vector<Tensor>> local = shard_inputs(g, sharding, mesh, *inputs);
+  std::vector<std::vector<Tensor>> local = shard_inputs(g, *sharding, mesh, *inputs);
   Result<std::unique_ptr<Comm>> comm = connect_rank(mesh, rank, o.rendezvous, ro.timeout, o.started + ro.timeout);
   if (!comm) {
     std::cerr << "error: " << who << comm.error().message << "\n";
@@ -303,7 +307,7 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
   }
   bool ok = true;
   for (size_t i = 0; i < g.outputs().size(); ++i) {
-    const PlacementSpec& spec = sharding.outputs[i];
+    const PlacementSpec& spec = sharding->outputs[i];
     std::cout << "  " << who << g.outputs()[i].name << ": " << (*out)[i].type().str();
     if (std::any_of(spec.per_dim.begin(), spec.per_dim.end(), [](const Placement& p) { return p.is_partial(); })) {
       std::cout << "  (partial: checked only as a whole, run the ranks as threads)\n";
@@ -344,10 +348,14 @@ int run_plan(const Graph& g, const PlanSource& src, const GpuCliOptions& o, std:
   std::optional<std::pair<int, GpuCollectives>> comm =
       host ? std::make_optional(std::make_pair(0, GpuCollectives::Host)) : resolve_comm(o.comm, mesh.world());
   if (!comm) return 1;
-  ShardingPlan sharding = propagate(g, mesh);
+  Result<PlanPlacements> sharding = plan_placements(src.plan, g, "plan.json");
+  if (!sharding.ok()) {
+    std::cerr << diag_str(sharding.error()) << "\n";
+    return 1;
+  }
   std::optional<std::vector<Tensor>> inputs = load_inputs(g, o.inputs_dir, o.seed);
   if (!inputs) return 1;
-  std::vector<std::vector<Tensor>> local = shard_inputs(g, sharding, mesh, *inputs);
+  std::vector<std::vector<Tensor>> local = shard_inputs(g, *sharding, mesh, *inputs);
   TraceWriter trace;
   GpuRunOptions ro = run_options(o, comm->first, comm->second, trace, g.name());
   if (ro.trace)
@@ -367,7 +375,7 @@ int run_plan(const Graph& g, const PlanSource& src, const GpuCliOptions& o, std:
     std::cerr << diag_str(out.error()) << "\n";
     return 1;
   }
-  std::optional<std::vector<Tensor>> global = gather_outputs(g, sharding, mesh, *out);
+  std::optional<std::vector<Tensor>> global = gather_outputs(g, *sharding, mesh, *out);
   if (!global) return 1;
   std::cout << "graph " << g.name() << ": " << mesh.world() << " rank(s)" << (mesh.world() > 1 ? " as threads" : "")
             << " on "

@@ -2,6 +2,7 @@
 // rank's schedule, one step per line.
 #include <iostream>
 
+#include "autotune/system.h"
 #include "codegen/dist/explain.h"
 #include "codegen/dist/lower.h"
 #include "codegen/fusion/pipeline.h"
@@ -25,7 +26,7 @@ struct ExplainOptions {
   std::string dump_after;
   CacheCliOptions cache;
   std::string device = "cpu";
-  std::string arch = "sm_90a";
+  std::string arch;  // empty: --system's, else sm_90a
   bool allow_tf32 = false;
   bool no_tma = false;
 };
@@ -41,19 +42,21 @@ int explain(const ExplainOptions& o) {
   }
   std::optional<std::set<std::string>> dump = parse_dump_after(o.dump_after);
   if (!dump) return 1;
+  // The decisions compile would take for this arch and --system (the one
+  // performance model: autotune/perf_model.h).
+  std::string arch = o.arch;
+  std::optional<DecomposeOptions> model = perf_model(o.decompose, &arch, o.allow_tf32);
+  if (!model) return 1;
   DeviceMesh mesh(g->mesh());
-  ShardingPlan plan = propagate(*g, mesh);
+  ShardingPlan plan = propagate(*g, mesh, model->comm);
   RankPipelineOptions po;
   po.fuse = !o.no_fuse;
   po.reorder = !o.no_reorder;
-  po.decompose.mode = decompose_mode(o.decompose);
-  // The decisions compile would take for this arch (its rates: autotune/perf_model.h).
-  if (Result<DeviceRates> r = arch_rates(o.arch)) po.decompose.rates = *r;
-  po.decompose.allow_tf32 = o.allow_tf32;
+  po.decompose = *model;
   std::vector<DecomposeDecision> decisions;
   po.decisions = &decisions;
   if (!dump->empty()) {  // the stages explain runs, printed as they run
-    PipelineDump dumper(*g, *dump, o.rank);
+    PipelineDump dumper(*g, *dump, o.rank, model->comm);
     po.after_stage = dumper.observer();
     rank_program(*g, plan, mesh, o.rank, po);
     dumper.emit(llvmb::Target::host());
@@ -81,9 +84,9 @@ int explain(const ExplainOptions& o) {
   bool cache_failed = false;
   std::unique_ptr<TuneCache> cache = open_tune_cache(o.cache.dir, false, &cache_failed);
   if (cache_failed) return 1;
-  TuneSetup setup{o.device, o.arch, parse_buckets(o.cache.buckets), o.allow_tf32, !o.no_tma};
+  TuneSetup setup{o.device, arch, parse_buckets(o.cache.buckets), o.allow_tf32, !o.no_tma};
   ConfigChooser chooser(setup, cache.get());
-  std::cout << "\nkernel configs (" << (o.device == "cpu" ? "host" : o.arch) << ", cache " << (cache ? cache->dir() : std::string("none")) << "):\n";
+  std::cout << "\nkernel configs (" << (o.device == "cpu" ? "host" : arch) << ", cache " << (cache ? cache->dir() : std::string("none")) << "):\n";
   for (const LocalKernel& k : p.kernels) {
     KernelChoice c = chooser.choose(k);
     std::cout << "  " << k.name << ": " << (c.text.empty() ? "(no emitter)" : c.text) << "  ["
@@ -91,7 +94,7 @@ int explain(const ExplainOptions& o) {
     // Which matmul kernel that config gets on the GPU: tensor cores or SIMT FMA, and why.
     if (o.device == "cuda" && k.kind == KernelKind::Matmul)
       if (Result<MatmulPath> mp = matmul_path(KernelSpec{k.name, KernelKind::Matmul, k.group, Precision::Fused, o.allow_tf32, !o.no_tma},
-                                              c.config, o.arch);
+                                              c.config, arch);
           mp.ok())
         std::cout << "    " << (mp->tensor_cores ? "tensor cores: " : "SIMT FMA, no tensor cores: ") << mp->why << "\n";
     // Whether `tune --device cuda` measures a library GEMM for it, and which call.
@@ -134,7 +137,7 @@ void add_explain(CLI::App& app, int& exit_code) {
   add_no_tma_option(cmd, o->no_tma);
   cmd->add_option("--device", o->device, "whose kernel configs to show: cpu (what run uses, default) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--arch", o->arch, "GPU architecture for --device cuda (default sm_90a)")
+  cmd->add_option("--arch", o->arch, "GPU architecture for --device cuda (default: --system's, else sm_90a)")
       ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}));
   cmd->footer(
       "The schedule has one step per line: 'all_gather x -> x_ag [tp, dim 0]' issues a collective,\n"
@@ -143,17 +146,53 @@ void add_explain(CLI::App& app, int& exit_code) {
   cmd->callback([o, &exit_code] { exit_code = explain(*o); });
 }
 
-void add_decompose_options(CLI::App* cmd, DecomposeCliOptions& o) {
+void add_decompose_options(CLI::App* cmd, DecomposeCliOptions& o, bool system_option) {
   cmd->add_option("--decompose", o.mode,
                   "collective matmuls (all_gather -> matmul, matmul -> reduce_scatter) as ring steps that overlap "
                   "the shifts with per-shard compute: auto (when the estimate says it hides the collective; "
                   "default), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd->add_flag("--no-decompose", o.never, "the same as --decompose never");
+  if (system_option) add_system_option(cmd, o.system);
+}
+
+void add_system_option(CLI::App* cmd, std::string& path) {
+  cmd->add_option("--system", path,
+                  "a system file (examples/systems/*.json): its links choose the shardings and price the "
+                  "collective-matmul decomposition, its GPU's rates price the compute (default: one 8-GPU NVLink "
+                  "node and the --arch row of the arch table)")
+      ->check(non_empty());
 }
 
 DecomposeMode decompose_mode(const DecomposeCliOptions& o) {
   return o.never ? DecomposeMode::Never : parse_decompose_mode(o.mode).value_or(DecomposeMode::Auto);
+}
+
+std::optional<DecomposeOptions> perf_model(const DecomposeCliOptions& o, std::string* arch, bool allow_tf32) {
+  DecomposeOptions d;
+  d.mode = decompose_mode(o);
+  d.allow_tf32 = allow_tf32;
+  if (!o.system.empty()) {
+    Result<SystemSpec> sys = load_system(o.system);
+    if (!sys) {
+      std::cerr << sys.error().str() << "\n";
+      return std::nullopt;
+    }
+    if (arch && arch->empty()) *arch = sys->gpu.arch;
+    if (arch && *arch != sys->gpu.arch) {
+      std::cerr << "error: --system " << o.system << " has " << sys->gpu.name << " GPUs (" << sys->gpu.arch
+                << "), but the kernels are for " << *arch << ": pass --arch " << sys->gpu.arch
+                << " or a system of " << *arch << " GPUs\n";
+      return std::nullopt;
+    }
+    d.comm = comm_rates(*sys);
+    d.rates = device_rates(sys->gpu);
+    return d;
+  }
+  if (arch && arch->empty()) *arch = "sm_90a";
+  if (arch)
+    if (Result<DeviceRates> r = arch_rates(*arch)) d.rates = *r;
+  return d;
 }
 
 void add_precision_option(CLI::App* cmd, std::string& value) {

@@ -53,6 +53,7 @@ struct RunOptions {
   bool cuda_graph = false;
   GpuCommOptions gpu_comm;
   DecomposeCliOptions decompose;
+  DecomposeOptions model;  // perf_model(decompose): the choices' performance model
   std::string trace_file;
   // When the command started (the options are made as the process starts):
   // --timeout bounds set-up and connecting together, from here.
@@ -77,14 +78,13 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
                                                    RunDigest digest, HostRunStats& st, bool& ok) {
   ok = false;
   DeviceMesh mesh(g.mesh());
-  ShardingPlan plan = propagate(g, mesh);
   CompileOptions co;
   co.arch = "host";
   co.ptx = false;
   co.host = chooser ? CompileOptions::HostCode::Jit : CompileOptions::HostCode::Reference;
   co.pipeline.fuse = !o.no_fuse;
   co.pipeline.reorder = !o.no_reorder;
-  co.pipeline.decompose.mode = decompose_mode(o.decompose);
+  co.pipeline.decompose = o.model;
   co.precision = precision_of(o.precision);
   // One process of several: every rank gathers the outputs (they are replicated at
   // the end), so rank 0 can save and check them without another exchange.
@@ -103,6 +103,12 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
   }
   for (const auto& [id, k] : hk.by_id) st.compiled += k.generated;
   if (chooser) st.fallback_reasons = hk.missing;
+  // Inputs are sharded and outputs gathered by the placements the Plan chose.
+  Result<PlanPlacements> placed = plan_placements(cp->plan, g, o.file);
+  if (!placed.ok()) {
+    std::cerr << diag_str(placed.error()) << "\n";
+    return std::nullopt;
+  }
 
   GpuRunOptions ro;
   ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
@@ -130,7 +136,7 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
   auto local_inputs = [&](int r) {
     std::vector<Tensor> in;
     for (size_t i = 0; i < g.params().size(); ++i)
-      in.push_back(shard_tensor(global_in[i], plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));
+      in.push_back(shard_tensor(global_in[i], placed->params[i], mesh, r));
     return in;
   };
 
@@ -163,7 +169,7 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
     std::cerr << diag_str(out.error()) << "\n";
     return std::nullopt;
   }
-  std::optional<std::vector<Tensor>> global = gather_outputs(g, plan, mesh, *out);
+  std::optional<std::vector<Tensor>> global = gather_outputs(g, *placed, mesh, *out);
   if (!global) return std::nullopt;
   ok = true;
   return global;
@@ -186,7 +192,7 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   if (o.autotune) {
     // Ranks are threads here: one table for all of them.
     Result<GraphTuneResult> r = tune_programs(
-        programs_for_tuning(g, "cuda", dev->arch(), !o.no_fuse, decompose_mode(o.decompose), o.allow_tf32), setup, *cache, TuneOptions{});
+        programs_for_tuning(g, "cuda", dev->arch(), !o.no_fuse, o.model), setup, *cache, TuneOptions{});
     if (!r) {
       std::cerr << o.file << ": error: autotune: " << r.error().message << "\n";
       return 1;
@@ -199,7 +205,7 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   co.arch = dev->arch();
   co.pipeline.fuse = !o.no_fuse;
   co.pipeline.reorder = !o.no_reorder;
-  co.pipeline.decompose.mode = decompose_mode(o.decompose);
+  co.pipeline.decompose = o.model;
   co.precision = precision_of(o.precision);
   co.allow_tf32 = o.allow_tf32;
   co.tma = !o.no_tma;
@@ -226,11 +232,14 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   return run_plan_cuda(g, src, go);
 }
 
-int run(const RunOptions& o) {
+int run(RunOptions o) {
   if (o.rank.has_value() != !o.rendezvous.empty()) {
     std::cerr << "error: --rank and --rendezvous go together (one process per rank meeting through a directory)\n";
     return 2;
   }
+  std::optional<DecomposeOptions> model = perf_model(o.decompose, nullptr, o.allow_tf32);
+  if (!model) return 1;
+  o.model = *model;
   std::optional<Graph> loaded = load_graph(o.file);
   if (!loaded) return 1;
   std::optional<Graph> g = resolve_world(std::move(*loaded), o.world);
@@ -260,7 +269,7 @@ int run(const RunOptions& o) {
   const TuneSetup setup{"cpu", "", parse_buckets(o.cache.buckets)};
   auto chooser = std::make_shared<ConfigChooser>(setup, cache.get());
   std::vector<LocalProgram> tuned_programs;
-  if (o.kernels == "generated") tuned_programs = programs_for_tuning(*g, "cpu", "", !o.no_fuse, decompose_mode(o.decompose));
+  if (o.kernels == "generated") tuned_programs = programs_for_tuning(*g, "cpu", "", !o.no_fuse, o.model);
   if (o.autotune && o.kernels == "generated") {
     TuneOptions to;
     to.bench.warmup_ms = 10;
@@ -319,7 +328,8 @@ int run(const RunOptions& o) {
     digest.add("graph", print_graph(*g));
     digest.add("options", "device=cpu kernels=" + o.kernels + " precision=" + o.precision + " fuse=" + (o.no_fuse ? "no" : "yes") +
                               " reorder=" + (o.no_reorder ? "no" : "yes") +
-                              " decompose=" + (o.decompose.never ? std::string("never") : o.decompose.mode));
+                              " decompose=" + (o.decompose.never ? std::string("never") : o.decompose.mode) +
+                              " system=" + o.decompose.system);
     Digest in;
     for (const Tensor& t : *inputs) in.update(t.type().str()).update(t.data(), t.nbytes());
     digest.add("inputs", in);

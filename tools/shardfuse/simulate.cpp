@@ -123,22 +123,17 @@ int simulate(const SimulateOptions& o) {
     return 1;
   }
 
-  ShardingPlan plan = propagate(*g, mesh);
+  // One performance model: the system's links choose the sharding strategies and
+  // price the decomposition's collectives; its GPU's rates price the compute.
+  const CommRates links = comm_rates(*sys);
+  ShardingPlan plan = propagate(*g, mesh, links);
   RankPipelineOptions po;
   po.fuse = !o.no_fuse;
   po.reorder = !o.no_reorder;
   po.can_emit = emit_checker(llvmb::Target::nvptx(sys->gpu.arch));  // split what the GPU emitters cannot take
-  // Collective-matmul decomposition decides with this system's rates, not the
-  // defaults: a ring over the link class the whole world spans, the roofline's peaks.
   po.decompose.mode = decompose_mode(o.decompose);
-  {
-    const LinkSpec& l = mesh.world() > sys->gpus_per_node && sys->has_ib ? sys->ib : sys->nvlink;
-    int64_t widest = 1;
-    for (int d = 0; d < mesh.ndim(); ++d) widest = std::max(widest, mesh.size(d));
-    po.decompose.comm.alpha_s = l.alpha_us * 1e-6 * static_cast<double>(std::max<int64_t>(1, widest - 1));
-    po.decompose.comm.beta_bytes_per_s = l.bandwidth_GB_s * 1e9;
-    po.decompose.rates = device_rates(sys->gpu);
-  }
+  po.decompose.comm = links;
+  po.decompose.rates = device_rates(sys->gpu);
   std::vector<DecomposeDecision> decisions;
   po.decisions = &decisions;
   std::vector<LocalProgram> programs = rank_programs(*g, plan, mesh, po);
@@ -296,7 +291,7 @@ void add_simulate(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
   add_verify_each_option(cmd);
   cmd->add_flag("--no-reorder", o->no_reorder, "collectives where lowering put them (no comm reordering)");
-  add_decompose_options(cmd, o->decompose);
+  add_decompose_options(cmd, o->decompose, false);  // its --system is the one above
   cmd->footer(
       "Prints each rank's serial time (every collective blocking), overlapped time (as scheduled) and compute\n"
       "time, then T_total, T_compute, ECT = T_total - T_compute for both, and E_overlap = 1 - ECT_overlapped /\n"

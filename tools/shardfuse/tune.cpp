@@ -54,15 +54,15 @@ void add_cache_options(CLI::App* cmd, CacheCliOptions& o) {
 ShapeBuckets parse_buckets(const std::string& s) { return s == "pow2" ? ShapeBuckets::Pow2 : ShapeBuckets::Exact; }
 
 std::vector<LocalProgram> programs_for_tuning(const Graph& g, const std::string& device, const std::string& arch,
-                                              bool fuse, DecomposeMode decompose, bool allow_tf32) {
+                                              bool fuse, const DecomposeOptions& model) {
   DeviceMesh mesh(g.mesh());
-  ShardingPlan plan = propagate(g, mesh);
+  ShardingPlan plan = propagate(g, mesh, model.comm);
   RankPipelineOptions po;
   po.fuse = fuse;
-  po.decompose.mode = decompose;
-  if (device == "cuda")
+  po.decompose = model;
+  if (device == "cuda" && !po.decompose.rates)
     if (Result<DeviceRates> r = arch_rates(arch)) po.decompose.rates = *r;
-  po.decompose.allow_tf32 = allow_tf32;
+  if (device != "cuda") po.decompose.allow_tf32 = false;
   po.can_emit = emit_checker(device == "cpu" ? llvmb::Target::host() : llvmb::Target::nvptx(arch));
   return rank_programs(g, plan, mesh, po);
 }
@@ -86,6 +86,7 @@ struct TuneCliOptions {
   bool allow_tf32 = false;
   bool no_tma = false;
   std::string emit_dir, import_dir, measure_dir;  // the split tuner (autotune/tune_split.h)
+  std::string system;                              // --system: the performance model compile is given
 };
 
 std::string us(double v) {
@@ -279,8 +280,12 @@ int tune(const TuneCliOptions& o) {
   to.bench.max_reps = o.max_reps;
   to.bench.min_reps = std::min(to.bench.min_reps, o.max_reps);
 
-  std::vector<LocalProgram> programs =
-      programs_for_tuning(*g, o.device, arch, !o.no_fuse, DecomposeMode::Auto, o.device == "cuda" && o.allow_tf32);
+  // The choices compile makes with the same --system (and arch): the kernels tuned
+  // are the ones its Plan will have.
+  std::optional<DecomposeOptions> model =
+      perf_model(DecomposeCliOptions{"auto", false, o.system}, o.device == "cuda" ? &arch : nullptr, o.allow_tf32);
+  if (!model) return 1;
+  std::vector<LocalProgram> programs = programs_for_tuning(*g, o.device, arch, !o.no_fuse, *model);
   DeviceMesh mesh(g->mesh());
   std::cout << "tuning " << g->name() << " for "
             << (o.device == "cpu" ? std::string("the host CPU") : arch + " (" + device_line + ")") << " on "
@@ -412,6 +417,7 @@ void add_tune(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   add_allow_tf32_option(cmd, o->allow_tf32);
   add_no_tma_option(cmd, o->no_tma);
+  add_system_option(cmd, o->system);
   cmd->add_option("--arch", o->arch, "GPU architecture for --device cuda (default: the device's; another is an error)")
       ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}));
   add_cache_options(cmd, o->cache);

@@ -238,7 +238,7 @@ TEST(HostConfig, SoftmaxIsCorrectForEveryVectorAndInterleave) {
 
 TEST(HostConfig, LongRowSumStaysWithinTolerance) {
   // 2^20 + 3 elements in one row: the per-lane partial sums that host_vector allows
-  // keep the error of the chunked sum (see reduction.cpp HostBuilder).
+  // keep the error of the chunked sum (see reduction_host.cpp HostBuilder).
   GraphBuilder b("long");
   Value x = b.param("x", DType::F32, {1, (int64_t{1} << 20) + 3});
   b.ret(reduce(OpKind::Sum, x, {-1}, false));

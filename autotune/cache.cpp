@@ -53,42 +53,44 @@ json num_to_json(double v) {
   return v > 0 ? "inf" : "-inf";
 }
 
-std::optional<Diag> read_double(const json& obj, const char* name, double* out) {
+Result<void> read_double(const json& obj, const char* name, double* out) {
   auto it = obj.find(name);
-  if (it == obj.end()) return std::nullopt;  // optional: keeps the default
+  if (it == obj.end()) return {};  // optional: keeps the default
   if (it->is_number()) {
     *out = it->get<double>();
-    return std::nullopt;
+    return {};
   }
   if (it->is_string()) {
     const std::string& s = it->get_ref<const std::string&>();
-    if (s == "inf") { *out = INFINITY; return std::nullopt; }
-    if (s == "-inf") { *out = -INFINITY; return std::nullopt; }
-    if (s == "nan") { *out = NAN; return std::nullopt; }
+    if (s == "inf") { *out = INFINITY; return {}; }
+    if (s == "-inf") { *out = -INFINITY; return {}; }
+    if (s == "nan") { *out = NAN; return {}; }
   }
   return error(std::string("'") + name + "' must be a number, not " + it->dump());
 }
 
 template <class Int>
-std::optional<Diag> read_int(const json& obj, const char* name, Int* out) {
+Result<void> read_int(const json& obj, const char* name, Int* out) {
   auto it = obj.find(name);
-  if (it == obj.end()) return std::nullopt;
+  if (it == obj.end()) return {};
   if (!it->is_number_integer()) return error(std::string("'") + name + "' must be an integer, not " + it->dump());
   int64_t v = it->get<int64_t>();
   if (v < static_cast<int64_t>(std::numeric_limits<Int>::min()) ||
       v > static_cast<int64_t>(std::numeric_limits<Int>::max()))
     return error(std::string("'") + name + "' is out of range: " + it->dump());
   *out = static_cast<Int>(v);
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Diag> read_string(const json& obj, const char* name, std::string* out, bool required = false) {
+Result<void> read_string(const json& obj, const char* name, std::string* out, bool required = false) {
   auto it = obj.find(name);
-  if (it == obj.end())
-    return required ? std::optional<Diag>(error(std::string("'") + name + "' is missing")) : std::nullopt;
+  if (it == obj.end()) {
+    if (required) return error(std::string("'") + name + "' is missing");
+    return {};
+  }
   if (!it->is_string()) return error(std::string("'") + name + "' must be a string, not " + it->dump());
   *out = it->get<std::string>();
-  return std::nullopt;
+  return {};
 }
 
 // Every KernelConfig field, not only those config_str() keeps for the entry's kind
@@ -125,7 +127,7 @@ Result<KernelResources> resources_from_json(const json& j) {
                  read_int(j, "spill_store_bytes", &r.spill_store_bytes),
                  read_int(j, "spill_load_bytes", &r.spill_load_bytes),
                  read_int(j, "cumulative_stack_bytes", &r.cumulative_stack_bytes)})
-    if (d) return error("resources: " + d->message);
+    if (!d.ok()) return error("resources: " + d.error().message);
   return r;
 }
 
@@ -143,7 +145,7 @@ Result<Measurement> measurement_from_json(const json& j) {
                  read_double(j, "p80_us", &m.p80_us), read_double(j, "min_us", &m.min_us),
                  read_double(j, "max_us", &m.max_us), read_double(j, "mean_us", &m.mean_us),
                  read_int(j, "reps", &m.reps), read_int(j, "outliers", &m.outliers)})
-    if (d) return error("measurement: " + d->message);
+    if (!d.ok()) return error("measurement: " + d.error().message);
   return m;
 }
 
@@ -332,37 +334,39 @@ Result<CacheEntry> entry_from_json(const nlohmann::json& j) {
   try {
     if (!j.is_object()) return error("an entry must be a JSON object, not " + j.dump());
     CacheEntry e;
-    if (auto d = read_string(j, "config", &e.config, /*required=*/true)) return *d;
+    SF_TRY(read_string(j, "config", &e.config, /*required=*/true));
     auto cfg = j.find("cfg");
     if (cfg == j.end()) return error("'cfg' is missing");
     Result<KernelConfig> c = config_from_json(*cfg);
     if (!c) return error("cfg: " + c.error().message);
     e.cfg = *c;
     std::string status;
-    if (auto d = read_string(j, "status", &status, /*required=*/true)) return *d;
+    SF_TRY(read_string(j, "status", &status, /*required=*/true));
     std::optional<CacheEntry::Status> s = parse_status(status);
     if (!s) return error("unknown status '" + status + "'");
     e.status = *s;
-    if (auto d = read_string(j, "reason", &e.reason)) return *d;
+    SF_TRY(read_string(j, "reason", &e.reason));
     if (auto r = j.find("resources"); r != j.end() && !r->is_null()) {
       Result<KernelResources> res = resources_from_json(*r);
       if (!res) return res.error();
       e.resources = *res;
     }
-    if (auto d = read_double(j, "predicted_us", &e.predicted_us)) return *d;
-    if (auto d = read_string(j, "code_hash", &e.code_hash)) return *d;
+    SF_TRY(read_double(j, "predicted_us", &e.predicted_us));
+    SF_TRY(read_string(j, "code_hash", &e.code_hash));
     if (auto m = j.find("measurement"); m != j.end()) {
       Result<Measurement> meas = measurement_from_json(*m);
       if (!meas) return meas.error();
       e.measurement = *meas;
     }
-    if (auto d = read_string(j, "when", &e.when)) return *d;
+    SF_TRY(read_string(j, "when", &e.when));
     // An extern entry says so twice, in its config text and its "extern" object, and
     // the two must agree: a KernelConfig never reads as a library call or back.
     if (auto x = j.find("extern"); x != j.end()) {
       if (!x->is_object()) return error("'extern' must be an object, not " + x->dump());
-      if (auto d = read_string(*x, "library", &e.extern_library, /*required=*/true)) return error("extern: " + d->message);
-      if (auto d = read_string(*x, "version", &e.extern_version)) return error("extern: " + d->message);
+      if (Result<void> d = read_string(*x, "library", &e.extern_library, /*required=*/true); !d.ok())
+        return error("extern: " + d.error().message);
+      if (Result<void> d = read_string(*x, "version", &e.extern_version); !d.ok())
+        return error("extern: " + d.error().message);
       if (e.extern_library.empty() || e.config != extern_config_str(e.extern_library))
         return error("config '" + e.config + "' does not match its extern library '" + e.extern_library +
                      "' (expected '" + extern_config_str(e.extern_library) + "')");

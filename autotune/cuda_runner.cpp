@@ -93,7 +93,7 @@ Result<void> CudaRunner::ensure_ready(int64_t flush_bytes) {
     // Someone reset the context since: every handle below is dead.
     ready_ = false;
   }
-  if (auto e = ctx_->make_current()) return *e;
+  SF_TRY(ctx_->make_current());
   if (!ready_) {
     drop_handles();
     generation_ = ctx_->generation();
@@ -109,8 +109,7 @@ Result<void> CudaRunner::ensure_ready(int64_t flush_bytes) {
       Result<cuda::Buffer> buf = cuda::Buffer::allocate(*ctx_, t.nbytes());
       if (!buf) return Diag{"", {}, "kernel inputs: " + buf.error().message};
       if (t.nbytes() > 0)
-        if (auto e = cuda::check(ctx_->drv().MemcpyHtoD(buf->ptr(), t.data(), t.nbytes()), "cuMemcpyHtoD"))
-          return *e;
+        SF_TRY(cuda::check(ctx_->drv().MemcpyHtoD(buf->ptr(), t.data(), t.nbytes()), "cuMemcpyHtoD"));
       inputs_.push_back(std::move(buf).value());
     }
     for (const KernelArgSpec& s : output_specs_) {
@@ -130,7 +129,7 @@ Result<void> CudaRunner::ensure_ready(int64_t flush_bytes) {
 }
 
 std::string CudaRunner::recover() {
-  if (!ctx_ || ctx_->make_current()) return "";
+  if (!ctx_ || !ctx_->make_current().ok()) return "";
   // A sticky error (a fault in the kernel) fails every later call; a plain launch
   // error (bad arguments, too many resources) leaves the context usable.
   CUresult r = ctx_->drv().CtxSynchronize();
@@ -138,10 +137,10 @@ std::string CudaRunner::recover() {
   ready_ = false;
   ++recoveries_;
   info_.recovered = true;
-  if (auto e = ctx_->reset()) {
+  if (Result<void> e = ctx_->reset(); !e.ok()) {
     lost_ = true;
-    return "; CUDA cannot be used again in this process: the fault outlived a reset of the context (" + e->message +
-           ")";
+    return "; CUDA cannot be used again in this process: the fault outlived a reset of the context (" +
+           e.error().message + ")";
   }
   // Every handle is dead now (their destructors skip the driver); drop them.
   drop_handles();
@@ -205,7 +204,7 @@ Result<std::vector<CUdeviceptr>> CudaRunner::epilogue_args(const GemmArtifact& g
     gemm_product_ = std::move(b).value();
   }
   std::vector<CUdeviceptr> args;
-  auto take = [&](int i, const KernelArgSpec& want, bool output) -> std::optional<Diag> {
+  auto take = [&](int i, const KernelArgSpec& want, bool output) -> Result<void> {
     const std::vector<KernelArgSpec>& specs = output ? output_specs_ : input_specs_;
     const std::vector<cuda::Buffer>& bufs = output ? outputs_ : inputs_;
     KernelArgSpec have;
@@ -223,12 +222,12 @@ Result<std::vector<CUdeviceptr>> CudaRunner::epilogue_args(const GemmArtifact& g
     if (have != want)
       return Diag{"", {}, "the epilogue kernel's argument " + std::to_string(args.size() - 1) + " is " +
                               specs_str({want}) + ", the buffer it is given " + specs_str({have})};
-    return std::nullopt;
+    return {};
   };
   for (size_t j = 0; j < g.epilogue_in.size(); ++j)
-    if (auto d = take(g.epilogue_in[j], e.inputs[j], false)) return *d;
+    SF_TRY(take(g.epilogue_in[j], e.inputs[j], false));
   for (size_t j = 0; j < g.epilogue_out.size(); ++j)
-    if (auto d = take(g.epilogue_out[j], e.outputs[j], true)) return *d;
+    SF_TRY(take(g.epilogue_out[j], e.outputs[j], true));
   return args;
 }
 
@@ -297,48 +296,48 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
     std::string note = recover();
     return Diag{e.file, e.loc, e.message + note};
   };
-  auto zero = [&]() -> std::optional<Diag> {
-    if (!zero_outputs) return std::nullopt;
+  auto zero = [&]() -> Result<void> {
+    if (!zero_outputs) return {};
     ++info_.zeroings;
     for (const cuda::Buffer& b : outputs_)
       if (b.bytes() > 0)
-        if (auto e = cuda::check(d.MemsetD8Async(b.ptr(), 0, b.bytes(), stream_.get()), "cuMemsetD8Async(outputs)"))
-          return e;
-    return std::nullopt;
+        SF_TRY(cuda::check(d.MemsetD8Async(b.ptr(), 0, b.bytes(), stream_.get()), "cuMemsetD8Async(outputs)"));
+    return {};
   };
-  auto launch_once = [&]() -> std::optional<Diag> {
+  auto launch_once = [&]() -> Result<void> {
     if (call) {
       auto ptr = [&](const std::vector<cuda::Buffer>& v, int i) { return i < 0 ? CUdeviceptr{0} : v[static_cast<size_t>(i)].ptr(); };
       const CUdeviceptr c = gemm->c == kGemmProduct ? gemm_product_.ptr() : ptr(outputs_, gemm->c);
-      if (auto e = call->enqueue(stream_, ptr(inputs_, gemm->a), ptr(inputs_, gemm->b), ptr(inputs_, gemm->bias), c,
-                                 gemm_workspace_.ptr()))
-        return e;
-      if (!gemm->epilogue) return std::nullopt;
+      SF_TRY(call->enqueue(stream_, ptr(inputs_, gemm->a), ptr(inputs_, gemm->b), ptr(inputs_, gemm->bias), c,
+                           gemm_workspace_.ptr()));
+      if (!gemm->epilogue) return {};
       return cuda::launch(*ctx_, epilogue_fn, gemm->epilogue->launch, epi_args, stream_);
     }
     return cuda::launch(*ctx_, fn, p->launch, args, stream_);
   };
   // Records start, enqueues `work`, records end and waits: the events' time in us.
-  auto timed = [&](const std::function<std::optional<Diag>()>& work) -> Result<double> {
+  auto timed = [&](const std::function<Result<void>()>& work) -> Result<double> {
     ++info_.timed_runs;
-    if (auto e = start_.record(stream_)) return *e;
-    if (auto e = work()) return *e;
-    if (auto e = end_.record(stream_)) return *e;
-    if (auto e = end_.synchronize()) return *e;
+    SF_TRY(start_.record(stream_));
+    SF_TRY(work());
+    SF_TRY(end_.record(stream_));
+    SF_TRY(end_.synchronize());
     Result<float> ms = cuda::Event::elapsed_ms(start_, end_);
     if (!ms) return ms.error();
     return static_cast<double>(*ms) * 1000.0;
   };
 
   // One launch, waited for: a fault or a bad launch shows here, untimed.
-  if (auto e = zero()) return failed(*e);
-  if (auto e = launch_once()) return failed(Diag{"", {}, "the candidate failed to launch: " + e->message});
-  if (auto e = stream_.synchronize()) return failed(Diag{"", {}, "the candidate faulted: " + e->message});
+  if (Result<void> e = zero(); !e.ok()) return failed(e.error());
+  if (Result<void> e = launch_once(); !e.ok())
+    return failed(Diag{"", {}, "the candidate failed to launch: " + e.error().message});
+  if (Result<void> e = stream_.synchronize(); !e.ok())
+    return failed(Diag{"", {}, "the candidate faulted: " + e.error().message});
 
   // The estimate that picks the mode: the median of three single timed launches.
   double t[3] = {0, 0, 0};
   for (double& v : t) {
-    if (auto e = zero()) return failed(*e);
+    if (Result<void> e = zero(); !e.ok()) return failed(e.error());
     Result<double> us = timed(launch_once);
     if (!us) return failed(Diag{"", {}, "the candidate failed: " + us.error().message});
     v = *us;
@@ -350,10 +349,10 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
   if (opts_.graph_below_us > 0 && info_.estimate_us < opts_.graph_below_us) {
     n = static_cast<int>(std::lround(opts_.graph_target_us / std::max(info_.estimate_us, 0.05)));
     n = std::clamp(n, 2, std::max(2, opts_.max_graph_launches));
-    Result<cuda::Graph> g = cuda::Graph::capture(*ctx_, stream_, [&]() -> std::optional<Diag> {
+    Result<cuda::Graph> g = cuda::Graph::capture(*ctx_, stream_, [&]() -> Result<void> {
       for (int i = 0; i < n; ++i)
-        if (auto e = launch_once()) return e;
-      return std::nullopt;
+        SF_TRY(launch_once());
+      return {};
     });
     if (!g) return failed(Diag{"", {}, "capturing the candidate in a CUDA graph: " + g.error().message});
     graph = std::move(g).value();
@@ -363,25 +362,24 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
 
   // measure()'s hooks return times, not errors: the first error is kept, and
   // every later call returns at once without touching the device.
-  std::optional<Diag> error;
+  Result<void> error;
   BenchHooks hooks;
   hooks.restore = [&] {
-    if (error) return;
-    if (auto e = zero()) error = e;
+    if (!error.ok()) return;
+    error = zero();
   };
   if (flush_bytes > 0) {
     const size_t words = flush_.bytes() / 4;
     hooks.flush = [&, words] {
-      if (error) return;
+      if (!error.ok()) return;
       ++info_.flushes;
       // A new value each time: no write can be skipped as already holding it.
-      if (auto e = cuda::check(d.MemsetD32Async(flush_.ptr(), ++flush_value_, words, stream_.get()),
-                               "cuMemsetD32Async(L2 flush)"))
-        error = e;
+      error = cuda::check(d.MemsetD32Async(flush_.ptr(), ++flush_value_, words, stream_.get()),
+                          "cuMemsetD32Async(L2 flush)");
     };
   }
   hooks.run = [&]() -> double {
-    if (error) return 0;
+    if (!error.ok()) return 0;
     Result<double> us = graph ? timed([&] { return graph->launch(stream_); }) : timed(launch_once);
     if (!us) {
       error = us.error();
@@ -393,7 +391,7 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
   BenchOptions o = bench;
   if (flush_bytes <= 0) o.flush_cache = false;
   Measurement m = measure(hooks, o);
-  if (error) return failed(Diag{"", {}, "the candidate failed while being timed: " + error->message});
+  if (!error.ok()) return failed(Diag{"", {}, "the candidate failed while being timed: " + error.error().message});
   if (m.reps == 0) return Diag{"", {}, "no repetition gave a time"};
   return m;
 }

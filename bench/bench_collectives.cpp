@@ -332,8 +332,8 @@ Result<NcclWorld*> nccl_world(int n) {
   return raw;
 }
 
-std::optional<Diag> enqueue(nccl::NcclComm& comm, CollectiveKind c, CUdeviceptr send, CUdeviceptr recv,
-                            const nccl::CollectiveSize& sz, int n, CUstream s) {
+Result<void> enqueue(nccl::NcclComm& comm, CollectiveKind c, CUdeviceptr send, CUdeviceptr recv,
+                     const nccl::CollectiveSize& sz, int n, CUstream s) {
   switch (c) {
     case CollectiveKind::AllReduce:
       return comm.all_reduce(send, recv, static_cast<size_t>(sz.send_count), DType::F32, ReduceOp::Sum, s);
@@ -343,7 +343,7 @@ std::optional<Diag> enqueue(nccl::NcclComm& comm, CollectiveKind c, CUdeviceptr 
     case CollectiveKind::AllToAll:
       return comm.all_to_all(send, recv, static_cast<size_t>(block_of(c, sz, n)), DType::F32, s);
   }
-  return std::nullopt;
+  return {};
 }
 
 void BM_Nccl(benchmark::State& state, CollectiveKind c, int n, int64_t requested) {
@@ -365,9 +365,9 @@ void BM_Nccl(benchmark::State& state, CollectiveKind c, int n, int64_t requested
     run_ranks(n, [&](int r) {
       NcclRank& me = (*world)->ranks[static_cast<size_t>(r)];
       RankRun& out = runs[static_cast<size_t>(r)];
-      auto fail = [&](const std::optional<Diag>& e) {
-        if (e && out.error.empty()) out.error = e->message;
-        return e.has_value();
+      auto fail = [&](const Result<void>& e) {
+        if (!e.ok() && out.error.empty()) out.error = e.error().message;
+        return !e.ok();
       };
       const Tensor& mine = locals[static_cast<size_t>(r)];
       // A fresh thread per iteration: bind the rank's GPU first.
@@ -402,7 +402,7 @@ Result<int> gpu_count() {
   Result<const cuda::Driver*> d = cuda::driver();
   if (!d) return d.error();
   int n = 0;
-  if (auto e = cuda::check((*d)->DeviceGetCount(&n), "cuDeviceGetCount")) return *e;
+  SF_TRY(cuda::check((*d)->DeviceGetCount(&n), "cuDeviceGetCount"));
   return n;
 }
 

@@ -115,7 +115,7 @@ Result<cuda::Buffer> random_buffer(DType dt, int64_t elements, uint64_t seed) {
   if (!b) return b.error();
   Tensor t = tiled_random(dt, {elements}, seed);
   if (t.nbytes() > 0)
-    if (auto e = cuda::check(env().ctx->drv().MemcpyHtoD(b->ptr(), t.data(), t.nbytes()), "cuMemcpyHtoD")) return *e;
+    SF_TRY(cuda::check(env().ctx->drv().MemcpyHtoD(b->ptr(), t.data(), t.nbytes()), "cuMemcpyHtoD"));
   return b;
 }
 
@@ -131,15 +131,14 @@ class Timer {
     t.end_ = std::move(b).value();
     return t;
   }
-  Result<double> time(const cuda::Stream& s, const std::function<std::optional<Diag>()>& work) {
+  Result<double> time(const cuda::Stream& s, const std::function<Result<void>()>& work) {
     Env& e = env();
-    if (auto err = cuda::check(e.ctx->drv().MemsetD32Async(e.flush.ptr(), ++e.flush_value, e.flush.bytes() / 4, s.get()),
-                               "cuMemsetD32Async (L2 flush)"))
-      return *err;
-    if (auto err = start_.record(s)) return *err;
-    if (auto err = work()) return *err;
-    if (auto err = end_.record(s)) return *err;
-    if (auto err = end_.synchronize()) return *err;
+    SF_TRY(cuda::check(e.ctx->drv().MemsetD32Async(e.flush.ptr(), ++e.flush_value, e.flush.bytes() / 4, s.get()),
+                       "cuMemsetD32Async (L2 flush)"));
+    SF_TRY(start_.record(s));
+    SF_TRY(work());
+    SF_TRY(end_.record(s));
+    SF_TRY(end_.synchronize());
     Result<float> ms = cuda::Event::elapsed_ms(start_, end_);
     if (!ms) return ms.error();
     return static_cast<double>(*ms) / 1000.0;
@@ -152,7 +151,7 @@ class Timer {
 // The benchmark loop: one untimed run, then every iteration timed. The mean
 // seconds per iteration (what Google Benchmark reports as the time), or 0 after
 // SkipWithError.
-double run_loop(benchmark::State& state, const cuda::Stream& s, const std::function<std::optional<Diag>()>& work) {
+double run_loop(benchmark::State& state, const cuda::Stream& s, const std::function<Result<void>()>& work) {
   Result<Timer> timer = Timer::create();
   if (!timer) {
     state.SkipWithError(str(timer.error()).c_str());
@@ -270,7 +269,7 @@ Result<LoadedPlan> load_plan(const std::string& name, bool cuda_graph = false) {
     p.io_bytes += buffer_bytes(b);
   }
   for (int o : r.outputs) p.io_bytes += buffer_bytes(r.buffers[static_cast<size_t>(o)]);
-  if (auto err = p.rank->upload_inputs(inputs)) return *err;
+  SF_TRY(p.rank->upload_inputs(inputs));
   std::map<std::string, const PlanKernel*> by_id;
   for (const PlanKernel& k : src->plan.kernels) by_id[k.id] = &k;
   for (const PlanStep& s : r.steps) {
@@ -412,9 +411,8 @@ void BM_CublasGemmEpilogue(benchmark::State& state, MatmulShape sh) {
   for (int b : r.steps[0].in) args.push_back(ptr.at(b));
   for (int b : r.steps[0].out) args.push_back(ptr.at(b));
   const GpuPlan::Loaded& k = (*gp)->kernel(r.steps[0].kernel);
-  double s = run_loop(state, c->stream, [&]() -> std::optional<Diag> {
-    if (auto e = c->handle.gemm(c->stream, sh.dtype, sh.m, sh.n, sh.k, c->ops.a.ptr(), c->ops.b.ptr(), c->ops.c.ptr()))
-      return e;
+  double s = run_loop(state, c->stream, [&]() -> Result<void> {
+    SF_TRY(c->handle.gemm(c->stream, sh.dtype, sh.m, sh.n, sh.k, c->ops.a.ptr(), c->ops.b.ptr(), c->ops.c.ptr()));
     return cuda::launch(*env().ctx, k.fn, k.dims, args, c->stream);
   });
   if (s > 0) set_tflops(state, sh, s, &env().epilogue_tflops);

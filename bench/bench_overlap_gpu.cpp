@@ -111,13 +111,13 @@ Result<Measured> measure_standin(const PlanSource& src, int reps, bool trace_ker
   if (trace_kernels) opts.trace = &trace;
   Result<std::unique_ptr<RankExec>> rank = RankExec::create_cuda(*loaded, 0, opts);
   if (!rank) return rank.error();
-  if (auto e = (*rank)->use_copy_standin()) return *e;
-  if (auto e = (*rank)->upload_inputs(zero_inputs(src.plan, 0))) return *e;
-  if (auto e = (*rank)->run(nullptr)) return *e;  // first-launch costs
+  SF_TRY((*rank)->use_copy_standin());
+  SF_TRY((*rank)->upload_inputs(zero_inputs(src.plan, 0)));
+  SF_TRY((*rank)->run(nullptr));  // first-launch costs
   Measured m;
   for (int i = 0; i < (trace_kernels ? 0 : reps); ++i) {
     const auto t0 = Clock::now();
-    if (auto e = (*rank)->run(nullptr)) return *e;
+    SF_TRY((*rank)->run(nullptr));
     m.run_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   if (trace_kernels) m.compute_ms = kernel_ms(trace);
@@ -152,9 +152,9 @@ Result<Measured> measure(const std::string& dir, int reps, bool trace_kernels) {
 
   std::vector<std::vector<double>> ms(static_cast<size_t>(plan.world), std::vector<double>(static_cast<size_t>(reps)));
   std::barrier sync(plan.world);
-  std::optional<Diag> failed = on_rank_threads(mesh, opts.timeout, [&](Comm& comm) -> std::optional<Diag> {
+  Result<void> failed = on_rank_threads(mesh, opts.timeout, [&](Comm& comm) -> Result<void> {
     const int r = comm.rank();
-    std::optional<Diag> err;
+    Result<void> err;
     std::unique_ptr<RankExec> rank;
     {
       Result<std::unique_ptr<RankExec>> gr = RankExec::create_cuda(loaded[static_cast<size_t>(r)], r, opts);
@@ -165,23 +165,23 @@ Result<Measured> measure(const std::string& dir, int reps, bool trace_kernels) {
     for (int d = 0; d < mesh.ndim(); ++d) {
       // Every rank joins every exchange, failed or not, so none waits for another.
       Result<std::unique_ptr<nccl::NcclComm>> c = nccl::NcclComm::create(comm, d, r, nopts);
-      if (!c && !err) err = c.error();
+      if (!c && err.ok()) err = c.error();
       if (c) comms.push_back(std::move(c).value());
     }
-    if (!err) err = rank->use_nccl(std::move(comms));
-    if (!err) err = rank->upload_inputs(zero_inputs(plan, r));
-    if (!err) err = rank->run(&comm);  // first-launch and NCCL set-up costs
+    if (err.ok()) err = rank->use_nccl(std::move(comms));
+    if (err.ok()) err = rank->upload_inputs(zero_inputs(plan, r));
+    if (err.ok()) err = rank->run(&comm);  // first-launch and NCCL set-up costs
     // Every rank meets the barrier `reps` times whatever happened, so none waits forever.
     for (int i = 0; i < (trace_kernels ? 0 : reps); ++i) {
       sync.arrive_and_wait();
-      if (err) continue;
+      if (!err.ok()) continue;
       const auto t0 = Clock::now();
       err = rank->run(&comm);
       ms[static_cast<size_t>(r)][static_cast<size_t>(i)] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     }
     return err;
   });
-  if (failed) return *failed;
+  SF_TRY(failed);
   Measured m;
   for (int i = 0; i < (trace_kernels ? 0 : reps); ++i) {
     double slowest = 0;

@@ -127,7 +127,7 @@ std::string RunDigest::str() const {
   return s;
 }
 
-std::optional<Diag> agree_on_run(Comm& comm, const RunDigest& digest) {
+Result<void> agree_on_run(Comm& comm, const RunDigest& digest) {
   Result<std::vector<std::string>> all = all_gather_text(comm, digest.str());
   if (!all) return with_context("comparing what the ranks run: ", all.error());
   const std::vector<std::string>& texts = *all;
@@ -146,15 +146,15 @@ std::optional<Diag> agree_on_run(Comm& comm, const RunDigest& digest) {
                 "rank " + std::to_string(comm.rank()) + ": the ranks disagree on what to run (every rank must be " +
                     "started with the same graph, options, Plan and configs): " + what};
   }
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Diag> on_rank_threads(const DeviceMesh& mesh, std::chrono::milliseconds timeout,
-                                    const std::function<std::optional<Diag>(Comm&)>& fn) {
+Result<void> on_rank_threads(const DeviceMesh& mesh, std::chrono::milliseconds timeout,
+                             const std::function<Result<void>(Comm&)>& fn) {
   if (std::optional<std::string> why = reserve_rank_descriptors(mesh.mesh(), mesh.world())) return Diag{"", {}, *why};
   auto rv = Rendezvous::in_process();
   std::mutex mu;
-  std::optional<Diag> first;
+  Result<void> first;
   std::vector<std::unique_ptr<Comm>> comms(static_cast<size_t>(mesh.world()));
   std::vector<std::thread> threads;
   for (int r = 0; r < mesh.world(); ++r) {
@@ -162,12 +162,12 @@ std::optional<Diag> on_rank_threads(const DeviceMesh& mesh, std::chrono::millise
       CommOptions co;
       co.timeout = timeout;
       Result<std::unique_ptr<Comm>> c = Comm::create(rv, r, mesh.world(), mesh.rank_groups(r), co);
-      std::optional<Diag> d;
+      Result<void> d;
       // An exception escaping a std::thread would terminate the process: a bug that
       // throws ends as this rank's Diag instead (and aborts the others).
       const std::string who = "rank " + std::to_string(r) + ": internal error: ";
       try {
-        d = c ? fn(**c) : std::optional<Diag>(c.error());
+        d = c ? fn(**c) : Result<void>(c.error());
       } catch (const DiagError& e) {
         d = Diag{"", {}, who + e.diag.str()};
       } catch (const std::exception& e) {
@@ -175,13 +175,13 @@ std::optional<Diag> on_rank_threads(const DeviceMesh& mesh, std::chrono::millise
       } catch (...) {
         d = Diag{"", {}, who + "an unknown exception"};
       }
-      if (d) {
+      if (!d.ok()) {
         std::lock_guard<std::mutex> lock(mu);
         // The first root cause: a rank that only saw another's abort (from_peer)
         // may finish before the rank that failed, and must not hide its reason.
-        if (!first || (first->from_peer && !d->from_peer)) first = *d;
+        if (first.ok() || (first.error().from_peer && !d.error().from_peer)) first = d;
       }
-      if (d && c) (*c)->abort(d->message);
+      if (!d.ok() && c) (*c)->abort(d.error().message);
       if (c) comms[static_cast<size_t>(r)] = std::move(c).value();  // destroyed after every rank is done
     });
   }

@@ -62,14 +62,14 @@ class RunDigest {
 //   b15e... (83 bytes) differs from rank 0's digest 6b2a... (80 bytes)
 // A run whose ranks were started with different graphs, options, Plans or configs
 // would otherwise exchange collectives that happen to fit and save a wrong result.
-std::optional<Diag> agree_on_run(Comm& comm, const RunDigest& digest);
+Result<void> agree_on_run(Comm& comm, const RunDigest& digest);
 
 // Runs fn(comm) on every rank of `mesh` as a thread of this process, each with a
 // Comm meeting in-process. A rank whose fn returns a Diag aborts the others; the
 // first Diag is returned, preferring one that is not `from_peer` (a rank that
 // only saw another rank's abort), so the root cause is what the caller reports.
-std::optional<Diag> on_rank_threads(const DeviceMesh& mesh, std::chrono::milliseconds timeout,
-                                    const std::function<std::optional<Diag>(Comm&)>& fn);
+Result<void> on_rank_threads(const DeviceMesh& mesh, std::chrono::milliseconds timeout,
+                             const std::function<Result<void>(Comm&)>& fn);
 
 // One rank's Comm of a multi-process run meeting through `rendezvous_dir`;
 // connecting ends by `deadline` when one is given (CommOptions::connect_deadline).

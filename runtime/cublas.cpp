@@ -173,7 +173,7 @@ Result<const Api*> api() {
 Result<Handle> Handle::create(const cuda::Context& ctx) {
   Result<const Api*> a = api();
   if (!a) return a.error();
-  if (auto e = ctx.make_current()) return *e;
+  SF_TRY(ctx.make_current());
   Handle h;
   h.api_ = *a;
   h.ctx_ = &ctx;
@@ -208,8 +208,8 @@ Handle& Handle::operator=(Handle&& o) noexcept {
   return *this;
 }
 
-std::optional<Diag> Handle::gemm(const cuda::Stream& s, DType dtype, int64_t m, int64_t n, int64_t k, CUdeviceptr a,
-                                 CUdeviceptr b, CUdeviceptr c) {
+Result<void> Handle::gemm(const cuda::Stream& s, DType dtype, int64_t m, int64_t n, int64_t k, CUdeviceptr a,
+                          CUdeviceptr b, CUdeviceptr c) {
   Result<GemmCall> call = prepare(linear_gemm(GemmLibrary::Cublas, dtype, m, n, k), 0);
   if (!call) return call.error();
   return call->enqueue(s, a, b, 0, c, 0);
@@ -344,12 +344,12 @@ Result<GemmCall> Handle::prepare(const GemmDesc& d, size_t workspace_bytes) {
   }
   if (!lt_) return Diag{"", {}, A.lt_error.empty() ? "cuBLASLt not available: cublasLtCreate failed" : A.lt_error};
   g.lt_ = lt_;
-  auto ok = [&](cublasStatus_t st, const std::string& what) -> std::optional<Diag> {
-    if (st == CUBLAS_STATUS_SUCCESS) return std::nullopt;
+  auto ok = [&](cublasStatus_t st, const std::string& what) -> Result<void> {
+    if (st == CUBLAS_STATUS_SUCCESS) return {};
     return status_error(A, st, what);
   };
   const ColMajorCall c = col_major(d);
-  if (auto e = ok(A.LtMatmulDescCreate(&g.op_, compute_type(d), CUDA_R_32F), "cublasLtMatmulDescCreate")) return *e;
+  SF_TRY(ok(A.LtMatmulDescCreate(&g.op_, compute_type(d), CUDA_R_32F), "cublasLtMatmulDescCreate"));
   const cublasLtEpilogue_t epi = lt_epilogue(d.epilogue);
   const int32_t bias_type = static_cast<int32_t>(*t);
   struct Attr {
@@ -364,22 +364,21 @@ Result<GemmCall> Handle::prepare(const GemmDesc& d, size_t workspace_bytes) {
   if (gemm_epilogue_has_bias(d.epilogue))
     attrs.push_back(Attr{CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type, "BIAS_DATA_TYPE"});
   for (const Attr& a : attrs)
-    if (auto e = ok(A.LtMatmulDescSetAttribute(g.op_, a.attr, a.value, a.size), a.name)) return *e;
-  auto layout = [&](cublasLtMatrixLayout_t* l, const ColMajor& m, int64_t stride, const char* what) -> std::optional<Diag> {
-    if (auto e = ok(A.LtMatrixLayoutCreate(l, *t, m.rows, m.cols, m.ld), std::string("layout of ") + what)) return e;
-    if (d.batch == 1) return std::nullopt;
+    SF_TRY(ok(A.LtMatmulDescSetAttribute(g.op_, a.attr, a.value, a.size), a.name));
+  auto layout = [&](cublasLtMatrixLayout_t* l, const ColMajor& m, int64_t stride, const char* what) -> Result<void> {
+    SF_TRY(ok(A.LtMatrixLayoutCreate(l, *t, m.rows, m.cols, m.ld), std::string("layout of ") + what));
+    if (d.batch == 1) return {};
     const int32_t count = static_cast<int32_t>(d.batch);
-    if (auto e = ok(A.LtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
-                    std::string("batch count of ") + what))
-      return e;
+    SF_TRY(ok(A.LtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+              std::string("batch count of ") + what));
     return ok(A.LtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
               std::string("batch stride of ") + what);
   };
-  if (auto e = layout(&g.a_, c.a, c.stride_a, "B")) return *e;
-  if (auto e = layout(&g.b_, c.b, c.stride_b, "A")) return *e;
-  if (auto e = layout(&g.c_, c.c, c.stride_c, "C")) return *e;
+  SF_TRY(layout(&g.a_, c.a, c.stride_a, "B"));
+  SF_TRY(layout(&g.b_, c.b, c.stride_b, "A"));
+  SF_TRY(layout(&g.c_, c.c, c.stride_c, "C"));
   cublasLtMatmulPreference_t pref = nullptr;
-  if (auto e = ok(A.LtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate")) return *e;
+  SF_TRY(ok(A.LtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"));
   const uint64_t ws = workspace_bytes;
   cublasLtMatmulHeuristicResult_t best{};
   int found = 0;
@@ -391,13 +390,13 @@ Result<GemmCall> Handle::prepare(const GemmDesc& d, size_t workspace_bytes) {
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0))
     return Diag{"", {}, "cuBLASLt has no algorithm for " + gemm_str(d) + " within " +
                             std::to_string(workspace_bytes >> 20) + " MiB of workspace"};
-  if (auto e = ok(st, "cublasLtMatmulAlgoGetHeuristic")) return *e;
+  SF_TRY(ok(st, "cublasLtMatmulAlgoGetHeuristic"));
   g.algo_ = best.algo;
   return g;
 }
 
-std::optional<Diag> GemmCall::enqueue(const cuda::Stream& s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr bias,
-                                      CUdeviceptr c, CUdeviceptr workspace) const {
+Result<void> GemmCall::enqueue(const cuda::Stream& s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr bias,
+                               CUdeviceptr c, CUdeviceptr workspace) const {
   if (!api_) return Diag{"", {}, "cuBLAS GEMM: not prepared"};
   const float alpha = 1, beta = 0;
   const auto stream = reinterpret_cast<cudaStream_t>(s.get());
@@ -421,7 +420,7 @@ std::optional<Diag> GemmCall::enqueue(const cuda::Stream& s, CUdeviceptr a, CUde
                                       static_cast<int>(d.batch), compute_type(d), CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)
       return status_error(*api_, st, d.batch == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx");
-    return std::nullopt;
+    return {};
   }
   if (gemm_epilogue_has_bias(d.epilogue)) {
     // The bias is an attribute of the descriptor, not an argument: set per call, so
@@ -435,7 +434,7 @@ std::optional<Diag> GemmCall::enqueue(const cuda::Stream& s, CUdeviceptr a, CUde
                                      reinterpret_cast<void*>(c), c_, &algo_, reinterpret_cast<void*>(workspace),
                                      workspace_bytes_, stream);
   if (st != CUBLAS_STATUS_SUCCESS) return status_error(*api_, st, "cublasLtMatmul");
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace sf::cublas

@@ -110,8 +110,8 @@ class GemmCall {
 
   // On stream s: A, B, the bias (0 when the epilogue has none), C, and the workspace
   // (at least the bytes prepare() was given; 0 when that was 0).
-  std::optional<Diag> enqueue(const cuda::Stream& s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr bias, CUdeviceptr c,
-                              CUdeviceptr workspace) const;
+  Result<void> enqueue(const cuda::Stream& s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr bias, CUdeviceptr c,
+                       CUdeviceptr workspace) const;
   const GemmDesc& desc() const { return desc_; }
 
  private:
@@ -144,8 +144,8 @@ class Handle {
 
   // C = A x B^T on stream s (cublasGemmEx, nn.Linear's layout: linear_gemm()). f32,
   // bf16 or f16; all three the same dtype.
-  std::optional<Diag> gemm(const cuda::Stream& s, DType dtype, int64_t m, int64_t n, int64_t k, CUdeviceptr a,
-                           CUdeviceptr b, CUdeviceptr c);
+  Result<void> gemm(const cuda::Stream& s, DType dtype, int64_t m, int64_t n, int64_t k, CUdeviceptr a,
+                    CUdeviceptr b, CUdeviceptr c);
 
  private:
   const Api* api_ = nullptr;

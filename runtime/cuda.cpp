@@ -4,8 +4,8 @@
 
 namespace sf::cuda {
 
-std::optional<Diag> check(CUresult r, const std::string& what) {
-  if (r == CUDA_SUCCESS) return std::nullopt;
+Result<void> check(CUresult r, const std::string& what) {
+  if (r == CUDA_SUCCESS) return {};
   Result<const Driver*> d = driver();
   std::string why = d ? (*d)->error(r) : "CUresult " + std::to_string(static_cast<int>(r));
   return Diag{"", {}, what + ": " + why};
@@ -30,11 +30,11 @@ namespace {
 
 // A handle from before a context reset (or none at all) must not reach the driver:
 // its value may belong to a new object by now.
-std::optional<Diag> usable(const Context* ctx, uint64_t generation, const char* what) {
+Result<void> usable(const Context* ctx, uint64_t generation, const char* what) {
   if (!ctx) return Diag{"", {}, std::string(what) + ": no such object (default-constructed or moved from)"};
   if (ctx->generation() != generation)
     return Diag{"", {}, std::string(what) + ": the object was made before the context was reset"};
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace
@@ -53,10 +53,10 @@ Result<std::shared_ptr<Context>> Context::primary(int ordinal) {
   std::shared_ptr<Context> c(new Context());
   c->drv_ = *d;
   c->info_ = *info;
-  if (auto e = check(c->drv_->DeviceGet(&c->dev_, ordinal), "cuDeviceGet(" + std::to_string(ordinal) + ")")) return *e;
-  if (auto e = check(c->drv_->DevicePrimaryCtxRetain(&c->ctx_, c->dev_), "cuDevicePrimaryCtxRetain")) return *e;
+  SF_TRY(check(c->drv_->DeviceGet(&c->dev_, ordinal), "cuDeviceGet(" + std::to_string(ordinal) + ")"));
+  SF_TRY(check(c->drv_->DevicePrimaryCtxRetain(&c->ctx_, c->dev_), "cuDevicePrimaryCtxRetain"));
   c->alloc_ = std::make_unique<DeviceAllocator>(*c);
-  if (auto e = c->make_current()) return *e;
+  SF_TRY(c->make_current());
   contexts.emplace(ordinal, c);
   return c;
 }
@@ -67,20 +67,20 @@ Context::~Context() {
   drv_->DevicePrimaryCtxRelease(dev_);
 }
 
-std::optional<Diag> Context::make_current() const { return check(drv_->CtxSetCurrent(ctx_), "cuCtxSetCurrent"); }
+Result<void> Context::make_current() const { return check(drv_->CtxSetCurrent(ctx_), "cuCtxSetCurrent"); }
 
-std::optional<Diag> Context::synchronize() const {
-  if (auto e = make_current()) return e;
+Result<void> Context::synchronize() const {
+  SF_TRY(make_current());
   return check(drv_->CtxSynchronize(), "cuCtxSynchronize");
 }
 
-std::optional<Diag> Context::reset() {
+Result<void> Context::reset() {
   // Every block belonged to the old context; freeing them there would fail.
   alloc_->abandon();
   drv_->DevicePrimaryCtxRelease(dev_);
-  if (auto e = check(drv_->DevicePrimaryCtxReset(dev_), "cuDevicePrimaryCtxReset")) return e;
+  SF_TRY(check(drv_->DevicePrimaryCtxReset(dev_), "cuDevicePrimaryCtxReset"));
   ++generation_;
-  if (auto e = check(drv_->DevicePrimaryCtxRetain(&ctx_, dev_), "cuDevicePrimaryCtxRetain")) return e;
+  SF_TRY(check(drv_->DevicePrimaryCtxRetain(&ctx_, dev_), "cuDevicePrimaryCtxRetain"));
   return make_current();
 }
 
@@ -113,7 +113,7 @@ Result<CUdeviceptr> DeviceAllocator::allocate(size_t bytes) {
       return p;
     }
   }
-  if (auto e = ctx_.make_current()) return *e;
+  SF_TRY(ctx_.make_current());
   CUdeviceptr p = 0;
   CUresult r = ctx_.drv().MemAlloc(&p, size);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -121,7 +121,7 @@ Result<CUdeviceptr> DeviceAllocator::allocate(size_t bytes) {
     empty_cache();
     r = ctx_.drv().MemAlloc(&p, size);
   }
-  if (auto e = check(r, "cuMemAlloc(" + std::to_string(size) + " B)")) return *e;
+  SF_TRY(check(r, "cuMemAlloc(" + std::to_string(size) + " B)"));
   std::lock_guard<std::mutex> lock(mu_);
   live_.emplace(p, size);
   ++stats_.driver_allocs;
@@ -147,7 +147,7 @@ void DeviceAllocator::empty_cache() {
     blocks.swap(free_);
     stats_.bytes_cached = 0;
   }
-  if (blocks.empty() || ctx_.make_current()) return;
+  if (blocks.empty() || !ctx_.make_current().ok()) return;
   for (const auto& [size, p] : blocks) ctx_.drv().MemFree(p);
 }
 
@@ -198,9 +198,9 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
 // --- Stream and Event ------------------------------------------------------------------
 
 Result<Stream> Stream::create(const Context& ctx) {
-  if (auto e = ctx.make_current()) return *e;
+  SF_TRY(ctx.make_current());
   Stream s;
-  if (auto e = check(ctx.drv().StreamCreate(&s.s_, CU_STREAM_NON_BLOCKING), "cuStreamCreate")) return *e;
+  SF_TRY(check(ctx.drv().StreamCreate(&s.s_, CU_STREAM_NON_BLOCKING), "cuStreamCreate"));
   s.ctx_ = &ctx;
   s.generation_ = ctx.generation();
   return s;
@@ -223,18 +223,17 @@ Stream& Stream::operator=(Stream&& o) noexcept {
   return *this;
 }
 
-std::optional<Diag> Stream::synchronize() const {
-  if (auto e = usable(ctx_, generation_, "cuStreamSynchronize")) return e;
-  if (auto e = ctx_->make_current()) return e;
+Result<void> Stream::synchronize() const {
+  SF_TRY(usable(ctx_, generation_, "cuStreamSynchronize"));
+  SF_TRY(ctx_->make_current());
   return check(ctx_->drv().StreamSynchronize(s_), "cuStreamSynchronize");
 }
 
 Result<Event> Event::create(const Context& ctx, bool timing) {
-  if (auto e = ctx.make_current()) return *e;
+  SF_TRY(ctx.make_current());
   Event ev;
-  if (auto e = check(ctx.drv().EventCreate(&ev.e_, timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING),
-                     "cuEventCreate"))
-    return *e;
+  SF_TRY(check(ctx.drv().EventCreate(&ev.e_, timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING),
+               "cuEventCreate"));
   ev.ctx_ = &ctx;
   ev.generation_ = ctx.generation();
   return ev;
@@ -257,28 +256,28 @@ Event& Event::operator=(Event&& o) noexcept {
   return *this;
 }
 
-std::optional<Diag> Event::record(const Stream& s) const {
-  if (auto e = usable(ctx_, generation_, "cuEventRecord")) return e;
-  if (auto e = usable(s.ctx_, s.generation_, "cuEventRecord (stream)")) return e;
+Result<void> Event::record(const Stream& s) const {
+  SF_TRY(usable(ctx_, generation_, "cuEventRecord"));
+  SF_TRY(usable(s.ctx_, s.generation_, "cuEventRecord (stream)"));
   return check(ctx_->drv().EventRecord(e_, s.get()), "cuEventRecord");
 }
 
-std::optional<Diag> Event::synchronize() const {
-  if (auto e = usable(ctx_, generation_, "cuEventSynchronize")) return e;
+Result<void> Event::synchronize() const {
+  SF_TRY(usable(ctx_, generation_, "cuEventSynchronize"));
   return check(ctx_->drv().EventSynchronize(e_), "cuEventSynchronize"); }
 
 Result<float> Event::elapsed_ms(const Event& start, const Event& end) {
-  if (auto e = usable(start.ctx_, start.generation_, "cuEventElapsedTime")) return *e;
-  if (auto e = usable(end.ctx_, end.generation_, "cuEventElapsedTime")) return *e;
+  SF_TRY(usable(start.ctx_, start.generation_, "cuEventElapsedTime"));
+  SF_TRY(usable(end.ctx_, end.generation_, "cuEventElapsedTime"));
   float ms = 0;
-  if (auto e = check(start.ctx_->drv().EventElapsedTime(&ms, start.e_, end.e_), "cuEventElapsedTime")) return *e;
+  SF_TRY(check(start.ctx_->drv().EventElapsedTime(&ms, start.e_, end.e_), "cuEventElapsedTime"));
   return ms;
 }
 
 // --- Module --------------------------------------------------------------------------
 
 Result<Module> Module::load_ptx(const Context& ctx, const std::string& ptx, const std::string& name) {
-  if (auto e = ctx.make_current()) return *e;
+  SF_TRY(ctx.make_current());
   const Driver& d = ctx.drv();
   // The JIT writes its messages into these; the error log is what a user needs
   // when the driver rejects PTX that ptxas accepted (an older driver, say).
@@ -293,7 +292,7 @@ Result<Module> Module::load_ptx(const Context& ctx, const std::string& ptx, cons
     return t;
   };
   CUlinkState link{};
-  if (auto e = check(d.LinkCreate(5, opts, vals, &link), name + ": cuLinkCreate")) return *e;
+  SF_TRY(check(d.LinkCreate(5, opts, vals, &link), name + ": cuLinkCreate"));
   auto fail = [&](CUresult r, const std::string& call) {
     std::string log = trimmed(error_log);
     d.LinkDestroy(link);
@@ -312,7 +311,7 @@ Result<Module> Module::load_ptx(const Context& ctx, const std::string& ptx, cons
   Module m;
   CUresult r = d.ModuleLoadData(&m.m_, cubin);  // before LinkDestroy, which frees the cubin
   d.LinkDestroy(link);
-  if (auto e = check(r, name + ": cuModuleLoadData")) return *e;
+  SF_TRY(check(r, name + ": cuModuleLoadData"));
   m.ctx_ = &ctx;
   m.generation_ = ctx.generation();
   m.name_ = name;
@@ -341,20 +340,19 @@ Module& Module::operator=(Module&& o) noexcept {
 }
 
 Result<CUfunction> Module::function(const std::string& entry) const {
-  if (auto e = usable(ctx_, generation_, "cuModuleGetFunction")) return *e;
+  SF_TRY(usable(ctx_, generation_, "cuModuleGetFunction"));
   CUfunction f{};
-  if (auto e = check(ctx_->drv().ModuleGetFunction(&f, m_, entry.c_str()),
-                     name_ + ": cuModuleGetFunction(\"" + entry + "\")"))
-    return *e;
+  SF_TRY(check(ctx_->drv().ModuleGetFunction(&f, m_, entry.c_str()),
+               name_ + ": cuModuleGetFunction(\"" + entry + "\")"));
   return f;
 }
 
 // --- launch --------------------------------------------------------------------------
 
-std::optional<Diag> copy_2d(const Context& ctx, CUdeviceptr dst, size_t dst_pitch, CUdeviceptr src, size_t src_pitch,
-                            size_t width, size_t height, const Stream& s) {
-  if (auto e = usable(s.ctx_, s.generation_, "cuMemcpy2DAsync (stream)")) return e;
-  if (width == 0 || height == 0) return std::nullopt;
+Result<void> copy_2d(const Context& ctx, CUdeviceptr dst, size_t dst_pitch, CUdeviceptr src, size_t src_pitch,
+                     size_t width, size_t height, const Stream& s) {
+  SF_TRY(usable(s.ctx_, s.generation_, "cuMemcpy2DAsync (stream)"));
+  if (width == 0 || height == 0) return {};
   const Driver& dr = ctx.drv();
   if (height == 1) return check(dr.MemcpyDtoDAsync(dst, src, width, s.get()), "cuMemcpyDtoDAsync");
   // cuMemcpy2D takes pitches up to CU_DEVICE_ATTRIBUTE_MAX_PITCH (2^31 - 1 on
@@ -362,10 +360,9 @@ std::optional<Diag> copy_2d(const Context& ctx, CUdeviceptr dst, size_t dst_pitc
   constexpr size_t kMaxPitch = 0x7fffffff;
   if (dst_pitch > kMaxPitch || src_pitch > kMaxPitch) {
     for (size_t row = 0; row < height; ++row)
-      if (auto e = check(dr.MemcpyDtoDAsync(dst + row * dst_pitch, src + row * src_pitch, width, s.get()),
-                         "cuMemcpyDtoDAsync"))
-        return e;
-    return std::nullopt;
+      SF_TRY(check(dr.MemcpyDtoDAsync(dst + row * dst_pitch, src + row * src_pitch, width, s.get()),
+                   "cuMemcpyDtoDAsync"));
+    return {};
   }
   CUDA_MEMCPY2D c{};
   c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
@@ -398,26 +395,25 @@ Result<Buffer> encode_tensor_map(Context& ctx, const PlanTensorMap& t, CUdevicep
   }
   for (int i = 0; i < 2; ++i) strides[i] = static_cast<cuuint64_t>(t.strides[static_cast<size_t>(i)]);
   CUtensorMap map{};
-  if (auto e = check(d.TensorMapEncodeTiled(&map, type, static_cast<cuuint32_t>(t.rank), reinterpret_cast<void*>(base), dims,
-                                            strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-                     "cuTensorMapEncodeTiled"))
-    return *e;
+  SF_TRY(check(d.TensorMapEncodeTiled(&map, type, static_cast<cuuint32_t>(t.rank), reinterpret_cast<void*>(base), dims,
+                                      strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+               "cuTensorMapEncodeTiled"));
   Result<Buffer> buf = Buffer::allocate(ctx, sizeof map);
   if (!buf) return buf.error();
-  if (auto e = check(d.MemcpyHtoD(buf->ptr(), &map, sizeof map), "cuMemcpyHtoD (tensor map)")) return *e;
+  SF_TRY(check(d.MemcpyHtoD(buf->ptr(), &map, sizeof map), "cuMemcpyHtoD (tensor map)"));
   return buf;
 }
 
-std::optional<Diag> wait_event(const Context& ctx, const Stream& s, const Event& e) {
-  if (auto err = usable(s.ctx_, s.generation_, "cuStreamWaitEvent (stream)")) return err;
+Result<void> wait_event(const Context& ctx, const Stream& s, const Event& e) {
+  SF_TRY(usable(s.ctx_, s.generation_, "cuStreamWaitEvent (stream)"));
   return check(ctx.drv().StreamWaitEvent(s.get(), e.get(), 0), "cuStreamWaitEvent");
 }
 
-std::optional<Diag> launch(const Context& ctx, CUfunction f, const LaunchDims& d, const std::vector<CUdeviceptr>& args,
-                           const Stream& s) {
-  if (auto e = usable(s.ctx_, s.generation_, "cuLaunchKernel (stream)")) return e;
+Result<void> launch(const Context& ctx, CUfunction f, const LaunchDims& d, const std::vector<CUdeviceptr>& args,
+                    const Stream& s) {
+  SF_TRY(usable(s.ctx_, s.generation_, "cuLaunchKernel (stream)"));
   const Driver& dr = ctx.drv();
   for (int i = 0; i < 3; ++i)
     if (d.grid[i] < 1 || d.grid[i] > (i == 0 ? int64_t{0x7fffffff} : int64_t{65535}) || d.block[i] < 1)
@@ -426,9 +422,8 @@ std::optional<Diag> launch(const Context& ctx, CUfunction f, const LaunchDims& d
                               std::to_string(d.block[1]) + "x" + std::to_string(d.block[2]) + " is out of range"};
   constexpr int kDefaultShared = 48 * 1024;
   if (d.shared_bytes > kDefaultShared)
-    if (auto e = check(dr.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, d.shared_bytes),
-                       "cuFuncSetAttribute(max dynamic shared " + std::to_string(d.shared_bytes) + " B)"))
-      return e;
+    SF_TRY(check(dr.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, d.shared_bytes),
+                 "cuFuncSetAttribute(max dynamic shared " + std::to_string(d.shared_bytes) + " B)"));
   // kernelParams: a pointer to each argument's value.
   std::vector<CUdeviceptr> values = args;
   std::vector<void*> params;
@@ -443,22 +438,22 @@ std::optional<Diag> launch(const Context& ctx, CUfunction f, const LaunchDims& d
 
 // --- Graph ---------------------------------------------------------------------------
 
-Result<Graph> Graph::capture(const Context& ctx, const Stream& s, const std::function<std::optional<Diag>()>& body) {
+Result<Graph> Graph::capture(const Context& ctx, const Stream& s, const std::function<Result<void>()>& body) {
   const Driver& d = ctx.drv();
-  if (auto e = check(d.StreamBeginCapture(s.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")) return *e;
-  std::optional<Diag> err = body();
+  SF_TRY(check(d.StreamBeginCapture(s.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture"));
+  Result<void> err = body();
   CUgraph g{};
   CUresult end = d.StreamEndCapture(s.get(), &g);  // always end, or the stream stays in capture mode
-  if (err) {
+  if (!err.ok()) {
     if (g) d.GraphDestroy(g);
-    return *err;
+    return err.error();
   }
-  if (auto e = check(end, "cuStreamEndCapture")) return *e;
+  SF_TRY(check(end, "cuStreamEndCapture"));
   Graph out;
   out.ctx_ = &ctx;
   out.generation_ = ctx.generation();
   out.g_ = g;
-  if (auto e = check(d.GraphInstantiateWithFlags(&out.exec_, g, 0), "cuGraphInstantiateWithFlags")) return *e;
+  SF_TRY(check(d.GraphInstantiateWithFlags(&out.exec_, g, 0), "cuGraphInstantiateWithFlags"));
   return out;
 }
 
@@ -483,9 +478,9 @@ Graph& Graph::operator=(Graph&& o) noexcept {
   return *this;
 }
 
-std::optional<Diag> Graph::launch(const Stream& s) const {
-  if (auto e = usable(ctx_, generation_, "cuGraphLaunch")) return e;
-  if (auto e = usable(s.ctx_, s.generation_, "cuGraphLaunch (stream)")) return e;
+Result<void> Graph::launch(const Stream& s) const {
+  SF_TRY(usable(ctx_, generation_, "cuGraphLaunch"));
+  SF_TRY(usable(s.ctx_, s.generation_, "cuGraphLaunch (stream)"));
   return check(ctx_->drv().GraphLaunch(exec_, s.get()), "cuGraphLaunch");
 }
 

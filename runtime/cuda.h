@@ -26,8 +26,8 @@
 
 namespace sf::cuda {
 
-// nullopt on CUDA_SUCCESS, else a Diag "<what>: <driver error>".
-std::optional<Diag> check(CUresult r, const std::string& what);
+// Success on CUDA_SUCCESS, else a Diag "<what>: <driver error>".
+Result<void> check(CUresult r, const std::string& what);
 // Whether `r` leaves the context unusable (a fault in a kernel), so that only a
 // reset brings it back.
 bool is_sticky(CUresult r);
@@ -49,13 +49,13 @@ class Context {
   const Driver& drv() const { return *drv_; }
   const DeviceInfo& info() const { return info_; }
   CUdevice device() const { return dev_; }
-  std::optional<Diag> make_current() const;
-  std::optional<Diag> synchronize() const;
+  Result<void> make_current() const;
+  Result<void> synchronize() const;
 
   // After a sticky error: drops every cached allocation, resets the primary
   // context and retains it again. Modules, streams, events and buffers made
   // before are dead (generation() tells them apart); make new ones.
-  std::optional<Diag> reset();
+  Result<void> reset();
   uint64_t generation() const { return generation_; }
 
   DeviceAllocator& allocator() { return *alloc_; }
@@ -136,11 +136,11 @@ class Event;
 class Stream {
   friend class Event;
   friend class Graph;
-  friend std::optional<Diag> launch(const Context&, CUfunction, const LaunchDims&, const std::vector<CUdeviceptr>&,
-                                    const Stream&);
-  friend std::optional<Diag> copy_2d(const Context&, CUdeviceptr, size_t, CUdeviceptr, size_t, size_t, size_t,
-                                     const Stream&);
-  friend std::optional<Diag> wait_event(const Context&, const Stream&, const Event&);
+  friend Result<void> launch(const Context&, CUfunction, const LaunchDims&, const std::vector<CUdeviceptr>&,
+                             const Stream&);
+  friend Result<void> copy_2d(const Context&, CUdeviceptr, size_t, CUdeviceptr, size_t, size_t, size_t,
+                              const Stream&);
+  friend Result<void> wait_event(const Context&, const Stream&, const Event&);
 
  public:
   static Result<Stream> create(const Context& ctx);  // non-blocking
@@ -149,7 +149,7 @@ class Stream {
   Stream(Stream&& o) noexcept;
   Stream& operator=(Stream&& o) noexcept;
   CUstream get() const { return s_; }
-  std::optional<Diag> synchronize() const;
+  Result<void> synchronize() const;
 
  private:
   const Context* ctx_ = nullptr;
@@ -165,8 +165,8 @@ class Event {
   Event(Event&& o) noexcept;
   Event& operator=(Event&& o) noexcept;
   CUevent get() const { return e_; }
-  std::optional<Diag> record(const Stream& s) const;
-  std::optional<Diag> synchronize() const;
+  Result<void> record(const Stream& s) const;
+  Result<void> synchronize() const;
   // Milliseconds between two recorded, completed events.
   static Result<float> elapsed_ms(const Event& start, const Event& end);
 
@@ -200,8 +200,8 @@ class Module {
 
 // Launches f with our kernel ABI: one device pointer per argument, in order
 // (inputs, then outputs). Dynamic shared memory above 48 KiB is opted into first.
-std::optional<Diag> launch(const Context& ctx, CUfunction f, const LaunchDims& d, const std::vector<CUdeviceptr>& args,
-                           const Stream& s);
+Result<void> launch(const Context& ctx, CUfunction f, const LaunchDims& d, const std::vector<CUdeviceptr>& args,
+                    const Stream& s);
 
 // A TMA tensor map (cuTensorMapEncodeTiled) over the tensor at `base`, in a 128-byte
 // device allocation whose address the kernel takes as an argument: `t.rank` (1..3)
@@ -216,12 +216,12 @@ Result<Buffer> encode_tensor_map(Context& ctx, const PlanTensorMap& t, CUdevicep
 // one row at a time (cuMemcpyDtoDAsync) where a pitch is beyond what the driver
 // takes. A strided block of a row-major tensor (a slice along one dim, a part of
 // a concat) is one such copy. Nothing happens for an empty block.
-std::optional<Diag> copy_2d(const Context& ctx, CUdeviceptr dst, size_t dst_pitch, CUdeviceptr src, size_t src_pitch,
-                            size_t width, size_t height, const Stream& s);
+Result<void> copy_2d(const Context& ctx, CUdeviceptr dst, size_t dst_pitch, CUdeviceptr src, size_t src_pitch,
+                     size_t width, size_t height, const Stream& s);
 
 // Work enqueued on `s` after this waits for what `e` last recorded
 // (cuStreamWaitEvent): the edge between a compute and a comm stream.
-std::optional<Diag> wait_event(const Context& ctx, const Stream& s, const Event& e);
+Result<void> wait_event(const Context& ctx, const Stream& s, const Event& e);
 
 // A stream's work captured once as a CUDA Graph and replayed with one launch.
 class Graph {
@@ -230,12 +230,12 @@ class Graph {
   // Thread-local mode: while body() runs, this thread may not call cuMemAlloc,
   // cuMemFree or synchronous copies (take buffers from the cache or allocate them
   // first); other threads (other ranks) may keep using the device.
-  static Result<Graph> capture(const Context& ctx, const Stream& s, const std::function<std::optional<Diag>()>& body);
+  static Result<Graph> capture(const Context& ctx, const Stream& s, const std::function<Result<void>()>& body);
   Graph() = default;
   ~Graph();
   Graph(Graph&& o) noexcept;
   Graph& operator=(Graph&& o) noexcept;
-  std::optional<Diag> launch(const Stream& s) const;
+  Result<void> launch(const Stream& s) const;
 
  private:
   const Context* ctx_ = nullptr;

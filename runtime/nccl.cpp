@@ -216,13 +216,13 @@ ncclConfig_t make_config(const Options& opts) {
   return cfg;
 }
 
-std::optional<Diag> check_options(const Options& opts) {
+Result<void> check_options(const Options& opts) {
   if (opts.max_ctas < 0 || opts.min_ctas < 0) return diag("NCCL options: CTA counts must be >= 0 (0 = NCCL's default)");
   if (opts.max_ctas > 0 && opts.min_ctas > opts.max_ctas)
     return diag("NCCL options: min_ctas " + std::to_string(opts.min_ctas) + " exceeds max_ctas " +
                 std::to_string(opts.max_ctas));
   if (opts.timeout.count() <= 0) return diag("NCCL options: the timeout must be positive");
-  return std::nullopt;
+  return {};
 }
 
 int Group::member() const {
@@ -264,20 +264,20 @@ Diag NcclComm::fail(const std::string& what, const std::string& how, bool from_p
   return d;
 }
 
-std::optional<Diag> NcclComm::usable(const std::string& what) {
+Result<void> NcclComm::usable(const std::string& what) {
   if (aborted_) {
     Diag d = diag(who() + what + " over " + group_.str() + ": the communicator was aborted: " + *aborted_);
     d.from_peer = aborted_by_peer_;
     return d;
   }
-  if (auto e = ctx_->make_current()) return diag(who() + what + ": " + e->message);
-  return std::nullopt;
+  if (Result<void> e = ctx_->make_current(); !e.ok()) return diag(who() + what + ": " + e.error().message);
+  return {};
 }
 
 // After a call that may answer ncclInProgress (nonblocking mode): polls until the
 // communicator settles, fails, or the deadline passes.
-std::optional<Diag> NcclComm::settle(ncclResult_t r, const std::string& what, Clock::time_point deadline,
-                                     const std::string& timeout_hint) {
+Result<void> NcclComm::settle(ncclResult_t r, const std::string& what, Clock::time_point deadline,
+                              const std::string& timeout_hint) {
   Backoff backoff;
   while (r == ncclInProgress) {
     if (Clock::now() > deadline) return fail(what, "timed out after " + duration_str(opts_.timeout) + timeout_hint);
@@ -288,13 +288,13 @@ std::optional<Diag> NcclComm::settle(ncclResult_t r, const std::string& what, Cl
     r = state;
   }
   if (r != ncclSuccess) return fail(what, "failed: " + lib_->error(r, comm_), r == ncclRemoteError);
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Diag> NcclComm::enqueued(ncclResult_t r, std::string what) {
-  if (auto e = settle(r, what, Clock::now() + opts_.timeout)) return e;
+Result<void> NcclComm::enqueued(ncclResult_t r, std::string what) {
+  SF_TRY(settle(r, what, Clock::now() + opts_.timeout));
   pending_.push_back(std::move(what));
-  return std::nullopt;
+  return {};
 }
 
 Result<std::unique_ptr<NcclComm>> NcclComm::init(const ncclUniqueId& id, const Group& group, int device,
@@ -302,12 +302,12 @@ Result<std::unique_ptr<NcclComm>> NcclComm::init(const ncclUniqueId& id, const G
   const std::string who = "rank " + std::to_string(group.rank) + ": ";
   const std::string what = "creating the NCCL communicator over " + group.str();
   if (group.member() < 0) return diag(who + what + ": this rank is not a member");
-  if (auto e = check_options(opts)) return diag(who + what + ": " + e->message);
+  if (Result<void> e = check_options(opts); !e.ok()) return diag(who + what + ": " + e.error().message);
   Result<const Library*> lib = library();
   if (!lib) return diag(who + what + ": " + lib.error().message);
   Result<std::shared_ptr<cuda::Context>> ctx = cuda::Context::primary(device);
   if (!ctx) return diag(who + what + " on CUDA device " + std::to_string(device) + ": " + ctx.error().message);
-  if (auto e = (*ctx)->make_current()) return diag(who + what + ": " + e->message);
+  if (Result<void> e = (*ctx)->make_current(); !e.ok()) return diag(who + what + ": " + e.error().message);
 
   std::unique_ptr<NcclComm> c(new NcclComm());
   c->lib_ = *lib;
@@ -328,7 +328,8 @@ Result<std::unique_ptr<NcclComm>> NcclComm::init(const ncclUniqueId& id, const G
   if (r != ncclSuccess && r != ncclInProgress)
     // A failed init may or may not have made a handle; abort frees what it made.
     return hint(c->fail("creating the NCCL communicator", "failed: " + c->lib_->error(r, c->comm_)));
-  if (auto e = c->settle(r, "creating the NCCL communicator", deadline, " (not every member joined)")) return hint(*e);
+  if (Result<void> e = c->settle(r, "creating the NCCL communicator", deadline, " (not every member joined)"); !e.ok())
+    return hint(e.error());
   return c;
 }
 
@@ -343,15 +344,14 @@ Result<std::unique_ptr<NcclComm>> NcclComm::create(Comm& gloo, int group, int de
 
   // Whether this rank can join, checked before anyone enters ncclCommInitRank,
   // which would wait for a member that is not coming until the timeout.
-  std::optional<Diag> cannot;
   ncclUniqueId id{};
-  if (auto e = check_options(opts)) cannot = *e;
+  Result<void> cannot = check_options(opts);
   Result<const Library*> lib = library();
-  if (!cannot && !lib) cannot = lib.error();
-  if (!cannot)
+  if (cannot.ok() && !lib) cannot = lib.error();
+  if (cannot.ok())
     if (Result<std::shared_ptr<cuda::Context>> ctx = cuda::Context::primary(device); !ctx)
       cannot = diag("CUDA device " + std::to_string(device) + ": " + ctx.error().message);
-  if (!cannot && g.member() == 0)
+  if (cannot.ok() && g.member() == 0)
     if (ncclResult_t r = (*lib)->GetUniqueId(&id); r != ncclSuccess)
       cannot = diag("ncclGetUniqueId failed: " + (*lib)->error(r));
 
@@ -360,11 +360,11 @@ Result<std::unique_ptr<NcclComm>> NcclComm::create(Comm& gloo, int group, int de
   constexpr int64_t kWords = 1 + NCCL_UNIQUE_ID_BYTES / 4;
   static_assert(NCCL_UNIQUE_ID_BYTES % 4 == 0);
   Tensor mine(DType::I32, {kWords});
-  mine.set_int(0, cannot ? 0 : 1);
+  mine.set_int(0, cannot.ok() ? 1 : 0);
   if (g.member() == 0) std::memcpy(mine.data() + 4, id.internal, NCCL_UNIQUE_ID_BYTES);
   Result<Tensor> all = gloo.all_gather(group, std::move(mine), 0, std::vector<int64_t>(static_cast<size_t>(n), kWords)).wait();
   if (!all) return diag(who + what + ": exchanging the unique id through Gloo failed: " + all.error().message);
-  if (cannot) return diag(who + what + ": " + cannot->message);
+  if (!cannot.ok()) return diag(who + what + ": " + cannot.error().message);
   for (int k = 0; k < n; ++k)
     if (all->get_int(k * kWords) == 0)
       return diag(who + what + ": rank " + std::to_string(g.ranks[static_cast<size_t>(k)]) +
@@ -375,7 +375,7 @@ Result<std::unique_ptr<NcclComm>> NcclComm::create(Comm& gloo, int group, int de
 
 NcclComm::~NcclComm() {
   if (!comm_) return;
-  if (ctx_->make_current()) {
+  if (!ctx_->make_current().ok()) {
     lib_->CommAbort(comm_);
     return;
   }
@@ -403,33 +403,35 @@ NcclComm::~NcclComm() {
 
 Result<std::unique_ptr<NcclComm>> NcclComm::split(int color, int key, const Group& group, const Options* opts) {
   const std::string what = "splitting the NCCL communicator into " + group.str();
-  if (auto e = usable(what)) return *e;
+  SF_TRY(usable(what));
   if (group.member() < 0) return diag(who() + what + ": this rank is not a member");
   std::unique_ptr<NcclComm> c(new NcclComm());
   c->lib_ = lib_;
   c->ctx_ = ctx_;
   c->group_ = group;
   c->opts_ = opts ? *opts : opts_;
-  if (auto e = check_options(c->opts_)) return diag(who() + what + ": " + e->message);
+  if (Result<void> e = check_options(c->opts_); !e.ok()) return diag(who() + what + ": " + e.error().message);
   ncclConfig_t cfg = make_config(c->opts_);
   const auto deadline = Clock::now() + c->opts_.timeout;
   ncclResult_t r = lib_->CommSplit(comm_, color, key, &c->comm_, &cfg);
   // In nonblocking mode both the parent and the child may be in progress.
-  if (auto e = settle(r, what, deadline)) return *e;
+  SF_TRY(settle(r, what, deadline));
   if (!c->comm_) return diag(who() + what + ": ncclCommSplit gave no communicator (color " + std::to_string(color) + ")");
-  if (auto e = c->settle(ncclInProgress, "creating the NCCL communicator", deadline, " (not every member split)")) {
+  if (Result<void> e =
+          c->settle(ncclInProgress, "creating the NCCL communicator", deadline, " (not every member split)");
+      !e.ok()) {
     // Members stuck in the split would hang the parent's next collective: abort it
     // too, quoting why.
-    abort(e->message);
-    return *e;
+    abort(e.error().message);
+    return e.error();
   }
   return c;
 }
 
-std::optional<Diag> NcclComm::all_reduce(CUdeviceptr send, CUdeviceptr recv, size_t count, DType dtype, ReduceOp op,
-                                         CUstream stream) {
+Result<void> NcclComm::all_reduce(CUdeviceptr send, CUdeviceptr recv, size_t count, DType dtype, ReduceOp op,
+                                  CUstream stream) {
   std::string what = describe(CollectiveKind::AllReduce, count, dtype, op);
-  if (auto e = usable(what)) return e;
+  SF_TRY(usable(what));
   Result<ncclDataType_t> dt = data_type(dtype);
   Result<ncclRedOp_t> rop = reduce_op(op, dtype);
   if (!dt) return diag(who() + what + ": " + dt.error().message);
@@ -437,19 +439,19 @@ std::optional<Diag> NcclComm::all_reduce(CUdeviceptr send, CUdeviceptr recv, siz
   return enqueued(lib_->AllReduce(ptr(send), ptr(recv), count, *dt, *rop, comm_, stream), std::move(what));
 }
 
-std::optional<Diag> NcclComm::all_gather(CUdeviceptr send, CUdeviceptr recv, size_t send_count, DType dtype,
-                                         CUstream stream) {
+Result<void> NcclComm::all_gather(CUdeviceptr send, CUdeviceptr recv, size_t send_count, DType dtype,
+                                  CUstream stream) {
   std::string what = describe(CollectiveKind::AllGather, send_count * static_cast<size_t>(size()), dtype, std::nullopt);
-  if (auto e = usable(what)) return e;
+  SF_TRY(usable(what));
   Result<ncclDataType_t> dt = data_type(dtype);
   if (!dt) return diag(who() + what + ": " + dt.error().message);
   return enqueued(lib_->AllGather(ptr(send), ptr(recv), send_count, *dt, comm_, stream), std::move(what));
 }
 
-std::optional<Diag> NcclComm::reduce_scatter(CUdeviceptr send, CUdeviceptr recv, size_t recv_count, DType dtype,
-                                             ReduceOp op, CUstream stream) {
+Result<void> NcclComm::reduce_scatter(CUdeviceptr send, CUdeviceptr recv, size_t recv_count, DType dtype,
+                                      ReduceOp op, CUstream stream) {
   std::string what = describe(CollectiveKind::ReduceScatter, recv_count * static_cast<size_t>(size()), dtype, op);
-  if (auto e = usable(what)) return e;
+  SF_TRY(usable(what));
   Result<ncclDataType_t> dt = data_type(dtype);
   Result<ncclRedOp_t> rop = reduce_op(op, dtype);
   if (!dt) return diag(who() + what + ": " + dt.error().message);
@@ -457,8 +459,8 @@ std::optional<Diag> NcclComm::reduce_scatter(CUdeviceptr send, CUdeviceptr recv,
   return enqueued(lib_->ReduceScatter(ptr(send), ptr(recv), recv_count, *dt, *rop, comm_, stream), std::move(what));
 }
 
-std::optional<Diag> NcclComm::all_to_all(CUdeviceptr send, CUdeviceptr recv, size_t count, DType dtype,
-                                         CUstream stream) {
+Result<void> NcclComm::all_to_all(CUdeviceptr send, CUdeviceptr recv, size_t count, DType dtype,
+                                  CUstream stream) {
   const size_t block = count * static_cast<size_t>(dtype_size(dtype));
   std::vector<Transfer> sends, recvs;
   for (int k = 0; k < size(); ++k) {
@@ -469,8 +471,8 @@ std::optional<Diag> NcclComm::all_to_all(CUdeviceptr send, CUdeviceptr recv, siz
   return grouped(sends, recvs, dtype, stream, std::move(what));
 }
 
-std::optional<Diag> NcclComm::send_recv(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
-                                        DType dtype, CUstream stream) {
+Result<void> NcclComm::send_recv(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
+                                 DType dtype, CUstream stream) {
   size_t total = 0;
   for (const Transfer& t : sends) total += t.count;
   std::string what = "send/recv of " + std::to_string(total * static_cast<size_t>(dtype_size(dtype))) + " B (" +
@@ -479,9 +481,9 @@ std::optional<Diag> NcclComm::send_recv(const std::vector<Transfer>& sends, cons
   return grouped(sends, recvs, dtype, stream, std::move(what));
 }
 
-std::optional<Diag> NcclComm::grouped(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
-                                      DType dtype, CUstream stream, std::string what) {
-  if (auto e = usable(what)) return e;
+Result<void> NcclComm::grouped(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
+                               DType dtype, CUstream stream, std::string what) {
+  SF_TRY(usable(what));
   Result<ncclDataType_t> dt = data_type(dtype);
   if (!dt) return diag(who() + what + ": " + dt.error().message);
   for (const auto* list : {&sends, &recvs})
@@ -499,11 +501,11 @@ std::optional<Diag> NcclComm::grouped(const std::vector<Transfer>& sends, const 
   return enqueued(r, std::move(what));
 }
 
-std::optional<Diag> NcclComm::wait_with_timeout(CUstream stream) { return wait_with_timeout(stream, opts_.timeout); }
+Result<void> NcclComm::wait_with_timeout(CUstream stream) { return wait_with_timeout(stream, opts_.timeout); }
 
-std::optional<Diag> NcclComm::wait_with_timeout(CUstream stream, milliseconds timeout) {
+Result<void> NcclComm::wait_with_timeout(CUstream stream, milliseconds timeout) {
   const std::string what = pending_.empty() ? std::string("waiting for the stream") : pending_.front();
-  if (auto e = usable(what)) return e;
+  SF_TRY(usable(what));
   auto more = [&] {
     return pending_.size() > 1 ? " (" + std::to_string(pending_.size() - 1) + " more collective" +
                                      (pending_.size() > 2 ? "s" : "") + " pending)"
@@ -515,7 +517,7 @@ std::optional<Diag> NcclComm::wait_with_timeout(CUstream stream, milliseconds ti
     CUresult q = ctx_->drv().StreamQuery(stream);
     if (q == CUDA_SUCCESS) {
       pending_.clear();
-      return std::nullopt;
+      return {};
     }
     if (q != CUDA_ERROR_NOT_READY) return fail(what, "failed on the device: " + ctx_->drv().error(q) + more());
     ncclResult_t state = ncclSuccess;

@@ -156,7 +156,7 @@ struct Options {
 // that are set). `opts.name` must outlive the config.
 ncclConfig_t make_config(const Options& opts);
 // A Diag when the options are inconsistent (negative counts, min > max, timeout <= 0).
-std::optional<Diag> check_options(const Options& opts);
+Result<void> check_options(const Options& opts);
 
 // Who a communicator joins, for messages and for the member index.
 struct Group {
@@ -212,17 +212,17 @@ class NcclComm {
   // counts in elements of `dtype`; pointers are device memory. Each returns once
   // enqueued; wait_with_timeout(stream) waits for the device. On an error the
   // communicator is aborted and every later call fails quoting it.
-  std::optional<Diag> all_reduce(CUdeviceptr send, CUdeviceptr recv, size_t count, DType dtype, ReduceOp op,
-                                 CUstream stream);
+  Result<void> all_reduce(CUdeviceptr send, CUdeviceptr recv, size_t count, DType dtype, ReduceOp op,
+                          CUstream stream);
   // recv holds size() * send_count elements, member k's at k * send_count.
-  std::optional<Diag> all_gather(CUdeviceptr send, CUdeviceptr recv, size_t send_count, DType dtype, CUstream stream);
+  Result<void> all_gather(CUdeviceptr send, CUdeviceptr recv, size_t send_count, DType dtype, CUstream stream);
   // send holds size() * recv_count elements; this member keeps block member().
-  std::optional<Diag> reduce_scatter(CUdeviceptr send, CUdeviceptr recv, size_t recv_count, DType dtype, ReduceOp op,
-                                     CUstream stream);
+  Result<void> reduce_scatter(CUdeviceptr send, CUdeviceptr recv, size_t recv_count, DType dtype, ReduceOp op,
+                              CUstream stream);
   // Block k (of `count` elements) of send goes to member k; the block from member k
   // lands at recv + k * count. ncclSend/ncclRecv pairs in one NCCL group, which
   // every NCCL since 2.7 has (ncclAlltoAll only recent ones).
-  std::optional<Diag> all_to_all(CUdeviceptr send, CUdeviceptr recv, size_t count, DType dtype, CUstream stream);
+  Result<void> all_to_all(CUdeviceptr send, CUdeviceptr recv, size_t count, DType dtype, CUstream stream);
   // Point-to-point transfers in one NCCL group (ncclGroupStart, ncclSend/ncclRecv,
   // ncclGroupEnd): each send to member m pairs with m's receive from this member,
   // in call order, with the same count. A member may be this one. Zero counts are
@@ -233,16 +233,16 @@ class NcclComm {
     CUdeviceptr ptr = 0;  // device memory
     size_t count = 0;     // elements
   };
-  std::optional<Diag> send_recv(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs, DType dtype,
-                                CUstream stream);
+  Result<void> send_recv(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs, DType dtype,
+                         CUstream stream);
 
   // Waits until everything enqueued on `stream` finished, polling cuStreamQuery and
   // ncclCommGetAsyncError. On an NCCL or CUDA error, or after `timeout` (default:
   // the options'), aborts the communicator (ncclCommAbort, which also stops its
   // kernels) and returns a Diag naming this rank, the oldest collective not known
   // to have finished, and the group.
-  std::optional<Diag> wait_with_timeout(CUstream stream);
-  std::optional<Diag> wait_with_timeout(CUstream stream, std::chrono::milliseconds timeout);
+  Result<void> wait_with_timeout(CUstream stream);
+  Result<void> wait_with_timeout(CUstream stream, std::chrono::milliseconds timeout);
 
   // Aborts the communicator now (ncclCommAbort); later calls fail quoting `why`.
   // Call it from the thread that uses this communicator: NcclComm takes no locks.
@@ -261,15 +261,15 @@ class NcclComm {
  private:
   NcclComm() = default;
   std::string who() const;  // "rank 1: "
-  std::optional<Diag> usable(const std::string& what);
-  std::optional<Diag> settle(ncclResult_t r, const std::string& what,
-                             std::chrono::steady_clock::time_point deadline, const std::string& timeout_hint = "");
-  std::optional<Diag> enqueued(ncclResult_t r, std::string what);
+  Result<void> usable(const std::string& what);
+  Result<void> settle(ncclResult_t r, const std::string& what,
+                      std::chrono::steady_clock::time_point deadline, const std::string& timeout_hint = "");
+  Result<void> enqueued(ncclResult_t r, std::string what);
   // Aborts the communicator and says why. `from_peer`: NCCL answered
   // ncclRemoteError, i.e. another member failed or aborted first.
   Diag fail(const std::string& what, const std::string& how, bool from_peer = false);
-  std::optional<Diag> grouped(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs, DType dtype,
-                              CUstream stream, std::string what);
+  Result<void> grouped(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs, DType dtype,
+                       CUstream stream, std::string what);
 
   const Library* lib_ = nullptr;
   std::shared_ptr<cuda::Context> ctx_;

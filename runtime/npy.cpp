@@ -746,7 +746,7 @@ Result<std::string> stage_npy(const std::string& path, const Tensor& t) {
 
 }  // namespace
 
-std::optional<Diag> write_npy(const std::string& path, const Tensor& t) {
+Result<void> write_npy(const std::string& path, const Tensor& t) {
   Result<std::string> tmp = stage_npy(path, t);
   if (!tmp) return tmp.error();
   if (::rename(tmp->c_str(), path.c_str()) != 0) {
@@ -754,10 +754,10 @@ std::optional<Diag> write_npy(const std::string& path, const Tensor& t) {
     ::unlink(tmp->c_str());
     return error_at(path, "cannot write: renaming " + *tmp + " into place: " + errno_message(e));
   }
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Diag> write_npy_all(const std::vector<std::pair<std::string, const Tensor*>>& files) {
+Result<void> write_npy_all(const std::vector<std::pair<std::string, const Tensor*>>& files) {
   std::vector<std::string> staged;
   auto unlink_all = [](const std::vector<std::string>& paths, size_t from) {
     for (size_t i = from; i < paths.size(); ++i) ::unlink(paths[i].c_str());
@@ -782,7 +782,7 @@ std::optional<Diag> write_npy_all(const std::vector<std::pair<std::string, const
                                           " (no output was saved)");
     }
   }
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace sf

@@ -44,12 +44,12 @@ Result<Tensor> read_npy(const std::string& path, const TensorType& expected,
 // a temporary file next to `path` that is renamed over it only once complete, so
 // a reader sees the old file or the new one, and on failure nothing is left
 // behind. Returns the Diag (file = path) on failure.
-std::optional<Diag> write_npy(const std::string& path, const Tensor& t);
+Result<void> write_npy(const std::string& path, const Tensor& t);
 
 // Writes each (path, tensor) as write_npy does, all or none: every file goes to its
 // temporary first, and only once all are complete are they renamed into place; on
 // any failure the temporaries are removed and no path is touched. A path that
 // names a directory, device or FIFO is refused, never replaced.
-std::optional<Diag> write_npy_all(const std::vector<std::pair<std::string, const Tensor*>>& files);
+Result<void> write_npy_all(const std::vector<std::pair<std::string, const Tensor*>>& files);
 
 }  // namespace sf

@@ -349,7 +349,7 @@ Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
       }
       p.ranks.push_back(std::move(r));
     }
-    if (auto d = verify_plan(p, file)) return *d;
+    SF_TRY(verify_plan(p, file));
     return p;
   } catch (const DiagError& e) {
     return e.diag;

@@ -11,7 +11,7 @@ Result<std::unique_ptr<CudaPlanDevice>> CudaPlanDevice::create(std::shared_ptr<G
   std::unique_ptr<CudaPlanDevice> d(new CudaPlanDevice());
   d->plan_ = std::move(plan);
   cuda::Context& ctx = d->plan_->context();
-  if (auto e = ctx.make_current()) return *e;
+  SF_TRY(ctx.make_current());
   Result<cuda::Stream> s = cuda::Stream::create(ctx);
   if (!s) return s.error();
   d->stream_ = std::move(s).value();
@@ -24,11 +24,11 @@ CudaPlanDevice::~CudaPlanDevice() {
   if (stream_.get()) (void)stream_.synchronize();
 }
 
-std::optional<Diag> CudaPlanDevice::make_comm_stream() {
+Result<void> CudaPlanDevice::make_comm_stream() {
   Result<cuda::Stream> cs = cuda::Stream::create(context());
   if (!cs) return cs.error();
   comm_stream_ = std::move(cs).value();
-  return std::nullopt;
+  return {};
 }
 
 Result<PlanDevice::Addr> CudaPlanDevice::allocate(size_t bytes) {
@@ -38,7 +38,7 @@ Result<PlanDevice::Addr> CudaPlanDevice::allocate(size_t bytes) {
   return static_cast<Addr>(buffers_.back().ptr());
 }
 
-std::optional<Diag> CudaPlanDevice::prepare(const PlanRank& rank, const std::vector<Addr>& buffers) {
+Result<void> CudaPlanDevice::prepare(const PlanRank& rank, const std::vector<Addr>& buffers) {
   // Kernel steps whose kernel reads inputs by TMA: each of its tensor maps encoded
   // over the step's input buffer now (a map the driver refuses is an error naming
   // the step), passed after the outputs at every launch.
@@ -57,54 +57,52 @@ std::optional<Diag> CudaPlanDevice::prepare(const PlanRank& rank, const std::vec
     }
     tensor_maps_.emplace(i, std::move(maps));
   }
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Diag> CudaPlanDevice::upload(Addr dst, const void* src, size_t bytes) {
-  if (bytes == 0) return std::nullopt;
-  if (auto e = cuda::check(context().drv().MemcpyHtoDAsync(dst, src, bytes, stream_.get()), "cuMemcpyHtoDAsync"))
-    return e;
+Result<void> CudaPlanDevice::upload(Addr dst, const void* src, size_t bytes) {
+  if (bytes == 0) return {};
+  SF_TRY(cuda::check(context().drv().MemcpyHtoDAsync(dst, src, bytes, stream_.get()), "cuMemcpyHtoDAsync"));
   // The host memory need not outlive this call.
   return stream_.synchronize();
 }
 
-std::optional<Diag> CudaPlanDevice::download(void* dst, Addr src, size_t bytes) {
-  if (bytes == 0) return std::nullopt;
-  if (auto e = cuda::check(context().drv().MemcpyDtoHAsync(dst, src, bytes, stream_.get()), "cuMemcpyDtoHAsync"))
-    return e;
+Result<void> CudaPlanDevice::download(void* dst, Addr src, size_t bytes) {
+  if (bytes == 0) return {};
+  SF_TRY(cuda::check(context().drv().MemcpyDtoHAsync(dst, src, bytes, stream_.get()), "cuMemcpyDtoHAsync"));
   return stream_.synchronize();
 }
 
-std::optional<Diag> CudaPlanDevice::zero(Addr dst, size_t bytes) {
-  if (bytes == 0) return std::nullopt;
+Result<void> CudaPlanDevice::zero(Addr dst, size_t bytes) {
+  if (bytes == 0) return {};
   return cuda::check(context().drv().MemsetD8Async(dst, 0, bytes, stream_.get()), "cuMemsetD8Async");
 }
 
-std::optional<Diag> CudaPlanDevice::copy_2d(Addr dst, size_t dst_pitch, Addr src, size_t src_pitch, size_t width,
-                                            size_t height) {
+Result<void> CudaPlanDevice::copy_2d(Addr dst, size_t dst_pitch, Addr src, size_t src_pitch, size_t width,
+                                     size_t height) {
   return cuda::copy_2d(context(), dst, dst_pitch, src, src_pitch, width, height, stream_);
 }
 
-std::optional<Diag> CudaPlanDevice::launch(size_t step, const PlanStep& s, const std::vector<Mem>& args,
-                                           size_t inputs) {
+Result<void> CudaPlanDevice::launch(size_t step, const PlanStep& s, const std::vector<Mem>& args,
+                                    size_t inputs) {
   const GpuPlan::Loaded& k = plan_->kernel(s.kernel);
-  if (k.dims.grid[0] * k.dims.grid[1] * k.dims.grid[2] == 0) return std::nullopt;  // an empty shard
+  if (k.dims.grid[0] * k.dims.grid[1] * k.dims.grid[2] == 0) return {};  // an empty shard
   std::vector<CUdeviceptr> ptrs;
   for (const Mem& m : args) ptrs.push_back(m.addr);
   if (auto m = tensor_maps_.find(step); m != tensor_maps_.end())
     for (const cuda::Buffer& map : m->second) ptrs.push_back(map.ptr());
   if (k.zero_outputs)
     for (size_t o = inputs; o < args.size(); ++o)
-      if (auto e = zero(args[o].addr, args[o].bytes)) return with_context("zero_outputs: ", *e);
+      if (Result<void> e = zero(args[o].addr, args[o].bytes); !e.ok()) return with_context("zero_outputs: ", e.error());
   return cuda::launch(context(), k.fn, k.dims, ptrs, stream_);
 }
 
-std::optional<Diag> CudaPlanDevice::synchronize() { return stream_.synchronize(); }
+Result<void> CudaPlanDevice::synchronize() { return stream_.synchronize(); }
 
 Result<int> CudaPlanDevice::mark(Stream stream) {
   Result<cuda::Event> e = cuda::Event::create(context());
   if (!e) return e.error();
-  if (auto err = e->record(stream == Stream::Comm ? comm_stream_ : stream_)) return *err;
+  SF_TRY(e->record(stream == Stream::Comm ? comm_stream_ : stream_));
   marks_.push_back(std::move(e).value());
   return static_cast<int>(marks_.size()) - 1;
 }

@@ -21,14 +21,14 @@ class CudaPlanDevice final : public PlanDevice {
 
   std::string kind() const override { return "cuda"; }
   Result<Addr> allocate(size_t bytes) override;
-  std::optional<Diag> prepare(const PlanRank& rank, const std::vector<Addr>& buffers) override;
-  std::optional<Diag> upload(Addr dst, const void* src, size_t bytes) override;
-  std::optional<Diag> download(void* dst, Addr src, size_t bytes) override;
-  std::optional<Diag> zero(Addr dst, size_t bytes) override;
-  std::optional<Diag> copy_2d(Addr dst, size_t dst_pitch, Addr src, size_t src_pitch, size_t width,
-                              size_t height) override;
-  std::optional<Diag> launch(size_t step, const PlanStep& s, const std::vector<Mem>& args, size_t inputs) override;
-  std::optional<Diag> synchronize() override;
+  Result<void> prepare(const PlanRank& rank, const std::vector<Addr>& buffers) override;
+  Result<void> upload(Addr dst, const void* src, size_t bytes) override;
+  Result<void> download(void* dst, Addr src, size_t bytes) override;
+  Result<void> zero(Addr dst, size_t bytes) override;
+  Result<void> copy_2d(Addr dst, size_t dst_pitch, Addr src, size_t src_pitch, size_t width,
+                       size_t height) override;
+  Result<void> launch(size_t step, const PlanStep& s, const std::vector<Mem>& args, size_t inputs) override;
+  Result<void> synchronize() override;
   Result<int> mark(Stream stream) override;
   Result<double> elapsed_us(int from, int to) override;
 
@@ -37,7 +37,7 @@ class CudaPlanDevice final : public PlanDevice {
   cuda::Stream& stream() { return stream_; }
   // The comm stream NCCL's collectives run on; made by make_comm_stream().
   cuda::Stream& comm_stream() { return comm_stream_; }
-  std::optional<Diag> make_comm_stream();
+  Result<void> make_comm_stream();
 
  private:
   CudaPlanDevice() = default;

@@ -38,25 +38,25 @@ class PlanDevice {
   // Called once the rank's buffers are allocated (buffers[i]: Plan buffer i), before
   // any step runs: the device checks that it can run every kernel step of `rank`
   // (naming the step when not) and prepares per-step state (TMA tensor maps).
-  virtual std::optional<Diag> prepare(const PlanRank& rank, const std::vector<Addr>& buffers) = 0;
+  virtual Result<void> prepare(const PlanRank& rank, const std::vector<Addr>& buffers) = 0;
 
   // Copies between host memory and a buffer; they return when done, after every
   // operation enqueued before them.
-  virtual std::optional<Diag> upload(Addr dst, const void* src, size_t bytes) = 0;
-  virtual std::optional<Diag> download(void* dst, Addr src, size_t bytes) = 0;
+  virtual Result<void> upload(Addr dst, const void* src, size_t bytes) = 0;
+  virtual Result<void> download(void* dst, Addr src, size_t bytes) = 0;
 
   // Enqueued on the compute stream, in order.
-  virtual std::optional<Diag> zero(Addr dst, size_t bytes) = 0;
+  virtual Result<void> zero(Addr dst, size_t bytes) = 0;
   // `height` rows of `width` bytes, `src_pitch` and `dst_pitch` bytes apart.
-  virtual std::optional<Diag> copy_2d(Addr dst, size_t dst_pitch, Addr src, size_t src_pitch, size_t width,
-                                      size_t height) = 0;
+  virtual Result<void> copy_2d(Addr dst, size_t dst_pitch, Addr src, size_t src_pitch, size_t width,
+                               size_t height) = 0;
   // Kernel step `step` (s.op == "kernel"): s.kernel on `args`, the step's input
   // buffers then its outputs (the first `inputs` are inputs). The device zeroes the
   // outputs first when its kernel asks for it (split-K adds into them).
-  virtual std::optional<Diag> launch(size_t step, const PlanStep& s, const std::vector<Mem>& args,
-                                     size_t inputs) = 0;
+  virtual Result<void> launch(size_t step, const PlanStep& s, const std::vector<Mem>& args,
+                              size_t inputs) = 0;
   // Waits for everything enqueued.
-  virtual std::optional<Diag> synchronize() = 0;
+  virtual Result<void> synchronize() = 0;
 
   // Trace timing: a mark recorded in `stream`'s order (a CUDA event, or the time
   // now on the host), and the microseconds between two marks once both are done.

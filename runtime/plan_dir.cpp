@@ -65,9 +65,8 @@ Result<PlanSource> read_plan_dir(const std::string& dir) {
                         "has no `.entry " + k.entry + "`, the entry plan.json gives kernel " + k.id);
     // A launch passes one pointer per buffer: as many as the entry takes, or the
     // kernel would read parameters that were never passed.
-    if (auto e = verify_kernel_arity(src.plan, k.id, ptx_entry_params(src.ptx.at(k.ptx_file), k.entry),
-                                     (fs::path(dir) / k.ptx_file).string()))
-      return *e;
+    SF_TRY(verify_kernel_arity(src.plan, k.id, ptx_entry_params(src.ptx.at(k.ptx_file), k.entry),
+                               (fs::path(dir) / k.ptx_file).string()));
   }
   return src;
 }

@@ -73,8 +73,8 @@ Result<std::unique_ptr<RankExec>> RankExec::create(const Plan& p, std::unique_pt
     if (!a) return Diag{"", {}, "rank " + std::to_string(rank) + ", buffer " + b.name + ": " + a.error().message};
     r->buffers_.push_back(*a);
   }
-  if (auto e = r->prepare_gemm_steps()) return *e;
-  if (auto e = r->dev_->prepare(*r->rank_, r->buffers_)) return *e;
+  SF_TRY(r->prepare_gemm_steps());
+  SF_TRY(r->dev_->prepare(*r->rank_, r->buffers_));
   return r;
 }
 
@@ -83,7 +83,7 @@ RankExec::~RankExec() {
   // collective whose peer is gone would keep the comm stream busy forever: wait
   // for it under the timeout, which aborts the communicator (and so ends its
   // kernels) when it passes.
-  if (cuda_ && !nccl_.empty() && !cuda_->context().make_current())
+  if (cuda_ && !nccl_.empty() && cuda_->context().make_current().ok())
     for (auto& c : nccl_)
       if (!c->aborted()) (void)c->wait_with_timeout(cuda_->comm_stream().get());
   if (dev_) (void)dev_->synchronize();
@@ -97,36 +97,39 @@ size_t RankExec::bytes(int buffer) const {
   return static_cast<size_t>(numel(b.shape) * dtype_size(b.dtype));
 }
 
-std::optional<Diag> RankExec::upload(int buffer, const Tensor& t) {
+Result<void> RankExec::upload(int buffer, const Tensor& t) {
   const PlanBuffer& b = rank_->buffers[static_cast<size_t>(buffer)];
   if (t.dtype() != b.dtype || t.shape() != b.shape)
     return Diag{"", {}, "buffer " + b.name + " is " + TensorType{b.dtype, b.shape}.str() + ", got " + t.type().str()};
-  if (auto e = dev_->upload(addr(buffer), t.data(), t.nbytes())) return with_context(b.name + ": ", *e);
-  return std::nullopt;
+  if (Result<void> e = dev_->upload(addr(buffer), t.data(), t.nbytes()); !e.ok())
+    return with_context(b.name + ": ", e.error());
+  return {};
 }
 
 Result<Tensor> RankExec::download(int buffer) {
   const PlanBuffer& b = rank_->buffers[static_cast<size_t>(buffer)];
   Tensor t(b.dtype, b.shape);
-  if (auto e = dev_->download(t.data(), addr(buffer), t.nbytes())) return with_context(b.name + ": ", *e);
+  if (Result<void> e = dev_->download(t.data(), addr(buffer), t.nbytes()); !e.ok())
+    return with_context(b.name + ": ", e.error());
   return t;
 }
 
-std::optional<Diag> RankExec::upload_inputs(const std::vector<Tensor>& inputs) {
+Result<void> RankExec::upload_inputs(const std::vector<Tensor>& inputs) {
   if (cuda_)
-    if (auto e = cuda_->context().make_current()) return e;
+    SF_TRY(cuda_->context().make_current());
   if (inputs.size() != rank_->inputs.size())
     return Diag{"", {}, "rank " + std::to_string(rank_->rank) + ": " + std::to_string(inputs.size()) +
                             " inputs for " + std::to_string(rank_->inputs.size()) + " params"};
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (auto e = upload(rank_->inputs[i], inputs[i]))
-      return Diag{"", {}, "rank " + std::to_string(rank_->rank) + ", input " + std::to_string(i) + ": " + e->message};
-  return std::nullopt;
+    if (Result<void> e = upload(rank_->inputs[i], inputs[i]); !e.ok())
+      return Diag{"", {}, "rank " + std::to_string(rank_->rank) + ", input " + std::to_string(i) + ": " +
+                              e.error().message};
+  return {};
 }
 
 Result<std::vector<Tensor>> RankExec::download_outputs() {
   if (cuda_)
-    if (auto e = cuda_->context().make_current()) return *e;
+    SF_TRY(cuda_->context().make_current());
   std::vector<Tensor> out;
   for (int b : rank_->outputs) {
     Result<Tensor> t = download(b);
@@ -136,7 +139,7 @@ Result<std::vector<Tensor>> RankExec::download_outputs() {
   return out;
 }
 
-std::optional<Diag> RankExec::local_step(size_t i) {
+Result<void> RankExec::local_step(size_t i) {
   const PlanStep& s = rank_->steps[i];
   if (s.op == "kernel") return launch_step(i);
   return copy_step(i);
@@ -151,24 +154,24 @@ bool RankExec::on_device(size_t i) const {
   return slice_block_2d(ib.shape, ob.shape, s.offset, static_cast<size_t>(dtype_size(ob.dtype))).has_value();
 }
 
-std::optional<Diag> RankExec::timed(const std::string& name, nlohmann::json args,
-                                    const std::function<std::optional<Diag>()>& enqueue, Stream track) {
+Result<void> RankExec::timed(const std::string& name, nlohmann::json args,
+                             const std::function<Result<void>()>& enqueue, Stream track) {
   if (!opts_.trace) return enqueue();
   Result<int> a = dev_->mark(track);
   if (!a) return a.error();
-  if (auto e = enqueue()) return e;
+  SF_TRY(enqueue());
   Result<int> b = dev_->mark(track);
   if (!b) return b.error();
   marked_.push_back({name, std::move(args), *a, *b, track});
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Diag> RankExec::run_segment(size_t begin, size_t end) {
+Result<void> RankExec::run_segment(size_t begin, size_t end) {
   const bool per_kernel = opts_.trace && !opts_.cuda_graph;
-  auto body = [&]() -> std::optional<Diag> {
+  auto body = [&]() -> Result<void> {
     for (size_t i = begin; i < end; ++i) {
       const PlanStep& st = rank_->steps[i];
-      std::optional<Diag> e;
+      Result<void> e;
       if (per_kernel && st.op == "kernel") {
         const PlanKernel& k = *kernels_.at(st.kernel);
         e = timed(st.kernel,
@@ -177,9 +180,9 @@ std::optional<Diag> RankExec::run_segment(size_t begin, size_t end) {
       } else {
         e = local_step(i);
       }
-      if (e) return with_context(plan_step_name(*rank_, i) + ": ", *e);
+      if (!e.ok()) return with_context(plan_step_name(*rank_, i) + ": ", e.error());
     }
-    return std::nullopt;
+    return {};
   };
   if (!opts_.cuda_graph) return body();
   auto it = graphs_.find(begin);
@@ -199,9 +202,9 @@ std::optional<Diag> RankExec::run_segment(size_t begin, size_t end) {
                {{"kernels", it->second.kernels}}, [&] { return graph.launch(cuda_->stream()); });
 }
 
-std::optional<Diag> RankExec::enqueue() {
+Result<void> RankExec::enqueue() {
   if (cuda_)
-    if (auto e = cuda_->context().make_current()) return e;
+    SF_TRY(cuda_->context().make_current());
   const size_t n = rank_->steps.size();
   for (size_t i = 0; i < n; ++i)
     if (!on_device(i) && rank_->steps[i].op != "gemm")
@@ -209,32 +212,32 @@ std::optional<Diag> RankExec::enqueue() {
   // Device segments between gemm steps, as run_steps() splits them.
   for (size_t i = 0; i < n;) {
     if (rank_->steps[i].op == "gemm") {
-      if (auto e = gemm_step(i)) return with_context(plan_step_name(*rank_, i) + ": ", *e);
+      if (Result<void> e = gemm_step(i); !e.ok()) return with_context(plan_step_name(*rank_, i) + ": ", e.error());
       ++i;
       continue;
     }
     size_t j = i;
     while (j < n && on_device(j)) ++j;
-    if (auto e = run_segment(i, j)) return e;
+    SF_TRY(run_segment(i, j));
     i = j;
   }
-  return std::nullopt;
+  return {};
 }
 
 double RankExec::now_us() const {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - opts_.trace_origin).count();
 }
 
-std::optional<Diag> RankExec::run(Comm* comm) {
+Result<void> RankExec::run(Comm* comm) {
   if (cuda_)
-    if (auto e = cuda_->context().make_current()) return e;
-  if (auto e = run_steps(comm)) return e;
+    SF_TRY(cuda_->context().make_current());
+  SF_TRY(run_steps(comm));
   // The comm stream first, under the timeout: a peer that never joins a
   // collective aborts the communicator here instead of hanging the sync.
   for (auto& c : nccl_)
-    if (auto e = c->wait_with_timeout(cuda_->comm_stream().get())) return e;
-  if (auto e = dev_->synchronize()) return e;
-  if (!opts_.trace) return std::nullopt;
+    SF_TRY(c->wait_with_timeout(cuda_->comm_stream().get()));
+  SF_TRY(dev_->synchronize());
+  if (!opts_.trace) return {};
   // Marked events become trace events, placed by their distance from the reference
   // mark made when the run began.
   opts_.trace->add_rank(rank_->rank);
@@ -247,16 +250,16 @@ std::optional<Diag> RankExec::run(Comm* comm) {
                      d.track == Stream::Comm ? "collective" : "kernel");
   }
   marked_.clear();
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Diag> RankExec::run_steps(Comm* comm) {
+Result<void> RankExec::run_steps(Comm* comm) {
   if (opts_.trace) {
-    if (auto e = dev_->synchronize()) return e;
+    SF_TRY(dev_->synchronize());
     Result<int> ref = dev_->mark(Stream::Compute);
     if (!ref) return ref.error();
     ref_mark_ = *ref;
-    if (auto e = dev_->synchronize()) return e;
+    SF_TRY(dev_->synchronize());
     ref_us_ = now_us();
   }
   std::map<int, std::pair<double, std::string>> issued;  // handle -> (issue time, name), for the trace
@@ -270,24 +273,24 @@ std::optional<Diag> RankExec::run_steps(Comm* comm) {
       return d;
     }
     if (opts_.before_step) {
-      std::optional<Diag> stop;
+      Result<void> stop;
       try {
         stop = opts_.before_step(rank_->rank, i, comm);
       } catch (const std::exception& ex) {
         stop = Diag{"", {}, ex.what()};
       }
-      if (stop) return with_context(plan_step_name(*rank_, i) + ": ", *stop);
+      if (!stop.ok()) return with_context(plan_step_name(*rank_, i) + ": ", stop.error());
     }
     if (on_device(i)) {
       // With a test hook every step is its own segment, so the hook sees each.
       size_t j = i + 1;
       while (!opts_.before_step && j < steps.size() && on_device(j)) ++j;
-      if (auto e = run_segment(i, j)) return e;
+      SF_TRY(run_segment(i, j));
       i = j;
       continue;
     }
     const PlanStep& s = steps[i];
-    std::optional<Diag> e;
+    Result<void> e;
     if (s.op == "slice") {
       e = host_slice(s);
     } else if (s.op == "gemm") {
@@ -299,7 +302,7 @@ std::optional<Diag> RankExec::run_steps(Comm* comm) {
     } else {
       const double t0 = opts_.trace ? now_us() : 0;
       e = collective(s, *comm, pending);
-      if (opts_.trace && !e) {
+      if (opts_.trace && e.ok()) {
         if (s.op != "wait") {
           issued[s.handle] = {t0, s.op + " " + rank_->buffers[static_cast<size_t>(s.in.at(0))].name};
         } else {
@@ -312,10 +315,10 @@ std::optional<Diag> RankExec::run_steps(Comm* comm) {
         }
       }
     }
-    if (e) return with_context(plan_step_name(*rank_, i) + ": ", *e);
+    if (!e.ok()) return with_context(plan_step_name(*rank_, i) + ": ", e.error());
     ++i;
   }
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace sf

@@ -78,7 +78,7 @@ struct GpuRunOptions {
   // Test hook, called before every step of every rank with the rank's Comm (every
   // step then runs on its own, outside any CUDA graph); a Diag or an exception ends
   // the rank there. A hook may block to stall its rank, until comm->aborted().
-  std::function<std::optional<Diag>(int rank, size_t step, const Comm* comm)> before_step;
+  std::function<Result<void>(int rank, size_t step, const Comm* comm)> before_step;
 };
 
 // A Plan's kernels loaded on a GPU, shared by its ranks.
@@ -126,7 +126,7 @@ class RankExec {
   // From now on the Plan's collectives go through NCCL (GPU only): comms[d] is this
   // rank's communicator along mesh dim d, on this rank's device. Makes the comm
   // stream and an event pair per collective.
-  std::optional<Diag> use_nccl(std::vector<std::unique_ptr<nccl::NcclComm>> comms);
+  Result<void> use_nccl(std::vector<std::unique_ptr<nccl::NcclComm>> comms);
   bool uses_nccl() const { return !nccl_.empty(); }
   // A stand-in for NCCL on one GPU (GPU only): every collective becomes one
   // device-to-device copy on the comm stream of its bus bytes (the payload times
@@ -134,18 +134,18 @@ class RankExec {
   // carries in a ring), ordered by the same events as NCCL's. It times how the
   // comm stream interleaves with the kernels without the other ranks; the copies
   // move memory, not data between ranks, so the results are not the collectives'.
-  std::optional<Diag> use_copy_standin();
+  Result<void> use_copy_standin();
   bool uses_copy_standin() const { return standin_; }
 
   // Copies one host tensor per graph param (local shapes) into the input buffers.
-  std::optional<Diag> upload_inputs(const std::vector<Tensor>& inputs);
+  Result<void> upload_inputs(const std::vector<Tensor>& inputs);
   // Runs every step in order and waits for the device. `comm` runs the collectives
   // unless use_nccl() was called (null is fine then, or for a plan with none).
   // `before_step` (tests) is called before each step and may throw or return a Diag.
-  std::optional<Diag> run(Comm* comm);
+  Result<void> run(Comm* comm);
   // Enqueues the whole program on the stream without waiting (benchmarks time it
   // with events); only for a rank whose steps are all kernels and library GEMMs.
-  std::optional<Diag> enqueue();
+  Result<void> enqueue();
   // The output buffers, copied to the host.
   Result<std::vector<Tensor>> download_outputs();
 
@@ -165,42 +165,42 @@ class RankExec {
                                                   CudaPlanDevice* cuda);
   PlanDevice::Addr addr(int buffer) const { return buffers_[static_cast<size_t>(buffer)]; }
   size_t bytes(int buffer) const;
-  std::optional<Diag> run_steps(Comm* comm);
-  std::optional<Diag> run_segment(size_t begin, size_t end);
+  Result<void> run_steps(Comm* comm);
+  Result<void> run_segment(size_t begin, size_t end);
   // Whether step i runs on the compute stream (kernels, partialize, and slices
   // and concats a strided copy can do).
   bool on_device(size_t i) const;
   // Runs `enqueue` between two marks of `track` when tracing (an event of that track).
-  std::optional<Diag> timed(const std::string& name, nlohmann::json args,
-                            const std::function<std::optional<Diag>()>& enqueue, Stream track = Stream::Compute);
+  Result<void> timed(const std::string& name, nlohmann::json args,
+                     const std::function<Result<void>()>& enqueue, Stream track = Stream::Compute);
   // NCCL (or its stand-in): the start and wait steps paired, an event pair each,
   // and the comm stream made.
-  std::optional<Diag> pair_comm_stream_ops();
+  Result<void> pair_comm_stream_ops();
   // NCCL: a start step (after its operand is written) and a wait step.
-  std::optional<Diag> nccl_start(size_t i);
-  std::optional<Diag> nccl_wait(size_t i);
+  Result<void> nccl_start(size_t i);
+  Result<void> nccl_wait(size_t i);
   struct NcclOp;
-  std::optional<Diag> enqueue_collective(const PlanStep& s, NcclOp& op, nccl::NcclComm& c);
+  Result<void> enqueue_collective(const PlanStep& s, NcclOp& op, nccl::NcclComm& c);
   Result<CUdeviceptr> scratch(NcclOp& op, size_t slot, size_t bytes);
-  std::optional<Diag> host_slice(const PlanStep& s);
+  Result<void> host_slice(const PlanStep& s);
   double now_us() const;
   // One file per step kind (as XLA's thunks): runtime/plan_step_kernel.cpp,
   // plan_step_copy.cpp (slice, concat, partialize), plan_step_collective.cpp
   // (host-staged), plan_step_nccl.cpp, plan_step_gemm.cpp.
-  std::optional<Diag> launch_step(size_t i);
-  std::optional<Diag> copy_step(size_t i);
+  Result<void> launch_step(size_t i);
+  Result<void> copy_step(size_t i);
   // gemm steps (runtime/plan_step_gemm.cpp): the library opened and every step's call
   // prepared when the rank is created, so a missing library or a GEMM it refuses is
   // an error naming the step before anything runs; then each call is enqueued on
   // the compute stream. They are never captured into CUDA graphs (--cuda-graph):
   // a graph segment ends before one, and the call runs between two graph launches.
   // On the host a gemm step is an error naming it (the Plan was tuned on a GPU).
-  std::optional<Diag> prepare_gemm_steps();
-  std::optional<Diag> gemm_step(size_t i);
-  std::optional<Diag> local_step(size_t i);
-  std::optional<Diag> collective(const PlanStep& s, Comm& comm, std::map<int, Work>& pending);
+  Result<void> prepare_gemm_steps();
+  Result<void> gemm_step(size_t i);
+  Result<void> local_step(size_t i);
+  Result<void> collective(const PlanStep& s, Comm& comm, std::map<int, Work>& pending);
   Result<Tensor> download(int buffer);
-  std::optional<Diag> upload(int buffer, const Tensor& t);
+  Result<void> upload(int buffer, const Tensor& t);
 
   const Plan* plan_ = nullptr;
   Mesh mesh_;  // plan_->mesh, parsed once

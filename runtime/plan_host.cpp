@@ -74,9 +74,9 @@ Result<std::shared_ptr<const HostKernels>> load_host_kernels(const PlanSource& s
     if (!fn || !::dladdr(fn, &info) || !info.dli_fname || !own_object(handle, info.dli_fname))
       return Diag{path.string(), {}, "has no symbol " + pk.host_symbol + ", kernel " + pk.id + "'s host code"};
     HostKernel hk;
-    hk.fn = [entry = reinterpret_cast<HostKernel::Entry>(fn)](void** args) -> std::optional<Diag> {
+    hk.fn = [entry = reinterpret_cast<HostKernel::Entry>(fn)](void** args) -> Result<void> {
       entry(args);
-      return std::nullopt;
+      return {};
     };
     hk.zero_outputs = pk.host_zero_outputs;
     k->by_id.emplace(pk.id, hk);
@@ -99,7 +99,7 @@ Result<PlanDevice::Addr> HostPlanDevice::allocate(size_t bytes) {
   return reinterpret_cast<Addr>(m);
 }
 
-std::optional<Diag> HostPlanDevice::prepare(const PlanRank& rank, const std::vector<Addr>&) {
+Result<void> HostPlanDevice::prepare(const PlanRank& rank, const std::vector<Addr>&) {
   for (size_t i = 0; i < rank.steps.size(); ++i) {
     const PlanStep& s = rank.steps[i];
     if (s.op == "gemm")
@@ -110,33 +110,33 @@ std::optional<Diag> HostPlanDevice::prepare(const PlanRank& rank, const std::vec
     return Diag{"", {}, plan_step_name(rank, i) + ": no host code for kernel " + s.kernel +
                             (why != kernels_->missing.end() ? " (" + why->second + ")" : std::string())};
   }
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Diag> HostPlanDevice::upload(Addr dst, const void* src, size_t bytes) {
+Result<void> HostPlanDevice::upload(Addr dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Diag> HostPlanDevice::download(void* dst, Addr src, size_t bytes) {
+Result<void> HostPlanDevice::download(void* dst, Addr src, size_t bytes) {
   if (bytes) std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Diag> HostPlanDevice::zero(Addr dst, size_t bytes) {
+Result<void> HostPlanDevice::zero(Addr dst, size_t bytes) {
   if (bytes) std::memset(reinterpret_cast<void*>(dst), 0, bytes);
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Diag> HostPlanDevice::copy_2d(Addr dst, size_t dst_pitch, Addr src, size_t src_pitch, size_t width,
-                                            size_t height) {
+Result<void> HostPlanDevice::copy_2d(Addr dst, size_t dst_pitch, Addr src, size_t src_pitch, size_t width,
+                                     size_t height) {
   for (size_t row = 0; row < height; ++row)
     std::memmove(reinterpret_cast<void*>(dst + row * dst_pitch), reinterpret_cast<const void*>(src + row * src_pitch),
                  width);
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Diag> HostPlanDevice::launch(size_t, const PlanStep& s, const std::vector<Mem>& args, size_t inputs) {
+Result<void> HostPlanDevice::launch(size_t, const PlanStep& s, const std::vector<Mem>& args, size_t inputs) {
   const HostKernel& k = kernels_->by_id.at(s.kernel);  // prepare() checked it is there
   if (k.zero_outputs)
     for (size_t o = inputs; o < args.size(); ++o) (void)zero(args[o].addr, args[o].bytes);

@@ -28,7 +28,7 @@ struct HostKernel {
   // Runs the kernel on those args: a generated entry, or (run --kernels reference,
   // and kernels the host emitter cannot build) the reference evaluator on the
   // kernel's group.
-  std::function<std::optional<Diag>(void** args)> fn;
+  std::function<Result<void>(void** args)> fn;
   bool zero_outputs = false;
   bool generated = true;  // false: the reference evaluator
 };
@@ -55,14 +55,14 @@ class HostPlanDevice final : public PlanDevice {
 
   std::string kind() const override { return "cpu"; }
   Result<Addr> allocate(size_t bytes) override;
-  std::optional<Diag> prepare(const PlanRank& rank, const std::vector<Addr>& buffers) override;
-  std::optional<Diag> upload(Addr dst, const void* src, size_t bytes) override;
-  std::optional<Diag> download(void* dst, Addr src, size_t bytes) override;
-  std::optional<Diag> zero(Addr dst, size_t bytes) override;
-  std::optional<Diag> copy_2d(Addr dst, size_t dst_pitch, Addr src, size_t src_pitch, size_t width,
-                              size_t height) override;
-  std::optional<Diag> launch(size_t step, const PlanStep& s, const std::vector<Mem>& args, size_t inputs) override;
-  std::optional<Diag> synchronize() override { return std::nullopt; }
+  Result<void> prepare(const PlanRank& rank, const std::vector<Addr>& buffers) override;
+  Result<void> upload(Addr dst, const void* src, size_t bytes) override;
+  Result<void> download(void* dst, Addr src, size_t bytes) override;
+  Result<void> zero(Addr dst, size_t bytes) override;
+  Result<void> copy_2d(Addr dst, size_t dst_pitch, Addr src, size_t src_pitch, size_t width,
+                       size_t height) override;
+  Result<void> launch(size_t step, const PlanStep& s, const std::vector<Mem>& args, size_t inputs) override;
+  Result<void> synchronize() override { return {}; }
   Result<int> mark(Stream stream) override;
   Result<double> elapsed_us(int from, int to) override;
 

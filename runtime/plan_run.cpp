@@ -52,7 +52,7 @@ Result<RunSetup> setup_run(const PlanSource& src, const GpuRunOptions& opts, int
   if (rs.use_nccl) {
     Result<const nccl::Library*> lib = nccl::library();
     if (!lib) return lib.error();
-    if (auto e = nccl::check_options(rs.nccl)) return *e;
+    SF_TRY(nccl::check_options(rs.nccl));
     if (stats) stats->collectives = "NCCL " + (*lib)->version_str() + " on a comm stream";
   } else if (stats && rs.use_standin) {
     stats->collectives = "a device-to-device copy of each collective's bus bytes on a comm stream (a stand-in: the "
@@ -67,8 +67,8 @@ Result<RunSetup> setup_run(const PlanSource& src, const GpuRunOptions& opts, int
 // outputs.
 Result<std::vector<Tensor>> run_and_collect(RankExec& rank, Comm& comm, const std::vector<Tensor>& inputs,
                                             GpuRunStats* stats, std::mutex& mu) {
-  if (auto e = rank.upload_inputs(inputs)) return *e;
-  if (auto e = rank.run(&comm)) return *e;
+  SF_TRY(rank.upload_inputs(inputs));
+  SF_TRY(rank.run(&comm));
   if (stats) {
     std::lock_guard<std::mutex> lock(mu);
     stats->launches += rank.launches();
@@ -96,9 +96,9 @@ Result<std::vector<Tensor>> run_one_rank(const std::shared_ptr<GpuPlan>& loaded,
       if (!c) return c.error();
       comms.push_back(std::move(c).value());
     }
-    if (auto e = (*gr)->use_nccl(std::move(comms))) return *e;
+    SF_TRY((*gr)->use_nccl(std::move(comms)));
   } else if (rs.use_standin) {
-    if (auto e = (*gr)->use_copy_standin()) return *e;
+    SF_TRY((*gr)->use_copy_standin());
   }
   return run_and_collect(**gr, comm, inputs, stats, mu);
 }
@@ -131,16 +131,16 @@ Result<std::vector<std::vector<Tensor>>> run_plan_on_gpu(const PlanSource& src,
   if (stats) stats->gpus = rs->gpus;
   std::vector<std::vector<Tensor>> outputs(static_cast<size_t>(plan.world));
   std::mutex mu;
-  std::optional<Diag> failed = on_rank_threads(rs->mesh, opts.timeout, [&](Comm& comm) -> std::optional<Diag> {
+  Result<void> failed = on_rank_threads(rs->mesh, opts.timeout, [&](Comm& comm) -> Result<void> {
     const int r = comm.rank();
     const int g = r % rs->gpus;
     Result<std::vector<Tensor>> out = run_one_rank(loaded[static_cast<size_t>(g)], *rs, opts.device + g, comm,
                                                    inputs[static_cast<size_t>(r)], opts, stats, mu);
     if (!out) return out.error();
     outputs[static_cast<size_t>(r)] = std::move(out).value();
-    return std::nullopt;
+    return {};
   });
-  if (failed) return *failed;
+  SF_TRY(failed);
   return outputs;
 }
 
@@ -205,14 +205,14 @@ Result<std::vector<std::vector<Tensor>>> run_plan_on_host(const Plan& plan, std:
   if (!mesh) return mesh.error();
   std::vector<std::vector<Tensor>> outputs(static_cast<size_t>(plan.world));
   std::mutex mu;
-  std::optional<Diag> failed = on_rank_threads(*mesh, opts.timeout, [&](Comm& comm) -> std::optional<Diag> {
+  Result<void> failed = on_rank_threads(*mesh, opts.timeout, [&](Comm& comm) -> Result<void> {
     Result<std::vector<Tensor>> out =
         run_host_rank(plan, kernels, comm, inputs[static_cast<size_t>(comm.rank())], opts, stats, mu);
     if (!out) return out.error();
     outputs[static_cast<size_t>(comm.rank())] = std::move(out).value();
-    return std::nullopt;
+    return {};
   });
-  if (failed) return *failed;
+  SF_TRY(failed);
   return outputs;
 }
 

@@ -6,7 +6,7 @@
 
 namespace sf {
 
-std::optional<Diag> RankExec::collective(const PlanStep& s, Comm& comm, std::map<int, Work>& pending) {
+Result<void> RankExec::collective(const PlanStep& s, Comm& comm, std::map<int, Work>& pending) {
   if (s.op == "wait") {
     auto it = pending.find(s.handle);
     if (it == pending.end()) return Diag{"", {}, "wait for handle " + std::to_string(s.handle) + " with no start"};
@@ -40,7 +40,7 @@ std::optional<Diag> RankExec::collective(const PlanStep& s, Comm& comm, std::map
       pending.emplace(s.handle, comm.all_to_all(*dim, std::move(x).value(), s.dim, s.sizes, s.dim2, s.sizes2));
       break;
   }
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace sf

@@ -47,13 +47,13 @@ using plan_steps::Block2D;
 using plan_steps::prod;
 using plan_steps::slice_block_2d;
 
-std::optional<Diag> RankExec::copy_step(size_t i) {
+Result<void> RankExec::copy_step(size_t i) {
   const PlanStep& s = rank_->steps[i];
   if (s.op == "partialize") {
     const int in = s.in.at(0), out = s.out.at(0);
-    if (bytes(out) == 0) return std::nullopt;
+    if (bytes(out) == 0) return {};
     if (!s.keep) return dev_->zero(addr(out), bytes(out));
-    if (addr(in) == addr(out)) return std::nullopt;
+    if (addr(in) == addr(out)) return {};
     return dev_->copy_2d(addr(out), bytes(out), addr(in), bytes(out), bytes(out), 1);
   }
   if (s.op == "slice") {
@@ -86,17 +86,16 @@ std::optional<Diag> RankExec::copy_step(size_t i) {
     size_t at = 0;
     for (int b : s.in) {
       const size_t width = static_cast<size_t>(rank_->buffers[static_cast<size_t>(b)].shape[d]) * inner;
-      if (auto e = dev_->copy_2d(addr(s.out.at(0)) + at, static_cast<size_t>(ob.shape[d]) * inner, addr(b), width,
-                                 width, rows))
-        return e;
+      SF_TRY(dev_->copy_2d(addr(s.out.at(0)) + at, static_cast<size_t>(ob.shape[d]) * inner, addr(b), width,
+                           width, rows));
       at += width;
     }
-    return std::nullopt;
+    return {};
   }
   return Diag{"", {}, "not a local step"};
 }
 
-std::optional<Diag> RankExec::host_slice(const PlanStep& s) {
+Result<void> RankExec::host_slice(const PlanStep& s) {
   // A slice along several dims at once (no strided copy does it): through the host.
   Result<Tensor> x = download(s.in.at(0));
   if (!x) return x.error();

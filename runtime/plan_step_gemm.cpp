@@ -17,8 +17,8 @@ struct RankExec::GemmSteps {
 
 void RankExec::GemmStepsDeleter::operator()(GemmSteps* g) const { delete g; }
 
-std::optional<Diag> RankExec::prepare_gemm_steps() {
-  if (!cuda_) return std::nullopt;  // the host device refuses gemm steps, naming the first
+Result<void> RankExec::prepare_gemm_steps() {
+  if (!cuda_) return {};  // the host device refuses gemm steps, naming the first
   std::vector<size_t> steps;
   bool lt = false;
   for (size_t i = 0; i < rank_->steps.size(); ++i)
@@ -26,7 +26,7 @@ std::optional<Diag> RankExec::prepare_gemm_steps() {
       steps.push_back(i);
       lt = lt || rank_->steps[i].gemm.desc.library == GemmLibrary::CublasLt;
     }
-  if (steps.empty()) return std::nullopt;
+  if (steps.empty()) return {};
   // The library is opened once per process; without it every gemm step fails here,
   // named, before any input is uploaded.
   Result<cublas::Handle> h = cublas::Handle::create(cuda_->context());
@@ -44,10 +44,10 @@ std::optional<Diag> RankExec::prepare_gemm_steps() {
     g->calls.emplace(i, std::move(c).value());
   }
   gemms_ = std::move(g);
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Diag> RankExec::gemm_step(size_t i) {
+Result<void> RankExec::gemm_step(size_t i) {
   const PlanStep& s = rank_->steps[i];
   if (!cuda_ || !gemms_ || !gemms_->calls.count(i)) return Diag{"", {}, "the gemm step was not prepared"};
   const cublas::GemmCall& call = gemms_->calls.at(i);

@@ -5,7 +5,7 @@
 
 namespace sf {
 
-std::optional<Diag> RankExec::launch_step(size_t i) {
+Result<void> RankExec::launch_step(size_t i) {
   const PlanStep& s = rank_->steps[i];
   std::vector<PlanDevice::Mem> args;
   for (int b : s.in) args.push_back({addr(b), bytes(b)});

@@ -62,8 +62,8 @@ std::vector<size_t> scratch_bytes(const PlanStep& s, const PlanBuffer& in, const
 
 }  // namespace
 
-std::optional<Diag> RankExec::pair_comm_stream_ops() {
-  if (auto e = cuda_->context().make_current()) return e;
+Result<void> RankExec::pair_comm_stream_ops() {
+  SF_TRY(cuda_->context().make_current());
   std::map<int, size_t> open;  // handle -> its start step
   std::map<size_t, NcclOp> ops;
   std::map<size_t, size_t> start_of;
@@ -94,20 +94,20 @@ std::optional<Diag> RankExec::pair_comm_stream_ops() {
   }
   if (!open.empty())
     return Diag{"", {}, plan_step_name(*rank_, open.begin()->second) + ": started but never waited for"};
-  if (auto e = cuda_->make_comm_stream()) return e;
+  SF_TRY(cuda_->make_comm_stream());
   nccl_ops_ = std::move(ops);
   start_of_ = std::move(start_of);
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Diag> RankExec::use_nccl(std::vector<std::unique_ptr<nccl::NcclComm>> comms) {
+Result<void> RankExec::use_nccl(std::vector<std::unique_ptr<nccl::NcclComm>> comms) {
   const std::string who = "rank " + std::to_string(rank_->rank) + ": ";
   if (!cuda_) return Diag{"", {}, who + "NCCL needs --device cuda"};
   if (standin_) return Diag{"", {}, who + "the collectives already go through the copy stand-in"};
   if (static_cast<int>(comms.size()) != static_cast<int>(mesh_.dims.size()))
     return Diag{"", {}, who + std::to_string(comms.size()) + " NCCL communicator(s) for a mesh of " +
                             std::to_string(static_cast<int>(mesh_.dims.size())) + " dim(s)"};
-  if (auto e = pair_comm_stream_ops()) return e;
+  SF_TRY(pair_comm_stream_ops());
   for (auto& [i, op] : nccl_ops_) {
     const PlanStep& s = rank_->steps[i];
     std::optional<int> dim = mesh_.find(s.mesh_dim);
@@ -121,7 +121,7 @@ std::optional<Diag> RankExec::use_nccl(std::vector<std::unique_ptr<nccl::NcclCom
           return Diag{"", {}, plan_step_name(*rank_, i) + ": scratch space: " + p.error().message};
   }
   nccl_ = std::move(comms);
-  return std::nullopt;
+  return {};
 }
 
 // --- the copy stand-in ---------------------------------------------------------------------
@@ -140,11 +140,11 @@ size_t standin_bytes(const PlanStep& s, const PlanBuffer& in, const PlanBuffer& 
 
 }  // namespace
 
-std::optional<Diag> RankExec::use_copy_standin() {
+Result<void> RankExec::use_copy_standin() {
   const std::string who = "rank " + std::to_string(rank_->rank) + ": ";
   if (!cuda_) return Diag{"", {}, who + "the copy stand-in needs --device cuda"};
   if (!nccl_.empty()) return Diag{"", {}, who + "the collectives already go through NCCL"};
-  if (auto e = pair_comm_stream_ops()) return e;
+  SF_TRY(pair_comm_stream_ops());
   for (auto& [i, op] : nccl_ops_) {
     const PlanStep& s = rank_->steps[i];
     std::optional<int> dim = mesh_.find(s.mesh_dim);
@@ -160,7 +160,7 @@ std::optional<Diag> RankExec::use_copy_standin() {
         return Diag{"", {}, plan_step_name(*rank_, i) + ": stand-in space: " + p.error().message};
   }
   standin_ = true;
-  return std::nullopt;
+  return {};
 }
 
 // --- collectives through NCCL ------------------------------------------------------------
@@ -177,14 +177,13 @@ Result<CUdeviceptr> RankExec::scratch(NcclOp& op, size_t slot, size_t bytes) {
     // Zeroed once, so padding that an uneven reduce-scatter reduces but nobody
     // keeps holds numbers, not whatever the allocation held.
     const cuda::Driver& d = cuda_->context().drv();
-    if (auto e = cuda::check(d.MemsetD8Async(nb->ptr(), 0, bytes, cuda_->comm_stream().get()), "cuMemsetD8Async (scratch)"))
-      return *e;
+    SF_TRY(cuda::check(d.MemsetD8Async(nb->ptr(), 0, bytes, cuda_->comm_stream().get()), "cuMemsetD8Async (scratch)"));
     b = std::move(nb).value();
   }
   return b.ptr();
 }
 
-std::optional<Diag> RankExec::enqueue_collective(const PlanStep& s, NcclOp& op, nccl::NcclComm& c) {
+Result<void> RankExec::enqueue_collective(const PlanStep& s, NcclOp& op, nccl::NcclComm& c) {
   const cuda::Context& ctx = cuda_->context();
   const PlanBuffer& ib = rank_->buffers[static_cast<size_t>(s.in.at(0))];
   const PlanBuffer& ob = rank_->buffers[static_cast<size_t>(op.out)];
@@ -202,12 +201,12 @@ std::optional<Diag> RankExec::enqueue_collective(const PlanStep& s, NcclOp& op, 
     rop = *r;
   }
   auto sizes_fit = [&](const std::vector<int64_t>& sizes, const std::vector<int64_t>& shape, int dim,
-                       const char* what) -> std::optional<Diag> {
+                       const char* what) -> Result<void> {
     if (static_cast<int>(sizes.size()) != n || dim < 0 || dim >= static_cast<int>(shape.size()) ||
         prefix_sums(sizes).back() != shape[static_cast<size_t>(dim)])
       return Diag{"", {}, std::string(what) + ": the sizes do not cut dim " + std::to_string(dim) + " of " +
                               TensorType{dt, shape}.str() + " into " + std::to_string(n) + " parts"};
-    return std::nullopt;
+    return {};
   };
   auto copy = [&](CUdeviceptr dst, size_t dst_pitch, CUdeviceptr src, size_t src_pitch, size_t width, size_t height) {
     return cuda::copy_2d(ctx, dst, dst_pitch, src, src_pitch, width, height, cuda_->comm_stream());
@@ -218,11 +217,11 @@ std::optional<Diag> RankExec::enqueue_collective(const PlanStep& s, NcclOp& op, 
     return c.all_reduce(in, out, static_cast<size_t>(numel(ib.shape)), dt, rop, cs);
   }
   if (s.collective() == CollectiveKind::AllGather) {
-    if (auto e = sizes_fit(s.sizes, ob.shape, s.dim, "all_gather")) return e;
+    SF_TRY(sizes_fit(s.sizes, ob.shape, s.dim, "all_gather"));
     const size_t d = static_cast<size_t>(s.dim);
     const int64_t outer = prod(ob.shape, 0, d), inner = prod(ob.shape, d + 1, ob.shape.size());
     const std::vector<int64_t> at = prefix_sums(s.sizes);
-    if (at.back() * outer * inner == 0) return std::nullopt;
+    if (at.back() * outer * inner == 0) return {};
     const bool even = std::all_of(s.sizes.begin(), s.sizes.end(), [&](int64_t x) { return x == s.sizes[0]; });
     // Block k (member k's shard, [outer, sizes[k] * inner]) lands contiguous at
     // element outer * at[k] * inner: straight in the output when outer == 1
@@ -234,7 +233,7 @@ std::optional<Diag> RankExec::enqueue_collective(const PlanStep& s, NcclOp& op, 
       land = *t;
     }
     if (even) {
-      if (auto e = c.all_gather(in, land, static_cast<size_t>(numel(ib.shape)), dt, cs)) return e;
+      SF_TRY(c.all_gather(in, land, static_cast<size_t>(numel(ib.shape)), dt, cs));
     } else {
       std::vector<nccl::NcclComm::Transfer> sends, recvs;
       for (int k = 0; k < n; ++k) {
@@ -242,28 +241,27 @@ std::optional<Diag> RankExec::enqueue_collective(const PlanStep& s, NcclOp& op, 
         recvs.push_back({k, land + static_cast<CUdeviceptr>(outer * at[static_cast<size_t>(k)] * inner) * es,
                          static_cast<size_t>(outer * s.sizes[static_cast<size_t>(k)] * inner)});
       }
-      if (auto e = c.send_recv(sends, recvs, dt, cs)) return e;
+      SF_TRY(c.send_recv(sends, recvs, dt, cs));
     }
-    if (outer == 1) return std::nullopt;
+    if (outer == 1) return {};
     for (int k = 0; k < n; ++k) {
       const size_t width = static_cast<size_t>(s.sizes[static_cast<size_t>(k)] * inner) * es;
-      if (auto e = copy(out + static_cast<size_t>(at[static_cast<size_t>(k)] * inner) * es,
-                        static_cast<size_t>(at.back() * inner) * es,
-                        land + static_cast<size_t>(outer * at[static_cast<size_t>(k)] * inner) * es, width, width,
-                        static_cast<size_t>(outer)))
-        return e;
+      SF_TRY(copy(out + static_cast<size_t>(at[static_cast<size_t>(k)] * inner) * es,
+                  static_cast<size_t>(at.back() * inner) * es,
+                  land + static_cast<size_t>(outer * at[static_cast<size_t>(k)] * inner) * es, width, width,
+                  static_cast<size_t>(outer)));
     }
-    return std::nullopt;
+    return {};
   }
   if (s.collective() == CollectiveKind::ReduceScatter) {
-    if (auto e = sizes_fit(s.sizes, ib.shape, s.dim, "reduce_scatter")) return e;
+    SF_TRY(sizes_fit(s.sizes, ib.shape, s.dim, "reduce_scatter"));
     const size_t d = static_cast<size_t>(s.dim);
     const int64_t outer = prod(ib.shape, 0, d), inner = prod(ib.shape, d + 1, ib.shape.size());
     const std::vector<int64_t> at = prefix_sums(s.sizes);
     const int64_t most = *std::max_element(s.sizes.begin(), s.sizes.end());
     const bool even = std::all_of(s.sizes.begin(), s.sizes.end(), [&](int64_t x) { return x == most; });
     const size_t block = static_cast<size_t>(outer * most * inner);  // elements per member, padded
-    if (block == 0) return std::nullopt;
+    if (block == 0) return {};
     if (even && outer == 1) return c.reduce_scatter(in, out, block, dt, rop, cs);
     // Member k's part ([outer, sizes[k] * inner] of the input's columns) packed
     // contiguous into block k of scratch; NCCL reduces block by block.
@@ -271,22 +269,21 @@ std::optional<Diag> RankExec::enqueue_collective(const PlanStep& s, NcclOp& op, 
     if (!packed) return packed.error();
     for (int k = 0; k < n; ++k) {
       const size_t width = static_cast<size_t>(s.sizes[static_cast<size_t>(k)] * inner) * es;
-      if (auto e = copy(*packed + static_cast<size_t>(k) * block * es, width,
-                        in + static_cast<size_t>(at[static_cast<size_t>(k)] * inner) * es,
-                        static_cast<size_t>(at.back() * inner) * es, width, static_cast<size_t>(outer)))
-        return e;
+      SF_TRY(copy(*packed + static_cast<size_t>(k) * block * es, width,
+                  in + static_cast<size_t>(at[static_cast<size_t>(k)] * inner) * es,
+                  static_cast<size_t>(at.back() * inner) * es, width, static_cast<size_t>(outer)));
     }
     if (even) return c.reduce_scatter(*packed, out, block, dt, rop, cs);
     Result<CUdeviceptr> mine = scratch(op, 1, block * es);
     if (!mine) return mine.error();
-    if (auto e = c.reduce_scatter(*packed, *mine, block, dt, rop, cs)) return e;
+    SF_TRY(c.reduce_scatter(*packed, *mine, block, dt, rop, cs));
     // This member's part is the first numel(out) elements of its padded block.
     const size_t bytes = static_cast<size_t>(numel(ob.shape)) * es;
     return copy(out, bytes, *mine, bytes, bytes, 1);
   }
   if (s.collective() == CollectiveKind::AllToAll) {
-    if (auto e = sizes_fit(s.sizes, ib.shape, s.dim, "all_to_all (split)")) return e;
-    if (auto e = sizes_fit(s.sizes2, ob.shape, s.dim2, "all_to_all (concat)")) return e;
+    SF_TRY(sizes_fit(s.sizes, ib.shape, s.dim, "all_to_all (split)"));
+    SF_TRY(sizes_fit(s.sizes2, ob.shape, s.dim2, "all_to_all (concat)"));
     const size_t d1 = static_cast<size_t>(s.dim), d2 = static_cast<size_t>(s.dim2);
     const int64_t outer1 = prod(ib.shape, 0, d1), inner1 = prod(ib.shape, d1 + 1, ib.shape.size());
     const int64_t outer2 = prod(ob.shape, 0, d2), inner2 = prod(ob.shape, d2 + 1, ob.shape.size());
@@ -302,10 +299,9 @@ std::optional<Diag> RankExec::enqueue_collective(const PlanStep& s, NcclOp& op, 
       send_base = *t;
       for (int k = 0; k < n; ++k) {
         const size_t width = static_cast<size_t>(s.sizes[static_cast<size_t>(k)] * inner1) * es;
-        if (auto e = copy(send_base + static_cast<size_t>(outer1 * sat[static_cast<size_t>(k)] * inner1) * es, width,
-                          in + static_cast<size_t>(sat[static_cast<size_t>(k)] * inner1) * es,
-                          static_cast<size_t>(sat.back() * inner1) * es, width, static_cast<size_t>(outer1)))
-          return e;
+        SF_TRY(copy(send_base + static_cast<size_t>(outer1 * sat[static_cast<size_t>(k)] * inner1) * es, width,
+                    in + static_cast<size_t>(sat[static_cast<size_t>(k)] * inner1) * es,
+                    static_cast<size_t>(sat.back() * inner1) * es, width, static_cast<size_t>(outer1)));
       }
     }
     if (unpack_recv) {
@@ -321,22 +317,21 @@ std::optional<Diag> RankExec::enqueue_collective(const PlanStep& s, NcclOp& op, 
       recvs.push_back({k, recv_base + static_cast<size_t>(outer2 * rat[ks] * inner2) * es,
                        static_cast<size_t>(outer2 * s.sizes2[ks] * inner2)});
     }
-    if (auto e = c.send_recv(sends, recvs, dt, cs)) return e;
-    if (!unpack_recv) return std::nullopt;
+    SF_TRY(c.send_recv(sends, recvs, dt, cs));
+    if (!unpack_recv) return {};
     for (int k = 0; k < n; ++k) {
       const size_t width = static_cast<size_t>(s.sizes2[static_cast<size_t>(k)] * inner2) * es;
-      if (auto e = copy(out + static_cast<size_t>(rat[static_cast<size_t>(k)] * inner2) * es,
-                        static_cast<size_t>(rat.back() * inner2) * es,
-                        recv_base + static_cast<size_t>(outer2 * rat[static_cast<size_t>(k)] * inner2) * es, width,
-                        width, static_cast<size_t>(outer2)))
-        return e;
+      SF_TRY(copy(out + static_cast<size_t>(rat[static_cast<size_t>(k)] * inner2) * es,
+                  static_cast<size_t>(rat.back() * inner2) * es,
+                  recv_base + static_cast<size_t>(outer2 * rat[static_cast<size_t>(k)] * inner2) * es, width,
+                  width, static_cast<size_t>(outer2)));
     }
-    return std::nullopt;
+    return {};
   }
   return Diag{"", {}, "unknown step op \"" + s.op + "\""};
 }
 
-std::optional<Diag> RankExec::nccl_start(size_t i) {
+Result<void> RankExec::nccl_start(size_t i) {
   const PlanStep& s = rank_->steps[i];
   auto it = nccl_ops_.find(i);
   if (it == nccl_ops_.end()) return Diag{"", {}, "not a collective start"};
@@ -350,14 +345,14 @@ std::optional<Diag> RankExec::nccl_start(size_t i) {
     c = nccl_[static_cast<size_t>(*dim)].get();
   }
   // The comm stream starts once the compute stream has written the operand.
-  if (auto e = op.ready.record(cuda_->stream())) return e;
-  if (auto e = cuda::wait_event(ctx, cuda_->comm_stream(), op.ready)) return e;
+  SF_TRY(op.ready.record(cuda_->stream()));
+  SF_TRY(cuda::wait_event(ctx, cuda_->comm_stream(), op.ready));
   const std::string name = s.op + " " + rank_->buffers[static_cast<size_t>(s.in.at(0))].name;
   // The stand-in: one copy between its two scratch buffers (use_copy_standin).
   const size_t standin_bytes = standin_ && op.scratch.size() == 2 ? op.scratch[0].bytes() : 0;
-  auto enqueue = [&]() -> std::optional<Diag> {
+  auto enqueue = [&]() -> Result<void> {
     if (c) return enqueue_collective(s, op, *c);
-    if (standin_bytes == 0) return std::nullopt;
+    if (standin_bytes == 0) return {};
     return cuda::check(ctx.drv().MemcpyDtoDAsync(op.scratch[1].ptr(), op.scratch[0].ptr(), standin_bytes,
                                                  cuda_->comm_stream().get()),
                        "cuMemcpyDtoDAsync (collective stand-in)");
@@ -366,12 +361,12 @@ std::optional<Diag> RankExec::nccl_start(size_t i) {
                                {"bytes", c ? bytes(op.out) : standin_bytes},
                                {"via", c ? "nccl" : "d2d copy stand-in"},
                                {"mesh_dim", s.mesh_dim}};
-  if (auto e = timed(name, args, enqueue, Stream::Comm)) return e;
+  SF_TRY(timed(name, args, enqueue, Stream::Comm));
   ++nccl_ops_run_;
   return op.done.record(cuda_->comm_stream());
 }
 
-std::optional<Diag> RankExec::nccl_wait(size_t i) {
+Result<void> RankExec::nccl_wait(size_t i) {
   auto it = start_of_.find(i);
   if (it == start_of_.end()) return Diag{"", {}, "a wait with no start"};
   // Only the compute stream waits, on the device; the host goes on enqueueing.

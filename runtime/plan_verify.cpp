@@ -44,7 +44,7 @@ struct Call {
 
 }  // namespace
 
-std::optional<Diag> verify_plan(const Plan& p, const std::string& file) {
+Result<void> verify_plan(const Plan& p, const std::string& file) {
   auto fail = [&](const std::string& path, const std::string& what) { return Diag{file, {}, path + ": " + what}; };
   if (p.world < 1 || p.world > kMaxPlanWorld)
     return fail("world", std::to_string(p.world) + " is out of range [1, " + std::to_string(kMaxPlanWorld) + "]");
@@ -119,14 +119,14 @@ std::optional<Diag> verify_plan(const Plan& p, const std::string& file) {
       if (plan_numel(buf(b).shape) < 0)
         return fail(bpath(b) + ".shape", type_of(buf(b)) + " has more than 2^40 elements, the limit of a Plan buffer");
     }
-    auto count = [&](size_t have, size_t want, const std::string& what, const std::string& of) -> std::optional<Diag> {
-      if (have == want) return std::nullopt;
+    auto count = [&](size_t have, size_t want, const std::string& what, const std::string& of) -> Result<void> {
+      if (have == want) return {};
       return fail(rpath + "." + what, std::to_string(have) + " entries for the graph's " + std::to_string(want) + " " + of);
     };
-    if (auto e = count(r.inputs.size(), p.params.size(), "inputs", "param(s)")) return e;
-    if (auto e = count(r.input_specs.size(), p.params.size(), "input_placements", "param(s)")) return e;
-    if (auto e = count(r.outputs.size(), p.outputs.size(), "outputs", "output(s)")) return e;
-    if (auto e = count(r.output_specs.size(), p.outputs.size(), "output_placements", "output(s)")) return e;
+    SF_TRY(count(r.inputs.size(), p.params.size(), "inputs", "param(s)"));
+    SF_TRY(count(r.input_specs.size(), p.params.size(), "input_placements", "param(s)"));
+    SF_TRY(count(r.outputs.size(), p.outputs.size(), "outputs", "output(s)"));
+    SF_TRY(count(r.output_specs.size(), p.outputs.size(), "output_placements", "output(s)"));
     for (int b : r.inputs)
       if (b < 0 || b >= nbuf) return fail(rpath + ".inputs", "buffer " + std::to_string(b) + " does not exist");
     for (int b : r.outputs)
@@ -158,15 +158,15 @@ std::optional<Diag> verify_plan(const Plan& p, const std::string& file) {
       }
       for (int b : s.out)
         if (b < 0 || b >= nbuf) return fail(spath + ".out", "buffer " + std::to_string(b) + " does not exist");
-      auto arity = [&](size_t in, size_t out) -> std::optional<Diag> {
+      auto arity = [&](size_t in, size_t out) -> Result<void> {
         if (s.in.size() != in || s.out.size() != out)
           return fail(spath, "a " + s.op + " step takes " + std::to_string(in) + " \"in\" and " + std::to_string(out) +
                                  " \"out\" buffer(s), not " + std::to_string(s.in.size()) + " and " +
                                  std::to_string(s.out.size()));
-        return std::nullopt;
+        return {};
       };
-      auto same_dtype = [&](int a, int b) -> std::optional<Diag> {
-        if (buf(a).dtype == buf(b).dtype) return std::nullopt;
+      auto same_dtype = [&](int a, int b) -> Result<void> {
+        if (buf(a).dtype == buf(b).dtype) return {};
         return fail(spath, s.op + " from " + type_of(buf(a)) + " into " + type_of(buf(b)) + ": the dtypes differ");
       };
       if (s.op == "kernel") {
@@ -222,7 +222,7 @@ std::optional<Diag> verify_plan(const Plan& p, const std::string& file) {
             return fail(spath + ".out[0]", "C is buffer " + std::to_string(s.out[0]) + ", which in[" +
                                                std::to_string(k) + "] also is (the library does not write in place)");
       } else if (coll) {
-        if (auto e = arity(1, 0)) return e;
+        SF_TRY(arity(1, 0));
         if (s.handle < 0) return fail(spath + ".handle", "a collective needs a handle (>= 0)");
         if (open.count(s.handle))
           return fail(spath + ".handle", std::to_string(s.handle) + " is started again before its wait");
@@ -261,7 +261,7 @@ std::optional<Diag> verify_plan(const Plan& p, const std::string& file) {
         open.emplace(s.handle, Open{i, *result});
         calls.push_back({r.rank, i, std::move(c)});
       } else if (s.op == "wait") {
-        if (auto e = arity(0, 1)) return e;
+        SF_TRY(arity(0, 1));
         auto it = open.find(s.handle);
         if (it == open.end())
           return fail(spath + ".handle", "waits for handle " + std::to_string(s.handle) + ", which no earlier step started");
@@ -272,8 +272,8 @@ std::optional<Diag> verify_plan(const Plan& p, const std::string& file) {
                                           std::to_string(it->second.step) + " gives " + it->second.result.str());
         open.erase(it);
       } else if (s.op == "slice") {
-        if (auto e = arity(1, 1)) return e;
-        if (auto e = same_dtype(s.in[0], s.out[0])) return e;
+        SF_TRY(arity(1, 1));
+        SF_TRY(same_dtype(s.in[0], s.out[0]));
         const Shape& is = buf(s.in[0]).shape;
         const Shape& os = buf(s.out[0]).shape;
         bool fits = s.offset.size() == is.size() && os.size() == is.size();
@@ -283,7 +283,7 @@ std::optional<Diag> verify_plan(const Plan& p, const std::string& file) {
           return fail(spath + ".offset", "a block of " + type_of(buf(s.out[0])) + " at this offset does not fit in " +
                                              type_of(buf(s.in[0])));
       } else if (s.op == "partialize") {
-        if (auto e = arity(1, 1)) return e;
+        SF_TRY(arity(1, 1));
         if (buf(s.in[0]).dtype != buf(s.out[0]).dtype || buf(s.in[0]).shape != buf(s.out[0]).shape)
           return fail(spath, "partialize from " + type_of(buf(s.in[0])) + " into " + type_of(buf(s.out[0])));
       } else if (s.op == "concat") {
@@ -293,7 +293,7 @@ std::optional<Diag> verify_plan(const Plan& p, const std::string& file) {
         if (s.dim < 0 || s.dim >= rank) return fail(spath + ".dim", std::to_string(s.dim) + " is not a dim of " + type_of(ob));
         int64_t total = 0;
         for (int b : s.in) {
-          if (auto e = same_dtype(b, s.out[0])) return e;
+          SF_TRY(same_dtype(b, s.out[0]));
           const Shape& ps = buf(b).shape;
           bool fits = ps.size() == ob.shape.size();
           for (int d = 0; fits && d < rank; ++d)
@@ -348,7 +348,7 @@ std::optional<Diag> verify_plan(const Plan& p, const std::string& file) {
       }
     }
   }
-  return std::nullopt;
+  return {};
 }
 
 int ptx_entry_params(const std::string& ptx, const std::string& entry) {
@@ -366,8 +366,8 @@ int ptx_entry_params(const std::string& ptx, const std::string& entry) {
   return -1;
 }
 
-std::optional<Diag> verify_kernel_arity(const Plan& p, const std::string& kernel_id, int params,
-                                        const std::string& ptx_file) {
+Result<void> verify_kernel_arity(const Plan& p, const std::string& kernel_id, int params,
+                                 const std::string& ptx_file) {
   size_t maps = 0;  // tensor maps follow the outputs
   for (const PlanKernel& k : p.kernels)
     if (k.id == kernel_id) maps = k.tensor_maps.size();
@@ -382,7 +382,7 @@ std::optional<Diag> verify_kernel_arity(const Plan& p, const std::string& kernel
                                       std::to_string(i) + "] passes " + std::to_string(s.in.size() + s.out.size()) +
                                       " buffer(s)" + (maps ? " and " + std::to_string(maps) + " tensor map(s)" : std::string())};
     }
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace sf

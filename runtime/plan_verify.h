@@ -25,14 +25,14 @@ namespace sf {
 // kernel passes buffers of the same types; and the collectives of each group match
 // member by member (same op, dims and sizes, equal shapes, all_to_all chunks sent
 // equal to those expected).
-std::optional<Diag> verify_plan(const Plan& p, const std::string& file);
+Result<void> verify_plan(const Plan& p, const std::string& file);
 
 // The number of parameters of `.entry NAME(...)` in `ptx`, or -1 if it has none.
 int ptx_entry_params(const std::string& ptx, const std::string& entry);
 
 // Every kernel step passes as many buffers as its PTX entry takes (read_plan_dir).
-std::optional<Diag> verify_kernel_arity(const Plan& p, const std::string& kernel_id, int params,
-                                        const std::string& ptx_file);
+Result<void> verify_kernel_arity(const Plan& p, const std::string& kernel_id, int params,
+                                 const std::string& ptx_file);
 
 // What ties a Plan to graph.sf (the digest, verify_plan_matches_graph) needs the
 // graph and its propagation: codegen/dist/plan_graph.h.

@@ -105,7 +105,7 @@ bool write_all(int fd, std::string_view s) {
 
 }  // namespace
 
-std::optional<Diag> TraceWriter::write(const std::string& path) const {
+Result<void> TraceWriter::write(const std::string& path) const {
   const std::string text = to_json().dump() + "\n";
   static std::atomic<uint64_t> counter{0};
   fs::path target(path);
@@ -141,7 +141,7 @@ std::optional<Diag> TraceWriter::write(const std::string& path) const {
     ::unlink(tmp.c_str());
     return fail(std::strerror(e));
   }
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace sf

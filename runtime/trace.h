@@ -44,7 +44,7 @@ class TraceWriter {
   nlohmann::json to_json() const;
   // Writes to_json() to `path` through a temporary file in the same directory and
   // a rename, so `path` is either the old file or the whole new one.
-  std::optional<Diag> write(const std::string& path) const;
+  Result<void> write(const std::string& path) const;
 
  private:
   struct Event {

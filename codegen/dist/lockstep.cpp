@@ -24,8 +24,8 @@ bool is_local_step(const LocalStep& s) {
 
 // Runs such a step of program `p` on `v` (indexed by local value id); on failure the
 // kernel or op's message, and nothing written.
-std::optional<Diag> run_local_step(const LocalProgram& p, const LocalStep& s, std::vector<Tensor>& v,
-                                   const KernelRunner& kernels) {
+Result<void> run_local_step(const LocalProgram& p, const LocalStep& s, std::vector<Tensor>& v,
+                            const KernelRunner& kernels) {
   auto at = [&](int id) -> Tensor& { return v[static_cast<size_t>(id)]; };
   std::vector<const Tensor*> args;
   for (int a : s.in) args.push_back(&at(a));
@@ -34,26 +34,26 @@ std::optional<Diag> run_local_step(const LocalProgram& p, const LocalStep& s, st
       Result<Tensor> t = evaluate_node(s.node, args);
       if (!t.ok()) return t.error();
       at(s.out) = std::move(t).value();
-      return std::nullopt;
+      return {};
     }
     case LocalStep::Kind::Kernel: {
       const LocalKernel& k = p.kernels[static_cast<size_t>(s.kernel)];
       Result<std::vector<Tensor>> t = kernels.run(k, args);
       if (!t.ok()) return with_context("kernel " + k.name + ": ", t.error());
       for (size_t o = 0; o < s.outs.size(); ++o) at(s.outs[o]) = std::move((*t)[o]);
-      return std::nullopt;
+      return {};
     }
-    case LocalStep::Kind::Slice: at(s.out) = slice_block(at(s.in[0]), s.offset, s.shape); return std::nullopt;
+    case LocalStep::Kind::Slice: at(s.out) = slice_block(at(s.in[0]), s.offset, s.shape); return {};
     case LocalStep::Kind::Partialize: {
       const Tensor& x = at(s.in[0]);
       at(s.out) = s.keep ? x : Tensor(x.dtype(), x.shape());
-      return std::nullopt;
+      return {};
     }
     case LocalStep::Kind::Concat: {
       std::vector<Tensor> parts;
       for (int a : s.in) parts.push_back(at(a));
       at(s.out) = concat(parts, s.dim);
-      return std::nullopt;
+      return {};
     }
     case LocalStep::Kind::Start:
     case LocalStep::Kind::Wait: break;
@@ -118,8 +118,8 @@ Result<std::vector<std::vector<Tensor>>> simulate(const std::vector<LocalProgram
         if (s.kind == LocalStep::Kind::Wait) {
           v[static_cast<size_t>(s.out)] = std::move(pending[r][static_cast<size_t>(s.handle)]);
         } else if (is_local_step(s)) {
-          if (auto err = run_local_step(programs[r], s, v, kernels))
-            return with_context("rank " + std::to_string(r) + ": ", *err);
+          if (Result<void> err = run_local_step(programs[r], s, v, kernels); !err.ok())
+            return with_context("rank " + std::to_string(r) + ": ", err.error());
         }
       }
     }

@@ -75,7 +75,7 @@ Result<void> verify_plan_matches_graph(const Plan& p, const Graph& g, const std:
   for (const PlanRank& r : p.ranks) {
     const std::string rpath = plan_file + ": ranks[" + std::to_string(r.rank) + "]";
     auto check = [&](const char* what, const std::string& name, const TensorType& global, const PlacementSpec& spec,
-                     int buffer, const std::string& plan_spec) -> std::optional<Diag> {
+                     int buffer, const std::string& plan_spec) -> Result<void> {
       const std::string placed = spec.str(mesh.mesh());
       if (placed != plan_spec)
         return fail(std::string(what) + " " + name + " is placed " + placed + ", but " + rpath + " has it " + plan_spec);
@@ -85,18 +85,15 @@ Result<void> verify_plan_matches_graph(const Plan& p, const Graph& g, const std:
         return fail(std::string(what) + " " + name + " is " + global.str() + " placed " + placed + ", so rank " +
                     std::to_string(r.rank) + " holds " + local.str() + ", but " + rpath + "'s buffer " +
                     std::to_string(buffer) + " is " + TensorType{b.dtype, b.shape}.str());
-      return std::nullopt;
+      return {};
     };
     for (size_t i = 0; i < g.params().size(); ++i) {
       const ValueId v = g.params()[i];
-      if (auto e = check("param", params[i], g.node(v).type, placed_by->params[i],
-                         r.inputs[i], r.input_specs[i]))
-        return *e;
+      SF_TRY(check("param", params[i], g.node(v).type, placed_by->params[i], r.inputs[i], r.input_specs[i]));
     }
     for (size_t o = 0; o < g.outputs().size(); ++o)
-      if (auto e = check("output", outputs[o], g.node(g.outputs()[o].value).type, placed_by->outputs[o], r.outputs[o],
-                         r.output_specs[o]))
-        return *e;
+      SF_TRY(check("output", outputs[o], g.node(g.outputs()[o].value).type, placed_by->outputs[o], r.outputs[o],
+                   r.output_specs[o]));
   }
   if (p.graph_digest.empty())
     return Diag{plan_file, {}, "graph_digest: missing; exec checks graph.sf against it (recompile the Plan)"};

@@ -37,7 +37,7 @@ struct RankPipelineOptions {
   // there (the programs returned are not to be run); without it, it is thrown as a
   // DiagError.
   bool verify_each = false;
-  std::optional<Diag>* verify_failure = nullptr;
+  Result<void>* verify_failure = nullptr;
   // Called after each stage (after its --verify-each check) with the stage's name and
   // every rank's programs: --dump-after prints them.
   std::function<void(std::string_view stage, const std::vector<LocalProgram>&)> after_stage;

@@ -40,11 +40,11 @@ class Verifier {
   Verifier(const std::vector<LocalProgram>& ps, const DeviceMesh& mesh, std::string_view stage)
       : ps_(ps), mesh_(mesh), stage_(stage) {}
 
-  std::optional<Diag> run() {
+  Result<void> run() {
     if (static_cast<int>(ps_.size()) != mesh_.world())
       return fail(std::to_string(ps_.size()) + " program(s) for a world of " + std::to_string(mesh_.world()));
     for (size_t r = 0; r < ps_.size(); ++r)
-      if (auto e = program(ps_[r], static_cast<int>(r))) return e;
+      SF_TRY(program(ps_[r], static_cast<int>(r)));
     return match_collectives();
   }
 
@@ -55,7 +55,7 @@ class Verifier {
                 "): " + what);
   }
 
-  std::optional<Diag> program(const LocalProgram& p, int r) {
+  Result<void> program(const LocalProgram& p, int r) {
     const std::string who = "rank " + std::to_string(r);
     if (p.rank != r) return fail(who + "'s program says it is rank " + std::to_string(p.rank));
     const int nv = static_cast<int>(p.types.size());
@@ -91,11 +91,11 @@ class Verifier {
       if (s.out >= 0) outs.insert(outs.begin(), s.out);
       for (int v : outs)
         if (v >= nv) return at(p, i, "writes value " + std::to_string(v) + ", which does not exist");
-      auto arity = [&](size_t in, bool out) -> std::optional<Diag> {
+      auto arity = [&](size_t in, bool out) -> Result<void> {
         if (s.in.size() != in || (s.out >= 0) != out || !s.outs.empty())
           return at(p, i, "takes " + std::to_string(s.in.size()) + " operand(s) and " +
                               std::to_string(s.outs.size() + (s.out >= 0)) + " result(s)");
-        return std::nullopt;
+        return {};
       };
       switch (s.kind) {
         case LocalStep::Kind::Compute:
@@ -125,7 +125,7 @@ class Verifier {
           break;
         }
         case LocalStep::Kind::Slice: {
-          if (auto e = arity(1, true)) return e;
+          SF_TRY(arity(1, true));
           const TensorType &in = type(s.in[0]), &out = type(s.out);
           bool fits = in.dtype == out.dtype && s.offset.size() == in.shape.size() && out.shape == s.shape &&
                       out.shape.size() == in.shape.size();
@@ -135,7 +135,7 @@ class Verifier {
           break;
         }
         case LocalStep::Kind::Partialize:
-          if (auto e = arity(1, true)) return e;
+          SF_TRY(arity(1, true));
           if (type(s.in[0]) != type(s.out)) return at(p, i, "from " + type(s.in[0]).str() + " into " + type(s.out).str());
           break;
         case LocalStep::Kind::Concat: {
@@ -157,7 +157,7 @@ class Verifier {
           break;
         }
         case LocalStep::Kind::Start: {
-          if (auto e = arity(1, false)) return e;
+          SF_TRY(arity(1, false));
           if (s.mesh_dim < 0 || s.mesh_dim >= mesh_.ndim())
             return at(p, i, "along mesh dim " + std::to_string(s.mesh_dim) + " of " + std::to_string(mesh_.ndim()));
           if (open.count(s.handle)) return at(p, i, "handle h" + std::to_string(s.handle) + " is started again before its wait");
@@ -179,7 +179,7 @@ class Verifier {
           break;
         }
         case LocalStep::Kind::Wait: {
-          if (auto e = arity(0, true)) return e;
+          SF_TRY(arity(0, true));
           auto it = open.find(s.handle);
           if (it == open.end()) return at(p, i, "waits for h" + std::to_string(s.handle) + ", which is not started");
           if (type(s.out) != it->second.result)
@@ -204,12 +204,12 @@ class Verifier {
       if (v < 0 || v >= nv || !defined[static_cast<size_t>(v)])
         return fail(who + ": output " + std::to_string(o) + " (value " + std::to_string(v) + ") is never defined");
     }
-    return std::nullopt;
+    return {};
   }
 
   // The k-th collective a member issues along a mesh dim meets the k-th of every
   // other member of its group (as Gloo's and NCCL's communicators order them).
-  std::optional<Diag> match_collectives() const {
+  Result<void> match_collectives() const {
     for (int d = 0; d < mesh_.ndim(); ++d) {
       std::vector<std::vector<const Call*>> seq(ps_.size());
       for (const Call& c : calls_)
@@ -235,7 +235,7 @@ class Verifier {
         }
       }
     }
-    return std::nullopt;
+    return {};
   }
 
   const std::vector<LocalProgram>& ps_;
@@ -248,8 +248,7 @@ class Verifier {
 
 Result<void> verify_programs(const std::vector<LocalProgram>& programs, const DeviceMesh& mesh,
                                     std::string_view stage) {
-  if (std::optional<Diag> d = Verifier(programs, mesh, stage).run()) return *d;
-  return {};
+  return Verifier(programs, mesh, stage).run();
 }
 
 namespace {

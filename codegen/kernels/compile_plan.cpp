@@ -37,9 +37,9 @@ constexpr const char* kHostObjectFile = "host_kernels.so";
 
 // A kernel run by the reference evaluator on its group: the args' bytes in, the
 // outputs' bytes out (`run --kernels reference`, and groups no host emitter builds).
-std::function<std::optional<Diag>(void**)> reference_host_kernel(const Graph& group) {
+std::function<Result<void>(void**)> reference_host_kernel(const Graph& group) {
   auto g = std::make_shared<const Graph>(group);
-  return [g](void** args) -> std::optional<Diag> {
+  return [g](void** args) -> Result<void> {
     std::vector<Tensor> in;
     size_t a = 0;
     for (ValueId p : g->params()) {
@@ -54,7 +54,7 @@ std::function<std::optional<Diag>(void**)> reference_host_kernel(const Graph& gr
       if (t.nbytes()) std::memcpy(args[a], t.data(), t.nbytes());
       ++a;
     }
-    return std::nullopt;
+    return {};
   };
 }
 
@@ -477,9 +477,9 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
       const PlanKernel& pk = plan.kernels[i];
       if (host_fns[i]) {
         hk->by_id[pk.id] = {[entry = reinterpret_cast<HostKernel::Entry>(host_fns[i])](void** args)
-                                -> std::optional<Diag> {
+                                -> Result<void> {
                               entry(args);
-                              return std::nullopt;
+                              return {};
                             },
                             pk.host_zero_outputs, true};
       } else {

@@ -168,24 +168,24 @@ Result<MatmulGroup> analyse_matmul(const KernelSpec& spec) {
   // The epilogue has the matmul's value only at the element being computed: every
   // read of it must be at O's own index (fusion never puts a view after the matmul).
   std::set<std::string> seen;
-  std::function<std::optional<Diag>(ValueId, const ValueIndex&)> walk = [&](ValueId v, const ValueIndex& at) -> std::optional<Diag> {
-    if (!seen.insert(std::to_string(v) + "#" + at.key()).second) return std::nullopt;
+  std::function<Result<void>(ValueId, const ValueIndex&)> walk = [&](ValueId v, const ValueIndex& at) -> Result<void> {
+    if (!seen.insert(std::to_string(v) + "#" + at.key()).second) return {};
     const Node& n = g.node(v);
     if (v == p.mm) {
       bool same = at.prefix.contiguous() && at.space == p.out;
       for (size_t d = 0; d < at.src.size() && same; ++d) same = p.out[d] == 1 || at.src[d] == static_cast<int>(d);
       if (!same) return diag("the epilogue reads the matmul's result at another element than its own (a view after the matmul)", n.loc);
-      return std::nullopt;
+      return {};
     }
     for (ValueId u : n.inputs) {
       std::optional<ValueIndex> ui = kernels::operand_index(n, at, g.node(u).type.shape);
       if (!ui) return diag("internal: no index for " + who(n), n.loc);
-      if (auto d = walk(u, *ui)) return d;
+      SF_TRY(walk(u, *ui));
     }
-    return std::nullopt;
+    return {};
   };
   for (size_t o = 0; o < g.outputs().size(); ++o)
-    if (auto d = walk(g.outputs()[o].value, p.out_at[o])) return *d;
+    SF_TRY(walk(g.outputs()[o].value, p.out_at[o]));
   p.bare = g.outputs().size() == 1 && g.outputs()[0].value == p.mm;
   return p;
 }

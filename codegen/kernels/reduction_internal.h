@@ -231,13 +231,13 @@ class Program {
   // Hooks cannot return a Diag: the first one is kept and reported by checked(), and
   // the hook returns poison meanwhile (the module is dropped).
   Elem fail(Diag d, const Node& n) {
-    if (!error_) error_ = std::move(d);
+    if (error_.ok()) error_ = std::move(d);
     return {llvm::PoisonValue::get(kernels::compute_type(cg_.builder().getContext(), n.type.dtype)), n.type.dtype};
   }
   Result<Elem> checked(Result<Elem> r) {
-    if (!error_) return r;
-    Diag d = std::move(*error_);
-    error_.reset();
+    if (error_.ok()) return r;
+    Diag d = error_.error();
+    error_ = {};
     return d;
   }
 
@@ -275,7 +275,7 @@ class Program {
   std::deque<kernels::GroupValues> slots_;  // persistent rows' register slots
   kernels::GroupValues* cur_ = &x_;
   std::map<ValueId, Elem> reduced_, prepared_;
-  std::optional<Diag> error_;
+  Result<void> error_;  // the first hook failure, until checked() reports it
 };
 
 

@@ -190,11 +190,11 @@ bool is_libdevice_name(llvm::StringRef name) { return name.starts_with("__nv_");
 
 // Links the __nv_* functions `m` declares, and only those (LinkOnlyNeeded), from
 // libdevice. The lazy bitcode reader materialises just the bodies the linker pulls in.
-std::optional<Diag> link_libdevice(llvm::Module& m) {
+Result<void> link_libdevice(llvm::Module& m) {
   std::vector<std::string> wanted;
   for (const llvm::Function& f : m)
     if (f.isDeclaration() && is_libdevice_name(f.getName())) wanted.push_back(f.getName().str());
-  if (wanted.empty()) return std::nullopt;
+  if (wanted.empty()) return {};
 
   const Libdevice& ld = libdevice();
   if (!ld.buffer) return error(ld.error);
@@ -214,12 +214,12 @@ std::optional<Diag> link_libdevice(llvm::Module& m) {
     if (f && f->isDeclaration())
       return error("libdevice (" + ld.path + ") has no function '" + name + "'");
   }
-  return std::nullopt;
+  return {};
 }
 
 // Device code has no libc: anything the kernels still call after linking must be
 // one of the few functions the CUDA driver/ptxas provide.
-std::optional<Diag> check_no_undefined_calls(const llvm::Module& m) {
+Result<void> check_no_undefined_calls(const llvm::Module& m) {
   static const std::set<std::string_view> provided = {"vprintf", "malloc", "free",
                                                        "__assertfail"};
   for (const llvm::Function& f : m) {
@@ -230,7 +230,7 @@ std::optional<Diag> check_no_undefined_calls(const llvm::Module& m) {
                            : " (device code has no libc/libm: call libdevice's __nv_* functions)";
     return error("NVPTX module calls undefined function '" + f.getName().str() + "'" + hint);
   }
-  return std::nullopt;
+  return {};
 }
 
 // ---- stage dumps ------------------------------------------------------------------------
@@ -293,7 +293,7 @@ Result<NvptxModule> optimize_nvptx(const llvm::Module& m, const std::string& arc
     return error("NVPTX module '" + c.getModuleIdentifier() +
                  "' has no kernel (mark the entry with llvmb::mark_kernel)");
 
-  if (auto d = link_libdevice(c)) return *d;
+  SF_TRY(link_libdevice(c));
   // Kernels are the only entry points: everything else (libdevice included) becomes
   // internal so that O3 can inline it and GlobalDCE can drop what is unused.
   llvm::internalizeModule(c, [](const llvm::GlobalValue& gv) {
@@ -307,7 +307,7 @@ Result<NvptxModule> optimize_nvptx(const llvm::Module& m, const std::string& arc
 
   run_o3(c, *out.tm);
   dump.module("2-opt", c);
-  if (auto d = check_no_undefined_calls(c)) return *d;
+  SF_TRY(check_no_undefined_calls(c));
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "runtime/cublas.h"
+#include "tests/result_util.h"
 
 namespace sf {
 namespace autotune_cuda_runner_test {
@@ -249,11 +250,11 @@ void check_gemm(cuda::Context& ctx, DType dt, bool epilogue) {
     Result<cublas::GemmCall> g =
         h->prepare(cublas::linear_gemm(GemmLibrary::CublasLt, dt, m, n, k, GemmEpilogue::BiasGeluTanh), ws.bytes());
     if (!g) GTEST_SKIP() << g.error().message;
-    ASSERT_FALSE(g->enqueue(*s, da.ptr(), db.ptr(), dbias.ptr(), dc.ptr(), ws.ptr()));
+    ASSERT_TRUE(succeeded(g->enqueue(*s, da.ptr(), db.ptr(), dbias.ptr(), dc.ptr(), ws.ptr())));
   } else {
-    ASSERT_FALSE(h->gemm(*s, dt, m, n, k, da.ptr(), db.ptr(), dc.ptr()));
+    ASSERT_TRUE(succeeded(h->gemm(*s, dt, m, n, k, da.ptr(), db.ptr(), dc.ptr())));
   }
-  ASSERT_FALSE(s->synchronize());
+  ASSERT_TRUE(succeeded(s->synchronize()));
   ASSERT_EQ(ctx.drv().MemcpyDtoH(c.data(), dc.ptr(), c.nbytes()), CUDA_SUCCESS);
   // bf16 results are rounded to 8 bits of mantissa; cuBLASLt's GELU is the tanh
   // approximation (within 1e-3 of erf's, which the host computes here).
@@ -322,8 +323,8 @@ TEST(Cublas, GemmStepLayoutsMatchTheHost) {
     cuda::Buffer dc = std::move(cuda::Buffer::allocate(ctx, c.nbytes())).value();
     Result<cublas::GemmCall> call = h->prepare(d);
     if (!call) GTEST_SKIP() << gemm_str(d) << ": " << call.error().message;
-    ASSERT_FALSE(call->enqueue(*s, da.ptr(), db.ptr(), dbias.ptr(), dc.ptr(), ws.ptr()));
-    ASSERT_FALSE(s->synchronize());
+    ASSERT_TRUE(succeeded(call->enqueue(*s, da.ptr(), db.ptr(), dbias.ptr(), dc.ptr(), ws.ptr())));
+    ASSERT_TRUE(succeeded(s->synchronize()));
     ASSERT_EQ(ctx.drv().MemcpyDtoH(c.data(), dc.ptr(), c.nbytes()), CUDA_SUCCESS);
     const double tol = d.dtype == DType::F32 ? 2e-3 : 3e-2;
     for (int64_t z = 0; z < batch; ++z)

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/cuda.h"
+#include "tests/result_util.h"
 
 namespace sf::cuda {
 namespace fake_cuda_cuda_runtime_test {
@@ -210,12 +211,12 @@ TEST_F(CudaFake, DeviceInfoReportsTheFakeDevice) {
 }
 
 TEST_F(CudaFake, ErrorsNameTheCallAndTheDriversError) {
-  EXPECT_FALSE(check(CUDA_SUCCESS, "cuFoo"));
-  std::optional<Diag> e = check(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc(512 B)");
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->message, "cuMemAlloc(512 B): CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
+  EXPECT_TRUE(succeeded(check(CUDA_SUCCESS, "cuFoo")));
+  Result<void> e = check(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc(512 B)");
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().message, "cuMemAlloc(512 B): CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
   // A code the driver has no name for (the fake names only those it uses).
-  EXPECT_EQ(check(CUDA_ERROR_NVLINK_UNCORRECTABLE, "cuFoo")->message, "cuFoo: CUresult 220");
+  EXPECT_EQ(check(CUDA_ERROR_NVLINK_UNCORRECTABLE, "cuFoo").error().message, "cuFoo: CUresult 220");
   EXPECT_TRUE(is_sticky(CUDA_ERROR_ILLEGAL_ADDRESS));
   EXPECT_TRUE(is_sticky(CUDA_ERROR_LAUNCH_FAILED));
   EXPECT_FALSE(is_sticky(CUDA_ERROR_OUT_OF_MEMORY));
@@ -406,18 +407,18 @@ TEST_F(CudaFake, CopiesGoThroughDeviceMemory) {
   std::vector<float> in(1024), out(1024, -1.0f);
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i) * 0.5f;
   const Driver& d = ctx->drv();
-  ASSERT_FALSE(check(d.MemcpyHtoDAsync(a.ptr(), in.data(), 4096, s.get()), "htod"));
-  ASSERT_FALSE(check(d.MemcpyDtoDAsync(b.ptr(), a.ptr(), 4096, s.get()), "dtod"));
-  ASSERT_FALSE(check(d.MemcpyDtoHAsync(out.data(), b.ptr(), 4096, s.get()), "dtoh"));
-  ASSERT_FALSE(s.synchronize());
+  ASSERT_TRUE(succeeded(check(d.MemcpyHtoDAsync(a.ptr(), in.data(), 4096, s.get()), "htod")));
+  ASSERT_TRUE(succeeded(check(d.MemcpyDtoDAsync(b.ptr(), a.ptr(), 4096, s.get()), "dtod")));
+  ASSERT_TRUE(succeeded(check(d.MemcpyDtoHAsync(out.data(), b.ptr(), 4096, s.get()), "dtoh")));
+  ASSERT_TRUE(succeeded(s.synchronize()));
   EXPECT_EQ(in, out);
   EXPECT_EQ(count("htod 4096"), 1);
   EXPECT_EQ(count("dtod 4096"), 1);
   EXPECT_EQ(count("dtoh 4096"), 1);
   // Past the end of every allocation: the driver refuses, nothing is corrupted.
-  std::optional<Diag> e = check(d.MemcpyHtoDAsync(a.ptr() + 4000, in.data(), 4096, s.get()), "htod");
-  ASSERT_TRUE(e);
-  EXPECT_TRUE(has(e->message, "CUDA_ERROR_INVALID_VALUE")) << e->message;
+  Result<void> e = check(d.MemcpyHtoDAsync(a.ptr() + 4000, in.data(), 4096, s.get()), "htod");
+  ASSERT_FALSE(e.ok());
+  EXPECT_TRUE(has(e.error().message, "CUDA_ERROR_INVALID_VALUE")) << e.error().message;
 }
 
 // encode_tensor_map: cuTensorMapEncodeTiled with our fixed choices (128-byte swizzle,
@@ -436,7 +437,7 @@ TEST_F(CudaFake, TensorMapsAreEncodedIntoDeviceMemory) {
   ASSERT_TRUE(m) << m.error().message;
   EXPECT_EQ(m->bytes(), 128u);
   uint64_t raw[16] = {};
-  ASSERT_FALSE(check(ctx->drv().MemcpyDtoH(raw, m->ptr(), 128), "dtoh"));
+  ASSERT_TRUE(succeeded(check(ctx->drv().MemcpyDtoH(raw, m->ptr(), 128), "dtoh")));
   EXPECT_EQ(raw[0], 0x66616b65746d6170u);  // the fake's FakeTensorMap: magic, address, ...
   EXPECT_EQ(raw[1], x.ptr());
   const auto* words = reinterpret_cast<const uint32_t*>(raw + 2);
@@ -466,11 +467,11 @@ TEST_F(CudaFake, ElapsedTimeCountsTheLaunchesBetweenEvents) {
   Buffer a = buffer(4096), b = buffer(4096);
   Result<Event> start = Event::create(*ctx), end = Event::create(*ctx);
   ASSERT_TRUE(start && end);
-  ASSERT_FALSE(start->record(s));
+  ASSERT_TRUE(succeeded(start->record(s)));
   constexpr int kLaunches = 7;
-  for (int i = 0; i < kLaunches; ++i) ASSERT_FALSE(launch(*ctx, *f, dims(8, 128), {a.ptr(), b.ptr()}, s));
-  ASSERT_FALSE(end->record(s));
-  ASSERT_FALSE(end->synchronize());
+  for (int i = 0; i < kLaunches; ++i) ASSERT_TRUE(succeeded(launch(*ctx, *f, dims(8, 128), {a.ptr(), b.ptr()}, s)));
+  ASSERT_TRUE(succeeded(end->record(s)));
+  ASSERT_TRUE(succeeded(end->synchronize()));
   Result<float> ms = Event::elapsed_ms(*start, *end);
   ASSERT_TRUE(ms) << ms.error().message;
   EXPECT_NEAR(*ms, kLaunches * 0.010f, 1e-5f) << "the fake clock: 10 us per launch";
@@ -483,8 +484,8 @@ TEST_F(CudaFake, EventsWithoutTimingHaveNoElapsedTime) {
   Stream s = stream();
   Result<Event> a = Event::create(*ctx, false), b = Event::create(*ctx, false);
   ASSERT_TRUE(a && b);
-  ASSERT_FALSE(a->record(s));
-  ASSERT_FALSE(b->record(s));
+  ASSERT_TRUE(succeeded(a->record(s)));
+  ASSERT_TRUE(succeeded(b->record(s)));
   Result<float> ms = Event::elapsed_ms(*a, *b);
   ASSERT_FALSE(ms);
   EXPECT_EQ(ms.error().message, "cuEventElapsedTime: CUDA_ERROR_INVALID_HANDLE (invalid resource handle)");
@@ -560,12 +561,12 @@ TEST_F(CudaFake, LaunchesForwardDimsAndArguments) {
   d.grid = {4, 2, 3};
   d.block = {128, 2, 1};
   d.shared_bytes = 1024;
-  ASSERT_FALSE(launch(*ctx, *f, d, {b.ptr(), a.ptr()}, s));
+  ASSERT_TRUE(succeeded(launch(*ctx, *f, d, {b.ptr(), a.ptr()}, s)));
   EXPECT_EQ(stat("last_args"), 2);
   EXPECT_EQ(stat("last_arg:0"), static_cast<long long>(b.ptr())) << "arguments in order";
   EXPECT_EQ(stat("last_arg:1"), static_cast<long long>(a.ptr()));
   // A pointer inside an allocation, not at its start, is a valid argument.
-  ASSERT_FALSE(launch(*ctx, *f, dims(1, 32), {a.ptr() + 256, b.ptr() + 4095}, s));
+  ASSERT_TRUE(succeeded(launch(*ctx, *f, dims(1, 32), {a.ptr() + 256, b.ptr() + 4095}, s)));
   EXPECT_EQ(count("launch sf_k grid=4,2,3 block=128,2,1 shared=1024 args=2"), 1) << log_text();
   EXPECT_EQ(count("launch sf_k grid=1,1,1 block=32,1,1 shared=0 args=2"), 1) << log_text();
 }
@@ -576,14 +577,14 @@ TEST_F(CudaFake, LaunchDimsOutOfRangeAreRefused) {
   ASSERT_TRUE(f);
   Stream s = stream();
   Buffer a = buffer(256), b = buffer(256);
-  std::optional<Diag> e = launch(*ctx, *f, dims(0, 128), {a.ptr(), b.ptr()}, s);
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->message.rfind("launch: grid 0x1x1", 0), 0u) << e->message;
+  Result<void> e = launch(*ctx, *f, dims(0, 128), {a.ptr(), b.ptr()}, s);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().message.rfind("launch: grid 0x1x1", 0), 0u) << e.error().message;
   e = launch(*ctx, *f, dims(int64_t{1} << 31, 128), {a.ptr(), b.ptr()}, s);
-  ASSERT_TRUE(e) << "grid.x above 2^31 - 1 must not wrap around";
+  ASSERT_FALSE(e.ok()) << "grid.x above 2^31 - 1 must not wrap around";
   e = launch(*ctx, *f, dims(1, 2048), {a.ptr(), b.ptr()}, s);
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->message, "cuLaunchKernel: CUDA_ERROR_INVALID_VALUE (invalid argument)");
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().message, "cuLaunchKernel: CUDA_ERROR_INVALID_VALUE (invalid argument)");
   EXPECT_EQ(count("launch "), 0);
   EXPECT_EQ(stat("sticky"), 0) << "a refused launch is no fault";
 }
@@ -603,11 +604,11 @@ TEST_F(CudaFake, SharedMemoryAbove48KiBIsOptedInto) {
   EXPECT_EQ(ctx->drv().LaunchKernel(*raw, 1, 1, 1, 128, 1, 1, 64 * 1024, s.get(), params, nullptr),
             CUDA_ERROR_INVALID_VALUE);
 
-  ASSERT_FALSE(launch(*ctx, *f, dims(1, 128, 200 * 1024), {a.ptr(), b.ptr()}, s));
+  ASSERT_TRUE(succeeded(launch(*ctx, *f, dims(1, 128, 200 * 1024), {a.ptr(), b.ptr()}, s)));
   EXPECT_EQ(count("launch sf_k grid=1,1,1 block=128,1,1 shared=204800 args=2"), 1) << log_text();
-  std::optional<Diag> e = launch(*ctx, *f, dims(1, 128, 228 * 1024), {a.ptr(), b.ptr()}, s);
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->message,
+  Result<void> e = launch(*ctx, *f, dims(1, 128, 228 * 1024), {a.ptr(), b.ptr()}, s);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().message,
             "cuFuncSetAttribute(max dynamic shared 233472 B): CUDA_ERROR_INVALID_VALUE (invalid argument)");
 }
 
@@ -620,19 +621,19 @@ TEST_F(CudaFake, AnIllegalAddressIsStickyUntilTheContextIsReset) {
   const uint64_t gen = ctx->generation();
   const long long resets = stat("resets");
 
-  std::optional<Diag> e = launch(*ctx, *f, dims(1, 32), {a.ptr(), CUdeviceptr{0x10}}, s);
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->message, "cuLaunchKernel: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)");
+  Result<void> e = launch(*ctx, *f, dims(1, 32), {a.ptr(), CUdeviceptr{0x10}}, s);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().message, "cuLaunchKernel: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)");
   // Everything in the context fails now.
   Result<Buffer> more = Buffer::allocate(*ctx, 3 << 20);
   ASSERT_FALSE(more);
   EXPECT_TRUE(has(more.error().message, "CUDA_ERROR_ILLEGAL_ADDRESS")) << more.error().message;
-  std::optional<Diag> sync = s.synchronize();
-  ASSERT_TRUE(sync);
-  EXPECT_TRUE(has(sync->message, "CUDA_ERROR_ILLEGAL_ADDRESS")) << sync->message;
-  EXPECT_TRUE(launch(*ctx, *f, dims(1, 32), {a.ptr(), a.ptr()}, s));
+  Result<void> sync = s.synchronize();
+  ASSERT_FALSE(sync.ok());
+  EXPECT_TRUE(has(sync.error().message, "CUDA_ERROR_ILLEGAL_ADDRESS")) << sync.error().message;
+  EXPECT_FALSE(launch(*ctx, *f, dims(1, 32), {a.ptr(), a.ptr()}, s).ok());
 
-  ASSERT_FALSE(ctx->reset());
+  ASSERT_TRUE(succeeded(ctx->reset()));
   EXPECT_EQ(ctx->generation(), gen + 1);
   EXPECT_EQ(stat("resets"), resets + 1);
   EXPECT_EQ(stat("sticky"), 0);
@@ -656,15 +657,15 @@ TEST_F(CudaFake, AnIllegalAddressIsStickyUntilTheContextIsReset) {
   ASSERT_TRUE(f2) << f2.error().message;
   Stream s2 = stream();
   Buffer a2 = buffer(4096), b2 = buffer(4096);
-  ASSERT_FALSE(launch(*ctx, *f2, dims(2, 64), {a2.ptr(), b2.ptr()}, s2));
-  ASSERT_FALSE(s2.synchronize());
+  ASSERT_TRUE(succeeded(launch(*ctx, *f2, dims(2, 64), {a2.ptr(), b2.ptr()}, s2)));
+  ASSERT_TRUE(succeeded(s2.synchronize()));
   EXPECT_EQ(count("launch sf_k grid=2,1,1 block=64,1,1 shared=0 args=2"), 1) << log_text();
 }
 
 TEST_F(CudaFake, ABufferFromBeforeAResetDoesNotFreeItsSuccessor) {
   Buffer old = buffer(1000);
   const CUdeviceptr p = old.ptr();
-  ASSERT_FALSE(ctx->reset());
+  ASSERT_TRUE(succeeded(ctx->reset()));
   // The driver hands the same address out again (the fake does so always).
   Buffer fresh = buffer(1000);
   ASSERT_EQ(fresh.ptr(), p);
@@ -680,10 +681,10 @@ TEST_F(CudaFake, AFaultingKernelIsRecoveredFrom) {
   ASSERT_TRUE(f);
   Stream s = stream();
   Buffer a = buffer(256);
-  std::optional<Diag> e = launch(*ctx, *f, dims(1, 32), {a.ptr()}, s);
-  ASSERT_TRUE(e);
-  EXPECT_TRUE(has(e->message, "CUDA_ERROR_ILLEGAL_ADDRESS"));
-  ASSERT_FALSE(ctx->reset());
+  Result<void> e = launch(*ctx, *f, dims(1, 32), {a.ptr()}, s);
+  ASSERT_FALSE(e.ok());
+  EXPECT_TRUE(has(e.error().message, "CUDA_ERROR_ILLEGAL_ADDRESS"));
+  ASSERT_TRUE(succeeded(ctx->reset()));
   Buffer b = buffer(256);
   EXPECT_NE(b.ptr(), 0u);
 }
@@ -696,13 +697,13 @@ TEST_F(CudaFake, AnAsynchronousFaultSurfacesAtTheNextSynchronize) {
   Stream s = stream();
   Buffer a = buffer(256);
   // As on a GPU: the launch is accepted, the fault shows later.
-  ASSERT_FALSE(launch(*ctx, *f, dims(1, 32), {a.ptr(), CUdeviceptr{0x10}}, s));
-  std::optional<Diag> e = s.synchronize();
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->message, "cuStreamSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)");
-  EXPECT_TRUE(ctx->synchronize());
-  ASSERT_FALSE(ctx->reset());
-  EXPECT_FALSE(ctx->synchronize());
+  ASSERT_TRUE(succeeded(launch(*ctx, *f, dims(1, 32), {a.ptr(), CUdeviceptr{0x10}}, s)));
+  Result<void> e = s.synchronize();
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().message, "cuStreamSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)");
+  EXPECT_FALSE(ctx->synchronize().ok());
+  ASSERT_TRUE(succeeded(ctx->reset()));
+  EXPECT_TRUE(succeeded(ctx->synchronize()));
 }
 
 // --- graphs -----------------------------------------------------------------------------------
@@ -716,9 +717,9 @@ TEST_F(CudaFake, ACapturedGraphReplaysItsWork) {
   const Driver& d = ctx->drv();
   const long long launches0 = stat("launches"), clock0 = stat("clock_ns");
 
-  Result<Graph> g = Graph::capture(*ctx, s, [&]() -> std::optional<Diag> {
-    if (auto e = check(d.MemsetD32Async(a.ptr(), 0x3f800000u, 1024, s.get()), "cuMemsetD32Async")) return e;
-    if (auto e = launch(*ctx, *f, dims(4, 128), {a.ptr(), b.ptr()}, s)) return e;
+  Result<Graph> g = Graph::capture(*ctx, s, [&]() -> Result<void> {
+    SF_TRY(check(d.MemsetD32Async(a.ptr(), 0x3f800000u, 1024, s.get()), "cuMemsetD32Async"));
+    SF_TRY(launch(*ctx, *f, dims(4, 128), {a.ptr(), b.ptr()}, s));
     return launch(*ctx, *f, dims(8, 256), {b.ptr(), a.ptr()}, s);
   });
   ASSERT_TRUE(g) << g.error().message;
@@ -728,24 +729,24 @@ TEST_F(CudaFake, ACapturedGraphReplaysItsWork) {
   EXPECT_EQ(count("launch "), 0);
   EXPECT_EQ(stat("launches"), launches0);
   std::vector<float> host(1024, -1.0f);
-  ASSERT_FALSE(check(d.MemcpyDtoHAsync(host.data(), a.ptr(), 4096, s.get()), "dtoh"));
-  ASSERT_FALSE(s.synchronize());
+  ASSERT_TRUE(succeeded(check(d.MemcpyDtoHAsync(host.data(), a.ptr(), 4096, s.get()), "dtoh")));
+  ASSERT_TRUE(succeeded(s.synchronize()));
   EXPECT_EQ(host, std::vector<float>(1024, 0.0f)) << "nothing ran during capture";
 
-  ASSERT_FALSE(g->launch(s));
-  ASSERT_FALSE(g->launch(s));
-  ASSERT_FALSE(s.synchronize());
+  ASSERT_TRUE(succeeded(g->launch(s)));
+  ASSERT_TRUE(succeeded(g->launch(s)));
+  ASSERT_TRUE(succeeded(s.synchronize()));
   EXPECT_EQ(count("launch sf_k grid=4,1,1 block=128,1,1 shared=0 args=2", " graph"), 2) << log_text();
   EXPECT_EQ(count("launch sf_k grid=8,1,1 block=256,1,1 shared=0 args=2", " graph"), 2) << log_text();
   EXPECT_EQ(count("memset32 " + hex(a.ptr()) + " 0x3f800000 4096 graph"), 2) << log_text();
   EXPECT_EQ(stat("launches") - launches0, 4);
   EXPECT_EQ(stat("clock_ns") - clock0, 4 * 10'000);
-  ASSERT_FALSE(check(d.MemcpyDtoHAsync(host.data(), a.ptr(), 4096, s.get()), "dtoh"));
-  ASSERT_FALSE(s.synchronize());
+  ASSERT_TRUE(succeeded(check(d.MemcpyDtoHAsync(host.data(), a.ptr(), 4096, s.get()), "dtoh")));
+  ASSERT_TRUE(succeeded(s.synchronize()));
   EXPECT_EQ(host, std::vector<float>(1024, 1.0f)) << "the replayed memset wrote 1.0f";
 
   Graph moved = std::move(g).value();
-  EXPECT_FALSE(moved.launch(s));
+  EXPECT_TRUE(succeeded(moved.launch(s)));
   EXPECT_EQ(stat("graph_execs"), 1);
 }
 
@@ -755,15 +756,15 @@ TEST_F(CudaFake, AFailingCaptureBodyEndsTheCapture) {
   ASSERT_TRUE(f);
   Stream s = stream();
   Buffer a = buffer(256), b = buffer(256);
-  Result<Graph> g = Graph::capture(*ctx, s, [&]() -> std::optional<Diag> {
-    if (auto e = launch(*ctx, *f, dims(1, 32), {a.ptr(), b.ptr()}, s)) return e;
+  Result<Graph> g = Graph::capture(*ctx, s, [&]() -> Result<void> {
+    SF_TRY(launch(*ctx, *f, dims(1, 32), {a.ptr(), b.ptr()}, s));
     return Diag{"", {}, "the body failed"};
   });
   ASSERT_FALSE(g);
   EXPECT_EQ(g.error().message, "the body failed");
   EXPECT_EQ(stat("graphs"), 0);
   // The stream is out of capture mode: this launch runs.
-  ASSERT_FALSE(launch(*ctx, *f, dims(1, 32), {a.ptr(), b.ptr()}, s));
+  ASSERT_TRUE(succeeded(launch(*ctx, *f, dims(1, 32), {a.ptr(), b.ptr()}, s)));
   EXPECT_EQ(count("launch sf_k grid=1,1,1 block=32,1,1 shared=0 args=2"), 1) << log_text();
 }
 
@@ -772,10 +773,10 @@ TEST_F(CudaFake, CaptureBodiesUseCachedBlocksNotCuMemAlloc) {
   Stream s = stream();
   ctx->allocator().empty_cache();
   // cuMemAlloc is prohibited while the capturing thread is capturing.
-  Result<Graph> g = Graph::capture(*ctx, s, [&]() -> std::optional<Diag> {
+  Result<Graph> g = Graph::capture(*ctx, s, [&]() -> Result<void> {
     Result<Buffer> b = Buffer::allocate(*ctx, 3 * MiB);
     if (!b) return b.error();
-    return std::nullopt;
+    return {};
   });
   ASSERT_FALSE(g);
   EXPECT_TRUE(has(g.error().message, "cuMemAlloc(4194304 B): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"))
@@ -784,10 +785,10 @@ TEST_F(CudaFake, CaptureBodiesUseCachedBlocksNotCuMemAlloc) {
 
   // A block cached beforehand is handed out without the driver.
   { Buffer warm = buffer(3 * MiB); }
-  g = Graph::capture(*ctx, s, [&]() -> std::optional<Diag> {
+  g = Graph::capture(*ctx, s, [&]() -> Result<void> {
     Result<Buffer> b = Buffer::allocate(*ctx, 3 * MiB);
     if (!b) return b.error();
-    return std::nullopt;
+    return {};
   });
   ASSERT_TRUE(g) << g.error().message;
 }
@@ -803,7 +804,7 @@ TEST_F(CudaFake, ACaptureOnOneThreadLetsOtherThreadsAllocate) {
   Buffer a = buffer(256), b = buffer(256);
   ctx->allocator().empty_cache();
   std::string other_error;
-  Result<Graph> g = Graph::capture(*ctx, s, [&]() -> std::optional<Diag> {
+  Result<Graph> g = Graph::capture(*ctx, s, [&]() -> Result<void> {
     std::thread t([&] {
       Result<Buffer> x = Buffer::allocate(*ctx, 5 * MiB);  // a cache miss: cuMemAlloc
       if (!x) other_error = x.error().message;
@@ -813,7 +814,7 @@ TEST_F(CudaFake, ACaptureOnOneThreadLetsOtherThreadsAllocate) {
   });
   EXPECT_EQ(other_error, "");
   ASSERT_TRUE(g) << g.error().message;
-  ASSERT_FALSE(g->launch(s));
+  ASSERT_TRUE(succeeded(g->launch(s)));
   EXPECT_EQ(count("launch sf_k", " graph"), 1) << log_text();
 }
 

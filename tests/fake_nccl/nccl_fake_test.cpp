@@ -26,6 +26,7 @@
 #include "runtime/agree.h"
 #include "runtime/comm.h"
 #include "runtime/nccl.h"
+#include "tests/result_util.h"
 
 namespace sf {
 namespace fake_nccl_nccl_fake_test {
@@ -83,7 +84,7 @@ Result<Rank> setup(Comm& gloo, const nccl::Options& opts = {}) {
   Result<std::shared_ptr<cuda::Context>> ctx = cuda::Context::primary(gloo.rank());
   if (!ctx) return ctx.error();
   r.ctx = *ctx;
-  if (auto e = r.ctx->make_current()) return *e;
+  SF_TRY(r.ctx->make_current());
   Result<cuda::Stream> s = cuda::Stream::create(*r.ctx);
   if (!s) return s.error();
   r.stream = std::move(s).value();
@@ -144,11 +145,11 @@ void expect_same(const Tensor& got, const Tensor& want, const std::string& what)
 
 // Runs fn on every rank of `mesh`; fails on the first rank's Diag and checks that
 // every communicator the fake handed out was given back.
-void run(const DeviceMesh& mesh, const std::function<std::optional<Diag>(Comm&)>& fn) {
+void run(const DeviceMesh& mesh, const std::function<Result<void>(Comm&)>& fn) {
   const long long comms = stat("comms");
   ASSERT_GE(comms, 0) << "fake_nccl_stat not found: " << (nccl::library() ? "" : nccl::library().error().message);
-  std::optional<Diag> d = on_rank_threads(mesh, std::chrono::seconds(30), fn);
-  EXPECT_FALSE(d) << d->message;
+  Result<void> d = on_rank_threads(mesh, std::chrono::seconds(30), fn);
+  EXPECT_TRUE(succeeded(d));
   EXPECT_EQ(stat("comms"), comms) << "a communicator was neither destroyed nor aborted";
 }
 
@@ -245,7 +246,7 @@ TEST_P(NcclFakeRanks, AllReduceMatchesTheHostOracle) {
   constexpr int64_t kCount = 37;
   PerRank<std::vector<Tensor>> got(n);
   const long long ops = stat("ops");
-  run(line(n), [&](Comm& gloo) -> std::optional<Diag> {
+  run(line(n), [&](Comm& gloo) -> Result<void> {
     Result<Rank> r = setup(gloo);
     if (!r) return r.error();
     std::vector<Tensor> out;
@@ -256,14 +257,14 @@ TEST_P(NcclFakeRanks, AllReduceMatchesTheHostOracle) {
       if (!send) return send.error();
       if (!recv) return recv.error();
       const CUdeviceptr dst = c.in_place ? send->ptr() : recv->ptr();
-      if (auto e = r->comm->all_reduce(send->ptr(), dst, kCount, c.dt, c.op, r->stream.get())) return e;
-      if (auto e = r->comm->wait_with_timeout(r->stream.get())) return e;
+      SF_TRY(r->comm->all_reduce(send->ptr(), dst, kCount, c.dt, c.op, r->stream.get()));
+      SF_TRY(r->comm->wait_with_timeout(r->stream.get()));
       Result<Tensor> t = download(*r, c.in_place ? *send : *recv, c.dt, kCount);
       if (!t) return t.error();
       out.push_back(std::move(t).value());
     }
     got.set(gloo.rank(), std::move(out));
-    return std::nullopt;
+    return {};
   });
   EXPECT_EQ(stat("ops") - ops, static_cast<long long>(cases.size())) << "each all_reduce runs once, for every member";
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -283,7 +284,7 @@ TEST_P(NcclFakeRanks, AllGatherAndReduceScatterMatchTheHostOracle) {
   const int n = GetParam();
   constexpr int64_t kBlock = 5;
   PerRank<std::vector<Tensor>> got(n);
-  run(line(n), [&](Comm& gloo) -> std::optional<Diag> {
+  run(line(n), [&](Comm& gloo) -> Result<void> {
     Result<Rank> r = setup(gloo);
     if (!r) return r.error();
     const int rank = gloo.rank();
@@ -293,17 +294,16 @@ TEST_P(NcclFakeRanks, AllGatherAndReduceScatterMatchTheHostOracle) {
     Result<cuda::Buffer> rs_recv = upload(*r, Tensor(DType::I32, {kBlock}));
     for (auto* b : {&ag_send, &ag_recv, &rs_send, &rs_recv})
       if (!*b) return b->error();
-    if (auto e = r->comm->all_gather(ag_send->ptr(), ag_recv->ptr(), kBlock, DType::F32, r->stream.get())) return e;
-    if (auto e = r->comm->reduce_scatter(rs_send->ptr(), rs_recv->ptr(), kBlock, DType::I32, ReduceOp::Sum,
-                                         r->stream.get()))
-      return e;
-    if (auto e = r->comm->wait_with_timeout(r->stream.get())) return e;
+    SF_TRY(r->comm->all_gather(ag_send->ptr(), ag_recv->ptr(), kBlock, DType::F32, r->stream.get()));
+    SF_TRY(r->comm->reduce_scatter(rs_send->ptr(), rs_recv->ptr(), kBlock, DType::I32, ReduceOp::Sum,
+                                   r->stream.get()));
+    SF_TRY(r->comm->wait_with_timeout(r->stream.get()));
     Result<Tensor> ag = download(*r, *ag_recv, DType::F32, n * kBlock);
     Result<Tensor> rs = download(*r, *rs_recv, DType::I32, kBlock);
     if (!ag) return ag.error();
     if (!rs) return rs.error();
     got.set(rank, {std::move(ag).value(), std::move(rs).value()});
-    return std::nullopt;
+    return {};
   });
   std::vector<Tensor> ag_locals, rs_locals;
   for (int k = 0; k < n; ++k) {
@@ -341,7 +341,7 @@ TEST(NcclFake, AllToAllAndUnevenSendRecvMatchTheHostOracle) {
     return s;
   };
   PerRank<std::vector<Tensor>> got(n);
-  run(line(n), [&](Comm& gloo) -> std::optional<Diag> {
+  run(line(n), [&](Comm& gloo) -> Result<void> {
     Result<Rank> r = setup(gloo);
     if (!r) return r.error();
     const int me = gloo.rank();
@@ -351,7 +351,7 @@ TEST(NcclFake, AllToAllAndUnevenSendRecvMatchTheHostOracle) {
     Result<cuda::Buffer> p2p_recv = upload(*r, Tensor(DType::I32, {received(me)}));
     for (auto* b : {&a2a_send, &a2a_recv, &p2p_send, &p2p_recv})
       if (!*b) return b->error();
-    if (auto e = r->comm->all_to_all(a2a_send->ptr(), a2a_recv->ptr(), kCount, DType::F32, r->stream.get())) return e;
+    SF_TRY(r->comm->all_to_all(a2a_send->ptr(), a2a_recv->ptr(), kCount, DType::F32, r->stream.get()));
     std::vector<Transfer> sends, recvs;
     int64_t send_at = 0, recv_at = 0;
     for (int k = 0; k < n; ++k) {
@@ -362,14 +362,14 @@ TEST(NcclFake, AllToAllAndUnevenSendRecvMatchTheHostOracle) {
       send_at += out;
       recv_at += in;
     }
-    if (auto e = r->comm->send_recv(sends, recvs, DType::I32, r->stream.get())) return e;
-    if (auto e = r->comm->wait_with_timeout(r->stream.get())) return e;
+    SF_TRY(r->comm->send_recv(sends, recvs, DType::I32, r->stream.get()));
+    SF_TRY(r->comm->wait_with_timeout(r->stream.get()));
     Result<Tensor> a2a = download(*r, *a2a_recv, DType::F32, n * kCount);
     Result<Tensor> p2p = download(*r, *p2p_recv, DType::I32, received(me));
     if (!a2a) return a2a.error();
     if (!p2p) return p2p.error();
     got.set(me, {std::move(a2a).value(), std::move(p2p).value()});
-    return std::nullopt;
+    return {};
   });
   std::vector<Tensor> a2a_locals, p2p_locals;
   for (int k = 0; k < n; ++k) {
@@ -399,7 +399,7 @@ TEST_P(NcclFakeSplit, SplitMeshGivesEachDimItsGroup) {
   PerRank<std::vector<int>> members(4);
   // The world communicator meets through a 4-rank Gloo group; split_mesh then cuts
   // it per dim of the 2x2 mesh.
-  run(line(4), [&](Comm& gloo) -> std::optional<Diag> {
+  run(line(4), [&](Comm& gloo) -> Result<void> {
     Result<Rank> r = setup(gloo, opts);
     if (!r) return r.error();
     const int rank = gloo.rank();
@@ -413,15 +413,15 @@ TEST_P(NcclFakeSplit, SplitMeshGivesEachDimItsGroup) {
       ms.push_back(c.member());
       Result<cuda::Buffer> b = upload(*r, local(DType::F32, kCount, rank, d));
       if (!b) return b.error();
-      if (auto e = c.all_reduce(b->ptr(), b->ptr(), kCount, DType::F32, ReduceOp::Sum, r->stream.get())) return e;
-      if (auto e = c.wait_with_timeout(r->stream.get())) return e;
+      SF_TRY(c.all_reduce(b->ptr(), b->ptr(), kCount, DType::F32, ReduceOp::Sum, r->stream.get()));
+      SF_TRY(c.wait_with_timeout(r->stream.get()));
       Result<Tensor> t = download(*r, *b, DType::F32, kCount);
       if (!t) return t.error();
       out.push_back(std::move(t).value());
     }
     got.set(rank, std::move(out));
     members.set(rank, std::move(ms));
-    return std::nullopt;
+    return {};
   });
   for (int rank = 0; rank < 4; ++rank) {
     ASSERT_EQ(got.v[static_cast<size_t>(rank)].size(), 2u) << "rank " << rank;
@@ -441,7 +441,7 @@ TEST(NcclFake, SplitOrdersMembersByKey) {
   // Keys reverse the parent's order: member 0 of the child is rank 2.
   PerRank<std::optional<Tensor>> got(3);
   PerRank<int> members(3);
-  run(line(3), [&](Comm& gloo) -> std::optional<Diag> {
+  run(line(3), [&](Comm& gloo) -> Result<void> {
     Result<Rank> r = setup(gloo);
     if (!r) return r.error();
     const int rank = gloo.rank();
@@ -454,13 +454,13 @@ TEST(NcclFake, SplitOrdersMembersByKey) {
     Result<cuda::Buffer> recv = upload(*r, Tensor(DType::I32, {3}));
     if (!send) return send.error();
     if (!recv) return recv.error();
-    if (auto e = (*c)->all_gather(send->ptr(), recv->ptr(), 1, DType::I32, r->stream.get())) return e;
-    if (auto e = (*c)->wait_with_timeout(r->stream.get())) return e;
+    SF_TRY((*c)->all_gather(send->ptr(), recv->ptr(), 1, DType::I32, r->stream.get()));
+    SF_TRY((*c)->wait_with_timeout(r->stream.get()));
     Result<Tensor> t = download(*r, *recv, DType::I32, 3);
     if (!t) return t.error();
     got.set(rank, std::move(t).value());
     members.set(rank, (*c)->member());
-    return std::nullopt;
+    return {};
   });
   for (int k = 0; k < 3; ++k) {
     ASSERT_TRUE(got.v[static_cast<size_t>(k)]) << "rank " << k;
@@ -479,19 +479,19 @@ INSTANTIATE_TEST_SUITE_P(NcclFake, NcclFakeSplit, ::testing::Bool(),
 TEST(NcclFake, ARankThatNeverPostsTimesOutTheOthers) {
   nccl::Options opts;
   opts.timeout = milliseconds(300);
-  PerRank<std::optional<Diag>> diags(3);
+  PerRank<Result<void>> diags(3);
   PerRank<double> seconds(3);
   std::atomic<int> done{0};
-  run(line(3), [&](Comm& gloo) -> std::optional<Diag> {
+  run(line(3), [&](Comm& gloo) -> Result<void> {
     Result<Rank> r = setup(gloo, opts);
     if (!r) return r.error();
     Result<cuda::Buffer> b = upload(*r, local(DType::F32, 8, gloo.rank()));
     if (!b) return b.error();
     const auto t0 = Clock::now();
-    std::optional<Diag> e;
+    Result<void> e;
     if (gloo.rank() < 2) {
       e = r->comm->all_reduce(b->ptr(), b->ptr(), 8, DType::F32, ReduceOp::Sum, r->stream.get());
-      if (!e) e = r->comm->wait_with_timeout(r->stream.get());
+      if (e.ok()) e = r->comm->wait_with_timeout(r->stream.get());
       ++done;
     } else {
       // Rank 2 is busy elsewhere until the others gave up; its communicator was
@@ -501,34 +501,34 @@ TEST(NcclFake, ARankThatNeverPostsTimesOutTheOthers) {
     }
     seconds.set(gloo.rank(), seconds_since(t0));
     diags.set(gloo.rank(), e);
-    return std::nullopt;
+    return {};
   });
   int timed_out = 0;
   for (int k = 0; k < 2; ++k) {
-    const std::optional<Diag>& d = diags.v[static_cast<size_t>(k)];
-    ASSERT_TRUE(d) << "rank " << k << " returned no error";
+    const Result<void>& d = diags.v[static_cast<size_t>(k)];
+    ASSERT_FALSE(d.ok()) << "rank " << k << " returned no error";
     // The first to time out aborts; the other may see the abort (ncclRemoteError)
     // just before its own deadline.
-    EXPECT_THAT(d->message, AllOf(HasSubstr("rank " + std::to_string(k) + ": all_reduce of 32 B (f32, sum)"),
-                                  AnyOf(HasSubstr("timed out after 300 ms"), HasSubstr("ncclRemoteError"))));
-    timed_out += d->message.find("timed out after 300 ms") != std::string::npos;
+    EXPECT_THAT(d.error().message, AllOf(HasSubstr("rank " + std::to_string(k) + ": all_reduce of 32 B (f32, sum)"),
+                                         AnyOf(HasSubstr("timed out after 300 ms"), HasSubstr("ncclRemoteError"))));
+    timed_out += d.error().message.find("timed out after 300 ms") != std::string::npos;
     // Only the echo of the other's abort is marked as one, so a runner of several
     // ranks reports the timeout (on_rank_threads).
-    EXPECT_EQ(d->from_peer, d->message.find("ncclRemoteError") != std::string::npos) << d->message;
+    EXPECT_EQ(d.error().from_peer, d.error().message.find("ncclRemoteError") != std::string::npos) << d.error().message;
     EXPECT_LT(seconds.v[static_cast<size_t>(k)], 3.0) << "rank " << k;
   }
   EXPECT_GE(timed_out, 1);
-  ASSERT_TRUE(diags.v[2]) << "rank 2 posted on an aborted communicator and got no error";
-  EXPECT_THAT(diags.v[2]->message, AllOf(HasSubstr("ncclRemoteError"), HasSubstr("called ncclCommAbort")));
-  EXPECT_TRUE(diags.v[2]->from_peer) << "an enqueue that met a peer's abort is an echo of that failure";
+  ASSERT_FALSE(diags.v[2].ok()) << "rank 2 posted on an aborted communicator and got no error";
+  EXPECT_THAT(diags.v[2].error().message, AllOf(HasSubstr("ncclRemoteError"), HasSubstr("called ncclCommAbort")));
+  EXPECT_TRUE(diags.v[2].error().from_peer) << "an enqueue that met a peer's abort is an echo of that failure";
 }
 
 TEST(NcclFake, AnAbortReleasesBlockedMembers) {
   nccl::Options opts;
   opts.nonblocking = false;  // ncclAllReduce itself waits for the others
-  PerRank<std::optional<Diag>> diags(3);
+  PerRank<Result<void>> diags(3);
   PerRank<double> seconds(3);
-  run(line(3), [&](Comm& gloo) -> std::optional<Diag> {
+  run(line(3), [&](Comm& gloo) -> Result<void> {
     Result<Rank> r = setup(gloo, opts);
     if (!r) return r.error();
     Result<cuda::Buffer> b = upload(*r, local(DType::F32, 8, gloo.rank()));
@@ -541,13 +541,13 @@ TEST(NcclFake, AnAbortReleasesBlockedMembers) {
       r->comm->abort("rank 2 gives up");
     }
     seconds.set(gloo.rank(), seconds_since(t0));
-    return std::nullopt;
+    return {};
   });
   for (int k = 0; k < 2; ++k) {
-    const std::optional<Diag>& d = diags.v[static_cast<size_t>(k)];
-    ASSERT_TRUE(d) << "rank " << k;
-    EXPECT_THAT(d->message, AllOf(HasSubstr("all_reduce of 32 B (f32, sum) over group 0 (ranks 0 1 2) failed: ncclRemoteError"),
-                                  HasSubstr("member 2 called ncclCommAbort")));
+    const Result<void>& d = diags.v[static_cast<size_t>(k)];
+    ASSERT_FALSE(d.ok()) << "rank " << k;
+    EXPECT_THAT(d.error().message, AllOf(HasSubstr("all_reduce of 32 B (f32, sum) over group 0 (ranks 0 1 2) failed: ncclRemoteError"),
+                                         HasSubstr("member 2 called ncclCommAbort")));
     EXPECT_GE(seconds.v[static_cast<size_t>(k)], 0.15) << "it waited for rank 2";
     EXPECT_LT(seconds.v[static_cast<size_t>(k)], 5.0);
   }
@@ -558,9 +558,9 @@ TEST(NcclFake, BlockingCallsEndAtTheFakeDeadline) {
   ::setenv("FAKE_NCCL_TIMEOUT_MS", "2000", 1);
   nccl::Options opts;
   opts.nonblocking = false;
-  PerRank<std::optional<Diag>> diags(2);
+  PerRank<Result<void>> diags(2);
   std::atomic<bool> done{false};
-  run(line(2), [&](Comm& gloo) -> std::optional<Diag> {
+  run(line(2), [&](Comm& gloo) -> Result<void> {
     Result<Rank> r = setup(gloo, opts);
     if (!r) return r.error();
     Result<cuda::Buffer> b = upload(*r, local(DType::F32, 4, gloo.rank()));
@@ -572,37 +572,37 @@ TEST(NcclFake, BlockingCallsEndAtTheFakeDeadline) {
       const auto t0 = Clock::now();
       while (!done && seconds_since(t0) < 20) std::this_thread::sleep_for(milliseconds(5));
     }
-    return std::nullopt;
+    return {};
   });
   ::unsetenv("FAKE_NCCL_TIMEOUT_MS");
-  ASSERT_TRUE(diags.v[0]);
-  EXPECT_THAT(diags.v[0]->message,
+  ASSERT_FALSE(diags.v[0].ok());
+  EXPECT_THAT(diags.v[0].error().message,
               AllOf(HasSubstr("failed: ncclSystemError"), HasSubstr("timed out after 2000 ms"),
                     HasSubstr("members 1 never arrived")));
 }
 
 TEST(NcclFake, MismatchedCountsFailEveryMember) {
-  PerRank<std::optional<Diag>> diags(2);
-  run(line(2), [&](Comm& gloo) -> std::optional<Diag> {
+  PerRank<Result<void>> diags(2);
+  run(line(2), [&](Comm& gloo) -> Result<void> {
     Result<Rank> r = setup(gloo);
     if (!r) return r.error();
     const size_t count = gloo.rank() == 0 ? 8 : 16;
     Result<cuda::Buffer> b = upload(*r, local(DType::F32, 16, gloo.rank()));
     if (!b) return b.error();
     diags.set(gloo.rank(), r->comm->all_reduce(b->ptr(), b->ptr(), count, DType::F32, ReduceOp::Sum, r->stream.get()));
-    return std::nullopt;
+    return {};
   });
   for (int k = 0; k < 2; ++k) {
-    ASSERT_TRUE(diags.v[static_cast<size_t>(k)]) << "rank " << k;
-    EXPECT_THAT(diags.v[static_cast<size_t>(k)]->message,
+    ASSERT_FALSE(diags.v[static_cast<size_t>(k)].ok()) << "rank " << k;
+    EXPECT_THAT(diags.v[static_cast<size_t>(k)].error().message,
                 AllOf(HasSubstr("ncclInvalidUsage"), HasSubstr("all_reduce count 8 on member 0, 16 on member 1")))
         << "rank " << k;
   }
 }
 
 TEST(NcclFake, MismatchedSendAndReceiveFailBothSides) {
-  PerRank<std::optional<Diag>> diags(2);
-  run(line(2), [&](Comm& gloo) -> std::optional<Diag> {
+  PerRank<Result<void>> diags(2);
+  run(line(2), [&](Comm& gloo) -> Result<void> {
     Result<Rank> r = setup(gloo);
     if (!r) return r.error();
     Result<cuda::Buffer> b = upload(*r, local(DType::I32, 8, gloo.rank()));
@@ -612,11 +612,11 @@ TEST(NcclFake, MismatchedSendAndReceiveFailBothSides) {
     if (gloo.rank() == 0) sends.push_back({1, b->ptr(), 3});
     if (gloo.rank() == 1) recvs.push_back({0, b->ptr(), 4});
     diags.set(gloo.rank(), r->comm->send_recv(sends, recvs, DType::I32, r->stream.get()));
-    return std::nullopt;
+    return {};
   });
   for (int k = 0; k < 2; ++k) {
-    ASSERT_TRUE(diags.v[static_cast<size_t>(k)]) << "rank " << k;
-    EXPECT_THAT(diags.v[static_cast<size_t>(k)]->message,
+    ASSERT_FALSE(diags.v[static_cast<size_t>(k)].ok()) << "rank " << k;
+    EXPECT_THAT(diags.v[static_cast<size_t>(k)].error().message,
                 HasSubstr("member 0 sends 3 i32 to member 1, which receives 4 i32 from it"))
         << "rank " << k;
   }
@@ -629,7 +629,7 @@ TEST(NcclFake, CtaLimitsReachNccl) {
   opts.max_ctas = 4;
   opts.min_ctas = 2;
   PerRank<std::vector<long long>> seen(2);
-  run(line(2), [&](Comm& gloo) -> std::optional<Diag> {
+  run(line(2), [&](Comm& gloo) -> Result<void> {
     Result<Rank> r = setup(gloo, opts);
     if (!r) return r.error();
     // The ranks meet (through Gloo) between reading and splitting, so both read
@@ -646,39 +646,39 @@ TEST(NcclFake, CtaLimitsReachNccl) {
     if (!barrier()) return diag("gloo barrier failed");
     v.push_back(stat("max_ctas"));
     seen.set(gloo.rank(), v);
-    return std::nullopt;
+    return {};
   });
   for (int k = 0; k < 2; ++k) EXPECT_EQ(seen.v[static_cast<size_t>(k)], (std::vector<long long>{4, 2, 8})) << "rank " << k;
 
-  run(line(2), [&](Comm& gloo) -> std::optional<Diag> {
+  run(line(2), [&](Comm& gloo) -> Result<void> {
     Result<Rank> r = setup(gloo);  // NCCL's defaults
     if (!r) return r.error();
     seen.set(gloo.rank(), {stat("max_ctas"), stat("min_ctas")});
-    return std::nullopt;
+    return {};
   });
   for (int k = 0; k < 2; ++k) EXPECT_EQ(seen.v[static_cast<size_t>(k)], (std::vector<long long>{-1, -1})) << "rank " << k;
 }
 
 TEST(NcclFake, WaitWithTimeoutAfterCollectivesIsClean) {
-  PerRank<std::vector<std::optional<Diag>>> waits(2);
-  run(line(2), [&](Comm& gloo) -> std::optional<Diag> {
+  PerRank<std::vector<Result<void>>> waits(2);
+  run(line(2), [&](Comm& gloo) -> Result<void> {
     Result<Rank> r = setup(gloo);
     if (!r) return r.error();
     Result<cuda::Buffer> b = upload(*r, Tensor(DType::F32, {8}));
     if (!b) return b.error();
-    std::vector<std::optional<Diag>> w;
+    std::vector<Result<void>> w;
     w.push_back(r->comm->wait_with_timeout(r->stream.get()));  // nothing enqueued yet
     for (int i = 0; i < 3; ++i)
-      if (auto e = r->comm->all_reduce(b->ptr(), b->ptr(), 8, DType::F32, ReduceOp::Max, r->stream.get())) return e;
+      SF_TRY(r->comm->all_reduce(b->ptr(), b->ptr(), 8, DType::F32, ReduceOp::Max, r->stream.get()));
     w.push_back(r->comm->wait_with_timeout(r->stream.get(), milliseconds(50)));
-    if (auto e = r->comm->all_gather(b->ptr(), b->ptr() + 16, 4, DType::F32, r->stream.get())) return e;
+    SF_TRY(r->comm->all_gather(b->ptr(), b->ptr() + 16, 4, DType::F32, r->stream.get()));
     w.push_back(r->comm->wait_with_timeout(r->stream.get()));
     waits.set(gloo.rank(), std::move(w));
-    return std::nullopt;
+    return {};
   });
   for (int k = 0; k < 2; ++k) {
     ASSERT_EQ(waits.v[static_cast<size_t>(k)].size(), 3u);
-    for (const std::optional<Diag>& w : waits.v[static_cast<size_t>(k)]) EXPECT_FALSE(w) << w->message;
+    for (const Result<void>& w : waits.v[static_cast<size_t>(k)]) EXPECT_TRUE(succeeded(w));
   }
 }
 
@@ -689,7 +689,7 @@ TEST(NcclFake, TheLogNamesEachCollectiveWithItsStream) {
   ::close(fd);
   ::setenv("FAKE_CUDA_LOG", path, 1);
   PerRank<std::string> streams(2);
-  run(line(2), [&](Comm& gloo) -> std::optional<Diag> {
+  run(line(2), [&](Comm& gloo) -> Result<void> {
     Result<Rank> r = setup(gloo);
     if (!r) return r.error();
     Result<cuda::Buffer> send = upload(*r, local(DType::F32, 4, gloo.rank()));
@@ -697,7 +697,7 @@ TEST(NcclFake, TheLogNamesEachCollectiveWithItsStream) {
     if (!send) return send.error();
     if (!recv) return recv.error();
     streams.set(gloo.rank(), hex(reinterpret_cast<uintptr_t>(r->stream.get())));
-    if (auto e = r->comm->all_gather(send->ptr(), recv->ptr(), 4, DType::F32, r->stream.get())) return e;
+    SF_TRY(r->comm->all_gather(send->ptr(), recv->ptr(), 4, DType::F32, r->stream.get()));
     return r->comm->wait_with_timeout(r->stream.get());
   });
   ::unsetenv("FAKE_CUDA_LOG");

@@ -83,9 +83,9 @@ TEST(PlanHostExec, AFailingRankStopsEveryRankWithItsError) {
   // 60 s against a bound of 30: aborted and timed-out runs stay far apart on a
   // loaded machine (tests/runtime/comm_test.cpp, kAtOnce).
   opts.timeout = std::chrono::seconds(60);
-  opts.before_step = [](int rank, size_t step, const Comm*) -> std::optional<Diag> {
+  opts.before_step = [](int rank, size_t step, const Comm*) -> Result<void> {
     if (rank == 1 && step == 3) throw std::runtime_error("injected failure");
-    return std::nullopt;
+    return {};
   };
   auto t0 = std::chrono::steady_clock::now();
   auto out = run_plan_on_host(s.compiled.plan, s.compiled.host_kernels, s.inputs, opts);
@@ -105,10 +105,10 @@ TEST(PlanHostExec, AStalledCollectiveTimesOutOnEveryRank) {
   opts.timeout = std::chrono::seconds(3);
   // Rank 2 never reaches the all-reduce: it blocks before it until the run is aborted.
   const std::vector<PlanStep>& steps2 = s.compiled.plan.ranks[2].steps;
-  opts.before_step = [&steps2](int rank, size_t step, const Comm* comm) -> std::optional<Diag> {
+  opts.before_step = [&steps2](int rank, size_t step, const Comm* comm) -> Result<void> {
     if (rank == 2 && steps2[step].collective())
       while (!comm->aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    return std::nullopt;
+    return {};
   };
   auto t0 = std::chrono::steady_clock::now();
   auto out = run_plan_on_host(s.compiled.plan, s.compiled.host_kernels, s.inputs, opts);

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include "tests/result_util.h"
+
 namespace sf {
 namespace runtime_agree_test {
 
@@ -17,15 +19,15 @@ DeviceMesh mesh_of(std::vector<MeshDim> dims) { return DeviceMesh(Mesh{std::move
 void expect_broadcast(const DeviceMesh& mesh) {
   std::mutex mu;
   std::vector<std::string> got(static_cast<size_t>(mesh.world()));
-  std::optional<Diag> err = on_rank_threads(mesh, std::chrono::seconds(30), [&](Comm& c) -> std::optional<Diag> {
+  Result<void> err = on_rank_threads(mesh, std::chrono::seconds(30), [&](Comm& c) -> Result<void> {
     std::string mine = "table of rank " + std::to_string(c.rank()) + std::string(static_cast<size_t>(c.rank()) * 3, 'x');
     Result<std::string> r = broadcast_text(c, mine);
     if (!r) return r.error();
     std::lock_guard<std::mutex> lock(mu);
     got[static_cast<size_t>(c.rank())] = *r;
-    return std::nullopt;
+    return {};
   });
-  ASSERT_FALSE(err) << err->message;
+  ASSERT_TRUE(succeeded(err));
   for (int r = 0; r < mesh.world(); ++r) EXPECT_EQ(got[static_cast<size_t>(r)], "table of rank 0") << "rank " << r;
 }
 
@@ -40,14 +42,14 @@ TEST(Agree, LargeAndEmptyTextsSurvive) {
   for (const std::string& text : {std::string(), big}) {
     std::mutex mu;
     std::vector<std::string> got(3);
-    std::optional<Diag> err = on_rank_threads(mesh, std::chrono::seconds(30), [&](Comm& c) -> std::optional<Diag> {
+    Result<void> err = on_rank_threads(mesh, std::chrono::seconds(30), [&](Comm& c) -> Result<void> {
       Result<std::string> r = broadcast_text(c, c.rank() == 0 ? text : std::string("other"));
       if (!r) return r.error();
       std::lock_guard<std::mutex> lock(mu);
       got[static_cast<size_t>(c.rank())] = *r;
-      return std::nullopt;
+      return {};
     });
-    ASSERT_FALSE(err) << err->message;
+    ASSERT_TRUE(succeeded(err));
     for (const std::string& g : got) EXPECT_EQ(g, text);
   }
 }
@@ -56,15 +58,15 @@ TEST(Agree, AllGatherTextReturnsEveryRanksTextInRankOrder) {
   DeviceMesh mesh = mesh_of({{"dp", 2}, {"tp", 2}});
   std::mutex mu;
   std::vector<std::vector<std::string>> got(4);
-  std::optional<Diag> err = on_rank_threads(mesh, std::chrono::seconds(30), [&](Comm& c) -> std::optional<Diag> {
+  Result<void> err = on_rank_threads(mesh, std::chrono::seconds(30), [&](Comm& c) -> Result<void> {
     // Texts with spaces and digits: the packing must not be confused by them.
     Result<std::vector<std::string>> r = all_gather_text(c, "r" + std::to_string(c.rank()) + " 12 x");
     if (!r) return r.error();
     std::lock_guard<std::mutex> lock(mu);
     got[static_cast<size_t>(c.rank())] = *r;
-    return std::nullopt;
+    return {};
   });
-  ASSERT_FALSE(err) << err->message;
+  ASSERT_TRUE(succeeded(err));
   std::vector<std::string> want = {"r0 12 x", "r1 12 x", "r2 12 x", "r3 12 x"};
   for (int r = 0; r < 4; ++r) EXPECT_EQ(got[static_cast<size_t>(r)], want) << "rank " << r;
 }
@@ -73,14 +75,14 @@ TEST(Agree, AFailingRankEndsEveryRankWithItsReason) {
   DeviceMesh mesh = mesh_of({{"tp", 4}});
   auto t0 = std::chrono::steady_clock::now();
   // 60 s against a bound of 30 (tests/runtime/comm_test.cpp, kAtOnce).
-  std::optional<Diag> err = on_rank_threads(mesh, std::chrono::seconds(60), [&](Comm& c) -> std::optional<Diag> {
+  Result<void> err = on_rank_threads(mesh, std::chrono::seconds(60), [&](Comm& c) -> Result<void> {
     if (c.rank() == 0) return Diag{"", {}, "rank 0 could not tune"};
     Result<std::string> r = broadcast_text(c, "");
     if (!r) return r.error();
-    return std::nullopt;
+    return {};
   });
-  ASSERT_TRUE(err);
-  EXPECT_EQ(err->message, "rank 0 could not tune");
+  ASSERT_FALSE(err.ok());
+  EXPECT_EQ(err.error().message, "rank 0 could not tune");
   // The peers were aborted, not left to time out.
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
 }
@@ -90,7 +92,7 @@ TEST(Agree, TheRootCauseIsReportedBeforeAPeersEchoOfIt) {
   // ncclRemoteError); rank 0, the one that failed, returns later, as a rank does
   // that timed out, aborted, then unwound. The caller must hear rank 0.
   DeviceMesh mesh = mesh_of({{"tp", 3}});
-  std::optional<Diag> err = on_rank_threads(mesh, std::chrono::seconds(20), [&](Comm& c) -> std::optional<Diag> {
+  Result<void> err = on_rank_threads(mesh, std::chrono::seconds(20), [&](Comm& c) -> Result<void> {
     if (c.rank() == 1) {
       Diag echo{"", {}, "rank 1: all_reduce failed: ncclRemoteError"};
       echo.from_peer = true;
@@ -100,23 +102,23 @@ TEST(Agree, TheRootCauseIsReportedBeforeAPeersEchoOfIt) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       return Diag{"", {}, "rank 0: all_reduce timed out after 500 ms"};
     }
-    return std::nullopt;
+    return {};
   });
-  ASSERT_TRUE(err);
-  EXPECT_EQ(err->message, "rank 0: all_reduce timed out after 500 ms");
-  EXPECT_FALSE(err->from_peer);
+  ASSERT_FALSE(err.ok());
+  EXPECT_EQ(err.error().message, "rank 0: all_reduce timed out after 500 ms");
+  EXPECT_FALSE(err.error().from_peer);
 }
 
 TEST(Agree, AnEchoIsReportedWhenNoRankSaysMore) {
   DeviceMesh mesh = mesh_of({{"tp", 2}});
-  std::optional<Diag> err = on_rank_threads(mesh, std::chrono::seconds(20), [&](Comm& c) -> std::optional<Diag> {
-    if (c.rank() != 1) return std::nullopt;
+  Result<void> err = on_rank_threads(mesh, std::chrono::seconds(20), [&](Comm& c) -> Result<void> {
+    if (c.rank() != 1) return {};
     Diag echo{"", {}, "rank 1: aborted: rank 7 of another job failed"};
     echo.from_peer = true;
     return echo;
   });
-  ASSERT_TRUE(err);
-  EXPECT_EQ(err->message, "rank 1: aborted: rank 7 of another job failed");
+  ASSERT_FALSE(err.ok());
+  EXPECT_EQ(err.error().message, "rank 1: aborted: rank 7 of another job failed");
 }
 
 }  // namespace runtime_agree_test

@@ -11,6 +11,7 @@
 
 #include "runtime/agree.h"
 #include "runtime/comm.h"
+#include "tests/result_util.h"
 
 namespace sf {
 namespace runtime_hardening_comm_test {
@@ -79,9 +80,9 @@ TEST(HardeningAgree, EveryRankFailsAndNamesWhatDiffers) {
     d.add("graph", rank == 2 ? std::string(300, 'b') : std::string(300, 'a'));  // long: a digest
     d.add("options", rank == 1 ? "fuse=no" : "fuse=yes");                       // short: shown
     d.add("inputs", Digest().update("same"));
-    std::optional<Diag> e = agree_on_run(*comm, d);
-    ASSERT_TRUE(e.has_value()) << "rank " << rank;
-    msgs[static_cast<size_t>(rank)] = e->message;
+    Result<void> e = agree_on_run(*comm, d);
+    ASSERT_FALSE(e.ok()) << "rank " << rank;
+    msgs[static_cast<size_t>(rank)] = e.error().message;
   });
   for (int r = 0; r < 3; ++r) {
     const std::string& m = msgs[static_cast<size_t>(r)];
@@ -101,7 +102,7 @@ TEST(HardeningAgree, RanksThatAgreeGoOn) {
     RunDigest d;
     d.add("graph", std::string(500, 'g'));
     d.add("options", "x");
-    EXPECT_FALSE(agree_on_run(*comm, d).has_value());
+    EXPECT_TRUE(succeeded(agree_on_run(*comm, d)));
     // The comm is still usable afterwards.
     EXPECT_TRUE(comm->all_reduce(0, Tensor(DType::F32, {2}), ReduceOp::Sum).wait().ok());
   });

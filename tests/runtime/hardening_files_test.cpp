@@ -16,6 +16,7 @@
 #include "runtime/core/file_io.h"
 #include "codegen/ir/parser.h"
 #include "runtime/npy.h"
+#include "tests/result_util.h"
 
 namespace sf {
 namespace runtime_hardening_files_test {
@@ -113,15 +114,15 @@ TEST_F(HardeningFiles, ATuningCacheEntryOverTheCapIsRefusedUnread) {
 TEST_F(HardeningFiles, OutputsAreWrittenAllOrNone) {
   Tensor a(DType::F32, {2}), b(DType::F32, {3});
   fs::create_directory(path("b.npy"));  // b's name is taken by a directory
-  std::optional<Diag> d = write_npy_all({{path("a.npy"), &a}, {path("b.npy"), &b}});
-  ASSERT_TRUE(d);
-  EXPECT_EQ(d->file, path("b.npy"));
+  Result<void> d = write_npy_all({{path("a.npy"), &a}, {path("b.npy"), &b}});
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().file, path("b.npy"));
   EXPECT_FALSE(fs::exists(path("a.npy")));
   EXPECT_TRUE(fs::is_directory(path("b.npy")));
   for (const auto& f : fs::directory_iterator(dir_))
     EXPECT_EQ(f.path().filename(), "b.npy") << "left behind: " << f.path();
   fs::remove(path("b.npy"));
-  EXPECT_FALSE(write_npy_all({{path("a.npy"), &a}, {path("b.npy"), &b}}));
+  EXPECT_TRUE(succeeded(write_npy_all({{path("a.npy"), &a}, {path("b.npy"), &b}})));
   EXPECT_TRUE(fs::is_regular_file(path("a.npy")));
   EXPECT_TRUE(fs::is_regular_file(path("b.npy")));
 }

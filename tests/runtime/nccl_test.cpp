@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/comm.h"
+#include "tests/result_util.h"
 
 namespace sf {
 namespace runtime_nccl_test {
@@ -181,13 +182,13 @@ TEST(NcclOptions, ConfigCarriesMaxCtasAndNonblocking) {
   EXPECT_EQ(c.minCTAs, 2);
   EXPECT_EQ(c.blocking, 1);
   EXPECT_STREQ(c.commName, "tp");
-  EXPECT_FALSE(nccl::check_options(o));
+  EXPECT_TRUE(succeeded(nccl::check_options(o)));
   o.min_ctas = 16;
-  ASSERT_TRUE(nccl::check_options(o));
-  EXPECT_THAT(nccl::check_options(o)->message, HasSubstr("min_ctas 16 exceeds max_ctas 8"));
+  ASSERT_FALSE(nccl::check_options(o).ok());
+  EXPECT_THAT(nccl::check_options(o).error().message, HasSubstr("min_ctas 16 exceeds max_ctas 8"));
   o = {};
   o.timeout = milliseconds(0);
-  EXPECT_TRUE(nccl::check_options(o));
+  EXPECT_FALSE(nccl::check_options(o).ok());
 }
 
 TEST(NcclSplit, ColorIsTheGroupIndexAndKeyThePosition) {
@@ -286,13 +287,14 @@ Device device(int ordinal) {
 cuda::Buffer upload(cuda::Context& ctx, const std::vector<float>& v) {
   Result<cuda::Buffer> b = cuda::Buffer::allocate(ctx, v.size() * sizeof(float));
   EXPECT_TRUE(b) << b.error().message;
-  EXPECT_FALSE(cuda::check(ctx.drv().MemcpyHtoD(b->ptr(), v.data(), v.size() * sizeof(float)), "cuMemcpyHtoD"));
+  EXPECT_TRUE(
+      succeeded(cuda::check(ctx.drv().MemcpyHtoD(b->ptr(), v.data(), v.size() * sizeof(float)), "cuMemcpyHtoD")));
   return std::move(b).value();
 }
 
 std::vector<float> download(cuda::Context& ctx, const cuda::Buffer& b, size_t n) {
   std::vector<float> v(n);
-  EXPECT_FALSE(cuda::check(ctx.drv().MemcpyDtoH(v.data(), b.ptr(), n * sizeof(float)), "cuMemcpyDtoH"));
+  EXPECT_TRUE(succeeded(cuda::check(ctx.drv().MemcpyDtoH(v.data(), b.ptr(), n * sizeof(float)), "cuMemcpyDtoH")));
   return v;
 }
 
@@ -300,7 +302,7 @@ TEST(NcclGpu, OneRankCollectivesAreTheIdentity) {
   REQUIRE_NCCL_AND_GPUS(1);
   const nccl::Library* lib = nccl::library().value();
   Device d = device(0);
-  ASSERT_FALSE(d.ctx->make_current());
+  ASSERT_TRUE(succeeded(d.ctx->make_current()));
   ncclUniqueId id{};
   ASSERT_EQ(lib->GetUniqueId(&id), ncclSuccess);
   nccl::Options o;
@@ -311,18 +313,18 @@ TEST(NcclGpu, OneRankCollectivesAreTheIdentity) {
   std::vector<float> x(1000);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) - 8.0f;
   cuda::Buffer in = upload(*d.ctx, x), out = upload(*d.ctx, std::vector<float>(x.size(), 0.0f));
-  ASSERT_FALSE((*c)->all_reduce(in.ptr(), out.ptr(), x.size(), DType::F32, ReduceOp::Sum, d.stream.get()));
-  ASSERT_FALSE((*c)->wait_with_timeout(d.stream.get()));
+  ASSERT_TRUE(succeeded((*c)->all_reduce(in.ptr(), out.ptr(), x.size(), DType::F32, ReduceOp::Sum, d.stream.get())));
+  ASSERT_TRUE(succeeded((*c)->wait_with_timeout(d.stream.get())));
   EXPECT_EQ(download(*d.ctx, out, x.size()), x);
   for (CollectiveKind k : {CollectiveKind::AllGather, CollectiveKind::ReduceScatter, CollectiveKind::AllToAll}) {
     cuda::Buffer o2 = upload(*d.ctx, std::vector<float>(x.size(), 0.0f));
-    std::optional<Diag> e;
+    Result<void> e;
     if (k == CollectiveKind::AllGather) e = (*c)->all_gather(in.ptr(), o2.ptr(), x.size(), DType::F32, d.stream.get());
     if (k == CollectiveKind::ReduceScatter)
       e = (*c)->reduce_scatter(in.ptr(), o2.ptr(), x.size(), DType::F32, ReduceOp::Max, d.stream.get());
     if (k == CollectiveKind::AllToAll) e = (*c)->all_to_all(in.ptr(), o2.ptr(), x.size(), DType::F32, d.stream.get());
-    ASSERT_FALSE(e) << e->message;
-    ASSERT_FALSE((*c)->wait_with_timeout(d.stream.get())) << collective_name(k);
+    ASSERT_TRUE(succeeded(e));
+    ASSERT_TRUE(succeeded((*c)->wait_with_timeout(d.stream.get()))) << collective_name(k);
     EXPECT_EQ(download(*d.ctx, o2, x.size()), x) << collective_name(k);
   }
 }
@@ -331,7 +333,7 @@ TEST(NcclGpu, AMemberThatNeverJoinsTimesOutAndAborts) {
   REQUIRE_NCCL_AND_GPUS(1);
   const nccl::Library* lib = nccl::library().value();
   Device d = device(0);
-  ASSERT_FALSE(d.ctx->make_current());
+  ASSERT_TRUE(succeeded(d.ctx->make_current()));
   ncclUniqueId id{};
   ASSERT_EQ(lib->GetUniqueId(&id), ncclSuccess);
   nccl::Options o;
@@ -364,15 +366,15 @@ TEST(NcclGpu, TwoRanksAllReduceThenASilentPeerTimesOutEveryRank) {
     ASSERT_TRUE(c) << c.error().message;
     std::vector<float> x(4096, static_cast<float>(rank + 1));
     cuda::Buffer in = upload(*d.ctx, x), out = upload(*d.ctx, std::vector<float>(x.size(), 0.0f));
-    ASSERT_FALSE((*c)->all_reduce(in.ptr(), out.ptr(), x.size(), DType::F32, ReduceOp::Sum, d.stream.get()));
-    ASSERT_FALSE((*c)->wait_with_timeout(d.stream.get()));
+    ASSERT_TRUE(succeeded((*c)->all_reduce(in.ptr(), out.ptr(), x.size(), DType::F32, ReduceOp::Sum, d.stream.get())));
+    ASSERT_TRUE(succeeded((*c)->wait_with_timeout(d.stream.get())));
     EXPECT_EQ(download(*d.ctx, out, x.size()), std::vector<float>(x.size(), 3.0f));
     // Rank 1 goes silent: rank 0's next all_reduce must time out and abort.
     if (rank == 0) {
-      std::optional<Diag> e = (*c)->all_reduce(in.ptr(), out.ptr(), x.size(), DType::F32, ReduceOp::Sum, d.stream.get());
-      if (!e) e = (*c)->wait_with_timeout(d.stream.get(), milliseconds(1000));
-      ASSERT_TRUE(e);
-      errors[0] = e->message;
+      Result<void> e = (*c)->all_reduce(in.ptr(), out.ptr(), x.size(), DType::F32, ReduceOp::Sum, d.stream.get());
+      if (e.ok()) e = (*c)->wait_with_timeout(d.stream.get(), milliseconds(1000));
+      ASSERT_FALSE(e.ok());
+      errors[0] = e.error().message;
       rank0_done.set_value();
     } else {
       done.wait();
@@ -403,8 +405,9 @@ TEST(NcclGpu, SplitPerMeshDim) {
     EXPECT_EQ((*dims)[1]->size(), 1);
     std::vector<float> x(256, static_cast<float>(rank + 1));
     cuda::Buffer in = upload(*d.ctx, x), out = upload(*d.ctx, std::vector<float>(x.size(), 0.0f));
-    ASSERT_FALSE((*dims)[0]->all_reduce(in.ptr(), out.ptr(), x.size(), DType::F32, ReduceOp::Sum, d.stream.get()));
-    ASSERT_FALSE((*dims)[0]->wait_with_timeout(d.stream.get()));
+    ASSERT_TRUE(
+        succeeded((*dims)[0]->all_reduce(in.ptr(), out.ptr(), x.size(), DType::F32, ReduceOp::Sum, d.stream.get())));
+    ASSERT_TRUE(succeeded((*dims)[0]->wait_with_timeout(d.stream.get())));
     EXPECT_EQ(download(*d.ctx, out, x.size()), std::vector<float>(x.size(), 3.0f));
   });
 }

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/trace.h"
+#include "tests/result_util.h"
 #include "tests/tools/cli_util.h"  // TempDir
 
 namespace sf {
@@ -51,7 +52,7 @@ TEST(Trace, ValidJsonWithAProcessPerRankAndBothStreams) {
   w.add_rank(2);  // a rank with nothing on it still gets its tracks
   w.set_metadata("graph", "mlp");
   TempDir d;
-  ASSERT_FALSE(w.write(d / "t.json").has_value());
+  ASSERT_TRUE(succeeded(w.write(d / "t.json")));
   json t = read_json(d / "t.json");
 
   Names n = names_of(t);
@@ -100,14 +101,14 @@ TEST(Trace, AFailedWriteLeavesTheOldFileAndSaysWhy) {
   TempDir d;
   TraceWriter w;
   w.add(0, Stream::Compute, "k", 0, 1);
-  std::optional<Diag> e = w.write(d / "missing-dir/t.json");
-  ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->file, d / "missing-dir/t.json");
-  EXPECT_NE(e->message.find("cannot write the trace"), std::string::npos);
+  Result<void> e = w.write(d / "missing-dir/t.json");
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().file, d / "missing-dir/t.json");
+  EXPECT_NE(e.error().message.find("cannot write the trace"), std::string::npos);
 
-  ASSERT_FALSE(w.write(d / "t.json").has_value());
+  ASSERT_TRUE(succeeded(w.write(d / "t.json")));
   w.add(0, Stream::Compute, "k2", 1, 1);
-  ASSERT_FALSE(w.write(d / "t.json").has_value());  // replaced whole
+  ASSERT_TRUE(succeeded(w.write(d / "t.json")));  // replaced whole
   EXPECT_EQ(read_json(d / "t.json").at("traceEvents").size(), 6u + 2u);  // rank 0's 6 metadata events, 2 events
 }
 

@@ -22,6 +22,7 @@
 #include "runtime/core/shard.h"
 #include "runtime/agree.h"
 #include "runtime/plan_exec.h"
+#include "tests/result_util.h"
 #include "tests/runtime_fake/call_log.h"
 
 namespace sf {
@@ -334,30 +335,30 @@ std::pair<long long, long long> allocations_around_run(const OneStep& c) {
     return a;
   };
   long long before = -1, after = -1;
-  std::optional<Diag> failed =
-      on_rank_threads(DeviceMesh(loaded[0]->mesh()), opts.timeout, [&](Comm& comm) -> std::optional<Diag> {
+  Result<void> failed =
+      on_rank_threads(DeviceMesh(loaded[0]->mesh()), opts.timeout, [&](Comm& comm) -> Result<void> {
         const int r = comm.rank();
-        std::optional<Diag> err;
+        Result<void> err;
         Result<std::unique_ptr<RankExec>> rank = RankExec::create_cuda(loaded[static_cast<size_t>(r)], r, opts);
         Result<std::unique_ptr<nccl::NcclComm>> nc = nccl::NcclComm::create(comm, 0, r, opts.nccl);
         if (!rank) err = rank.error();
         else if (!nc) err = nc.error();
-        if (!err) {
+        if (err.ok()) {
           std::vector<std::unique_ptr<nccl::NcclComm>> comms;
           comms.push_back(std::move(nc).value());
           err = (*rank)->use_nccl(std::move(comms));
         }
-        if (!err) err = (*rank)->upload_inputs(in[static_cast<size_t>(r)]);
+        if (err.ok()) err = (*rank)->upload_inputs(in[static_cast<size_t>(r)]);
         // Every rank meets every barrier, failed or not.
         sync.arrive_and_wait();
         if (r == 0) before = allocations();
         sync.arrive_and_wait();
-        if (!err) err = (*rank)->run(&comm);
+        if (err.ok()) err = (*rank)->run(&comm);
         sync.arrive_and_wait();
         if (r == 0) after = allocations();
         return err;
       });
-  EXPECT_FALSE(failed) << failed->str();
+  EXPECT_TRUE(succeeded(failed));
   return {before, after};
 }
 

@@ -122,8 +122,8 @@ int report_outputs(const Graph& g, const std::vector<Tensor>& out, const std::ve
     std::vector<std::pair<std::string, const Tensor*>> files;
     for (size_t i = 0; i < g.outputs().size(); ++i)
       files.emplace_back((fs::path(outputs_dir) / (g.outputs()[i].name + ".npy")).string(), &out[i]);
-    if (auto err = write_npy_all(files)) {
-      std::cerr << err->str() << "\n";
+    if (Result<void> err = write_npy_all(files); !err.ok()) {
+      std::cerr << err.error().str() << "\n";
       if (!existed) fs::remove(outputs_dir, ec);  // only if still empty: what we created
       return 1;
     }
@@ -277,8 +277,8 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
   plan.update(plan_to_json(src.plan));
   for (const auto& [file, text] : src.ptx) plan.update(file).update(text);
   digest.add("plan", plan);
-  if (std::optional<Diag> d = agree_on_run(**comm, digest)) {
-    std::cerr << "error: " << d->message << "\n";
+  if (Result<void> d = agree_on_run(**comm, digest); !d.ok()) {
+    std::cerr << "error: " << d.error().message << "\n";
     return 1;
   }
   GpuRunStats stats;
@@ -286,8 +286,8 @@ int run_rank_process(const Graph& g, const PlanSource& src, const GpuCliOptions&
                                          : run_rank_on_gpu(src, **comm, local[static_cast<size_t>(rank)], ro, &stats);
   bool trace_failed = false;  // a trace asked for and not written fails the rank, like any output
   if (!o.trace_file.empty())
-    if (auto err = trace.write(o.trace_file)) {
-      std::cerr << err->str() << "\n";
+    if (Result<void> err = trace.write(o.trace_file); !err.ok()) {
+      std::cerr << err.error().str() << "\n";
       trace_failed = true;
     }
   if (!out) {
@@ -366,8 +366,8 @@ int run_plan(const Graph& g, const PlanSource& src, const GpuCliOptions& o, std:
       host ? run_plan_on_host(src.plan, host, local, ro, &stats) : run_plan_on_gpu(src, local, ro, &stats);
   if (!o.trace_file.empty()) {
     trace.set_metadata("device", stats.device);
-    if (auto err = trace.write(o.trace_file)) {
-      std::cerr << err->str() << "\n";
+    if (Result<void> err = trace.write(o.trace_file); !err.ok()) {
+      std::cerr << err.error().str() << "\n";
       return 1;
     }
   }

@@ -127,8 +127,8 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
     bool& ok;
     ~WriteTrace() {
       if (path.empty()) return;
-      if (auto err = t.write(path)) {
-        std::cerr << err->str() << "\n";
+      if (Result<void> err = t.write(path); !err.ok()) {
+        std::cerr << err.error().str() << "\n";
         ok = false;
       }
     }
@@ -149,8 +149,8 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
     }
     // Every process compiles every rank's program; the Plan stands for them all.
     digest.add("plan", plan_to_json(cp->plan));
-    if (std::optional<Diag> d = agree_on_run(**comm, digest)) {
-      std::cerr << "error: " << d->message << "\n";
+    if (Result<void> d = agree_on_run(**comm, digest); !d.ok()) {
+      std::cerr << "error: " << d.error().message << "\n";
       return std::nullopt;
     }
     Result<std::vector<Tensor>> out = run_rank_on_host(cp->plan, cp->host_kernels, **comm, local_inputs(*o.rank), ro);

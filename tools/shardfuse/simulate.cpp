@@ -265,8 +265,8 @@ int simulate(const SimulateOptions& o) {
     w.set_metadata("serial_us", r.serial.total_us);
     w.set_metadata("overlapped_us", r.overlapped.total_us);
     w.set_metadata("e_overlap", r.e_overlap);
-    if (std::optional<Diag> d = w.write(o.trace)) {
-      std::cerr << d->str() << "\n";
+    if (Result<void> d = w.write(o.trace); !d.ok()) {
+      std::cerr << d.error().str() << "\n";
       return 1;
     }
     std::cout << "trace: " << o.trace << " (" << w.size() << " events; open it in https://ui.perfetto.dev)\n";

@@ -316,7 +316,7 @@ int tune(const TuneCliOptions& o) {
   Progress progress;
   // Peers wait in the broadcast while rank 0 tunes: give them the whole budget.
   auto timeout = std::chrono::hours(24);
-  std::optional<Diag> err = on_rank_threads(mesh, timeout, [&](Comm& comm) -> std::optional<Diag> {
+  Result<void> err = on_rank_threads(mesh, timeout, [&](Comm& comm) -> Result<void> {
     std::string table;
     if (comm.rank() == 0) {
       Result<GraphTuneResult> r = tune_programs(
@@ -333,7 +333,7 @@ int tune(const TuneCliOptions& o) {
     }
     Result<std::string> agreed = broadcast_text(comm, table);
     if (!agreed) return agreed.error();
-    if (*agreed == "!error") return std::nullopt;
+    if (*agreed == "!error") return {};
     Result<std::map<std::string, KernelChoice>> choices = choices_from_text(*agreed);
     if (!choices) return choices.error();
     // This rank's kernels, each with the agreed config of its key.
@@ -355,14 +355,14 @@ int tune(const TuneCliOptions& o) {
                                                    std::to_string(programs[static_cast<size_t>(comm.rank())].kernels.size()) +
                                                    " kernel(s), config table " + fnv1a_hex(*agreed) + ", own configs " +
                                                    fnv1a_hex(mine);
-    return std::nullopt;
+    return {};
   });
   if (!tune_error.empty()) {
     std::cerr << o.file << ": error: " << tune_error << "\n";
     return 1;
   }
-  if (err) {
-    std::cerr << "error: " << err->message << "\n";
+  if (!err.ok()) {
+    std::cerr << "error: " << err.error().message << "\n";
     return 1;
   }
   if (!disagreement.empty()) {

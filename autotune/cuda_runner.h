@@ -37,10 +37,10 @@
 #include "autotune/builder.h"
 #include "autotune/tuner.h"
 #include "runtime/core/tensor.h"
-#include "runtime/cublas.h"
-#include "runtime/cuda.h"
-#include "runtime/gemm.h"
-#include "runtime/plan.h"
+#include "runtime/gpu/cublas.h"
+#include "runtime/gpu/cuda.h"
+#include "runtime/gpu/gemm.h"
+#include "runtime/plan/plan.h"
 
 namespace sf {
 
@@ -68,9 +68,9 @@ struct PtxArtifact final : Artifact {
   std::vector<PlanTensorMap> tensor_maps;
 };
 
-// An extern candidate (autotune/tuner.h): a library GEMM (runtime/gemm.h) on the
+// An extern candidate (autotune/tuner.h): a library GEMM (runtime/gpu/gemm.h) on the
 // runner's own arguments, timed exactly as a kernel is (the same probe, estimate,
-// CUDA-graph mode, flush and events), through cuBLASLt or cuBLAS (runtime/cublas.h)
+// CUDA-graph mode, flush and events), through cuBLASLt or cuBLAS (runtime/gpu/cublas.h)
 // with a kGemmWorkspaceBytes workspace. Its library must be there, else the run is a
 // Diag saying why.
 //
@@ -92,7 +92,7 @@ struct GemmArtifact final : Artifact {
   std::vector<int> epilogue_in, epilogue_out;
 };
 
-// The cuBLAS and cuBLASLt this process opens (runtime/cublas.h): their versions, or
+// The cuBLAS and cuBLASLt this process opens (runtime/gpu/cublas.h): their versions, or
 // why they cannot be opened.
 GemmLibraries local_gemm_libraries();
 

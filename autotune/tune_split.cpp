@@ -11,9 +11,9 @@
 #include "autotune/problem.h"
 #include "autotune/tuner.h"
 #include "runtime/core/file_io.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/json_reader.h"
-#include "runtime/plan_json.h"
+#include "runtime/gpu/cuda_driver.h"
+#include "runtime/io/json_reader.h"
+#include "runtime/plan/plan_json.h"
 
 namespace sf {
 

@@ -105,7 +105,9 @@ void add_kernels(const std::string& label, const Graph& g, std::vector<BenchKern
   po.can_emit = emit_checker(llvmb::Target::host());
   const TargetInfo& target = host_target_info();
   const std::string tid = target_id(target), tool = toolchain_id(ConfigTarget::Host);
-  for (const LocalProgram& prog : rank_programs(g, plan, mesh, po))
+  Result<std::vector<LocalProgram>> programs = rank_programs(g, plan, mesh, po);
+  if (!programs.ok()) throw std::runtime_error(programs.error().str());
+  for (const LocalProgram& prog : *programs)
     for (const LocalKernel& k : prog.kernels) {
       Result<TuneProblem> p = tune_problem(k);
       if (!p) continue;  // no emitter (gather): not tuned

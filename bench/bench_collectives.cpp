@@ -1,5 +1,5 @@
 // Collective bandwidth with nccl-tests' methodology, for our two backends: Gloo
-// (runtime/comm.h, CPU, always) and NCCL (runtime/nccl.h, one GPU per rank,
+// (runtime/comm/comm.h, CPU, always) and NCCL (runtime/comm/nccl.h, one GPU per rank,
 // registered only when NCCL loads and there are as many GPUs as ranks).
 // docs/collectives.md explains the numbers; in short, for each backend, world size
 // (ranks are threads of this process), collective and size:
@@ -68,9 +68,9 @@
 #include <vector>
 
 #include "runtime/core/host_collectives.h"
-#include "runtime/comm.h"
-#include "runtime/cuda.h"
-#include "runtime/nccl.h"
+#include "runtime/comm/comm.h"
+#include "runtime/gpu/cuda.h"
+#include "runtime/comm/nccl.h"
 
 namespace sf {
 namespace {

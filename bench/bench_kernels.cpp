@@ -55,10 +55,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cublas.h"
-#include "runtime/cuda.h"
+#include "runtime/gpu/cublas.h"
+#include "runtime/gpu/cuda.h"
 #include "autotune/cuda_runner.h"
-#include "runtime/plan_exec.h"
+#include "runtime/plan/plan_exec.h"
 
 namespace sf {
 namespace {

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <stdexcept>
 
 #include "runtime/core/shard.h"
 #include "codegen/fusion/pipeline.h"
@@ -34,7 +35,7 @@
 #include "codegen/kernels/emitter.h"
 #include "codegen/reference/evaluate.h"
 #include "codegen/kernels/compile_plan.h"
-#include "runtime/plan_exec.h"
+#include "runtime/plan/plan_exec.h"
 #include "codegen/fusion/timeline.h"
 
 namespace sf {
@@ -60,7 +61,9 @@ std::vector<LocalProgram> programs_for(const Graph& g, const Mode& m) {
   RankPipelineOptions po;
   po.reorder = m.reorder;
   po.decompose.mode = m.decompose;
-  return rank_programs(g, propagate(g, mesh), mesh, po);
+  Result<std::vector<LocalProgram>> programs = rank_programs(g, propagate(g, mesh), mesh, po);
+  if (!programs.ok()) throw std::runtime_error(programs.error().str());
+  return std::move(programs).value();
 }
 
 double median(std::vector<double> v) {

@@ -1,7 +1,7 @@
 // Compute-communication overlap measured on GPUs: bench_overlap's serial,
 // overlapped and decomposed schedules of the MLP, attention and transformer
 // graphs at real size, every rank on its own GPU with NCCL on a comm stream
-// (runtime/plan_exec.h), and FLUX's E_overlap = 1 - ECT_overlapped / ECT_serial,
+// (runtime/plan/plan_exec.h), and FLUX's E_overlap = 1 - ECT_overlapped / ECT_serial,
 // ECT = T_total - T_compute.
 //
 // No LLVM here: the schedules come as Plan directories compiled elsewhere by
@@ -45,10 +45,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/agree.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/nccl.h"
-#include "runtime/plan_exec.h"
+#include "runtime/comm/agree.h"
+#include "runtime/gpu/cuda_driver.h"
+#include "runtime/comm/nccl.h"
+#include "runtime/plan/plan_exec.h"
 
 namespace sf {
 namespace {

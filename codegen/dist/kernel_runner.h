@@ -2,7 +2,7 @@
 // LocalProgram: the reference runner evaluates the kernel's group with the reference
 // evaluator; codegen/kernels' HostKernelRunner plugs in generated host code, so the
 // tests that check emitters op by op can run whole programs. (The Plan executor,
-// runtime/plan_exec.h, runs Plans, not LocalPrograms.)
+// runtime/plan/plan_exec.h, runs Plans, not LocalPrograms.)
 #pragma once
 
 #include <vector>

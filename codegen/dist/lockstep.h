@@ -2,7 +2,7 @@
 // reference kernels on local shards, collectives over each mesh-dim group at once
 // with the host definitions (runtime/core/host_collectives.h). Deterministic and
 // needs no communicator, so it is the distribution tests' oracle and the quickest
-// way to test a lowering (the executor runs Plans: runtime/plan_exec.h).
+// way to test a lowering (the executor runs Plans: runtime/plan/plan_exec.h).
 #pragma once
 
 #include <vector>

@@ -1,7 +1,7 @@
 // What ties a Plan to the graph it was compiled from: the digest `compile` stores in
 // plan.json, and the check `exec` makes that graph.sf still describes the Plan
 // (per-rank placements and local shapes against the graph's). It needs the graph,
-// so it lives here, above the runtime (runtime/plan_verify.h
+// so it lives here, above the runtime (runtime/plan/plan_verify.h
 // checks a Plan on its own).
 #pragma once
 
@@ -11,7 +11,7 @@
 
 #include "codegen/ir/graph.h"
 #include "runtime/core/diag.h"
-#include "runtime/plan.h"
+#include "runtime/plan/plan.h"
 
 namespace sf {
 

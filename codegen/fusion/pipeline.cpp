@@ -6,6 +6,7 @@
 #include "codegen/ir/printer.h"
 
 #include <map>
+#include <stdexcept>
 
 namespace sf {
 
@@ -69,29 +70,35 @@ const std::vector<std::string>& all_pipeline_stages() {
   return s;
 }
 
-std::vector<LocalProgram> rank_programs(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
-                                        const RankPipelineOptions& opts) {
+Result<std::vector<LocalProgram>> rank_programs(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
+                                                const RankPipelineOptions& opts) {
+  auto internal = [](Diag d) {
+    d.internal = true;
+    return d;
+  };
   const bool verify = opts.verify_each || verify_each_from_env();
   std::vector<LocalProgram> ps;
-  for (const std::string& name : pipeline_stages(opts)) {
-    stage_fn(name, g, plan, mesh, opts)(ps);
-    if (verify) {
-      if (Result<void> r = verify_programs(ps, mesh, name); !r.ok()) {
-        Diag d = r.error();
-        d.message = "--verify-each: the programs are broken " + d.message;
-        if (!opts.verify_failure) throw DiagError{d};
-        *opts.verify_failure = std::move(d);
-        return ps;  // not to be run (pipeline.h)
-      }
+  try {
+    for (const std::string& name : pipeline_stages(opts)) {
+      stage_fn(name, g, plan, mesh, opts)(ps);
+      if (verify)
+        if (Result<void> r = verify_programs(ps, mesh, name); !r.ok())
+          return internal(with_context("--verify-each: the programs are broken ", r.error()));
+      if (opts.after_stage) opts.after_stage(name, ps);
     }
-    if (opts.after_stage) opts.after_stage(name, ps);
+  } catch (const DiagError& e) {
+    return internal(e.diag);
+  } catch (const std::logic_error& e) {
+    return internal(Diag{"", {}, e.what()});
   }
   return ps;
 }
 
-LocalProgram rank_program(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, int rank,
-                          const RankPipelineOptions& opts) {
-  return std::move(rank_programs(g, plan, mesh, opts)[static_cast<size_t>(rank)]);
+Result<LocalProgram> rank_program(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, int rank,
+                                  const RankPipelineOptions& opts) {
+  Result<std::vector<LocalProgram>> ps = rank_programs(g, plan, mesh, opts);
+  if (!ps.ok()) return ps.error();
+  return std::move(ps->at(static_cast<size_t>(rank)));
 }
 
 }  // namespace sf

@@ -32,12 +32,9 @@ struct RankPipelineOptions {
   std::vector<DecomposeDecision>* decisions = nullptr;
   // Check every rank's programs after each stage (lower, decompose,
   // collective-matmul, fuse, schedule; verify_programs.h): `--verify-each`, and on
-  // whenever SHARDFUSE_VERIFY_EACH is set (the test suite sets it). A failure is an
-  // internal error: it goes to *verify_failure when given, and the pipeline stops
-  // there (the programs returned are not to be run); without it, it is thrown as a
-  // DiagError.
+  // whenever SHARDFUSE_VERIFY_EACH is set (the test suite sets it). A failure stops
+  // the pipeline there and is returned as an internal Diag (Diag::internal).
   bool verify_each = false;
-  Result<void>* verify_failure = nullptr;
   // Called after each stage (after its --verify-each check) with the stage's name and
   // every rank's programs: --dump-after prints them.
   std::function<void(std::string_view stage, const std::vector<LocalProgram>&)> after_stage;
@@ -50,13 +47,16 @@ std::vector<std::string> pipeline_stages(const RankPipelineOptions& opts);
 const std::vector<std::string>& all_pipeline_stages();
 
 // Every rank's program. Fusion decides for all ranks together (fuse_all), so the
-// programs have the same kernels and steps whatever the local shapes.
-std::vector<LocalProgram> rank_programs(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
-                                        const RankPipelineOptions& opts = {});
+// programs have the same kernels and steps whatever the local shapes. A Diag only
+// for a bug: a stage's broken invariant (--verify-each, or a stage's own check,
+// which stages raise as DiagError or std::logic_error inside the pipeline), marked
+// Diag::internal; no exception leaves this function.
+Result<std::vector<LocalProgram>> rank_programs(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh,
+                                                const RankPipelineOptions& opts = {});
 
 // One rank's program: the same as rank_programs(...)[rank] (it lowers every rank
 // to decide fusion alike, which is cheap next to running one).
-LocalProgram rank_program(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, int rank,
-                          const RankPipelineOptions& opts = {});
+Result<LocalProgram> rank_program(const Graph& g, const ShardingPlan& plan, const DeviceMesh& mesh, int rank,
+                                  const RankPipelineOptions& opts = {});
 
 }  // namespace sf

@@ -24,7 +24,7 @@
 #include "runtime/core/device_mesh.h"
 #include "codegen/dist/local_program.h"
 #include "runtime/core/diag.h"
-#include "runtime/trace.h"
+#include "runtime/io/trace.h"
 
 namespace sf {
 

@@ -27,7 +27,7 @@
 #include "codegen/reference/evaluate.h"
 #include "runtime/core/shard.h"
 #include "codegen/dist/plan_graph.h"
-#include "runtime/plan_verify.h"
+#include "runtime/plan/plan_verify.h"
 
 namespace sf {
 
@@ -200,7 +200,9 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
     po.can_emit = [](const LocalKernel&) { return true; };  // the evaluator runs any group
   if (!po.can_emit)
     po.can_emit = emit_checker(opts.ptx ? llvmb::Target::nvptx(opts.arch) : llvmb::Target::host(), opts.config);
-  std::vector<LocalProgram> programs = rank_programs(g, sharding, mesh, po);
+  Result<std::vector<LocalProgram>> ran = rank_programs(g, sharding, mesh, po);
+  if (!ran.ok()) return ran.error();
+  std::vector<LocalProgram> programs = std::move(ran).value();
 
   CompiledPlan out;
   Plan& plan = out.plan;

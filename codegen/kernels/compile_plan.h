@@ -10,8 +10,8 @@
 #include "codegen/fusion/pipeline.h"
 #include "codegen/kernels/emitter.h"
 #include "codegen/kernels/tune.h"
-#include "runtime/plan.h"
-#include "runtime/plan_host.h"
+#include "runtime/plan/plan.h"
+#include "runtime/plan/plan_host.h"
 
 namespace sf {
 

@@ -8,7 +8,7 @@
 #include "codegen/ir/decompose.h"
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/matmul_group.h"
-#include "runtime/cublas.h"
+#include "runtime/gpu/cublas.h"
 #include "autotune/cuda_runner.h"
 #include "codegen/kernels/tune.h"
 

@@ -1,5 +1,5 @@
 // Which fused matmul kernels a library GEMM can compute, and the call that does
-// (runtime/gemm.h): the tuner's extern candidates (docs/autotuning.md, "Extern
+// (runtime/gpu/gemm.h): the tuner's extern candidates (docs/autotuning.md, "Extern
 // candidates") and the Plan's gemm steps (docs/plan.md) both start here.
 //
 // cuBLASLt computes epilogue(op(A) x op(B) + bias) over whole matrices read in place.
@@ -14,7 +14,7 @@
 //     by one of: nothing; add a bias (a param of N elements along the last dim, of
 //     the matmul's dtype); then, optionally, relu or gelu_tanh (as the decomposition
 //     of gelu_tanh writes it). The erf `gelu` does not qualify: cuBLASLt's GELU
-//     epilogue is the tanh approximation (runtime/gemm.h). Nor does anything else:
+//     epilogue is the tanh approximation (runtime/gpu/gemm.h). Nor does anything else:
 //     a residual add, a scale, a cast to another dtype, a second output.
 // cuBLAS's GemmEx computes the same without an epilogue, so it is offered only for
 // a bare matmul. No GPU is needed to decide any of this.
@@ -34,7 +34,7 @@
 
 #include "autotune/tuner.h"
 #include "codegen/dist/local_program.h"
-#include "runtime/gemm.h"
+#include "runtime/gpu/gemm.h"
 
 namespace sf {
 
@@ -55,7 +55,7 @@ Result<ExternGemm> extern_gemm(const LocalKernel& k);
 struct ExternGemmEpilogue {
   // The call: epilogue none, cuBLASLt and cuBLAS both able. `gemm.c` is the group's
   // output the product is written to when the matmul's own result is one of them,
-  // else kGemmProduct (runtime/gemm.h): a buffer of its own.
+  // else kGemmProduct (runtime/gpu/gemm.h): a buffer of its own.
   ExternGemm gemm;
   // A pointwise kernel: its first param is the product, then the group's params it
   // reads (in group order); its outputs are the group's other outputs, in order.

@@ -1,7 +1,7 @@
 // The shape rules of one collective call and of two members' calls meeting, in one
 // place for both checkers that need them: the stage verifier on per-rank programs
 // (codegen/fusion/verify_programs.h) and the Plan verifier on plan.json
-// (runtime/plan_verify.h). The rules are runtime/comm.h's (what Comm and NCCL do).
+// (runtime/plan/plan_verify.h). The rules are runtime/comm/comm.h's (what Comm and NCCL do).
 #pragma once
 
 #include <optional>

@@ -22,6 +22,10 @@ struct Diag {
   // ranks reports a Diag without it ahead of one with it, so the user reads the
   // root cause (the rank that timed out), not an echo of it.
   bool from_peer = false;
+  // Set when the error is a bug of shardfuse, not of the input (a broken invariant
+  // that --verify-each or an internal check caught): the CLI reports it as an
+  // internal error with exit status 3.
+  bool internal = false;
 
   std::string str() const;
 };

@@ -67,7 +67,7 @@ namespace {
 
 // One Partial group's reduction, in a wide accumulator (double for floats, int64
 // for integers and bool) rounded once at the end, as the runtime's collectives do
-// (runtime/comm.cpp's wire types): summing bools in bool storage would saturate at
+// (runtime/comm/comm.cpp's wire types): summing bools in bool storage would saturate at
 // true, and an avg of [true, true] would then truncate 1 / 2 to false.
 Tensor reduce_group(const std::vector<const Tensor*>& members, ReduceOp op) {
   const Tensor& first = *members[0];

@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/cublas.h"
+#include "runtime/gpu/cublas.h"
 #include "tests/result_util.h"
 
 namespace sf {
@@ -283,7 +283,7 @@ TEST(Cublas, LtBiasGeluEpilogueMatchesTheHost) {
   check_gemm(ctx, DType::BF16, true);
 }
 
-// Library GEMMs as the tuner and a Plan's gemm steps describe them (runtime/gemm.h):
+// Library GEMMs as the tuner and a Plan's gemm steps describe them (runtime/gpu/gemm.h):
 // a transposed A, a batch with B broadcast, each epilogue, against doubles on the host.
 TEST(Cublas, GemmStepLayoutsMatchTheHost) {
   REQUIRE_GPU(ctx);

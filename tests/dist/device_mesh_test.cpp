@@ -136,7 +136,7 @@ TEST(UnshardTensor, BoolPartialsAccumulateWideBeforeTheAverage) {
   EXPECT_EQ(back->get_int(0), 1);
   EXPECT_EQ(back->get_int(1), 0);
   // A true on one member of two averages to 1 / 2, which truncates to false
-  // (runtime/comm.cpp's from_wire: true only if every member is).
+  // (runtime/comm/comm.cpp's from_wire: true only if every member is).
   PlacementSpec avg{{Placement::partial(ReduceOp::Avg), Placement::replicate()}};
   std::vector<Tensor> mixed;
   for (int r = 0; r < 4; ++r) {

@@ -17,6 +17,7 @@
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
 #include "runtime/core/shard.h"
+#include "tests/result_util.h"
 
 namespace sf::dist_test {
 
@@ -31,7 +32,7 @@ inline Ran run_and_check(const Graph& g, uint64_t seed, const std::string& what,
   Ran ran;
   ran.plan = propagate(g, mesh);
   std::vector<Tensor> global = random_inputs(g, seed);
-  ran.programs = rank_programs(g, ran.plan, mesh, [&] { RankPipelineOptions o; o.fuse = fused; return o; }());
+  ran.programs = ok_value(rank_programs(g, ran.plan, mesh, [&] { RankPipelineOptions o; o.fuse = fused; return o; }()));
   std::vector<std::vector<Tensor>> inputs;
   for (int r = 0; r < mesh.world(); ++r) {
     std::vector<Tensor> in;

@@ -1,7 +1,7 @@
 // A stand-in for libcublas.so.13 and libcublasLt.so.13 in one library, over the fake
 // CUDA driver's host memory (tests/fake_cublas/README.md).
 //
-// runtime/cublas.cpp dlopen()s $SHARDFUSE_LIBCUBLAS and $SHARDFUSE_LIBCUBLASLT and
+// runtime/gpu/cublas.cpp dlopen()s $SHARDFUSE_LIBCUBLAS and $SHARDFUSE_LIBCUBLASLT and
 // dlsym()s the entry points it calls; this library defines them with <cublas_v2.h>
 // and <cublasLt.h> included, so a definition whose type differs from the header's
 // does not compile. Device pointers of tests/fake_cuda are host addresses, so a GEMM

@@ -1,4 +1,4 @@
-// runtime/cuda.h against the fake driver (tests/fake_cuda/README.md): contexts, the
+// runtime/gpu/cuda.h against the fake driver (tests/fake_cuda/README.md): contexts, the
 // caching allocator, buffers, streams, events, PTX modules, launches, sticky faults
 // and CUDA Graph capture, without a GPU. The fake runs no kernel code, so these
 // tests check the plumbing (which calls, with what, in which order, what a failure
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/cuda.h"
+#include "runtime/gpu/cuda.h"
 #include "tests/result_util.h"
 
 namespace sf::cuda {

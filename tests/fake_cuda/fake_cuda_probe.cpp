@@ -1,4 +1,4 @@
-// What runtime/cuda_driver.h finds in this process's environment, one line:
+// What runtime/gpu/cuda_driver.h finds in this process's environment, one line:
 // "device <ordinal> <name> <arch> sms=<n> driver=<version>" per device asked for
 // (ordinals from argv, default 0), or the Diag's message. Exit 0 when every
 // device was found. cuda_runtime_test.cpp runs it with FAKE_CUDA_DEVICES and
@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "runtime/cuda_driver.h"
+#include "runtime/gpu/cuda_driver.h"
 
 int main(int argc, char** argv) {
   sf::Result<const sf::cuda::Driver*> d = sf::cuda::driver();

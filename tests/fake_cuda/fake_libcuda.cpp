@@ -1,6 +1,6 @@
 // A stand-in for libcuda.so.1 that runs no kernels (tests/fake_cuda/README.md).
 //
-// runtime/cuda_driver.cpp dlopen()s $SHARDFUSE_LIBCUDA and asks its
+// runtime/gpu/cuda_driver.cpp dlopen()s $SHARDFUSE_LIBCUDA and asks its
 // cuGetProcAddress_v2 for every entry point in SF_CUDA_ENTRY_POINTS; this library
 // answers with the functions below. "Device" memory is host memory, so copies and
 // memsets really happen; a launch checks what a GPU would reject (dimensions,
@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "tests/fake_cuda/fake_log.h"
-#include "runtime/cuda_driver.h"
+#include "runtime/gpu/cuda_driver.h"
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -1315,7 +1315,7 @@ CUresult LaunchKernel(CUfunction h, unsigned gx, unsigned gy, unsigned gz, unsig
                    " B allowed (cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) raises it)");
   if (extra) return invalid("the fake takes kernelParams, not extra");
   if (f.params > 0 && !params) return invalid("null kernelParams for " + std::to_string(f.params) + " parameters");
-  // Every parameter of our kernels is a device pointer (runtime/cuda.h's launch ABI).
+  // Every parameter of our kernels is a device pointer (runtime/gpu/cuda.h's launch ABI).
   for (int i = 0; i < f.params; ++i) n.args.push_back(*static_cast<const CUdeviceptr*>(params[i]));
   if (is_capturing(st)) {
     s.graphs[st->cap.graph].nodes.push_back(std::move(n));

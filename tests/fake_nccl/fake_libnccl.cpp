@@ -1,7 +1,7 @@
 // A stand-in for libnccl.so.2 over the fake CUDA driver's host memory
 // (tests/fake_nccl/README.md).
 //
-// runtime/nccl.cpp dlopen()s $SHARDFUSE_LIBNCCL and dlsym()s every name in
+// runtime/comm/nccl.cpp dlopen()s $SHARDFUSE_LIBNCCL and dlsym()s every name in
 // SF_NCCL_ENTRY_POINTS; this library defines them with <nccl.h> included, so a
 // definition whose type differs from the header's declaration does not compile
 // (C linkage allows no overloads), and kEntries below names every entry point, so
@@ -37,7 +37,7 @@
 
 #include "tests/fake_cuda/fake_float.h"
 #include "tests/fake_cuda/fake_log.h"
-#include "runtime/nccl.h"
+#include "runtime/comm/nccl.h"
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 

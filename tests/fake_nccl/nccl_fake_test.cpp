@@ -1,4 +1,4 @@
-// runtime/nccl.h's communicators and collectives on the fake NCCL and the fake
+// runtime/comm/nccl.h's communicators and collectives on the fake NCCL and the fake
 // CUDA driver (tests/fake_nccl/README.md): ranks are threads of this process, each
 // with its own fake GPU, meeting through an in-process Gloo Comm as in a real run.
 // Numbers are checked against the host oracle (runtime/core/host_collectives.h),
@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "runtime/core/host_collectives.h"
-#include "runtime/agree.h"
-#include "runtime/comm.h"
-#include "runtime/nccl.h"
+#include "runtime/comm/agree.h"
+#include "runtime/comm/comm.h"
+#include "runtime/comm/nccl.h"
 #include "tests/result_util.h"
 
 namespace sf {

@@ -16,6 +16,7 @@
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
 #include "codegen/dist/lockstep.h"
+#include "tests/result_util.h"
 
 namespace sf {
 namespace fusion_collective_matmul_test {
@@ -46,7 +47,7 @@ std::vector<LocalProgram> programs(const Graph& g, DecomposeMode mode, bool fuse
   o.decompose.mode = mode;
   o.decompose.rates = rates;
   o.decisions = decisions;
-  return rank_programs(g, propagate(g, mesh), mesh, o);
+  return ok_value(rank_programs(g, propagate(g, mesh), mesh, o));
 }
 
 std::vector<const LocalStep*> ring_shifts(const LocalProgram& p) {

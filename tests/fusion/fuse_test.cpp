@@ -10,6 +10,7 @@
 #include "codegen/fusion/pipeline.h"
 #include "codegen/ir/builder.h"
 #include "codegen/ir/parser.h"
+#include "tests/result_util.h"
 
 namespace sf {
 namespace fusion_fuse_test {
@@ -30,7 +31,7 @@ std::vector<LocalProgram> programs(const Graph& g, bool fused = true) {
   DeviceMesh mesh(g.mesh());
   RankPipelineOptions o;
   o.fuse = fused;
-  return rank_programs(g, propagate(g, mesh), mesh, o);
+  return ok_value(rank_programs(g, propagate(g, mesh), mesh, o));
 }
 
 std::vector<std::string> kinds(const LocalProgram& p) {
@@ -133,7 +134,7 @@ TEST(Fuse, AGroupThatCannotBeEmittedIsSplitAndTheRestStaysFused) {
     ++asked;
     return std::find(k.ops.begin(), k.ops.end(), "exp") == k.ops.end();
   };
-  LocalProgram p = rank_programs(g, propagate(g, mesh), mesh, opts)[0];
+  LocalProgram p = ok_value(rank_programs(g, propagate(g, mesh), mesh, opts))[0];
   std::vector<std::vector<std::string>> ops;
   for (const LocalKernel& k : p.kernels) ops.push_back(k.ops);
   EXPECT_EQ(ops, (std::vector<std::vector<std::string>>{{"matmul", "relu"}, {"add"}, {"exp"}, {"mul"}}))

@@ -13,7 +13,7 @@
 #include "codegen/fusion/timeline.h"
 #include "codegen/ir/builder.h"
 #include "codegen/ir/parser.h"
-#include "runtime/trace.h"
+#include "runtime/io/trace.h"
 
 namespace sf {
 namespace fusion_timeline_test {

@@ -130,7 +130,7 @@ TEST(VerifyPrograms, AKernelStepWhoseOperandsAreNotTheKernelsTypesIsRefused) {
   Result<Graph> g = parse_file(std::string(SF_SOURCE_DIR) + "/examples/tp_mlp.sf");
   ASSERT_TRUE(g.ok()) << g.error().str();
   const DeviceMesh mesh(g->mesh());
-  std::vector<LocalProgram> ps = rank_programs(*g, propagate(*g, mesh), mesh);
+  std::vector<LocalProgram> ps = ok_value(rank_programs(*g, propagate(*g, mesh), mesh));
   ASSERT_EQ(verify(ps, mesh, "schedule"), "");
   LocalProgram& p = ps[2];
   auto k = std::find_if(p.steps.begin(), p.steps.end(), [](const LocalStep& s) { return s.kind == LocalStep::Kind::Kernel; });
@@ -139,6 +139,28 @@ TEST(VerifyPrograms, AKernelStepWhoseOperandsAreNotTheKernelsTypesIsRefused) {
   const std::string m = verify(ps, mesh, "fuse");
   EXPECT_NE(m.find("after fuse: rank 2, step " + std::to_string(k - p.steps.begin()) + " (kernel "), std::string::npos) << m;
   EXPECT_NE(m.find("operand 0"), std::string::npos) << m;
+}
+
+TEST(VerifyPrograms, ABrokenStageIsAnInternalErrorNotAnException) {
+  // A program broken between two stages (rank 1's collective loses its Wait after
+  // lowering) must come back from rank_programs as an internal Diag naming the
+  // stage whose check caught it; nothing is thrown.
+  Result<Graph> g = parse_file(std::string(SF_SOURCE_DIR) + "/examples/tp_mlp.sf");
+  ASSERT_TRUE(g.ok()) << g.error().str();
+  const DeviceMesh mesh(g->mesh());
+  RankPipelineOptions po;
+  po.verify_each = true;
+  po.after_stage = [](std::string_view stage, const std::vector<LocalProgram>& ps) {
+    if (stage != "lower") return;
+    auto& p = const_cast<LocalProgram&>(ps[1]);  // the test's corruption
+    auto w = std::find_if(p.steps.begin(), p.steps.end(), [](const LocalStep& s) { return s.kind == LocalStep::Kind::Wait; });
+    if (w != p.steps.end()) p.steps.erase(w);
+  };
+  Result<std::vector<LocalProgram>> ps = rank_programs(*g, propagate(*g, mesh), mesh, po);
+  ASSERT_FALSE(ps.ok());
+  EXPECT_TRUE(ps.error().internal);
+  EXPECT_NE(ps.error().message.find("--verify-each: the programs are broken after decompose"), std::string::npos)
+      << ps.error().message;
 }
 
 // Every example after every stage, through rank_programs' own hook, on the mesh it
@@ -158,14 +180,12 @@ TEST(VerifyPrograms, EveryExamplePassesAfterEveryStage) {
       const DeviceMesh mesh(sized->mesh());
       const ShardingPlan plan = propagate(*sized, mesh);
       for (DecomposeMode mode : {DecomposeMode::Auto, DecomposeMode::Always, DecomposeMode::Never}) {
-        Result<void> failure;
         RankPipelineOptions po;
         po.verify_each = true;
-        po.verify_failure = &failure;
         po.decompose.mode = mode;
-        std::vector<LocalProgram> ps = rank_programs(*sized, plan, mesh, po);
-        EXPECT_TRUE(succeeded(failure)) << e.path() << " on " << m.str();
-        EXPECT_EQ(verify(ps, mesh, "the end"), "") << e.path() << " on " << m.str();
+        Result<std::vector<LocalProgram>> ps = rank_programs(*sized, plan, mesh, po);
+        ASSERT_TRUE(succeeded(ps)) << e.path() << " on " << m.str();
+        EXPECT_EQ(verify(*ps, mesh, "the end"), "") << e.path() << " on " << m.str();
         ++checked;
       }
     }

@@ -28,8 +28,9 @@
 #include "codegen/kernels/compile_plan.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
-#include "runtime/plan_exec.h"
+#include "runtime/plan/plan_exec.h"
 #include "tests/fuzz/graph_gen.h"
+#include "tests/result_util.h"
 
 namespace {
 
@@ -123,7 +124,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   po.decompose.mode = c.decompose == 1 ? DecomposeMode::Always : c.decompose == 2 ? DecomposeMode::Never : DecomposeMode::Auto;
   std::vector<DecomposeDecision> decisions;
   po.decisions = &decisions;
-  std::vector<LocalProgram> programs = rank_programs(g, plan, mesh, po);
+  std::vector<LocalProgram> programs = ok_value(rank_programs(g, plan, mesh, po));
   po.decisions = nullptr;
   std::string explained = explain_sharding(g, plan, mesh) + explain_kernels(programs[0]) + explain_schedule(programs[0], mesh);
   for (const LocalStep& s : programs[0].steps) explained += step_line(programs[0], s, mesh);

@@ -16,8 +16,8 @@
 #include "codegen/kernels/extern_gemm.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
-#include "runtime/cublas.h"
-#include "runtime/plan_verify.h"
+#include "runtime/gpu/cublas.h"
+#include "runtime/plan/plan_verify.h"
 #include "tests/kernels/extern_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 

@@ -19,7 +19,7 @@
 #include "codegen/ir/parser.h"
 #include "codegen/kernels/compile_plan.h"
 #include "codegen/kernels/host_runner.h"
-#include "runtime/cublas.h"
+#include "runtime/gpu/cublas.h"
 #include "autotune/cuda_runner.h"
 #include "tests/kernels/extern_test_util.h"
 #include "tests/tools/cli_util.h"
@@ -31,7 +31,7 @@ using namespace kernels_extern_test_util;
 
 struct Want {
   std::string what, params, body;
-  // The call, in our row-major terms (runtime/gemm.h), and the params it reads.
+  // The call, in our row-major terms (runtime/gpu/gemm.h), and the params it reads.
   int64_t m, n, k, batch;
   bool trans_a;
   int64_t lda;

@@ -18,6 +18,7 @@
 #include "codegen/kernels/compile_plan.h"
 #include "codegen/kernels/host_runner.h"
 #include "tests/tools/cli_util.h"
+#include "tests/result_util.h"
 
 namespace sf {
 namespace kernels_extern_test_util {
@@ -32,7 +33,7 @@ inline Matmul matmul_of(const std::string& text) {
   Result<Graph> g = parse_graph(text);
   if (!g) throw std::runtime_error(g.error().str());
   DeviceMesh mesh(g->mesh());
-  const LocalProgram p = rank_programs(*g, propagate(*g, mesh), mesh)[0];
+  const LocalProgram p = ok_value(rank_programs(*g, propagate(*g, mesh), mesh))[0];
   for (const LocalStep& s : p.steps) {
     if (s.kind != LocalStep::Kind::Kernel) continue;
     const LocalKernel& k = p.kernels[static_cast<size_t>(s.kernel)];

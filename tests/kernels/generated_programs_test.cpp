@@ -14,6 +14,7 @@
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
 #include "codegen/dist/lockstep.h"
+#include "tests/result_util.h"
 
 namespace sf {
 namespace kernels_generated_programs_test {
@@ -30,7 +31,7 @@ HostKernelRunner& runner() {
 void check(const Graph& g, uint64_t seed, const std::string& what) {
   DeviceMesh mesh(g.mesh());
   ShardingPlan plan = propagate(g, mesh);
-  std::vector<LocalProgram> ps = rank_programs(g, plan, mesh);
+  std::vector<LocalProgram> ps = ok_value(rank_programs(g, plan, mesh));
   std::vector<Tensor> global = random_inputs(g, seed);
   std::vector<std::vector<Tensor>> inputs;
   for (int r = 0; r < mesh.world(); ++r) {

@@ -36,6 +36,7 @@
 #include "codegen/kernels/pointwise.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
+#include "tests/result_util.h"
 
 namespace sf {
 namespace kernels_matmul_test {
@@ -356,7 +357,7 @@ TEST(MatmulHost, FusionGroupsOfTheExamples) {
     Result<Graph> g = parse_file(std::string(SF_SOURCE_DIR) + "/examples/" + file);
     ASSERT_TRUE(g.ok()) << g.error().str();
     DeviceMesh mesh(g->mesh());
-    LocalProgram p = rank_program(*g, propagate(*g, mesh), mesh, 0);
+    LocalProgram p = ok_value(rank_program(*g, propagate(*g, mesh), mesh, 0));
     for (const LocalKernel& k : p.kernels) {
       if (k.kind != KernelKind::Matmul) continue;
       SCOPED_TRACE(std::string(file) + ": " + k.name);

@@ -1,5 +1,5 @@
-// The Plan executor on the host (runtime/plan_exec.h's RankExec over
-// runtime/plan_host.h), as `run` uses it: a graph compiled to a host Plan in memory,
+// The Plan executor on the host (runtime/plan/plan_exec.h's RankExec over
+// runtime/plan/plan_host.h), as `run` uses it: a graph compiled to a host Plan in memory,
 // every rank a thread over Gloo. It agrees with the reference evaluator on the
 // examples, with generated kernels and on the reference evaluator; a failing or
 // stalled rank ends every rank with an error instead of a hang.
@@ -14,7 +14,7 @@
 #include "codegen/kernels/compile_plan.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
-#include "runtime/plan_exec.h"
+#include "runtime/plan/plan_exec.h"
 
 namespace sf {
 namespace kernels_plan_host_exec_test {

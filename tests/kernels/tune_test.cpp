@@ -16,6 +16,7 @@
 #include "codegen/ir/parser.h"
 #include "codegen/kernels/compile_plan.h"
 #include "codegen/kernels/host_runner.h"
+#include "tests/result_util.h"
 
 namespace sf {
 namespace kernels_tune_test {
@@ -40,7 +41,7 @@ std::vector<LocalKernel> kernels_of(const std::string& text) {
   Result<Graph> g = parse_graph(text);
   if (!g) throw std::runtime_error(g.error().str());
   DeviceMesh mesh(g->mesh());
-  return rank_programs(*g, propagate(*g, mesh), mesh)[0].kernels;
+  return ok_value(rank_programs(*g, propagate(*g, mesh), mesh))[0].kernels;
 }
 
 TuneProblem prob(const LocalKernel& k) { return tune_problem(k).value(); }

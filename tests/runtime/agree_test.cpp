@@ -1,6 +1,6 @@
 // Rank agreement over the comm backend: what the autotuner uses so that every rank
 // runs rank 0's configs, whatever each rank would have chosen alone.
-#include "runtime/agree.h"
+#include "runtime/comm/agree.h"
 
 #include <gtest/gtest.h>
 

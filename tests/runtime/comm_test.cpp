@@ -1,4 +1,4 @@
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // The driver loader without a GPU (CI) and with one (the lent GPU machine).
-#include "runtime/cuda_driver.h"
+#include "runtime/gpu/cuda_driver.h"
 
 #include <gtest/gtest.h>
 

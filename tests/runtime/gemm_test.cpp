@@ -1,14 +1,14 @@
-// The library GEMM description (runtime/gemm.h) and the Plan's gemm step: names,
+// The library GEMM description (runtime/gpu/gemm.h) and the Plan's gemm step: names,
 // gemm_check against buffers, plan.json round trips, and plan_verify's refusals of a
 // step edited by hand (each naming its field).
-#include "runtime/gemm.h"
+#include "runtime/gpu/gemm.h"
 
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "runtime/plan.h"
+#include "runtime/plan/plan.h"
 
 namespace sf {
 namespace runtime_gemm_test {

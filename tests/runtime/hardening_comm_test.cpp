@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/agree.h"
-#include "runtime/comm.h"
+#include "runtime/comm/agree.h"
+#include "runtime/comm/comm.h"
 #include "tests/result_util.h"
 
 namespace sf {

@@ -15,7 +15,7 @@
 #include "autotune/cache.h"
 #include "runtime/core/file_io.h"
 #include "codegen/ir/parser.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 #include "tests/result_util.h"
 
 namespace sf {

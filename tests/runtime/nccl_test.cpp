@@ -3,7 +3,7 @@
 // exchange, no hang), and the pure parts (sizes, bus factors, configs, split keys).
 // With GPUs: a one-rank communicator's collectives, and the timeout paths (a member
 // that never joins; with two GPUs, a member that never issues).
-#include "runtime/nccl.h"
+#include "runtime/comm/nccl.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 #include "tests/result_util.h"
 
 namespace sf {

@@ -1,4 +1,4 @@
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // A kernel's fields in plan.json beyond its launch: TMA tensor maps
-// (runtime/plan.h's PlanTensorMap), how a kernel step's maps round-trip, and how a
+// (runtime/plan/plan.h's PlanTensorMap), how a kernel step's maps round-trip, and how a
 // hand-edited map is refused, naming its field, before any driver sees it: a map
 // reaches only inside the input buffer it is encoded over. Also its kind (one
 // KernelKind) and its host code (version 2).
@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/plan.h"
+#include "runtime/plan/plan.h"
 
 namespace sf {
 namespace runtime_plan_tensor_map_test {

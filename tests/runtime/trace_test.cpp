@@ -1,4 +1,4 @@
-// Chrome trace files (runtime/trace.h): valid JSON, one process per rank with
+// Chrome trace files (runtime/io/trace.h): valid JSON, one process per rank with
 // "compute" and "comm" threads, complete events with their args, written whole.
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/trace.h"
+#include "runtime/io/trace.h"
 #include "tests/result_util.h"
 #include "tests/tools/cli_util.h"  // TempDir
 

@@ -1,4 +1,4 @@
-// The GPU executor's NCCL path (runtime/plan_exec.h) on the stand-in driver and
+// The GPU executor's NCCL path (runtime/plan/plan_exec.h) on the stand-in driver and
 // NCCL (tests/fake_cuda, tests/fake_nccl): device memory is host memory and the
 // fake NCCL really moves it, so a Plan made only of collectives, slices and
 // concats gives real numbers here, and they are checked against the host oracle
@@ -20,8 +20,8 @@
 
 #include "runtime/core/host_collectives.h"
 #include "runtime/core/shard.h"
-#include "runtime/agree.h"
-#include "runtime/plan_exec.h"
+#include "runtime/comm/agree.h"
+#include "runtime/plan/plan_exec.h"
 #include "tests/result_util.h"
 #include "tests/runtime_fake/call_log.h"
 

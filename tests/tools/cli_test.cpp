@@ -9,9 +9,9 @@
 #include <fstream>
 #include <sys/wait.h>
 
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 #include "tests/tools/cli_util.h"
-#include "runtime/plan.h"
+#include "runtime/plan/plan.h"
 #include "tests/result_util.h"
 
 namespace sf {

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/cuda_driver.h"
-#include "runtime/plan.h"
+#include "runtime/gpu/cuda_driver.h"
+#include "runtime/plan/plan.h"
 #include "tests/tools/cli_util.h"
 
 namespace sf {

@@ -1,5 +1,5 @@
 // `shardfuse exec PLAN --device cpu`: a Plan directory runs on the host through the
-// executor the GPU uses (runtime/plan_exec.h's RankExec over runtime/plan_host.h),
+// executor the GPU uses (runtime/plan/plan_exec.h's RankExec over runtime/plan/plan_host.h),
 // its kernels from the host object `compile` writes beside the PTX. Every example
 // checks against the reference; a broken or hostile host object is refused with
 // its file named.

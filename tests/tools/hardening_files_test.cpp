@@ -12,7 +12,7 @@
 #include <iterator>
 #include <string>
 
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 #include "tests/result_util.h"
 #include "tests/tools/cli_util.h"
 

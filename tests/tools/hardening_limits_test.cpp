@@ -1,6 +1,6 @@
 // Sizes that overflow and unbounded work (issue 14, classes 2 and 6), end to end:
 // values, meshes and worlds above the documented limits (docs/graph-format.md#limits,
-// runtime/comm.h's kMaxThreadRanks) are refused at once with a clear message and a
+// runtime/comm/comm.h's kMaxThreadRanks) are refused at once with a clear message and a
 // non-zero exit, never summed as 0, written as an empty .npy, crashed on or waited
 // for. Commands that could hang on the old code run under `timeout 60`, so a
 // regression fails here (exit 124) instead of stalling the suite; no assertion

@@ -64,6 +64,16 @@ std::string diag_str(Diag d) {
   return d.str();
 }
 
+int report_failure(const Diag& d, const std::string& context) {
+  if (d.internal) {
+    std::cerr << "error: internal error (a bug in shardfuse; please report it with the command line): "
+              << diag_str(d) << "\n";
+    return 3;
+  }
+  std::cerr << (context.empty() ? "" : context + ": error: ") << (context.empty() ? diag_str(d) : d.message) << "\n";
+  return 1;
+}
+
 std::optional<Graph> load_graph(const std::string& path) {
   graph_file() = path;
   Result<Graph> g = parse_file(path);

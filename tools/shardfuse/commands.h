@@ -17,8 +17,8 @@
 #include "codegen/dist/propagate.h"
 #include "codegen/fusion/collective_matmul.h"
 #include "codegen/llvm/backend.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/plan_exec.h"
+#include "runtime/gpu/cuda_driver.h"
+#include "runtime/plan/plan_exec.h"
 
 namespace sf::cli {
 
@@ -55,6 +55,10 @@ std::optional<Graph> load_graph(const std::string& path);
 // gets the graph file the command loaded last (load_graph), so no error reads
 // "3:7: error: ..." alone.
 std::string diag_str(Diag d);
+// Prints a failed command's Diag and returns its exit status: 3 with "internal
+// error" for a bug (Diag::internal), else 1, as diag_str or, with `context`, as
+// "<context>: error: <message>".
+int report_failure(const Diag& d, const std::string& context = "");
 
 // `--world N` against the graph's mesh. On a mesh of one dim, N resizes that dim
 // (a graph written for tp=4 runs on 3 ranks, with uneven shards); on an N-D mesh N
@@ -128,7 +132,7 @@ std::unique_ptr<TuneCache> open_tune_cache(const std::string& dir, bool required
 // shardings chosen and collective matmuls decomposed as `model` says (perf_model),
 // so the kernels tuned are the ones the run or the Plan will have (on cuda, unset
 // rates are `arch`'s, as compile prices them).
-std::vector<LocalProgram> programs_for_tuning(const Graph& g, const std::string& device, const std::string& arch,
+Result<std::vector<LocalProgram>> programs_for_tuning(const Graph& g, const std::string& device, const std::string& arch,
                                               bool fuse, const DecomposeOptions& model = {});
 
 // --- shared by run and exec (exec.cpp; no LLVM) -----------------------------------
@@ -180,7 +184,7 @@ std::optional<cuda::DeviceInfo> cuda_device_for(const std::string& arch);
 // Runs the Plan of graph `g` on the GPUs, every rank a thread, and reports like `run`.
 int run_plan_cuda(const Graph& g, const PlanSource& src, const GpuCliOptions& o);
 // The same on the host CPU when `host` is given: the Plan's host code through the
-// same executor (runtime/plan_host.h).
+// same executor (runtime/plan/plan_host.h).
 int run_plan(const Graph& g, const PlanSource& src, const GpuCliOptions& o, std::shared_ptr<const HostKernels> host);
 
 }  // namespace sf::cli

@@ -112,7 +112,9 @@ int compile(CompileCliOptions o) {
       return 1;
     }
     TuneOptions to;
-    Result<GraphTuneResult> r = tune_programs(programs_for_tuning(*g, "cuda", o.arch, !o.no_fuse, *model), setup, *cache, to);
+    Result<std::vector<LocalProgram>> programs = programs_for_tuning(*g, "cuda", o.arch, !o.no_fuse, *model);
+    if (!programs.ok()) return report_failure(programs.error());
+    Result<GraphTuneResult> r = tune_programs(*programs, setup, *cache, to);
     if (!r) {
       std::cerr << o.file << ": error: autotune: " << r.error().message << "\n";
       return 1;
@@ -124,10 +126,7 @@ int compile(CompileCliOptions o) {
   co.choose = [chooser](const LocalKernel& k) { return chooser->choose(k); };
   Result<CompiledPlan> p = compile_plan(*g, co);
   dumper.emit(llvmb::Target::nvptx(o.arch));
-  if (!p.ok()) {
-    std::cerr << o.file << ": error: " << p.error().message << "\n";
-    return 1;
-  }
+  if (!p.ok()) return report_failure(p.error(), o.file);
   // The graph's text goes with the Plan: `exec` shards inputs and checks outputs with it.
   Result<std::string> text = read_regular_file(o.file, kMaxGraphFileBytes, "graph file (.sf)");
   if (!text) {

@@ -58,11 +58,13 @@ int explain(const ExplainOptions& o) {
   if (!dump->empty()) {  // the stages explain runs, printed as they run
     PipelineDump dumper(*g, *dump, o.rank, model->comm);
     po.after_stage = dumper.observer();
-    rank_program(*g, plan, mesh, o.rank, po);
+    if (Result<LocalProgram> p = rank_program(*g, plan, mesh, o.rank, po); !p.ok()) return report_failure(p.error());
     dumper.emit(llvmb::Target::host());
     return 0;
   }
-  LocalProgram p = rank_program(*g, plan, mesh, o.rank, po);
+  Result<LocalProgram> ran = rank_program(*g, plan, mesh, o.rank, po);
+  if (!ran.ok()) return report_failure(ran.error());
+  const LocalProgram& p = *ran;
   std::cout << "graph " << g->name() << " on mesh " << (mesh.ndim() ? mesh.mesh().str() : "(none)") << " ("
             << mesh.world() << " rank" << (mesh.world() == 1 ? "" : "s") << ")\n\n";
   std::cout << explain_sharding(*g, plan, mesh) << "\n";

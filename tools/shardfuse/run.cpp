@@ -20,11 +20,11 @@
 #include "codegen/kernels/compile_plan.h"
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/tune.h"
-#include "runtime/agree.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/plan_exec.h"
-#include "runtime/plan_host.h"
-#include "runtime/npy.h"
+#include "runtime/comm/agree.h"
+#include "runtime/gpu/cuda_driver.h"
+#include "runtime/plan/plan_exec.h"
+#include "runtime/plan/plan_host.h"
+#include "runtime/io/npy.h"
 #include "tools/shardfuse/commands.h"
 
 namespace sf::cli {
@@ -66,11 +66,12 @@ struct HostRunStats {
   int64_t generated = 0, fallbacks = 0;
   int compiled = 0;  // distinct kernels with generated code
   std::map<std::string, std::string> fallback_reasons;  // kernel id -> why
+  int exit_status = 1;  // when the run failed: 3 for an internal error (report_failure)
 };
 
 // Compiles the graph to a Plan for the host in memory (its kernels JIT-compiled,
 // or on the reference evaluator) and runs it through the Plan executor the GPU
-// uses (runtime/plan_exec.h); returns the global outputs (every process of a
+// uses (runtime/plan/plan_exec.h); returns the global outputs (every process of a
 // multi-process run gets them all). A multi-process rank first compares `digest`
 // (plus the Plan) with its peers' at connect.
 std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOptions& o,
@@ -92,7 +93,7 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
   if (chooser) co.host_choose = [chooser](const LocalKernel& k) { return chooser->choose(k).config; };
   Result<CompiledPlan> cp = compile_plan(g, co);
   if (!cp) {
-    std::cerr << o.file << ": error: " << cp.error().message << "\n";
+    st.exit_status = report_failure(cp.error(), o.file);
     return std::nullopt;
   }
   const HostKernels& hk = *cp->host_kernels;
@@ -191,8 +192,9 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   auto chooser = std::make_shared<ConfigChooser>(setup, cache.get());
   if (o.autotune) {
     // Ranks are threads here: one table for all of them.
-    Result<GraphTuneResult> r = tune_programs(
-        programs_for_tuning(g, "cuda", dev->arch(), !o.no_fuse, o.model), setup, *cache, TuneOptions{});
+    Result<std::vector<LocalProgram>> programs = programs_for_tuning(g, "cuda", dev->arch(), !o.no_fuse, o.model);
+    if (!programs.ok()) return report_failure(programs.error());
+    Result<GraphTuneResult> r = tune_programs(*programs, setup, *cache, TuneOptions{});
     if (!r) {
       std::cerr << o.file << ": error: autotune: " << r.error().message << "\n";
       return 1;
@@ -211,10 +213,7 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   co.tma = !o.no_tma;
   co.choose = [chooser](const LocalKernel& k) { return chooser->choose(k); };
   Result<CompiledPlan> cp = compile_plan(g, co);
-  if (!cp) {
-    std::cerr << o.file << ": error: " << cp.error().message << "\n";
-    return 1;
-  }
+  if (!cp) return report_failure(cp.error(), o.file);
   PlanSource src{std::move(cp->plan), std::move(cp->ptx), ""};
   GpuCliOptions go;
   go.inputs_dir = o.inputs_dir;
@@ -269,7 +268,11 @@ int run(RunOptions o) {
   const TuneSetup setup{"cpu", "", parse_buckets(o.cache.buckets)};
   auto chooser = std::make_shared<ConfigChooser>(setup, cache.get());
   std::vector<LocalProgram> tuned_programs;
-  if (o.kernels == "generated") tuned_programs = programs_for_tuning(*g, "cpu", "", !o.no_fuse, o.model);
+  if (o.kernels == "generated") {
+    Result<std::vector<LocalProgram>> programs = programs_for_tuning(*g, "cpu", "", !o.no_fuse, o.model);
+    if (!programs.ok()) return report_failure(programs.error());
+    tuned_programs = std::move(programs).value();
+  }
   if (o.autotune && o.kernels == "generated") {
     TuneOptions to;
     to.bench.warmup_ms = 10;
@@ -345,7 +348,7 @@ int run(RunOptions o) {
   HostRunStats st;
   std::optional<std::vector<Tensor>> out =
       run_distributed(*g, o, *inputs, generated ? chooser.get() : nullptr, std::move(digest), st, ok);
-  if (!ok || !out) return 1;
+  if (!ok || !out) return st.exit_status;
   if (o.rank && *o.rank != 0) {
     // Rank 0 alone prints and saves the outputs; with --check every rank checks
     // them (each holds them all), so that a mismatch fails every rank.

@@ -20,7 +20,7 @@
 #include "runtime/core/file_io.h"
 #include "codegen/kernels/tune.h"
 #include "codegen/fusion/timeline.h"
-#include "runtime/trace.h"
+#include "runtime/io/trace.h"
 #include "tools/shardfuse/commands.h"
 
 namespace sf::cli {
@@ -136,7 +136,9 @@ int simulate(const SimulateOptions& o) {
   po.decompose.rates = device_rates(sys->gpu);
   std::vector<DecomposeDecision> decisions;
   po.decisions = &decisions;
-  std::vector<LocalProgram> programs = rank_programs(*g, plan, mesh, po);
+  Result<std::vector<LocalProgram>> ran = rank_programs(*g, plan, mesh, po);
+  if (!ran.ok()) return report_failure(ran.error());
+  std::vector<LocalProgram> programs = std::move(ran).value();
   // With collective matmuls decomposed, FLUX measures the overlap against the plain
   // schedule: its serial time and its T_compute (the decomposed kernels may cost more).
   const bool decomposed = std::any_of(decisions.begin(), decisions.end(), [](const DecomposeDecision& d) { return d.decomposed; });
@@ -145,7 +147,9 @@ int simulate(const SimulateOptions& o) {
     RankPipelineOptions pp = po;
     pp.decisions = nullptr;
     pp.decompose.mode = DecomposeMode::Never;
-    plain = rank_programs(*g, plan, mesh, pp);
+    Result<std::vector<LocalProgram>> ran_plain = rank_programs(*g, plan, mesh, pp);
+    if (!ran_plain.ok()) return report_failure(ran_plain.error());
+    plain = std::move(ran_plain).value();
   }
 
   // The tuning cache: --cache, else the default directory when there is one (a

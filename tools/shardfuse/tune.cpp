@@ -17,8 +17,8 @@
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/tune.h"
 #include "codegen/reference/evaluate.h"
-#include "runtime/agree.h"
-#include "runtime/cuda_driver.h"
+#include "runtime/comm/agree.h"
+#include "runtime/gpu/cuda_driver.h"
 #include "autotune/tune_split.h"
 #include "tools/shardfuse/commands.h"
 
@@ -53,7 +53,7 @@ void add_cache_options(CLI::App* cmd, CacheCliOptions& o) {
 
 ShapeBuckets parse_buckets(const std::string& s) { return s == "pow2" ? ShapeBuckets::Pow2 : ShapeBuckets::Exact; }
 
-std::vector<LocalProgram> programs_for_tuning(const Graph& g, const std::string& device, const std::string& arch,
+Result<std::vector<LocalProgram>> programs_for_tuning(const Graph& g, const std::string& device, const std::string& arch,
                                               bool fuse, const DecomposeOptions& model) {
   DeviceMesh mesh(g.mesh());
   ShardingPlan plan = propagate(g, mesh, model.comm);
@@ -285,7 +285,9 @@ int tune(const TuneCliOptions& o) {
   std::optional<DecomposeOptions> model =
       perf_model(DecomposeCliOptions{"auto", false, o.system}, o.device == "cuda" ? &arch : nullptr, o.allow_tf32);
   if (!model) return 1;
-  std::vector<LocalProgram> programs = programs_for_tuning(*g, o.device, arch, !o.no_fuse, *model);
+  Result<std::vector<LocalProgram>> tuned = programs_for_tuning(*g, o.device, arch, !o.no_fuse, *model);
+  if (!tuned.ok()) return report_failure(tuned.error());
+  std::vector<LocalProgram> programs = std::move(tuned).value();
   DeviceMesh mesh(g->mesh());
   std::cout << "tuning " << g->name() << " for "
             << (o.device == "cpu" ? std::string("the host CPU") : arch + " (" + device_line + ")") << " on "

@@ -1,0 +1,135 @@
+// A Plan: everything a rank needs to run a compiled graph, without LLVM (DESIGN.md:
+// a Plan written on a machine with LLVM runs on one that has only the CUDA driver
+// and NCCL). On disk it is a directory: plan.json (this structure), one .ptx per
+// distinct kernel, and report.txt. docs/plan.md documents the JSON schema.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/core/collective.h"
+#include "runtime/core/diag.h"
+#include "runtime/core/kernel_kind.h"
+#include "runtime/core/mesh.h"
+#include "runtime/core/tensor.h"
+#include "runtime/gpu/gemm.h"
+
+namespace sf {
+
+// A TMA tensor map a kernel reads one of its inputs through (sm_90a's wgmma kernel,
+// codegen/kernels/emitter.h's TensorMapSpec): the runtime encodes it over the step's
+// input buffer `input` and passes its device address after the outputs.
+struct PlanTensorMap {
+  int input = 0;                      // index into the kernel step's inputs
+  DType dtype = DType::BF16;
+  int rank = 2;                       // 2 or 3
+  std::array<int64_t, 3> dims{};     // elements, innermost first (unused dims 1)
+  std::array<int64_t, 2> strides{};  // bytes of dims 1 and 2 (unused 0)
+  std::array<int, 3> box{};          // elements per copy, innermost first (unused 1)
+  bool operator==(const PlanTensorMap&) const = default;
+};
+
+struct PlanKernel {
+  std::string id;     // unique in the plan; also the .ptx file's stem
+  std::string entry;  // the .entry symbol in the PTX
+  KernelKind kind = KernelKind::Pointwise;  // "kind" in plan.json: kernel_kind_name
+  std::string ptx_file;
+  std::array<int64_t, 3> grid{1, 1, 1};
+  std::array<int, 3> block{1, 1, 1};
+  int shared_bytes = 0;
+  bool zero_outputs = false;  // zero the outputs before the launch (split-K adds into them)
+  int registers = -1;  // from ptxas -v; -1 when ptxas was not run
+  int64_t spill_bytes = -1;
+  int64_t bytes_read = 0, bytes_written = 0, flops = 0;
+  std::vector<std::string> ops;
+  std::string config;         // the kernel's config as "name=value ..." (config_str)
+  std::string config_source;  // "default", "cache" or "tuned"
+  std::vector<PlanTensorMap> tensor_maps;  // extra arguments after the outputs
+  // The kernel's host (CPU) code in Plan::host_object, for `exec --device cpu`:
+  // its symbol (`void f(void** args)`, args the step's inputs then outputs; empty
+  // when the host emitter could not build it), whether its outputs are zeroed
+  // first, and its host config.
+  std::string host_symbol;
+  bool host_zero_outputs = false;
+  std::string host_config;
+};
+
+struct PlanBuffer {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;  // local shape on this rank
+};
+
+// A "gemm" step: a fused matmul kernel whose tuned winner is a library GEMM
+// (docs/plan.md). Its `in` buffers are A, B and the bias (when the epilogue has one),
+// its one `out` is C.
+struct PlanGemm {
+  std::string name;  // the fused kernel it stands for (k0_matmul_add_relu), for messages and traces
+  GemmDesc desc;
+};
+
+// One step of a rank's program, as the CUDA runtime will issue it.
+struct PlanStep {
+  std::string op;  // kernel, gemm, all_gather, all_reduce, reduce_scatter, all_to_all, wait, slice, partialize
+  // The collective `op` names (runtime/core/collective.h), nullopt for the other steps.
+  std::optional<CollectiveKind> collective() const { return parse_collective(op); }
+  std::string stream;  // compute or comm
+  std::string kernel;  // kernel: PlanKernel::id
+  std::vector<int> in, out;  // buffer ids
+  int handle = -1;           // collective start/wait pairing
+  std::string mesh_dim;      // collectives, slice, partialize
+  std::vector<int> group;    // collectives: the ranks, in group order
+  int dim = 0, dim2 = 0;
+  std::string reduce_op;
+  std::vector<int64_t> sizes, sizes2, offset;
+  bool keep = true;
+  PlanGemm gemm;  // gemm steps
+};
+
+struct PlanRank {
+  int rank = 0;
+  std::vector<PlanBuffer> buffers;
+  std::vector<int> inputs;                 // per graph param: its buffer
+  std::vector<std::string> input_specs;    // per graph param: its placement
+  std::vector<int> outputs;                // per graph output: its buffer
+  std::vector<std::string> output_specs;
+  std::vector<PlanStep> steps;
+};
+
+// Limits on a Plan read from plan.json (docs/plan.md): a world of at most 2^16
+// ranks, and at most 2^40 elements in one buffer, so that element and byte counts
+// (x 8 bytes, x 2^16 members of a collective) stay far inside int64.
+inline constexpr int64_t kMaxPlanWorld = int64_t{1} << 16;
+inline constexpr int64_t kMaxPlanElements = int64_t{1} << 40;
+
+struct Plan {
+  // 2: kernels' host code (host_object, PlanKernel::host_symbol).
+  static constexpr int kVersion = 2;
+  std::string graph;
+  // FNV-1a of the printed graph (plan_graph_digest) that `compile` wrote the Plan
+  // for; `exec` compares it with graph.sf's, after checking graph.sf's shapes and
+  // placements against the buffers (runtime/plan/plan_verify.h).
+  std::string graph_digest;
+  std::string mesh;  // "tp=4", "" for one rank
+  int world = 1;
+  std::string arch;
+  std::vector<std::string> params, outputs;  // names, in graph order
+  std::vector<PlanKernel> kernels;
+  std::vector<PlanRank> ranks;
+  // The shared object (a file name in the Plan directory) holding the kernels' host
+  // code; empty when the Plan has none.
+  std::string host_object;
+};
+
+std::string plan_to_json(const Plan& p);
+// A Plan's "mesh" ("dp=2 tp=2", Mesh::str) back into a Mesh; a Diag naming `file`.
+Result<Mesh> parse_plan_mesh(const std::string& mesh, const std::string& file);
+// Parses and validates plan.json text (`file` names it in Diags): version, every
+// field's type and range (by its JSON path), then verify_plan (runtime/plan/plan_verify.h):
+// buffers defined before use, collectives that match across ranks, and so on.
+Result<Plan> plan_from_json(const std::string& text, const std::string& file);
+
+}  // namespace sf

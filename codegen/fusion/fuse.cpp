@@ -13,24 +13,14 @@ namespace sf {
 
 namespace {
 
-
 KernelKind step_kind(const Node& n) {
+  // Elementwise ops, views, generators, tril/triu and literals: one index space.
+  if (index_computed(n.op) || op_info(n.op).category == OpCategory::Leaf) return KernelKind::Pointwise;
   switch (op_info(n.op).category) {
     case OpCategory::Reduce: return KernelKind::Reduction;
     case OpCategory::Matmul: return KernelKind::Matmul;
-    case OpCategory::Gather:
-    case OpCategory::Collective:
-    case OpCategory::Composite: return KernelKind::Gather;  // not fusible: a kernel of its own
-    case OpCategory::Leaf:
-    case OpCategory::Unary:
-    case OpCategory::Binary:
-    case OpCategory::Compare:
-    case OpCategory::Where:
-    case OpCategory::Movement:
-    case OpCategory::Generator:
-    case OpCategory::Positional: return KernelKind::Pointwise;
+    default: return KernelKind::Gather;  // embedding, collectives, composites: not fusible, a kernel of its own
   }
-  return KernelKind::Gather;
 }
 
 struct Group {
@@ -111,6 +101,9 @@ class Fuser {
   // kernels (returned, or read by a collective, slice or concat), when an op reads it
   // from memory (a matmul's or an embedding's operand), or when its step is isolated.
   // Every rank decides alike: it depends only on the steps, which ranks share.
+  // A value is inlined only while what it brings into each kernel that reads it stays
+  // within max_ops (counted with repeats, an upper bound), so that a long generated
+  // chain read by many kernels is written once instead of compiled into each.
   void find_inlined() {
     std::set<int> materialised(p_.output_values.begin(), p_.output_values.end());
     for (const LocalStep& s : p_.steps) {
@@ -123,8 +116,15 @@ class Fuser {
       if (s.kind != LocalStep::Kind::Compute || !index_computed(s.node.op) || opts_.isolate.count(i) ||
           materialised.count(s.out))
         continue;
-      const bool from_index = std::all_of(s.in.begin(), s.in.end(), [&](int v) { return is_constant_value(v) || is_inlined_value(v); });
-      if (from_index) inlined_.insert(i);
+      const bool from_index =
+          std::all_of(s.in.begin(), s.in.end(), [&](int v) { return is_constant_value(v) || is_inlined_value(v); });
+      if (!from_index) continue;
+      int weight = 1;
+      for (int v : s.in)
+        if (is_inlined_value(v)) weight = std::min(weight + inlined_weight_[producer_.at(v)], opts_.max_ops + 1);
+      if (weight > opts_.max_ops) continue;
+      inlined_.insert(i);
+      inlined_weight_[i] = weight;
     }
   }
   bool is_inlined_value(int v) const {
@@ -433,6 +433,7 @@ class Fuser {
   std::map<int, size_t> producer_;
   std::set<int> late_values_;  // values that must not join a matmul's epilogue (above)
   std::set<size_t> inlined_;   // steps recomputed in the kernels that read them (find_inlined)
+  std::map<size_t, int> inlined_weight_;  // ops an inlined step brings into a kernel
   std::vector<int> group_of_;
   std::vector<Group> groups_;
 };

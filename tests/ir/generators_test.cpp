@@ -48,7 +48,9 @@ TEST(Generators, ParseAndPrintRoundTrip) {
   EXPECT_EQ(type(3), (TensorType{DType::F32, {6}}));
   EXPECT_EQ(type(4), (TensorType{DType::I32, {2}}));
   for (const Node& n : g.nodes())
-    if (n.name == "m") EXPECT_EQ(n.type, (TensorType{DType::Bool, {4, 6}}));
+    if (n.name == "m") {
+      EXPECT_EQ(n.type, (TensorType{DType::Bool, {4, 6}}));
+    }
 }
 
 TEST(Generators, AGraphWithoutParamsIsFine) {

@@ -12,15 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "codegen/fusion/pipeline.h"
 #include "codegen/ir/builder.h"
 #include "codegen/ir/decompose.h"
 #include "codegen/ir/parser.h"
-#include "codegen/kernels/host_runner.h"
-#include "codegen/dist/lockstep.h"
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
-#include "runtime/core/shard.h"
+#include "tests/kernels/host_program_check.h"
 
 namespace sf {
 namespace kernels_generators_test {
@@ -247,50 +244,17 @@ TEST(GeneratorsNvptx, KernelsOfEveryKindAssembleAndAGeneratorReadsNoMemory) {
         EXPECT_EQ(ptx->find("ld.global"), std::string::npos) << "a generated value was read from memory";
         EXPECT_NE(ptx->find("st.global"), std::string::npos);
       }
-      if (kernel_test::have_ptxas()) EXPECT_EQ(kernel_test::ptxas_failure(*ptx, arch), "");
+      if (kernel_test::have_ptxas()) {
+        EXPECT_EQ(kernel_test::ptxas_failure(*ptx, arch), "");
+      }
     }
 }
 
 // ---- whole programs -------------------------------------------------------------------------
 
-HostKernelRunner& runner() {
-  static std::unique_ptr<HostKernelRunner> r = [] {
-    auto x = HostKernelRunner::create();
-    if (!x.ok()) throw std::runtime_error(x.error().message);
-    return std::move(x).value();
-  }();
-  return *r;
-}
-
-// Runs g on generated host kernels on every rank and checks every output against the
-// reference; returns rank 0's program.
+// Runs g on generated host kernels on every rank against the reference; rank 0's program.
 LocalProgram run_and_check(const Graph& g, uint64_t seed, const std::string& what) {
-  DeviceMesh mesh(g.mesh());
-  ShardingPlan plan = propagate(g, mesh);
-  std::vector<LocalProgram> ps = rank_programs(g, plan, mesh);
-  std::vector<Tensor> global = random_inputs(g, seed);
-  std::vector<std::vector<Tensor>> inputs(static_cast<size_t>(mesh.world()));
-  for (int r = 0; r < mesh.world(); ++r)
-    for (size_t i = 0; i < g.params().size(); ++i)
-      inputs[static_cast<size_t>(r)].push_back(
-          shard_tensor(global[i], plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));
-  const int fallbacks = runner().stats().fallbacks;
-  auto out = simulate(ps, mesh, inputs, runner());
-  EXPECT_TRUE(out.ok()) << what << ": " << (out.ok() ? "" : out.error().str());
-  EXPECT_EQ(runner().stats().fallbacks, fallbacks) << what << ": a kernel ran on the reference";
-  auto want = evaluate(g, global);
-  EXPECT_TRUE(want.ok()) << what;
-  if (!out.ok() || !want.ok()) return ps[0];
-  for (size_t o = 0; o < g.outputs().size(); ++o) {
-    std::vector<Tensor> locals;
-    for (int r = 0; r < mesh.world(); ++r) locals.push_back((*out)[static_cast<size_t>(r)][o]);
-    Result<Tensor> got = unshard_tensor(locals, g.node(g.outputs()[o].value).type, plan.outputs[o], mesh);
-    EXPECT_TRUE(got.ok()) << what;
-    if (!got.ok()) continue;
-    Comparison c = compare(*got, (*want)[o], default_tolerance(got->dtype()));
-    EXPECT_TRUE(c.ok()) << what << " output " << o << ": max_abs_err " << c.max_abs_err;
-  }
-  return ps[0];
+  return kernel_test::check_on_host_kernels(g, seed, what)[0];
 }
 
 // Every kernel reads memory (a param): none only writes a generated value.
@@ -298,19 +262,20 @@ void expect_no_materialised_generator(const LocalProgram& p, const std::string& 
   for (const LocalKernel& k : p.kernels) {
     bool generates = false;
     for (const Node& n : k.group.nodes()) generates = generates || op_info(n.op).category == OpCategory::Generator;
-    if (generates) EXPECT_FALSE(k.group.params().empty()) << what << ": kernel " << k.name << " only writes a generated value";
+    if (generates) {
+      EXPECT_FALSE(k.group.params().empty()) << what << ": kernel " << k.name << " only writes a generated value";
+    }
   }
 }
 
-TEST(GeneratorsPrograms, CausalAttentionOnGeneratedKernelsOnTwoToFourRanks) {
+// On 3 ranks the 4 heads split 2, 2, 0 (2, 3 and 4 ranks run through the CLI in
+// tests/tools/generators_cli_test.cpp).
+TEST(GeneratorsPrograms, CausalAttentionOnGeneratedKernelsWithUnevenHeads) {
   Result<Graph> g = parse_file(std::string(SF_SOURCE_DIR) + "/examples/causal_attention.sf");
   ASSERT_TRUE(g.ok()) << g.error().str();
-  for (int64_t world : {2, 3, 4}) {
-    Result<Graph> w = remesh(*g, Mesh{{{"tp", world}}});
-    ASSERT_TRUE(w.ok()) << w.error().str();
-    LocalProgram p = run_and_check(*w, 40 + static_cast<uint64_t>(world), "causal_attention on " + std::to_string(world));
-    expect_no_materialised_generator(p, "world " + std::to_string(world));
-  }
+  Result<Graph> w = remesh(*g, Mesh{{{"tp", 3}}});
+  ASSERT_TRUE(w.ok()) << w.error().str();
+  expect_no_materialised_generator(run_and_check(*w, 43, "causal_attention on 3 ranks"), "3 ranks");
 }
 
 TEST(GeneratorsPrograms, ShardedGeneratorsTrilOfShardedMatricesAndSequenceParallelMasks) {

@@ -230,8 +230,13 @@ TEST(GeneratorsNvptx, KernelsOfEveryKindAssembleAndAGeneratorReadsNoMemory) {
   Value s = matmul(m.param("q", DType::F32, {2, 9, 5}), m.param("k", DType::F32, {2, 5, 9}));
   m.ret(tril(s, 0) + cast(arange(m, 9, 0, 1, DType::I32), DType::F32));
   Graph mm = finish(m);
+  // bf16 takes the tensor cores (mma.sync on sm_80, wgmma on sm_90a): the same epilogue.
+  GraphBuilder t("mma_mask");
+  Value st = matmul(t.param("q", DType::BF16, {2, 32, 16}), t.param("k", DType::BF16, {2, 16, 32}));
+  t.ret(where(causal(t, 32), st, t.constant(-1e9)));
+  Graph mma = finish(t);
   const std::pair<KernelKind, const Graph*> kernels[] = {
-      {KernelKind::Pointwise, &only}, {KernelKind::Reduction, &red}, {KernelKind::Matmul, &mm}};
+      {KernelKind::Pointwise, &only}, {KernelKind::Reduction, &red}, {KernelKind::Matmul, &mm}, {KernelKind::Matmul, &mma}};
   for (const char* arch : {"sm_80", "sm_90a"})
     for (const auto& [kind, g] : kernels) {
       SCOPED_TRACE(std::string(arch) + " " + g->name());
@@ -243,6 +248,9 @@ TEST(GeneratorsNvptx, KernelsOfEveryKindAssembleAndAGeneratorReadsNoMemory) {
       if (kind == KernelKind::Pointwise) {
         EXPECT_EQ(ptx->find("ld.global"), std::string::npos) << "a generated value was read from memory";
         EXPECT_NE(ptx->find("st.global"), std::string::npos);
+      }
+      if (g == &mma) {
+        EXPECT_NE(ptx->find("mma"), std::string::npos) << "no tensor-core instruction";
       }
       if (kernel_test::have_ptxas()) {
         EXPECT_EQ(kernel_test::ptxas_failure(*ptx, arch), "");

@@ -62,6 +62,11 @@ std::string step_line(const LocalProgram& p, const LocalStep& s, const DeviceMes
       std::string line = std::string(op_name(s.node.op)) + " ";
       for (size_t k = 0; k < s.in.size(); ++k) line += (k ? ", " : "") + name(s.in[k]);
       if (s.node.op == OpKind::Constant) line += attr_value_str(*s.node.attrs.find("value"), mesh.mesh());
+      // Generators and tril/triu: local_node gives each rank its own attributes.
+      const OpCategory cat = op_info(s.node.op).category;
+      if (cat == OpCategory::Generator || cat == OpCategory::Positional)
+        for (const auto& [key, value] : s.node.attrs.items)
+          line += (line.back() == ' ' ? "" : " ") + key + "=" + attr_value_str(value, mesh.mesh());
       return line + " -> " + name(s.out) + "  " + p.types[static_cast<size_t>(s.out)].str();
     }
     case LocalStep::Kind::Slice:

@@ -46,7 +46,9 @@ class Lowering {
         s.kind = LocalStep::Kind::Compute;
         s.in = std::move(in);
         s.out = out;
-        s.node = local_node(n, local);
+        std::vector<Shape> in_shapes;
+        for (ValueId u : n.inputs) in_shapes.push_back(g_.node(u).type.shape);
+        s.node = local_node(n, rank_shards(n.type.shape, ns.output, in_shapes, ns.inputs, mesh_, rank_));
         p_.steps.push_back(std::move(s));
       }
       have_[{v, key(ns.output, n.type.rank())}] = out;

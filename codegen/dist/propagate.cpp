@@ -35,6 +35,46 @@ bool better(const MoveCost& c, const MoveCost& best) {
   return c.seconds <= best.seconds + tol && c.collectives < best.collectives;
 }
 
+// Values made from their index alone (a generator, or elementwise ops, views and
+// tril/triu of such values and literals: a causal mask) cost nothing to place any
+// way, but the greedy walk places them before their users choose, as the first
+// strategy (Replicate). So afterwards each is re-placed as its users want it, when
+// they all want the same and a strategy of its own gives that: each rank builds only
+// its chunk, with no slice after it, and fusion can still recompute it in the users'
+// kernels. Walked backwards, so a choice travels up a chain to its generator.
+void place_index_computed(const Graph& g, const DeviceMesh& mesh, ShardingPlan& plan) {
+  const size_t n = g.nodes().size();
+  std::vector<bool> movable(n, false), returned(n, false);
+  std::vector<std::vector<std::pair<size_t, size_t>>> users(n);  // (user, operand index)
+  for (const Output& o : g.outputs()) returned[static_cast<size_t>(o.value)] = true;
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = g.nodes()[i];
+    for (size_t k = 0; k < node.inputs.size(); ++k) users[static_cast<size_t>(node.inputs[k])].push_back({i, k});
+    movable[i] = index_computed(node.op) && !node.placement && !returned[i] &&
+                 std::all_of(node.inputs.begin(), node.inputs.end(), [&](ValueId v) {
+                   return g.node(v).op == OpKind::Constant || movable[static_cast<size_t>(v)];
+                 });
+  }
+  for (size_t i = n; i-- > 0;) {
+    if (!movable[i] || users[i].empty()) continue;
+    const PlacementSpec& want = plan.nodes[users[i][0].first].inputs[users[i][0].second];
+    bool agree = true;
+    for (const auto& [u, k] : users[i]) agree = agree && plan.nodes[u].inputs[k] == want;
+    NodeSharding& ns = plan.nodes[i];
+    if (!agree || want == ns.output) continue;
+    const Node& node = g.nodes()[i];
+    std::vector<Operand> operands;
+    for (ValueId v : node.inputs) operands.push_back({g.node(v).type, g.node(v).op == OpKind::Constant});
+    for (const OpStrategy& s : op_strategies(node.op, operands, node.attrs, node.type, mesh)) {
+      if (!(normalize_spec(s.output, node.type.rank()) == want)) continue;
+      for (size_t k = 0; k < node.inputs.size(); ++k)
+        ns.inputs[k] = normalize_spec(s.inputs[k], g.node(node.inputs[k]).type.rank());
+      ns.output = ns.value = want;
+      break;
+    }
+  }
+}
+
 }  // namespace
 
 ShardingPlan propagate(const Graph& g, const DeviceMesh& mesh, const CommRates& rates) {
@@ -91,6 +131,7 @@ ShardingPlan propagate(const Graph& g, const DeviceMesh& mesh, const CommRates& 
     ns.runner_up = std::isinf(second) ? -1 : second;
     ns.candidates = static_cast<int>(strategies.size());
   }
+  place_index_computed(g, mesh, plan);
   for (const Output& o : g.outputs()) {
     const Node& n = g.node(o.value);
     plan.outputs.push_back(o.placement ? normalize_spec(*o.placement, n.type.rank())

@@ -28,6 +28,9 @@ struct ShardingPlan {
 // also counts the cost of reaching a constraint the value must meet (a placement
 // on its statement or on the return), so a choice is not cheap now and dear later.
 // Params are placed as declared (Replicate when not), literals are Replicate.
+// Afterwards, values made from generators and literals alone (a causal mask), which
+// cost nothing to place any way, are re-placed as all their users want them when the
+// users agree (docs/sharding-strategies.md, "Placing generated values").
 ShardingPlan propagate(const Graph& g, const DeviceMesh& mesh, const CommRates& rates = default_comm_rates());
 
 }  // namespace sf

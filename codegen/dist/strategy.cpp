@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <optional>
+#include <string_view>
 
 namespace sf {
 
@@ -383,7 +384,8 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
 
     // Composites that normalise along some dims: any other dim may be sharded, and the
     // statistics they compute (max, sum, mean, variance) make every Partial invalid.
-    case OpKind::Softmax: {
+    case OpKind::Softmax:
+    case OpKind::LogSoftmax: {
       int dim = *normalize_dim(attrs.get_int("dim"), in[0].type.rank());
       for (int d = 0; d < in[0].type.rank(); ++d)
         if (d != dim) r.add({S(d)}, S(d));
@@ -410,6 +412,23 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
       PlacementSpec to = normalize_spec(attrs.get_placements("placements"), out.rank());
       return {OpStrategy{std::vector<PlacementSpec>(in.size(), to), to}};
     }
+
+    // Generators: each rank may build the whole value (R, first) or only its chunk of
+    // any dim, at no cost: local_node moves arange's start to the chunk's first
+    // value, and full's shape is rewritten to the local one like every `shape`.
+    case OpKind::Arange:
+    case OpKind::Full:
+      for (int d = 0; d < out.rank(); ++d) r.add({}, S(d));
+      break;
+    // Any dim may be sharded: on the last two, local_node shifts the diagonal by the
+    // rank's row and column offsets. Zeroing an element commutes with every Partial
+    // (a sum, average, max or min of zeros is zero), so Partials pass through.
+    case OpKind::Tril:
+    case OpKind::Triu:
+      add_pointwise_shards(in, out, r);
+      if (may_be_partial(in[0], out))
+        for (ReduceOp op : movement_reduce_ops(out.dtype)) r.add({P(op)}, P(op));
+      break;
   }
 
   std::vector<OpStrategy> all = expand_to_mesh(r.list(), in.size(), mesh);
@@ -419,13 +438,60 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
   return valid;
 }
 
-Node local_node(const Node& n, const Shape& local_out) {
+RankShards rank_shards(const Shape& out, const PlacementSpec& out_spec, const std::vector<Shape>& in,
+                       const std::vector<PlacementSpec>& in_specs, const DeviceMesh& mesh, int rank) {
+  RankShards r{local_shard(out, out_spec, mesh, rank), {}};
+  for (size_t k = 0; k < in.size(); ++k) r.inputs.push_back(local_shard(in[k], in_specs[k], mesh, rank));
+  return r;
+}
+
+namespace {
+
+void set_attr(Node& n, std::string_view name, AttrValue v) {
+  for (auto& [key, value] : n.attrs.items)
+    if (key == name) value = std::move(v);
+}
+
+// arange's chunk [off, off + len) of its global values: start + off * step up to the
+// next chunk's first value (the global end for the last chunk). Computed modulo 2^64:
+// every bound used is one of the values, or the global end, so it fits in int64.
+void local_arange(Node& l, const Node& n, const LocalShard& out) {
+  const int64_t start = n.attrs.get_int("start"), step = n.attrs.get_int("step");
+  const int64_t off = out.offset[0], len = out.shape[0], global = n.type.shape[0];
+  auto value = [&](int64_t i) {
+    return static_cast<int64_t>(static_cast<uint64_t>(start) + static_cast<uint64_t>(i) * static_cast<uint64_t>(step));
+  };
+  // An empty chunk (uneven sharding: 5 on 4 ranks leaves one) is arange(start, start).
+  const int64_t first = len == 0 ? start : value(off);
+  const int64_t end = len == 0 ? start : off + len == global ? n.attrs.get_int("end") : value(off + len);
+  set_attr(l, "start", first);
+  set_attr(l, "end", end);
+}
+
+// tril/triu keep x[i, j] by j - i against the diagonal; a rank holding the block at
+// rows r0.., columns c0.. sees j - i = j_l - i_l + c0 - r0, so its diagonal is
+// diagonal + r0 - c0. j - i is below 2^40 in size, so a diagonal beyond +-2^62 means
+// what +-2^62 means, and clamping first keeps the sum in range.
+void local_triangle(Node& l, const Node& n, const LocalShard& out) {
+  const size_t r = out.offset.size();
+  const int64_t shift = out.offset[r - 2] - out.offset[r - 1];
+  if (shift == 0) return;
+  constexpr int64_t kBound = int64_t{1} << 62;
+  set_attr(l, "diagonal", std::clamp(n.attrs.get_int("diagonal"), -kBound, kBound) + shift);
+}
+
+}  // namespace
+
+Node local_node(const Node& n, const RankShards& at) {
   Node l = n;
-  l.type.shape = local_out;
-  // Reshape's and expand's target shape; the schema calls every shape-valued attribute
-  // `shape`, so a future op with one is covered too.
+  l.type.shape = at.out.shape;
+  // Reshape's, expand's and full's target shape; the schema calls every shape-valued
+  // attribute `shape`, so a future op with one is covered too.
   for (auto& [name, value] : l.attrs.items)
-    if (name == "shape") value = AttrValue(std::vector<int64_t>(local_out));
+    if (name == "shape") value = AttrValue(std::vector<int64_t>(at.out.shape));
+  // Ops whose values depend on where the rank's block lies in the global tensor.
+  if (n.op == OpKind::Arange) local_arange(l, n, at.out);
+  if (n.op == OpKind::Tril || n.op == OpKind::Triu) local_triangle(l, n, at.out);
   return l;
 }
 

@@ -40,11 +40,27 @@ struct OpStrategy {
 std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, const Attrs& attrs,
                                       const TensorType& out, const DeviceMesh& mesh);
 
-// The node as it runs on one rank: `n` is the global node, `local_out` the rank's
-// result shape under the chosen strategy. The result type takes the local shape, and
-// attributes that name a shape (reshape's and expand's `shape`) are rewritten to it;
-// every other attribute is shape-independent and stays. Operand ids are unchanged
-// (their local types are the operands' own local shards).
-Node local_node(const Node& n, const Shape& local_out);
+// Where one rank's blocks lie in the global tensors of a node under a strategy: the
+// result's and each operand's local shape and global offset per dim (local_shard:
+// torch.chunk's chunks, uneven and empty ones included; a Replicate or Partial mesh
+// dim does not cut, so its offset is 0).
+struct RankShards {
+  LocalShard out;
+  std::vector<LocalShard> inputs;  // per operand
+};
+RankShards rank_shards(const Shape& out, const PlacementSpec& out_spec, const std::vector<Shape>& in,
+                       const std::vector<PlacementSpec>& in_specs, const DeviceMesh& mesh, int rank);
+
+// The node as it runs on one rank: `n` is the global node, `at` where the rank's
+// blocks lie under the chosen strategy. This is the one per-rank hook of the
+// lowering (and of the strategy test): the result type takes the local shape,
+// attributes that name a shape (`shape` of reshape, expand, full) are rewritten to it,
+// and ops whose values depend on the global position of an element are rewritten
+// with the offsets: arange starts at its chunk's first value, tril/triu shift the
+// diagonal by the row offset minus the column offset. Every other attribute is
+// shape-independent and stays. An op that needs the operands' offsets (a
+// vocabulary-parallel embedding masking the rows a rank holds) reads at.inputs.
+// Operand ids are unchanged (their local types are the operands' own local shards).
+Node local_node(const Node& n, const RankShards& at);
 
 }  // namespace sf

@@ -1,6 +1,7 @@
 #include "codegen/fusion/fuse.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -12,22 +13,14 @@ namespace sf {
 
 namespace {
 
-
 KernelKind step_kind(const Node& n) {
+  // Elementwise ops, views, generators, tril/triu and literals: one index space.
+  if (index_computed(n.op) || op_info(n.op).category == OpCategory::Leaf) return KernelKind::Pointwise;
   switch (op_info(n.op).category) {
     case OpCategory::Reduce: return KernelKind::Reduction;
     case OpCategory::Matmul: return KernelKind::Matmul;
-    case OpCategory::Gather:
-    case OpCategory::Collective:
-    case OpCategory::Composite: return KernelKind::Gather;  // not fusible: a kernel of its own
-    case OpCategory::Leaf:
-    case OpCategory::Unary:
-    case OpCategory::Binary:
-    case OpCategory::Compare:
-    case OpCategory::Where:
-    case OpCategory::Movement: return KernelKind::Pointwise;
+    default: return KernelKind::Gather;  // embedding, collectives, composites: not fusible, a kernel of its own
   }
-  return KernelKind::Gather;
 }
 
 struct Group {
@@ -61,11 +54,12 @@ class Fuser {
         last_transfers.insert(s.handle);
     for (const LocalStep& s : p_.steps)
       if (s.kind == LocalStep::Kind::Wait && last_transfers.count(s.handle)) late_values_.insert(s.out);
+    if (opts_.enabled) find_inlined();
   }
 
   bool fusible_step(size_t i) const {
     const LocalStep& s = p_.steps[i];
-    return s.kind == LocalStep::Kind::Compute && s.node.op != OpKind::Constant;
+    return s.kind == LocalStep::Kind::Compute && s.node.op != OpKind::Constant && !inlined_.count(i);
   }
   size_t num_steps() const { return p_.steps.size(); }
   // The groups step i could join on this rank, best first.
@@ -100,13 +94,70 @@ class Fuser {
   }
   const TensorType& type(int v) const { return p_.types[static_cast<size_t>(v)]; }
 
+  // Values made from their index alone (arange, full, and elementwise ops, views and
+  // tril/triu of such values and literals: a causal mask) are recomputed in every
+  // kernel that reads them, as literals are folded, instead of being written by a
+  // kernel of their own and read back. A value stays materialised when it leaves the
+  // kernels (returned, or read by a collective, slice or concat), when an op reads it
+  // from memory (a matmul's or an embedding's operand), or when its step is isolated.
+  // Every rank decides alike: it depends only on the steps, which ranks share.
+  // A value is inlined only while what it brings into each kernel that reads it stays
+  // within max_ops (counted with repeats, an upper bound), so that a long generated
+  // chain read by many kernels is written once instead of compiled into each.
+  void find_inlined() {
+    std::set<int> materialised(p_.output_values.begin(), p_.output_values.end());
+    for (const LocalStep& s : p_.steps) {
+      const bool computes_in_place = s.kind == LocalStep::Kind::Compute &&
+                                     (index_computed(s.node.op) || op_info(s.node.op).category == OpCategory::Reduce);
+      if (!computes_in_place) materialised.insert(s.in.begin(), s.in.end());
+    }
+    for (size_t i = 0; i < p_.steps.size(); ++i) {
+      const LocalStep& s = p_.steps[i];
+      if (s.kind != LocalStep::Kind::Compute || !index_computed(s.node.op) || opts_.isolate.count(i) ||
+          materialised.count(s.out))
+        continue;
+      const bool from_index =
+          std::all_of(s.in.begin(), s.in.end(), [&](int v) { return is_constant_value(v) || is_inlined_value(v); });
+      if (!from_index) continue;
+      int weight = 1;
+      for (int v : s.in)
+        if (is_inlined_value(v)) weight = std::min(weight + inlined_weight_[producer_.at(v)], opts_.max_ops + 1);
+      if (weight > opts_.max_ops) continue;
+      inlined_.insert(i);
+      inlined_weight_[i] = weight;
+    }
+  }
+  bool is_inlined_value(int v) const {
+    auto it = producer_.find(v);
+    return it != producer_.end() && inlined_.count(it->second) > 0;
+  }
+  bool reads_inlined(size_t i) const {
+    const std::vector<int>& in = p_.steps[i].in;
+    return std::any_of(in.begin(), in.end(), [&](int v) { return is_inlined_value(v); });
+  }
+  // The inlined steps a group recomputes (what its steps read, transitively), in order.
+  std::vector<size_t> inlined_reads(const Group& g) const {
+    std::set<size_t> found;
+    std::vector<int> work;
+    for (size_t i : g.steps) work.insert(work.end(), p_.steps[i].in.begin(), p_.steps[i].in.end());
+    while (!work.empty()) {
+      int v = work.back();
+      work.pop_back();
+      if (!is_inlined_value(v)) continue;
+      size_t i = producer_.at(v);
+      if (found.insert(i).second) work.insert(work.end(), p_.steps[i].in.begin(), p_.steps[i].in.end());
+    }
+    return {found.begin(), found.end()};
+  }
+
   Group start_group(size_t i) const {
     const Node& n = p_.steps[i].node;
     Group g;
     g.kind = step_kind(n);
     g.steps = {i};
     g.numel = numel(n.type.shape);
-    g.views_only = n.op == OpKind::Transpose || n.op == OpKind::Permute;
+    // A matmul reads its operands in place: a view of a recomputed value is no such operand.
+    g.views_only = (n.op == OpKind::Transpose || n.op == OpKind::Permute) && !reads_inlined(i);
     if (g.kind == KernelKind::Reduction) {
       const TensorType& x = type(p_.steps[i].in[0]);
       g.full = x.shape;
@@ -128,7 +179,7 @@ class Fuser {
       g.kind = KernelKind::Matmul;
       g.numel = numel(n.type.shape);
     }
-    g.views_only = g.views_only && (n.op == OpKind::Transpose || n.op == OpKind::Permute);
+    g.views_only = g.views_only && (n.op == OpKind::Transpose || n.op == OpKind::Permute) && !reads_inlined(i);
     g.steps.push_back(i);
     group_of_[i] = static_cast<int>(gi);
   }
@@ -217,7 +268,8 @@ class Fuser {
     std::set<int> outputs(p_.output_values.begin(), p_.output_values.end());
     std::map<int, std::set<int>> users;  // value -> groups using it (-1: not a kernel)
     for (size_t i = 0; i < p_.steps.size(); ++i)
-      for (int v : p_.steps[i].in) users[v].insert(group_of_[i]);
+      if (!inlined_.count(i))  // an inlined step runs inside the kernels that read it
+        for (int v : p_.steps[i].in) users[v].insert(group_of_[i]);
 
     std::vector<LocalStep> units;       // the new steps, before ordering
     std::vector<size_t> unit_pos;       // first original position, for a stable order
@@ -226,7 +278,7 @@ class Fuser {
       bool grouped = group_of_[i] >= 0;
       bool dead_constant = s.kind == LocalStep::Kind::Compute && s.node.op == OpKind::Constant &&
                            !outputs.count(s.out) && !users[s.out].count(-1);
-      if (grouped || dead_constant) continue;
+      if (grouped || dead_constant || inlined_.count(i)) continue;
       units.push_back(s);
       unit_pos.push_back(i);
     }
@@ -282,11 +334,14 @@ class Fuser {
     for (size_t i : g.steps) produced.insert(p_.steps[i].out);
     for (size_t i : g.steps)
       for (int v : p_.steps[i].in)
-        if (!produced.count(v) && !is_constant_value(v) && std::find(inputs.begin(), inputs.end(), v) == inputs.end())
+        if (!produced.count(v) && !is_constant_value(v) && !is_inlined_value(v) &&
+            std::find(inputs.begin(), inputs.end(), v) == inputs.end())
           inputs.push_back(v);
     LocalKernel k;
     k.kind = g.kind;
     int64_t flops = 0;
+    const std::vector<size_t> recomputed = inlined_reads(g);
+    for (size_t i : recomputed) k.ops.push_back(std::string(op_name(p_.steps[i].node.op)));
     for (size_t i : g.steps) {
       int v = p_.steps[i].out;
       const std::set<int>& u = users[v];
@@ -324,6 +379,8 @@ class Fuser {
     if (named == 0) k.name += "_" + std::string(kernel_kind_name(k.kind));
     k.group = group_graph(g, inputs, outs, k.name);
     k.steps = g.steps;
+    k.steps.insert(k.steps.end(), recomputed.begin(), recomputed.end());
+    std::sort(k.steps.begin(), k.steps.end());
 
     LocalStep s;
     s.kind = LocalStep::Kind::Kernel;
@@ -342,13 +399,22 @@ class Fuser {
       const TensorType& t = type(inputs[k]);
       val.emplace(inputs[k], b.param("in" + std::to_string(k), t.dtype, t.shape));
     }
-    auto operand = [&](int v) {
+    // A value the group does not compute or read: a literal folded into the kernel,
+    // or an inlined value, recomputed here from its own operands.
+    std::function<Value(int)> operand = [&](int v) -> Value {
       auto it = val.find(v);
       if (it != val.end()) return it->second;
-      const Node& c = p_.steps[producer_.at(v)].node;  // a literal folded into the kernel
-      Value lit = b.constant(c.attrs.get_float("value"), c.attrs.get_dtype("dtype"));
-      val.emplace(v, lit);
-      return lit;
+      const LocalStep& p = p_.steps[producer_.at(v)];
+      Value x;
+      if (p.node.op == OpKind::Constant) {
+        x = b.constant(p.node.attrs.get_float("value"), p.node.attrs.get_dtype("dtype"));
+      } else {
+        std::vector<Value> in;
+        for (int u : p.in) in.push_back(operand(u));
+        x = b.op(p.node.op, in, {}, p.node.attrs.items, p.node.loc);
+      }
+      val.emplace(v, x);
+      return x;
     };
     for (size_t i : g.steps) {
       const LocalStep& s = p_.steps[i];
@@ -366,6 +432,8 @@ class Fuser {
   FusionOptions opts_;
   std::map<int, size_t> producer_;
   std::set<int> late_values_;  // values that must not join a matmul's epilogue (above)
+  std::set<size_t> inlined_;   // steps recomputed in the kernels that read them (find_inlined)
+  std::map<size_t, int> inlined_weight_;  // ops an inlined step brings into a kernel
   std::vector<int> group_of_;
   std::vector<Group> groups_;
 };

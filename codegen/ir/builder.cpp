@@ -211,5 +211,14 @@ Value layer_norm(Value x, Value w, Value b, double eps) {
 Value rms_norm(Value x, Value w, double eps) { return x.builder->op(OpKind::RmsNorm, {x, w}, {AttrValue(eps)}); }
 Value where(Value c, Value a, Value b) { return c.builder->op(OpKind::Where, {c, a, b}); }
 Value embedding(Value indices, Value weight) { return indices.builder->op(OpKind::Embedding, {indices, weight}); }
+Value log_softmax(Value x, int64_t dim) { return x.builder->op(OpKind::LogSoftmax, {x}, {AttrValue(dim)}); }
+Value tril(Value x, int64_t diagonal) { return x.builder->op(OpKind::Tril, {x}, {AttrValue(diagonal)}); }
+Value triu(Value x, int64_t diagonal) { return x.builder->op(OpKind::Triu, {x}, {AttrValue(diagonal)}); }
+Value arange(GraphBuilder& b, int64_t end, int64_t start, int64_t step, DType dtype) {
+  return b.op(OpKind::Arange, {}, {AttrValue(end), AttrValue(start), AttrValue(step), AttrValue(dtype)});
+}
+Value full(GraphBuilder& b, std::vector<int64_t> shape, double value, DType dtype) {
+  return b.op(OpKind::Full, {}, {AttrValue(std::move(shape)), AttrValue(value), AttrValue(dtype)});
+}
 
 }  // namespace sf

@@ -121,5 +121,14 @@ Value layer_norm(Value x, Value w, Value b, double eps = 1e-5);
 Value rms_norm(Value x, Value w, double eps = 1e-6);
 Value where(Value c, Value a, Value b);
 Value embedding(Value indices, Value weight);
+Value log_softmax(Value x, int64_t dim = -1);
+// torch.tril / torch.triu over the last two dims: x[..., i, j] where j - i <= diagonal
+// (tril) or j - i >= diagonal (triu), 0 elsewhere.
+Value tril(Value x, int64_t diagonal = 0);
+Value triu(Value x, int64_t diagonal = 0);
+// Ops without tensor operands, added to `b`: torch.arange(start, end, step) (integer
+// bounds) and torch.full(shape, value).
+Value arange(GraphBuilder& b, int64_t end, int64_t start = 0, int64_t step = 1, DType dtype = DType::I64);
+Value full(GraphBuilder& b, std::vector<int64_t> shape, double value, DType dtype = DType::F32);
 
 }  // namespace sf

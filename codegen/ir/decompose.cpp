@@ -47,17 +47,29 @@ struct Emitter {
     return down(op(OpKind::Mul, {half_x, op(OpKind::Add, {lit(1.0), inner})}), x0.type().dtype);
   }
 
+  // Over an empty softmax dim there is nothing to compute, and a max over it has no
+  // value (the evaluator rejects it), so the result is the empty input, copied. Only
+  // the dim's own extent decides: a shard that is empty along another dim (uneven
+  // sharding) decomposes like every other rank's, so ranks' programs stay alike.
+  bool empty_along(Value x0, int64_t dim) {
+    return x0.type().shape[static_cast<size_t>(*normalize_dim(dim, x0.type().rank()))] == 0;
+  }
+
   Value softmax(Value x0, int64_t dim) {
-    // Over an empty softmax dim there is nothing to compute, and a max over it has no
-    // value (the evaluator rejects it), so the result is the empty input, copied. Only
-    // the dim's own extent decides: a shard that is empty along another dim (uneven
-    // sharding) decomposes like every other rank's, so ranks' programs stay alike.
-    int rank = x0.type().rank();
-    if (x0.type().shape[static_cast<size_t>(*normalize_dim(dim, rank))] == 0)
-      return op(OpKind::Cast, {x0}, {x0.type().dtype});
+    if (empty_along(x0, dim)) return op(OpKind::Cast, {x0}, {x0.type().dtype});
     Value x = up(x0);
     Value e = op(OpKind::Exp, {op(OpKind::Sub, {x, reduce(OpKind::Max, x, {dim})})});
     return down(op(OpKind::Div, {e, reduce(OpKind::Sum, e, {dim})}), x0.type().dtype);
+  }
+
+  // (x - max) - log(sum(exp(x - max))): exp only inside the sum, so the reduction
+  // kernel computes it once per element; the output needs x - max, not exp again.
+  Value log_softmax(Value x0, int64_t dim) {
+    if (empty_along(x0, dim)) return op(OpKind::Cast, {x0}, {x0.type().dtype});
+    Value x = up(x0);
+    Value shifted = op(OpKind::Sub, {x, reduce(OpKind::Max, x, {dim})});
+    Value lse = op(OpKind::Log, {reduce(OpKind::Sum, op(OpKind::Exp, {shifted}), {dim})});
+    return down(op(OpKind::Sub, {shifted, lse}), x0.type().dtype);
   }
 
   // layer_norm (center, with bias) or rms_norm (no centring, no bias).
@@ -99,6 +111,7 @@ Graph decompose(const Graph& g) {
         case OpKind::Gelu: v = Emitter{b, n.loc}.gelu(in[0], false); break;
         case OpKind::GeluTanh: v = Emitter{b, n.loc}.gelu(in[0], true); break;
         case OpKind::Softmax: v = Emitter{b, n.loc}.softmax(in[0], n.attrs.get_int("dim")); break;
+        case OpKind::LogSoftmax: v = Emitter{b, n.loc}.log_softmax(in[0], n.attrs.get_int("dim")); break;
         case OpKind::LayerNorm:
           v = Emitter{b, n.loc}.norm(in[0], in[1], in[2], n.attrs.get_float("eps"), true);
           break;
@@ -150,7 +163,11 @@ Graph decompose(const Graph& g) {
         case OpKind::ReduceScatter:
         case OpKind::AllReduce:
         case OpKind::AllToAll:
-        case OpKind::Redistribute: v = b.op(n.op, in, {}, n.attrs.items, n.loc); break;
+        case OpKind::Redistribute:
+        case OpKind::Arange:
+        case OpKind::Full:
+        case OpKind::Tril:
+        case OpKind::Triu: v = b.op(n.op, in, {}, n.attrs.items, n.loc); break;
       }
       if (!n.name.empty()) b.name(v, n.name, n.loc);
       if (n.placement) b.constrain(v, *n.placement, n.loc);

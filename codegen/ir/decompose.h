@@ -7,11 +7,12 @@
 
 namespace sf {
 
-// Rebuilds `g` with every composite (gelu, gelu_tanh, softmax, layer_norm, rms_norm)
+// Rebuilds `g` with every composite (gelu, gelu_tanh, softmax, log_softmax, layer_norm, rms_norm)
 // replaced by primitives:
 //   gelu(x)        = 0.5 * x * (1 + erf(x * 1/sqrt(2)))
 //   gelu_tanh(x)   = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x*x*x)))
 //   softmax(x, d)  = e / sum(e, [d], keepdim)  with e = exp(x - max(x, [d], keepdim))
+//   log_softmax(x, d) = s - log(sum(exp(s), [d], keepdim))  with s = x - max(x, [d], keepdim)
 //   layer_norm     = (x - m) * rsqrt(mean((x - m)^2) + eps) * w + b,  m = mean(x)
 //   rms_norm       = x * rsqrt(mean(x * x) + eps) * w
 // (means over the trailing w.rank() dims, keepdim). f16/bf16 operands are cast to f32,

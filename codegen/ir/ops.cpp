@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <charconv>
+#include <limits>
 
 namespace sf {
 
@@ -39,6 +40,14 @@ const AttrSpec kAllToAllAttrs[] = {{"mesh_dim", AttrType::Ident, std::nullopt},
                                    {"split_dim", AttrType::Int, AttrValue(int64_t{0})},
                                    {"concat_dim", AttrType::Int, AttrValue(int64_t{0})}};
 const AttrSpec kRedistributeAttrs[] = {{"placements", AttrType::Placements, std::nullopt}};
+const AttrSpec kArangeAttrs[] = {{"end", AttrType::Int, std::nullopt},
+                                 {"start", AttrType::Int, AttrValue(int64_t{0})},
+                                 {"step", AttrType::Int, AttrValue(int64_t{1})},
+                                 {"dtype", AttrType::DType, AttrValue(DType::I64)}};
+const AttrSpec kFullAttrs[] = {{"shape", AttrType::IntList, std::nullopt},
+                               {"value", AttrType::Float, std::nullopt},
+                               {"dtype", AttrType::DType, AttrValue(DType::F32)}};
+const AttrSpec kTriangleAttrs[] = {{"diagonal", AttrType::Int, AttrValue(int64_t{0})}};
 
 std::span<const AttrSpec> attrs_of(OpKind k) {
   switch (k) {
@@ -60,6 +69,11 @@ std::span<const AttrSpec> attrs_of(OpKind k) {
     case OpKind::AllReduce: return kAllReduceAttrs;
     case OpKind::AllToAll: return kAllToAllAttrs;
     case OpKind::Redistribute: return kRedistributeAttrs;
+    case OpKind::LogSoftmax: return kSoftmaxAttrs;
+    case OpKind::Arange: return kArangeAttrs;
+    case OpKind::Full: return kFullAttrs;
+    case OpKind::Tril:
+    case OpKind::Triu: return kTriangleAttrs;
     default: return std::span<const AttrSpec>(kNoAttrs, 0);
   }
 }
@@ -263,6 +277,53 @@ void check_norm_params(OpKind k, const TensorType& x, const TensorType& w, const
          shape_str(tail) + " of " + x.str());
 }
 
+
+// torch.arange over integers: ceil((end - start) / step) values start, start + step,
+// ..., computed exactly (every value lies between start and end, so in int64) and
+// converted to dtype once, as a cast does.
+TensorType infer_arange(const Attrs& a) {
+  const int64_t end = a.get_int("end"), start = a.get_int("start"), step = a.get_int("step");
+  const DType dt = a.get_dtype("dtype");
+  const std::string range = "start=" + std::to_string(start) + ", end=" + std::to_string(end) +
+                            ", step=" + std::to_string(step);
+  if (dt == DType::Bool) fail("arange: dtype bool is not supported (as in torch); make i64 values and compare them");
+  if (step == 0) fail("arange: step must be nonzero (" + range + ")");
+  if ((step > 0 && end < start) || (step < 0 && end > start))
+    fail("arange: upper bound and lower bound are inconsistent with the step's sign (" + range + ")");
+  // |end - start| and |step| as unsigned 64-bit: exact for every int64 pair.
+  const uint64_t span = step > 0 ? static_cast<uint64_t>(end) - static_cast<uint64_t>(start)
+                                 : static_cast<uint64_t>(start) - static_cast<uint64_t>(end);
+  const uint64_t ustep = step > 0 ? static_cast<uint64_t>(step) : 0 - static_cast<uint64_t>(step);
+  const uint64_t len = span / ustep + (span % ustep != 0 ? 1 : 0);
+  if (len > static_cast<uint64_t>(kMaxElements))
+    fail("arange: " + range + " gives " + std::to_string(len) +
+         " elements, above the limit of 2^40 elements per tensor");
+  if (dt == DType::I32 && len > 0) {
+    // The last value start + (len - 1) * step lies between start and end: no overflow.
+    const auto last = static_cast<int64_t>(static_cast<uint64_t>(start) + (len - 1) * static_cast<uint64_t>(step));
+    for (int64_t v : {start, last})
+      if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+        fail("arange: value " + std::to_string(v) + " of " + range + " does not fit in i32 (use i64)");
+  }
+  return {dt, {static_cast<int64_t>(len)}};
+}
+
+// torch.full: `value` in every element. An integer or bool tensor takes an integral
+// value in its range (a fractional or out-of-range one is refused rather than cut).
+TensorType infer_full(const Attrs& a) {
+  const V& shape = a.get_ints("shape");
+  const DType dt = a.get_dtype("dtype");
+  const double v = a.get_float("value");
+  for (int64_t d : shape)
+    if (d < 0) fail("full: dimension " + std::to_string(d) + " is negative in shape " + shape_str(shape));
+  if (is_integer(dt)) {
+    const double bound = dt == DType::I32 ? 0x1p31 : 0x1p63;  // values in [-bound, bound)
+    if (!std::isfinite(v) || v != std::trunc(v) || v < -bound || v >= bound)
+      fail("full: value " + attr_value_str(AttrValue(v), Mesh{}) + " is not an integer in the range of " +
+           std::string(dtype_name(dt)) + " (give an integral value, or a float dtype)");
+  }
+  return {dt, shape};
+}
 }  // namespace
 
 const AttrValue* Attrs::find(std::string_view name) const {
@@ -342,6 +403,25 @@ Attrs normalize_attrs(OpKind k, const std::vector<AttrValue>& positional,
     out.items.emplace_back(std::string(schema[i].name), std::move(*vals[i]));
   }
   return out;
+}
+
+bool index_computed(OpKind k) {
+  switch (op_info(k).category) {
+    case OpCategory::Unary:
+    case OpCategory::Binary:
+    case OpCategory::Compare:
+    case OpCategory::Where:
+    case OpCategory::Movement:
+    case OpCategory::Generator:
+    case OpCategory::Positional: return true;
+    case OpCategory::Leaf:
+    case OpCategory::Reduce:
+    case OpCategory::Matmul:
+    case OpCategory::Gather:
+    case OpCategory::Composite:
+    case OpCategory::Collective: return false;
+  }
+  return false;
 }
 
 std::vector<int> reduced_dims(const Attrs& attrs, int rank) {
@@ -489,6 +569,10 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& a, 
              " must have the same type");
       return in[0].type;
     case OpKind::RmsNorm: check_norm_params(k, in[0].type, in[1].type, "weight"); return in[0].type;
+    case OpKind::LogSoftmax:
+      need_float(k, in[0].type);
+      dim_or_fail(k, "dim", a.get_int("dim"), in[0].type.rank());
+      return in[0].type;
 
     case OpKind::AllGather: {
       int md = mesh_dim_or_fail(k, a, mesh);
@@ -538,6 +622,14 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& a, 
         if (p.is_shard()) dim_or_fail(k, "shard dim", p.dim, in[0].type.rank());
       return in[0].type;
     }
+
+    case OpKind::Arange: return infer_arange(a);
+    case OpKind::Full: return infer_full(a);
+    case OpKind::Tril:
+    case OpKind::Triu:
+      if (in[0].type.rank() < 2)
+        fail(op_str(k) + " expects an operand of rank >= 2 (it masks the last two dims), got " + in[0].type.str());
+      return in[0].type;
   }
   fail("internal: unknown op");
 }

@@ -26,7 +26,9 @@ enum class OpKind : uint8_t {
 };
 
 enum class OpCategory : uint8_t {
-  Leaf, Unary, Binary, Compare, Where, Reduce, Matmul, Movement, Gather, Composite, Collective
+  Leaf, Unary, Binary, Compare, Where, Reduce, Matmul, Movement, Gather, Composite, Collective,
+  Generator,   // no tensor operands: each element from its own index (arange, full)
+  Positional,  // elementwise, the element's coordinates decide (tril, triu)
 };
 
 // Attribute kinds; the order matches AttrValue's alternatives.
@@ -97,6 +99,12 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& att
                       const Mesh& mesh);
 
 // Helpers shared by passes.
+// Whether op k computes each element of its result from that element's index and the
+// same element of its operands (broadcasting): elementwise ops, views, generators
+// (arange, full) and tril/triu. A value such ops make from literals and generators
+// alone reads no memory: fusion recomputes it in the kernels that use it, and
+// propagation places it as its users want it.
+bool index_computed(OpKind k);
 // (normalize_dim, for a possibly negative dim, is in runtime/core/tensor.h.)
 // The dims a reduction (sum/max/min/mean) reduces, normalised and sorted: its
 // `dims` attribute, or every dim when that is empty. `attrs` must be complete.

@@ -147,7 +147,9 @@ std::optional<ValueIndex> operand_index(const Node& n, const ValueIndex& at, con
     for (size_t d = 0; d < perm.size(); ++d) r.src[static_cast<size_t>(perm[d])] = at.src[d];
     return r;
   };
-  if (is_elementwise(n.op) || n.op == OpKind::Expand) return broadcast();
+  // tril/triu read their operand's own element (the same shape).
+  if (is_elementwise(n.op) || n.op == OpKind::Expand || op_info(n.op).category == OpCategory::Positional)
+    return broadcast();
   switch (n.op) {
     case OpKind::Transpose: {
       std::vector<int> perm = iota(operand.size());
@@ -200,6 +202,16 @@ llvm::Value* emit_index_map(llvm::IRBuilderBase& b, llvm::Value* flat, const Ind
   return flat;
 }
 
+llvm::Value* emit_coordinate(llvm::IRBuilderBase& b, llvm::Value* flat, const ValueIndex& at, int d) {
+  const int src = at.src[static_cast<size_t>(d)];
+  if (src < 0) return llvm::ConstantInt::get(flat->getType(), 0);
+  IndexMap m = at.prefix;
+  StridedStep s{at.space, std::vector<int64_t>(at.space.size(), 0)};
+  s.strides[static_cast<size_t>(src)] = 1;
+  append_step(m, std::move(s));
+  return emit_index_map(b, flat, m);
+}
+
 // ---- categories ------------------------------------------------------------------------
 
 bool is_elementwise(OpKind k) {
@@ -214,12 +226,19 @@ bool is_elementwise(OpKind k) {
     case OpCategory::Movement:
     case OpCategory::Gather:
     case OpCategory::Composite:
-    case OpCategory::Collective: return false;
+    case OpCategory::Collective:
+    case OpCategory::Generator:
+    case OpCategory::Positional: return false;
   }
   return false;
 }
 
 bool is_view(OpKind k) { return op_info(k).category == OpCategory::Movement; }
+
+bool is_coordinate_op(OpKind k) {
+  const OpCategory c = op_info(k).category;
+  return c == OpCategory::Generator || c == OpCategory::Positional;
+}
 
 std::optional<int> sm_version(const std::string& arch) {
   if (arch.size() < 5 || arch.compare(0, 3, "sm_") != 0) return std::nullopt;
@@ -692,7 +711,12 @@ Result<Elem> ElementCodegen::elementwise(OpKind k, std::span<const Elem> args, D
     case OpKind::ReduceScatter:
     case OpKind::AllReduce:
     case OpKind::AllToAll:
-    case OpKind::Redistribute: return fail("not an elementwise op");
+    case OpKind::Redistribute:
+    case OpKind::LogSoftmax:
+    case OpKind::Arange:
+    case OpKind::Full:
+    case OpKind::Tril:
+    case OpKind::Triu: return fail("not an elementwise op");
   }
   if (exact) {
     bool all_same = true;
@@ -712,6 +736,7 @@ GroupValues::GroupValues(const Graph& g, ElementCodegen& cg, std::vector<llvm::V
 void GroupValues::at_index(llvm::Value* flat, Hook hook) {
   flat_ = flat;
   hook_ = std::move(hook);
+  coords_.clear();
   memo_.clear();
 }
 
@@ -728,6 +753,10 @@ Result<Elem> GroupValues::value(ValueId v, const ValueIndex& at) {
     e = cg_.load(n.type.dtype, inputs_[static_cast<size_t>(param_slot(v))], emit_index_map(cg_.builder(), flat_, map));
   } else if (n.op == OpKind::Constant) {
     e = cg_.constant(n.attrs.get_float("value"), n.type.dtype);  // an immediate
+  } else if (is_coordinate_op(n.op)) {
+    Result<Elem> r = coordinate_value(v, at);
+    if (!r) return r;
+    e = *r;
   } else {
     std::vector<Elem> args;
     for (ValueId u : n.inputs) {
@@ -747,6 +776,40 @@ Result<Elem> GroupValues::value(ValueId v, const ValueIndex& at) {
   }
   memo_.emplace(std::move(key), e);
   return e;
+}
+
+Result<Elem> GroupValues::coordinate_value(ValueId v, const ValueIndex& at) {
+  const Node& n = g_.node(v);
+  llvm::IRBuilderBase& b = cg_.builder();
+  // Coordinates are below 2^40: as i64 they take any arithmetic below without overflow.
+  auto coord = [&](int d) {
+    const int src = at.src[static_cast<size_t>(d)];
+    const bool known = src >= 0 && !coords_.empty() && at.prefix.contiguous() && at.space == coord_space_;
+    return b.CreateZExt(known ? coords_[static_cast<size_t>(src)] : emit_coordinate(b, flat_, at, d), b.getInt64Ty());
+  };
+  switch (n.op) {
+    case OpKind::Arange: {
+      // start + i * step lies between start and end: exact in i64, then converted to
+      // the dtype once, as the reference does.
+      llvm::Value* i = b.CreateMul(coord(0), b.getInt64(static_cast<uint64_t>(n.attrs.get_int("step"))));
+      llvm::Value* x = b.CreateAdd(b.getInt64(static_cast<uint64_t>(n.attrs.get_int("start"))), i);
+      return cg_.convert(Elem{x, DType::I64}, n.type.dtype);
+    }
+    case OpKind::Full: return cg_.constant(n.attrs.get_float("value"), n.type.dtype);
+    case OpKind::Tril:
+    case OpKind::Triu: {
+      const ValueId u = n.inputs[0];
+      std::optional<ValueIndex> ui = operand_index(n, at, g_.node(u).type.shape);
+      Result<Elem> x = value(u, *ui);
+      if (!x) return x;
+      const int r = n.type.rank();
+      llvm::Value* diff = b.CreateSub(coord(r - 1), coord(r - 2));  // j - i
+      llvm::Value* diagonal = b.getInt64(static_cast<uint64_t>(n.attrs.get_int("diagonal")));
+      llvm::Value* keep = n.op == OpKind::Tril ? b.CreateICmpSLE(diff, diagonal) : b.CreateICmpSGE(diff, diagonal);
+      return Elem{b.CreateSelect(keep, x->value, cg_.constant(0.0, n.type.dtype).value), n.type.dtype};
+    }
+    default: return Diag{"", n.loc, std::string(op_name(n.op)) + " is not computed from coordinates"};
+  }
 }
 
 std::vector<std::pair<int, IndexMap>> GroupValues::reads(ValueId v0, const ValueIndex& at0) const {

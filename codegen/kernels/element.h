@@ -105,6 +105,10 @@ IndexMap offset_map(const ValueIndex& at, const Shape& shape);
 // Division and remainder are unsigned, by constants (strength-reduced by LLVM).
 llvm::Value* emit_index_map(llvm::IRBuilderBase& b, llvm::Value* flat, const IndexMap& m);
 
+// Coordinate d of a value read at `at`, from the flat iteration index (0 where the
+// value is broadcast along d): the index map of a one-dim step with stride 1.
+llvm::Value* emit_coordinate(llvm::IRBuilderBase& b, llvm::Value* flat, const ValueIndex& at, int d);
+
 // ---- the kernel ABI (emitter.h) --------------------------------------------------------
 
 // A kernel function as emitter.h's ABI has it, with the builder at its entry block:
@@ -186,6 +190,11 @@ llvm::MDNode* loop_metadata(llvm::LLVMContext& c, const LoopHints& hints);
 
 bool is_elementwise(OpKind k);  // unary, binary, compare, where (after decomposition)
 bool is_view(OpKind k);         // transpose, permute, reshape, expand
+// Ops GroupValues computes from the element's coordinates (emit_coordinate) rather
+// than with ElementCodegen::elementwise: generators (arange, full: no operand, no
+// memory read) and positional ops (tril, triu: their operand's same element, kept or
+// zeroed by its row and column).
+bool is_coordinate_op(OpKind k);
 
 // ---- element code ------------------------------------------------------------------
 
@@ -272,8 +281,9 @@ class ElementCodegen {
 
 // The values of a group graph at one iteration index, as element code: params are
 // loaded through their offset maps, constants are immediates, elementwise ops are
-// computed, views only change the index (STYLE.md #2: every op is handled from the op
-// table's categories). Values are memoised per (value, index) until the next
+// computed, views only change the index, generators and tril/triu are computed from
+// the element's coordinates (STYLE.md #2: every op is handled from the op table's
+// categories). Values are memoised per (value, index) until the next
 // at_index(), so a value shared by several outputs or uses is computed once.
 // Emitters drive it: the pointwise emitter asks for each output at a flat index; a
 // reduction emitter asks for its input at (row, k) and hooks its accumulators in.
@@ -297,6 +307,13 @@ class GroupValues {
 
   // Starts a new iteration index: the flat index param maps are applied to.
   void at_index(llvm::Value* flat, Hook hook = {});
+  // The coordinates of the current index in `space` (integer values), when the
+  // emitter has them (a matmul epilogue over its output): arange and tril/triu read
+  // them instead of dividing the flat index. Until the next at_index().
+  void known_coordinates(Shape space, std::vector<llvm::Value*> coords) {
+    coord_space_ = std::move(space);
+    coords_ = std::move(coords);
+  }
   // Value `v` read at `at`. A Diag (at the node) for nodes that are neither leaves,
   // elementwise nor views, unless the hook supplies them.
   Result<Elem> value(ValueId v, const ValueIndex& at);
@@ -307,6 +324,9 @@ class GroupValues {
   int param_slot(ValueId v) const { return param_slot_[static_cast<size_t>(v)]; }
 
  private:
+  // arange, full, tril, triu at `at` (is_coordinate_op).
+  Result<Elem> coordinate_value(ValueId v, const ValueIndex& at);
+
   const Graph& g_;
   ElementCodegen& cg_;
   std::vector<llvm::Value*> inputs_;
@@ -314,6 +334,8 @@ class GroupValues {
   std::vector<bool> rounded16_;  // rounded_to_16bit(g_)
   llvm::Value* flat_ = nullptr;
   Hook hook_;
+  Shape coord_space_;                  // known_coordinates()
+  std::vector<llvm::Value*> coords_;
   std::unordered_map<std::string, Elem> memo_;
 };
 

@@ -111,7 +111,8 @@ Result<MatmulGroup> analyse_matmul(const KernelSpec& spec) {
       p.mm = static_cast<ValueId>(i);
       continue;
     }
-    if (n.op == OpKind::Param || n.op == OpKind::Constant || kernels::is_elementwise(n.op) || kernels::is_view(n.op))
+    if (n.op == OpKind::Param || n.op == OpKind::Constant || kernels::is_elementwise(n.op) || kernels::is_view(n.op) ||
+        kernels::is_coordinate_op(n.op))
       continue;
     return diag("group '" + g.name() + "' contains " + who(n) + ", which is neither elementwise nor a view (the " +
                     (op_info(n.op).category == OpCategory::Composite ? "graph must be decomposed first"

@@ -75,6 +75,7 @@ class MatmulEpilogue {
       if (n.op != OpKind::Param || !at.prefix.contiguous() || at.space != p_.out) return std::nullopt;
       return cg_.load(n.type.dtype, inputs_[static_cast<size_t>(values_.param_slot(v))], offset(n, at, coords));
     });
+    values_.known_coordinates(p_.out, coords);
     std::vector<Elem> out;
     for (size_t o = 0; o < g_.outputs().size(); ++o) {
       Result<Elem> e = values_.value(g_.outputs()[o].value, p_.out_at[o]);

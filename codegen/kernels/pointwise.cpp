@@ -50,7 +50,7 @@ Result<int64_t> check(const KernelSpec& spec, const KernelConfig& c, const llvmb
   if (g.outputs().empty()) return diag("group '" + g.name() + "' has no outputs");
   for (const Node& n : g.nodes()) {
     if (n.op == OpKind::Param || n.op == OpKind::Constant || kernels::is_elementwise(n.op) ||
-        kernels::is_view(n.op))
+        kernels::is_view(n.op) || kernels::is_coordinate_op(n.op))
       continue;
     std::string who = std::string(op_name(n.op)) + (n.name.empty() ? "" : " '" + n.name + "'");
     return diag("group '" + g.name() + "' contains " + who +

@@ -90,7 +90,8 @@ Result<Plan> make_plan(const KernelSpec& spec, const KernelConfig& c, const llvm
   Plan p;
   const Node* first = nullptr;
   for (const Node& n : g.nodes()) {
-    if (n.op == OpKind::Param || n.op == OpKind::Constant || kernels::is_elementwise(n.op) || kernels::is_view(n.op))
+    if (n.op == OpKind::Param || n.op == OpKind::Constant || kernels::is_elementwise(n.op) || kernels::is_view(n.op) ||
+        kernels::is_coordinate_op(n.op))
       continue;
     if (!is_reduce(n.op)) {
       return diag("group '" + g.name() + "' contains " + who(n) + ", which is neither elementwise, a view nor a reduction (the " +

@@ -241,7 +241,8 @@ class Evaluator {
           const double k = std::sqrt(2.0 / std::numbers::pi);
           return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
         });
-      case OpKind::Softmax: return softmax(n);
+      case OpKind::Softmax: return softmax(n, /*log=*/false);
+      case OpKind::LogSoftmax: return softmax(n, /*log=*/true);
       case OpKind::LayerNorm: return norm(n, /*layer=*/true);
       case OpKind::RmsNorm: return norm(n, /*layer=*/false);
 
@@ -261,6 +262,22 @@ class Evaluator {
       }
       // In the global view a redistribute changes only how the value is laid out.
       case OpKind::Redistribute: return copy_of(in(n, 0));
+
+      // start + i * step is a value between start and end: exact in int64, then one
+      // rounding to the dtype (set_int), as a cast of the int64 values.
+      case OpKind::Arange: {
+        Tensor out(n.type.dtype, n.type.shape);
+        const int64_t start = n.attrs.get_int("start"), step = n.attrs.get_int("step");
+        for (int64_t i = 0; i < out.numel(); ++i) out.set_int(i, add_i(start, mul_i(i, step)));
+        return out;
+      }
+      case OpKind::Full: {
+        Tensor out(n.type.dtype, n.type.shape);
+        for (int64_t i = 0; i < out.numel(); ++i) store(out, i, n.attrs.get_float("value"));
+        return out;
+      }
+      case OpKind::Tril: return triangle(n, /*lower=*/true);
+      case OpKind::Triu: return triangle(n, /*lower=*/false);
     }
     fail(n, "internal: unknown op");
   }
@@ -438,7 +455,23 @@ class Evaluator {
     return out;
   }
 
-  Tensor softmax(const Node& n) {
+  // tril keeps x[..., i, j] where j - i <= diagonal, triu where j - i >= diagonal;
+  // the rest is 0 (a new tensor is zeros).
+  Tensor triangle(const Node& n, bool lower) {
+    const Tensor& x = in(n, 0);
+    Tensor out(n.type.dtype, n.type.shape);
+    const size_t r = n.type.shape.size();
+    const int64_t rows = n.type.shape[r - 2], cols = n.type.shape[r - 1];
+    const int64_t diagonal = n.attrs.get_int("diagonal");
+    for (int64_t e = 0; e < out.numel(); ++e) {
+      const int64_t j = e % cols, i = e / cols % rows;  // |j - i| < 2^40: no overflow
+      if (lower ? j - i <= diagonal : j - i >= diagonal) copy_elem(x, e, out, e);
+    }
+    return out;
+  }
+
+  // softmax: exp(x - max) / sum(exp(x - max)); log_softmax: (x - max) - log(sum(...)).
+  Tensor softmax(const Node& n, bool log) {
     const Tensor& x = in(n, 0);
     Tensor out(n.type.dtype, n.type.shape);
     const Shape& s = x.shape();
@@ -455,7 +488,8 @@ class Evaluator {
         for (int64_t l = 0; l < len; ++l) m = max_f(m, x.get(at(l)));
         double sum = 0;
         for (int64_t l = 0; l < len; ++l) sum += e[static_cast<size_t>(l)] = std::exp(x.get(at(l)) - m);
-        for (int64_t l = 0; l < len; ++l) store(out, at(l), e[static_cast<size_t>(l)] / sum);
+        for (int64_t l = 0; l < len; ++l)
+          store(out, at(l), log ? x.get(at(l)) - m - std::log(sum) : e[static_cast<size_t>(l)] / sum);
       }
     return out;
   }

@@ -112,6 +112,14 @@ std::vector<OpCase> op_cases() {
   c.push_back({{a}, "redistribute(a, {tp: S(1)})"});
   c.push_back({{{"x", "i32[5, 6]"}, {"y", "i32[6]"}}, "mul(add(x, y), 3)"});
   c.push_back({{{"x", "bf16[5, 6]"}}, "sum(x, dims=[1])"});
+  c.push_back({{}, "arange(7, start=-3, step=2, dtype=f32)"});
+  c.push_back({{}, "full(shape=[5, 6], value=1.5)"});
+  c.push_back({{a}, "tril(a, diagonal=1)"});
+  c.push_back({{a}, "triu(a, diagonal=-2)"});
+  c.push_back({{a}, "log_softmax(a, dim=1)"});
+  // Generated operands of a sharded op: each rank builds only its chunk of them.
+  c.push_back({{a}, "add(a, triu(full([5, 6], -3.0), diagonal=2))"});
+  c.push_back({{a}, "where(ge(reshape(arange(5), shape=[5, 1]), arange(6)), a, 0.0)"});
   return c;
 }
 

@@ -27,7 +27,10 @@ struct Ran {
 };
 
 // Runs g on its mesh with seeded inputs and checks every output against the reference.
-inline Ran run_and_check(const Graph& g, uint64_t seed, const std::string& what, bool fused = true) {
+// Kernel steps run through `kernels` (the reference evaluator by default; the kernel
+// tests pass generated host code).
+inline Ran run_and_check(const Graph& g, uint64_t seed, const std::string& what, bool fused = true,
+                         const KernelRunner& kernels = reference_kernel_runner()) {
   DeviceMesh mesh(g.mesh());
   Ran ran;
   ran.plan = propagate(g, mesh);
@@ -40,7 +43,7 @@ inline Ran run_and_check(const Graph& g, uint64_t seed, const std::string& what,
       in.push_back(shard_tensor(global[i], ran.plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));
     inputs.push_back(in);
   }
-  auto out = simulate(ran.programs, mesh, inputs);
+  auto out = simulate(ran.programs, mesh, inputs, kernels);
   EXPECT_TRUE(out.ok()) << what << ": " << (out.ok() ? "" : out.error().str());
   if (!out.ok()) return ran;
   auto want = evaluate(g, global);
@@ -65,6 +68,6 @@ inline Graph example(const std::string& name) {
 }
 
 inline const char* kExamples[] = {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf",
-                           "fsdp_tp_2d.sf", "fsdp_mlp.sf"};
+                           "fsdp_tp_2d.sf", "fsdp_mlp.sf", "causal_attention.sf"};
 
 }  // namespace sf::dist_test

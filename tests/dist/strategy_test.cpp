@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -157,6 +158,31 @@ std::vector<Case> cases() {
   v.push_back({OpKind::AllToAll, {F({12, 3})}, {{"mesh_dim", std::string("tp")}, {"concat_dim", int64_t{1}}}});
   v.push_back({OpKind::Redistribute, {F({5, 3})}});
   v.push_back({OpKind::Redistribute, {F({6, 4})}});
+
+  // Generators: no operands; each S(d) strategy has every rank build its own chunk.
+  const int64_t kMax = std::numeric_limits<int64_t>::max(), kMin = std::numeric_limits<int64_t>::min();
+  v.push_back({OpKind::Arange, {}, {{"end", int64_t{7}}}});
+  v.push_back({OpKind::Arange, {}, {{"end", int64_t{-9}}, {"start", int64_t{5}}, {"step", int64_t{-3}}, {"dtype", DType::F32}}});
+  v.push_back({OpKind::Arange, {}, {{"end", int64_t{3}}, {"start", int64_t{3}}}});  // empty
+  // Four values just below INT64_MAX: the empty chunks' bounds must not overflow.
+  v.push_back({OpKind::Arange, {}, {{"end", kMax}, {"start", kMax - 10}, {"step", int64_t{3}}}});
+  v.push_back({OpKind::Full, {}, {{"shape", V{5, 3}}, {"value", 1.5}}});
+  v.push_back({OpKind::Full, {}, {{"shape", V{0, 7}}, {"value", -2.0}, {"dtype", DType::I32}}});
+  v.push_back({OpKind::Full, {}, {{"shape", V{}}, {"value", 3.0}, {"dtype", DType::BF16}}});
+  // tril/triu with the matrix dims sharded unevenly (5 and 7 rows or columns on 4 and
+  // 3 ranks, empty chunks included) and diagonals on both sides, beyond the matrix
+  // and at the ends of int64.
+  for (OpKind k : {OpKind::Tril, OpKind::Triu}) {
+    for (int64_t d : {int64_t{0}, int64_t{2}, int64_t{-3}, int64_t{9}, kMax, kMin})
+      v.push_back({k, {F({5, 7})}, {{"diagonal", d}}});
+    v.push_back({k, {F({2, 7, 5})}, {{"diagonal", int64_t{1}}}});
+    v.push_back({k, {I({3, 6, 5})}, {{"diagonal", int64_t{-1}}}});
+    v.push_back({k, {T(DType::Bool, {4, 0})}});
+    v.push_back({k, {T(DType::F16, {6, 6})}, {{"diagonal", int64_t{-4}}}});
+  }
+  v.push_back({OpKind::LogSoftmax, {F({5, 3})}});
+  v.push_back({OpKind::LogSoftmax, {F({2, 5, 3})}, {{"dim", int64_t{1}}}});
+  v.push_back({OpKind::LogSoftmax, {F({0, 4})}, {{"dim", int64_t{0}}}});
   return v;
 }
 
@@ -380,9 +406,10 @@ void convert(const Case& c, const DeviceMesh& mesh, uint64_t seed, Totals& total
         }
       }
       std::vector<Tensor> results;
+      std::vector<Shape> in_shapes;
+      for (const Operand& o : c.in) in_shapes.push_back(o.type.shape);
       for (int r = 0; r < mesh.world(); ++r) {
-        Shape local_out = local_shard(out.shape, s.output, mesh, r).shape;
-        Node ln = local_node(node, local_out);
+        Node ln = local_node(node, rank_shards(out.shape, s.output, in_shapes, s.inputs, mesh, r));
         std::vector<Operand> local_in;
         std::vector<const Tensor*> ptr;
         for (size_t a = 0; a < c.in.size(); ++a) {
@@ -624,13 +651,88 @@ TEST(OpStrategies, LeavesAndOneRankMeshes) {
   EXPECT_TRUE(one[0].output.per_dim.empty());
 }
 
+TEST(OpStrategies, GeneratorsBuildTheirChunkOfAnyDim) {
+  auto ar = strategies(OpKind::Arange, {}, {{"end", int64_t{10}}}, mesh_1d(4));
+  ASSERT_EQ(ar.size(), 2u);
+  EXPECT_EQ(str(ar[0]), "() -> {tp: R}");  // the first, what propagation starts from
+  EXPECT_TRUE(has(ar, {}, sp({S(0)})));
+  auto fu = strategies(OpKind::Full, {}, {{"shape", std::vector<int64_t>{4, 6}}, {"value", 1.0}}, mesh_2x2());
+  EXPECT_EQ(fu.size(), 9u);  // R, S(0), S(1) on each mesh dim
+  EXPECT_TRUE(has(fu, {}, sp({S(1), S(0)})));
+  EXPECT_TRUE(has(fu, {}, sp({S(0), S(0)})));
+  for (const OpStrategy& s : fu)
+    for (const Placement& p : s.output.per_dim) EXPECT_FALSE(p.is_partial()) << str(s, mesh_2x2());
+}
+
+TEST(OpStrategies, TrilShardsEveryDimAndPassesPartials) {
+  auto t = strategies(OpKind::Tril, {F({2, 5, 7})}, {{"diagonal", int64_t{1}}}, mesh_1d(4));
+  for (int d = 0; d < 3; ++d) EXPECT_TRUE(has(t, {sp({S(d)})}, sp({S(d)}))) << d;
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
+    EXPECT_TRUE(has(t, {sp({P(op)})}, sp({P(op)}))) << reduce_op_name(op);
+  EXPECT_FALSE(has(t, {sp({S(1)})}, sp({S(2)})));
+  auto u = strategies(OpKind::Triu, {F({5, 7})}, {}, mesh_2x2());
+  EXPECT_TRUE(has(u, {sp({S(0), S(1)})}, sp({S(0), S(1)})));  // a block of rows and columns
+  EXPECT_TRUE(has(u, {sp({S(0), S(0)})}, sp({S(0), S(0)})));  // rows chunked twice
+  // An i32 operand keeps its Partial (no dtype change), like a movement op.
+  EXPECT_TRUE(has(strategies(OpKind::Tril, {I({4, 4})}, {}, mesh_1d(4)), {sp({P()})}, sp({P()})));
+}
+
+TEST(OpStrategies, LogSoftmaxKeepsItsDimWholeAndTakesNoPartial) {
+  auto ls = strategies(OpKind::LogSoftmax, {F({4, 6})}, {{"dim", int64_t{-1}}}, mesh_1d(4));
+  EXPECT_TRUE(has(ls, {sp({S(0)})}, sp({S(0)})));
+  EXPECT_FALSE(has(ls, {sp({S(1)})}, sp({S(1)})));
+  EXPECT_FALSE(any_partial_input(ls));
+  EXPECT_EQ(ls.size(), 2u);
+}
+
+// The rank's block at rows r0, columns c0 sees j - i = j_l - i_l + c0 - r0.
+TEST(LocalNode, ShiftsTheDiagonalByTheBlocksOffsets) {
+  Node n;
+  n.op = OpKind::Tril;
+  n.attrs = normalize_attrs(OpKind::Tril, {}, {{"diagonal", int64_t{1}}});
+  n.type = {DType::F32, {3, 5, 7}};
+  n.inputs = {0};
+  LocalShard block{{3, 2, 3}, {0, 2, 4}};
+  Node l = local_node(n, RankShards{block, {block}});
+  EXPECT_EQ(l.attrs.get_int("diagonal"), 1 + 2 - 4);
+  EXPECT_EQ(l.type.shape, (Shape{3, 2, 3}));
+  EXPECT_EQ(local_node(n, RankShards{LocalShard{{1, 5, 7}, {2, 0, 0}}, {}}).attrs, n.attrs);  // a batch shard
+  // Diagonals at the ends of int64 saturate instead of wrapping.
+  Node big = n;
+  big.attrs = normalize_attrs(OpKind::Tril, {}, {{"diagonal", std::numeric_limits<int64_t>::max()}});
+  EXPECT_EQ(local_node(big, RankShards{block, {block}}).attrs.get_int("diagonal"), (int64_t{1} << 62) - 2);
+  big.attrs = normalize_attrs(OpKind::Tril, {}, {{"diagonal", std::numeric_limits<int64_t>::min()}});
+  EXPECT_EQ(local_node(big, RankShards{block, {block}}).attrs.get_int("diagonal"), -(int64_t{1} << 62) - 2);
+}
+
+TEST(LocalNode, MovesArangeToTheChunksValues) {
+  Node n;
+  n.op = OpKind::Arange;
+  n.attrs = normalize_attrs(OpKind::Arange, {}, {{"end", int64_t{10}}, {"start", int64_t{3}}, {"step", int64_t{2}}});
+  n.type = {DType::I64, {4}};  // 3, 5, 7, 9
+  auto chunk = [&](int64_t off, int64_t len) {
+    Node l = local_node(n, RankShards{LocalShard{{len}, {off}}, {}});
+    return std::make_pair(l.attrs.get_int("start"), l.attrs.get_int("end"));
+  };
+  EXPECT_EQ(chunk(0, 2), std::make_pair(int64_t{3}, int64_t{7}));
+  EXPECT_EQ(chunk(1, 2), std::make_pair(int64_t{5}, int64_t{9}));
+  EXPECT_EQ(chunk(3, 1), std::make_pair(int64_t{9}, int64_t{10}));  // the last chunk ends at the end
+  EXPECT_EQ(chunk(4, 0), std::make_pair(int64_t{3}, int64_t{3}));    // an empty chunk
+  // Next to INT64_MAX an empty chunk's "first value" would overflow; it is not used.
+  const int64_t kMax = std::numeric_limits<int64_t>::max();
+  n.attrs = normalize_attrs(OpKind::Arange, {}, {{"end", kMax}, {"start", kMax - 10}, {"step", int64_t{7}}});
+  n.type = {DType::I64, {2}};
+  EXPECT_EQ(chunk(1, 1), std::make_pair(kMax - 3, kMax));
+  EXPECT_EQ(chunk(2, 0), std::make_pair(kMax - 10, kMax - 10));
+}
+
 TEST(LocalNode, RewritesShapeAttributesOnly) {
   Node n;
   n.op = OpKind::Reshape;
   n.attrs = normalize_attrs(OpKind::Reshape, {}, {{"shape", std::vector<int64_t>{-1, 4}}});
   n.type = {DType::F32, {8, 4}};
   n.inputs = {0};
-  Node l = local_node(n, {2, 4});
+  Node l = local_node(n, RankShards{LocalShard{{2, 4}, {2, 0}}, {}});
   EXPECT_EQ(l.type, (TensorType{DType::F32, {2, 4}}));
   EXPECT_EQ(l.attrs.get_ints("shape"), (std::vector<int64_t>{2, 4}));
   EXPECT_EQ(l.inputs, n.inputs);
@@ -639,7 +741,7 @@ TEST(LocalNode, RewritesShapeAttributesOnly) {
   s.op = OpKind::Sum;
   s.attrs = normalize_attrs(OpKind::Sum, {}, {{"dims", std::vector<int64_t>{0}}});
   s.type = {DType::F32, {4}};
-  Node ls = local_node(s, {1});
+  Node ls = local_node(s, RankShards{LocalShard{{1}, {3}}, {}});
   EXPECT_EQ(ls.attrs, s.attrs);
   EXPECT_EQ(ls.type.shape, (Shape{1}));
 }

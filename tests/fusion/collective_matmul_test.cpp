@@ -413,7 +413,8 @@ TEST(CollectiveMatmul, AutoSplitsAnAllReduceOnlyWhenTheRingIsEstimatedFaster) {
 }
 
 TEST(CollectiveMatmul, EveryExampleStillMatchesWhenDecomposedEverywherePossible) {
-  for (const char* ex : {"tp_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf", "fsdp_mlp.sf"}) {
+  for (const char* ex : {"tp_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf", "fsdp_mlp.sf",
+                         "causal_attention.sf"}) {
     const Graph g = example(ex);
     check_against_reference(g, programs(g, DecomposeMode::Always), ex);
   }

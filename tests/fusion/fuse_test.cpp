@@ -86,7 +86,7 @@ TEST(Fuse, CollectivesAreBarriers) {
 
 TEST(Fuse, FewerKernelsThanOpsOnEveryExample) {
   for (const char* e : {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf",
-                        "fsdp_mlp.sf"}) {
+                        "fsdp_mlp.sf", "causal_attention.sf"}) {
     LocalProgram fused = programs(example(e))[0], unfused = programs(example(e), false)[0];
     int ops = 0;
     for (const LocalKernel& k : fused.kernels) ops += static_cast<int>(k.ops.size());
@@ -140,6 +140,144 @@ TEST(Fuse, AGroupThatCannotBeEmittedIsSplitAndTheRestStaysFused) {
   EXPECT_EQ(ops, (std::vector<std::vector<std::string>>{{"matmul", "relu"}, {"add"}, {"exp"}, {"mul"}}))
       << explain_kernels(p);
   EXPECT_EQ(asked, 2) << "each distinct multi-op kernel (matmul+relu, add+exp+mul) is checked once";
+}
+
+// ---- generated values ------------------------------------------------------------------------
+//
+// Values made from generators (arange, full) and literals through elementwise ops,
+// views and tril/triu: fusion recomputes them inside the kernels that read them (no
+// kernel of their own, no buffer), materialises them only where they leave the
+// kernels or an op reads its operand from memory, and propagation places them as their
+// users want them, so that no rank slices a replicated mask.
+
+bool has_op(const LocalKernel& k, OpKind op) {
+  return std::any_of(k.group.nodes().begin(), k.group.nodes().end(), [&](const Node& n) { return n.op == op; });
+}
+
+int count_steps(const LocalProgram& p, LocalStep::Kind kind) {
+  return static_cast<int>(std::count_if(p.steps.begin(), p.steps.end(), [&](const LocalStep& s) { return s.kind == kind; }));
+}
+
+TEST(FuseGenerators, ACausalMaskIsRecomputedInTheKernelsThatReadIt) {
+  for (const char* mask : {"add(s, triu(full([8, 8], -1e9), diagonal=1))",
+                           "where(ge(reshape(arange(8), shape=[8, 1]), arange(8)), s, -1e9)",
+                           "where(eq(tril(full([8, 8], 1.0)), 0.0), -1e9, s)"}) {
+    Graph g = parse(std::string("graph g(q: f32[2, 4, 8, 4], k: f32[2, 4, 4, 8]) {\n  s = mul(matmul(q, k), 0.5)\n") +
+                    "  m = " + mask + "\n  p = softmax(m, dim=-1)\n  return p\n}\n");
+    LocalProgram p = programs(g)[0];
+    // The matmul with the mask in its epilogue, and the softmax: no mask kernel, no copy.
+    ASSERT_EQ(p.kernels.size(), 2u) << mask << "\n" << explain_kernels(p);
+    EXPECT_EQ(p.kernels[0].kind, KernelKind::Matmul) << mask;
+    EXPECT_TRUE(has_op(p.kernels[0], OpKind::Arange) || has_op(p.kernels[0], OpKind::Full)) << mask;
+    EXPECT_EQ(p.kernels[0].group.params().size(), 2u) << "the mask is no input: " << mask;
+    EXPECT_EQ(p.kernels[1].kind, KernelKind::Reduction) << mask;
+    // Its ops are listed (explain), and its steps belong to the kernel (a kernel that
+    // cannot be emitted is split with them).
+    EXPECT_GE(p.kernels[0].steps.size(), 4u) << mask;
+  }
+}
+
+TEST(FuseGenerators, AMaskReadByTwoKernelsIsComputedInBoth) {
+  Graph g = parse(
+      "graph g(q: f32[2, 4, 8, 4], k: f32[2, 4, 4, 8], r: f32[8, 8]) {\n"
+      "  m = triu(full([8, 8], -1e9), diagonal=1)\n"
+      "  a = softmax(add(mul(matmul(q, k), 0.5), m), dim=-1)\n"
+      "  b = mul(r, m)\n"
+      "  return a, b\n}\n");
+  LocalProgram p = programs(g)[0];
+  int with_mask = 0;
+  for (const LocalKernel& k : p.kernels) {
+    with_mask += has_op(k, OpKind::Triu);
+    if (has_op(k, OpKind::Triu)) {
+      EXPECT_FALSE(k.group.params().empty()) << k.name;
+    }
+  }
+  EXPECT_GE(with_mask, 2) << explain_kernels(p);
+}
+
+TEST(FuseGenerators, AGeneratedValueThatLeavesTheKernelsIsWrittenOnce) {
+  // Returned: a kernel writes it (and the add reads the written value).
+  Graph ret = parse("graph g(x: f32[4, 6]) {\n  m = tril(full([4, 6], 2.0))\n  y = add(x, m)\n  return y, m\n}\n");
+  LocalProgram p = programs(ret)[0];
+  int writers = 0;
+  for (const LocalKernel& k : p.kernels)
+    for (const Output& o : k.group.outputs()) writers += k.group.node(o.value).op == OpKind::Tril;
+  EXPECT_EQ(writers, 1) << explain_kernels(p);
+
+  // A matmul reads its operands from memory: a generated operand is materialised, and
+  // the matmul kernel reads it as a param (through a view, in place).
+  Graph mm = parse("graph g(x: f32[4, 6]) {\n  y = matmul(x, transpose(full([5, 6], 0.5), 0, 1))\n  return y\n}\n");
+  LocalProgram q = programs(mm)[0];
+  ASSERT_EQ(q.kernels.size(), 2u) << explain_kernels(q);
+  EXPECT_EQ(q.kernels[0].kind, KernelKind::Pointwise);
+  EXPECT_TRUE(q.kernels[0].group.params().empty());
+  EXPECT_EQ(q.kernels[1].kind, KernelKind::Matmul);
+  EXPECT_FALSE(has_op(q.kernels[1], OpKind::Full));
+}
+
+TEST(FuseGenerators, ALongGeneratedChainIsWrittenOnceNotCompiledIntoEveryReader) {
+  std::string text = "graph g(x: f32[8], y: f32[4, 8], z: f32[3, 8]) {\n  a0 = cast(arange(8), f32)\n";
+  for (int i = 1; i <= 200; ++i) text += "  a" + std::to_string(i) + " = add(a" + std::to_string(i - 1) + ", 1.0)\n";
+  text += "  return add(x, a200), mul(y, a200), sub(z, a200)\n}\n";
+  LocalProgram p = programs(parse(text))[0];
+  size_t most = 0;
+  for (const LocalKernel& k : p.kernels) most = std::max(most, k.ops.size());
+  EXPECT_LE(most, 2u * 64) << explain_kernels(p);  // within max_ops plus what one kernel recomputes
+  EXPECT_GE(p.kernels.size(), 4u);                 // the chain is written, in kernels of its own
+}
+
+TEST(FuseGenerators, WithoutFusionAGeneratorIsAKernelOfItsOwn) {
+  Graph g = parse("graph g(x: f32[4, 6]) {\n  y = add(x, arange(6, dtype=f32))\n  return y\n}\n");
+  LocalProgram p = programs(g, /*fused=*/false)[0];
+  ASSERT_EQ(p.kernels.size(), 2u) << explain_kernels(p);
+  EXPECT_TRUE(p.kernels[0].group.params().empty());
+  EXPECT_EQ(programs(g)[0].kernels.size(), 1u);
+}
+
+TEST(FuseGenerators, PropagationBuildsEachRanksChunkInsteadOfSlicingAReplicatedValue) {
+  // x is sharded by rows; the generated operand is wanted as S(0) too, and is built so
+  // (arange's chunk and full's local shape), not built whole and sliced.
+  Graph g = parse("mesh tp=4\ngraph g(x: f32[6, 5] {tp: S(0)}) {\n"
+                  "  y = add(x, triu(full([6, 5], 3.0), diagonal=1))\n"
+                  "  z = add(x, reshape(cast(arange(6), f32), shape=[6, 1]))\n"
+                  "  return y {tp: S(0)}, z {tp: S(0)}\n}\n");
+  DeviceMesh mesh(g.mesh());
+  ShardingPlan plan = propagate(g, mesh);
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (op_info(n.op).category == OpCategory::Generator || n.op == OpKind::Triu) {
+      EXPECT_EQ(plan.nodes[i].output.str(g.mesh()), "{tp: S(0)}") << op_name(n.op);
+    }
+  }
+  std::vector<LocalProgram> ps = ok_value(rank_programs(g, plan, mesh));
+  for (const LocalProgram& p : ps) {
+    EXPECT_EQ(count_steps(p, LocalStep::Kind::Slice), 0) << "rank " << p.rank;
+    EXPECT_EQ(p.kernels.size(), 2u) << explain_kernels(p);
+  }
+  // Rank 1 holds rows 2 and 3: its triu's diagonal is 1 + 2 and its arange starts at 2.
+  for (const LocalKernel& k : ps[1].kernels)
+    for (const Node& n : k.group.nodes()) {
+      if (n.op == OpKind::Triu) {
+        EXPECT_EQ(n.attrs.get_int("diagonal"), 3);
+      }
+      if (n.op == OpKind::Arange) {
+        EXPECT_EQ(n.attrs.get_int("start"), 2);
+      }
+      if (n.op == OpKind::Full) {
+        EXPECT_EQ(n.attrs.get_ints("shape"), (std::vector<int64_t>{2, 5}));
+      }
+    }
+}
+
+TEST(FuseGenerators, UsersThatWantDifferentPlacementsKeepItReplicated) {
+  Graph g = parse("mesh tp=2\ngraph g(x: f32[4, 6] {tp: S(0)}, w: f32[4, 6] {tp: S(1)}) {\n"
+                  "  m = full([4, 6], 1.0)\n  return add(x, m) {tp: S(0)}, add(w, m) {tp: S(1)}\n}\n");
+  DeviceMesh mesh(g.mesh());
+  ShardingPlan plan = propagate(g, mesh);
+  for (size_t i = 0; i < g.nodes().size(); ++i)
+    if (g.nodes()[i].op == OpKind::Full) {
+      EXPECT_EQ(plan.nodes[i].output.str(g.mesh()), "{tp: R}");
+    }
 }
 
 }  // namespace fusion_fuse_test

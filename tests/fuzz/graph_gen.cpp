@@ -277,7 +277,7 @@ class Generator {
       }
       case OpCategory::Composite:
         args.push_back(val_arg(x));
-        if (info.kind == OpKind::Softmax) {
+        if (info.kind == OpKind::Softmax || info.kind == OpKind::LogSoftmax) {
           if (in_.chance(70)) attrs.push_back({"dim", AttrValue(int64_t{in_.range(-std::max(r, 1), std::max(r, 1) - 1)})});
         } else if (info.kind == OpKind::LayerNorm || info.kind == OpKind::RmsNorm) {
           TensorType w{x.type.dtype, {}};
@@ -305,6 +305,21 @@ class Generator {
           }
         }
         break;
+      case OpCategory::Generator:  // no operands: arange(end, start, step) or full(x's shape)
+        if (info.kind == OpKind::Arange) {
+          attrs.push_back({"end", AttrValue(int64_t{in_.range(-o_.max_dim, o_.max_dim)})});
+          if (in_.chance(50)) attrs.push_back({"start", AttrValue(int64_t{in_.range(-o_.max_dim, o_.max_dim)})});
+          if (in_.chance(50)) attrs.push_back({"step", AttrValue(int64_t{in_.range(-3, 3)})});
+        } else {
+          attrs.push_back({"shape", AttrValue(std::vector<int64_t>(s))});
+          attrs.push_back({"value", AttrValue(in_.chance(50) ? 1.5 : -2.0)});
+        }
+        if (in_.chance(50)) attrs.push_back({"dtype", AttrValue(random_dtype())});
+        break;
+      case OpCategory::Positional:
+        args.push_back(val_arg(x));
+        if (in_.chance(70)) attrs.push_back({"diagonal", AttrValue(int64_t{in_.range(-3, 3)})});
+        break;
       case OpCategory::Leaf: return;
     }
     // The op table decides, as the verifier will.
@@ -324,7 +339,8 @@ class Generator {
     std::string name = "v" + std::to_string(next_val_++);
     std::string call = std::string(info.name) + "(";
     for (size_t i = 0; i < args.size(); ++i) call += (i ? ", " : "") + args[i].text;
-    for (const auto& [k, v] : attrs) call += ", " + k + "=" + attr_value_str(v, mesh_);
+    for (size_t i = 0; i < attrs.size(); ++i)
+      call += (args.empty() && i == 0 ? "" : ", ") + attrs[i].first + "=" + attr_value_str(attrs[i].second, mesh_);
     call += ")";
     std::string stmt = name + " = " + call;
     if (!mesh_.dims.empty() && in_.chance(20)) stmt += " " + placement(result.rank()).str(mesh_);

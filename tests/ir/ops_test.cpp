@@ -2,6 +2,8 @@
 // op (several for the interesting ones); a final test fails if an op has no row.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <set>
 
 #include "codegen/ir/ops.h"
@@ -21,6 +23,8 @@ Operand W(DType d) { return {TensorType{d, {}}, true}; }  // a number literal
 constexpr DType f32 = DType::F32, f16 = DType::F16, bf16 = DType::BF16, i32 = DType::I32,
                 i64 = DType::I64, b1 = DType::Bool;
 using V = std::vector<int64_t>;
+AttrValue I(int64_t v) { return AttrValue(v); }
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max(), kMin = std::numeric_limits<int64_t>::min();
 
 const Mesh kMesh{{{"dp", 2}, {"tp", 4}}};
 
@@ -75,6 +79,20 @@ std::vector<InferCase> cases() {
                {{"mesh_dim", AttrValue(std::string("tp"))}, {"split_dim", AttrValue(int64_t{0})},
                 {"concat_dim", AttrValue(int64_t{1})}},
                {f32, {2, 12}}});
+  c.push_back({"log_softmax", {T(bf16, {2, 8})}, {}, {bf16, {2, 8}}});
+  c.push_back({"arange", {}, {{"end", I(5)}}, {i64, {5}}});
+  // 3, 0, -3, -6: a negative step, ceil(10 / 3) values.
+  c.push_back({"arange", {}, {{"end", I(-7)}, {"start", I(3)}, {"step", I(-3)}, {"dtype", AttrValue(f32)}}, {f32, {4}}});
+  c.push_back({"arange", {}, {{"end", I(3)}, {"start", I(3)}}, {i64, {0}}});  // empty, as torch
+  // Bounds at the ends of int64: the span and the count are exact.
+  c.push_back({"arange", {}, {{"end", I(kMax)}, {"start", I(kMax - 10)}, {"step", I(7)}}, {i64, {2}}});
+  c.push_back({"arange", {}, {{"end", I(kMax)}, {"start", I(kMin)}, {"step", I(kMax)}}, {i64, {3}}});
+  c.push_back({"arange", {}, {{"end", I(kMin)}, {"start", I(0)}, {"step", I(kMin)}}, {i64, {1}}});
+  c.push_back({"full", {}, {{"shape", AttrValue(V{2, 3})}, {"value", AttrValue(1.5)}}, {f32, {2, 3}}});
+  c.push_back({"full", {}, {{"shape", AttrValue(V{})}, {"value", I(-2)}, {"dtype", AttrValue(i32)}}, {i32, {}}});
+  c.push_back({"full", {}, {{"shape", AttrValue(V{4, 0})}, {"value", AttrValue(7.0)}, {"dtype", AttrValue(b1)}}, {b1, {4, 0}}});
+  c.push_back({"tril", {T(f32, {3, 4})}, {}, {f32, {3, 4}}});
+  c.push_back({"triu", {T(b1, {2, 0, 5})}, {{"diagonal", I(-3)}}, {b1, {2, 0, 5}}});
   PlacementSpec spec{{Placement::shard(0), Placement::partial()}};
   c.push_back({"redistribute", {T(f32, {8, 3})}, {{"placements", AttrValue(spec)}}, {f32, {8, 3}}});
   return c;
@@ -130,6 +148,29 @@ TEST(InferType, RejectsWithAReason) {
       {"layer_norm", {T(f32, {2, 8}), T(f32, {8}), T(f32, {2, 8})}, {}, "must have the same type"},
       {"redistribute", {T(f32, {2})}, {{"placements", AttrValue(PlacementSpec{{Placement::shard(0)}})}},
        "1 placements for a mesh of 2 dims"},
+      {"arange", {}, {{"end", I(8)}, {"step", I(0)}}, "step must be nonzero (start=0, end=8, step=0)"},
+      {"arange", {}, {{"end", I(0)}, {"start", I(5)}}, "inconsistent with the step's sign (start=5, end=0, step=1)"},
+      {"arange", {}, {{"end", I(5)}, {"step", I(-1)}}, "inconsistent with the step's sign"},
+      {"arange", {}, {{"end", I(int64_t{1} << 62)}}, "gives 4611686018427387904 elements, above the limit of 2^40"},
+      {"arange", {}, {{"end", I(kMax)}, {"start", I(kMin)}}, "gives 18446744073709551615 elements"},
+      {"arange", {}, {{"end", I((int64_t{1} << 40) + 1)}}, "above the limit"},
+      {"arange", {}, {{"end", I(3000000004)}, {"start", I(3000000000)}, {"dtype", AttrValue(i32)}},
+       "value 3000000000 of start=3000000000, end=3000000004, step=1 does not fit in i32"},
+      {"arange", {}, {{"end", I(-3000000001)}, {"step", I(-1000000000)}, {"dtype", AttrValue(i32)}},
+       "value -3000000000 of"},  // the last value, 0 - 3 * 10^9
+      {"arange", {}, {{"end", I(4)}, {"dtype", AttrValue(b1)}}, "dtype bool is not supported"},
+      {"full", {}, {{"shape", AttrValue(V{2, -3})}, {"value", AttrValue(1.0)}}, "dimension -3 is negative in shape [2, -3]"},
+      {"full", {}, {{"shape", AttrValue(V{2})}, {"value", AttrValue(1.5)}, {"dtype", AttrValue(i32)}},
+       "value 1.5 is not an integer in the range of i32"},
+      {"full", {}, {{"shape", AttrValue(V{2})}, {"value", AttrValue(2147483648.0)}, {"dtype", AttrValue(i32)}},
+       "range of i32"},
+      {"full", {}, {{"shape", AttrValue(V{2})}, {"value", AttrValue(0x1p63)}, {"dtype", AttrValue(i64)}}, "range of i64"},
+      {"full", {}, {{"shape", AttrValue(V{2})}, {"value", AttrValue(std::nan(""))}, {"dtype", AttrValue(i64)}},
+       "is not an integer"},
+      {"tril", {T(f32, {4})}, {}, "tril expects an operand of rank >= 2 (it masks the last two dims), got f32[4]"},
+      {"triu", {W(f32)}, {}, "rank >= 2"},
+      {"log_softmax", {T(i32, {2, 3})}, {}, "floating-point"},
+      {"log_softmax", {T(f32, {2, 3})}, {{"dim", I(2)}}, "out of range"},
   };
   for (const RejectCase& r : rejects) {
     auto k = find_op(r.op);

@@ -6,56 +6,14 @@
 
 #include <cmath>
 
-#include "runtime/core/shard.h"
-#include "codegen/fusion/pipeline.h"
 #include "codegen/ir/builder.h"
 #include "codegen/ir/parser.h"
-#include "codegen/kernels/host_runner.h"
-#include "codegen/reference/compare.h"
-#include "codegen/reference/evaluate.h"
-#include "codegen/dist/lockstep.h"
-#include "tests/result_util.h"
+#include "tests/kernels/host_program_check.h"
 
 namespace sf {
 namespace kernels_generated_programs_test {
 
-HostKernelRunner& runner() {
-  static std::unique_ptr<HostKernelRunner> r = [] {
-    auto x = HostKernelRunner::create();
-    if (!x.ok()) throw std::runtime_error(x.error().message);
-    return std::move(x).value();
-  }();
-  return *r;
-}
-
-void check(const Graph& g, uint64_t seed, const std::string& what) {
-  DeviceMesh mesh(g.mesh());
-  ShardingPlan plan = propagate(g, mesh);
-  std::vector<LocalProgram> ps = ok_value(rank_programs(g, plan, mesh));
-  std::vector<Tensor> global = random_inputs(g, seed);
-  std::vector<std::vector<Tensor>> inputs;
-  for (int r = 0; r < mesh.world(); ++r) {
-    std::vector<Tensor> in;
-    for (size_t i = 0; i < g.params().size(); ++i)
-      in.push_back(shard_tensor(global[i], plan.nodes[static_cast<size_t>(g.params()[i])].output, mesh, r));
-    inputs.push_back(in);
-  }
-  int fallbacks_before = runner().stats().fallbacks;
-  auto out = simulate(ps, mesh, inputs, runner());
-  ASSERT_TRUE(out.ok()) << what << ": " << out.error().str();
-  EXPECT_EQ(runner().stats().fallbacks, fallbacks_before) << what << ": a kernel ran on the reference: " << [] { std::string s; for (const auto& [k, why] : runner().stats().fallback_reasons) s += k + ": " + why + "; "; return s; }();
-  auto want = evaluate(g, global);
-  ASSERT_TRUE(want.ok()) << what;
-  for (size_t o = 0; o < g.outputs().size(); ++o) {
-    std::vector<Tensor> locals;
-    for (int r = 0; r < mesh.world(); ++r) locals.push_back((*out)[static_cast<size_t>(r)][o]);
-    Result<Tensor> got = unshard_tensor(locals, g.node(g.outputs()[o].value).type, plan.outputs[o], mesh);
-    ASSERT_TRUE(got.ok()) << what;
-    Comparison c = compare(*got, (*want)[o], default_tolerance(got->dtype()));
-    EXPECT_TRUE(c.ok()) << what << " output " << o << ": max_abs_err " << c.max_abs_err << " at "
-                        << c.first_mismatch;
-  }
-}
+void check(const Graph& g, uint64_t seed, const std::string& what) { kernel_test::check_on_host_kernels(g, seed, what); }
 
 Graph example(const std::string& name, int64_t world = 0) {
   Result<Graph> g = parse_file(std::string(SF_SOURCE_DIR) + "/examples/" + name);

@@ -69,6 +69,13 @@ TEST_P(DecomposeTest, SoftmaxLastAndFirstDim) {
                      tolerance(GetParam()));
 }
 
+TEST_P(DecomposeTest, LogSoftmaxLastAndFirstDim) {
+  expect_same_values(one_op(GetParam(), [](GraphBuilder&, Value x) { return log_softmax(x, -1); }),
+                     tolerance(GetParam()));
+  expect_same_values(one_op(GetParam(), [](GraphBuilder&, Value x) { return log_softmax(x, 0); }, {5, 2, 3}),
+                     tolerance(GetParam()));
+}
+
 TEST_P(DecomposeTest, LayerNorm) {
   DType t = GetParam();
   expect_same_values(one_op(t, [t](GraphBuilder& b, Value x) {

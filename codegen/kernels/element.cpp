@@ -187,10 +187,14 @@ std::optional<ValueIndex> operand_index(const Node& n, const ValueIndex& at, con
       auto [d, range] = slice_of(n.attrs, operand);
       auto sd = static_cast<size_t>(d);
       if (r.unshifted()) r.scale.assign(operand.size(), 1), r.shift.assign(operand.size(), 0);
-      // (A dim of at most one element is only read at its start, where the scale does
-      // not matter: a huge step must not overflow it.)
-      r.shift[sd] = range.start + range.step * r.shift[sd];
-      if (range.length > 1) r.scale[sd] *= range.step;
+      // A dim of at most one element is only read at its start (an outer shift there
+      // belongs to an empty read), so a huge step never multiplies anything.
+      if (range.length > 1) {
+        r.shift[sd] = range.start + range.step * r.shift[sd];
+        r.scale[sd] *= range.step;
+      } else {
+        r.shift[sd] = range.start;
+      }
       if (std::all_of(r.scale.begin(), r.scale.end(), [](int64_t x) { return x == 1; }) &&
           std::all_of(r.shift.begin(), r.shift.end(), [](int64_t x) { return x == 0; }))
         r.scale.clear(), r.shift.clear();

@@ -277,6 +277,12 @@ TEST(ViewsGrid, TheGpuKernelsThreadsMatchTheReference) {
     groups.push_back(finish(b));
   }
   {
+    GraphBuilder b("aligned");  // from element 8 of rows of 16: 4-wide vector loads at an offset
+    Value x = b.param("x", DType::F32, {37, 16});
+    b.ret(slice(x, 1, 8) * 2.0 + slice(x, 1, 4, 12));
+    groups.push_back(finish(b));
+  }
+  {
     GraphBuilder b("strided");
     Value x = b.param("x", DType::F32, {37, 12});
     b.ret(slice(x, 1, 0, 12, 2) + slice(x, 1, 1, 12, 2) + slice(x, 1, 6));
@@ -347,6 +353,13 @@ TEST(ViewsNvptx, SliceAndConcatKernelsAssemble) {
   s.ret(slice(y, 1, 4) + 1.0);  // [64, 996] from element 4
   std::string p = ptx_of(finish(s), "sm_90a");
   EXPECT_EQ(count(p, "ld.global.v4.f32"), 1u) << p;
+  // From element 2 the runs of 4 are not 16-byte aligned: scalar loads.
+  GraphBuilder m("misaligned");
+  Value z = m.param("z", DType::F32, {64, 1000});
+  m.ret(slice(z, 1, 2, 998) + 1.0);
+  p = ptx_of(finish(m), "sm_90a");
+  EXPECT_EQ(count(p, "ld.global.v4.f32"), 0u) << p;
+  EXPECT_NE(p.find("st.global.v4.f32"), std::string::npos);  // the output is still written in vectors
 }
 
 TEST(ViewsNvptx, TheIndexWidthCountsASlicesLargerOperand) {

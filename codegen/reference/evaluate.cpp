@@ -432,7 +432,7 @@ class Evaluator {
     Tensor out(n.type.dtype, n.type.shape);
     std::vector<int64_t> st = contiguous_strides(x.shape());
     const int64_t base = r.start * st[static_cast<size_t>(d)];
-    st[static_cast<size_t>(d)] *= r.step;
+    if (r.length > 1) st[static_cast<size_t>(d)] *= r.step;  // else only element 0: a huge step must not overflow
     for (int64_t i = 0; i < out.numel(); ++i) copy_elem(x, base + offset_of(i, out.shape(), st), out, i);
     return out;
   }

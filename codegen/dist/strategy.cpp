@@ -370,6 +370,19 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
         for (ReduceOp op : movement_reduce_ops(out.dtype)) r.add({P(op)}, P(op));
       break;
     }
+    // Slice and concat (DTensor's slice and cat strategies): any other dim keeps its
+    // shard, the sliced or joined dim must be whole on every rank (a rank's chunk of
+    // it is not the chunk of the result), and they only move elements, so a Partial
+    // of every operand is a Partial of the result.
+    case OpKind::Slice:
+    case OpKind::Concat: {
+      int dim = *normalize_dim(attrs.get_int("dim"), out.rank());
+      for (int d = 0; d < out.rank(); ++d)
+        if (d != dim) r.add(std::vector<Placement>(in.size(), S(d)), S(d));
+      if (std::all_of(in.begin(), in.end(), [&](const Operand& o) { return may_be_partial(o, out); }))
+        for (ReduceOp op : movement_reduce_ops(out.dtype)) r.add(std::vector<Placement>(in.size(), P(op)), P(op));
+      break;
+    }
     case OpKind::Embedding: {
       // Rows of the weight are not offered: a rank holding rows [lo, hi) would have to
       // mask the other indices to zero and return a Partial (DTensor's MaskPartial),

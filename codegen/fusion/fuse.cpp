@@ -23,6 +23,12 @@ KernelKind step_kind(const Node& n) {
   }
 }
 
+// Views that read their operands at other elements than their own index space's:
+// slice (a strided part) and concat (a select between operands). Each element of the
+// operands is computed at most once per element of the result, so a group's values may
+// live in another index space than its result as long as none of them escapes.
+bool reindexes(OpKind k) { return k == OpKind::Slice || k == OpKind::Concat; }
+
 struct Group {
   KernelKind kind = KernelKind::Pointwise;
   std::vector<size_t> steps;  // indices into the program's steps, in program order
@@ -31,6 +37,7 @@ struct Group {
   std::vector<int> rdims;     // reduction: the reduced dims, normalised and sorted
   int64_t reduced_numel = 0;
   bool views_only = true;     // pointwise made of transpose/permute only
+  bool reindexing = false;    // holds a slice or concat
 };
 
 // Decides groups on one rank's program. Ranks' programs have the same steps (SPMD)
@@ -43,6 +50,7 @@ class Fuser {
       const LocalStep& s = p_.steps[i];
       if (s.out >= 0) producer_[s.out] = i;
       for (int v : s.outs) producer_[v] = i;
+      for (int v : s.in) users_[v].push_back(i);
     }
     group_of_.assign(p_.steps.size(), -1);
     // A decomposed reduce-scatter's last transfer: it starts as the rank's own
@@ -85,6 +93,34 @@ class Fuser {
     }
   }
   LocalProgram finish() { return build(); }
+
+  // Whether group `from` may merge into group `into` once step i has joined `into`
+  // (i reads values of both). Only where a slice or concat is involved: a concat joins
+  // its operands' groups, and RoPE's x * cos + rotate_half(x) * sin ends as one kernel.
+  // Two pointwise groups of one index space merge; a group of another space only into
+  // a slice's or concat's, when none of its values is used outside the two.
+  bool mergeable(int into, int from, size_t i) const {
+    if (into < 0 || from < 0 || into == from) return false;
+    const Group& a = groups_[static_cast<size_t>(into)];
+    const Group& b = groups_[static_cast<size_t>(from)];
+    if (a.kind != KernelKind::Pointwise || b.kind != KernelKind::Pointwise || b.steps.empty()) return false;
+    if (!a.reindexing && !b.reindexing) return false;
+    if (static_cast<int>(a.steps.size() + b.steps.size()) > opts_.max_ops) return false;
+    std::set<size_t> both(a.steps.begin(), a.steps.end());
+    both.insert(b.steps.begin(), b.steps.end());
+    if (b.numel != a.numel && !(reindexes(p_.steps[i].node.op) && closed(b, both))) return false;
+    return !cycle_through_others(both);
+  }
+  void merge(int into, int from) {
+    Group& a = groups_[static_cast<size_t>(into)];
+    Group& b = groups_[static_cast<size_t>(from)];
+    for (size_t s : b.steps) group_of_[s] = into;
+    a.steps.insert(a.steps.end(), b.steps.begin(), b.steps.end());
+    std::sort(a.steps.begin(), a.steps.end());
+    a.views_only = a.views_only && b.views_only;
+    a.reindexing = true;
+    b.steps.clear();  // gets no kernel
+  }
 
  private:
   bool is_constant_value(int v) const {
@@ -158,6 +194,7 @@ class Fuser {
     g.numel = numel(n.type.shape);
     // A matmul reads its operands in place: a view of a recomputed value is no such operand.
     g.views_only = (n.op == OpKind::Transpose || n.op == OpKind::Permute) && !reads_inlined(i);
+    g.reindexing = reindexes(n.op);
     if (g.kind == KernelKind::Reduction) {
       const TensorType& x = type(p_.steps[i].in[0]);
       g.full = x.shape;
@@ -178,8 +215,11 @@ class Fuser {
     } else if (g.kind == KernelKind::Pointwise && k == KernelKind::Matmul) {
       g.kind = KernelKind::Matmul;
       g.numel = numel(n.type.shape);
+    } else if (g.kind == KernelKind::Pointwise) {
+      g.numel = numel(n.type.shape);  // a slice or concat may move the group to its result's space
     }
     g.views_only = g.views_only && (n.op == OpKind::Transpose || n.op == OpKind::Permute) && !reads_inlined(i);
+    g.reindexing = g.reindexing || reindexes(n.op);
     g.steps.push_back(i);
     group_of_[i] = static_cast<int>(gi);
   }
@@ -194,7 +234,7 @@ class Fuser {
     int64_t out = numel(n.type.shape);
     switch (g.kind) {
       case KernelKind::Pointwise:
-        if (k == KernelKind::Pointwise) return out == g.numel;
+        if (k == KernelKind::Pointwise) return out == g.numel || (reindexes(n.op) && closed(g, {i}));
         if (k == KernelKind::Reduction) {
           // The chain becomes the reduction's prologue, in the reduced tensor's space.
           return feeds_only(g, i, 0) && numel(type(s.in[0]).shape) == g.numel;
@@ -204,7 +244,8 @@ class Fuser {
         if (k == KernelKind::Matmul) return g.views_only;
         return false;
       case KernelKind::Reduction:
-        if (k == KernelKind::Pointwise) return out == numel(g.full) || out == g.reduced_numel;
+        // A slice or concat in the epilogue would read row values at other rows.
+        if (k == KernelKind::Pointwise) return !reindexes(n.op) && (out == numel(g.full) || out == g.reduced_numel);
         if (k == KernelKind::Reduction) {
           const TensorType& x = type(s.in[0]);
           return x.shape == g.full && reduced_dims(n.attrs, x.rank()) == g.rdims;
@@ -237,17 +278,49 @@ class Fuser {
     return true;
   }
 
+  // Whether no value of group g is returned or used outside g and `also` (steps):
+  // then its values may be computed in another index space than the kernel's outputs.
+  bool closed(const Group& g, const std::set<size_t>& also) const {
+    std::set<int> outputs(p_.output_values.begin(), p_.output_values.end());
+    for (size_t m : g.steps) {
+      int v = p_.steps[m].out;
+      if (outputs.count(v)) return false;
+      auto it = users_.find(v);
+      if (it == users_.end()) continue;
+      for (size_t u : it->second)
+        if (group_of_[u] != group_of_[m] && !also.count(u)) return false;
+    }
+    return true;
+  }
+
   // Joining i to group gi must not make a cycle: no operand of i may be produced,
   // outside the group, by a step that depends on the group.
   bool creates_cycle(size_t gi, size_t i) const {
     std::set<size_t> members(groups_[gi].steps.begin(), groups_[gi].steps.end());
     std::vector<size_t> work;
-    std::set<size_t> seen;
     for (int v : p_.steps[i].in) {
       auto it = producer_.find(v);
       if (it != producer_.end() && !members.count(it->second)) work.push_back(it->second);
     }
-    size_t first = groups_[gi].steps.front();
+    return reaches(members, std::move(work));
+  }
+
+  // Whether steps `members` as one kernel would make a cycle: a step outside them that
+  // depends on one of them and that one of them depends on (merging two groups).
+  bool cycle_through_others(const std::set<size_t>& members) const {
+    std::vector<size_t> work;
+    for (size_t m : members)
+      for (int v : p_.steps[m].in)
+        if (auto it = producer_.find(v); it != producer_.end() && !members.count(it->second))
+          work.push_back(it->second);
+    return reaches(members, std::move(work));
+  }
+
+  // Whether walking back from `work` (steps outside `members`) through their operands
+  // reaches a member.
+  bool reaches(const std::set<size_t>& members, std::vector<size_t> work) const {
+    std::set<size_t> seen;
+    size_t first = *members.begin();
     while (!work.empty()) {
       size_t x = work.back();
       work.pop_back();
@@ -431,6 +504,7 @@ class Fuser {
   LocalProgram p_;
   FusionOptions opts_;
   std::map<int, size_t> producer_;
+  std::map<int, std::vector<size_t>> users_;  // value -> the steps reading it
   std::set<int> late_values_;  // values that must not join a matmul's epilogue (above)
   std::set<size_t> inlined_;   // steps recomputed in the kernels that read them (find_inlined)
   std::map<size_t, int> inlined_weight_;  // ops an inlined step brings into a kernel
@@ -462,7 +536,16 @@ std::vector<LocalProgram> fuse_all(std::vector<LocalProgram> programs, const Fus
         break;
       }
     }
+    std::vector<int> others = f[0].candidates(i);
     for (Fuser& x : f) x.join(into, i);
+    // A slice's or concat's other operand groups (and a RoPE's diamond) merge in too,
+    // where every rank allows it.
+    for (int gi : others) {
+      bool everywhere = true;
+      for (size_t r = 0; r < f.size() && everywhere; ++r) everywhere = f[r].mergeable(into, gi, i);
+      if (everywhere)
+        for (Fuser& x : f) x.merge(into, gi);
+    }
   }
   std::vector<LocalProgram> out;
   for (Fuser& x : f) out.push_back(x.finish());

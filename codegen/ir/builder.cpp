@@ -201,6 +201,13 @@ Value expand(Value x, std::vector<int64_t> shape) {
 static Value reduce(OpKind k, Value x, std::vector<int64_t> dims, bool keepdim) {
   return x.builder->op(k, {x}, {AttrValue(std::move(dims)), AttrValue(keepdim)});
 }
+Value slice(Value x, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  return x.builder->op(OpKind::Slice, {x}, {AttrValue(dim), AttrValue(start), AttrValue(end), AttrValue(step)});
+}
+Value concat(const std::vector<Value>& xs, int64_t dim) {
+  if (xs.empty()) throw_at({}, "concat expects 2 or more operand(s), got 0");
+  return xs[0].builder->op(OpKind::Concat, xs, {}, {{"dim", AttrValue(dim)}});
+}
 Value sum(Value x, std::vector<int64_t> dims, bool keepdim) { return reduce(OpKind::Sum, x, std::move(dims), keepdim); }
 Value max(Value x, std::vector<int64_t> dims, bool keepdim) { return reduce(OpKind::Max, x, std::move(dims), keepdim); }
 Value mean(Value x, std::vector<int64_t> dims, bool keepdim) { return reduce(OpKind::Mean, x, std::move(dims), keepdim); }

@@ -9,6 +9,7 @@
 //   sf::Result<sf::Graph> g = b.finish();
 #pragma once
 
+#include <limits>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -113,6 +114,11 @@ Value transpose(Value x, int64_t d0, int64_t d1);
 Value permute(Value x, std::vector<int64_t> dims);
 Value reshape(Value x, std::vector<int64_t> shape);
 Value expand(Value x, std::vector<int64_t> shape);
+// x[..., start:end:step, ...] along `dim`, Python's slicing (negative start and end
+// count from the end, out-of-range values clamp; step >= 1).
+Value slice(Value x, int64_t dim, int64_t start, int64_t end = std::numeric_limits<int64_t>::max(), int64_t step = 1);
+// torch.cat of two or more values along `dim` (one dtype; throws DiagError for fewer).
+Value concat(const std::vector<Value>& xs, int64_t dim = 0);
 Value sum(Value x, std::vector<int64_t> dims = {}, bool keepdim = false);
 Value max(Value x, std::vector<int64_t> dims = {}, bool keepdim = false);
 Value mean(Value x, std::vector<int64_t> dims = {}, bool keepdim = false);

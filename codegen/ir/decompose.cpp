@@ -158,6 +158,8 @@ Graph decompose(const Graph& g) {
         case OpKind::Permute:
         case OpKind::Reshape:
         case OpKind::Expand:
+        case OpKind::Slice:
+        case OpKind::Concat:
         case OpKind::Embedding:
         case OpKind::AllGather:
         case OpKind::ReduceScatter:

@@ -48,6 +48,12 @@ const AttrSpec kFullAttrs[] = {{"shape", AttrType::IntList, std::nullopt},
                                {"value", AttrType::Float, std::nullopt},
                                {"dtype", AttrType::DType, AttrValue(DType::F32)}};
 const AttrSpec kTriangleAttrs[] = {{"diagonal", AttrType::Int, AttrValue(int64_t{0})}};
+// aten::slice.Tensor's: start and end default to the whole dim (end: "to the end").
+const AttrSpec kSliceAttrs[] = {{"dim", AttrType::Int, std::nullopt},
+                                {"start", AttrType::Int, AttrValue(int64_t{0})},
+                                {"end", AttrType::Int, AttrValue(std::numeric_limits<int64_t>::max())},
+                                {"step", AttrType::Int, AttrValue(int64_t{1})}};
+const AttrSpec kConcatAttrs[] = {{"dim", AttrType::Int, AttrValue(int64_t{0})}};  // torch.cat's default
 
 std::span<const AttrSpec> attrs_of(OpKind k) {
   switch (k) {
@@ -74,6 +80,8 @@ std::span<const AttrSpec> attrs_of(OpKind k) {
     case OpKind::Full: return kFullAttrs;
     case OpKind::Tril:
     case OpKind::Triu: return kTriangleAttrs;
+    case OpKind::Slice: return kSliceAttrs;
+    case OpKind::Concat: return kConcatAttrs;
     default: return std::span<const AttrSpec>(kNoAttrs, 0);
   }
 }
@@ -265,6 +273,51 @@ TensorType infer_expand(const TensorType& x, const V& shape) {
   return {x.dtype, out};
 }
 
+TensorType infer_slice(const TensorType& x, const Attrs& a) {
+  if (x.rank() == 0) fail("slice expects an operand of rank >= 1, got " + x.str() + " (a scalar has no dim to slice)");
+  int d = dim_or_fail(OpKind::Slice, "dim", a.get_int("dim"), x.rank());
+  int64_t step = a.get_int("step");
+  if (step <= 0) fail("slice: step must be positive, got " + std::to_string(step) + " (as in torch)");
+  Shape s = x.shape;
+  auto sd = static_cast<size_t>(d);
+  s[sd] = slice_range(x.shape[sd], a.get_int("start"), a.get_int("end"), step).length;
+  return {x.dtype, s};
+}
+
+// torch.cat without type promotion: one dtype, one rank, equal sizes but on `dim`.
+TensorType infer_concat(const std::vector<Operand>& in, const Attrs& a) {
+  auto which = [&](size_t i) { return "operand " + std::to_string(i + 1) + " " + in[i].type.str(); };
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].weak)
+      fail("concat: operand " + std::to_string(i + 1) +
+           " is a number literal; concat joins tensors (the dim is an attribute: dim=1)");
+    if (in[i].type.rank() == 0)
+      fail("concat: " + which(i) + " is a scalar (rank 0); concat needs rank >= 1, as torch.cat");
+  }
+  const TensorType& first = in[0].type;
+  int d = dim_or_fail(OpKind::Concat, "dim", a.get_int("dim"), first.rank());
+  int64_t total = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const TensorType& t = in[i].type;
+    if (t.rank() != first.rank())
+      fail("concat: " + which(i) + " has rank " + std::to_string(t.rank()) + " but " + which(0) + " has rank " +
+           std::to_string(first.rank()) + " (every operand needs the same rank)");
+    if (t.dtype != first.dtype)
+      fail("concat: " + which(i) + " and " + which(0) + " differ in dtype; concat takes one dtype (cast first)");
+    for (size_t e = 0; e < t.shape.size(); ++e)
+      if (static_cast<int>(e) != d && t.shape[e] != first.shape[e])
+        fail("concat: " + which(i) + " differs from " + which(0) + " in dim " + std::to_string(e) + " (" +
+             std::to_string(t.shape[e]) + " vs " + std::to_string(first.shape[e]) + "); only dim " +
+             std::to_string(d) + ", the concat dim, may differ");
+    std::optional<int64_t> sum = checked_add(total, t.shape[static_cast<size_t>(d)]);
+    if (!sum) fail("concat: the sizes along dim " + std::to_string(d) + " add up to more than fits in 64 bits");
+    total = *sum;
+  }
+  Shape s = first.shape;
+  s[static_cast<size_t>(d)] = total;
+  return {first.dtype, s};
+}
+
 void check_norm_params(OpKind k, const TensorType& x, const TensorType& w, const char* wname) {
   need_float(k, x);
   need_float(k, w);
@@ -359,6 +412,14 @@ std::optional<CollectiveKind> op_collective(OpKind k) {
 
 std::span<const OpInfo> all_ops() { return table(); }
 
+bool arity_ok(const OpInfo& info, size_t n) {
+  return info.arity == kVariadic ? n >= 2 : n == static_cast<size_t>(info.arity);
+}
+
+std::string arity_str(const OpInfo& info) {
+  return info.arity == kVariadic ? "2 or more" : std::to_string(info.arity);
+}
+
 std::optional<OpKind> find_op(std::string_view name) {
   for (const OpInfo& i : table())
     if (i.name == name && i.category != OpCategory::Leaf) return i.kind;
@@ -369,10 +430,14 @@ Attrs normalize_attrs(OpKind k, const std::vector<AttrValue>& positional,
                       const std::vector<std::pair<std::string, AttrValue>>& named) {
   auto schema = op_info(k).attrs;
   std::vector<std::optional<AttrValue>> vals(schema.size());
-  if (positional.size() > schema.size())
+  if (positional.size() > schema.size()) {
+    if (op_info(k).arity == kVariadic)
+      fail(op_str(k) + " takes " + std::to_string(schema.size()) + " attribute(s), got " +
+           std::to_string(positional.size()) + " positional ones");
     fail(op_str(k) + " takes " + std::to_string(op_info(k).arity) + " operand(s) and " +
          std::to_string(schema.size()) + " attribute(s), got " +
          std::to_string(op_info(k).arity + positional.size()) + " arguments");
+  }
   auto put = [&](size_t i, const AttrValue& v) {
     auto c = coerce(v, schema[i].type);
     if (!c)
@@ -434,6 +499,22 @@ std::vector<int> reduced_dims(const Attrs& attrs, int rank) {
   return d;
 }
 
+SliceRange slice_range(int64_t size, int64_t start, int64_t end, int64_t step) {
+  // Python's slice.indices for a positive step; no sum here can overflow (size <= 2^40).
+  auto clamp = [size](int64_t i) { return i < 0 ? std::max<int64_t>(i + size, 0) : std::min(i, size); };
+  SliceRange r;
+  r.start = clamp(start);
+  r.step = step;
+  int64_t stop = clamp(end);
+  r.length = stop > r.start ? (stop - r.start - 1) / step + 1 : 0;
+  return r;
+}
+
+std::pair<int, SliceRange> slice_of(const Attrs& a, const Shape& shape) {
+  int d = *normalize_dim(a.get_int("dim"), static_cast<int>(shape.size()));
+  return {d, slice_range(shape[static_cast<size_t>(d)], a.get_int("start"), a.get_int("end"), a.get_int("step"))};
+}
+
 std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
   size_t n = std::max(a.size(), b.size());
   Shape out(n);
@@ -459,9 +540,8 @@ DType binary_result_dtype(const Operand& a, const Operand& b) {
 
 TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& a, const Mesh& mesh) {
   const OpInfo& info = op_info(k);
-  if (static_cast<int>(in.size()) != info.arity)
-    fail(op_str(k) + " expects " + std::to_string(info.arity) + " operand(s), got " +
-         std::to_string(in.size()));
+  if (!arity_ok(info, in.size()))
+    fail(op_str(k) + " expects " + arity_str(info) + " operand(s), got " + std::to_string(in.size()));
   switch (k) {
     case OpKind::Param:
     case OpKind::Constant: fail("internal: leaves have no shape rule");
@@ -546,6 +626,8 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& a, 
     }
     case OpKind::Reshape: return infer_reshape(in[0].type, a.get_ints("shape"));
     case OpKind::Expand: return infer_expand(in[0].type, a.get_ints("shape"));
+    case OpKind::Slice: return infer_slice(in[0].type, a);
+    case OpKind::Concat: return infer_concat(in, a);
     case OpKind::Embedding: {
       const TensorType& idx = in[0].type;
       const TensorType& w = in[1].type;

@@ -58,13 +58,21 @@ struct Attrs {
   bool operator==(const Attrs&) const = default;
 };
 
+// OpInfo::arity of an op that takes two or more tensor operands (concat).
+inline constexpr int kVariadic = -1;
+
 struct OpInfo {
   OpKind kind;
   std::string_view name;
-  int arity;
+  int arity;  // tensor operands, or kVariadic
   OpCategory category;
   std::span<const AttrSpec> attrs;
 };
+
+// Whether `n` operands are what the op takes: exactly its arity, or two or more.
+bool arity_ok(const OpInfo& info, size_t n);
+// Its operand count for messages: "2", or "2 or more" for a variadic op.
+std::string arity_str(const OpInfo& info);
 
 const OpInfo& op_info(OpKind k);
 std::string_view op_name(OpKind k);
@@ -109,6 +117,18 @@ bool index_computed(OpKind k);
 // The dims a reduction (sum/max/min/mean) reduces, normalised and sorted: its
 // `dims` attribute, or every dim when that is empty. `attrs` must be complete.
 std::vector<int> reduced_dims(const Attrs& attrs, int rank);
+// The elements `slice` takes along its dim of `size`, by Python's slicing rules:
+// a negative start or end counts from the end, both clamp to [0, size], and the
+// slice is empty when end <= start. `step` must be >= 1 (the shape rule says so).
+// Element k of the slice is element start + k * step of the operand.
+struct SliceRange {
+  int64_t start = 0;
+  int64_t length = 0;
+  int64_t step = 1;
+};
+SliceRange slice_range(int64_t size, int64_t start, int64_t end, int64_t step);
+// A valid slice node's dim (normalised) and range on an operand of `shape`.
+std::pair<int, SliceRange> slice_of(const Attrs& attrs, const Shape& shape);
 // NumPy broadcasting of two shapes; nullopt if incompatible.
 std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b);
 // Result dtype of a binary op between two operands with weak-scalar rules.

@@ -464,7 +464,9 @@ class Parser {
           named.emplace_back(std::string(first.text), parse_attr_value());
         } else {
           if (!named.empty()) error(first.loc, "a positional argument follows key=value arguments in '" + std::string(name.text) + "'");
-          if (static_cast<int>(operands.size()) < info.arity) {
+          // A variadic op (concat) takes every positional argument as an operand; its
+          // attributes are named.
+          if (info.arity == kVariadic || static_cast<int>(operands.size()) < info.arity) {
             operands.push_back(parse_expr(depth + 1));
           } else {
             if (info.attrs.empty() || positional.size() >= info.attrs.size())
@@ -480,8 +482,8 @@ class Parser {
         next();
       }
     }
-    if (static_cast<int>(operands.size()) != info.arity)
-      error(name.loc, std::string(name.text) + " expects " + std::to_string(info.arity) + " operand(s), got " + std::to_string(operands.size()));
+    if (!arity_ok(info, operands.size()))
+      error(name.loc, std::string(name.text) + " expects " + arity_str(info) + " operand(s), got " + std::to_string(operands.size()));
     return builder_->op(*k, operands, positional, named, name.loc);
   }
 

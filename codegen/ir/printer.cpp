@@ -102,14 +102,16 @@ class Printer {
       sep();
       s += expr(in);
     }
-    // Required attributes positionally, optional ones only when not the default.
+    // Required attributes positionally, optional ones only when not the default; a
+    // variadic op's (concat's) by name, since its positional arguments are operands.
     auto schema = op_info(n.op).attrs;
+    const bool variadic = op_info(n.op).arity == kVariadic;
     for (size_t i = 0; i < schema.size(); ++i) {
       const AttrValue& v = n.attrs.items[i].second;
-      if (!schema[i].default_value) {
+      if (!schema[i].default_value && !variadic) {
         sep();
         s += attr_value_str(v, g_.mesh());
-      } else if (!(v == *schema[i].default_value)) {
+      } else if (!schema[i].default_value || !(v == *schema[i].default_value)) {
         sep();
         s += std::string(schema[i].name) + "=" + attr_value_str(v, g_.mesh());
       }

@@ -59,6 +59,7 @@ std::string ints_str(const std::vector<int64_t>& v) { return shape_str(v); }
 StridedStep normalise(const StridedStep& s) {
   StridedStep out;
   if (numel(s.shape) == 0) return out;  // never executed: no index at all
+  out.offset = s.offset;
   for (size_t d = 0; d < s.shape.size(); ++d) {
     if (s.shape[d] == 1) continue;
     if (!out.shape.empty() && out.strides.back() == s.strides[d] * s.shape[d]) {
@@ -73,9 +74,9 @@ StridedStep normalise(const StridedStep& s) {
 }
 
 // A normalised step returns its input: one dense dim, or no dim at all (then the
-// space has one element, and the only flat index, 0, maps to offset 0).
+// space has one element, and the only flat index, 0, maps to offset 0), and no offset.
 bool is_identity(const StridedStep& s) {
-  return s.shape.empty() || (s.shape.size() == 1 && s.strides[0] == 1);
+  return s.offset == 0 && (s.shape.empty() || (s.shape.size() == 1 && s.strides[0] == 1));
 }
 
 // The step from `at`'s space to the flat index of a dense C-order tensor of `shape`
@@ -83,8 +84,10 @@ bool is_identity(const StridedStep& s) {
 StridedStep step_to(const ValueIndex& at, const Shape& shape) {
   std::vector<int64_t> cs = contiguous_strides(shape);
   StridedStep s{at.space, std::vector<int64_t>(at.space.size(), 0)};
-  for (size_t d = 0; d < at.src.size(); ++d)
-    if (at.src[d] >= 0) s.strides[static_cast<size_t>(at.src[d])] += cs[d];
+  for (size_t d = 0; d < at.src.size(); ++d) {
+    s.offset += at.shift_of(d) * cs[d];
+    if (at.src[d] >= 0) s.strides[static_cast<size_t>(at.src[d])] += at.scale_of(d) * cs[d];
+  }
   return s;
 }
 
@@ -97,23 +100,25 @@ std::vector<int> iota(size_t n) {
 }  // namespace
 
 std::string IndexMap::str() const {
-  if (steps.empty()) return "contiguous";
-  std::string r;
-  for (const StridedStep& s : steps) {
-    if (!r.empty()) r += " -> ";
-    r += shape_str(s.shape) + ":" + ints_str(s.strides);
+  if (contiguous()) return "contiguous";
+  std::string r = base == kIterationIndex ? "" : "@" + std::to_string(base);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (!r.empty()) r += i == 0 ? " " : " -> ";
+    r += shape_str(steps[i].shape) + ":" + ints_str(steps[i].strides);
+    if (steps[i].offset) r += "+" + std::to_string(steps[i].offset);
   }
   return r;
 }
 
 bool dense_runs(const IndexMap& m, int64_t v) {
+  if (m.base != kIterationIndex) return false;  // a computed index: one element at a time
   if (m.contiguous() || v == 1) return true;
   if (m.steps.size() != 1) return false;
   const StridedStep& s = m.steps[0];
   // An aligned run of v stays inside one innermost row (size % v == 0) and moves
   // only that dense coordinate; the row starts at a multiple of v when every other
-  // stride is one.
-  if (s.shape.empty() || s.strides.back() != 1 || s.shape.back() % v != 0) return false;
+  // stride and the offset are.
+  if (s.shape.empty() || s.strides.back() != 1 || s.shape.back() % v != 0 || s.offset % v != 0) return false;
   for (size_t d = 0; d + 1 < s.shape.size(); ++d)
     if (s.strides[d] % v != 0) return false;
   return true;
@@ -127,6 +132,7 @@ void append_step(IndexMap& m, StridedStep step) {
 std::string ValueIndex::key() const {
   std::string k = prefix.str() + "|" + shape_str(space) + "|";
   for (int s : src) k += std::to_string(s) + ",";
+  if (!unshifted()) k += "|" + ints_str(scale) + ints_str(shift);
   return k;
 }
 
@@ -135,17 +141,30 @@ ValueIndex dense_index(const Shape& shape) { return {IndexMap{}, shape, iota(sha
 std::optional<ValueIndex> operand_index(const Node& n, const ValueIndex& at, const Shape& operand) {
   const int rank = n.type.rank();
   const int urank = static_cast<int>(operand.size());
-  auto broadcast = [&]() {
+  // Operand dim d reads the result's dim map[d] (-1: coordinate 0), with its shift and scale.
+  auto remap = [&](const std::vector<int>& map) {
     ValueIndex r{at.prefix, at.space, std::vector<int>(operand.size(), -1)};
-    int lead = rank - urank;
-    for (int d = 0; d < urank; ++d)
-      if (operand[static_cast<size_t>(d)] != 1) r.src[static_cast<size_t>(d)] = at.src[static_cast<size_t>(d + lead)];
+    bool shifted = !at.unshifted();
+    if (shifted) r.scale.assign(operand.size(), 1), r.shift.assign(operand.size(), 0);
+    for (size_t d = 0; d < map.size(); ++d) {
+      if (map[d] < 0) continue;
+      auto o = static_cast<size_t>(map[d]);
+      r.src[d] = at.src[o];
+      if (shifted) r.scale[d] = at.scale_of(o), r.shift[d] = at.shift_of(o);
+    }
     return r;
   };
+  auto broadcast = [&]() {
+    std::vector<int> map(operand.size(), -1);
+    int lead = rank - urank;
+    for (int d = 0; d < urank; ++d)
+      if (operand[static_cast<size_t>(d)] != 1) map[static_cast<size_t>(d)] = d + lead;
+    return remap(map);
+  };
   auto permuted = [&](const std::vector<int>& perm) {  // out dim d is operand dim perm[d]
-    ValueIndex r{at.prefix, at.space, std::vector<int>(operand.size(), -1)};
-    for (size_t d = 0; d < perm.size(); ++d) r.src[static_cast<size_t>(perm[d])] = at.src[d];
-    return r;
+    std::vector<int> map(operand.size(), -1);
+    for (size_t d = 0; d < perm.size(); ++d) map[static_cast<size_t>(perm[d])] = static_cast<int>(d);
+    return remap(map);
   };
   // tril/triu read their operand's own element (the same shape).
   if (is_elementwise(n.op) || n.op == OpKind::Expand || op_info(n.op).category == OpCategory::Positional)
@@ -163,6 +182,31 @@ std::optional<ValueIndex> operand_index(const Node& n, const ValueIndex& at, con
       for (int64_t d : n.attrs.get_ints("dims")) perm.push_back(*normalize_dim(d, urank));
       return permuted(perm);
     }
+    case OpKind::Slice: {
+      // Coordinate c along the dim reads the operand's start + c * step: the result's
+      // shift + scale * s becomes (start + step * shift) + (step * scale) * s.
+      ValueIndex r = remap(iota(operand.size()));
+      auto [d, range] = slice_of(n.attrs, operand);
+      auto sd = static_cast<size_t>(d);
+      if (r.unshifted()) r.scale.assign(operand.size(), 1), r.shift.assign(operand.size(), 0);
+      // A dim of at most one element is only read at its start (an outer shift there
+      // belongs to an empty read), so a huge step never multiplies anything.
+      if (range.length > 1) {
+        r.shift[sd] = range.start + range.step * r.shift[sd];
+        r.scale[sd] *= range.step;
+      } else {
+        r.shift[sd] = range.start;
+      }
+      if (std::all_of(r.scale.begin(), r.scale.end(), [](int64_t x) { return x == 1; }) &&
+          std::all_of(r.shift.begin(), r.shift.end(), [](int64_t x) { return x == 0; }))
+        r.scale.clear(), r.shift.clear();
+      return r;
+    }
+    case OpKind::Concat: {
+      ValueIndex r = dense_index(operand);
+      r.prefix.base = kComputedIndex;
+      return r;
+    }
     case OpKind::Reshape: {
       // C order: the operand's flat index is the reshaped value's flat index, which
       // is a strided function of `at`'s space (the identity when read densely).
@@ -172,6 +216,12 @@ std::optional<ValueIndex> operand_index(const Node& n, const ValueIndex& at, con
     }
     default: return std::nullopt;
   }
+}
+
+int64_t largest_value(const Graph& g) {
+  int64_t m = 0;
+  for (const Node& n : g.nodes()) m = std::max(m, numel(n.type.shape));
+  return m;
 }
 
 IndexMap offset_map(const ValueIndex& at, const Shape& shape) {
@@ -197,17 +247,20 @@ llvm::Value* emit_index_map(llvm::IRBuilderBase& b, llvm::Value* flat, const Ind
         c = b.CreateMul(c, llvm::ConstantInt::get(ty, static_cast<uint64_t>(s.strides[d])), "", true, true);
       off = off ? b.CreateAdd(off, c, "", true, true) : c;
     }
-    flat = off ? off : llvm::ConstantInt::get(ty, 0);
+    llvm::Value* start = llvm::ConstantInt::get(ty, static_cast<uint64_t>(s.offset));
+    flat = off ? (s.offset ? b.CreateAdd(off, start, "", true, true) : off) : start;
   }
   return flat;
 }
 
 llvm::Value* emit_coordinate(llvm::IRBuilderBase& b, llvm::Value* flat, const ValueIndex& at, int d) {
   const int src = at.src[static_cast<size_t>(d)];
-  if (src < 0) return llvm::ConstantInt::get(flat->getType(), 0);
+  const int64_t shift = at.shift_of(static_cast<size_t>(d));
+  if (src < 0) return llvm::ConstantInt::get(flat->getType(), static_cast<uint64_t>(shift));
   IndexMap m = at.prefix;
   StridedStep s{at.space, std::vector<int64_t>(at.space.size(), 0)};
-  s.strides[static_cast<size_t>(src)] = 1;
+  s.strides[static_cast<size_t>(src)] = at.scale_of(static_cast<size_t>(d));  // a slice's step
+  s.offset = shift;                                                           // and start
   append_step(m, std::move(s));
   return emit_index_map(b, flat, m);
 }
@@ -701,6 +754,8 @@ Result<Elem> ElementCodegen::elementwise(OpKind k, std::span<const Elem> args, D
     case OpKind::Permute:
     case OpKind::Reshape:
     case OpKind::Expand:
+    case OpKind::Slice:
+    case OpKind::Concat:
     case OpKind::Embedding:
     case OpKind::Gelu:
     case OpKind::GeluTanh:
@@ -738,19 +793,34 @@ void GroupValues::at_index(llvm::Value* flat, Hook hook) {
   hook_ = std::move(hook);
   coords_.clear();
   memo_.clear();
+  computed_.clear();
+  evaluated_ = 0;
 }
 
 Result<Elem> GroupValues::value(ValueId v, const ValueIndex& at) {
   std::string key = std::to_string(v) + "#" + at.key();
   if (auto it = memo_.find(key); it != memo_.end()) return it->second;
   const Node& n = g_.node(v);
+  // Concats nested in one group read every operand of each at its own index: the
+  // values per element grow as the product of their arities (18 nested concats of a
+  // value with itself: 2^18). A Diag rather than a module that never finishes; the
+  // fusion pass then gives those ops kernels of their own.
+  if (++evaluated_ > kMaxValuesPerElement)
+    return Diag{"", n.loc, "the element code needs more than " + std::to_string(kMaxValuesPerElement) +
+                               " values per element (concats nested in one kernel?)"};
   std::optional<Elem> hooked = hook_ ? hook_(v, at) : std::nullopt;
   Elem e;
   if (hooked) {
     e = *hooked;
   } else if (n.op == OpKind::Param) {
     IndexMap map = offset_map(at, n.type.shape);
-    e = cg_.load(n.type.dtype, inputs_[static_cast<size_t>(param_slot(v))], emit_index_map(cg_.builder(), flat_, map));
+    llvm::Value* from = index_value(map.base);
+    if (!from) return Diag{"", n.loc, "internal: a read at an index no concat computed"};
+    e = cg_.load(n.type.dtype, inputs_[static_cast<size_t>(param_slot(v))], emit_index_map(cg_.builder(), from, map));
+  } else if (n.op == OpKind::Concat) {
+    Result<Elem> r = concat_value(v, at);
+    if (!r) return r;
+    e = *r;
   } else if (n.op == OpKind::Constant) {
     e = cg_.constant(n.attrs.get_float("value"), n.type.dtype);  // an immediate
   } else if (is_coordinate_op(n.op)) {
@@ -782,10 +852,14 @@ Result<Elem> GroupValues::coordinate_value(ValueId v, const ValueIndex& at) {
   const Node& n = g_.node(v);
   llvm::IRBuilderBase& b = cg_.builder();
   // Coordinates are below 2^40: as i64 they take any arithmetic below without overflow.
+  // A value read at a computed index (a concat's operand) counts from that index.
+  llvm::Value* from = index_value(at.prefix.base);
+  if (!from) return Diag{"", n.loc, "internal: a coordinate read at an index no concat computed"};
   auto coord = [&](int d) {
     const int src = at.src[static_cast<size_t>(d)];
-    const bool known = src >= 0 && !coords_.empty() && at.prefix.contiguous() && at.space == coord_space_;
-    return b.CreateZExt(known ? coords_[static_cast<size_t>(src)] : emit_coordinate(b, flat_, at, d), b.getInt64Ty());
+    const bool known = src >= 0 && !coords_.empty() && at.prefix.contiguous() && at.unshifted() && at.space == coord_space_;
+    if (known) return b.CreateZExt(coords_[static_cast<size_t>(src)], b.getInt64Ty());
+    return b.CreateZExt(emit_coordinate(b, from, at, d), b.getInt64Ty());
   };
   switch (n.op) {
     case OpKind::Arange: {
@@ -810,6 +884,61 @@ Result<Elem> GroupValues::coordinate_value(ValueId v, const ValueIndex& at) {
     }
     default: return Diag{"", n.loc, std::string(op_name(n.op)) + " is not computed from coordinates"};
   }
+}
+
+llvm::Value* GroupValues::index_value(int base) const {
+  if (base == kIterationIndex) return flat_;
+  if (base < 1 || static_cast<size_t>(base) > computed_.size()) return nullptr;
+  return computed_[static_cast<size_t>(base) - 1];
+}
+
+Result<Elem> GroupValues::concat_value(ValueId v, const ValueIndex& at) {
+  const Node& n = g_.node(v);
+  const Shape& s = n.type.shape;
+  if (numel(s) == 0) return cg_.constant(0.0, n.type.dtype);  // never read: no element to select
+  llvm::IRBuilderBase& b = cg_.builder();
+  const auto d = static_cast<size_t>(*normalize_dim(n.attrs.get_int("dim"), n.type.rank()));
+  const int64_t total = s[d];
+  int64_t outer = 1, inner = 1;
+  for (size_t e = 0; e < d; ++e) outer *= s[e];
+  for (size_t e = d + 1; e < s.size(); ++e) inner *= s[e];
+  // The concat's own C-order flat index, split into (o, c, r): the dims before the
+  // concat dim, the coordinate along it, the dims after it.
+  IndexMap own = offset_map(at, s);
+  llvm::Value* from = index_value(own.base);
+  if (!from) return Diag{"", n.loc, "internal: a concat read at an index no concat computed"};
+  llvm::Value* flat = emit_index_map(b, from, own);
+  llvm::Type* ty = flat->getType();
+  auto k = [ty](int64_t x) { return llvm::ConstantInt::get(ty, static_cast<uint64_t>(x)); };
+  llvm::Value* c = inner > 1 ? b.CreateUDiv(flat, k(inner)) : flat;
+  llvm::Value* o = outer > 1 ? b.CreateUDiv(c, k(total)) : nullptr;
+  if (o) c = b.CreateURem(c, k(total));
+  llvm::Value* r = inner > 1 ? b.CreateURem(flat, k(inner)) : nullptr;
+  // Every operand is read at its element (o, clamp(c - lo), r), so no load leaves it
+  // whichever operand the coordinate falls in: c - lo wraps to a huge unsigned value
+  // below the operand's range, and umin takes it to the operand's last element.
+  std::vector<std::pair<int64_t, Elem>> parts;  // (the operand's end along the dim, its element)
+  int64_t lo = 0;
+  for (ValueId u : n.inputs) {
+    const Shape& us = g_.node(u).type.shape;
+    const int64_t size = us[d];
+    if (size == 0) continue;  // no element of it is ever selected
+    llvm::Value* cu = b.CreateBinaryIntrinsic(llvm::Intrinsic::umin, lo ? b.CreateSub(c, k(lo)) : c, k(size - 1));
+    if (o) cu = b.CreateAdd(b.CreateMul(o, k(size), "", true, true), cu, "", true, true);
+    if (r) cu = b.CreateAdd(b.CreateMul(cu, k(inner), "", true, true), r, "", true, true);
+    computed_.push_back(cu);
+    ValueIndex ui = dense_index(us);
+    ui.prefix.base = static_cast<int>(computed_.size());
+    Result<Elem> e = value(u, ui);
+    if (!e) return e;
+    lo += size;
+    parts.emplace_back(lo, *e);
+  }
+  Elem out = parts.back().second;
+  for (size_t j = parts.size() - 1; j-- > 0;)
+    out.value = b.CreateSelect(b.CreateICmpULT(c, k(parts[j].first)), parts[j].second.value, out.value);
+  out.dtype = n.type.dtype;
+  return out;
 }
 
 std::vector<std::pair<int, IndexMap>> GroupValues::reads(ValueId v0, const ValueIndex& at0) const {

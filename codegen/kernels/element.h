@@ -47,25 +47,35 @@ llvm::Type* compute_type(llvm::LLVMContext& c, DType t);
 //
 // A flat index is turned into an element offset by a chain of strided steps. One step
 // reads its input flat index as a C-order coordinate in `shape` and returns
-// sum(coord[d] * strides[d]). Broadcasting, expand, transpose and permute are one
-// step; a reshape of something that is not read densely starts a new step, because
-// the reshaped value's flat index is itself a strided function of the coordinates
-// above it. Views are never materialised.
+// offset + sum(coord[d] * strides[d]). Broadcasting, expand, transpose, permute and
+// slice are one step (a slice scales its dim's stride by its step and adds its start
+// to the offset); a reshape of something that is not read densely starts a new step,
+// because the reshaped value's flat index is itself a strided function of the
+// coordinates above it. Views are never materialised.
 
 struct StridedStep {
   Shape shape;
   std::vector<int64_t> strides;
+  int64_t offset = 0;  // >= 0: where a slice starts
   bool operator==(const StridedStep&) const = default;
 };
 
-// Steps applied in order to the iteration index. Normalised: size-1 dims dropped,
-// mergeable neighbour dims merged, identity steps removed, so an empty map means the
-// operand is read at the iteration index itself (dense, vectorisable).
+// Which flat index an IndexMap's steps start from.
+inline constexpr int kIterationIndex = 0;  // the emitter's own (pointwise i, a reduction's X index)
+inline constexpr int kComputedIndex = -1;  // one computed inside the element code: a concat operand's
+                                           // (GroupValues numbers them 1, 2, ... as it emits them)
+
+// Steps applied in order to a flat index, the iteration index unless `base` says
+// otherwise. Normalised: size-1 dims dropped, mergeable neighbour dims merged, identity
+// steps removed, so an empty map of the iteration index means the operand is read at
+// the iteration index itself (dense, vectorisable). A map from a computed index is
+// never dense: the index is a clamped select, known only inside the element code.
 struct IndexMap {
   std::vector<StridedStep> steps;
-  bool contiguous() const { return steps.empty(); }
+  int base = kIterationIndex;
+  bool contiguous() const { return steps.empty() && base == kIterationIndex; }
   bool operator==(const IndexMap&) const = default;
-  std::string str() const;  // "[4, 6]:[0, 1] -> [24]:[1]" or "contiguous"
+  std::string str() const;  // "[4, 6]:[0, 1] -> [24]:[1]+8", "contiguous", "@1 [24]:[2]"
 };
 
 // True when every run of `v` consecutive indices starting at a multiple of v maps to
@@ -79,34 +89,52 @@ bool dense_runs(const IndexMap& m, int64_t v);
 void append_step(IndexMap& m, StridedStep step);
 
 // How a value's coordinates are found from the flat iteration index i: `prefix` maps
-// i to a flat C-order index over `space`; the value's coordinate d is the space's
-// coordinate src[d], or 0 where src[d] < 0 (a broadcast or size-1 dim).
+// i to a flat C-order index over `space`; the value's coordinate d is
+// shift[d] + scale[d] * (the space's coordinate src[d]), or shift[d] where src[d] < 0
+// (a broadcast or size-1 dim). Slices make the shift and scale: empty vectors mean
+// scale 1 and shift 0 everywhere (no slice on the way), the only form operand_index
+// gives when there is none.
 struct ValueIndex {
   IndexMap prefix;
   Shape space;
   std::vector<int> src;
+  std::vector<int64_t> scale = {}, shift = {};
   bool operator==(const ValueIndex&) const = default;
   std::string key() const;  // a string equal for equal indices (memoisation key)
+  int64_t scale_of(size_t d) const { return scale.empty() ? 1 : scale[d]; }
+  int64_t shift_of(size_t d) const { return shift.empty() ? 0 : shift[d]; }
+  bool unshifted() const { return scale.empty() && shift.empty(); }
 };
 
 // The value of `shape` read at its own flat index (an output, written densely).
 ValueIndex dense_index(const Shape& shape);
 
-// The index of operand `k` of node `n` when `n` is read at `at`: NumPy broadcasting
+// The index of an operand of node `n` when `n` is read at `at`: NumPy broadcasting
 // for elementwise ops and expand, the inverse permutation for transpose/permute, a
-// new step for reshape. nullopt for nodes that are neither elementwise nor views.
+// shifted and scaled coordinate for slice, a new step for reshape. A concat's operands
+// are read at a computed index (GroupValues makes it): the result is the operand's
+// dense index from kComputedIndex, which tells a walker that no emitter may read it
+// in dense runs. nullopt for nodes that are neither elementwise nor views.
 std::optional<ValueIndex> operand_index(const Node& n, const ValueIndex& at, const Shape& operand);
+
+// The largest element count of any value of a kernel's group: every flat index and
+// offset element code forms is below it (a slice's operand can be larger than the
+// iteration space), so emitters choose their index width with it.
+int64_t largest_value(const Graph& g);
 
 // The map from the iteration index to the element offset into a dense C-order tensor
 // of `shape` holding the value read at `at`.
 IndexMap offset_map(const ValueIndex& at, const Shape& shape);
 
-// Emits the map's arithmetic on `flat` (an i32 or i64; the result has its type).
-// Division and remainder are unsigned, by constants (strength-reduced by LLVM).
+// Emits the map's steps on `flat` (an i32 or i64; the result has its type), which the
+// caller picks by m.base. Division and remainder are unsigned, by constants
+// (strength-reduced by LLVM).
 llvm::Value* emit_index_map(llvm::IRBuilderBase& b, llvm::Value* flat, const IndexMap& m);
 
-// Coordinate d of a value read at `at`, from the flat iteration index (0 where the
-// value is broadcast along d): the index map of a one-dim step with stride 1.
+// Coordinate d of a value read at `at`, from the flat index `flat` that at.prefix
+// starts from (the iteration index, or a concat's computed index): the index map of
+// a one-dim step, shift[d] + scale[d] * the space's coordinate (shift[d] where the
+// value is broadcast along d).
 llvm::Value* emit_coordinate(llvm::IRBuilderBase& b, llvm::Value* flat, const ValueIndex& at, int d);
 
 // ---- the kernel ABI (emitter.h) --------------------------------------------------------
@@ -189,7 +217,7 @@ llvm::MDNode* loop_metadata(llvm::LLVMContext& c, const LoopHints& hints);
 // ---- elementwise categories --------------------------------------------------------
 
 bool is_elementwise(OpKind k);  // unary, binary, compare, where (after decomposition)
-bool is_view(OpKind k);         // transpose, permute, reshape, expand
+bool is_view(OpKind k);         // transpose, permute, reshape, expand, slice, concat
 // Ops GroupValues computes from the element's coordinates (emit_coordinate) rather
 // than with ElementCodegen::elementwise: generators (arange, full: no operand, no
 // memory read) and positional ops (tril, triu: their operand's same element, kept or
@@ -332,7 +360,16 @@ class GroupValues {
   std::vector<llvm::Value*> inputs_;
   std::vector<int> param_slot_;
   std::vector<bool> rounded16_;  // rounded_to_16bit(g_)
+  // A concat: each operand read at its own clamped index, then a select by the
+  // coordinate along the dim.
+  Result<Elem> concat_value(ValueId v, const ValueIndex& at);
+  // The flat index an IndexMap with this base starts from; nullptr for none.
+  llvm::Value* index_value(int base) const;
+
+  static constexpr int kMaxValuesPerElement = 1 << 14;
+  int evaluated_ = 0;  // values computed since at_index()
   llvm::Value* flat_ = nullptr;
+  std::vector<llvm::Value*> computed_;  // the computed indices (IndexMap::base 1, 2, ...)
   Hook hook_;
   Shape coord_space_;                  // known_coordinates()
   std::vector<llvm::Value*> coords_;

@@ -5,7 +5,7 @@
 // The group is a Graph on local shapes: its params are the kernel's inputs in
 // order, its outputs the kernel's outputs in order, and its nodes primitive ops
 // (no composites, no collectives); number literals are Constant nodes and become
-// immediates. Views (transpose, permute, reshape, expand) and broadcasting inside
+// immediates. Views (transpose, permute, reshape, expand, slice, concat) and broadcasting inside
 // the group are folded into index arithmetic; nothing is materialised but outputs.
 //
 // Kernel ABI, the same for every kind:

@@ -43,7 +43,7 @@ std::string who(const Node& n) { return std::string(op_name(n.op)) + (n.name.emp
 // one or more whole dims of `shape`; a reshape that splits a strided dim does not.
 std::optional<std::vector<int64_t>> dim_strides(const kernels::IndexMap& m, const Shape& shape) {
   if (m.contiguous()) return contiguous_strides(shape);
-  if (m.steps.size() != 1) return std::nullopt;
+  if (m.steps.size() != 1 || m.base != kernels::kIterationIndex || m.steps[0].offset != 0) return std::nullopt;
   const kernels::StridedStep& s = m.steps[0];
   std::vector<int64_t> out(shape.size(), 0);
   // Innermost first: dim j of `shape` is the next factor n_j of the map's current
@@ -71,6 +71,11 @@ Result<MatmulOperand> find_operand(const Graph& g, const Node& mm, int which, co
   ValueIndex at = kernels::dense_index(op.shape);
   while (kernels::is_view(g.node(v).op)) {
     const Node& n = g.node(v);
+    if (n.op == OpKind::Slice || n.op == OpKind::Concat)
+      return diag(std::string("operand ") + (which == 0 ? "A" : "B") + " goes through " + who(n) +
+                      "; a matmul kernel reads params in place only through views without an offset "
+                      "(transpose, permute, expand, reshape), so a slice or concat gets a kernel of its own",
+                  n.loc);
     std::optional<ValueIndex> ui = kernels::operand_index(n, at, g.node(n.inputs[0]).type.shape);
     if (!ui) return diag("internal: no index for " + who(n), n.loc);
     at = *ui;
@@ -173,7 +178,7 @@ Result<MatmulGroup> analyse_matmul(const KernelSpec& spec) {
     if (!seen.insert(std::to_string(v) + "#" + at.key()).second) return {};
     const Node& n = g.node(v);
     if (v == p.mm) {
-      bool same = at.prefix.contiguous() && at.space == p.out;
+      bool same = at.prefix.contiguous() && at.space == p.out && at.unshifted();
       for (size_t d = 0; d < at.src.size() && same; ++d) same = p.out[d] == 1 || at.src[d] == static_cast<int>(d);
       if (!same) return diag("the epilogue reads the matmul's result at another element than its own (a view after the matmul)", n.loc);
       return {};

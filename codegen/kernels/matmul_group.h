@@ -72,7 +72,7 @@ class MatmulEpilogue {
     values_.at_index(flat, [&](ValueId v, const ValueIndex& at) -> std::optional<Elem> {
       if (v == p_.mm) return mm;  // analyse_matmul() checked every read of it is at O's own index
       const Node& n = g_.node(v);
-      if (n.op != OpKind::Param || !at.prefix.contiguous() || at.space != p_.out) return std::nullopt;
+      if (n.op != OpKind::Param || !at.prefix.contiguous() || at.space != p_.out || !at.unshifted()) return std::nullopt;
       return cg_.load(n.type.dtype, inputs_[static_cast<size_t>(values_.param_slot(v))], offset(n, at, coords));
     });
     values_.known_coordinates(p_.out, coords);

@@ -107,9 +107,10 @@ class NvptxPointwise {
     llvm::LLVMContext& c = m_.getContext();
     const size_t np = g_.params().size(), no = g_.outputs().size();
     const int64_t T = tile_elems(cfg_);
-    // i32 index arithmetic where every value it forms (at most n + one tile) fits:
+    // i32 index arithmetic where every value it forms (at most n + one tile, or an
+    // offset into the group's largest value: a slice reads a larger operand) fits:
     // half the registers and cheaper multiplies than i64.
-    it_ = n_ + T < (int64_t{1} << 31) ? b_.getInt32Ty() : b_.getInt64Ty();
+    it_ = std::max(n_, kernels::largest_value(g_)) + T < (int64_t{1} << 31) ? b_.getInt32Ty() : b_.getInt64Ty();
     llvm::Value *bid = nullptr, *nblocks = nullptr;
     if (!simulate_) {
       kernels::KernelEntry ke = kernels::begin_kernel(m_, b_, spec_.entry, np, no, target_, cfg_.block);

@@ -18,7 +18,7 @@ namespace sf {
 // Emits `spec.group` as one pointwise kernel for `target`.
 //
 // The group may hold params, constants, elementwise ops (unary, binary, comparisons,
-// where, cast) and views (transpose, permute, reshape, expand); its outputs must all
+// where, cast) and views (transpose, permute, reshape, expand, slice, concat); its outputs must all
 // have the same number of elements n, the iteration space (each output is written at
 // its own C-order flat index). Anything else, a config out of range, an entry that is
 // not a C identifier or an unknown arch is a Diag.

@@ -23,9 +23,10 @@ class NvptxBuilder final : public Builder {
   Result<void> build() {
     llvm::LLVMContext& c = m_.getContext();
     const size_t np = g_.params().size(), no = g_.outputs().size();
-    // i32 index arithmetic where every value formed fits (indices below numel(X) or
-    // rows, plus one block or grid of slack): half the registers, cheaper division.
-    int64_t largest = std::max(numel(p_.x), p_.rows);
+    // i32 index arithmetic where every value formed fits (indices below numel(X), rows
+    // or any value of the group, as a sliced operand, plus one block or grid of slack):
+    // half the registers, cheaper division.
+    int64_t largest = std::max({numel(p_.x), p_.rows, kernels::largest_value(g_)});
     it_ = largest + 2048 + int64_t{cfg_.max_blocks} * cfg_.rows_per_block < (int64_t{1} << 31) ? b_.getInt32Ty() : b_.getInt64Ty();
     llvm::Value *tid = nullptr, *bid = nullptr, *nblocks = nullptr;
     split_ = nullptr;

@@ -232,6 +232,8 @@ class Evaluator {
         for (int64_t i = 0; i < out.numel(); ++i) copy_elem(x, offset_of(i, out.shape(), st), out, i);
         return out;
       }
+      case OpKind::Slice: return slice(n);
+      case OpKind::Concat: return concat(n);
       case OpKind::Embedding: return embedding(n);
 
       case OpKind::Gelu:
@@ -440,6 +442,41 @@ class Evaluator {
     return out;
   }
 
+  // Element k along the dim is the operand's start + k * step: a strided view.
+  Tensor slice(const Node& n) {
+    const Tensor& x = in(n, 0);
+    auto [d, r] = slice_of(n.attrs, x.shape());
+    Tensor out(n.type.dtype, n.type.shape);
+    std::vector<int64_t> st = contiguous_strides(x.shape());
+    const int64_t base = r.start * st[static_cast<size_t>(d)];
+    if (r.length > 1) st[static_cast<size_t>(d)] *= r.step;  // else only element 0: a huge step must not overflow
+    for (int64_t i = 0; i < out.numel(); ++i) copy_elem(x, base + offset_of(i, out.shape(), st), out, i);
+    return out;
+  }
+
+  // The operands' blocks in turn along the dim: per index of the dims before it, each
+  // operand contributes one contiguous run of size[dim] x (the dims after it).
+  Tensor concat(const Node& n) {
+    Tensor out(n.type.dtype, n.type.shape);
+    const Shape& s = n.type.shape;
+    const auto d = static_cast<size_t>(*normalize_dim(n.attrs.get_int("dim"), n.type.rank()));
+    int64_t outer = 1, inner = 1;
+    for (size_t e = 0; e < d; ++e) outer *= s[e];
+    for (size_t e = d + 1; e < s.size(); ++e) inner *= s[e];
+    const auto esize = static_cast<size_t>(dtype_size(n.type.dtype));
+    int64_t at = 0;  // where along the dim the current operand starts
+    for (size_t j = 0; j < args_.size(); ++j) {
+      const Tensor& x = in(n, j);
+      const int64_t run = x.shape()[d] * inner;
+      if (run > 0)
+        for (int64_t o = 0; o < outer; ++o)
+          std::memcpy(out.data() + static_cast<size_t>((o * s[d] + at) * inner) * esize,
+                      x.data() + static_cast<size_t>(o * run) * esize, static_cast<size_t>(run) * esize);
+      at += x.shape()[d];
+    }
+    return out;
+  }
+
   Tensor embedding(const Node& n) {
     const Tensor& idx = in(n, 0);
     const Tensor& w = in(n, 1);
@@ -532,19 +569,27 @@ class Evaluator {
 // The smallest row count of the embedding weights whose indices come from value `v`,
 // looking through ops that move or relabel indices without changing their values.
 std::optional<int64_t> embedding_rows(const Graph& g, ValueId param) {
-  auto source = [&](ValueId v) {
-    for (;;) {
+  // Whether the values of `v` come (in part: a concat has several operands) from `param`.
+  auto from_param = [&](ValueId v0) {
+    std::vector<ValueId> work{v0};
+    std::vector<bool> seen(g.nodes().size());  // a DAG of concats can reach a value many ways
+    while (!work.empty()) {
+      ValueId v = work.back();
+      work.pop_back();
+      if (v == param) return true;
+      if (seen[static_cast<size_t>(v)]) continue;
+      seen[static_cast<size_t>(v)] = true;
       const Node& n = g.node(v);
       OpCategory c = op_info(n.op).category;
       bool passes = c == OpCategory::Movement || n.op == OpKind::Redistribute ||
                     (n.op == OpKind::Cast && is_integer(n.type.dtype));
-      if (!passes) return v;
-      v = n.inputs[0];
+      if (passes) work.insert(work.end(), n.inputs.begin(), n.inputs.end());
     }
+    return false;
   };
   std::optional<int64_t> rows;
   for (const Node& n : g.nodes())
-    if (n.op == OpKind::Embedding && source(n.inputs[0]) == param) {
+    if (n.op == OpKind::Embedding && from_param(n.inputs[0])) {
       int64_t r = g.node(n.inputs[1]).type.shape[0];
       rows = rows ? std::min(*rows, r) : r;
     }

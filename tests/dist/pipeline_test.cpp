@@ -105,6 +105,9 @@ std::vector<OpCase> op_cases() {
   c.push_back({{{"x", "f32[8, 4]"}}, "reshape(x, shape=[32])"});
   c.push_back({{{"x", "f32[32]"}}, "reshape(x, shape=[8, 4])"});
   c.push_back({{{"x", "f32[5, 1]"}}, "expand(x, shape=[3, 5, 6])"});
+  c.push_back({{a}, "slice(a, dim=1, start=1, end=6, step=2)"});
+  c.push_back({{a}, "slice(a, dim=0, start=-4, end=-1)"});
+  c.push_back({{a, {"c", "f32[5, 2]"}}, "concat(c, neg(a), c, dim=-1)"});
   c.push_back({{{"i", "i64[5, 2]"}, {"w", "f32[10, 4]"}}, "embedding(i, w)"});
   c.push_back({{a}, "softmax(a, dim=1)"});
   c.push_back({{a, {"w", "f32[6]"}, {"c", "f32[6]"}}, "layer_norm(a, w, c)"});

@@ -138,6 +138,28 @@ std::vector<Case> cases() {
   for (const auto& [s, to] : expands) v.push_back({OpKind::Expand, {F(s)}, {{"shape", to}}});
   v.push_back({OpKind::Expand, {I({1, 5})}, {{"shape", V{6, 5}}}});
 
+  // slice: uneven shards (5 and 7 rows on 4 ranks), negative and out-of-range bounds,
+  // step 2, an empty slice, a slice of an empty tensor.
+  auto sl = [](int64_t dim, int64_t start, int64_t end, int64_t step = 1) {
+    return Named{{"dim", dim}, {"start", start}, {"end", end}, {"step", step}};
+  };
+  v.push_back({OpKind::Slice, {F({5, 6})}, sl(1, 1, 5)});
+  v.push_back({OpKind::Slice, {F({7, 6})}, sl(-1, -4, -1)});
+  v.push_back({OpKind::Slice, {F({5, 8})}, sl(1, 1, 8, 2)});
+  v.push_back({OpKind::Slice, {F({6, 5})}, sl(0, 1, 6, 2)});
+  v.push_back({OpKind::Slice, {F({5, 4})}, sl(1, 3, 1)});
+  v.push_back({OpKind::Slice, {F({2, 5, 3})}, sl(1, -100, 100)});
+  v.push_back({OpKind::Slice, {I({5, 3})}, sl(0, 2, 4)});
+  v.push_back({OpKind::Slice, {T(DType::BF16, {3, 6})}, sl(1, 0, 3)});
+  v.push_back({OpKind::Slice, {F({0, 4})}, sl(1, 1, 3)});
+  // concat: three operands, uneven rows, a zero-size operand, the default dim 0.
+  v.push_back({OpKind::Concat, {F({5, 2}), F({5, 3})}, {{"dim", int64_t{1}}}});
+  v.push_back({OpKind::Concat, {F({7, 2}), F({7, 1}), F({7, 3})}, {{"dim", int64_t{-1}}}});
+  v.push_back({OpKind::Concat, {F({2, 3}), F({4, 3})}});
+  v.push_back({OpKind::Concat, {F({2, 5, 3}), F({2, 0, 3})}, {{"dim", int64_t{1}}}});
+  v.push_back({OpKind::Concat, {I({5, 2}), I({5, 2})}, {{"dim", int64_t{1}}}});
+  v.push_back({OpKind::Concat, {T(DType::F16, {3, 4}), T(DType::F16, {3, 4})}, {{"dim", int64_t{0}}}});
+
   v.push_back({OpKind::Embedding, {T(DType::I64, {5}), F({10, 6})}});
   v.push_back({OpKind::Embedding, {I({2, 3}), F({7, 5})}});
   v.push_back({OpKind::Embedding, {T(DType::I64, {0}), F({4, 3})}});
@@ -631,6 +653,40 @@ TEST(OpStrategies, MovementOpsMoveShardsAndKeepPartials) {
   EXPECT_TRUE(has(ex, {sp({R()})}, sp({S(2)})));    // but each rank may build its chunk of it
   EXPECT_TRUE(has(ex, {sp({R()})}, sp({S(0)})));
   EXPECT_TRUE(has(ex, {sp({P()})}, sp({P()})));
+}
+
+TEST(OpStrategies, SliceAndConcatShardOtherDimsNeverTheirOwn) {
+  Named cols{{"dim", int64_t{1}}, {"start", int64_t{1}}, {"end", int64_t{5}}};
+  auto sl = strategies(OpKind::Slice, {F({8, 6})}, cols, mesh_1d(4));
+  EXPECT_TRUE(has(sl, {sp({S(0)})}, sp({S(0)})));  // rows stay sharded
+  EXPECT_TRUE(has(sl, {sp({P()})}, sp({P()})));
+  EXPECT_TRUE(has(sl, {sp({P(ReduceOp::Max)})}, sp({P(ReduceOp::Max)})));
+  EXPECT_EQ(sl.size(), 6u);  // R, S(0), and P of sum, avg, max, min
+  for (const OpStrategy& s : sl) {
+    EXPECT_FALSE(s.inputs[0] == sp({S(1)})) << "the sliced dim sharded: " << str(s);
+    EXPECT_FALSE(s.output == sp({S(1)})) << str(s);
+  }
+  // An uneven shard (7 rows on 4 ranks) goes through too.
+  EXPECT_TRUE(has(strategies(OpKind::Slice, {F({7, 6})}, cols, mesh_1d(4)), {sp({S(0)})}, sp({S(0)})));
+
+  auto cat = strategies(OpKind::Concat, {F({8, 2}), F({8, 3}), F({8, 1})}, {{"dim", int64_t{-1}}}, mesh_1d(4));
+  EXPECT_TRUE(has(cat, {sp({S(0)}), sp({S(0)}), sp({S(0)})}, sp({S(0)})));
+  EXPECT_TRUE(has(cat, {sp({P()}), sp({P()}), sp({P()})}, sp({P()})));
+  EXPECT_FALSE(has(cat, {sp({P()}), sp({R()}), sp({R()})}, sp({P()})));  // R parts would be summed 4 times
+  EXPECT_FALSE(has(cat, {sp({S(0)}), sp({R()}), sp({S(0)})}, sp({S(0)})));
+  for (const OpStrategy& s : cat) {
+    for (const PlacementSpec& in : s.inputs) EXPECT_FALSE(in == sp({S(1)})) << "the concat dim sharded: " << str(s);
+    EXPECT_FALSE(s.output == sp({S(1)})) << str(s);
+  }
+  // Nested on dp=2 tp=2: the rows by both, or a partial over one.
+  auto cat2 = strategies(OpKind::Concat, {F({8, 2}), F({8, 3})}, {{"dim", int64_t{1}}}, mesh_2x2());
+  EXPECT_TRUE(has(cat2, {sp({S(0), S(0)}), sp({S(0), S(0)})}, sp({S(0), S(0)})));
+  EXPECT_TRUE(has(cat2, {sp({P(), S(0)}), sp({P(), S(0)})}, sp({P(), S(0)})));
+  // Integers keep sum, max and min partials (no avg).
+  auto ints = strategies(OpKind::Concat, {I({4, 2}), I({4, 2})}, {{"dim", int64_t{0}}}, mesh_1d(4));
+  EXPECT_TRUE(has(ints, {sp({P(ReduceOp::Min)}), sp({P(ReduceOp::Min)})}, sp({P(ReduceOp::Min)})));
+  EXPECT_FALSE(has(ints, {sp({P(ReduceOp::Avg)}), sp({P(ReduceOp::Avg)})}, sp({P(ReduceOp::Avg)})));
+  EXPECT_TRUE(has(ints, {sp({S(1)}), sp({S(1)})}, sp({S(1)})));
 }
 
 TEST(OpStrategies, CollectivesAndRedistribute) {

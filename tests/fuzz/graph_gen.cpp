@@ -261,6 +261,24 @@ class Generator {
           }
           case OpKind::Reshape: attrs.push_back({"shape", AttrValue(reshape_of(s))}); break;
           case OpKind::Expand: attrs.push_back({"shape", AttrValue(expand_of(s))}); break;
+          case OpKind::Slice:  // bounds past either end and negative ones, as Python allows
+            if (r == 0) return;
+            attrs.push_back({"dim", AttrValue(int64_t{in_.range(-r, r - 1)})});
+            attrs.push_back({"start", AttrValue(int64_t{in_.range(-4, 4)})});
+            if (in_.chance(70)) attrs.push_back({"end", AttrValue(int64_t{in_.range(-4, 8)})});
+            if (in_.chance(50)) attrs.push_back({"step", AttrValue(int64_t{in_.range(1, 3)})});
+            break;
+          case OpKind::Concat: {  // x, then values or new params that differ from it on `dim` only
+            if (r == 0) return;
+            const int d = in_.range(0, r - 1);
+            for (int i = 0, n = in_.range(1, 2); i < n; ++i) {
+              TensorType t = x.type;
+              t.shape[static_cast<size_t>(d)] = in_.chance(20) ? 0 : random_dim();
+              args.push_back(in_.chance(40) ? val_arg(x) : new_param(t));
+            }
+            attrs.push_back({"dim", AttrValue(int64_t{in_.chance(50) ? d : d - r})});
+            break;
+          }
           default: return;
         }
         break;

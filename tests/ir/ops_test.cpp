@@ -64,6 +64,11 @@ std::vector<InferCase> cases() {
   c.push_back({"reshape", {T(f32, {2, 3, 4})}, {{"shape", AttrValue(V{24})}}, {f32, {24}}});
   c.push_back({"reshape", {T(f32, {0, 3})}, {{"shape", AttrValue(V{3, 0})}}, {f32, {3, 0}}});
   c.push_back({"expand", {T(f32, {3, 1})}, {{"shape", AttrValue(V{2, -1, 4})}}, {f32, {2, 3, 4}}});
+  c.push_back({"slice", {T(f32, {4, 10})}, {{"dim", AttrValue(int64_t{-1})}, {"start", AttrValue(int64_t{2})},
+                                            {"end", AttrValue(int64_t{9})}, {"step", AttrValue(int64_t{3})}},
+               {f32, {4, 3}}});
+  c.push_back({"concat", {T(bf16, {2, 3}), T(bf16, {2, 5}), T(bf16, {2, 0})}, {{"dim", AttrValue(int64_t{1})}},
+               {bf16, {2, 8}}});
   c.push_back({"embedding", {T(i64, {2, 7}), T(bf16, {100, 16})}, {}, {bf16, {2, 7, 16}}});
   c.push_back({"softmax", {T(f32, {2, 8})}, {{"dim", AttrValue(int64_t{0})}}, {f32, {2, 8}}});
   c.push_back({"layer_norm", {T(f32, {2, 8, 16}), T(f32, {16}), T(f32, {16})}, {}, {f32, {2, 8, 16}}});

@@ -28,9 +28,10 @@ Graph example(const std::string& name, int64_t world = 0) {
 
 TEST(GeneratedPrograms, EveryExampleOnEveryRank) {
   for (const char* e : {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf",
-                        "fsdp_mlp.sf"})
+                        "fsdp_mlp.sf", "rope.sf"})
     check(example(e), 21, e);
-  for (const char* e : {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_mlp.sf"}) {
+  for (const char* e : {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_mlp.sf",
+                        "rope.sf"}) {
     check(example(e, 3), 22, std::string(e) + " on 3 ranks");
     check(example(e, 2), 23, std::string(e) + " on 2 ranks");
   }
@@ -54,6 +55,9 @@ TEST(GeneratedPrograms, OpsUnderInputPlacements) {
       {"a: f32[8, 4] {A}, b: f32[32] {B}", "add(reshape(a, shape=[32]), b)"},
       {"a: i32[5, 6] {A}, b: i32[6] {B}", "sum(mul(a, b), dims=[0])"},
       {"a: i64[5, 2] {A}, b: f32[10, 4] {B}", "relu(embedding(a, b))"},
+      {"a: f32[5, 6] {A}, b: f32[5, 6] {B}", "mul(concat(neg(slice(a, dim=1, start=3)), slice(b, dim=1, end=3), dim=1), b)"},
+      {"a: f32[5, 6] {A}, b: f32[6] {B}",
+       "sum(mul(concat(slice(a, dim=1, start=1, step=2), slice(a, dim=1, end=3)), slice(b, dim=0, end=3)), dims=[0])"},
   };
   const Placement choices[] = {Placement::replicate(), Placement::shard(0), Placement::shard(-1), Placement::partial()};
   for (const Case& c : cases)

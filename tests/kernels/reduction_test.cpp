@@ -566,6 +566,31 @@ TEST(ReductionSimulated, IntegersNaNsAndNonTrailingDims) {
   }
 }
 
+// Slices and concats in the prologue: a slice whose start keeps 4-wide runs aligned
+// (vector steps), one whose start does not (scalar), and a concat's clamped reads.
+TEST(ReductionSimulated, SliceAndConcatProloguesMatchTheReference) {
+  GraphBuilder b1("sliced");
+  Value x = b1.param("x", DType::F32, {3, 266});
+  Value s = slice(x, 1, 8, 264) + slice(x, 1, 1, 257);  // from element 8 and from element 1
+  Value e = exp(s - reduce(OpKind::Max, s, {1}, true));
+  b1.ret(e / reduce(OpKind::Sum, e, {1}, true));
+  Graph gs = finish(b1);
+  GraphBuilder b2("joined");
+  Value x2 = b2.param("x", DType::F32, {3, 266});
+  Value y2 = b2.param("y", DType::F32, {3, 150});
+  Value c = concat({slice(x2, 1, 3, 131), slice(y2, 1, 0, 128)}, 1);
+  b2.ret(reduce(OpKind::Sum, c * c, {1}, false));
+  b2.ret(reduce(OpKind::Max, c, {1}, false));
+  Graph gc = finish(b2);
+  for (const KernelConfig& cfg : sim_configs()) {
+    SCOPED_TRACE(config_str(cfg));
+    expect_matches_reference(gs, random_inputs_for(gs, 26), cfg, Runner::Simulated);
+    expect_matches_reference(gc, random_inputs_for(gc, 27), cfg, Runner::Simulated);
+  }
+  expect_matches_reference(gs, random_inputs_for(gs, 28));
+  expect_matches_reference(gc, random_inputs_for(gc, 29));
+}
+
 // Which form each row shape gets: rows whose share per thread fits in registers are
 // held there, longer rows and split rows are read per pass; both step by a vector of
 // adjacent elements where the reduced dims are innermost and the vector divides the

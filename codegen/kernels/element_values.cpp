@@ -1,0 +1,192 @@
+// GroupValues (element.h): a fused group's value at an element, computed through its
+// ops from loads of its params: element code, coordinates for generators and
+// positional ops, and a concat's select between its operands.
+#include "codegen/kernels/element.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/Intrinsics.h>
+
+namespace sf::kernels {
+
+// ---- group values --------------------------------------------------------------------------
+
+GroupValues::GroupValues(const Graph& g, ElementCodegen& cg, std::vector<llvm::Value*> inputs)
+    : g_(g), cg_(cg), inputs_(std::move(inputs)), param_slot_(g.nodes().size(), -1), rounded16_(rounded_to_16bit(g)) {
+  for (size_t i = 0; i < g.params().size(); ++i) param_slot_[static_cast<size_t>(g.params()[i])] = static_cast<int>(i);
+}
+
+void GroupValues::at_index(llvm::Value* flat, Hook hook) {
+  flat_ = flat;
+  hook_ = std::move(hook);
+  coords_.clear();
+  memo_.clear();
+  computed_.clear();
+  evaluated_ = 0;
+}
+
+Result<Elem> GroupValues::value(ValueId v, const ValueIndex& at) {
+  std::string key = std::to_string(v) + "#" + at.key();
+  if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+  const Node& n = g_.node(v);
+  // Concats nested in one group read every operand of each at its own index: the
+  // values per element grow as the product of their arities (18 nested concats of a
+  // value with itself: 2^18). A Diag rather than a module that never finishes; the
+  // fusion pass then gives those ops kernels of their own.
+  if (++evaluated_ > kMaxValuesPerElement)
+    return Diag{"", n.loc, "the element code needs more than " + std::to_string(kMaxValuesPerElement) +
+                               " values per element (concats nested in one kernel?)"};
+  std::optional<Elem> hooked = hook_ ? hook_(v, at) : std::nullopt;
+  Elem e;
+  if (hooked) {
+    e = *hooked;
+  } else if (n.op == OpKind::Param) {
+    IndexMap map = offset_map(at, n.type.shape);
+    llvm::Value* from = index_value(map.base);
+    if (!from) return Diag{"", n.loc, "internal: a read at an index no concat computed"};
+    e = cg_.load(n.type.dtype, inputs_[static_cast<size_t>(param_slot(v))], emit_index_map(cg_.builder(), from, map));
+  } else if (n.op == OpKind::Concat) {
+    Result<Elem> r = concat_value(v, at);
+    if (!r) return r;
+    e = *r;
+  } else if (n.op == OpKind::Constant) {
+    e = cg_.constant(n.attrs.get_float("value"), n.type.dtype);  // an immediate
+  } else if (is_coordinate_op(n.op)) {
+    Result<Elem> r = coordinate_value(v, at);
+    if (!r) return r;
+    e = *r;
+  } else {
+    std::vector<Elem> args;
+    for (ValueId u : n.inputs) {
+      std::optional<ValueIndex> ui = operand_index(n, at, g_.node(u).type.shape);
+      if (!ui) return Diag{"", n.loc, std::string(op_name(n.op)) + " is neither elementwise nor a view"};
+      Result<Elem> a = value(u, *ui);
+      if (!a) return a;
+      args.push_back(*a);
+    }
+    if (is_view(n.op)) {
+      e = args[0];  // a view only changes which element is read
+    } else {
+      Result<Elem> r = cg_.elementwise(n.op, args, n.type.dtype, rounded16_[static_cast<size_t>(v)]);
+      if (!r) return Diag{"", n.loc, r.error().message};
+      e = *r;
+    }
+  }
+  memo_.emplace(std::move(key), e);
+  return e;
+}
+
+Result<Elem> GroupValues::coordinate_value(ValueId v, const ValueIndex& at) {
+  const Node& n = g_.node(v);
+  llvm::IRBuilderBase& b = cg_.builder();
+  // Coordinates are below 2^40: as i64 they take any arithmetic below without overflow.
+  // A value read at a computed index (a concat's operand) counts from that index.
+  llvm::Value* from = index_value(at.prefix.base);
+  if (!from) return Diag{"", n.loc, "internal: a coordinate read at an index no concat computed"};
+  auto coord = [&](int d) {
+    const int src = at.src[static_cast<size_t>(d)];
+    const bool known = src >= 0 && !coords_.empty() && at.prefix.contiguous() && at.unshifted() && at.space == coord_space_;
+    if (known) return b.CreateZExt(coords_[static_cast<size_t>(src)], b.getInt64Ty());
+    return b.CreateZExt(emit_coordinate(b, from, at, d), b.getInt64Ty());
+  };
+  switch (n.op) {
+    case OpKind::Arange: {
+      // start + i * step lies between start and end: exact in i64, then converted to
+      // the dtype once, as the reference does.
+      llvm::Value* i = b.CreateMul(coord(0), b.getInt64(static_cast<uint64_t>(n.attrs.get_int("step"))));
+      llvm::Value* x = b.CreateAdd(b.getInt64(static_cast<uint64_t>(n.attrs.get_int("start"))), i);
+      return cg_.convert(Elem{x, DType::I64}, n.type.dtype);
+    }
+    case OpKind::Full: return cg_.constant(n.attrs.get_float("value"), n.type.dtype);
+    case OpKind::Tril:
+    case OpKind::Triu: {
+      const ValueId u = n.inputs[0];
+      std::optional<ValueIndex> ui = operand_index(n, at, g_.node(u).type.shape);
+      Result<Elem> x = value(u, *ui);
+      if (!x) return x;
+      const int r = n.type.rank();
+      llvm::Value* diff = b.CreateSub(coord(r - 1), coord(r - 2));  // j - i
+      llvm::Value* diagonal = b.getInt64(static_cast<uint64_t>(n.attrs.get_int("diagonal")));
+      llvm::Value* keep = n.op == OpKind::Tril ? b.CreateICmpSLE(diff, diagonal) : b.CreateICmpSGE(diff, diagonal);
+      return Elem{b.CreateSelect(keep, x->value, cg_.constant(0.0, n.type.dtype).value), n.type.dtype};
+    }
+    default: return Diag{"", n.loc, std::string(op_name(n.op)) + " is not computed from coordinates"};
+  }
+}
+
+llvm::Value* GroupValues::index_value(int base) const {
+  if (base == kIterationIndex) return flat_;
+  if (base < 1 || static_cast<size_t>(base) > computed_.size()) return nullptr;
+  return computed_[static_cast<size_t>(base) - 1];
+}
+
+Result<Elem> GroupValues::concat_value(ValueId v, const ValueIndex& at) {
+  const Node& n = g_.node(v);
+  const Shape& s = n.type.shape;
+  if (numel(s) == 0) return cg_.constant(0.0, n.type.dtype);  // never read: no element to select
+  llvm::IRBuilderBase& b = cg_.builder();
+  const auto d = static_cast<size_t>(*normalize_dim(n.attrs.get_int("dim"), n.type.rank()));
+  const int64_t total = s[d];
+  int64_t outer = 1, inner = 1;
+  for (size_t e = 0; e < d; ++e) outer *= s[e];
+  for (size_t e = d + 1; e < s.size(); ++e) inner *= s[e];
+  // The concat's own C-order flat index, split into (o, c, r): the dims before the
+  // concat dim, the coordinate along it, the dims after it.
+  IndexMap own = offset_map(at, s);
+  llvm::Value* from = index_value(own.base);
+  if (!from) return Diag{"", n.loc, "internal: a concat read at an index no concat computed"};
+  llvm::Value* flat = emit_index_map(b, from, own);
+  llvm::Type* ty = flat->getType();
+  auto k = [ty](int64_t x) { return llvm::ConstantInt::get(ty, static_cast<uint64_t>(x)); };
+  llvm::Value* c = inner > 1 ? b.CreateUDiv(flat, k(inner)) : flat;
+  llvm::Value* o = outer > 1 ? b.CreateUDiv(c, k(total)) : nullptr;
+  if (o) c = b.CreateURem(c, k(total));
+  llvm::Value* r = inner > 1 ? b.CreateURem(flat, k(inner)) : nullptr;
+  // Every operand is read at its element (o, clamp(c - lo), r), so no load leaves it
+  // whichever operand the coordinate falls in: c - lo wraps to a huge unsigned value
+  // below the operand's range, and umin takes it to the operand's last element.
+  std::vector<std::pair<int64_t, Elem>> parts;  // (the operand's end along the dim, its element)
+  int64_t lo = 0;
+  for (ValueId u : n.inputs) {
+    const Shape& us = g_.node(u).type.shape;
+    const int64_t size = us[d];
+    if (size == 0) continue;  // no element of it is ever selected
+    llvm::Value* cu = b.CreateBinaryIntrinsic(llvm::Intrinsic::umin, lo ? b.CreateSub(c, k(lo)) : c, k(size - 1));
+    if (o) cu = b.CreateAdd(b.CreateMul(o, k(size), "", true, true), cu, "", true, true);
+    if (r) cu = b.CreateAdd(b.CreateMul(cu, k(inner), "", true, true), r, "", true, true);
+    computed_.push_back(cu);
+    ValueIndex ui = dense_index(us);
+    ui.prefix.base = static_cast<int>(computed_.size());
+    Result<Elem> e = value(u, ui);
+    if (!e) return e;
+    lo += size;
+    parts.emplace_back(lo, *e);
+  }
+  Elem out = parts.back().second;
+  for (size_t j = parts.size() - 1; j-- > 0;)
+    out.value = b.CreateSelect(b.CreateICmpULT(c, k(parts[j].first)), parts[j].second.value, out.value);
+  out.dtype = n.type.dtype;
+  return out;
+}
+
+std::vector<std::pair<int, IndexMap>> GroupValues::reads(ValueId v0, const ValueIndex& at0) const {
+  std::vector<std::pair<int, IndexMap>> out;
+  std::set<std::string> seen;
+  std::function<void(ValueId, const ValueIndex&)> walk = [&](ValueId v, const ValueIndex& at) {
+    if (!seen.insert(std::to_string(v) + "#" + at.key()).second) return;
+    const Node& n = g_.node(v);
+    if (n.op == OpKind::Param) {
+      out.emplace_back(param_slot(v), offset_map(at, n.type.shape));
+      return;
+    }
+    for (ValueId u : n.inputs)
+      if (auto ui = operand_index(n, at, g_.node(u).type.shape)) walk(u, *ui);
+  };
+  walk(v0, at0);
+  return out;
+}
+
+}  // namespace sf::kernels

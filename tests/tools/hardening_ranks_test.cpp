@@ -78,6 +78,7 @@ TEST(HardeningCollectives, AnExceptionLeftIsAnInternalErrorWithExitStatus3) {
     CliResult r = shardfuse_env(std::string("SHARDFUSE_TEST_THROW=") + kind, "check " + example("tp_mlp.sf"));
     EXPECT_EQ(r.code, 3) << kind << "\n" << r.out;
     EXPECT_TRUE(has(r.out, "error: internal error")) << r.out;
+    EXPECT_FALSE(has(r.out, "): error: ")) << "one 'error:' per message\n" << r.out;
     EXPECT_FALSE(has(r.out, "terminate")) << r.out;
   }
 }

@@ -65,9 +65,10 @@ std::string diag_str(Diag d) {
 }
 
 int report_failure(const Diag& d, const std::string& context) {
-  if (d.internal) {
-    std::cerr << "error: internal error (a bug in shardfuse; please report it with the command line): "
-              << diag_str(d) << "\n";
+  if (d.internal) {  // "[file:line:col: ]error: internal error (...): message"
+    Diag bug = d;
+    bug.message = "internal error (a bug in shardfuse; please report it with the command line): " + d.message;
+    std::cerr << diag_str(bug) << "\n";
     return 3;
   }
   std::cerr << (context.empty() ? "" : context + ": error: ") << (context.empty() ? diag_str(d) : d.message) << "\n";

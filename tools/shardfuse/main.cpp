@@ -29,11 +29,10 @@ int main(int argc, char** argv) {
   // run/check, 2 usage, 3 internal error. Commands report errors as values; an
   // exception that still reaches here is a bug of shardfuse, not of the input, so
   // it gets a status of its own rather than abort()'s 134 and no message.
-  constexpr int kInternalError = 3;
-  const auto internal = [&](const std::string& what) {
-    std::cerr << "error: internal error (a bug in shardfuse; please report it with the command line): " << what
-              << "\n";
-    return kInternalError;
+  // report_failure prints it as the commands print an internal Diag, and returns 3.
+  const auto internal = [](sf::Diag d) {
+    d.internal = true;
+    return sf::cli::report_failure(d);
   };
   try {
     // A test hook: once every throw site that input can reach is a value, only a
@@ -50,11 +49,11 @@ int main(int argc, char** argv) {
     // CLI11 returns 0 for --help; usage errors become exit 2 like other Unix tools.
     return rc == 0 ? 0 : 2;
   } catch (const sf::DiagError& e) {
-    return internal(e.diag.str());
+    return internal(e.diag);
   } catch (const std::exception& e) {
-    return internal(e.what());
+    return internal(sf::Diag{"", {}, e.what()});
   } catch (...) {
-    return internal("an unknown exception");
+    return internal(sf::Diag{"", {}, "an unknown exception"});
   }
   return exit_code;
 }

@@ -83,10 +83,28 @@ RankExec::~RankExec() {
   // collective whose peer is gone would keep the comm stream busy forever: wait
   // for it under the timeout, which aborts the communicator (and so ends its
   // kernels) when it passes.
-  if (cuda_ && !nccl_.empty() && cuda_->context().make_current().ok())
-    for (auto& c : nccl_)
-      if (!c->aborted()) (void)c->wait_with_timeout(cuda_->comm_stream().get());
+  if (coll_) coll_->quiesce();
   if (dev_) (void)dev_->synchronize();
+}
+
+Result<void> RankExec::use_nccl(std::vector<std::unique_ptr<nccl::NcclComm>> comms) {
+  const std::string who = "rank " + std::to_string(rank_->rank) + ": ";
+  if (!cuda_) return Diag{"", {}, who + "NCCL needs --device cuda"};
+  if (coll_) return Diag{"", {}, who + "the collectives already go through " + coll_->name()};
+  Result<std::unique_ptr<NcclCollectives>> c = NcclCollectives::create(*this, std::move(comms));
+  if (!c) return c.error();
+  coll_ = std::move(c).value();
+  return {};
+}
+
+Result<void> RankExec::use_copy_standin() {
+  const std::string who = "rank " + std::to_string(rank_->rank) + ": ";
+  if (!cuda_) return Diag{"", {}, who + "the copy stand-in needs --device cuda"};
+  if (coll_) return Diag{"", {}, who + "the collectives already go through " + coll_->name()};
+  Result<std::unique_ptr<CopyStandinCollectives>> c = CopyStandinCollectives::create(*this);
+  if (!c) return c.error();
+  coll_ = std::move(c).value();
+  return {};
 }
 
 cuda::Stream& RankExec::stream() { return cuda_->stream(); }
@@ -234,8 +252,7 @@ Result<void> RankExec::run(Comm* comm) {
   SF_TRY(run_steps(comm));
   // The comm stream first, under the timeout: a peer that never joins a
   // collective aborts the communicator here instead of hanging the sync.
-  for (auto& c : nccl_)
-    SF_TRY(c->wait_with_timeout(cuda_->comm_stream().get()));
+  if (coll_) SF_TRY(coll_->finish());
   SF_TRY(dev_->synchronize());
   if (!opts_.trace) return {};
   // Marked events become trace events, placed by their distance from the reference
@@ -262,8 +279,10 @@ Result<void> RankExec::run_steps(Comm* comm) {
     SF_TRY(dev_->synchronize());
     ref_us_ = now_us();
   }
-  std::map<int, std::pair<double, std::string>> issued;  // handle -> (issue time, name), for the trace
-  std::map<int, Work> pending;
+  // Without a comm-stream backend, this run stages its collectives through the host.
+  std::unique_ptr<GlooCollectives> host;
+  if (!coll_ && comm) host = std::make_unique<GlooCollectives>(*this, *comm);
+  CollectiveBackend* coll = coll_ ? coll_.get() : host.get();
   const std::vector<PlanStep>& steps = rank_->steps;
   size_t i = 0;
   while (i < steps.size()) {
@@ -295,25 +314,10 @@ Result<void> RankExec::run_steps(Comm* comm) {
       e = host_slice(s);
     } else if (s.op == "gemm") {
       e = gemm_step(i);
-    } else if (!nccl_.empty() || standin_) {
-      e = s.op == "wait" ? nccl_wait(i) : nccl_start(i);
-    } else if (!comm) {
+    } else if (!coll) {
       e = Diag{"", {}, "a collective, but no comm backend was given"};
     } else {
-      const double t0 = opts_.trace ? now_us() : 0;
-      e = collective(s, *comm, pending);
-      if (opts_.trace && e.ok()) {
-        if (s.op != "wait") {
-          issued[s.handle] = {t0, s.op + " " + rank_->buffers[static_cast<size_t>(s.in.at(0))].name};
-        } else {
-          const double t1 = now_us();
-          const auto& [at, name] = issued[s.handle];
-          opts_.trace->add(rank_->rank, Stream::Comm, name + " (host-staged)", at, t1 - at,
-                           {{"step", i}, {"bytes", bytes(s.out.at(0))}}, "collective");
-          opts_.trace->add(rank_->rank, Stream::Compute, "wait " + rank_->buffers[static_cast<size_t>(s.out.at(0))].name,
-                           t0, t1 - t0, {{"step", i}}, "wait");
-        }
-      }
+      e = s.op == "wait" ? coll->wait(i) : coll->start(i);
     }
     if (!e.ok()) return with_context(plan_step_name(*rank_, i) + ": ", e.error());
     ++i;

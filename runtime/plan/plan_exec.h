@@ -3,17 +3,10 @@
 // memory, kernel steps launch the kernel on the rank's compute stream (the Plan's PTX
 // with its grid/block/shared memory on a GPU, its host code on the CPU), gemm steps
 // call cuBLASLt or cuBLAS on that stream (GPU only, runtime/plan/plan_step_gemm.cpp), and
-// slices and concats are strided copies. Collectives go one of two ways:
-//   - NCCL (one GPU per rank): each start step is enqueued on the rank's comm
-//     stream after an event recorded on the compute stream (its operand is
-//     written), and its wait step makes the compute stream wait for an event
-//     recorded after it on the comm stream. Nothing waits on the host, so the
-//     schedule's raised starts and sunk waits overlap on the device. Uneven
-//     shards and gathers along inner dims are packed and unpacked with strided
-//     copies on the comm stream around the NCCL call.
-//   - host-staged (any number of ranks per GPU, and always on the CPU): the
-//     operand is copied to the host, reduced or gathered by the CPU backend
-//     (Comm, Gloo), and copied back.
+// slices and concats are strided copies. Collective start and wait steps go to the
+// rank's collective backend (runtime/plan/plan_collectives.h): host-staged through
+// Gloo (any device; always on the CPU), NCCL on a comm stream (a GPU per rank), or
+// the copy stand-in that times NCCL's stream ordering on one GPU.
 // No LLVM: a Plan compiled on another machine runs here.
 #pragma once
 
@@ -30,6 +23,7 @@
 #include "runtime/gpu/cuda.h"
 #include "runtime/comm/nccl.h"
 #include "runtime/plan/plan.h"
+#include "runtime/plan/plan_collectives.h"
 #include "runtime/plan/plan_device.h"
 #include "runtime/io/trace.h"
 
@@ -51,7 +45,7 @@ enum class GpuCollectives : uint8_t {
   Host,  // staged through the host and the CPU backend (Gloo)
   Nccl,  // NCCL on a comm stream per rank; every rank on its own GPU
   // A device-to-device copy of each collective's bus bytes on the comm stream
-  // (RankExec::use_copy_standin): times the interleaving on any number of GPUs, one
+  // (CopyStandinCollectives): times the interleaving on any number of GPUs, one
   // included; the outputs are not the collectives' results.
   CopyStandin,
 };
@@ -125,9 +119,9 @@ class RankExec {
 
   // From now on the Plan's collectives go through NCCL (GPU only): comms[d] is this
   // rank's communicator along mesh dim d, on this rank's device. Makes the comm
-  // stream and an event pair per collective.
+  // stream and an event pair per collective (NcclCollectives).
   Result<void> use_nccl(std::vector<std::unique_ptr<nccl::NcclComm>> comms);
-  bool uses_nccl() const { return !nccl_.empty(); }
+  bool uses_nccl() const { return dynamic_cast<const NcclCollectives*>(coll_.get()) != nullptr; }
   // A stand-in for NCCL on one GPU (GPU only): every collective becomes one
   // device-to-device copy on the comm stream of its bus bytes (the payload times
   // nccl-tests' bus factor for the mesh dim's size: what each rank's busiest link
@@ -135,12 +129,13 @@ class RankExec {
   // comm stream interleaves with the kernels without the other ranks; the copies
   // move memory, not data between ranks, so the results are not the collectives'.
   Result<void> use_copy_standin();
-  bool uses_copy_standin() const { return standin_; }
+  bool uses_copy_standin() const { return dynamic_cast<const CopyStandinCollectives*>(coll_.get()) != nullptr; }
 
   // Copies one host tensor per graph param (local shapes) into the input buffers.
   Result<void> upload_inputs(const std::vector<Tensor>& inputs);
   // Runs every step in order and waits for the device. `comm` runs the collectives
-  // unless use_nccl() was called (null is fine then, or for a plan with none).
+  // (GlooCollectives) unless use_nccl() or use_copy_standin() was called (null is
+  // fine then, or for a plan with none); it is also how an abort reaches the rank.
   // `before_step` (tests) is called before each step and may throw or return a Diag.
   Result<void> run(Comm* comm);
   // Enqueues the whole program on the stream without waiting (benchmarks time it
@@ -155,7 +150,8 @@ class RankExec {
   cuda::Stream& comm_stream();
   int64_t launches() const { return launches_; }
   int64_t library_calls() const { return library_calls_; }  // gemm steps run
-  int64_t nccl_ops() const { return nccl_ops_run_; }
+  // Collectives enqueued on the comm stream (NCCL calls or stand-in copies).
+  int64_t nccl_ops() const { return coll_ ? coll_->started() : 0; }
   int64_t graph_launches() const { return graph_launches_; }
 
  private:
@@ -173,20 +169,11 @@ class RankExec {
   // Runs `enqueue` between two marks of `track` when tracing (an event of that track).
   Result<void> timed(const std::string& name, nlohmann::json args,
                      const std::function<Result<void>()>& enqueue, Stream track = Stream::Compute);
-  // NCCL (or its stand-in): the start and wait steps paired, an event pair each,
-  // and the comm stream made.
-  Result<void> pair_comm_stream_ops();
-  // NCCL: a start step (after its operand is written) and a wait step.
-  Result<void> nccl_start(size_t i);
-  Result<void> nccl_wait(size_t i);
-  struct NcclOp;
-  Result<void> enqueue_collective(const PlanStep& s, NcclOp& op, nccl::NcclComm& c);
-  Result<CUdeviceptr> scratch(NcclOp& op, size_t slot, size_t bytes);
   Result<void> host_slice(const PlanStep& s);
   double now_us() const;
   // One file per step kind (as XLA's thunks): runtime/plan/plan_step_kernel.cpp,
-  // plan_step_copy.cpp (slice, concat, partialize), plan_step_collective.cpp
-  // (host-staged), plan_step_nccl.cpp, plan_step_gemm.cpp.
+  // plan_step_copy.cpp (slice, concat, partialize), plan_step_gemm.cpp; collectives
+  // in their backend's file (runtime/plan/plan_collectives.h).
   Result<void> launch_step(size_t i);
   Result<void> copy_step(size_t i);
   // gemm steps (runtime/plan/plan_step_gemm.cpp): the library opened and every step's call
@@ -198,7 +185,6 @@ class RankExec {
   Result<void> prepare_gemm_steps();
   Result<void> gemm_step(size_t i);
   Result<void> local_step(size_t i);
-  Result<void> collective(const PlanStep& s, Comm& comm, std::map<int, Work>& pending);
   Result<Tensor> download(int buffer);
   Result<void> upload(int buffer, const Tensor& t);
 
@@ -216,7 +202,7 @@ class RankExec {
     int64_t kernels = 0;  // launches it replays
   };
   std::map<size_t, Captured> graphs_;  // per device segment, by its first step
-  int64_t launches_ = 0, graph_launches_ = 0, nccl_ops_run_ = 0, library_calls_ = 0;
+  int64_t launches_ = 0, graph_launches_ = 0, library_calls_ = 0;
   struct GemmSteps;  // runtime/plan/plan_step_gemm.cpp: the cuBLAS handle, the prepared calls, the workspace
   struct GemmStepsDeleter {
     void operator()(GemmSteps* g) const;
@@ -228,18 +214,13 @@ class RankExec {
     int start = 0, end = 0;  // PlanDevice marks
     Stream track = Stream::Compute;
   };
-  // NCCL: the communicators (by mesh dim), and per start step its wait step, its
-  // output buffer, its events and its pack/unpack space.
-  std::vector<std::unique_ptr<nccl::NcclComm>> nccl_;
-  struct NcclOp {
-    size_t wait = 0;
-    int out = -1;
-    cuda::Event ready, done;
-    std::vector<cuda::Buffer> scratch;
-  };
-  std::map<size_t, NcclOp> nccl_ops_;   // by start step
-  bool standin_ = false;                // use_copy_standin(): copies in place of NCCL
-  std::map<size_t, size_t> start_of_;   // wait step -> start step
+  // The comm-stream backend (NCCL or the stand-in) when one was chosen; else each
+  // run stages the collectives through the host over its Comm.
+  std::unique_ptr<CollectiveBackend> coll_;
+  friend class GlooCollectives;
+  friend class CommStreamCollectives;
+  friend class NcclCollectives;
+  friend class CopyStandinCollectives;
   std::vector<MarkedEvent> marked_;
   int ref_mark_ = -1;
   double ref_us_ = 0;

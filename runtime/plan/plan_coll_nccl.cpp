@@ -1,11 +1,12 @@
-// A Plan's collectives through NCCL (runtime/plan/plan_exec.h): each start step enqueued
-// on the rank's comm stream after an event recorded on the compute stream, each
-// wait step making the compute stream wait for an event recorded after it; uneven
-// shards and gathers along inner dims are packed and unpacked with strided copies
-// on the comm stream around the NCCL call.
+// The NCCL collective backend (runtime/plan/plan_collectives.h): each start step's
+// collective enqueued on the rank's comm stream through the rank's communicator of its
+// mesh dim (the ordering is CommStreamCollectives'); uneven shards and gathers along
+// inner dims are packed and unpacked with strided copies on the comm stream around
+// the NCCL call.
 #include <algorithm>
 
 #include "runtime/core/collective.h"
+#include "runtime/plan/plan_collectives.h"
 #include "runtime/plan/plan_cuda.h"
 #include "runtime/plan/plan_exec.h"
 
@@ -36,9 +37,9 @@ bool all_to_all_packs(const Shape& shape, int dim, const std::vector<int64_t>& s
   return std::any_of(sizes.begin(), sizes.end(), [&](int64_t x) { return x > 0 && x < extent; });
 }
 
-// The scratch bytes (per slot) RankExec::enqueue_collective packs and unpacks
+// The scratch bytes (per slot) NcclCollectives::enqueue_collective packs and unpacks
 // through for collective `s` over n members, from `in` to `out`: allocated before
-// the first collective is enqueued, since allocating (and above all freeing, which
+// the first collective is enqueued (NcclCollectives::create), since allocating (and above all freeing, which
 // the allocator does when memory runs short) while NCCL kernels wait for peers can
 // stall them.
 std::vector<size_t> scratch_bytes(const PlanStep& s, const PlanBuffer& in, const PlanBuffer& out, int n) {
@@ -62,137 +63,65 @@ std::vector<size_t> scratch_bytes(const PlanStep& s, const PlanBuffer& in, const
 
 }  // namespace
 
-Result<void> RankExec::pair_comm_stream_ops() {
-  SF_TRY(cuda_->context().make_current());
-  std::map<int, size_t> open;  // handle -> its start step
-  std::map<size_t, NcclOp> ops;
-  std::map<size_t, size_t> start_of;
-  for (size_t i = 0; i < rank_->steps.size(); ++i) {
-    const PlanStep& s = rank_->steps[i];
-    if (s.collective()) {
-      if (open.count(s.handle)) return Diag{"", {}, plan_step_name(*rank_, i) + ": handle " + std::to_string(s.handle) +
-                                                        " is started again before its wait"};
-      open[s.handle] = i;
-      Result<cuda::Event> ready = cuda::Event::create(cuda_->context(), false),
-                          done = cuda::Event::create(cuda_->context(), false);
-      if (!ready) return ready.error();
-      if (!done) return done.error();
-      NcclOp op;
-      op.ready = std::move(ready).value();
-      op.done = std::move(done).value();
-      ops.emplace(i, std::move(op));
-    } else if (s.op == "wait") {
-      auto it = open.find(s.handle);
-      if (it == open.end())
-        return Diag{"", {}, plan_step_name(*rank_, i) + ": wait for handle " + std::to_string(s.handle) + " with no start"};
-      NcclOp& op = ops.at(it->second);
-      op.wait = i;
-      op.out = s.out.at(0);
-      start_of[i] = it->second;
-      open.erase(it);
-    }
-  }
-  if (!open.empty())
-    return Diag{"", {}, plan_step_name(*rank_, open.begin()->second) + ": started but never waited for"};
-  SF_TRY(cuda_->make_comm_stream());
-  nccl_ops_ = std::move(ops);
-  start_of_ = std::move(start_of);
-  return {};
-}
-
-Result<void> RankExec::use_nccl(std::vector<std::unique_ptr<nccl::NcclComm>> comms) {
-  const std::string who = "rank " + std::to_string(rank_->rank) + ": ";
-  if (!cuda_) return Diag{"", {}, who + "NCCL needs --device cuda"};
-  if (standin_) return Diag{"", {}, who + "the collectives already go through the copy stand-in"};
-  if (static_cast<int>(comms.size()) != static_cast<int>(mesh_.dims.size()))
+Result<std::unique_ptr<NcclCollectives>> NcclCollectives::create(RankExec& rank,
+                                                                 std::vector<std::unique_ptr<nccl::NcclComm>> comms) {
+  const std::string who = "rank " + std::to_string(rank.rank_->rank) + ": ";
+  if (static_cast<int>(comms.size()) != static_cast<int>(rank.mesh_.dims.size()))
     return Diag{"", {}, who + std::to_string(comms.size()) + " NCCL communicator(s) for a mesh of " +
-                            std::to_string(static_cast<int>(mesh_.dims.size())) + " dim(s)"};
-  SF_TRY(pair_comm_stream_ops());
-  for (auto& [i, op] : nccl_ops_) {
-    const PlanStep& s = rank_->steps[i];
-    std::optional<int> dim = mesh_.find(s.mesh_dim);
-    if (!dim || *dim >= static_cast<int>(comms.size())) continue;  // reported when the step runs
-    const std::vector<size_t> need =
-        scratch_bytes(s, rank_->buffers[static_cast<size_t>(s.in.at(0))], rank_->buffers[static_cast<size_t>(op.out)],
-                      comms[static_cast<size_t>(*dim)]->size());
+                            std::to_string(static_cast<int>(rank.mesh_.dims.size())) + " dim(s)"};
+  std::unique_ptr<NcclCollectives> c(new NcclCollectives(rank));
+  c->comms_ = std::move(comms);
+  SF_TRY(c->pair_ops());
+  const PlanRank& r = *rank.rank_;
+  for (auto& [i, op] : c->ops_) {
+    const PlanStep& s = r.steps[i];
+    std::optional<int> dim = rank.mesh_.find(s.mesh_dim);
+    if (!dim || *dim >= static_cast<int>(c->comms_.size())) continue;  // reported when the step runs
+    const std::vector<size_t> need = scratch_bytes(s, r.buffers[static_cast<size_t>(s.in.at(0))],
+                                                   r.buffers[static_cast<size_t>(op.out)],
+                                                   c->comms_[static_cast<size_t>(*dim)]->size());
     for (size_t slot = 0; slot < need.size(); ++slot)
       if (need[slot] > 0)
-        if (Result<CUdeviceptr> p = scratch(op, slot, need[slot]); !p)
-          return Diag{"", {}, plan_step_name(*rank_, i) + ": scratch space: " + p.error().message};
+        if (Result<CUdeviceptr> p = c->scratch(op, slot, need[slot]); !p)
+          return Diag{"", {}, plan_step_name(r, i) + ": scratch space: " + p.error().message};
   }
-  nccl_ = std::move(comms);
+  return c;
+}
+
+Result<void> NcclCollectives::finish() {
+  for (auto& c : comms_) SF_TRY(c->wait_with_timeout(x_.cuda_->comm_stream().get()));
   return {};
 }
 
-// --- the copy stand-in ---------------------------------------------------------------------
-
-namespace {
-
-// The bytes a stand-in copy moves for collective `s` over `n` members: the larger
-// of its input and output times the bus factor (nccl-tests' bus bytes), at least one
-// element when anything moves.
-size_t standin_bytes(const PlanStep& s, const PlanBuffer& in, const PlanBuffer& out, int n) {
-  const size_t es = static_cast<size_t>(dtype_size(in.dtype));
-  const double payload = static_cast<double>(std::max(numel(in.shape), numel(out.shape))) * static_cast<double>(es);
-  const double bus = payload * bus_factor(*s.collective(), n);
-  return bus <= 0 ? 0 : std::max(es, static_cast<size_t>(bus));
+void NcclCollectives::quiesce() {
+  // A collective whose peer is gone would keep the comm stream busy forever: wait
+  // for it under the timeout, which aborts the communicator (and so ends its
+  // kernels) when it passes.
+  if (!x_.cuda_->context().make_current().ok()) return;
+  for (auto& c : comms_)
+    if (!c->aborted()) (void)c->wait_with_timeout(x_.cuda_->comm_stream().get());
 }
 
-}  // namespace
-
-Result<void> RankExec::use_copy_standin() {
-  const std::string who = "rank " + std::to_string(rank_->rank) + ": ";
-  if (!cuda_) return Diag{"", {}, who + "the copy stand-in needs --device cuda"};
-  if (!nccl_.empty()) return Diag{"", {}, who + "the collectives already go through NCCL"};
-  SF_TRY(pair_comm_stream_ops());
-  for (auto& [i, op] : nccl_ops_) {
-    const PlanStep& s = rank_->steps[i];
-    std::optional<int> dim = mesh_.find(s.mesh_dim);
-    if (!dim) return Diag{"", {}, plan_step_name(*rank_, i) + ": mesh dim \"" + s.mesh_dim + "\" is not in the plan's mesh \"" +
-                                      plan_->mesh + "\""};
-    const size_t bytes = standin_bytes(s, rank_->buffers[static_cast<size_t>(s.in.at(0))],
-                                       rank_->buffers[static_cast<size_t>(op.out)],
-                                       static_cast<int>(mesh_.dims[static_cast<size_t>(*dim)].size));
-    // Two buffers of their own: the copy reads and writes as much as a ring's
-    // sends and receives, and touches none of the Plan's buffers.
-    for (size_t slot = 0; slot < 2 && bytes > 0; ++slot)
-      if (Result<CUdeviceptr> p = scratch(op, slot, bytes); !p)
-        return Diag{"", {}, plan_step_name(*rank_, i) + ": stand-in space: " + p.error().message};
-  }
-  standin_ = true;
-  return {};
+Result<void> NcclCollectives::enqueue(size_t step, Op& op, size_t& bytes, std::string& via) {
+  const PlanStep& s = x_.rank_->steps[step];
+  via = "nccl";
+  bytes = x_.bytes(op.out);
+  std::optional<int> dim = x_.mesh_.find(s.mesh_dim);
+  if (!dim || *dim >= static_cast<int>(comms_.size()))
+    return Diag{"", {}, "mesh dim \"" + s.mesh_dim + "\" is not in the plan's mesh \"" + x_.plan_->mesh + "\""};
+  return enqueue_collective(s, op, *comms_[static_cast<size_t>(*dim)]);
 }
 
-// --- collectives through NCCL ------------------------------------------------------------
-
-Result<CUdeviceptr> RankExec::scratch(NcclOp& op, size_t slot, size_t bytes) {
-  // Allocated by use_nccl() (scratch_bytes()) and kept: it is only touched on the
-  // comm stream, in stream order, so every run reuses it safely. Growing it here is
-  // a fallback that scratch_bytes() makes unneeded.
-  if (op.scratch.size() <= slot) op.scratch.resize(slot + 1);
-  cuda::Buffer& b = op.scratch[slot];
-  if (b.bytes() < bytes) {
-    Result<cuda::Buffer> nb = cuda::Buffer::allocate(cuda_->context(), bytes);
-    if (!nb) return nb.error();
-    // Zeroed once, so padding that an uneven reduce-scatter reduces but nobody
-    // keeps holds numbers, not whatever the allocation held.
-    const cuda::Driver& d = cuda_->context().drv();
-    SF_TRY(cuda::check(d.MemsetD8Async(nb->ptr(), 0, bytes, cuda_->comm_stream().get()), "cuMemsetD8Async (scratch)"));
-    b = std::move(nb).value();
-  }
-  return b.ptr();
-}
-
-Result<void> RankExec::enqueue_collective(const PlanStep& s, NcclOp& op, nccl::NcclComm& c) {
-  const cuda::Context& ctx = cuda_->context();
-  const PlanBuffer& ib = rank_->buffers[static_cast<size_t>(s.in.at(0))];
-  const PlanBuffer& ob = rank_->buffers[static_cast<size_t>(op.out)];
-  const CUdeviceptr in = addr(s.in.at(0));
-  const CUdeviceptr out = addr(op.out);
+Result<void> NcclCollectives::enqueue_collective(const PlanStep& s, Op& op, nccl::NcclComm& c) {
+  const cuda::Context& ctx = x_.cuda_->context();
+  const PlanBuffer& ib = x_.rank_->buffers[static_cast<size_t>(s.in.at(0))];
+  const PlanBuffer& ob = x_.rank_->buffers[static_cast<size_t>(op.out)];
+  const CUdeviceptr in = x_.addr(s.in.at(0));
+  const CUdeviceptr out = x_.addr(op.out);
   const DType dt = ib.dtype;
   const size_t es = static_cast<size_t>(dtype_size(dt));
   const int n = c.size();
-  const CUstream cs = cuda_->comm_stream().get();
+  const CUstream cs = x_.cuda_->comm_stream().get();
   if (ob.dtype != dt) return Diag{"", {}, "the collective's input and output dtypes differ"};
   ReduceOp rop = ReduceOp::Sum;
   if (!s.reduce_op.empty()) {
@@ -209,7 +138,7 @@ Result<void> RankExec::enqueue_collective(const PlanStep& s, NcclOp& op, nccl::N
     return {};
   };
   auto copy = [&](CUdeviceptr dst, size_t dst_pitch, CUdeviceptr src, size_t src_pitch, size_t width, size_t height) {
-    return cuda::copy_2d(ctx, dst, dst_pitch, src, src_pitch, width, height, cuda_->comm_stream());
+    return cuda::copy_2d(ctx, dst, dst_pitch, src, src_pitch, width, height, x_.cuda_->comm_stream());
   };
 
   if (s.collective() == CollectiveKind::AllReduce) {
@@ -329,48 +258,6 @@ Result<void> RankExec::enqueue_collective(const PlanStep& s, NcclOp& op, nccl::N
     return {};
   }
   return Diag{"", {}, "unknown step op \"" + s.op + "\""};
-}
-
-Result<void> RankExec::nccl_start(size_t i) {
-  const PlanStep& s = rank_->steps[i];
-  auto it = nccl_ops_.find(i);
-  if (it == nccl_ops_.end()) return Diag{"", {}, "not a collective start"};
-  NcclOp& op = it->second;
-  const cuda::Context& ctx = cuda_->context();
-  nccl::NcclComm* c = nullptr;
-  if (!standin_) {
-    std::optional<int> dim = mesh_.find(s.mesh_dim);
-    if (!dim || *dim >= static_cast<int>(nccl_.size()))
-      return Diag{"", {}, "mesh dim \"" + s.mesh_dim + "\" is not in the plan's mesh \"" + plan_->mesh + "\""};
-    c = nccl_[static_cast<size_t>(*dim)].get();
-  }
-  // The comm stream starts once the compute stream has written the operand.
-  SF_TRY(op.ready.record(cuda_->stream()));
-  SF_TRY(cuda::wait_event(ctx, cuda_->comm_stream(), op.ready));
-  const std::string name = s.op + " " + rank_->buffers[static_cast<size_t>(s.in.at(0))].name;
-  // The stand-in: one copy between its two scratch buffers (use_copy_standin).
-  const size_t standin_bytes = standin_ && op.scratch.size() == 2 ? op.scratch[0].bytes() : 0;
-  auto enqueue = [&]() -> Result<void> {
-    if (c) return enqueue_collective(s, op, *c);
-    if (standin_bytes == 0) return {};
-    return cuda::check(ctx.drv().MemcpyDtoDAsync(op.scratch[1].ptr(), op.scratch[0].ptr(), standin_bytes,
-                                                 cuda_->comm_stream().get()),
-                       "cuMemcpyDtoDAsync (collective stand-in)");
-  };
-  const nlohmann::json args = {{"step", i},
-                               {"bytes", c ? bytes(op.out) : standin_bytes},
-                               {"via", c ? "nccl" : "d2d copy stand-in"},
-                               {"mesh_dim", s.mesh_dim}};
-  SF_TRY(timed(name, args, enqueue, Stream::Comm));
-  ++nccl_ops_run_;
-  return op.done.record(cuda_->comm_stream());
-}
-
-Result<void> RankExec::nccl_wait(size_t i) {
-  auto it = start_of_.find(i);
-  if (it == start_of_.end()) return Diag{"", {}, "a wait with no start"};
-  // Only the compute stream waits, on the device; the host goes on enqueueing.
-  return cuda::wait_event(cuda_->context(), cuda_->stream(), nccl_ops_.at(it->second).done);
 }
 
 }  // namespace sf

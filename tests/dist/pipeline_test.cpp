@@ -18,6 +18,7 @@
 #include "codegen/reference/compare.h"
 #include "codegen/reference/evaluate.h"
 #include "codegen/dist/lockstep.h"
+#include "tests/sanitized.h"
 
 namespace sf {
 namespace dist_pipeline_test {
@@ -128,7 +129,10 @@ std::vector<OpCase> op_cases() {
 
 TEST(Converter, EveryOpUnderEveryInputPlacement) {
   const Placement choices[] = {Placement::replicate(), Placement::shard(0), Placement::shard(-1), Placement::partial()};
-  const std::pair<Mesh, size_t> meshes[] = {{Mesh{{{"tp", 4}}}, 1}, {Mesh{{{"dp", 2}, {"tp", 2}}}, 7}};
+  // Every combination on the 1-D mesh; on the 2-D one every 7th (every 15th in the
+  // sanitizer build, tests/sanitized.h), walking through the pairs of placements.
+  const std::pair<Mesh, size_t> meshes[] = {{Mesh{{{"tp", 4}}}, 1},
+                                            {Mesh{{{"dp", 2}, {"tp", 2}}}, test::kSanitized ? 15 : 7}};
   std::set<std::string> covered;
   int runs = 0;
   for (const OpCase& oc : op_cases()) {

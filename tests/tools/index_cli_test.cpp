@@ -29,13 +29,19 @@ size_t count(const std::string& s, const std::string& w) {
 TEST(CliIndex, ExplainShowsTheTableIsNeverGathered) {
   CliResult e = shardfuse("explain " + example("vocab_parallel_embedding.sf") + " --world 3");
   ASSERT_EQ(e.code, 0) << e.out;
-  EXPECT_EQ(e.out.find("all_gather"), std::string::npos) << e.out;
-  EXPECT_NE(e.out.find("tok: P"), std::string::npos) << e.out;  // the masked lookups' Partial
-  // One all-reduce of the [2, 6, 8] lookup per rank's schedule, and none of anything else.
-  EXPECT_EQ(count(e.out, "all_reduce"), count(e.out, "all_reduce tok"));
-  EXPECT_GE(count(e.out, "all_reduce tok"), 1u) << e.out;
-  // Rank 1 holds rows 17..33 of the 50 (17, 17, 16 on 3 ranks).
-  EXPECT_NE(e.out.find("offset=17"), std::string::npos) << e.out;
+  // The masked lookups' Partial, from the row-sharded table and whole indices.
+  EXPECT_NE(e.out.find("tok: f32[2, 6, 8] {tp: P}  = embedding(tokens {tp: R}, wte {tp: S(0)})"), std::string::npos) << e.out;
+  EXPECT_EQ(e.out.find("all_gather"), std::string::npos) << "the table was gathered:\n" << e.out;
+  // One collective per rank: the all-reduce of the [2, 6, 8] lookup (listed once under
+  // redistributions and once in the schedule).
+  EXPECT_NE(e.out.find("redistributions (1 collective per rank):\n  all_reduce tok -> tok_ar [tp, sum]"), std::string::npos)
+      << e.out;
+  EXPECT_EQ(count(e.out, "all_reduce"), 2u) << e.out;
+  EXPECT_EQ(count(e.out, "reduce_scatter"), 0u) << e.out;
+  // Rank 1 holds rows 17..33 of the 50 (17, 17, 16 on 3 ranks): its lookup's offset.
+  CliResult l = shardfuse("explain " + example("vocab_parallel_embedding.sf") + " --world 3 --rank 1 --dump-after lower");
+  ASSERT_EQ(l.code, 0) << l.out;
+  EXPECT_NE(l.out.find("embedding tokens, wte offset=17 -> tok  f32[2, 6, 8]"), std::string::npos) << l.out;
 }
 
 TEST(CliIndex, CheckRefusesBadArgumentsAtTheOp) {

@@ -401,14 +401,16 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
       break;
     }
     // torch.gather: x and index sharded alike on a dim they have at one size (each
-    // rank gathers within its block), or index sharded anywhere with x whole.
+    // rank gathers within its block), or the index sharded along `dim` with x whole.
+    // Not the index sharded on another dim over a whole x: out[c] reads x at c's own
+    // coordinates there, and a rank's block of c starts at its offset, not at 0.
     case OpKind::Gather: {
       const int dim = *normalize_dim(attrs.get_int("dim"), in[0].type.rank());
       for (int d = 0; d < out.rank(); ++d) {
         const auto u = static_cast<size_t>(d);
         if (d != dim && in[0].type.shape[u] == in[1].type.shape[u]) r.add({S(d), S(d)}, S(d));
-        r.add({R(), S(d)}, S(d));
       }
+      r.add({R(), S(dim)}, S(dim));
       if (may_be_partial(in[0], out))
         for (ReduceOp op : movement_reduce_ops(out.dtype)) r.add({P(op), R()}, P(op));
       break;

@@ -77,7 +77,10 @@ TEST(EvaluateIndex, EmbeddingOffsetShiftsTheRows) {
 
 Graph scatter_graph(DType t, Shape x, Shape idx, Shape src, int64_t dim) {
   GraphBuilder b("sa");
-  b.ret(scatter_add(b.param("x", t, x), b.param("i", DType::I64, idx), b.param("s", t, src), dim));
+  Value xv = b.param("x", t, x);  // one statement each: the params' order is the inputs'
+  Value iv = b.param("i", DType::I64, idx);
+  Value sv = b.param("s", t, src);
+  b.ret(scatter_add(xv, iv, sv, dim));
   return finish(b);
 }
 

@@ -67,6 +67,9 @@ std::string step_line(const LocalProgram& p, const LocalStep& s, const DeviceMes
       if (cat == OpCategory::Generator || cat == OpCategory::Positional)
         for (const auto& [key, value] : s.node.attrs.items)
           line += (line.back() == ' ' ? "" : " ") + key + "=" + attr_value_str(value, mesh.mesh());
+      // A vocabulary-parallel lookup: the first row the rank holds.
+      if (const AttrValue* off = s.node.attrs.find("offset"); off && (s.node.op == OpKind::Embedding || s.node.op == OpKind::IndexSelect))
+        line += " offset=" + attr_value_str(*off, mesh.mesh());
       return line + " -> " + name(s.out) + "  " + p.types[static_cast<size_t>(s.out)].str();
     }
     case LocalStep::Kind::Slice:

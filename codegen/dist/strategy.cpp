@@ -141,6 +141,14 @@ void add_matmul(const Operand& a, const Operand& b, const TensorType& out, Rules
   }
 }
 
+// The vocabulary-parallel lookup (DTensor's MaskPartial): the table row-sharded, the
+// indices whole; each rank looks up only the rows it holds (local_node gives it their
+// offset), reads 0 for every other index, and the ranks' results sum to the lookup.
+// Not for bool tables, which have no sum.
+void add_vocab_parallel(const Operand& table, const TensorType& out, std::vector<Placement> ins, Rules& r) {
+  if (!table.weak && out.dtype != DType::Bool) r.add(std::move(ins), P(ReduceOp::Sum));
+}
+
 // A dim permutation (transpose, permute): out dim i is input dim perm[i].
 void add_permutation(const Operand& x, const std::vector<int>& perm, const TensorType& out, Rules& r) {
   for (int i = 0; i < static_cast<int>(perm.size()); ++i) r.add({S(perm[static_cast<size_t>(i)])}, S(i));
@@ -384,14 +392,50 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
       break;
     }
     case OpKind::Embedding: {
-      // Rows of the weight are not offered: a rank holding rows [lo, hi) would have to
-      // mask the other indices to zero and return a Partial (DTensor's MaskPartial),
-      // which the local op does not do; see docs/sharding-strategies.md.
       int ri = in[0].type.rank();
       for (int d = 0; d < ri; ++d) r.add({S(d), R()}, S(d));  // a batch of lookups
       r.add({R(), S(1)}, S(ri));                              // columns of the table
+      add_vocab_parallel(in[1], out, {R(), S(0)}, r);         // rows of the table
       if (may_be_partial(in[1], out))
         for (ReduceOp op : movement_reduce_ops(out.dtype)) r.add({R(), P(op)}, P(op));
+      break;
+    }
+    // torch.gather: x and index sharded alike on a dim they have at one size (each
+    // rank gathers within its block), or the index sharded along `dim` with x whole.
+    // Not the index sharded on another dim over a whole x: out[c] reads x at c's own
+    // coordinates there, and a rank's block of c starts at its offset, not at 0.
+    case OpKind::Gather: {
+      const int dim = *normalize_dim(attrs.get_int("dim"), in[0].type.rank());
+      for (int d = 0; d < out.rank(); ++d) {
+        const auto u = static_cast<size_t>(d);
+        if (d != dim && in[0].type.shape[u] == in[1].type.shape[u]) r.add({S(d), S(d)}, S(d));
+      }
+      r.add({R(), S(dim)}, S(dim));
+      if (may_be_partial(in[0], out))
+        for (ReduceOp op : movement_reduce_ops(out.dtype)) r.add({P(op), R()}, P(op));
+      break;
+    }
+    case OpKind::IndexSelect: {
+      const int dim = *normalize_dim(attrs.get_int("dim"), in[0].type.rank());
+      for (int d = 0; d < out.rank(); ++d)
+        if (d != dim) r.add({S(d), R()}, S(d));
+      r.add({R(), S(0)}, S(dim));                          // a chunk of the positions each
+      add_vocab_parallel(in[0], out, {S(dim), R()}, r);    // the selected dim's rows each
+      if (may_be_partial(in[0], out))
+        for (ReduceOp op : movement_reduce_ops(out.dtype)) r.add({P(op), R()}, P(op));
+      break;
+    }
+    // x, index and src sharded alike on another dim where all three have one size;
+    // linear in x and src together, so their Partials pass with the index whole.
+    case OpKind::ScatterAdd: {
+      const int dim = *normalize_dim(attrs.get_int("dim"), in[0].type.rank());
+      for (int d = 0; d < out.rank(); ++d) {
+        const auto u = static_cast<size_t>(d);
+        const int64_t size = in[0].type.shape[u];
+        if (d != dim && in[1].type.shape[u] == size && in[2].type.shape[u] == size) r.add({S(d), S(d), S(d)}, S(d));
+      }
+      if (may_be_partial(in[0], out) && may_be_partial(in[2], out))
+        for (ReduceOp op : linear_reduce_ops(out.dtype)) r.add({P(op), R(), P(op)}, P(op));
       break;
     }
 
@@ -505,6 +549,14 @@ Node local_node(const Node& n, const RankShards& at) {
   // Ops whose values depend on where the rank's block lies in the global tensor.
   if (n.op == OpKind::Arange) local_arange(l, n, at.out);
   if (n.op == OpKind::Tril || n.op == OpKind::Triu) local_triangle(l, n, at.out);
+  // A row-sharded lookup table (vocabulary parallel): index i names the rank's local
+  // row i - offset. |offset| <= 2^62 and a row offset is below 2^40: no overflow.
+  if (n.op == OpKind::Embedding && !at.inputs[1].offset.empty())
+    set_attr(l, "offset", n.attrs.get_int("offset") + at.inputs[1].offset[0]);
+  if (n.op == OpKind::IndexSelect) {
+    const auto dim = static_cast<size_t>(*normalize_dim(n.attrs.get_int("dim"), n.type.rank()));
+    if (dim < at.inputs[0].offset.size()) set_attr(l, "offset", n.attrs.get_int("offset") + at.inputs[0].offset[dim]);
+  }
   return l;
 }
 

@@ -27,7 +27,10 @@ KernelKind step_kind(const Node& n) {
 // slice (a strided part) and concat (a select between operands). Each element of the
 // operands is computed at most once per element of the result, so a group's values may
 // live in another index space than its result as long as none of them escapes.
-bool reindexes(OpKind k) { return k == OpKind::Slice || k == OpKind::Concat; }
+// gather and index_select read x at the rows their index names, the same way.
+bool reindexes(OpKind k) {
+  return k == OpKind::Slice || k == OpKind::Concat || k == OpKind::Gather || k == OpKind::IndexSelect;
+}
 
 struct Group {
   KernelKind kind = KernelKind::Pointwise;

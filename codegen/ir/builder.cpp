@@ -218,6 +218,13 @@ Value layer_norm(Value x, Value w, Value b, double eps) {
 Value rms_norm(Value x, Value w, double eps) { return x.builder->op(OpKind::RmsNorm, {x, w}, {AttrValue(eps)}); }
 Value where(Value c, Value a, Value b) { return c.builder->op(OpKind::Where, {c, a, b}); }
 Value embedding(Value indices, Value weight) { return indices.builder->op(OpKind::Embedding, {indices, weight}); }
+Value gather(Value x, Value index, int64_t dim) { return x.builder->op(OpKind::Gather, {x, index}, {AttrValue(dim)}); }
+Value index_select(Value x, Value index, int64_t dim) {
+  return x.builder->op(OpKind::IndexSelect, {x, index}, {AttrValue(dim)});
+}
+Value scatter_add(Value x, Value index, Value src, int64_t dim) {
+  return x.builder->op(OpKind::ScatterAdd, {x, index, src}, {AttrValue(dim)});
+}
 Value log_softmax(Value x, int64_t dim) { return x.builder->op(OpKind::LogSoftmax, {x}, {AttrValue(dim)}); }
 Value tril(Value x, int64_t diagonal) { return x.builder->op(OpKind::Tril, {x}, {AttrValue(diagonal)}); }
 Value triu(Value x, int64_t diagonal) { return x.builder->op(OpKind::Triu, {x}, {AttrValue(diagonal)}); }

@@ -127,6 +127,11 @@ Value layer_norm(Value x, Value w, Value b, double eps = 1e-5);
 Value rms_norm(Value x, Value w, double eps = 1e-6);
 Value where(Value c, Value a, Value b);
 Value embedding(Value indices, Value weight);
+// torch.gather(x, dim, index), torch.index_select(x, dim, index) and
+// torch.scatter_add(x, dim, index, src); an index outside the dim reads (or adds) 0.
+Value gather(Value x, Value index, int64_t dim);
+Value index_select(Value x, Value index, int64_t dim);
+Value scatter_add(Value x, Value index, Value src, int64_t dim);
 Value log_softmax(Value x, int64_t dim = -1);
 // torch.tril / torch.triu over the last two dims: x[..., i, j] where j - i <= diagonal
 // (tril) or j - i >= diagonal (triu), 0 elsewhere.

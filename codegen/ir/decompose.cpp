@@ -84,6 +84,40 @@ struct Emitter {
     if (bias) y = op(OpKind::Add, {y, up(*bias)});
     return down(y, x0.type().dtype);
   }
+
+  // torch.scatter_add(x, dim, index, src) without atomics: out[..., n, ...] = x[..., n, ...]
+  // + the sum over k of src[..., k, ...] where index[..., k, ...] == n, as a mask over a
+  // new axis of the K index positions, placed after `dim` and summed away: one
+  // deterministic reduction over K per output element (O(N * K) per row; docs/kernels.md).
+  // What it does depends only on the dims that no strategy shards (dim, and dims where
+  // index is smaller than x or src), so every rank of a sharded program builds the same ops.
+  Value scatter_add(Value x0, Value index, Value src, int64_t dim0) {
+    const Shape xs = x0.type().shape, is = index.type().shape, ss = src.type().shape;
+    const int r = static_cast<int>(xs.size());
+    const auto d = static_cast<size_t>(*normalize_dim(dim0, r));
+    const int64_t k = is[d], n = xs[d];
+    if (k == 0) return op(OpKind::Cast, {x0}, {x0.type().dtype});  // nothing is added
+    for (size_t e = 0; e < ss.size(); ++e)  // only src's part that index covers counts
+      if (ss[e] > is[e]) src = op(OpKind::Slice, {src}, {AttrValue(static_cast<int64_t>(e)), AttrValue(int64_t{0}), AttrValue(is[e])});
+    std::vector<int64_t> with_k(is.begin(), is.end());
+    with_k.insert(with_k.begin() + static_cast<std::ptrdiff_t>(d), 1);  // [..., 1, K, ...]
+    Value idx = op(OpKind::Reshape, {index}, {AttrValue(with_k)});
+    Value part = op(OpKind::Reshape, {is_float(src.type().dtype) ? up(src) : src}, {AttrValue(with_k)});
+    std::vector<int64_t> pos_shape(static_cast<size_t>(r) - d + 1, 1);  // [N, 1, ...]: broadcast from dim d on
+    pos_shape[0] = n;
+    Value pos = op(OpKind::Reshape, {b.op(OpKind::Arange, {}, {AttrValue(n)}, {}, loc)}, {AttrValue(pos_shape)});
+    Value hit = op(OpKind::Where, {op(OpKind::Eq, {idx, pos}), part, b.constant(0.0, DType::I64, loc)});
+    Value added = op(OpKind::Sum, {hit}, {AttrValue(std::vector<int64_t>{static_cast<int64_t>(d) + 1}), AttrValue(false)});
+    // Where index is smaller than x (a dim other than `dim`), x's further elements get nothing.
+    for (size_t e = 0; e < xs.size(); ++e)
+      if (e != d && is[e] < xs[e]) {
+        std::vector<int64_t> pad(added.type().shape.begin(), added.type().shape.end());
+        pad[e] = xs[e] - is[e];
+        Value zeros = b.op(OpKind::Full, {}, {AttrValue(pad), AttrValue(0.0), AttrValue(added.type().dtype)}, {}, loc);
+        added = b.op(OpKind::Concat, {added, zeros}, {}, {{"dim", AttrValue(static_cast<int64_t>(e))}}, loc);
+      }
+    return down(op(OpKind::Add, {is_float(x0.type().dtype) ? up(x0) : x0, added}), x0.type().dtype);
+  }
 };
 
 }  // namespace
@@ -118,6 +152,7 @@ Graph decompose(const Graph& g) {
         case OpKind::RmsNorm:
           v = Emitter{b, n.loc}.norm(in[0], in[1], std::nullopt, n.attrs.get_float("eps"), false);
           break;
+        case OpKind::ScatterAdd: v = Emitter{b, n.loc}.scatter_add(in[0], in[1], in[2], n.attrs.get_int("dim")); break;
         // Primitives are copied as they are. Listed one by one so that a new op in
         // ops.def must be classified here (-Werror=switch).
         case OpKind::Neg:
@@ -160,6 +195,8 @@ Graph decompose(const Graph& g) {
         case OpKind::Expand:
         case OpKind::Slice:
         case OpKind::Concat:
+        case OpKind::Gather:
+        case OpKind::IndexSelect:
         case OpKind::Embedding:
         case OpKind::AllGather:
         case OpKind::ReduceScatter:

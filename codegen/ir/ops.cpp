@@ -1,6 +1,7 @@
 #include "codegen/ir/ops.h"
 
 #include "codegen/ir/limits.h"
+#include "codegen/ir/ops_index.h"
 
 #include <algorithm>
 #include <array>
@@ -54,6 +55,12 @@ const AttrSpec kSliceAttrs[] = {{"dim", AttrType::Int, std::nullopt},
                                 {"end", AttrType::Int, AttrValue(std::numeric_limits<int64_t>::max())},
                                 {"step", AttrType::Int, AttrValue(int64_t{1})}};
 const AttrSpec kConcatAttrs[] = {{"dim", AttrType::Int, AttrValue(int64_t{0})}};  // torch.cat's default
+const AttrSpec kIndexDimAttrs[] = {{"dim", AttrType::Int, std::nullopt}};  // gather, scatter_add
+// `offset`: the row the lookup's index 0 names (out-of-range rows read as 0); local_node
+// sets it to a rank's first row under a vocabulary-parallel (row-sharded) table.
+const AttrSpec kIndexSelectAttrs[] = {{"dim", AttrType::Int, std::nullopt},
+                                      {"offset", AttrType::Int, AttrValue(int64_t{0})}};
+const AttrSpec kEmbeddingAttrs[] = {{"offset", AttrType::Int, AttrValue(int64_t{0})}};
 
 std::span<const AttrSpec> attrs_of(OpKind k) {
   switch (k) {
@@ -82,6 +89,10 @@ std::span<const AttrSpec> attrs_of(OpKind k) {
     case OpKind::Triu: return kTriangleAttrs;
     case OpKind::Slice: return kSliceAttrs;
     case OpKind::Concat: return kConcatAttrs;
+    case OpKind::Gather:
+    case OpKind::ScatterAdd: return kIndexDimAttrs;
+    case OpKind::IndexSelect: return kIndexSelectAttrs;
+    case OpKind::Embedding: return kEmbeddingAttrs;
     default: return std::span<const AttrSpec>(kNoAttrs, 0);
   }
 }
@@ -628,16 +639,10 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& a, 
     case OpKind::Expand: return infer_expand(in[0].type, a.get_ints("shape"));
     case OpKind::Slice: return infer_slice(in[0].type, a);
     case OpKind::Concat: return infer_concat(in, a);
-    case OpKind::Embedding: {
-      const TensorType& idx = in[0].type;
-      const TensorType& w = in[1].type;
-      if (!is_integer(idx.dtype))
-        fail("embedding expects integer indices as its first operand, got " + idx.str());
-      if (w.rank() != 2) fail("embedding expects a rank-2 weight [num, dim], got " + w.str());
-      Shape s = idx.shape;
-      s.push_back(w.shape[1]);
-      return {w.dtype, s};
-    }
+    case OpKind::Gather:
+    case OpKind::IndexSelect:
+    case OpKind::ScatterAdd:
+    case OpKind::Embedding: return infer_index_op(k, in, a);
 
     case OpKind::Softmax:
       need_float(k, in[0].type);

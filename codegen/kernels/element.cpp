@@ -539,7 +539,10 @@ Result<Elem> ElementCodegen::elementwise(OpKind k, std::span<const Elem> args, D
     case OpKind::Expand:
     case OpKind::Slice:
     case OpKind::Concat:
+    case OpKind::Gather:
+    case OpKind::IndexSelect:
     case OpKind::Embedding:
+    case OpKind::ScatterAdd:
     case OpKind::Gelu:
     case OpKind::GeluTanh:
     case OpKind::Softmax:
@@ -562,6 +565,13 @@ Result<Elem> ElementCodegen::elementwise(OpKind k, std::span<const Elem> args, D
     if (all_same) return Elem{v, result};
   }
   return Elem{node_result(result, v), result};
+}
+
+MaskedRow masked_row(llvm::IRBuilderBase& b, llvm::Value* index, int64_t offset, int64_t rows) {
+  llvm::Value* off = b.getInt64(static_cast<uint64_t>(offset));
+  llvm::Value* rel = b.CreateSub(index, off);  // wraps below offset; only read where index >= offset
+  llvm::Value* in_range = b.CreateAnd(b.CreateICmpSGE(index, off), b.CreateICmpULT(rel, b.getInt64(static_cast<uint64_t>(rows))));
+  return {b.CreateSelect(in_range, rel, b.getInt64(0)), in_range};
 }
 
 namespace {

@@ -137,6 +137,20 @@ llvm::Value* emit_index_map(llvm::IRBuilderBase& b, llvm::Value* flat, const Ind
 // value is broadcast along d).
 llvm::Value* emit_coordinate(llvm::IRBuilderBase& b, llvm::Value* flat, const ValueIndex& at, int d);
 
+// ---- index ops ---------------------------------------------------------------------------
+
+// The row that an index (an i64) names in a dim of `rows` rows starting at `offset`:
+// `row` is index - offset where `in_range` (index >= offset and index - offset < rows,
+// compared without overflow for any int64s), 0 elsewhere, so a load at it stays in the
+// dim whenever rows > 0; the caller zeroes the value where !in_range (the reference's
+// rule, codegen/reference/evaluate_index.h). The embedding kernel and GroupValues's
+// gather and index_select share it.
+struct MaskedRow {
+  llvm::Value* row = nullptr;       // i64
+  llvm::Value* in_range = nullptr;  // i1
+};
+MaskedRow masked_row(llvm::IRBuilderBase& b, llvm::Value* index, int64_t offset, int64_t rows);
+
 // ---- the kernel ABI (emitter.h) --------------------------------------------------------
 
 // A kernel function as emitter.h's ABI has it, with the builder at its entry block:
@@ -217,7 +231,7 @@ llvm::MDNode* loop_metadata(llvm::LLVMContext& c, const LoopHints& hints);
 // ---- elementwise categories --------------------------------------------------------
 
 bool is_elementwise(OpKind k);  // unary, binary, compare, where (after decomposition)
-bool is_view(OpKind k);         // transpose, permute, reshape, expand, slice, concat
+bool is_view(OpKind k);         // transpose, permute, reshape, expand, slice, concat, gather, index_select
 // Ops GroupValues computes from the element's coordinates (emit_coordinate) rather
 // than with ElementCodegen::elementwise: generators (arange, full: no operand, no
 // memory read) and positional ops (tril, triu: their operand's same element, kept or
@@ -363,6 +377,8 @@ class GroupValues {
   // A concat: each operand read at its own clamped index, then a select by the
   // coordinate along the dim.
   Result<Elem> concat_value(ValueId v, const ValueIndex& at);
+  // gather, index_select: the index read at its element, x at the (masked) row it names.
+  Result<Elem> lookup_value(ValueId v, const ValueIndex& at);
   // The flat index an IndexMap with this base starts from; nullptr for none.
   llvm::Value* index_value(int base) const;
 

@@ -165,6 +165,8 @@ std::optional<ValueIndex> operand_index(const Node& n, const ValueIndex& at, con
         r.scale.clear(), r.shift.clear();
       return r;
     }
+    case OpKind::Gather:
+    case OpKind::IndexSelect:  // both operands at indices GroupValues computes (lookup_value)
     case OpKind::Concat: {
       ValueIndex r = dense_index(operand);
       r.prefix.base = kComputedIndex;

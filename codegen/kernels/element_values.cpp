@@ -48,6 +48,10 @@ Result<Elem> GroupValues::value(ValueId v, const ValueIndex& at) {
     llvm::Value* from = index_value(map.base);
     if (!from) return Diag{"", n.loc, "internal: a read at an index no concat computed"};
     e = cg_.load(n.type.dtype, inputs_[static_cast<size_t>(param_slot(v))], emit_index_map(cg_.builder(), from, map));
+  } else if (n.op == OpKind::Gather || n.op == OpKind::IndexSelect) {
+    Result<Elem> r = lookup_value(v, at);
+    if (!r) return r;
+    e = *r;
   } else if (n.op == OpKind::Concat) {
     Result<Elem> r = concat_value(v, at);
     if (!r) return r;
@@ -170,6 +174,53 @@ Result<Elem> GroupValues::concat_value(ValueId v, const ValueIndex& at) {
     out.value = b.CreateSelect(b.CreateICmpULT(c, k(parts[j].first)), parts[j].second.value, out.value);
   out.dtype = n.type.dtype;
   return out;
+}
+
+Result<Elem> GroupValues::lookup_value(ValueId v, const ValueIndex& at) {
+  const Node& n = g_.node(v);
+  const Shape& s = n.type.shape;
+  const ValueId xv = n.inputs[0], iv = n.inputs[1];
+  const Shape& xs = g_.node(xv).type.shape;
+  const auto dim = static_cast<size_t>(*normalize_dim(n.attrs.get_int("dim"), static_cast<int>(xs.size())));
+  // Nothing to read: no element, or a dim with no rows (every index is out of range).
+  if (numel(s) == 0 || xs[dim] == 0) return cg_.constant(0.0, n.type.dtype);
+  llvm::IRBuilderBase& b = cg_.builder();
+  IndexMap own = offset_map(at, s);
+  llvm::Value* from = index_value(own.base);
+  if (!from) return Diag{"", n.loc, "internal: a lookup read at an index no concat computed"};
+  llvm::Value* flat = emit_index_map(b, from, own);
+  llvm::Type* ty = flat->getType();
+  auto k = [ty](int64_t x) { return llvm::ConstantInt::get(ty, static_cast<uint64_t>(x)); };
+  // The result's coordinates (below 2^40, so in the index type of the group).
+  std::vector<llvm::Value*> c(s.size());
+  int64_t inner = 1;
+  for (size_t d = s.size(); d-- > 0;) {
+    llvm::Value* q = inner > 1 ? b.CreateUDiv(flat, k(inner)) : flat;
+    c[d] = d > 0 ? b.CreateURem(q, k(s[d])) : q;
+    inner *= s[d];
+  }
+  // gather's index has the result's shape; index_select's is read at the coordinate along dim.
+  computed_.push_back(n.op == OpKind::Gather ? flat : c[dim]);
+  ValueIndex ii = dense_index(g_.node(iv).type.shape);
+  ii.prefix.base = static_cast<int>(computed_.size());
+  Result<Elem> idx = value(iv, ii);
+  if (!idx) return idx;
+  const int64_t offset = n.op == OpKind::IndexSelect ? n.attrs.get_int("offset") : 0;
+  MaskedRow row = masked_row(b, cg_.convert(*idx, DType::I64).value, offset, xs[dim]);
+  // x's element: the result's coordinates with the row along dim (gather's index is no
+  // larger than x on the other dims, index_select keeps them), C order.
+  llvm::Value* xf = nullptr;
+  for (size_t d = 0; d < xs.size(); ++d) {
+    llvm::Value* cd = d == dim ? b.CreateZExtOrTrunc(row.row, ty) : c[d];
+    xf = xf ? b.CreateAdd(b.CreateMul(xf, k(xs[d]), "", true, true), cd, "", true, true) : cd;
+  }
+  computed_.push_back(xf);
+  ValueIndex xi = dense_index(xs);
+  xi.prefix.base = static_cast<int>(computed_.size());
+  Result<Elem> x = value(xv, xi);
+  if (!x) return x;
+  Elem zero = cg_.constant(0.0, x->dtype);
+  return Elem{b.CreateSelect(row.in_range, x->value, zero.value), x->dtype};
 }
 
 std::vector<std::pair<int, IndexMap>> GroupValues::reads(ValueId v0, const ValueIndex& at0) const {

@@ -15,7 +15,7 @@ using kernels::emit_loop;
 
 struct Shape3 {
   int idx_param = 0, weight_param = 1;
-  int64_t n = 0, rows = 0, cols = 0;
+  int64_t n = 0, rows = 0, cols = 0, offset = 0;
   DType idx_dtype = DType::I64, dtype = DType::F32;
 };
 
@@ -44,6 +44,7 @@ Result<Shape3> check(const KernelSpec& spec) {
   s.n = numel(e.type.shape);
   s.idx_dtype = g.node(e.inputs[0]).type.dtype;
   s.dtype = w.dtype;
+  s.offset = e.attrs.get_int("offset");
   return s;
 }
 
@@ -53,13 +54,16 @@ void element(ElementCodegen& cg, const Shape3& s, llvm::Value* idx, llvm::Value*
   llvm::Value* cols = b.getInt64(s.cols);
   llvm::Value* i = b.CreateUDiv(f, cols);
   llvm::Value* c = b.CreateURem(f, cols);
-  llvm::Value* row = cg.convert(cg.load(s.idx_dtype, idx, i), DType::I64).value;
-  llvm::Value* in_range = b.CreateAnd(b.CreateICmpSGE(row, b.getInt64(0)), b.CreateICmpSLT(row, b.getInt64(s.rows)));
-  // Out-of-range rows read row 0 (always there when rows > 0) and are zeroed after.
-  llvm::Value* safe = b.CreateSelect(in_range, row, b.getInt64(0));
-  Elem v = cg.load(s.dtype, w, b.CreateAdd(b.CreateMul(safe, cols), c));
   Elem zero = cg.constant(0.0, s.dtype);
-  cg.store(Elem{b.CreateSelect(in_range, v.value, zero.value), s.dtype}, out, f);
+  if (s.rows == 0) {  // no row to read: every index is out of range
+    cg.store(zero, out, f);
+    return;
+  }
+  llvm::Value* index = cg.convert(cg.load(s.idx_dtype, idx, i), DType::I64).value;
+  // Out-of-range rows read row 0 (there when rows > 0) and are zeroed after.
+  kernels::MaskedRow row = kernels::masked_row(b, index, s.offset, s.rows);
+  Elem v = cg.load(s.dtype, w, b.CreateAdd(b.CreateMul(row.row, cols), c));
+  cg.store(Elem{b.CreateSelect(row.in_range, v.value, zero.value), s.dtype}, out, f);
 }
 
 }  // namespace

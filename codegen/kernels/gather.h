@@ -1,7 +1,8 @@
 // The gather emitter: an embedding lookup, out[i, c] = weight[indices[i], c], as a
 // kernel over the output's flat index space (fusion keeps embeddings in kernels of
-// their own). An index outside [0, rows) yields zeros in the generated kernel (the
-// reference evaluator reports it; PyTorch asserts on the device).
+// their own). An index outside [offset, offset + rows) yields zeros (masked_row), as in
+// the reference evaluator (PyTorch raises there); a vocabulary-parallel rank's lookup
+// is this kernel with the offset of its rows.
 #pragma once
 
 #include "codegen/kernels/emitter.h"

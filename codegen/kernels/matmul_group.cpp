@@ -71,10 +71,10 @@ Result<MatmulOperand> find_operand(const Graph& g, const Node& mm, int which, co
   ValueIndex at = kernels::dense_index(op.shape);
   while (kernels::is_view(g.node(v).op)) {
     const Node& n = g.node(v);
-    if (n.op == OpKind::Slice || n.op == OpKind::Concat)
+    if (n.op == OpKind::Slice || n.op == OpKind::Concat || n.op == OpKind::Gather || n.op == OpKind::IndexSelect)
       return diag(std::string("operand ") + (which == 0 ? "A" : "B") + " goes through " + who(n) +
                       "; a matmul kernel reads params in place only through views without an offset "
-                      "(transpose, permute, expand, reshape), so a slice or concat gets a kernel of its own",
+                      "(transpose, permute, expand, reshape), so a slice, concat or lookup gets a kernel of its own",
                   n.loc);
     std::optional<ValueIndex> ui = kernels::operand_index(n, at, g.node(n.inputs[0]).type.shape);
     if (!ui) return diag("internal: no index for " + who(n), n.loc);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "codegen/ir/ops.h"
+#include "codegen/reference/evaluate_index.h"
 
 namespace sf {
 
@@ -234,7 +235,10 @@ class Evaluator {
       }
       case OpKind::Slice: return slice(n);
       case OpKind::Concat: return concat(n);
-      case OpKind::Embedding: return embedding(n);
+      case OpKind::Embedding: return eval_embedding(n, in(n, 0), in(n, 1));
+      case OpKind::Gather: return eval_gather(n, in(n, 0), in(n, 1));
+      case OpKind::IndexSelect: return eval_index_select(n, in(n, 0), in(n, 1));
+      case OpKind::ScatterAdd: return eval_scatter_add(n, in(n, 0), in(n, 1), in(n, 2));
 
       case OpKind::Gelu:
         return unary_float(n, [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::numbers::sqrt2)); });
@@ -477,21 +481,6 @@ class Evaluator {
     return out;
   }
 
-  Tensor embedding(const Node& n) {
-    const Tensor& idx = in(n, 0);
-    const Tensor& w = in(n, 1);
-    int64_t rows = w.shape()[0], cols = w.shape()[1];
-    Tensor out(n.type.dtype, n.type.shape);
-    for (int64_t i = 0; i < idx.numel(); ++i) {
-      int64_t row = idx.get_int(i);
-      if (row < 0 || row >= rows)
-        fail(n, "index " + std::to_string(row) + " is out of range for a weight of " +
-                    std::to_string(rows) + " rows (expected 0.." + std::to_string(rows - 1) + ")");
-      for (int64_t c = 0; c < cols; ++c) copy_elem(w, row * cols + c, out, i * cols + c);
-    }
-    return out;
-  }
-
   // tril keeps x[..., i, j] where j - i <= diagonal, triu where j - i >= diagonal;
   // the rest is 0 (a new tensor is zeros).
   Tensor triangle(const Node& n, bool lower) {
@@ -566,7 +555,8 @@ class Evaluator {
   std::vector<const Tensor*> args_;  // the current node's operands
 };
 
-// The smallest row count of the embedding weights whose indices come from value `v`,
+// The smallest row count of the embedding weights (or indexed dim of gather, index_select
+// and scatter_add) whose indices come from value `v`,
 // looking through ops that move or relabel indices without changing their values.
 std::optional<int64_t> embedding_rows(const Graph& g, ValueId param) {
   // Whether the values of `v` come (in part: a concat has several operands) from `param`.
@@ -583,16 +573,23 @@ std::optional<int64_t> embedding_rows(const Graph& g, ValueId param) {
       OpCategory c = op_info(n.op).category;
       bool passes = c == OpCategory::Movement || n.op == OpKind::Redistribute ||
                     (n.op == OpKind::Cast && is_integer(n.type.dtype));
-      if (passes) work.insert(work.end(), n.inputs.begin(), n.inputs.end());
+      const bool indexed = n.op == OpKind::Gather || n.op == OpKind::IndexSelect;  // values from x only
+      if (passes) work.insert(work.end(), n.inputs.begin(), indexed ? n.inputs.begin() + 1 : n.inputs.end());
     }
     return false;
   };
   std::optional<int64_t> rows;
-  for (const Node& n : g.nodes())
-    if (n.op == OpKind::Embedding && from_param(n.inputs[0])) {
-      int64_t r = g.node(n.inputs[1]).type.shape[0];
-      rows = rows ? std::min(*rows, r) : r;
+  for (const Node& n : g.nodes()) {
+    std::optional<int64_t> r;
+    if (n.op == OpKind::Embedding && from_param(n.inputs[0])) r = g.node(n.inputs[1]).type.shape[0];
+    // gather, index_select, scatter_add: the indexed dim of x.
+    const bool indexes = n.op == OpKind::Gather || n.op == OpKind::IndexSelect || n.op == OpKind::ScatterAdd;
+    if (indexes && from_param(n.inputs[1])) {
+      const TensorType& x = g.node(n.inputs[0]).type;
+      r = x.shape[static_cast<size_t>(*normalize_dim(n.attrs.get_int("dim"), x.rank()))];
     }
+    if (r) rows = rows ? std::min(*rows, *r) : *r;
+  }
   return rows;
 }
 

@@ -20,10 +20,12 @@ namespace sf {
 //
 // A Diag (at the offending node's location) when: the inputs do not match the params
 // (count, or a param's type: the Diag names the param, the expected and found type);
-// an embedding index is outside [0, rows); max/min reduce over empty dims; an integer
+// max/min reduce over empty dims; an integer
 // pow has a negative exponent; or a per-rank collective (all_gather, reduce_scatter,
 // all_reduce, all_to_all) runs over a mesh dim of size > 1, which has no global
 // meaning. Over a size-1 mesh dim those are the identity; redistribute always is.
+// An index of embedding, gather, index_select or scatter_add that names no element
+// is not an error: it reads 0 (or adds nothing), as the kernels do (evaluate_index.h).
 Result<std::vector<Tensor>> evaluate(const Graph& g, const std::vector<Tensor>& inputs);
 
 // Evaluates one node on the given operand tensors (one per n.inputs, of the types
@@ -36,7 +38,7 @@ Result<Tensor> evaluate_node(const Node& n, const std::vector<const Tensor*>& in
 // differ between standard libraries): floats uniform in [-1, 1) rounded to the dtype,
 // bools fair coin flips, integer params that feed an embedding's indices (directly or
 // through movement ops, integer casts and redistributes) uniform in [0, rows) of the
-// smallest such weight, other integers uniform in [0, 8) (runtime/core's
+// smallest such weight (gather, index_select, scatter_add: the indexed dim's size), other integers uniform in [0, 8) (runtime/core's
 // random_tensors with random_input_bounds).
 std::vector<Tensor> random_inputs(const Graph& g, uint64_t seed);
 // The integer bound random_inputs uses for each param of `g`.

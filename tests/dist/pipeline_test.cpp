@@ -110,6 +110,11 @@ std::vector<OpCase> op_cases() {
   c.push_back({{a}, "slice(a, dim=0, start=-4, end=-1)"});
   c.push_back({{a, {"c", "f32[5, 2]"}}, "concat(c, neg(a), c, dim=-1)"});
   c.push_back({{{"i", "i64[5, 2]"}, {"w", "f32[10, 4]"}}, "embedding(i, w)"});
+  // Index ops: x sharded or Partial through them; the vocabulary-parallel lookups when
+  // the table is S(0) (embedding) or S(dim) (index_select) and the indices are whole.
+  c.push_back({{{"x", "f32[5, 6]"}, {"i", "i64[5, 3]"}}, "gather(x, i, dim=1)"});
+  c.push_back({{{"x", "f32[5, 6]"}, {"i", "i32[7]"}}, "index_select(exp(x), i, dim=0)"});
+  c.push_back({{{"x", "f32[5, 6]"}, {"i", "i64[3, 6]"}, {"s", "f32[3, 6]"}}, "scatter_add(x, i, s, dim=0)"});
   c.push_back({{a}, "softmax(a, dim=1)"});
   c.push_back({{a, {"w", "f32[6]"}, {"c", "f32[6]"}}, "layer_norm(a, w, c)"});
   c.push_back({{a, {"w", "f32[6]"}}, "rms_norm(a, w)"});

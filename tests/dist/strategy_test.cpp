@@ -164,6 +164,17 @@ std::vector<Case> cases() {
   v.push_back({OpKind::Embedding, {I({2, 3}), F({7, 5})}});
   v.push_back({OpKind::Embedding, {T(DType::I64, {0}), F({4, 3})}});
   v.push_back({OpKind::Embedding, {T(DType::I64, {}), F({4, 7})}});
+  v.push_back({OpKind::Embedding, {T(DType::I32, {6}), F({3, 2})}});  // row chunks 1, 1, 1, 0 on 4 ranks
+  // Index ops: x and index sharded alike, the index sharded, the vocabulary-parallel
+  // lookup over uneven and empty row chunks, Partials through them.
+  v.push_back({OpKind::Gather, {F({5, 6}), T(DType::I64, {5, 3})}, {{"dim", int64_t{1}}}});
+  v.push_back({OpKind::Gather, {T(DType::F16, {7, 4}), I({7, 4})}, {{"dim", int64_t{0}}}});
+  v.push_back({OpKind::Gather, {I({4, 5}), T(DType::I64, {2, 7})}, {{"dim", int64_t{-1}}}});
+  v.push_back({OpKind::IndexSelect, {F({5, 6}), T(DType::I64, {7})}, {{"dim", int64_t{0}}}});
+  v.push_back({OpKind::IndexSelect, {I({4, 7}), I({3})}, {{"dim", int64_t{-1}}}});
+  v.push_back({OpKind::IndexSelect, {F({3, 2}), I({5})}, {{"dim", int64_t{0}}, {"offset", int64_t{-1}}}});
+  v.push_back({OpKind::ScatterAdd, {F({5, 6}), T(DType::I64, {3, 6}), F({3, 6})}, {{"dim", int64_t{0}}}});
+  v.push_back({OpKind::ScatterAdd, {I({4, 5}), T(DType::I64, {4, 2}), I({4, 3})}, {{"dim", int64_t{1}}}});
 
   v.push_back({OpKind::Softmax, {F({5, 3})}});
   v.push_back({OpKind::Softmax, {F({2, 5, 3})}, {{"dim", int64_t{1}}}});
@@ -388,7 +399,11 @@ void convert(const Case& c, const DeviceMesh& mesh, uint64_t seed, Totals& total
   node.type = out;
   std::mt19937_64 rng(seed);
   // Embedding indices must be rows of the weight.
+  // gather, index_select, scatter_add: the indexed dim plus one, so that some indices
+  // are out of range (0 in every strategy).
   int64_t bound = c.op == OpKind::Embedding ? c.in[1].type.shape[0] : 8;
+  if (c.op == OpKind::Gather || c.op == OpKind::IndexSelect || c.op == OpKind::ScatterAdd)
+    bound = c.in[0].type.shape[static_cast<size_t>(*normalize_dim(attrs.get_int("dim"), c.in[0].type.rank()))] + 1;
   std::vector<Tensor> globals;
   for (size_t a = 0; a < c.in.size(); ++a) {
     node.inputs.push_back(static_cast<ValueId>(a));
@@ -624,13 +639,19 @@ TEST(OpStrategies, NestedShardingOnTwoMeshDims) {
   EXPECT_EQ(relu2.size(), 9u);
 }
 
-TEST(OpStrategies, EmbeddingShardsIndicesOrColumnsNotRows) {
+TEST(OpStrategies, EmbeddingShardsIndicesColumnsOrRowsMasked) {
   auto all = strategies(OpKind::Embedding, {T(DType::I64, {4, 5}), F({10, 6})}, {}, mesh_1d(4));
   EXPECT_TRUE(has(all, {sp({S(0)}), sp({R()})}, sp({S(0)})));
   EXPECT_TRUE(has(all, {sp({S(1)}), sp({R()})}, sp({S(1)})));
   EXPECT_TRUE(has(all, {sp({R()}), sp({S(1)})}, sp({S(2)})));
-  for (const OpStrategy& s : all) EXPECT_FALSE(s.inputs[1] == sp({S(0)})) << "row-sharded weight offered: " << str(s);
+  // Vocabulary parallel: rows sharded, indices whole, a Partial sum of masked lookups.
+  EXPECT_TRUE(has(all, {sp({R()}), sp({S(0)})}, sp({P()})));
+  for (const OpStrategy& s : all)
+    if (s.inputs[1] == sp({S(0)})) EXPECT_TRUE(s.inputs[0] == sp({R()}) && s.output == sp({P()})) << str(s);
   for (const OpStrategy& s : all) EXPECT_FALSE(s.inputs[0].per_dim[0].is_partial());
+  // A bool table has no sum: its rows are not sharded.
+  for (const OpStrategy& s : strategies(OpKind::Embedding, {T(DType::I64, {4}), T(DType::Bool, {10, 6})}, {}, mesh_1d(4)))
+    EXPECT_FALSE(s.inputs[1] == sp({S(0)})) << str(s);
 }
 
 TEST(OpStrategies, NormsAndSoftmaxKeepTheirNormalisedDimsWhole) {

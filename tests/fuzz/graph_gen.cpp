@@ -279,6 +279,22 @@ class Generator {
             attrs.push_back({"dim", AttrValue(int64_t{in_.chance(50) ? d : d - r})});
             break;
           }
+          case OpKind::Gather:       // x, then an index no larger than x off `dim`
+          case OpKind::IndexSelect: {  // x, then a 1-D index
+            if (r == 0) return;
+            const int d = in_.range(0, r - 1);
+            TensorType idx{in_.chance(50) ? DType::I32 : DType::I64, {}};
+            if (info.kind == OpKind::IndexSelect) {
+              idx.shape.push_back(random_dim());
+            } else {
+              for (int e = 0; e < r; ++e)
+                idx.shape.push_back(e == d ? random_dim() : in_.range(0, static_cast<int>(s[static_cast<size_t>(e)])));
+            }
+            args.push_back(val_arg(x));
+            args.push_back(new_param(idx));
+            attrs.push_back({"dim", AttrValue(int64_t{in_.chance(50) ? d : d - r})});
+            break;
+          }
           default: return;
         }
         break;
@@ -295,6 +311,16 @@ class Generator {
       }
       case OpCategory::Composite:
         args.push_back(val_arg(x));
+        if (info.kind == OpKind::ScatterAdd) {  // x, an index no larger than x off `dim`, src of its shape
+          if (r == 0) return;
+          const int d = in_.range(0, r - 1);
+          TensorType idx{DType::I64, {}};
+          for (int e = 0; e < r; ++e)
+            idx.shape.push_back(e == d ? random_dim() : in_.range(0, static_cast<int>(s[static_cast<size_t>(e)])));
+          args.push_back(new_param(idx));
+          args.push_back(new_param(TensorType{x.type.dtype, idx.shape}));
+          attrs.push_back({"dim", AttrValue(int64_t{d})});
+        }
         if (info.kind == OpKind::Softmax || info.kind == OpKind::LogSoftmax) {
           if (in_.chance(70)) attrs.push_back({"dim", AttrValue(int64_t{in_.range(-std::max(r, 1), std::max(r, 1) - 1)})});
         } else if (info.kind == OpKind::LayerNorm || info.kind == OpKind::RmsNorm) {

@@ -70,6 +70,11 @@ std::vector<InferCase> cases() {
   c.push_back({"concat", {T(bf16, {2, 3}), T(bf16, {2, 5}), T(bf16, {2, 0})}, {{"dim", AttrValue(int64_t{1})}},
                {bf16, {2, 8}}});
   c.push_back({"embedding", {T(i64, {2, 7}), T(bf16, {100, 16})}, {}, {bf16, {2, 7, 16}}});
+  // torch.gather: out has the index's shape; the index may be smaller than x off dim and larger on it.
+  c.push_back({"gather", {T(f32, {4, 5}), T(i64, {2, 9})}, {{"dim", AttrValue(int64_t{-1})}}, {f32, {2, 9}}});
+  c.push_back({"index_select", {T(bf16, {4, 5, 6}), T(i32, {7})}, {{"dim", AttrValue(int64_t{1})}}, {bf16, {4, 7, 6}}});
+  c.push_back({"scatter_add", {T(i32, {4, 5}), T(i64, {3, 2}), T(i32, {3, 4})}, {{"dim", AttrValue(int64_t{0})}},
+               {i32, {4, 5}}});
   c.push_back({"softmax", {T(f32, {2, 8})}, {{"dim", AttrValue(int64_t{0})}}, {f32, {2, 8}}});
   c.push_back({"layer_norm", {T(f32, {2, 8, 16}), T(f32, {16}), T(f32, {16})}, {}, {f32, {2, 8, 16}}});
   c.push_back({"layer_norm", {T(f32, {2, 8, 16}), T(f32, {8, 16}), T(f32, {8, 16})}, {}, {f32, {2, 8, 16}}});
@@ -143,6 +148,20 @@ TEST(InferType, RejectsWithAReason) {
       {"reshape", {T(f32, {2, 3})}, {{"shape", AttrValue(V{4, -1})}}, "cannot infer -1"},
       {"expand", {T(f32, {3, 2})}, {{"shape", AttrValue(V{3, 4})}}, "only size-1 dims expand"},
       {"embedding", {T(f32, {2}), T(f32, {4, 4})}, {}, "integer indices"},
+      {"gather", {T(f32, {4, 5}), T(f32, {4, 5})}, {{"dim", I(0)}}, "gather expects integer indices (i32 or i64)"},
+      {"gather", {T(f32, {4, 5}), T(i64, {4})}, {{"dim", I(0)}}, "index i64[4] has rank 1 but x f32[4, 5] has rank 2"},
+      {"gather", {T(f32, {4, 5}), T(i64, {5, 5})}, {{"dim", I(1)}},
+       "index i64[5, 5] is larger than x f32[4, 5] in dim 0 (5 > 4); only dim 1, the indexed dim, may be larger"},
+      {"gather", {T(f32, {4, 5}), T(i64, {4, 5})}, {{"dim", I(2)}}, "gather: dim 2 is out of range for a rank-2 operand"},
+      {"gather", {T(f32, {}), T(i64, {})}, {{"dim", I(0)}}, "a scalar has no dim to index"},
+      {"index_select", {T(f32, {4, 5}), T(i64, {2, 2})}, {{"dim", I(0)}}, "index_select expects a 1-D index, got i64[2, 2]"},
+      {"index_select", {T(f32, {4, 5}), T(i64, {2})}, {{"dim", I(0)}, {"offset", I(kMax)}}, "outside -2^62..2^62"},
+      {"scatter_add", {T(f32, {4, 5}), T(i64, {2, 5}), T(f16, {2, 5})}, {{"dim", I(0)}}, "differ in dtype"},
+      {"scatter_add", {T(f32, {4, 5}), T(i64, {2, 5}), T(f32, {2, 4})}, {{"dim", I(0)}},
+       "index i64[2, 5] is larger than src f32[2, 4] in dim 1 (5 > 4)"},
+      {"scatter_add", {T(b1, {4}), T(i64, {2}), T(b1, {2})}, {{"dim", I(0)}}, "does not take bool operands"},
+      {"scatter_add", {T(f32, {1 << 20}), T(i64, {1 << 21}), T(f32, {1 << 21})}, {{"dim", I(0)}}, "above the limit of 2^40"},
+      {"embedding", {T(i64, {2}), T(f32, {4, 4})}, {{"offset", I(kMin)}}, "embedding: offset -9223372036854775808 is outside"},
       {"layer_norm", {T(f32, {2, 8}), T(f32, {4}), T(f32, {4})}, {}, "does not match the trailing dims [8]"},
       {"softmax", {T(f32, {2, 8})}, {{"dim", AttrValue(int64_t{2})}}, "out of range"},
       {"reduce_scatter", {T(f32, {6, 3})}, {{"mesh_dim", AttrValue(std::string("tp"))}}, "not divisible by the 4 ranks"},

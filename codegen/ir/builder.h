@@ -128,6 +128,12 @@ Value rms_norm(Value x, Value w, double eps = 1e-6);
 Value where(Value c, Value a, Value b);
 Value embedding(Value indices, Value weight);
 Value log_softmax(Value x, int64_t dim = -1);
+// torch.cumsum(x, dim) (integer and bool operands sum into i64), and
+// torch.argmax/argmin(x, dim, keepdim): the first index of the extreme (NaN counts as
+// the extreme), i64.
+Value cumsum(Value x, int64_t dim);
+Value argmax(Value x, int64_t dim, bool keepdim = false);
+Value argmin(Value x, int64_t dim, bool keepdim = false);
 // torch.tril / torch.triu over the last two dims: x[..., i, j] where j - i <= diagonal
 // (tril) or j - i >= diagonal (triu), 0 elsewhere.
 Value tril(Value x, int64_t diagonal = 0);

@@ -42,6 +42,9 @@ std::string explain_sharding(const Graph& g, const ShardingPlan& plan, const Dev
       line += ")  cost " + seconds(ns.cost) + " (" + std::to_string(ns.candidates) + " strategies";
       if (ns.runner_up >= 0) line += ", next best " + seconds(ns.runner_up);
       line += ")";
+      // A cumsum over its sharded dim: the chunk totals carried over these mesh dims.
+      for (size_t c = 0; c < ns.carry.size(); ++c)
+        line += (c ? ", " : "  carry over ") + m.dims[static_cast<size_t>(ns.carry[c])].name;
     }
     if (!(ns.value == ns.output)) line += "  then constrained to " + ns.value.str(m);
     out += line + "\n";

@@ -50,6 +50,7 @@ class Lowering {
         for (ValueId u : n.inputs) in_shapes.push_back(g_.node(u).type.shape);
         s.node = local_node(n, rank_shards(n.type.shape, ns.output, in_shapes, ns.inputs, mesh_, rank_));
         p_.steps.push_back(std::move(s));
+        if (!ns.carry.empty()) out = carry_scan(n, ns.carry, p_.steps.back().in[0], out, name);
       }
       have_[{v, key(ns.output, n.type.rank())}] = out;
       current_[v] = ns.output;
@@ -100,6 +101,65 @@ class Lowering {
     for (int r : mesh_.group(rank_, mesh_dim))
       e.push_back(local_shard(t.shape, spec, mesh_, r).shape[static_cast<size_t>(dim)]);
     return e;
+  }
+
+  // One compute step on local values (the carry's sums, slice and add).
+  int compute(OpKind k, std::vector<int> in, const std::vector<AttrValue>& attrs, const std::string& name,
+              const SourceLoc& loc) {
+    std::vector<Operand> operands;
+    for (int v : in) operands.push_back({p_.types[static_cast<size_t>(v)], false});
+    LocalStep s;
+    s.kind = LocalStep::Kind::Compute;
+    s.node.op = k;
+    s.node.attrs = normalize_attrs(k, attrs, {});
+    s.node.type = infer_type(k, operands, s.node.attrs, g_.mesh());
+    s.node.name = name;
+    s.node.loc = loc;
+    s.in = std::move(in);
+    s.out = add_value(s.node.type, name);
+    p_.steps.push_back(s);
+    return s.out;
+  }
+
+  // A cumsum over a dim sharded on mesh dims `carry` (OpStrategy::carry): `scanned`
+  // is the rank's cumsum of its chunk `x`. Every rank's total (a sum over the dim,
+  // kept as size 1: 0 for an empty chunk) is all-gathered along the carry mesh dims,
+  // the last first, so the gathered totals lie in the chunks' global order (a dim
+  // chunked by mesh dim 0, each chunk again by mesh dim 1); the rank adds the sum of
+  // the totals before its own chunk (an exclusive prefix: slice [0, j), then sum).
+  int carry_scan(const Node& n, const std::vector<int>& carry, int x, int scanned, const std::string& name) {
+    const int64_t dim = *normalize_dim(n.attrs.get_int("dim"), n.type.rank());
+    int cur = compute(OpKind::Sum, {x}, {AttrValue(std::vector<int64_t>{dim}), AttrValue(true)}, name + "_total", n.loc);
+    for (auto m = carry.rbegin(); m != carry.rend(); ++m) {
+      const TensorType t = p_.types[static_cast<size_t>(cur)];
+      TensorType after = t;
+      after.shape[static_cast<size_t>(dim)] *= mesh_.size(*m);
+      const int out = add_value(after, name + "_totals");
+      LocalStep s;
+      s.kind = LocalStep::Kind::Start;
+      s.collective = CollectiveKind::AllGather;
+      s.in = {cur};
+      s.mesh_dim = *m;
+      s.dim = static_cast<int>(dim);
+      s.sizes.assign(static_cast<size_t>(mesh_.size(*m)), t.shape[static_cast<size_t>(dim)]);
+      s.handle = p_.num_handles++;
+      LocalStep w;
+      w.kind = LocalStep::Kind::Wait;
+      w.handle = s.handle;
+      w.out = out;
+      w.collective = s.collective;
+      w.mesh_dim = s.mesh_dim;
+      p_.steps.push_back(std::move(s));
+      p_.steps.push_back(std::move(w));
+      cur = out;
+    }
+    int64_t chunk = 0;  // this rank's chunk of the dim, in global order
+    for (int m : carry) chunk = chunk * mesh_.size(m) + mesh_.coord(rank_)[static_cast<size_t>(m)];
+    const int before = compute(OpKind::Slice, {cur}, {AttrValue(dim), AttrValue(int64_t{0}), AttrValue(chunk)},
+                               name + "_before", n.loc);
+    const int offset = compute(OpKind::Sum, {before}, {AttrValue(std::vector<int64_t>{dim}), AttrValue(true)},
+                               name + "_carry", n.loc);
+    return compute(OpKind::Add, {scanned, offset}, {}, name + "_scan", n.loc);
   }
 
   int emit(const RedistStep& st, int in, const TensorType& t) {

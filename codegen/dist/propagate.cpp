@@ -25,6 +25,16 @@ MoveCost move_cost(const PlacementSpec& from, const PlacementSpec& to, const Ten
   return m;
 }
 
+// What a cumsum's carry over mesh dim m costs (OpStrategy::carry): an all_gather of
+// one total per member along the scanned dim.
+MoveCost carry_cost(const TensorType& x, int dim, int m, const DeviceMesh& mesh, const CommRates& rates) {
+  TensorType totals = x;
+  totals.shape[static_cast<size_t>(dim)] = mesh.size(m);
+  PlacementSpec from = replicated(mesh);
+  from.per_dim[static_cast<size_t>(m)] = Placement::shard(dim);
+  return move_cost(from, replicated(mesh), totals, mesh, rates);
+}
+
 // Whether a strategy costing `c` beats the best so far: strictly cheaper, or as
 // cheap (within rounding) with fewer collectives. Latency per ring step prices an
 // all_reduce like a reduce_scatter plus an all_gather; NCCL launches one kernel
@@ -113,6 +123,8 @@ ShardingPlan propagate(const Graph& g, const DeviceMesh& mesh, const CommRates& 
         add(move_cost(plan.nodes[static_cast<size_t>(n.inputs[k])].value, s.inputs[k], t, mesh, rates));
       }
       if (target[i] && n.op != OpKind::Redistribute) add(move_cost(s.output, *target[i], n.type, mesh, rates));
+      for (int m : s.carry)
+        add(carry_cost(n.type, *normalize_dim(n.attrs.get_int("dim"), n.type.rank()), m, mesh, rates));
       // Ties (in time and collectives) keep the strategy listed first.
       if (!chosen || better(c, best)) {
         if (chosen) second = std::min(second, best.seconds);
@@ -126,6 +138,7 @@ ShardingPlan propagate(const Graph& g, const DeviceMesh& mesh, const CommRates& 
     for (size_t k = 0; k < n.inputs.size(); ++k)
       ns.inputs.push_back(normalize_spec(chosen->inputs[k], g.node(n.inputs[k]).type.rank()));
     ns.output = normalize_spec(chosen->output, n.type.rank());
+    ns.carry = chosen->carry;
     ns.value = n.placement ? normalize_spec(*n.placement, n.type.rank()) : ns.output;
     ns.cost = best.seconds;
     ns.runner_up = std::isinf(second) ? -1 : second;

@@ -14,6 +14,7 @@ struct NodeSharding {
   std::vector<PlacementSpec> inputs;  // what the chosen strategy needs of each operand
   PlacementSpec output;               // what the op produces
   PlacementSpec value;                // the value's spec after its constraint, if any
+  std::vector<int> carry;             // a cumsum's carry mesh dims (OpStrategy::carry)
   double cost = 0;                    // redistribution cost of the choice (seconds, model)
   double runner_up = -1;              // cost of the best other strategy; -1 if none
   int candidates = 0;                 // strategies considered

@@ -16,9 +16,11 @@ Placement S(int d) { return Placement::shard(d); }
 Placement P(ReduceOp op) { return Placement::partial(op); }
 
 // A strategy for one mesh dim: a placement per operand and the result's.
+// `carry`: a cumsum over the sharded dim (OpStrategy::carry).
 struct DimStrategy {
   std::vector<Placement> inputs;
   Placement output;
+  bool carry = false;
   bool operator==(const DimStrategy&) const = default;
 };
 
@@ -27,8 +29,8 @@ struct DimStrategy {
 class Rules {
  public:
   explicit Rules(size_t arity) { add(std::vector<Placement>(arity, R()), R()); }
-  void add(std::vector<Placement> inputs, Placement output) {
-    DimStrategy s{std::move(inputs), output};
+  void add(std::vector<Placement> inputs, Placement output, bool carry = false) {
+    DimStrategy s{std::move(inputs), output, carry};
     if (std::find(list_.begin(), list_.end(), s) == list_.end()) list_.push_back(std::move(s));
   }
   const std::vector<DimStrategy>& list() const { return list_; }
@@ -98,14 +100,16 @@ ReduceMap reduce_map(const TensorType& x, const Attrs& attrs) {
 void add_reduce(OpKind k, const Operand& x, const Attrs& attrs, const TensorType& out, Rules& r) {
   ReduceMap m = reduce_map(x.type, attrs);
   // What a reduction over a sharded dim leaves on each rank: its part of the result.
-  // Mean has none: each rank's mean over its chunk averages to the global mean only
-  // when the chunks are equal, and torch.chunk's are not (5 on 4 ranks is 2, 2, 1, 0).
+  // A mean's is its chunk's sum divided by the GLOBAL count (local_node sets mean's
+  // `count`), so the parts add up to the mean even when torch.chunk's chunks are
+  // uneven (5 on 4 ranks is 2, 2, 1, 0): Partial(sum), not Partial(avg).
   std::optional<ReduceOp> over_shard;
   switch (k) {
-    case OpKind::Sum: over_shard = ReduceOp::Sum; break;
+    case OpKind::Sum:
+    case OpKind::Mean: over_shard = ReduceOp::Sum; break;
     case OpKind::Max: over_shard = ReduceOp::Max; break;
     case OpKind::Min: over_shard = ReduceOp::Min; break;
-    default: break;  // Mean
+    default: break;
   }
   for (int d = 0; d < x.type.rank(); ++d) {
     if (!m.reduced[static_cast<size_t>(d)]) r.add({S(d)}, S(m.out_dim[static_cast<size_t>(d)]));
@@ -118,6 +122,24 @@ void add_reduce(OpKind k, const Operand& x, const Attrs& attrs, const TensorType
   if (k == OpKind::Min) keeps = {ReduceOp::Min};
   if (may_be_partial(x, out))
     for (ReduceOp op : keeps) r.add({P(op)}, P(op));
+}
+
+// cumsum(x, dim): any other dim keeps its shard; cumsum is linear, so a Partial of
+// sum or avg passes. The scanned dim itself may stay sharded with a carry (each rank
+// adds the totals of the chunks before its own: OpStrategy::carry). argmax/argmin
+// keep the shard of any other dim (moved as a sum's without keepdim) and take no
+// Partial (the index of the max of a sum is not found from the parts); their dim is
+// gathered first (DTensor's way).
+void add_along(OpKind k, const Operand& x, const Attrs& attrs, const TensorType& out, Rules& r) {
+  const int rank = x.type.rank();
+  const int dim = *normalize_dim(attrs.get_int("dim"), rank);
+  const bool drop = k != OpKind::Cumsum && !attrs.get_bool("keepdim");
+  for (int d = 0; d < rank; ++d)
+    if (d != dim) r.add({S(d)}, S(drop && d > dim ? d - 1 : d));
+  if (k != OpKind::Cumsum) return;
+  r.add({S(dim)}, S(dim), /*carry=*/true);
+  if (may_be_partial(x, out))
+    for (ReduceOp op : linear_reduce_ops(out.dtype)) r.add({P(op)}, P(op));
 }
 
 // matmul [..., m, k] x [..., k, n] -> [batch..., m, n] with broadcast batch dims.
@@ -254,6 +276,7 @@ std::vector<OpStrategy> expand_to_mesh(const std::vector<DimStrategy>& dim, size
     OpStrategy s{std::vector<PlacementSpec>(arity), PlacementSpec{}};
     for (size_t m = 0; m < nd; ++m) {
       const DimStrategy& d = dim[pick[m]];
+      if (d.carry) s.carry.push_back(static_cast<int>(m));
       for (size_t a = 0; a < arity; ++a) s.inputs[a].per_dim.push_back(d.inputs[a]);
       s.output.per_dim.push_back(d.output);
     }
@@ -486,6 +509,9 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
       if (may_be_partial(in[0], out))
         for (ReduceOp op : movement_reduce_ops(out.dtype)) r.add({P(op)}, P(op));
       break;
+    case OpKind::Cumsum:
+    case OpKind::Argmax:
+    case OpKind::Argmin: add_along(k, in[0], attrs, out, r); break;
   }
 
   std::vector<OpStrategy> all = expand_to_mesh(r.list(), in.size(), mesh);
@@ -497,7 +523,7 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
 
 RankShards rank_shards(const Shape& out, const PlacementSpec& out_spec, const std::vector<Shape>& in,
                        const std::vector<PlacementSpec>& in_specs, const DeviceMesh& mesh, int rank) {
-  RankShards r{local_shard(out, out_spec, mesh, rank), {}};
+  RankShards r{local_shard(out, out_spec, mesh, rank), {}, in};
   for (size_t k = 0; k < in.size(); ++k) r.inputs.push_back(local_shard(in[k], in_specs[k], mesh, rank));
   return r;
 }
@@ -537,6 +563,22 @@ void local_triangle(Node& l, const Node& n, const LocalShard& out) {
   set_attr(l, "diagonal", std::clamp(n.attrs.get_int("diagonal"), -kBound, kBound) + shift);
 }
 
+// A mean whose reduced dims are cut (a rank holds a chunk of one): the rank's sum is
+// divided by the global count of reduced elements, so the ranks' results add up to
+// the mean (Partial(sum)). A count already set (a nested chunk's) stays.
+void local_mean(Node& l, const Node& n, const RankShards& at) {
+  if (n.attrs.get_int("count") > 0 || at.input_shapes.empty() || at.inputs.empty()) return;
+  const Shape& global = at.input_shapes[0];
+  const Shape& local = at.inputs[0].shape;
+  bool cut = false;
+  int64_t count = 1;
+  for (int d : reduced_dims(n.attrs, static_cast<int>(global.size()))) {
+    cut = cut || local[static_cast<size_t>(d)] != global[static_cast<size_t>(d)];
+    count *= global[static_cast<size_t>(d)];  // a product of dims of one tensor: below 2^40
+  }
+  if (cut && count > 0) set_attr(l, "count", count);
+}
+
 }  // namespace
 
 Node local_node(const Node& n, const RankShards& at) {
@@ -557,6 +599,7 @@ Node local_node(const Node& n, const RankShards& at) {
     const auto dim = static_cast<size_t>(*normalize_dim(n.attrs.get_int("dim"), n.type.rank()));
     if (dim < at.inputs[0].offset.size()) set_attr(l, "offset", n.attrs.get_int("offset") + at.inputs[0].offset[dim]);
   }
+  if (n.op == OpKind::Mean) local_mean(l, n, at);
   return l;
 }
 

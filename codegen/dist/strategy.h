@@ -16,9 +16,16 @@ namespace sf {
 // One way to run an op on a sharded mesh without communication: the placement each
 // operand must have and the placement the result then has. Shard dims are
 // normalised to 0..rank-1.
+//
+// One kind needs a little communication after the local op, which the lowering adds:
+// a cumsum over a dim sharded on mesh dims `carry` (S(dim) -> S(dim)). Each rank
+// scans its chunk, then adds the totals of the chunks before it along those mesh
+// dims (an all_gather of each rank's total, then a sum of the ones before it: see
+// carry_scan in lower.cpp). Every other strategy has `carry` empty.
 struct OpStrategy {
   std::vector<PlacementSpec> inputs;  // one per operand (constants / weak scalars: all R)
   PlacementSpec output;
+  std::vector<int> carry = {};  // mesh dims a cumsum's chunk totals are carried over
   bool operator==(const OpStrategy&) const = default;
 };
 
@@ -47,6 +54,7 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
 struct RankShards {
   LocalShard out;
   std::vector<LocalShard> inputs;  // per operand
+  std::vector<Shape> input_shapes = {};  // the operands' global shapes (mean's count); rank_shards fills them
 };
 RankShards rank_shards(const Shape& out, const PlacementSpec& out_spec, const std::vector<Shape>& in,
                        const std::vector<PlacementSpec>& in_specs, const DeviceMesh& mesh, int rank);

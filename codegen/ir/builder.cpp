@@ -228,6 +228,9 @@ Value scatter_add(Value x, Value index, Value src, int64_t dim) {
 Value log_softmax(Value x, int64_t dim) { return x.builder->op(OpKind::LogSoftmax, {x}, {AttrValue(dim)}); }
 Value tril(Value x, int64_t diagonal) { return x.builder->op(OpKind::Tril, {x}, {AttrValue(diagonal)}); }
 Value triu(Value x, int64_t diagonal) { return x.builder->op(OpKind::Triu, {x}, {AttrValue(diagonal)}); }
+Value cumsum(Value x, int64_t dim) { return x.builder->op(OpKind::Cumsum, {x}, {AttrValue(dim)}); }
+Value argmax(Value x, int64_t dim, bool keepdim) { return x.builder->op(OpKind::Argmax, {x}, {AttrValue(dim), AttrValue(keepdim)}); }
+Value argmin(Value x, int64_t dim, bool keepdim) { return x.builder->op(OpKind::Argmin, {x}, {AttrValue(dim), AttrValue(keepdim)}); }
 Value arange(GraphBuilder& b, int64_t end, int64_t start, int64_t step, DType dtype) {
   return b.op(OpKind::Arange, {}, {AttrValue(end), AttrValue(start), AttrValue(step), AttrValue(dtype)});
 }

@@ -133,6 +133,12 @@ Value gather(Value x, Value index, int64_t dim);
 Value index_select(Value x, Value index, int64_t dim);
 Value scatter_add(Value x, Value index, Value src, int64_t dim);
 Value log_softmax(Value x, int64_t dim = -1);
+// torch.cumsum(x, dim) (integer and bool operands sum into i64), and
+// torch.argmax/argmin(x, dim, keepdim): the first index of the extreme (NaN counts as
+// the extreme), i64.
+Value cumsum(Value x, int64_t dim);
+Value argmax(Value x, int64_t dim, bool keepdim = false);
+Value argmin(Value x, int64_t dim, bool keepdim = false);
 // torch.tril / torch.triu over the last two dims: x[..., i, j] where j - i <= diagonal
 // (tril) or j - i >= diagonal (triu), 0 elsewhere.
 Value tril(Value x, int64_t diagonal = 0);

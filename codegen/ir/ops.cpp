@@ -54,6 +54,17 @@ const AttrSpec kSliceAttrs[] = {{"dim", AttrType::Int, std::nullopt},
                                 {"start", AttrType::Int, AttrValue(int64_t{0})},
                                 {"end", AttrType::Int, AttrValue(std::numeric_limits<int64_t>::max())},
                                 {"step", AttrType::Int, AttrValue(int64_t{1})}};
+// torch.cumsum(x, dim); torch.argmax/argmin(x, dim, keepdim=False) with dim required
+// (torch's dim=None, the index into the flattened tensor, is not offered).
+const AttrSpec kCumsumAttrs[] = {{"dim", AttrType::Int, std::nullopt}};
+const AttrSpec kArgReduceAttrs[] = {{"dim", AttrType::Int, std::nullopt},
+                                    {"keepdim", AttrType::Bool, AttrValue(false)}};
+// mean's `count`: the number its sum is divided by; 0 means the number of elements
+// reduced. A rank's mean over its chunk of a sharded dim divides by the global count
+// (local_node sets it), so that the ranks' results add up to the mean: Partial(sum).
+const AttrSpec kMeanAttrs[] = {{"dims", AttrType::IntList, AttrValue(V{})},
+                               {"keepdim", AttrType::Bool, AttrValue(false)},
+                               {"count", AttrType::Int, AttrValue(int64_t{0})}};
 const AttrSpec kConcatAttrs[] = {{"dim", AttrType::Int, AttrValue(int64_t{0})}};  // torch.cat's default
 const AttrSpec kIndexDimAttrs[] = {{"dim", AttrType::Int, std::nullopt}};  // gather, scatter_add
 // `offset`: the row the lookup's index 0 names (out-of-range rows read as 0); local_node
@@ -68,8 +79,11 @@ std::span<const AttrSpec> attrs_of(OpKind k) {
     case OpKind::Cast: return kCastAttrs;
     case OpKind::Sum:
     case OpKind::Max:
-    case OpKind::Min:
-    case OpKind::Mean: return kReduceAttrs;
+    case OpKind::Min: return kReduceAttrs;
+    case OpKind::Mean: return kMeanAttrs;
+    case OpKind::Cumsum: return kCumsumAttrs;
+    case OpKind::Argmax:
+    case OpKind::Argmin: return kArgReduceAttrs;
     case OpKind::Transpose: return kTransposeAttrs;
     case OpKind::Permute: return kPermuteAttrs;
     case OpKind::Reshape:
@@ -187,6 +201,25 @@ Shape broadcast_or_fail(OpKind k, const Shape& a, const Shape& b) {
   return *s;
 }
 
+// torch.cumsum: the operand's shape; integer and bool operands sum into i64 (as
+// torch.cumsum without a dtype). torch.argmax/argmin: i64 indices with `dim` removed
+// (kept as size 1 under keepdim). A rank-0 operand is refused (torch accepts it as one
+// row of one element; a graph can reshape it to [1]); argmax over an empty dim has no
+// answer (torch raises too), and bool has no order here (torch refuses it too).
+TensorType infer_along(OpKind k, const TensorType& x, const Attrs& a) {
+  if (x.rank() == 0) fail(op_str(k) + " expects an operand of rank >= 1, got " + x.str() + " (reshape it to [1])");
+  const int d = dim_or_fail(k, "dim", a.get_int("dim"), x.rank());
+  if (k == OpKind::Cumsum) return {is_float(x.dtype) ? x.dtype : DType::I64, x.shape};
+  need_numeric(k, x);
+  if (x.shape[static_cast<size_t>(d)] == 0)
+    fail(op_str(k) + ": dim " + std::to_string(d) + " of " + x.str() + " is empty (no element to pick, as torch says)");
+  Shape out;
+  for (int i = 0; i < x.rank(); ++i)
+    if (i != d) out.push_back(x.shape[static_cast<size_t>(i)]);
+    else if (a.get_bool("keepdim")) out.push_back(1);
+  return {DType::I64, out};
+}
+
 TensorType infer_reduce(OpKind k, const TensorType& x, const Attrs& a) {
   const auto& dims = a.get_ints("dims");
   bool keep = a.get_bool("keepdim");
@@ -202,7 +235,10 @@ TensorType infer_reduce(OpKind k, const TensorType& x, const Attrs& a) {
     else if (keep) out.push_back(1);
   }
   DType dt = x.dtype;
-  if (k == OpKind::Mean) need_float(k, x);
+  if (k == OpKind::Mean) {
+    need_float(k, x);
+    if (a.get_int("count") < 0) fail("mean: count " + std::to_string(a.get_int("count")) + " is negative (0: the elements reduced)");
+  }
   if (k == OpKind::Sum && !is_float(dt)) dt = DType::I64;  // torch sums integers into int64
   if ((k == OpKind::Max || k == OpKind::Min) && dt == DType::Bool) need_numeric(k, x);
   return {dt, out};
@@ -490,6 +526,7 @@ bool index_computed(OpKind k) {
     case OpCategory::Movement:
     case OpCategory::Generator:
     case OpCategory::Positional: return true;
+    case OpCategory::AlongDim:
     case OpCategory::Leaf:
     case OpCategory::Reduce:
     case OpCategory::Matmul:
@@ -717,6 +754,9 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& a, 
       if (in[0].type.rank() < 2)
         fail(op_str(k) + " expects an operand of rank >= 2 (it masks the last two dims), got " + in[0].type.str());
       return in[0].type;
+    case OpKind::Cumsum:
+    case OpKind::Argmax:
+    case OpKind::Argmin: return infer_along(k, in[0].type, a);
   }
   fail("internal: unknown op");
 }

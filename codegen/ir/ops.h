@@ -29,6 +29,7 @@ enum class OpCategory : uint8_t {
   Leaf, Unary, Binary, Compare, Where, Reduce, Matmul, Movement, Gather, Composite, Collective,
   Generator,   // no tensor operands: each element from its own index (arange, full)
   Positional,  // elementwise, the element's coordinates decide (tril, triu)
+  AlongDim,    // rows along one dim, read in order (cumsum, argmax, argmin)
 };
 
 // Attribute kinds; the order matches AttrValue's alternatives.

@@ -64,7 +64,8 @@ bool is_elementwise(OpKind k) {
     case OpCategory::Composite:
     case OpCategory::Collective:
     case OpCategory::Generator:
-    case OpCategory::Positional: return false;
+    case OpCategory::Positional:
+    case OpCategory::AlongDim: return false;
   }
   return false;
 }
@@ -557,7 +558,10 @@ Result<Elem> ElementCodegen::elementwise(OpKind k, std::span<const Elem> args, D
     case OpKind::Arange:
     case OpKind::Full:
     case OpKind::Tril:
-    case OpKind::Triu: return fail("not an elementwise op");
+    case OpKind::Triu:
+    case OpKind::Cumsum:
+    case OpKind::Argmax:
+    case OpKind::Argmin: return fail("not an elementwise op");
   }
   if (exact) {
     bool all_same = true;

@@ -6,6 +6,7 @@
 
 #include "codegen/kernels/emitter.h"
 
+#include "codegen/kernels/along.h"
 #include "codegen/kernels/matmul.h"
 #include "codegen/kernels/gather.h"
 #include "codegen/kernels/pointwise.h"
@@ -15,11 +16,13 @@ namespace sf {
 
 namespace {
 
+// KernelKind::Gather is a kernel of its own for one op that fusion does not merge:
+// an embedding (gather.h) or an op along one dim (along.h: cumsum, argmax, argmin).
 class GatherEmitter final : public Emitter {
  public:
   Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config,
                              const llvmb::Target& target) const override {
-    return emit_gather(spec, config, target);
+    return is_along_group(spec) ? emit_along(spec, config, target) : emit_gather(spec, config, target);
   }
 };
 

@@ -77,7 +77,8 @@ LaunchShape launch_of(const Plan& p, const KernelConfig& c);
 // integer sums, the element's type for integer max/min), its identity and combine.
 class Fold {
  public:
-  Fold(const Node& n, ElementCodegen& cg) : op_(n.op), dt_(n.type.dtype), cg_(cg) {}
+  Fold(const Node& n, ElementCodegen& cg)
+      : op_(n.op), dt_(n.type.dtype), count_(n.op == OpKind::Mean ? n.attrs.get_int("count") : 0), cg_(cg) {}
 
   llvm::Type* type() const {
     llvm::LLVMContext& c = cg_.builder().getContext();
@@ -116,11 +117,12 @@ class Fold {
     }
   }
   // The reduced value, as the node's dtype: sums rounded to it, means divided by n
-  // (0 / 0 is NaN for an empty row, as the reference says).
+  // (0 / 0 is NaN for an empty row, as the reference says), or by the mean's `count`
+  // when set (a rank's chunk of a sharded dim: the global count).
   Elem finish(llvm::Value* acc, int64_t n) const {
     llvm::IRBuilderBase& bb = cg_.builder();
     if (op_ == OpKind::Mean)
-      acc = bb.CreateFDiv(acc, llvm::ConstantFP::get(acc->getType(), static_cast<double>(n)));
+      acc = bb.CreateFDiv(acc, llvm::ConstantFP::get(acc->getType(), static_cast<double>(count_ > 0 ? count_ : n)));
     if (is_float(dt_)) acc = cg_.node_result(dt_, acc);
     return {acc, dt_};
   }
@@ -128,6 +130,7 @@ class Fold {
  private:
   OpKind op_;
   DType dt_;
+  int64_t count_;  // mean's `count` (0: n)
   ElementCodegen& cg_;
 };
 

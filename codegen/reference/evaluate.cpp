@@ -11,6 +11,7 @@
 #include <string>
 
 #include "codegen/ir/ops.h"
+#include "codegen/reference/evaluate_along.h"
 #include "codegen/reference/evaluate_index.h"
 
 namespace sf {
@@ -284,6 +285,9 @@ class Evaluator {
       }
       case OpKind::Tril: return triangle(n, /*lower=*/true);
       case OpKind::Triu: return triangle(n, /*lower=*/false);
+      case OpKind::Cumsum:
+      case OpKind::Argmax:
+      case OpKind::Argmin: return reference_detail::evaluate_along(n, in(n, 0));
     }
     fail(n, "internal: unknown op");
   }
@@ -377,6 +381,8 @@ class Evaluator {
     if ((n.op == OpKind::Max || n.op == OpKind::Min) && count == 0 && out.numel() > 0)
       fail(n, "reducing over empty dims of " + x.type().str() + " (dims " + shape_str(dims) +
                   "): " + std::string(op_name(n.op)) + " has no identity, as torch also says");
+    // A mean's `count` (set on a rank's chunk of a sharded dim) replaces the local count.
+    const int64_t divisor = n.op == OpKind::Mean && n.attrs.get_int("count") > 0 ? n.attrs.get_int("count") : count;
     bool int_acc = !is_float(out.dtype());  // sum of ints/bools (into i64), max/min of ints
     std::vector<double> acc(static_cast<size_t>(out.numel()));
     std::vector<int64_t> iacc(static_cast<size_t>(out.numel()));
@@ -399,7 +405,7 @@ class Evaluator {
     for (int64_t o = 0; o < out.numel(); ++o) {
       auto u = static_cast<size_t>(o);
       if (int_acc) out.set_int(o, iacc[u]);
-      else if (n.op == OpKind::Mean) store(out, o, count ? acc[u] / static_cast<double>(count) : kNaN);
+      else if (n.op == OpKind::Mean) store(out, o, divisor ? acc[u] / static_cast<double>(divisor) : kNaN);
       else store(out, o, acc[u]);
     }
     return out;

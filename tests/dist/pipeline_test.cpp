@@ -126,6 +126,12 @@ std::vector<OpCase> op_cases() {
   c.push_back({{a}, "tril(a, diagonal=1)"});
   c.push_back({{a}, "triu(a, diagonal=-2)"});
   c.push_back({{a}, "log_softmax(a, dim=1)"});
+  // cumsum over each dim (S(0) of 5 rows on 4 ranks: the carry over uneven chunks),
+  // argmax/argmin of a value with ties and NaN-free random data.
+  c.push_back({{a}, "cumsum(a, dim=0)"});
+  c.push_back({{{"x", "i32[5, 6]"}}, "cumsum(x, dim=-1)"});
+  c.push_back({{a}, "argmax(a, dim=0)"});
+  c.push_back({{a}, "argmin(a, dim=1, keepdim=true)"});
   // Generated operands of a sharded op: each rank builds only its chunk of them.
   c.push_back({{a}, "add(a, triu(full([5, 6], -3.0), diagonal=2))"});
   c.push_back({{a}, "where(ge(reshape(arange(5), shape=[5, 1]), arange(6)), a, 0.0)"});

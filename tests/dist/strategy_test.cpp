@@ -216,6 +216,14 @@ std::vector<Case> cases() {
   v.push_back({OpKind::LogSoftmax, {F({5, 3})}});
   v.push_back({OpKind::LogSoftmax, {F({2, 5, 3})}, {{"dim", int64_t{1}}}});
   v.push_back({OpKind::LogSoftmax, {F({0, 4})}, {{"dim", int64_t{0}}}});
+  // cumsum (its carry strategies run through the lowering in pipeline_test, not here),
+  // argmax/argmin with 5 and 7 on 4 and 3 ranks; mean over uneven and empty chunks.
+  v.push_back({OpKind::Cumsum, {F({5, 7})}, {{"dim", int64_t{1}}}});
+  v.push_back({OpKind::Cumsum, {I({7, 3})}, {{"dim", int64_t{0}}}});
+  v.push_back({OpKind::Argmax, {F({5, 7})}, {{"dim", int64_t{0}}}});
+  v.push_back({OpKind::Argmin, {I({2, 7, 5})}, {{"dim", int64_t{-1}}, {"keepdim", true}}});
+  v.push_back({OpKind::Mean, {F({7, 3})}, {{"dims", V{0}}}});
+  v.push_back({OpKind::Mean, {F({3, 5})}, {{"dims", V{0, 1}}, {"keepdim", true}}});
   return v;
 }
 
@@ -422,6 +430,9 @@ void convert(const Case& c, const DeviceMesh& mesh, uint64_t seed, Totals& total
   Tolerance tol = default_tolerance(out.dtype);
 
   for (const OpStrategy& s : all) {
+    // A cumsum's carry needs the totals of the other ranks (a collective the lowering
+    // adds): Converter.EveryOpUnderEveryInputPlacement runs it through the pipeline.
+    if (!s.carry.empty()) continue;
     std::string sw = where + ", strategy " + strategy_str(s, mesh.mesh());
     // shard_tensor's documented split, and for Partial inputs also a random one (f32
     // and integers only: eighths of noise are not exact enough in f16 / bf16).
@@ -555,9 +566,11 @@ TEST(OpStrategies, ReductionsOverAShardedDim) {
   EXPECT_TRUE(has(mx, {sp({P(ReduceOp::Max)})}, sp({P(ReduceOp::Max)})));
   EXPECT_FALSE(has(mx, {sp({P()})}, sp({P()})));
 
-  // Mean over a sharded dim: the ranks' means of 2, 2, 1 and 0 rows do not average to it.
+  // Mean over a sharded dim: each rank divides its chunk's sum by the global count (7),
+  // so the parts of 2, 2, 2 and 1 rows add up: Partial(sum), never Partial(avg).
   auto mean = strategies(OpKind::Mean, {F({7, 4})}, {{"dims", std::vector<int64_t>{0}}}, mesh_1d(4));
-  for (const OpStrategy& s : mean) EXPECT_FALSE(s.inputs[0] == sp({S(0)})) << str(s);
+  EXPECT_TRUE(has(mean, {sp({S(0)})}, sp({P(ReduceOp::Sum)})));
+  EXPECT_FALSE(has(mean, {sp({S(0)})}, sp({P(ReduceOp::Avg)})));
   EXPECT_TRUE(has(mean, {sp({S(1)})}, sp({S(0)})));
 
   // 3 rows on 4 ranks leave rank 3 an empty chunk, and max of nothing is an error.
@@ -752,6 +765,51 @@ TEST(OpStrategies, TrilShardsEveryDimAndPassesPartials) {
   EXPECT_TRUE(has(u, {sp({S(0), S(0)})}, sp({S(0), S(0)})));  // rows chunked twice
   // An i32 operand keeps its Partial (no dtype change), like a movement op.
   EXPECT_TRUE(has(strategies(OpKind::Tril, {I({4, 4})}, {}, mesh_1d(4)), {sp({P()})}, sp({P()})));
+}
+
+TEST(OpStrategies, CumsumCarriesOverItsShardedDim) {
+  auto c = strategies(OpKind::Cumsum, {F({7, 4})}, {{"dim", int64_t{0}}}, mesh_1d(4));
+  EXPECT_TRUE(has(c, {sp({S(1)})}, sp({S(1)})));
+  EXPECT_TRUE(has(c, {sp({P()})}, sp({P()})));                  // linear
+  EXPECT_TRUE(has(c, {sp({P(ReduceOp::Avg)})}, sp({P(ReduceOp::Avg)})));
+  EXPECT_FALSE(has(c, {sp({P(ReduceOp::Max)})}, sp({P(ReduceOp::Max)})));
+  EXPECT_FALSE(has(c, {sp({S(0)})}, sp({S(0)})));               // not without a carry
+  EXPECT_NE(std::find(c.begin(), c.end(), OpStrategy{{sp({S(0)})}, sp({S(0)}), {0}}), c.end());
+  // On dp=2 tp=2 the dim chunked by both carries over both, mesh dim 0 first.
+  auto m2 = strategies(OpKind::Cumsum, {F({7, 4})}, {{"dim", int64_t{0}}}, mesh_2x2());
+  EXPECT_NE(std::find(m2.begin(), m2.end(), OpStrategy{{sp({S(0), S(0)})}, sp({S(0), S(0)}), {0, 1}}), m2.end());
+  EXPECT_NE(std::find(m2.begin(), m2.end(), OpStrategy{{sp({P(), S(0)})}, sp({P(), S(0)}), {1}}), m2.end());
+  // An i32 cumsum is i64: a Partial of i32 parts is not offered (they would wrap apart).
+  EXPECT_FALSE(any_partial_input(strategies(OpKind::Cumsum, {I({7, 4})}, {{"dim", int64_t{0}}}, mesh_1d(4))));
+}
+
+TEST(OpStrategies, ArgmaxKeepsOtherShardsAndGathersItsDim) {
+  auto a = strategies(OpKind::Argmax, {F({3, 7, 5})}, {{"dim", int64_t{1}}}, mesh_1d(4));
+  EXPECT_TRUE(has(a, {sp({S(0)})}, sp({S(0)})));
+  EXPECT_TRUE(has(a, {sp({S(2)})}, sp({S(1)})));  // dim 1 removed: 2 moves to 1
+  auto k = strategies(OpKind::Argmin, {F({3, 7, 5})}, {{"dim", int64_t{1}}, {"keepdim", true}}, mesh_1d(4));
+  EXPECT_TRUE(has(k, {sp({S(2)})}, sp({S(2)})));
+  for (const auto& all : {a, k}) {
+    EXPECT_FALSE(any_partial_input(all));  // the index of the max of a sum is not in the parts
+    for (const OpStrategy& s : all) {
+      EXPECT_FALSE(s.inputs[0] == sp({S(1)})) << str(s);
+      EXPECT_TRUE(s.carry.empty());
+    }
+  }
+}
+
+TEST(LocalNode, MeanOverAChunkDividesByTheGlobalCount) {
+  Node n;
+  n.op = OpKind::Mean;
+  n.attrs = normalize_attrs(OpKind::Mean, {}, {{"dims", std::vector<int64_t>{0, 1}}});
+  n.type = {DType::F32, {}};
+  // Rank 1 of 4 holding rows 2..3 of 7 (x: [7, 3]): 2 * 3 of 21 elements.
+  Node l = local_node(n, RankShards{LocalShard{{}, {}}, {LocalShard{{2, 3}, {2, 0}}}, {Shape{7, 3}}});
+  EXPECT_EQ(l.attrs.get_int("count"), 21);
+  // The whole dim on this rank: its own count is the global one, nothing to set.
+  EXPECT_EQ(local_node(n, RankShards{LocalShard{{}, {}}, {LocalShard{{7, 3}, {0, 0}}}, {Shape{7, 3}}})
+                .attrs.get_int("count"),
+            0);
 }
 
 TEST(OpStrategies, LogSoftmaxKeepsItsDimWholeAndTakesNoPartial) {

@@ -364,6 +364,11 @@ class Generator {
         args.push_back(val_arg(x));
         if (in_.chance(70)) attrs.push_back({"diagonal", AttrValue(int64_t{in_.range(-3, 3)})});
         break;
+      case OpCategory::AlongDim:  // cumsum(x, dim), argmax/argmin(x, dim, keepdim); dim out of range sometimes
+        args.push_back(val_arg(x));
+        attrs.push_back({"dim", AttrValue(int64_t{in_.range(-r - 1, r)})});
+        if (info.kind != OpKind::Cumsum && in_.chance(40)) attrs.push_back({"keepdim", AttrValue(in_.chance(50))});
+        break;
       case OpCategory::Leaf: return;
     }
     // The op table decides, as the verifier will.

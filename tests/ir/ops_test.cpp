@@ -103,6 +103,15 @@ std::vector<InferCase> cases() {
   c.push_back({"full", {}, {{"shape", AttrValue(V{4, 0})}, {"value", AttrValue(7.0)}, {"dtype", AttrValue(b1)}}, {b1, {4, 0}}});
   c.push_back({"tril", {T(f32, {3, 4})}, {}, {f32, {3, 4}}});
   c.push_back({"triu", {T(b1, {2, 0, 5})}, {{"diagonal", I(-3)}}, {b1, {2, 0, 5}}});
+  // torch.cumsum keeps the shape and sums integers and bools into i64; argmax/argmin
+  // give i64 indices with dim removed (or kept as 1).
+  c.push_back({"cumsum", {T(f32, {3, 4})}, {{"dim", I(1)}}, {f32, {3, 4}}});
+  c.push_back({"cumsum", {T(i32, {3, 0})}, {{"dim", I(-2)}}, {i64, {3, 0}}});
+  c.push_back({"cumsum", {T(b1, {5})}, {{"dim", I(0)}}, {i64, {5}}});
+  c.push_back({"argmax", {T(bf16, {2, 3, 4})}, {{"dim", I(1)}}, {i64, {2, 4}}});
+  c.push_back({"argmin", {T(i32, {2, 3})}, {{"dim", I(-1)}, {"keepdim", AttrValue(true)}}, {i64, {2, 1}}});
+  c.push_back({"argmax", {T(f32, {0, 3})}, {{"dim", I(1)}}, {i64, {0}}});  // no rows: nothing to pick from
+  c.push_back({"mean", {T(f32, {4, 6})}, {{"dims", AttrValue(V{0})}, {"count", I(12)}}, {f32, {6}}});
   PlacementSpec spec{{Placement::shard(0), Placement::partial()}};
   c.push_back({"redistribute", {T(f32, {8, 3})}, {{"placements", AttrValue(spec)}}, {f32, {8, 3}}});
   return c;
@@ -194,6 +203,12 @@ TEST(InferType, RejectsWithAReason) {
       {"tril", {T(f32, {4})}, {}, "tril expects an operand of rank >= 2 (it masks the last two dims), got f32[4]"},
       {"triu", {W(f32)}, {}, "rank >= 2"},
       {"log_softmax", {T(i32, {2, 3})}, {}, "floating-point"},
+      {"cumsum", {T(f32, {2, 3})}, {{"dim", I(2)}}, "cumsum: dim 2 is out of range for a rank-2 operand (expected -2..1)"},
+      {"cumsum", {W(f32)}, {{"dim", I(0)}}, "cumsum expects an operand of rank >= 1, got f32[]"},
+      {"argmax", {T(f32, {2, 0})}, {{"dim", I(1)}}, "argmax: dim 1 of f32[2, 0] is empty (no element to pick"},
+      {"argmin", {T(b1, {4})}, {{"dim", I(0)}}, "argmin does not take bool operands"},
+      {"argmax", {T(f32, {4})}, {{"dim", I(-2)}}, "out of range"},
+      {"mean", {T(f32, {4})}, {{"count", I(-1)}}, "mean: count -1 is negative"},
       {"log_softmax", {T(f32, {2, 3})}, {{"dim", I(2)}}, "out of range"},
   };
   for (const RejectCase& r : rejects) {

@@ -221,6 +221,9 @@ Value embedding(Value indices, Value weight) { return indices.builder->op(OpKind
 Value log_softmax(Value x, int64_t dim) { return x.builder->op(OpKind::LogSoftmax, {x}, {AttrValue(dim)}); }
 Value tril(Value x, int64_t diagonal) { return x.builder->op(OpKind::Tril, {x}, {AttrValue(diagonal)}); }
 Value triu(Value x, int64_t diagonal) { return x.builder->op(OpKind::Triu, {x}, {AttrValue(diagonal)}); }
+Value dropout(Value x, double p, int64_t seed) {
+  return x.builder->op(OpKind::Dropout, {x}, {AttrValue(seed), AttrValue(p)});
+}
 Value arange(GraphBuilder& b, int64_t end, int64_t start, int64_t step, DType dtype) {
   return b.op(OpKind::Arange, {}, {AttrValue(end), AttrValue(start), AttrValue(step), AttrValue(dtype)});
 }

@@ -169,7 +169,8 @@ Graph decompose(const Graph& g) {
         case OpKind::Arange:
         case OpKind::Full:
         case OpKind::Tril:
-        case OpKind::Triu: v = b.op(n.op, in, {}, n.attrs.items, n.loc); break;
+        case OpKind::Triu:
+        case OpKind::Dropout: v = b.op(n.op, in, {}, n.attrs.items, n.loc); break;
       }
       if (!n.name.empty()) b.name(v, n.name, n.loc);
       if (n.placement) b.constrain(v, *n.placement, n.loc);

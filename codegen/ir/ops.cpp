@@ -1,5 +1,6 @@
 #include "codegen/ir/ops.h"
 
+#include "codegen/ir/dropout.h"
 #include "codegen/ir/limits.h"
 
 #include <algorithm>
@@ -54,6 +55,14 @@ const AttrSpec kSliceAttrs[] = {{"dim", AttrType::Int, std::nullopt},
                                 {"end", AttrType::Int, AttrValue(std::numeric_limits<int64_t>::max())},
                                 {"step", AttrType::Int, AttrValue(int64_t{1})}};
 const AttrSpec kConcatAttrs[] = {{"dim", AttrType::Int, AttrValue(int64_t{0})}};  // torch.cat's default
+// The seed first (required, so it may be positional: the printer writes it so) and
+// no default: a graph names its random stream. p has torch's default, 0.5. origin
+// and global_shape place a block inside a larger tensor (local_node writes them for a
+// rank's shard; codegen/ir/dropout.h).
+const AttrSpec kDropoutAttrs[] = {{"seed", AttrType::Int, std::nullopt},
+                                  {"p", AttrType::Float, AttrValue(0.5)},
+                                  {"origin", AttrType::IntList, AttrValue(V{})},
+                                  {"global_shape", AttrType::IntList, AttrValue(V{})}};
 
 std::span<const AttrSpec> attrs_of(OpKind k) {
   switch (k) {
@@ -82,6 +91,7 @@ std::span<const AttrSpec> attrs_of(OpKind k) {
     case OpKind::Triu: return kTriangleAttrs;
     case OpKind::Slice: return kSliceAttrs;
     case OpKind::Concat: return kConcatAttrs;
+    case OpKind::Dropout: return kDropoutAttrs;
     default: return std::span<const AttrSpec>(kNoAttrs, 0);
   }
 }
@@ -712,6 +722,7 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& a, 
       if (in[0].type.rank() < 2)
         fail(op_str(k) + " expects an operand of rank >= 2 (it masks the last two dims), got " + in[0].type.str());
       return in[0].type;
+    case OpKind::Dropout: return infer_dropout(in[0].type, a);
   }
   fail("internal: unknown op");
 }

@@ -554,7 +554,8 @@ Result<Elem> ElementCodegen::elementwise(OpKind k, std::span<const Elem> args, D
     case OpKind::Arange:
     case OpKind::Full:
     case OpKind::Tril:
-    case OpKind::Triu: return fail("not an elementwise op");
+    case OpKind::Triu:
+    case OpKind::Dropout: return fail("not an elementwise op");
   }
   if (exact) {
     bool all_same = true;

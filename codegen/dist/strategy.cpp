@@ -512,6 +512,16 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
     case OpKind::Cumsum:
     case OpKind::Argmax:
     case OpKind::Argmin: add_along(k, in[0], attrs, out, r); break;
+    // For a fixed mask dropout is x * m with m in {0, 1/(1-p)} >= 0 per element, so it
+    // is linear (Sum, Avg pass) and monotone (Max, Min pass), and each rank keeps its
+    // chunk of any dim: local_node gives the node the rank's origin in the global
+    // tensor, so every rank draws the mask of the global index (a Partial's ranks all
+    // draw the same mask, their origin being the same).
+    case OpKind::Dropout:
+      add_pointwise_shards(in, out, r);
+      if (may_be_partial(in[0], out))
+        for (ReduceOp op : movement_reduce_ops(out.dtype)) r.add({P(op)}, P(op));
+      break;
   }
 
   std::vector<OpStrategy> all = expand_to_mesh(r.list(), in.size(), mesh);
@@ -579,6 +589,22 @@ void local_mean(Node& l, const Node& n, const RankShards& at) {
   if (cut && count > 0) set_attr(l, "count", count);
 }
 
+// dropout draws element c's mask from its global index: a rank's block at offset
+// `off` of the node's tensor lies at origin + off of the tensor the node's own
+// origin and global_shape name (the node's own shape when it names none).
+void local_dropout(Node& l, const Node& n, const LocalShard& out) {
+  if (out.shape == n.type.shape) return;  // the whole tensor (replicated, or a Partial)
+  std::vector<int64_t> origin = n.attrs.get_ints("origin");
+  std::vector<int64_t> global = n.attrs.get_ints("global_shape");
+  if (global.empty()) {
+    global = n.type.shape;
+    origin.assign(global.size(), 0);
+  }
+  for (size_t d = 0; d < origin.size(); ++d) origin[d] += out.offset[d];  // inside global: < 2^40
+  set_attr(l, "origin", std::move(origin));
+  set_attr(l, "global_shape", std::move(global));
+}
+
 }  // namespace
 
 Node local_node(const Node& n, const RankShards& at) {
@@ -600,6 +626,7 @@ Node local_node(const Node& n, const RankShards& at) {
     if (dim < at.inputs[0].offset.size()) set_attr(l, "offset", n.attrs.get_int("offset") + at.inputs[0].offset[dim]);
   }
   if (n.op == OpKind::Mean) local_mean(l, n, at);
+  if (n.op == OpKind::Dropout) local_dropout(l, n, at.out);
   return l;
 }
 

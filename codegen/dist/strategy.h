@@ -65,8 +65,9 @@ RankShards rank_shards(const Shape& out, const PlacementSpec& out_spec, const st
 // attributes that name a shape (`shape` of reshape, expand, full) are rewritten to it,
 // and ops whose values depend on the global position of an element are rewritten
 // with the offsets: arange starts at its chunk's first value, tril/triu shift the
-// diagonal by the row offset minus the column offset. Every other attribute is
-// shape-independent and stays. An op that needs the operands' offsets (a
+// diagonal by the row offset minus the column offset, dropout takes the rank's
+// block's origin and the global shape (its mask is drawn by global index). Every
+// other attribute is shape-independent and stays. An op that needs the operands' offsets (a
 // vocabulary-parallel embedding masking the rows a rank holds) reads at.inputs.
 // Operand ids are unchanged (their local types are the operands' own local shards).
 Node local_node(const Node& n, const RankShards& at);

@@ -231,6 +231,9 @@ Value triu(Value x, int64_t diagonal) { return x.builder->op(OpKind::Triu, {x}, 
 Value cumsum(Value x, int64_t dim) { return x.builder->op(OpKind::Cumsum, {x}, {AttrValue(dim)}); }
 Value argmax(Value x, int64_t dim, bool keepdim) { return x.builder->op(OpKind::Argmax, {x}, {AttrValue(dim), AttrValue(keepdim)}); }
 Value argmin(Value x, int64_t dim, bool keepdim) { return x.builder->op(OpKind::Argmin, {x}, {AttrValue(dim), AttrValue(keepdim)}); }
+Value dropout(Value x, double p, int64_t seed) {
+  return x.builder->op(OpKind::Dropout, {x}, {AttrValue(seed), AttrValue(p)});
+}
 Value arange(GraphBuilder& b, int64_t end, int64_t start, int64_t step, DType dtype) {
   return b.op(OpKind::Arange, {}, {AttrValue(end), AttrValue(start), AttrValue(step), AttrValue(dtype)});
 }

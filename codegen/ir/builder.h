@@ -143,6 +143,9 @@ Value argmin(Value x, int64_t dim, bool keepdim = false);
 // (tril) or j - i >= diagonal (triu), 0 elsewhere.
 Value tril(Value x, int64_t diagonal = 0);
 Value triu(Value x, int64_t diagonal = 0);
+// F.dropout(x, p, training=True) with a counter-based mask (codegen/ir/dropout.h):
+// each element kept with probability 1 - p and scaled by 1 / (1 - p), else 0.
+Value dropout(Value x, double p, int64_t seed);
 // Ops without tensor operands, added to `b`: torch.arange(start, end, step) (integer
 // bounds) and torch.full(shape, value).
 Value arange(GraphBuilder& b, int64_t end, int64_t start = 0, int64_t step = 1, DType dtype = DType::I64);

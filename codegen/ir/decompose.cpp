@@ -210,6 +210,7 @@ Graph decompose(const Graph& g) {
         case OpKind::Cumsum:
         case OpKind::Argmax:
         case OpKind::Argmin: v = b.op(n.op, in, {}, n.attrs.items, n.loc); break;
+        case OpKind::Dropout: v = b.op(n.op, in, {}, n.attrs.items, n.loc); break;
       }
       if (!n.name.empty()) b.name(v, n.name, n.loc);
       if (n.placement) b.constrain(v, *n.placement, n.loc);

@@ -1,5 +1,6 @@
 #include "codegen/ir/ops.h"
 
+#include "codegen/ir/dropout.h"
 #include "codegen/ir/limits.h"
 #include "codegen/ir/ops_index.h"
 
@@ -72,6 +73,14 @@ const AttrSpec kIndexDimAttrs[] = {{"dim", AttrType::Int, std::nullopt}};  // ga
 const AttrSpec kIndexSelectAttrs[] = {{"dim", AttrType::Int, std::nullopt},
                                       {"offset", AttrType::Int, AttrValue(int64_t{0})}};
 const AttrSpec kEmbeddingAttrs[] = {{"offset", AttrType::Int, AttrValue(int64_t{0})}};
+// The seed first (required, so it may be positional: the printer writes it so) and
+// no default: a graph names its random stream. p has torch's default, 0.5. origin
+// and global_shape place a block inside a larger tensor (local_node writes them for a
+// rank's shard; codegen/ir/dropout.h).
+const AttrSpec kDropoutAttrs[] = {{"seed", AttrType::Int, std::nullopt},
+                                  {"p", AttrType::Float, AttrValue(0.5)},
+                                  {"origin", AttrType::IntList, AttrValue(V{})},
+                                  {"global_shape", AttrType::IntList, AttrValue(V{})}};
 
 std::span<const AttrSpec> attrs_of(OpKind k) {
   switch (k) {
@@ -107,6 +116,7 @@ std::span<const AttrSpec> attrs_of(OpKind k) {
     case OpKind::ScatterAdd: return kIndexDimAttrs;
     case OpKind::IndexSelect: return kIndexSelectAttrs;
     case OpKind::Embedding: return kEmbeddingAttrs;
+    case OpKind::Dropout: return kDropoutAttrs;
     default: return std::span<const AttrSpec>(kNoAttrs, 0);
   }
 }
@@ -757,6 +767,7 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& a, 
     case OpKind::Cumsum:
     case OpKind::Argmax:
     case OpKind::Argmin: return infer_along(k, in[0].type, a);
+    case OpKind::Dropout: return infer_dropout(in[0].type, a);
   }
   fail("internal: unknown op");
 }

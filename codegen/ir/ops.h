@@ -28,7 +28,7 @@ enum class OpKind : uint8_t {
 enum class OpCategory : uint8_t {
   Leaf, Unary, Binary, Compare, Where, Reduce, Matmul, Movement, Gather, Composite, Collective,
   Generator,   // no tensor operands: each element from its own index (arange, full)
-  Positional,  // elementwise, the element's coordinates decide (tril, triu)
+  Positional,  // elementwise, the element's coordinates decide (tril, triu, dropout)
   AlongDim,    // rows along one dim, read in order (cumsum, argmax, argmin)
 };
 
@@ -110,7 +110,7 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& att
 // Helpers shared by passes.
 // Whether op k computes each element of its result from that element's index and the
 // same element of its operands (broadcasting): elementwise ops, views, generators
-// (arange, full) and tril/triu. A value such ops make from literals and generators
+// (arange, full), tril/triu and dropout. A value such ops make from literals and generators
 // alone reads no memory: fusion recomputes it in the kernels that use it, and
 // propagation places it as its users want it.
 bool index_computed(OpKind k);

@@ -562,6 +562,7 @@ Result<Elem> ElementCodegen::elementwise(OpKind k, std::span<const Elem> args, D
     case OpKind::Cumsum:
     case OpKind::Argmax:
     case OpKind::Argmin: return fail("not an elementwise op");
+    case OpKind::Dropout: return fail("not an elementwise op");
   }
   if (exact) {
     bool all_same = true;

@@ -235,7 +235,7 @@ bool is_view(OpKind k);         // transpose, permute, reshape, expand, slice, c
 // Ops GroupValues computes from the element's coordinates (emit_coordinate) rather
 // than with ElementCodegen::elementwise: generators (arange, full: no operand, no
 // memory read) and positional ops (tril, triu: their operand's same element, kept or
-// zeroed by its row and column).
+// zeroed by its row and column; dropout: kept or zeroed by its global index).
 bool is_coordinate_op(OpKind k);
 
 // ---- element code ------------------------------------------------------------------
@@ -366,7 +366,7 @@ class GroupValues {
   int param_slot(ValueId v) const { return param_slot_[static_cast<size_t>(v)]; }
 
  private:
-  // arange, full, tril, triu at `at` (is_coordinate_op).
+  // arange, full, tril, triu, dropout at `at` (is_coordinate_op).
   Result<Elem> coordinate_value(ValueId v, const ValueIndex& at);
 
   const Graph& g_;
@@ -391,6 +391,17 @@ class GroupValues {
   std::vector<llvm::Value*> coords_;
   std::unordered_map<std::string, Elem> memo_;
 };
+
+// ---- dropout (element_dropout.cpp) ----------------------------------------------------
+
+// dropout's random word for the element at global row-major index `index` (an i64
+// value): codegen/ir/dropout.h's dropout_word as 32-bit integer IR (Philox4x32-10;
+// the key is the seed, a constant; each round's high products mul.hi.u32 on NVPTX).
+// An i32.
+llvm::Value* emit_dropout_word(llvm::IRBuilderBase& b, const llvmb::Target& target, uint64_t seed, llvm::Value* index);
+// Dropout node `n` of its operand's element `x` at global index `index`:
+// x * (word >= ceil(p * 2^32) ? 1/(1-p) : 0) in the node's dtype.
+Result<Elem> emit_dropout(ElementCodegen& cg, const Node& n, Elem x, llvm::Value* index, bool rounded_to_16bit);
 
 // The SM number of an NVPTX arch ("sm_90a" -> 90); nullopt when it is not one.
 std::optional<int> sm_version(const std::string& arch);

@@ -1,6 +1,6 @@
 // GroupValues (element.h): a fused group's value at an element, computed through its
 // ops from loads of its params: element code, coordinates for generators and
-// positional ops, and a concat's select between its operands.
+// positional ops (dropout's global index), and a concat's select between its operands.
 #include "codegen/kernels/element.h"
 
 #include <algorithm>
@@ -9,6 +9,8 @@
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Intrinsics.h>
+
+#include "codegen/ir/dropout.h"
 
 namespace sf::kernels {
 
@@ -116,6 +118,21 @@ Result<Elem> GroupValues::coordinate_value(ValueId v, const ValueIndex& at) {
       llvm::Value* diagonal = b.getInt64(static_cast<uint64_t>(n.attrs.get_int("diagonal")));
       llvm::Value* keep = n.op == OpKind::Tril ? b.CreateICmpSLE(diff, diagonal) : b.CreateICmpSGE(diff, diagonal);
       return Elem{b.CreateSelect(keep, x->value, cg_.constant(0.0, n.type.dtype).value), n.type.dtype};
+    }
+    case OpKind::Dropout: {
+      const ValueId u = n.inputs[0];
+      std::optional<ValueIndex> ui = operand_index(n, at, g_.node(u).type.shape);
+      Result<Elem> x = value(u, *ui);
+      if (!x) return x;
+      // The element's global index: base + sum(c[d] * global stride[d]), below 2^40.
+      const DropoutIndex di = dropout_index(n.type.shape, n.attrs);
+      llvm::Value* index = b.getInt64(static_cast<uint64_t>(di.base));
+      for (int d = 0; d < n.type.rank(); ++d)
+        if (n.type.shape[static_cast<size_t>(d)] > 1)  // a size-1 dim's coordinate is 0
+          index = b.CreateAdd(index, b.CreateMul(coord(d), b.getInt64(static_cast<uint64_t>(di.strides[static_cast<size_t>(d)]))));
+      Result<Elem> r = emit_dropout(cg_, n, *x, index, rounded16_[static_cast<size_t>(v)]);
+      if (!r) return Diag{"", n.loc, r.error().message};
+      return r;
     }
     default: return Diag{"", n.loc, std::string(op_name(n.op)) + " is not computed from coordinates"};
   }

@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "codegen/ir/dropout.h"
 #include "codegen/ir/ops.h"
 #include "codegen/reference/evaluate_along.h"
 #include "codegen/reference/evaluate_index.h"
@@ -288,6 +289,7 @@ class Evaluator {
       case OpKind::Cumsum:
       case OpKind::Argmax:
       case OpKind::Argmin: return reference_detail::evaluate_along(n, in(n, 0));
+      case OpKind::Dropout: return dropout(n);
     }
     fail(n, "internal: unknown op");
   }
@@ -498,6 +500,23 @@ class Evaluator {
     for (int64_t e = 0; e < out.numel(); ++e) {
       const int64_t j = e % cols, i = e / cols % rows;  // |j - i| < 2^40: no overflow
       if (lower ? j - i <= diagonal : j - i >= diagonal) copy_elem(x, e, out, e);
+    }
+    return out;
+  }
+
+  // F.dropout in training mode with the counter-based mask of codegen/ir/dropout.h:
+  // the element at global index g is x * 1/(1-p) where u(g) >= p, else x * 0 (torch
+  // multiplies by its mask too, so a dropped inf or NaN gives NaN, and a dropped -x -0).
+  Tensor dropout(const Node& n) {
+    const Tensor& x = in(n, 0);
+    Tensor out(n.type.dtype, n.type.shape);
+    const double p = n.attrs.get_float("p"), scale = dropout_scale(p);
+    const auto seed = static_cast<uint64_t>(n.attrs.get_int("seed"));
+    const DropoutIndex at = dropout_index(n.type.shape, n.attrs);
+    for (int64_t e = 0; e < out.numel(); ++e) {
+      const auto g = static_cast<uint64_t>(at.base + offset_of(e, n.type.shape, at.strides));
+      const bool keep = dropout_uniform(dropout_word(seed, g)) >= p;
+      store(out, e, x.get(e) * (keep ? scale : 0.0));
     }
     return out;
   }

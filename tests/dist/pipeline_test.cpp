@@ -132,6 +132,10 @@ std::vector<OpCase> op_cases() {
   c.push_back({{{"x", "i32[5, 6]"}}, "cumsum(x, dim=-1)"});
   c.push_back({{a}, "argmax(a, dim=0)"});
   c.push_back({{a}, "argmin(a, dim=1, keepdim=true)"});
+  // The mask is drawn by global index: every placement must give the reference's mask
+  // (a wrong mask is a 0 where the reference has 2a, far beyond the tolerance).
+  c.push_back({{a}, "dropout(a, p=0.5, seed=7)"});
+  c.push_back({{a, b}, "add(dropout(a, 3, p=0.25), b)"});
   // Generated operands of a sharded op: each rank builds only its chunk of them.
   c.push_back({{a}, "add(a, triu(full([5, 6], -3.0), diagonal=2))"});
   c.push_back({{a}, "where(ge(reshape(arange(5), shape=[5, 1]), arange(6)), a, 0.0)"});

@@ -213,6 +213,12 @@ std::vector<Case> cases() {
     v.push_back({k, {T(DType::Bool, {4, 0})}});
     v.push_back({k, {T(DType::F16, {6, 6})}, {{"diagonal", int64_t{-4}}}});
   }
+  // dropout: every dim sharded unevenly (a rank's mask is its block of the global
+  // mask, drawn at its origin), Partials through (linear and monotone for a fixed mask).
+  v.push_back({OpKind::Dropout, {F({5, 7})}, {{"p", 0.5}, {"seed", int64_t{3}}}});
+  v.push_back({OpKind::Dropout, {F({2, 7, 5})}, {{"p", 0.25}, {"seed", int64_t{11}}}});
+  v.push_back({OpKind::Dropout, {T(DType::BF16, {6, 6})}, {{"p", 0.75}, {"seed", int64_t{0}}}});
+  v.push_back({OpKind::Dropout, {F({4, 0})}, {{"seed", int64_t{1}}}});
   v.push_back({OpKind::LogSoftmax, {F({5, 3})}});
   v.push_back({OpKind::LogSoftmax, {F({2, 5, 3})}, {{"dim", int64_t{1}}}});
   v.push_back({OpKind::LogSoftmax, {F({0, 4})}, {{"dim", int64_t{0}}}});

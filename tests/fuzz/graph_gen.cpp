@@ -362,7 +362,12 @@ class Generator {
         break;
       case OpCategory::Positional:
         args.push_back(val_arg(x));
-        if (in_.chance(70)) attrs.push_back({"diagonal", AttrValue(int64_t{in_.range(-3, 3)})});
+        if (info.kind == OpKind::Dropout) {  // p in {0, 0.25, 0.5, 1}: the edges and exact scales
+          if (in_.chance(70)) attrs.push_back({"p", AttrValue(0.25 * in_.range(0, 2) * (in_.chance(20) ? 2 : 1))});
+          attrs.push_back({"seed", AttrValue(int64_t{in_.range(0, 1000)})});
+        } else if (in_.chance(70)) {
+          attrs.push_back({"diagonal", AttrValue(int64_t{in_.range(-3, 3)})});
+        }
         break;
       case OpCategory::AlongDim:  // cumsum(x, dim), argmax/argmin(x, dim, keepdim); dim out of range sometimes
         args.push_back(val_arg(x));

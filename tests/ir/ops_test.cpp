@@ -112,6 +112,10 @@ std::vector<InferCase> cases() {
   c.push_back({"argmin", {T(i32, {2, 3})}, {{"dim", I(-1)}, {"keepdim", AttrValue(true)}}, {i64, {2, 1}}});
   c.push_back({"argmax", {T(f32, {0, 3})}, {{"dim", I(1)}}, {i64, {0}}});  // no rows: nothing to pick from
   c.push_back({"mean", {T(f32, {4, 6})}, {{"dims", AttrValue(V{0})}, {"count", I(12)}}, {f32, {6}}});
+  c.push_back({"dropout", {T(bf16, {3, 5})}, {{"p", AttrValue(0.1)}, {"seed", I(7)}}, {bf16, {3, 5}}});
+  c.push_back({"dropout", {T(f32, {4})}, {{"p", I(1)}, {"seed", I(kMax)}}, {f32, {4}}});  // p = 1: zeros
+  // A block of a larger tensor (what local_node writes for a rank's shard).
+  c.push_back({"dropout", {T(f32, {2, 3})}, {{"seed", I(0)}, {"origin", AttrValue(V{3, 0})}, {"global_shape", AttrValue(V{5, 3})}}, {f32, {2, 3}}});
   PlacementSpec spec{{Placement::shard(0), Placement::partial()}};
   c.push_back({"redistribute", {T(f32, {8, 3})}, {{"placements", AttrValue(spec)}}, {f32, {8, 3}}});
   return c;
@@ -210,6 +214,20 @@ TEST(InferType, RejectsWithAReason) {
       {"argmax", {T(f32, {4})}, {{"dim", I(-2)}}, "out of range"},
       {"mean", {T(f32, {4})}, {{"count", I(-1)}}, "mean: count -1 is negative"},
       {"log_softmax", {T(f32, {2, 3})}, {{"dim", I(2)}}, "out of range"},
+      {"dropout", {T(i64, {2})}, {{"seed", I(1)}}, "dropout expects a floating-point operand, got i64[2]"},
+      {"dropout", {T(f32, {2})}, {{"p", AttrValue(1.5)}, {"seed", I(1)}}, "dropout: p must be in [0, 1] (the probability of zeroing an element), got 1.5"},
+      {"dropout", {T(f32, {2})}, {{"p", AttrValue(-0.25)}, {"seed", I(1)}}, "got -0.25"},
+      {"dropout", {T(f32, {2})}, {{"p", AttrValue(std::nan(""))}, {"seed", I(1)}}, "p must be in [0, 1]"},
+      {"dropout", {T(f32, {2})}, {{"seed", I(-1)}}, "dropout: seed must be a non-negative integer (a Philox key), got -1"},
+      {"dropout", {T(f32, {2})}, {{"seed", I(1)}, {"origin", AttrValue(V{1})}}, "must both have 1 entries"},
+      {"dropout", {T(f32, {2, 3})}, {{"seed", I(1)}, {"origin", AttrValue(V{4, 0})}, {"global_shape", AttrValue(V{5, 3})}},
+       "the block of f32[2, 3] at origin [4, 0] does not lie inside global_shape [5, 3] (dim 0)"},
+      {"dropout", {T(f32, {2, 3})}, {{"seed", I(1)}, {"origin", AttrValue(V{0, -1})}, {"global_shape", AttrValue(V{5, 3})}},
+       "(dim 1)"},
+      {"dropout", {T(f32, {2, 3})}, {{"seed", I(1)}, {"origin", AttrValue(V{0, 0})}, {"global_shape", AttrValue(V{kMax, 3})}},
+       "global_shape: "},
+      {"dropout", {T(f32, {0, 3})}, {{"seed", I(1)}, {"origin", AttrValue(V{0, 0})}, {"global_shape", AttrValue(V{0, int64_t{1} << 50})}},
+       "global_shape: "},
   };
   for (const RejectCase& r : rejects) {
     auto k = find_op(r.op);

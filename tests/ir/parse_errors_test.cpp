@@ -113,6 +113,14 @@ const BadInput kCases[] = {
      "matmul expects operands of one dtype"},
     {"WhereNeedsBool", "graph g(a: f32[2]) {\n  y = where(a, a, a)\n  return y\n}\n", "2:7",
      "where expects a bool condition"},
+    {"DropoutPOutOfRange", "graph g(x: f32[2]) {\n  y = dropout(x, p=1.5, seed=3)\n  return y\n}\n", "2:7",
+     "dropout: p must be in [0, 1] (the probability of zeroing an element), got 1.5"},
+    {"DropoutNegativeSeed", "graph g(x: f32[2]) {\n  y = dropout(x, -3, p=0.1)\n  return y\n}\n", "2:7",
+     "dropout: seed must be a non-negative integer (a Philox key), got -3"},
+    {"DropoutMissingSeed", "graph g(x: f32[2]) {\n  y = dropout(x, p=0.1)\n  return y\n}\n", "2:7",
+     "dropout: missing required attribute 'seed'"},
+    {"DropoutOfIntegers", "graph g(x: i32[2]) {\n  y = dropout(x, seed=1)\n  return y\n}\n", "2:7",
+     "dropout expects a floating-point operand, got i32[2] (cast it first)"},
 };
 
 class ParseError : public ::testing::TestWithParam<BadInput> {};

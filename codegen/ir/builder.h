@@ -133,6 +133,9 @@ Value gather(Value x, Value index, int64_t dim);
 Value index_select(Value x, Value index, int64_t dim);
 Value scatter_add(Value x, Value index, Value src, int64_t dim);
 Value log_softmax(Value x, int64_t dim = -1);
+// F.cross_entropy(logits, target, reduction=..., ignore_index=...) with class indices:
+// logits [N, C, d1, ...] or [C], target [N, d1, ...] or 0-d; reduction mean, sum or none.
+Value cross_entropy(Value logits, Value target, const std::string& reduction = "mean", int64_t ignore_index = -100);
 // torch.tril / torch.triu over the last two dims: x[..., i, j] where j - i <= diagonal
 // (tril) or j - i >= diagonal (triu), 0 elsewhere.
 Value tril(Value x, int64_t diagonal = 0);

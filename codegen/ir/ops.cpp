@@ -2,6 +2,7 @@
 
 #include "codegen/ir/limits.h"
 #include "codegen/ir/ops_index.h"
+#include "codegen/ir/ops_loss.h"
 
 #include <algorithm>
 #include <array>
@@ -55,12 +56,17 @@ const AttrSpec kSliceAttrs[] = {{"dim", AttrType::Int, std::nullopt},
                                 {"end", AttrType::Int, AttrValue(std::numeric_limits<int64_t>::max())},
                                 {"step", AttrType::Int, AttrValue(int64_t{1})}};
 const AttrSpec kConcatAttrs[] = {{"dim", AttrType::Int, AttrValue(int64_t{0})}};  // torch.cat's default
-const AttrSpec kIndexDimAttrs[] = {{"dim", AttrType::Int, std::nullopt}};  // gather, scatter_add
+const AttrSpec kIndexDimAttrs[] = {{"dim", AttrType::Int, std::nullopt}};  // scatter_add
 // `offset`: the row the lookup's index 0 names (out-of-range rows read as 0); local_node
 // sets it to a rank's first row under a vocabulary-parallel (row-sharded) table.
 const AttrSpec kIndexSelectAttrs[] = {{"dim", AttrType::Int, std::nullopt},
                                       {"offset", AttrType::Int, AttrValue(int64_t{0})}};
 const AttrSpec kEmbeddingAttrs[] = {{"offset", AttrType::Int, AttrValue(int64_t{0})}};
+// gather's offset likewise: x's first row along dim, for x sharded along dim.
+const AttrSpec kGatherAttrs[] = {{"dim", AttrType::Int, std::nullopt}, {"offset", AttrType::Int, AttrValue(int64_t{0})}};
+// F.cross_entropy's defaults (reduction='mean', ignore_index=-100).
+const AttrSpec kCrossEntropyAttrs[] = {{"reduction", AttrType::Ident, AttrValue(std::string("mean"))},
+                                       {"ignore_index", AttrType::Int, AttrValue(int64_t{-100})}};
 
 std::span<const AttrSpec> attrs_of(OpKind k) {
   switch (k) {
@@ -89,8 +95,9 @@ std::span<const AttrSpec> attrs_of(OpKind k) {
     case OpKind::Triu: return kTriangleAttrs;
     case OpKind::Slice: return kSliceAttrs;
     case OpKind::Concat: return kConcatAttrs;
-    case OpKind::Gather:
+    case OpKind::Gather: return kGatherAttrs;
     case OpKind::ScatterAdd: return kIndexDimAttrs;
+    case OpKind::CrossEntropy: return kCrossEntropyAttrs;
     case OpKind::IndexSelect: return kIndexSelectAttrs;
     case OpKind::Embedding: return kEmbeddingAttrs;
     default: return std::span<const AttrSpec>(kNoAttrs, 0);
@@ -660,6 +667,7 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& a, 
       need_float(k, in[0].type);
       dim_or_fail(k, "dim", a.get_int("dim"), in[0].type.rank());
       return in[0].type;
+    case OpKind::CrossEntropy: return infer_cross_entropy(in, a);
 
     case OpKind::AllGather: {
       int md = mesh_dim_or_fail(k, a, mesh);

@@ -71,7 +71,8 @@ std::string step_line(const LocalProgram& p, const LocalStep& s, const DeviceMes
         for (const auto& [key, value] : s.node.attrs.items)
           line += (line.back() == ' ' ? "" : " ") + key + "=" + attr_value_str(value, mesh.mesh());
       // A vocabulary-parallel lookup: the first row the rank holds.
-      if (const AttrValue* off = s.node.attrs.find("offset"); off && (s.node.op == OpKind::Embedding || s.node.op == OpKind::IndexSelect))
+      // (embedding, index_select and gather are the ops with an `offset`).
+      if (const AttrValue* off = s.node.attrs.find("offset"); off)
         line += " offset=" + attr_value_str(*off, mesh.mesh());
       return line + " -> " + name(s.out) + "  " + p.types[static_cast<size_t>(s.out)].str();
     }

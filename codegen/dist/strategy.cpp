@@ -1,5 +1,7 @@
 #include "codegen/dist/strategy.h"
 
+#include "codegen/ir/ops_loss.h"
+
 #include <algorithm>
 #include <cstddef>
 #include <optional>
@@ -434,6 +436,10 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
         if (d != dim && in[0].type.shape[u] == in[1].type.shape[u]) r.add({S(d), S(d)}, S(d));
       }
       r.add({R(), S(dim)}, S(dim));
+      // x sharded along `dim`, the index whole: each rank reads the rows it holds
+      // (local_node's offset) and 0 for the others, a Partial(sum) (the picked logit of
+      // a vocabulary-parallel cross_entropy).
+      add_vocab_parallel(in[0], out, {S(dim), R()}, r);
       if (may_be_partial(in[0], out))
         for (ReduceOp op : movement_reduce_ops(out.dtype)) r.add({P(op), R()}, P(op));
       break;
@@ -469,6 +475,21 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
       int dim = *normalize_dim(attrs.get_int("dim"), in[0].type.rank());
       for (int d = 0; d < in[0].type.rank(); ++d)
         if (d != dim) r.add({S(d)}, S(d));
+      break;
+    }
+    // cross_entropy as one op (decompose_for_sharding expands it before propagation,
+    // where the class dim may be sharded; these are for a graph propagated without
+    // that): logits and target sharded alike on a batch or spatial dim. Each rank's
+    // losses are its rows' (none), and their sums add up (sum); the mean is not offered
+    // (each rank would divide by its own count of targets not ignored).
+    case OpKind::CrossEntropy: {
+      const int rank = in[0].type.rank(), cd = class_dim(rank);
+      const LossReduction red = *parse_loss_reduction(attrs.get_ident("reduction"));
+      for (int d = 0; d < rank; ++d) {
+        if (d == cd || red == LossReduction::Mean) continue;
+        const int t = d < cd ? d : d - 1;  // the target's dim
+        r.add({S(d), S(t)}, red == LossReduction::None ? S(t) : P(ReduceOp::Sum));
+      }
       break;
     }
     case OpKind::LayerNorm:
@@ -621,7 +642,7 @@ Node local_node(const Node& n, const RankShards& at) {
   // row i - offset. |offset| <= 2^62 and a row offset is below 2^40: no overflow.
   if (n.op == OpKind::Embedding && !at.inputs[1].offset.empty())
     set_attr(l, "offset", n.attrs.get_int("offset") + at.inputs[1].offset[0]);
-  if (n.op == OpKind::IndexSelect) {
+  if (n.op == OpKind::IndexSelect || n.op == OpKind::Gather) {
     const auto dim = static_cast<size_t>(*normalize_dim(n.attrs.get_int("dim"), n.type.rank()));
     if (dim < at.inputs[0].offset.size()) set_attr(l, "offset", n.attrs.get_int("offset") + at.inputs[0].offset[dim]);
   }

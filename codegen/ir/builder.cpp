@@ -225,6 +225,9 @@ Value index_select(Value x, Value index, int64_t dim) {
 Value scatter_add(Value x, Value index, Value src, int64_t dim) {
   return x.builder->op(OpKind::ScatterAdd, {x, index, src}, {AttrValue(dim)});
 }
+Value cross_entropy(Value logits, Value target, const std::string& reduction, int64_t ignore_index) {
+  return logits.builder->op(OpKind::CrossEntropy, {logits, target}, {AttrValue(reduction), AttrValue(ignore_index)});
+}
 Value log_softmax(Value x, int64_t dim) { return x.builder->op(OpKind::LogSoftmax, {x}, {AttrValue(dim)}); }
 Value tril(Value x, int64_t diagonal) { return x.builder->op(OpKind::Tril, {x}, {AttrValue(diagonal)}); }
 Value triu(Value x, int64_t diagonal) { return x.builder->op(OpKind::Triu, {x}, {AttrValue(diagonal)}); }

@@ -139,6 +139,9 @@ Value log_softmax(Value x, int64_t dim = -1);
 Value cumsum(Value x, int64_t dim);
 Value argmax(Value x, int64_t dim, bool keepdim = false);
 Value argmin(Value x, int64_t dim, bool keepdim = false);
+// F.cross_entropy(logits, target, reduction=..., ignore_index=...) with class indices:
+// logits [N, C, d1, ...] or [C], target [N, d1, ...] or 0-d; reduction mean, sum or none.
+Value cross_entropy(Value logits, Value target, const std::string& reduction = "mean", int64_t ignore_index = -100);
 // torch.tril / torch.triu over the last two dims: x[..., i, j] where j - i <= diagonal
 // (tril) or j - i >= diagonal (triu), 0 elsewhere.
 Value tril(Value x, int64_t diagonal = 0);

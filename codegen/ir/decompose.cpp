@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "codegen/ir/builder.h"
+#include "codegen/ir/ops_loss.h"
 
 namespace sf {
 
@@ -118,13 +119,55 @@ struct Emitter {
       }
     return down(op(OpKind::Add, {is_float(x0.type().dtype) ? up(x0) : x0, added}), x0.type().dtype);
   }
+
+  // F.cross_entropy(logits, target) with class indices, in f32 (f16/bf16 logits are
+  // read as f32 and the result rounded once), every loss from per-row statistics of
+  // the logits shifted by their row max (logsumexp - x[t] = log(sum(exp(x - m))) -
+  // (x[t] - m), without cancelling a large m):
+  //   s      = x - m,  m = max(x, class dim)
+  //   picked = gather(s, target with a size-1 class dim, class dim)
+  //   loss   = log(sum(exp(s), class dim)) - picked where target != ignore_index, else 0
+  // then none (the losses), sum, or mean (the sum over the count of targets that are
+  // not ignore_index; 0 / 0 = NaN when every target is ignored, as torch). Decomposed
+  // on the global graph, so with the class dim sharded, the max and the sum leave
+  // Partials (max, sum) and the gather a masked Partial(sum): only [N]-sized statistics
+  // travel, and m only once (s is each rank's own classes, shifted). A target outside
+  // [0, C) that is not ignore_index reads 0 from the gather (the index ops' rule), so
+  // its loss is log(sum(exp(x - m))), the loss of a target at the row max.
+  Value cross_entropy(Value x0, Value target, LossReduction red, int64_t ignore_index) {
+    const Shape xs = x0.type().shape;
+    const int64_t cd = class_dim(static_cast<int>(xs.size()));
+    Value x = up(x0);
+    Value shifted = op(OpKind::Sub, {x, reduce(OpKind::Max, x, {cd})});
+    Value lse = op(OpKind::Log, {reduce(OpKind::Sum, op(OpKind::Exp, {shifted}), {cd})});
+    std::vector<int64_t> with_class(xs.begin(), xs.end());
+    with_class[static_cast<size_t>(cd)] = 1;  // [N, 1, d1, ...]
+    Value idx = op(OpKind::Reshape, {target}, {AttrValue(with_class)});
+    Value picked = op(OpKind::Gather, {shifted, idx}, {AttrValue(cd)});
+    const Shape ts = target.type().shape;
+    Value loss = op(OpKind::Reshape, {op(OpKind::Sub, {lse, picked})}, {AttrValue(std::vector<int64_t>(ts.begin(), ts.end()))});
+    // ignore_index is within +-2^53 (the shape rule), so the literal is exact; the
+    // target is compared as i64 so an i32 target meets it unconverted.
+    Value i64 = target.type().dtype == DType::I64 ? target : op(OpKind::Cast, {target}, {DType::I64});
+    Value keep = op(OpKind::Ne, {i64, b.constant(static_cast<double>(ignore_index), DType::I64, loc)});
+    loss = op(OpKind::Where, {keep, loss, lit(0.0)});
+    const DType dt = x0.type().dtype;
+    if (red == LossReduction::None) return down(loss, dt);
+    auto total = [&](Value v) {  // over every dim; a 0-d value (unbatched logits) is its own total
+      return v.type().rank() == 0 ? v : op(OpKind::Sum, {v}, {AttrValue(std::vector<int64_t>{}), AttrValue(false)});
+    };
+    Value sum = total(loss);
+    if (red == LossReduction::Sum) return down(sum, dt);
+    // The count sums bools into i64 (exact); the division rounds it to f32 once.
+    Value count = keep.type().rank() == 0 ? op(OpKind::Cast, {keep}, {DType::I64}) : total(keep);
+    return down(op(OpKind::Div, {sum, count}), dt);
+  }
 };
 
-}  // namespace
-
-Graph decompose(const Graph& g) {
+// Rebuilds `g` with the composites `which` selects decomposed.
+Graph decompose_selected(const Graph& g, bool (*which)(OpKind)) {
   bool any = false;
-  for (const Node& n : g.nodes()) any = any || is_composite(n.op);
+  for (const Node& n : g.nodes()) any = any || which(n.op);
   if (!any) return g;
 
   GraphBuilder b(g.name(), g.mesh());
@@ -135,6 +178,13 @@ Graph decompose(const Graph& g) {
       std::vector<Value> in;
       for (ValueId v : n.inputs) in.push_back(map[static_cast<size_t>(v)]);
       Value v;
+      if (!which(n.op) && n.op != OpKind::Param && n.op != OpKind::Constant) {
+        v = b.op(n.op, in, {}, n.attrs.items, n.loc);  // a composite decomposed later, kept
+        if (!n.name.empty()) b.name(v, n.name, n.loc);
+        if (n.placement) b.constrain(v, *n.placement, n.loc);
+        map[i] = v;
+        continue;
+      }
       switch (n.op) {
         case OpKind::Param:
           map[i] = b.param(n.name, n.type.dtype, n.type.shape, n.placement, n.loc);
@@ -153,6 +203,10 @@ Graph decompose(const Graph& g) {
           v = Emitter{b, n.loc}.norm(in[0], in[1], std::nullopt, n.attrs.get_float("eps"), false);
           break;
         case OpKind::ScatterAdd: v = Emitter{b, n.loc}.scatter_add(in[0], in[1], in[2], n.attrs.get_int("dim")); break;
+        case OpKind::CrossEntropy:
+          v = Emitter{b, n.loc}.cross_entropy(in[0], in[1], *parse_loss_reduction(n.attrs.get_ident("reduction")),
+                                              n.attrs.get_int("ignore_index"));
+          break;
         // Primitives are copied as they are. Listed one by one so that a new op in
         // ops.def must be classified here (-Werror=switch).
         case OpKind::Neg:
@@ -225,5 +279,13 @@ Graph decompose(const Graph& g) {
   if (!r) throw std::logic_error("internal error in decompose: " + r.error().str());
   return std::move(r).value();
 }
+
+}  // namespace
+
+bool decomposes_before_sharding(OpKind k) { return k == OpKind::CrossEntropy; }
+
+Graph decompose(const Graph& g) { return decompose_selected(g, is_composite); }
+
+Graph decompose_for_sharding(const Graph& g) { return decompose_selected(g, decomposes_before_sharding); }
 
 }  // namespace sf

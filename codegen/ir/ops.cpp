@@ -3,6 +3,7 @@
 #include "codegen/ir/dropout.h"
 #include "codegen/ir/limits.h"
 #include "codegen/ir/ops_index.h"
+#include "codegen/ir/ops_loss.h"
 
 #include <algorithm>
 #include <array>
@@ -67,7 +68,7 @@ const AttrSpec kMeanAttrs[] = {{"dims", AttrType::IntList, AttrValue(V{})},
                                {"keepdim", AttrType::Bool, AttrValue(false)},
                                {"count", AttrType::Int, AttrValue(int64_t{0})}};
 const AttrSpec kConcatAttrs[] = {{"dim", AttrType::Int, AttrValue(int64_t{0})}};  // torch.cat's default
-const AttrSpec kIndexDimAttrs[] = {{"dim", AttrType::Int, std::nullopt}};  // gather, scatter_add
+const AttrSpec kIndexDimAttrs[] = {{"dim", AttrType::Int, std::nullopt}};  // scatter_add
 // `offset`: the row the lookup's index 0 names (out-of-range rows read as 0); local_node
 // sets it to a rank's first row under a vocabulary-parallel (row-sharded) table.
 const AttrSpec kIndexSelectAttrs[] = {{"dim", AttrType::Int, std::nullopt},
@@ -81,6 +82,11 @@ const AttrSpec kDropoutAttrs[] = {{"seed", AttrType::Int, std::nullopt},
                                   {"p", AttrType::Float, AttrValue(0.5)},
                                   {"origin", AttrType::IntList, AttrValue(V{})},
                                   {"global_shape", AttrType::IntList, AttrValue(V{})}};
+// gather's offset likewise: x's first row along dim, for x sharded along dim.
+const AttrSpec kGatherAttrs[] = {{"dim", AttrType::Int, std::nullopt}, {"offset", AttrType::Int, AttrValue(int64_t{0})}};
+// F.cross_entropy's defaults (reduction='mean', ignore_index=-100).
+const AttrSpec kCrossEntropyAttrs[] = {{"reduction", AttrType::Ident, AttrValue(std::string("mean"))},
+                                       {"ignore_index", AttrType::Int, AttrValue(int64_t{-100})}};
 
 std::span<const AttrSpec> attrs_of(OpKind k) {
   switch (k) {
@@ -112,8 +118,9 @@ std::span<const AttrSpec> attrs_of(OpKind k) {
     case OpKind::Triu: return kTriangleAttrs;
     case OpKind::Slice: return kSliceAttrs;
     case OpKind::Concat: return kConcatAttrs;
-    case OpKind::Gather:
+    case OpKind::Gather: return kGatherAttrs;
     case OpKind::ScatterAdd: return kIndexDimAttrs;
+    case OpKind::CrossEntropy: return kCrossEntropyAttrs;
     case OpKind::IndexSelect: return kIndexSelectAttrs;
     case OpKind::Embedding: return kEmbeddingAttrs;
     case OpKind::Dropout: return kDropoutAttrs;
@@ -707,6 +714,7 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& a, 
       need_float(k, in[0].type);
       dim_or_fail(k, "dim", a.get_int("dim"), in[0].type.rank());
       return in[0].type;
+    case OpKind::CrossEntropy: return infer_cross_entropy(in, a);
 
     case OpKind::AllGather: {
       int md = mesh_dim_or_fail(k, a, mesh);

@@ -60,6 +60,7 @@ TensorType infer_index_op(OpKind k, const std::vector<Operand>& in, const Attrs&
       need_indices(k, in[1], "second operand");
       const int dim = dim_of(k, a, x);
       need_within(k, in[1].type, x, "x", dim);
+      need_offset(k, a);
       return {x.dtype, in[1].type.shape};
     }
     case OpKind::IndexSelect: {

@@ -1,5 +1,7 @@
 #include "codegen/kernels/compile_plan.h"
 
+#include "codegen/ir/decompose.h"
+
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 
@@ -183,7 +185,10 @@ std::vector<PlanStep> extern_steps(const LocalKernel& k, const std::vector<int>&
 
 }  // namespace
 
-Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
+Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
+  // cross_entropy decomposed before propagation (decompose.h); params and outputs
+  // keep their order and names, so the Plan runs g0's inputs and outputs.
+  const Graph g = decompose_for_sharding(g0);
   DeviceMesh mesh(g.mesh());
   RankPipelineOptions po = opts.pipeline;
   // One performance model for every choice below and the report: the links of
@@ -207,7 +212,7 @@ Result<CompiledPlan> compile_plan(const Graph& g, const CompileOptions& opts) {
   CompiledPlan out;
   Plan& plan = out.plan;
   plan.graph = g.name();
-  plan.graph_digest = plan_graph_digest(g);
+  plan.graph_digest = plan_graph_digest(g0);  // the graph file's, which exec reloads
   plan.mesh = g.mesh().str();
   plan.world = mesh.world();
   plan.arch = opts.arch;

@@ -222,7 +222,7 @@ Result<Elem> GroupValues::lookup_value(ValueId v, const ValueIndex& at) {
   ii.prefix.base = static_cast<int>(computed_.size());
   Result<Elem> idx = value(iv, ii);
   if (!idx) return idx;
-  const int64_t offset = n.op == OpKind::IndexSelect ? n.attrs.get_int("offset") : 0;
+  const int64_t offset = n.attrs.get_int("offset");  // x's first row along dim (vocabulary parallel)
   MaskedRow row = masked_row(b, cg_.convert(*idx, DType::I64).value, offset, xs[dim]);
   // x's element: the result's coordinates with the row along dim (gather's index is no
   // larger than x on the other dims, index_select keeps them), C order.

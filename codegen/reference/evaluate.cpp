@@ -12,8 +12,10 @@
 
 #include "codegen/ir/dropout.h"
 #include "codegen/ir/ops.h"
+#include "codegen/ir/ops_loss.h"
 #include "codegen/reference/evaluate_along.h"
 #include "codegen/reference/evaluate_index.h"
+#include "codegen/reference/evaluate_loss.h"
 
 namespace sf {
 
@@ -241,6 +243,7 @@ class Evaluator {
       case OpKind::Gather: return eval_gather(n, in(n, 0), in(n, 1));
       case OpKind::IndexSelect: return eval_index_select(n, in(n, 0), in(n, 1));
       case OpKind::ScatterAdd: return eval_scatter_add(n, in(n, 0), in(n, 1), in(n, 2));
+      case OpKind::CrossEntropy: return eval_cross_entropy(n, in(n, 0), in(n, 1));
 
       case OpKind::Gelu:
         return unary_float(n, [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::numbers::sqrt2)); });
@@ -607,6 +610,10 @@ std::optional<int64_t> embedding_rows(const Graph& g, ValueId param) {
   for (const Node& n : g.nodes()) {
     std::optional<int64_t> r;
     if (n.op == OpKind::Embedding && from_param(n.inputs[0])) r = g.node(n.inputs[1]).type.shape[0];
+    if (n.op == OpKind::CrossEntropy && from_param(n.inputs[1])) {  // the classes of the logits
+      const TensorType& x = g.node(n.inputs[0]).type;
+      r = x.shape[static_cast<size_t>(class_dim(x.rank()))];
+    }
     // gather, index_select, scatter_add: the indexed dim of x.
     const bool indexes = n.op == OpKind::Gather || n.op == OpKind::IndexSelect || n.op == OpKind::ScatterAdd;
     if (indexes && from_param(n.inputs[1])) {

@@ -38,7 +38,8 @@ Result<Tensor> evaluate_node(const Node& n, const std::vector<const Tensor*>& in
 // differ between standard libraries): floats uniform in [-1, 1) rounded to the dtype,
 // bools fair coin flips, integer params that feed an embedding's indices (directly or
 // through movement ops, integer casts and redistributes) uniform in [0, rows) of the
-// smallest such weight (gather, index_select, scatter_add: the indexed dim's size), other integers uniform in [0, 8) (runtime/core's
+// smallest such weight (gather, index_select, scatter_add: the indexed dim's size;
+// cross_entropy's target: the logits' classes), other integers uniform in [0, 8) (runtime/core's
 // random_tensors with random_input_bounds).
 std::vector<Tensor> random_inputs(const Graph& g, uint64_t seed);
 // The integer bound random_inputs uses for each param of `g`.

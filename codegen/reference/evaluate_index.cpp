@@ -43,13 +43,14 @@ std::optional<int64_t> lookup_row(int64_t idx, int64_t offset, int64_t rows) {
   return static_cast<int64_t>(row);
 }
 
-// out[c] = x[c with c[dim] = index[c]] (torch.gather); out has index's shape.
+// out[c] = x[c with c[dim] = index[c] - offset] (torch.gather); out has index's shape.
 Tensor eval_gather(const Node& n, const Tensor& x, const Tensor& index) {
   const size_t dim = dim_of(n, x);
+  const int64_t offset = n.attrs.get_int("offset");
   Tensor out(n.type.dtype, n.type.shape);  // zeros
   for (int64_t e = 0; e < out.numel(); ++e) {
     std::vector<int64_t> c = coords_of(e, out.shape());
-    std::optional<int64_t> row = lookup_row(index.get_int(e), 0, x.shape()[dim]);
+    std::optional<int64_t> row = lookup_row(index.get_int(e), offset, x.shape()[dim]);
     if (!row) continue;
     c[dim] = *row;
     copy_elem(x, flat_of(c, x.shape()), out, e);

@@ -136,6 +136,10 @@ std::vector<OpCase> op_cases() {
   // (a wrong mask is a 0 where the reference has 2a, far beyond the tolerance).
   c.push_back({{a}, "dropout(a, p=0.5, seed=7)"});
   c.push_back({{a, b}, "add(dropout(a, 3, p=0.25), b)"});
+  // cross_entropy, decomposed before propagation: S(-1) shards the 7 classes 2, 2, 2, 1
+  // (vocabulary parallel); ignore_index 2 is among the random targets in [0, 7).
+  c.push_back({{{"x", "f32[5, 7]"}, {"t", "i64[5]"}}, "cross_entropy(x, t, ignore_index=2)"});
+  c.push_back({{{"x", "f32[3, 5, 2]"}, {"t", "i32[3, 2]"}}, "cross_entropy(x, t, reduction=none)"});
   // Generated operands of a sharded op: each rank builds only its chunk of them.
   c.push_back({{a}, "add(a, triu(full([5, 6], -3.0), diagonal=2))"});
   c.push_back({{a}, "where(ge(reshape(arange(5), shape=[5, 1]), arange(6)), a, 0.0)"});

@@ -230,6 +230,12 @@ std::vector<Case> cases() {
   v.push_back({OpKind::Argmin, {I({2, 7, 5})}, {{"dim", int64_t{-1}}, {"keepdim", true}}});
   v.push_back({OpKind::Mean, {F({7, 3})}, {{"dims", V{0}}}});
   v.push_back({OpKind::Mean, {F({3, 5})}, {{"dims", V{0, 1}}, {"keepdim", true}}});
+  // cross_entropy as one op: rows (and a spatial dim) sharded with the target for none
+  // and sum; targets in [0, C] (C is out of range) and an ignore_index among them.
+  v.push_back({OpKind::CrossEntropy, {F({5, 4}), T(DType::I64, {5})}, {{"reduction", std::string("none")}}});
+  v.push_back({OpKind::CrossEntropy, {F({5, 4, 3}), I({5, 3})}, {{"reduction", std::string("sum")}, {"ignore_index", int64_t{1}}}});
+  v.push_back({OpKind::CrossEntropy, {F({6, 3}), T(DType::I64, {6})}, {{"ignore_index", int64_t{0}}}});  // mean
+  v.push_back({OpKind::CrossEntropy, {F({4}), T(DType::I64, {})}});
   return v;
 }
 
@@ -418,6 +424,7 @@ void convert(const Case& c, const DeviceMesh& mesh, uint64_t seed, Totals& total
   int64_t bound = c.op == OpKind::Embedding ? c.in[1].type.shape[0] : 8;
   if (c.op == OpKind::Gather || c.op == OpKind::IndexSelect || c.op == OpKind::ScatterAdd)
     bound = c.in[0].type.shape[static_cast<size_t>(*normalize_dim(attrs.get_int("dim"), c.in[0].type.rank()))] + 1;
+  if (c.op == OpKind::CrossEntropy) bound = c.in[0].type.shape[c.in[0].type.rank() == 1 ? 0 : 1] + 1;  // classes + 1
   std::vector<Tensor> globals;
   for (size_t a = 0; a < c.in.size(); ++a) {
     node.inputs.push_back(static_cast<ValueId>(a));

@@ -321,6 +321,17 @@ class Generator {
           args.push_back(new_param(TensorType{x.type.dtype, idx.shape}));
           attrs.push_back({"dim", AttrValue(int64_t{d})});
         }
+        if (info.kind == OpKind::CrossEntropy) {  // logits x (classes on dim 1, 0 for rank 1), a target without that dim
+          if (r == 0 || !is_float(x.type.dtype)) return;
+          const size_t cd = r == 1 ? 0 : 1;
+          if (s[cd] == 0) return;
+          TensorType t{in_.chance(50) ? DType::I32 : DType::I64, s};
+          t.shape.erase(t.shape.begin() + static_cast<std::ptrdiff_t>(cd));
+          args.push_back(new_param(t));
+          static const char* const kReductions[] = {"mean", "sum", "none"};
+          attrs.push_back({"reduction", AttrValue(std::string(kReductions[in_.range(0, 2)]))});
+          if (in_.chance(50)) attrs.push_back({"ignore_index", AttrValue(int64_t{in_.range(-1, 3)})});
+        }
         if (info.kind == OpKind::Softmax || info.kind == OpKind::LogSoftmax) {
           if (in_.chance(70)) attrs.push_back({"dim", AttrValue(int64_t{in_.range(-std::max(r, 1), std::max(r, 1) - 1)})});
         } else if (info.kind == OpKind::LayerNorm || info.kind == OpKind::RmsNorm) {

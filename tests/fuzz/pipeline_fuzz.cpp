@@ -22,6 +22,7 @@
 
 #include "codegen/dist/explain.h"
 #include "codegen/dist/propagate.h"
+#include "codegen/ir/decompose.h"
 #include "runtime/core/shard.h"
 #include "codegen/fusion/pipeline.h"
 #include "codegen/ir/parser.h"
@@ -114,19 +115,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return -1;  // not worth keeping in the corpus: check refuses it
   }
   const Graph& g = *parsed;
+  // What every command propagates and lowers (compile_plan does the same); the
+  // reference evaluates g itself.
+  const Graph gs = decompose_for_sharding(g);
 
   // explain
   DeviceMesh mesh(g.mesh());
-  ShardingPlan plan = propagate(g, mesh);
+  ShardingPlan plan = propagate(gs, mesh);
   RankPipelineOptions po;
   po.fuse = c.fuse;
   po.reorder = c.reorder;
   po.decompose.mode = c.decompose == 1 ? DecomposeMode::Always : c.decompose == 2 ? DecomposeMode::Never : DecomposeMode::Auto;
   std::vector<DecomposeDecision> decisions;
   po.decisions = &decisions;
-  std::vector<LocalProgram> programs = ok_value(rank_programs(g, plan, mesh, po));
+  std::vector<LocalProgram> programs = ok_value(rank_programs(gs, plan, mesh, po));
   po.decisions = nullptr;
-  std::string explained = explain_sharding(g, plan, mesh) + explain_kernels(programs[0]) + explain_schedule(programs[0], mesh);
+  std::string explained = explain_sharding(gs, plan, mesh) + explain_kernels(programs[0]) + explain_schedule(programs[0], mesh);
   for (const LocalStep& s : programs[0].steps) explained += step_line(programs[0], s, mesh);
   if (explained.empty()) fail(c.text, "explain printed nothing");
 
@@ -137,12 +141,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // run --kernels reference
   RankPipelineOptions rpo = po;
   rpo.decisions = nullptr;
-  Result<std::vector<Tensor>> ref_run = run_all(g, plan, mesh, rpo, inputs, CompileOptions::HostCode::Reference);
+  Result<std::vector<Tensor>> ref_run = run_all(gs, plan, mesh, rpo, inputs, CompileOptions::HostCode::Reference);
   if (want) check_against(c.text, g, "run --kernels reference", ref_run, *want);
 
   // run (generated host kernels, split where an emitter cannot go)
   {
-    Result<std::vector<Tensor>> gen_run = run_all(g, plan, mesh, rpo, inputs, CompileOptions::HostCode::Jit);
+    Result<std::vector<Tensor>> gen_run = run_all(gs, plan, mesh, rpo, inputs, CompileOptions::HostCode::Jit);
     if (want) {
       if (!gen_run) fail(c.text, "run failed where the reference evaluator did not: " + gen_run.error().str());
       // Fused precision keeps f16/bf16 values in f32 where the reference rounds at every
@@ -151,7 +155,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // under --precision eager, which rounds as the reference does.
       if (std::string m = mismatch(g, "run", gen_run.value(), *want); !m.empty()) {
         Result<std::vector<Tensor>> eager_run =
-            run_all(g, plan, mesh, rpo, inputs, CompileOptions::HostCode::Jit, Precision::Eager);
+            run_all(gs, plan, mesh, rpo, inputs, CompileOptions::HostCode::Jit, Precision::Eager);
         check_against(c.text, g, "run --precision eager (fused differed)", eager_run, *want);
       }
     }

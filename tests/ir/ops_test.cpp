@@ -76,6 +76,13 @@ std::vector<InferCase> cases() {
   c.push_back({"scatter_add", {T(i32, {4, 5}), T(i64, {3, 2}), T(i32, {3, 4})}, {{"dim", AttrValue(int64_t{0})}},
                {i32, {4, 5}}});
   c.push_back({"softmax", {T(f32, {2, 8})}, {{"dim", AttrValue(int64_t{0})}}, {f32, {2, 8}}});
+  // F.cross_entropy: classes on dim 1 (dim 0 unbatched); 0-d unless reduction=none.
+  c.push_back({"cross_entropy", {T(bf16, {4, 10}), T(i64, {4})}, {}, {bf16, {}}});
+  c.push_back({"cross_entropy", {T(f32, {2, 10, 3, 5}), T(i32, {2, 3, 5})}, {{"reduction", AttrValue(std::string("none"))}},
+               {f32, {2, 3, 5}}});
+  c.push_back({"cross_entropy", {T(f16, {7}), T(i64, {})}, {{"reduction", AttrValue(std::string("sum"))}}, {f16, {}}});
+  c.push_back({"cross_entropy", {T(f32, {0, 3}), T(i64, {0})}, {{"reduction", AttrValue(std::string("none"))}},
+               {f32, {0}}});
   c.push_back({"layer_norm", {T(f32, {2, 8, 16}), T(f32, {16}), T(f32, {16})}, {}, {f32, {2, 8, 16}}});
   c.push_back({"layer_norm", {T(f32, {2, 8, 16}), T(f32, {8, 16}), T(f32, {8, 16})}, {}, {f32, {2, 8, 16}}});
   c.push_back({"rms_norm", {T(bf16, {4, 16}), T(bf16, {16})}, {}, {bf16, {4, 16}}});
@@ -177,6 +184,18 @@ TEST(InferType, RejectsWithAReason) {
       {"embedding", {T(i64, {2}), T(f32, {4, 4})}, {{"offset", I(kMin)}}, "embedding: offset -9223372036854775808 is outside"},
       {"layer_norm", {T(f32, {2, 8}), T(f32, {4}), T(f32, {4})}, {}, "does not match the trailing dims [8]"},
       {"softmax", {T(f32, {2, 8})}, {{"dim", AttrValue(int64_t{2})}}, "out of range"},
+      {"cross_entropy", {T(f32, {4, 10}), T(i64, {4})}, {{"reduction", AttrValue(std::string("avg"))}},
+       "cross_entropy: reduction 'avg' is not one of mean, sum, none"},
+      {"cross_entropy", {T(f32, {4, 10}), T(f32, {4, 10})}, {},
+       "cross_entropy expects integer class indices (i32 or i64) as its target, got f32[4, 10] (class probabilities"},
+      {"cross_entropy", {T(f32, {4, 10}), T(i64, {4, 1})}, {},
+       "target i64[4, 1] does not match logits f32[4, 10] (expected target shape [4]"},
+      {"cross_entropy", {T(f32, {10}), T(i64, {1})}, {}, "expected target shape []"},
+      {"cross_entropy", {T(i64, {4, 10}), T(i64, {4})}, {}, "cross_entropy expects floating-point logits, got i64[4, 10]"},
+      {"cross_entropy", {T(f32, {}), T(i64, {})}, {}, "logits of rank >= 1"},
+      {"cross_entropy", {T(f32, {4, 0}), T(i64, {4})}, {}, "logits f32[4, 0] have no classes"},
+      {"cross_entropy", {T(f32, {4, 3}), T(b1, {4})}, {}, "integer class indices (i32 or i64) as its target, got bool[4]"},
+      {"cross_entropy", {T(f32, {4, 3}), T(i64, {4})}, {{"ignore_index", I(kMin)}}, "is outside -2^53..2^53"},
       {"reduce_scatter", {T(f32, {6, 3})}, {{"mesh_dim", AttrValue(std::string("tp"))}}, "not divisible by the 4 ranks"},
       {"all_reduce", {T(f32, {6})}, {{"mesh_dim", AttrValue(std::string("tp"))}, {"op", AttrValue(std::string("prod"))}},
        "op 'prod' is not one of"},

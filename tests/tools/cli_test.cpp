@@ -18,7 +18,8 @@ namespace sf {
 namespace tools_cli_test {
 
 const char* kExamples[] = {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf",
-                           "fsdp_tp_2d.sf", "fsdp_mlp.sf", "rope.sf", "vocab_parallel_embedding.sf"};
+                           "fsdp_tp_2d.sf", "fsdp_mlp.sf", "rope.sf", "vocab_parallel_embedding.sf",
+                           "vocab_parallel_loss.sf"};
 
 TEST(CliCheck, AcceptsEveryExample) {
   for (const char* e : kExamples) {

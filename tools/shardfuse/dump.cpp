@@ -11,6 +11,7 @@
 #include <llvm/IR/Module.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include "codegen/ir/decompose.h"
 #include "codegen/dist/explain.h"
 #include "codegen/fusion/fuse.h"
 #include "codegen/fusion/pipeline.h"
@@ -82,7 +83,10 @@ void print_stage(const std::string& name, const std::string& text, bool unchange
 PipelineDump::PipelineDump(const Graph& g, std::set<std::string> want, int rank, const CommRates& comm)
     : want_(std::move(want)), rank_(rank), mesh_(std::make_shared<const DeviceMesh>(g.mesh())) {
   if (want_.count("parse")) print_stage("parse", print_graph(g), false);
-  if (want_.count("propagate")) print_stage("propagate", explain_sharding(g, propagate(g, *mesh_, comm), *mesh_), false);
+  if (want_.count("propagate")) {
+    const Graph gs = decompose_for_sharding(g);  // what the command propagates (compile_plan)
+    print_stage("propagate", explain_sharding(gs, propagate(gs, *mesh_, comm), *mesh_), false);
+  }
 }
 
 std::function<void(std::string_view, const std::vector<LocalProgram>&)> PipelineDump::observer() {

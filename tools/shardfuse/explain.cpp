@@ -2,6 +2,7 @@
 // rank's schedule, one step per line.
 #include <iostream>
 
+#include "codegen/ir/decompose.h"
 #include "autotune/system.h"
 #include "codegen/dist/explain.h"
 #include "codegen/dist/lower.h"
@@ -48,6 +49,8 @@ int explain(const ExplainOptions& o) {
   std::optional<DecomposeOptions> model = perf_model(o.decompose, &arch, o.allow_tf32);
   if (!model) return 1;
   DeviceMesh mesh(g->mesh());
+  const Graph parsed = *g;
+  g = decompose_for_sharding(*g);  // as compile_plan: cross_entropy's statistics are placed one by one
   ShardingPlan plan = propagate(*g, mesh, model->comm);
   RankPipelineOptions po;
   po.fuse = !o.no_fuse;
@@ -56,7 +59,7 @@ int explain(const ExplainOptions& o) {
   std::vector<DecomposeDecision> decisions;
   po.decisions = &decisions;
   if (!dump->empty()) {  // the stages explain runs, printed as they run
-    PipelineDump dumper(*g, *dump, o.rank, model->comm);
+    PipelineDump dumper(parsed, *dump, o.rank, model->comm);
     po.after_stage = dumper.observer();
     if (Result<LocalProgram> p = rank_program(*g, plan, mesh, o.rank, po); !p.ok()) return report_failure(p.error());
     dumper.emit(llvmb::Target::host());

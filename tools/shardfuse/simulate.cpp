@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "codegen/ir/decompose.h"
 #include "autotune/problem.h"
 #include "codegen/fusion/pipeline.h"
 #include "codegen/kernels/host_runner.h"
@@ -126,6 +127,7 @@ int simulate(const SimulateOptions& o) {
   // One performance model: the system's links choose the sharding strategies and
   // price the decomposition's collectives; its GPU's rates price the compute.
   const CommRates links = comm_rates(*sys);
+  g = decompose_for_sharding(*g);  // as compile_plan
   ShardingPlan plan = propagate(*g, mesh, links);
   RankPipelineOptions po;
   po.fuse = !o.no_fuse;

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "codegen/ir/decompose.h"
 #include "codegen/dist/lower.h"
 #include "codegen/fusion/pipeline.h"
 #include "codegen/ir/printer.h"
@@ -53,8 +54,9 @@ void add_cache_options(CLI::App* cmd, CacheCliOptions& o) {
 
 ShapeBuckets parse_buckets(const std::string& s) { return s == "pow2" ? ShapeBuckets::Pow2 : ShapeBuckets::Exact; }
 
-Result<std::vector<LocalProgram>> programs_for_tuning(const Graph& g, const std::string& device, const std::string& arch,
+Result<std::vector<LocalProgram>> programs_for_tuning(const Graph& g0, const std::string& device, const std::string& arch,
                                               bool fuse, const DecomposeOptions& model) {
+  const Graph g = decompose_for_sharding(g0);  // as compile_plan
   DeviceMesh mesh(g.mesh());
   ShardingPlan plan = propagate(g, mesh, model.comm);
   RankPipelineOptions po;

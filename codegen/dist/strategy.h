@@ -47,6 +47,12 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
 struct RankShards {
   LocalShard out;
   std::vector<LocalShard> inputs;  // per operand
+  // The operands' global shapes and placements under the strategy (rank_shards fills
+  // them): scaled_dot_product_attention's local node needs the global kv head count,
+  // and whether the strategy cuts the heads, which every rank must decide alike (its
+  // decomposition's ops must be the same on every rank, only their attributes differ).
+  std::vector<Shape> in_global = {};
+  std::vector<PlacementSpec> in_specs = {};
 };
 RankShards rank_shards(const Shape& out, const PlacementSpec& out_spec, const std::vector<Shape>& in,
                        const std::vector<PlacementSpec>& in_specs, const DeviceMesh& mesh, int rank);
@@ -57,7 +63,10 @@ RankShards rank_shards(const Shape& out, const PlacementSpec& out_spec, const st
 // attributes that name a shape (`shape` of reshape, expand, full) are rewritten to it,
 // and ops whose values depend on the global position of an element are rewritten
 // with the offsets: arange starts at its chunk's first value, tril/triu shift the
-// diagonal by the row offset minus the column offset. Every other attribute is
+// diagonal by the row offset minus the column offset, scaled_dot_product_attention
+// takes its query rows' global offset (query_offset, for the causal mask) and, where
+// its heads are split, which kv head each local query head reads (head_offset and
+// gqa_group, codegen/ir/attention.h). Every other attribute is
 // shape-independent and stays. An op that needs the operands' offsets (a
 // vocabulary-parallel embedding masking the rows a rank holds) reads at.inputs.
 // Operand ids are unchanged (their local types are the operands' own local shards).

@@ -74,6 +74,7 @@ Value GraphBuilder::op(OpKind k, const std::vector<Value>& inputs,
   }
   try {
     n.attrs = normalize_attrs(k, positional, named);
+    fill_operand_defaults(k, operands, n.attrs);
     n.type = infer_type(k, operands, n.attrs, g_.mesh_);
   } catch (const OpError& e) {
     throw_at(loc, e.message);
@@ -219,6 +220,14 @@ Value rms_norm(Value x, Value w, double eps) { return x.builder->op(OpKind::RmsN
 Value where(Value c, Value a, Value b) { return c.builder->op(OpKind::Where, {c, a, b}); }
 Value embedding(Value indices, Value weight) { return indices.builder->op(OpKind::Embedding, {indices, weight}); }
 Value log_softmax(Value x, int64_t dim) { return x.builder->op(OpKind::LogSoftmax, {x}, {AttrValue(dim)}); }
+Value scaled_dot_product_attention(Value q, Value k, Value v, std::optional<Value> mask, bool is_causal,
+                                   std::optional<double> scale, bool enable_gqa) {
+  std::vector<Value> in{q, k, v};
+  if (mask) in.push_back(*mask);
+  std::vector<std::pair<std::string, AttrValue>> named{{"is_causal", is_causal}, {"enable_gqa", enable_gqa}};
+  if (scale) named.emplace_back("scale", *scale);
+  return q.builder->op(OpKind::ScaledDotProductAttention, in, {}, named);
+}
 Value tril(Value x, int64_t diagonal) { return x.builder->op(OpKind::Tril, {x}, {AttrValue(diagonal)}); }
 Value triu(Value x, int64_t diagonal) { return x.builder->op(OpKind::Triu, {x}, {AttrValue(diagonal)}); }
 Value arange(GraphBuilder& b, int64_t end, int64_t start, int64_t step, DType dtype) {

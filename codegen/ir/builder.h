@@ -10,6 +10,7 @@
 #pragma once
 
 #include <limits>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -128,6 +129,13 @@ Value rms_norm(Value x, Value w, double eps = 1e-6);
 Value where(Value c, Value a, Value b);
 Value embedding(Value indices, Value weight);
 Value log_softmax(Value x, int64_t dim = -1);
+// F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal, scale, enable_gqa):
+// q [..., Hq, L, E], k [..., Hkv, S, E], v [..., Hkv, S, Ev]; an additive (q's dtype)
+// or bool (true: takes part) mask broadcastable to [..., Hq, L, S]; scale 1/sqrt(E)
+// when not given.
+Value scaled_dot_product_attention(Value q, Value k, Value v, std::optional<Value> mask = std::nullopt,
+                                   bool is_causal = false, std::optional<double> scale = std::nullopt,
+                                   bool enable_gqa = false);
 // torch.tril / torch.triu over the last two dims: x[..., i, j] where j - i <= diagonal
 // (tril) or j - i >= diagonal (triu), 0 elsewhere.
 Value tril(Value x, int64_t diagonal = 0);

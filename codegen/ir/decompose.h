@@ -7,14 +7,18 @@
 
 namespace sf {
 
-// Rebuilds `g` with every composite (gelu, gelu_tanh, softmax, log_softmax, layer_norm, rms_norm)
-// replaced by primitives:
+// Rebuilds `g` with every composite (gelu, gelu_tanh, softmax, log_softmax, layer_norm,
+// rms_norm, scaled_dot_product_attention) replaced by primitives:
 //   gelu(x)        = 0.5 * x * (1 + erf(x * 1/sqrt(2)))
 //   gelu_tanh(x)   = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x*x*x)))
 //   softmax(x, d)  = e / sum(e, [d], keepdim)  with e = exp(x - max(x, [d], keepdim))
 //   log_softmax(x, d) = s - log(sum(exp(s), [d], keepdim))  with s = x - max(x, [d], keepdim)
 //   layer_norm     = (x - m) * rsqrt(mean((x - m)^2) + eps) * w + b,  m = mean(x)
 //   rms_norm       = x * rsqrt(mean(x * x) + eps) * w
+//   scaled_dot_product_attention(q, k, v[, mask])
+//                  = matmul(softmax(matmul(q, k^T) * scale [+ mask], -1), v), a bool or
+//                    causal mask as where(mask, scores, -inf), k and v repeated to the
+//                    query heads they serve (codegen/ir/attention.h)
 // (means over the trailing w.rank() dims, keepdim). f16/bf16 operands are cast to f32,
 // computed in f32 and the result cast back, as PyTorch's kernels compute these ops in
 // float for half types. Every other node is kept with its name, attributes, location,

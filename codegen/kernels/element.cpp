@@ -551,6 +551,7 @@ Result<Elem> ElementCodegen::elementwise(OpKind k, std::span<const Elem> args, D
     case OpKind::AllToAll:
     case OpKind::Redistribute:
     case OpKind::LogSoftmax:
+    case OpKind::ScaledDotProductAttention:
     case OpKind::Arange:
     case OpKind::Full:
     case OpKind::Tril:

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "codegen/ir/ops.h"
+#include "codegen/reference/evaluate_attention.h"
 
 namespace sf {
 
@@ -245,6 +246,7 @@ class Evaluator {
         });
       case OpKind::Softmax: return softmax(n, /*log=*/false);
       case OpKind::LogSoftmax: return softmax(n, /*log=*/true);
+      case OpKind::ScaledDotProductAttention: return evaluate_attention(n, args_);
       case OpKind::LayerNorm: return norm(n, /*layer=*/true);
       case OpKind::RmsNorm: return norm(n, /*layer=*/false);
 

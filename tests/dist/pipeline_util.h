@@ -68,6 +68,6 @@ inline Graph example(const std::string& name) {
 }
 
 inline const char* kExamples[] = {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf",
-                           "fsdp_tp_2d.sf", "fsdp_mlp.sf", "causal_attention.sf"};
+                           "fsdp_tp_2d.sf", "fsdp_mlp.sf", "causal_attention.sf", "llama_block.sf"};
 
 }  // namespace sf::dist_test

@@ -132,7 +132,7 @@ TEST_P(ExampleRoundTrip, PrintIsStable) {
 INSTANTIATE_TEST_SUITE_P(Examples, ExampleRoundTrip,
                          ::testing::Values("tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf",
                                            "transformer_block.sf", "fsdp_tp_2d.sf", "fsdp_mlp.sf",
-                                           "causal_attention.sf"),
+                                           "causal_attention.sf", "llama_block.sf"),
                          [](const auto& info) {
                            std::string n = info.param;
                            return n.substr(0, n.find('.'));

@@ -41,7 +41,7 @@ TEST(CliAttention, LlamaBlockCompilesToPtx) {
 TEST(CliAttention, CheckRefusesBadCallsAtTheOp) {
   TempDir d;
   const std::pair<const char*, const char*> cases[] = {
-      {"scaled_dot_product_attention(q, k, k, m, is_causal=true)",
+      {"scaled_dot_product_attention(q, q, q, m, is_causal=true)",
        "g.sf:2:7: error: scaled_dot_product_attention: is_causal=true together with an attn_mask is an error"},
       {"scaled_dot_product_attention(q, k, k)", "g.sf:2:7: error: scaled_dot_product_attention: q has 6 heads and k, v have 4"},
       {"scaled_dot_product_attention(q, k, k, enable_gqa=true)", "q's 6 heads must be a multiple of k's and v's 4"},

@@ -40,7 +40,7 @@ AttentionHeads attention_heads(const Attrs& a, int64_t hq, int64_t hkv) {
   AttentionHeads h;
   h.offset = a.get_int("head_offset");
   if (int64_t g = a.get_int("gqa_group"); g > 0) h.group = g;
-  else if (a.get_bool("enable_gqa") && hkv > 0) h.group = hq / hkv;
+  else if (a.get_bool("enable_gqa") && hkv > 0 && hq > 0) h.group = hq / hkv;  // >= 1: Hq is a multiple
   return h;
 }
 

@@ -77,16 +77,18 @@ struct Emitter {
 
   // k or v [..., Hkv, S, D] -> [..., Hq, S, D]: query head h's slice is kv head
   // (offset + h) / group (attention_heads). Which ops are emitted depends only on
-  // attributes every rank has alike (a rank's program must have the same ops as every
-  // other's; only their attributes differ): none without GQA and per-rank heads; one
-  // slice of kv heads [offset, offset + Hq) with a per-rank head_offset and group 1;
+  // attributes and shapes every rank has alike (a rank's program must have the same ops
+  // as every other's; only their attributes differ; the head counts are the global ones
+  // unless the heads are cut, and then gqa_group is set): none without GQA and per-rank
+  // heads; one slice of kv heads [offset, offset + Hq) with a per-rank head_offset and
+  // group 1;
   // with GQA, the kv heads the query heads use, each repeated `group` times (torch's
   // repeat_interleave, as reshape + expand + reshape), then the query heads' run of
   // that. Views only: fusion folds them into index arithmetic.
   Value repeat_heads(Value x, int64_t hq, const AttentionHeads& heads, bool per_rank) {
     const Shape& s = x.type().shape;
     const size_t r = s.size();
-    if (heads.group == 1 && !per_rank) return x;
+    if (heads.group == 1 && !per_rank && hq == s[r - 3]) return x;  // (no query heads: GQA's group is 1)
     if (heads.group == 1) return op(OpKind::Slice, {x}, {int64_t{-3}, heads.offset, heads.offset + hq});
     // A rank without query heads takes no kv heads, through the same ops.
     const int64_t lo = hq > 0 ? heads.kv_head(0) : 0, hi = hq > 0 ? heads.kv_head(hq - 1) + 1 : 0;

@@ -106,6 +106,8 @@ std::vector<InferCase> cases() {
   c.push_back({sdpa, {T(f32, {3, 5, 4}), T(f32, {3, 7, 4}), T(f32, {3, 7, 2}), T(b1, {5, 1})}, {}, {f32, {3, 5, 2}}});
   c.push_back({sdpa, {T(f16, {1, 2, 5, 4}), T(f16, {1, 2, 7, 4}), T(f16, {1, 2, 7, 4}), T(f16, {2, 5, 7})},
                {{"scale", AttrValue(0.25)}}, {f16, {1, 2, 5, 4}}});
+  c.push_back({sdpa, {T(f32, {0, 5, 4}), T(f32, {2, 7, 4}), T(f32, {2, 7, 4})}, {{"enable_gqa", AttrValue(true)}},
+               {f32, {0, 5, 4}}});
   // A rank's block under GQA: 2 query heads from global head 3 of groups of 3 read kv
   // heads 1 and 1 (of 2).
   c.push_back({sdpa, {T(f32, {2, 5, 4}), T(f32, {2, 7, 4}), T(f32, {2, 7, 4})},

@@ -156,6 +156,8 @@ TEST(EvaluateAttention, DecompositionMatchesTheReference) {
       {DType::F32, {2, 5, 4}, {2, 7, 4}, {2, 7, 2}, std::pair{DType::Bool, Shape{5, 7}}, {{"scale", 0.3}}},
       {DType::F32, {2, 5, 4}, {2, 7, 4}, {2, 7, 2}, std::pair{DType::F32, Shape{2, 1, 7}}, {}},
       {DType::BF16, {2, 5, 8}, {1, 7, 8}, {1, 7, 8}, {}, {{"enable_gqa", true}, {"is_causal", true}}},
+      // No query heads (0 is a multiple of 2): nothing to compute, k and v picked empty.
+      {DType::F32, {0, 5, 4}, {2, 7, 4}, {2, 7, 4}, {}, {{"enable_gqa", true}}},
   };
   for (const Case& c : cases) {
     GraphBuilder b("a");

@@ -568,7 +568,10 @@ void local_attention(Node& l, const Node& n, const RankShards& at) {
   const AttentionHeads g = attention_heads(n.attrs, hq, hkv);
   if (!cut || (g.group == 1 && g.offset == 0 && cq == ckv)) return;
   const LocalShard& kv = at.inputs[1];
-  set_attr(l, "head_offset", g.offset + q.offset[r - 3] - g.group * kv.offset[r - 3]);
+  // A rank without query heads reads no kv head; its offset (negative where an empty
+  // chunk of a nested cut starts before its kv chunk's groups) is then 0.
+  const int64_t off = q.shape[r - 3] == 0 ? 0 : g.offset + q.offset[r - 3] - g.group * kv.offset[r - 3];
+  set_attr(l, "head_offset", off);
   set_attr(l, "gqa_group", g.group);
 }
 

@@ -273,9 +273,12 @@ bool valid_on_mesh(OpKind k, const std::vector<Operand>& in, const Attrs& attrs,
     for (int rank = 0; rank < mesh.world(); ++rank) {
       const LocalShard lq = local_shard(q.shape, s.inputs[0], mesh, rank);
       const LocalShard lk = local_shard(kv.shape, s.inputs[1], mesh, rank);
-      const int64_t off = global.offset + lq.offset[h] - global.group * lk.offset[h];
-      const AttentionHeads local{global.group, off};
-      if (lq.shape[h] > 0 && (off < 0 || local.kv_head(lq.shape[h] - 1) >= lk.shape[h])) return false;
+      if (lq.shape[h] == 0) continue;
+      // group * offset may not fit (a graph's own gqa_group goes up to 2^40): checked.
+      const std::optional<int64_t> back = checked_mul(global.group, lk.offset[h]);
+      if (!back || *back > global.offset + lq.offset[h]) return false;
+      const AttentionHeads local{global.group, global.offset + lq.offset[h] - *back};
+      if (local.kv_head(lq.shape[h] - 1) >= lk.shape[h]) return false;
     }
   }
   return true;

@@ -1,6 +1,8 @@
 #include "codegen/dist/strategy.h"
 
 #include "codegen/ir/ops_loss.h"
+#include "codegen/ir/attention.h"
+#include "codegen/ir/limits.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -173,6 +175,34 @@ void add_vocab_parallel(const Operand& table, const TensorType& out, std::vector
   if (!table.weak && out.dtype != DType::Bool) r.add(std::move(ins), P(ReduceOp::Sum));
 }
 
+// scaled_dot_product_attention(q, k, v[, mask]), q [..., Hq, L, E]: a batch dim sharded
+// alike on q, k, v; the heads sharded alike on q, k and v (tensor-parallel attention),
+// or on q alone with k and v whole (GQA with fewer kv heads than ranks, or chunks
+// that do not line up: each rank's query heads read the kv heads they need); the
+// query rows sharded with k and v whole (context-parallel queries). The mask follows
+// the scores [..., Hq, L, S] where it has the dim, and is whole where it broadcasts.
+// No Partial: the softmax between the matmuls is not linear. Whether the heads of q
+// and of k, v line up on every rank is checked per full spec (valid_on_mesh).
+void add_attention(const std::vector<Operand>& in, const TensorType& out, Rules& r) {
+  const int rank = out.rank();
+  auto mask = [&](int d) {  // the mask's placement when the scores' dim d is sharded
+    if (in.size() < 4) return std::vector<Placement>{};
+    const TensorType& m = in[3].type;
+    const int aligned = d - (rank - m.rank());
+    const bool full = aligned >= 0 && m.shape[static_cast<size_t>(aligned)] == in[0].type.shape[static_cast<size_t>(d)];
+    return std::vector<Placement>{full ? S(aligned) : R()};
+  };
+  auto add = [&](std::vector<Placement> qkv, int d) {
+    std::vector<Placement> m = mask(d);
+    qkv.insert(qkv.end(), m.begin(), m.end());
+    r.add(std::move(qkv), S(d));
+  };
+  for (int d = 0; d < rank - 3; ++d) add({S(d), S(d), S(d)}, d);
+  add({S(rank - 3), S(rank - 3), S(rank - 3)}, rank - 3);
+  add({S(rank - 3), R(), R()}, rank - 3);
+  add({S(rank - 2), R(), R()}, rank - 2);
+}
+
 // A dim permutation (transpose, permute): out dim i is input dim perm[i].
 void add_permutation(const Operand& x, const std::vector<int>& perm, const TensorType& out, Rules& r) {
   for (int i = 0; i < static_cast<int>(perm.size()); ++i) r.add({S(perm[static_cast<size_t>(i)])}, S(i));
@@ -264,6 +294,23 @@ bool valid_on_mesh(OpKind k, const std::vector<Operand>& in, const Attrs& attrs,
     if (!empty_fold(x.shape))  // a global max over empty dims is an error whatever the sharding
       for (int rank = 0; rank < mesh.world(); ++rank)
         if (empty_fold(local_shard(x.shape, s.inputs[0], mesh, rank).shape)) return false;
+  }
+  if (k == OpKind::ScaledDotProductAttention) {
+    // Every rank's query heads must read kv heads that rank holds: with heads split
+    // unevenly, or GQA groups cut by the chunks, they may not.
+    const TensorType &q = in[0].type, &kv = in[1].type;
+    const size_t h = static_cast<size_t>(q.rank() - 3);
+    const AttentionHeads global = attention_heads(attrs, q.shape[h], kv.shape[h]);
+    for (int rank = 0; rank < mesh.world(); ++rank) {
+      const LocalShard lq = local_shard(q.shape, s.inputs[0], mesh, rank);
+      const LocalShard lk = local_shard(kv.shape, s.inputs[1], mesh, rank);
+      if (lq.shape[h] == 0) continue;
+      // group * offset may not fit (a graph's own gqa_group goes up to 2^40): checked.
+      const std::optional<int64_t> back = checked_mul(global.group, lk.offset[h]);
+      if (!back || *back > global.offset + lq.offset[h]) return false;
+      const AttentionHeads local{global.group, global.offset + lq.offset[h] - *back};
+      if (local.kv_head(lq.shape[h] - 1) >= lk.shape[h]) return false;
+    }
   }
   return true;
 }
@@ -492,6 +539,7 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
       }
       break;
     }
+    case OpKind::ScaledDotProductAttention: add_attention(in, out, r); break;
     case OpKind::LayerNorm:
     case OpKind::RmsNorm: {
       int batch = in[0].type.rank() - in[1].type.rank();  // the dims before the normalised ones
@@ -554,7 +602,7 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
 
 RankShards rank_shards(const Shape& out, const PlacementSpec& out_spec, const std::vector<Shape>& in,
                        const std::vector<PlacementSpec>& in_specs, const DeviceMesh& mesh, int rank) {
-  RankShards r{local_shard(out, out_spec, mesh, rank), {}, in};
+  RankShards r{local_shard(out, out_spec, mesh, rank), {}, in, in_specs};
   for (size_t k = 0; k < in.size(); ++k) r.inputs.push_back(local_shard(in[k], in_specs[k], mesh, rank));
   return r;
 }
@@ -626,6 +674,42 @@ void local_dropout(Node& l, const Node& n, const LocalShard& out) {
   set_attr(l, "global_shape", std::move(global));
 }
 
+// A rank's block of scaled_dot_product_attention: query rows from the chunk's first
+// global row (the causal mask compares global indices); where the strategy cuts the
+// heads (unless it cuts q's and kv's alike without GQA, where local head h reads local
+// kv head h), local query head h is global head qo + h, which reads global kv head
+// (head_offset + qo + h) / group, local kv head that minus the kv chunk's first ko:
+// (head_offset + qo - group * ko + h) / group. Decided from the placements, not from
+// the rank's chunk, so that every rank sets the same attributes (a rank whose chunk
+// happens to be whole would otherwise decompose differently). Without the global
+// shapes and placements (a hand-made RankShards) the heads are left as they are.
+void local_attention(Node& l, const Node& n, const RankShards& at) {
+  const LocalShard& q = at.inputs[0];
+  const int rank = static_cast<int>(q.offset.size());
+  const size_t r = q.offset.size();
+  // Beyond +-2^40 (more than any L or S) the mask keeps every key or none, as at the
+  // bound, so clamping keeps the meaning and the shape rule's range.
+  if (q.offset[r - 2] != 0)
+    set_attr(l, "query_offset", std::clamp(n.attrs.get_int("query_offset") + q.offset[r - 2], -kMaxElements, kMaxElements));
+  if (at.input_shapes.size() < 2 || at.in_specs.size() < 2) return;
+  auto cuts = [&](const PlacementSpec& p) {  // per mesh dim: does it cut the heads?
+    std::vector<bool> c;
+    for (const Placement& x : p.per_dim) c.push_back(x.is_shard() && normalize_dim(x.dim, rank) == rank - 3);
+    return c;
+  };
+  const std::vector<bool> cq = cuts(at.in_specs[0]), ckv = cuts(at.in_specs[1]);
+  const bool cut = std::find(cq.begin(), cq.end(), true) != cq.end() || std::find(ckv.begin(), ckv.end(), true) != ckv.end();
+  const int64_t hq = at.input_shapes[0][r - 3], hkv = at.input_shapes[1][r - 3];
+  const AttentionHeads g = attention_heads(n.attrs, hq, hkv);
+  if (!cut || (g.group == 1 && g.offset == 0 && cq == ckv)) return;
+  const LocalShard& kv = at.inputs[1];
+  // A rank without query heads reads no kv head; its offset (negative where an empty
+  // chunk of a nested cut starts before its kv chunk's groups) is then 0.
+  const int64_t off = q.shape[r - 3] == 0 ? 0 : g.offset + q.offset[r - 3] - g.group * kv.offset[r - 3];
+  set_attr(l, "head_offset", off);
+  set_attr(l, "gqa_group", g.group);
+}
+
 }  // namespace
 
 Node local_node(const Node& n, const RankShards& at) {
@@ -648,6 +732,7 @@ Node local_node(const Node& n, const RankShards& at) {
   }
   if (n.op == OpKind::Mean) local_mean(l, n, at);
   if (n.op == OpKind::Dropout) local_dropout(l, n, at.out);
+  if (n.op == OpKind::ScaledDotProductAttention) local_attention(l, n, at);
   return l;
 }
 

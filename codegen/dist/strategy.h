@@ -54,7 +54,12 @@ std::vector<OpStrategy> op_strategies(OpKind k, const std::vector<Operand>& in, 
 struct RankShards {
   LocalShard out;
   std::vector<LocalShard> inputs;  // per operand
-  std::vector<Shape> input_shapes = {};  // the operands' global shapes (mean's count); rank_shards fills them
+  // The operands' global shapes and placements under the strategy (rank_shards fills
+  // them): mean's global count; scaled_dot_product_attention's global kv head count,
+  // and whether the strategy cuts the heads, which every rank must decide alike (its
+  // decomposition's ops must be the same on every rank, only their attributes differ).
+  std::vector<Shape> input_shapes = {};
+  std::vector<PlacementSpec> in_specs = {};
 };
 RankShards rank_shards(const Shape& out, const PlacementSpec& out_spec, const std::vector<Shape>& in,
                        const std::vector<PlacementSpec>& in_specs, const DeviceMesh& mesh, int rank);
@@ -66,8 +71,11 @@ RankShards rank_shards(const Shape& out, const PlacementSpec& out_spec, const st
 // and ops whose values depend on the global position of an element are rewritten
 // with the offsets: arange starts at its chunk's first value, tril/triu shift the
 // diagonal by the row offset minus the column offset, dropout takes the rank's
-// block's origin and the global shape (its mask is drawn by global index). Every
-// other attribute is shape-independent and stays. An op that needs the operands' offsets (a
+// block's origin and the global shape (its mask is drawn by global index),
+// scaled_dot_product_attention takes its query rows' global offset (query_offset, for
+// the causal mask) and, where its heads are split, which kv head each local query head
+// reads (head_offset and gqa_group, codegen/ir/attention.h). Every other attribute is
+// shape-independent and stays. An op that needs the operands' offsets (a
 // vocabulary-parallel embedding masking the rows a rank holds) reads at.inputs.
 // Operand ids are unchanged (their local types are the operands' own local shards).
 Node local_node(const Node& n, const RankShards& at);

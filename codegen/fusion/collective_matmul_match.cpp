@@ -1,6 +1,7 @@
 // Collective-matmul pattern matchers: all_gather -> matmul, matmul -> reduce_scatter or all_reduce.
 #include "codegen/fusion/collective_matmul_internal.h"
 
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -154,13 +155,25 @@ std::optional<AgMatch> match_all_gather(const LocalProgram& p, size_t start, std
   }
   const std::vector<size_t>* us = users(cur);
   if (!us) return std::nullopt;
-  for (size_t first : *us) {
-    Chain b = walk(p, u, first, cur, d, /*allow_matmul=*/true, why);
+  for (size_t first : *us) m.branches.push_back(walk(p, u, first, cur, d, /*allow_matmul=*/true, why));
+  // Branches that meet (SwiGLU's silu(x w1) * (x w3): each matmul's one user is the
+  // same mul) end before the step they share. Each branch's steps are copied per shard
+  // and its result joined at the end, so a shared step would be computed twice, each
+  // copy reading the other branch's whole result before it is joined.
+  std::map<size_t, int> in_branches;
+  for (const Chain& b : m.branches)
+    for (size_t k : b.steps) ++in_branches[k];
+  for (Chain& b : m.branches) {
+    size_t keep = 0;
+    while (keep < b.steps.size() && in_branches[b.steps[keep]] == 1) ++keep;
+    b.steps.resize(keep);
+    b.dims.resize(keep);
+    b.has_matmul = false;
+    for (size_t k : b.steps) b.has_matmul = b.has_matmul || p.steps[k].node.op == OpKind::Matmul;
     if (!b.has_matmul) {
       if (why && why->empty()) *why = "a user of the gathered value is not a row-wise matmul chain";
       return std::nullopt;
     }
-    m.branches.push_back(std::move(b));
   }
   return m;
 }

@@ -74,6 +74,7 @@ Value GraphBuilder::op(OpKind k, const std::vector<Value>& inputs,
   }
   try {
     n.attrs = normalize_attrs(k, positional, named);
+    fill_operand_defaults(k, operands, n.attrs);
     n.type = infer_type(k, operands, n.attrs, g_.mesh_);
   } catch (const OpError& e) {
     throw_at(loc, e.message);
@@ -229,6 +230,14 @@ Value cross_entropy(Value logits, Value target, const std::string& reduction, in
   return logits.builder->op(OpKind::CrossEntropy, {logits, target}, {AttrValue(reduction), AttrValue(ignore_index)});
 }
 Value log_softmax(Value x, int64_t dim) { return x.builder->op(OpKind::LogSoftmax, {x}, {AttrValue(dim)}); }
+Value scaled_dot_product_attention(Value q, Value k, Value v, std::optional<Value> mask, bool is_causal,
+                                   std::optional<double> scale, bool enable_gqa) {
+  std::vector<Value> in{q, k, v};
+  if (mask) in.push_back(*mask);
+  std::vector<std::pair<std::string, AttrValue>> named{{"is_causal", is_causal}, {"enable_gqa", enable_gqa}};
+  if (scale) named.emplace_back("scale", *scale);
+  return q.builder->op(OpKind::ScaledDotProductAttention, in, {}, named);
+}
 Value tril(Value x, int64_t diagonal) { return x.builder->op(OpKind::Tril, {x}, {AttrValue(diagonal)}); }
 Value triu(Value x, int64_t diagonal) { return x.builder->op(OpKind::Triu, {x}, {AttrValue(diagonal)}); }
 Value cumsum(Value x, int64_t dim) { return x.builder->op(OpKind::Cumsum, {x}, {AttrValue(dim)}); }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <limits>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -142,6 +143,13 @@ Value argmin(Value x, int64_t dim, bool keepdim = false);
 // F.cross_entropy(logits, target, reduction=..., ignore_index=...) with class indices:
 // logits [N, C, d1, ...] or [C], target [N, d1, ...] or 0-d; reduction mean, sum or none.
 Value cross_entropy(Value logits, Value target, const std::string& reduction = "mean", int64_t ignore_index = -100);
+// F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal, scale, enable_gqa):
+// q [..., Hq, L, E], k [..., Hkv, S, E], v [..., Hkv, S, Ev]; an additive (q's dtype)
+// or bool (true: takes part) mask broadcastable to [..., Hq, L, S]; scale 1/sqrt(E)
+// when not given.
+Value scaled_dot_product_attention(Value q, Value k, Value v, std::optional<Value> mask = std::nullopt,
+                                   bool is_causal = false, std::optional<double> scale = std::nullopt,
+                                   bool enable_gqa = false);
 // torch.tril / torch.triu over the last two dims: x[..., i, j] where j - i <= diagonal
 // (tril) or j - i >= diagonal (triu), 0 elsewhere.
 Value tril(Value x, int64_t diagonal = 0);

@@ -1,11 +1,14 @@
 #include "codegen/ir/decompose.h"
 
 #include <cmath>
+#include <cstddef>
+#include <limits>
 #include <numbers>
 #include <optional>
 #include <stdexcept>
 #include <vector>
 
+#include "codegen/ir/attention.h"
 #include "codegen/ir/builder.h"
 #include "codegen/ir/ops_loss.h"
 
@@ -71,6 +74,67 @@ struct Emitter {
     Value shifted = op(OpKind::Sub, {x, reduce(OpKind::Max, x, {dim})});
     Value lse = op(OpKind::Log, {reduce(OpKind::Sum, op(OpKind::Exp, {shifted}), {dim})});
     return down(op(OpKind::Sub, {shifted, lse}), x0.type().dtype);
+  }
+
+  // k or v [..., Hkv, S, D] -> [..., Hq, S, D]: query head h's slice is kv head
+  // (offset + h) / group (attention_heads). Which ops are emitted depends only on
+  // attributes and shapes every rank has alike (a rank's program must have the same ops
+  // as every other's; only their attributes differ; the head counts are the global ones
+  // unless the heads are cut, and then gqa_group is set): none without GQA and per-rank
+  // heads; one slice of kv heads [offset, offset + Hq) with a per-rank head_offset and
+  // group 1;
+  // with GQA, the kv heads the query heads use, each repeated `group` times (torch's
+  // repeat_interleave, as reshape + expand + reshape), then the query heads' run of
+  // that. Views only: fusion folds them into index arithmetic.
+  Value repeat_heads(Value x, int64_t hq, const AttentionHeads& heads, bool per_rank) {
+    const Shape& s = x.type().shape;
+    const size_t r = s.size();
+    if (heads.group == 1 && !per_rank && hq == s[r - 3]) return x;  // (no query heads: GQA's group is 1)
+    if (heads.group == 1) return op(OpKind::Slice, {x}, {int64_t{-3}, heads.offset, heads.offset + hq});
+    // A rank without query heads takes no kv heads, through the same ops.
+    const int64_t lo = hq > 0 ? heads.kv_head(0) : 0, hi = hq > 0 ? heads.kv_head(hq - 1) + 1 : 0;
+    std::vector<int64_t> one(s.begin(), s.end());
+    one[r - 3] = hi - lo;
+    one.insert(one.begin() + static_cast<std::ptrdiff_t>(r - 2), 1);  // [..., n, 1, S, D]
+    std::vector<int64_t> wide = one;
+    wide[r - 2] = heads.group;                                       // [..., n, group, S, D]
+    std::vector<int64_t> flat(s.begin(), s.end());
+    flat[r - 3] = (hi - lo) * heads.group;                           // [..., n * group, S, D]
+    x = op(OpKind::Slice, {x}, {int64_t{-3}, lo, hi});
+    x = op(OpKind::Reshape, {op(OpKind::Expand, {op(OpKind::Reshape, {x}, {one})}, {wide})}, {flat});
+    const int64_t first = hq > 0 ? heads.offset - lo * heads.group : 0;  // query head 0's row of the repeat
+    return op(OpKind::Slice, {x}, {int64_t{-3}, first, first + hq});
+  }
+
+  // F.scaled_dot_product_attention as torch's math backend computes it:
+  //   softmax(q k^T * scale + mask) v
+  // with a bool mask (or the causal one) as where(mask, scores, -inf) and a float mask
+  // added. The matmuls run in q's dtype (f32 accumulation, as every matmul here) and
+  // the softmax in f32 for half types (its own decomposition). A row whose every key is
+  // masked is NaN, the softmax of a row of -inf (torch's kernels differ there: some give
+  // NaN, its newer math backend 0; docs/graph-format.md). The causal mask keeps key j
+  // for query row i when j <= i + query_offset: a rank holding query rows from
+  // query_offset on masks by their global index.
+  // Kept in one function: a fused attention kernel replaces exactly this.
+  Value attention(Value q, Value k, Value v, std::optional<Value> mask, const Attrs& a) {
+    const Shape& qs = q.type().shape;
+    const size_t r = qs.size();
+    const int64_t hq = qs[r - 3], l = qs[r - 2], e = qs[r - 1];
+    const int64_t s = k.type().shape[r - 2];
+    const AttentionHeads heads = attention_heads(a, hq, k.type().shape[r - 3]);
+    const bool per_rank = a.get_int("gqa_group") != 0;  // local_node's heads (attention.h)
+    Value kq = repeat_heads(k, hq, heads, per_rank), vq = repeat_heads(v, hq, heads, per_rank);
+    Value scores = op(OpKind::Mul, {op(OpKind::Matmul, {q, op(OpKind::Transpose, {kq}, {int64_t{-2}, int64_t{-1}})}),
+                                    lit(attention_scale(a, e))});
+    const Value ninf = lit(-std::numeric_limits<double>::infinity());
+    if (mask && mask->type().dtype == DType::Bool) scores = op(OpKind::Where, {*mask, scores, ninf});
+    else if (mask) scores = op(OpKind::Add, {scores, *mask});
+    if (a.get_bool("is_causal")) {
+      Value ones = op(OpKind::Full, {}, {std::vector<int64_t>{l, s}, 1.0, DType::Bool});
+      Value keep = op(OpKind::Tril, {ones}, {a.get_int("query_offset")});
+      scores = op(OpKind::Where, {keep, scores, ninf});
+    }
+    return op(OpKind::Matmul, {softmax(scores, -1), vq});
   }
 
   // layer_norm (center, with bias) or rms_norm (no centring, no bias).
@@ -206,6 +270,10 @@ Graph decompose_selected(const Graph& g, bool (*which)(OpKind)) {
         case OpKind::CrossEntropy:
           v = Emitter{b, n.loc}.cross_entropy(in[0], in[1], *parse_loss_reduction(n.attrs.get_ident("reduction")),
                                               n.attrs.get_int("ignore_index"));
+          break;
+        case OpKind::ScaledDotProductAttention:
+          v = Emitter{b, n.loc}.attention(in[0], in[1], in[2], in.size() == 4 ? std::optional<Value>(in[3]) : std::nullopt,
+                                          n.attrs);
           break;
         // Primitives are copied as they are. Listed one by one so that a new op in
         // ops.def must be classified here (-Werror=switch).

@@ -8,7 +8,7 @@
 namespace sf {
 
 // Rebuilds `g` with every composite (gelu, gelu_tanh, softmax, log_softmax, layer_norm, rms_norm,
-// scatter_add, cross_entropy) replaced by primitives:
+// scatter_add, cross_entropy, scaled_dot_product_attention) replaced by primitives:
 //   gelu(x)        = 0.5 * x * (1 + erf(x * 1/sqrt(2)))
 //   gelu_tanh(x)   = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x*x*x)))
 //   softmax(x, d)  = e / sum(e, [d], keepdim)  with e = exp(x - max(x, [d], keepdim))
@@ -18,6 +18,10 @@ namespace sf {
 //   cross_entropy  = where(target != ignore_index, log(sum(exp(s), c)) - gather(s, target, c), 0)
 //                    with s = x - max(x, [c], keepdim), c the class dim; then the sum,
 //                    or the sum / the count of targets not ignored (mean)
+//   scaled_dot_product_attention(q, k, v[, mask])
+//                  = matmul(softmax(matmul(q, k^T) * scale [+ mask], -1), v), a bool or
+//                    causal mask as where(mask, scores, -inf), k and v repeated to the
+//                    query heads they serve (codegen/ir/attention.h)
 // (means over the trailing w.rank() dims, keepdim). f16/bf16 operands are cast to f32,
 // computed in f32 and the result cast back, as PyTorch's kernels compute these ops in
 // float for half types. Every other node is kept with its name, attributes, location,

@@ -1,6 +1,7 @@
 #include "codegen/ir/ops.h"
 
 #include "codegen/ir/dropout.h"
+#include "codegen/ir/attention.h"
 #include "codegen/ir/limits.h"
 #include "codegen/ir/ops_index.h"
 #include "codegen/ir/ops_loss.h"
@@ -9,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <charconv>
+#include <cstdint>
 #include <limits>
 
 namespace sf {
@@ -124,6 +126,7 @@ std::span<const AttrSpec> attrs_of(OpKind k) {
     case OpKind::IndexSelect: return kIndexSelectAttrs;
     case OpKind::Embedding: return kEmbeddingAttrs;
     case OpKind::Dropout: return kDropoutAttrs;
+    case OpKind::ScaledDotProductAttention: return attention_attrs();
     default: return std::span<const AttrSpec>(kNoAttrs, 0);
   }
 }
@@ -477,11 +480,21 @@ std::optional<CollectiveKind> op_collective(OpKind k) {
 std::span<const OpInfo> all_ops() { return table(); }
 
 bool arity_ok(const OpInfo& info, size_t n) {
-  return info.arity == kVariadic ? n >= 2 : n == static_cast<size_t>(info.arity);
+  if (info.arity == kVariadic) return n >= 2;
+  if (info.arity == kThreeOrFour) return n == 3 || n == 4;
+  return n == static_cast<size_t>(info.arity);
+}
+
+size_t max_operands(const OpInfo& info) {
+  if (info.arity == kVariadic) return SIZE_MAX;
+  if (info.arity == kThreeOrFour) return 4;
+  return static_cast<size_t>(info.arity);
 }
 
 std::string arity_str(const OpInfo& info) {
-  return info.arity == kVariadic ? "2 or more" : std::to_string(info.arity);
+  if (info.arity == kVariadic) return "2 or more";
+  if (info.arity == kThreeOrFour) return "3 or 4";
+  return std::to_string(info.arity);
 }
 
 std::optional<OpKind> find_op(std::string_view name) {
@@ -495,7 +508,7 @@ Attrs normalize_attrs(OpKind k, const std::vector<AttrValue>& positional,
   auto schema = op_info(k).attrs;
   std::vector<std::optional<AttrValue>> vals(schema.size());
   if (positional.size() > schema.size()) {
-    if (op_info(k).arity == kVariadic)
+    if (op_info(k).arity < 0)
       fail(op_str(k) + " takes " + std::to_string(schema.size()) + " attribute(s), got " +
            std::to_string(positional.size()) + " positional ones");
     fail(op_str(k) + " takes " + std::to_string(op_info(k).arity) + " operand(s) and " +
@@ -532,6 +545,13 @@ Attrs normalize_attrs(OpKind k, const std::vector<AttrValue>& positional,
     out.items.emplace_back(std::string(schema[i].name), std::move(*vals[i]));
   }
   return out;
+}
+
+void fill_operand_defaults(OpKind k, const std::vector<Operand>& in, Attrs& attrs) {
+  if (k != OpKind::ScaledDotProductAttention || in.empty() || in[0].type.rank() < 1) return;
+  const double scale = attention_scale(attrs, in[0].type.shape.back());
+  for (auto& [name, value] : attrs.items)
+    if (name == "scale") value = scale;
 }
 
 bool index_computed(OpKind k) {
@@ -715,6 +735,7 @@ TensorType infer_type(OpKind k, const std::vector<Operand>& in, const Attrs& a, 
       dim_or_fail(k, "dim", a.get_int("dim"), in[0].type.rank());
       return in[0].type;
     case OpKind::CrossEntropy: return infer_cross_entropy(in, a);
+    case OpKind::ScaledDotProductAttention: return infer_attention(in, a);
 
     case OpKind::AllGather: {
       int md = mesh_dim_or_fail(k, a, mesh);

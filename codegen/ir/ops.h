@@ -61,18 +61,26 @@ struct Attrs {
 
 // OpInfo::arity of an op that takes two or more tensor operands (concat).
 inline constexpr int kVariadic = -1;
+// OpInfo::arity of an op that takes three tensor operands and an optional fourth
+// (scaled_dot_product_attention's attn_mask).
+inline constexpr int kThreeOrFour = -2;
 
 struct OpInfo {
   OpKind kind;
   std::string_view name;
-  int arity;  // tensor operands, or kVariadic
+  int arity;  // tensor operands, or kVariadic, or kThreeOrFour
   OpCategory category;
   std::span<const AttrSpec> attrs;
 };
 
-// Whether `n` operands are what the op takes: exactly its arity, or two or more.
+// Whether `n` operands are what the op takes: exactly its arity, two or more, or
+// three or four.
 bool arity_ok(const OpInfo& info, size_t n);
-// Its operand count for messages: "2", or "2 or more" for a variadic op.
+// The most tensor operands the op takes (SIZE_MAX for a variadic op). An op whose
+// operand count varies (arity < 0) takes every positional argument of a call as an
+// operand, so its attributes are written by name.
+size_t max_operands(const OpInfo& info);
+// Its operand count for messages: "2", "2 or more" for a variadic op, "3 or 4".
 std::string arity_str(const OpInfo& info);
 
 const OpInfo& op_info(OpKind k);
@@ -101,6 +109,12 @@ struct Operand {
   TensorType type;
   bool weak = false;
 };
+
+// Fills in the attributes whose default depends on the operands, once they are known:
+// scaled_dot_product_attention's `scale` (not given: 1/sqrt(E), E = q's last dim, as
+// torch's scale=None), so that a node always carries the value it uses. Attributes
+// given explicitly are kept. Call after normalize_attrs, before infer_type.
+void fill_operand_defaults(OpKind k, const std::vector<Operand>& in, Attrs& attrs);
 
 // The result type of `k` applied to `in` with complete attrs, or OpError saying
 // what was expected and what was found.

@@ -464,9 +464,13 @@ class Parser {
           named.emplace_back(std::string(first.text), parse_attr_value());
         } else {
           if (!named.empty()) error(first.loc, "a positional argument follows key=value arguments in '" + std::string(name.text) + "'");
-          // A variadic op (concat) takes every positional argument as an operand; its
+          // An op with a varying operand count (concat, scaled_dot_product_attention's
+          // optional mask) takes every positional argument as an operand; its
           // attributes are named.
-          if (info.arity == kVariadic || static_cast<int>(operands.size()) < info.arity) {
+          if (info.arity < 0 || static_cast<int>(operands.size()) < info.arity) {
+            if (operands.size() >= max_operands(info))
+              error(first.loc, std::string(name.text) + " takes " + arity_str(info) +
+                                   " operands (its attributes by name), found an extra argument " + describe(first));
             operands.push_back(parse_expr(depth + 1));
           } else {
             if (info.attrs.empty() || positional.size() >= info.attrs.size())

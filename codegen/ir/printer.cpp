@@ -103,9 +103,10 @@ class Printer {
       s += expr(in);
     }
     // Required attributes positionally, optional ones only when not the default; a
-    // variadic op's (concat's) by name, since its positional arguments are operands.
+    // variadic op's (concat's, scaled_dot_product_attention's) by name, since its
+    // positional arguments are operands.
     auto schema = op_info(n.op).attrs;
-    const bool variadic = op_info(n.op).arity == kVariadic;
+    const bool variadic = op_info(n.op).arity < 0;
     for (size_t i = 0; i < schema.size(); ++i) {
       const AttrValue& v = n.attrs.items[i].second;
       if (!schema[i].default_value && !variadic) {

@@ -556,6 +556,7 @@ Result<Elem> ElementCodegen::elementwise(OpKind k, std::span<const Elem> args, D
     case OpKind::Redistribute:
     case OpKind::LogSoftmax:
     case OpKind::CrossEntropy:
+    case OpKind::ScaledDotProductAttention:
     case OpKind::Arange:
     case OpKind::Full:
     case OpKind::Tril:

@@ -16,6 +16,7 @@
 #include "codegen/reference/evaluate_along.h"
 #include "codegen/reference/evaluate_index.h"
 #include "codegen/reference/evaluate_loss.h"
+#include "codegen/reference/evaluate_attention.h"
 
 namespace sf {
 
@@ -254,6 +255,7 @@ class Evaluator {
         });
       case OpKind::Softmax: return softmax(n, /*log=*/false);
       case OpKind::LogSoftmax: return softmax(n, /*log=*/true);
+      case OpKind::ScaledDotProductAttention: return evaluate_attention(n, args_);
       case OpKind::LayerNorm: return norm(n, /*layer=*/true);
       case OpKind::RmsNorm: return norm(n, /*layer=*/false);
 

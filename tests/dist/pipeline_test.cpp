@@ -140,6 +140,12 @@ std::vector<OpCase> op_cases() {
   // (vocabulary parallel); ignore_index 2 is among the random targets in [0, 7).
   c.push_back({{{"x", "f32[5, 7]"}, {"t", "i64[5]"}}, "cross_entropy(x, t, ignore_index=2)"});
   c.push_back({{{"x", "f32[3, 5, 2]"}, {"t", "i32[3, 2]"}}, "cross_entropy(x, t, reduction=none)"});
+  // Attention: causal GQA (6 query heads over 3 kv heads; the sweep's S(0) cuts the
+  // heads), and a bool mask made from aranges with a batch dim and a given scale.
+  c.push_back({{{"q", "f32[6, 5, 2]"}, {"k", "f32[3, 4, 2]"}, {"v", "f32[3, 4, 3]"}},
+               "scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)"});
+  c.push_back({{{"q", "f32[2, 2, 5, 2]"}, {"k", "f32[2, 2, 4, 2]"}, {"v", "f32[2, 2, 4, 2]"}},
+               "scaled_dot_product_attention(q, k, v, le(arange(4), reshape(arange(5), shape=[5, 1])), scale=0.5)"});
   // Generated operands of a sharded op: each rank builds only its chunk of them.
   c.push_back({{a}, "add(a, triu(full([5, 6], -3.0), diagonal=2))"});
   c.push_back({{a}, "where(ge(reshape(arange(5), shape=[5, 1]), arange(6)), a, 0.0)"});

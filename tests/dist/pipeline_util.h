@@ -72,6 +72,7 @@ inline Graph example(const std::string& name) {
 }
 
 inline const char* kExamples[] = {"tp_mlp.sf", "seq_parallel_mlp.sf", "tp_attention.sf", "transformer_block.sf",
-                           "fsdp_tp_2d.sf", "fsdp_mlp.sf", "causal_attention.sf", "vocab_parallel_loss.sf"};
+                           "fsdp_tp_2d.sf", "fsdp_mlp.sf", "causal_attention.sf", "vocab_parallel_loss.sf",
+                           "llama_block.sf"};
 
 }  // namespace sf::dist_test

@@ -236,6 +236,18 @@ std::vector<Case> cases() {
   v.push_back({OpKind::CrossEntropy, {F({5, 4, 3}), I({5, 3})}, {{"reduction", std::string("sum")}, {"ignore_index", int64_t{1}}}});
   v.push_back({OpKind::CrossEntropy, {F({6, 3}), T(DType::I64, {6})}, {{"ignore_index", int64_t{0}}}});  // mean
   v.push_back({OpKind::CrossEntropy, {F({4}), T(DType::I64, {})}});
+  // scaled_dot_product_attention: heads 6 over 2 kv heads (4 ranks: 2, 2, 2, 0 query
+  // heads against 1, 1, 0, 0 kv heads, which do not line up, so only q is cut there),
+  // heads that line up on 3 ranks (4 over 2), causal query rows cut unevenly (5 rows),
+  // a batch dim, bool and additive masks that broadcast over some dims.
+  const Named gqa{{"enable_gqa", true}, {"is_causal", true}};
+  v.push_back({OpKind::ScaledDotProductAttention, {F({6, 5, 4}), F({2, 7, 4}), F({2, 7, 3})}, gqa});
+  v.push_back({OpKind::ScaledDotProductAttention, {F({4, 3, 2}), F({2, 4, 2}), F({2, 4, 2})}, gqa});
+  v.push_back({OpKind::ScaledDotProductAttention, {F({2, 3, 5, 2}), F({2, 3, 4, 2}), F({2, 3, 4, 3})},
+               {{"scale", 0.7}}});
+  v.push_back({OpKind::ScaledDotProductAttention,
+               {F({2, 3, 5, 2}), F({2, 3, 4, 2}), F({2, 3, 4, 2}), T(DType::Bool, {5, 1})}});
+  v.push_back({OpKind::ScaledDotProductAttention, {F({3, 5, 2}), F({3, 4, 2}), F({3, 4, 2}), F({3, 1, 4})}});
   return v;
 }
 

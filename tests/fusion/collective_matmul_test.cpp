@@ -195,6 +195,34 @@ TEST(CollectiveMatmul, AGatheredValueFeedingSeveralMatmulsRunsEveryBranchPerShar
   }
 }
 
+TEST(CollectiveMatmul, BranchesThatMeetEndBeforeTheStepTheyShare) {
+  // SwiGLU: the gathered x feeds two matmuls whose one user is the same mul. Each
+  // branch ends at its own steps (matmul + silu, matmul), so the mul runs once, after
+  // both branches are joined (it was copied into both branches per shard, each copy
+  // reading the other branch's result before it existed: examples/llama_block.sf).
+  const Graph g = parse(
+      "mesh tp=3\n"
+      "graph g(x: f32[7, 6] {tp: S(0)}, w1: f32[6, 5], w3: f32[6, 5]) {\n"
+      "  xr = redistribute(x, {tp: R})\n"
+      "  y = mul(silu(matmul(xr, w1)), matmul(xr, w3))\n  return y {tp: R}\n}\n");
+  std::vector<DecomposeDecision> d;
+  std::vector<LocalProgram> ps = programs(g, DecomposeMode::Always, /*fuse=*/false, &d);
+  ASSERT_FALSE(d.empty());
+  EXPECT_TRUE(d[0].decomposed) << d[0].what << ": " << d[0].why;
+  for (const LocalProgram& p : ps) {
+    int concats = 0, muls = 0;
+    for (const LocalStep& s : p.steps) {
+      concats += s.kind == LocalStep::Kind::Concat;
+      if (s.kind == LocalStep::Kind::Kernel)
+        for (const std::string& op : p.kernels[static_cast<size_t>(s.kernel)].ops) muls += op == "mul";
+    }
+    EXPECT_EQ(concats, 2) << "one per branch";
+    EXPECT_EQ(muls, 1) << "the shared mul once, rank " << p.rank;
+  }
+  check_against_reference(g, ps, "swiglu unfused");
+  check_against_reference(g, programs(g, DecomposeMode::Always), "swiglu fused");
+}
+
 TEST(CollectiveMatmul, AnAllReduceAfterAMatmulBecomesARingReduceScatterThenAnAllGather) {
   // tp_mlp's rowwise linear: 20 rows over 2, 3 (7, 7, 6), 4 and 6 ranks (4 x 5, then
   // an empty chunk).
@@ -414,7 +442,7 @@ TEST(CollectiveMatmul, AutoSplitsAnAllReduceOnlyWhenTheRingIsEstimatedFaster) {
 
 TEST(CollectiveMatmul, EveryExampleStillMatchesWhenDecomposedEverywherePossible) {
   for (const char* ex : {"tp_mlp.sf", "tp_attention.sf", "transformer_block.sf", "fsdp_tp_2d.sf", "fsdp_mlp.sf",
-                         "causal_attention.sf"}) {
+                         "causal_attention.sf", "llama_block.sf"}) {
     const Graph g = example(ex);
     check_against_reference(g, programs(g, DecomposeMode::Always), ex);
   }

@@ -341,6 +341,28 @@ class Generator {
           args.push_back(new_param(w));
           if (info.kind == OpKind::LayerNorm) args.push_back(new_param(w));
           if (in_.chance(30)) attrs.push_back({"eps", AttrValue(in_.chance(50) ? 1e-3 : 0.0)});
+        } else if (info.kind == OpKind::ScaledDotProductAttention && r >= 3) {
+          // x as q [..., Hq, L, E]; k and v new params with S keys, sometimes fewer
+          // kv heads (GQA), a bool or additive mask [L, S], or causal.
+          const int64_t hq = s[static_cast<size_t>(r - 3)], keys = random_dim();
+          int64_t hkv = hq;
+          if (hq > 1 && in_.chance(40)) {
+            hkv = hq % 2 == 0 ? hq / 2 : 1;
+            attrs.push_back({"enable_gqa", AttrValue(true)});
+          }
+          TensorType k = x.type;
+          k.shape[static_cast<size_t>(r - 3)] = hkv;
+          k.shape[static_cast<size_t>(r - 2)] = keys;
+          TensorType v = k;
+          if (in_.chance(30)) v.shape.back() = random_dim();
+          args.push_back(new_param(k));
+          args.push_back(new_param(v));
+          if (in_.chance(30)) {
+            args.push_back(new_param(TensorType{in_.chance(50) ? DType::Bool : x.type.dtype, {s[static_cast<size_t>(r - 2)], keys}}));
+          } else if (in_.chance(50)) {
+            attrs.push_back({"is_causal", AttrValue(true)});
+          }
+          if (in_.chance(20)) attrs.push_back({"scale", AttrValue(0.5)});
         }
         break;
       case OpCategory::Collective:

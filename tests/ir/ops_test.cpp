@@ -123,6 +123,20 @@ std::vector<InferCase> cases() {
   c.push_back({"dropout", {T(f32, {4})}, {{"p", I(1)}, {"seed", I(kMax)}}, {f32, {4}}});  // p = 1: zeros
   // A block of a larger tensor (what local_node writes for a rank's shard).
   c.push_back({"dropout", {T(f32, {2, 3})}, {{"seed", I(0)}, {"origin", AttrValue(V{3, 0})}, {"global_shape", AttrValue(V{5, 3})}}, {f32, {2, 3}}});
+  // q [B, Hq, L, E], k [B, Hkv, S, E], v [B, Hkv, S, Ev] -> [B, Hq, L, Ev].
+  const char* sdpa = "scaled_dot_product_attention";
+  c.push_back({sdpa, {T(f32, {2, 3, 5, 4}), T(f32, {2, 3, 7, 4}), T(f32, {2, 3, 7, 6})}, {}, {f32, {2, 3, 5, 6}}});
+  c.push_back({sdpa, {T(bf16, {6, 5, 4}), T(bf16, {2, 7, 4}), T(bf16, {2, 7, 4})},
+               {{"enable_gqa", AttrValue(true)}, {"is_causal", AttrValue(true)}}, {bf16, {6, 5, 4}}});
+  c.push_back({sdpa, {T(f32, {3, 5, 4}), T(f32, {3, 7, 4}), T(f32, {3, 7, 2}), T(b1, {5, 1})}, {}, {f32, {3, 5, 2}}});
+  c.push_back({sdpa, {T(f16, {1, 2, 5, 4}), T(f16, {1, 2, 7, 4}), T(f16, {1, 2, 7, 4}), T(f16, {2, 5, 7})},
+               {{"scale", AttrValue(0.25)}}, {f16, {1, 2, 5, 4}}});
+  c.push_back({sdpa, {T(f32, {0, 5, 4}), T(f32, {2, 7, 4}), T(f32, {2, 7, 4})}, {{"enable_gqa", AttrValue(true)}},
+               {f32, {0, 5, 4}}});
+  // A rank's block under GQA: 2 query heads from global head 3 of groups of 3 read kv
+  // heads 1 and 1 (of 2).
+  c.push_back({sdpa, {T(f32, {2, 5, 4}), T(f32, {2, 7, 4}), T(f32, {2, 7, 4})},
+               {{"head_offset", I(3)}, {"gqa_group", I(3)}}, {f32, {2, 5, 4}}});
   PlacementSpec spec{{Placement::shard(0), Placement::partial()}};
   c.push_back({"redistribute", {T(f32, {8, 3})}, {{"placements", AttrValue(spec)}}, {f32, {8, 3}}});
   return c;
@@ -247,6 +261,40 @@ TEST(InferType, RejectsWithAReason) {
        "global_shape: "},
       {"dropout", {T(f32, {0, 3})}, {{"seed", I(1)}, {"origin", AttrValue(V{0, 0})}, {"global_shape", AttrValue(V{0, int64_t{1} << 50})}},
        "global_shape: "},
+      {"scaled_dot_product_attention", {T(f32, {5, 4}), T(f32, {5, 4}), T(f32, {5, 4})}, {},
+       "of one rank >= 3, got q f32[5, 4]"},
+      {"scaled_dot_product_attention", {T(f32, {2, 5, 4}), T(f32, {1, 2, 7, 4}), T(f32, {1, 2, 7, 4})}, {},
+       "of one rank >= 3"},
+      {"scaled_dot_product_attention", {T(f32, {2, 5, 4}), T(f32, {2, 7, 3}), T(f32, {2, 7, 4})}, {},
+       "q's last dim E=4 differs from k's 3"},
+      {"scaled_dot_product_attention", {T(f32, {2, 5, 4}), T(f32, {2, 7, 4}), T(f32, {2, 6, 4})}, {},
+       "must agree on Hkv and S"},
+      {"scaled_dot_product_attention", {T(f32, {2, 2, 5, 4}), T(f32, {3, 2, 7, 4}), T(f32, {3, 2, 7, 4})}, {},
+       "batch dim 0 differs"},
+      {"scaled_dot_product_attention", {T(f32, {6, 5, 4}), T(f32, {2, 7, 4}), T(f32, {2, 7, 4})}, {},
+       "q has 6 heads and k, v have 2"},
+      {"scaled_dot_product_attention", {T(f32, {6, 5, 4}), T(f32, {4, 7, 4}), T(f32, {4, 7, 4})},
+       {{"enable_gqa", AttrValue(true)}}, "q's 6 heads must be a multiple of k's and v's 4"},
+      {"scaled_dot_product_attention", {T(f32, {2, 5, 4}), T(f32, {2, 7, 4}), T(f32, {2, 7, 4}), T(f32, {5, 6})}, {},
+       "attn_mask f32[5, 6] does not broadcast to the scores' shape [2, 5, 7]"},
+      {"scaled_dot_product_attention", {T(f32, {2, 5, 4}), T(f32, {2, 7, 4}), T(f32, {2, 7, 4}), T(f32, {3, 5, 7})},
+       {}, "does not broadcast"},
+      {"scaled_dot_product_attention", {T(f32, {2, 5, 4}), T(f32, {2, 7, 4}), T(f32, {2, 7, 4}), T(i32, {5, 7})}, {},
+       "attn_mask must be bool"},
+      {"scaled_dot_product_attention", {T(f32, {2, 5, 4}), T(f32, {2, 7, 4}), T(f32, {2, 7, 4}), T(b1, {5, 7})},
+       {{"is_causal", AttrValue(true)}}, "is_causal=true together with an attn_mask is an error"},
+      {"scaled_dot_product_attention", {T(i32, {2, 5, 4}), T(i32, {2, 7, 4}), T(i32, {2, 7, 4})}, {},
+       "one floating-point dtype"},
+      {"scaled_dot_product_attention", {T(f32, {2, 5, 4}), T(bf16, {2, 7, 4}), T(f32, {2, 7, 4})}, {},
+       "one floating-point dtype"},
+      {"scaled_dot_product_attention", {T(f32, {3, 5, 4}), T(f32, {2, 7, 4}), T(f32, {2, 7, 4})},
+       {{"head_offset", I(4)}, {"gqa_group", I(3)}}, "query head 2 reads kv head 2"},
+      {"scaled_dot_product_attention", {T(f32, {2, 5, 4}), T(f32, {2, 7, 4}), T(f32, {2, 7, 4})},
+       {{"head_offset", I(-1)}}, "head_offset -1 is outside"},
+      // The scores [2^21, 2^20] are above 2^40 elements though q, k and v are not.
+      {"scaled_dot_product_attention",
+       {T(f32, {1, int64_t{1} << 21, 1}), T(f32, {1, int64_t{1} << 20, 1}), T(f32, {1, int64_t{1} << 20, 1})}, {},
+       "its scores"},
   };
   for (const RejectCase& r : rejects) {
     auto k = find_op(r.op);

@@ -134,7 +134,7 @@ INSTANTIATE_TEST_SUITE_P(Examples, ExampleRoundTrip,
                                            "transformer_block.sf", "fsdp_tp_2d.sf", "fsdp_mlp.sf",
                                            "causal_attention.sf", "vocab_parallel_embedding.sf",
                                            "dropout_mlp.sf",
-                                           "vocab_parallel_loss.sf"),
+                                           "vocab_parallel_loss.sf", "llama_block.sf"),
                          [](const auto& info) {
                            std::string n = info.param;
                            return n.substr(0, n.find('.'));

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "codegen/ir/builder.h"
+#include "codegen/ir/view_strides.h"
 
 namespace sf {
 
@@ -32,6 +33,12 @@ bool reindexes(OpKind k) {
   return k == OpKind::Slice || k == OpKind::Concat || k == OpKind::Gather || k == OpKind::IndexSelect;
 }
 
+// Views that keep one stride per dim where their operand has one (view_strides): a
+// matmul reads a chain of them in place, when the chain's strides exist (matmul_reads).
+bool is_strided_view(OpKind k) {
+  return k == OpKind::Transpose || k == OpKind::Permute || k == OpKind::Reshape || k == OpKind::Expand;
+}
+
 struct Group {
   KernelKind kind = KernelKind::Pointwise;
   std::vector<size_t> steps;  // indices into the program's steps, in program order
@@ -39,7 +46,7 @@ struct Group {
   Shape full;                 // reduction: the reduced tensor's shape
   std::vector<int> rdims;     // reduction: the reduced dims, normalised and sorted
   int64_t reduced_numel = 0;
-  bool views_only = true;     // pointwise made of transpose/permute only
+  bool views_only = true;     // pointwise made of views a matmul reads through (is_strided_view)
   bool reindexing = false;    // holds a slice or concat
 };
 
@@ -98,15 +105,25 @@ class Fuser {
   LocalProgram finish() { return build(); }
 
   // Whether group `from` may merge into group `into` once step i has joined `into`
-  // (i reads values of both). Only where a slice or concat is involved: a concat joins
+  // (i reads values of both). Where a slice or concat is involved: a concat joins
   // its operands' groups, and RoPE's x * cos + rotate_half(x) * sin ends as one kernel.
+  // And a matmul's second operand's views (matmul_reads), as its first operand's joined.
   // Two pointwise groups of one index space merge; a group of another space only into
   // a slice's or concat's, when none of its values is used outside the two.
   bool mergeable(int into, int from, size_t i) const {
     if (into < 0 || from < 0 || into == from) return false;
     const Group& a = groups_[static_cast<size_t>(into)];
     const Group& b = groups_[static_cast<size_t>(from)];
-    if (a.kind != KernelKind::Pointwise || b.kind != KernelKind::Pointwise || b.steps.empty()) return false;
+    if (b.steps.empty()) return false;
+    // A matmul that joined one operand's views takes the other operand's too.
+    if (a.kind == KernelKind::Matmul && b.kind == KernelKind::Pointwise && b.views_only && a.steps.back() == i &&
+        p_.steps[i].node.op == OpKind::Matmul) {
+      if (static_cast<int>(a.steps.size() + b.steps.size()) > opts_.max_ops || !matmul_reads(b, i)) return false;
+      std::set<size_t> both(a.steps.begin(), a.steps.end());
+      both.insert(b.steps.begin(), b.steps.end());
+      return !cycle_through_others(both);
+    }
+    if (a.kind != KernelKind::Pointwise || b.kind != KernelKind::Pointwise) return false;
     if (!a.reindexing && !b.reindexing) return false;
     if (static_cast<int>(a.steps.size() + b.steps.size()) > opts_.max_ops) return false;
     std::set<size_t> both(a.steps.begin(), a.steps.end());
@@ -121,7 +138,7 @@ class Fuser {
     a.steps.insert(a.steps.end(), b.steps.begin(), b.steps.end());
     std::sort(a.steps.begin(), a.steps.end());
     a.views_only = a.views_only && b.views_only;
-    a.reindexing = true;
+    a.reindexing = a.kind == KernelKind::Pointwise || a.reindexing;  // a matmul takes views only
     b.steps.clear();  // gets no kernel
   }
 
@@ -196,7 +213,7 @@ class Fuser {
     g.steps = {i};
     g.numel = numel(n.type.shape);
     // A matmul reads its operands in place: a view of a recomputed value is no such operand.
-    g.views_only = (n.op == OpKind::Transpose || n.op == OpKind::Permute) && !reads_inlined(i);
+    g.views_only = is_strided_view(n.op) && !reads_inlined(i);
     g.reindexing = reindexes(n.op);
     if (g.kind == KernelKind::Reduction) {
       const TensorType& x = type(p_.steps[i].in[0]);
@@ -221,7 +238,7 @@ class Fuser {
     } else if (g.kind == KernelKind::Pointwise) {
       g.numel = numel(n.type.shape);  // a slice or concat may move the group to its result's space
     }
-    g.views_only = g.views_only && (n.op == OpKind::Transpose || n.op == OpKind::Permute) && !reads_inlined(i);
+    g.views_only = g.views_only && is_strided_view(n.op) && !reads_inlined(i);
     g.reindexing = g.reindexing || reindexes(n.op);
     g.steps.push_back(i);
     group_of_[i] = static_cast<int>(gi);
@@ -242,9 +259,9 @@ class Fuser {
           // The chain becomes the reduction's prologue, in the reduced tensor's space.
           return feeds_only(g, i, 0) && numel(type(s.in[0]).shape) == g.numel;
         }
-        // A transposed operand read in place; only params' or other kernels' outputs
-        // go through such a view (its operand is not computed in this group).
-        if (k == KernelKind::Matmul) return g.views_only;
+        // An operand read in place through views; only params' or other kernels'
+        // outputs go through them (their operand is not computed in this group).
+        if (k == KernelKind::Matmul) return g.views_only && matmul_reads(g, i);
         return false;
       case KernelKind::Reduction:
         // A slice or concat in the epilogue would read row values at other rows.
@@ -267,6 +284,37 @@ class Fuser {
       case KernelKind::Gather: return false;
     }
     return false;
+  }
+
+  // Whether matmul step i can read what views-only group g gives it in place: the
+  // chain from each operand down to the value g reads has a stride per dim (a
+  // reshape of a permuted head split, [b, h, s, d] -> [b, s, h * d], has none), and
+  // no value of g is needed elsewhere (the matmul kernel writes only its own output).
+  bool matmul_reads(const Group& g, size_t i) const {
+    std::set<size_t> in_g(g.steps.begin(), g.steps.end());
+    for (int v : p_.steps[i].in) {
+      std::vector<size_t> chain;  // from the operand down
+      for (auto it = producer_.find(v); it != producer_.end() && in_g.count(it->second);
+           it = producer_.find(p_.steps[it->second].in.at(0)))
+        chain.push_back(it->second);
+      if (chain.empty()) continue;
+      Shape shape = type(p_.steps[chain.back()].in.at(0)).shape;
+      std::vector<int64_t> strides = contiguous_strides(shape);
+      for (size_t c = chain.size(); c-- > 0;) {
+        const Node& n = p_.steps[chain[c]].node;
+        std::optional<std::vector<int64_t>> st = view_strides(n, shape, strides);
+        if (!st) return false;
+        strides = std::move(st).value();
+        shape = n.type.shape;
+      }
+    }
+    // Transposes and permutes are read in place whatever else reads their values
+    // (those users get a kernel of their own); a reshape or expand too only when the
+    // matmul is their one user.
+    const bool only_permutes = std::all_of(g.steps.begin(), g.steps.end(), [&](size_t m) {
+      return p_.steps[m].node.op == OpKind::Transpose || p_.steps[m].node.op == OpKind::Permute;
+    });
+    return only_permutes || closed(g, {i});
   }
 
   // Whether group g's values reach step i only through operand `k`.

@@ -5,6 +5,8 @@
 // generated_programs_test.cpp.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "tests/result_util.h"
 #include "codegen/dist/explain.h"
 #include "codegen/fusion/pipeline.h"
@@ -73,6 +75,44 @@ TEST(FuseViews, MatmulsAndReductionsTakeThemOnlyInAPrologue) {
   EXPECT_EQ(kernel_ops(p), (Ops{"reduction: slice exp concat sum"})) << explain_kernels(p);
   p = programs("graph g(x: f32[4, 8]) {\n  m = max(x, dims=[1], keepdim=true)\n  return slice(sub(x, m), dim=0, end=2)\n}\n")[0];
   EXPECT_EQ(kernel_ops(p), (Ops{"reduction: max sub", "pointwise: slice"})) << explain_kernels(p);
+}
+
+// Attention's head views (codegen/ir/view_strides.h): splitting the projection's last
+// dim into heads and moving heads before the sequence is a strided view of the
+// projection's output, so the scores' matmul reads it in place and no kernel copies it.
+// Merging heads back ([b, h, s, d] -> [b, s, h * d]) is no strided view (h and d are
+// not one after the other in memory): that copy stays, and the next matmul reads it.
+TEST(FuseViews, AMatmulReadsHeadSplitsInPlaceButNotAHeadMerge) {
+  // Kernels are listed in the order their groups formed (the scores' group forms at q's
+  // views, before k's projection), so the lists are compared sorted.
+  auto sorted_ops = [](const LocalProgram& p) {
+    Ops v = kernel_ops(p);
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  const std::string heads =
+      "graph g(x: f32[2, 8, 16], wq: f32[16, 16], wk: f32[16, 16], wv: f32[16, 16], wo: f32[16, 16]) {\n"
+      "  q = permute(reshape(matmul(x, transpose(wq, 0, 1)), shape=[2, 8, 4, 4]), dims=[0, 2, 1, 3])\n"
+      "  k = permute(reshape(matmul(x, transpose(wk, 0, 1)), shape=[2, 8, 4, 4]), dims=[0, 2, 1, 3])\n"
+      "  s = matmul(q, transpose(k, -2, -1))\n";
+  LocalProgram p = programs(heads + "  return s\n}\n")[0];
+  EXPECT_EQ(sorted_ops(p), (Ops{"matmul: reshape permute reshape permute transpose matmul", "matmul: transpose matmul",
+                                "matmul: transpose matmul"}))
+      << explain_kernels(p);
+  // The context's matmul reads v's head split in place; merging the heads back before
+  // the output projection is a copy.
+  p = programs(heads + "  v = permute(reshape(matmul(x, transpose(wv, 0, 1)), shape=[2, 8, 4, 4]), dims=[0, 2, 1, 3])\n"
+                       "  o = reshape(permute(matmul(s, v), dims=[0, 2, 1, 3]), shape=[2, 8, 16])\n"
+                       "  return matmul(o, wo)\n}\n")[0];
+  EXPECT_EQ(sorted_ops(p), (Ops{"matmul: matmul", "matmul: reshape permute matmul",
+                                "matmul: reshape permute reshape permute transpose matmul", "matmul: transpose matmul",
+                                "matmul: transpose matmul", "matmul: transpose matmul", "pointwise: permute reshape"}))
+      << explain_kernels(p);
+  // A split that something else reads too is written once, and the matmul reads that.
+  p = programs("graph g(x: f32[2, 8], w: f32[4, 4]) {\n  r = reshape(x, shape=[2, 2, 4])\n"
+               "  return matmul(r, w), neg(r)\n}\n")[0];
+  const Ops ops = kernel_ops(p);
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "matmul: matmul"), 1) << explain_kernels(p);
 }
 
 TEST(FuseViews, EveryRankFusesAlikeWithAnEmptyShard) {

@@ -232,7 +232,9 @@ TEST(CliCompile, WritesAPlanWhosePtxPassesPtxas) {
     kernels += s.op == "kernel";
     collectives += s.op == "all_reduce" || s.op == "reduce_scatter" || s.op == "all_gather";
   }
-  EXPECT_EQ(kernels, 15);
+  // 15 before matmuls read attention's head splits in place (docs/fusion.md); on 2 ranks
+  // (2 heads each) merging the heads back before the output projection is still a copy.
+  EXPECT_EQ(kernels, 12);
   EXPECT_GE(collectives, 1);
   EXPECT_NE(read_text(d / "plan/report.txt").find("roofline estimate on NVIDIA H100 (SXM)"), std::string::npos);
 }

@@ -166,9 +166,7 @@ TEST(DropoutNvptx, KernelsOfEveryKindAssembleWithPtxMultipliesAndNoCalls) {
   for (const char* arch : {"sm_80", "sm_90a"})
     for (const auto& [kind, g] : kernels) {
       SCOPED_TRACE(std::string(arch) + " " + g->name());
-      Result<EmittedKernel> k = emitter_for(kind).emit(KernelSpec{g->name(), kind, *g}, {}, llvmb::Target::nvptx(arch));
-      ASSERT_TRUE(k.ok()) << k.error().str();
-      Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, arch);
+      Result<std::string> ptx = kernel_test::ptx_of(kind, *g, arch);
       ASSERT_TRUE(ptx.ok()) << ptx.error().str();
       EXPECT_EQ(ptx->find("call"), std::string::npos) << "a call is left in the PTX";
       // Philox's 32 x 32 -> 64-bit products as 32-bit PTX multiplies: 20 high halves

@@ -137,9 +137,7 @@ TEST(IndexNvptx, KernelsAssemble) {
   for (const char* arch : {"sm_80", "sm_90a"})
     for (const auto& [kind, g] : kernels) {
       SCOPED_TRACE(std::string(arch) + " " + g->name());
-      Result<EmittedKernel> k = emitter_for(kind).emit(KernelSpec{g->name(), kind, *g}, {}, llvmb::Target::nvptx(arch));
-      ASSERT_TRUE(k.ok()) << k.error().str();
-      Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, arch);
+      Result<std::string> ptx = kernel_test::ptx_of(kind, *g, arch);
       ASSERT_TRUE(ptx.ok()) << ptx.error().str();
       EXPECT_EQ(ptx->find("atom"), std::string::npos) << "scatter_add is deterministic: no atomics";
       if (kernel_test::have_ptxas()) {

@@ -85,6 +85,13 @@ inline std::string module_text(const llvm::Module& m) {
   return s;
 }
 
+// The PTX of `g` as one kernel of `kind` for `arch`, default config, named after `g`.
+inline Result<std::string> ptx_of(KernelKind kind, const Graph& g, const std::string& arch) {
+  Result<EmittedKernel> k = emitter_for(kind).emit(KernelSpec{g.name(), kind, g}, {}, llvmb::Target::nvptx(arch));
+  if (!k) return k.error();
+  return llvmb::compile_to_ptx(*k->module, arch);
+}
+
 inline bool have_ptxas() { return find_ptxas().ok(); }
 
 // ptxas -v on the PTX: every entry's resources, or the Diag with ptxas's errors.

@@ -99,7 +99,7 @@ Result<void> read_string(const json& obj, const char* name, std::string* out, bo
 // field names in config.cpp's one table.
 json full_config_json(const KernelConfig& c) {
   json j = json::object();
-  for (KernelKind k : {KernelKind::Pointwise, KernelKind::Reduction, KernelKind::Matmul, KernelKind::Gather})
+  for (KernelKind k : kAllKernelKinds)
     for (ConfigTarget t : {ConfigTarget::Host, ConfigTarget::Gpu}) j.update(config_to_json(k, t, c));
   return j;
 }

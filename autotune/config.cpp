@@ -55,6 +55,7 @@ std::vector<const char*> relevant(KernelKind kind, ConfigTarget t) {
       case KernelKind::Reduction:
       case KernelKind::Gather: return {"host_vector", "host_interleave"};
       case KernelKind::Matmul: return {"host_tile_n", "host_vector", "host_interleave"};
+      case KernelKind::Attention: return {"block_m", "block_n"};
     }
   }
   switch (kind) {
@@ -64,6 +65,7 @@ std::vector<const char*> relevant(KernelKind kind, ConfigTarget t) {
     case KernelKind::Matmul:
       return {"block_m", "block_n", "block_k", "warps", "stages", "group_m", "split_k", "warp_specialize", "persistent"};
     case KernelKind::Gather: return {"block", "max_blocks"};
+    case KernelKind::Attention: return {"block_m", "block_n", "warps"};
   }
   return {};
 }

@@ -20,7 +20,8 @@ int threads_of(const TuneProblem& p, const KernelConfig& c, const BuildResult& b
     case KernelKind::Pointwise:
     case KernelKind::Gather: return c.block;
     case KernelKind::Reduction: return c.threads_per_row * c.rows_per_block;
-    case KernelKind::Matmul: return c.warps * 32;
+    case KernelKind::Matmul:
+    case KernelKind::Attention: return c.warps * 32;
   }
   return c.block;
 }
@@ -53,6 +54,7 @@ int64_t grid_of(const TuneProblem& p, const KernelConfig& c, const BuildResult& 
     }
     case KernelKind::Matmul:
       return p.batch * ((p.m + c.block_m - 1) / c.block_m) * ((p.n + c.block_n - 1) / c.block_n) * c.split_k;
+    case KernelKind::Attention: return p.batch * ((p.m + c.block_m - 1) / c.block_m);
   }
   return 1;
 }
@@ -92,6 +94,13 @@ double host_predict(const TuneProblem& p, const KernelConfig& c, const TargetInf
       outer = double(p.batch) * p.m * p.k * std::ceil(double(p.n) / tile);
       break;
     }
+    case KernelKind::Attention:
+      // The inner loops are a score's dot product over the head dim and an output
+      // row's update over the key tile.
+      trip = static_cast<double>(std::max<int64_t>(p.k, 1));
+      outer = double(p.flops) / (2.0 * trip);
+      ops = 2;
+      break;
   }
   // What LLVM picks by itself: the full width, or the widest power of two the trip
   // count fills when it is shorter; interleave 2 where two bodies fit.
@@ -185,6 +194,17 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
     const double dram = double(p.batch) * (double(p.m) * p.k + double(p.k) * p.n) * p.elem_bytes * (c.group_m > 1 ? 2 : 4) +
                         double(p.batch) * p.m * p.n * p.elem_bytes;
     double mem = std::max(dram, l2_traffic / 4) / (sm_bw * busy_sms);
+    return std::max(compute, mem) + t.launch_us;
+  }
+  if (p.kind == KernelKind::Attention) {
+    // The SIMT attention kernel: every product reads both factors from shared memory
+    // (a quarter of the FMA rate, an estimate), with enough warps to cover the
+    // latency; K and V tiles are read from L2 once per query tile.
+    const double f_occ = std::min(1.0, warps_per_sm / kWarpsForCompute);
+    double compute = double(p.flops) / (sm_flops * busy_sms * 0.25 * f_occ);
+    const double tiles = std::ceil(double(p.m) / std::max(c.block_m, 1));
+    const double traffic = double(p.bytes) + double(p.batch) * tiles * double(p.n) * double(p.k + p.cols) * p.elem_bytes;
+    double mem = traffic / (sm_bw * busy_sms);
     return std::max(compute, mem) + t.launch_us;
   }
   if (p.kind == KernelKind::Matmul) {

@@ -18,7 +18,8 @@ struct TuneProblem {
   std::vector<std::vector<int64_t>> shapes;  // every param's then every output's local shape
   size_t num_inputs = 0;     // how many of `shapes` are params
   int elem_bytes = 4;        // the widest storage dtype's size
-  // pointwise: n elements; reduction: rows x cols (cols reduced); matmul: batch x m x n x k
+  // pointwise: n elements; reduction: rows x cols (cols reduced); matmul: batch x m x n x k;
+  // attention: batch x m query rows x n keys, head dims k (q, k) and cols (v)
   int64_t n = 0;
   int64_t rows = 0, cols = 0;
   int64_t batch = 1, m = 0, k = 0;  // matmul uses n as its N

@@ -114,7 +114,22 @@ std::vector<KernelConfig> gpu_matmul(const TuneProblem& p, const TargetInfo& t) 
   return out;
 }
 
+std::vector<KernelConfig> attention_tiles(const std::vector<int>& warps) {
+  std::vector<KernelConfig> out;
+  for (int bm : {16, 32, 64, 128})
+    for (int bn : {16, 32, 64, 128})
+      for (int w : warps) {
+        KernelConfig c;
+        c.block_m = bm;
+        c.block_n = bn;
+        c.warps = w;
+        out.push_back(c);
+      }
+  return out;
+}
+
 std::vector<KernelConfig> host_space(KernelKind kind) {
+  if (kind == KernelKind::Attention) return attention_tiles({KernelConfig{}.warps});
   std::vector<KernelConfig> out;
   std::vector<int> tiles = kind == KernelKind::Matmul ? std::vector<int>{16, 32, 64, 128, 256} : std::vector<int>{0};
   for (int tile : tiles)
@@ -135,6 +150,17 @@ int64_t ceil_pow2(int64_t v) {
   return p;
 }
 
+// An attention tile over twice the (power-of-two rounded) rows or keys is mostly
+// padding; the tiles must fit the block's memory (`budget` bytes).
+std::optional<std::string> attention_reject(const TuneProblem& p, const KernelConfig& c, int64_t budget) {
+  auto s = [](int64_t v) { return std::to_string(v); };
+  if (c.block_m > 2 * ceil_pow2(p.m) && c.block_m > 16) return "block_m " + s(c.block_m) + " is over twice L = " + s(p.m);
+  if (c.block_n > 2 * ceil_pow2(p.n) && c.block_n > 16) return "block_n " + s(c.block_n) + " is over twice S = " + s(p.n);
+  const int64_t bytes = attention_tile_bytes(c.block_m, c.block_n, p.k, p.cols);
+  if (bytes > budget) return "its tiles take " + s(bytes) + " bytes, over the " + s(budget) + " a block may hold";
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::vector<KernelConfig> config_space(const TuneProblem& p, const TargetInfo& t) {
@@ -143,6 +169,7 @@ std::vector<KernelConfig> config_space(const TuneProblem& p, const TargetInfo& t
     case KernelKind::Pointwise: return gpu_pointwise(t);
     case KernelKind::Reduction: return gpu_reduction(t);
     case KernelKind::Matmul: return gpu_matmul(p, t);
+    case KernelKind::Attention: return attention_tiles({2, 4, 8});
     case KernelKind::Gather: {
       std::vector<KernelConfig> out;
       for (int block : {128, 256, 512, 1024}) {
@@ -163,6 +190,7 @@ std::optional<std::string> rule_reject(const TuneProblem& p, const KernelConfig&
     if (c.host_vector * p.elem_bytes > 2 * t.simd_bytes)
       return "host_vector " + s(c.host_vector) + " x " + s(p.elem_bytes) + " bytes exceeds two " + s(t.simd_bytes) +
              "-byte SIMD registers";
+    if (p.kind == KernelKind::Attention) return attention_reject(p, c, 1 << 20);
     if (p.kind == KernelKind::Matmul && c.host_tile_n > 2 * ceil_pow2(std::max<int64_t>(p.n, 1)) && c.host_tile_n > 16)
       return "host_tile_n " + s(c.host_tile_n) + " is over twice N = " + s(p.n);
     return std::nullopt;
@@ -228,6 +256,7 @@ std::optional<std::string> rule_reject(const TuneProblem& p, const KernelConfig&
       return std::nullopt;
     }
     case KernelKind::Gather: return std::nullopt;
+    case KernelKind::Attention: return attention_reject(p, c, t.max_shared_per_block);
   }
   return std::nullopt;
 }

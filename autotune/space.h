@@ -21,9 +21,18 @@ namespace sf {
 //  GPU matmul:    block_m x block_n x block_k x warps x stages x group_m x split_k,
 //                 preceded for 16-bit operands on archs with tensor cores by the
 //                 tensor-core tiles (64..256 x 64..256 x 32/64, 4/8 warps, 2-5 stages)
-//  host:          host_vector x host_interleave (x host_tile_n for matmul)
+//  GPU attention: block_m (query rows) x block_n (keys per tile) x warps
+//  host:          host_vector x host_interleave (x host_tile_n for matmul);
+//                 attention: block_m x block_n
 // A persistent grid is SMs x the blocks that fit on an SM by threads alone.
 std::vector<KernelConfig> config_space(const TuneProblem& p, const TargetInfo& t);
+
+// The f32 tiles a fused attention block holds (shared memory on a GPU, the stack on
+// the host): q [bm, e], k [bn, e], v [bn, ev], the scores [bm, bn], the output
+// accumulator [bm, ev] and three per-row values (max, sum, rescale).
+inline int64_t attention_tile_bytes(int64_t bm, int64_t bn, int64_t e, int64_t ev) {
+  return 4 * (bm * e + bn * e + bn * ev + bm * bn + bm * ev + 3 * bm);
+}
 
 // Why `c` is not worth compiling for `p` on `t`, or nullopt when it is.
 std::optional<std::string> rule_reject(const TuneProblem& p, const KernelConfig& c, const TargetInfo& t);

@@ -7,6 +7,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "codegen/ir/attention_match.h"
 #include "codegen/ir/builder.h"
 #include "codegen/ir/view_strides.h"
 
@@ -73,11 +74,24 @@ class Fuser {
     for (const LocalStep& s : p_.steps)
       if (s.kind == LocalStep::Kind::Wait && last_transfers.count(s.handle)) late_values_.insert(s.out);
     if (opts_.enabled) find_inlined();
+    if (opts_.enabled && opts_.attention) find_attention();
   }
 
   bool fusible_step(size_t i) const {
     const LocalStep& s = p_.steps[i];
-    return s.kind == LocalStep::Kind::Compute && s.node.op != OpKind::Constant && !inlined_.count(i);
+    return s.kind == LocalStep::Kind::Compute && s.node.op != OpKind::Constant && !inlined_.count(i) &&
+           group_of_[i] < 0;
+  }
+  // The attention kernels this rank would make (find_attention), each its steps.
+  const std::vector<std::vector<size_t>>& attention_groups() const { return attention_; }
+  // Makes `steps` one attention kernel (every rank found it: fuse_all).
+  void form_attention(const std::vector<size_t>& steps) {
+    Group g;
+    g.kind = KernelKind::Attention;
+    g.steps = steps;
+    g.views_only = false;
+    groups_.push_back(std::move(g));
+    for (size_t s : steps) group_of_[s] = static_cast<int>(groups_.size()) - 1;
   }
   size_t num_steps() const { return p_.steps.size(); }
   // The groups step i could join on this rank, best first.
@@ -206,6 +220,97 @@ class Fuser {
     return {found.begin(), found.end()};
   }
 
+  // Every attention (codegen/ir/attention_match.h) of the program, with its prologue
+  // and epilogue, as the steps of one kernel. Steps isolated or marked no_attention,
+  // inlined values and literals stay out (the group recomputes the last two).
+  void find_attention() {
+    std::set<int> returned(p_.output_values.begin(), p_.output_values.end());
+    AttentionFlow f;
+    f.node = [&](int v) -> const Node* {
+      auto it = producer_.find(v);
+      if (it == producer_.end() || p_.steps[it->second].kind != LocalStep::Kind::Compute) return nullptr;
+      return &p_.steps[it->second].node;
+    };
+    f.type = [&](int v) -> const TensorType& { return type(v); };
+    f.operands = [&](int v) { return p_.steps[producer_.at(v)].in; };
+    f.users = [&](int v) {
+      std::vector<int> u;
+      if (auto it = users_.find(v); it != users_.end())
+        for (size_t s : it->second) u.push_back(p_.steps[s].kind == LocalStep::Kind::Compute ? p_.steps[s].out : -1);
+      return u;
+    };
+    f.returned = [&](int v) { return returned.count(v) > 0; };
+    std::set<size_t> taken;
+    for (size_t i = 0; i < p_.steps.size(); ++i) {
+      const LocalStep& s = p_.steps[i];
+      if (s.kind != LocalStep::Kind::Compute || s.node.op != OpKind::Matmul) continue;
+      std::optional<AttentionMatch> m = match_attention(f, s.out);
+      if (!m || m->e > kMaxFusedHeadDim || m->ev > kMaxFusedHeadDim || !is_float(type(m->scores).dtype)) continue;
+      std::set<size_t> members;
+      std::vector<int> core{m->scores, m->out};
+      core.insert(core.end(), m->chain.begin(), m->chain.end());
+      core.insert(core.end(), m->softmax.begin(), m->softmax.end());
+      bool usable = true;
+      for (int v : core) {
+        size_t st = producer_.at(v);
+        usable = usable && !opts_.isolate.count(st) && !opts_.no_attention.count(st) && !inlined_.count(st) && !taken.count(st);
+        members.insert(st);
+      }
+      if (!usable) continue;
+      // The views after it, as far as its store can follow them.
+      std::vector<size_t> views;
+      for (int v = m->out;;) {
+        auto u = users_.find(v);
+        if (returned.count(v) || u == users_.end() || u->second.size() != 1) break;
+        const LocalStep& n = p_.steps[u->second[0]];
+        if (n.kind != LocalStep::Kind::Compute || opts_.isolate.count(u->second[0]) ||
+            (n.node.op != OpKind::Transpose && n.node.op != OpKind::Permute && n.node.op != OpKind::Reshape))
+          break;
+        views.push_back(u->second[0]);
+        v = n.out;
+      }
+      while (!views.empty() && !stored_through(m->out, views)) views.pop_back();
+      members.insert(views.begin(), views.end());
+      // The ops that compute only for it: pointwise producers all of whose readers are
+      // in the kernel, to a fixpoint.
+      for (bool grew = true; grew && static_cast<int>(members.size()) < opts_.max_ops;) {
+        grew = false;
+        for (size_t st : std::vector<size_t>(members.begin(), members.end()))
+          for (int v : p_.steps[st].in) {
+            auto pr = producer_.find(v);
+            if (pr == producer_.end() || members.count(pr->second)) continue;
+            const size_t q = pr->second;
+            const LocalStep& ps = p_.steps[q];
+            if (ps.kind != LocalStep::Kind::Compute || ps.node.op == OpKind::Constant || !index_computed(ps.node.op) ||
+                inlined_.count(q) || opts_.isolate.count(q) || taken.count(q) || returned.count(v))
+              continue;
+            const std::vector<size_t>& readers = users_.at(v);
+            if (!std::all_of(readers.begin(), readers.end(), [&](size_t x) { return members.count(x) > 0; })) continue;
+            if (static_cast<int>(members.size()) >= opts_.max_ops) break;
+            members.insert(q);
+            grew = true;
+          }
+      }
+      if (cycle_through_others(members)) continue;
+      taken.insert(members.begin(), members.end());
+      attention_.emplace_back(members.begin(), members.end());
+    }
+  }
+  // Whether the attention's result `out` can be stored through `views` (its store
+  // takes a stride per dim of the result: codegen/ir/view_strides.h).
+  bool stored_through(int out, const std::vector<size_t>& views) const {
+    const LocalStep& last = p_.steps[views.back()];
+    std::vector<int64_t> strides = contiguous_strides(last.node.type.shape);
+    for (size_t k = views.size(); k-- > 0;) {
+      const LocalStep& v = p_.steps[views[k]];
+      const int operand = k == 0 ? out : p_.steps[views[k - 1]].out;
+      std::optional<std::vector<int64_t>> s = operand_strides(v.node, type(operand).shape, strides);
+      if (!s) return false;
+      strides = std::move(*s);
+    }
+    return true;
+  }
+
   Group start_group(size_t i) const {
     const Node& n = p_.steps[i].node;
     Group g;
@@ -281,7 +386,8 @@ class Fuser {
       case KernelKind::Matmul:
         if (std::any_of(s.in.begin(), s.in.end(), [&](int v) { return late_values_.count(v) > 0; })) return false;
         return k == KernelKind::Pointwise && out == g.numel && op_info(n.op).category != OpCategory::Movement;
-      case KernelKind::Gather: return false;
+      case KernelKind::Gather:
+      case KernelKind::Attention: return false;
     }
     return false;
   }
@@ -500,7 +606,7 @@ class Fuser {
       k.name += "_" + std::string(op_name(n.op));
       ++named;
     }
-    if (named == 0) k.name += "_" + std::string(kernel_kind_name(k.kind));
+    if (named == 0 || k.kind == KernelKind::Attention) k.name = "k" + std::to_string(gi) + "_" + std::string(kernel_kind_name(k.kind));
     k.group = group_graph(g, inputs, outs, k.name);
     k.steps = g.steps;
     k.steps.insert(k.steps.end(), recomputed.begin(), recomputed.end());
@@ -561,6 +667,7 @@ class Fuser {
   std::map<size_t, int> inlined_weight_;  // ops an inlined step brings into a kernel
   std::vector<int> group_of_;
   std::vector<Group> groups_;
+  std::vector<std::vector<size_t>> attention_;  // find_attention
 };
 
 }  // namespace
@@ -572,6 +679,16 @@ std::vector<LocalProgram> fuse_all(std::vector<LocalProgram> programs, const Fus
   std::vector<Fuser> f;
   for (LocalProgram& p : programs) f.emplace_back(std::move(p), opts);
   if (f.empty()) return {};
+  // Attention kernels first, where every rank found the same one.
+  for (const std::vector<size_t>& a : f[0].attention_groups()) {
+    bool everywhere = true;
+    for (size_t r = 1; r < f.size() && everywhere; ++r) {
+      const std::vector<std::vector<size_t>>& other = f[r].attention_groups();
+      everywhere = std::find(other.begin(), other.end(), a) != other.end();
+    }
+    if (everywhere)
+      for (Fuser& x : f) x.form_attention(a);
+  }
   for (size_t i = 0; i < f[0].num_steps(); ++i) {
     if (!f[0].fusible_step(i)) continue;
     // The first group of rank 0's choices that every rank also allows.

@@ -7,7 +7,12 @@
 //     over the same rows in one kernel (softmax, layer_norm, rms_norm each become
 //     one kernel);
 //   - matmul with transposed operands read in place and a pointwise epilogue
-//     (bias, scale, activation, residual add, cast).
+//     (bias, scale, activation, residual add, cast);
+//   - attention (codegen/ir/attention_match.h: matmul -> scale/mask -> softmax ->
+//     matmul, which scaled_dot_product_attention decomposes to) as one kernel, with
+//     the views and pointwise ops that make q, k and v only for it (head splits, RoPE,
+//     GQA's repeat) and the views after it (the head merge): FlashAttention's scores
+//     never reach memory.
 // Collectives and local slices are barriers: only compute steps fuse. Number
 // literals are folded into the kernels that use them.
 #pragma once
@@ -24,6 +29,12 @@ struct FusionOptions {
   // Steps (indices into the unfused program) that must each stay a kernel of their
   // own: the fallback when a fused group could not be emitted.
   std::set<size_t> isolate;
+  // Attention becomes one kernel (false: its matmuls and softmax fuse as any others,
+  // torch's math backend).
+  bool attention = true;
+  // Steps that must not form an attention kernel: the fallback when one could not be
+  // emitted (they then fuse as any other steps).
+  std::set<size_t> no_attention;
 };
 
 // Fuses every rank's program alike: programs[r] is rank r's (same steps, local

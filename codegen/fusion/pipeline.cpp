@@ -40,13 +40,15 @@ std::function<void(std::vector<LocalProgram>&)> stage_fn(const std::string& name
         std::map<std::string, bool> verdict;
         for (const LocalProgram& p : fused)
           for (const LocalKernel& k : p.kernels) {
-            if (k.steps.size() < 2) continue;
+            if (k.steps.size() < 2 && k.kind != KernelKind::Attention) continue;
             std::string key = kernel_key(k);
             auto it = verdict.find(key);
             if (it == verdict.end()) it = verdict.emplace(key, opts.can_emit(k)).first;
-            if (!it->second) fo.isolate.insert(k.steps.begin(), k.steps.end());
+            if (it->second) continue;
+            if (k.kind == KernelKind::Attention) fo.no_attention.insert(k.steps.begin(), k.steps.end());
+            else fo.isolate.insert(k.steps.begin(), k.steps.end());
           }
-        if (!fo.isolate.empty()) fused = fuse_all(std::move(ps), fo);
+        if (!fo.isolate.empty() || !fo.no_attention.empty()) fused = fuse_all(std::move(ps), fo);
       }
       ps = std::move(fused);
     };

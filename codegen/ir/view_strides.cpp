@@ -89,4 +89,34 @@ std::optional<std::vector<int64_t>> view_strides(const Node& n, const Shape& ope
   }
 }
 
+std::optional<std::vector<int64_t>> operand_strides(const Node& n, const Shape& operand,
+                                                    const std::vector<int64_t>& result_strides) {
+  const Shape& result = n.type.shape;
+  const int rank = static_cast<int>(operand.size());
+  if (result_strides.size() != result.size()) return std::nullopt;
+  switch (n.op) {
+    case OpKind::Transpose: {
+      std::optional<int> a = normalize_dim(n.attrs.get_int("dim0"), rank);
+      std::optional<int> b = normalize_dim(n.attrs.get_int("dim1"), rank);
+      if (!a || !b || result.size() != operand.size()) return std::nullopt;
+      std::vector<int64_t> s = result_strides;
+      std::swap(s[static_cast<size_t>(*a)], s[static_cast<size_t>(*b)]);
+      return s;
+    }
+    case OpKind::Permute: {
+      const std::vector<int64_t>& dims = n.attrs.get_ints("dims");
+      if (dims.size() != operand.size() || result.size() != operand.size()) return std::nullopt;
+      std::vector<int64_t> s(operand.size(), 0);
+      for (size_t d = 0; d < dims.size(); ++d) {
+        std::optional<int> from = normalize_dim(dims[d], rank);
+        if (!from) return std::nullopt;
+        s[static_cast<size_t>(*from)] = result_strides[d];  // result dim d is operand dim dims[d]
+      }
+      return s;
+    }
+    case OpKind::Reshape: return reshape_strides(result, result_strides, operand);
+    default: return std::nullopt;
+  }
+}
+
 }  // namespace sf

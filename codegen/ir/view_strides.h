@@ -20,6 +20,14 @@ namespace sf {
 std::optional<std::vector<int64_t>> view_strides(const Node& n, const Shape& operand,
                                                  const std::vector<int64_t>& strides);
 
+// The other way round: where view `n`'s operand (of shape `operand`) lies when the
+// view's result is stored with `result_strides`, so a kernel that produces the operand
+// can write it straight into the result's buffer (an attention's output, permuted and
+// reshaped into [b, s, h * d]). For transpose, permute and reshape; nullopt for other
+// ops, or for a reshape whose operand has no stride per dim in that layout.
+std::optional<std::vector<int64_t>> operand_strides(const Node& n, const Shape& operand,
+                                                    const std::vector<int64_t>& result_strides);
+
 // The strides a reshape from `from` (with `strides`) to `to` has, or nullopt (above).
 std::optional<std::vector<int64_t>> reshape_strides(const Shape& from, const std::vector<int64_t>& strides,
                                                     const Shape& to);

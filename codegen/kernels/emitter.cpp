@@ -7,6 +7,7 @@
 #include "codegen/kernels/emitter.h"
 
 #include "codegen/kernels/along.h"
+#include "codegen/kernels/attention.h"
 #include "codegen/kernels/matmul.h"
 #include "codegen/kernels/gather.h"
 #include "codegen/kernels/pointwise.h"
@@ -42,6 +43,7 @@ const Emitter& emitter_for(KernelKind k) {
     case KernelKind::Pointwise: return pointwise;
     case KernelKind::Reduction: return reduction_emitter();
     case KernelKind::Matmul: return matmul_emitter();
+    case KernelKind::Attention: return attention_emitter();
     case KernelKind::Gather: {
       static const GatherEmitter gather;
       return gather;

@@ -1,5 +1,7 @@
 #include "codegen/kernels/tune.h"
 
+#include "codegen/kernels/attention.h"
+
 #include <llvm/Config/llvm-config.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
@@ -274,6 +276,17 @@ Result<TuneProblem> tune_problem(const LocalKernel& k) {
   p.flops = k.flops;
   const Node& first_out = g.node(g.outputs().front().value);
   p.n = numel(first_out.type.shape);
+  if (k.kind == KernelKind::Attention) {
+    Result<AttentionKernelInfo> a = attention_info(g);
+    if (!a) return a.error();
+    p.batch = a->batches;
+    p.m = a->match.l;
+    p.n = a->match.s;
+    p.k = a->match.e;
+    p.cols = a->match.ev;
+    p.operand_bytes = static_cast<int>(dtype_size(g.node(a->match.scores).type.dtype));
+    return p;
+  }
   for (const Node& n : g.nodes()) {
     if (k.kind == KernelKind::Reduction && op_info(n.op).category == OpCategory::Reduce) {
       const Shape& x = g.node(n.inputs[0]).type.shape;

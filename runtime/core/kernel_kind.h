@@ -10,11 +10,12 @@
 
 namespace sf {
 
-enum class KernelKind : uint8_t { Pointwise, Reduction, Matmul, Gather };
+// Attention: a fused (flash) attention, scores and softmax never written (codegen/kernels/attention.h).
+enum class KernelKind : uint8_t { Pointwise, Reduction, Matmul, Gather, Attention };
 inline constexpr KernelKind kAllKernelKinds[] = {KernelKind::Pointwise, KernelKind::Reduction, KernelKind::Matmul,
-                                                 KernelKind::Gather};
+                                                 KernelKind::Gather, KernelKind::Attention};
 
-// "pointwise", "reduction", "matmul", "gather": plan.json's and the tuning cache's
+// "pointwise", "reduction", "matmul", "gather", "attention": plan.json's and the tuning cache's
 // spelling, and kernel names' suffix.
 constexpr std::string_view kernel_kind_name(KernelKind k) {
   switch (k) {
@@ -22,6 +23,7 @@ constexpr std::string_view kernel_kind_name(KernelKind k) {
     case KernelKind::Reduction: return "reduction";
     case KernelKind::Matmul: return "matmul";
     case KernelKind::Gather: return "gather";
+    case KernelKind::Attention: return "attention";
   }
   return "?";
 }

@@ -80,12 +80,30 @@ inline TuneProblem gather(int64_t n) {
   return p;
 }
 
+// Attention over `batch` heads: l query rows, s keys, head dim e (q, k and v), f32.
+inline TuneProblem attention(int64_t batch, int64_t l, int64_t s, int64_t e) {
+  TuneProblem p;
+  p.kind = KernelKind::Attention;
+  p.name = "attention";
+  p.num_inputs = 3;
+  p.shapes = {{batch, l, e}, {batch, s, e}, {batch, s, e}, {batch, l, e}};
+  p.batch = batch;
+  p.m = l;
+  p.n = s;
+  p.k = e;
+  p.cols = e;
+  p.bytes = batch * (2 * l * e + 2 * s * e) * 4;
+  p.flops = 4 * batch * l * s * e;
+  return p;
+}
+
 inline TuneProblem problem_of(KernelKind k) {
   switch (k) {
     case KernelKind::Pointwise: return pointwise(1 << 20);
     case KernelKind::Reduction: return reduction(4096, 1024);
     case KernelKind::Matmul: return matmul(1024, 1024, 1024);
     case KernelKind::Gather: return gather(1 << 20);
+    case KernelKind::Attention: return attention(32, 1024, 1024, 128);
   }
   return {};
 }

@@ -137,7 +137,7 @@ TEST(PlanKernelFields, KindAndHostCodeRoundTripAndBadOnesAreNamed) {
     std::string want;
   };
   const std::vector<Case> cases = {
-      {"unknown kind", [](json& k) { k["kind"] = "attention"; }, "kernels[0].kind: unknown kernel kind \"attention\""},
+      {"unknown kind", [](json& k) { k["kind"] = "convolution"; }, "kernels[0].kind: unknown kernel kind \"convolution\""},
       {"host not an object", [](json& k) { k["host"] = "sf_k0"; }, "kernels[0].host: \"sf_k0\" is not an object"},
       {"empty host symbol", [](json& k) { k["host"]["symbol"] = ""; }, "kernels[0].host.symbol: must not be empty"},
       {"host without symbol", [](json& k) { k["host"].erase("symbol"); }, "kernels[0].host: missing \"symbol\""},

@@ -1,0 +1,436 @@
+#include "codegen/kernels/attention.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include <llvm/IR/GlobalVariable.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
+#include "autotune/space.h"
+#include "codegen/ir/view_strides.h"
+#include "codegen/kernels/element.h"
+#include "codegen/kernels/matmul_group.h"
+#include "runtime/core/tensor.h"
+
+namespace sf {
+
+namespace {
+
+using kernels::Elem;
+using kernels::ElementCodegen;
+using kernels::GroupValues;
+using kernels::emit_loop;
+
+Diag fail(std::string msg) { return Diag{"", {}, "attention emitter: " + std::move(msg)}; }
+
+// The f32 tiles of one block, as offsets (in floats) into the block's buffer.
+struct Tiles {
+  int64_t bm = 0, bn = 0, e = 0, ev = 0;
+  int64_t q = 0, k = 0, v = 0, s = 0, acc = 0, m = 0, l = 0, alpha = 0, floats = 0;
+  Tiles(int64_t bm_, int64_t bn_, int64_t e_, int64_t ev_) : bm(bm_), bn(bn_), e(e_), ev(ev_) {
+    k = q + bm * e;
+    v = k + bn * e;
+    s = v + bn * ev;
+    acc = s + bm * bn;
+    m = acc + bm * ev;
+    l = m + bm;
+    alpha = l + bm;
+    floats = alpha + bm;
+  }
+};
+
+class AttentionCode {
+ public:
+  AttentionCode(const KernelSpec& spec, const AttentionKernelInfo& info, const Tiles& t, bool gpu,
+                llvm::IRBuilderBase& b, ElementCodegen& cg)
+      : spec_(spec), info_(info), m_(info.match), t_(t), gpu_(gpu), b_(b), cg_(cg) {}
+
+  // The whole kernel body for block `bid` (an i64 below blocks()).
+  Result<void> block(llvm::Value* bid, llvm::Value* buf, llvm::Value* tid, llvm::Value* nthreads,
+                     const std::vector<llvm::Value*>& in, llvm::Value* out) {
+    buf_ = buf;
+    tid_ = tid;
+    nthreads_ = nthreads;
+    out_ = out;
+    GroupValues gv(spec_.group, cg_, in);
+    gv_ = &gv;
+    const int64_t qtiles = query_tiles();
+    llvm::Value* b = b_.CreateUDiv(bid, c(qtiles), "batch");
+    llvm::Value* q0 = b_.CreateMul(b_.CreateURem(bid, c(qtiles)), c(t_.bm), "q0");
+    llvm::Value* ninf = llvm::ConstantFP::getInfinity(b_.getFloatTy(), true);
+    llvm::Value* zero = llvm::ConstantFP::get(b_.getFloatTy(), 0.0);
+
+    // Accumulators and the q tile.
+    SF_TRY(par(t_.bm * t_.ev, "init_acc", [&](llvm::Value* i) { put(t_.acc, i, zero); return ok(); }));
+    SF_TRY(par(t_.bm, "init_rows", [&](llvm::Value* i) {
+      put(t_.m, i, ninf);
+      put(t_.l, i, zero);
+      return ok();
+    }));
+    SF_TRY(par(t_.bm * t_.e, "load_q", [&](llvm::Value* i) -> Result<void> {
+      llvm::Value* r = b_.CreateUDiv(i, c(t_.e));
+      llvm::Value* e = b_.CreateURem(i, c(t_.e));
+      llvm::Value* row = b_.CreateAdd(q0, r);
+      Result<llvm::Value*> x = guarded(b_.CreateICmpSLT(row, c(m_.l)), [&]() {
+        return operand(m_.q, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.l)), row), c(m_.e)), e));
+      });
+      if (!x) return x.error();
+      put(t_.q, i, *x);
+      return ok();
+    }));
+
+    // The keys any row of the block can see: all, or (causal) up to the last row's
+    // diagonal, q0 + bm - 1 + d, clamped to [0, S].
+    llvm::Value* kv_end = c(m_.s);
+    if (m_.causal_diagonal) {
+      llvm::Value* last = b_.CreateAdd(q0, c(t_.bm + *m_.causal_diagonal));
+      last = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, last, c(0));
+      kv_end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, last, c(m_.s), nullptr, "kv_end");
+    }
+    SF_TRY(emit_loop(b_, c(0), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
+      return key_tile(b, q0, kv0);
+    }));
+
+    // out = acc / l, through the output's strides.
+    return par(t_.bm * t_.ev, "store", [&](llvm::Value* i) -> Result<void> {
+      llvm::Value* r = b_.CreateUDiv(i, c(t_.ev));
+      llvm::Value* col = b_.CreateURem(i, c(t_.ev));
+      llvm::Value* row = b_.CreateAdd(q0, r);
+      return when(b_.CreateICmpSLT(row, c(m_.l)), [&]() -> Result<void> {
+        llvm::Value* y = b_.CreateFDiv(get(t_.acc, i), get(t_.l, r));
+        cg_.store(Elem{y, out_dtype()}, out_, store_offset(b, row, col));
+        return ok();
+      });
+    });
+  }
+
+  int64_t query_tiles() const { return std::max<int64_t>((m_.l + t_.bm - 1) / t_.bm, 1); }
+  int64_t blocks() const { return info_.batches * (m_.l > 0 ? (m_.l + t_.bm - 1) / t_.bm : 0); }
+
+ private:
+  static Result<void> ok() { return {}; }
+  llvm::Value* c(int64_t v) { return b_.getInt64(static_cast<uint64_t>(v)); }
+  DType out_dtype() const { return spec_.group.node(m_.out).type.dtype; }
+
+  // The block's buffer, float `base + i`.
+  llvm::Value* at(int64_t base, llvm::Value* i) {
+    return b_.CreateInBoundsGEP(b_.getFloatTy(), buf_, b_.CreateAdd(c(base), i));
+  }
+  // A float variable in the entry block (promoted to a register by mem2reg; an alloca
+  // inside a loop would take stack on every iteration).
+  llvm::Value* slot() {
+    llvm::BasicBlock& entry = b_.GetInsertBlock()->getParent()->getEntryBlock();
+    llvm::IRBuilder<> e(&entry, entry.getFirstInsertionPt());
+    return e.CreateAlloca(b_.getFloatTy());
+  }
+  llvm::Value* get(int64_t base, llvm::Value* i) { return b_.CreateLoad(b_.getFloatTy(), at(base, i)); }
+  void put(int64_t base, llvm::Value* i, llvm::Value* v) { b_.CreateStore(v, at(base, i)); }
+
+  // for (i = 0; i < n; ++i) body(i), spread over the block's threads (a block apart)
+  // with a barrier after it on NVPTX; a plain loop on the host.
+  Result<void> par(int64_t n, const std::string& name, const std::function<Result<void>(llvm::Value*)>& body) {
+    Result<void> r = gpu_ ? emit_loop(b_, tid_, c(n), nthreads_, name, body) : emit_loop(b_, c(0), c(n), c(1), name, body);
+    if (!r) return r;
+    if (gpu_) b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    return r;
+  }
+
+  // `body` where `cond` holds.
+  Result<void> when(llvm::Value* cond, const std::function<Result<void>()>& body) {
+    llvm::Function* fn = b_.GetInsertBlock()->getParent();
+    auto* then = llvm::BasicBlock::Create(b_.getContext(), "then", fn);
+    auto* done = llvm::BasicBlock::Create(b_.getContext(), "done", fn);
+    b_.CreateCondBr(cond, then, done);
+    b_.SetInsertPoint(then);
+    Result<void> r = body();
+    if (!r) return r;
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    return r;
+  }
+  // body() where `cond` holds, else `other` (0 by default): an f32.
+  Result<llvm::Value*> guarded(llvm::Value* cond, const std::function<Result<llvm::Value*>()>& body,
+                               llvm::Value* other = nullptr) {
+    if (!other) other = llvm::ConstantFP::get(b_.getFloatTy(), 0.0);
+    llvm::BasicBlock* from = b_.GetInsertBlock();
+    llvm::Function* fn = from->getParent();
+    auto* then = llvm::BasicBlock::Create(b_.getContext(), "then", fn);
+    auto* done = llvm::BasicBlock::Create(b_.getContext(), "done", fn);
+    b_.CreateCondBr(cond, then, done);
+    b_.SetInsertPoint(then);
+    Result<llvm::Value*> v = body();
+    if (!v) return v;
+    llvm::BasicBlock* then_end = b_.GetInsertBlock();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    llvm::PHINode* phi = b_.CreatePHI(b_.getFloatTy(), 2);
+    phi->addIncoming(*v, then_end);
+    phi->addIncoming(other, from);
+    return static_cast<llvm::Value*>(phi);
+  }
+
+  // Value `v` (q, kt or v: a float tensor of the group) at flat index `flat` of its
+  // own shape, through its prologue, as f32.
+  Result<llvm::Value*> operand(int v, llvm::Value* flat, GroupValues::Hook hook = {}) {
+    gv_->at_index(flat, std::move(hook));
+    Result<Elem> x = gv_->value(v, kernels::dense_index(spec_.group.node(v).type.shape));
+    if (!x) return x.error();
+    if (!is_float(x->dtype)) return fail("operand " + spec_.group.node(v).type.str() + " is not a float tensor");
+    return x->value;  // f32/f16/bf16 compute as float
+  }
+
+  Result<void> key_tile(llvm::Value* b, llvm::Value* q0, llvm::Value* kv0) {
+    // k [bn, E] from kt [.., E, S]; v [bn, Ev] from v [.., S, Ev].
+    SF_TRY(par(t_.bn * t_.e, "load_k", [&](llvm::Value* i) -> Result<void> {
+      llvm::Value* j = b_.CreateUDiv(i, c(t_.e));
+      llvm::Value* e = b_.CreateURem(i, c(t_.e));
+      llvm::Value* col = b_.CreateAdd(kv0, j);
+      Result<llvm::Value*> x = guarded(b_.CreateICmpSLT(col, c(m_.s)), [&]() {
+        return operand(m_.kt, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.e)), e), c(m_.s)), col));
+      });
+      if (!x) return x.error();
+      put(t_.k, i, *x);
+      return ok();
+    }));
+    SF_TRY(par(t_.bn * t_.ev, "load_v", [&](llvm::Value* i) -> Result<void> {
+      llvm::Value* j = b_.CreateUDiv(i, c(t_.ev));
+      llvm::Value* col = b_.CreateURem(i, c(t_.ev));
+      llvm::Value* key = b_.CreateAdd(kv0, j);
+      Result<llvm::Value*> x = guarded(b_.CreateICmpSLT(key, c(m_.s)), [&]() {
+        return operand(m_.v, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.s)), key), c(m_.ev)), col));
+      });
+      if (!x) return x.error();
+      put(t_.v, i, *x);
+      return ok();
+    }));
+    // Scores through the chain; -inf outside the rows and keys.
+    llvm::Value* ninf = llvm::ConstantFP::getInfinity(b_.getFloatTy(), true);
+    SF_TRY(par(t_.bm * t_.bn, "scores", [&](llvm::Value* i) -> Result<void> {
+      llvm::Value* r = b_.CreateUDiv(i, c(t_.bn));
+      llvm::Value* j = b_.CreateURem(i, c(t_.bn));
+      llvm::Value* row = b_.CreateAdd(q0, r);
+      llvm::Value* col = b_.CreateAdd(kv0, j);
+      llvm::Value* inside = b_.CreateAnd(b_.CreateICmpSLT(row, c(m_.l)), b_.CreateICmpSLT(col, c(m_.s)));
+      Result<llvm::Value*> s = guarded(
+          inside,
+          [&]() -> Result<llvm::Value*> {
+            llvm::Value* acc = slot();
+            b_.CreateStore(llvm::ConstantFP::get(b_.getFloatTy(), 0.0), acc);
+            SF_TRY(emit_loop(b_, c(0), c(t_.e), c(1), "dot", [&](llvm::Value* e) -> Result<void> {
+              llvm::Value* p = b_.CreateFMul(get(t_.q, b_.CreateAdd(b_.CreateMul(r, c(t_.e)), e)),
+                                             get(t_.k, b_.CreateAdd(b_.CreateMul(j, c(t_.e)), e)));
+              b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(b_.getFloatTy(), acc), p), acc);
+              return ok();
+            }));
+            llvm::Value* dot = cg_.node_result(score_dtype(), b_.CreateLoad(b_.getFloatTy(), acc));
+            const int scores = m_.scores;
+            const DType sd = score_dtype();
+            llvm::Value* flat = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.l)), row), c(m_.s)), col);
+            return operand(m_.logits, flat, [scores, sd, dot](ValueId v, const kernels::ValueIndex&) -> std::optional<Elem> {
+              if (v == scores) return Elem{dot, sd};
+              return std::nullopt;
+            });
+          },
+          ninf);
+      if (!s) return s.error();
+      put(t_.s, i, *s);
+      return ok();
+    }));
+    // Online softmax per row.
+    SF_TRY(par(t_.bm, "softmax", [&](llvm::Value* r) -> Result<void> {
+      llvm::Value* row = b_.CreateMul(r, c(t_.bn));
+      llvm::Value* best = slot();
+      llvm::Value* m_old = get(t_.m, r);
+      b_.CreateStore(m_old, best);
+      SF_TRY(emit_loop(b_, c(0), c(t_.bn), c(1), "max", [&](llvm::Value* j) -> Result<void> {
+        llvm::Value* s = get(t_.s, b_.CreateAdd(row, j));
+        llvm::Value* cur = b_.CreateLoad(b_.getFloatTy(), best);
+        b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(s, cur), s, cur), best);
+        return ok();
+      }));
+      llvm::Value* m_new = b_.CreateLoad(b_.getFloatTy(), best);
+      // A row that has seen only -inf keeps subtracting 0: exp(-inf - 0) = 0, no NaN.
+      llvm::Value* m_safe = b_.CreateSelect(b_.CreateFCmpOEQ(m_new, llvm::ConstantFP::getInfinity(b_.getFloatTy(), true)),
+                                            llvm::ConstantFP::get(b_.getFloatTy(), 0.0), m_new);
+      llvm::Value* alpha = cg_.math(kernels::MathFn::Exp, b_.CreateFSub(m_old, m_safe));
+      llvm::Value* sum = slot();
+      b_.CreateStore(llvm::ConstantFP::get(b_.getFloatTy(), 0.0), sum);
+      SF_TRY(emit_loop(b_, c(0), c(t_.bn), c(1), "exp", [&](llvm::Value* j) -> Result<void> {
+        llvm::Value* idx = b_.CreateAdd(row, j);
+        llvm::Value* p = cg_.math(kernels::MathFn::Exp, b_.CreateFSub(get(t_.s, idx), m_safe));
+        put(t_.s, idx, p);
+        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(b_.getFloatTy(), sum), p), sum);
+        return ok();
+      }));
+      put(t_.l, r, b_.CreateFAdd(b_.CreateFMul(get(t_.l, r), alpha), b_.CreateLoad(b_.getFloatTy(), sum)));
+      put(t_.m, r, m_new);
+      put(t_.alpha, r, alpha);
+      return ok();
+    }));
+    // acc = acc * alpha + p v.
+    return par(t_.bm * t_.ev, "pv", [&](llvm::Value* i) -> Result<void> {
+      llvm::Value* r = b_.CreateUDiv(i, c(t_.ev));
+      llvm::Value* col = b_.CreateURem(i, c(t_.ev));
+      llvm::Value* acc = slot();
+      b_.CreateStore(b_.CreateFMul(get(t_.acc, i), get(t_.alpha, r)), acc);
+      SF_TRY(emit_loop(b_, c(0), c(t_.bn), c(1), "key", [&](llvm::Value* j) -> Result<void> {
+        llvm::Value* p = b_.CreateFMul(get(t_.s, b_.CreateAdd(b_.CreateMul(r, c(t_.bn)), j)),
+                                       get(t_.v, b_.CreateAdd(b_.CreateMul(j, c(t_.ev)), col)));
+        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(b_.getFloatTy(), acc), p), acc);
+        return ok();
+      }));
+      put(t_.acc, i, b_.CreateLoad(b_.getFloatTy(), acc));
+      return ok();
+    });
+  }
+
+  DType score_dtype() const { return spec_.group.node(m_.scores).type.dtype; }
+
+  // The element offset of (batch b, row, col) of the attention's result in the output.
+  llvm::Value* store_offset(llvm::Value* b, llvm::Value* row, llvm::Value* col) {
+    const std::vector<int64_t>& st = info_.out_strides;
+    const size_t nb = m_.batch.size();
+    llvm::Value* off = b_.CreateAdd(b_.CreateMul(row, c(st[nb])), b_.CreateMul(col, c(st[nb + 1])));
+    int64_t inner = 1;
+    for (size_t d = nb; d-- > 0;) {
+      llvm::Value* coord = b_.CreateURem(b_.CreateUDiv(b, c(inner)), c(std::max<int64_t>(m_.batch[d], 1)));
+      off = b_.CreateAdd(off, b_.CreateMul(coord, c(st[d])));
+      inner *= std::max<int64_t>(m_.batch[d], 1);
+    }
+    return off;
+  }
+
+  const KernelSpec& spec_;
+  const AttentionKernelInfo& info_;
+  const AttentionMatch& m_;
+  const Tiles& t_;
+  bool gpu_;
+  llvm::IRBuilderBase& b_;
+  ElementCodegen& cg_;
+  GroupValues* gv_ = nullptr;
+  llvm::Value *buf_ = nullptr, *tid_ = nullptr, *nthreads_ = nullptr, *out_ = nullptr;
+};
+
+class AttentionEmitter final : public Emitter {
+ public:
+  Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config,
+                             const llvmb::Target& target) const override {
+    return emit_attention(spec, config, target);
+  }
+};
+
+}  // namespace
+
+Result<AttentionKernelInfo> attention_info(const Graph& g) {
+  AttentionFlow flow = graph_flow(g);
+  std::optional<AttentionMatch> found;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    if (g.nodes()[i].op != OpKind::Matmul) continue;
+    if (std::optional<AttentionMatch> m = match_attention(flow, static_cast<int>(i))) {
+      if (found) return fail("the group holds more than one attention");
+      found = std::move(m);
+    }
+  }
+  if (!found) return fail("the group holds no attention (matmul -> softmax -> matmul)");
+  AttentionKernelInfo info;
+  info.match = *found;
+  for (int64_t d : found->batch) info.batches *= d;
+  if (!is_float(g.node(found->scores).type.dtype)) return fail("the scores must be a float tensor");
+  if (found->e > kMaxFusedHeadDim || found->ev > kMaxFusedHeadDim)
+    return fail("head dims " + std::to_string(found->e) + ", " + std::to_string(found->ev) + " are over " +
+                std::to_string(kMaxFusedHeadDim));
+  if (g.outputs().size() != 1) return fail("the group must have one output, the attention's (or a view of it)");
+  // The output: the attention's result, or views of it each read only by the next.
+  const ValueId result = g.outputs()[0].value;
+  std::vector<ValueId> chain{result};
+  while (chain.back() != found->out) {
+    const Node& n = g.node(chain.back());
+    if (n.inputs.size() != 1 || n.op == OpKind::Param) return fail("the group's output is not a view of the attention");
+    chain.push_back(n.inputs[0]);
+  }
+  std::vector<int64_t> strides = contiguous_strides(g.node(result).type.shape);
+  for (size_t i = 0; i + 1 < chain.size(); ++i) {
+    const Node& view = g.node(chain[i]);
+    std::optional<std::vector<int64_t>> s = operand_strides(view, g.node(chain[i + 1]).type.shape, strides);
+    if (!s) return fail("the output view " + std::string(op_name(view.op)) + " cannot be stored through");
+    strides = std::move(*s);
+  }
+  info.out_strides = std::move(strides);
+  return info;
+}
+
+int64_t attention_tile_budget(const llvmb::Target& target) {
+  if (target.kind == llvmb::Target::Kind::Host) return int64_t{1} << 20;
+  std::optional<int> sm = kernels::sm_version(target.arch);
+  return matmul_detail::max_shared_bytes(sm.value_or(0));
+}
+
+Result<EmittedKernel> emit_attention(const KernelSpec& spec, const KernelConfig& config, const llvmb::Target& target) {
+  Result<AttentionKernelInfo> info = attention_info(spec.group);
+  if (!info) return info.error();
+  const AttentionMatch& m = info->match;
+  const bool gpu = target.kind == llvmb::Target::Kind::NVPTX;
+  if (config.block_m < 1 || config.block_m > 256 || config.block_n < 1 || config.block_n > 256)
+    return fail("block_m and block_n must be 1..256, got " + std::to_string(config.block_m) + ", " +
+                std::to_string(config.block_n));
+  if (gpu && (config.warps < 1 || config.warps > 32)) return fail("warps must be 1..32, got " + std::to_string(config.warps));
+  const Tiles t(config.block_m, config.block_n, m.e, m.ev);
+  const int64_t bytes = attention_tile_bytes(t.bm, t.bn, t.e, t.ev);
+  if (bytes > attention_tile_budget(target))
+    return fail("block_m " + std::to_string(t.bm) + " x block_n " + std::to_string(t.bn) + " tiles take " +
+                std::to_string(bytes) + " bytes, over the " + std::to_string(attention_tile_budget(target)) +
+                " a block may hold on " + target.str());
+
+  EmittedKernel k;
+  k.context = std::make_unique<llvm::LLVMContext>();
+  k.module = std::make_unique<llvm::Module>(spec.entry, *k.context);
+  llvmb::prepare_module(*k.module, target);
+  k.entry = spec.entry;
+  llvm::IRBuilder<> b(*k.context);
+  ElementCodegen cg(b, *k.module, target, spec.precision);
+  const int threads = config.warps * 32;
+  kernels::KernelEntry ke = kernels::begin_kernel(*k.module, b, spec.entry, spec.group.params().size(), 1, target, threads);
+  AttentionCode code(spec, *info, t, gpu, b, cg);
+  const int64_t blocks = code.blocks();
+  Result<void> r;
+  if (gpu) {
+    auto* arr = llvm::ArrayType::get(b.getInt8Ty(), 0);
+    auto* smem = new llvm::GlobalVariable(*k.module, arr, false, llvm::GlobalValue::ExternalLinkage, nullptr, "sf_smem",
+                                          nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+    smem->setAlignment(llvm::Align(16));
+    auto sreg = [&](llvm::Intrinsic::ID id) { return b.CreateZExt(b.CreateIntrinsic(id, {}, {}), b.getInt64Ty()); };
+    llvm::Value* tid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+    llvm::Value* bid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+    llvm::Function* fn = b.GetInsertBlock()->getParent();
+    auto* body = llvm::BasicBlock::Create(*k.context, "block", fn);
+    auto* exit = llvm::BasicBlock::Create(*k.context, "exit", fn);
+    b.CreateCondBr(b.CreateICmpULT(bid, b.getInt64(static_cast<uint64_t>(blocks))), body, exit);
+    b.SetInsertPoint(body);
+    r = code.block(bid, smem, tid, b.getInt64(static_cast<uint64_t>(threads)), ke.in, ke.out[0]);
+    if (!r) return r.error();
+    b.CreateBr(exit);
+    b.SetInsertPoint(exit);
+    k.launch.grid = {std::max<int64_t>(blocks, 1), 1, 1};
+    k.launch.block = {threads, 1, 1};
+    k.launch.shared_bytes = static_cast<int>(bytes);
+  } else {
+    if (std::optional<std::string> e = kernels::host_knob_error(config)) return fail(*e);
+    llvm::Value* buf = b.CreateAlloca(b.getFloatTy(), b.getInt64(static_cast<uint64_t>(t.floats)), "tiles");
+    llvm::cast<llvm::AllocaInst>(buf)->setAlignment(llvm::Align(16));
+    r = emit_loop(b, b.getInt64(0), b.getInt64(static_cast<uint64_t>(blocks)), b.getInt64(1), "block",
+                  [&](llvm::Value* bid) { return code.block(bid, buf, nullptr, nullptr, ke.in, ke.out[0]); });
+    if (!r) return r.error();
+  }
+  b.CreateRetVoid();
+  if (auto err = llvmb::verify(*k.module)) return fail("internal: invalid module: " + *err);
+  return k;
+}
+
+const Emitter& attention_emitter() {
+  static const AttentionEmitter e;
+  return e;
+}
+
+}  // namespace sf

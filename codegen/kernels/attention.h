@@ -1,0 +1,55 @@
+// The fused attention emitter (KernelKind::Attention): the group fusion made of one
+// attention (codegen/ir/attention_match.h: matmul(q, kt) -> elementwise chain ->
+// softmax -> matmul with v), with the views and pointwise ops that produce q, kt and v
+// (RoPE, head splits, GQA's kv-head repeat) as its prologue and the views after it
+// (the head merge) as its store. FlashAttention's algorithm: the scores and the
+// probabilities are never written to memory.
+//
+// One block per (batch, tile of block_m query rows); the keys in tiles of block_n:
+//   q tile [block_m, E] evaluated once (its prologue computed once per element);
+//   for each key tile that some row of the block can see (a causal chain's keys
+//   beyond the block's last row + diagonal are skipped):
+//     k tile [block_n, E] and v tile [block_n, Ev] evaluated (their prologue);
+//     scores = q k^T, through the chain (scale, masks) element by element;
+//     online softmax per row: m' = max(m, max_j s), p = exp(s - m'),
+//       l = l * exp(m - m') + sum_j p, acc = acc * exp(m - m') + p v;
+//   out = acc / l, stored through the output views.
+// All in f32 (f16/bf16 operands widened as loaded); the result rounded once at the
+// store. A row whose every key is masked gives 0 / 0 = NaN, as softmax of a row of
+// -inf does in the reference.
+//
+// The tiles live in shared memory on NVPTX (block = warps x 32 threads, each phase a
+// loop over the tile's elements a block apart, with a barrier after it) and on the
+// stack on the host (the same phases as plain loops, one block after another): the
+// same algorithm, so the host run checks the GPU kernel's tiling and index math.
+// The GPU kernel is SIMT (FMA on f32 tiles); tensor-core tiles are future work.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "codegen/ir/attention_match.h"
+#include "codegen/kernels/emitter.h"
+
+namespace sf {
+
+struct AttentionKernelInfo {
+  AttentionMatch match;  // ValueIds of the group graph
+  int64_t batches = 1;   // the product of the batch dims
+  // Where element (batch..., row, col) of the attention's result is stored in the
+  // kernel's one output: its element strides (dense, or through the output views).
+  std::vector<int64_t> out_strides;
+};
+
+// The group's attention and output layout, or a Diag saying why the group is not one.
+Result<AttentionKernelInfo> attention_info(const Graph& group);
+
+// The bytes of shared memory (NVPTX) or stack (host) a block may hold.
+int64_t attention_tile_budget(const llvmb::Target& target);
+
+Result<EmittedKernel> emit_attention(const KernelSpec& spec, const KernelConfig& config, const llvmb::Target& target);
+
+// The attention emitter behind the Emitter interface (emitter_for(KernelKind::Attention)).
+const Emitter& attention_emitter();
+
+}  // namespace sf

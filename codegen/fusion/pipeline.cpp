@@ -33,6 +33,7 @@ std::function<void(std::vector<LocalProgram>&)> stage_fn(const std::string& name
     return [&](std::vector<LocalProgram>& ps) {
       FusionOptions fo;
       fo.enabled = opts.fuse;
+      fo.attention = opts.flash_attention;
       std::vector<LocalProgram> fused = fuse_all(ps, fo);
       if (opts.can_emit && opts.fuse) {
         // Kernels are alike on every rank but for shapes: a kernel that fails on any

@@ -19,6 +19,9 @@ namespace sf {
 
 struct RankPipelineOptions {
   bool fuse = true;     // false: one kernel per op
+  // Attention as one kernel (fuse.h); false (--no-flash-attention): its matmuls and
+  // softmax as separate kernels, torch's math backend.
+  bool flash_attention = true;
   bool reorder = true;  // false: collectives where lowering put them
   // Whether a kernel can be emitted for the target; when set, a fused kernel that
   // cannot is split again: its ops are fused anew, each a kernel of its own, so an

@@ -41,6 +41,21 @@ TEST(CliGenerators, CausalAttentionCompilesToPtxWithTheMaskInTheAttentionKernel)
       << e.out;
 }
 
+// --no-flash-attention keeps torch's math backend: the scores' matmul (with the mask
+// in its epilogue), the softmax and the product with v as kernels of their own.
+TEST(CliGenerators, NoFlashAttentionKeepsTheScoresMatmulAndSoftmax) {
+  CliResult e = shardfuse("explain " + example("causal_attention.sf") + " --no-flash-attention");
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_EQ(e.out.find("[attention]"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("_matmul_mul_where [matmul]: full tril eq reshape permute reshape permute transpose matmul mul where"),
+            std::string::npos)
+      << e.out;
+  EXPECT_NE(e.out.find("_max_sub_exp_sum [reduction]: max sub exp sum div "), std::string::npos) << e.out;
+  CliResult r = shardfuse("run " + example("causal_attention.sf") + " --world 2 --no-flash-attention --check");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("check: ok"), std::string::npos) << r.out;
+}
+
 TEST(CliGenerators, CheckRefusesBadArgumentsAtTheOp) {
   TempDir d;
   const std::pair<const char*, const char*> cases[] = {

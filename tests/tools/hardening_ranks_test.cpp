@@ -159,8 +159,8 @@ TEST(HardeningRanks, ProcessesWithDifferentInputsOrOptionsAllFail) {
     std::vector<CliResult> r = run_ranks(t, "opts", {run, run + " --no-reorder"});
     for (const CliResult& c : r) {
       EXPECT_EQ(c.code, 1) << c.out;
-      EXPECT_TRUE(has(c.out, "rank 1's options 'device=cpu kernels=reference precision=fused fuse=yes reorder=no")) << c.out;
-      EXPECT_TRUE(has(c.out, "differs from rank 0's 'device=cpu kernels=reference precision=fused fuse=yes reorder=yes")) << c.out;
+      EXPECT_TRUE(has(c.out, "rank 1's options 'device=cpu kernels=reference precision=fused fuse=yes flash_attention=yes reorder=no")) << c.out;
+      EXPECT_TRUE(has(c.out, "differs from rank 0's 'device=cpu kernels=reference precision=fused fuse=yes flash_attention=yes reorder=yes")) << c.out;
     }
   }
   {  // ranks whose kernels would round f16/bf16 values differently

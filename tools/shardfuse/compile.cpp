@@ -19,6 +19,7 @@ struct CompileCliOptions {
   std::string arch;  // empty: --system's, else sm_90a
   std::string out;
   bool no_fuse = false;
+  bool no_flash_attention = false;
   bool no_reorder = false;
   DecomposeCliOptions decompose;
   bool no_ptxas = false;
@@ -88,6 +89,7 @@ int compile(CompileCliOptions o) {
     co.matmul_config = *c;
   }
   co.pipeline.fuse = !o.no_fuse;
+  co.pipeline.flash_attention = !o.no_flash_attention;
   co.pipeline.reorder = !o.no_reorder;
   co.pipeline.decompose = *model;
   co.pipeline.after_stage = dumper.observer();
@@ -164,6 +166,8 @@ void add_compile(CLI::App& app, int& exit_code) {
       ->required()
       ->check(non_empty());
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  cmd->add_flag("--no-flash-attention", o->no_flash_attention,
+                "attention as matmul, softmax and matmul kernels (torch's math backend), not one kernel");
   add_verify_each_option(cmd);
   cmd->add_flag("--no-reorder", o->no_reorder,
                 "collectives where lowering put them, each waited for at once (no raise/sink): the serial schedule");

@@ -23,6 +23,7 @@ struct ExplainOptions {
   int rank = 0;
   bool no_reorder = false;
   bool no_fuse = false;
+  bool no_flash_attention = false;
   DecomposeCliOptions decompose;
   std::string dump_after;
   CacheCliOptions cache;
@@ -54,6 +55,7 @@ int explain(const ExplainOptions& o) {
   ShardingPlan plan = propagate(*g, mesh, model->comm);
   RankPipelineOptions po;
   po.fuse = !o.no_fuse;
+  po.flash_attention = !o.no_flash_attention;
   po.reorder = !o.no_reorder;
   po.decompose = *model;
   std::vector<DecomposeDecision> decisions;
@@ -130,6 +132,8 @@ void add_explain(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(int64_t{1}, kMaxMeshRanks));
   cmd->add_option("--rank", o->rank, "whose schedule to print (default 0; ranks differ only in local shapes)");
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  cmd->add_flag("--no-flash-attention", o->no_flash_attention,
+                "attention as matmul, softmax and matmul kernels (torch's math backend), not one kernel");
   add_verify_each_option(cmd);
   add_decompose_options(cmd, o->decompose);
   cmd->add_option("--dump-after", o->dump_after,

@@ -43,6 +43,7 @@ struct RunOptions {
   bool check = false;
   bool no_reorder = false;
   bool no_fuse = false;
+  bool no_flash_attention = false;
   std::string kernels = "generated";
   std::string precision = "fused";
   bool allow_tf32 = false;
@@ -84,6 +85,7 @@ std::optional<std::vector<Tensor>> run_distributed(const Graph& g, const RunOpti
   co.ptx = false;
   co.host = chooser ? CompileOptions::HostCode::Jit : CompileOptions::HostCode::Reference;
   co.pipeline.fuse = !o.no_fuse;
+  co.pipeline.flash_attention = !o.no_flash_attention;
   co.pipeline.reorder = !o.no_reorder;
   co.pipeline.decompose = o.model;
   co.precision = precision_of(o.precision);
@@ -206,6 +208,7 @@ int run_cuda(const Graph& g, const RunOptions& o) {
   CompileOptions co;
   co.arch = dev->arch();
   co.pipeline.fuse = !o.no_fuse;
+  co.pipeline.flash_attention = !o.no_flash_attention;
   co.pipeline.reorder = !o.no_reorder;
   co.pipeline.decompose = o.model;
   co.precision = precision_of(o.precision);
@@ -330,6 +333,7 @@ int run(RunOptions o) {
   if (o.rank) {
     digest.add("graph", print_graph(*g));
     digest.add("options", "device=cpu kernels=" + o.kernels + " precision=" + o.precision + " fuse=" + (o.no_fuse ? "no" : "yes") +
+                              " flash_attention=" + (o.no_flash_attention ? "no" : "yes") +
                               " reorder=" + (o.no_reorder ? "no" : "yes") +
                               " decompose=" + (o.decompose.never ? std::string("never") : o.decompose.mode) +
                               " system=" + o.decompose.system);
@@ -413,6 +417,8 @@ void add_run(CLI::App& app, int& exit_code) {
                 "compare with the reference evaluator on the global graph; print max abs/rel error, exit 1 on mismatch");
   cmd->add_flag("--no-reorder", o->no_reorder, "run collectives where lowering put them (no raise/sink)");
   cmd->add_flag("--no-fuse", o->no_fuse, "one kernel per op (no fusion)");
+  cmd->add_flag("--no-flash-attention", o->no_flash_attention,
+                "attention as matmul, softmax and matmul kernels (torch's math backend), not one kernel");
   add_precision_option(cmd, o->precision);
   add_allow_tf32_option(cmd, o->allow_tf32);
   add_no_tma_option(cmd, o->no_tma);

@@ -1,0 +1,163 @@
+// Fusion's attention kernels (fuse.h, codegen/ir/attention_match.h): which steps one
+// attention kernel takes (the scores, their chain, the softmax, the product with v,
+// the prologue only it reads, the views it stores through), what stays out, and that
+// no buffer of a rank's program holds the scores. Numerics: tests/kernels/
+// flash_attention_test.cpp (the kernel) and the examples' `run --check`.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "codegen/dist/explain.h"
+#include "codegen/fusion/pipeline.h"
+#include "codegen/ir/decompose.h"
+#include "codegen/ir/parser.h"
+#include "tests/result_util.h"
+
+namespace sf {
+namespace fusion_attention_test {
+
+Graph parse(const std::string& text) {
+  Result<Graph> g = parse_graph(text, "t.sf");
+  if (!g.ok()) throw std::runtime_error(g.error().str());
+  return std::move(g).value();
+}
+
+// An example with its one-dim mesh `mesh tp=4` given `world` ranks instead.
+Graph example(const std::string& name, int world) {
+  std::ifstream f(std::string(SF_SOURCE_DIR) + "/examples/" + name);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string text = ss.str();
+  const size_t at = text.find("mesh tp=4");
+  if (at == std::string::npos) throw std::runtime_error(name + " has no `mesh tp=4`");
+  text.replace(at, 9, "mesh tp=" + std::to_string(world));
+  return parse(text);
+}
+
+std::vector<LocalProgram> programs(const Graph& g, bool flash = true) {
+  DeviceMesh mesh(g.mesh());
+  Graph d = decompose_for_sharding(g);
+  RankPipelineOptions o;
+  o.flash_attention = flash;
+  return ok_value(rank_programs(d, propagate(d, mesh), mesh, o));
+}
+
+std::vector<const LocalKernel*> of_kind(const LocalProgram& p, KernelKind k) {
+  std::vector<const LocalKernel*> out;
+  for (const LocalKernel& x : p.kernels)
+    if (x.kind == k) out.push_back(&x);
+  return out;
+}
+
+bool has_op(const LocalKernel& k, const std::string& op) {
+  return std::find(k.ops.begin(), k.ops.end(), op) != k.ops.end();
+}
+
+// A kernel that only moves data: pointwise, every op a view.
+bool copies_only(const LocalKernel& k) {
+  return k.kind == KernelKind::Pointwise && std::all_of(k.ops.begin(), k.ops.end(), [](const std::string& op) {
+           std::optional<OpKind> o = find_op(op);
+           return o && op_info(*o).category == OpCategory::Movement;
+         });
+}
+
+// The LLaMA block: one attention kernel on every rank count, with RoPE's rotate-half
+// (neg of a slice, concat), the head splits and GQA's repeat inside it. On 2 ranks
+// (heads split 2, 2) everything from the projections to the output projection is
+// that kernel, which stores the head merge; on 4 (2 kv heads: the batch is split
+// instead, q's RoPE before the all-to-all, the result redistributed back to the heads)
+// the output projection reads the head merge in place. No kernel only copies. On 3 the
+// projections' 24 features split 8, 8, 8 across heads of 6, so propagation moves the
+// batch with all-to-alls around the permute and reshape, which stay copies (DTensor
+// redistributes there too).
+TEST(FuseAttention, LlamaBlockHasOneAttentionKernelAndNoCopies) {
+  for (int world : {2, 3, 4}) {
+    for (const LocalProgram& p : programs(example("llama_block.sf", world))) {
+      std::vector<const LocalKernel*> a = of_kind(p, KernelKind::Attention);
+      ASSERT_EQ(a.size(), 1u) << "world " << world << "\n" << explain_kernels(p);
+      for (const char* op : {"neg", "concat", "matmul", "exp", "expand", "tril"})
+        EXPECT_TRUE(has_op(*a[0], op)) << "world " << world << ": " << op << " not in " << a[0]->name;
+      if (world == 3) continue;
+      if (world == 2) EXPECT_EQ(a[0]->ops.back(), "reshape") << "stores the head merge";
+      for (const LocalKernel& k : p.kernels) EXPECT_FALSE(copies_only(k)) << "world " << world << ": " << k.name;
+    }
+  }
+  for (const LocalProgram& p : programs(example("llama_block.sf", 2))) {
+    std::vector<const LocalKernel*> a = of_kind(p, KernelKind::Attention);
+    for (const char* op : {"sin", "cos"}) EXPECT_TRUE(has_op(*a[0], op)) << op << " (both RoPEs) in " << a[0]->name;
+  }
+  // Without it (torch's math backend), the scores' matmul, the softmax and the product
+  // with v are kernels of their own, and the views around them copy.
+  const Graph g = example("llama_block.sf", 2);
+  LocalProgram math = programs(g, false)[0];
+  EXPECT_TRUE(of_kind(math, KernelKind::Attention).empty());
+  EXPECT_GT(math.kernels.size(), programs(g)[0].kernels.size() + 5) << explain_kernels(math);
+}
+
+// At S = 2048 (the bench block's sequence) no value a rank's program reads or writes
+// between kernels holds a [.., S, S] tensor: the scores live only inside the kernel.
+// With --no-flash-attention they do.
+TEST(FuseAttention, NoBufferHoldsTheScoresAtSequence2048) {
+  const Graph g = parse(
+      "mesh tp=2\n"
+      "graph g(q: bf16[1, 4, 2048, 16] {tp: S(1)}, k: bf16[1, 2, 2048, 16] {tp: S(1)}, v: bf16[1, 2, 2048, 16] {tp: S(1)}) {\n"
+      "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n"
+      "  return out {tp: S(1)}\n}\n");
+  auto largest = [](const LocalProgram& p) {
+    int64_t most = 0;
+    for (const LocalStep& s : p.steps) {
+      std::vector<int> vals = s.in;
+      vals.insert(vals.end(), s.outs.begin(), s.outs.end());
+      if (s.out >= 0) vals.push_back(s.out);
+      for (int v : vals) most = std::max(most, numel(p.types[static_cast<size_t>(v)].shape));
+    }
+    return most;
+  };
+  for (const LocalProgram& p : programs(g)) {
+    ASSERT_EQ(of_kind(p, KernelKind::Attention).size(), 1u) << explain_kernels(p);
+    EXPECT_LT(largest(p), int64_t{2048} * 2048) << explain_kernels(p);
+  }
+  EXPECT_GE(largest(programs(g, false)[0]), int64_t{2048} * 2048);
+}
+
+// What stays out of an attention kernel: scores or probabilities someone else reads
+// (they must be written), and a softmax over another dim than the keys'.
+TEST(FuseAttention, OnlyWhenNothingElseReadsTheScoresOrTheProbabilities) {
+  const std::string params = "graph g(q: f32[2, 4, 8], k: f32[2, 4, 8], v: f32[2, 4, 8]) {\n";
+  const std::string scores = "  s = mul(matmul(q, transpose(k, -2, -1)), 0.5)\n";
+  struct Case {
+    const char* what;
+    std::string body;
+    size_t attention;
+  } cases[] = {
+      {"plain", scores + "  o = matmul(softmax(s, dim=-1), v)\n  return o", 1},
+      {"probabilities returned", scores + "  p = softmax(s, dim=-1)\n  o = matmul(p, v)\n  return o, p", 0},
+      {"scores returned", scores + "  o = matmul(softmax(s, dim=-1), v)\n  return o, s", 0},
+      {"scores read again", scores + "  o = add(matmul(softmax(s, dim=-1), v), sum(s, dims=[-1], keepdim=true))\n  return o", 0},
+      {"softmax over the rows", scores + "  o = matmul(softmax(s, dim=-2), v)\n  return o", 0},
+  };
+  for (const Case& c : cases) {
+    LocalProgram p = programs(parse(params + c.body + "\n}\n"))[0];
+    EXPECT_EQ(of_kind(p, KernelKind::Attention).size(), c.attention) << c.what << "\n" << explain_kernels(p);
+  }
+}
+
+// A prologue value that something else also reads stays a kernel's output: the
+// attention kernel reads it and does not recompute it.
+TEST(FuseAttention, APrologueValueReadElsewhereStaysOut) {
+  LocalProgram p = programs(parse(
+      "graph g(x: f32[2, 4, 8], k: f32[2, 4, 8], v: f32[2, 4, 8]) {\n"
+      "  q = tanh(x)\n"
+      "  o = matmul(softmax(mul(matmul(neg(q), transpose(k, -2, -1)), 0.5), dim=-1), v)\n"
+      "  return o, q\n}\n"))[0];
+  std::vector<const LocalKernel*> a = of_kind(p, KernelKind::Attention);
+  ASSERT_EQ(a.size(), 1u) << explain_kernels(p);
+  EXPECT_TRUE(has_op(*a[0], "neg")) << "read only by the attention: computed in its prologue";
+  EXPECT_FALSE(has_op(*a[0], "tanh")) << "returned too: written once by its own kernel";
+}
+
+}  // namespace fusion_attention_test
+}  // namespace sf

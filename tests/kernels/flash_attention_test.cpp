@@ -1,0 +1,198 @@
+// The fused attention emitter (codegen/kernels/attention.h) on its own: a group graph
+// is the decomposed scaled_dot_product_attention (or attention written out), emitted
+// as one host kernel with tiles that divide the rows and keys and tiles that do not,
+// and compared with the float64 reference evaluator on the undecomposed graph (the
+// reference never runs the emitter's code). Causal masks with tiles skipped, GQA
+// through the repeat views, boolean and additive masks, bf16, rows with every key
+// masked (NaN, as the reference), and the NVPTX kernel through ptxas.
+#include <gtest/gtest.h>
+
+#include "tests/kernels/kernel_test_util.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "autotune/space.h"
+#include "codegen/ir/decompose.h"
+#include "codegen/ir/parser.h"
+#include "codegen/kernels/attention.h"
+#include "codegen/reference/compare.h"
+#include "codegen/reference/evaluate.h"
+
+namespace sf {
+namespace kernels_flash_attention_test {
+
+Graph parse(const std::string& params, const std::string& body) {
+  Result<Graph> g = parse_graph("graph attn(" + params + ") {\n" + body + "\n}\n", "attn.sf");
+  if (!g.ok()) throw std::runtime_error(g.error().str());
+  return std::move(g).value();
+}
+
+KernelConfig tiles(int bm, int bn) {
+  KernelConfig c;
+  c.block_m = bm;
+  c.block_n = bn;
+  return c;
+}
+
+// The fused kernel of `g` (decomposed: the group fusion gives the emitter) with config
+// `c` on the host, against the reference on `g` itself.
+void expect_matches(const Graph& g, const KernelConfig& c, uint64_t seed, const std::string& what,
+                    const std::vector<Tensor>* given = nullptr) {
+  const Graph group = decompose(g);
+  std::vector<Tensor> in = given ? *given : random_inputs(g, seed);
+  Result<std::vector<Tensor>> want = evaluate(g, in);
+  ASSERT_TRUE(want.ok()) << want.error().str();
+  KernelSpec spec{"sf_attention_test", KernelKind::Attention, group};
+  Result<std::vector<Tensor>> got =
+      kernel_test::run_emitted(emit_attention(spec, c, llvmb::Target::host()), group, in);
+  ASSERT_TRUE(got.ok()) << what << ": " << got.error().str();
+  const ValueId out = g.outputs()[0].value;
+  Comparison cmp = compare((*got)[0], (*want)[0], check_tolerance(g, out));
+  EXPECT_TRUE(cmp.ok()) << what << " block_m " << c.block_m << " block_n " << c.block_n << ": max_abs_err "
+                        << cmp.max_abs_err << ", first mismatch at " << cmp.first_mismatch;
+}
+
+// Tiles of one row and one key, tiles that divide neither 7 rows nor 9 keys, and one
+// tile larger than both.
+TEST(FlashAttention, MatchesTheReferenceForEveryTileShape) {
+  Graph g = parse("q: f32[2, 3, 7, 5], k: f32[2, 3, 9, 5], v: f32[2, 3, 9, 4]",
+                  "  out = scaled_dot_product_attention(q, k, v)\n  return out");
+  for (auto [bm, bn] : {std::pair{1, 1}, {2, 3}, {4, 4}, {7, 9}, {3, 16}, {64, 64}}) expect_matches(g, tiles(bm, bn), 1, "plain");
+}
+
+// Causal: key j is seen by row i when j <= i. With 2-row tiles, the first block sees
+// keys 0..1 only, so key tiles past them are skipped; the result is still softmax over
+// the keys each row may see.
+TEST(FlashAttention, CausalSkipsKeyTilesAndStillMatches) {
+  Graph g = parse("q: f32[1, 2, 10, 4], k: f32[1, 2, 10, 4], v: f32[1, 2, 10, 3]",
+                  "  out = scaled_dot_product_attention(q, k, v, is_causal=true)\n  return out");
+  for (auto [bm, bn] : {std::pair{1, 1}, {2, 3}, {4, 4}, {3, 7}, {16, 16}}) expect_matches(g, tiles(bm, bn), 2, "causal");
+  // The key loop's bound is the clamped diagonal (no such bound without the mask).
+  KernelSpec spec{"sf_causal", KernelKind::Attention, decompose(g)};
+  Result<EmittedKernel> k = emit_attention(spec, tiles(2, 2), llvmb::Target::host());
+  ASSERT_TRUE(k.ok()) << k.error().str();
+  EXPECT_NE(kernel_test::module_text(*k->module).find("kv_end"), std::string::npos);
+  Result<AttentionKernelInfo> info = attention_info(decompose(g));
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->match.causal_diagonal, std::optional<int64_t>(0));
+  Graph plain = parse("q: f32[1, 2, 10, 4], k: f32[1, 2, 10, 4], v: f32[1, 2, 10, 3]",
+                      "  out = scaled_dot_product_attention(q, k, v)\n  return out");
+  Result<AttentionKernelInfo> no_mask = attention_info(decompose(plain));
+  ASSERT_TRUE(no_mask.ok());
+  EXPECT_FALSE(no_mask->match.causal_diagonal.has_value());
+}
+
+// A rank holding query rows from 3 on (query_offset 3: row i sees keys j <= i + 3), and
+// one whose first two rows see no key at all (query_offset -2): softmax of a row of
+// -inf is NaN in the reference, and 0 / 0 in the kernel.
+TEST(FlashAttention, CausalRowsOfAShardMaskByTheirGlobalRow) {
+  for (int64_t off : {3, -2}) {
+    Graph g = parse("q: f32[1, 1, 4, 3], k: f32[1, 1, 9, 3], v: f32[1, 1, 9, 2]",
+                    "  out = scaled_dot_product_attention(q, k, v, is_causal=true, query_offset=" +
+                        std::to_string(off) + ")\n  return out");
+    for (auto [bm, bn] : {std::pair{1, 2}, {3, 4}, {4, 16}}) expect_matches(g, tiles(bm, bn), 3, "offset " + std::to_string(off));
+    if (off < 0) {
+      const Graph group = decompose(g);
+      std::vector<Tensor> in = random_inputs(g, 3);
+      Result<std::vector<Tensor>> got = kernel_test::run_emitted(
+          emit_attention(KernelSpec{"sf_nan", KernelKind::Attention, group}, tiles(2, 2), llvmb::Target::host()), group, in);
+      ASSERT_TRUE(got.ok()) << got.error().str();
+      EXPECT_TRUE(std::isnan((*got)[0].get(0)) && std::isnan((*got)[0].get(3))) << "rows 0 and 1 see no key";
+      EXPECT_FALSE(std::isnan((*got)[0].get(4))) << "row 2 sees key 0";
+    }
+  }
+}
+
+// 4 query heads over 2 kv heads: query head h reads kv head h / 2 through the
+// decomposition's repeat views, which the kernel reads in place.
+TEST(FlashAttention, GroupedQueryHeadsReadTheirKvHead) {
+  Graph g = parse("q: f32[2, 4, 5, 3], k: f32[2, 2, 6, 3], v: f32[2, 2, 6, 4]",
+                  "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out");
+  for (auto [bm, bn] : {std::pair{2, 2}, {5, 6}, {8, 4}}) expect_matches(g, tiles(bm, bn), 4, "gqa");
+}
+
+// A boolean mask (true: takes part) broadcast over batch and heads, and an additive
+// float mask, through the kernel's score chain.
+TEST(FlashAttention, BooleanAndAdditiveMasks) {
+  Graph b = parse("q: f32[2, 2, 5, 3], k: f32[2, 2, 6, 3], v: f32[2, 2, 6, 2], m: bool[5, 6]",
+                  "  out = scaled_dot_product_attention(q, k, v, m)\n  return out");
+  std::vector<Tensor> in = random_inputs(b, 5);
+  for (int64_t i = 0; i < 5; ++i) in[3].set(i * 6 + i % 6, 1.0);  // every row keeps a key
+  for (auto [bm, bn] : {std::pair{2, 4}, {5, 6}}) expect_matches(b, tiles(bm, bn), 5, "bool mask", &in);
+  Graph a = parse("q: f32[2, 2, 5, 3], k: f32[2, 2, 6, 3], v: f32[2, 2, 6, 2], m: f32[2, 1, 5, 6]",
+                  "  out = scaled_dot_product_attention(q, k, v, m, scale=0.3)\n  return out");
+  for (auto [bm, bn] : {std::pair{2, 4}, {4, 3}}) expect_matches(a, tiles(bm, bn), 6, "additive mask");
+}
+
+// bf16 operands are widened as loaded; the output is rounded once at the store (within
+// the dtype's check tolerance of the float64 reference).
+TEST(FlashAttention, Bf16WithinItsTolerance) {
+  Graph g = parse("q: bf16[1, 2, 9, 8], k: bf16[1, 2, 9, 8], v: bf16[1, 2, 9, 8]",
+                  "  out = scaled_dot_product_attention(q, k, v, is_causal=true)\n  return out");
+  for (auto [bm, bn] : {std::pair{4, 4}, {16, 8}}) expect_matches(g, tiles(bm, bn), 7, "bf16");
+}
+
+// Attention written out (transformer_block.sf's form, with causal_attention.sf's
+// where-mask of -1e9 from a generated tril): the same kernel, the chain evaluated per
+// score. The -1e9 fill is not -inf, so no key tile is skipped.
+TEST(FlashAttention, WrittenOutAttentionWithAGeneratedMask) {
+  Graph g = parse("q: f32[2, 3, 6, 4], k: f32[2, 3, 6, 4], v: f32[2, 3, 6, 4]",
+                  "  causal = tril(full([6, 6], 1.0))\n"
+                  "  s = mul(matmul(q, transpose(k, -2, -1)), 0.5)\n"
+                  "  p = softmax(where(eq(causal, 0.0), -1e9, s), dim=-1)\n"
+                  "  out = matmul(p, v)\n  return out");
+  for (auto [bm, bn] : {std::pair{1, 1}, {4, 4}, {6, 6}}) expect_matches(g, tiles(bm, bn), 8, "written out");
+  Result<AttentionKernelInfo> info = attention_info(decompose(g));
+  ASSERT_TRUE(info.ok()) << info.error().str();
+  EXPECT_FALSE(info->match.causal_diagonal.has_value());
+  EXPECT_EQ(info->match.e, 4);
+  EXPECT_EQ(info->match.l, 6);
+}
+
+TEST(FlashAttention, RefusesWhatItCannotHold) {
+  // No attention in the group.
+  Graph mm = parse("a: f32[4, 4], b: f32[4, 4]", "  out = matmul(a, b)\n  return out");
+  Result<EmittedKernel> none = emit_attention(KernelSpec{"sf_x", KernelKind::Attention, mm}, {}, llvmb::Target::host());
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.error().message.find("holds no attention"), std::string::npos) << none.error().message;
+  // Tiles over the host's budget, and a block_m out of range, named.
+  Graph g = parse("q: f32[1, 1, 4, 256], k: f32[1, 1, 4, 256], v: f32[1, 1, 4, 256]",
+                  "  out = scaled_dot_product_attention(q, k, v)\n  return out");
+  KernelSpec spec{"sf_big", KernelKind::Attention, decompose(g)};
+  Result<EmittedKernel> big = emit_attention(spec, tiles(256, 256), llvmb::Target::host());
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.error().message.find(std::to_string(attention_tile_bytes(256, 256, 256, 256)) + " bytes"),
+            std::string::npos)
+      << big.error().message;
+  Result<EmittedKernel> zero = emit_attention(spec, tiles(0, 16), llvmb::Target::host());
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.error().message.find("block_m and block_n must be 1..256, got 0, 16"), std::string::npos);
+}
+
+// The NVPTX kernel (causal GQA with RoPE-free views) assembles for sm_80 and sm_90a,
+// with its tiles in dynamic shared memory and no spills at the default config.
+TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
+  if (!kernel_test::have_ptxas()) GTEST_SKIP() << "no ptxas";
+  Graph g = parse("q: bf16[2, 4, 64, 64], k: bf16[2, 2, 64, 64], v: bf16[2, 2, 64, 64]",
+                  "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out");
+  const Graph group = decompose(g);
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    KernelSpec spec{"sf_flash", KernelKind::Attention, group};
+    Result<EmittedKernel> k = emit_attention(spec, tiles(32, 32), llvmb::Target::nvptx(arch));
+    ASSERT_TRUE(k.ok()) << k.error().str();
+    EXPECT_EQ(k->launch.shared_bytes, attention_tile_bytes(32, 32, 64, 64));
+    EXPECT_EQ(k->launch.grid[0], 2 * 4 * 2) << "one block per (batch, head, 32-row tile)";
+    Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, arch);
+    ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+    EXPECT_NE(ptx->find("bar.sync"), std::string::npos);
+    Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, arch);
+    ASSERT_TRUE(res.ok()) << arch << ": " << res.error().str();
+    ASSERT_EQ(res->size(), 1u);
+    EXPECT_EQ((*res)[0].spill_store_bytes, 0) << arch;
+  }
+}
+
+}  // namespace kernels_flash_attention_test
+}  // namespace sf

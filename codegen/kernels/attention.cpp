@@ -11,7 +11,9 @@
 #include "autotune/space.h"
 #include "codegen/ir/view_strides.h"
 #include "codegen/kernels/element.h"
+#include "codegen/kernels/matmul.h"
 #include "codegen/kernels/matmul_group.h"
+#include "codegen/kernels/mma_layout.h"
 #include "runtime/core/tensor.h"
 
 namespace sf {
@@ -24,6 +26,24 @@ using kernels::GroupValues;
 using kernels::emit_loop;
 
 Diag fail(std::string msg) { return Diag{"", {}, "attention emitter: " + std::move(msg)}; }
+
+// How the kernel is built: plain loops on the host; threads of a block on NVPTX, the
+// two products in FMA (Simt) or on the tensor cores (Mma: mma.sync m16n8k16); or the
+// Mma kernel built for the host with each thread a call and the warp instructions and
+// barriers calls to MmaSimHooks (MmaSim: the tests' simulation).
+enum class Mode { Host, Simt, Mma, MmaSim };
+
+// One coordinate of an mma fragment element as an affine function of the lane's group
+// (lane / 4) and thread-in-group (lane % 4): base + g * by_g + tig * by_tig, read off
+// mma_layout.h's maps (tested against the PTX ISA's figures) at lanes 0, 4 and 1.
+struct Affine {
+  int base = 0, by_g = 0, by_tig = 0;
+};
+template <class F>
+std::pair<Affine, Affine> fragment_map(F elem, int i) {
+  const kernels::RowCol l0 = elem(0, i), l4 = elem(4, i), l1 = elem(1, i);
+  return {Affine{l0.row, l4.row - l0.row, l1.row - l0.row}, Affine{l0.col, l4.col - l0.col, l1.col - l0.col}};
+}
 
 // The f32 tiles of one block, as offsets (in floats) into the block's buffer.
 struct Tiles {
@@ -43,9 +63,18 @@ struct Tiles {
 
 class AttentionCode {
  public:
-  AttentionCode(const KernelSpec& spec, const AttentionKernelInfo& info, const Tiles& t, bool gpu,
+  AttentionCode(const KernelSpec& spec, const AttentionKernelInfo& info, const Tiles& t, Mode mode,
                 llvm::IRBuilderBase& b, ElementCodegen& cg)
-      : spec_(spec), info_(info), m_(info.match), t_(t), gpu_(gpu), b_(b), cg_(cg) {}
+      : spec_(spec), info_(info), m_(info.match), t_(t), mode_(mode), gpu_(mode != Mode::Host), b_(b), cg_(cg) {}
+
+  // MmaSim: the hooks table (MmaSimHooks: ctx, barrier, ldmatrix_x4, mma, ...) and
+  // the thread's index as the hooks take it.
+  void sim_hooks(llvm::Value* hooks, llvm::Value* tid32) {
+    for (int i = 0; i < 4; ++i)
+      hook_[i] = b_.CreateAlignedLoad(b_.getPtrTy(), b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), hooks, static_cast<uint64_t>(i)),
+                                      llvm::Align(8));
+    tid32_ = tid32;
+  }
 
   // The whole kernel body for block `bid` (an i64 below blocks()).
   Result<void> block(llvm::Value* bid, llvm::Value* buf, llvm::Value* tid, llvm::Value* nthreads,
@@ -54,6 +83,13 @@ class AttentionCode {
     tid_ = tid;
     nthreads_ = nthreads;
     out_ = out;
+    if (mode_ == Mode::Mma || mode_ == Mode::MmaSim) {
+      warp_ = b_.CreateUDiv(tid, c(32), "warp");
+      warps_ = b_.CreateUDiv(nthreads, c(32));
+      llvm::Value* lane = b_.CreateURem(tid, c(32), "lane");
+      g_ = b_.CreateUDiv(lane, c(4), "group");
+      tig_ = b_.CreateURem(lane, c(4), "tig");
+    }
     GroupValues gv(spec_.group, cg_, in);
     gv_ = &gv;
     const int64_t qtiles = query_tiles();
@@ -120,10 +156,10 @@ class AttentionCode {
   }
   // A float variable in the entry block (promoted to a register by mem2reg; an alloca
   // inside a loop would take stack on every iteration).
-  llvm::Value* slot() {
+  llvm::Value* slot(llvm::Type* t = nullptr) {
     llvm::BasicBlock& entry = b_.GetInsertBlock()->getParent()->getEntryBlock();
     llvm::IRBuilder<> e(&entry, entry.getFirstInsertionPt());
-    return e.CreateAlloca(b_.getFloatTy());
+    return e.CreateAlloca(t ? t : b_.getFloatTy());
   }
   llvm::Value* get(int64_t base, llvm::Value* i) { return b_.CreateLoad(b_.getFloatTy(), at(base, i)); }
   void put(int64_t base, llvm::Value* i, llvm::Value* v) { b_.CreateStore(v, at(base, i)); }
@@ -133,8 +169,109 @@ class AttentionCode {
   Result<void> par(int64_t n, const std::string& name, const std::function<Result<void>(llvm::Value*)>& body) {
     Result<void> r = gpu_ ? emit_loop(b_, tid_, c(n), nthreads_, name, body) : emit_loop(b_, c(0), c(n), c(1), name, body);
     if (!r) return r;
-    if (gpu_) b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    if (gpu_) barrier();
     return r;
+  }
+  void barrier() {
+    if (mode_ == Mode::MmaSim) {
+      b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy()}, false), hook_[1], {hook_[0]});
+      return;
+    }
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+  }
+
+  // ---- the tensor-core products (Mode::Mma, MmaSim) ------------------------------
+
+  bool f16() const { return score_in_dtype() == DType::F16; }
+  DType score_in_dtype() const { return spec_.group.node(m_.q).type.dtype == DType::F16 ? DType::F16 : DType::BF16; }
+  // f32 x, y rounded to the operand dtype and packed in one .b32, x in the low half.
+  llvm::Value* pack(llvm::Value* x, llvm::Value* y) {
+    auto bits = [&](llvm::Value* v) {
+      llvm::Value* n = cg_.narrow(score_in_dtype(), v);  // i16 (bf16) or half (f16)
+      if (n->getType()->isHalfTy()) n = b_.CreateBitCast(n, b_.getInt16Ty());
+      return b_.CreateZExt(n, b_.getInt32Ty());
+    };
+    return b_.CreateOr(bits(x), b_.CreateShl(bits(y), 16));
+  }
+  llvm::Value* coord(const Affine& a, llvm::Value* g, llvm::Value* tig) {
+    return b_.CreateAdd(c(a.base), b_.CreateAdd(b_.CreateMul(g, c(a.by_g)), b_.CreateMul(tig, c(a.by_tig))));
+  }
+  // The A fragment (16 x 16) at (m0, k0) of the f32 tile at `base` with rows of `stride`.
+  std::vector<llvm::Value*> frag_a(int64_t base, int64_t stride, llvm::Value* m0, llvm::Value* k0) {
+    std::vector<llvm::Value*> e;
+    for (int i = 0; i < 8; ++i) {
+      auto [r, col] = fragment_map(kernels::mma_a_elem, i);
+      llvm::Value* row = b_.CreateAdd(m0, coord(r, g_, tig_));
+      e.push_back(get(base, b_.CreateAdd(b_.CreateMul(row, c(stride)), b_.CreateAdd(k0, coord(col, g_, tig_)))));
+    }
+    return {pack(e[0], e[1]), pack(e[2], e[3]), pack(e[4], e[5]), pack(e[6], e[7])};
+  }
+  // The B fragment (16 x 8) at (k0, n0): element (k, n) from the f32 tile at `base`,
+  // at (k0 + k) * k_stride + (n0 + n) * n_stride.
+  std::vector<llvm::Value*> frag_b(int64_t base, int64_t k_stride, int64_t n_stride, llvm::Value* k0, llvm::Value* n0) {
+    std::vector<llvm::Value*> e;
+    for (int i = 0; i < 4; ++i) {
+      auto [r, col] = fragment_map(kernels::mma_b_elem, i);
+      llvm::Value* k = b_.CreateAdd(k0, coord(r, g_, tig_));
+      llvm::Value* n = b_.CreateAdd(n0, coord(col, g_, tig_));
+      e.push_back(get(base, b_.CreateAdd(b_.CreateMul(k, c(k_stride)), b_.CreateMul(n, c(n_stride)))));
+    }
+    return {pack(e[0], e[1]), pack(e[2], e[3])};
+  }
+  // Where C/D element i (16 x 8 at (m0, n0)) lies in a tile with rows of `stride`.
+  llvm::Value* c_index(int i, llvm::Value* m0, llvm::Value* n0, int64_t stride, llvm::Value** row_out = nullptr) {
+    auto [r, col] = fragment_map(kernels::mma_c_elem, i);
+    llvm::Value* row = b_.CreateAdd(m0, coord(r, g_, tig_));
+    if (row_out) *row_out = row;
+    return b_.CreateAdd(b_.CreateMul(row, c(stride)), b_.CreateAdd(n0, coord(col, g_, tig_)));
+  }
+  // D = A B + C, mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32.
+  std::vector<llvm::Value*> mma(const std::vector<llvm::Value*>& a, const std::vector<llvm::Value*>& bf,
+                                const std::vector<llvm::Value*>& cf) {
+    std::vector<llvm::Value*> d;
+    llvm::Type* i32 = b_.getInt32Ty();
+    llvm::Type* f32 = b_.getFloatTy();
+    if (mode_ == Mode::Mma) {
+      std::vector<llvm::Value*> args;
+      llvm::Type* h2 = llvm::FixedVectorType::get(b_.getHalfTy(), 2);
+      for (llvm::Value* v : a) args.push_back(f16() ? b_.CreateBitCast(v, h2) : v);
+      for (llvm::Value* v : bf) args.push_back(f16() ? b_.CreateBitCast(v, h2) : v);
+      for (llvm::Value* v : cf) args.push_back(v);
+      llvm::Value* v = b_.CreateIntrinsic(
+          f16() ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32 : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16, {},
+          args);
+      for (unsigned i = 0; i < 4; ++i) d.push_back(b_.CreateExtractValue(v, {i}));
+      return d;
+    }
+    llvm::Value* av = slot(llvm::ArrayType::get(i32, 4));
+    llvm::Value* bv = slot(llvm::ArrayType::get(i32, 2));
+    llvm::Value* cv = slot(llvm::ArrayType::get(f32, 4));
+    for (unsigned i = 0; i < 4; ++i) b_.CreateStore(a[i], b_.CreateConstInBoundsGEP1_32(i32, av, i));
+    for (unsigned i = 0; i < 2; ++i) b_.CreateStore(bf[i], b_.CreateConstInBoundsGEP1_32(i32, bv, i));
+    for (unsigned i = 0; i < 4; ++i) b_.CreateStore(cf[i], b_.CreateConstInBoundsGEP1_32(f32, cv, i));
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), i32, i32, b_.getPtrTy(), b_.getPtrTy(), b_.getPtrTy()}, false);
+    b_.CreateCall(fty, hook_[3], {hook_[0], tid32_, b_.getInt32(f16() ? 1 : 0), av, bv, cv});
+    for (unsigned i = 0; i < 4; ++i) d.push_back(b_.CreateLoad(f32, b_.CreateConstInBoundsGEP1_32(f32, cv, i)));
+    return d;
+  }
+  // for (tile = warp; tile < tiles; tile += warps): warp-uniform, as mma.sync needs.
+  Result<void> per_warp_tile(int64_t tiles, const std::string& name, const std::function<Result<void>(llvm::Value*)>& body) {
+    Result<void> r = emit_loop(b_, warp_, c(tiles), warps_, name, body);
+    if (!r) return r;
+    barrier();
+    return r;
+  }
+  // `k_steps` products accumulated on `acc` (4 f32 slots), one per k0 = 0, 16, ...
+  Result<void> accumulate(llvm::Value* acc, int64_t k, const std::string& name,
+                          const std::function<void(llvm::Value* k0, std::vector<llvm::Value*>&, std::vector<llvm::Value*>&)>& frags) {
+    return emit_loop(b_, c(0), c(k), c(16), name, [&](llvm::Value* k0) -> Result<void> {
+      std::vector<llvm::Value*> a, bf, cf;
+      frags(k0, a, bf);
+      for (unsigned i = 0; i < 4; ++i) cf.push_back(b_.CreateLoad(b_.getFloatTy(), b_.CreateConstInBoundsGEP1_32(b_.getFloatTy(), acc, i)));
+      std::vector<llvm::Value*> d = mma(a, bf, cf);
+      for (unsigned i = 0; i < 4; ++i) b_.CreateStore(d[i], b_.CreateConstInBoundsGEP1_32(b_.getFloatTy(), acc, i));
+      return ok();
+    });
   }
 
   // `body` where `cond` holds.
@@ -207,6 +344,26 @@ class AttentionCode {
     }));
     // Scores through the chain; -inf outside the rows and keys.
     llvm::Value* ninf = llvm::ConstantFP::getInfinity(b_.getFloatTy(), true);
+    const bool tc = mode_ == Mode::Mma || mode_ == Mode::MmaSim;
+    if (tc) {
+      // q k^T on the tensor cores into the score tile: B(k, n) = k tile (n, k).
+      const int64_t tn = t_.bn / 8;
+      SF_TRY(per_warp_tile(t_.bm / 16 * tn, "qk_tiles", [&](llvm::Value* tile) -> Result<void> {
+        llvm::Value* m0 = b_.CreateMul(b_.CreateUDiv(tile, c(tn)), c(16));
+        llvm::Value* n0 = b_.CreateMul(b_.CreateURem(tile, c(tn)), c(8));
+        llvm::Value* acc = slot(llvm::ArrayType::get(b_.getFloatTy(), 4));
+        for (unsigned i = 0; i < 4; ++i)
+          b_.CreateStore(llvm::ConstantFP::get(b_.getFloatTy(), 0.0), b_.CreateConstInBoundsGEP1_32(b_.getFloatTy(), acc, i));
+        SF_TRY(accumulate(acc, t_.e, "qk_k", [&](llvm::Value* k0, std::vector<llvm::Value*>& a, std::vector<llvm::Value*>& bf) {
+          a = frag_a(t_.q, t_.e, m0, k0);
+          bf = frag_b(t_.k, 1, t_.e, k0, n0);
+        }));
+        for (int i = 0; i < 4; ++i)
+          put(t_.s, c_index(i, m0, n0, t_.bn),
+              b_.CreateLoad(b_.getFloatTy(), b_.CreateConstInBoundsGEP1_32(b_.getFloatTy(), acc, static_cast<unsigned>(i))));
+        return ok();
+      }));
+    }
     SF_TRY(par(t_.bm * t_.bn, "scores", [&](llvm::Value* i) -> Result<void> {
       llvm::Value* r = b_.CreateUDiv(i, c(t_.bn));
       llvm::Value* j = b_.CreateURem(i, c(t_.bn));
@@ -216,15 +373,21 @@ class AttentionCode {
       Result<llvm::Value*> s = guarded(
           inside,
           [&]() -> Result<llvm::Value*> {
-            llvm::Value* acc = slot();
-            b_.CreateStore(llvm::ConstantFP::get(b_.getFloatTy(), 0.0), acc);
-            SF_TRY(emit_loop(b_, c(0), c(t_.e), c(1), "dot", [&](llvm::Value* e) -> Result<void> {
-              llvm::Value* p = b_.CreateFMul(get(t_.q, b_.CreateAdd(b_.CreateMul(r, c(t_.e)), e)),
-                                             get(t_.k, b_.CreateAdd(b_.CreateMul(j, c(t_.e)), e)));
-              b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(b_.getFloatTy(), acc), p), acc);
-              return ok();
-            }));
-            llvm::Value* dot = cg_.node_result(score_dtype(), b_.CreateLoad(b_.getFloatTy(), acc));
+            llvm::Value* raw = nullptr;
+            if (tc) {
+              raw = get(t_.s, i);  // the tensor cores' dot product
+            } else {
+              llvm::Value* acc = slot();
+              b_.CreateStore(llvm::ConstantFP::get(b_.getFloatTy(), 0.0), acc);
+              SF_TRY(emit_loop(b_, c(0), c(t_.e), c(1), "dot", [&](llvm::Value* e) -> Result<void> {
+                llvm::Value* p = b_.CreateFMul(get(t_.q, b_.CreateAdd(b_.CreateMul(r, c(t_.e)), e)),
+                                               get(t_.k, b_.CreateAdd(b_.CreateMul(j, c(t_.e)), e)));
+                b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(b_.getFloatTy(), acc), p), acc);
+                return ok();
+              }));
+              raw = b_.CreateLoad(b_.getFloatTy(), acc);
+            }
+            llvm::Value* dot = cg_.node_result(score_dtype(), raw);
             const int scores = m_.scores;
             const DType sd = score_dtype();
             llvm::Value* flat = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.l)), row), c(m_.s)), col);
@@ -270,6 +433,29 @@ class AttentionCode {
       return ok();
     }));
     // acc = acc * alpha + p v.
+    if (tc) {
+      const int64_t tn = t_.ev / 8;
+      return per_warp_tile(t_.bm / 16 * tn, "pv_tiles", [&](llvm::Value* tile) -> Result<void> {
+        llvm::Value* m0 = b_.CreateMul(b_.CreateUDiv(tile, c(tn)), c(16));
+        llvm::Value* n0 = b_.CreateMul(b_.CreateURem(tile, c(tn)), c(8));
+        llvm::Value* acc = slot(llvm::ArrayType::get(b_.getFloatTy(), 4));
+        std::vector<llvm::Value*> at(4);
+        for (int i = 0; i < 4; ++i) {
+          llvm::Value* row = nullptr;
+          at[static_cast<size_t>(i)] = c_index(i, m0, n0, t_.ev, &row);
+          b_.CreateStore(b_.CreateFMul(get(t_.acc, at[static_cast<size_t>(i)]), get(t_.alpha, row)),
+                         b_.CreateConstInBoundsGEP1_32(b_.getFloatTy(), acc, static_cast<unsigned>(i)));
+        }
+        SF_TRY(accumulate(acc, t_.bn, "pv_k", [&](llvm::Value* k0, std::vector<llvm::Value*>& a, std::vector<llvm::Value*>& bf) {
+          a = frag_a(t_.s, t_.bn, m0, k0);
+          bf = frag_b(t_.v, t_.ev, 1, k0, n0);
+        }));
+        for (int i = 0; i < 4; ++i)
+          put(t_.acc, at[static_cast<size_t>(i)],
+              b_.CreateLoad(b_.getFloatTy(), b_.CreateConstInBoundsGEP1_32(b_.getFloatTy(), acc, static_cast<unsigned>(i))));
+        return ok();
+      });
+    }
     return par(t_.bm * t_.ev, "pv", [&](llvm::Value* i) -> Result<void> {
       llvm::Value* r = b_.CreateUDiv(i, c(t_.ev));
       llvm::Value* col = b_.CreateURem(i, c(t_.ev));
@@ -306,7 +492,11 @@ class AttentionCode {
   const AttentionKernelInfo& info_;
   const AttentionMatch& m_;
   const Tiles& t_;
+  Mode mode_;
   bool gpu_;
+  llvm::Value* hook_[4] = {};
+  llvm::Value* tid32_ = nullptr;
+  llvm::Value *warp_ = nullptr, *warps_ = nullptr, *g_ = nullptr, *tig_ = nullptr;
   llvm::IRBuilderBase& b_;
   ElementCodegen& cg_;
   GroupValues* gv_ = nullptr;
@@ -367,21 +557,39 @@ int64_t attention_tile_budget(const llvmb::Target& target) {
   return matmul_detail::max_shared_bytes(sm.value_or(0));
 }
 
-Result<EmittedKernel> emit_attention(const KernelSpec& spec, const KernelConfig& config, const llvmb::Target& target) {
+std::optional<std::string> attention_mma_unfit(const Graph& group, const KernelConfig& c) {
+  Result<AttentionKernelInfo> info = attention_info(group);
+  if (!info) return info.error().message;
+  const AttentionMatch& m = info->match;
+  const DType q = group.node(m.q).type.dtype;
+  auto s = [](int64_t v) { return std::to_string(v); };
+  for (int v : {m.q, m.kt, m.v})
+    if (group.node(v).type.dtype != q || (q != DType::F16 && q != DType::BF16))
+      return "q, k and v are " + std::string(dtype_name(q)) + ", not one 16-bit dtype (f16 or bf16)";
+  if (c.block_m % 16 != 0 || c.block_n % 16 != 0)
+    return "block_m " + s(c.block_m) + " and block_n " + s(c.block_n) + " must be multiples of 16";
+  if (m.e % 16 != 0 || m.ev % 8 != 0) return "head dims " + s(m.e) + ", " + s(m.ev) + " must be multiples of 16 and 8";
+  return std::nullopt;
+}
+
+namespace {
+
+Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, const llvmb::Target& target, Mode mode) {
   Result<AttentionKernelInfo> info = attention_info(spec.group);
   if (!info) return info.error();
   const AttentionMatch& m = info->match;
-  const bool gpu = target.kind == llvmb::Target::Kind::NVPTX;
   if (config.block_m < 1 || config.block_m > 256 || config.block_n < 1 || config.block_n > 256)
     return fail("block_m and block_n must be 1..256, got " + std::to_string(config.block_m) + ", " +
                 std::to_string(config.block_n));
-  if (gpu && (config.warps < 1 || config.warps > 32)) return fail("warps must be 1..32, got " + std::to_string(config.warps));
+  if (mode != Mode::Host && (config.warps < 1 || config.warps > 32))
+    return fail("warps must be 1..32, got " + std::to_string(config.warps));
   const Tiles t(config.block_m, config.block_n, m.e, m.ev);
   const int64_t bytes = attention_tile_bytes(t.bm, t.bn, t.e, t.ev);
-  if (bytes > attention_tile_budget(target))
+  const llvmb::Target budget_target = mode == Mode::MmaSim ? llvmb::Target::nvptx("sm_90a") : target;
+  if (bytes > attention_tile_budget(budget_target))
     return fail("block_m " + std::to_string(t.bm) + " x block_n " + std::to_string(t.bn) + " tiles take " +
-                std::to_string(bytes) + " bytes, over the " + std::to_string(attention_tile_budget(target)) +
-                " a block may hold on " + target.str());
+                std::to_string(bytes) + " bytes, over the " + std::to_string(attention_tile_budget(budget_target)) +
+                " a block may hold on " + budget_target.str());
 
   EmittedKernel k;
   k.context = std::make_unique<llvm::LLVMContext>();
@@ -391,11 +599,12 @@ Result<EmittedKernel> emit_attention(const KernelSpec& spec, const KernelConfig&
   llvm::IRBuilder<> b(*k.context);
   ElementCodegen cg(b, *k.module, target, spec.precision);
   const int threads = config.warps * 32;
-  kernels::KernelEntry ke = kernels::begin_kernel(*k.module, b, spec.entry, spec.group.params().size(), 1, target, threads);
-  AttentionCode code(spec, *info, t, gpu, b, cg);
+  const size_t np = spec.group.params().size();
+  AttentionCode code(spec, *info, t, mode, b, cg);
   const int64_t blocks = code.blocks();
   Result<void> r;
-  if (gpu) {
+  if (mode == Mode::Simt || mode == Mode::Mma) {
+    kernels::KernelEntry ke = kernels::begin_nvptx_kernel(*k.module, b, spec.entry, np, 1, threads);
     auto* arr = llvm::ArrayType::get(b.getInt8Ty(), 0);
     auto* smem = new llvm::GlobalVariable(*k.module, arr, false, llvm::GlobalValue::ExternalLinkage, nullptr, "sf_smem",
                                           nullptr, llvm::GlobalValue::NotThreadLocal, 3);
@@ -412,20 +621,51 @@ Result<EmittedKernel> emit_attention(const KernelSpec& spec, const KernelConfig&
     if (!r) return r.error();
     b.CreateBr(exit);
     b.SetInsertPoint(exit);
-    k.launch.grid = {std::max<int64_t>(blocks, 1), 1, 1};
-    k.launch.block = {threads, 1, 1};
-    k.launch.shared_bytes = static_cast<int>(bytes);
+  } else if (mode == Mode::MmaSim) {
+    // void entry(ptr args, i32 blockIdx.x, i32 blockIdx.y, i32 threadIdx.x, ptr smem, ptr hooks,
+    // i32 blockIdx.z): the tensor-core matmul's simulation ABI (matmul.h).
+    llvm::Type* i32 = b.getInt32Ty();
+    kernels::KernelEntry ke = kernels::begin_host_kernel(*k.module, b, spec.entry, np, 1, {i32, i32, i32, b.getPtrTy(), b.getPtrTy(), i32});
+    llvm::Function* fn = ke.fn;
+    code.sim_hooks(fn->getArg(5), fn->getArg(3));
+    llvm::Value* bid = b.CreateZExt(fn->getArg(1), b.getInt64Ty());
+    llvm::Value* tid = b.CreateZExt(fn->getArg(3), b.getInt64Ty());
+    r = code.block(bid, fn->getArg(4), tid, b.getInt64(static_cast<uint64_t>(threads)), ke.in, ke.out[0]);
+    if (!r) return r.error();
   } else {
     if (std::optional<std::string> e = kernels::host_knob_error(config)) return fail(*e);
+    kernels::KernelEntry ke = kernels::begin_host_kernel(*k.module, b, spec.entry, np, 1);
     llvm::Value* buf = b.CreateAlloca(b.getFloatTy(), b.getInt64(static_cast<uint64_t>(t.floats)), "tiles");
     llvm::cast<llvm::AllocaInst>(buf)->setAlignment(llvm::Align(16));
     r = emit_loop(b, b.getInt64(0), b.getInt64(static_cast<uint64_t>(blocks)), b.getInt64(1), "block",
                   [&](llvm::Value* bid) { return code.block(bid, buf, nullptr, nullptr, ke.in, ke.out[0]); });
     if (!r) return r.error();
   }
+  if (mode != Mode::Host) {
+    k.launch.grid = {std::max<int64_t>(blocks, 1), 1, 1};
+    k.launch.block = {threads, 1, 1};
+    k.launch.shared_bytes = static_cast<int>(bytes);
+  }
   b.CreateRetVoid();
   if (auto err = llvmb::verify(*k.module)) return fail("internal: invalid module: " + *err);
   return k;
+}
+
+}  // namespace
+
+bool attention_uses_tensor_cores(const KernelSpec& spec, const KernelConfig& config, const std::string& arch) {
+  std::optional<int> sm = kernels::sm_version(arch);
+  return sm && *sm >= 80 && !attention_mma_unfit(spec.group, config);
+}
+
+Result<EmittedKernel> emit_attention(const KernelSpec& spec, const KernelConfig& config, const llvmb::Target& target) {
+  if (target.kind == llvmb::Target::Kind::Host) return emit(spec, config, target, Mode::Host);
+  return emit(spec, config, target, attention_uses_tensor_cores(spec, config, target.arch) ? Mode::Mma : Mode::Simt);
+}
+
+Result<EmittedKernel> emit_attention_block_on_host(const KernelSpec& spec, const KernelConfig& config) {
+  if (std::optional<std::string> why = attention_mma_unfit(spec.group, config)) return fail("no tensor-core kernel: " + *why);
+  return emit(spec, config, llvmb::Target::host(), Mode::MmaSim);
 }
 
 const Emitter& attention_emitter() {

@@ -22,10 +22,17 @@
 // loop over the tile's elements a block apart, with a barrier after it) and on the
 // stack on the host (the same phases as plain loops, one block after another): the
 // same algorithm, so the host run checks the GPU kernel's tiling and index math.
-// The GPU kernel is SIMT (FMA on f32 tiles); tensor-core tiles are future work.
+// On NVPTX, f16/bf16 attention with 16-aligned tiles and head dims takes the tensor
+// cores on sm_80 and later: q k^T and p v as warp tiles of mma.sync.m16n8k16 (f32
+// accumulation), their fragments read from the f32 tiles and rounded to the operand
+// dtype (p to q's dtype, as FlashAttention's second product does), each fragment's
+// positions from mma_layout.h; the softmax, the chain and the loads stay per element.
+// Other attention (f32, odd tiles or head dims) multiplies in FMA (SIMT).
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "codegen/ir/attention_match.h"
@@ -48,6 +55,18 @@ Result<AttentionKernelInfo> attention_info(const Graph& group);
 int64_t attention_tile_budget(const llvmb::Target& target);
 
 Result<EmittedKernel> emit_attention(const KernelSpec& spec, const KernelConfig& config, const llvmb::Target& target);
+
+// Why the tensor-core kernel cannot compute `group` with `config` (q, k, v not one of
+// f16/bf16, tiles or head dims not multiples of 16 (Ev: 8)), or nullopt.
+std::optional<std::string> attention_mma_unfit(const Graph& group, const KernelConfig& config);
+// Whether emit_attention for NVPTX `arch` takes the tensor cores (sm_80+ and fit).
+bool attention_uses_tensor_cores(const KernelSpec& spec, const KernelConfig& config, const std::string& arch);
+
+// The tensor-core kernel built for the host with each GPU thread one call and its
+// mma.sync and barriers calls to MmaSimHooks (matmul.h; the tests simulate them from
+// the PTX ISA): entry(args, blockIdx.x, 0, threadIdx.x, shared memory, hooks, 0), one
+// block per call sequence of launch.block threads. A Diag where attention_mma_unfit.
+Result<EmittedKernel> emit_attention_block_on_host(const KernelSpec& spec, const KernelConfig& config);
 
 // The attention emitter behind the Emitter interface (emitter_for(KernelKind::Attention)).
 const Emitter& attention_emitter();

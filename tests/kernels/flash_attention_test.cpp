@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/mma_sim.h"
 
 #include <cmath>
 #include <string>
@@ -171,8 +172,85 @@ TEST(FlashAttention, RefusesWhatItCannotHold) {
   EXPECT_NE(zero.error().message.find("block_m and block_n must be 1..256, got 0, 16"), std::string::npos);
 }
 
+// The tensor-core kernel built for the host, its threads run as OS threads and its
+// mma.sync and barriers simulated from the PTX ISA's fragment figures (mma_sim.h,
+// written independently of the emitter's mma_layout.h): every block of the grid, on
+// seeded inputs, against the reference.
+Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::vector<Tensor>& in, const KernelConfig& c,
+                                          std::string* hw_error) {
+  Result<EmittedKernel> k = emit_attention_block_on_host(KernelSpec{"sf_flash_sim", KernelKind::Attention, group}, c);
+  if (!k) return k.error();
+  const LaunchShape launch = k->launch;
+  Result<void*> fn = kernel_test::jit().add(std::move(k->module), std::move(k->context), k->entry);
+  if (!fn) return fn.error();
+  using Entry = void (*)(void**, int32_t, int32_t, int32_t, void*, const MmaSimHooks*, int32_t);
+  auto entry = reinterpret_cast<Entry>(*fn);
+  std::vector<Tensor> out = kernel_test::output_tensors(group);
+  for (Tensor& t : out)
+    if (t.nbytes()) std::memset(t.data(), 0x7f, t.nbytes());
+  std::vector<void*> args = kernel_test::arg_array(in, out);
+  kernel_test::BlockThreads block(launch.block[0]);
+  for (int64_t bx = 0; bx < launch.grid[0]; ++bx) {
+    mma_sim::Block blk(launch.block[0], static_cast<size_t>(launch.shared_bytes));
+    std::memset(blk.smem, 0xFF, blk.smem_bytes);  // NaN until written
+    MmaSimHooks hooks;
+    hooks.ctx = &blk;
+    hooks.barrier = &mma_sim::sim_barrier;
+    hooks.mma = &mma_sim::sim_mma;
+    block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), 0, t, blk.smem, &hooks, 0); });
+    if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
+  }
+  return out;
+}
+
+KernelConfig tc(int bm, int bn, int warps) {
+  KernelConfig c = tiles(bm, bn);
+  c.warps = warps;
+  return c;
+}
+
+TEST(FlashAttention, TensorCoreKernelSimulatedMatchesTheReference) {
+  struct Case {
+    const char* what;
+    std::string params, body;
+    std::vector<KernelConfig> configs;
+  } cases[] = {
+      {"bf16 causal gqa, 40 rows in 16- and 32-row tiles",
+       "q: bf16[1, 4, 40, 16], k: bf16[1, 2, 40, 16], v: bf16[1, 2, 40, 16]",
+       "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out",
+       {tc(16, 16, 1), tc(32, 16, 4), tc(16, 32, 2)}},
+      {"f16 with an additive mask, E 32, Ev 8", "q: f16[2, 1, 20, 32], k: f16[2, 1, 24, 32], v: f16[2, 1, 24, 8], m: f16[20, 24]",
+       "  out = scaled_dot_product_attention(q, k, v, m)\n  return out", {tc(16, 16, 2), tc(32, 32, 4)}},
+  };
+  for (const Case& c : cases) {
+    Graph g = parse(c.params, c.body);
+    const Graph group = decompose(g);
+    std::vector<Tensor> in = random_inputs(g, 9);
+    Result<std::vector<Tensor>> want = evaluate(g, in);
+    ASSERT_TRUE(want.ok()) << want.error().str();
+    for (const KernelConfig& cfg : c.configs) {
+      std::string hw;
+      Result<std::vector<Tensor>> got = run_simulated(group, in, cfg, &hw);
+      ASSERT_TRUE(got.ok()) << c.what << ": " << got.error().str();
+      EXPECT_EQ(hw, "") << c.what;
+      Comparison cmp = compare((*got)[0], (*want)[0], check_tolerance(g, g.outputs()[0].value));
+      EXPECT_TRUE(cmp.ok()) << c.what << " " << cfg.block_m << "x" << cfg.block_n << " warps " << cfg.warps
+                            << ": max_abs_err " << cmp.max_abs_err << ", first mismatch at " << cmp.first_mismatch;
+    }
+  }
+  // What the tensor cores cannot take is named.
+  Graph f32 = parse("q: f32[1, 1, 16, 16], k: f32[1, 1, 16, 16], v: f32[1, 1, 16, 16]",
+                    "  out = scaled_dot_product_attention(q, k, v)\n  return out");
+  EXPECT_NE(attention_mma_unfit(decompose(f32), tc(16, 16, 4)).value_or("").find("not one 16-bit dtype"), std::string::npos);
+  Graph odd = parse("q: bf16[1, 1, 16, 12], k: bf16[1, 1, 16, 12], v: bf16[1, 1, 16, 16]",
+                    "  out = scaled_dot_product_attention(q, k, v)\n  return out");
+  EXPECT_NE(attention_mma_unfit(decompose(odd), tc(16, 16, 4)).value_or("").find("head dims 12, 16"), std::string::npos);
+  EXPECT_NE(attention_mma_unfit(decompose(f32), tc(8, 16, 4)).value_or("").find("not one 16-bit"), std::string::npos);
+}
+
 // The NVPTX kernel (causal GQA with RoPE-free views) assembles for sm_80 and sm_90a,
-// with its tiles in dynamic shared memory and no spills at the default config.
+// with its tiles in dynamic shared memory and no spills at the default config; bf16
+// multiplies on the tensor cores, f32 in FMA.
 TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
   if (!kernel_test::have_ptxas()) GTEST_SKIP() << "no ptxas";
   Graph g = parse("q: bf16[2, 4, 64, 64], k: bf16[2, 2, 64, 64], v: bf16[2, 2, 64, 64]",
@@ -187,11 +265,21 @@ TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
     Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, arch);
     ASSERT_TRUE(ptx.ok()) << ptx.error().str();
     EXPECT_NE(ptx->find("bar.sync"), std::string::npos);
+    EXPECT_NE(ptx->find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos) << arch;
     Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, arch);
     ASSERT_TRUE(res.ok()) << arch << ": " << res.error().str();
     ASSERT_EQ(res->size(), 1u);
     EXPECT_EQ((*res)[0].spill_store_bytes, 0) << arch;
   }
+  Graph f32 = parse("q: f32[1, 2, 64, 64], k: f32[1, 2, 64, 64], v: f32[1, 2, 64, 64]",
+                    "  out = scaled_dot_product_attention(q, k, v)\n  return out");
+  Result<EmittedKernel> simt =
+      emit_attention(KernelSpec{"sf_simt", KernelKind::Attention, decompose(f32)}, tiles(32, 32), llvmb::Target::nvptx("sm_80"));
+  ASSERT_TRUE(simt.ok()) << simt.error().str();
+  Result<std::string> ptx = llvmb::compile_to_ptx(*simt->module, "sm_80");
+  ASSERT_TRUE(ptx.ok());
+  EXPECT_EQ(ptx->find("mma.sync"), std::string::npos) << "f32 attention multiplies in FMA";
+  EXPECT_EQ(kernel_test::ptxas_failure(*ptx, "sm_80"), "");
 }
 
 }  // namespace kernels_flash_attention_test

@@ -7,6 +7,12 @@ that `bench/compare` can set their times beside shardfuse's BM_Block/<block>
 times from bench_kernels. Weights are nn.Linear-shaped [out, in] and used as
 x @ w.T, as the graphs' matmul(x, transpose(w, 0, 1)) do.
 
+A fourth block, sdpa, is the attention alone, the peer of shardfuse's fused
+attention kernel (KernelKind::Attention): F.scaled_dot_product_attention(q, k, v,
+is_causal=True, enable_gqa=True) at bench/graphs/llama_block.sf's attention shape
+(batch 8, 32 query heads, 8 kv heads, seq 2048, head_dim 128; bf16 there, so run it
+with --dtype bf16 to match), which PyTorch runs as one FlashAttention kernel.
+
 Timing follows triton.testing.do_bench, reimplemented with CUDA events so that the
 script does not depend on Triton's internals: a first call (which compiles), a
 5-call estimate, warm-up calls for --warmup-ms, then --rep-ms worth of timed calls,
@@ -42,7 +48,7 @@ import time
 from dataclasses import dataclass
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BLOCKS = ("mlp", "attention", "transformer_block")
+BLOCKS = ("mlp", "attention", "transformer_block", "sdpa")
 # Single kernels, as bench_kernels' BM_Pointwise/<name>: --kernels.
 KERNELS = ("bias_gelu", "softmax", "layer_norm")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -154,7 +160,32 @@ def make_transformer_block(s):
     return transformer_block, params, flops
 
 
-MAKERS = {"mlp": make_mlp, "attention": make_attention, "transformer_block": make_transformer_block}
+# Query heads per kv head in the sdpa block: Llama 3 8B's 32 query heads over 8 kv
+# heads (bench/graphs/llama_block.sf's wq [4096, 4096], wk and wv [1024, 4096]).
+GQA_GROUP = 4
+
+
+def sdpa_kv_heads(s):
+    return max(1, s.heads // GQA_GROUP)
+
+
+def make_sdpa(s):
+    # The attention of bench/graphs/llama_block.sf alone, unsharded: q [B, 32, S, 128],
+    # k and v [B, 8, S, 128] (after RoPE there; plain random tensors here), causal,
+    # GQA, the default scale 1/sqrt(head_dim). One fused kernel in PyTorch (eager
+    # picks FlashAttention for bf16 on sm_80+; torch.compile keeps the call).
+    def sdpa(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    B, S, D, hq, hkv = s.batch, s.seq, s.head_dim, s.heads, sdpa_kv_heads(s)
+    params = [("q", (B, hq, S, D), "act"), ("k", (B, hkv, S, D), "act"), ("v", (B, hkv, S, D), "act")]
+    # q k^T and p v over the visible half of the scores, FlashAttention's benchmark
+    # convention for causal attention (4 B H S^2 D / 2).
+    return sdpa, params, 4 * B * hq * S * S * D // 2
+
+
+MAKERS = {"mlp": make_mlp, "attention": make_attention, "transformer_block": make_transformer_block,
+          "sdpa": make_sdpa}
 
 
 def make_inputs(params, dtype, device, seed):
@@ -336,9 +367,16 @@ def tolerance(args):
 
 def run_block(block, shapes, args, device, dtype):
     fn, params, flops = MAKERS[block](shapes)
-    label = (f"{args.dtype} batch={shapes.batch} seq={shapes.seq} hidden={shapes.hidden} "
-             f"heads={shapes.heads}x{shapes.head_dim} ffn={shapes.ffn}")
-    shape_info = {"dtype": args.dtype, "batch": shapes.batch, "seq": shapes.seq, "hidden": shapes.hidden}
+    if block == "sdpa":
+        kv = sdpa_kv_heads(shapes)
+        label = (f"{args.dtype} batch={shapes.batch} seq={shapes.seq} heads={shapes.heads} kv_heads={kv} "
+                 f"head_dim={shapes.head_dim} causal gqa")
+        shape_info = {"dtype": args.dtype, "batch": shapes.batch, "seq": shapes.seq, "heads": shapes.heads,
+                      "kv_heads": kv, "head_dim": shapes.head_dim, "is_causal": True, "enable_gqa": True}
+    else:
+        label = (f"{args.dtype} batch={shapes.batch} seq={shapes.seq} hidden={shapes.hidden} "
+                 f"heads={shapes.heads}x{shapes.head_dim} ffn={shapes.ffn}")
+        shape_info = {"dtype": args.dtype, "batch": shapes.batch, "seq": shapes.seq, "hidden": shapes.hidden}
     timer = time_cpu if args.cpu_smoke else time_cuda
     results, failed = [], False
     inputs = make_inputs(params, dtype, device, args.seed)

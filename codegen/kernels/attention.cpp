@@ -379,12 +379,17 @@ class AttentionCode {
             } else {
               llvm::Value* acc = slot();
               b_.CreateStore(llvm::ConstantFP::get(b_.getFloatTy(), 0.0), acc);
-              SF_TRY(emit_loop(b_, c(0), c(t_.e), c(1), "dot", [&](llvm::Value* e) -> Result<void> {
-                llvm::Value* p = b_.CreateFMul(get(t_.q, b_.CreateAdd(b_.CreateMul(r, c(t_.e)), e)),
-                                               get(t_.k, b_.CreateAdd(b_.CreateMul(j, c(t_.e)), e)));
-                b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(b_.getFloatTy(), acc), p), acc);
-                return ok();
-              }));
+              // On the host the sum may be split into vector lanes (the loop hint allows
+              // LLVM to reorder it): one SIMD dot product per score.
+              SF_TRY(emit_loop(
+                  b_, c(0), c(t_.e), c(1), "dot",
+                  [&](llvm::Value* e) -> Result<void> {
+                    llvm::Value* p = b_.CreateFMul(get(t_.q, b_.CreateAdd(b_.CreateMul(r, c(t_.e)), e)),
+                                                   get(t_.k, b_.CreateAdd(b_.CreateMul(j, c(t_.e)), e)));
+                    b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(b_.getFloatTy(), acc), p), acc);
+                    return ok();
+                  },
+                  host_hints()));
               raw = b_.CreateLoad(b_.getFloatTy(), acc);
             }
             llvm::Value* dot = cg_.node_result(score_dtype(), raw);
@@ -456,6 +461,28 @@ class AttentionCode {
         return ok();
       });
     }
+    if (!gpu_) {
+      // The host takes a row at a time, the output columns innermost: acc[r, :] +=
+      // p[r, j] * v[j, :] is a vector update with no sum to reorder.
+      return par(t_.bm, "pv_rows", [&](llvm::Value* r) -> Result<void> {
+        llvm::Value* row = b_.CreateMul(r, c(t_.ev));
+        llvm::Value* alpha = get(t_.alpha, r);
+        SF_TRY(emit_loop(b_, c(0), c(t_.ev), c(1), "rescale", [&](llvm::Value* col) -> Result<void> {
+          llvm::Value* i = b_.CreateAdd(row, col);
+          put(t_.acc, i, b_.CreateFMul(get(t_.acc, i), alpha));
+          return ok();
+        }));
+        return emit_loop(b_, c(0), c(t_.bn), c(1), "key", [&](llvm::Value* j) -> Result<void> {
+          llvm::Value* p = get(t_.s, b_.CreateAdd(b_.CreateMul(r, c(t_.bn)), j));
+          llvm::Value* vrow = b_.CreateMul(j, c(t_.ev));
+          return emit_loop(b_, c(0), c(t_.ev), c(1), "col", [&](llvm::Value* col) -> Result<void> {
+            llvm::Value* i = b_.CreateAdd(row, col);
+            put(t_.acc, i, b_.CreateFAdd(get(t_.acc, i), b_.CreateFMul(p, get(t_.v, b_.CreateAdd(vrow, col)))));
+            return ok();
+          });
+        });
+      });
+    }
     return par(t_.bm * t_.ev, "pv", [&](llvm::Value* i) -> Result<void> {
       llvm::Value* r = b_.CreateUDiv(i, c(t_.ev));
       llvm::Value* col = b_.CreateURem(i, c(t_.ev));
@@ -473,6 +500,9 @@ class AttentionCode {
   }
 
   DType score_dtype() const { return spec_.group.node(m_.scores).type.dtype; }
+  // The host's dot products: 8 lanes, 2 partial sums (a reordered f32 sum, as the
+  // host matmul's); none on NVPTX, where a thread's sum stays in order.
+  kernels::LoopHints host_hints() const { return gpu_ ? kernels::LoopHints{} : kernels::LoopHints{8, 2}; }
 
   // The element offset of (batch b, row, col) of the attention's result in the output.
   llvm::Value* store_offset(llvm::Value* b, llvm::Value* row, llvm::Value* col) {

@@ -613,7 +613,16 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
                 std::to_string(config.block_n));
   if (mode != Mode::Host && (config.warps < 1 || config.warps > 32))
     return fail("warps must be 1..32, got " + std::to_string(config.warps));
-  const Tiles t(config.block_m, config.block_n, m.e, m.ev);
+  // A tile past the rows or keys there are holds only padding: it is cut to them
+  // (rounded up to 16 for the tensor cores' tiles), so a default tile costs a short
+  // sequence nothing.
+  const bool tc = mode == Mode::Mma || mode == Mode::MmaSim;
+  auto fit = [&](int64_t tile, int64_t extent) {
+    int64_t want = std::max<int64_t>(extent, 1);
+    if (tc) want = (want + 15) / 16 * 16;
+    return std::min(tile, want);
+  };
+  const Tiles t(fit(config.block_m, m.l), fit(config.block_n, m.s), m.e, m.ev);
   const int64_t bytes = attention_tile_bytes(t.bm, t.bn, t.e, t.ev);
   const llvmb::Target budget_target = mode == Mode::MmaSim ? llvmb::Target::nvptx("sm_90a") : target;
   if (bytes > attention_tile_budget(budget_target))

@@ -159,7 +159,7 @@ TEST(FlashAttention, RefusesWhatItCannotHold) {
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.error().message.find("holds no attention"), std::string::npos) << none.error().message;
   // Tiles over the host's budget, and a block_m out of range, named.
-  Graph g = parse("q: f32[1, 1, 4, 256], k: f32[1, 1, 4, 256], v: f32[1, 1, 4, 256]",
+  Graph g = parse("q: f32[1, 1, 256, 256], k: f32[1, 1, 256, 256], v: f32[1, 1, 256, 256]",
                   "  out = scaled_dot_product_attention(q, k, v)\n  return out");
   KernelSpec spec{"sf_big", KernelKind::Attention, decompose(g)};
   Result<EmittedKernel> big = emit_attention(spec, tiles(256, 256), llvmb::Target::host());
@@ -170,6 +170,14 @@ TEST(FlashAttention, RefusesWhatItCannotHold) {
   Result<EmittedKernel> zero = emit_attention(spec, tiles(0, 16), llvmb::Target::host());
   ASSERT_FALSE(zero.ok());
   EXPECT_NE(zero.error().message.find("block_m and block_n must be 1..256, got 0, 16"), std::string::npos);
+  // A tile past the rows and keys is cut to them: 64 x 64 over 4 rows and 6 keys takes
+  // the shared memory of a 4 x 6 tile.
+  Graph small = parse("q: bf16[1, 1, 4, 8], k: bf16[1, 1, 6, 8], v: bf16[1, 1, 6, 8]",
+                      "  out = scaled_dot_product_attention(q, k, v)\n  return out");
+  Result<EmittedKernel> cut =
+      emit_attention(KernelSpec{"sf_cut", KernelKind::Attention, decompose(small)}, tiles(64, 64), llvmb::Target::nvptx("sm_80"));
+  ASSERT_TRUE(cut.ok()) << cut.error().str();
+  EXPECT_EQ(cut->launch.shared_bytes, attention_tile_bytes(4, 6, 8, 8));
 }
 
 // The tensor-core kernel built for the host, its threads run as OS threads and its

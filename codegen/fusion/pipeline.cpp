@@ -2,6 +2,7 @@
 
 #include "codegen/dist/schedule.h"
 #include "codegen/fusion/decompose_program.h"
+#include "codegen/fusion/gather_views.h"
 #include "codegen/fusion/verify_programs.h"
 #include "codegen/ir/printer.h"
 
@@ -22,7 +23,7 @@ std::function<void(std::vector<LocalProgram>&)> stage_fn(const std::string& name
     };
   if (name == "decompose")
     return [](std::vector<LocalProgram>& ps) {
-      for (LocalProgram& p : ps) p = decompose_program(std::move(p));
+      for (LocalProgram& p : ps) p = gather_before_views(decompose_program(std::move(p)));
     };
   if (name == "collective-matmul")
     return [&](std::vector<LocalProgram>& ps) {

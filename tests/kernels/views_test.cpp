@@ -7,6 +7,7 @@
 
 #include "tests/result_util.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/host_program_check.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -402,6 +403,38 @@ TEST(ViewsFusion, RopeIsOnePointwiseKernelThatMatchesTheReference) {
   ASSERT_TRUE(got.ok()) << got.error().str();
   Comparison c = compare((*got)[0], (*want)[0], default_tolerance(DType::F32));
   EXPECT_TRUE(c.ok()) << c.mismatches << " mismatch(es)";
+}
+
+// A transposed weight shard all-gathered (RowwiseParallel's weight gathered instead
+// of the product reduce-scattered, or FSDP's transposed shard): the gather takes the
+// untransposed shard along the dim that becomes the gathered one, and the transpose
+// stays a view the matmul reads in place, not a copy kernel before the collective.
+// Uneven shards (10 rows over 3 ranks) and the whole program against the reference.
+TEST(ViewsFusion, ATransposeBeforeAnAllGatherMovesAfterIt) {
+  Result<Graph> g = parse_graph(R"(mesh tp=3
+graph g(x: f32[4, 10], w: f32[6, 10] {tp: S(1)}) {
+  wt = redistribute(transpose(w, 0, 1), {tp: R})
+  y = matmul(x, wt)
+  return y
+}
+)",
+                                "gather.sf");
+  ASSERT_TRUE(g.ok()) << g.error().str();
+  std::vector<LocalProgram> ps = kernel_test::check_on_host_kernels(*g, 23, "transpose before all_gather");
+  ASSERT_EQ(ps.size(), 3u);
+  for (const LocalProgram& p : ps) {
+    int gathers = 0;
+    for (const LocalStep& s : p.steps)
+      if (s.kind == LocalStep::Kind::Start && s.collective == CollectiveKind::AllGather) {
+        ++gathers;
+        EXPECT_EQ(s.dim, 1) << "w's own dim 1, the transpose's dim 0";
+        EXPECT_EQ(p.names[static_cast<size_t>(s.in[0])], "w");
+      }
+    EXPECT_EQ(gathers, 1);
+    ASSERT_EQ(p.kernels.size(), 1u) << "no copy kernel before the gather";
+    EXPECT_EQ(p.kernels[0].kind, KernelKind::Matmul);
+    EXPECT_EQ(p.kernels[0].ops, (std::vector<std::string>{"transpose", "matmul"}));
+  }
 }
 
 }  // namespace kernels_views_test

@@ -1,5 +1,7 @@
 #include "codegen/kernels/compile_plan.h"
 
+#include "codegen/kernels/attention.h"
+
 #include "codegen/ir/decompose.h"
 
 #include <llvm/IR/LLVMContext.h>
@@ -419,6 +421,16 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
                        : "multi-pass: each row read " + std::to_string(ri->row_reads()) +
                              " time(s) (" + std::to_string((ri->row_elems + cfg.threads_per_row - 1) / cfg.threads_per_row) +
                              " elements per thread do not fit 32 registers, or the row is split)";
+    if (kind == KernelKind::Attention)
+      if (Result<AttentionKernelInfo> ai = attention_info(spec.group); ai.ok()) {
+        const std::optional<std::string> unfit = attention_mma_unfit(spec.group, cfg);
+        const bool tc = attention_uses_tensor_cores(spec, cfg, opts.arch);
+        forms[i] = std::string(tc ? "tensor cores (mma.sync m16n8k16)"
+                                  : "FMA tiles (" + unfit.value_or(opts.arch + " has no mma.sync") + ")") +
+                   ", online softmax over key tiles of up to " + std::to_string(cfg.block_n) +
+                   (ai->match.causal_diagonal ? ", causal: tiles past the diagonal skipped" : "") +
+                   "; no score matrix in memory";
+      }
     if (opts.host != CompileOptions::HostCode::None) build_host(i, kind);
     if (!opts.ptx) return;
     Result<EmittedKernel> e = emitter_for(kind).emit(spec, cfg, llvmb::Target::nvptx(opts.arch));

@@ -3,10 +3,17 @@
 // arange/full/tril arguments refused by `check` with a located error.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "tests/tools/cli_util.h"
 
 namespace sf {
 namespace tools_generators_cli_test {
+
+std::string file_text(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
 
 class CausalAttention : public ::testing::TestWithParam<int> {};
 
@@ -31,6 +38,13 @@ TEST(CliGenerators, CausalAttentionCompilesToPtxWithTheMaskInTheAttentionKernel)
   for (const auto& f : fs::directory_iterator(d / "p"))
     attention_ptx += f.path().filename().string().ends_with("_attention.ptx");
   EXPECT_EQ(attention_ptx, 1) << r.out;
+  // report.txt says how the attention kernel computes: f32 on FMA tiles, the mask's
+  // -1e9 fill (not -inf) leaving no key tile to skip.
+  const std::string report = file_text(d / "p/report.txt");
+  EXPECT_NE(report.find("form: FMA tiles (q, k and v are f32, not one 16-bit dtype (f16 or bf16)), online softmax over "
+                        "key tiles of up to 64; no score matrix in memory"),
+            std::string::npos)
+      << report;
   CliResult e = shardfuse("explain " + example("causal_attention.sf"));
   ASSERT_EQ(e.code, 0) << e.out;
   // One attention kernel: the generated mask (recomputed), q's and k's head splits, the

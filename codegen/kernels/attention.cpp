@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <set>
 
 #include <llvm/IR/GlobalVariable.h>
@@ -92,9 +93,13 @@ class AttentionCode {
     }
     GroupValues gv(spec_.group, cg_, in);
     gv_ = &gv;
+    // Block bid takes the group of query heads (batch index) b .. b + G - 1 and rows
+    // q0 .. q0 + rph - 1 of each; block row r is head b + r / rph, row q0 + r % rph.
     const int64_t qtiles = query_tiles();
-    llvm::Value* b = b_.CreateUDiv(bid, c(qtiles), "batch");
-    llvm::Value* q0 = b_.CreateMul(b_.CreateURem(bid, c(qtiles)), c(t_.bm), "q0");
+    llvm::Value* b = b_.CreateMul(b_.CreateUDiv(bid, c(qtiles)), c(group_), "batch");
+    llvm::Value* q0 = b_.CreateMul(b_.CreateURem(bid, c(qtiles)), c(rph_), "q0");
+    b0_ = b;
+    q0_ = q0;
     llvm::Value* ninf = llvm::ConstantFP::getInfinity(b_.getFloatTy(), true);
     llvm::Value* zero = llvm::ConstantFP::get(b_.getFloatTy(), 0.0);
 
@@ -108,9 +113,9 @@ class AttentionCode {
     SF_TRY(par(t_.bm * t_.e, "load_q", [&](llvm::Value* i) -> Result<void> {
       llvm::Value* r = b_.CreateUDiv(i, c(t_.e));
       llvm::Value* e = b_.CreateURem(i, c(t_.e));
-      llvm::Value* row = b_.CreateAdd(q0, r);
+      llvm::Value* row = row_of(r);
       Result<llvm::Value*> x = guarded(b_.CreateICmpSLT(row, c(m_.l)), [&]() {
-        return operand(m_.q, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.l)), row), c(m_.e)), e));
+        return operand(m_.q, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(head_of(r), c(m_.l)), row), c(m_.e)), e));
       });
       if (!x) return x.error();
       put(t_.q, i, *x);
@@ -121,7 +126,7 @@ class AttentionCode {
     // diagonal, q0 + bm - 1 + d, clamped to [0, S].
     llvm::Value* kv_end = c(m_.s);
     if (m_.causal_diagonal) {
-      llvm::Value* last = b_.CreateAdd(q0, c(t_.bm + *m_.causal_diagonal));
+      llvm::Value* last = b_.CreateAdd(q0, c(rph_ + *m_.causal_diagonal));
       last = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, last, c(0));
       kv_end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, last, c(m_.s), nullptr, "kv_end");
     }
@@ -133,20 +138,30 @@ class AttentionCode {
     return par(t_.bm * t_.ev, "store", [&](llvm::Value* i) -> Result<void> {
       llvm::Value* r = b_.CreateUDiv(i, c(t_.ev));
       llvm::Value* col = b_.CreateURem(i, c(t_.ev));
-      llvm::Value* row = b_.CreateAdd(q0, r);
+      llvm::Value* row = row_of(r);
       return when(b_.CreateICmpSLT(row, c(m_.l)), [&]() -> Result<void> {
         llvm::Value* y = b_.CreateFDiv(get(t_.acc, i), get(t_.l, r));
-        cg_.store(Elem{y, out_dtype()}, out_, store_offset(b, row, col));
+        cg_.store(Elem{y, out_dtype()}, out_, store_offset(head_of(r), row, col));
         return ok();
       });
     });
   }
 
-  int64_t query_tiles() const { return std::max<int64_t>((m_.l + t_.bm - 1) / t_.bm, 1); }
-  int64_t blocks() const { return info_.batches * (m_.l > 0 ? (m_.l + t_.bm - 1) / t_.bm : 0); }
+  int64_t query_tiles() const { return std::max<int64_t>((m_.l + rph_ - 1) / rph_, 1); }
+  int64_t blocks() const { return info_.batches / group_ * (m_.l > 0 ? (m_.l + rph_ - 1) / rph_ : 0); }
+  // G query heads of one kv head per block, rph rows of each (G * rph = the tile's rows).
+  void set_groups(int64_t group, int64_t rows_per_head) {
+    group_ = group;
+    rph_ = rows_per_head;
+  }
 
  private:
   static Result<void> ok() { return {}; }
+  // Block row r's query row and batch index (its head): q0 + r % rph, b + r / rph.
+  llvm::Value* row_of(llvm::Value* r) {
+    return b_.CreateAdd(q0_, group_ == 1 ? r : b_.CreateURem(r, c(rph_)));
+  }
+  llvm::Value* head_of(llvm::Value* r) { return group_ == 1 ? b0_ : b_.CreateAdd(b0_, b_.CreateUDiv(r, c(rph_))); }
   llvm::Value* c(int64_t v) { return b_.getInt64(static_cast<uint64_t>(v)); }
   DType out_dtype() const { return spec_.group.node(m_.out).type.dtype; }
 
@@ -367,7 +382,7 @@ class AttentionCode {
     SF_TRY(par(t_.bm * t_.bn, "scores", [&](llvm::Value* i) -> Result<void> {
       llvm::Value* r = b_.CreateUDiv(i, c(t_.bn));
       llvm::Value* j = b_.CreateURem(i, c(t_.bn));
-      llvm::Value* row = b_.CreateAdd(q0, r);
+      llvm::Value* row = row_of(r);
       llvm::Value* col = b_.CreateAdd(kv0, j);
       llvm::Value* inside = b_.CreateAnd(b_.CreateICmpSLT(row, c(m_.l)), b_.CreateICmpSLT(col, c(m_.s)));
       Result<llvm::Value*> s = guarded(
@@ -395,7 +410,7 @@ class AttentionCode {
             llvm::Value* dot = cg_.node_result(score_dtype(), raw);
             const int scores = m_.scores;
             const DType sd = score_dtype();
-            llvm::Value* flat = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.l)), row), c(m_.s)), col);
+            llvm::Value* flat = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(head_of(r), c(m_.l)), row), c(m_.s)), col);
             return operand(m_.logits, flat, [scores, sd, dot](ValueId v, const kernels::ValueIndex&) -> std::optional<Elem> {
               if (v == scores) return Elem{dot, sd};
               return std::nullopt;
@@ -527,6 +542,8 @@ class AttentionCode {
   llvm::Value* hook_[4] = {};
   llvm::Value* tid32_ = nullptr;
   llvm::Value *warp_ = nullptr, *warps_ = nullptr, *g_ = nullptr, *tig_ = nullptr;
+  int64_t group_ = 1, rph_ = 1;
+  llvm::Value *b0_ = nullptr, *q0_ = nullptr;
   llvm::IRBuilderBase& b_;
   ElementCodegen& cg_;
   GroupValues* gv_ = nullptr;
@@ -540,6 +557,37 @@ class AttentionEmitter final : public Emitter {
     return emit_attention(spec, config, target);
   }
 };
+
+}  // namespace
+
+namespace {
+
+// The GQA repeat on the way to k or v (after kt's transpose): slice(reshape(expand(
+// reshape(x)))) along the head dim, as codegen/ir/decompose.cpp's repeat_heads writes
+// it: the query heads' run [first, first + Hq) of the kv heads each repeated `group`
+// times. {group, first}, or nullopt for any other chain.
+std::optional<std::pair<int64_t, int64_t>> repeat_of(const Graph& g, ValueId v, bool transposed) {
+  const Node* n = &g.node(v);
+  const int r = n->type.rank();
+  if (transposed) {
+    if (n->op != OpKind::Transpose) return std::nullopt;
+    std::optional<int> a = normalize_dim(n->attrs.get_int("dim0"), r), b = normalize_dim(n->attrs.get_int("dim1"), r);
+    if (!a || !b || std::min(*a, *b) != r - 2 || std::max(*a, *b) != r - 1) return std::nullopt;
+    n = &g.node(n->inputs[0]);
+  }
+  if (n->op != OpKind::Slice || r < 3) return std::nullopt;
+  const Node& flat = g.node(n->inputs[0]);
+  auto [dim, range] = slice_of(n->attrs, flat.type.shape);
+  if (dim != r - 3 || range.step != 1 || flat.op != OpKind::Reshape) return std::nullopt;
+  const Node& wide = g.node(flat.inputs[0]);
+  if (wide.op != OpKind::Expand || wide.type.rank() != r + 1) return std::nullopt;
+  const Node& one = g.node(wide.inputs[0]);
+  const Shape &ws = wide.type.shape, &os = one.type.shape;
+  if (os.size() != ws.size() || os[static_cast<size_t>(r - 2)] != 1) return std::nullopt;
+  for (int d = 0; d <= r; ++d)
+    if (d != r - 2 && os[static_cast<size_t>(d)] != ws[static_cast<size_t>(d)]) return std::nullopt;
+  return std::pair<int64_t, int64_t>{ws[static_cast<size_t>(r - 2)], range.start};
+}
 
 }  // namespace
 
@@ -578,6 +626,13 @@ Result<AttentionKernelInfo> attention_info(const Graph& g) {
     strides = std::move(*s);
   }
   info.out_strides = std::move(strides);
+  // Whole groups of query heads per block where k and v repeat kv heads alike and the
+  // groups line up with the heads the kernel sees.
+  std::optional<std::pair<int64_t, int64_t>> rk = repeat_of(g, found->kt, true), rv = repeat_of(g, found->v, false);
+  if (rk && rv && *rk == *rv && rk->first > 1 && !found->batch.empty()) {
+    const int64_t group = rk->first, hq = found->batch.back();
+    if (hq % group == 0 && rk->second % group == 0) info.heads_per_kv = group;
+  }
   return info;
 }
 
@@ -622,7 +677,17 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
     if (tc) want = (want + 15) / 16 * 16;
     return std::min(tile, want);
   };
-  const Tiles t(fit(config.block_m, m.l), fit(config.block_n, m.s), m.e, m.ev);
+  // GQA: a block takes a whole group's rows, block_m / G of each head.
+  int64_t group = info->heads_per_kv;
+  if (config.block_m % group != 0) group = 1;
+  int64_t rph = config.block_m / group;
+  {
+    int64_t want = std::max<int64_t>(m.l, 1);
+    const int64_t step = tc ? 16 / std::gcd<int64_t>(16, group) : 1;  // G * rph stays a multiple of 16
+    want = (want + step - 1) / step * step;
+    rph = std::min(rph, want);
+  }
+  const Tiles t(rph * group, fit(config.block_n, m.s), m.e, m.ev);
   const int64_t bytes = attention_tile_bytes(t.bm, t.bn, t.e, t.ev);
   const llvmb::Target budget_target = mode == Mode::MmaSim ? llvmb::Target::nvptx("sm_90a") : target;
   if (bytes > attention_tile_budget(budget_target))
@@ -640,6 +705,7 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   const int threads = config.warps * 32;
   const size_t np = spec.group.params().size();
   AttentionCode code(spec, *info, t, mode, b, cg);
+  code.set_groups(group, rph);
   const int64_t blocks = code.blocks();
   Result<void> r;
   if (mode == Mode::Simt || mode == Mode::Mma) {

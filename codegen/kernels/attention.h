@@ -5,7 +5,9 @@
 // (the head merge) as its store. FlashAttention's algorithm: the scores and the
 // probabilities are never written to memory.
 //
-// One block per (batch, tile of block_m query rows); the keys in tiles of block_n:
+// One block per (batch, tile of block_m query rows); the keys in tiles of block_n
+// (with GQA, one block per (batch, kv head's group of G query heads, block_m / G rows
+// of each), so a k or v tile serves the whole group):
 //   q tile [block_m, E] evaluated once (its prologue computed once per element);
 //   for each key tile that some row of the block can see (a causal chain's keys
 //   beyond the block's last row + diagonal are skipped):
@@ -46,6 +48,12 @@ struct AttentionKernelInfo {
   // Where element (batch..., row, col) of the attention's result is stored in the
   // kernel's one output: its element strides (dense, or through the output views).
   std::vector<int64_t> out_strides;
+  // GQA: the query heads (the last batch dim) come in groups of this many that read
+  // one kv head (k and v reach the kernel through the decomposition's repeat: slice,
+  // reshape, expand, reshape, slice, the groups aligned with the heads); a block then
+  // takes the rows of a whole group, so each k and v tile is read once per group.
+  // 1: every head its own blocks.
+  int64_t heads_per_kv = 1;
 };
 
 // The group's attention and output layout, or a Diag saying why the group is not one.

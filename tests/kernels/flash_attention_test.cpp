@@ -112,6 +112,31 @@ TEST(FlashAttention, GroupedQueryHeadsReadTheirKvHead) {
   Graph g = parse("q: f32[2, 4, 5, 3], k: f32[2, 2, 6, 3], v: f32[2, 2, 6, 4]",
                   "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out");
   for (auto [bm, bn] : {std::pair{2, 2}, {5, 6}, {8, 4}}) expect_matches(g, tiles(bm, bn), 4, "gqa");
+  // A block takes both query heads of a kv head (block_m 8: 4 rows of each), so each
+  // k and v tile is read once per group: 2 batches x 2 kv heads x 2 row tiles of 4
+  // (5 rows) = 8 blocks where one head per block would take 16 (block_m 5, not a
+  // multiple of the group, keeps one head per block: 2 x 4 x 1).
+  Result<AttentionKernelInfo> info = attention_info(decompose(g));
+  ASSERT_TRUE(info.ok()) << info.error().str();
+  EXPECT_EQ(info->heads_per_kv, 2);
+  KernelConfig c = tiles(8, 4);
+  c.warps = 2;
+  for (auto [bm, blocks] : {std::pair{8, 8}, {5, 8}, {16, 4}}) {
+    c.block_m = bm;
+    Result<EmittedKernel> k =
+        emit_attention(KernelSpec{"sf_gqa", KernelKind::Attention, decompose(g)}, c, llvmb::Target::nvptx("sm_80"));
+    ASSERT_TRUE(k.ok()) << k.error().str();
+    EXPECT_EQ(k->launch.grid[0], blocks) << "block_m " << bm;
+  }
+  // A rank whose query heads start inside a group (head_offset 1: its heads 0, 1, 2
+  // read kv heads 0, 1, 1) keeps one head per block.
+  Graph odd = parse("q: f32[1, 3, 4, 2], k: f32[1, 2, 5, 2], v: f32[1, 2, 5, 2]",
+                    "  out = scaled_dot_product_attention(q, k, v, enable_gqa=true, head_offset=1, gqa_group=2)\n"
+                    "  return out");
+  Result<AttentionKernelInfo> oi = attention_info(decompose(odd));
+  ASSERT_TRUE(oi.ok()) << oi.error().str();
+  EXPECT_EQ(oi->heads_per_kv, 1);
+  for (auto [bm, bn] : {std::pair{2, 2}, {4, 8}}) expect_matches(odd, tiles(bm, bn), 14, "gqa, offset 1");
 }
 
 // A boolean mask (true: takes part) broadcast over batch and heads, and an additive

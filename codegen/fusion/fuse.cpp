@@ -7,7 +7,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "codegen/ir/attention_match.h"
+#include "codegen/fusion/fuse_attention.h"
 #include "codegen/ir/builder.h"
 #include "codegen/ir/view_strides.h"
 
@@ -220,95 +220,11 @@ class Fuser {
     return {found.begin(), found.end()};
   }
 
-  // Every attention (codegen/ir/attention_match.h) of the program, with its prologue
-  // and epilogue, as the steps of one kernel. Steps isolated or marked no_attention,
-  // inlined values and literals stay out (the group recomputes the last two).
+  // Every attention of the program as the steps of one kernel (fuse_attention.h).
   void find_attention() {
-    std::set<int> returned(p_.output_values.begin(), p_.output_values.end());
-    AttentionFlow f;
-    f.node = [&](int v) -> const Node* {
-      auto it = producer_.find(v);
-      if (it == producer_.end() || p_.steps[it->second].kind != LocalStep::Kind::Compute) return nullptr;
-      return &p_.steps[it->second].node;
-    };
-    f.type = [&](int v) -> const TensorType& { return type(v); };
-    f.operands = [&](int v) { return p_.steps[producer_.at(v)].in; };
-    f.users = [&](int v) {
-      std::vector<int> u;
-      if (auto it = users_.find(v); it != users_.end())
-        for (size_t s : it->second) u.push_back(p_.steps[s].kind == LocalStep::Kind::Compute ? p_.steps[s].out : -1);
-      return u;
-    };
-    f.returned = [&](int v) { return returned.count(v) > 0; };
-    std::set<size_t> taken;
-    for (size_t i = 0; i < p_.steps.size(); ++i) {
-      const LocalStep& s = p_.steps[i];
-      if (s.kind != LocalStep::Kind::Compute || s.node.op != OpKind::Matmul) continue;
-      std::optional<AttentionMatch> m = match_attention(f, s.out);
-      if (!m || m->e > kMaxFusedHeadDim || m->ev > kMaxFusedHeadDim || !is_float(type(m->scores).dtype)) continue;
-      std::set<size_t> members;
-      std::vector<int> core{m->scores, m->out};
-      core.insert(core.end(), m->chain.begin(), m->chain.end());
-      core.insert(core.end(), m->softmax.begin(), m->softmax.end());
-      bool usable = true;
-      for (int v : core) {
-        size_t st = producer_.at(v);
-        usable = usable && !opts_.isolate.count(st) && !opts_.no_attention.count(st) && !inlined_.count(st) && !taken.count(st);
-        members.insert(st);
-      }
-      if (!usable) continue;
-      // The views after it, as far as its store can follow them.
-      std::vector<size_t> views;
-      for (int v = m->out;;) {
-        auto u = users_.find(v);
-        if (returned.count(v) || u == users_.end() || u->second.size() != 1) break;
-        const LocalStep& n = p_.steps[u->second[0]];
-        if (n.kind != LocalStep::Kind::Compute || opts_.isolate.count(u->second[0]) ||
-            (n.node.op != OpKind::Transpose && n.node.op != OpKind::Permute && n.node.op != OpKind::Reshape))
-          break;
-        views.push_back(u->second[0]);
-        v = n.out;
-      }
-      while (!views.empty() && !stored_through(m->out, views)) views.pop_back();
-      members.insert(views.begin(), views.end());
-      // The ops that compute only for it: pointwise producers all of whose readers are
-      // in the kernel, to a fixpoint.
-      for (bool grew = true; grew && static_cast<int>(members.size()) < opts_.max_ops;) {
-        grew = false;
-        for (size_t st : std::vector<size_t>(members.begin(), members.end()))
-          for (int v : p_.steps[st].in) {
-            auto pr = producer_.find(v);
-            if (pr == producer_.end() || members.count(pr->second)) continue;
-            const size_t q = pr->second;
-            const LocalStep& ps = p_.steps[q];
-            if (ps.kind != LocalStep::Kind::Compute || ps.node.op == OpKind::Constant || !index_computed(ps.node.op) ||
-                inlined_.count(q) || opts_.isolate.count(q) || taken.count(q) || returned.count(v))
-              continue;
-            const std::vector<size_t>& readers = users_.at(v);
-            if (!std::all_of(readers.begin(), readers.end(), [&](size_t x) { return members.count(x) > 0; })) continue;
-            if (static_cast<int>(members.size()) >= opts_.max_ops) break;
-            members.insert(q);
-            grew = true;
-          }
-      }
-      if (cycle_through_others(members)) continue;
-      taken.insert(members.begin(), members.end());
-      attention_.emplace_back(members.begin(), members.end());
-    }
-  }
-  // Whether the attention's result `out` can be stored through `views` (its store
-  // takes a stride per dim of the result: codegen/ir/view_strides.h).
-  bool stored_through(int out, const std::vector<size_t>& views) const {
-    const LocalStep& last = p_.steps[views.back()];
-    std::vector<int64_t> strides = contiguous_strides(last.node.type.shape);
-    for (size_t k = views.size(); k-- > 0;) {
-      const LocalStep& v = p_.steps[views[k]];
-      const int operand = k == 0 ? out : p_.steps[views[k - 1]].out;
-      std::optional<std::vector<int64_t>> s = operand_strides(v.node, type(operand).shape, strides);
-      if (!s) return false;
-      strides = std::move(*s);
-    }
-    return true;
+    AttentionSearch a{p_, producer_, users_, inlined_, opts_,
+                      [this](const std::set<size_t>& m) { return cycle_through_others(m); }};
+    attention_ = find_attention_groups(a);
   }
 
   Group start_group(size_t i) const {

@@ -24,7 +24,9 @@
 //   block_<block> (or any other name)     BM_Block/<block>, BM_Block/<block>/cuda_graph: the
 //       whole single-rank plan, its kernels launched one by one or as CUDA graphs
 //       (RankExec::enqueue), TFLOPs over its matmul kernels' flops (2*M*N*K, as
-//       bench/peers/peers.py counts them).
+//       bench/peers/peers.py counts them) and its fused attention kernels' flops (the
+//       compiler's count: q k^T and p v over every score, masked ones included, and
+//       the softmax chain's element ops; peers.py's causal sdpa counts half the scores).
 //
 // Every iteration: a 256 MiB cuMemsetD32Async (more than an H100's 50 MiB or an
 // H200's 60 MiB of L2; --flush-mib N changes it, for runs on the fake driver whose
@@ -238,7 +240,7 @@ struct LoadedPlan {
   std::shared_ptr<GpuPlan> plan;
   std::unique_ptr<RankExec> rank;
   int64_t io_bytes = 0;       // the plan's inputs and outputs
-  int64_t matmul_flops = 0;   // flops of its matmul kernels
+  int64_t matmul_flops = 0;   // flops of its matmul and attention kernels
   int64_t kernels = 0;        // kernel launches per run
 };
 
@@ -275,7 +277,8 @@ Result<LoadedPlan> load_plan(const std::string& name, bool cuda_graph = false) {
   for (const PlanStep& s : r.steps) {
     if (s.op != "kernel") continue;
     ++p.kernels;
-    if (const PlanKernel* k = by_id[s.kernel]; k && k->kind == KernelKind::Matmul) p.matmul_flops += k->flops;
+    const PlanKernel* k = by_id[s.kernel];
+    if (k && (k->kind == KernelKind::Matmul || k->kind == KernelKind::Attention)) p.matmul_flops += k->flops;
   }
   return p;
 }

@@ -11,7 +11,9 @@ A fourth block, sdpa, is the attention alone, the peer of shardfuse's fused
 attention kernel (KernelKind::Attention): F.scaled_dot_product_attention(q, k, v,
 is_causal=True, enable_gqa=True) at bench/graphs/llama_block.sf's attention shape
 (batch 8, 32 query heads, 8 kv heads, seq 2048, head_dim 128; bf16 there, so run it
-with --dtype bf16 to match), which PyTorch runs as one FlashAttention kernel.
+with --dtype bf16 to match), which PyTorch runs as one FlashAttention kernel. Ours
+is bench/graphs/bf16/sdpa.sf (BM_Block/sdpa, scripts/gpu-pack's blocks-bf16); keep
+the two in step.
 
 Timing follows triton.testing.do_bench, reimplemented with CUDA events so that the
 script does not depend on Triton's internals: a first call (which compiles), a

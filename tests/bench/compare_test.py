@@ -125,6 +125,43 @@ class CompareTest(unittest.TestCase):
             self.assertEqual(p.stdout, "", f"{name}: nothing is printed before the files are read")
 
 
+class SdpaCompareTest(unittest.TestCase):
+    """BM_Block/sdpa: the fused attention Plan (bench/graphs/bf16/sdpa.sf, gpu-pack's
+    blocks-bf16/sdpa) from bench_kernels beside peers.py's F.scaled_dot_product_attention."""
+
+    def test_sdpa_row_shows_ours_and_each_peer(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "ratios.json")
+            p = run(COMPARE, fixture("kernels-sdpa-h100.json"), fixture("peers-sdpa-h100.json"), "--json", out)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(out) as f:
+                summary = json.load(f)
+        rows = {r["peer"]: r for r in summary["blocks"] if r["block"] == "sdpa"}
+        self.assertEqual(sorted(rows), ["cuda_graph", "torch_compile", "torch_eager"])
+        for r in rows.values():
+            self.assertAlmostEqual(r["ours_ms"], 0.8)   # the median aggregate, not the 0.9 mean
+        self.assertAlmostEqual(rows["torch_eager"]["peer_ms"], 0.4)
+        self.assertAlmostEqual(rows["torch_eager"]["peer_over_ours"], 0.4 / 0.8)    # 0.50
+        self.assertAlmostEqual(rows["torch_compile"]["peer_over_ours"], 1.0 / 0.8)  # 1.25
+        self.assertAlmostEqual(rows["cuda_graph"]["peer_ms"], 0.79)                 # 790 us
+        self.assertRegex(p.stdout, r"sdpa\s+0\.800\s+torch_eager\s+0\.400\s+0\.50")
+        self.assertRegex(p.stdout, r"sdpa\s+0\.800\s+torch_compile\s+1\.000\s+1\.25")
+        self.assertEqual(summary["warnings"], [])  # one device, spelled alike
+
+    def test_the_shipped_graph_matches_the_peer(self):
+        # bench/graphs/bf16/sdpa.sf and peers.py's make_sdpa at FULL: the same shapes
+        # and flags (read from the sources, so a change to one side fails here).
+        with open(os.path.join(REPO, "bench", "graphs", "bf16", "sdpa.sf")) as f:
+            sf = f.read()
+        self.assertIn("q: bf16[8, 32, 2048, 128], k: bf16[8, 8, 2048, 128], v: bf16[8, 8, 2048, 128]", sf)
+        self.assertIn("scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)", sf)
+        with open(PEERS) as f:
+            peers = f.read()
+        self.assertIn("FULL = Shapes(batch=8, seq=2048, hidden=4096, heads=32, head_dim=128, ffn=16384)", peers)
+        self.assertIn("GQA_GROUP = 4", peers)
+        self.assertIn("F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)", peers)
+
+
 class PeersScriptTest(unittest.TestCase):
     def test_compiles(self):
         with tempfile.TemporaryDirectory() as d:
@@ -174,7 +211,7 @@ class PeersScriptTest(unittest.TestCase):
             for key in ("driver", "date", "commit", "command", "torch", "triton"):
                 self.assertIsInstance(ctx[key], str, key)
             names = [b["name"] for b in doc["benchmarks"]]
-            self.assertEqual(names, [f"BM_Block/{b}/torch_eager" for b in ("mlp", "attention", "transformer_block")])
+            self.assertEqual(names, [f"BM_Block/{b}/torch_eager" for b in ("mlp", "attention", "transformer_block", "sdpa")])
             for b in doc["benchmarks"]:
                 self.assertEqual(b["run_type"], "iteration")
                 self.assertEqual(b["time_unit"], "ms")

@@ -3,8 +3,9 @@
 # GPU session (tests/gpu/tc_*.sf) still take the paths they are there to check on
 # sm_90a, one per variant of tests/gpu/variants.txt: wgmma + TMA by default, wgmma +
 # cp.async with --no-tma, warp-specialised, persistent, TF32 for the f32 graph under
-# --allow-tf32 (also warp-specialised and split-K; exact FMA without). Each graph also
-# matches the reference on the CPU (run --check).
+# --allow-tf32 (also warp-specialised and split-K; exact FMA without); and the fused
+# attention check graphs (tests/gpu/attn_*.sf) one attention kernel on mma.sync. Each
+# graph also matches the reference on the CPU (run --check).
 #   check_paths.sh SHARDFUSE SOURCE_DIR
 set -u
 sf="$1"
@@ -44,6 +45,17 @@ grep -v '^#' "$src/tests/gpu/variants.txt" | while read -r variant which rest; d
       *) echo "FAIL: variant $variant has no check here"; echo x >> "$d/failed" ;;
     esac
   done
+done
+# The fused attention check graphs (tests/gpu/attn_*.sf, gpu-pack's plans/ARCH/attn/):
+# one attention kernel, on the tensor cores on sm_90a.
+for g in "$src"/tests/gpu/attn_*.sf; do
+  n=$(basename "$g" .sf)
+  "$sf" run "$g" --check >/dev/null || { echo "FAIL: run $g --check"; fail=1; }
+  p="$d/$n"
+  "$sf" compile "$g" --arch sm_90a --no-ptxas --no-host -o "$p" >/dev/null || { echo "FAIL: compile $g"; fail=1; continue; }
+  [ "$(grep -c '"kind": "attention"' "$p/plan.json")" = 1 ] && [ "$(grep -c '"kind"' "$p/plan.json")" = 1 ] \
+    || { echo "FAIL: $p: not one attention kernel"; fail=1; }
+  has "$p" "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 done
 [ -e "$d/failed" ] && fail=1
 [ "$fail" = 0 ] && echo "ok: every tensor-core check graph takes its paths"

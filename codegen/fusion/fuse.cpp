@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "codegen/fusion/fuse_attention.h"
+#include "codegen/ir/attention_match.h"
 #include "codegen/ir/builder.h"
 #include "codegen/ir/view_strides.h"
 
@@ -524,6 +525,10 @@ class Fuser {
     }
     if (named == 0 || k.kind == KernelKind::Attention) k.name = "k" + std::to_string(gi) + "_" + std::string(kernel_kind_name(k.kind));
     k.group = group_graph(g, inputs, outs, k.name);
+    // A causal attention skips the key tiles past the diagonal: its work is the pairs
+    // it lets through.
+    if (k.kind == KernelKind::Attention)
+      k.flops = static_cast<int64_t>(static_cast<double>(k.flops) * attention_visible_fraction(k.group));
     k.steps = g.steps;
     k.steps.insert(k.steps.end(), recomputed.begin(), recomputed.end());
     std::sort(k.steps.begin(), k.steps.end());

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "codegen/ir/attention_match.h"
 #include "runtime/core/file_io.h"
 #include "codegen/ir/ops.h"
 
@@ -64,11 +65,14 @@ StepWork step_work(const LocalProgram& p, size_t step) {
       w.bytes = k.bytes_read + k.bytes_written;
       // A matmul of 16-bit operands runs on the tensor cores (sm_80+); its epilogue
       // stays on the CUDA cores.
+      // A causal attention's matmuls do the share of their work it lets through (its
+      // k.flops counts the same share).
+      const double share = k.kind == KernelKind::Attention ? attention_visible_fraction(k.group) : 1.0;
       for (const Node& n : k.group.nodes())
         if (n.op == OpKind::Matmul && (n.type.dtype == DType::BF16 || n.type.dtype == DType::F16) &&
             !n.inputs.empty()) {
           const Shape& a = k.group.node(n.inputs[0]).type.shape;
-          int64_t mm = a.empty() ? 0 : 2 * numel(n.type.shape) * a.back();
+          int64_t mm = a.empty() ? 0 : static_cast<int64_t>(share * static_cast<double>(2 * numel(n.type.shape) * a.back()));
           w.tensor_flops += std::min(mm, w.flops);
           w.flops -= std::min(mm, w.flops);
         }

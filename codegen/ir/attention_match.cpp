@@ -187,4 +187,26 @@ AttentionFlow graph_flow(const Graph& g) {
   return f;
 }
 
+double visible_fraction(const AttentionMatch& m) {
+  if (!m.causal_diagonal || m.l <= 0 || m.s <= 0) return 1.0;
+  // Row i sees min(max(i + d + 1, 0), S) keys: none for i < -d, i + d + 1 up to row
+  // S - d - 1, all S from there (in long double: L, S and d are below 2^41).
+  const long double l = static_cast<long double>(m.l), s = static_cast<long double>(m.s),
+                    d = static_cast<long double>(*m.causal_diagonal);
+  const long double first = std::clamp(-d, 0.0L, l);          // first row that sees a key
+  const long double full = std::clamp(s - d - 1, first, l);    // first row that sees them all
+  // Rows first .. full - 1 see i + d + 1 keys: an arithmetic series.
+  const long double partial = (full - first) * ((first + d + 1) + (full - 1 + d + 1)) / 2;
+  const long double seen = partial + (l - full) * s;
+  return static_cast<double>(seen / (l * s));
+}
+
+double attention_visible_fraction(const Graph& group) {
+  AttentionFlow f = graph_flow(group);
+  for (size_t i = 0; i < group.nodes().size(); ++i)
+    if (group.nodes()[i].op == OpKind::Matmul)
+      if (std::optional<AttentionMatch> m = match_attention(f, static_cast<int>(i))) return visible_fraction(*m);
+  return 1.0;
+}
+
 }  // namespace sf

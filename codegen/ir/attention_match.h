@@ -72,6 +72,13 @@ std::optional<AttentionMatch> match_attention(const AttentionFlow& f, int out);
 // The flow of a kernel's group graph (ValueIds; users from the nodes' inputs).
 AttentionFlow graph_flow(const Graph& g);
 
+// The share of (query row, key) pairs a match computes: 1, or with a causal diagonal
+// d the pairs with key j <= row i + d (FlashAttention's convention for a causal
+// attention's flops: the kernel skips the key tiles past every row's diagonal).
+double visible_fraction(const AttentionMatch& m);
+// The same for the one attention of a kernel's group graph (1 when it holds none).
+double attention_visible_fraction(const Graph& group);
+
 // The widest head dim (E or Ev) a fused attention kernel holds in its tiles; a match
 // with a wider one stays as separate kernels.
 inline constexpr int64_t kMaxFusedHeadDim = 256;

@@ -12,6 +12,7 @@
 
 #include "codegen/dist/explain.h"
 #include "codegen/fusion/pipeline.h"
+#include "codegen/ir/attention_match.h"
 #include "codegen/ir/decompose.h"
 #include "codegen/ir/parser.h"
 #include "tests/result_util.h"
@@ -157,6 +158,35 @@ TEST(FuseAttention, APrologueValueReadElsewhereStaysOut) {
   ASSERT_EQ(a.size(), 1u) << explain_kernels(p);
   EXPECT_TRUE(has_op(*a[0], "neg")) << "read only by the attention: computed in its prologue";
   EXPECT_FALSE(has_op(*a[0], "tanh")) << "returned too: written once by its own kernel";
+}
+
+// The share of (row, key) pairs a causal attention computes, counted by hand: rows
+// see min(max(i + d + 1, 0), S) keys. The kernel's flops carry it.
+TEST(FuseAttention, CausalWorkIsThePairsUnderTheDiagonal) {
+  auto share = [](int64_t l, int64_t s, std::optional<int64_t> d) {
+    AttentionMatch m;
+    m.l = l;
+    m.s = s;
+    m.causal_diagonal = d;
+    return visible_fraction(m);
+  };
+  EXPECT_DOUBLE_EQ(share(4, 4, 0), 10.0 / 16);        // 1 + 2 + 3 + 4
+  EXPECT_DOUBLE_EQ(share(4, 10, 3), 22.0 / 40);       // 4 + 5 + 6 + 7
+  EXPECT_DOUBLE_EQ(share(4, 9, -2), 3.0 / 36);        // 0 + 0 + 1 + 2
+  EXPECT_DOUBLE_EQ(share(3, 2, 0), 5.0 / 6);          // 1 + 2 + 2
+  EXPECT_DOUBLE_EQ(share(4, 4, 7), 1.0);              // every key
+  EXPECT_DOUBLE_EQ(share(4, 4, -9), 0.0);             // none
+  EXPECT_DOUBLE_EQ(share(4, 4, std::nullopt), 1.0);   // not causal
+  EXPECT_NEAR(share(2048, 2048, 0), 0.5, 1e-3);
+  // The kernel of a causal 8 x 8 attention does 36 of the 64 pairs' work: the plain
+  // one's, plus the mask's `where` on the 64 scores, times 36 / 64.
+  auto flops = [&](bool causal) {
+    LocalProgram p = programs(parse(std::string("graph g(q: f32[1, 1, 8, 4], k: f32[1, 1, 8, 4], v: f32[1, 1, 8, 4]) {\n") +
+                                    "  o = scaled_dot_product_attention(q, k, v, is_causal=" + (causal ? "true" : "false") +
+                                    ")\n  return o\n}\n"))[0];
+    return of_kind(p, KernelKind::Attention).at(0)->flops;
+  };
+  EXPECT_NEAR(static_cast<double>(flops(true)), (flops(false) + 64) * 36.0 / 64, 1.0);
 }
 
 }  // namespace fusion_attention_test

@@ -91,7 +91,7 @@ struct TuneCliOptions {
   std::string system;                              // --system: the performance model compile is given
 };
 
-std::string us(double v) {
+std::string us_text(double v) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(v < 10 ? 2 : 1) << v << " us";
   return os.str();
@@ -105,7 +105,7 @@ class Progress {
   void update(size_t i, size_t n, const TuneProgress& p) {
     std::ostringstream os;
     os << "[kernel " << i + 1 << "/" << n << "] " << p.kernel << ": " << p.phase << " " << p.done << "/" << p.total;
-    if (p.best_us > 0) os << ", best so far " << us(p.best_us);
+    if (p.best_us > 0) os << ", best so far " << us_text(p.best_us);
     if (tty_) {
       std::string line = os.str();
       std::cerr << "\r" << line << std::string(last_ > line.size() ? last_ - line.size() : 0, ' ') << std::flush;
@@ -134,11 +134,11 @@ void print_report(const TuneReport& r) {
   if (r.source == ConfigSource::Default) {
     std::cout << "  best: default config " << r.best_str << " (nothing could be measured)\n";
   } else {
-    std::cout << "  best: " << r.best_str << "  " << us(r.best_time.median_us) << " median (p20 "
-              << us(r.best_time.p20_us) << ", p80 " << us(r.best_time.p80_us) << ", " << r.best_time.reps
+    std::cout << "  best: " << r.best_str << "  " << us_text(r.best_time.median_us) << " median (p20 "
+              << us_text(r.best_time.p20_us) << ", p80 " << us_text(r.best_time.p80_us) << ", " << r.best_time.reps
               << " reps, " << r.best_time.outliers << " outliers)";
     if (r.default_time && r.default_time->median_us > 0 && r.best_time.median_us > 0)
-      std::cout << "; default " << us(r.default_time->median_us) << ", speedup " << std::fixed << std::setprecision(2)
+      std::cout << "; default " << us_text(r.default_time->median_us) << ", speedup " << std::fixed << std::setprecision(2)
                 << r.default_time->median_us / r.best_time.median_us << "x";
     std::cout << "\n";
   }
@@ -147,14 +147,14 @@ void print_report(const TuneReport& r) {
   for (const ExternResult& x : r.externs) {
     std::cout << "  extern " << x.library << ": ";
     if (x.measured)
-      std::cout << us(x.time.median_us) << " median" << (x.reused ? " (cached)" : "")
+      std::cout << us_text(x.time.median_us) << " median" << (x.reused ? " (cached)" : "")
                 << (r.best_extern == x.library ? "  [best]" : "");
     else
       std::cout << "not measured: " << x.reason;
     std::cout << "\n";
   }
   if (!r.best_extern.empty() && r.best_generated_time)
-    std::cout << "  best generated: " << r.best_generated << "  " << us(r.best_generated_time->median_us) << " median\n";
+    std::cout << "  best generated: " << r.best_generated << "  " << us_text(r.best_generated_time->median_us) << " median\n";
   for (const std::string& w : r.warnings) std::cout << "  warning: " << w << "\n";
 }
 

@@ -53,7 +53,7 @@ TEST(MatmulMmaSim, WiderTilesAndDeeperPipelines) {
   const KernelConfig configs[] = {tc_config(64, 128, 32, 4, 4, 2), tc_config(32, 64, 32, 1, 2, 1),
                                   tc_config(128, 64, 32, 8, 3)};
   for (size_t k = 0; k < 3; ++k)
-    if (test::in_sample(k))  // the sanitizer build skips the middle one (tests/sanitized.h)
+    if (test::in_sample(k, 3))  // the sanitizer build runs the first (tests/sanitized.h)
       check(mm_graph(s, DType::BF16, Epi::None), configs[k], name(s, DType::BF16, configs[k]));
 }
 

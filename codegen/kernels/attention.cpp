@@ -62,7 +62,7 @@ class AttentionCode {
  public:
   AttentionCode(const KernelSpec& spec, const AttentionKernelInfo& info, const Tiles& t, Mode mode,
                 llvm::IRBuilderBase& b, ElementCodegen& cg)
-      : spec_(spec), info_(info), m_(info.match), t_(t), mode_(mode), gpu_(mode != Mode::Host), b_(b), cg_(cg) {}
+      : spec_(spec), info_(info), m_(info.match), t_(t), mode_(mode), b_(b), cg_(cg) {}
 
   // MmaSim: the hooks table (MmaSimHooks: ctx, barrier, ldmatrix_x4, mma, ...) and
   // the thread's index as the hooks take it.
@@ -153,6 +153,8 @@ class AttentionCode {
 
  private:
   static Result<void> ok() { return {}; }
+  // Whether the block's work is spread over threads (every mode but the host's loops).
+  bool threaded() const { return mode_ != Mode::Host; }
   // Block row r's query row and batch index (its head): q0 + r % rph, b + r / rph.
   llvm::Value* row_of(llvm::Value* r) {
     return b_.CreateAdd(q0_, group_ == 1 ? r : b_.CreateURem(r, c(rph_)));
@@ -178,9 +180,9 @@ class AttentionCode {
   // for (i = 0; i < n; ++i) body(i), spread over the block's threads (a block apart)
   // with a barrier after it on NVPTX; a plain loop on the host.
   Result<void> par(int64_t n, const std::string& name, const std::function<Result<void>(llvm::Value*)>& body) {
-    Result<void> r = gpu_ ? emit_loop(b_, tid_, c(n), nthreads_, name, body) : emit_loop(b_, c(0), c(n), c(1), name, body);
+    Result<void> r = threaded() ? emit_loop(b_, tid_, c(n), nthreads_, name, body) : emit_loop(b_, c(0), c(n), c(1), name, body);
     if (!r) return r;
-    if (gpu_) barrier();
+    if (threaded()) barrier();
     return r;
   }
   void barrier() {
@@ -472,7 +474,7 @@ class AttentionCode {
         return ok();
       });
     }
-    if (!gpu_) {
+    if (!threaded()) {
       // The host takes a row at a time, the output columns innermost: acc[r, :] +=
       // p[r, j] * v[j, :] is a vector update with no sum to reorder.
       return par(t_.bm, "pv_rows", [&](llvm::Value* r) -> Result<void> {
@@ -513,7 +515,7 @@ class AttentionCode {
   DType score_dtype() const { return spec_.group.node(m_.scores).type.dtype; }
   // The host's dot products: 8 lanes, 2 partial sums (a reordered f32 sum, as the
   // host matmul's); none on NVPTX, where a thread's sum stays in order.
-  kernels::LoopHints host_hints() const { return gpu_ ? kernels::LoopHints{} : kernels::LoopHints{8, 2}; }
+  kernels::LoopHints host_hints() const { return threaded() ? kernels::LoopHints{} : kernels::LoopHints{8, 2}; }
 
   // The element offset of (batch b, row, col) of the attention's result in the output.
   llvm::Value* store_offset(llvm::Value* b, llvm::Value* row, llvm::Value* col) {
@@ -534,7 +536,6 @@ class AttentionCode {
   const AttentionMatch& m_;
   const Tiles& t_;
   Mode mode_;
-  bool gpu_;
   llvm::Value* hook_[4] = {};
   llvm::Value* tid32_ = nullptr;
   llvm::Value *warp_ = nullptr, *warps_ = nullptr, *g_ = nullptr, *tig_ = nullptr;

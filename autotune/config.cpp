@@ -34,6 +34,7 @@ const std::vector<Field>& all_fields() {
       {"split_k", &KernelConfig::split_k},
       {"warp_specialize", &KernelConfig::warp_specialize},
       {"persistent", &KernelConfig::persistent},
+      {"pingpong", &KernelConfig::pingpong},
       {"host_vector", &KernelConfig::host_vector},
       {"host_interleave", &KernelConfig::host_interleave},
       {"host_tile_n", &KernelConfig::host_tile_n},
@@ -63,7 +64,7 @@ std::vector<const char*> relevant(KernelKind kind, ConfigTarget t) {
     case KernelKind::Reduction:
       return {"rows_per_block", "threads_per_row", "split_reduction", "grid_stride", "max_blocks"};
     case KernelKind::Matmul:
-      return {"block_m", "block_n", "block_k", "warps", "stages", "group_m", "split_k", "warp_specialize", "persistent"};
+      return {"block_m", "block_n", "block_k", "warps", "stages", "group_m", "split_k", "warp_specialize", "persistent", "pingpong"};
     case KernelKind::Gather: return {"block", "max_blocks"};
     case KernelKind::Attention: return {"block_m", "block_n", "warps"};
   }
@@ -77,7 +78,8 @@ int get(const KernelConfig& c, const Field& f) { return f.ip ? c.*(f.ip) : (c.*(
 // Fields written only where they differ from the default (knobs added after caches
 // and plans were written keep those texts valid and unchanged).
 static bool omitted_at_default(std::string_view name, const KernelConfig& c) {
-  return (name == "warp_specialize" && c.warp_specialize == 0) || (name == "persistent" && c.persistent == 0);
+  return (name == "warp_specialize" && c.warp_specialize == 0) || (name == "persistent" && c.persistent == 0) ||
+         (name == "pingpong" && c.pingpong == 0);
 }
 
 std::string config_str(KernelKind kind, ConfigTarget target, const KernelConfig& c) {

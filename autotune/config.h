@@ -58,6 +58,11 @@ struct KernelConfig {
   // Tensor-core matmul: a persistent grid of this many blocks (Triton's NUM_SMS), each
   // walking output tiles (and batches) a grid apart; 0: one block per tile.
   int persistent = 0;
+  // Warp-specialised persistent wgmma kernel with two consumer warpgroups: 1 gives each
+  // warpgroup whole output tiles of its own, taken in turn (CUTLASS's ping-pong
+  // schedule), so one warpgroup's epilogue runs while the other multiplies; 0: both
+  // share every tile (CUTLASS's cooperative schedule).
+  int pingpong = 0;
   // --- host (the kernel runs as loops in one CPU thread) ---
   int host_vector = 0;      // llvm.loop.vectorize.width of the innermost loop; 0 = LLVM's choice
   int host_interleave = 0;  // llvm.loop.interleave.count of the innermost loop; 0 = LLVM's choice

@@ -50,6 +50,28 @@ std::vector<KernelConfig> gpu_reduction(const TargetInfo& t) {
   return out;
 }
 
+// One tensor-core config of the space below; a persistent grid of the SMs times the
+// blocks one SM's shared memory holds.
+KernelConfig tensor_core_config(int bm, int bn, int bk, int warps, int stages, int ws, int sk, int pers, int pp,
+                                const TargetInfo& t, int operand_bytes) {
+  KernelConfig c;
+  c.block_m = bm;
+  c.block_n = bn;
+  c.block_k = bk;
+  c.warps = warps;
+  c.stages = stages;
+  c.group_m = 8;
+  c.warp_specialize = ws;
+  c.split_k = sk;
+  if (pers) {
+    const int64_t shared = int64_t{stages} * (int64_t{bm} * bk + int64_t{bk} * bn) * operand_bytes + 16 * stages;
+    const int64_t per_sm = t.shared_bytes / std::max<int64_t>(shared + t.reserved_shared_per_block, 1);
+    c.persistent = t.sms * static_cast<int>(std::clamp<int64_t>(per_sm, 1, 4));
+  }
+  c.pingpong = pp;
+  return c;
+}
+
 // Tensor-core tiles (sm_80+, 16-bit or TF32 operands): Triton's and CUTLASS's common
 // sm_80 configs, which on sm_90a include the wgmma ones (4 or 8 warps, 64-row
 // warpgroups, block_k 64, or 32 for TF32). Their contiguous shared sides are 32 or 64
@@ -59,7 +81,8 @@ std::vector<KernelConfig> gpu_reduction(const TargetInfo& t) {
 // The warp-specialised sm_90a configs also come persistent (CUTLASS's and Triton's
 // persistent Hopper GEMMs are warp-specialised: the producer loads the next tile
 // while the consumers store this one): a grid of the SMs times the blocks one SM
-// holds by shared memory.
+// holds by shared memory. Those with two consumer warpgroups also come ping-pong
+// (CUTLASS's other Hopper schedule: the warpgroups take whole tiles in turn).
 void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool split, const TargetInfo& t,
                             int operand_bytes) {
   for (int bm : {64, 128, 256})
@@ -71,24 +94,11 @@ void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool spl
             // cannot take fail to build and are dropped).
             for (int ws = 0; ws <= (wgmma && stages >= 3 ? 1 : 0); ++ws)
               for (int sk = 1; sk <= (split ? 4 : 1); sk *= 2)
-                for (int pers = 0; pers <= ws; ++pers) {
-                  KernelConfig c;
-                  c.block_m = bm;
-                  c.block_n = bn;
-                  c.block_k = bk;
-                  c.warps = warps;
-                  c.stages = stages;
-                  c.group_m = 8;
-                  c.warp_specialize = ws;
-                  c.split_k = sk;
-                  if (pers) {
-                    const int64_t shared =
-                        int64_t{stages} * (int64_t{bm} * bk + int64_t{bk} * bn) * operand_bytes + 16 * stages;
-                    const int64_t per_sm = t.shared_bytes / std::max<int64_t>(shared + t.reserved_shared_per_block, 1);
-                    c.persistent = t.sms * static_cast<int>(std::clamp<int64_t>(per_sm, 1, 4));
-                  }
-                  out.push_back(c);
-                }
+                for (int pers = 0; pers <= ws; ++pers)
+                  // Persistent with two consumer warpgroups: also ping-pong, which
+                  // gives each warpgroup whole tiles (so 64-row tiles fit 8 warps).
+                  for (int pp = 0; pp <= (pers && warps == 8 && sk == 1 ? 1 : 0); ++pp)
+                    out.push_back(tensor_core_config(bm, bn, bk, warps, stages, ws, sk, pers, pp, t, operand_bytes));
 }
 
 std::vector<KernelConfig> gpu_matmul(const TuneProblem& p, const TargetInfo& t) {

@@ -36,6 +36,21 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 }  // namespace
 
+std::vector<bool> measured_set(const std::vector<std::string>& ranked, int top_k, const std::vector<bool>& is_default) {
+  // A matmul's schedule: the model prices tiles, not how a schedule overlaps a
+  // tile's epilogue with the next one's loads and products.
+  auto schedule = [](const std::string& text) {
+    Result<KernelConfig> c = parse_config_str(text);
+    return c ? std::to_string(c->warp_specialize) + (c->persistent > 0 ? "p" : "") + (c->pingpong ? "pp" : "") : "";
+  };
+  std::set<std::string> schedules;
+  for (size_t i = 0; i < ranked.size() && static_cast<int>(i) < top_k; ++i) schedules.insert(schedule(ranked[i]));
+  std::vector<bool> out(ranked.size(), false);
+  for (size_t i = 0; i < ranked.size(); ++i)
+    out[i] = static_cast<int>(i) < top_k || (i < is_default.size() && is_default[i]) || schedules.insert(schedule(ranked[i])).second;
+  return out;
+}
+
 Result<TuneReport> tune_kernel(const TuneProblem& problem, const TuneKey& key, const TargetInfo& target,
                                const KernelConfig& default_config, std::shared_ptr<Builder> builder,
                                Runner& runner, TuneCache& cache, const TuneOptions& opts,
@@ -163,10 +178,16 @@ Result<TuneReport> tune_kernel(const TuneProblem& problem, const TuneKey& key, c
   const std::string default_hash = entries.count(default_text) ? entries.at(default_text).code_hash : "";
   auto same_code_as_default = [&](const CacheEntry* e) { return !default_hash.empty() && e->code_hash == default_hash; };
   const int top_k = opts.top_k > 0 ? opts.top_k : std::clamp(static_cast<int>(r.space / 5), 2, 16);
+  std::vector<std::string> ranked;
+  std::vector<bool> defaults;
+  for (const Ranked& v : valid) {
+    ranked.push_back(v.e->config);
+    defaults.push_back(v.e->config == default_text || same_code_as_default(v.e));
+  }
+  const std::vector<bool> measure = opts.prune ? measured_set(ranked, top_k, defaults) : std::vector<bool>(valid.size(), true);
   std::vector<const CacheEntry*> chosen;
   for (size_t i = 0; i < valid.size(); ++i) {
-    bool is_default = valid[i].e->config == default_text || same_code_as_default(valid[i].e);
-    if (!opts.prune || static_cast<int>(i) < top_k || is_default)
+    if (measure[i])
       chosen.push_back(valid[i].e);
     else
       ++r.ranked_out;

@@ -107,6 +107,14 @@ struct TuneProgress {
   double best_us = 0;
 };
 
+// Which configs of `ranked` (config texts, best predicted first) are measured: the
+// first `top_k`, those marked `is_default` (the default config and any with its
+// code), and the best-ranked of each matmul schedule (plain, warp-specialised,
+// warp-specialised persistent, ping-pong) the first top_k lack: the cost model prices
+// tiles, not how a schedule overlaps one tile's epilogue with the next tile's work,
+// so it is not trusted to rank schedules against each other.
+std::vector<bool> measured_set(const std::vector<std::string>& ranked, int top_k, const std::vector<bool>& is_default);
+
 Result<TuneReport> tune_kernel(const TuneProblem& problem, const TuneKey& key, const TargetInfo& target,
                                const KernelConfig& default_config,
                                std::shared_ptr<Builder> builder, Runner& runner, TuneCache& cache,

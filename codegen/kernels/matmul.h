@@ -131,6 +131,10 @@ struct MmaSimHooks {
   int32_t (*mbar_try_wait)(void* ctx, int32_t thread, void* mbar, int32_t parity) = nullptr;
   // mbarrier.arrive without transaction bytes (warp specialisation's "empty" barriers).
   void (*mbar_arrive)(void* ctx, int32_t thread, void* mbar) = nullptr;
+  // bar.sync (`sync` 1) or bar.arrive (0) on named barrier `id` of `count` threads:
+  // the barrier completes when `count` threads have arrived or synced, and a syncing
+  // thread waits for that (the ping-pong consumers' turns, MmaTiling::pingpong).
+  void (*named_barrier)(void* ctx, int32_t thread, int32_t id, int32_t count, int32_t sync) = nullptr;
 };
 
 // What the host build's kernel arguments hold in place of each encoded tensor map

@@ -74,7 +74,7 @@ class MmaKernel : MmaIsa {
       smem_ = fn_->getArg(4);
       // MmaSimHooks: {ctx, barrier, ldmatrix_x4, mma, wgmma, cp_async, cp_commit,
       // cp_wait, wgmma_commit, wgmma_wait, tma_load, mbar_init, mbar_expect_tx,
-      // mbar_try_wait, mbar_arrive}, fifteen pointers.
+      // mbar_try_wait, mbar_arrive, named_barrier}, sixteen pointers.
       llvm::Value* hooks = fn_->getArg(5);
       for (int i = 0; i < kHooks; ++i)
         hook_[i] = b_.CreateAlignedLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, hooks, static_cast<uint64_t>(i)),
@@ -98,8 +98,10 @@ class MmaKernel : MmaIsa {
     if (t_.wgmma) {
       // Warpgroup w = warp / 4 owns rows w * wg_m ..; within each of its m64 steps,
       // warp % 4 holds 16 rows of the accumulator (the ISA's wgmma D figure).
+      // Ping-pong: each consumer warpgroup holds whole tiles, its rows from 0.
       wg_ = b_.CreateLShr(warp, k(2), "wg");
-      wm0_ = add(mul(wg_, t_.wg_m), mul(b_.CreateAnd(warp, k(3)), 16));
+      wg_row_ = t_.pingpong ? k(0) : mul(wg_, t_.wg_m);
+      wm0_ = add(wg_row_, mul(b_.CreateAnd(warp, k(3)), 16));
       wn0_ = k(0);
     } else {
       wm0_ = b_.CreateMul(b_.CreateUDiv(warp, k(t_.wn)), k(t_.warp_m), "wm0", true, true);
@@ -141,29 +143,34 @@ class MmaKernel : MmaIsa {
   struct ItemLoop {
     llvm::BasicBlock *loop = nullptr, *latch = nullptr, *done = nullptr;
     llvm::PHINode *w = nullptr, *iter = nullptr;
+    int stride = 1;
   };
-  ItemLoop open_items(llvm::Value* first) {
+  // `iter0`: the block's item number of `first` (ping-pong: the consumer warpgroup,
+  // whose first item may not exist); `stride`: items of the block between two taken.
+  ItemLoop open_items(llvm::Value* first, llvm::Value* iter0 = nullptr, int stride = 1) {
     llvm::LLVMContext& c = m_.getContext();
     ItemLoop l;
+    l.stride = stride;
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     l.loop = llvm::BasicBlock::Create(c, "item", fn_);
     l.latch = llvm::BasicBlock::Create(c, "item.next", fn_);
     l.done = llvm::BasicBlock::Create(c, "items.done", fn_);
-    b_.CreateBr(l.loop);
+    if (iter0) b_.CreateCondBr(b_.CreateICmpULT(first, k(t_.items)), l.loop, l.done);
+    else b_.CreateBr(l.loop);
     b_.SetInsertPoint(l.loop);
     l.w = b_.CreatePHI(it_, 2, "item");
     l.w->addIncoming(first, pre);
     l.iter = b_.CreatePHI(it_, 2, "item.iter");
-    l.iter->addIncoming(k(0), pre);
+    l.iter->addIncoming(iter0 ? iter0 : k(0), pre);
     gk0_ = mul(l.iter, t_.kt);
     start_item(b_.CreateURem(l.w, k(t_.tiles)), b_.CreateUDiv(l.w, k(t_.tiles)));
     return l;
   }
-  // The latch (the builder must be in it): the next item a grid apart, while any.
+  // The latch (the builder must be in it): the next item `stride` grids apart, while any.
   void close_items(ItemLoop& l) {
-    llvm::Value* next = add(l.w, k(t_.grid_x()));
+    llvm::Value* next = add(l.w, k(t_.grid_x() * l.stride));
     l.w->addIncoming(next, b_.GetInsertBlock());
-    l.iter->addIncoming(add(l.iter, k(1)), b_.GetInsertBlock());
+    l.iter->addIncoming(add(l.iter, k(l.stride)), b_.GetInsertBlock());
     b_.CreateCondBr(b_.CreateICmpSLT(next, k(t_.items)), l.loop, l.done);
     b_.SetInsertPoint(l.done);
     b_.CreateRetVoid();
@@ -195,11 +202,48 @@ class MmaKernel : MmaIsa {
       }
       b_.SetInsertPoint(consumer);
     }
+    if (t_.pingpong) return pingpong_consumer(bx);
     ItemLoop items = open_items(bx);
     std::vector<llvm::Value*> acc = t_.kt == 0 ? zeros() : t_.ws ? consumer_loop(/*release_last=*/true) : k_loop();
     if (Result<void> r = epilogue(acc, items.latch, /*producer_joins=*/false); !r) return r;
     b_.SetInsertPoint(items.latch);
     if (!t_.ws) barrier();
+    close_items(items);
+    return {};
+  }
+
+  // A ping-pong consumer warpgroup (wg_ 0 or 1): the block's items wg_, wg_ + 2, ...
+  // Before item j's K loop (j > 0) it waits on named barrier 1 + wg_ until the other
+  // warpgroup has finished item j - 1's; after its own it lets the other start item
+  // j + 1, when there is one. So the warpgroups multiply in turn, one's epilogue
+  // during the other's K loop. The turns also keep each full-mbarrier wait within one
+  // phase of the stage's progress: a warpgroup reaching tile g has seen every earlier
+  // tile's copies complete (the other's through the barrier), so the parity it waits
+  // for cannot be that of a phase two back.
+  Result<void> pingpong_consumer(llvm::Value* bx) {
+    llvm::LLVMContext& c = m_.getContext();
+    const int64_t grid = t_.grid_x();
+    ItemLoop items = open_items(add(bx, mul(wg_, grid)), wg_, /*stride=*/2);
+    std::vector<llvm::Value*> acc = zeros();
+    if (t_.kt > 0) {
+      llvm::BasicBlock* turn = llvm::BasicBlock::Create(c, "pp.turn", fn_);
+      llvm::BasicBlock* go = llvm::BasicBlock::Create(c, "pp.go", fn_);
+      b_.CreateCondBr(b_.CreateICmpNE(items.iter, k(0)), turn, go);
+      b_.SetInsertPoint(turn);
+      named_barrier(add(wg_, k(1)), 256, /*sync=*/true);
+      b_.CreateBr(go);
+      b_.SetInsertPoint(go);
+      acc = consumer_loop(/*release_last=*/true);
+      llvm::BasicBlock* pass = llvm::BasicBlock::Create(c, "pp.pass", fn_);
+      llvm::BasicBlock* passed = llvm::BasicBlock::Create(c, "pp.passed", fn_);
+      b_.CreateCondBr(b_.CreateICmpULT(add(items.w, k(grid)), k(t_.items)), pass, passed);
+      b_.SetInsertPoint(pass);
+      named_barrier(b_.CreateSub(k(2), wg_), 256, /*sync=*/false);
+      b_.CreateBr(passed);
+      b_.SetInsertPoint(passed);
+    }
+    if (Result<void> r = epilogue(acc, items.latch, /*producer_joins=*/false); !r) return r;
+    b_.SetInsertPoint(items.latch);
     close_items(items);
     return {};
   }
@@ -347,7 +391,9 @@ class MmaKernel : MmaIsa {
       };
       for (int st = 0; st < t_.stages; ++st) {
         init(mbar(k(st)), 1);
-        if (t_.ws) init(empty_mbar(k(st)), t_.threads / 32);  // one arrival per consumer warp
+        // One arrival per consumer warp; ping-pong: per warp of the one warpgroup
+        // that multiplies the tile.
+        if (t_.ws) init(empty_mbar(k(st)), t_.pingpong ? 4 : t_.threads / 32);
       }
       // The initialisation visible to the async proxy (the copies complete on them).
       asm_stmt("fence.mbarrier_init.release.cluster;");
@@ -485,7 +531,7 @@ class MmaKernel : MmaIsa {
   std::vector<llvm::Value*> compute_wgmma(llvm::Value* stage, std::vector<llvm::Value*> acc) {
     llvm::Value* abase = mul(stage, t_.stage_bytes);
     llvm::Value* bbase = add(abase, k(t_.a.bytes()));
-    llvm::Value* wg_row = mul(wg_, t_.wg_m);
+    llvm::Value* wg_row = wg_row_;
     const size_t per = static_cast<size_t>(t_.bn / 2);
     asm_stmt("wgmma.fence.sync.aligned;");
     for (int ks = 0; ks < t_.bk * t_.a.eb / 32; ++ks) {  // k steps of 32 bytes
@@ -711,6 +757,7 @@ class MmaKernel : MmaIsa {
   llvm::Value* warp_ = nullptr;
   llvm::Value *lane_ = nullptr, *m0_ = nullptr, *n0_ = nullptr, *zbase_ = nullptr;
   llvm::Value *wm0_ = nullptr, *wn0_ = nullptr, *wg_ = nullptr;
+  llvm::Value* wg_row_ = nullptr;  // wgmma: the warpgroup's first row in the block tile
   std::vector<llvm::Value*> tmap_;  // TMA: A's and B's tensor maps
   llvm::Value* bz_ = nullptr;        // the batch index (grid y)
   llvm::Value* kbase_ = nullptr;     // split-K: the first K element of this block's share (grid z)

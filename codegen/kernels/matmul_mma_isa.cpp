@@ -4,6 +4,7 @@
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/InlineAsm.h>
+#include <llvm/IR/Instructions.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/LLVMContext.h>
@@ -29,6 +30,19 @@ void MmaIsa::mbar_arrive(llvm::Value* off) {
   auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {i32_}, false);
   b_.CreateCall(llvm::InlineAsm::get(fty, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", true),
                 {smem_operand(off)});
+}
+
+void MmaIsa::named_barrier(llvm::Value* id, int threads, bool sync) {
+  if (sim_) {
+    sim_call(15, {b_.CreateZExtOrTrunc(id, i32_), b_.getInt32(static_cast<uint32_t>(threads)), b_.getInt32(sync ? 1 : 0)});
+    return;
+  }
+  // Convergent: the call may not be duplicated into, or sunk out of, the code every
+  // thread of the warpgroup runs.
+  auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {i32_}, false);
+  const std::string text = std::string(sync ? "bar.sync" : "bar.arrive") + " $0, " + std::to_string(threads) + ";";
+  llvm::CallInst* call = b_.CreateCall(llvm::InlineAsm::get(fty, text, "r,~{memory}", true), {b_.CreateZExtOrTrunc(id, i32_)});
+  call->setConvergent();
 }
 
 void MmaIsa::tma_load(llvm::Value* map, llvm::Value* dst, llvm::Value* c0, llvm::Value* c1, llvm::Value* c2, llvm::Value* bar) {

@@ -44,11 +44,14 @@ OperandLayout operand_layout(const char* name, int64_t s_outer, int64_t s_k, int
 // Why the warpgroup kernel cannot take tiling `t` (filled up to the shared tiles),
 // or nullopt. The shared tiles are mma_layout.h's 128-byte-row panels, which are
 // wgmma's 128-byte swizzle atoms when each tile starts 1024-byte aligned.
-std::optional<std::string> wgmma_unfit(const MmaTiling& t) {
+// `pingpong`: every warpgroup takes whole tiles (KernelConfig::pingpong) instead of
+// a share of each tile's rows.
+std::optional<std::string> wgmma_unfit(const MmaTiling& t, bool pingpong) {
   if (t.threads % 128 != 0) return num(t.threads / 32) + " warps are not whole warpgroups of 4";
-  const int wgs = t.threads / 128;
+  const int wgs = pingpong ? 1 : t.threads / 128;
   if (t.bm % (64 * wgs) != 0)
-    return "block_m = " + num(t.bm) + " does not give each of " + num(wgs) + " warpgroups a multiple of 64 rows";
+    return pingpong ? "block_m = " + num(t.bm) + " is not a multiple of 64 (one warpgroup's wgmma rows)"
+                    : "block_m = " + num(t.bm) + " does not give each of " + num(wgs) + " warpgroups a multiple of 64 rows";
   if (t.a.row_bytes() != 128 || t.b.row_bytes() != 128)
     return "the shared tiles' contiguous sides must be multiples of " + num(128 / t.a.eb) +
            " elements (128-byte swizzle atoms): " +
@@ -191,12 +194,13 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
       sync_unfit = "each thread would hold " + num(t.mi * t.ni * 4) + " accumulators (a " + num(t.warp_m) + "x" +
                    num(t.warp_n) + " warp tile); at most 128 fit in registers";
   }
+  if (c.pingpong < 0 || c.pingpong > 1) return no("pingpong = " + num(c.pingpong) + " is not 0 or 1");
   if (wgmma_arch) {
-    std::optional<std::string> unfit = wgmma_unfit(t);
+    std::optional<std::string> unfit = wgmma_unfit(t, c.pingpong == 1);
     if (!unfit) {
       t.wgmma = true;
       t.wgs = t.threads / 128;
-      t.wg_m = t.bm / t.wgs;
+      t.wg_m = c.pingpong == 1 ? t.bm : t.bm / t.wgs;
       t.mi = t.wg_m / 64;
       t.ni = t.bn / 8;
       t.m_step = 64;
@@ -231,6 +235,17 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
   if (c.warp_specialize == 1 && !t.ws)
     return no("warp_specialize = 1 needs the sm_90a wgmma kernel fed by TMA (" +
               (!t.wgmma ? "not wgmma: " + t.not_wgmma : "not TMA: " + (t.not_tma.empty() ? "--no-tma" : t.not_tma)) + ")");
+  if (c.pingpong == 1) {
+    // Two consumer warpgroups taking the block's work items in turn, ordered by named
+    // barriers; the producer's pipeline and the persistent walk carry the items.
+    std::string why;
+    if (!t.ws) why = "warp_specialize = 1 (a producer warpgroup feeding both consumers)";
+    else if (c.persistent == 0) why = "a persistent grid (persistent > 0: each block walks tiles, taken in turn)";
+    else if (t.wgs != 2) why = "two consumer warpgroups (warps = 8), not " + num(t.wgs);
+    else if (t.split > 1 || c.split_k > 1) why = "split_k = 1";
+    if (!why.empty()) return no("pingpong = 1 needs " + why);
+    t.pingpong = true;
+  }
   if (t.shared_bytes > max_shared_bytes(sm))
     return no("the tiles need " + num(t.shared_bytes) + " bytes of shared memory (" + num(t.stages) + " stages), more than sm_" +
               num(sm) + "'s " + num(max_shared_bytes(sm)) + " per block");

@@ -69,6 +69,13 @@ struct MmaTiling {
   // tiles x batch; the pipeline's stages and mbarrier phases run on across items.
   int persistent = 0;
   int64_t tiles = 0, items = 0;  // output tiles per matrix, and times the batch
+  // Ping-pong (KernelConfig::pingpong; warp-specialised, persistent, two consumer
+  // warpgroups): each consumer warpgroup multiplies whole items (wg_m = bm), the
+  // block's items j taken by warpgroup j % 2; warpgroup c starts an item's K loop only
+  // after the other finished the previous item's (named barrier 1 + c, arrived by the
+  // other), so their K loops take the tensor cores in turn and each one's epilogue runs
+  // during the other's K loop.
+  bool pingpong = false;
   int64_t grid_x() const { return persistent ? std::min<int64_t>(persistent, items) : tiles; }
 };
 

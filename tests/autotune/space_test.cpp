@@ -423,6 +423,20 @@ TEST(SpaceTest, PersistentWarpSpecialisedTensorCoreConfigs) {
   EXPECT_EQ(grid("sm_90a", 128, 256, 64, 4), 132);
   EXPECT_EQ(grid("sm_90a", 64, 64, 64, 3), 4 * 132);
   EXPECT_EQ(grid("sm_80", 128, 256, 64, 4), -1);
+  // Ping-pong: only persistent, warp-specialised, 8 warps (two consumer warpgroups),
+  // on sm_90a; 64 x 256 x 64 with 4 stages (160 KiB) among them, one block an SM.
+  int pingpong = 0;
+  bool found = false;
+  for (const std::string arch : {"sm_80", "sm_90a"})
+    for (const KernelConfig& c : config_space(bf16, gpu(arch))) {
+      if (!c.pingpong) continue;
+      ++pingpong;
+      EXPECT_EQ(arch, "sm_90a");
+      EXPECT_TRUE(c.persistent > 0 && c.warp_specialize == 1 && c.warps == 8 && c.split_k == 1);
+      if (c.block_m == 64 && c.block_n == 256 && c.block_k == 64 && c.stages == 4) found = c.persistent == 132;
+    }
+  EXPECT_GT(pingpong, 0);
+  EXPECT_TRUE(found);
 }
 
 // Split-K on the tensor cores: a bare TF32 matmul whose output tiles leave most SMs

@@ -2,7 +2,7 @@
 # ctest gpu_check_graphs: the tensor-core check graphs scripts/gpu-pack compiles for a
 # GPU session (tests/gpu/tc_*.sf) still take the paths they are there to check on
 # sm_90a, one per variant of tests/gpu/variants.txt: wgmma + TMA by default, wgmma +
-# cp.async with --no-tma, warp-specialised, persistent, TF32 for the f32 graph under
+# cp.async with --no-tma, warp-specialised, persistent, ping-pong, TF32 for the f32 graph under
 # --allow-tf32 (also warp-specialised and split-K; exact FMA without); and the fused
 # attention check graphs (tests/gpu/attn_*.sf) one attention kernel on mma.sync. Each
 # graph also matches the reference on the CPU (run --check).
@@ -40,6 +40,7 @@ grep -v '^#' "$src/tests/gpu/variants.txt" | while read -r variant which rest; d
       ws:* | tf32-ws:*) has "$p" "mbarrier.arrive.shared::cta.b64"; has "$p" "wgmma.mma_async" ;;
       persistent:*) has "$p" "wgmma.mma_async"; grep -q "persistent=3" "$p/plan.json" || { echo "FAIL: $p: not persistent"; echo x >> "$d/failed"; } ;;
       ws-persistent:*) has "$p" "mbarrier.arrive.shared::cta.b64"; grep -q "persistent=3" "$p/plan.json" || { echo "FAIL: $p: not persistent"; echo x >> "$d/failed"; } ;;
+      pingpong:*) has "$p" "bar.arrive"; has "$p" "wgmma.mma_async"; grep -q "pingpong=1" "$p/plan.json" || { echo "FAIL: $p: not ping-pong"; echo x >> "$d/failed"; } ;;
       tf32:*) has "$p" ".f32.tf32.tf32" ;;
       tf32-split-k:*) has "$p" ".f32.tf32.tf32"; has "$p" ".global.add.f32" ;;  # red. or atom.
       *) echo "FAIL: variant $variant has no check here"; echo x >> "$d/failed" ;;

@@ -484,6 +484,56 @@ TEST(MatmulMmaNvptx, Sm90aPersistentKernel) {
   EXPECT_NE(path->why.find("persistent = 70000"), std::string::npos) << path->why;
 }
 
+// Ping-pong (pingpong = 1) on the persistent warp-specialised kernel: the same 384
+// threads, the two consumer warpgroups taking turns by named barriers (a bar.sync and
+// a bar.arrive of 256 threads besides the one bar.sync after the mbarriers'
+// initialisation); each warpgroup's whole tile (64 x 256, or 128 x 128 in two m64
+// steps) is 128 accumulators a thread with no spills. The config text and explain say
+// pingpong.
+TEST(MatmulMmaNvptx, Sm90aPingPongKernel) {
+  Graph g = mm_graph({4096, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);
+  for (auto [bm, bn] : {std::pair{64, 256}, std::pair{128, 128}}) {
+    KernelConfig c = tc_config(bm, bn, 64, 8, 4, 8, /*ws=*/1);
+    c.persistent = 132;
+    c.pingpong = 1;
+    Ptx p = emit_ptx(g, c, "sm_90a", false, /*tma=*/true);
+    EXPECT_EQ(p.launch.grid[0], 132);
+    EXPECT_EQ(p.launch.block[0], 384);
+    EXPECT_EQ(count(p.text, "bar.sync"), 2) << bm << "x" << bn;
+    EXPECT_EQ(count(p.text, "bar.sync \t0;"), 1) << bm << "x" << bn;
+    EXPECT_EQ(count(p.text, "bar.arrive"), 1) << bm << "x" << bn;
+    for (const char* op : {"bar.sync %r", "bar.arrive %r"}) {  // the warpgroup's turn: barrier 1 or 2, 256 threads
+      const size_t at = p.text.find(op);
+      ASSERT_NE(at, std::string::npos) << op;
+      EXPECT_EQ(p.text.substr(p.text.find(',', at), 6), ", 256;") << op;
+    }
+    EXPECT_EQ(count(p.text, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(bn) + "k16"), 4 * (bm / 64))
+        << bm << "x" << bn << ": one wgmma per k step and m64 step of the warpgroup's whole tile";
+    if (have_ptxas()) {
+      Result<std::vector<KernelResources>> r = assemble(p.text, "sm_90a");
+      ASSERT_TRUE(r.ok()) << r.error().str();
+      EXPECT_FALSE((*r)[0].spills()) << bm << "x" << bn;
+    }
+  }
+  KernelConfig c = tc_config(64, 256, 64, 8, 4, 8, 1);
+  c.persistent = 132;
+  c.pingpong = 1;
+  EXPECT_EQ(config_str(KernelKind::Matmul, ConfigTarget::Gpu, c),
+            "block_m=64 block_n=256 block_k=64 warps=8 stages=4 group_m=8 split_k=1 warp_specialize=1 persistent=132 "
+            "pingpong=1");
+  KernelSpec with_tma = spec_of(g);
+  with_tma.tma = true;
+  Result<MatmulPath> path = matmul_path(with_tma, c, "sm_90a");
+  ASSERT_TRUE(path.ok());
+  EXPECT_TRUE(path->tensor_cores);
+  EXPECT_NE(path->why.find("ping-pong"), std::string::npos) << path->why;
+  c.persistent = 0;
+  path = matmul_path(with_tma, c, "sm_90a");
+  ASSERT_TRUE(path.ok());
+  EXPECT_FALSE(path->tensor_cores);
+  EXPECT_NE(path->why.find("pingpong = 1 needs a persistent grid"), std::string::npos) << path->why;
+}
+
 TEST(MatmulMmaNvptx, TransposedOperandsUseLdmatrixTrans) {
   // x @ w (w [K, N]: n contiguous) needs .trans for B; transpose(a) @ transpose(w)
   // needs it for A and not for B.

@@ -93,7 +93,7 @@ TEST(MatmulWgmmaSim, WarpSpecialisedProducerAndConsumers) {
     check(mm_graph(deep, DType::BF16, Epi::None), c, name(deep, DType::BF16, c) + " ws", true, 1, true, true);
 }
 
-// Not blind: TMA hardware that skips the 128-byte swizzle puts the panels where// Not blind: TMA hardware that skips the 128-byte swizzle puts the panels where
+// Not blind: TMA hardware that skips the 128-byte swizzle puts the panels where
 // wgmma's descriptors do not read them.
 TEST(MatmulWgmmaSim, TmaWithoutTheSwizzleGivesWrongResults) {
   Shape3 s{64, 64, 64, false, true, {}};
@@ -164,6 +164,66 @@ TEST(MatmulWgmmaSim, PersistentGridCarriesThePipelineAcrossTiles) {
   KernelConfig e = tc_config(64, 64, 64, 4, 3);
   e.persistent = 1;
   check(mm_graph(empty, DType::BF16, Epi::BiasGelu), e, "persistent K = 0", /*loads=*/false, 1, true);
+}
+
+// Ping-pong (pingpong = 1: warp-specialised, persistent, two consumer warpgroups):
+// each consumer warpgroup multiplies whole tiles, the block's items taken in turn and
+// their K loops ordered by named barriers. Blocks with an even and an odd number of
+// items (5 K tiles an item over 3 stages, so the stages' phases wrap mid-item), blocks
+// whose second warpgroup has no item at all, two m64 steps per warpgroup (128 rows
+// each), and a long pipeline. The memory model fails a read before its copy's full
+// phase was waited for, which a warpgroup running ahead of its turn would do (its
+// parity wait two phases back passes at once); and a missing or extra arrival
+// deadlocks, which the simulation reports.
+TEST(MatmulWgmmaSim, PingPongConsumersTakeTilesInTurn) {
+  Shape3 s{136, 100, 320, false, true, {2}};  // 3 x 2 tiles of 64 x 64, batch 2: 12 items
+  for (int grid : {3, 5, 12}) {
+    KernelConfig c = tc_config(64, 64, 64, 8, 3, 8, /*ws=*/1);
+    c.persistent = grid;
+    c.pingpong = 1;
+    check(mm_graph(s, DType::BF16, Epi::BiasGelu), c, name(s, DType::BF16, c) + " pingpong grid " + std::to_string(grid),
+          true, 1, true, true);
+  }
+  KernelConfig tall = tc_config(128, 64, 64, 8, 3, 8, 1);
+  tall.persistent = 2;
+  tall.pingpong = 1;
+  check(mm_graph(s, DType::F16, Epi::Residual), tall, name(s, DType::F16, tall) + " pingpong 128 rows", true, 1, true, true);
+  Shape3 deep{128, 256, 520, false, false, {}};
+  KernelConfig d = tc_config(64, 128, 64, 8, 4, 8, 1);
+  d.persistent = 1;
+  d.pingpong = 1;
+  check(mm_graph(deep, DType::BF16, Epi::None), d, name(deep, DType::BF16, d) + " pingpong deep", true, 1, true, true);
+}
+
+// What ping-pong needs, refused with the reason.
+TEST(MatmulWgmmaSim, PingPongRefusesWhatItCannotRun) {
+  Shape3 s{128, 128, 128, false, true, {}};
+  KernelSpec spec = tf32_spec(mm_graph(s, DType::BF16, Epi::None));
+  spec.tma = true;
+  auto refused = [&](KernelConfig c) {
+    Result<EmittedKernel> k = emit_matmul_mma_block_on_host(spec, c, /*wgmma=*/true);
+    return k.ok() ? std::string("built") : k.error().message;
+  };
+  KernelConfig c = tc_config(64, 128, 64, 8, 3, 8, 1);
+  c.persistent = 4;
+  c.pingpong = 1;
+  EXPECT_EQ(refused(c), "built");
+  KernelConfig no_ws = c;
+  no_ws.warp_specialize = 0;
+  EXPECT_NE(refused(no_ws).find("pingpong = 1 needs warp_specialize = 1"), std::string::npos) << refused(no_ws);
+  KernelConfig no_pers = c;
+  no_pers.persistent = 0;
+  EXPECT_NE(refused(no_pers).find("pingpong = 1 needs a persistent grid"), std::string::npos) << refused(no_pers);
+  KernelConfig one_wg = c;
+  one_wg.warps = 4;
+  EXPECT_NE(refused(one_wg).find("pingpong = 1 needs two consumer warpgroups"), std::string::npos) << refused(one_wg);
+  KernelConfig wide = c;
+  wide.block_m = 128;
+  wide.block_n = 256;  // 2 x 128 accumulators a thread when one warpgroup holds the tile
+  EXPECT_NE(refused(wide).find("256 accumulators"), std::string::npos) << refused(wide);
+  KernelConfig two = c;
+  two.pingpong = 2;
+  EXPECT_NE(refused(two).find("pingpong = 2 is not 0 or 1"), std::string::npos) << refused(two);
 }
 
 // TF32 wgmma (m64nNk8): both operands K-major (x @ transpose(w)), 32-wide k panels.

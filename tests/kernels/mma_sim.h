@@ -14,6 +14,7 @@
 #include <barrier>
 #include <bit>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -95,6 +96,7 @@ struct Publish {
 struct Block {
   explicit Block(int threads, size_t smem_bytes)
       : bar(threads, Publish{this}),
+        bar_threads(static_cast<size_t>(threads)),
         cp_groups(static_cast<size_t>(threads), std::vector<std::vector<Range>>(1)),
         landed(static_cast<size_t>(threads)),
         smem_bytes(smem_bytes),
@@ -108,6 +110,7 @@ struct Block {
     smem = storage.data() + ((1024 - p % 1024) % 1024);
   }
   std::barrier<Publish> bar;
+  size_t bar_threads;
   // The memory model (under mu): per thread, its cp.async groups (the last one open)
   // and the ranges its waits completed but no barrier has published yet; per
   // warpgroup, the operand ranges of its wgmma groups not yet waited for (the last
@@ -147,6 +150,14 @@ struct Block {
   std::vector<std::unique_ptr<WarpGroup>> groups;
   bool ignore_wgmma_trans = false;  // a broken wgmma that reads every operand K-major
   std::mutex mu;
+  // Named barriers 1..15 (bar.sync / bar.arrive id, count), under mu: the threads
+  // arrived at the current instance, its count, and instances completed.
+  struct Named {
+    int arrived = 0, count = 0;
+    int64_t done = 0;
+  };
+  std::map<int32_t, Named> named;
+  std::condition_variable named_cv;
   std::string error;  // the first thing the simulated hardware refused
   bool ignore_trans = false;  // a broken ldmatrix, to show the tests would notice
   int wavefronts = 0;         // the most any ldmatrix phase (8 row addresses) took
@@ -166,6 +177,7 @@ struct Block {
 
   void fail_locked(const std::string& what) {
     if (error.empty()) error = what;
+    named_cv.notify_all();  // a bar.sync waiting on a named barrier ends too
   }
 
   // Reading [lo, hi) of shared memory: no cp.async data in it may be unwaited or
@@ -190,6 +202,30 @@ inline void Publish::operator()() noexcept {
 }
 
 inline void sim_barrier(void* ctx) { static_cast<Block*>(ctx)->bar.arrive_and_wait(); }
+
+// bar.sync / bar.arrive id, count: an instance completes when `count` threads have
+// arrived or synced on it; a syncing thread waits for its instance. A wait that never
+// completes fails the run after 20 s (deadlock) instead of hanging the test.
+inline void sim_named_barrier(void* ctx, int32_t, int32_t id, int32_t count, int32_t sync) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::unique_lock<std::mutex> lock(blk.mu);
+  if (id < 1 || id > 15) return blk.fail_locked("named barrier " + std::to_string(id) + " outside 1..15");
+  if (count <= 0 || count % kLanes != 0 || count > static_cast<int32_t>(blk.bar_threads))
+    return blk.fail_locked("named barrier count " + std::to_string(count) + " is not whole warps of the block");
+  Block::Named& n = blk.named[id];
+  if (n.arrived == 0) n.count = count;
+  else if (n.count != count) return blk.fail_locked("threads disagree on named barrier " + std::to_string(id) + "'s count");
+  const int64_t mine = n.done;
+  if (++n.arrived == n.count) {
+    n.arrived = 0;
+    ++n.done;
+    blk.named_cv.notify_all();
+    return;
+  }
+  if (!sync) return;
+  const bool ok = blk.named_cv.wait_for(lock, std::chrono::seconds(20), [&] { return n.done > mine || !blk.error.empty(); });
+  if (!ok) blk.fail_locked("a bar.sync on named barrier " + std::to_string(id) + " has not completed in 20 s (deadlock)");
+}
 
 inline void sim_ldmatrix(void* ctx, int32_t thread, const void* row, int32_t trans, uint32_t* out) {
   Block& blk = *static_cast<Block*>(ctx);
@@ -703,6 +739,7 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
       hooks.mbar_expect_tx = &sim_mbar_expect_tx;
       hooks.mbar_try_wait = &sim_mbar_try_wait;
       hooks.mbar_arrive = &sim_mbar_arrive;
+      hooks.named_barrier = &sim_named_barrier;
       block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks,
                                static_cast<int32_t>(bz));
       });

@@ -37,14 +37,14 @@ struct CompileCliOptions {
 // is refused instead), each once, parsed as a cache's config text is.
 std::optional<KernelConfig> parse_matmul_config(const std::string& text) {
   static const std::set<std::string> fields = {"block_m", "block_n", "block_k",  "warps",         "stages",
-                                               "group_m", "split_k", "warp_specialize", "persistent"};
+                                               "group_m", "split_k", "warp_specialize", "persistent", "pingpong"};
   std::istringstream in(text);
   std::set<std::string> seen;
   for (std::string tok; in >> tok;) {
     const std::string name = tok.substr(0, tok.find('='));
     if (!fields.count(name)) {
       std::cerr << "error: --matmul-config: '" << name << "' is not a matmul field (block_m, block_n, block_k, warps, "
-                   "stages, group_m, split_k, warp_specialize, persistent)\n";
+                   "stages, group_m, split_k, warp_specialize, persistent, pingpong)\n";
       return std::nullopt;
     }
     if (!seen.insert(name).second) {

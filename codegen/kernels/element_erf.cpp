@@ -2,6 +2,7 @@
 // rounded_to_16bit; docs/kernels.md, "Dtypes").
 #include "codegen/kernels/element.h"
 
+#include <iterator>
 #include <span>
 
 #include <llvm/IR/Constants.h>
@@ -79,6 +80,44 @@ llvm::Value* ElementCodegen::erf_for_16bit(llvm::Value* x) {
   // olt is false for NaN: NaN takes the high branch, whose minimum kept it.
   llvm::Value* r = b_.CreateSelect(b_.CreateFCmpOLT(t, c(1.0f)), low, high);
   return b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, r, x);
+}
+
+Elem ElementCodegen::one_plus_erf_for_16bit(Elem z, DType result) {
+  // With t = |z|, s = 1 / (1 + t/2):
+  //   erfc(t) = s * 2^(fma(-t log2(e), t, p(s))), p of degree 9 (scripts/fit-erfc.py:
+  //   a fit of log2(erfc(t) / s) + t^2 log2(e) over all s in (0, 1], smooth there);
+  //   1 + erf(z) = erfc(-z) = z < 0 ? erfc(t) : 2 - erfc(t).
+  // The fit is within 1.1e-7; the f32 evaluation within 1e-6 relative for t < 3, and
+  // within 6e-6 out to t = 9 (the exponent's own rounding: an f32 near -110 is
+  // 4e-6 coarse), past which erfc leaves f32's normal range and the flushing ex2
+  // gives 0. No cancellation: where erf(z) nears -1, 1 + erf(z) computed as such
+  // loses its relative precision (f32's spacing near -1 is 6e-8; at z = -3 the sum is
+  // 2.2e-5), erfc keeps it.
+  static constexpr float kErfc[] = {-1.825748324e+00f, 1.442728519e+00f,  5.397118926e-01f, 1.395400167e-01f,
+                                    -2.683674693e-01f, 4.013319314e-01f,  -1.636232376e+00f, 2.146085262e+00f,
+                                    -1.185420752e+00f, 2.463712394e-01f};
+  llvm::Type* f32 = b_.getFloatTy();
+  auto c = [&](float v) { return llvm::ConstantFP::get(f32, v); };
+  auto fma = [&](llvm::Value* a, llvm::Value* m, llvm::Value* add) {
+    return b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {a, m, add});
+  };
+  const bool nvptx = target_.kind == llvmb::Target::Kind::NVPTX;
+  llvm::Value* x = to_compute(z, result);
+  llvm::Value* t = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+  llvm::Value* d = fma(t, c(0.5f), c(1.0f));
+  // rcp.approx (1 ulp; ftz: s is normal for every t below 2^126, and 0 past it).
+  llvm::Value* sv = nvptx ? b_.CreateIntrinsic(llvm::Intrinsic::nvvm_rcp_approx_ftz_f, {}, {d}) : b_.CreateFDiv(c(1.0f), d);
+  llvm::Value* p = c(kErfc[std::size(kErfc) - 1]);
+  for (size_t i = std::size(kErfc) - 1; i-- > 0;) p = fma(p, sv, c(kErfc[i]));
+  llvm::Value* a = fma(b_.CreateFMul(t, c(-1.442695041f)), t, p);
+  // a <= p(s) < 0.25; below -126 (t past 9.3) the flushing ex2 gives 0, as erfc's f32
+  // value is a denormal or 0 there. t = inf: s = 0, a = -inf, 0; NaN stays NaN.
+  llvm::Value* e2 = nvptx ? b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_ftz_f, {}, {a})
+                          : b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, a);
+  llvm::Value* erfc = b_.CreateFMul(sv, e2);
+  // olt is false for NaN: 2 - NaN stays NaN.
+  llvm::Value* v = b_.CreateSelect(b_.CreateFCmpOLT(x, c(0.0f)), erfc, b_.CreateFSub(c(2.0f), erfc));
+  return Elem{node_result(result, v), result};
 }
 
 }  // namespace kernels

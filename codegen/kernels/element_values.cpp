@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include <llvm/IR/Constants.h>
@@ -64,6 +65,16 @@ Result<Elem> GroupValues::value(ValueId v, const ValueIndex& at) {
     Result<Elem> r = coordinate_value(v, at);
     if (!r) return r;
     e = *r;
+  } else if (std::optional<ValueId> erf = one_plus_erf_operand(v)) {
+    // 1 + erf(z) (GELU's), rounded to 16 bits: erfc(-z) at once, without the
+    // cancellation of 1 + erf or the erf itself (the erf node's code is then dead).
+    const Node& en = g_.node(*erf);
+    std::optional<ValueIndex> ei = operand_index(n, at, en.type.shape);
+    std::optional<ValueIndex> zi = ei ? operand_index(en, *ei, g_.node(en.inputs[0]).type.shape) : std::nullopt;
+    if (!zi) return Diag{"", n.loc, "internal: no index for erf's operand"};
+    Result<Elem> z = value(en.inputs[0], *zi);
+    if (!z) return z;
+    e = cg_.one_plus_erf_for_16bit(*z, n.type.dtype);
   } else {
     std::vector<Elem> args;
     for (ValueId u : n.inputs) {
@@ -83,6 +94,24 @@ Result<Elem> GroupValues::value(ValueId v, const ValueIndex& at) {
   }
   memo_.emplace(std::move(key), e);
   return e;
+}
+
+std::optional<ValueId> GroupValues::one_plus_erf_operand(ValueId v) const {
+  const Node& n = g_.node(v);
+  if (!fold_erfc_ || n.op != OpKind::Add || !is_float(n.type.dtype) || cg_.precision() != Precision::Fused)
+    return std::nullopt;
+  for (int i = 0; i < 2; ++i) {
+    const ValueId e = n.inputs[static_cast<size_t>(i)], c = n.inputs[static_cast<size_t>(1 - i)];
+    const Node& en = g_.node(e);
+    const Node& cn = g_.node(c);
+    // The erf takes its 16-bit form (ElementCodegen::elementwise's condition).
+    const bool erf16 = en.op == OpKind::Erf &&
+                       (en.type.dtype == DType::BF16 || en.type.dtype == DType::F16 || rounded16_[static_cast<size_t>(e)]);
+    if (erf16 && cn.op == OpKind::Constant && cn.attrs.get_float("value") == 1.0 && en.type.dtype == n.type.dtype &&
+        cn.type.shape.empty())
+      return e;
+  }
+  return std::nullopt;
 }
 
 Result<Elem> GroupValues::coordinate_value(ValueId v, const ValueIndex& at) {

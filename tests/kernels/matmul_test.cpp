@@ -467,6 +467,7 @@ TEST(MatmulNvptx, TiledKernelWithEpilogueForSm80AndSm90a) {
       // bf16 rounding.
       EXPECT_EQ(p.ir.find("@__nv_erff"), std::string::npos);
       EXPECT_NE(p.ptx.find("ex2.approx.ftz.f32"), std::string::npos);
+      EXPECT_EQ(p.ptx.find("rcp.approx"), std::string::npos) << "GELU's 1 + erf stays erf + add in a matmul epilogue";
       EXPECT_EQ(p.ptx.find("call"), std::string::npos) << "the PTX still calls a function";
       EXPECT_EQ(p.ptx.find(".func"), std::string::npos);
       EXPECT_NE(p.ptx.find("cvt.rn.bf16.f32"), std::string::npos);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/pointwise_util.h"
 #include "tests/sanitized.h"
 
 #include <unistd.h>
@@ -40,6 +41,11 @@ using kernel_test::jit;
 using kernel_test::module_text;
 using kernel_test::have_ptxas;
 using kernel_test::ptxas_failure;
+using pointwise_util::bf16_rne;
+using pointwise_util::emit_ptx;
+using pointwise_util::Ptx;
+using pointwise_util::run_host;
+using pointwise_util::spec_of;
 
 // ---- inputs ---------------------------------------------------------------------------
 
@@ -95,26 +101,6 @@ std::vector<Tensor> make_inputs(const Graph& g, uint64_t seed, const std::vector
 Value gt(Value a, Value b) { return binary(OpKind::Gt, a, b); }
 Value maximum(Value a, Value b) { return binary(OpKind::Maximum, a, b); }
 Value maximum(Value a, int b) { return binary(OpKind::Maximum, a, b); }
-
-KernelSpec spec_of(const Graph& g, std::string entry = "pw") { return KernelSpec{std::move(entry), KernelKind::Pointwise, g}; }
-
-// Emits `g` for the host, JIT-compiles it and runs it on `inputs`.
-Result<std::vector<Tensor>> run_host(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg = {},
-                                     Precision precision = Precision::Eager) {
-  KernelSpec spec = spec_of(g);
-  spec.precision = precision;
-  Result<EmittedKernel> k = emitter_for(KernelKind::Pointwise).emit(spec, cfg, llvmb::Target::host());
-  if (!k) return k.error();
-  Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
-  if (!fn) return fn.error();
-  std::vector<Tensor> out;
-  for (const Output& o : g.outputs()) out.emplace_back(g.node(o.value).type.dtype, g.node(o.value).type.shape);
-  std::vector<void*> args;
-  for (const Tensor& t : inputs) args.push_back(const_cast<std::byte*>(t.data()));
-  for (Tensor& t : out) args.push_back(t.data());
-  reinterpret_cast<void (*)(void**)>(*fn)(args.data());
-  return out;
-}
 
 // The host kernel's outputs equal the reference's within default_tolerance (exactly
 // for integers and bools; NaN only matches NaN).
@@ -598,40 +584,6 @@ TEST(PointwiseGrid, OddSizeWithMathAndIntegers) {
 
 
 
-struct Ptx {
-  std::string ir;   // the module as emitted
-  std::string ptx;
-  LaunchShape launch;
-};
-
-// Emits for `arch`, checks the verifier and ptxas, returns the texts.
-Ptx emit_ptx(const Graph& g, const std::string& arch, const KernelConfig& cfg = {},
-             Precision precision = Precision::Fused) {
-  KernelSpec spec = spec_of(g, "pw_kernel");
-  spec.precision = precision;
-  Result<EmittedKernel> k = emitter_for(KernelKind::Pointwise).emit(spec, cfg, llvmb::Target::nvptx(arch));
-  if (!k) {
-    ADD_FAILURE() << k.error().str();
-    return {};
-  }
-  Ptx out;
-  out.launch = k->launch;
-  std::optional<std::string> bad = llvmb::verify(*k->module);
-  EXPECT_FALSE(bad) << *bad;
-  out.ir = module_text(*k->module);
-  Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, arch);
-  if (!ptx) {
-    ADD_FAILURE() << ptx.error().str();
-    return out;
-  }
-  out.ptx = *ptx;
-  if (have_ptxas()) {
-    std::string err = ptxas_failure(out.ptx, arch);
-    EXPECT_EQ(err, "") << out.ptx;
-  }
-  return out;
-}
-
 Graph mixed_group() {
   GraphBuilder b("mixed");
   Value x = b.param("x", DType::F32, {128, 130});
@@ -860,16 +812,6 @@ TEST(PointwiseTiming, TenOpChainEmitAndCompile) {
 }
 
 // ---- precision: where f16/bf16 values are rounded ---------------------------------------------
-
-// bf16 round to nearest even on the bits, written here (not the emitter's or the
-// reference's) so that the expected values come from outside the code under test.
-float bf16_rne(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000u;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // y = ((x * 3 + 1) * 0.1 - x) / 7 over bf16 x, the host kernel under both precisions:
 // Eager rounds every op's result to bf16 (what eager PyTorch and the reference give),

@@ -1,0 +1,185 @@
+// 1 + erf(z) for 16-bit results (ElementCodegen::one_plus_erf_for_16bit, spotted by
+// GroupValues in GELU's add): the function swept over f32 inputs against the float64
+// erfc, a bf16 GELU kernel against GELU rounded once from float64, and what the PTX of
+// a bf16 bias + GELU holds.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include "codegen/ir/builder.h"
+#include "codegen/ir/decompose.h"
+#include "codegen/kernels/element.h"
+#include "tests/kernels/pointwise_util.h"
+#include "tests/sanitized.h"
+
+namespace sf {
+namespace kernels_erfc_test {
+
+using kernel_test::finish;
+using kernel_test::jit;
+using pointwise_util::bf16_rne;
+using pointwise_util::emit_ptx;
+using pointwise_util::Ptx;
+using pointwise_util::run_host;
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// The PTX instructions of the kernel: lines that end in ';' and are not declarations.
+size_t instructions(const std::string& ptx) {
+  size_t n = 0, at = 0;
+  while (at < ptx.size()) {
+    size_t end = ptx.find('\n', at);
+    if (end == std::string::npos) end = ptx.size();
+    std::string line = ptx.substr(at, end - at);
+    at = end + 1;
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line.back() != ';') continue;
+    if (line[first] == '.' || line.compare(first, 2, "//") == 0) continue;
+    ++n;
+  }
+  return n;
+}
+
+// The function built for the host as `float f(float)` and swept over the f32 inputs
+// (every 61st bit pattern from 0 to 9.0, both signs, plus the specials) against the
+// float64 erfc(-z). Within 1e-5 relative everywhere, 2e-6 for |z| < 3. Where erf(z)
+// nears -1 this is where 1 + erf(z) in f32 loses everything: at z = -4, f32's erf is
+// -1 + 1.5e-8 at best while 1 + erf is 1.5e-8; here it keeps five digits.
+TEST(ElementCodegen, OnePlusErfFor16BitIsWithin1e5OfErfc) {
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  auto m = std::make_unique<llvm::Module>("erfc16", *ctx);
+  const llvmb::Target target = llvmb::Target::host();
+  llvmb::prepare_module(*m, target);
+  llvm::IRBuilder<> b(*ctx);
+  auto* fty = llvm::FunctionType::get(b.getFloatTy(), {b.getFloatTy()}, false);
+  llvm::Function* fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, "erfc16", *m);
+  b.SetInsertPoint(llvm::BasicBlock::Create(*ctx, "entry", fn));
+  kernels::ElementCodegen cg(b, *m, target);
+  b.CreateRet(cg.one_plus_erf_for_16bit(kernels::Elem{fn->getArg(0), DType::F32}, DType::F32).value);
+  std::optional<std::string> bad = llvmb::verify(*m);
+  ASSERT_FALSE(bad) << *bad;
+  Result<void*> sym = jit().add(std::move(m), std::move(ctx), "erfc16");
+  ASSERT_TRUE(sym.ok()) << sym.error().str();
+  auto f = reinterpret_cast<float (*)(float)>(*sym);
+  double worst = 0, worst_near = 0;
+  float at = 0;
+  // The sanitizer build's sample (tests/sanitized.h): every 427th pattern.
+  const uint32_t step = test::kSanitized ? 427 : 61;
+  for (uint32_t bits = 0; bits <= 0x41100000u; bits += step) {
+    float x;
+    std::memcpy(&x, &bits, 4);
+    for (float z : {x, -x}) {
+      const double want = std::erfc(-static_cast<double>(z));
+      if (want < std::numeric_limits<float>::min()) continue;
+      const double r = std::abs(f(z) - want) / want;
+      if (r > worst) worst = r, at = z;
+      if (x < 3) worst_near = std::max(worst_near, r);
+    }
+  }
+  EXPECT_LT(worst, 1e-5) << "at z = " << at;
+  EXPECT_LT(worst_near, 2e-6);
+  EXPECT_GT(worst, 0) << "not the float64 erfc either";
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(f(inf), 2.0f);
+  EXPECT_EQ(f(-inf), 0.0f);
+  EXPECT_EQ(f(-30.0f), 0.0f);
+  EXPECT_EQ(f(30.0f), 2.0f);
+  EXPECT_EQ(f(0.0f), 1.0f) << "p(1) is exactly 0";
+  EXPECT_EQ(f(-0.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(f(std::nanf(""))));
+  EXPECT_NEAR(f(-4.0f), 1.541725790e-8, 1.541725790e-8 * 1e-5);  // erfc(4)
+}
+
+// GELU(x) = x/2 (1 + erf(x / sqrt 2)) on every finite bf16: the fused bf16 kernel
+// stores GELU rounded once from float64 (everywhere, with glibc's exp2f; a rounding
+// boundary its f32 value misses would be one bf16 ulp), more often than the same GELU written with
+// erf(z) - (-1) (erf_for_16bit and a subtraction, which the rewrite leaves alone):
+// below x = -3 that form's 1 + erf cancels, erfc does not.
+Graph gelu_graph(int64_t n, bool sub) {
+  GraphBuilder b("gelu");
+  Value x = cast(b.param("x", DType::BF16, {n}), DType::F32);
+  Value e = unary(OpKind::Erf, x * 0.7071067811865476);
+  b.ret(cast(x * 0.5 * (sub ? e - (-1.0) : 1.0 + e), DType::BF16));
+  return finish(b);
+}
+
+TEST(Precision, SixteenBitGeluRoundsTheFloat64Gelu) {
+  std::vector<Tensor> in = {Tensor(DType::BF16, {65536})};
+  for (int64_t i = 0; i < 65536; ++i) {
+    uint32_t bits = static_cast<uint32_t>(i) << 16;  // every bf16 pattern
+    float v;
+    std::memcpy(&v, &bits, 4);
+    in[0].set(i, v);
+  }
+  int differ[2] = {0, 0}, below_minus3[2] = {0, 0};
+  for (bool sub : {false, true}) {
+    Result<std::vector<Tensor>> got = run_host(gelu_graph(65536, sub), in, {}, Precision::Fused);
+    ASSERT_TRUE(got.ok()) << got.error().str();
+    for (int64_t i = 0; i < 65536; ++i) {
+      const double xv = in[0].get(i);
+      if (!std::isfinite(xv)) continue;
+      const double exact = 0.5 * xv * std::erfc(-xv / std::sqrt(2.0));
+      const auto want = bf16_rne(static_cast<float>(exact));
+      const auto have = static_cast<float>((*got)[0].get(i));
+      if (have == want) continue;
+      ++differ[sub];
+      below_minus3[sub] += xv < -3;
+      if (!sub) {  // one bf16 ulp apart at most (2^-133 among the subnormals)
+        EXPECT_LE(std::abs(have - want), std::max(std::abs(want) * 0x1p-7, 0x1p-133)) << "x = " << xv;
+      }
+    }
+  }
+  EXPECT_LE(differ[0], differ[1]) << "erfc misses the float64 rounding more often than 1 + erf";
+  std::cout << "bf16 GELU results off the float64 rounding: erfc " << differ[0] << " (" << below_minus3[0]
+            << " below x = -3), 1 + erf " << differ[1] << " (" << below_minus3[1] << ")\n";
+  EXPECT_LE(below_minus3[0], 2);
+  EXPECT_GT(below_minus3[1], 20) << "1 + erf should cancel below x = -3";
+  EXPECT_LE(differ[0], 4) << "of 65026 finite inputs (0 with glibc's exp2f)";
+}
+
+// The bf16 bias + GELU kernel's PTX under Fused precision: 1 + erf as erfc (one
+// rcp.approx and one ex2.approx an element, no libdevice) in fewer instructions than
+// the same GELU written with erf(z) - (-1), which the rewrite does not match and which
+// takes erf_for_16bit and a subtraction. Eager precision keeps libdevice's erff.
+TEST(PointwiseNvptx, SixteenBitGeluTakesErfcInFewerInstructions) {
+  auto graph = [](bool sub) {
+    GraphBuilder b("bias_gelu");
+    Value h = b.param("h", DType::BF16, {4096});
+    Value x = cast(h + b.param("bias", DType::BF16, {4096}), DType::F32);
+    Value e = unary(OpKind::Erf, x * 0.7071067811865476);
+    b.ret(cast(x * 0.5 * (sub ? e - (-1.0) : 1.0 + e), DType::BF16));
+    return finish(b);
+  };
+  Ptx fast = emit_ptx(graph(false), "sm_90a");
+  Ptx slow = emit_ptx(graph(true), "sm_90a");
+  const size_t elements = count(fast.ptx, "rcp.approx.ftz.f32");  // a vector's and the tail's
+  EXPECT_GE(elements, 4u);
+  EXPECT_EQ(count(fast.ptx, "ex2.approx.ftz.f32"), elements);
+  EXPECT_EQ(count(slow.ptx, "ex2.approx.ftz.f32"), elements) << "the same elements through erf_for_16bit";
+  EXPECT_EQ(count(slow.ptx, "rcp.approx"), 0u);
+  EXPECT_EQ(fast.ir.find("@__nv_erff"), std::string::npos);
+  const size_t n_fast = instructions(fast.ptx), n_slow = instructions(slow.ptx);
+  EXPECT_LT(n_fast + 8 * elements, n_slow) << "at least 8 instructions an element fewer: " << n_fast << " vs " << n_slow;
+  Ptx eager = emit_ptx(graph(false), "sm_90a", {}, Precision::Eager);
+  EXPECT_NE(eager.ir.find("@__nv_erff"), std::string::npos);
+  EXPECT_EQ(count(eager.ptx, "rcp.approx"), 0u);
+}
+
+}  // namespace kernels_erfc_test
+}  // namespace sf

@@ -30,7 +30,12 @@ BM_Pointwise and BM_Reduction do: F.gelu(h + b), a row softmax and a layer norm 
 device-to-device copy of the same bytes timed just before it, as
 BM_Pointwise/bias_gelu_<dtype>_16384x4096/<peer>, BM_Reduction/softmax/<peer> and
 BM_Reduction/layer_norm/<peer> with a `ratio` counter (copy time over the kernel's)
-that bench/compare lists beside ours.
+that bench/compare lists beside ours. --kernels matmul_bias_gelu times
+F.gelu(x @ w.T + b) at bench_kernels' BM_Matmul shapes (4096^3 and
+16384x4096x4096) eagerly and as Triton's tuned kernel (torch.compile max-autotune,
+Inductor's GEMM backends limited to Triton: one template kernel with the epilogue
+fused), as BM_MatmulPeer/<dtype>/<M>x<N>x<K>/<peer>; bench/compare puts Triton's
+TFLOP/s beside ours.
 
 Run on the GPU machine (it has PyTorch and Triton); --cpu-smoke runs tiny shapes
 eagerly on the CPU so the script can be exercised anywhere torch imports.
@@ -52,7 +57,10 @@ from dataclasses import dataclass
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BLOCKS = ("mlp", "attention", "transformer_block", "sdpa")
 # Single kernels, as bench_kernels' BM_Pointwise/<name>: --kernels.
-KERNELS = ("bias_gelu", "softmax", "layer_norm")
+KERNELS = ("bias_gelu", "softmax", "layer_norm", "matmul_bias_gelu")
+# --kernels matmul_bias_gelu: the shapes of bench/graphs/kernels/matmul_<dtype>_<M>x<N>x<K>.sf.
+MATMUL_SHAPES = ((4096, 4096, 4096), (16384, 4096, 4096))
+MATMUL_SMOKE_SHAPES = ((64, 48, 32),)
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 # Bound at run time by import_torch(), so that --help and py_compile work without torch.
@@ -472,6 +480,56 @@ def run_kernel(kernel, shapes, args, device, dtype):
     return results
 
 
+def run_matmul(args, device, dtype):
+    """gelu(x @ w.T + b) at the shapes of bench/graphs/kernels/matmul_<dtype>_*.sf:
+    BM_MatmulPeer/<dtype>/<M>x<N>x<K>/<peer>, beside bench_kernels' BM_Matmul. Peers:
+    torch_eager (cuBLAS, then the epilogue's kernels), and triton: torch.compile in
+    max-autotune with Inductor's GEMM backends limited to Triton, so the product and
+    its bias + GELU epilogue are one Triton template kernel, its config autotuned by
+    Inductor on this GPU (Triton's tuned kernel for the issue's comparison)."""
+    results = []
+    sizes = MATMUL_SMOKE_SHAPES if args.cpu_smoke else MATMUL_SHAPES
+    timer = time_cpu if args.cpu_smoke else time_cuda
+    dt = args.dtype
+
+    def fn(x, w, b):
+        return F.gelu(x @ w.T + b)
+
+    for (M, N, K) in sizes:
+        inputs = make_inputs([("x", (M, K), "act"), ("w", (N, K), "w"), ("b", (N,), "b")], dtype, device, args.seed)
+        flops = 2 * M * N * K
+        peers = [("torch_eager", fn, None)]
+        if not args.cpu_smoke:
+            import torch._inductor.config as inductor_config
+            patch = inductor_config.patch({"max_autotune": True, "max_autotune_gemm_backends": "TRITON"})
+            peers.append(("triton", torch.compile(fn, mode="max-autotune-no-cudagraphs"), patch))
+        for peer, f, patch in peers:
+            name = f"BM_MatmulPeer/{dt}/{M}x{N}x{K}/{peer}"
+            print(f"{name}: ...", file=sys.stderr, flush=True)
+            try:
+                with torch.no_grad():
+                    if patch is not None:
+                        with patch:  # compiling (and autotuning) happens at the first call
+                            times = timer(f, inputs, args)
+                    else:
+                        times = timer(f, inputs, args)
+            except Exception as exc:  # noqa: BLE001 - e.g. no Triton config compiles
+                msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                print(f"{name}: error: {msg}", file=sys.stderr)
+                results.append(error_entry(name, msg))
+                continue
+            label = f"{dt} gelu(x @ w.T + b), x [{M}, {K}], w [{N}, {K}]"
+            if peer == "triton":
+                label += "; Inductor max-autotune, GEMM backends: TRITON"
+            e = entry(name, times, flops, label, {"dtype": dt})
+            results.append(e)
+            print(f"{name}: median {e['real_time']:.4f} ms, {e['TFLOPs']:.1f} TFLOP/s", file=sys.stderr, flush=True)
+        if not args.cpu_smoke:
+            torch._dynamo.reset()
+            torch.cuda.empty_cache()
+    return results
+
+
 def report(e):
     extra = f", max abs diff vs eager {e['max_abs_diff']:.3g}" if "max_abs_diff" in e else ""
     print(f"{e['name']}: median {e['real_time']:.3f} ms (p20 {e['p20_ms']:.3f}, p80 {e['p80_ms']:.3f}, "
@@ -593,7 +651,10 @@ def main(argv=None):
             torch.cuda.empty_cache()
     for kernel in args.kernels:
         try:
-            doc["benchmarks"].extend(run_kernel(kernel, shapes, args, device, dtype))
+            if kernel == "matmul_bias_gelu":
+                doc["benchmarks"].extend(run_matmul(args, device, dtype))
+            else:
+                doc["benchmarks"].extend(run_kernel(kernel, shapes, args, device, dtype))
         except Exception as exc:  # noqa: BLE001
             msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             print(f"{kernel}: error: {msg}", file=sys.stderr)

@@ -100,6 +100,22 @@ class CompareTest(unittest.TestCase):
         self.assertAlmostEqual(bf16["ours_over_cublas"], 1.5 / 2.0)             # 0.75
         self.assertAlmostEqual(bf16["ours_over_cublas_epilogue"], 3.0 / 2.0)    # 1.50
 
+    def test_matmul_against_triton(self):
+        # peers.py's BM_MatmulPeer/<dtype>/<shape>/triton beside ours: f32 TFLOPs
+        # counters 40 (ours) and 45 (Triton); bf16 times 2.0 ms (ours) and 2.5 ms.
+        m = {(r["dtype"], r["shape"]): r for r in self.summary["matmuls"]}
+        self.assertAlmostEqual(m[("f32", "4096x4096x4096")]["triton_tflops"], 45.0)
+        self.assertAlmostEqual(m[("f32", "4096x4096x4096")]["ours_over_triton"], 40.0 / 45.0)
+        self.assertAlmostEqual(m[("bf16", "8192x8192x8192")]["ours_over_triton"], 2.5 / 2.0)
+        # A shape only Triton ran: its row, without ours.
+        alone = m[("bf16", "1024x1024x1024")]
+        self.assertIsNone(alone["ours_tflops"])
+        self.assertAlmostEqual(alone["triton_tflops"], 2 * 1024 ** 3 / 0.01e-3 / 1e12)
+        self.assertIsNone(alone["ours_over_triton"])
+        header = [l for l in self.proc.stdout.splitlines() if l.startswith("dtype/MxNxK")]
+        self.assertEqual(len(header), 1, self.proc.stdout)
+        self.assertIn("ours/triton", header[0])
+
     def test_headers_and_same_device_spelled_two_ways(self):
         for field in ("device:  cuda:NVIDIA_H100_80GB_HBM3", "driver:  CUDA 13.0, driver 580.159.04",
                       "commit:  abc1234", "command: scripts/bench bench_kernels", "date:    2026-11-21T12:30:00Z"):
@@ -183,6 +199,7 @@ class PeersScriptTest(unittest.TestCase):
         p = run(PEERS, "--kernels", "bias_gelu,conv")
         self.assertEqual(p.returncode, 2)
         self.assertIn("unknown kernel(s) conv", p.stderr)
+        self.assertIn("matmul_bias_gelu", p.stderr, "the list of kernels names the matmul peer")
         p = run(PEERS, "--blocks", "")
         self.assertEqual(p.returncode, 2)
         self.assertIn("nothing to run", p.stderr)

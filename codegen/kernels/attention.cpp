@@ -43,10 +43,19 @@ std::pair<Affine, Affine> fragment_map(F elem, int i) {
 }
 
 // The f32 tiles of one block, as offsets (in floats) into the block's buffer.
+// `regs`: the register-resident tensor-core form keeps the scores, accumulators and
+// row statistics in registers, and shared memory holds q, k and v only.
 struct Tiles {
   int64_t bm = 0, bn = 0, e = 0, ev = 0;
   int64_t q = 0, k = 0, v = 0, s = 0, acc = 0, m = 0, l = 0, alpha = 0, floats = 0;
-  Tiles(int64_t bm_, int64_t bn_, int64_t e_, int64_t ev_) : bm(bm_), bn(bn_), e(e_), ev(ev_) {
+  // The register-resident form's tiles hold the operands as the tensor cores take
+  // them, 16-bit: q [bm][e] and k [bn][e] at these byte offsets, and v transposed,
+  // [ev][bn], so that every fragment register is one 32-bit load of two elements
+  // adjacent along k.
+  bool regs = false;
+  int64_t q16 = 0, k16 = 0, v16 = 0;
+  Tiles(int64_t bm_, int64_t bn_, int64_t e_, int64_t ev_, bool regs_ = false)
+      : bm(bm_), bn(bn_), e(e_), ev(ev_), regs(regs_) {
     k = q + bm * e;
     v = k + bn * e;
     s = v + bn * ev;
@@ -55,7 +64,10 @@ struct Tiles {
     l = m + bm;
     alpha = l + bm;
     floats = alpha + bm;
+    k16 = q16 + 2 * bm * e;
+    v16 = k16 + 2 * bn * e;
   }
+  int64_t bytes() const { return regs ? v16 + 2 * bn * ev : floats * 4; }
 };
 
 class AttentionCode {
@@ -66,12 +78,18 @@ class AttentionCode {
 
   // MmaSim: the hooks table (MmaSimHooks: ctx, barrier, ldmatrix_x4, mma, ...) and
   // the thread's index as the hooks take it.
+  // Index 4 here is MmaSimHooks' shfl_bfly (its 17th pointer).
   void sim_hooks(llvm::Value* hooks, llvm::Value* tid32) {
-    for (int i = 0; i < 4; ++i)
-      hook_[i] = b_.CreateAlignedLoad(b_.getPtrTy(), b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), hooks, static_cast<uint64_t>(i)),
+    for (int i = 0; i < 5; ++i)
+      hook_[i] = b_.CreateAlignedLoad(b_.getPtrTy(),
+                                      b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), hooks, static_cast<uint64_t>(i < 4 ? i : 16)),
                                       llvm::Align(8));
     tid32_ = tid32;
   }
+  // The register-resident form (tensor cores, block_m = 16 x warps): each warp keeps
+  // its 16 rows' scores, probabilities, output accumulators and row statistics in
+  // mma fragments, FlashAttention-2's layout.
+  void set_registers(bool on) { regs_ = on; }
 
   // The whole kernel body for block `bid` (an i64 below blocks()).
   Result<void> block(llvm::Value* bid, llvm::Value* buf, llvm::Value* tid, llvm::Value* nthreads,
@@ -99,13 +117,15 @@ class AttentionCode {
     llvm::Value* ninf = llvm::ConstantFP::getInfinity(b_.getFloatTy(), true);
     llvm::Value* zero = llvm::ConstantFP::get(b_.getFloatTy(), 0.0);
 
-    // Accumulators and the q tile.
-    SF_TRY(par(t_.bm * t_.ev, "init_acc", [&](llvm::Value* i) { put(t_.acc, i, zero); return ok(); }));
-    SF_TRY(par(t_.bm, "init_rows", [&](llvm::Value* i) {
-      put(t_.m, i, ninf);
-      put(t_.l, i, zero);
-      return ok();
-    }));
+    // Accumulators (in registers in the register-resident form) and the q tile.
+    if (!regs_) {
+      SF_TRY(par(t_.bm * t_.ev, "init_acc", [&](llvm::Value* i) { put(t_.acc, i, zero); return ok(); }));
+      SF_TRY(par(t_.bm, "init_rows", [&](llvm::Value* i) {
+        put(t_.m, i, ninf);
+        put(t_.l, i, zero);
+        return ok();
+      }));
+    }
     SF_TRY(par(t_.bm * t_.e, "load_q", [&](llvm::Value* i) -> Result<void> {
       llvm::Value* r = b_.CreateUDiv(i, c(t_.e));
       llvm::Value* e = b_.CreateURem(i, c(t_.e));
@@ -114,7 +134,8 @@ class AttentionCode {
         return operand(m_.q, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(head_of(r), c(m_.l)), row), c(m_.e)), e));
       });
       if (!x) return x.error();
-      put(t_.q, i, *x);
+      if (regs_) put16(t_.q16, i, *x);
+      else put(t_.q, i, *x);
       return ok();
     }));
 
@@ -126,6 +147,7 @@ class AttentionCode {
       last = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, last, c(0));
       kv_end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, last, c(m_.s), nullptr, "kv_end");
     }
+    if (regs_) return warp_rows(b, kv_end);
     SF_TRY(emit_loop(b_, c(0), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
       return key_tile(b, kv0);
     }));
@@ -175,6 +197,54 @@ class AttentionCode {
     return e.CreateAlloca(t ? t : b_.getFloatTy());
   }
   llvm::Value* get(int64_t base, llvm::Value* i) { return b_.CreateLoad(b_.getFloatTy(), at(base, i)); }
+  // The register-resident form's 16-bit tiles: element i of the tile at byte `base`
+  // stored rounded to the operand dtype.
+  void put16(int64_t base, llvm::Value* i, llvm::Value* x) {
+    llvm::Value* n = cg_.narrow(score_in_dtype(), x);  // i16 (bf16) or half (f16)
+    if (n->getType()->isHalfTy()) n = b_.CreateBitCast(n, b_.getInt16Ty());
+    b_.CreateStore(n, b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_, b_.CreateAdd(c(base), b_.CreateMul(i, c(2)))));
+  }
+  // The lane's address of element (row0 + outer(lane), k(lane)) of a 16-bit tile at
+  // byte `base` whose rows are `stride` elements long and run along k, the maps' lane
+  // terms only (element 0's; every element of an mma map has the same): a fragment's
+  // registers are then this pointer plus constants, which the loads take as immediate
+  // offsets. (Full addresses per register are loop-invariant, and hoisting a few
+  // hundred of them out of the key loop spilled the kernel.)
+  template <class F>
+  llvm::Value* lane_ptr(F elem, int64_t base, int64_t stride, llvm::Value* row0, bool a_operand) {
+    auto [fr, fc] = fragment_map(elem, 0);
+    const Affine& outer = a_operand ? fr : fc;
+    const Affine& kk = a_operand ? fc : fr;
+    llvm::Value* o = b_.CreateAdd(row0, b_.CreateAdd(b_.CreateMul(g_, c(outer.by_g)), b_.CreateMul(tig_, c(outer.by_tig))));
+    llvm::Value* k = b_.CreateAdd(b_.CreateMul(g_, c(kk.by_g)), b_.CreateMul(tig_, c(kk.by_tig)));
+    return b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_, b_.CreateAdd(c(base), b_.CreateMul(b_.CreateAdd(b_.CreateMul(o, c(stride)), k), c(2))));
+  }
+  // An mma fragment (`elem`: mma_layout.h's A or B map, `n` elements) at rows row0 + ..
+  // and k k0 + .. (constants) from `lane`, lane_ptr's: register r is elements 2r and
+  // 2r + 1, adjacent along k, one 32-bit word.
+  template <class F>
+  std::vector<llvm::Value*> frag16(F elem, int n, llvm::Value* lane, int64_t stride, int64_t row0, int64_t k0, bool a_operand) {
+    std::vector<llvm::Value*> r;
+    for (int i = 0; i < n; i += 2) {
+      auto [fr, fc] = fragment_map(elem, i);
+      const Affine& outer = a_operand ? fr : fc;
+      const Affine& kk = a_operand ? fc : fr;
+      const int64_t off = ((row0 + outer.base) * stride + k0 + kk.base) * 2;
+      r.push_back(b_.CreateAlignedLoad(b_.getInt32Ty(), b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), lane, static_cast<uint64_t>(off)),
+                                       llvm::Align(4)));
+    }
+    return r;
+  }
+  // Whether every element of `elem` (n of them) moves with the lane as element 0 does.
+  template <class F>
+  static bool same_lane_terms(F elem, int n) {
+    auto [r0, c0] = fragment_map(elem, 0);
+    for (int i = 1; i < n; ++i) {
+      auto [r, col] = fragment_map(elem, i);
+      if (r.by_g != r0.by_g || r.by_tig != r0.by_tig || col.by_g != c0.by_g || col.by_tig != c0.by_tig) return false;
+    }
+    return true;
+  }
   void put(int64_t base, llvm::Value* i, llvm::Value* v) { b_.CreateStore(v, at(base, i)); }
 
   // for (i = 0; i < n; ++i) body(i), spread over the block's threads (a block apart)
@@ -323,16 +393,55 @@ class AttentionCode {
 
   // Value `v` (q, kt or v: a float tensor of the group) at flat index `flat` of its
   // own shape, through its prologue, as f32.
-  Result<llvm::Value*> operand(int v, llvm::Value* flat, GroupValues::Hook hook = {}) {
+  // `coords`: v's coordinates at `flat`, when known (generators such as a causal
+  // mask's tril then read them instead of dividing the flat index).
+  Result<llvm::Value*> operand(int v, llvm::Value* flat, GroupValues::Hook hook = {},
+                               std::vector<llvm::Value*> coords = {}) {
     gv_->at_index(flat, std::move(hook));
+    if (!coords.empty()) gv_->known_coordinates(spec_.group.node(v).type.shape, std::move(coords));
     Result<Elem> x = gv_->value(v, kernels::dense_index(spec_.group.node(v).type.shape));
     if (!x) return x.error();
     if (!is_float(x->dtype)) return fail("operand " + spec_.group.node(v).type.str() + " is not a float tensor");
     return x->value;  // f32/f16/bf16 compute as float
   }
 
+  // The chain's logit at block row r and key `col` from the raw dot product `raw()`
+  // (called only inside the rows and keys); -inf outside them.
+  Result<llvm::Value*> logit(llvm::Value* r, llvm::Value* col, const std::function<Result<llvm::Value*>()>& raw) {
+    llvm::Value* row = row_of(r);
+    llvm::Value* inside = b_.CreateAnd(b_.CreateICmpSLT(row, c(m_.l)), b_.CreateICmpSLT(col, c(m_.s)));
+    return guarded(
+        inside,
+        [&]() -> Result<llvm::Value*> {
+          Result<llvm::Value*> rv = raw();
+          if (!rv) return rv;
+          llvm::Value* dot = cg_.node_result(score_dtype(), *rv);
+          const int scores = m_.scores;
+          const DType sd = score_dtype();
+          llvm::Value* head = head_of(r);
+          llvm::Value* flat = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(head, c(m_.l)), row), c(m_.s)), col);
+          std::vector<llvm::Value*> coords = batch_coords(head);
+          coords.push_back(row);
+          coords.push_back(col);
+          return operand(
+              m_.logits, flat,
+              [scores, sd, dot](ValueId v, const kernels::ValueIndex&) -> std::optional<Elem> {
+                if (v == scores) return Elem{dot, sd};
+                return std::nullopt;
+              },
+              std::move(coords));
+        },
+        llvm::ConstantFP::getInfinity(b_.getFloatTy(), true));
+  }
+
   Result<void> key_tile(llvm::Value* b, llvm::Value* kv0) {
-    // k [bn, E] from kt [.., E, S]; v [bn, Ev] from v [.., S, Ev].
+    SF_TRY(load_kv(b, kv0));
+    return products(kv0);
+  }
+
+  // k [bn, E] from kt [.., E, S]; v [bn, Ev] from v [.., S, Ev], through their
+  // prologues, zero past the keys.
+  Result<void> load_kv(llvm::Value* b, llvm::Value* kv0) {
     SF_TRY(par(t_.bn * t_.e, "load_k", [&](llvm::Value* i) -> Result<void> {
       llvm::Value* j = b_.CreateUDiv(i, c(t_.e));
       llvm::Value* e = b_.CreateURem(i, c(t_.e));
@@ -341,7 +450,8 @@ class AttentionCode {
         return operand(m_.kt, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.e)), e), c(m_.s)), col));
       });
       if (!x) return x.error();
-      put(t_.k, i, *x);
+      if (regs_) put16(t_.k16, i, *x);
+      else put(t_.k, i, *x);
       return ok();
     }));
     SF_TRY(par(t_.bn * t_.ev, "load_v", [&](llvm::Value* i) -> Result<void> {
@@ -352,11 +462,16 @@ class AttentionCode {
         return operand(m_.v, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.s)), key), c(m_.ev)), col));
       });
       if (!x) return x.error();
-      put(t_.v, i, *x);
+      if (regs_) put16(t_.v16, b_.CreateAdd(b_.CreateMul(col, c(t_.bn)), j), *x);  // transposed
+      else put(t_.v, i, *x);
       return ok();
     }));
+    return ok();
+  }
+
+  // The shared-memory forms' products and softmax over the loaded k and v tiles.
+  Result<void> products(llvm::Value* kv0) {
     // Scores through the chain; -inf outside the rows and keys.
-    llvm::Value* ninf = llvm::ConstantFP::getInfinity(b_.getFloatTy(), true);
     const bool tc = mode_ == Mode::Mma || mode_ == Mode::MmaSim;
     if (tc) {
       // q k^T on the tensor cores into the score tile: B(k, n) = k tile (n, k).
@@ -380,12 +495,8 @@ class AttentionCode {
     SF_TRY(par(t_.bm * t_.bn, "scores", [&](llvm::Value* i) -> Result<void> {
       llvm::Value* r = b_.CreateUDiv(i, c(t_.bn));
       llvm::Value* j = b_.CreateURem(i, c(t_.bn));
-      llvm::Value* row = row_of(r);
       llvm::Value* col = b_.CreateAdd(kv0, j);
-      llvm::Value* inside = b_.CreateAnd(b_.CreateICmpSLT(row, c(m_.l)), b_.CreateICmpSLT(col, c(m_.s)));
-      Result<llvm::Value*> s = guarded(
-          inside,
-          [&]() -> Result<llvm::Value*> {
+      Result<llvm::Value*> s = logit(r, col, [&]() -> Result<llvm::Value*> {
             llvm::Value* raw = nullptr;
             if (tc) {
               raw = get(t_.s, i);  // the tensor cores' dot product
@@ -405,16 +516,8 @@ class AttentionCode {
                   host_hints()));
               raw = b_.CreateLoad(b_.getFloatTy(), acc);
             }
-            llvm::Value* dot = cg_.node_result(score_dtype(), raw);
-            const int scores = m_.scores;
-            const DType sd = score_dtype();
-            llvm::Value* flat = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(head_of(r), c(m_.l)), row), c(m_.s)), col);
-            return operand(m_.logits, flat, [scores, sd, dot](ValueId v, const kernels::ValueIndex&) -> std::optional<Elem> {
-              if (v == scores) return Elem{dot, sd};
-              return std::nullopt;
-            });
-          },
-          ninf);
+            return raw;
+          });
       if (!s) return s.error();
       put(t_.s, i, *s);
       return ok();
@@ -512,22 +615,194 @@ class AttentionCode {
     });
   }
 
+  // ---- the register-resident tensor-core form (regs_) -------------------------------
+  // Warp w owns block rows 16w .. 16w + 15. Per key tile it computes its 16 x bn scores as bn / 8 mma C fragments (4 f32 a thread:
+  // rows g and g + 8 of the warp's 16, columns 2 tig and 2 tig + 1 of each 8), runs the
+  // chain and the online softmax on them in registers (a row's max over the 4 threads
+  // of its quad by two butterfly shuffles; its sum kept per thread and added over the
+  // quad once at the end, the rescaling being the same for the 4), turns the
+  // probabilities into mma A fragments without leaving registers (C elements of key
+  // columns 16kk .. 16kk + 15 are exactly the A elements of that k step, read off
+  // mma_layout.h), and multiplies them by v into output accumulators that stay in
+  // registers until the store. Shared memory holds q, k and v only.
+
+  // v exchanged with the lane `mask` away (shfl.sync.bfly), every lane of the warp.
+  llvm::Value* shfl_xor(llvm::Value* v, int mask) {
+    if (mode_ == Mode::Mma)
+      return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_f32, {},
+                                {b_.getInt32(0xffffffffu), v, b_.getInt32(static_cast<uint32_t>(mask)), b_.getInt32(0x1f)});
+    auto* fty = llvm::FunctionType::get(b_.getFloatTy(), {b_.getPtrTy(), b_.getInt32Ty(), b_.getFloatTy(), b_.getInt32Ty()}, false);
+    return b_.CreateCall(fty, hook_[4], {hook_[0], tid32_, v, b_.getInt32(static_cast<uint32_t>(mask))});
+  }
+  llvm::Value* fmax_keep(llvm::Value* a, llvm::Value* x) { return b_.CreateSelect(b_.CreateFCmpOGT(x, a), x, a); }
+
+  // Where A element e (0..7) of a 16 x 16 k step lies among the C fragments of its two
+  // 16 x 8 column tiles: (tile 0 or 1, C element), from mma_layout.h's maps.
+  static std::pair<int, int> a_from_c(int e) {
+    auto [ar, ac] = fragment_map(kernels::mma_a_elem, e);
+    for (int tile = 0; tile < 2; ++tile)
+      for (int i = 0; i < 4; ++i) {
+        auto [cr, cc] = fragment_map(kernels::mma_c_elem, i);
+        if (cr.base == ar.base && cr.by_g == ar.by_g && cr.by_tig == ar.by_tig && cc.base + 8 * tile == ac.base &&
+            cc.by_g == ac.by_g && cc.by_tig == ac.by_tig)
+          return {tile, i};
+      }
+    return {-1, -1};
+  }
+
+  Result<void> warp_rows(llvm::Value* b, llvm::Value* kv_end) {
+    llvm::Type* f32 = b_.getFloatTy();
+    for (int e = 0; e < 8; ++e)
+      if (a_from_c(e).first < 0) return fail("internal: an A fragment element is no C fragment element");
+    // frag16's words: elements 2r and 2r + 1 of A (row m, col k) and B (row k, col n)
+    // are neighbours along k.
+    for (int lane : {0, 5, 31})
+      for (int i = 0; i < 8; i += 2) {
+        const kernels::RowCol a0 = kernels::mma_a_elem(lane, i), a1 = kernels::mma_a_elem(lane, i + 1);
+        if (a1.row != a0.row || a1.col != a0.col + 1) return fail("internal: A fragment pairs do not run along k");
+        if (i >= 4) continue;
+        const kernels::RowCol b0 = kernels::mma_b_elem(lane, i), b1 = kernels::mma_b_elem(lane, i + 1);
+        if (b1.col != b0.col || b1.row != b0.row + 1) return fail("internal: B fragment pairs do not run along k");
+      }
+    if (!same_lane_terms(kernels::mma_a_elem, 8) || !same_lane_terms(kernels::mma_b_elem, 4) ||
+        !same_lane_terms(kernels::mma_c_elem, 4))
+      return fail("internal: an mma map whose elements move with the lane differently");
+    m0w_ = b_.CreateMul(warp_, c(16), "m0w");
+    qlane_ = lane_ptr(kernels::mma_a_elem, t_.q16, t_.e, m0w_, true);
+    klane_ = lane_ptr(kernels::mma_b_elem, t_.k16, t_.e, c(0), false);
+    vlane_ = lane_ptr(kernels::mma_b_elem, t_.v16, t_.bn, c(0), false);
+    o_.clear();
+    for (int64_t i = 0; i < t_.ev / 8 * 4; ++i) {
+      o_.push_back(slot());
+      b_.CreateStore(llvm::ConstantFP::get(f32, 0.0), o_.back());
+    }
+    for (int h = 0; h < 2; ++h) {
+      mrow_[h] = slot();
+      lrow_[h] = slot();
+      b_.CreateStore(llvm::ConstantFP::getInfinity(f32, true), mrow_[h]);
+      b_.CreateStore(llvm::ConstantFP::get(f32, 0.0), lrow_[h]);
+    }
+    SF_TRY(emit_loop(b_, c(0), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
+      SF_TRY(load_kv(b, kv0));
+      SF_TRY(key_tile_regs(kv0));
+      barrier();  // every warp is done with this k and v before the next tile's loads
+      return ok();
+    }));
+    // Each row's sum over its quad; out = acc / sum, rows g and g + 8 of the warp.
+    llvm::Value* l[2];
+    for (int h = 0; h < 2; ++h) {
+      llvm::Value* x = b_.CreateLoad(f32, lrow_[h]);
+      x = b_.CreateFAdd(x, shfl_xor(x, 1));
+      l[h] = b_.CreateFAdd(x, shfl_xor(x, 2));
+    }
+    for (int64_t t = 0; t < t_.ev / 8; ++t)
+      for (int i = 0; i < 4; ++i) {
+        auto [cr, cc] = fragment_map(kernels::mma_c_elem, i);
+        llvm::Value* rr = b_.CreateAdd(m0w_, coord(cr, g_, tig_));
+        llvm::Value* cl = b_.CreateAdd(c(8 * t), coord(cc, g_, tig_));
+        llvm::Value* row = row_of(rr);
+        llvm::Value* y = b_.CreateFDiv(b_.CreateLoad(f32, o_[static_cast<size_t>(t * 4 + i)]), l[i / 2]);
+        SF_TRY(when(b_.CreateICmpSLT(row, c(m_.l)), [&]() -> Result<void> {
+          cg_.store(Elem{y, out_dtype()}, out_, store_offset(head_of(rr), row, cl));
+          return ok();
+        }));
+      }
+    return ok();
+  }
+
+  Result<void> key_tile_regs(llvm::Value* kv0) {
+    llvm::Type* f32 = b_.getFloatTy();
+    const int64_t nt = t_.bn / 8;
+    // S = q k^T: B(k, n) = the k tile (n, k).
+    // Each k step's q fragment is read from shared memory once per key tile (holding
+    // all E / 16 of them across the loop took 32 registers a thread more, which the
+    // E = 128 kernel spilled).
+    std::vector<std::vector<llvm::Value*>> sc(static_cast<size_t>(nt), std::vector<llvm::Value*>(4, llvm::ConstantFP::get(f32, 0.0)));
+    for (int64_t k0 = 0; k0 < t_.e; k0 += 16) {
+      std::vector<llvm::Value*> qa = frag16(kernels::mma_a_elem, 8, qlane_, t_.e, 0, k0, true);
+      for (int64_t j = 0; j < nt; ++j)
+        sc[static_cast<size_t>(j)] =
+            mma(qa, frag16(kernels::mma_b_elem, 4, klane_, t_.e, 8 * j, k0, false), sc[static_cast<size_t>(j)]);
+    }
+    // The chain on every element (row, key): -inf outside the rows and keys.
+    for (int64_t j = 0; j < nt; ++j)
+      for (int i = 0; i < 4; ++i) {
+        auto [cr, cc] = fragment_map(kernels::mma_c_elem, i);
+        llvm::Value* r = b_.CreateAdd(m0w_, coord(cr, g_, tig_));
+        llvm::Value* col = b_.CreateAdd(kv0, b_.CreateAdd(c(8 * j), coord(cc, g_, tig_)));
+        llvm::Value* raw = sc[static_cast<size_t>(j)][static_cast<size_t>(i)];
+        Result<llvm::Value*> v = logit(r, col, [&]() -> Result<llvm::Value*> { return raw; });
+        if (!v) return v.error();
+        sc[static_cast<size_t>(j)][static_cast<size_t>(i)] = *v;
+      }
+    // Online softmax per row half h (C elements 2h and 2h + 1: rows g and g + 8).
+    llvm::Value* alpha[2];
+    for (int h = 0; h < 2; ++h) {
+      llvm::Value* mx = b_.CreateLoad(f32, mrow_[h]);
+      llvm::Value* m_old = mx;
+      for (int64_t j = 0; j < nt; ++j)
+        for (int e = 0; e < 2; ++e) mx = fmax_keep(mx, sc[static_cast<size_t>(j)][static_cast<size_t>(2 * h + e)]);
+      mx = fmax_keep(mx, shfl_xor(mx, 1));
+      mx = fmax_keep(mx, shfl_xor(mx, 2));
+      // A row that has seen only -inf keeps subtracting 0: exp(-inf - 0) = 0, no NaN.
+      llvm::Value* m_safe = b_.CreateSelect(b_.CreateFCmpOEQ(mx, llvm::ConstantFP::getInfinity(f32, true)),
+                                            llvm::ConstantFP::get(f32, 0.0), mx);
+      alpha[h] = cg_.math(kernels::MathFn::Exp, b_.CreateFSub(m_old, m_safe));
+      llvm::Value* sum = llvm::ConstantFP::get(f32, 0.0);
+      for (int64_t j = 0; j < nt; ++j)
+        for (int e = 0; e < 2; ++e) {
+          llvm::Value*& x = sc[static_cast<size_t>(j)][static_cast<size_t>(2 * h + e)];
+          x = cg_.math(kernels::MathFn::Exp, b_.CreateFSub(x, m_safe));
+          sum = b_.CreateFAdd(sum, x);
+        }
+      b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, lrow_[h]), alpha[h]), sum), lrow_[h]);
+      b_.CreateStore(mx, mrow_[h]);
+    }
+    // acc = acc * alpha + p v, p's A fragments straight from the C fragments.
+    std::vector<std::vector<llvm::Value*>> o(static_cast<size_t>(t_.ev / 8));
+    for (int64_t t = 0; t < t_.ev / 8; ++t)
+      for (int i = 0; i < 4; ++i)
+        o[static_cast<size_t>(t)].push_back(b_.CreateFMul(b_.CreateLoad(f32, o_[static_cast<size_t>(t * 4 + i)]), alpha[i / 2]));
+    for (int64_t kk = 0; kk < t_.bn / 16; ++kk) {
+      llvm::Value* el[8];
+      for (int e = 0; e < 8; ++e) {
+        auto [tile, i] = a_from_c(e);
+        el[e] = sc[static_cast<size_t>(2 * kk + tile)][static_cast<size_t>(i)];
+      }
+      std::vector<llvm::Value*> a = {pack(el[0], el[1]), pack(el[2], el[3]), pack(el[4], el[5]), pack(el[6], el[7])};
+      for (int64_t t = 0; t < t_.ev / 8; ++t)
+        o[static_cast<size_t>(t)] =
+            mma(a, frag16(kernels::mma_b_elem, 4, vlane_, t_.bn, 8 * t, 16 * kk, false), o[static_cast<size_t>(t)]);
+    }
+    for (int64_t t = 0; t < t_.ev / 8; ++t)
+      for (int i = 0; i < 4; ++i) b_.CreateStore(o[static_cast<size_t>(t)][static_cast<size_t>(i)], o_[static_cast<size_t>(t * 4 + i)]);
+    return ok();
+  }
+
   DType score_dtype() const { return spec_.group.node(m_.scores).type.dtype; }
   // The host's dot products: 8 lanes, 2 partial sums (a reordered f32 sum, as the
   // host matmul's); none on NVPTX, where a thread's sum stays in order.
   kernels::LoopHints host_hints() const { return threaded() ? kernels::LoopHints{} : kernels::LoopHints{8, 2}; }
+
+  // The batch dims' coordinates of flat batch index b, outermost first.
+  std::vector<llvm::Value*> batch_coords(llvm::Value* b) {
+    const size_t nb = m_.batch.size();
+    std::vector<llvm::Value*> out(nb);
+    int64_t inner = 1;
+    for (size_t d = nb; d-- > 0;) {
+      out[d] = b_.CreateURem(b_.CreateUDiv(b, c(inner)), c(std::max<int64_t>(m_.batch[d], 1)));
+      inner *= std::max<int64_t>(m_.batch[d], 1);
+    }
+    return out;
+  }
 
   // The element offset of (batch b, row, col) of the attention's result in the output.
   llvm::Value* store_offset(llvm::Value* b, llvm::Value* row, llvm::Value* col) {
     const std::vector<int64_t>& st = info_.out_strides;
     const size_t nb = m_.batch.size();
     llvm::Value* off = b_.CreateAdd(b_.CreateMul(row, c(st[nb])), b_.CreateMul(col, c(st[nb + 1])));
-    int64_t inner = 1;
-    for (size_t d = nb; d-- > 0;) {
-      llvm::Value* coord = b_.CreateURem(b_.CreateUDiv(b, c(inner)), c(std::max<int64_t>(m_.batch[d], 1)));
-      off = b_.CreateAdd(off, b_.CreateMul(coord, c(st[d])));
-      inner *= std::max<int64_t>(m_.batch[d], 1);
-    }
+    std::vector<llvm::Value*> coords = batch_coords(b);
+    for (size_t d = 0; d < nb; ++d) off = b_.CreateAdd(off, b_.CreateMul(coords[d], c(st[d])));
     return off;
   }
 
@@ -536,7 +811,16 @@ class AttentionCode {
   const AttentionMatch& m_;
   const Tiles& t_;
   Mode mode_;
-  llvm::Value* hook_[4] = {};
+  llvm::Value* hook_[5] = {};
+  bool regs_ = false;
+  // The register-resident form: the warp's first row, its output accumulators (ev / 8
+  // C fragments) and its rows' running max and partial sum (rows g and g + 8), as
+  // entry-block slots mem2reg promotes.
+  llvm::Value* m0w_ = nullptr;
+  llvm::Value *qlane_ = nullptr, *klane_ = nullptr, *vlane_ = nullptr;  // lane_ptr of q, k and v
+  std::vector<llvm::Value*> o_;
+  llvm::Value* mrow_[2] = {};
+  llvm::Value* lrow_[2] = {};
   llvm::Value* tid32_ = nullptr;
   llvm::Value *warp_ = nullptr, *warps_ = nullptr, *g_ = nullptr, *tig_ = nullptr;
   int64_t group_ = 1, rph_ = 1;
@@ -569,27 +853,12 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
                 std::to_string(config.block_n));
   if (mode != Mode::Host && (config.warps < 1 || config.warps > 32))
     return fail("warps must be 1..32, got " + std::to_string(config.warps));
-  // A tile past the rows or keys there are holds only padding: it is cut to them
-  // (rounded up to 16 for the tensor cores' tiles), so a default tile costs a short
-  // sequence nothing.
   const bool tc = mode == Mode::Mma || mode == Mode::MmaSim;
-  auto fit = [&](int64_t tile, int64_t extent) {
-    int64_t want = std::max<int64_t>(extent, 1);
-    if (tc) want = (want + 15) / 16 * 16;
-    return std::min(tile, want);
-  };
-  // GQA: a block takes a whole group's rows, block_m / G of each head.
-  int64_t group = info->heads_per_kv;
-  if (config.block_m % group != 0) group = 1;
-  int64_t rph = config.block_m / group;
-  {
-    int64_t want = std::max<int64_t>(m.l, 1);
-    const int64_t step = tc ? 16 / std::gcd<int64_t>(16, group) : 1;  // G * rph stays a multiple of 16
-    want = (want + step - 1) / step * step;
-    rph = std::min(rph, want);
-  }
-  const Tiles t(rph * group, fit(config.block_n, m.s), m.e, m.ev);
-  const int64_t bytes = attention_tile_bytes(t.bm, t.bn, t.e, t.ev);
+  const AttentionBlockShape shape = attention_block_shape(*info, config, tc);
+  const int64_t group = shape.group, rph = shape.rows_per_head;
+  const bool regs = shape.registers;
+  const Tiles t(shape.bm, shape.bn, m.e, m.ev, regs);
+  const int64_t bytes = t.bytes();
   const llvmb::Target budget_target = mode == Mode::MmaSim ? llvmb::Target::nvptx("sm_90a") : target;
   if (bytes > attention_tile_budget(budget_target))
     return fail("block_m " + std::to_string(t.bm) + " x block_n " + std::to_string(t.bn) + " tiles take " +
@@ -607,6 +876,7 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   const size_t np = spec.group.params().size();
   AttentionCode code(spec, *info, t, mode, b, cg);
   code.set_groups(group, rph);
+  code.set_registers(regs);
   const int64_t blocks = code.blocks();
   Result<void> r;
   if (mode == Mode::Simt || mode == Mode::Mma) {
@@ -658,6 +928,32 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
 }
 
 }  // namespace
+
+AttentionBlockShape attention_block_shape(const AttentionKernelInfo& info, const KernelConfig& config, bool tensor_cores) {
+  const AttentionMatch& m = info.match;
+  // A tile past the rows or keys there are holds only padding: it is cut to them
+  // (rounded up to 16 for the tensor cores' tiles), so a default tile costs a short
+  // sequence nothing.
+  auto fit = [&](int64_t tile, int64_t extent) {
+    int64_t want = std::max<int64_t>(extent, 1);
+    if (tensor_cores) want = (want + 15) / 16 * 16;
+    return std::min(tile, want);
+  };
+  AttentionBlockShape s;
+  // GQA: a block takes a whole group's rows, block_m / G of each head.
+  s.group = info.heads_per_kv;
+  if (config.block_m % s.group != 0) s.group = 1;
+  s.rows_per_head = config.block_m / s.group;
+  int64_t want = std::max<int64_t>(m.l, 1);
+  const int64_t step = tensor_cores ? 16 / std::gcd<int64_t>(16, s.group) : 1;  // G * rph stays a multiple of 16
+  want = (want + step - 1) / step * step;
+  s.rows_per_head = std::min(s.rows_per_head, want);
+  s.bm = s.rows_per_head * s.group;
+  s.bn = fit(config.block_n, m.s);
+  // The register-resident form where each warp gets 16 rows of the (cut) tile.
+  s.registers = tensor_cores && s.bm == 16 * int64_t{config.warps};
+  return s;
+}
 
 bool attention_uses_tensor_cores(const KernelSpec& spec, const KernelConfig& config, const std::string& arch) {
   std::optional<int> sm = kernels::sm_version(arch);

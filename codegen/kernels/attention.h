@@ -70,6 +70,18 @@ std::optional<std::string> attention_mma_unfit(const Graph& group, const KernelC
 // Whether emit_attention for NVPTX `arch` takes the tensor cores (sm_80+ and fit).
 bool attention_uses_tensor_cores(const KernelSpec& spec, const KernelConfig& config, const std::string& arch);
 
+// A block's tile as emitted: the query heads it takes (GQA group, or 1), rows of each,
+// its rows bm = group x rows_per_head and keys bn per step, both cut to the rows and
+// keys there are; and whether the tensor-core kernel takes its register-resident form
+// (FlashAttention-2's: each warp keeps 16 rows' scores, probabilities and output in
+// mma fragments; when bm = 16 x warps), else scores and output pass through shared
+// memory between the phases.
+struct AttentionBlockShape {
+  int64_t group = 1, rows_per_head = 1, bm = 1, bn = 1;
+  bool registers = false;
+};
+AttentionBlockShape attention_block_shape(const AttentionKernelInfo& info, const KernelConfig& config, bool tensor_cores);
+
 // The tensor-core kernel built for the host with each GPU thread one call and its
 // mma.sync and barriers calls to MmaSimHooks (matmul.h; the tests simulate them from
 // the PTX ISA): entry(args, blockIdx.x, 0, threadIdx.x, shared memory, hooks, 0), one

@@ -425,7 +425,13 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
       if (Result<AttentionKernelInfo> ai = attention_info(spec.group); ai.ok()) {
         const std::optional<std::string> unfit = attention_mma_unfit(spec.group, cfg);
         const bool tc = attention_uses_tensor_cores(spec, cfg, opts.arch);
-        forms[i] = std::string(tc ? "tensor cores (mma.sync m16n8k16)"
+        const AttentionBlockShape shape = attention_block_shape(*ai, cfg, tc);
+        forms[i] = std::string(tc ? "tensor cores (mma.sync m16n8k16)" +
+                                        std::string(shape.registers
+                                                        ? ", scores and output in registers (16 rows a warp)"
+                                                        : ", scores and output through shared memory (block_m " +
+                                                              std::to_string(shape.bm) + " is not 16 x " +
+                                                              std::to_string(cfg.warps) + " warps)")
                                   : "FMA tiles (" + unfit.value_or(opts.arch + " has no mma.sync") + ")") +
                    ", online softmax over key tiles of up to " + std::to_string(cfg.block_n) +
                    (ai->match.causal_diagonal ? ", causal: tiles past the diagonal skipped" : "") +

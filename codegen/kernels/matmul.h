@@ -135,6 +135,9 @@ struct MmaSimHooks {
   // the barrier completes when `count` threads have arrived or synced, and a syncing
   // thread waits for that (the ping-pong consumers' turns, MmaTiling::pingpong).
   void (*named_barrier)(void* ctx, int32_t thread, int32_t id, int32_t count, int32_t sync) = nullptr;
+  // shfl.sync.bfly.b32 over the full warp: `v` of the lane `lane_mask` away (the
+  // fused attention's register-resident row max and sum; every lane calls it).
+  float (*shfl_bfly)(void* ctx, int32_t thread, float v, int32_t lane_mask) = nullptr;
 };
 
 // What the host build's kernel arguments hold in place of each encoded tensor map

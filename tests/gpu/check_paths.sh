@@ -4,7 +4,8 @@
 # sm_90a, one per variant of tests/gpu/variants.txt: wgmma + TMA by default, wgmma +
 # cp.async with --no-tma, warp-specialised, persistent, ping-pong, TF32 for the f32 graph under
 # --allow-tf32 (also warp-specialised and split-K; exact FMA without); and the fused
-# attention check graphs (tests/gpu/attn_*.sf) one attention kernel on mma.sync. Each
+# attention check graphs (tests/gpu/attn_*.sf) one attention kernel on mma.sync, its
+# scores and output in registers. Each
 # graph also matches the reference on the CPU (run --check).
 #   check_paths.sh SHARDFUSE SOURCE_DIR
 set -u
@@ -57,6 +58,7 @@ for g in "$src"/tests/gpu/attn_*.sf; do
   [ "$(grep -c '"kind": "attention"' "$p/plan.json")" = 1 ] && [ "$(grep -c '"kind"' "$p/plan.json")" = 1 ] \
     || { echo "FAIL: $p: not one attention kernel"; fail=1; }
   has "$p" "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+  has "$p" "shfl.sync.bfly"  # the register-resident form (16 rows a warp)
 done
 [ -e "$d/failed" ] && fail=1
 [ "$fail" = 0 ] && echo "ok: every tensor-core check graph takes its paths"

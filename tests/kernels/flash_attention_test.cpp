@@ -230,6 +230,7 @@ Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::vector<
     hooks.ctx = &blk;
     hooks.barrier = &mma_sim::sim_barrier;
     hooks.mma = &mma_sim::sim_mma;
+    hooks.shfl_bfly = &mma_sim::sim_shfl_bfly;
     block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), 0, t, blk.smem, &hooks, 0); });
     if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
   }
@@ -248,20 +249,35 @@ TEST(FlashAttention, TensorCoreKernelSimulatedMatchesTheReference) {
     std::string params, body;
     std::vector<KernelConfig> configs;
   } cases[] = {
+      // The register-resident form where the cut tile is 16 rows a warp (16 x 1,
+      // 64 = 2 heads x 32 rows on 4 warps, 32 on 2), the shared-memory one elsewhere.
       {"bf16 causal gqa, 40 rows in 16- and 32-row tiles",
        "q: bf16[1, 4, 40, 16], k: bf16[1, 2, 40, 16], v: bf16[1, 2, 40, 16]",
        "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out",
-       {tc(16, 16, 1), tc(32, 16, 4), tc(16, 32, 2)}},
+       {tc(16, 16, 1), tc(32, 16, 4), tc(16, 32, 2), tc(64, 16, 4), tc(32, 32, 2)}},
       {"f16 with an additive mask, E 32, Ev 8", "q: f16[2, 1, 20, 32], k: f16[2, 1, 24, 32], v: f16[2, 1, 24, 8], m: f16[20, 24]",
-       "  out = scaled_dot_product_attention(q, k, v, m)\n  return out", {tc(16, 16, 2), tc(32, 32, 4)}},
+       "  out = scaled_dot_product_attention(q, k, v, m)\n  return out", {tc(16, 16, 2), tc(32, 32, 4), tc(32, 32, 2)}},
+      // nanoGPT's written-out mask, its diagonal moved by 8 (row r sees keys up to
+      // r + 8) over 40 keys, E 32 and Ev 16: the chain's tril reads the fragment's
+      // (row, key) coordinates.
+      {"bf16 written-out mask with a diagonal, 16 rows a warp",
+       "q: bf16[1, 2, 16, 32], k: bf16[1, 2, 40, 32], v: bf16[1, 2, 40, 16]",
+       "  s = mul(matmul(q, transpose(k, 2, 3)), 0.17677669529663687)\n"
+       "  keep = tril(full([16, 40], 1.0), diagonal=8)\n"
+       "  p = softmax(where(eq(keep, 0.0), -1e9, s), dim=-1)\n  out = matmul(p, v)\n  return out",
+       {tc(16, 16, 1), tc(16, 32, 1), tc(32, 32, 2)}},  // the last cut to 16 rows on 2 warps: shared
   };
+  int registers = 0, shared = 0;
   for (const Case& c : cases) {
     Graph g = parse(c.params, c.body);
     const Graph group = decompose(g);
     std::vector<Tensor> in = random_inputs(g, 9);
     Result<std::vector<Tensor>> want = evaluate(g, in);
     ASSERT_TRUE(want.ok()) << want.error().str();
+    Result<AttentionKernelInfo> info = attention_info(group);
+    ASSERT_TRUE(info.ok()) << c.what << ": " << info.error().str();
     for (const KernelConfig& cfg : c.configs) {
+      ++(attention_block_shape(*info, cfg, true).registers ? registers : shared);
       std::string hw;
       Result<std::vector<Tensor>> got = run_simulated(group, in, cfg, &hw);
       ASSERT_TRUE(got.ok()) << c.what << ": " << got.error().str();
@@ -271,6 +287,8 @@ TEST(FlashAttention, TensorCoreKernelSimulatedMatchesTheReference) {
                             << ": max_abs_err " << cmp.max_abs_err << ", first mismatch at " << cmp.first_mismatch;
     }
   }
+  EXPECT_EQ(registers, 6) << "configs in the register-resident form";
+  EXPECT_EQ(shared, 5) << "configs in the shared-memory form";
   // What the tensor cores cannot take is named.
   Graph f32 = parse("q: f32[1, 1, 16, 16], k: f32[1, 1, 16, 16], v: f32[1, 1, 16, 16]",
                     "  out = scaled_dot_product_attention(q, k, v)\n  return out");
@@ -303,6 +321,26 @@ TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
     ASSERT_TRUE(res.ok()) << arch << ": " << res.error().str();
     ASSERT_EQ(res->size(), 1u);
     EXPECT_EQ((*res)[0].spill_store_bytes, 0) << arch;
+  }
+  // The default tile (64 x 64, 4 warps: 16 rows a warp) at the bench block's head dim
+  // takes the register-resident form: only q, k and v in shared memory, 16-bit (48
+  // KiB), fragments as 32-bit words, the row statistics over quads by shuffles; no
+  // f32 tile read back, no spills.
+  Graph big = parse("q: bf16[1, 4, 256, 128], k: bf16[1, 2, 256, 128], v: bf16[1, 2, 256, 128]",
+                    "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out");
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    KernelSpec spec{"sf_flash_regs", KernelKind::Attention, decompose(big)};
+    Result<EmittedKernel> k = emit_attention(spec, tc(64, 64, 4), llvmb::Target::nvptx(arch));
+    ASSERT_TRUE(k.ok()) << k.error().str();
+    EXPECT_EQ(k->launch.shared_bytes, 2 * (64 * 128 + 64 * 128 + 64 * 128)) << arch;
+    Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, arch);
+    ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+    EXPECT_NE(ptx->find("shfl.sync.bfly"), std::string::npos) << arch;
+    EXPECT_NE(ptx->find("ld.shared.u32"), std::string::npos) << arch;
+    EXPECT_EQ(ptx->find("ld.shared.f32"), std::string::npos) << arch << ": an f32 tile read back";
+    Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, arch);
+    ASSERT_TRUE(res.ok()) << arch << ": " << res.error().str();
+    EXPECT_EQ((*res)[0].spill_store_bytes, 0) << arch << ", " << (*res)[0].registers << " registers";
   }
   Graph f32 = parse("q: f32[1, 2, 64, 64], k: f32[1, 2, 64, 64], v: f32[1, 2, 64, 64]",
                     "  out = scaled_dot_product_attention(q, k, v)\n  return out");

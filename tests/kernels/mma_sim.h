@@ -65,6 +65,7 @@ struct Warp {
   std::array<std::array<uint32_t, 4>, kLanes> a{};
   std::array<std::array<uint32_t, 2>, kLanes> b{};
   std::array<std::array<float, 4>, kLanes> c{};
+  std::array<float, kLanes> shfl{};  // shfl.bfly's posted values
 };
 
 // One warpgroup's rendezvous for wgmma: every thread deposits its descriptors and
@@ -225,6 +226,22 @@ inline void sim_named_barrier(void* ctx, int32_t, int32_t id, int32_t count, int
   if (!sync) return;
   const bool ok = blk.named_cv.wait_for(lock, std::chrono::seconds(20), [&] { return n.done > mine || !blk.error.empty(); });
   if (!ok) blk.fail_locked("a bar.sync on named barrier " + std::to_string(id) + " has not completed in 20 s (deadlock)");
+}
+
+// shfl.sync.bfly: every lane of the warp posts its value, then reads its partner's.
+inline float sim_shfl_bfly(void* ctx, int32_t thread, float v, int32_t lane_mask) {
+  Block& blk = *static_cast<Block*>(ctx);
+  Warp& w = *blk.warps[static_cast<size_t>(thread / kLanes)];
+  const int lane = thread % kLanes;
+  if (lane_mask < 0 || lane_mask >= kLanes) {
+    blk.fail("shfl.bfly lane mask " + std::to_string(lane_mask) + " outside the warp");
+    lane_mask = 0;
+  }
+  w.shfl[static_cast<size_t>(lane)] = v;
+  w.bar.arrive_and_wait();
+  const float r = w.shfl[static_cast<size_t>(lane ^ lane_mask)];
+  w.bar.arrive_and_wait();  // every lane has read before a later shuffle overwrites
+  return r;
 }
 
 inline void sim_ldmatrix(void* ctx, int32_t thread, const void* row, int32_t trans, uint32_t* out) {
@@ -740,6 +757,7 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
       hooks.mbar_try_wait = &sim_mbar_try_wait;
       hooks.mbar_arrive = &sim_mbar_arrive;
       hooks.named_barrier = &sim_named_barrier;
+      hooks.shfl_bfly = &sim_shfl_bfly;
       block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks,
                                static_cast<int32_t>(bz));
       });

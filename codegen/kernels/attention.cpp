@@ -51,9 +51,12 @@ struct Tiles {
   // The register-resident form's tiles hold the operands as the tensor cores take
   // them, 16-bit: q [bm][e] and k [bn][e] at these byte offsets, and v transposed,
   // [ev][bn], so that every fragment register is one 32-bit load of two elements
-  // adjacent along k.
+  // adjacent along k. Each row is padded by 8 elements (qs, ks, vs: its stride): the
+  // eight row groups of a fragment load then start 4 banks apart and its 32 words
+  // fall in 32 banks (rows of a multiple of 64 elements would all start in one bank,
+  // an 8-way conflict).
   bool regs = false;
-  int64_t q16 = 0, k16 = 0, v16 = 0;
+  int64_t q16 = 0, k16 = 0, v16 = 0, qs = 0, ks = 0, vs = 0;
   Tiles(int64_t bm_, int64_t bn_, int64_t e_, int64_t ev_, bool regs_ = false)
       : bm(bm_), bn(bn_), e(e_), ev(ev_), regs(regs_) {
     k = q + bm * e;
@@ -64,10 +67,13 @@ struct Tiles {
     l = m + bm;
     alpha = l + bm;
     floats = alpha + bm;
-    k16 = q16 + 2 * bm * e;
-    v16 = k16 + 2 * bn * e;
+    qs = e + 8;
+    ks = e + 8;
+    vs = bn + 8;
+    k16 = q16 + 2 * bm * qs;
+    v16 = k16 + 2 * bn * ks;
   }
-  int64_t bytes() const { return regs ? v16 + 2 * bn * ev : floats * 4; }
+  int64_t bytes() const { return regs ? v16 + 2 * ev * vs : floats * 4; }
 };
 
 class AttentionCode {
@@ -134,7 +140,7 @@ class AttentionCode {
         return operand(m_.q, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(head_of(r), c(m_.l)), row), c(m_.e)), e));
       });
       if (!x) return x.error();
-      if (regs_) put16(t_.q16, i, *x);
+      if (regs_) put16(t_.q16, b_.CreateAdd(b_.CreateMul(r, c(t_.qs)), e), *x);
       else put(t_.q, i, *x);
       return ok();
     }));
@@ -450,7 +456,7 @@ class AttentionCode {
         return operand(m_.kt, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.e)), e), c(m_.s)), col));
       });
       if (!x) return x.error();
-      if (regs_) put16(t_.k16, i, *x);
+      if (regs_) put16(t_.k16, b_.CreateAdd(b_.CreateMul(j, c(t_.ks)), e), *x);
       else put(t_.k, i, *x);
       return ok();
     }));
@@ -462,7 +468,7 @@ class AttentionCode {
         return operand(m_.v, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.s)), key), c(m_.ev)), col));
       });
       if (!x) return x.error();
-      if (regs_) put16(t_.v16, b_.CreateAdd(b_.CreateMul(col, c(t_.bn)), j), *x);  // transposed
+      if (regs_) put16(t_.v16, b_.CreateAdd(b_.CreateMul(col, c(t_.vs)), j), *x);  // transposed
       else put(t_.v, i, *x);
       return ok();
     }));
@@ -668,9 +674,24 @@ class AttentionCode {
         !same_lane_terms(kernels::mma_c_elem, 4))
       return fail("internal: an mma map whose elements move with the lane differently");
     m0w_ = b_.CreateMul(warp_, c(16), "m0w");
-    qlane_ = lane_ptr(kernels::mma_a_elem, t_.q16, t_.e, m0w_, true);
-    klane_ = lane_ptr(kernels::mma_b_elem, t_.k16, t_.e, c(0), false);
-    vlane_ = lane_ptr(kernels::mma_b_elem, t_.v16, t_.bn, c(0), false);
+    qlane_ = lane_ptr(kernels::mma_a_elem, t_.q16, t_.qs, m0w_, true);
+    klane_ = lane_ptr(kernels::mma_b_elem, t_.k16, t_.ks, c(0), false);
+    vlane_ = lane_ptr(kernels::mma_b_elem, t_.v16, t_.vs, c(0), false);
+    // Every fragment load of the three tiles is one wavefront: the 32 lanes' words in
+    // 32 banks (the rows' padding).
+    for (int64_t stride : {t_.qs, t_.ks, t_.vs})
+      for (bool a_op : {true, false}) {
+        std::vector<int> banks;
+        for (int lane = 0; lane < 32; ++lane) {
+          const kernels::RowCol rc = a_op ? kernels::mma_a_elem(lane, 0) : kernels::mma_b_elem(lane, 0);
+          const int64_t outer = a_op ? rc.row : rc.col, k = a_op ? rc.col : rc.row;
+          banks.push_back(static_cast<int>(((outer * stride + k) * 2 / 4) % 32));
+        }
+        std::sort(banks.begin(), banks.end());
+        if (std::adjacent_find(banks.begin(), banks.end()) != banks.end())
+          return fail("internal: a fragment load of a tile with rows of " + std::to_string(stride) +
+                      " elements hits a bank twice");
+      }
     o_.clear();
     for (int64_t i = 0; i < t_.ev / 8 * 4; ++i) {
       o_.push_back(slot());
@@ -719,10 +740,10 @@ class AttentionCode {
     // E = 128 kernel spilled).
     std::vector<std::vector<llvm::Value*>> sc(static_cast<size_t>(nt), std::vector<llvm::Value*>(4, llvm::ConstantFP::get(f32, 0.0)));
     for (int64_t k0 = 0; k0 < t_.e; k0 += 16) {
-      std::vector<llvm::Value*> qa = frag16(kernels::mma_a_elem, 8, qlane_, t_.e, 0, k0, true);
+      std::vector<llvm::Value*> qa = frag16(kernels::mma_a_elem, 8, qlane_, t_.qs, 0, k0, true);
       for (int64_t j = 0; j < nt; ++j)
         sc[static_cast<size_t>(j)] =
-            mma(qa, frag16(kernels::mma_b_elem, 4, klane_, t_.e, 8 * j, k0, false), sc[static_cast<size_t>(j)]);
+            mma(qa, frag16(kernels::mma_b_elem, 4, klane_, t_.ks, 8 * j, k0, false), sc[static_cast<size_t>(j)]);
     }
     // The chain on every element (row, key): -inf outside the rows and keys.
     for (int64_t j = 0; j < nt; ++j)
@@ -772,7 +793,7 @@ class AttentionCode {
       std::vector<llvm::Value*> a = {pack(el[0], el[1]), pack(el[2], el[3]), pack(el[4], el[5]), pack(el[6], el[7])};
       for (int64_t t = 0; t < t_.ev / 8; ++t)
         o[static_cast<size_t>(t)] =
-            mma(a, frag16(kernels::mma_b_elem, 4, vlane_, t_.bn, 8 * t, 16 * kk, false), o[static_cast<size_t>(t)]);
+            mma(a, frag16(kernels::mma_b_elem, 4, vlane_, t_.vs, 8 * t, 16 * kk, false), o[static_cast<size_t>(t)]);
     }
     for (int64_t t = 0; t < t_.ev / 8; ++t)
       for (int i = 0; i < 4; ++i) b_.CreateStore(o[static_cast<size_t>(t)][static_cast<size_t>(i)], o_[static_cast<size_t>(t * 4 + i)]);

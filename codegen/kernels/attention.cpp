@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <set>
+#include <string>
 
 #include <llvm/IR/GlobalVariable.h>
 #include <llvm/IR/IRBuilder.h>
@@ -113,6 +116,8 @@ class AttentionCode {
     }
     GroupValues gv(spec_.group, cg_, in);
     gv_ = &gv;
+    in_ = in;
+    if (regs_) plan_vector_loads();
     // Block bid takes the group of query heads (batch index) b .. b + G - 1 and rows
     // q0 .. q0 + rph - 1 of each; block row r is head b + r / rph, row q0 + r % rph.
     const int64_t qtiles = query_tiles();
@@ -132,18 +137,28 @@ class AttentionCode {
         return ok();
       }));
     }
-    SF_TRY(par(t_.bm * t_.e, "load_q", [&](llvm::Value* i) -> Result<void> {
-      llvm::Value* r = b_.CreateUDiv(i, c(t_.e));
-      llvm::Value* e = b_.CreateURem(i, c(t_.e));
-      llvm::Value* row = row_of(r);
-      Result<llvm::Value*> x = guarded(b_.CreateICmpSLT(row, c(m_.l)), [&]() {
-        return operand(m_.q, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(head_of(r), c(m_.l)), row), c(m_.e)), e));
-      });
-      if (!x) return x.error();
-      if (regs_) put16(t_.q16, b_.CreateAdd(b_.CreateMul(r, c(t_.qs)), e), *x);
-      else put(t_.q, i, *x);
-      return ok();
-    }));
+    if (regs_) {
+      // q [bm][E]: block row r is row row_of(r) of head head_of(r).
+      SF_TRY(load16(m_.q, t_.bm, t_.e, "load_q", [&](llvm::Value* r) {
+        llvm::Value* row = row_of(r);
+        return std::pair{b_.CreateMul(b_.CreateAdd(b_.CreateMul(head_of(r), c(m_.l)), row), c(m_.e)),
+                         b_.CreateICmpSLT(row, c(m_.l))};
+      }, [&](llvm::Value* r, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
+        store16x8(t_.q16, b_.CreateAdd(b_.CreateMul(r, c(t_.qs)), c0), lanes);
+      }));
+    } else {
+      SF_TRY(par(t_.bm * t_.e, "load_q", [&](llvm::Value* i) -> Result<void> {
+        llvm::Value* r = b_.CreateUDiv(i, c(t_.e));
+        llvm::Value* e = b_.CreateURem(i, c(t_.e));
+        llvm::Value* row = row_of(r);
+        Result<llvm::Value*> x = guarded(b_.CreateICmpSLT(row, c(m_.l)), [&]() {
+          return operand(m_.q, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(head_of(r), c(m_.l)), row), c(m_.e)), e));
+        });
+        if (!x) return x.error();
+        put(t_.q, i, *x);
+        return ok();
+      }));
+    }
 
     // The keys any row of the block can see: all, or (causal) up to the last row's
     // diagonal, q0 + bm - 1 + d, clamped to [0, S].
@@ -205,10 +220,19 @@ class AttentionCode {
   llvm::Value* get(int64_t base, llvm::Value* i) { return b_.CreateLoad(b_.getFloatTy(), at(base, i)); }
   // The register-resident form's 16-bit tiles: element i of the tile at byte `base`
   // stored rounded to the operand dtype.
-  void put16(int64_t base, llvm::Value* i, llvm::Value* x) {
-    llvm::Value* n = cg_.narrow(score_in_dtype(), x);  // i16 (bf16) or half (f16)
-    if (n->getType()->isHalfTy()) n = b_.CreateBitCast(n, b_.getInt16Ty());
-    b_.CreateStore(n, b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_, b_.CreateAdd(c(base), b_.CreateMul(i, c(2)))));
+  void put16(int64_t base, llvm::Value* i, llvm::Value* x) { store16(base, i, to16(x)); }
+  // 16-bit bits `bits` (an i16) at element i of the tile at byte `base`.
+  void store16(int64_t base, llvm::Value* i, llvm::Value* bits) {
+    b_.CreateAlignedStore(bits, b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_, b_.CreateAdd(c(base), b_.CreateMul(i, c(2)))),
+                          llvm::Align(2));
+  }
+  // Eight of them at elements i .. i + 7 (i a multiple of 8, the tile 16-byte aligned):
+  // one 16-byte store.
+  void store16x8(int64_t base, llvm::Value* i, const std::vector<llvm::Value*>& bits) {
+    llvm::Value* v = llvm::UndefValue::get(llvm::FixedVectorType::get(b_.getInt16Ty(), 8));
+    for (size_t l = 0; l < 8; ++l) v = b_.CreateInsertElement(v, bits[l], static_cast<uint64_t>(l));
+    b_.CreateAlignedStore(v, b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_, b_.CreateAdd(c(base), b_.CreateMul(i, c(2)))),
+                          llvm::Align(16));
   }
   // The lane's address of element (row0 + outer(lane), k(lane)) of a 16-bit tile at
   // byte `base` whose rows are `stride` elements long and run along k, the maps' lane
@@ -448,6 +472,7 @@ class AttentionCode {
   // k [bn, E] from kt [.., E, S]; v [bn, Ev] from v [.., S, Ev], through their
   // prologues, zero past the keys.
   Result<void> load_kv(llvm::Value* b, llvm::Value* kv0) {
+    if (regs_) return load_kv16(b, kv0);
     SF_TRY(par(t_.bn * t_.e, "load_k", [&](llvm::Value* i) -> Result<void> {
       llvm::Value* j = b_.CreateUDiv(i, c(t_.e));
       llvm::Value* e = b_.CreateURem(i, c(t_.e));
@@ -456,8 +481,7 @@ class AttentionCode {
         return operand(m_.kt, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.e)), e), c(m_.s)), col));
       });
       if (!x) return x.error();
-      if (regs_) put16(t_.k16, b_.CreateAdd(b_.CreateMul(j, c(t_.ks)), e), *x);
-      else put(t_.k, i, *x);
+      put(t_.k, i, *x);
       return ok();
     }));
     SF_TRY(par(t_.bn * t_.ev, "load_v", [&](llvm::Value* i) -> Result<void> {
@@ -468,8 +492,7 @@ class AttentionCode {
         return operand(m_.v, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.s)), key), c(m_.ev)), col));
       });
       if (!x) return x.error();
-      if (regs_) put16(t_.v16, b_.CreateAdd(b_.CreateMul(col, c(t_.vs)), j), *x);  // transposed
-      else put(t_.v, i, *x);
+      put(t_.v, i, *x);
       return ok();
     }));
     return ok();
@@ -618,6 +641,192 @@ class AttentionCode {
       }));
       put(t_.acc, i, b_.CreateLoad(b_.getFloatTy(), acc));
       return ok();
+    });
+  }
+
+  // ---- the register-resident form's loads -----------------------------------------
+  // The 16-bit tiles are filled 8 elements along the head dim at a time. Where a
+  // param reaches the operand through views only, in runs of 8 dense elements (the
+  // projections' heads, GQA's repeat, a transpose's input), its 8 elements are one
+  // 16-byte load when every such param is 16-byte aligned (checked once per block,
+  // else element by element); arithmetic in the prologue (RoPE) runs per element
+  // on the loaded lanes. k's rows are read from its transpose's input, [.., S, E],
+  // whose head dim is contiguous.
+
+  // The node k's rows are read from: kt's input where kt = transpose(k, -2, -1).
+  int k_rows_node() const {
+    const Node& n = spec_.group.node(m_.kt);
+    if (n.op != OpKind::Transpose || n.inputs.size() != 1) return -1;
+    const Shape& in = spec_.group.node(n.inputs[0]).type.shape;
+    const Shape& kt = n.type.shape;
+    const size_t r = kt.size();
+    if (in.size() != r || r < 2 || in[r - 1] != kt[r - 2] || in[r - 2] != kt[r - 1]) return -1;
+    const int64_t d0 = n.attrs.get_int("dim0"), d1 = n.attrs.get_int("dim1");
+    auto norm = [&](int64_t d) { return d < 0 ? d + static_cast<int64_t>(r) : d; };
+    const int64_t a = norm(d0), bb = norm(d1);
+    if (std::min(a, bb) != static_cast<int64_t>(r) - 2 || std::max(a, bb) != static_cast<int64_t>(r) - 1) return -1;
+    return n.inputs[0];
+  }
+
+  // Which params q, k's rows and v read in dense runs of 8, and whether all of them
+  // are 16-byte aligned here (aligned_).
+  void plan_vector_loads() {
+    vec_params_.clear();
+    const int kr = k_rows_node();
+    for (int v : {m_.q, kr, m_.v}) {
+      if (v < 0) continue;
+      for (auto& [p, map] : gv_->reads(v, kernels::dense_index(spec_.group.node(v).type.shape)))
+        if (kernels::dense_runs(map, 8)) vec_params_.insert(p);
+    }
+    llvm::Value* bits = b_.getInt64(0);
+    for (int p : vec_params_)
+      bits = b_.CreateOr(bits, b_.CreateAnd(b_.CreatePtrToInt(in_[static_cast<size_t>(p)], b_.getInt64Ty()), b_.getInt64(15)));
+    aligned_ = b_.CreateICmpEQ(bits, b_.getInt64(0), "aligned16");
+  }
+
+  // Elements index .. index + 7 of `ptr` (dtype t, 16-byte aligned there), widened. On
+  // NVPTX each 16 bytes is one ld.global.nc.v4 (llvm.nvvm.ldg): a plain vector load
+  // whose lanes are only extracted is split into scalar loads by LLVM's vector
+  // combining, which the lanes' per-element arithmetic invites here.
+  std::vector<Elem> load8(DType t, llvm::Value* ptr, llvm::Value* index) {
+    llvm::Type* st = kernels::storage_type(b_.getContext(), t);
+    const int64_t size = dtype_size(t), total = 8 * size, piece = std::min<int64_t>(16, total), per = piece / size;
+    llvm::Type* words = llvm::FixedVectorType::get(b_.getInt32Ty(), static_cast<unsigned>(piece / 4));
+    llvm::Type* lanes = llvm::FixedVectorType::get(st, static_cast<unsigned>(per));
+    llvm::Type* global = llvm::PointerType::get(b_.getContext(), 1);
+    std::vector<Elem> out;
+    for (int64_t k = 0; k < total / piece; ++k) {
+      llvm::Value* at = b_.CreateInBoundsGEP(st, ptr, b_.CreateAdd(index, llvm::ConstantInt::get(index->getType(), static_cast<uint64_t>(k * per))));
+      // The simulation (host) reads the same words with a plain load.
+      llvm::Value* w = nullptr;
+      if (mode_ == Mode::Mma)
+        w = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ldg_global_i, {words, global},
+                               {b_.CreateAddrSpaceCast(at, global), b_.getInt32(static_cast<uint32_t>(piece))});
+      else
+        w = b_.CreateAlignedLoad(words, at, llvm::Align(static_cast<uint64_t>(piece)));
+      llvm::Value* v = b_.CreateBitCast(w, lanes);
+      for (int64_t l = 0; l < per; ++l) {
+        llvm::Value* raw = b_.CreateExtractElement(v, static_cast<uint64_t>(l));
+        out.push_back({cg_.widen(t, raw), t});
+        if (t == score_in_dtype()) raw_[out.back().value] = raw->getType()->isHalfTy() ? b_.CreateBitCast(raw, b_.getInt16Ty()) : raw;
+      }
+    }
+    return out;
+  }
+  // v rounded to the tiles' 16-bit dtype, as stored: a lane load8 read and nothing
+  // changed is its loaded bits (no rounding code for a plain copy).
+  llvm::Value* to16(llvm::Value* v) {
+    if (auto it = raw_.find(v); it != raw_.end()) return it->second;
+    llvm::Value* n = cg_.narrow(score_in_dtype(), v);
+    return n->getType()->isHalfTy() ? b_.CreateBitCast(n, b_.getInt16Ty()) : n;
+  }
+
+  // Elements c0 .. c0 + 7 of `node` from flat index `flat` (c0 a multiple of 8 along
+  // its contiguous last dim), through its prologue, as the tiles store them (to16).
+  // `vector`: the dense params come in 16-byte loads.
+  Result<std::vector<llvm::Value*>> lanes8(int node, llvm::Value* flat, bool vector) {
+    std::map<std::string, std::vector<Elem>> loaded;
+    std::vector<llvm::Value*> out;
+    for (int l = 0; l < 8; ++l) {
+      llvm::Value* f = l == 0 ? flat : b_.CreateAdd(flat, c(l));
+      GroupValues::Hook hook;
+      if (vector)
+        hook = [&, l](ValueId v, const kernels::ValueIndex& at) -> std::optional<Elem> {
+          const Node& n = spec_.group.node(v);
+          if (n.op != OpKind::Param) return std::nullopt;
+          const kernels::IndexMap map = kernels::offset_map(at, n.type.shape);
+          if (!kernels::dense_runs(map, 8)) return std::nullopt;
+          const int p = gv_->param_slot(v);
+          const std::string key = std::to_string(p) + "#" + map.str();
+          auto it = loaded.find(key);
+          if (it == loaded.end())
+            it = loaded.emplace(key, load8(n.type.dtype, in_[static_cast<size_t>(p)], kernels::emit_index_map(b_, flat, map)))
+                     .first;
+          return it->second[static_cast<size_t>(l)];
+        };
+      Result<llvm::Value*> x = operand(node, f, hook);
+      if (!x) return x.error();
+      out.push_back(to16(*x));
+    }
+    return out;
+  }
+
+  // For each of `rows` tile rows and chunk of 8 of its `cols`: `row_base(r)` gives the
+  // node's flat index of (r, 0) and whether the row exists (else zeros), `store` puts
+  // the 8 values; spread over the block's threads, a barrier after.
+  Result<void> load16(int node, int64_t rows, int64_t cols, const std::string& name,
+                      const std::function<std::pair<llvm::Value*, llvm::Value*>(llvm::Value*)>& row_base,
+                      const std::function<void(llvm::Value*, llvm::Value*, const std::vector<llvm::Value*>&)>& store) {
+    const int64_t chunks = cols / 8;
+    return par(rows * chunks, name, [&](llvm::Value* i) -> Result<void> {
+      llvm::Value* r = b_.CreateUDiv(i, c(chunks));
+      llvm::Value* c0 = b_.CreateMul(b_.CreateURem(i, c(chunks)), c(8));
+      auto [base, exists] = row_base(r);
+      llvm::Value* flat = b_.CreateAdd(base, c0);
+      llvm::Function* fn = b_.GetInsertBlock()->getParent();
+      llvm::LLVMContext& ctx = b_.getContext();
+      auto* vec = llvm::BasicBlock::Create(ctx, name + ".vec", fn);
+      auto* elem = llvm::BasicBlock::Create(ctx, name + ".elem", fn);
+      auto* done = llvm::BasicBlock::Create(ctx, name + ".done", fn);
+      llvm::BasicBlock* from = b_.GetInsertBlock();
+      b_.CreateCondBr(exists, vec, done);
+      // Two bodies, the vector one where every dense param is aligned.
+      b_.SetInsertPoint(vec);
+      auto* vec_body = llvm::BasicBlock::Create(ctx, name + ".v", fn);
+      b_.CreateCondBr(aligned_, vec_body, elem);
+      b_.SetInsertPoint(vec_body);
+      Result<std::vector<llvm::Value*>> a = lanes8(node, flat, true);
+      if (!a) return a.error();
+      llvm::BasicBlock* a_end = b_.GetInsertBlock();
+      b_.CreateBr(done);
+      b_.SetInsertPoint(elem);
+      Result<std::vector<llvm::Value*>> e = lanes8(node, flat, false);
+      if (!e) return e.error();
+      llvm::BasicBlock* e_end = b_.GetInsertBlock();
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+      std::vector<llvm::Value*> lanes;
+      for (size_t l = 0; l < 8; ++l) {
+        llvm::PHINode* phi = b_.CreatePHI(b_.getInt16Ty(), 3);
+        phi->addIncoming((*a)[l], a_end);
+        phi->addIncoming((*e)[l], e_end);
+        phi->addIncoming(b_.getInt16(0), from);  // +0.0 in bf16 and f16
+        lanes.push_back(phi);
+      }
+      store(r, c0, lanes);
+      return ok();
+    });
+  }
+
+  // k [bn][E] (rows: keys kv0 + j) and v transposed [Ev][bn].
+  Result<void> load_kv16(llvm::Value* b, llvm::Value* kv0) {
+    const int kr = k_rows_node();
+    if (kr >= 0) {
+      SF_TRY(load16(kr, t_.bn, t_.e, "load_k", [&](llvm::Value* j) {
+        llvm::Value* key = b_.CreateAdd(kv0, j);
+        return std::pair{b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.s)), key), c(m_.e)), b_.CreateICmpSLT(key, c(m_.s))};
+      }, [&](llvm::Value* j, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
+        store16x8(t_.k16, b_.CreateAdd(b_.CreateMul(j, c(t_.ks)), c0), lanes);
+      }));
+    } else {  // kt is not a transpose: element by element from kt [.., E, S]
+      SF_TRY(par(t_.bn * t_.e, "load_k", [&](llvm::Value* i) -> Result<void> {
+        llvm::Value* j = b_.CreateUDiv(i, c(t_.e));
+        llvm::Value* e = b_.CreateURem(i, c(t_.e));
+        llvm::Value* col = b_.CreateAdd(kv0, j);
+        Result<llvm::Value*> x = guarded(b_.CreateICmpSLT(col, c(m_.s)), [&]() {
+          return operand(m_.kt, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.e)), e), c(m_.s)), col));
+        });
+        if (!x) return x.error();
+        put16(t_.k16, b_.CreateAdd(b_.CreateMul(j, c(t_.ks)), e), *x);
+        return ok();
+      }));
+    }
+    return load16(m_.v, t_.bn, t_.ev, "load_v", [&](llvm::Value* j) {
+      llvm::Value* key = b_.CreateAdd(kv0, j);
+      return std::pair{b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.s)), key), c(m_.ev)), b_.CreateICmpSLT(key, c(m_.s))};
+    }, [&](llvm::Value* j, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
+      for (size_t l = 0; l < 8; ++l)  // transposed: column c0 + l of v is row c0 + l here
+        store16(t_.v16, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(c0, c(static_cast<int64_t>(l))), c(t_.vs)), j), lanes[l]);
     });
   }
 
@@ -839,6 +1048,10 @@ class AttentionCode {
   // entry-block slots mem2reg promotes.
   llvm::Value* m0w_ = nullptr;
   llvm::Value *qlane_ = nullptr, *klane_ = nullptr, *vlane_ = nullptr;  // lane_ptr of q, k and v
+  std::vector<llvm::Value*> in_;     // the kernel's inputs
+  std::set<int> vec_params_;         // params read in dense runs of 8 (plan_vector_loads)
+  llvm::Value* aligned_ = nullptr;   // every one of them 16-byte aligned
+  std::map<llvm::Value*, llvm::Value*> raw_;  // load8's widened lanes -> their loaded 16-bit bits
   std::vector<llvm::Value*> o_;
   llvm::Value* mrow_[2] = {};
   llvm::Value* lrow_[2] = {};

@@ -266,6 +266,12 @@ TEST(FlashAttention, TensorCoreKernelSimulatedMatchesTheReference) {
        "  keep = tril(full([16, 40], 1.0), diagonal=8)\n"
        "  p = softmax(where(eq(keep, 0.0), -1e9, s), dim=-1)\n  out = matmul(p, v)\n  return out",
        {tc(16, 16, 1), tc(16, 32, 1), tc(32, 32, 2)}},  // the last cut to 16 rows on 2 warps: shared
+      // Arithmetic in q's and k's prologues and a view in v's: the 16-byte loads'
+      // lanes computed on, then rounded to the tile (a plain view's lanes are stored
+      // as loaded).
+      {"bf16 with prologues, E 16", "q: bf16[2, 2, 32, 16], k: bf16[2, 2, 24, 16], v: bf16[2, 24, 2, 16]",
+       "  out = scaled_dot_product_attention(mul(q, 1.5), neg(k), permute(v, dims=[0, 2, 1, 3]))\n  return out",
+       {tc(32, 16, 2), tc(16, 16, 1)}},
   };
   int registers = 0, shared = 0;
   for (const Case& c : cases) {
@@ -287,7 +293,7 @@ TEST(FlashAttention, TensorCoreKernelSimulatedMatchesTheReference) {
                             << ": max_abs_err " << cmp.max_abs_err << ", first mismatch at " << cmp.first_mismatch;
     }
   }
-  EXPECT_EQ(registers, 6) << "configs in the register-resident form";
+  EXPECT_EQ(registers, 8) << "configs in the register-resident form";
   EXPECT_EQ(shared, 5) << "configs in the shared-memory form";
   // What the tensor cores cannot take is named.
   Graph f32 = parse("q: f32[1, 1, 16, 16], k: f32[1, 1, 16, 16], v: f32[1, 1, 16, 16]",
@@ -324,7 +330,7 @@ TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
   }
   // The default tile (64 x 64, 4 warps: 16 rows a warp) at the bench block's head dim
   // takes the register-resident form: only q, k and v in shared memory, 16-bit (52
-  // KiB with the rows padded), fragments as 32-bit words, the row statistics over quads by shuffles; no
+  // KiB with the rows padded), loaded 16 bytes at a time, fragments as 32-bit words, the row statistics over quads by shuffles; no
   // f32 tile read back, no spills.
   Graph big = parse("q: bf16[1, 4, 256, 128], k: bf16[1, 2, 256, 128], v: bf16[1, 2, 256, 128]",
                     "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out");
@@ -338,6 +344,11 @@ TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
     EXPECT_NE(ptx->find("shfl.sync.bfly"), std::string::npos) << arch;
     EXPECT_NE(ptx->find("ld.shared.u32"), std::string::npos) << arch;
     EXPECT_EQ(ptx->find("ld.shared.f32"), std::string::npos) << arch << ": an f32 tile read back";
+    // q, k and v (plain params, through GQA's views) come in 16-byte loads, q and k go
+    // to their tiles 16 bytes at a time; an element-by-element path stays for
+    // misaligned pointers.
+    EXPECT_NE(ptx->find("ld.global.nc.v4.u32"), std::string::npos) << arch;
+    EXPECT_NE(ptx->find("st.shared.v4.b32"), std::string::npos) << arch;
     Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, arch);
     ASSERT_TRUE(res.ok()) << arch << ": " << res.error().str();
     EXPECT_EQ((*res)[0].spill_store_bytes, 0) << arch << ", " << (*res)[0].registers << " registers";

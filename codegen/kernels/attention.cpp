@@ -265,6 +265,24 @@ class AttentionCode {
     }
     return r;
   }
+  // ldmatrix.sync.aligned.m8n8.x4.shared.b16 (no .trans) from `lane_row` (this lane's
+  // row address, mma_layout.h's ldmatrix_x4_*_addr) plus `off` bytes: four registers.
+  std::vector<llvm::Value*> ldsm_x4(llvm::Value* lane_row, int64_t off) {
+    llvm::Value* p = b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), lane_row, static_cast<uint64_t>(off));
+    std::vector<llvm::Value*> r;
+    if (mode_ == Mode::Mma) {
+      llvm::Value* v = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16, {p->getType()}, {p});
+      for (unsigned i = 0; i < 4; ++i) r.push_back(b_.CreateExtractValue(v, {i}));
+      return r;
+    }
+    llvm::Type* i32 = b_.getInt32Ty();
+    llvm::Value* out = slot(llvm::ArrayType::get(i32, 4));
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), i32, b_.getPtrTy(), i32, b_.getPtrTy()}, false);
+    b_.CreateCall(fty, hook_[2], {hook_[0], tid32_, p, b_.getInt32(0), out});
+    for (unsigned i = 0; i < 4; ++i) r.push_back(b_.CreateLoad(i32, b_.CreateConstInBoundsGEP1_32(i32, out, i)));
+    return r;
+  }
+
   // Whether every element of `elem` (n of them) moves with the lane as element 0 does.
   template <class F>
   static bool same_lane_terms(F elem, int n) {
@@ -883,9 +901,29 @@ class AttentionCode {
         !same_lane_terms(kernels::mma_c_elem, 4))
       return fail("internal: an mma map whose elements move with the lane differently");
     m0w_ = b_.CreateMul(warp_, c(16), "m0w");
-    qlane_ = lane_ptr(kernels::mma_a_elem, t_.q16, t_.qs, m0w_, true);
-    klane_ = lane_ptr(kernels::mma_b_elem, t_.k16, t_.ks, c(0), false);
-    vlane_ = lane_ptr(kernels::mma_b_elem, t_.v16, t_.vs, c(0), false);
+    vlane_ = lane_ptr(kernels::mma_b_elem, t_.v16, t_.vs, c(0), false);  // an odd last n8 tile of v
+    // ldmatrix.x4's row addresses (mma_layout.h): A stored m x k, lane l points at
+    // (l % 16, 8 (l / 16)): registers a0a1 .. a6a7; B stored n x k (k's and v's
+    // tiles), lane l at (l % 8 + 8 (l / 16), 8 ((l / 8) % 2)): registers b0b1, b2b3 of
+    // two n8 tiles.
+    for (int l = 0; l < 32; ++l)
+      if (kernels::ldmatrix_x4_a_addr(l) != kernels::RowCol{l % 16, 8 * (l / 16)} ||
+          kernels::ldmatrix_x4_b_addr(l, kernels::SmemB::NxK) != kernels::RowCol{l % 8 + 8 * (l / 16), 8 * ((l / 8) % 2)})
+        return fail("internal: ldmatrix row addresses differ from mma_layout.h's");
+    {
+      llvm::Value* lane = b_.CreateURem(tid_, c(32));
+      llvm::Value* l16 = b_.CreateURem(lane, c(16));
+      llvm::Value* hi = b_.CreateUDiv(lane, c(16));
+      llvm::Value* l8 = b_.CreateAdd(b_.CreateURem(lane, c(8)), b_.CreateMul(hi, c(8)));
+      llvm::Value* mid = b_.CreateURem(b_.CreateUDiv(lane, c(8)), c(2));
+      auto row_ptr = [&](int64_t base, int64_t stride, llvm::Value* row, llvm::Value* col) {
+        return b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_,
+                                    b_.CreateAdd(c(base), b_.CreateMul(b_.CreateAdd(b_.CreateMul(row, c(stride)), col), c(2))));
+      };
+      qrow_ = row_ptr(t_.q16, t_.qs, b_.CreateAdd(m0w_, l16), b_.CreateMul(hi, c(8)));
+      krow_ = row_ptr(t_.k16, t_.ks, l8, b_.CreateMul(mid, c(8)));
+      vrow_ = row_ptr(t_.v16, t_.vs, l8, b_.CreateMul(mid, c(8)));
+    }
     // Every fragment load of the three tiles is one wavefront: the 32 lanes' words in
     // 32 banks (the rows' padding).
     for (int64_t stride : {t_.qs, t_.ks, t_.vs})
@@ -948,11 +986,15 @@ class AttentionCode {
     // all E / 16 of them across the loop took 32 registers a thread more, which the
     // E = 128 kernel spilled).
     std::vector<std::vector<llvm::Value*>> sc(static_cast<size_t>(nt), std::vector<llvm::Value*>(4, llvm::ConstantFP::get(f32, 0.0)));
+    // Fragments by ldmatrix.x4: q's A fragment per k step, k's B fragments two n8
+    // tiles at a time (bn / 8 is even: bn is a multiple of 16).
     for (int64_t k0 = 0; k0 < t_.e; k0 += 16) {
-      std::vector<llvm::Value*> qa = frag16(kernels::mma_a_elem, 8, qlane_, t_.qs, 0, k0, true);
-      for (int64_t j = 0; j < nt; ++j)
-        sc[static_cast<size_t>(j)] =
-            mma(qa, frag16(kernels::mma_b_elem, 4, klane_, t_.ks, 8 * j, k0, false), sc[static_cast<size_t>(j)]);
+      std::vector<llvm::Value*> qa = ldsm_x4(qrow_, k0 * 2);
+      for (int64_t j = 0; j < nt; j += 2) {
+        std::vector<llvm::Value*> kb = ldsm_x4(krow_, (8 * j * t_.ks + k0) * 2);
+        sc[static_cast<size_t>(j)] = mma(qa, {kb[0], kb[1]}, sc[static_cast<size_t>(j)]);
+        sc[static_cast<size_t>(j + 1)] = mma(qa, {kb[2], kb[3]}, sc[static_cast<size_t>(j + 1)]);
+      }
     }
     // The chain on every element (row, key): -inf outside the rows and keys.
     for (int64_t j = 0; j < nt; ++j)
@@ -1000,9 +1042,18 @@ class AttentionCode {
         el[e] = sc[static_cast<size_t>(2 * kk + tile)][static_cast<size_t>(i)];
       }
       std::vector<llvm::Value*> a = {pack(el[0], el[1]), pack(el[2], el[3]), pack(el[4], el[5]), pack(el[6], el[7])};
-      for (int64_t t = 0; t < t_.ev / 8; ++t)
-        o[static_cast<size_t>(t)] =
-            mma(a, frag16(kernels::mma_b_elem, 4, vlane_, t_.vs, 8 * t, 16 * kk, false), o[static_cast<size_t>(t)]);
+      // v's B fragments two n8 tiles at a time by ldmatrix.x4; an odd last one (Ev / 8
+      // odd) word by word.
+      for (int64_t t = 0; t < t_.ev / 8; t += 2) {
+        if (t + 1 < t_.ev / 8) {
+          std::vector<llvm::Value*> vb = ldsm_x4(vrow_, (8 * t * t_.vs + 16 * kk) * 2);
+          o[static_cast<size_t>(t)] = mma(a, {vb[0], vb[1]}, o[static_cast<size_t>(t)]);
+          o[static_cast<size_t>(t + 1)] = mma(a, {vb[2], vb[3]}, o[static_cast<size_t>(t + 1)]);
+        } else {
+          o[static_cast<size_t>(t)] =
+              mma(a, frag16(kernels::mma_b_elem, 4, vlane_, t_.vs, 8 * t, 16 * kk, false), o[static_cast<size_t>(t)]);
+        }
+      }
     }
     for (int64_t t = 0; t < t_.ev / 8; ++t)
       for (int i = 0; i < 4; ++i) b_.CreateStore(o[static_cast<size_t>(t)][static_cast<size_t>(i)], o_[static_cast<size_t>(t * 4 + i)]);
@@ -1047,7 +1098,8 @@ class AttentionCode {
   // C fragments) and its rows' running max and partial sum (rows g and g + 8), as
   // entry-block slots mem2reg promotes.
   llvm::Value* m0w_ = nullptr;
-  llvm::Value *qlane_ = nullptr, *klane_ = nullptr, *vlane_ = nullptr;  // lane_ptr of q, k and v
+  llvm::Value* vlane_ = nullptr;                                           // lane_ptr of v
+  llvm::Value *qrow_ = nullptr, *krow_ = nullptr, *vrow_ = nullptr;     // ldmatrix.x4 row addresses
   std::vector<llvm::Value*> in_;     // the kernel's inputs
   std::set<int> vec_params_;         // params read in dense runs of 8 (plan_vector_loads)
   llvm::Value* aligned_ = nullptr;   // every one of them 16-byte aligned

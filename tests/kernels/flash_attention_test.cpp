@@ -10,6 +10,7 @@
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/kernels/mma_sim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -209,8 +210,9 @@ TEST(FlashAttention, RefusesWhatItCannotHold) {
 // mma.sync and barriers simulated from the PTX ISA's fragment figures (mma_sim.h,
 // written independently of the emitter's mma_layout.h): every block of the grid, on
 // seeded inputs, against the reference.
+// `wavefronts`: the most any ldmatrix phase took (1: no bank conflict; 0: none ran).
 Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::vector<Tensor>& in, const KernelConfig& c,
-                                          std::string* hw_error) {
+                                          std::string* hw_error, int* wavefronts = nullptr) {
   Result<EmittedKernel> k = emit_attention_block_on_host(KernelSpec{"sf_flash_sim", KernelKind::Attention, group}, c);
   if (!k) return k.error();
   const LaunchShape launch = k->launch;
@@ -231,8 +233,10 @@ Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::vector<
     hooks.barrier = &mma_sim::sim_barrier;
     hooks.mma = &mma_sim::sim_mma;
     hooks.shfl_bfly = &mma_sim::sim_shfl_bfly;
+    hooks.ldmatrix_x4 = &mma_sim::sim_ldmatrix;
     block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), 0, t, blk.smem, &hooks, 0); });
     if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
+    if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);
   }
   return out;
 }
@@ -283,11 +287,16 @@ TEST(FlashAttention, TensorCoreKernelSimulatedMatchesTheReference) {
     Result<AttentionKernelInfo> info = attention_info(group);
     ASSERT_TRUE(info.ok()) << c.what << ": " << info.error().str();
     for (const KernelConfig& cfg : c.configs) {
-      ++(attention_block_shape(*info, cfg, true).registers ? registers : shared);
+      const bool regs = attention_block_shape(*info, cfg, true).registers;
+      ++(regs ? registers : shared);
       std::string hw;
-      Result<std::vector<Tensor>> got = run_simulated(group, in, cfg, &hw);
+      int wavefronts = 0;
+      Result<std::vector<Tensor>> got = run_simulated(group, in, cfg, &hw, &wavefronts);
       ASSERT_TRUE(got.ok()) << c.what << ": " << got.error().str();
       EXPECT_EQ(hw, "") << c.what;
+      // The register-resident form reads its fragments with ldmatrix.x4 from rows
+      // padded by 8 elements: every phase one wavefront.
+      EXPECT_EQ(wavefronts, regs ? 1 : 0) << c.what << " " << cfg.block_m << "x" << cfg.block_n;
       Comparison cmp = compare((*got)[0], (*want)[0], check_tolerance(g, g.outputs()[0].value));
       EXPECT_TRUE(cmp.ok()) << c.what << " " << cfg.block_m << "x" << cfg.block_n << " warps " << cfg.warps
                             << ": max_abs_err " << cmp.max_abs_err << ", first mismatch at " << cmp.first_mismatch;
@@ -330,7 +339,7 @@ TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
   }
   // The default tile (64 x 64, 4 warps: 16 rows a warp) at the bench block's head dim
   // takes the register-resident form: only q, k and v in shared memory, 16-bit (52
-  // KiB with the rows padded), loaded 16 bytes at a time, fragments as 32-bit words, the row statistics over quads by shuffles; no
+  // KiB with the rows padded), loaded 16 bytes at a time, fragments by ldmatrix.x4, the row statistics over quads by shuffles; no
   // f32 tile read back, no spills.
   Graph big = parse("q: bf16[1, 4, 256, 128], k: bf16[1, 2, 256, 128], v: bf16[1, 2, 256, 128]",
                     "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out");
@@ -342,7 +351,7 @@ TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
     Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, arch);
     ASSERT_TRUE(ptx.ok()) << ptx.error().str();
     EXPECT_NE(ptx->find("shfl.sync.bfly"), std::string::npos) << arch;
-    EXPECT_NE(ptx->find("ld.shared.u32"), std::string::npos) << arch;
+    EXPECT_NE(ptx->find("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), std::string::npos) << arch;
     EXPECT_EQ(ptx->find("ld.shared.f32"), std::string::npos) << arch << ": an f32 tile read back";
     // q, k and v (plain params, through GQA's views) come in 16-byte loads, q and k go
     // to their tiles 16 bytes at a time; an element-by-element path stays for

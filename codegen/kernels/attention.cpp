@@ -867,6 +867,16 @@ class AttentionCode {
     auto* fty = llvm::FunctionType::get(b_.getFloatTy(), {b_.getPtrTy(), b_.getInt32Ty(), b_.getFloatTy(), b_.getInt32Ty()}, false);
     return b_.CreateCall(fty, hook_[4], {hook_[0], tid32_, v, b_.getInt32(static_cast<uint32_t>(mask))});
   }
+  // exp(x) for x <= 0 whose result is rounded to 16 bits before use (p for the second
+  // product) or scales such values (alpha): 2^(x log2 e), one ex2.approx.ftz on the
+  // GPU (relative error 2^-22, against libdevice's expf's eight or so instructions),
+  // as FlashAttention's exp2f. A denormal result flushes to 0, below anything a
+  // 16-bit p keeps next to the row's largest, which is 1.
+  llvm::Value* exp_rounded(llvm::Value* x) {
+    llvm::Value* y = b_.CreateFMul(x, llvm::ConstantFP::get(b_.getFloatTy(), 1.4426950408889634));
+    if (mode_ == Mode::Mma) return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_ftz_f, {}, {y});
+    return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, y);
+  }
   llvm::Value* fmax_keep(llvm::Value* a, llvm::Value* x) { return b_.CreateSelect(b_.CreateFCmpOGT(x, a), x, a); }
 
   // Where A element e (0..7) of a 16 x 16 k step lies among the C fragments of its two
@@ -957,11 +967,13 @@ class AttentionCode {
       return ok();
     }));
     // Each row's sum over its quad; out = acc / sum, rows g and g + 8 of the warp.
+    // One division a row (the output is rounded to 16 bits: 1 / l then a product is
+    // within its tolerance); 1 / 0 = inf keeps a fully masked row's 0 * inf = NaN.
     llvm::Value* l[2];
     for (int h = 0; h < 2; ++h) {
       llvm::Value* x = b_.CreateLoad(f32, lrow_[h]);
       x = b_.CreateFAdd(x, shfl_xor(x, 1));
-      l[h] = b_.CreateFAdd(x, shfl_xor(x, 2));
+      l[h] = b_.CreateFDiv(llvm::ConstantFP::get(f32, 1.0), b_.CreateFAdd(x, shfl_xor(x, 2)));
     }
     for (int64_t t = 0; t < t_.ev / 8; ++t)
       for (int i = 0; i < 4; ++i) {
@@ -969,7 +981,7 @@ class AttentionCode {
         llvm::Value* rr = b_.CreateAdd(m0w_, coord(cr, g_, tig_));
         llvm::Value* cl = b_.CreateAdd(c(8 * t), coord(cc, g_, tig_));
         llvm::Value* row = row_of(rr);
-        llvm::Value* y = b_.CreateFDiv(b_.CreateLoad(f32, o_[static_cast<size_t>(t * 4 + i)]), l[i / 2]);
+        llvm::Value* y = b_.CreateFMul(b_.CreateLoad(f32, o_[static_cast<size_t>(t * 4 + i)]), l[i / 2]);
         SF_TRY(when(b_.CreateICmpSLT(row, c(m_.l)), [&]() -> Result<void> {
           cg_.store(Elem{y, out_dtype()}, out_, store_offset(head_of(rr), row, cl));
           return ok();
@@ -1019,12 +1031,12 @@ class AttentionCode {
       // A row that has seen only -inf keeps subtracting 0: exp(-inf - 0) = 0, no NaN.
       llvm::Value* m_safe = b_.CreateSelect(b_.CreateFCmpOEQ(mx, llvm::ConstantFP::getInfinity(f32, true)),
                                             llvm::ConstantFP::get(f32, 0.0), mx);
-      alpha[h] = cg_.math(kernels::MathFn::Exp, b_.CreateFSub(m_old, m_safe));
+      alpha[h] = exp_rounded(b_.CreateFSub(m_old, m_safe));
       llvm::Value* sum = llvm::ConstantFP::get(f32, 0.0);
       for (int64_t j = 0; j < nt; ++j)
         for (int e = 0; e < 2; ++e) {
           llvm::Value*& x = sc[static_cast<size_t>(j)][static_cast<size_t>(2 * h + e)];
-          x = cg_.math(kernels::MathFn::Exp, b_.CreateFSub(x, m_safe));
+          x = exp_rounded(b_.CreateFSub(x, m_safe));
           sum = b_.CreateFAdd(sum, x);
         }
       b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, lrow_[h]), alpha[h]), sum), lrow_[h]);

@@ -52,12 +52,11 @@ struct Tiles {
   int64_t bm = 0, bn = 0, e = 0, ev = 0;
   int64_t q = 0, k = 0, v = 0, s = 0, acc = 0, m = 0, l = 0, alpha = 0, floats = 0;
   // The register-resident form's tiles hold the operands as the tensor cores take
-  // them, 16-bit: q [bm][e] and k [bn][e] at these byte offsets, and v transposed,
-  // [ev][bn], so that every fragment register is one 32-bit load of two elements
-  // adjacent along k. Each row is padded by 8 elements (qs, ks, vs: its stride): the
-  // eight row groups of a fragment load then start 4 banks apart and its 32 words
-  // fall in 32 banks (rows of a multiple of 64 elements would all start in one bank,
-  // an 8-way conflict).
+  // them, 16-bit, rows along the head dim: q [bm][e], k [bn][e] and v [bn][ev] at these
+  // byte offsets, each row padded (qs, ks, vs: the strides) to an odd number of 16-byte
+  // chunks, so that the 8 rows an ldmatrix phase reads fall in 8 distinct 16-byte
+  // slots of a 128-byte line: one wavefront (rows of a multiple of 64 elements would
+  // all start in one bank, an 8-way conflict).
   bool regs = false;
   int64_t q16 = 0, k16 = 0, v16 = 0, qs = 0, ks = 0, vs = 0;
   Tiles(int64_t bm_, int64_t bn_, int64_t e_, int64_t ev_, bool regs_ = false)
@@ -70,13 +69,15 @@ struct Tiles {
     l = m + bm;
     alpha = l + bm;
     floats = alpha + bm;
-    qs = e + 8;
-    ks = e + 8;
-    vs = bn + 8;
+    qs = padded(e);
+    ks = padded(e);
+    vs = padded(ev);
     k16 = q16 + 2 * bm * qs;
     v16 = k16 + 2 * bn * ks;
   }
-  int64_t bytes() const { return regs ? v16 + 2 * ev * vs : floats * 4; }
+  // n (a multiple of 8) plus 8 or 16 elements: an odd number of 16-byte chunks.
+  static int64_t padded(int64_t n) { return n + ((n / 8) % 2 == 0 ? 8 : 16); }
+  int64_t bytes() const { return regs ? v16 + 2 * bn * vs : floats * 4; }
 };
 
 class AttentionCode {
@@ -234,51 +235,22 @@ class AttentionCode {
     b_.CreateAlignedStore(v, b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_, b_.CreateAdd(c(base), b_.CreateMul(i, c(2)))),
                           llvm::Align(16));
   }
-  // The lane's address of element (row0 + outer(lane), k(lane)) of a 16-bit tile at
-  // byte `base` whose rows are `stride` elements long and run along k, the maps' lane
-  // terms only (element 0's; every element of an mma map has the same): a fragment's
-  // registers are then this pointer plus constants, which the loads take as immediate
-  // offsets. (Full addresses per register are loop-invariant, and hoisting a few
-  // hundred of them out of the key loop spilled the kernel.)
-  template <class F>
-  llvm::Value* lane_ptr(F elem, int64_t base, int64_t stride, llvm::Value* row0, bool a_operand) {
-    auto [fr, fc] = fragment_map(elem, 0);
-    const Affine& outer = a_operand ? fr : fc;
-    const Affine& kk = a_operand ? fc : fr;
-    llvm::Value* o = b_.CreateAdd(row0, b_.CreateAdd(b_.CreateMul(g_, c(outer.by_g)), b_.CreateMul(tig_, c(outer.by_tig))));
-    llvm::Value* k = b_.CreateAdd(b_.CreateMul(g_, c(kk.by_g)), b_.CreateMul(tig_, c(kk.by_tig)));
-    return b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_, b_.CreateAdd(c(base), b_.CreateMul(b_.CreateAdd(b_.CreateMul(o, c(stride)), k), c(2))));
-  }
-  // An mma fragment (`elem`: mma_layout.h's A or B map, `n` elements) at rows row0 + ..
-  // and k k0 + .. (constants) from `lane`, lane_ptr's: register r is elements 2r and
-  // 2r + 1, adjacent along k, one 32-bit word.
-  template <class F>
-  std::vector<llvm::Value*> frag16(F elem, int n, llvm::Value* lane, int64_t stride, int64_t row0, int64_t k0, bool a_operand) {
-    std::vector<llvm::Value*> r;
-    for (int i = 0; i < n; i += 2) {
-      auto [fr, fc] = fragment_map(elem, i);
-      const Affine& outer = a_operand ? fr : fc;
-      const Affine& kk = a_operand ? fc : fr;
-      const int64_t off = ((row0 + outer.base) * stride + k0 + kk.base) * 2;
-      r.push_back(b_.CreateAlignedLoad(b_.getInt32Ty(), b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), lane, static_cast<uint64_t>(off)),
-                                       llvm::Align(4)));
-    }
-    return r;
-  }
-  // ldmatrix.sync.aligned.m8n8.x4.shared.b16 (no .trans) from `lane_row` (this lane's
-  // row address, mma_layout.h's ldmatrix_x4_*_addr) plus `off` bytes: four registers.
-  std::vector<llvm::Value*> ldsm_x4(llvm::Value* lane_row, int64_t off) {
+  // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 from `lane_row` (this lane's row
+  // address, mma_layout.h's ldmatrix_x4_*_addr) plus `off` bytes: four registers.
+  std::vector<llvm::Value*> ldsm_x4(llvm::Value* lane_row, int64_t off, bool trans = false) {
     llvm::Value* p = b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), lane_row, static_cast<uint64_t>(off));
     std::vector<llvm::Value*> r;
     if (mode_ == Mode::Mma) {
-      llvm::Value* v = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16, {p->getType()}, {p});
+      llvm::Value* v = b_.CreateIntrinsic(trans ? llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16
+                                                : llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16,
+                                          {p->getType()}, {p});
       for (unsigned i = 0; i < 4; ++i) r.push_back(b_.CreateExtractValue(v, {i}));
       return r;
     }
     llvm::Type* i32 = b_.getInt32Ty();
     llvm::Value* out = slot(llvm::ArrayType::get(i32, 4));
     auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), i32, b_.getPtrTy(), i32, b_.getPtrTy()}, false);
-    b_.CreateCall(fty, hook_[2], {hook_[0], tid32_, p, b_.getInt32(0), out});
+    b_.CreateCall(fty, hook_[2], {hook_[0], tid32_, p, b_.getInt32(trans ? 1 : 0), out});
     for (unsigned i = 0; i < 4; ++i) r.push_back(b_.CreateLoad(i32, b_.CreateConstInBoundsGEP1_32(i32, out, i)));
     return r;
   }
@@ -816,7 +788,7 @@ class AttentionCode {
     });
   }
 
-  // k [bn][E] (rows: keys kv0 + j) and v transposed [Ev][bn].
+  // k [bn][E] and v [bn][Ev] (rows: keys kv0 + j).
   Result<void> load_kv16(llvm::Value* b, llvm::Value* kv0) {
     const int kr = k_rows_node();
     if (kr >= 0) {
@@ -843,8 +815,7 @@ class AttentionCode {
       llvm::Value* key = b_.CreateAdd(kv0, j);
       return std::pair{b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.s)), key), c(m_.ev)), b_.CreateICmpSLT(key, c(m_.s))};
     }, [&](llvm::Value* j, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
-      for (size_t l = 0; l < 8; ++l)  // transposed: column c0 + l of v is row c0 + l here
-        store16(t_.v16, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(c0, c(static_cast<int64_t>(l))), c(t_.vs)), j), lanes[l]);
+      store16x8(t_.v16, b_.CreateAdd(b_.CreateMul(j, c(t_.vs)), c0), lanes);
     });
   }
 
@@ -911,14 +882,15 @@ class AttentionCode {
         !same_lane_terms(kernels::mma_c_elem, 4))
       return fail("internal: an mma map whose elements move with the lane differently");
     m0w_ = b_.CreateMul(warp_, c(16), "m0w");
-    vlane_ = lane_ptr(kernels::mma_b_elem, t_.v16, t_.vs, c(0), false);  // an odd last n8 tile of v
     // ldmatrix.x4's row addresses (mma_layout.h): A stored m x k, lane l points at
-    // (l % 16, 8 (l / 16)): registers a0a1 .. a6a7; B stored n x k (k's and v's
-    // tiles), lane l at (l % 8 + 8 (l / 16), 8 ((l / 8) % 2)): registers b0b1, b2b3 of
-    // two n8 tiles.
+    // (l % 16, 8 (l / 16)): registers a0a1 .. a6a7; B stored n x k (k's tile), lane l
+    // at (l % 8 + 8 (l / 16), 8 ((l / 8) % 2)): registers b0b1, b2b3 of two n8 tiles;
+    // B stored k x n (v's tile, rows keys), read with .trans, at A's addresses.
     for (int l = 0; l < 32; ++l)
       if (kernels::ldmatrix_x4_a_addr(l) != kernels::RowCol{l % 16, 8 * (l / 16)} ||
-          kernels::ldmatrix_x4_b_addr(l, kernels::SmemB::NxK) != kernels::RowCol{l % 8 + 8 * (l / 16), 8 * ((l / 8) % 2)})
+          kernels::ldmatrix_x4_b_addr(l, kernels::SmemB::NxK) != kernels::RowCol{l % 8 + 8 * (l / 16), 8 * ((l / 8) % 2)} ||
+          kernels::ldmatrix_x4_b_addr(l, kernels::SmemB::KxN) != kernels::RowCol{l % 16, 8 * (l / 16)} ||
+          !kernels::ldmatrix_b_trans(kernels::SmemB::KxN) || kernels::ldmatrix_b_trans(kernels::SmemB::NxK))
         return fail("internal: ldmatrix row addresses differ from mma_layout.h's");
     {
       llvm::Value* lane = b_.CreateURem(tid_, c(32));
@@ -932,23 +904,17 @@ class AttentionCode {
       };
       qrow_ = row_ptr(t_.q16, t_.qs, b_.CreateAdd(m0w_, l16), b_.CreateMul(hi, c(8)));
       krow_ = row_ptr(t_.k16, t_.ks, l8, b_.CreateMul(mid, c(8)));
-      vrow_ = row_ptr(t_.v16, t_.vs, l8, b_.CreateMul(mid, c(8)));
+      vrow_ = row_ptr(t_.v16, t_.vs, l16, b_.CreateMul(hi, c(8)));
     }
-    // Every fragment load of the three tiles is one wavefront: the 32 lanes' words in
-    // 32 banks (the rows' padding).
-    for (int64_t stride : {t_.qs, t_.ks, t_.vs})
-      for (bool a_op : {true, false}) {
-        std::vector<int> banks;
-        for (int lane = 0; lane < 32; ++lane) {
-          const kernels::RowCol rc = a_op ? kernels::mma_a_elem(lane, 0) : kernels::mma_b_elem(lane, 0);
-          const int64_t outer = a_op ? rc.row : rc.col, k = a_op ? rc.col : rc.row;
-          banks.push_back(static_cast<int>(((outer * stride + k) * 2 / 4) % 32));
-        }
-        std::sort(banks.begin(), banks.end());
-        if (std::adjacent_find(banks.begin(), banks.end()) != banks.end())
-          return fail("internal: a fragment load of a tile with rows of " + std::to_string(stride) +
-                      " elements hits a bank twice");
-      }
+    // Every ldmatrix phase is one wavefront: its 8 rows in 8 distinct 16-byte slots
+    // of a 128-byte line (the rows' padding).
+    for (int64_t stride : {t_.qs, t_.ks, t_.vs}) {
+      std::vector<int64_t> slots;
+      for (int64_t r = 0; r < 8; ++r) slots.push_back(r * stride * 2 % 128 / 16);
+      std::sort(slots.begin(), slots.end());
+      if (std::adjacent_find(slots.begin(), slots.end()) != slots.end())
+        return fail("internal: an ldmatrix phase over rows of " + std::to_string(stride) + " elements hits a bank twice");
+    }
     o_.clear();
     for (int64_t i = 0; i < t_.ev / 8 * 4; ++i) {
       o_.push_back(slot());
@@ -1054,17 +1020,13 @@ class AttentionCode {
         el[e] = sc[static_cast<size_t>(2 * kk + tile)][static_cast<size_t>(i)];
       }
       std::vector<llvm::Value*> a = {pack(el[0], el[1]), pack(el[2], el[3]), pack(el[4], el[5]), pack(el[6], el[7])};
-      // v's B fragments two n8 tiles at a time by ldmatrix.x4; an odd last one (Ev / 8
-      // odd) word by word.
+      // v's B fragments two n8 tiles at a time by ldmatrix.x4.trans (rows are keys);
+      // an odd last tile (Ev / 8 odd) reads 8 columns of the row's padding into
+      // registers it does not use.
       for (int64_t t = 0; t < t_.ev / 8; t += 2) {
-        if (t + 1 < t_.ev / 8) {
-          std::vector<llvm::Value*> vb = ldsm_x4(vrow_, (8 * t * t_.vs + 16 * kk) * 2);
-          o[static_cast<size_t>(t)] = mma(a, {vb[0], vb[1]}, o[static_cast<size_t>(t)]);
-          o[static_cast<size_t>(t + 1)] = mma(a, {vb[2], vb[3]}, o[static_cast<size_t>(t + 1)]);
-        } else {
-          o[static_cast<size_t>(t)] =
-              mma(a, frag16(kernels::mma_b_elem, 4, vlane_, t_.vs, 8 * t, 16 * kk, false), o[static_cast<size_t>(t)]);
-        }
+        std::vector<llvm::Value*> vb = ldsm_x4(vrow_, (16 * kk * t_.vs + 8 * t) * 2, /*trans=*/true);
+        o[static_cast<size_t>(t)] = mma(a, {vb[0], vb[1]}, o[static_cast<size_t>(t)]);
+        if (t + 1 < t_.ev / 8) o[static_cast<size_t>(t + 1)] = mma(a, {vb[2], vb[3]}, o[static_cast<size_t>(t + 1)]);
       }
     }
     for (int64_t t = 0; t < t_.ev / 8; ++t)
@@ -1110,7 +1072,6 @@ class AttentionCode {
   // C fragments) and its rows' running max and partial sum (rows g and g + 8), as
   // entry-block slots mem2reg promotes.
   llvm::Value* m0w_ = nullptr;
-  llvm::Value* vlane_ = nullptr;                                           // lane_ptr of v
   llvm::Value *qrow_ = nullptr, *krow_ = nullptr, *vrow_ = nullptr;     // ldmatrix.x4 row addresses
   std::vector<llvm::Value*> in_;     // the kernel's inputs
   std::set<int> vec_params_;         // params read in dense runs of 8 (plan_vector_loads)

@@ -1,0 +1,341 @@
+// The fused attention kernel's code builder (internal to codegen/kernels): the block's
+// tiles, how the kernel is built (Mode), and AttentionCode, which emits one block's
+// work. attention.cpp holds the host, SIMT and shared-memory tensor-core forms and
+// the emitter; attention_registers.cpp the register-resident tensor-core form
+// (docs/fusion.md, "Attention").
+#pragma once
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
+#include "codegen/kernels/attention.h"
+#include "codegen/kernels/element.h"
+#include "codegen/kernels/matmul.h"
+#include "codegen/kernels/mma_layout.h"
+
+namespace sf::attention_detail {
+
+using kernels::Elem;
+using kernels::ElementCodegen;
+using kernels::GroupValues;
+using kernels::emit_loop;
+
+inline Diag fail(std::string msg) { return Diag{"", {}, "attention emitter: " + std::move(msg)}; }
+
+// How the kernel is built: plain loops on the host; threads of a block on NVPTX, the
+// two products in FMA (Simt) or on the tensor cores (Mma: mma.sync m16n8k16); or the
+// Mma kernel built for the host with each thread a call and the warp instructions and
+// barriers calls to MmaSimHooks (MmaSim: the tests' simulation).
+enum class Mode { Host, Simt, Mma, MmaSim };
+
+// One coordinate of an mma fragment element as an affine function of the lane's group
+// (lane / 4) and thread-in-group (lane % 4): base + g * by_g + tig * by_tig, read off
+// mma_layout.h's maps (tested against the PTX ISA's figures) at lanes 0, 4 and 1.
+struct Affine {
+  int base = 0, by_g = 0, by_tig = 0;
+};
+template <class F>
+std::pair<Affine, Affine> fragment_map(F elem, int i) {
+  const kernels::RowCol l0 = elem(0, i), l4 = elem(4, i), l1 = elem(1, i);
+  return {Affine{l0.row, l4.row - l0.row, l1.row - l0.row}, Affine{l0.col, l4.col - l0.col, l1.col - l0.col}};
+}
+
+// The f32 tiles of one block, as offsets (in floats) into the block's buffer.
+// `regs`: the register-resident tensor-core form keeps the scores, accumulators and
+// row statistics in registers, and shared memory holds q, k and v only.
+struct Tiles {
+  int64_t bm = 0, bn = 0, e = 0, ev = 0;
+  int64_t q = 0, k = 0, v = 0, s = 0, acc = 0, m = 0, l = 0, alpha = 0, floats = 0;
+  // The register-resident form's tiles hold the operands as the tensor cores take
+  // them, 16-bit, rows along the head dim: q [bm][e], k [bn][e] and v [bn][ev] at these
+  // byte offsets, each row padded (qs, ks, vs: the strides) to an odd number of 16-byte
+  // chunks, so that the 8 rows an ldmatrix phase reads fall in 8 distinct 16-byte
+  // slots of a 128-byte line: one wavefront (rows of a multiple of 64 elements would
+  // all start in one bank, an 8-way conflict).
+  bool regs = false;
+  int64_t q16 = 0, k16 = 0, v16 = 0, qs = 0, ks = 0, vs = 0;
+  Tiles(int64_t bm_, int64_t bn_, int64_t e_, int64_t ev_, bool regs_ = false)
+      : bm(bm_), bn(bn_), e(e_), ev(ev_), regs(regs_) {
+    k = q + bm * e;
+    v = k + bn * e;
+    s = v + bn * ev;
+    acc = s + bm * bn;
+    m = acc + bm * ev;
+    l = m + bm;
+    alpha = l + bm;
+    floats = alpha + bm;
+    qs = padded(e);
+    ks = padded(e);
+    vs = padded(ev);
+    k16 = q16 + 2 * bm * qs;
+    v16 = k16 + 2 * bn * ks;
+  }
+  // n (a multiple of 8) plus 8 or 16 elements: an odd number of 16-byte chunks.
+  static int64_t padded(int64_t n) { return n + ((n / 8) % 2 == 0 ? 8 : 16); }
+  int64_t bytes() const { return regs ? v16 + 2 * bn * vs : floats * 4; }
+};
+
+class AttentionCode {
+ public:
+  AttentionCode(const KernelSpec& spec, const AttentionKernelInfo& info, const Tiles& t, Mode mode,
+                llvm::IRBuilderBase& b, ElementCodegen& cg)
+      : spec_(spec), info_(info), m_(info.match), t_(t), mode_(mode), b_(b), cg_(cg) {}
+
+  // MmaSim: the hooks table (MmaSimHooks: ctx, barrier, ldmatrix_x4, mma, ...) and
+  // the thread's index as the hooks take it.
+  // Index 4 here is MmaSimHooks' shfl_bfly (its 17th pointer).
+  void sim_hooks(llvm::Value* hooks, llvm::Value* tid32);
+  // The register-resident form (tensor cores, block_m = 16 x warps): each warp keeps
+  // its 16 rows' scores, probabilities, output accumulators and row statistics in
+  // mma fragments, FlashAttention-2's layout.
+  void set_registers(bool on) { regs_ = on; }
+
+  // The whole kernel body for block `bid` (an i64 below blocks()).
+  Result<void> block(llvm::Value* bid, llvm::Value* buf, llvm::Value* tid, llvm::Value* nthreads,
+                     const std::vector<llvm::Value*>& in, llvm::Value* out);
+
+  int64_t query_tiles() const { return std::max<int64_t>((m_.l + rph_ - 1) / rph_, 1); }
+  int64_t blocks() const { return info_.batches / group_ * (m_.l > 0 ? (m_.l + rph_ - 1) / rph_ : 0); }
+  // G query heads of one kv head per block, rph rows of each (G * rph = the tile's rows).
+  void set_groups(int64_t group, int64_t rows_per_head) {
+    group_ = group;
+    rph_ = rows_per_head;
+  }
+
+ private:
+  static Result<void> ok() { return {}; }
+  // Whether the block's work is spread over threads (every mode but the host's loops).
+  bool threaded() const { return mode_ != Mode::Host; }
+  // Block row r's query row and batch index (its head): q0 + r % rph, b + r / rph.
+  llvm::Value* row_of(llvm::Value* r) {
+    return b_.CreateAdd(q0_, group_ == 1 ? r : b_.CreateURem(r, c(rph_)));
+  }
+  llvm::Value* head_of(llvm::Value* r) { return group_ == 1 ? b0_ : b_.CreateAdd(b0_, b_.CreateUDiv(r, c(rph_))); }
+  llvm::Value* c(int64_t v) { return b_.getInt64(static_cast<uint64_t>(v)); }
+  DType out_dtype() const { return spec_.group.node(m_.out).type.dtype; }
+
+  // The block's buffer, float `base + i`.
+  llvm::Value* at(int64_t base, llvm::Value* i) {
+    return b_.CreateInBoundsGEP(b_.getFloatTy(), buf_, b_.CreateAdd(c(base), i));
+  }
+  // A float variable in the entry block (promoted to a register by mem2reg; an alloca
+  // inside a loop would take stack on every iteration).
+  llvm::Value* slot(llvm::Type* t = nullptr) {
+    llvm::BasicBlock& entry = b_.GetInsertBlock()->getParent()->getEntryBlock();
+    llvm::IRBuilder<> e(&entry, entry.getFirstInsertionPt());
+    return e.CreateAlloca(t ? t : b_.getFloatTy());
+  }
+  llvm::Value* get(int64_t base, llvm::Value* i) { return b_.CreateLoad(b_.getFloatTy(), at(base, i)); }
+  // The register-resident form's 16-bit tiles: element i of the tile at byte `base`
+  // stored rounded to the operand dtype.
+  void put16(int64_t base, llvm::Value* i, llvm::Value* x) { store16(base, i, to16(x)); }
+  // 16-bit bits `bits` (an i16) at element i of the tile at byte `base`.
+  void store16(int64_t base, llvm::Value* i, llvm::Value* bits);
+  // Eight of them at elements i .. i + 7 (i a multiple of 8, the tile 16-byte aligned):
+  // one 16-byte store.
+  void store16x8(int64_t base, llvm::Value* i, const std::vector<llvm::Value*>& bits);
+  // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 from `lane_row` (this lane's row
+  // address, mma_layout.h's ldmatrix_x4_*_addr) plus `off` bytes: four registers.
+  std::vector<llvm::Value*> ldsm_x4(llvm::Value* lane_row, int64_t off, bool trans = false);
+
+  // Whether every element of `elem` (n of them) moves with the lane as element 0 does.
+  template <class F>
+  static bool same_lane_terms(F elem, int n) {
+    auto [r0, c0] = fragment_map(elem, 0);
+    for (int i = 1; i < n; ++i) {
+      auto [r, col] = fragment_map(elem, i);
+      if (r.by_g != r0.by_g || r.by_tig != r0.by_tig || col.by_g != c0.by_g || col.by_tig != c0.by_tig) return false;
+    }
+    return true;
+  }
+  void put(int64_t base, llvm::Value* i, llvm::Value* v) { b_.CreateStore(v, at(base, i)); }
+
+  // for (i = 0; i < n; ++i) body(i), spread over the block's threads (a block apart)
+  // with a barrier after it on NVPTX; a plain loop on the host.
+  Result<void> par(int64_t n, const std::string& name, const std::function<Result<void>(llvm::Value*)>& body) {
+    Result<void> r = threaded() ? emit_loop(b_, tid_, c(n), nthreads_, name, body) : emit_loop(b_, c(0), c(n), c(1), name, body);
+    if (!r) return r;
+    if (threaded()) barrier();
+    return r;
+  }
+  void barrier() {
+    if (mode_ == Mode::MmaSim) {
+      b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy()}, false), hook_[1], {hook_[0]});
+      return;
+    }
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+  }
+
+  // ---- the tensor-core products (Mode::Mma, MmaSim) ------------------------------
+
+  bool f16() const { return score_in_dtype() == DType::F16; }
+  DType score_in_dtype() const { return spec_.group.node(m_.q).type.dtype == DType::F16 ? DType::F16 : DType::BF16; }
+  // f32 x, y rounded to the operand dtype and packed in one .b32, x in the low half.
+  llvm::Value* pack(llvm::Value* x, llvm::Value* y);
+  llvm::Value* coord(const Affine& a, llvm::Value* g, llvm::Value* tig) {
+    return b_.CreateAdd(c(a.base), b_.CreateAdd(b_.CreateMul(g, c(a.by_g)), b_.CreateMul(tig, c(a.by_tig))));
+  }
+  // The A fragment (16 x 16) at (m0, k0) of the f32 tile at `base` with rows of `stride`.
+  std::vector<llvm::Value*> frag_a(int64_t base, int64_t stride, llvm::Value* m0, llvm::Value* k0);
+  // The B fragment (16 x 8) at (k0, n0): element (k, n) from the f32 tile at `base`,
+  // at (k0 + k) * k_stride + (n0 + n) * n_stride.
+  std::vector<llvm::Value*> frag_b(int64_t base, int64_t k_stride, int64_t n_stride, llvm::Value* k0, llvm::Value* n0);
+  // Where C/D element i (16 x 8 at (m0, n0)) lies in a tile with rows of `stride`.
+  llvm::Value* c_index(int i, llvm::Value* m0, llvm::Value* n0, int64_t stride, llvm::Value** row_out = nullptr);
+  // D = A B + C, mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32.
+  std::vector<llvm::Value*> mma(const std::vector<llvm::Value*>& a, const std::vector<llvm::Value*>& bf,
+                                const std::vector<llvm::Value*>& cf);
+  // for (tile = warp; tile < tiles; tile += warps): warp-uniform, as mma.sync needs.
+  Result<void> per_warp_tile(int64_t tiles, const std::string& name, const std::function<Result<void>(llvm::Value*)>& body);
+  // `k_steps` products accumulated on `acc` (4 f32 slots), one per k0 = 0, 16, ...
+  Result<void> accumulate(llvm::Value* acc, int64_t k, const std::string& name,
+                          const std::function<void(llvm::Value* k0, std::vector<llvm::Value*>&, std::vector<llvm::Value*>&)>& frags);
+
+  // `body` where `cond` holds.
+  Result<void> when(llvm::Value* cond, const std::function<Result<void>()>& body);
+  // body() where `cond` holds, else `other` (0 by default): an f32.
+  Result<llvm::Value*> guarded(llvm::Value* cond, const std::function<Result<llvm::Value*>()>& body,
+                               llvm::Value* other = nullptr);
+
+  // Value `v` (q, kt or v: a float tensor of the group) at flat index `flat` of its
+  // own shape, through its prologue, as f32.
+  // `coords`: v's coordinates at `flat`, when known (generators such as a causal
+  // mask's tril then read them instead of dividing the flat index).
+  Result<llvm::Value*> operand(int v, llvm::Value* flat, GroupValues::Hook hook = {},
+                               std::vector<llvm::Value*> coords = {});
+
+  // The chain's logit at block row r and key `col` from the raw dot product `raw()`
+  // (called only inside the rows and keys); -inf outside them.
+  Result<llvm::Value*> logit(llvm::Value* r, llvm::Value* col, const std::function<Result<llvm::Value*>()>& raw);
+
+  Result<void> key_tile(llvm::Value* b, llvm::Value* kv0);
+
+  // k [bn, E] from kt [.., E, S]; v [bn, Ev] from v [.., S, Ev], through their
+  // prologues, zero past the keys.
+  Result<void> load_kv(llvm::Value* b, llvm::Value* kv0);
+  // kt's tile element by element: store(i, key j, e, value) for i = j E + e.
+  Result<void> load_k_elements(llvm::Value* b, llvm::Value* kv0,
+                               const std::function<void(llvm::Value*, llvm::Value*, llvm::Value*, llvm::Value*)>& store);
+
+  // The shared-memory forms' products and softmax over the loaded k and v tiles.
+  Result<void> products(llvm::Value* kv0);
+
+  // ---- the register-resident form's loads -----------------------------------------
+  // The 16-bit tiles are filled 8 elements along the head dim at a time. Where a
+  // param reaches the operand through views only, in runs of 8 dense elements (the
+  // projections' heads, GQA's repeat, a transpose's input), its 8 elements are one
+  // 16-byte load when every such param is 16-byte aligned (checked once per block,
+  // else element by element); arithmetic in the prologue (RoPE) runs per element
+  // on the loaded lanes. k's rows are read from its transpose's input, [.., S, E],
+  // whose head dim is contiguous.
+
+  // The node k's rows are read from: kt's input where kt = transpose(k, -2, -1).
+  int k_rows_node() const;
+
+  // Which params q, k's rows and v read in dense runs of 8, and whether all of them
+  // are 16-byte aligned here (aligned_).
+  void plan_vector_loads();
+
+  // Elements index .. index + 7 of `ptr` (dtype t, 16-byte aligned there), widened. On
+  // NVPTX each 16 bytes is one ld.global.nc.v4 (llvm.nvvm.ldg): a plain vector load
+  // whose lanes are only extracted is split into scalar loads by LLVM's vector
+  // combining, which the lanes' per-element arithmetic invites here.
+  std::vector<Elem> load8(DType t, llvm::Value* ptr, llvm::Value* index);
+  // v rounded to the tiles' 16-bit dtype, as stored: a lane load8 read and nothing
+  // changed is its loaded bits (no rounding code for a plain copy).
+  llvm::Value* to16(llvm::Value* v);
+
+  // Elements c0 .. c0 + 7 of `node` from flat index `flat` (c0 a multiple of 8 along
+  // its contiguous last dim), through its prologue, as the tiles store them (to16).
+  // `vector`: the dense params come in 16-byte loads.
+  Result<std::vector<llvm::Value*>> lanes8(int node, llvm::Value* flat, bool vector);
+
+  // For each of `rows` tile rows and chunk of 8 of its `cols`: `row_base(r)` gives the
+  // node's flat index of (r, 0) and whether the row exists (else zeros), `store` puts
+  // the 8 values; spread over the block's threads, a barrier after.
+  Result<void> load16(int node, int64_t rows, int64_t cols, const std::string& name,
+                      const std::function<std::pair<llvm::Value*, llvm::Value*>(llvm::Value*)>& row_base,
+                      const std::function<void(llvm::Value*, llvm::Value*, const std::vector<llvm::Value*>&)>& store);
+
+  // k [bn][E] and v [bn][Ev] (rows: keys kv0 + j).
+  Result<void> load_kv16(llvm::Value* b, llvm::Value* kv0);
+
+  // ---- the register-resident tensor-core form (regs_) -------------------------------
+  // Warp w owns block rows 16w .. 16w + 15. Per key tile it computes its 16 x bn scores as bn / 8 mma C fragments (4 f32 a thread:
+  // rows g and g + 8 of the warp's 16, columns 2 tig and 2 tig + 1 of each 8), runs the
+  // chain and the online softmax on them in registers (a row's max over the 4 threads
+  // of its quad by two butterfly shuffles; its sum kept per thread and added over the
+  // quad once at the end, the rescaling being the same for the 4), turns the
+  // probabilities into mma A fragments without leaving registers (C elements of key
+  // columns 16kk .. 16kk + 15 are exactly the A elements of that k step, read off
+  // mma_layout.h), and multiplies them by v into output accumulators that stay in
+  // registers until the store. Shared memory holds q, k and v only.
+
+  // v exchanged with the lane `mask` away (shfl.sync.bfly), every lane of the warp.
+  llvm::Value* shfl_xor(llvm::Value* v, int mask);
+  // exp(x) for x <= 0 whose result is rounded to 16 bits before use (p for the second
+  // product) or scales such values (alpha): 2^(x log2 e), one ex2.approx.ftz on the
+  // GPU (relative error 2^-22, against libdevice's expf's eight or so instructions),
+  // as FlashAttention's exp2f. A denormal result flushes to 0, below anything a
+  // 16-bit p keeps next to the row's largest, which is 1.
+  llvm::Value* exp_rounded(llvm::Value* x);
+  llvm::Value* fmax_keep(llvm::Value* a, llvm::Value* x) { return b_.CreateSelect(b_.CreateFCmpOGT(x, a), x, a); }
+
+  // Where A element e (0..7) of a 16 x 16 k step lies among the C fragments of its two
+  // 16 x 8 column tiles: (tile 0 or 1, C element), from mma_layout.h's maps.
+  static std::pair<int, int> a_from_c(int e);
+
+  Result<void> warp_rows(llvm::Value* b, llvm::Value* kv_end);
+
+  Result<void> key_tile_regs(llvm::Value* kv0);
+
+  DType score_dtype() const { return spec_.group.node(m_.scores).type.dtype; }
+  // The host's dot products: 8 lanes, 2 partial sums (a reordered f32 sum, as the
+  // host matmul's); none on NVPTX, where a thread's sum stays in order.
+  kernels::LoopHints host_hints() const { return threaded() ? kernels::LoopHints{} : kernels::LoopHints{8, 2}; }
+
+  // The batch dims' coordinates of flat batch index b, outermost first.
+  std::vector<llvm::Value*> batch_coords(llvm::Value* b);
+
+  // The element offset of (batch b, row, col) of the attention's result in the output.
+  llvm::Value* store_offset(llvm::Value* b, llvm::Value* row, llvm::Value* col);
+
+  const KernelSpec& spec_;
+  const AttentionKernelInfo& info_;
+  const AttentionMatch& m_;
+  const Tiles& t_;
+  Mode mode_;
+  llvm::Value* hook_[5] = {};
+  bool regs_ = false;
+  // The register-resident form: the warp's first row, its output accumulators (ev / 8
+  // C fragments) and its rows' running max and partial sum (rows g and g + 8), as
+  // entry-block slots mem2reg promotes.
+  llvm::Value* m0w_ = nullptr;
+  llvm::Value *qrow_ = nullptr, *krow_ = nullptr, *vrow_ = nullptr;     // ldmatrix.x4 row addresses
+  std::vector<llvm::Value*> in_;     // the kernel's inputs
+  std::set<int> vec_params_;         // params read in dense runs of 8 (plan_vector_loads)
+  llvm::Value* aligned_ = nullptr;   // every one of them 16-byte aligned
+  std::map<llvm::Value*, llvm::Value*> raw_;  // load8's widened lanes -> their loaded 16-bit bits
+  std::vector<llvm::Value*> o_;
+  llvm::Value* mrow_[2] = {};
+  llvm::Value* lrow_[2] = {};
+  llvm::Value* tid32_ = nullptr;
+  llvm::Value *warp_ = nullptr, *warps_ = nullptr, *g_ = nullptr, *tig_ = nullptr;
+  int64_t group_ = 1, rph_ = 1;
+  llvm::Value *b0_ = nullptr, *q0_ = nullptr;
+  llvm::IRBuilderBase& b_;
+  ElementCodegen& cg_;
+  GroupValues* gv_ = nullptr;
+  llvm::Value *buf_ = nullptr, *tid_ = nullptr, *nthreads_ = nullptr, *out_ = nullptr;
+};
+
+}  // namespace sf::attention_detail

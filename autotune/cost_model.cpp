@@ -198,6 +198,23 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
     double mem = std::max(dram, l2_traffic / 4) / (sm_bw * busy_sms);
     return std::max(compute, mem) + t.launch_us;
   }
+  if (p.kind == KernelKind::Attention && b.tensor_cores && t.tensor16_gflops > 0) {
+    // The tensor-core kernel (mma.sync): its products at half the 16-bit dense peak
+    // (mma.sync, with the softmax between the two products), halved again where the
+    // scores and output pass through shared memory (block_m not 16 rows a warp: the
+    // register-resident form does not apply), with enough warps per SM to cover the
+    // latencies; K and V read once per query tile through L2 (taken as 4x DRAM's
+    // bandwidth, as for the matmul), DRAM seeing each tensor about once. Estimates,
+    // to rank.
+    const bool registers = c.block_m == 16 * c.warps;
+    const double f_occ = std::min(1.0, warps_per_sm / kWarpsForCompute);
+    const double rate = t.tensor16_gflops * 1e3 * (busy_sms / t.sms) * 0.5 * (registers ? 1.0 : 0.5) * f_occ;
+    double compute = double(p.flops) / rate;
+    const double tiles = std::ceil(double(p.m) / std::max(c.block_m, 1));
+    const double l2 = double(p.batch) * tiles * double(p.n) * double(p.k + p.cols) * p.elem_bytes;
+    double mem = std::max(double(p.bytes), l2 / 4) / (sm_bw * busy_sms);
+    return std::max(compute, mem) + t.launch_us;
+  }
   if (p.kind == KernelKind::Attention) {
     // The SIMT attention kernel: every product reads both factors from shared memory
     // (a quarter of the FMA rate, an estimate), with enough warps to cover the

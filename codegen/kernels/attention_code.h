@@ -146,17 +146,6 @@ class AttentionCode {
   // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 from `lane_row` (this lane's row
   // address, mma_layout.h's ldmatrix_x4_*_addr) plus `off` bytes: four registers.
   std::vector<llvm::Value*> ldsm_x4(llvm::Value* lane_row, int64_t off, bool trans = false);
-
-  // Whether every element of `elem` (n of them) moves with the lane as element 0 does.
-  template <class F>
-  static bool same_lane_terms(F elem, int n) {
-    auto [r0, c0] = fragment_map(elem, 0);
-    for (int i = 1; i < n; ++i) {
-      auto [r, col] = fragment_map(elem, i);
-      if (r.by_g != r0.by_g || r.by_tig != r0.by_tig || col.by_g != c0.by_g || col.by_tig != c0.by_tig) return false;
-    }
-    return true;
-  }
   void put(int64_t base, llvm::Value* i, llvm::Value* v) { b_.CreateStore(v, at(base, i)); }
 
   // for (i = 0; i < n; ++i) body(i), spread over the block's threads (a block apart)
@@ -270,8 +259,9 @@ class AttentionCode {
   Result<void> load_kv16(llvm::Value* b, llvm::Value* kv0);
 
   // ---- the register-resident tensor-core form (regs_) -------------------------------
-  // Warp w owns block rows 16w .. 16w + 15. Per key tile it computes its 16 x bn scores as bn / 8 mma C fragments (4 f32 a thread:
-  // rows g and g + 8 of the warp's 16, columns 2 tig and 2 tig + 1 of each 8), runs the
+  // Warp w owns block rows 16w .. 16w + 15. Per key tile it computes its 16 x bn
+  // scores as bn / 8 mma C fragments (4 f32 a thread: rows g and g + 8 of the warp's
+  // 16, columns 2 tig and 2 tig + 1 of each 8), runs the
   // chain and the online softmax on them in registers (a row's max over the 4 threads
   // of its quad by two butterfly shuffles; its sum kept per thread and added over the
   // quad once at the end, the rescaling being the same for the 4), turns the

@@ -227,19 +227,6 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
   llvm::Type* f32 = b_.getFloatTy();
   for (int e = 0; e < 8; ++e)
     if (a_from_c(e).first < 0) return fail("internal: an A fragment element is no C fragment element");
-  // frag16's words: elements 2r and 2r + 1 of A (row m, col k) and B (row k, col n)
-  // are neighbours along k.
-  for (int lane : {0, 5, 31})
-    for (int i = 0; i < 8; i += 2) {
-      const kernels::RowCol a0 = kernels::mma_a_elem(lane, i), a1 = kernels::mma_a_elem(lane, i + 1);
-      if (a1.row != a0.row || a1.col != a0.col + 1) return fail("internal: A fragment pairs do not run along k");
-      if (i >= 4) continue;
-      const kernels::RowCol b0 = kernels::mma_b_elem(lane, i), b1 = kernels::mma_b_elem(lane, i + 1);
-      if (b1.col != b0.col || b1.row != b0.row + 1) return fail("internal: B fragment pairs do not run along k");
-    }
-  if (!same_lane_terms(kernels::mma_a_elem, 8) || !same_lane_terms(kernels::mma_b_elem, 4) ||
-      !same_lane_terms(kernels::mma_c_elem, 4))
-    return fail("internal: an mma map whose elements move with the lane differently");
   m0w_ = b_.CreateMul(warp_, c(16), "m0w");
   // ldmatrix.x4's row addresses (mma_layout.h): A stored m x k, lane l points at
   // (l % 16, 8 (l / 16)): registers a0a1 .. a6a7; B stored n x k (k's tile), lane l

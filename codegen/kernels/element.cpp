@@ -173,6 +173,18 @@ std::vector<Elem> ElementCodegen::load_vector(DType t, llvm::Value* ptr, llvm::V
       out.push_back({widen(t, b_.CreateAlignedLoad(st, p, align)), t});
       continue;
     }
+    if (t == DType::BF16) {
+      // Two bf16 a 32-bit word: the low one is the word shifted up 16, the high one the
+      // word with its low half cleared, each one instruction (extracting 16-bit lanes
+      // first took three: unpack, widen, shift).
+      llvm::Value* words = b_.CreateAlignedLoad(llvm::FixedVectorType::get(b_.getInt32Ty(), static_cast<unsigned>(pe / 2)), p, align);
+      for (int64_t l = 0; l < pe; l += 2) {
+        llvm::Value* w = b_.CreateExtractElement(words, static_cast<uint64_t>(l / 2));
+        out.push_back({b_.CreateBitCast(b_.CreateShl(w, 16), b_.getFloatTy()), t});
+        out.push_back({b_.CreateBitCast(b_.CreateAnd(w, b_.getInt32(0xFFFF0000u)), b_.getFloatTy()), t});
+      }
+      continue;
+    }
     llvm::Value* vec = b_.CreateAlignedLoad(llvm::FixedVectorType::get(st, static_cast<unsigned>(pe)), p, align);
     for (int64_t l = 0; l < pe; ++l) out.push_back({widen(t, b_.CreateExtractElement(vec, static_cast<uint64_t>(l))), t});
   }

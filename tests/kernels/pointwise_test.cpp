@@ -677,6 +677,10 @@ TEST(PointwiseNvptx, HalfVectorsAre128Bits) {
   EXPECT_NE(p.ptx.find("ld.global.v4.b32"), std::string::npos) << p.ptx;
   EXPECT_NE(p.ptx.find("st.global.v4.b32"), std::string::npos) << p.ptx;
   EXPECT_NE(p.ptx.find("cvt.rn.f16.f32"), std::string::npos);
+  // bf16 y comes as 32-bit words, each pair widened by a shift and a mask, with no
+  // 16-bit lane extracted first.
+  EXPECT_NE(p.ptx.find("ld.global.v4.u32"), std::string::npos) << p.ptx;
+  EXPECT_EQ(p.ptx.find("cvt.u32.u16"), std::string::npos) << p.ptx;
   EXPECT_EQ(p.launch.grid[0], 1);  // 4096 / (256 * 8 * 2)
 }
 

@@ -814,7 +814,8 @@ TEST(ReductionNvptx, PersistentRowsLoadOnceWith128BitAccesses) {
   EXPECT_TRUE(lni->persistent);
   EXPECT_EQ(lni->vector, 8);
   Ptx lnp = emit_ptx(ln, "sm_90a", *lc);
-  EXPECT_GE(count(lnp.ptx, "ld.global.v4.b32") + count(lnp.ptx, "ld.global.nc.v4.b32"), 1u) << "no 16-byte bf16 load";
+  // (bf16 pairs come as 32-bit words, unpacked by a shift or a mask: .u32.)
+  EXPECT_GE(count(lnp.ptx, "ld.global.v4.u32") + count(lnp.ptx, "ld.global.nc.v4.u32"), 1u) << "no 16-byte bf16 load";
   EXPECT_GE(count(lnp.ptx, "st.global.v4.b32"), 1u) << "no 16-byte bf16 store";
 }
 

@@ -140,6 +140,7 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
   if (!pow2(c.warps) || c.warps > 16) return no("warps = " + num(c.warps) + " is not a power of two in 1..16");
   if (c.stages < 2 || c.stages > 8) return no("stages = " + num(c.stages) + " is outside 2..8 (a cp.async pipeline)");
   if (c.group_m < 1) return no("group_m = " + num(c.group_m) + " must be positive");
+  if (c.pingpong < 0 || c.pingpong > 1) return no("pingpong = " + num(c.pingpong) + " is not 0 or 1");
   MmaTiling t;
   t.bm = c.block_m;
   t.bn = c.block_n;
@@ -194,7 +195,6 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
       sync_unfit = "each thread would hold " + num(t.mi * t.ni * 4) + " accumulators (a " + num(t.warp_m) + "x" +
                    num(t.warp_n) + " warp tile); at most 128 fit in registers";
   }
-  if (c.pingpong < 0 || c.pingpong > 1) return no("pingpong = " + num(c.pingpong) + " is not 0 or 1");
   if (wgmma_arch) {
     std::optional<std::string> unfit = wgmma_unfit(t, c.pingpong == 1);
     if (!unfit) {

@@ -274,7 +274,8 @@ TEST(ExecFakeDriver, TmaKernelsTakeTheirTensorMapsAfterTheOutputs) {
 
 // compile --matmul-config: every matmul kernel takes the given config (config_source
 // "flag"): a persistent warp-specialised one launches its 384 threads on a grid of
-// min(persistent, tiles) blocks, and exec launches it so on the fake driver. A config
+// min(persistent, tiles) blocks, and exec launches it so on the fake driver; so does a
+// ping-pong one. A config
 // whose tensor-core knobs the kernel cannot take, or a text with a field that is not a
 // matmul's, a repeated field or a bad value, is an error naming it.
 TEST(ExecFakeDriver, MatmulConfigFromTheCommandLine) {
@@ -297,11 +298,22 @@ TEST(ExecFakeDriver, MatmulConfigFromTheCommandLine) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].grid, "12,1,1");
   EXPECT_EQ(got[0].block, "384,1,1");
+  // Ping-pong: the same 384 threads, 64 x 128 tiles (8 x 8 = 64 of them) over 12 blocks.
+  const std::string pp = compile_to(t, t / "g.sf", "pp", "--matmul-config 'block_m=64 block_n=128 block_k=64 warps=8 "
+                                                        "stages=3 warp_specialize=1 persistent=12 pingpong=1'");
+  Plan pplan = read_plan(pp);
+  ASSERT_EQ(pplan.kernels.size(), 1u);
+  EXPECT_NE(pplan.kernels[0].config.find("pingpong=1"), std::string::npos) << pplan.kernels[0].config;
+  EXPECT_EQ(pplan.kernels[0].grid[0], 12);
+  EXPECT_EQ(pplan.kernels[0].block[0], 384);
   struct Bad {
     std::string flags, says;
   };
   for (const Bad& b : {Bad{"--no-tma --matmul-config 'block_m=128 block_n=128 warps=8 block_k=64 stages=4 warp_specialize=1'", "not TMA: --no-tma"},
                        Bad{"--matmul-config 'block=128'", "'block' is not a matmul field"},
+                       Bad{"--matmul-config 'pingpong=2'", "pingpong = 2 is not 0 or 1"},
+                       Bad{"--matmul-config 'block_m=64 block_n=64 block_k=64 warps=4 stages=3 warp_specialize=1 persistent=3 pingpong=1'",
+                           "pingpong = 1 needs two consumer warpgroups (warps = 8)"},
                        Bad{"--matmul-config 'warps=4 warps=8'", "warps given twice"},
                        Bad{"--matmul-config 'warps=x'", "'x' is not an integer"},
                        Bad{"--matmul-config ' '", "no field given"}}) {

@@ -48,8 +48,11 @@ const Field* find_field(std::string_view name) {
   return nullptr;
 }
 
-// The fields that decide the generated code for (kind, target), in a fixed order.
-std::vector<const char*> relevant(KernelKind kind, ConfigTarget t) {
+int get(const KernelConfig& c, const Field& f) { return f.ip ? c.*(f.ip) : (c.*(f.bp) ? 1 : 0); }
+
+}  // namespace
+
+std::vector<const char*> config_fields(KernelKind kind, ConfigTarget t) {
   if (t == ConfigTarget::Host) {
     switch (kind) {
       case KernelKind::Pointwise:
@@ -64,16 +67,13 @@ std::vector<const char*> relevant(KernelKind kind, ConfigTarget t) {
     case KernelKind::Reduction:
       return {"rows_per_block", "threads_per_row", "split_reduction", "grid_stride", "max_blocks"};
     case KernelKind::Matmul:
-      return {"block_m", "block_n", "block_k", "warps", "stages", "group_m", "split_k", "warp_specialize", "persistent", "pingpong"};
+      return {"block_m", "block_n", "block_k", "warps",      "stages",
+              "group_m", "split_k", "warp_specialize", "persistent", "pingpong"};
     case KernelKind::Gather: return {"block", "max_blocks"};
     case KernelKind::Attention: return {"block_m", "block_n", "warps"};
   }
   return {};
 }
-
-int get(const KernelConfig& c, const Field& f) { return f.ip ? c.*(f.ip) : (c.*(f.bp) ? 1 : 0); }
-
-}  // namespace
 
 // Fields written only where they differ from the default (knobs added after caches
 // and plans were written keep those texts valid and unchanged).
@@ -84,7 +84,7 @@ static bool omitted_at_default(std::string_view name, const KernelConfig& c) {
 
 std::string config_str(KernelKind kind, ConfigTarget target, const KernelConfig& c) {
   std::string s;
-  for (const char* name : relevant(kind, target)) {
+  for (const char* name : config_fields(kind, target)) {
     if (omitted_at_default(name, c)) continue;
     if (!s.empty()) s += ' ';
     s += name;
@@ -96,7 +96,7 @@ std::string config_str(KernelKind kind, ConfigTarget target, const KernelConfig&
 
 nlohmann::json config_to_json(KernelKind kind, ConfigTarget target, const KernelConfig& c) {
   nlohmann::json j = nlohmann::json::object();
-  for (const char* name : relevant(kind, target)) {
+  for (const char* name : config_fields(kind, target)) {
     if (omitted_at_default(name, c)) continue;
     const Field& f = *find_field(name);
     if (f.bp)

@@ -75,6 +75,10 @@ struct KernelConfig {
 // fields matter.
 enum class ConfigTarget : uint8_t { Host, Gpu };
 
+// The fields that decide the generated code for (kind, target), in a fixed order
+// ("block_m", "block_n", ... for a GPU matmul).
+std::vector<const char*> config_fields(KernelKind kind, ConfigTarget target);
+
 // The fields that matter for (kind, target), as "name=value" pairs joined by
 // spaces in a fixed order, e.g. "block=256 vector=4 elems_per_thread=1
 // grid_stride=1 max_blocks=4096". Two configs with the same text build the same

@@ -82,7 +82,9 @@ TEST(FuseAttention, LlamaBlockHasOneAttentionKernelAndNoCopies) {
       for (const char* op : {"neg", "concat", "matmul", "exp", "expand", "tril"})
         EXPECT_TRUE(has_op(*a[0], op)) << "world " << world << ": " << op << " not in " << a[0]->name;
       if (world == 3) continue;
-      if (world == 2) EXPECT_EQ(a[0]->ops.back(), "reshape") << "stores the head merge";
+      if (world == 2) {
+        EXPECT_EQ(a[0]->ops.back(), "reshape") << "stores the head merge";
+      }
       for (const LocalKernel& k : p.kernels) EXPECT_FALSE(copies_only(k)) << "world " << world << ": " << k.name;
     }
   }

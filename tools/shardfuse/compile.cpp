@@ -4,6 +4,7 @@
 #include <set>
 #include <sstream>
 
+#include "autotune/config.h"
 #include "runtime/core/file_io.h"
 #include "codegen/kernels/compile_plan.h"
 #include "codegen/kernels/tune.h"
@@ -36,15 +37,16 @@ struct CompileCliOptions {
 // --matmul-config: matmul fields only (a pointwise or host knob would be ignored, so it
 // is refused instead), each once, parsed as a cache's config text is.
 std::optional<KernelConfig> parse_matmul_config(const std::string& text) {
-  static const std::set<std::string> fields = {"block_m", "block_n", "block_k",  "warps",         "stages",
-                                               "group_m", "split_k", "warp_specialize", "persistent", "pingpong"};
+  const std::vector<const char*> names = config_fields(KernelKind::Matmul, ConfigTarget::Gpu);
+  const std::set<std::string> fields(names.begin(), names.end());
   std::istringstream in(text);
   std::set<std::string> seen;
   for (std::string tok; in >> tok;) {
     const std::string name = tok.substr(0, tok.find('='));
     if (!fields.count(name)) {
-      std::cerr << "error: --matmul-config: '" << name << "' is not a matmul field (block_m, block_n, block_k, warps, "
-                   "stages, group_m, split_k, warp_specialize, persistent, pingpong)\n";
+      std::string list;
+      for (const char* f : names) list += (list.empty() ? "" : ", ") + std::string(f);
+      std::cerr << "error: --matmul-config: '" << name << "' is not a matmul field (" << list << ")\n";
       return std::nullopt;
     }
     if (!seen.insert(name).second) {

@@ -20,9 +20,9 @@ namespace sf {
 namespace attention_detail {
 
 void AttentionCode::sim_hooks(llvm::Value* hooks, llvm::Value* tid32) {
-  for (int i = 0; i < 5; ++i)
+  for (int i = 0; i < 8; ++i)
     hook_[i] = b_.CreateAlignedLoad(b_.getPtrTy(),
-                                    b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), hooks, static_cast<uint64_t>(i < 4 ? i : 16)),
+                                    b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), hooks, static_cast<uint64_t>(i == 4 ? 16 : i)),
                                     llvm::Align(8));
   tid32_ = tid32;
 }
@@ -288,7 +288,6 @@ Result<void> AttentionCode::load_k_elements(llvm::Value* b, llvm::Value* kv0,
 }
 
 Result<void> AttentionCode::load_kv(llvm::Value* b, llvm::Value* kv0) {
-  if (regs_) return load_kv16(b, kv0);
   SF_TRY(load_k_elements(b, kv0, [&](llvm::Value* i, llvm::Value*, llvm::Value*, llvm::Value* x) { put(t_.k, i, x); }));
   SF_TRY(par(t_.bn * t_.ev, "load_v", [&](llvm::Value* i) -> Result<void> {
     llvm::Value* j = b_.CreateUDiv(i, c(t_.ev));

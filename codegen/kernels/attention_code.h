@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -81,7 +82,11 @@ struct Tiles {
   }
   // n (a multiple of 8) plus 8 or 16 elements: an odd number of 16-byte chunks.
   static int64_t padded(int64_t n) { return n + ((n / 8) % 2 == 0 ? 8 : 16); }
-  int64_t bytes() const { return regs ? v16 + 2 * bn * vs : floats * 4; }
+  // The register-resident form double-buffers k and v: key tile t is read from
+  // buffer t % 2 while tile t + 1 is copied into the other (cp.async), buffer 1 this
+  // many bytes after buffer 0.
+  int64_t kv_bytes() const { return 2 * bn * ks + 2 * bn * vs; }
+  int64_t bytes() const { return regs ? k16 + 2 * kv_bytes() : floats * 4; }
 };
 
 class AttentionCode {
@@ -92,7 +97,8 @@ class AttentionCode {
 
   // MmaSim: the hooks table (MmaSimHooks: ctx, barrier, ldmatrix_x4, mma, ...) and
   // the thread's index as the hooks take it.
-  // Index 4 here is MmaSimHooks' shfl_bfly (its 17th pointer).
+  // Index 4 here is MmaSimHooks' shfl_bfly (its 17th pointer); 5, 6 and 7 its
+  // cp_async, cp_commit and cp_wait (its 6th to 8th).
   void sim_hooks(llvm::Value* hooks, llvm::Value* tid32);
   // The register-resident form (tensor cores, block_m = 16 x warps): each warp keeps
   // its 16 rows' scores, probabilities, output accumulators and row statistics in
@@ -255,8 +261,26 @@ class AttentionCode {
                       const std::function<std::pair<llvm::Value*, llvm::Value*>(llvm::Value*)>& row_base,
                       const std::function<void(llvm::Value*, llvm::Value*, const std::vector<llvm::Value*>&)>& store);
 
-  // k [bn][E] and v [bn][Ev] (rows: keys kv0 + j).
-  Result<void> load_kv16(llvm::Value* b, llvm::Value* kv0);
+  // k [bn][E] and v [bn][Ev] (rows: keys kv0 + j) into the buffer `bufe` elements
+  // after buffer 0 (0 or Tiles::kv_bytes() / 2). An operand that is a 16-bit param
+  // seen through views alone (copy_source) is copied by cp.async, 16 bytes a thread at
+  // a time, when its pointer is 16-byte aligned (aligned_), committed as one group by
+  // the caller; otherwise it is loaded and stored by the threads, a barrier after.
+  Result<void> load_kv16(llvm::Value* b, llvm::Value* kv0, llvm::Value* bufe);
+
+  // The param slot and offset map that `node` (k's rows or v) copies unchanged: a
+  // chain of transposes, permutes, reshapes, expands and slices from a param of the
+  // tiles' 16-bit dtype, read in dense runs of 8. nullopt where anything computes.
+  std::optional<std::pair<int, kernels::IndexMap>> copy_source(int node) const;
+  // cp.async of `rows` tile rows of `cols` elements (8 at a time) of `node`'s param
+  // `src` into the tile at byte `base` plus `bufe` elements, rows `stride` apart;
+  // `row_base` as load16's. Spread over the block's threads, no barrier.
+  Result<void> copy16(const std::pair<int, kernels::IndexMap>& src, int64_t rows, int64_t cols, const std::string& name,
+                      int64_t base, int64_t stride, llvm::Value* bufe,
+                      const std::function<std::pair<llvm::Value*, llvm::Value*>(llvm::Value*)>& row_base);
+  // cp.async.commit_group; cp.async.wait_group `pending` (hooks 6 and 7 in MmaSim).
+  void cp_commit();
+  void cp_wait(int pending);
 
   // ---- the register-resident tensor-core form (regs_) -------------------------------
   // Warp w owns block rows 16w .. 16w + 15. Per key tile it computes its 16 x bn
@@ -286,7 +310,8 @@ class AttentionCode {
 
   Result<void> warp_rows(llvm::Value* b, llvm::Value* kv_end);
 
-  Result<void> key_tile_regs(llvm::Value* kv0);
+  // Key tile kv0's products and softmax, its k and v read `kvoff` bytes after buffer 0.
+  Result<void> key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff);
 
   DType score_dtype() const { return spec_.group.node(m_.scores).type.dtype; }
   // The host's dot products: 8 lanes, 2 partial sums (a reordered f32 sum, as the
@@ -304,7 +329,7 @@ class AttentionCode {
   const AttentionMatch& m_;
   const Tiles& t_;
   Mode mode_;
-  llvm::Value* hook_[5] = {};
+  llvm::Value* hook_[8] = {};
   bool regs_ = false;
   // The register-resident form: the warp's first row, its output accumulators (ev / 8
   // C fragments) and its rows' running max and partial sum (rows g and g + 8), as

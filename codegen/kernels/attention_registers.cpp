@@ -3,6 +3,7 @@
 // warp's scores, softmax and output kept in mma fragments across the key loop.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -175,26 +176,121 @@ Result<void> AttentionCode::load16(int node, int64_t rows, int64_t cols, const s
   });
 }
 
-Result<void> AttentionCode::load_kv16(llvm::Value* b, llvm::Value* kv0) {
-  const int kr = k_rows_node();
-  if (kr >= 0) {
-    SF_TRY(load16(kr, t_.bn, t_.e, "load_k", [&](llvm::Value* j) {
-      llvm::Value* key = b_.CreateAdd(kv0, j);
-      return std::pair{b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.s)), key), c(m_.e)), b_.CreateICmpSLT(key, c(m_.s))};
-    }, [&](llvm::Value* j, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
-      store16x8(t_.k16, b_.CreateAdd(b_.CreateMul(j, c(t_.ks)), c0), lanes);
-    }));
-  } else {  // kt is not a transpose: element by element from kt [.., E, S]
-    SF_TRY(load_k_elements(b, kv0, [&](llvm::Value*, llvm::Value* j, llvm::Value* e, llvm::Value* x) {
-      put16(t_.k16, b_.CreateAdd(b_.CreateMul(j, c(t_.ks)), e), x);
-    }));
+std::optional<std::pair<int, kernels::IndexMap>> AttentionCode::copy_source(int node) const {
+  if (node < 0 || mode_ == Mode::Host || mode_ == Mode::Simt) return std::nullopt;
+  const DType t = score_in_dtype();
+  for (int at = node;;) {
+    const Node& n = spec_.group.node(at);
+    if (n.type.dtype != t) return std::nullopt;
+    if (n.op == OpKind::Param) break;
+    const bool view = n.op == OpKind::Transpose || n.op == OpKind::Permute || n.op == OpKind::Reshape ||
+                      n.op == OpKind::Expand || n.op == OpKind::Slice;
+    if (!view || n.inputs.size() != 1) return std::nullopt;
+    at = n.inputs[0];
   }
-  return load16(m_.v, t_.bn, t_.ev, "load_v", [&](llvm::Value* j) {
+  std::vector<std::pair<int, kernels::IndexMap>> r = gv_->reads(node, kernels::dense_index(spec_.group.node(node).type.shape));
+  if (r.size() != 1 || r[0].first < 0 || !kernels::dense_runs(r[0].second, 8)) return std::nullopt;
+  return r[0];
+}
+
+void AttentionCode::cp_commit() {
+  if (mode_ == Mode::MmaSim) {
+    b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), b_.getInt32Ty()}, false), hook_[6],
+                  {hook_[0], tid32_});
+    return;
+  }
+  b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_commit_group, {}, {});
+}
+
+void AttentionCode::cp_wait(int pending) {
+  if (mode_ == Mode::MmaSim) {
+    b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), b_.getInt32Ty(), b_.getInt32Ty()}, false),
+                  hook_[7], {hook_[0], tid32_, b_.getInt32(static_cast<uint32_t>(pending))});
+    return;
+  }
+  b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_group, {}, {b_.getInt32(static_cast<uint32_t>(pending))});
+}
+
+Result<void> AttentionCode::copy16(const std::pair<int, kernels::IndexMap>& src, int64_t rows, int64_t cols,
+                                   const std::string& name, int64_t base, int64_t stride, llvm::Value* bufe,
+                                   const std::function<std::pair<llvm::Value*, llvm::Value*>(llvm::Value*)>& row_base) {
+  const int64_t chunks = cols / 8;
+  llvm::Type* st = kernels::storage_type(b_.getContext(), score_in_dtype());
+  llvm::Value* param = in_[static_cast<size_t>(src.first)];
+  return emit_loop(b_, tid_, c(rows * chunks), nthreads_, name, [&](llvm::Value* i) -> Result<void> {
+    llvm::Value* r = b_.CreateUDiv(i, c(chunks));
+    llvm::Value* c0 = b_.CreateMul(b_.CreateURem(i, c(chunks)), c(8));
+    auto [row0, exists] = row_base(r);
+    // A row past the keys reads nothing (source size 0: the 16 bytes are zeroed) from
+    // the param's first element, an address that exists.
+    llvm::Value* off = b_.CreateSelect(exists, kernels::emit_index_map(b_, b_.CreateAdd(row0, c0), src.second), c(0));
+    llvm::Value* from = b_.CreateInBoundsGEP(st, param, off);
+    llvm::Value* to = b_.CreateInBoundsGEP(
+        b_.getInt8Ty(), buf_, b_.CreateAdd(c(base), b_.CreateMul(b_.CreateAdd(bufe, b_.CreateAdd(b_.CreateMul(r, c(stride)), c0)), c(2))));
+    llvm::Value* bytes = b_.CreateSelect(exists, b_.getInt32(16), b_.getInt32(0));
+    if (mode_ == Mode::MmaSim) {
+      llvm::Type* ptr = b_.getPtrTy();
+      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, b_.getInt32Ty(), ptr, ptr, b_.getInt32Ty()}, false);
+      b_.CreateCall(fty, hook_[5], {hook_[0], tid32_, to, from, bytes});
+    } else {
+      llvm::Type* global = llvm::PointerType::get(b_.getContext(), 1);
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16_s, {},
+                         {to, b_.CreateAddrSpaceCast(from, global), bytes});
+    }
+    return ok();
+  });
+}
+
+Result<void> AttentionCode::load_kv16(llvm::Value* b, llvm::Value* kv0, llvm::Value* bufe) {
+  const int kr = k_rows_node();
+  auto k_row = [&](llvm::Value* j) {
+    llvm::Value* key = b_.CreateAdd(kv0, j);
+    return std::pair{b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.s)), key), c(m_.e)), b_.CreateICmpSLT(key, c(m_.s))};
+  };
+  auto v_row = [&](llvm::Value* j) {
     llvm::Value* key = b_.CreateAdd(kv0, j);
     return std::pair{b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.s)), key), c(m_.ev)), b_.CreateICmpSLT(key, c(m_.s))};
-  }, [&](llvm::Value* j, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
-    store16x8(t_.v16, b_.CreateAdd(b_.CreateMul(j, c(t_.vs)), c0), lanes);
-  });
+  };
+  auto sync_k = [&]() -> Result<void> {
+    if (kr >= 0)
+      return load16(kr, t_.bn, t_.e, "load_k", k_row, [&](llvm::Value* j, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
+        store16x8(t_.k16, b_.CreateAdd(bufe, b_.CreateAdd(b_.CreateMul(j, c(t_.ks)), c0)), lanes);
+      });
+    // kt is not a transpose: element by element from kt [.., E, S]
+    return load_k_elements(b, kv0, [&](llvm::Value*, llvm::Value* j, llvm::Value* e, llvm::Value* x) {
+      put16(t_.k16, b_.CreateAdd(bufe, b_.CreateAdd(b_.CreateMul(j, c(t_.ks)), e)), x);
+    });
+  };
+  auto sync_v = [&]() -> Result<void> {
+    return load16(m_.v, t_.bn, t_.ev, "load_v", v_row, [&](llvm::Value* j, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
+      store16x8(t_.v16, b_.CreateAdd(bufe, b_.CreateAdd(b_.CreateMul(j, c(t_.vs)), c0)), lanes);
+    });
+  };
+  // Each operand copied where it can be (aligned, a plain view), else loaded.
+  auto one = [&](std::optional<std::pair<int, kernels::IndexMap>> src, const std::function<Result<void>()>& copy,
+                 const std::function<Result<void>()>& sync) -> Result<void> {
+    if (!src) return sync();
+    llvm::Function* fn = b_.GetInsertBlock()->getParent();
+    llvm::LLVMContext& ctx = b_.getContext();
+    auto* yes = llvm::BasicBlock::Create(ctx, "copy", fn);
+    auto* no = llvm::BasicBlock::Create(ctx, "load", fn);
+    auto* done = llvm::BasicBlock::Create(ctx, "loaded", fn);
+    b_.CreateCondBr(aligned_, yes, no);
+    b_.SetInsertPoint(yes);
+    SF_TRY(copy());
+    b_.CreateBr(done);
+    b_.SetInsertPoint(no);
+    SF_TRY(sync());
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    return ok();
+  };
+  SF_TRY(one(kr >= 0 ? copy_source(kr) : std::nullopt, [&]() {
+    return copy16(*copy_source(kr), t_.bn, t_.e, "copy_k", t_.k16, t_.ks, bufe, k_row);
+  }, sync_k));
+  return one(copy_source(m_.v), [&]() {
+    return copy16(*copy_source(m_.v), t_.bn, t_.ev, "copy_v", t_.v16, t_.vs, bufe, v_row);
+  }, sync_v);
 }
 
 llvm::Value* AttentionCode::shfl_xor(llvm::Value* v, int mask) {
@@ -272,12 +368,24 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
     b_.CreateStore(llvm::ConstantFP::getInfinity(f32, true), mrow_[h]);
     b_.CreateStore(llvm::ConstantFP::get(f32, 0.0), lrow_[h]);
   }
+  // Key tile t is read from k/v buffer t % 2 while tile t + 1 is copied into the
+  // other: at the top of iteration t this thread waits for its copies of tile t, the
+  // barrier publishes everyone's and tells that every warp is done with tile t - 1,
+  // whose buffer then takes tile t + 1's copies, which run during tile t's products.
+  SF_TRY(load_kv16(b, c(0), c(0)));
+  cp_commit();
   SF_TRY(emit_loop(b_, c(0), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
-    SF_TRY(load_kv(b, kv0));
-    SF_TRY(key_tile_regs(kv0));
-    barrier();  // every warp is done with this k and v before the next tile's loads
-    return ok();
+    llvm::Value* odd = b_.CreateAnd(b_.CreateUDiv(kv0, c(t_.bn)), c(1));
+    cp_wait(0);
+    barrier();
+    llvm::Value* next = b_.CreateAdd(kv0, c(t_.bn));
+    SF_TRY(when(b_.CreateICmpSLT(next, kv_end), [&]() -> Result<void> {
+      return load_kv16(b, next, b_.CreateMul(b_.CreateSub(c(1), odd), c(t_.kv_bytes() / 2)));
+    }));
+    cp_commit();
+    return key_tile_regs(kv0, b_.CreateMul(odd, c(t_.kv_bytes())));
   }));
+  cp_wait(0);  // no copy outlives the loop (tile 0's, where there was no key tile)
   // Each row's sum over its quad; out = acc / sum, rows g and g + 8 of the warp.
   // One division a row (the output is rounded to 16 bits: 1 / l then a product is
   // within its tolerance); 1 / 0 = inf keeps a fully masked row's 0 * inf = NaN.
@@ -302,8 +410,10 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
   return ok();
 }
 
-Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0) {
+Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) {
   llvm::Type* f32 = b_.getFloatTy();
+  llvm::Value* krow = b_.CreateInBoundsGEP(b_.getInt8Ty(), krow_, kvoff);
+  llvm::Value* vrow = b_.CreateInBoundsGEP(b_.getInt8Ty(), vrow_, kvoff);
   const int64_t nt = t_.bn / 8;
   // S = q k^T: B(k, n) = the k tile (n, k).
   // Each k step's q fragment is read from shared memory once per key tile (holding
@@ -315,7 +425,7 @@ Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0) {
   for (int64_t k0 = 0; k0 < t_.e; k0 += 16) {
     std::vector<llvm::Value*> qa = ldsm_x4(qrow_, k0 * 2);
     for (int64_t j = 0; j < nt; j += 2) {
-      std::vector<llvm::Value*> kb = ldsm_x4(krow_, (8 * j * t_.ks + k0) * 2);
+      std::vector<llvm::Value*> kb = ldsm_x4(krow, (8 * j * t_.ks + k0) * 2);
       sc[static_cast<size_t>(j)] = mma(qa, {kb[0], kb[1]}, sc[static_cast<size_t>(j)]);
       sc[static_cast<size_t>(j + 1)] = mma(qa, {kb[2], kb[3]}, sc[static_cast<size_t>(j + 1)]);
     }
@@ -370,7 +480,7 @@ Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0) {
     // an odd last tile (Ev / 8 odd) reads 8 columns of the row's padding into
     // registers it does not use.
     for (int64_t t = 0; t < t_.ev / 8; t += 2) {
-      std::vector<llvm::Value*> vb = ldsm_x4(vrow_, (16 * kk * t_.vs + 8 * t) * 2, /*trans=*/true);
+      std::vector<llvm::Value*> vb = ldsm_x4(vrow, (16 * kk * t_.vs + 8 * t) * 2, /*trans=*/true);
       o[static_cast<size_t>(t)] = mma(a, {vb[0], vb[1]}, o[static_cast<size_t>(t)]);
       if (t + 1 < t_.ev / 8) o[static_cast<size_t>(t + 1)] = mma(a, {vb[2], vb[3]}, o[static_cast<size_t>(t + 1)]);
     }

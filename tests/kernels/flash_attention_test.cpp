@@ -12,6 +12,7 @@
 #include "tests/sanitized.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -211,9 +212,15 @@ TEST(FlashAttention, RefusesWhatItCannotHold) {
 // mma.sync and barriers simulated from the PTX ISA's fragment figures (mma_sim.h,
 // written independently of the emitter's mma_layout.h): every block of the grid, on
 // seeded inputs, against the reference.
-// `wavefronts`: the most any ldmatrix phase took (1: no bank conflict; 0: none ran).
+// `wavefronts`: the most any ldmatrix phase took (1: no bank conflict; 0: none ran);
+// `copies`: how many 16-byte cp.async copies the kernel issued.
+std::atomic<int64_t> cp_async_calls{0};
+void counted_cp_async(void* ctx, int32_t thread, void* dst, const void* src, int32_t bytes) {
+  ++cp_async_calls;
+  mma_sim::sim_cp_async(ctx, thread, dst, src, bytes);
+}
 Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::vector<Tensor>& in, const KernelConfig& c,
-                                          std::string* hw_error, int* wavefronts = nullptr) {
+                                          std::string* hw_error, int* wavefronts = nullptr, int64_t* copies = nullptr) {
   Result<EmittedKernel> k = emit_attention_block_on_host(KernelSpec{"sf_flash_sim", KernelKind::Attention, group}, c);
   if (!k) return k.error();
   const LaunchShape launch = k->launch;
@@ -226,6 +233,7 @@ Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::vector<
     if (t.nbytes()) std::memset(t.data(), 0x7f, t.nbytes());
   std::vector<void*> args = kernel_test::arg_array(in, out);
   kernel_test::BlockThreads block(launch.block[0]);
+  cp_async_calls = 0;
   for (int64_t bx = 0; bx < launch.grid[0]; ++bx) {
     mma_sim::Block blk(launch.block[0], static_cast<size_t>(launch.shared_bytes));
     std::memset(blk.smem, 0xFF, blk.smem_bytes);  // NaN until written
@@ -235,10 +243,14 @@ Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::vector<
     hooks.mma = &mma_sim::sim_mma;
     hooks.shfl_bfly = &mma_sim::sim_shfl_bfly;
     hooks.ldmatrix_x4 = &mma_sim::sim_ldmatrix;
+    hooks.cp_async = &counted_cp_async;
+    hooks.cp_commit = &mma_sim::sim_cp_commit;
+    hooks.cp_wait = &mma_sim::sim_cp_wait;
     block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), 0, t, blk.smem, &hooks, 0); });
     if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
     if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);
   }
+  if (copies) *copies = cp_async_calls;
   return out;
 }
 
@@ -296,12 +308,21 @@ TEST(FlashAttention, TensorCoreKernelSimulatedMatchesTheReference) {
       if (!test::in_sample(config_index++)) continue;
       std::string hw;
       int wavefronts = 0;
-      Result<std::vector<Tensor>> got = run_simulated(group, in, cfg, &hw, &wavefronts);
+      int64_t copies = 0;
+      Result<std::vector<Tensor>> got = run_simulated(group, in, cfg, &hw, &wavefronts, &copies);
       ASSERT_TRUE(got.ok()) << c.what << ": " << got.error().str();
       EXPECT_EQ(hw, "") << c.what;
       // The register-resident form reads its fragments with ldmatrix.x4 from rows
       // padded by 8 elements: every phase one wavefront.
       EXPECT_EQ(wavefronts, regs ? 1 : 0) << c.what << " " << cfg.block_m << "x" << cfg.block_n;
+      // ... and copies k and v (plain views of 16-byte aligned params: each case's v,
+      // and k where no arithmetic reads it) into double buffers by cp.async, which
+      // the simulation checks are waited for and published before any ldmatrix reads
+      // them; the shared-memory form loads with its threads.
+      if (regs)
+        EXPECT_GT(copies, 0) << c.what << " " << cfg.block_m << "x" << cfg.block_n;
+      else
+        EXPECT_EQ(copies, 0) << c.what << " " << cfg.block_m << "x" << cfg.block_n;
       Comparison cmp = compare((*got)[0], (*want)[0], check_tolerance(g, g.outputs()[0].value));
       EXPECT_TRUE(cmp.ok()) << c.what << " " << cfg.block_m << "x" << cfg.block_n << " warps " << cfg.warps
                             << ": max_abs_err " << cmp.max_abs_err << ", first mismatch at " << cmp.first_mismatch;
@@ -352,7 +373,7 @@ TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
     KernelSpec spec{"sf_flash_regs", KernelKind::Attention, decompose(big)};
     Result<EmittedKernel> k = emit_attention(spec, tc(64, 64, 4), llvmb::Target::nvptx(arch));
     ASSERT_TRUE(k.ok()) << k.error().str();
-    EXPECT_EQ(k->launch.shared_bytes, 2 * (64 * 136 + 64 * 136 + 64 * 136)) << arch << ": rows padded by 8";
+    EXPECT_EQ(k->launch.shared_bytes, 2 * (64 * 136 + 2 * (64 * 136 + 64 * 136))) << arch << ": rows padded by 8, k and v twice";
     Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, arch);
     ASSERT_TRUE(ptx.ok()) << ptx.error().str();
     EXPECT_NE(ptx->find("shfl.sync.bfly"), std::string::npos) << arch;
@@ -362,6 +383,10 @@ TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
     // to their tiles 16 bytes at a time; an element-by-element path stays for
     // misaligned pointers.
     EXPECT_NE(ptx->find("ld.global.nc.v4.u32"), std::string::npos) << arch;
+    // k's and v's tiles by cp.async, double-buffered: the next tile's copies in flight
+    // during this tile's products, waited for at the top of the next iteration.
+    EXPECT_NE(ptx->find("cp.async.cg.shared.global"), std::string::npos) << arch;
+    EXPECT_NE(ptx->find("cp.async.wait_group 0"), std::string::npos) << arch;
     EXPECT_NE(ptx->find("st.shared.v4.b32"), std::string::npos) << arch;
     Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, arch);
     ASSERT_TRUE(res.ok()) << arch << ": " << res.error().str();

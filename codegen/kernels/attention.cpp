@@ -267,6 +267,35 @@ Result<llvm::Value*> AttentionCode::logit(llvm::Value* r, llvm::Value* col, cons
       llvm::ConstantFP::getInfinity(b_.getFloatTy(), true));
 }
 
+int AttentionCode::unmasked_node() const {
+  if (!m_.causal_diagonal) return m_.logits;
+  const Node& w = spec_.group.node(m_.logits);
+  if (w.op != OpKind::Where || w.inputs.size() != 3) return -1;
+  const Node& kept = spec_.group.node(w.inputs[1]);
+  return kept.type.shape == w.type.shape ? w.inputs[1] : -1;
+}
+
+Result<llvm::Value*> AttentionCode::logit_inside(llvm::Value* r, llvm::Value* col, llvm::Value* raw) {
+  const int node = unmasked_node();
+  if (node < 0) return fail("internal: no unmasked logits");
+  llvm::Value* row = row_of(r);
+  llvm::Value* dot = cg_.node_result(score_dtype(), raw);
+  const int scores = m_.scores;
+  const DType sd = score_dtype();
+  llvm::Value* head = head_of(r);
+  llvm::Value* flat = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(head, c(m_.l)), row), c(m_.s)), col);
+  std::vector<llvm::Value*> coords = batch_coords(head);
+  coords.push_back(row);
+  coords.push_back(col);
+  return operand(
+      node, flat,
+      [scores, sd, dot](ValueId v, const kernels::ValueIndex&) -> std::optional<Elem> {
+        if (v == scores) return Elem{dot, sd};
+        return std::nullopt;
+      },
+      std::move(coords));
+}
+
 Result<void> AttentionCode::key_tile(llvm::Value* b, llvm::Value* kv0) {
   SF_TRY(load_kv(b, kv0));
   return products(kv0);

@@ -211,6 +211,13 @@ class AttentionCode {
   // The chain's logit at block row r and key `col` from the raw dot product `raw()`
   // (called only inside the rows and keys); -inf outside them.
   Result<llvm::Value*> logit(llvm::Value* r, llvm::Value* col, const std::function<Result<llvm::Value*>()>& raw);
+  // The same where the caller knows (r, col) is inside the rows and keys and, for a
+  // causal chain, on or below the diagonal: no bounds test, and the chain read up to
+  // the causal where's kept operand (unmasked_node), the mask not evaluated.
+  Result<llvm::Value*> logit_inside(llvm::Value* r, llvm::Value* col, llvm::Value* raw);
+  // The node logit_inside evaluates: the logits, or with a causal diagonal the causal
+  // where's kept operand; -1 where that operand is not of the logits' shape.
+  int unmasked_node() const;
 
   Result<void> key_tile(llvm::Value* b, llvm::Value* kv0);
 

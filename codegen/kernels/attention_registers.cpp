@@ -430,17 +430,57 @@ Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) 
       sc[static_cast<size_t>(j + 1)] = mma(qa, {kb[2], kb[3]}, sc[static_cast<size_t>(j + 1)]);
     }
   }
-  // The chain on every element (row, key): -inf outside the rows and keys.
-  for (int64_t j = 0; j < nt; ++j)
-    for (int i = 0; i < 4; ++i) {
-      auto [cr, cc] = fragment_map(kernels::mma_c_elem, i);
-      llvm::Value* r = b_.CreateAdd(m0w_, coord(cr, g_, tig_));
-      llvm::Value* col = b_.CreateAdd(kv0, b_.CreateAdd(c(8 * j), coord(cc, g_, tig_)));
-      llvm::Value* raw = sc[static_cast<size_t>(j)][static_cast<size_t>(i)];
-      Result<llvm::Value*> v = logit(r, col, [&]() -> Result<llvm::Value*> { return raw; });
-      if (!v) return v.error();
-      sc[static_cast<size_t>(j)][static_cast<size_t>(i)] = *v;
-    }
+  // The chain on every element (row, key): -inf outside the rows and keys. A tile
+  // whose rows and keys all exist and, causal, lie wholly on or below every row's
+  // diagonal (key kv0 + bn - 1 <= the block's first row q0 + d) takes a second copy of
+  // this code with neither the bounds test nor the mask (FlashAttention masks only
+  // the diagonal tiles): the block-uniform branch picks one.
+  auto chain = [&](bool inside) -> Result<std::vector<std::vector<llvm::Value*>>> {
+    std::vector<std::vector<llvm::Value*>> out = sc;
+    for (int64_t j = 0; j < nt; ++j)
+      for (int i = 0; i < 4; ++i) {
+        auto [cr, cc] = fragment_map(kernels::mma_c_elem, i);
+        llvm::Value* r = b_.CreateAdd(m0w_, coord(cr, g_, tig_));
+        llvm::Value* col = b_.CreateAdd(kv0, b_.CreateAdd(c(8 * j), coord(cc, g_, tig_)));
+        llvm::Value* raw = sc[static_cast<size_t>(j)][static_cast<size_t>(i)];
+        Result<llvm::Value*> v = inside ? logit_inside(r, col, raw) : logit(r, col, [&]() -> Result<llvm::Value*> { return raw; });
+        if (!v) return v.error();
+        out[static_cast<size_t>(j)][static_cast<size_t>(i)] = *v;
+      }
+    return out;
+  };
+  if (unmasked_node() < 0) {
+    Result<std::vector<std::vector<llvm::Value*>>> all = chain(false);
+    if (!all) return all.error();
+    sc = std::move(*all);
+  } else {
+    llvm::Value* last_key = b_.CreateAdd(kv0, c(t_.bn));  // one past the tile's last key
+    llvm::Value* inside = b_.CreateAnd(b_.CreateICmpSLE(last_key, c(m_.s)), b_.CreateICmpSLE(b_.CreateAdd(q0_, c(rph_)), c(m_.l)));
+    if (m_.causal_diagonal) inside = b_.CreateAnd(inside, b_.CreateICmpSLE(last_key, b_.CreateAdd(q0_, c(*m_.causal_diagonal + 1))));
+    llvm::Function* fn = b_.GetInsertBlock()->getParent();
+    auto* fast = llvm::BasicBlock::Create(b_.getContext(), "tile_inside", fn);
+    auto* edge = llvm::BasicBlock::Create(b_.getContext(), "tile_edge", fn);
+    auto* join = llvm::BasicBlock::Create(b_.getContext(), "tile_logits", fn);
+    b_.CreateCondBr(inside, fast, edge);
+    b_.SetInsertPoint(fast);
+    Result<std::vector<std::vector<llvm::Value*>>> f = chain(true);
+    if (!f) return f.error();
+    llvm::BasicBlock* fast_end = b_.GetInsertBlock();
+    b_.CreateBr(join);
+    b_.SetInsertPoint(edge);
+    Result<std::vector<std::vector<llvm::Value*>>> e = chain(false);
+    if (!e) return e.error();
+    llvm::BasicBlock* edge_end = b_.GetInsertBlock();
+    b_.CreateBr(join);
+    b_.SetInsertPoint(join);
+    for (int64_t j = 0; j < nt; ++j)
+      for (int i = 0; i < 4; ++i) {
+        llvm::PHINode* phi = b_.CreatePHI(f32, 2);
+        phi->addIncoming((*f)[static_cast<size_t>(j)][static_cast<size_t>(i)], fast_end);
+        phi->addIncoming((*e)[static_cast<size_t>(j)][static_cast<size_t>(i)], edge_end);
+        sc[static_cast<size_t>(j)][static_cast<size_t>(i)] = phi;
+      }
+  }
   // Online softmax per row half h (C elements 2h and 2h + 1: rows g and g + 8).
   llvm::Value* alpha[2];
   for (int h = 0; h < 2; ++h) {

@@ -269,6 +269,19 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
     double rows_per_sm = double(p.rows) * split / busy_sms;
     extra = rows_per_sm / (resident * c.rows_per_block) * steps * 0.02;  // ~20 ns a step
   }
+  if (p.kind == KernelKind::Pointwise) {
+    // Issue slots the configs differ in: a load or store per operand and vector
+    // (charged 4 slots, for the load/store pipe and its address arithmetic) and the
+    // thread loop's index and bounds per vector x elems_per_thread elements (about 8
+    // instructions), at 4 schedulers x ~1.7 GHz per SM, 32 lanes a warp instruction.
+    // Added to the memory time (and quantised in waves with it): an estimate to rank. Fitted to the order tune
+    // --measure found on an H200 (bench/results/tune-h200-run7/pointwise_*: bf16 bias +
+    // GELU 85 us at vector 8, 102 at 4, 108-120 at 2, 153 at 1), which the memory
+    // term alone ties once enough bytes are in flight.
+    const double vec = std::max(c.vector, 1), ept = std::max(c.elems_per_thread, 1);
+    const double slots_per_elem = 4.0 * double(inputs + 1) / vec + 8.0 / (vec * ept);
+    mem += double(p.n) * slots_per_elem / (32.0 * 4 * 1.7e3 * busy_sms);
+  }
   // Wave quantisation: the last wave's idle SMs.
   double q = grid > int64_t{occ} * t.sms ? double(waves * occ * t.sms) / grid : 1.0;
   return mem * q + extra + t.launch_us;

@@ -583,6 +583,25 @@ TEST(CostModelTest, WaveQuantisation) {
   EXPECT_NEAR(predict(2 * t.sms) / tail, 1.0, 0.05);
 }
 
+TEST(CostModelTest, PointwiseRanksWiderVectorsAndMoreElementsPerThreadFirst) {
+  // bf16 bias + GELU at 16384 x 4096 (two inputs): enough bytes are in flight for
+  // every config below, so the memory term ties them; what tune --measure found on an
+  // H200 (tune-h200-run7: vector 8 85 us, 4 102, 2 with 4/2/1 elements 108/110/120,
+  // 1 153) is the issue slots of the loads, stores and loop. The model keeps that
+  // order, and puts more elements per thread ahead at one vector width.
+  TargetInfo t = gpu("sm_90a");
+  TuneProblem p = pointwise(int64_t{16384} * 4096, 2);
+  p.num_inputs = 2;
+  p.bytes = 3 * p.n * 2;
+  auto us = [&](int vector, int ept) { return predict_us(p, pw_cfg(256, vector, ept, false), t, BuildResult{}); };
+  EXPECT_LT(us(8, 1), us(4, 1));
+  EXPECT_LT(us(4, 1), us(2, 4));
+  EXPECT_LT(us(2, 4), us(2, 2));
+  EXPECT_LT(us(2, 2), us(2, 1));
+  EXPECT_LT(us(2, 1), us(1, 4));
+  EXPECT_LT(us(8, 2), us(8, 1));
+}
+
 TEST(CostModelTest, HostVectorWidth) {
   // Compute-bound f32: 2^30 flops over 2^20 elements, 8 MiB of traffic.
   TuneProblem p = pointwise(1 << 20);

@@ -64,13 +64,19 @@ Result<void> AttentionCode::block(llvm::Value* bid, llvm::Value* buf, llvm::Valu
     }));
   }
   if (regs_) {
-    // q [bm][E]: block row r is row row_of(r) of head head_of(r).
-    SF_TRY(load16(m_.q, t_.bm, t_.e, "load_q", [&](llvm::Value* r) {
+    // q [bm][E]: block row r is row row_of(r) of head head_of(r). A plain view of an
+    // aligned param is copied by cp.async: its group is committed with key tile 0's,
+    // and the key loop's first wait and barrier publish both.
+    auto q_row = [&](llvm::Value* r) {
       llvm::Value* row = row_of(r);
       return std::pair{b_.CreateMul(b_.CreateAdd(b_.CreateMul(head_of(r), c(m_.l)), row), c(m_.e)),
                        b_.CreateICmpSLT(row, c(m_.l))};
-    }, [&](llvm::Value* r, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
-      store16x8(t_.q16, b_.CreateAdd(b_.CreateMul(r, c(t_.qs)), c0), lanes);
+    };
+    std::optional<std::pair<int, kernels::IndexMap>> qsrc = copy_source(m_.q);
+    SF_TRY(copy_or_load(qsrc, [&]() { return copy16(*qsrc, t_.bm, t_.e, "copy_q", t_.q16, t_.qs, c(0), q_row); }, [&]() {
+      return load16(m_.q, t_.bm, t_.e, "load_q", q_row, [&](llvm::Value* r, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
+        store16x8(t_.q16, b_.CreateAdd(b_.CreateMul(r, c(t_.qs)), c0), lanes);
+      });
     }));
   } else {
     SF_TRY(par(t_.bm * t_.e, "load_q", [&](llvm::Value* i) -> Result<void> {

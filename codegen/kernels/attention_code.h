@@ -285,6 +285,9 @@ class AttentionCode {
   Result<void> copy16(const std::pair<int, kernels::IndexMap>& src, int64_t rows, int64_t cols, const std::string& name,
                       int64_t base, int64_t stride, llvm::Value* bufe,
                       const std::function<std::pair<llvm::Value*, llvm::Value*>(llvm::Value*)>& row_base);
+  // copy() where `src` exists and aligned_ holds (a block-uniform branch), else load().
+  Result<void> copy_or_load(const std::optional<std::pair<int, kernels::IndexMap>>& src,
+                            const std::function<Result<void>()>& copy, const std::function<Result<void>()>& load);
   // cp.async.commit_group; cp.async.wait_group `pending` (hooks 6 and 7 in MmaSim).
   void cp_commit();
   void cp_wait(int pending);

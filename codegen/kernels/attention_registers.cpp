@@ -241,6 +241,26 @@ Result<void> AttentionCode::copy16(const std::pair<int, kernels::IndexMap>& src,
   });
 }
 
+Result<void> AttentionCode::copy_or_load(const std::optional<std::pair<int, kernels::IndexMap>>& src,
+                                         const std::function<Result<void>()>& copy,
+                                         const std::function<Result<void>()>& load) {
+  if (!src) return load();
+  llvm::Function* fn = b_.GetInsertBlock()->getParent();
+  llvm::LLVMContext& ctx = b_.getContext();
+  auto* yes = llvm::BasicBlock::Create(ctx, "copy", fn);
+  auto* no = llvm::BasicBlock::Create(ctx, "load", fn);
+  auto* done = llvm::BasicBlock::Create(ctx, "loaded", fn);
+  b_.CreateCondBr(aligned_, yes, no);
+  b_.SetInsertPoint(yes);
+  SF_TRY(copy());
+  b_.CreateBr(done);
+  b_.SetInsertPoint(no);
+  SF_TRY(load());
+  b_.CreateBr(done);
+  b_.SetInsertPoint(done);
+  return ok();
+}
+
 Result<void> AttentionCode::load_kv16(llvm::Value* b, llvm::Value* kv0, llvm::Value* bufe) {
   const int kr = k_rows_node();
   auto k_row = [&](llvm::Value* j) {
@@ -267,28 +287,10 @@ Result<void> AttentionCode::load_kv16(llvm::Value* b, llvm::Value* kv0, llvm::Va
     });
   };
   // Each operand copied where it can be (aligned, a plain view), else loaded.
-  auto one = [&](std::optional<std::pair<int, kernels::IndexMap>> src, const std::function<Result<void>()>& copy,
-                 const std::function<Result<void>()>& sync) -> Result<void> {
-    if (!src) return sync();
-    llvm::Function* fn = b_.GetInsertBlock()->getParent();
-    llvm::LLVMContext& ctx = b_.getContext();
-    auto* yes = llvm::BasicBlock::Create(ctx, "copy", fn);
-    auto* no = llvm::BasicBlock::Create(ctx, "load", fn);
-    auto* done = llvm::BasicBlock::Create(ctx, "loaded", fn);
-    b_.CreateCondBr(aligned_, yes, no);
-    b_.SetInsertPoint(yes);
-    SF_TRY(copy());
-    b_.CreateBr(done);
-    b_.SetInsertPoint(no);
-    SF_TRY(sync());
-    b_.CreateBr(done);
-    b_.SetInsertPoint(done);
-    return ok();
-  };
-  SF_TRY(one(kr >= 0 ? copy_source(kr) : std::nullopt, [&]() {
+  SF_TRY(copy_or_load(kr >= 0 ? copy_source(kr) : std::nullopt, [&]() {
     return copy16(*copy_source(kr), t_.bn, t_.e, "copy_k", t_.k16, t_.ks, bufe, k_row);
   }, sync_k));
-  return one(copy_source(m_.v), [&]() {
+  return copy_or_load(copy_source(m_.v), [&]() {
     return copy16(*copy_source(m_.v), t_.bn, t_.ev, "copy_v", t_.v16, t_.vs, bufe, v_row);
   }, sync_v);
 }

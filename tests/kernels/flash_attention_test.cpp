@@ -379,19 +379,35 @@ TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
     EXPECT_NE(ptx->find("shfl.sync.bfly"), std::string::npos) << arch;
     EXPECT_NE(ptx->find("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), std::string::npos) << arch;
     EXPECT_EQ(ptx->find("ld.shared.f32"), std::string::npos) << arch << ": an f32 tile read back";
-    // q, k and v (plain params, through GQA's views) come in 16-byte loads, q and k go
-    // to their tiles 16 bytes at a time; an element-by-element path stays for
-    // misaligned pointers.
-    EXPECT_NE(ptx->find("ld.global.nc.v4.u32"), std::string::npos) << arch;
-    // k's and v's tiles by cp.async, double-buffered: the next tile's copies in flight
-    // during this tile's products, waited for at the top of the next iteration.
-    EXPECT_NE(ptx->find("cp.async.cg.shared.global"), std::string::npos) << arch;
+    // q, k and v (plain params, through GQA's views) are copied by cp.async: q's tile
+    // in key tile 0's group, k's and v's double-buffered, the next tile's copies in
+    // flight during this tile's products and waited for at the top of the next
+    // iteration (5 copy sites: q, then k and v before the loop and in it). The
+    // threads' loads stay for misaligned pointers (element by element, stored 16
+    // bytes at a time); 16-byte register loads are for operands that compute (below).
+    size_t copies = 0;
+    for (size_t at = ptx->find("cp.async.cg.shared.global"); at != std::string::npos;
+         at = ptx->find("cp.async.cg.shared.global", at + 1))
+      ++copies;
+    EXPECT_EQ(copies, 5u) << arch;
     EXPECT_NE(ptx->find("cp.async.wait_group 0"), std::string::npos) << arch;
+    EXPECT_EQ(ptx->find("ld.global.nc.v4.u32"), std::string::npos) << arch;
     EXPECT_NE(ptx->find("st.shared.v4.b32"), std::string::npos) << arch;
     Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, arch);
     ASSERT_TRUE(res.ok()) << arch << ": " << res.error().str();
     EXPECT_EQ((*res)[0].spill_store_bytes, 0) << arch << ", " << (*res)[0].registers << " registers";
   }
+  // A q that computes (a scale, as RoPE's arithmetic would) is loaded by the threads,
+  // 16 bytes at a time, the lanes computed on and stored; k and v are still copied.
+  Graph scaled = parse("q: bf16[1, 4, 256, 128], k: bf16[1, 2, 256, 128], v: bf16[1, 2, 256, 128]",
+                       "  out = scaled_dot_product_attention(mul(q, 1.5), k, v, is_causal=true, enable_gqa=true)\n  return out");
+  Result<EmittedKernel> sk = emit_attention(KernelSpec{"sf_flash_scaled", KernelKind::Attention, decompose(scaled)}, tc(64, 64, 4),
+                                            llvmb::Target::nvptx("sm_90a"));
+  ASSERT_TRUE(sk.ok()) << sk.error().str();
+  Result<std::string> sptx = llvmb::compile_to_ptx(*sk->module, "sm_90a");
+  ASSERT_TRUE(sptx.ok()) << sptx.error().str();
+  EXPECT_NE(sptx->find("ld.global.nc.v4.u32"), std::string::npos);
+  EXPECT_NE(sptx->find("cp.async.cg.shared.global"), std::string::npos);
   Graph f32 = parse("q: f32[1, 2, 64, 64], k: f32[1, 2, 64, 64], v: f32[1, 2, 64, 64]",
                     "  out = scaled_dot_product_attention(q, k, v)\n  return out");
   Result<EmittedKernel> simt =

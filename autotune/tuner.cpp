@@ -38,10 +38,16 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 std::vector<bool> measured_set(const std::vector<std::string>& ranked, int top_k, const std::vector<bool>& is_default) {
   // A matmul's schedule: the model prices tiles, not how a schedule overlaps a
-  // tile's epilogue with the next one's loads and products.
+  // tile's epilogue with the next one's loads and products. Ping-pong counts each
+  // tile height as its own schedule: a 64-row consumer tile reads a whole 256-wide B
+  // tile for its products, a 128-row one (two m64 steps) a B tile half as wide,
+  // which the model does not weigh either (on an H200 the 64 x 256 one measured
+  // 1.45x the cooperative winner's time: bench/results/tune-h200-run7/).
   auto schedule = [](const std::string& text) {
     Result<KernelConfig> c = parse_config_str(text);
-    return c ? std::to_string(c->warp_specialize) + (c->persistent > 0 ? "p" : "") + (c->pingpong ? "pp" : "") : "";
+    return c ? std::to_string(c->warp_specialize) + (c->persistent > 0 ? "p" : "") +
+                   (c->pingpong ? "pp" + std::to_string(c->block_m) : "")
+             : "";
   };
   std::set<std::string> schedules;
   for (size_t i = 0; i < ranked.size() && static_cast<int>(i) < top_k; ++i) schedules.insert(schedule(ranked[i]));

@@ -55,7 +55,7 @@ import time
 from dataclasses import dataclass
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BLOCKS = ("mlp", "attention", "transformer_block", "sdpa")
+BLOCKS = ("mlp", "attention", "transformer_block", "sdpa", "llama_block")
 # Single kernels, as bench_kernels' BM_Pointwise/<name>: --kernels.
 KERNELS = ("bias_gelu", "softmax", "layer_norm", "matmul_bias_gelu")
 # --kernels matmul_bias_gelu: the shapes of bench/graphs/kernels/matmul_<dtype>_<M>x<N>x<K>.sf.
@@ -194,8 +194,53 @@ def make_sdpa(s):
     return sdpa, params, 4 * B * hq * S * S * D // 2
 
 
+def llama_ffn(s):
+    # Llama 3 8B's SwiGLU inner size, 14336 = 3.5 x hidden 4096.
+    return s.hidden * 7 // 2
+
+
+def make_llama_block(s):
+    # bench/graphs/bf16/llama_block.sf: bench/graphs/llama_block.sf on one rank (Llama
+    # 3 8B's layer): rms_norm, q/k/v projections (32 query heads, 8 kv heads of 128),
+    # RoPE (base 10000, tables computed in f32 and cast to the activations' dtype,
+    # rotate-half), causal GQA attention through SDPA, the output projection and a
+    # residual, rms_norm, SwiGLU (silu(x w1^T) * x w3^T) w2^T, a residual.
+    def llama_block(x, attn_norm_w, wq, wk, wv, wo, ffn_norm_w, w1, w3, w2):
+        B, S, H, D = s.batch, s.seq, s.hidden, s.head_dim
+        hq, hkv = s.heads, sdpa_kv_heads(s)
+        n1 = F.rms_norm(x, (H,), attn_norm_w, eps=1e-5)
+        q = torch.matmul(n1, wq.transpose(0, 1)).reshape(B, S, hq, D).permute(0, 2, 1, 3)
+        k = torch.matmul(n1, wk.transpose(0, 1)).reshape(B, S, hkv, D).permute(0, 2, 1, 3)
+        v = torch.matmul(n1, wv.transpose(0, 1)).reshape(B, S, hkv, D).permute(0, 2, 1, 3)
+        pos = torch.arange(S, dtype=torch.float32, device=x.device).reshape(S, 1)
+        inv_freq = torch.pow(10000.0, torch.arange(0, D, 2, dtype=torch.float32, device=x.device) / -D)
+        emb = torch.cat((pos * inv_freq, pos * inv_freq), dim=-1)
+        cos_t, sin_t = torch.cos(emb).to(x.dtype), torch.sin(emb).to(x.dtype)
+
+        def rope(t):
+            return t * cos_t + torch.cat((-t[..., D // 2:], t[..., :D // 2]), dim=-1) * sin_t
+
+        attn = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True, enable_gqa=True)
+        h = x + torch.matmul(attn.permute(0, 2, 1, 3).reshape(B, S, H), wo.transpose(0, 1))
+        n2 = F.rms_norm(h, (H,), ffn_norm_w, eps=1e-5)
+        gate = F.silu(torch.matmul(n2, w1.transpose(0, 1)))
+        up = torch.matmul(n2, w3.transpose(0, 1))
+        return h + torch.matmul(gate * up, w2.transpose(0, 1))
+
+    H, Fn, kv = s.hidden, llama_ffn(s), sdpa_kv_heads(s) * s.head_dim
+    params = [("x", (s.batch, s.seq, H), "act"), ("attn_norm_w", (H,), "ln_w"), ("wq", (H, H), "w"),
+              ("wk", (kv, H), "w"), ("wv", (kv, H), "w"), ("wo", (H, H), "w"), ("ffn_norm_w", (H,), "ln_w"),
+              ("w1", (Fn, H), "w"), ("w3", (Fn, H), "w"), ("w2", (H, Fn), "w")]
+    T = s.tokens
+    # The projections, the attention over the visible (causal) half of the scores
+    # (FlashAttention's convention, as the sdpa block), the SwiGLU MLP.
+    flops = (2 * T * H * (2 * H + 2 * kv) + 4 * s.batch * s.heads * s.seq * s.seq * s.head_dim // 2
+             + 3 * 2 * T * H * Fn)
+    return llama_block, params, flops
+
+
 MAKERS = {"mlp": make_mlp, "attention": make_attention, "transformer_block": make_transformer_block,
-          "sdpa": make_sdpa}
+          "sdpa": make_sdpa, "llama_block": make_llama_block}
 
 
 def make_inputs(params, dtype, device, seed):
@@ -383,6 +428,12 @@ def run_block(block, shapes, args, device, dtype):
                  f"head_dim={shapes.head_dim} causal gqa")
         shape_info = {"dtype": args.dtype, "batch": shapes.batch, "seq": shapes.seq, "heads": shapes.heads,
                       "kv_heads": kv, "head_dim": shapes.head_dim, "is_causal": True, "enable_gqa": True}
+    elif block == "llama_block":
+        kv = sdpa_kv_heads(shapes)
+        label = (f"{args.dtype} batch={shapes.batch} seq={shapes.seq} hidden={shapes.hidden} "
+                 f"heads={shapes.heads}x{shapes.head_dim} kv_heads={kv} ffn={llama_ffn(shapes)} rope causal gqa swiglu")
+        shape_info = {"dtype": args.dtype, "batch": shapes.batch, "seq": shapes.seq, "hidden": shapes.hidden,
+                      "heads": shapes.heads, "kv_heads": kv, "ffn": llama_ffn(shapes)}
     else:
         label = (f"{args.dtype} batch={shapes.batch} seq={shapes.seq} hidden={shapes.hidden} "
                  f"heads={shapes.heads}x{shapes.head_dim} ffn={shapes.ffn}")

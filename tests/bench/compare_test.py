@@ -178,6 +178,41 @@ class SdpaCompareTest(unittest.TestCase):
         self.assertIn("F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)", peers)
 
 
+class LlamaBlockPeerTest(unittest.TestCase):
+    """BM_Block/llama_block: bench/graphs/bf16/llama_block.sf (gpu-pack's
+    blocks-bf16/llama_block) beside peers.py's make_llama_block: the same shapes and
+    constants, read from the sources, so a change to one side fails here."""
+
+    def test_the_shipped_graph_matches_the_peer(self):
+        with open(os.path.join(REPO, "bench", "graphs", "bf16", "llama_block.sf")) as f:
+            sf = f.read()
+        code = "\n".join(l for l in sf.splitlines() if not l.lstrip().startswith("#"))
+        for text in ("x: bf16[8, 2048, 4096]", "wq: bf16[4096, 4096], wk: bf16[1024, 4096]", "wv: bf16[1024, 4096]",
+                     "w1: bf16[14336, 4096], w3: bf16[14336, 4096]", "w2: bf16[4096, 14336]", "eps=1e-5",
+                     "pow(10000.0, div(arange(128, step=2, dtype=f32), -128.0))",
+                     "scaled_dot_product_attention(q_rot, k_rot, v, is_causal=true, enable_gqa=true)",
+                     "silu(matmul(n2, transpose(w1, 0, 1)))"):
+            self.assertIn(text, code)
+        # One rank: no mesh, no placements, no redistributes.
+        for text in ("mesh ", "{tp:", "redistribute"):
+            self.assertNotIn(text, code)
+        with open(PEERS) as f:
+            peers = f.read()
+        self.assertIn("FULL = Shapes(batch=8, seq=2048, hidden=4096, heads=32, head_dim=128, ffn=16384)", peers)
+        self.assertIn("return s.hidden * 7 // 2", peers)
+        self.assertEqual(4096 * 7 // 2, 14336)
+        for text in ("F.rms_norm(x, (H,), attn_norm_w, eps=1e-5)", "torch.pow(10000.0,",
+                     "F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True, enable_gqa=True)",
+                     "F.silu(torch.matmul(n2, w1.transpose(0, 1)))", '"llama_block": make_llama_block'):
+            self.assertIn(text, peers)
+
+    def test_the_block_is_a_choice_of_blocks(self):
+        # Without PyTorch the script stops at the import, not at an unknown block.
+        with tempfile.TemporaryDirectory() as d:
+            p = run(PEERS, "--blocks", "llama_block", "--out", os.path.join(d, "x.json"))
+        self.assertNotIn("unknown block", p.stderr)
+
+
 class PeersScriptTest(unittest.TestCase):
     def test_compiles(self):
         with tempfile.TemporaryDirectory() as d:

@@ -246,44 +246,7 @@ Result<llvm::Value*> AttentionCode::operand(int v, llvm::Value* flat, GroupValue
   return x->value;  // f32/f16/bf16 compute as float
 }
 
-Result<llvm::Value*> AttentionCode::logit(llvm::Value* r, llvm::Value* col, const std::function<Result<llvm::Value*>()>& raw) {
-  llvm::Value* row = row_of(r);
-  llvm::Value* inside = b_.CreateAnd(b_.CreateICmpSLT(row, c(m_.l)), b_.CreateICmpSLT(col, c(m_.s)));
-  return guarded(
-      inside,
-      [&]() -> Result<llvm::Value*> {
-        Result<llvm::Value*> rv = raw();
-        if (!rv) return rv;
-        llvm::Value* dot = cg_.node_result(score_dtype(), *rv);
-        const int scores = m_.scores;
-        const DType sd = score_dtype();
-        llvm::Value* head = head_of(r);
-        llvm::Value* flat = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(head, c(m_.l)), row), c(m_.s)), col);
-        std::vector<llvm::Value*> coords = batch_coords(head);
-        coords.push_back(row);
-        coords.push_back(col);
-        return operand(
-            m_.logits, flat,
-            [scores, sd, dot](ValueId v, const kernels::ValueIndex&) -> std::optional<Elem> {
-              if (v == scores) return Elem{dot, sd};
-              return std::nullopt;
-            },
-            std::move(coords));
-      },
-      llvm::ConstantFP::getInfinity(b_.getFloatTy(), true));
-}
-
-int AttentionCode::unmasked_node() const {
-  if (!m_.causal_diagonal) return m_.logits;
-  const Node& w = spec_.group.node(m_.logits);
-  if (w.op != OpKind::Where || w.inputs.size() != 3) return -1;
-  const Node& kept = spec_.group.node(w.inputs[1]);
-  return kept.type.shape == w.type.shape ? w.inputs[1] : -1;
-}
-
-Result<llvm::Value*> AttentionCode::logit_inside(llvm::Value* r, llvm::Value* col, llvm::Value* raw) {
-  const int node = unmasked_node();
-  if (node < 0) return fail("internal: no unmasked logits");
+Result<llvm::Value*> AttentionCode::chain_value(int node, llvm::Value* r, llvm::Value* col, llvm::Value* raw) {
   llvm::Value* row = row_of(r);
   llvm::Value* dot = cg_.node_result(score_dtype(), raw);
   const int scores = m_.scores;
@@ -300,6 +263,32 @@ Result<llvm::Value*> AttentionCode::logit_inside(llvm::Value* r, llvm::Value* co
         return std::nullopt;
       },
       std::move(coords));
+}
+
+Result<llvm::Value*> AttentionCode::logit(llvm::Value* r, llvm::Value* col, const std::function<Result<llvm::Value*>()>& raw) {
+  llvm::Value* inside = b_.CreateAnd(b_.CreateICmpSLT(row_of(r), c(m_.l)), b_.CreateICmpSLT(col, c(m_.s)));
+  return guarded(
+      inside,
+      [&]() -> Result<llvm::Value*> {
+        Result<llvm::Value*> rv = raw();
+        if (!rv) return rv;
+        return chain_value(m_.logits, r, col, *rv);
+      },
+      llvm::ConstantFP::getInfinity(b_.getFloatTy(), true));
+}
+
+int AttentionCode::unmasked_node() const {
+  if (!m_.causal_diagonal) return m_.logits;
+  const Node& w = spec_.group.node(m_.logits);
+  if (w.op != OpKind::Where || w.inputs.size() != 3) return -1;
+  const Node& kept = spec_.group.node(w.inputs[1]);
+  return kept.type.shape == w.type.shape ? w.inputs[1] : -1;
+}
+
+Result<llvm::Value*> AttentionCode::logit_inside(llvm::Value* r, llvm::Value* col, llvm::Value* raw) {
+  const int node = unmasked_node();
+  if (node < 0) return fail("internal: no unmasked logits");
+  return chain_value(node, r, col, raw);
 }
 
 Result<void> AttentionCode::key_tile(llvm::Value* b, llvm::Value* kv0) {

@@ -211,6 +211,9 @@ class AttentionCode {
   // The chain's logit at block row r and key `col` from the raw dot product `raw()`
   // (called only inside the rows and keys); -inf outside them.
   Result<llvm::Value*> logit(llvm::Value* r, llvm::Value* col, const std::function<Result<llvm::Value*>()>& raw);
+  // Chain value `node` (the logits, or an operand of theirs of the scores' shape) at
+  // block row r and key `col`, the scores being the raw dot product `raw`.
+  Result<llvm::Value*> chain_value(int node, llvm::Value* r, llvm::Value* col, llvm::Value* raw);
   // The same where the caller knows (r, col) is inside the rows and keys and, for a
   // causal chain, on or below the diagonal: no bounds test, and the chain read up to
   // the causal where's kept operand (unmasked_node), the mask not evaluated.

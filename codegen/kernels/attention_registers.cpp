@@ -287,12 +287,10 @@ Result<void> AttentionCode::load_kv16(llvm::Value* b, llvm::Value* kv0, llvm::Va
     });
   };
   // Each operand copied where it can be (aligned, a plain view), else loaded.
-  SF_TRY(copy_or_load(kr >= 0 ? copy_source(kr) : std::nullopt, [&]() {
-    return copy16(*copy_source(kr), t_.bn, t_.e, "copy_k", t_.k16, t_.ks, bufe, k_row);
-  }, sync_k));
-  return copy_or_load(copy_source(m_.v), [&]() {
-    return copy16(*copy_source(m_.v), t_.bn, t_.ev, "copy_v", t_.v16, t_.vs, bufe, v_row);
-  }, sync_v);
+  const std::optional<std::pair<int, kernels::IndexMap>> ksrc = kr >= 0 ? copy_source(kr) : std::nullopt,
+                                                         vsrc = copy_source(m_.v);
+  SF_TRY(copy_or_load(ksrc, [&]() { return copy16(*ksrc, t_.bn, t_.e, "copy_k", t_.k16, t_.ks, bufe, k_row); }, sync_k));
+  return copy_or_load(vsrc, [&]() { return copy16(*vsrc, t_.bn, t_.ev, "copy_v", t_.v16, t_.vs, bufe, v_row); }, sync_v);
 }
 
 llvm::Value* AttentionCode::shfl_xor(llvm::Value* v, int mask) {

@@ -184,7 +184,13 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
     // the others spend with the tensor cores idle: charged 0.9 (an estimate).
     const double f_arch = b.wgmma ? (c.pingpong ? 0.9 : 0.85)
                                   : t.name.rfind("sm_9", 0) == 0 || t.name.rfind("sm_1", 0) == 0 ? 0.65 : 0.85;
-    const double f_pipe = c.stages >= 3 ? 1.0 : 0.8;
+    // The wgmma kernel keeps one group in flight (3 stages or more), so its copies run
+    // stages - 2 tiles ahead: on an H200 the 4-stage 128 x 256 x 64 configs took 0.93
+    // to 0.98 of the 3-stage ones' time at 4096^3 (bench/results/tune-h200-run7/), the
+    // warp-specialised persistent one 0.93. Charged 0.93 at 3 stages, so that the
+    // deeper pipeline ranks first (a ping-pong warpgroup, alone on the tensor cores
+    // during its K loop, needs the copies furthest ahead).
+    const double f_pipe = c.stages < 3 ? 0.8 : b.wgmma && c.stages == 3 ? 0.93 : 1.0;
     // TF32 (--allow-tf32) at its own rate, half the 16-bit one.
     const double peak = b.tf32 && t.tf32_gflops > 0 ? t.tf32_gflops : t.tensor16_gflops;
     const double per_block_rate = peak * 1e3 / t.sms * f_tile * f_occ * f_arch * f_pipe / resident;
@@ -195,7 +201,10 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
     const double l2_traffic = double(grid) * double(p.k) * (c.block_m + c.block_n) * p.elem_bytes;
     const double dram = double(p.batch) * (double(p.m) * p.k + double(p.k) * p.n) * p.elem_bytes * (c.group_m > 1 ? 2 : 4) +
                         double(p.batch) * p.m * p.n * p.elem_bytes;
-    double mem = std::max(dram, l2_traffic / 4) / (sm_bw * busy_sms);
+    // The copies a pipeline keeps in flight hide the L2 and DRAM latency of the loads
+    // as they hide it from the products, so f_pipe scales this side too (where the
+    // operands' traffic binds, as for a 64-row ping-pong tile, it alone ranks stages).
+    double mem = std::max(dram, l2_traffic / 4) / (sm_bw * busy_sms) / f_pipe;
     return std::max(compute, mem) + t.launch_us;
   }
   if (p.kind == KernelKind::Attention && b.tensor_cores && t.tensor16_gflops > 0) {

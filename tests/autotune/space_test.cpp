@@ -492,6 +492,42 @@ TEST(CostModelTest, WgmmaIsPricedNearTheTensorPeak) {
   EXPECT_GT(predict_us(p, c, t, tf), 1.8 * us_wg);
 }
 
+// The wgmma kernel with one group in flight: 4 stages (the copies two tiles ahead)
+// rank above 3 (one tile ahead), as an H200 measured them at 4096^3 (212.8 against
+// 228.5 us warp-specialised and persistent, bench/results/tune-h200-run7/), 2 stages
+// (each tile's group waited for) lowest; mma.sync's ranking of 3 and 4 stages stays flat.
+// Without the stage factor the first and last expectations fail (3 and 4 stages tie).
+TEST(CostModelTest, WgmmaRanksFourStagesAboveThree) {
+  TuneProblem p = matmul(4096, 4096, 4096);
+  p.elem_bytes = 2;
+  TargetInfo t = gpu("sm_90a");
+  auto predict = [&](int stages, bool wgmma, int block_m = 128) {
+    KernelConfig c = mm_cfg(block_m, 256, 64, 8, 8);
+    c.stages = stages;
+    BuildResult b;
+    if (block_m == 64) {  // the ping-pong tile: a warpgroup's 64 x 256 items, a producer warpgroup
+      c.warp_specialize = 1;
+      c.persistent = 132;
+      c.pingpong = 1;
+    }
+    b.threads_per_block = block_m == 64 ? 384 : 256;
+    b.dynamic_shared_bytes = stages * (block_m * 64 + 64 * 256) * 2;
+    b.grid_blocks = (4096 / 128) * (4096 / 256);
+    b.resources = KernelResources{};
+    b.resources->registers = 168;
+    b.tensor_cores = true;
+    b.wgmma = wgmma;
+    return predict_us(p, c, t, b);
+  };
+  EXPECT_LT(predict(4, true), predict(3, true) * 0.97) << predict(4, true) << " vs " << predict(3, true);
+  EXPECT_LT(predict(3, true), predict(2, true));
+  EXPECT_DOUBLE_EQ(predict(3, false), predict(4, false));
+  // The 64-row ping-pong tile is priced by its operands' L2 traffic (each 64-row item
+  // reads a whole 256-wide B panel), which the pipeline's depth scales as well: its
+  // 4-stage form ranks above the 3-stage one run 7 measured.
+  EXPECT_LT(predict(4, true, 64), predict(3, true, 64)) << predict(4, true, 64) << " vs " << predict(3, true, 64);
+}
+
 // The tensor-core attention (bench sdpa's shape: 8 x 32 heads, 2048 x 2048, head dim
 // 128, bf16): tiles of 16 rows a warp (the register-resident form) rank above the
 // same tile on other warp counts, and big query tiles above small ones (k and v are

@@ -172,9 +172,9 @@ TEST(Converter, EveryOpUnderEveryInputPlacement) {
       // placement); one param keeps all four.
       size_t step = test::kSanitized && stride == 1 && oc.params.size() >= 2 ? 5 : stride;
       // On the 2-D mesh an op of three params has 4096 combinations, 274 runs at every
-      // 15th: most of the sanitizer build's 47 s here (docs/testing.md, "CI time").
-      // There every 127th (about 32 runs; 127 is 15 mod 16, so the first param still
-      // walks all 16 of its 2-D placements, and the others move on as it wraps).
+      // 15th: most of the test's 47 s under the sanitizers (18 s since, docs/testing.md,
+      // "CI time"). There every 127th (33 runs; 127 is 15 mod 16, so the first param
+      // still walks all 16 of its 2-D placements, and the others move on as it wraps).
       if (test::kSanitized && stride > 1 && oc.params.size() >= 3) step = 127;
       for (size_t combo = 0; combo < combos; combo += step) {
         std::string params;

@@ -310,12 +310,21 @@ class ElementCodegen {
   // erf_for_16bit and the add take 30, and no cancellation where erf(z) nears -1
   // (docs/kernels.md, "erf for 16-bit results").
   Elem one_plus_erf_for_16bit(Elem z, DType result);
+  // GELU(x) = x/2 (1 + erf(x / sqrt 2)) for a result rounded to f16/bf16 (GroupValues
+  // spots the decomposed GELU's product): max(x, 0) - |x| erfc(|x| / sqrt 2) / 2, the
+  // erfc of one_plus_erf_for_16bit with the halving folded in. No select; about 18
+  // instructions where one_plus_erf_for_16bit and the multiplies around it take 22.
+  // Within 1e-5 relative of the float64 GELU (docs/kernels.md, "erf for 16-bit results").
+  Elem gelu_for_16bit(Elem x, DType result);
 
   llvm::IRBuilderBase& builder() { return b_; }
   const llvmb::Target& target() const { return target_; }
 
  private:
   llvm::Value* to_compute(Elem v, DType result);  // operand -> result's compute type, unrounded
+  // erfc(a * t_per_a) / inv_scale for a >= 0 (inv_scale a power of two), the erfc of
+  // one_plus_erf_for_16bit and gelu_for_16bit (element_erf.cpp).
+  llvm::Value* scaled_erfc(llvm::Value* a, double t_per_a, float inv_scale);
   llvm::Value* bf16_round_bits(llvm::Value* f32);   // float -> i16 bits, RNE, quiet NaN
   llvm::Value* int_to_bf16(llvm::Value* i);  // i32/i64 -> bf16 value in f32, one rounding
   llvm::Value* int_pow(llvm::Value* a, llvm::Value* e, llvm::Type* result);
@@ -367,6 +376,12 @@ class GroupValues {
   // elementwise nor views, unless the hook supplies them.
   Result<Elem> value(ValueId v, const ValueIndex& at);
 
+  // Value `v` as an output stores it: value(v, at), except that a cast of a float to
+  // f16/bf16 gives its operand unrounded with the cast's dtype (the store rounds it,
+  // and rounding twice to the same dtype is rounding once). Only for a value handed
+  // straight to ElementCodegen::store / store_vector / narrow_vector.
+  Result<Elem> output_value(ValueId v, const ValueIndex& at);
+
   // The (param, offset map) pairs that value(v, at) reads, without emitting code.
   std::vector<std::pair<int, IndexMap>> reads(ValueId v, const ValueIndex& at) const;
   // The position of param `v` among g.params(), or -1.
@@ -374,6 +389,9 @@ class GroupValues {
   // Whether add(erf(z), 1) under a 16-bit rounding becomes
   // ElementCodegen::one_plus_erf_for_16bit (default: yes).
   void fold_one_plus_erf(bool on) { fold_erfc_ = on; }
+  // Whether GELU's product under a 16-bit rounding becomes
+  // ElementCodegen::gelu_for_16bit (default: yes).
+  void fold_gelu(bool on) { fold_gelu_ = on; }
 
  private:
   // arange, full, tril, triu, dropout at `at` (is_coordinate_op).
@@ -382,6 +400,11 @@ class GroupValues {
   // 16-bit form: that erf node, which value() then skips for
   // ElementCodegen::one_plus_erf_for_16bit; nullopt otherwise.
   std::optional<ValueId> one_plus_erf_operand(ValueId v) const;
+  // `v` is GELU's product mul(mul(x, 0.5), add(erf(mul(x, 1/sqrt 2)), 1)) (each
+  // product and sum in either order, f32 of one shape, scalar literals), rounded to 16
+  // bits under Precision::Fused: x, which value() hands to
+  // ElementCodegen::gelu_for_16bit; nullopt otherwise. Off with fold_gelu(false).
+  std::optional<ValueId> gelu_operand(ValueId v) const;
 
   const Graph& g_;
   ElementCodegen& cg_;
@@ -389,6 +412,7 @@ class GroupValues {
   std::vector<int> param_slot_;
   std::vector<bool> rounded16_;  // rounded_to_16bit(g_)
   bool fold_erfc_ = true;        // fold_one_plus_erf
+  bool fold_gelu_ = true;        // fold_gelu
   // A concat: each operand read at its own clamped index, then a select by the
   // coordinate along the dim.
   Result<Elem> concat_value(ValueId v, const ValueIndex& at);

@@ -2,7 +2,10 @@
 // rounded_to_16bit; docs/kernels.md, "Dtypes").
 #include "codegen/kernels/element.h"
 
+#include <cmath>
 #include <iterator>
+#include <limits>
+#include <numbers>
 #include <span>
 
 #include <llvm/IR/Constants.h>
@@ -82,41 +85,78 @@ llvm::Value* ElementCodegen::erf_for_16bit(llvm::Value* x) {
   return b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, r, x);
 }
 
-Elem ElementCodegen::one_plus_erf_for_16bit(Elem z, DType result) {
-  // With t = |z|, s = 1 / (1 + t/2):
-  //   erfc(t) = s * 2^(fma(-t log2(e), t, p(s))), p of degree 9 (scripts/fit-erfc.py:
-  //   a fit of log2(erfc(t) / s) + t^2 log2(e) over all s in (0, 1], smooth there);
-  //   1 + erf(z) = erfc(-z) = z < 0 ? erfc(t) : 2 - erfc(t).
-  // The fit is within 1.1e-7; the f32 evaluation within 1e-6 relative for t < 3, and
-  // within 6e-6 out to t = 9 (the exponent's own rounding: an f32 near -110 is
-  // 4e-6 coarse), past which erfc leaves f32's normal range and the flushing ex2
-  // gives 0. No cancellation: where erf(z) nears -1, 1 + erf(z) computed as such
-  // loses its relative precision (f32's spacing near -1 is 6e-8; at z = -3 the sum is
-  // 2.2e-5), erfc keeps it.
-  static constexpr float kErfc[] = {-1.825748324e+00f, 1.442728519e+00f,  5.397118926e-01f, 1.395400167e-01f,
-                                    -2.683674693e-01f, 4.013319314e-01f,  -1.636232376e+00f, 2.146085262e+00f,
-                                    -1.185420752e+00f, 2.463712394e-01f};
+namespace {
+
+// The erfc fit (scripts/fit-erfc.py): with t >= 0 and s = 1 / (1 + t/2),
+// erfc(t) = s * 2^(-t^2 log2(e) + p(s)), p(s) = sum kErfc[i] s^i, a fit of
+// log2(erfc(t) / s) + t^2 log2(e), smooth over all s in (0, 1].
+constexpr float kErfc[] = {-1.825748324e+00f, 1.442728519e+00f, 5.397118926e-01f, 1.395400167e-01f,
+                           -2.683674693e-01f, 4.013319314e-01f, -1.636232376e+00f, 2.146085262e+00f,
+                           -1.185420752e+00f, 2.463712394e-01f};
+
+}  // namespace
+
+llvm::Value* ElementCodegen::scaled_erfc(llvm::Value* a, double t_per_a, float inv_scale) {
+  // erfc(t) / inv_scale for t = a * t_per_a (a >= 0, inv_scale a power of two): the
+  // reciprocal is taken of (1 + t/2) * inv_scale, which is exact scaling, so it is
+  // s / inv_scale, and the coefficients are scaled by inv_scale^i to give p(s) bit
+  // for bit. a = +Inf: s = 0 and the exponent -Inf, so 0; NaN stays NaN.
   llvm::Type* f32 = b_.getFloatTy();
-  auto c = [&](float v) { return llvm::ConstantFP::get(f32, v); };
-  auto fma = [&](llvm::Value* a, llvm::Value* m, llvm::Value* add) {
-    return b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {a, m, add});
+  auto c = [&](double v) { return llvm::ConstantFP::get(f32, static_cast<float>(v)); };
+  auto fma = [&](llvm::Value* x, llvm::Value* m, llvm::Value* add) {
+    return b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {x, m, add});
   };
   const bool nvptx = target_.kind == llvmb::Target::Kind::NVPTX;
-  llvm::Value* x = to_compute(z, result);
-  llvm::Value* t = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
-  llvm::Value* d = fma(t, c(0.5f), c(1.0f));
+  llvm::Value* d = fma(a, c(0.5 * t_per_a * inv_scale), c(inv_scale));
   // rcp.approx (1 ulp; ftz: s is normal for every t below 2^126, and 0 past it).
-  llvm::Value* sv = nvptx ? b_.CreateIntrinsic(llvm::Intrinsic::nvvm_rcp_approx_ftz_f, {}, {d}) : b_.CreateFDiv(c(1.0f), d);
-  llvm::Value* p = c(kErfc[std::size(kErfc) - 1]);
-  for (size_t i = std::size(kErfc) - 1; i-- > 0;) p = fma(p, sv, c(kErfc[i]));
-  llvm::Value* a = fma(b_.CreateFMul(t, c(-1.442695041f)), t, p);
-  // a <= p(s) < 0.25; below -126 (t past 9.3) the flushing ex2 gives 0, as erfc's f32
-  // value is a denormal or 0 there. t = inf: s = 0, a = -inf, 0; NaN stays NaN.
-  llvm::Value* e2 = nvptx ? b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_ftz_f, {}, {a})
-                          : b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, a);
-  llvm::Value* erfc = b_.CreateFMul(sv, e2);
+  llvm::Value* s = nvptx ? b_.CreateIntrinsic(llvm::Intrinsic::nvvm_rcp_approx_ftz_f, {}, {d}) : b_.CreateFDiv(c(1.0), d);
+  const size_t n = std::size(kErfc);
+  llvm::Value* p = c(double{kErfc[n - 1]} * std::pow(double{inv_scale}, static_cast<double>(n - 1)));
+  for (size_t i = n - 1; i-- > 0;) p = fma(p, s, c(double{kErfc[i]} * std::pow(double{inv_scale}, static_cast<double>(i))));
+  // -t^2 log2(e) + p(s) <= p(s) < 0.25; below -126 (t past 9.3) the flushing ex2
+  // gives 0, as erfc's f32 value is a denormal or 0 there.
+  llvm::Value* q = fma(b_.CreateFMul(a, c(-std::numbers::log2e * t_per_a * t_per_a)), a, p);
+  llvm::Value* e2 = nvptx ? b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_ftz_f, {}, {q})
+                          : b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, q);
+  return b_.CreateFMul(s, e2);
+}
+
+Elem ElementCodegen::one_plus_erf_for_16bit(Elem z, DType result) {
+  // With t = |z|: 1 + erf(z) = erfc(-z) = z < 0 ? erfc(t) : 2 - erfc(t), erfc from
+  // scaled_erfc. The fit is within 1.1e-7; the f32 evaluation within 1e-6 relative
+  // for t < 3, and within 6e-6 out to t = 9 (the exponent's own rounding: an f32 near
+  // -110 is 4e-6 coarse), past which erfc leaves f32's normal range and the flushing
+  // ex2 gives 0. No cancellation: where erf(z) nears -1, 1 + erf(z) computed as such
+  // loses its relative precision (f32's spacing near -1 is 6e-8; at z = -3 the sum is
+  // 2.2e-5), erfc keeps it.
+  llvm::Type* f32 = b_.getFloatTy();
+  llvm::Value* x = to_compute(z, result);
+  llvm::Value* erfc = scaled_erfc(b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x), 1.0, 1.0f);
   // olt is false for NaN: 2 - NaN stays NaN.
-  llvm::Value* v = b_.CreateSelect(b_.CreateFCmpOLT(x, c(0.0f)), erfc, b_.CreateFSub(c(2.0f), erfc));
+  llvm::Value* v = b_.CreateSelect(b_.CreateFCmpOLT(x, llvm::ConstantFP::get(f32, 0.0)), erfc,
+                                   b_.CreateFSub(llvm::ConstantFP::get(f32, 2.0), erfc));
+  return Elem{node_result(result, v), result};
+}
+
+Elem ElementCodegen::gelu_for_16bit(Elem xe, DType result) {
+  // GELU(x) = x/2 (1 + erf(x / sqrt 2)) = x/2 erfc(-x / sqrt 2). With a = |x| and
+  // h = erfc(a / sqrt 2) / 2:
+  //   x >= 0: x (1 - h) = x - a h;   x < 0: x h = -a h;   so GELU(x) = max(x, 0) - a h,
+  // which needs no select, no separate x/2 and no x / sqrt 2 (scaled_erfc takes a
+  // and folds the halving into its reciprocal). Neither branch cancels: a h <= x/2
+  // where x >= 0, and -a h keeps erfc's relative precision where x < 0.
+  llvm::Type* f32 = b_.getFloatTy();
+  llvm::Value* x = to_compute(xe, result);
+  // +Inf would form Inf * 0 in the last fma: clamped to the largest float, where h is
+  // 0 and max(x, 0) = Inf stays. -Inf is not clamped: -Inf * 0 is NaN, as the
+  // decomposed x/2 (1 + erf) gives (-Inf times 0) and torch does. llvm.minimum and
+  // llvm.maximum propagate NaN (min.NaN.f32, max.NaN.f32).
+  llvm::Value* xc = b_.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, x,
+                                             llvm::ConstantFP::get(f32, std::numeric_limits<float>::max()));
+  llvm::Value* a = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, xc);
+  llvm::Value* h = scaled_erfc(a, 1.0 / std::numbers::sqrt2, 2.0f);
+  llvm::Value* relu = b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, x, llvm::ConstantFP::get(f32, 0.0));
+  llvm::Value* v = b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {b_.CreateFNeg(a), h, relu});
   return Elem{node_result(result, v), result};
 }
 

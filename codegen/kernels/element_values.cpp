@@ -4,6 +4,7 @@
 #include "codegen/kernels/element.h"
 
 #include <algorithm>
+#include <numbers>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -65,6 +66,14 @@ Result<Elem> GroupValues::value(ValueId v, const ValueIndex& at) {
     Result<Elem> r = coordinate_value(v, at);
     if (!r) return r;
     e = *r;
+  } else if (std::optional<ValueId> x = gelu_operand(v)) {
+    // GELU's product x/2 (1 + erf(x / sqrt 2)), rounded to 16 bits: computed from x at
+    // once (the half, the erf and the add are then dead here).
+    std::optional<ValueIndex> xi = operand_index(n, at, g_.node(*x).type.shape);
+    if (!xi) return Diag{"", n.loc, "internal: no index for GELU's operand"};
+    Result<Elem> xv = value(*x, *xi);
+    if (!xv) return xv;
+    e = cg_.gelu_for_16bit(*xv, n.type.dtype);
   } else if (std::optional<ValueId> erf = one_plus_erf_operand(v)) {
     // 1 + erf(z) (GELU's), rounded to 16 bits: erfc(-z) at once, without the
     // cancellation of 1 + erf or the erf itself (the erf node's code is then dead).
@@ -112,6 +121,58 @@ std::optional<ValueId> GroupValues::one_plus_erf_operand(ValueId v) const {
       return e;
   }
   return std::nullopt;
+}
+
+std::optional<ValueId> GroupValues::gelu_operand(ValueId v) const {
+  const Node& n = g_.node(v);
+  if (!fold_gelu_ || n.op != OpKind::Mul || n.type.dtype != DType::F32 || cg_.precision() != Precision::Fused ||
+      !rounded16_[static_cast<size_t>(v)])
+    return std::nullopt;
+  // Every node of the pattern is an f32 of n's shape (no broadcast on the way), and
+  // every literal a scalar whose f32 value is the one the kernel would multiply by.
+  auto same = [&](ValueId u) { return g_.node(u).type.dtype == DType::F32 && g_.node(u).type.shape == n.type.shape; };
+  auto literal = [&](ValueId u, double want) {
+    const Node& c = g_.node(u);
+    return c.op == OpKind::Constant && c.type.shape.empty() &&
+           static_cast<float>(c.attrs.get_float("value")) == static_cast<float>(want);
+  };
+  // `u` is op(k, other) in either order: k's operand `other`.
+  auto with_literal = [&](ValueId u, OpKind op, double k) -> std::optional<ValueId> {
+    const Node& un = g_.node(u);
+    if (un.op != op || !same(u)) return std::nullopt;
+    for (int i = 0; i < 2; ++i)
+      if (literal(un.inputs[static_cast<size_t>(i)], k)) return un.inputs[static_cast<size_t>(1 - i)];
+    return std::nullopt;
+  };
+  for (int i = 0; i < 2; ++i) {
+    // n = mul(mul(x, 0.5), add(erf(mul(x, 1/sqrt 2)), 1)), every product and sum in
+    // either order: the decomposed gelu (codegen/ir/decompose.cpp) and the same
+    // written out.
+    std::optional<ValueId> x = with_literal(n.inputs[static_cast<size_t>(i)], OpKind::Mul, 0.5);
+    std::optional<ValueId> erf = with_literal(n.inputs[static_cast<size_t>(1 - i)], OpKind::Add, 1.0);
+    if (!x || !erf || g_.node(*erf).op != OpKind::Erf || !same(*erf) || !same(*x)) continue;
+    std::optional<ValueId> z = with_literal(g_.node(*erf).inputs[0], OpKind::Mul, 1.0 / std::numbers::sqrt2);
+    if (z && *z == *x) return x;
+  }
+  return std::nullopt;
+}
+
+Result<Elem> GroupValues::output_value(ValueId v, const ValueIndex& at) {
+  // A cast to f16/bf16 from a float, as stored: its operand unrounded, tagged with the
+  // 16-bit dtype. The store rounds it (once, to nearest even: round(round(x)) is
+  // round(x)), which spares the rounding the cast would do, the widening back to f32
+  // and, where stores convert pairs (cvt.rn.bf16x2.f32), a conversion per element.
+  const Node& n = g_.node(v);
+  if (n.op == OpKind::Cast && (n.type.dtype == DType::BF16 || n.type.dtype == DType::F16) &&
+      is_float(g_.node(n.inputs[0]).type.dtype) && !(hook_ && hook_(v, at))) {
+    std::optional<ValueIndex> ui = operand_index(n, at, g_.node(n.inputs[0]).type.shape);
+    if (ui) {
+      Result<Elem> u = value(n.inputs[0], *ui);
+      if (!u) return u;
+      return Elem{u->value, n.type.dtype};
+    }
+  }
+  return value(v, at);
 }
 
 Result<Elem> GroupValues::coordinate_value(ValueId v, const ValueIndex& at) {

@@ -78,13 +78,14 @@ Result<int64_t> check(const KernelSpec& spec, const KernelConfig& c, const llvmb
 }
 
 // Every output's element at one flat index, in output order (each output is written
-// densely, so it is read at its own dense index).
+// densely, so it is read at its own dense index), as stored (GroupValues::output_value:
+// a final cast to 16 bits is left to the store's rounding).
 Result<std::vector<Elem>> outputs_at(const Graph& g, kernels::GroupValues& values, llvm::Value* flat,
                                      kernels::GroupValues::Hook hook = {}) {
   values.at_index(flat, std::move(hook));
   std::vector<Elem> out;
   for (const Output& o : g.outputs()) {
-    Result<Elem> e = values.value(o.value, kernels::dense_index(g.node(o.value).type.shape));
+    Result<Elem> e = values.output_value(o.value, kernels::dense_index(g.node(o.value).type.shape));
     if (!e) return e.error();
     out.push_back(*e);
   }

@@ -183,6 +183,10 @@ class Program {
 
   Result<Elem> row_value(ValueId v, const ValueIndex& at) { return checked(row_.value(v, at)); }
   Result<Elem> x_value(ValueId v, const ValueIndex& at) { return checked(cur_->value(v, at)); }
+  // An output's value as stored (GroupValues::output_value: a final cast to 16 bits is
+  // left to the store's rounding).
+  Result<Elem> row_output(ValueId v, const ValueIndex& at) { return checked(row_.output_value(v, at)); }
+  Result<Elem> x_output(ValueId v, const ValueIndex& at) { return checked(cur_->output_value(v, at)); }
 
   // Emits, at the builder's position, the row-space values that X-space code at the
   // given roots reads, so that the loop body finds them computed.
@@ -344,7 +348,7 @@ class Builder {
     std::vector<Elem> r;
     for (size_t o : p_.row_outputs) {
       ValueId v = g_.outputs()[o].value;
-      Result<Elem> e = prog_->row_value(v, kernels::dense_index(g_.node(v).type.shape));
+      Result<Elem> e = prog_->row_output(v, kernels::dense_index(g_.node(v).type.shape));
       if (!e) return e.error();
       r.push_back(*e);
     }
@@ -355,7 +359,7 @@ class Builder {
     prog_->set_x(i);
     for (size_t o : p_.x_outputs) {
       ValueId v = g_.outputs()[o].value;
-      Result<Elem> e = prog_->x_value(v, kernels::dense_index(g_.node(v).type.shape));
+      Result<Elem> e = prog_->x_output(v, kernels::dense_index(g_.node(v).type.shape));
       if (!e) return e.error();
       cg_->store(*e, out_[o], i);
     }

@@ -353,7 +353,7 @@ class NvptxBuilder final : public Builder {
       prog_->use_slot(slot0 + static_cast<size_t>(l));
       for (size_t q = 0; q < p_.x_outputs.size(); ++q) {
         ValueId v = g_.outputs()[p_.x_outputs[q]].value;
-        Result<Elem> e = prog_->x_value(v, kernels::dense_index(g_.node(v).type.shape));
+        Result<Elem> e = prog_->x_output(v, kernels::dense_index(g_.node(v).type.shape));
         if (!e) return e.error();
         vals[q].push_back(*e);
       }

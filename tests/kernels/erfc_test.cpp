@@ -56,27 +56,35 @@ size_t instructions(const std::string& ptx) {
   return n;
 }
 
+// ElementCodegen's `fn` of one f32 operand with an f32 result, built and JIT-compiled
+// for the host as `float name(float)`.
+Result<float (*)(float)> host_function(const std::string& name,
+                                       kernels::Elem (kernels::ElementCodegen::*fn)(kernels::Elem, DType)) {
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  auto m = std::make_unique<llvm::Module>(name, *ctx);
+  const llvmb::Target target = llvmb::Target::host();
+  llvmb::prepare_module(*m, target);
+  llvm::IRBuilder<> b(*ctx);
+  auto* fty = llvm::FunctionType::get(b.getFloatTy(), {b.getFloatTy()}, false);
+  llvm::Function* f = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, *m);
+  b.SetInsertPoint(llvm::BasicBlock::Create(*ctx, "entry", f));
+  kernels::ElementCodegen cg(b, *m, target);
+  b.CreateRet((cg.*fn)(kernels::Elem{f->getArg(0), DType::F32}, DType::F32).value);
+  if (std::optional<std::string> bad = llvmb::verify(*m)) return Diag{"", {}, *bad};
+  Result<void*> sym = jit().add(std::move(m), std::move(ctx), name);
+  if (!sym) return sym.error();
+  return reinterpret_cast<float (*)(float)>(*sym);
+}
+
 // The function built for the host as `float f(float)` and swept over the f32 inputs
 // (every 61st bit pattern from 0 to 9.0, both signs, plus the specials) against the
 // float64 erfc(-z). Within 1e-5 relative everywhere, 2e-6 for |z| < 3. Where erf(z)
 // nears -1 this is where 1 + erf(z) in f32 loses everything: at z = -4, f32's erf is
 // -1 + 1.5e-8 at best while 1 + erf is 1.5e-8; here it keeps five digits.
 TEST(ElementCodegen, OnePlusErfFor16BitIsWithin1e5OfErfc) {
-  auto ctx = std::make_unique<llvm::LLVMContext>();
-  auto m = std::make_unique<llvm::Module>("erfc16", *ctx);
-  const llvmb::Target target = llvmb::Target::host();
-  llvmb::prepare_module(*m, target);
-  llvm::IRBuilder<> b(*ctx);
-  auto* fty = llvm::FunctionType::get(b.getFloatTy(), {b.getFloatTy()}, false);
-  llvm::Function* fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, "erfc16", *m);
-  b.SetInsertPoint(llvm::BasicBlock::Create(*ctx, "entry", fn));
-  kernels::ElementCodegen cg(b, *m, target);
-  b.CreateRet(cg.one_plus_erf_for_16bit(kernels::Elem{fn->getArg(0), DType::F32}, DType::F32).value);
-  std::optional<std::string> bad = llvmb::verify(*m);
-  ASSERT_FALSE(bad) << *bad;
-  Result<void*> sym = jit().add(std::move(m), std::move(ctx), "erfc16");
-  ASSERT_TRUE(sym.ok()) << sym.error().str();
-  auto f = reinterpret_cast<float (*)(float)>(*sym);
+  Result<float (*)(float)> built = host_function("erfc16", &kernels::ElementCodegen::one_plus_erf_for_16bit);
+  ASSERT_TRUE(built.ok()) << built.error().str();
+  float (*f)(float) = *built;
   double worst = 0, worst_near = 0;
   float at = 0;
   // The sanitizer build's sample (tests/sanitized.h): every 427th pattern.
@@ -179,6 +187,117 @@ TEST(PointwiseNvptx, SixteenBitGeluTakesErfcInFewerInstructions) {
   Ptx eager = emit_ptx(graph(false), "sm_90a", {}, Precision::Eager);
   EXPECT_NE(eager.ir.find("@__nv_erff"), std::string::npos);
   EXPECT_EQ(count(eager.ptx, "rcp.approx"), 0u);
+}
+
+// GELU for 16-bit results (ElementCodegen::gelu_for_16bit: max(x, 0) - |x| erfc / 2,
+// spotted by GroupValues in the decomposed GELU's product), built for the host as
+// `float f(float)` and swept over f32 inputs (every 61st bit pattern from 0 to 14, both
+// signs) against GELU in float64. Within 1e-5 relative wherever the GELU is a normal
+// float: no cancellation on either side (x - |x| erfc/2 keeps half of x or more, and
+// -|x| erfc/2 keeps erfc's relative precision).
+TEST(ElementCodegen, GeluFor16BitIsWithin1e5OfTheFloat64Gelu) {
+  Result<float (*)(float)> built = host_function("gelu16", &kernels::ElementCodegen::gelu_for_16bit);
+  ASSERT_TRUE(built.ok()) << built.error().str();
+  float (*f)(float) = *built;
+  double worst = 0;
+  float at = 0;
+  const uint32_t step = test::kSanitized ? 427 : 61;
+  for (uint32_t bits = 0; bits <= 0x41600000u; bits += step) {  // 0 .. 14
+    float x;
+    std::memcpy(&x, &bits, 4);
+    for (float v : {x, -x}) {
+      const double xv = v;
+      const double want = 0.5 * xv * std::erfc(-xv / std::sqrt(2.0));
+      if (std::abs(want) < std::numeric_limits<float>::min()) continue;
+      const double r = std::abs(f(v) - want) / std::abs(want);
+      if (r > worst) worst = r, at = v;
+    }
+  }
+  EXPECT_LT(worst, 1e-5) << "at x = " << at;
+  EXPECT_GT(worst, 0) << "not the float64 GELU either";
+  const float inf = std::numeric_limits<float>::infinity(), big = std::numeric_limits<float>::max();
+  EXPECT_EQ(f(inf), inf) << "Inf * 0 avoided";
+  EXPECT_TRUE(std::isnan(f(-inf))) << "-Inf/2 (1 + erf(-Inf)) is -Inf * 0, as torch's";
+  EXPECT_TRUE(std::isnan(f(std::nanf(""))));
+  EXPECT_EQ(f(big), big);
+  EXPECT_EQ(f(-big), 0.0f);
+  EXPECT_EQ(f(0.0f), 0.0f);
+  EXPECT_EQ(f(30.0f), 30.0f);
+  EXPECT_EQ(f(-30.0f), 0.0f);
+  EXPECT_NEAR(f(1.0f), 0.8413447460685429, 0.8413447460685429 * 1e-6);
+  EXPECT_NEAR(f(-1.0f), -0.15865525393145705, 0.15865525393145705 * 1e-6);
+  EXPECT_NEAR(f(-5.0f), -1.4332574172407e-06, 1.4332574172407e-06 * 1e-5) << "where x/2 + x/2 erf(z) cancels";
+}
+
+// Which GELUs take gelu_for_16bit: the decomposed gelu op and the same product written
+// out with its factors in any order, rounded to bf16 or f16 under Fused precision. Not
+// an f32 result, Eager precision, another constant, or erf of another value than the
+// one multiplied.
+TEST(PointwiseNvptx, SixteenBitGeluFoldsTheWholeProduct) {
+  auto folded = [](const Ptx& p) {
+    // gelu_for_16bit's max(x, 0) and min(x, FLT_MAX); erfc's select is gone.
+    return count(p.ptx, "max.NaN.f32") > 0 && count(p.ptx, "min.NaN.f32") > 0;
+  };
+  auto written = [](DType dt, int variant) {
+    GraphBuilder b("gelu");
+    Value x = cast(b.param("h", dt, {4096}) + b.param("bias", dt, {4096}), DType::F32);
+    Value y = cast(b.param("y", dt, {4096}), DType::F32);
+    Value e = unary(OpKind::Erf, (variant == 4 ? y : x) * (variant == 3 ? 0.7 : 0.7071067811865476));
+    switch (variant) {
+      case 0: b.ret(cast(x * 0.5 * (1.0 + e), dt)); break;
+      case 1: b.ret(cast((e + 1.0) * (0.5 * x), dt)); break;  // every product and sum swapped
+      case 2: b.ret(cast(x * 0.5 * (1.0 + e), DType::F32)); break;  // an f32 result
+      default: b.ret(cast(x * 0.5 * (1.0 + e), dt)); break;  // 3: 0.7, 4: erf(y / sqrt 2)
+    }
+    return finish(b);
+  };
+  for (DType dt : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    EXPECT_TRUE(folded(emit_ptx(written(dt, 0), "sm_90a")));
+    EXPECT_TRUE(folded(emit_ptx(written(dt, 1), "sm_90a")));
+    EXPECT_FALSE(folded(emit_ptx(written(dt, 2), "sm_90a")));
+    EXPECT_FALSE(folded(emit_ptx(written(dt, 3), "sm_90a")));
+    EXPECT_FALSE(folded(emit_ptx(written(dt, 4), "sm_90a")));
+    EXPECT_FALSE(folded(emit_ptx(written(dt, 0), "sm_90a", {}, Precision::Eager)));
+    GraphBuilder b("bias_gelu");
+    Value h = b.param("h", dt, {4096});
+    b.ret(gelu(h + b.param("bias", dt, {4096})));
+    EXPECT_TRUE(folded(emit_ptx(decompose(finish(b)), "sm_90a"))) << "codegen/ir/decompose.cpp's GELU";
+  }
+}
+
+// The bf16 bias + GELU kernel's PTX: gelu_for_16bit takes 3 instructions an element
+// fewer (counted: 298 against 270 for 9 elements; at least 2 asserted) than the erfc form of 1 + erf with its multiplies (the same GELU
+// written (1 + erf) x 0.5, which only the 1 + erf rewrite matches), and no select. The
+// vector path stores each pair of results with one cvt.rn.bf16x2.f32 and nothing
+// else: no cvt.rn.bf16.f32 and widening back first (GroupValues::output_value); only
+// the scalar tail's 16-bit stores convert one at a time.
+TEST(PointwiseNvptx, SixteenBitGeluIsFewerInstructionsThanErfc) {
+  auto graph = [](bool gelu_form) {
+    GraphBuilder b("bias_gelu");
+    Value x = cast(b.param("h", DType::BF16, {4096}) + b.param("bias", DType::BF16, {4096}), DType::F32);
+    Value e = 1.0 + unary(OpKind::Erf, x * 0.7071067811865476);
+    b.ret(cast(gelu_form ? x * 0.5 * e : e * x * 0.5, DType::BF16));
+    return finish(b);
+  };
+  KernelConfig cfg;
+  cfg.vector = 8;  // the default for bench/graphs/kernels' bias + GELU
+  Ptx gelu = emit_ptx(graph(true), "sm_90a", cfg);
+  Ptx erfc = emit_ptx(graph(false), "sm_90a", cfg);
+  const size_t elements = count(gelu.ptx, "rcp.approx.ftz.f32");
+  EXPECT_EQ(elements, 9u) << "a vector of 8 and the tail";
+  EXPECT_EQ(count(erfc.ptx, "rcp.approx.ftz.f32"), elements);
+  EXPECT_EQ(count(gelu.ptx, "max.NaN.f32"), elements);
+  EXPECT_EQ(count(gelu.ptx, "selp.f32"), 0u);
+  EXPECT_EQ(count(erfc.ptx, "selp.f32"), elements);
+  // neg.f32 feeds only gelu_for_16bit's last fma, whose operand negation it becomes.
+  const size_t n_gelu = instructions(gelu.ptx) - count(gelu.ptx, "neg.f32"), n_erfc = instructions(erfc.ptx);
+  EXPECT_LE(n_gelu + 2 * elements, n_erfc) << n_gelu << " vs " << n_erfc;
+  const size_t scalar_stores = count(gelu.ptx, "st.global.b16");
+  EXPECT_GE(scalar_stores, 1u);
+  EXPECT_EQ(count(gelu.ptx, "cvt.rn.bf16.f32"), scalar_stores) << gelu.ptx;
+  EXPECT_EQ(count(gelu.ptx, "cvt.rn.bf16x2.f32"), (elements - scalar_stores) / 2);
+  EXPECT_EQ(count(gelu.ptx, "cvt.u32.u16"), 0u) << "no rounded value widened back to f32";
 }
 
 }  // namespace kernels_erfc_test

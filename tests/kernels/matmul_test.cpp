@@ -467,7 +467,9 @@ TEST(MatmulNvptx, TiledKernelWithEpilogueForSm80AndSm90a) {
       // bf16 rounding.
       EXPECT_EQ(p.ir.find("@__nv_erff"), std::string::npos);
       EXPECT_NE(p.ptx.find("ex2.approx.ftz.f32"), std::string::npos);
-      EXPECT_EQ(p.ptx.find("rcp.approx"), std::string::npos) << "GELU's 1 + erf stays erf + add in a matmul epilogue";
+      // The whole GELU is gelu_for_16bit: a max(x, 0) for each of its reciprocals.
+      EXPECT_NE(p.ptx.find("max.NaN.f32"), std::string::npos) << "GELU is gelu_for_16bit in a matmul epilogue";
+      EXPECT_EQ(count(p.ptx, "max.NaN.f32"), count(p.ptx, "rcp.approx.ftz.f32"));
       EXPECT_EQ(p.ptx.find("call"), std::string::npos) << "the PTX still calls a function";
       EXPECT_EQ(p.ptx.find(".func"), std::string::npos);
       EXPECT_NE(p.ptx.find("cvt.rn.bf16.f32"), std::string::npos);
@@ -480,6 +482,21 @@ TEST(MatmulNvptx, TiledKernelWithEpilogueForSm80AndSm90a) {
       EXPECT_EQ(p.launch.shared_bytes, 2 * 16 * (68 + 68) * 4);
     }
   }
+}
+
+// A 1 + erf that is not GELU's product ((1 + erf(z)) x 0.5 multiplied in that order)
+// keeps erf_for_16bit and an add in a matmul epilogue (MatmulEpilogue: erfc's MUFU
+// chains there spilled the tensor-core kernels), with the same output type as above.
+TEST(MatmulNvptx, ALoneOnePlusErfStaysErfInAnEpilogue) {
+  GraphBuilder b("mm_erf_bf16");
+  Value x = b.param("in0", DType::BF16, {200, 96});
+  Value w = b.param("in1", DType::BF16, {130, 96});
+  Value h = cast(matmul(x, transpose(w, 0, 1)) + b.param("in2", DType::BF16, {130}), DType::F32);
+  b.ret(cast((1.0 + unary(OpKind::Erf, h * 0.7071067811865476)) * h * 0.5, DType::BF16));
+  Ptx p = emit_ptx(finish(b), "sm_90a");
+  EXPECT_NE(p.ptx.find("ex2.approx.ftz.f32"), std::string::npos);
+  EXPECT_EQ(p.ptx.find("rcp.approx"), std::string::npos) << "1 + erf became erfc in a matmul epilogue";
+  EXPECT_EQ(p.ptx.find("max.NaN.f32"), std::string::npos) << "not a GELU product";
 }
 
 // The copies of K tile k+1 are issued before the FMAs of tile k: after the first

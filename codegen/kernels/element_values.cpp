@@ -4,6 +4,8 @@
 #include "codegen/kernels/element.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numbers>
 #include <numeric>
 #include <optional>
@@ -133,8 +135,11 @@ std::optional<ValueId> GroupValues::gelu_operand(ValueId v) const {
   auto same = [&](ValueId u) { return g_.node(u).type.dtype == DType::F32 && g_.node(u).type.shape == n.type.shape; };
   auto literal = [&](ValueId u, double want) {
     const Node& c = g_.node(u);
-    return c.op == OpKind::Constant && c.type.shape.empty() &&
-           static_cast<float>(c.attrs.get_float("value")) == static_cast<float>(want);
+    if (c.op != OpKind::Constant || !c.type.shape.empty()) return false;
+    // A literal past the float range (a graph may hold 1e300) is none of these; the
+    // conversion of such a double to float would be undefined.
+    const double v = c.attrs.get_float("value");
+    return std::abs(v) <= std::numeric_limits<float>::max() && static_cast<float>(v) == static_cast<float>(want);
   };
   // `u` is op(k, other) in either order: k's operand `other`.
   auto with_literal = [&](ValueId u, OpKind op, double k) -> std::optional<ValueId> {

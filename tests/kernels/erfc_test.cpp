@@ -247,6 +247,7 @@ TEST(PointwiseNvptx, SixteenBitGeluFoldsTheWholeProduct) {
       case 0: b.ret(cast(x * 0.5 * (1.0 + e), dt)); break;
       case 1: b.ret(cast((e + 1.0) * (0.5 * x), dt)); break;  // every product and sum swapped
       case 2: b.ret(cast(x * 0.5 * (1.0 + e), DType::F32)); break;  // an f32 result
+      case 5: b.ret(cast(x * 1e300 * (1.0 + e), dt)); break;  // a literal past f32's range
       default: b.ret(cast(x * 0.5 * (1.0 + e), dt)); break;  // 3: 0.7, 4: erf(y / sqrt 2)
     }
     return finish(b);
@@ -258,6 +259,7 @@ TEST(PointwiseNvptx, SixteenBitGeluFoldsTheWholeProduct) {
     EXPECT_FALSE(folded(emit_ptx(written(dt, 2), "sm_90a")));
     EXPECT_FALSE(folded(emit_ptx(written(dt, 3), "sm_90a")));
     EXPECT_FALSE(folded(emit_ptx(written(dt, 4), "sm_90a")));
+    EXPECT_FALSE(folded(emit_ptx(written(dt, 5), "sm_90a")));
     EXPECT_FALSE(folded(emit_ptx(written(dt, 0), "sm_90a", {}, Precision::Eager)));
     GraphBuilder b("bias_gelu");
     Value h = b.param("h", dt, {4096});

@@ -210,14 +210,22 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
   if (p.kind == KernelKind::Attention && b.tensor_cores && t.tensor16_gflops > 0) {
     // The tensor-core kernel (mma.sync): its products at half the 16-bit dense peak
     // (mma.sync, with the softmax between the two products), halved again where the
-    // scores and output pass through shared memory (block_m not 16 rows a warp: the
-    // register-resident form does not apply), with enough warps per SM to cover the
-    // latencies; K and V read once per query tile through L2 (taken as 4x DRAM's
-    // bandwidth, as for the matmul), DRAM seeing each tensor about once. Estimates,
-    // to rank.
-    const bool registers = c.block_m == 16 * c.warps;
+    // scores and output pass through shared memory (block_m not 16 or 32 rows a warp:
+    // the register-resident form does not apply), with enough warps per SM to cover
+    // the latencies; K and V read once per query tile through L2 (taken as 4x DRAM's
+    // bandwidth, as for the matmul), DRAM seeing each tensor about once. With 32 rows
+    // a warp each k and v fragment read from shared memory feeds two mma (128 for 48
+    // ldmatrix a key tile at E = 128, against 64 for 40): taken as 10% faster, so
+    // that those configs are measured. Each key tile also costs a barrier, the row
+    // max's shuffles and the rescaling of every output accumulator whatever its
+    // width: taken as the products of 8 more keys, so that 16-key tiles rank below
+    // 32 and 64 (FlashAttention-2 takes 32 to 128). Estimates, to rank.
+    const bool one_tile = c.block_m == 16 * c.warps, two_tiles = c.block_m == 32 * c.warps;
+    const double form = two_tiles ? 1.1 : one_tile ? 1.0 : 0.5;
+    const double bn = double(std::max<int64_t>(1, std::min<int64_t>(c.block_n, std::max<int64_t>(p.n, 1))));
+    const double f_tile = bn / (bn + 8);
     const double f_occ = std::min(1.0, warps_per_sm / kWarpsForCompute);
-    const double rate = t.tensor16_gflops * 1e3 * (busy_sms / t.sms) * 0.5 * (registers ? 1.0 : 0.5) * f_occ;
+    const double rate = t.tensor16_gflops * 1e3 * (busy_sms / t.sms) * 0.5 * form * f_tile * f_occ;
     double compute = double(p.flops) / rate;
     const double tiles = std::ceil(double(p.m) / std::max(c.block_m, 1));
     const double l2 = double(p.batch) * tiles * double(p.n) * double(p.k + p.cols) * p.elem_bytes;

@@ -538,7 +538,7 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   const size_t np = spec.group.params().size();
   AttentionCode code(spec, *info, t, mode, b, cg);
   code.set_groups(group, rph);
-  code.set_registers(regs);
+  code.set_registers(regs, shape.mtiles);
   const int64_t blocks = code.blocks();
   Result<void> r;
   if (mode == Mode::Simt || mode == Mode::Mma) {
@@ -612,8 +612,10 @@ AttentionBlockShape attention_block_shape(const AttentionKernelInfo& info, const
   s.rows_per_head = std::min(s.rows_per_head, want);
   s.bm = s.rows_per_head * s.group;
   s.bn = fit(config.block_n, m.s);
-  // The register-resident form where each warp gets 16 rows of the (cut) tile.
-  s.registers = tensor_cores && s.bm == 16 * int64_t{config.warps};
+  // The register-resident form where each warp gets 16 or 32 rows of the (cut) tile.
+  if (tensor_cores && s.bm == 16 * int64_t{config.warps}) s.mtiles = 1;
+  if (tensor_cores && s.bm == 32 * int64_t{config.warps}) s.mtiles = 2;
+  s.registers = s.mtiles > 0;
   return s;
 }
 

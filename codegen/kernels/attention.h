@@ -78,7 +78,12 @@ bool attention_uses_tensor_cores(const KernelSpec& spec, const KernelConfig& con
 // memory between the phases.
 struct AttentionBlockShape {
   int64_t group = 1, rows_per_head = 1, bm = 1, bn = 1;
+  // The register-resident tensor-core form, where the (cut) tile is 16 or 32 rows a
+  // warp: `mtiles` 16-row mma tiles a warp (1 or 2; 0 in the other forms). Two share
+  // every k and v fragment a warp reads (FlashAttention-2's 32 rows a warp), which
+  // halves the shared-memory reads per product.
   bool registers = false;
+  int mtiles = 0;
 };
 AttentionBlockShape attention_block_shape(const AttentionKernelInfo& info, const KernelConfig& config, bool tensor_cores);
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <map>
 #include <optional>
@@ -100,10 +101,13 @@ class AttentionCode {
   // Index 4 here is MmaSimHooks' shfl_bfly (its 17th pointer); 5, 6 and 7 its
   // cp_async, cp_commit and cp_wait (its 6th to 8th).
   void sim_hooks(llvm::Value* hooks, llvm::Value* tid32);
-  // The register-resident form (tensor cores, block_m = 16 x warps): each warp keeps
-  // its 16 rows' scores, probabilities, output accumulators and row statistics in
-  // mma fragments, FlashAttention-2's layout.
-  void set_registers(bool on) { regs_ = on; }
+  // The register-resident form (tensor cores, block_m = 16 or 32 x warps): each warp
+  // keeps its rows' scores, probabilities, output accumulators and row statistics in
+  // mma fragments, FlashAttention-2's layout, in `mtiles` 16-row tiles (1 or 2).
+  void set_registers(bool on, int mtiles = 1) {
+    regs_ = on;
+    mtiles_ = on ? mtiles : 0;
+  }
 
   // The whole kernel body for block `bid` (an i64 below blocks()).
   Result<void> block(llvm::Value* bid, llvm::Value* buf, llvm::Value* tid, llvm::Value* nthreads,
@@ -296,7 +300,9 @@ class AttentionCode {
   void cp_wait(int pending);
 
   // ---- the register-resident tensor-core form (regs_) -------------------------------
-  // Warp w owns block rows 16w .. 16w + 15. Per key tile it computes its 16 x bn
+  // Warp w owns block rows 16 T w .. 16 T (w + 1) - 1, T = mtiles_ 16-row mma tiles
+  // (1 or 2), each of which reads the same k and v fragments (one ldmatrix feeds T
+  // mma). Per key tile and mma tile it computes its 16 x bn
   // scores as bn / 8 mma C fragments (4 f32 a thread: rows g and g + 8 of the warp's
   // 16, columns 2 tig and 2 tig + 1 of each 8), runs the
   // chain and the online softmax on them in registers (a row's max over the 4 threads
@@ -353,9 +359,11 @@ class AttentionCode {
   std::set<int> vec_params_;         // params read in dense runs of 8 (plan_vector_loads)
   llvm::Value* aligned_ = nullptr;   // every one of them 16-byte aligned
   std::map<llvm::Value*, llvm::Value*> raw_;  // load8's widened lanes -> their loaded 16-bit bits
-  std::vector<llvm::Value*> o_;
-  llvm::Value* mrow_[2] = {};
-  llvm::Value* lrow_[2] = {};
+  // Per mma tile mt of the warp: o_[mt] its ev / 8 x 4 accumulators, mrow_[mt][h]
+  // and lrow_[mt][h] its rows g (h = 0) and g + 8's running max and partial sum.
+  int mtiles_ = 0;
+  std::vector<std::vector<llvm::Value*>> o_;
+  std::vector<std::array<llvm::Value*, 2>> mrow_, lrow_;
   llvm::Value* tid32_ = nullptr;
   llvm::Value *warp_ = nullptr, *warps_ = nullptr, *g_ = nullptr, *tig_ = nullptr;
   int64_t group_ = 1, rph_ = 1;

@@ -323,7 +323,9 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
   llvm::Type* f32 = b_.getFloatTy();
   for (int e = 0; e < 8; ++e)
     if (a_from_c(e).first < 0) return fail("internal: an A fragment element is no C fragment element");
-  m0w_ = b_.CreateMul(warp_, c(16), "m0w");
+  if (mtiles_ != 1 && mtiles_ != 2) return fail("internal: " + std::to_string(mtiles_) + " mma tiles a warp");
+  const auto T = static_cast<size_t>(mtiles_);
+  m0w_ = b_.CreateMul(warp_, c(16 * mtiles_), "m0w");
   // ldmatrix.x4's row addresses (mma_layout.h): A stored m x k, lane l points at
   // (l % 16, 8 (l / 16)): registers a0a1 .. a6a7; B stored n x k (k's tile), lane l
   // at (l % 8 + 8 (l / 16), 8 ((l / 8) % 2)): registers b0b1, b2b3 of two n8 tiles;
@@ -344,6 +346,7 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
       return b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_,
                                   b_.CreateAdd(c(base), b_.CreateMul(b_.CreateAdd(b_.CreateMul(row, c(stride)), col), c(2))));
     };
+    // The warp's first mma tile; the second's rows are 16 q rows (a constant) on.
     qrow_ = row_ptr(t_.q16, t_.qs, b_.CreateAdd(m0w_, l16), b_.CreateMul(hi, c(8)));
     krow_ = row_ptr(t_.k16, t_.ks, l8, b_.CreateMul(mid, c(8)));
     vrow_ = row_ptr(t_.v16, t_.vs, l16, b_.CreateMul(hi, c(8)));
@@ -357,16 +360,20 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
     if (std::adjacent_find(slots.begin(), slots.end()) != slots.end())
       return fail("internal: an ldmatrix phase over rows of " + std::to_string(stride) + " elements hits a bank twice");
   }
-  o_.clear();
-  for (int64_t i = 0; i < t_.ev / 8 * 4; ++i) {
-    o_.push_back(slot());
-    b_.CreateStore(llvm::ConstantFP::get(f32, 0.0), o_.back());
-  }
-  for (int h = 0; h < 2; ++h) {
-    mrow_[h] = slot();
-    lrow_[h] = slot();
-    b_.CreateStore(llvm::ConstantFP::getInfinity(f32, true), mrow_[h]);
-    b_.CreateStore(llvm::ConstantFP::get(f32, 0.0), lrow_[h]);
+  o_.assign(T, {});
+  mrow_.assign(T, {});
+  lrow_.assign(T, {});
+  for (size_t mt = 0; mt < T; ++mt) {
+    for (int64_t i = 0; i < t_.ev / 8 * 4; ++i) {
+      o_[mt].push_back(slot());
+      b_.CreateStore(llvm::ConstantFP::get(f32, 0.0), o_[mt].back());
+    }
+    for (int h = 0; h < 2; ++h) {
+      mrow_[mt][static_cast<size_t>(h)] = slot();
+      lrow_[mt][static_cast<size_t>(h)] = slot();
+      b_.CreateStore(llvm::ConstantFP::getInfinity(f32, true), mrow_[mt][static_cast<size_t>(h)]);
+      b_.CreateStore(llvm::ConstantFP::get(f32, 0.0), lrow_[mt][static_cast<size_t>(h)]);
+    }
   }
   // Key tile t is read from k/v buffer t % 2 while tile t + 1 is copied into the
   // other: at the top of iteration t this thread waits for its copies of tile t, the
@@ -386,27 +393,29 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
     return key_tile_regs(kv0, b_.CreateMul(odd, c(t_.kv_bytes())));
   }));
   cp_wait(0);  // no copy outlives the loop (tile 0's, where there was no key tile)
-  // Each row's sum over its quad; out = acc / sum, rows g and g + 8 of the warp.
+  // Each row's sum over its quad; out = acc / sum, rows g and g + 8 of each mma tile.
   // One division a row (the output is rounded to 16 bits: 1 / l then a product is
   // within its tolerance); 1 / 0 = inf keeps a fully masked row's 0 * inf = NaN.
-  llvm::Value* l[2];
-  for (int h = 0; h < 2; ++h) {
-    llvm::Value* x = b_.CreateLoad(f32, lrow_[h]);
-    x = b_.CreateFAdd(x, shfl_xor(x, 1));
-    l[h] = b_.CreateFDiv(llvm::ConstantFP::get(f32, 1.0), b_.CreateFAdd(x, shfl_xor(x, 2)));
-  }
-  for (int64_t t = 0; t < t_.ev / 8; ++t)
-    for (int i = 0; i < 4; ++i) {
-      auto [cr, cc] = fragment_map(kernels::mma_c_elem, i);
-      llvm::Value* rr = b_.CreateAdd(m0w_, coord(cr, g_, tig_));
-      llvm::Value* cl = b_.CreateAdd(c(8 * t), coord(cc, g_, tig_));
-      llvm::Value* row = row_of(rr);
-      llvm::Value* y = b_.CreateFMul(b_.CreateLoad(f32, o_[static_cast<size_t>(t * 4 + i)]), l[i / 2]);
-      SF_TRY(when(b_.CreateICmpSLT(row, c(m_.l)), [&]() -> Result<void> {
-        cg_.store(Elem{y, out_dtype()}, out_, store_offset(head_of(rr), row, cl));
-        return ok();
-      }));
+  for (size_t mt = 0; mt < T; ++mt) {
+    llvm::Value* l[2];
+    for (int h = 0; h < 2; ++h) {
+      llvm::Value* x = b_.CreateLoad(f32, lrow_[mt][static_cast<size_t>(h)]);
+      x = b_.CreateFAdd(x, shfl_xor(x, 1));
+      l[h] = b_.CreateFDiv(llvm::ConstantFP::get(f32, 1.0), b_.CreateFAdd(x, shfl_xor(x, 2)));
     }
+    for (int64_t t = 0; t < t_.ev / 8; ++t)
+      for (int i = 0; i < 4; ++i) {
+        auto [cr, cc] = fragment_map(kernels::mma_c_elem, i);
+        llvm::Value* rr = b_.CreateAdd(m0w_, b_.CreateAdd(c(16 * static_cast<int64_t>(mt)), coord(cr, g_, tig_)));
+        llvm::Value* cl = b_.CreateAdd(c(8 * t), coord(cc, g_, tig_));
+        llvm::Value* row = row_of(rr);
+        llvm::Value* y = b_.CreateFMul(b_.CreateLoad(f32, o_[mt][static_cast<size_t>(t * 4 + i)]), l[i / 2]);
+        SF_TRY(when(b_.CreateICmpSLT(row, c(m_.l)), [&]() -> Result<void> {
+          cg_.store(Elem{y, out_dtype()}, out_, store_offset(head_of(rr), row, cl));
+          return ok();
+        }));
+      }
+  }
   return ok();
 }
 
@@ -415,19 +424,25 @@ Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) 
   llvm::Value* krow = b_.CreateInBoundsGEP(b_.getInt8Ty(), krow_, kvoff);
   llvm::Value* vrow = b_.CreateInBoundsGEP(b_.getInt8Ty(), vrow_, kvoff);
   const int64_t nt = t_.bn / 8;
-  // S = q k^T: B(k, n) = the k tile (n, k).
+  const auto T = static_cast<size_t>(mtiles_);
+  using Frags = std::vector<std::vector<llvm::Value*>>;  // [n8 tile][C element]
+  // S = q k^T: B(k, n) = the k tile (n, k), per mma tile mt.
   // Each k step's q fragment is read from shared memory once per key tile (holding
   // all E / 16 of them across the loop took 32 registers a thread more, which the
   // E = 128 kernel spilled).
-  std::vector<std::vector<llvm::Value*>> sc(static_cast<size_t>(nt), std::vector<llvm::Value*>(4, llvm::ConstantFP::get(f32, 0.0)));
-  // Fragments by ldmatrix.x4: q's A fragment per k step, k's B fragments two n8
-  // tiles at a time (bn / 8 is even: bn is a multiple of 16).
+  std::vector<Frags> sc(T, Frags(static_cast<size_t>(nt), std::vector<llvm::Value*>(4, llvm::ConstantFP::get(f32, 0.0))));
+  // Fragments by ldmatrix.x4: q's A fragment per k step and mma tile, k's B fragments
+  // two n8 tiles at a time (bn / 8 is even: bn is a multiple of 16), each feeding
+  // every mma tile.
   for (int64_t k0 = 0; k0 < t_.e; k0 += 16) {
-    std::vector<llvm::Value*> qa = ldsm_x4(qrow_, k0 * 2);
+    std::vector<std::vector<llvm::Value*>> qa;
+    for (size_t mt = 0; mt < T; ++mt) qa.push_back(ldsm_x4(qrow_, (static_cast<int64_t>(mt) * 16 * t_.qs + k0) * 2));
     for (int64_t j = 0; j < nt; j += 2) {
       std::vector<llvm::Value*> kb = ldsm_x4(krow, (8 * j * t_.ks + k0) * 2);
-      sc[static_cast<size_t>(j)] = mma(qa, {kb[0], kb[1]}, sc[static_cast<size_t>(j)]);
-      sc[static_cast<size_t>(j + 1)] = mma(qa, {kb[2], kb[3]}, sc[static_cast<size_t>(j + 1)]);
+      for (size_t mt = 0; mt < T; ++mt) {
+        sc[mt][static_cast<size_t>(j)] = mma(qa[mt], {kb[0], kb[1]}, sc[mt][static_cast<size_t>(j)]);
+        sc[mt][static_cast<size_t>(j + 1)] = mma(qa[mt], {kb[2], kb[3]}, sc[mt][static_cast<size_t>(j + 1)]);
+      }
     }
   }
   // The chain on every element (row, key): -inf outside the rows and keys. A tile
@@ -435,22 +450,24 @@ Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) 
   // diagonal (key kv0 + bn - 1 <= the block's first row q0 + d) takes a second copy of
   // this code with neither the bounds test nor the mask (FlashAttention masks only
   // the diagonal tiles): the block-uniform branch picks one.
-  auto chain = [&](bool inside) -> Result<std::vector<std::vector<llvm::Value*>>> {
-    std::vector<std::vector<llvm::Value*>> out = sc;
-    for (int64_t j = 0; j < nt; ++j)
-      for (int i = 0; i < 4; ++i) {
-        auto [cr, cc] = fragment_map(kernels::mma_c_elem, i);
-        llvm::Value* r = b_.CreateAdd(m0w_, coord(cr, g_, tig_));
-        llvm::Value* col = b_.CreateAdd(kv0, b_.CreateAdd(c(8 * j), coord(cc, g_, tig_)));
-        llvm::Value* raw = sc[static_cast<size_t>(j)][static_cast<size_t>(i)];
-        Result<llvm::Value*> v = inside ? logit_inside(r, col, raw) : logit(r, col, [&]() -> Result<llvm::Value*> { return raw; });
-        if (!v) return v.error();
-        out[static_cast<size_t>(j)][static_cast<size_t>(i)] = *v;
-      }
+  auto chain = [&](bool inside) -> Result<std::vector<Frags>> {
+    std::vector<Frags> out = sc;
+    for (size_t mt = 0; mt < T; ++mt)
+      for (int64_t j = 0; j < nt; ++j)
+        for (int i = 0; i < 4; ++i) {
+          auto [cr, cc] = fragment_map(kernels::mma_c_elem, i);
+          llvm::Value* r = b_.CreateAdd(m0w_, b_.CreateAdd(c(16 * static_cast<int64_t>(mt)), coord(cr, g_, tig_)));
+          llvm::Value* col = b_.CreateAdd(kv0, b_.CreateAdd(c(8 * j), coord(cc, g_, tig_)));
+          llvm::Value* raw = sc[mt][static_cast<size_t>(j)][static_cast<size_t>(i)];
+          Result<llvm::Value*> v =
+              inside ? logit_inside(r, col, raw) : logit(r, col, [&]() -> Result<llvm::Value*> { return raw; });
+          if (!v) return v.error();
+          out[mt][static_cast<size_t>(j)][static_cast<size_t>(i)] = *v;
+        }
     return out;
   };
   if (unmasked_node() < 0) {
-    Result<std::vector<std::vector<llvm::Value*>>> all = chain(false);
+    Result<std::vector<Frags>> all = chain(false);
     if (!all) return all.error();
     sc = std::move(*all);
   } else {
@@ -463,70 +480,84 @@ Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) 
     auto* join = llvm::BasicBlock::Create(b_.getContext(), "tile_logits", fn);
     b_.CreateCondBr(inside, fast, edge);
     b_.SetInsertPoint(fast);
-    Result<std::vector<std::vector<llvm::Value*>>> f = chain(true);
+    Result<std::vector<Frags>> f = chain(true);
     if (!f) return f.error();
     llvm::BasicBlock* fast_end = b_.GetInsertBlock();
     b_.CreateBr(join);
     b_.SetInsertPoint(edge);
-    Result<std::vector<std::vector<llvm::Value*>>> e = chain(false);
+    Result<std::vector<Frags>> e = chain(false);
     if (!e) return e.error();
     llvm::BasicBlock* edge_end = b_.GetInsertBlock();
     b_.CreateBr(join);
     b_.SetInsertPoint(join);
-    for (int64_t j = 0; j < nt; ++j)
-      for (int i = 0; i < 4; ++i) {
-        llvm::PHINode* phi = b_.CreatePHI(f32, 2);
-        phi->addIncoming((*f)[static_cast<size_t>(j)][static_cast<size_t>(i)], fast_end);
-        phi->addIncoming((*e)[static_cast<size_t>(j)][static_cast<size_t>(i)], edge_end);
-        sc[static_cast<size_t>(j)][static_cast<size_t>(i)] = phi;
-      }
+    for (size_t mt = 0; mt < T; ++mt)
+      for (int64_t j = 0; j < nt; ++j)
+        for (int i = 0; i < 4; ++i) {
+          llvm::PHINode* phi = b_.CreatePHI(f32, 2);
+          phi->addIncoming((*f)[mt][static_cast<size_t>(j)][static_cast<size_t>(i)], fast_end);
+          phi->addIncoming((*e)[mt][static_cast<size_t>(j)][static_cast<size_t>(i)], edge_end);
+          sc[mt][static_cast<size_t>(j)][static_cast<size_t>(i)] = phi;
+        }
   }
-  // Online softmax per row half h (C elements 2h and 2h + 1: rows g and g + 8).
-  llvm::Value* alpha[2];
-  for (int h = 0; h < 2; ++h) {
-    llvm::Value* mx = b_.CreateLoad(f32, mrow_[h]);
-    llvm::Value* m_old = mx;
-    for (int64_t j = 0; j < nt; ++j)
-      for (int e = 0; e < 2; ++e) mx = fmax_keep(mx, sc[static_cast<size_t>(j)][static_cast<size_t>(2 * h + e)]);
-    mx = fmax_keep(mx, shfl_xor(mx, 1));
-    mx = fmax_keep(mx, shfl_xor(mx, 2));
-    // A row that has seen only -inf keeps subtracting 0: exp(-inf - 0) = 0, no NaN.
-    llvm::Value* m_safe = b_.CreateSelect(b_.CreateFCmpOEQ(mx, llvm::ConstantFP::getInfinity(f32, true)),
-                                          llvm::ConstantFP::get(f32, 0.0), mx);
-    alpha[h] = exp_rounded(b_.CreateFSub(m_old, m_safe));
-    llvm::Value* sum = llvm::ConstantFP::get(f32, 0.0);
-    for (int64_t j = 0; j < nt; ++j)
-      for (int e = 0; e < 2; ++e) {
-        llvm::Value*& x = sc[static_cast<size_t>(j)][static_cast<size_t>(2 * h + e)];
-        x = exp_rounded(b_.CreateFSub(x, m_safe));
-        sum = b_.CreateFAdd(sum, x);
-      }
-    b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, lrow_[h]), alpha[h]), sum), lrow_[h]);
-    b_.CreateStore(mx, mrow_[h]);
-  }
-  // acc = acc * alpha + p v, p's A fragments straight from the C fragments.
-  std::vector<std::vector<llvm::Value*>> o(static_cast<size_t>(t_.ev / 8));
-  for (int64_t t = 0; t < t_.ev / 8; ++t)
-    for (int i = 0; i < 4; ++i)
-      o[static_cast<size_t>(t)].push_back(b_.CreateFMul(b_.CreateLoad(f32, o_[static_cast<size_t>(t * 4 + i)]), alpha[i / 2]));
-  for (int64_t kk = 0; kk < t_.bn / 16; ++kk) {
-    llvm::Value* el[8];
-    for (int e = 0; e < 8; ++e) {
-      auto [tile, i] = a_from_c(e);
-      el[e] = sc[static_cast<size_t>(2 * kk + tile)][static_cast<size_t>(i)];
+  // Online softmax per mma tile and row half h (C elements 2h and 2h + 1: rows g and
+  // g + 8).
+  std::vector<std::array<llvm::Value*, 2>> alpha(T);
+  for (size_t mt = 0; mt < T; ++mt)
+    for (int h = 0; h < 2; ++h) {
+      llvm::Value* mx = b_.CreateLoad(f32, mrow_[mt][static_cast<size_t>(h)]);
+      llvm::Value* m_old = mx;
+      for (int64_t j = 0; j < nt; ++j)
+        for (int e = 0; e < 2; ++e) mx = fmax_keep(mx, sc[mt][static_cast<size_t>(j)][static_cast<size_t>(2 * h + e)]);
+      mx = fmax_keep(mx, shfl_xor(mx, 1));
+      mx = fmax_keep(mx, shfl_xor(mx, 2));
+      // A row that has seen only -inf keeps subtracting 0: exp(-inf - 0) = 0, no NaN.
+      llvm::Value* m_safe = b_.CreateSelect(b_.CreateFCmpOEQ(mx, llvm::ConstantFP::getInfinity(f32, true)),
+                                            llvm::ConstantFP::get(f32, 0.0), mx);
+      alpha[mt][static_cast<size_t>(h)] = exp_rounded(b_.CreateFSub(m_old, m_safe));
+      llvm::Value* sum = llvm::ConstantFP::get(f32, 0.0);
+      for (int64_t j = 0; j < nt; ++j)
+        for (int e = 0; e < 2; ++e) {
+          llvm::Value*& x = sc[mt][static_cast<size_t>(j)][static_cast<size_t>(2 * h + e)];
+          x = exp_rounded(b_.CreateFSub(x, m_safe));
+          sum = b_.CreateFAdd(sum, x);
+        }
+      llvm::Value* lslot = lrow_[mt][static_cast<size_t>(h)];
+      b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, lslot), alpha[mt][static_cast<size_t>(h)]), sum), lslot);
+      b_.CreateStore(mx, mrow_[mt][static_cast<size_t>(h)]);
     }
-    std::vector<llvm::Value*> a = {pack(el[0], el[1]), pack(el[2], el[3]), pack(el[4], el[5]), pack(el[6], el[7])};
-    // v's B fragments two n8 tiles at a time by ldmatrix.x4.trans (rows are keys);
-    // an odd last tile (Ev / 8 odd) reads 8 columns of the row's padding into
-    // registers it does not use.
+  // acc = acc * alpha + p v, p's A fragments straight from the C fragments.
+  std::vector<Frags> o(T, Frags(static_cast<size_t>(t_.ev / 8)));
+  for (size_t mt = 0; mt < T; ++mt)
+    for (int64_t t = 0; t < t_.ev / 8; ++t)
+      for (int i = 0; i < 4; ++i)
+        o[mt][static_cast<size_t>(t)].push_back(
+            b_.CreateFMul(b_.CreateLoad(f32, o_[mt][static_cast<size_t>(t * 4 + i)]), alpha[mt][static_cast<size_t>(i / 2)]));
+  for (int64_t kk = 0; kk < t_.bn / 16; ++kk) {
+    std::vector<std::vector<llvm::Value*>> a;
+    for (size_t mt = 0; mt < T; ++mt) {
+      llvm::Value* el[8];
+      for (int e = 0; e < 8; ++e) {
+        auto [tile, i] = a_from_c(e);
+        el[e] = sc[mt][static_cast<size_t>(2 * kk + tile)][static_cast<size_t>(i)];
+      }
+      a.push_back({pack(el[0], el[1]), pack(el[2], el[3]), pack(el[4], el[5]), pack(el[6], el[7])});
+    }
+    // v's B fragments two n8 tiles at a time by ldmatrix.x4.trans (rows are keys),
+    // each feeding every mma tile; an odd last tile (Ev / 8 odd) reads 8 columns of
+    // the row's padding into registers it does not use.
     for (int64_t t = 0; t < t_.ev / 8; t += 2) {
       std::vector<llvm::Value*> vb = ldsm_x4(vrow, (16 * kk * t_.vs + 8 * t) * 2, /*trans=*/true);
-      o[static_cast<size_t>(t)] = mma(a, {vb[0], vb[1]}, o[static_cast<size_t>(t)]);
-      if (t + 1 < t_.ev / 8) o[static_cast<size_t>(t + 1)] = mma(a, {vb[2], vb[3]}, o[static_cast<size_t>(t + 1)]);
+      for (size_t mt = 0; mt < T; ++mt) {
+        o[mt][static_cast<size_t>(t)] = mma(a[mt], {vb[0], vb[1]}, o[mt][static_cast<size_t>(t)]);
+        if (t + 1 < t_.ev / 8)
+          o[mt][static_cast<size_t>(t + 1)] = mma(a[mt], {vb[2], vb[3]}, o[mt][static_cast<size_t>(t + 1)]);
+      }
     }
   }
-  for (int64_t t = 0; t < t_.ev / 8; ++t)
-    for (int i = 0; i < 4; ++i) b_.CreateStore(o[static_cast<size_t>(t)][static_cast<size_t>(i)], o_[static_cast<size_t>(t * 4 + i)]);
+  for (size_t mt = 0; mt < T; ++mt)
+    for (int64_t t = 0; t < t_.ev / 8; ++t)
+      for (int i = 0; i < 4; ++i)
+        b_.CreateStore(o[mt][static_cast<size_t>(t)][static_cast<size_t>(i)], o_[mt][static_cast<size_t>(t * 4 + i)]);
   return ok();
 }
 

@@ -428,9 +428,10 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
         const AttentionBlockShape shape = attention_block_shape(*ai, cfg, tc);
         forms[i] = std::string(tc ? "tensor cores (mma.sync m16n8k16)" +
                                         std::string(shape.registers
-                                                        ? ", scores and output in registers (16 rows a warp)"
+                                                        ? ", scores and output in registers (" +
+                                                              std::to_string(16 * shape.mtiles) + " rows a warp)"
                                                         : ", scores and output through shared memory (block_m " +
-                                                              std::to_string(shape.bm) + " is not 16 x " +
+                                                              std::to_string(shape.bm) + " is not 16 or 32 x " +
                                                               std::to_string(cfg.warps) + " warps)")
                                   : "FMA tiles (" + unfit.value_or(opts.arch + " has no mma.sync") + ")") +
                    ", online softmax over key tiles of up to " + std::to_string(cfg.block_n) +

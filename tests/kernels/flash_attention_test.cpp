@@ -267,13 +267,16 @@ TEST(FlashAttention, TensorCoreKernelSimulatedMatchesTheReference) {
     std::vector<KernelConfig> configs;
   } cases[] = {
       // The register-resident form where the cut tile is 16 rows a warp (16 x 1,
-      // 64 = 2 heads x 32 rows on 4 warps, 32 on 2), the shared-memory one elsewhere.
+      // 64 = 2 heads x 32 rows on 4 warps, 32 on 2) or 32 (two mma tiles a warp: 32 x 1,
+      // 64 on 2; the f16 case's 20 rows cut to 32 on 1 warp, its second mma tile
+      // partly past the rows), the shared-memory one elsewhere.
       {"bf16 causal gqa, 40 rows in 16- and 32-row tiles",
        "q: bf16[1, 4, 40, 16], k: bf16[1, 2, 40, 16], v: bf16[1, 2, 40, 16]",
        "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out",
-       {tc(16, 16, 1), tc(32, 16, 4), tc(16, 32, 2), tc(64, 16, 4), tc(32, 32, 2)}},
+       {tc(16, 16, 1), tc(32, 16, 4), tc(16, 32, 2), tc(64, 16, 4), tc(32, 32, 2), tc(32, 16, 1), tc(64, 32, 2)}},
       {"f16 with an additive mask, E 32, Ev 8", "q: f16[2, 1, 20, 32], k: f16[2, 1, 24, 32], v: f16[2, 1, 24, 8], m: f16[20, 24]",
-       "  out = scaled_dot_product_attention(q, k, v, m)\n  return out", {tc(16, 16, 2), tc(32, 32, 4), tc(32, 32, 2)}},
+       "  out = scaled_dot_product_attention(q, k, v, m)\n  return out",
+       {tc(16, 16, 2), tc(32, 32, 4), tc(32, 32, 2), tc(32, 16, 1)}},
       // nanoGPT's written-out mask, its diagonal moved by 8 (row r sees keys up to
       // r + 8) over 40 keys, E 32 and Ev 16: the chain's tril reads the fragment's
       // (row, key) coordinates.
@@ -288,9 +291,9 @@ TEST(FlashAttention, TensorCoreKernelSimulatedMatchesTheReference) {
       // as loaded).
       {"bf16 with prologues, E 16", "q: bf16[2, 2, 32, 16], k: bf16[2, 2, 24, 16], v: bf16[2, 24, 2, 16]",
        "  out = scaled_dot_product_attention(mul(q, 1.5), neg(k), permute(v, dims=[0, 2, 1, 3]))\n  return out",
-       {tc(32, 16, 2), tc(16, 16, 1)}},
+       {tc(32, 16, 2), tc(16, 16, 1), tc(32, 16, 1)}},
   };
-  int registers = 0, shared = 0;
+  int registers = 0, shared = 0, two_tiles = 0;
   size_t config_index = 0;
   for (const Case& c : cases) {
     Graph g = parse(c.params, c.body);
@@ -301,8 +304,10 @@ TEST(FlashAttention, TensorCoreKernelSimulatedMatchesTheReference) {
     Result<AttentionKernelInfo> info = attention_info(group);
     ASSERT_TRUE(info.ok()) << c.what << ": " << info.error().str();
     for (const KernelConfig& cfg : c.configs) {
-      const bool regs = attention_block_shape(*info, cfg, true).registers;
+      const AttentionBlockShape shape = attention_block_shape(*info, cfg, true);
+      const bool regs = shape.registers;
       ++(regs ? registers : shared);
+      two_tiles += shape.mtiles == 2;
       // The sanitizer build's sample (tests/sanitized.h): every other config (every
       // case, and both forms, still run).
       if (!test::in_sample(config_index++)) continue;
@@ -328,7 +333,8 @@ TEST(FlashAttention, TensorCoreKernelSimulatedMatchesTheReference) {
                             << ": max_abs_err " << cmp.max_abs_err << ", first mismatch at " << cmp.first_mismatch;
     }
   }
-  EXPECT_EQ(registers, 8) << "configs in the register-resident form";
+  EXPECT_EQ(registers, 12) << "configs in the register-resident form";
+  EXPECT_EQ(two_tiles, 4) << "of them with two mma tiles a warp";
   EXPECT_EQ(shared, 5) << "configs in the shared-memory form";
   // What the tensor cores cannot take is named.
   Graph f32 = parse("q: f32[1, 1, 16, 16], k: f32[1, 1, 16, 16], v: f32[1, 1, 16, 16]",
@@ -396,6 +402,34 @@ TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
     Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, arch);
     ASSERT_TRUE(res.ok()) << arch << ": " << res.error().str();
     EXPECT_EQ((*res)[0].spill_store_bytes, 0) << arch << ", " << (*res)[0].registers << " registers";
+  }
+  // Two mma tiles a warp (32 rows, FlashAttention-2's 128 x 32 on 4 warps): the same
+  // ldmatrix.x4 of k and v feeds both, so a key tile's code issues 128 mma for 48
+  // ldmatrix where 16 rows a warp (64 x 32) issue 64 for 40; both assemble, and 128 x
+  // 32 spills nothing on sm_80 (on sm_90a ptxas spilled 16 bytes at 255 registers).
+  auto count = [](const std::string& ptx, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = ptx.find(what); at != std::string::npos; at = ptx.find(what, at + 1)) ++n;
+    return n;
+  };
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    size_t mma[2] = {0, 0}, ldsm[2] = {0, 0};
+    for (int two = 0; two < 2; ++two) {
+      KernelSpec spec{"sf_flash_tiles", KernelKind::Attention, decompose(big)};
+      Result<EmittedKernel> k = emit_attention(spec, tc(two ? 128 : 64, 32, 4), llvmb::Target::nvptx(arch));
+      ASSERT_TRUE(k.ok()) << k.error().str();
+      Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, arch);
+      ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+      mma[two] = count(*ptx, "mma.sync.aligned.m16n8k16");
+      ldsm[two] = count(*ptx, "ldmatrix.sync.aligned");
+      Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, arch);
+      ASSERT_TRUE(res.ok()) << arch << ": " << res.error().str();
+      if (two && std::string(arch) == "sm_80") EXPECT_EQ((*res)[0].spill_store_bytes, 0) << (*res)[0].registers << " registers";
+    }
+    EXPECT_EQ(mma[0], 64u) << arch;
+    EXPECT_EQ(ldsm[0], 40u) << arch;
+    EXPECT_EQ(mma[1], 128u) << arch;
+    EXPECT_EQ(ldsm[1], 48u) << arch;
   }
   // A q that computes (a scale, as RoPE's arithmetic would) is loaded by the threads,
   // 16 bytes at a time, the lanes computed on and stored; k and v are still copied.

@@ -321,7 +321,17 @@ class AttentionCode {
   // as FlashAttention's exp2f. A denormal result flushes to 0, below anything a
   // 16-bit p keeps next to the row's largest, which is 1.
   llvm::Value* exp_rounded(llvm::Value* x);
-  llvm::Value* fmax_keep(llvm::Value* a, llvm::Value* x) { return b_.CreateSelect(b_.CreateFCmpOGT(x, a), x, a); }
+  // exp(x - m) for the same use, given -m log2 e: 2^fma(x, log2 e, -m log2 e), one
+  // FMA where exp_rounded(x - m) takes a subtraction and a product (FlashAttention's
+  // scaled exp2). The exponent's error is f32's rounding of m log2 e, under 1e-5
+  // absolute for |m| below 100: p then moves by 1e-5 relative, far inside the 16-bit
+  // rounding it goes through.
+  llvm::Value* exp_minus(llvm::Value* x, llvm::Value* neg_m_log2e);
+  // max(a, x) of a row's running max and a score: llvm.maxnum (max.f32, one
+  // instruction where a compare and a select took two). A NaN score is ignored, as
+  // the select ignored it; a is never NaN (it starts at -inf and takes only
+  // non-NaN scores). Which zero max(-0, +0) keeps does not matter: only x - max reads it.
+  llvm::Value* fmax_keep(llvm::Value* a, llvm::Value* x) { return b_.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, a, x); }
 
   // Where A element e (0..7) of a 16 x 16 k step lies among the C fragments of its two
   // 16 x 8 column tiles: (tile 0 or 1, C element), from mma_layout.h's maps.

@@ -307,6 +307,13 @@ llvm::Value* AttentionCode::exp_rounded(llvm::Value* x) {
   return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, y);
 }
 
+llvm::Value* AttentionCode::exp_minus(llvm::Value* x, llvm::Value* neg_m_log2e) {
+  llvm::Value* y = b_.CreateIntrinsic(llvm::Intrinsic::fma, {b_.getFloatTy()},
+                                      {x, llvm::ConstantFP::get(b_.getFloatTy(), 1.4426950408889634), neg_m_log2e});
+  if (mode_ == Mode::Mma) return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_ftz_f, {}, {y});
+  return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, y);
+}
+
 std::pair<int, int> AttentionCode::a_from_c(int e) {
   auto [ar, ac] = fragment_map(kernels::mma_a_elem, e);
   for (int tile = 0; tile < 2; ++tile)
@@ -514,11 +521,12 @@ Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) 
       llvm::Value* m_safe = b_.CreateSelect(b_.CreateFCmpOEQ(mx, llvm::ConstantFP::getInfinity(f32, true)),
                                             llvm::ConstantFP::get(f32, 0.0), mx);
       alpha[mt][static_cast<size_t>(h)] = exp_rounded(b_.CreateFSub(m_old, m_safe));
+      llvm::Value* neg_ml = b_.CreateFMul(m_safe, llvm::ConstantFP::get(f32, -1.4426950408889634));
       llvm::Value* sum = llvm::ConstantFP::get(f32, 0.0);
       for (int64_t j = 0; j < nt; ++j)
         for (int e = 0; e < 2; ++e) {
           llvm::Value*& x = sc[mt][static_cast<size_t>(j)][static_cast<size_t>(2 * h + e)];
-          x = exp_rounded(b_.CreateFSub(x, m_safe));
+          x = exp_minus(x, neg_ml);
           sum = b_.CreateFAdd(sum, x);
         }
       llvm::Value* lslot = lrow_[mt][static_cast<size_t>(h)];

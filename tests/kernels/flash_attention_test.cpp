@@ -384,6 +384,12 @@ TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
     ASSERT_TRUE(ptx.ok()) << ptx.error().str();
     EXPECT_NE(ptx->find("shfl.sync.bfly"), std::string::npos) << arch;
     EXPECT_NE(ptx->find("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), std::string::npos) << arch;
+    // Each row half's running max is max.f32 (not a compare and a select): two
+    // scores of each of the 8 n8 tiles and the two shuffled maxima, for rows g and
+    // g + 8.
+    size_t maxes = 0;
+    for (size_t at = ptx->find("max.f32"); at != std::string::npos; at = ptx->find("max.f32", at + 1)) ++maxes;
+    EXPECT_EQ(maxes, 2u * (2 * 8 + 2)) << arch;
     EXPECT_EQ(ptx->find("ld.shared.f32"), std::string::npos) << arch << ": an f32 tile read back";
     // q, k and v (plain params, through GQA's views) are copied by cp.async: q's tile
     // in key tile 0's group, k's and v's double-buffered, the next tile's copies in

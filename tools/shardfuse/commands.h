@@ -149,8 +149,10 @@ std::optional<std::vector<Tensor>> gather_outputs(const Graph& g, const PlanPlac
 // Prints every output (and with `check`, its error against the reference evaluator
 // on `inputs`), saves them to `outputs_dir` if given; the exit code.
 // `allow_tf32`: f32 matmuls may have multiplied in TF32 (check_tolerance).
+// `fused16`: the kernels ran under --precision fused; a float output computed from
+// f16/bf16 values that misses then gets a note on stderr naming --precision eager.
 int report_outputs(const Graph& g, const std::vector<Tensor>& out, const std::vector<Tensor>& inputs, bool check,
-                   const std::string& outputs_dir, bool allow_tf32 = false);
+                   const std::string& outputs_dir, bool allow_tf32 = false, bool fused16 = false);
 
 // How the ranks of a GPU run spread over GPUs and run their collectives.
 struct GpuCommOptions {

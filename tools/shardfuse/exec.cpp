@@ -84,7 +84,7 @@ std::string preview(const Tensor& t) {
 }  // namespace
 
 int report_outputs(const Graph& g, const std::vector<Tensor>& out, const std::vector<Tensor>& inputs, bool check,
-                   const std::string& outputs_dir, bool allow_tf32) {
+                   const std::string& outputs_dir, bool allow_tf32, bool fused16) {
   std::optional<std::vector<Tensor>> want;
   if (check) {
     Result<std::vector<Tensor>> ref = evaluate(g, inputs);
@@ -95,19 +95,32 @@ int report_outputs(const Graph& g, const std::vector<Tensor>& out, const std::ve
     want = std::move(ref).value();
   }
   bool all_ok = true;
+  std::vector<std::string> rounded_apart;  // float outputs from 16-bit values that missed under fused precision
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const Tensor& t = out[i];
     std::cout << "  " << g.outputs()[i].name << ": " << t.type().str() << " " << preview(t);
     if (want) {
-      Comparison c = compare(t, (*want)[i], check_tolerance(g, g.outputs()[i].value, allow_tf32));
+      const Tolerance tol = check_tolerance(g, g.outputs()[i].value, allow_tf32);
+      Comparison c = compare(t, (*want)[i], tol);
       std::cout << std::setprecision(3) << "  max_abs_err=" << c.max_abs_err << " max_rel_err=" << c.max_rel_err
                 << (c.ok() ? "  ok" : "  MISMATCH");
       if (!c.ok()) {
         all_ok = false;
         std::cout << " (" << c.mismatches << " element(s), first at flat index " << c.first_mismatch << ")";
+        // f16's tolerance or looser: the output is computed from f16/bf16 values.
+        if (fused16 && is_float(t.dtype()) && tol.rtol >= default_tolerance(DType::F16).rtol)
+          rounded_apart.push_back(g.outputs()[i].name);
       }
     }
     std::cout << "\n";
+  }
+  if (!rounded_apart.empty()) {
+    std::cerr << "note: under --precision fused (the default) the kernels round f16/bf16 values once, where the "
+                 "reference rounds them at every op; an op after them that magnifies differences (softmax, exp, log, "
+                 "a division) can carry that difference past the tolerance. Run again with --precision eager, which "
+                 "rounds as the reference does, to tell it from an error (";
+    for (size_t i = 0; i < rounded_apart.size(); ++i) std::cerr << (i ? ", " : "") << rounded_apart[i];
+    std::cerr << "; docs/kernels.md, \"Checks\")\n";
   }
   if (!outputs_dir.empty()) {
     std::error_code ec;

@@ -357,7 +357,7 @@ int run(RunOptions o) {
     // Rank 0 alone prints and saves the outputs; with --check every rank checks
     // them (each holds them all), so that a mismatch fails every rank.
     std::cout << "rank " << *o.rank << ": done\n";
-    return o.check ? report_outputs(*g, *out, *inputs, true, "") : 0;
+    return o.check ? report_outputs(*g, *out, *inputs, true, "", false, generated && o.precision == "fused") : 0;
   }
 
   std::cout << "graph " << g->name() << ": " << world << " rank(s)"
@@ -382,7 +382,7 @@ int run(RunOptions o) {
   } else {
     std::cout << "kernels: on the reference evaluator (--kernels reference)\n";
   }
-  return report_outputs(*g, *out, *inputs, o.check, o.outputs_dir);
+  return report_outputs(*g, *out, *inputs, o.check, o.outputs_dir, false, generated && o.precision == "fused");
 }
 
 }  // namespace

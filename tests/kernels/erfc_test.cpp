@@ -27,18 +27,13 @@
 namespace sf {
 namespace kernels_erfc_test {
 
+using kernel_test::count_of;
 using kernel_test::finish;
 using kernel_test::jit;
 using pointwise_util::bf16_rne;
 using pointwise_util::emit_ptx;
 using pointwise_util::Ptx;
 using pointwise_util::run_host;
-
-size_t count(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + what.size())) ++n;
-  return n;
-}
 
 // The PTX instructions of the kernel: lines that end in ';' and are not declarations.
 size_t instructions(const std::string& ptx) {
@@ -176,17 +171,17 @@ TEST(PointwiseNvptx, SixteenBitGeluTakesErfcInFewerInstructions) {
   };
   Ptx fast = emit_ptx(graph(false), "sm_90a");
   Ptx slow = emit_ptx(graph(true), "sm_90a");
-  const size_t elements = count(fast.ptx, "rcp.approx.ftz.f32");  // a vector's and the tail's
+  const size_t elements = count_of(fast.ptx, "rcp.approx.ftz.f32");  // a vector's and the tail's
   EXPECT_GE(elements, 4u);
-  EXPECT_EQ(count(fast.ptx, "ex2.approx.ftz.f32"), elements);
-  EXPECT_EQ(count(slow.ptx, "ex2.approx.ftz.f32"), elements) << "the same elements through erf_for_16bit";
-  EXPECT_EQ(count(slow.ptx, "rcp.approx"), 0u);
+  EXPECT_EQ(count_of(fast.ptx, "ex2.approx.ftz.f32"), elements);
+  EXPECT_EQ(count_of(slow.ptx, "ex2.approx.ftz.f32"), elements) << "the same elements through erf_for_16bit";
+  EXPECT_EQ(count_of(slow.ptx, "rcp.approx"), 0u);
   EXPECT_EQ(fast.ir.find("@__nv_erff"), std::string::npos);
   const size_t n_fast = instructions(fast.ptx), n_slow = instructions(slow.ptx);
   EXPECT_LT(n_fast + 8 * elements, n_slow) << "at least 8 instructions an element fewer: " << n_fast << " vs " << n_slow;
   Ptx eager = emit_ptx(graph(false), "sm_90a", {}, Precision::Eager);
   EXPECT_NE(eager.ir.find("@__nv_erff"), std::string::npos);
-  EXPECT_EQ(count(eager.ptx, "rcp.approx"), 0u);
+  EXPECT_EQ(count_of(eager.ptx, "rcp.approx"), 0u);
 }
 
 // GELU for 16-bit results (ElementCodegen::gelu_for_16bit: max(x, 0) - |x| erfc / 2,
@@ -236,7 +231,7 @@ TEST(ElementCodegen, GeluFor16BitIsWithin1e5OfTheFloat64Gelu) {
 TEST(PointwiseNvptx, SixteenBitGeluFoldsTheWholeProduct) {
   auto folded = [](const Ptx& p) {
     // gelu_for_16bit's max(x, 0) and min(x, FLT_MAX); erfc's select is gone.
-    return count(p.ptx, "max.NaN.f32") > 0 && count(p.ptx, "min.NaN.f32") > 0;
+    return count_of(p.ptx, "max.NaN.f32") > 0 && count_of(p.ptx, "min.NaN.f32") > 0;
   };
   auto written = [](DType dt, int variant) {
     GraphBuilder b("gelu");
@@ -286,20 +281,20 @@ TEST(PointwiseNvptx, SixteenBitGeluIsFewerInstructionsThanErfc) {
   cfg.vector = 8;  // the default for bench/graphs/kernels' bias + GELU
   Ptx gelu = emit_ptx(graph(true), "sm_90a", cfg);
   Ptx erfc = emit_ptx(graph(false), "sm_90a", cfg);
-  const size_t elements = count(gelu.ptx, "rcp.approx.ftz.f32");
+  const size_t elements = count_of(gelu.ptx, "rcp.approx.ftz.f32");
   EXPECT_EQ(elements, 9u) << "a vector of 8 and the tail";
-  EXPECT_EQ(count(erfc.ptx, "rcp.approx.ftz.f32"), elements);
-  EXPECT_EQ(count(gelu.ptx, "max.NaN.f32"), elements);
-  EXPECT_EQ(count(gelu.ptx, "selp.f32"), 0u);
-  EXPECT_EQ(count(erfc.ptx, "selp.f32"), elements);
+  EXPECT_EQ(count_of(erfc.ptx, "rcp.approx.ftz.f32"), elements);
+  EXPECT_EQ(count_of(gelu.ptx, "max.NaN.f32"), elements);
+  EXPECT_EQ(count_of(gelu.ptx, "selp.f32"), 0u);
+  EXPECT_EQ(count_of(erfc.ptx, "selp.f32"), elements);
   // neg.f32 feeds only gelu_for_16bit's last fma, whose operand negation it becomes.
-  const size_t n_gelu = instructions(gelu.ptx) - count(gelu.ptx, "neg.f32"), n_erfc = instructions(erfc.ptx);
+  const size_t n_gelu = instructions(gelu.ptx) - count_of(gelu.ptx, "neg.f32"), n_erfc = instructions(erfc.ptx);
   EXPECT_LE(n_gelu + 2 * elements, n_erfc) << n_gelu << " vs " << n_erfc;
-  const size_t scalar_stores = count(gelu.ptx, "st.global.b16");
+  const size_t scalar_stores = count_of(gelu.ptx, "st.global.b16");
   EXPECT_GE(scalar_stores, 1u);
-  EXPECT_EQ(count(gelu.ptx, "cvt.rn.bf16.f32"), scalar_stores) << gelu.ptx;
-  EXPECT_EQ(count(gelu.ptx, "cvt.rn.bf16x2.f32"), (elements - scalar_stores) / 2);
-  EXPECT_EQ(count(gelu.ptx, "cvt.u32.u16"), 0u) << "no rounded value widened back to f32";
+  EXPECT_EQ(count_of(gelu.ptx, "cvt.rn.bf16.f32"), scalar_stores) << gelu.ptx;
+  EXPECT_EQ(count_of(gelu.ptx, "cvt.rn.bf16x2.f32"), (elements - scalar_stores) / 2);
+  EXPECT_EQ(count_of(gelu.ptx, "cvt.u32.u16"), 0u) << "no rounded value widened back to f32";
 }
 
 }  // namespace kernels_erfc_test

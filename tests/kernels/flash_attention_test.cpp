@@ -387,9 +387,7 @@ TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
     // Each row half's running max is max.f32 (not a compare and a select): two
     // scores of each of the 8 n8 tiles and the two shuffled maxima, for rows g and
     // g + 8.
-    size_t maxes = 0;
-    for (size_t at = ptx->find("max.f32"); at != std::string::npos; at = ptx->find("max.f32", at + 1)) ++maxes;
-    EXPECT_EQ(maxes, 2u * (2 * 8 + 2)) << arch;
+    EXPECT_EQ(kernel_test::count_of(*ptx, "max.f32"), 2u * (2 * 8 + 2)) << arch;
     EXPECT_EQ(ptx->find("ld.shared.f32"), std::string::npos) << arch << ": an f32 tile read back";
     // q, k and v (plain params, through GQA's views) are copied by cp.async: q's tile
     // in key tile 0's group, k's and v's double-buffered, the next tile's copies in
@@ -413,11 +411,6 @@ TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
   // ldmatrix.x4 of k and v feeds both, so a key tile's code issues 128 mma for 48
   // ldmatrix where 16 rows a warp (64 x 32) issue 64 for 40; both assemble, and 128 x
   // 32 spills nothing on sm_80 (on sm_90a ptxas spilled 16 bytes at 255 registers).
-  auto count = [](const std::string& ptx, const std::string& what) {
-    size_t n = 0;
-    for (size_t at = ptx.find(what); at != std::string::npos; at = ptx.find(what, at + 1)) ++n;
-    return n;
-  };
   for (const char* arch : {"sm_80", "sm_90a"}) {
     size_t mma[2] = {0, 0}, ldsm[2] = {0, 0};
     for (int two = 0; two < 2; ++two) {
@@ -426,8 +419,8 @@ TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
       ASSERT_TRUE(k.ok()) << k.error().str();
       Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, arch);
       ASSERT_TRUE(ptx.ok()) << ptx.error().str();
-      mma[two] = count(*ptx, "mma.sync.aligned.m16n8k16");
-      ldsm[two] = count(*ptx, "ldmatrix.sync.aligned");
+      mma[two] = kernel_test::count_of(*ptx, "mma.sync.aligned.m16n8k16");
+      ldsm[two] = kernel_test::count_of(*ptx, "ldmatrix.sync.aligned");
       Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, arch);
       ASSERT_TRUE(res.ok()) << arch << ": " << res.error().str();
       if (two && std::string(arch) == "sm_80") EXPECT_EQ((*res)[0].spill_store_bytes, 0) << (*res)[0].registers << " registers";

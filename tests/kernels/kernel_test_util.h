@@ -34,6 +34,13 @@ inline Graph finish(GraphBuilder& b) {
   return std::move(r).value();
 }
 
+// How many times `what` occurs in `text` (non-overlapping): instructions in a PTX.
+inline size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
 // A reduction op (sum, mean, max, ...) over `dims`.
 inline Value reduce(OpKind k, Value x, std::vector<int64_t> dims, bool keepdim) {
   return x.builder->op(k, {x}, {AttrValue(std::move(dims)), AttrValue(keepdim)});

@@ -18,15 +18,10 @@
 namespace sf {
 namespace kernels_store_rounding_test {
 
+using kernel_test::count_of;
 using kernel_test::finish;
 using pointwise_util::bf16_rne;
 using pointwise_util::run_host;
-
-size_t count(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + what.size())) ++n;
-  return n;
-}
 
 // A cast to a 16-bit dtype that is an output is rounded by the store alone
 // (GroupValues::output_value), once: the same bits as rounding the f32 value (by the
@@ -83,11 +78,11 @@ TEST(ReductionNvptx, SixteenBitOutputsAreRoundedOnceByTheStore) {
     ASSERT_TRUE(k.ok()) << k.error().str();
     Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_90a");
     ASSERT_TRUE(ptx.ok()) << ptx.error().str();
-    const size_t pairs = count(*ptx, "cvt.rn.bf16x2.f32"), scalar = count(*ptx, "st.global.b16");
+    const size_t pairs = count_of(*ptx, "cvt.rn.bf16x2.f32"), scalar = count_of(*ptx, "st.global.b16");
     EXPECT_GE(pairs, 4u) << *ptx;
     EXPECT_GE(scalar, 1u);
-    EXPECT_EQ(count(*ptx, "cvt.rn.bf16.f32"), scalar);
-    EXPECT_EQ(count(*ptx, "cvt.u32.u16"), 0u) << "a rounded value widened back to f32";
+    EXPECT_EQ(count_of(*ptx, "cvt.rn.bf16.f32"), scalar);
+    EXPECT_EQ(count_of(*ptx, "cvt.u32.u16"), 0u) << "a rounded value widened back to f32";
   }
 }
 

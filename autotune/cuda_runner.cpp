@@ -190,8 +190,8 @@ Result<cublas::GemmCall> CudaRunner::prepare_gemm(const GemmArtifact& g) {
 
 Result<std::vector<CUdeviceptr>> CudaRunner::epilogue_args(const GemmArtifact& g) {
   const PtxArtifact& e = *g.epilogue;
-  if (!e.tensor_maps.empty() || e.zero_outputs)
-    return Diag{"", {}, "an epilogue kernel with tensor maps or zeroed outputs is not supported"};
+  if (!e.tensor_maps.empty() || e.zero_outputs || e.workspace_bytes > 0)
+    return Diag{"", {}, "an epilogue kernel with tensor maps, zeroed outputs or a workspace is not supported"};
   if (g.epilogue_in.size() != e.inputs.size() || g.epilogue_out.size() != e.outputs.size() || e.outputs.empty())
     return Diag{"", {}, "the epilogue kernel takes " + specs_str(e.inputs) + " -> " + specs_str(e.outputs) + ", but " +
                             std::to_string(g.epilogue_in.size()) + " input(s) and " +
@@ -263,6 +263,16 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
       args.push_back(b->ptr());
       maps.push_back(std::move(b).value());
     }
+  // A split-K kernel's workspace, after the tensor maps: zeroed here, and every
+  // launch leaves it zero (graph mode replays launches with nothing between them).
+  cuda::Buffer workspace;
+  if (p && p->workspace_bytes > 0) {
+    Result<cuda::Buffer> w = cuda::Buffer::allocate(*ctx_, static_cast<size_t>(p->workspace_bytes));
+    if (!w) return Diag{"", {}, "the kernel's workspace of " + std::to_string(p->workspace_bytes) + " bytes: " + w.error().message};
+    workspace = std::move(w).value();
+    SF_TRY(cuda::check(ctx_->drv().MemsetD8Async(workspace.ptr(), 0, workspace.bytes(), stream_.get()), "cuMemsetD8Async(workspace)"));
+    args.push_back(workspace.ptr());
+  }
   if (p) {
     Result<cuda::Module> m = cuda::Module::load_ptx(*ctx_, p->ptx, p->entry);
     if (!m) return m.error();  // carries the JIT's error log

@@ -60,6 +60,10 @@ struct PtxArtifact final : Artifact {
   std::string entry;  // its .entry
   cuda::LaunchDims launch;
   bool zero_outputs = false;  // zero the outputs before each launch (split-K adds into them)
+  // Bytes of scratch passed last (after the tensor maps), zeroed when allocated (the
+  // kernel leaves it zero): a split-K kernel's workspace (LaunchShape::workspace_bytes);
+  // 0: none.
+  int64_t workspace_bytes = 0;
   // The kernel's arguments in ABI order; when set, the runner checks that its
   // buffers match them.
   std::vector<KernelArgSpec> inputs, outputs;

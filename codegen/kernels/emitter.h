@@ -70,6 +70,11 @@ struct LaunchShape {
   // matmuls add each block's partial sums atomically).
   bool zero_outputs = false;
   std::vector<TensorMapSpec> tensor_maps;  // extra arguments after the outputs
+  // Bytes of device scratch the kernel takes as its last argument (after the tensor
+  // maps); 0: none. It must be zero when allocated, and every launch leaves it zero.
+  // A split-K matmul whose result is not its bare f32 output sums its partials there
+  // (docs/kernels.md, "Split-K").
+  int64_t workspace_bytes = 0;
 };
 
 struct EmittedKernel {

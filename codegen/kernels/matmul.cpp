@@ -51,7 +51,7 @@ struct Tiling {
 Result<Tiling> make_tiling(const KernelConfig& c, const MatmulGroup& p, int sm) {
   auto bad = [](const std::string& s) -> Result<Tiling> { return diag(s); };
   auto num = [](int64_t v) { return std::to_string(v); };
-  if (std::optional<std::string> why = split_k_unfit(p, c)) return bad(*why);
+  if (std::optional<std::string> why = split_k_unfit(p, c, /*workspace=*/false)) return bad(*why);
   if (!pow2(c.block_m) || c.block_m > 256) return bad("block_m = " + num(c.block_m) + " is not a power of two in 1..256");
   if (!pow2(c.block_n) || c.block_n > 256) return bad("block_n = " + num(c.block_n) + " is not a power of two in 1..256");
   if (!pow2(c.block_k) || c.block_k > 128) return bad("block_k = " + num(c.block_k) + " is not a power of two in 1..128");
@@ -684,6 +684,13 @@ namespace {
 std::string persistent(const KernelConfig& c) {
   return c.persistent ? ", persistent: " + std::to_string(c.persistent) + " blocks walk the output tiles" : std::string();
 }
+// Split-K on the tensor cores: into the output (a bare TF32 matmul) or the workspace.
+std::string split_k(const MatmulGroup& p, const KernelConfig& c) {
+  if (c.split_k <= 1) return {};
+  const std::string n = std::to_string(c.split_k);
+  if (!split_k_uses_workspace(p)) return ", split-K " + n + ": partial sums added into the zeroed output";
+  return ", split-K " + n + ": partial sums added into an f32 workspace, the last block of each tile runs the epilogue";
+}
 }  // namespace
 
 Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& config, const std::string& arch) {
@@ -704,13 +711,13 @@ Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& confi
                                       : "filled by 16-byte cp.async (") + stages + ")" +
                           (config.warp_specialize ? ", warp-specialised: a producer warpgroup issues the copies"
                                                   : std::string()) +
-                          persistent(config) +
+                          persistent(config) + split_k(*plan, config) +
                           (config.pingpong ? ", ping-pong: each consumer warpgroup takes whole tiles in turn, its "
                                              "epilogue during the other's K loop"
                                            : std::string()) +
                           (spec.tma && !choice.tma ? "; not TMA: " + choice.not_tma : std::string())};
   std::string why = "mma.sync.m16n8" + kk + dt + " with f32 accumulators, ldmatrix, 16-byte cp.async (" + stages + ")";
-  why += persistent(config);
+  why += persistent(config) + split_k(*plan, config);
   if (has_wgmma(arch)) why += "; not wgmma: " + choice.not_wgmma;
   return MatmulPath{true, false, why};
 }

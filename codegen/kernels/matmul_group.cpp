@@ -281,20 +281,29 @@ LaunchShape matmul_launch_shape(const MatmulGroup& p, int bm, int bn, int thread
   int64_t tiles = ceil_div(p.M, bm) * ceil_div(p.N, bn);
   l.grid = {std::max<int64_t>(tiles, 1), std::max<int64_t>(p.nbatch, 1), split};
   l.block = {threads, 1, 1};
-  l.zero_outputs = split > 1;
+  l.zero_outputs = split > 1 && !split_k_uses_workspace(p);
+  // Split-K in a workspace: the f32 partial sums of every output element, then a
+  // u32 arrival counter per output tile and batch (MmaTiling::split_ws).
+  if (split > 1 && split_k_uses_workspace(p))
+    l.workspace_bytes = 4 * (std::max<int64_t>(p.nbatch, 1) * p.M * p.N + std::max<int64_t>(tiles, 1) * std::max<int64_t>(p.nbatch, 1));
   l.shared_bytes = static_cast<int>(shared_bytes);
   return l;
 }
 
-std::optional<std::string> split_k_unfit(const MatmulGroup& p, const KernelConfig& c) {
+bool split_k_uses_workspace(const MatmulGroup& p) { return !(p.bare && p.dtype == DType::F32); }
+
+std::optional<std::string> split_k_unfit(const MatmulGroup& p, const KernelConfig& c, bool workspace) {
   const std::string sk = "split_k = " + std::to_string(c.split_k);
   if (!pow2(c.split_k) || c.split_k > 64) return sk + " is not a power of two in 1..64";
   if (c.split_k == 1) return std::nullopt;
-  // Nothing may be applied to partial sums, and PTX has f32 atomic adds (f16/bf16
-  // ones only on some archs and not for every layout).
-  if (!p.bare) return sk + " needs the matmul's own result as the kernel's only output (an epilogue would see partial sums)";
-  if (p.dtype != DType::F32)
-    return sk + " needs an f32 matmul (partial sums are added with f32 atomics), not " + std::string(dtype_name(p.dtype));
+  // Without a workspace nothing may be applied to partial sums, and PTX has f32
+  // atomic adds (f16/bf16 ones only on some archs and not for every layout).
+  if (!workspace && !p.bare)
+    return sk + " on the SIMT kernel needs the matmul's own result as the kernel's only output (an epilogue would see "
+                "partial sums; the tensor-core kernels split any group)";
+  if (!workspace && p.dtype != DType::F32)
+    return sk + " on the SIMT kernel needs an f32 matmul (partial sums are added with f32 atomics), not " +
+           std::string(dtype_name(p.dtype));
   if (c.block_k < 1) return std::nullopt;
   const int64_t tiles = ceil_div(p.K, int64_t{c.block_k});
   if (tiles % c.split_k != 0)

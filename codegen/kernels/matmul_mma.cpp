@@ -48,11 +48,11 @@ class MmaKernel : MmaIsa {
       // every tile and stage is a multiple of 128 bytes.
       // wgmma: 1024, where the 128-byte swizzle's pattern repeats (its descriptors
       // carry a base offset of 0, so every tile must start on a repeat).
-      NvptxEntry e = begin_nvptx_matmul(m_, b_, spec_, t_.launch_threads(), t_.wgmma ? 1024 : 128, t_.tma ? 2 : 0);
+      NvptxEntry e = begin_nvptx_matmul(m_, b_, spec_, t_.launch_threads(), t_.wgmma ? 1024 : 128, extra_args());
       fn_ = e.fn;
       in_ = e.in;
       out_ = e.out;
-      tmap_ = e.extra;
+      take_extra(e.extra);
       smem_ = e.smem;
       tid_ = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, it_);
       bx = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, it_);
@@ -61,13 +61,14 @@ class MmaKernel : MmaIsa {
     } else {
       llvm::Type* ptr = b_.getPtrTy();
       // void entry(ptr args, i32 blockIdx.x, i32 blockIdx.y, i32 threadIdx.x, ptr smem, ptr hooks,
-      //            i32 blockIdx.z); args: inputs, outputs, then (TMA) the two tensor maps: SimTensorMap*.
+      //            i32 blockIdx.z); args: inputs, outputs, then (TMA) the two tensor maps: SimTensorMap*,
+      // then (split-K in a workspace) the workspace.
       kernels::KernelEntry e = kernels::begin_host_kernel(m_, b_, spec_.entry, np, no, {i32_, i32_, i32_, ptr, ptr, i32_},
-                                                          t_.tma ? 2 : 0);
+                                                          static_cast<size_t>(extra_args()));
       fn_ = e.fn;
       in_ = e.in;
       out_ = e.out;
-      tmap_ = e.extra;
+      take_extra(e.extra);
       bx = b_.CreateZExt(fn_->getArg(1), it_);
       by = b_.CreateZExt(fn_->getArg(2), it_);
       tid_ = b_.CreateZExt(fn_->getArg(3), it_);
@@ -116,6 +117,17 @@ class MmaKernel : MmaIsa {
   }
 
  private:
+  // The arguments after the outputs: A's and B's tensor maps (TMA), then the split-K
+  // workspace (MmaTiling::split_ws).
+  int extra_args() const { return (t_.tma ? 2 : 0) + (t_.split_ws ? 1 : 0); }
+  void take_extra(std::vector<llvm::Value*> extra) {
+    if (t_.split_ws) {
+      ws_ = extra.back();
+      extra.pop_back();
+    }
+    tmap_ = std::move(extra);
+  }
+
   std::vector<llvm::Value*> zeros() {
     return std::vector<llvm::Value*>(static_cast<size_t>(t_.mi * t_.ni * 4), llvm::ConstantFP::get(f32_, 0.0));
   }
@@ -129,6 +141,7 @@ class MmaKernel : MmaIsa {
     n0_ = o.n0;
     bi_ = batch_index(b_, p_, by);
     zbase_ = b_.CreateMul(by, k(p_.M * p_.N), "zbase", true, true);
+    item_ = add(mul(by, t_.tiles), bx);
     plan_copies();
   }
 
@@ -745,6 +758,18 @@ class MmaKernel : MmaIsa {
     if (t_.ws && producer_joins) f.active = b_.CreateICmpULT(tid_, k(t_.threads));
     f.barrier = [this] { barrier(); };
     f.exit = exit;
+    if (t_.split_ws) {
+      f.ws = ws_;
+      f.item = item_;
+      f.tid = tid_;
+      f.flag = smem_at(k(t_.flag_off));
+      // The persistent warp-specialised consumers meet without the producer, whose
+      // thread is issuing the next items' copies: named barrier 3 (ping-pong, which
+      // takes 1 and 2, has no split-K).
+      if (t_.ws && !producer_joins) f.split_barrier = [this] { named_barrier(k(3), t_.threads, /*sync=*/true); };
+      else f.split_barrier = [this] { barrier(); };
+      f.fence = [this] { gpu_fence(); };
+    }
     return emit_mma_epilogue(f, acc);
   }
 
@@ -762,6 +787,8 @@ class MmaKernel : MmaIsa {
   llvm::Value* bz_ = nullptr;        // the batch index (grid y)
   llvm::Value* kbase_ = nullptr;     // split-K: the first K element of this block's share (grid z)
   llvm::Value* gk0_ = nullptr;       // the item's first K tile over the block's life (persistent grid)
+  llvm::Value* ws_ = nullptr;        // split-K: the workspace (MmaTiling::split_ws)
+  llvm::Value* item_ = nullptr;      // the work item: batch * tiles + tile, its counter's index
   BatchIndex bi_;
   std::vector<Copy> a_copy_, b_copy_;
 };

@@ -3,7 +3,10 @@
 // outputs. matmul_mma.cpp builds the K loop and hands the accumulators here.
 //
 // Three ways out, decided per kernel (and, for the second, per launch):
-//   - split-K: each accumulator added into the zeroed f32 output by an atomic;
+//   - split-K of a bare TF32 matmul: each accumulator added into the zeroed f32
+//     output by an atomic; of any other group, each added into the f32 workspace,
+//     and the tile's last block to arrive reads the sums back into its accumulators
+//     and takes one of the two ways below;
 //   - staged: every output's values of a warp's tile written to shared memory (the
 //     pipeline's, free once the K loop is done) in 16-byte chunks XOR-swizzled by
 //     row, then read back a chunk per lane and stored 128 bits at a time, a warp's
@@ -47,6 +50,11 @@ struct MmaEpilogueFrame {
   llvm::Value* active = nullptr;
   std::function<void()> barrier;            // bar.sync 0 (or the simulation's)
   llvm::BasicBlock* exit = nullptr;         // where the epilogue ends (nullptr: the kernel returns)
+  // Split-K in a workspace (MmaTiling::split_ws): the workspace, the item's counter
+  // index, threadIdx.x, the shared flag word, a barrier of every thread that runs the
+  // epilogue, and membar.gl (or the simulation's fence).
+  llvm::Value *ws = nullptr, *item = nullptr, *tid = nullptr, *flag = nullptr;
+  std::function<void()> split_barrier, fence;
 };
 
 // Why the staged path does not apply to the kernel (nullopt: it does, subject to the

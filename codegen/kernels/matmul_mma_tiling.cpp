@@ -125,8 +125,9 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
   if (p.dtype != DType::BF16 && p.dtype != DType::F16 && !tf32)
     return no(std::string(dtype_name(p.dtype)) + " operands stay on exact FMA (tensor cores take f16, bf16 and, with --allow-tf32, f32)");
   const int eb = tf32 ? 4 : 2;
-  // Split-K as on the SIMT kernel (here f32 means TF32: exact f32 was refused above).
-  if (std::optional<std::string> why = split_k_unfit(p, c)) return no(*why);
+  // Split-K: a bare TF32 matmul adds into its output, any other group sums in a
+  // workspace (MmaTiling::split_ws).
+  if (std::optional<std::string> why = split_k_unfit(p, c, /*workspace=*/true)) return no(*why);
   OperandLayout la = operand_layout("A", p.sam, p.sak, p.M, p.K, p.a_bstride, 16 / eb);
   if (!la.why_not.empty()) return no(la.why_not);
   OperandLayout lb = operand_layout("B", p.sbn, p.sbk, p.N, p.K, p.b_bstride, 16 / eb);
@@ -245,6 +246,13 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
     else if (t.split > 1 || c.split_k > 1) why = "split_k = 1";
     if (!why.empty()) return no("pingpong = 1 needs " + why);
     t.pingpong = true;
+  }
+  t.split_ws = c.split_k > 1 && split_k_uses_workspace(p);
+  if (t.split_ws) {
+    // The last block's flag, past everything else (a persistent producer may be
+    // refilling the pipeline's stages while the consumers read it).
+    t.flag_off = (t.shared_bytes + 15) / 16 * 16;
+    t.shared_bytes = t.flag_off + 16;
   }
   if (t.shared_bytes > max_shared_bytes(sm))
     return no("the tiles need " + num(t.shared_bytes) + " bytes of shared memory (" + num(t.stages) + " stages), more than sm_" +

@@ -60,10 +60,17 @@ struct MmaTiling {
   SmemTile a, b;
   int64_t stage_bytes = 0, shared_bytes = 0;
   int64_t kt = 0;  // K tiles one block walks (all of them unless split-K)
-  // Split-K (KernelConfig::split_k, a bare f32 matmul: TF32): grid z splits the K
-  // tiles into `split` shares of kt each, and every block adds its partial sums into
-  // the output, which the launch zeroes (LaunchShape::zero_outputs).
+  // Split-K (KernelConfig::split_k): grid z splits the K tiles into `split` shares of
+  // kt each. A bare TF32 matmul: every block adds its partial sums into the output,
+  // which the launch zeroes (LaunchShape::zero_outputs).
   int split = 1;
+  // Split-K of any other group (a 16-bit matmul, an epilogue, a second output): each
+  // block adds its partial sums into an f32 workspace (LaunchShape::workspace_bytes,
+  // zeroed by the launch) and counts itself in on the tile's u32 counter after it;
+  // the block that arrives last reads the whole sums back and runs the group's
+  // epilogue on them. `flag_off`: the shared word that tells its threads.
+  bool split_ws = false;
+  int64_t flag_off = 0;
   // A persistent grid (KernelConfig::persistent): `persistent` blocks (at most one per
   // work item) each take work items w = blockIdx.x, + grid, ... of the `items` = output
   // tiles x batch; the pipeline's stages and mbarrier phases run on across items.

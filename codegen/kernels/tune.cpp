@@ -176,6 +176,7 @@ class PtxCandidateBuilder final : public Builder {
     a->launch.block = l.block;
     a->launch.shared_bytes = l.shared_bytes;
     a->zero_outputs = l.zero_outputs;
+    a->workspace_bytes = l.workspace_bytes;
     for (const TensorMapSpec& t : l.tensor_maps)
       a->tensor_maps.push_back(PlanTensorMap{t.input, t.dtype, t.rank, t.dims, t.strides, t.box});
     a->inputs = input_specs_;

@@ -48,6 +48,9 @@ struct PlanKernel {
   std::string config;         // the kernel's config as "name=value ..." (config_str)
   std::string config_source;  // "default", "cache" or "tuned"
   std::vector<PlanTensorMap> tensor_maps;  // extra arguments after the outputs
+  // Bytes of scratch passed after the tensor maps, zeroed when allocated; the kernel
+  // leaves it zero (split-K sums there); 0: none.
+  int64_t workspace_bytes = 0;
   // The kernel's host (CPU) code in Plan::host_object, for `exec --device cpu`:
   // its symbol (`void f(void** args)`, args the step's inputs then outputs; empty
   // when the host emitter could not build it), whether its outputs are zeroed

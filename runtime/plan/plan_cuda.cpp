@@ -43,10 +43,12 @@ Result<void> CudaPlanDevice::prepare(const PlanRank& rank, const std::vector<Add
   // over the step's input buffer now (a map the driver refuses is an error naming
   // the step), passed after the outputs at every launch.
   const Plan& p = plan_->plan();
+  int64_t workspace = 0;
   for (size_t i = 0; i < rank.steps.size(); ++i) {
     const PlanStep& s = rank.steps[i];
     if (s.op != "kernel") continue;
     auto k = std::find_if(p.kernels.begin(), p.kernels.end(), [&](const PlanKernel& pk) { return pk.id == s.kernel; });
+    if (k != p.kernels.end()) workspace = std::max(workspace, k->workspace_bytes);
     if (k == p.kernels.end() || k->tensor_maps.empty()) continue;
     std::vector<cuda::Buffer> maps;
     for (const PlanTensorMap& m : k->tensor_maps) {
@@ -56,6 +58,14 @@ Result<void> CudaPlanDevice::prepare(const PlanRank& rank, const std::vector<Add
       maps.push_back(std::move(map).value());
     }
     tensor_maps_.emplace(i, std::move(maps));
+  }
+  // One workspace for every kernel step (split-K matmuls sum there), as large as the
+  // largest asks.
+  if (workspace > 0) {
+    Result<cuda::Buffer> w = cuda::Buffer::allocate(context(), static_cast<size_t>(workspace));
+    if (!w) return with_context("the kernels' workspace of " + std::to_string(workspace) + " bytes: ", w.error());
+    workspace_ = std::move(w).value();
+    SF_TRY(zero(workspace_.ptr(), workspace_.bytes()));
   }
   return {};
 }
@@ -94,6 +104,13 @@ Result<void> CudaPlanDevice::launch(size_t step, const PlanStep& s, const std::v
   if (k.zero_outputs)
     for (size_t o = inputs; o < args.size(); ++o)
       if (Result<void> e = zero(args[o].addr, args[o].bytes); !e.ok()) return with_context("zero_outputs: ", e.error());
+  if (k.workspace_bytes > 0) {
+    // prepare() sized it for every kernel step of the rank.
+    if (workspace_.bytes() < static_cast<size_t>(k.workspace_bytes))
+      return Diag{"", {}, "kernel " + s.kernel + ": its workspace of " + std::to_string(k.workspace_bytes) +
+                              " bytes was not prepared"};
+    ptrs.push_back(workspace_.ptr());
+  }
   return cuda::launch(context(), k.fn, k.dims, ptrs, stream_);
 }
 
@@ -140,6 +157,7 @@ Result<std::shared_ptr<GpuPlan>> GpuPlan::load(std::shared_ptr<cuda::Context> ct
     l.dims.block = k.block;
     l.dims.shared_bytes = k.shared_bytes;
     l.zero_outputs = k.zero_outputs;
+    l.workspace_bytes = k.workspace_bytes;
     p->kernels_.emplace(k.id, l);
   }
   return p;

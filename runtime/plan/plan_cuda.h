@@ -45,6 +45,10 @@ class CudaPlanDevice final : public PlanDevice {
   cuda::Stream stream_, comm_stream_;
   std::vector<cuda::Buffer> buffers_;                         // what allocate() gave
   std::map<size_t, std::vector<cuda::Buffer>> tensor_maps_;  // per kernel step
+  // The kernels' workspace (PlanKernel::workspace_bytes), one for the rank: every
+  // kernel runs on `stream_`, one after the other, and leaves it zero; sized and
+  // zeroed in prepare().
+  cuda::Buffer workspace_;
   std::vector<cuda::Event> marks_;
 };
 

@@ -87,6 +87,7 @@ class GpuPlan {
     CUfunction fn{};
     cuda::LaunchDims dims;
     bool zero_outputs = false;
+    int64_t workspace_bytes = 0;
   };
   const Loaded& kernel(const std::string& id) const { return kernels_.at(id); }
 

@@ -182,6 +182,46 @@ TEST(MatmulMmaSim, Tf32SplitKAddsEveryShare) {
   check(mm_graph(b, DType::F32, Epi::None), c, "tf32 split_k 2 batch 2");
 }
 
+// Split-K of a 16-bit matmul with its epilogue: every block adds its partial sums into the f32 workspace and counts itself in,
+// and the tile's last block to arrive (a different z from tile to tile: run_tc
+// rotates the order) reads the sums back and runs the epilogue, staged or direct.
+// A block that stored its own partial, an epilogue run by the wrong block, or one
+// run twice (two outputs: the raw product too) misses the reference.
+TEST(MatmulMmaSim, SixteenBitSplitKSumsInAWorkspaceAndTheLastBlockRunsTheEpilogue) {
+  struct Case {
+    Shape3 s;
+    DType dt;
+    Epi e;
+    KernelConfig c;
+    int split;
+  };
+  const Case cases[] = {
+      {{40, 48, 128, false, true, {}}, DType::BF16, Epi::BiasGelu, tc_config(32, 32, 32, 2, 2), 2},
+      {{40, 48, 128, false, false, {}}, DType::F16, Epi::RawAndBiasRelu, tc_config(32, 32, 32, 2, 2), 4},
+      {{48, 72, 256, false, true, {}}, DType::BF16, Epi::Residual, tc_config(32, 64, 32, 4, 2), 4},  // staged stores
+      {{40, 45, 128, true, true, {}}, DType::BF16, Epi::None, tc_config(32, 32, 32, 2, 2), 2},      // odd N: direct
+      {{32, 40, 64, false, true, {2}}, DType::F16, Epi::BiasGelu, tc_config(32, 32, 32, 2, 3), 2},  // a batch
+  };
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    if (!test::in_sample(i, 3)) continue;
+    const Case& k = cases[i];
+    KernelConfig c = k.c;
+    c.split_k = k.split;
+    check(mm_graph(k.s, k.dt, k.e), c,
+          name(k.s, k.dt, c) + " split_k " + std::to_string(k.split) + " epilogue " + std::to_string(static_cast<int>(k.e)));
+  }
+}
+
+// A persistent grid with split-K in the workspace: each block walks its items, every
+// item's last block runs that item's epilogue.
+TEST(MatmulMmaSim, SplitKOnAPersistentGrid) {
+  Shape3 s{72, 100, 128, false, true, {2}};
+  KernelConfig c = tc_config(32, 64, 32, 4, 3);
+  c.persistent = 3;
+  c.split_k = 2;
+  check(mm_graph(s, DType::BF16, Epi::BiasGelu), c, name(s, DType::BF16, c) + " persistent 3 split_k 2");
+}
+
 // ---- NVPTX ------------------------------------------------------------------------------------
 
 struct Ptx {
@@ -569,6 +609,46 @@ TEST(MatmulMmaNvptx, PtxasAcceptsEveryTestedConfigWithoutSpills) {
       }
 }
 
+// Split-K of a bf16 matmul + bias + GELU on sm_80 (mma.sync) and sm_90a (wgmma + TMA,
+// warp-specialised): grid z = split_k, no zeroed outputs but a zeroed workspace of the
+// f32 sums and a counter per tile, the partials added by f32 atomics, membar.gl before
+// the count (a u32 atomic add), the sums read back by volatile loads, the bf16 outputs
+// stored by the one block that runs the epilogue; ptxas takes it without spills.
+TEST(MatmulMmaNvptx, SixteenBitSplitKSumsInAWorkspace) {
+  Shape3 s{256, 512, 8192, false, true, {}};
+  Graph g = mm_graph(s, DType::BF16, Epi::BiasGelu);
+  KernelConfig c80 = tc_config(128, 128, 32, 4, 3);
+  c80.split_k = 4;
+  KernelConfig c90 = tc_config(128, 128, 64, 8, 4, 8, /*ws=*/1);
+  c90.split_k = 4;
+  struct Case {
+    const char* arch;
+    KernelConfig c;
+    const char* mma;
+  };
+  for (const Case& k : {Case{"sm_80", c80, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"},
+                        Case{"sm_90a", c90, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"}}) {
+    Ptx p = emit_ptx(g, k.c, k.arch, false, /*tma=*/true);
+    EXPECT_EQ(p.launch.grid[2], 4) << k.arch;
+    EXPECT_FALSE(p.launch.zero_outputs) << k.arch;
+    EXPECT_EQ(p.launch.workspace_bytes, 4 * (256 * 512 + 2 * 4)) << k.arch;
+    EXPECT_GT(count(p.text, k.mma), 0) << k.arch;
+    EXPECT_GT(count(p.text, "red.global.add.f32") + count(p.text, "atom.global.add.f32") + count(p.text, "red.add.f32") +
+                  count(p.text, "atom.add.f32"),
+              0)
+        << k.arch;
+    EXPECT_GT(count(p.text, "membar.gl"), 0) << k.arch;
+    EXPECT_GT(count(p.text, "atom.global.add.u32") + count(p.text, "atom.add.u32"), 0) << k.arch;
+    EXPECT_GT(count(p.text, "ld.volatile"), 0) << k.arch;
+    EXPECT_GT(count(p.text, "st.global.v4") + count(p.text, "st.global.b32") + count(p.text, "st.global.u32"), 0) << k.arch;
+    if (!have_ptxas()) continue;
+    Result<std::vector<KernelResources>> r = assemble(p.text, k.arch);
+    ASSERT_TRUE(r.ok()) << k.arch << ": " << r.error().str();
+    ASSERT_FALSE(r->empty());
+    EXPECT_EQ((*r)[0].spill_store_bytes + (*r)[0].spill_load_bytes, 0) << k.arch;
+  }
+}
+
 // --check under --allow-tf32: an f32 value computed by an f32 matmul gets f16's
 // tolerance (TF32's mantissa), and values no matmul feeds keep f32's.
 TEST(MatmulMmaPath, CheckToleranceAllowsForTf32) {
@@ -631,22 +711,28 @@ TEST(MatmulMmaPath, SaysWhichKernelAndWhy) {
   EXPECT_TRUE(p->tensor_cores && !p->wgmma) << p->why;
   EXPECT_NE(p->why.find("TF32 wgmma reads both operands K-major"), std::string::npos) << p->why;
 
-  // Split-K: a bare TF32 matmul keeps the tensor cores (grid z, zeroed output); a
-  // 16-bit one cannot add partial sums with f32 atomics and says so.
+  // Split-K: a bare TF32 matmul keeps the tensor cores adding into its zeroed output;
+  // an epilogue or a 16-bit matmul keeps them too, summing in the workspace; the SIMT
+  // kernel (exact f32) adds into the output, so only a bare f32 matmul splits there.
   KernelConfig split = tc_config(128, 128, 32, 8, 3);
   split.split_k = 4;
   p = matmul_path(tf32_spec(f32), split, "sm_80");
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->tensor_cores) << p->why;
+  EXPECT_NE(p->why.find("split-K 4: partial sums added into the zeroed output"), std::string::npos) << p->why;
   Graph f32_epi = mm_graph({256, 256, 256, false, false, {}}, DType::F32, Epi::BiasGelu);
   p = matmul_path(tf32_spec(f32_epi), split, "sm_80");
   ASSERT_TRUE(p.ok());
-  EXPECT_FALSE(p->tensor_cores);
-  EXPECT_NE(p->why.find("epilogue would see partial sums"), std::string::npos) << p->why;
+  EXPECT_TRUE(p->tensor_cores) << p->why;
+  EXPECT_NE(p->why.find("f32 workspace, the last block of each tile runs the epilogue"), std::string::npos) << p->why;
   p = matmul_path(spec_of(bf), split, "sm_80");
   ASSERT_TRUE(p.ok());
-  EXPECT_FALSE(p->tensor_cores);
-  EXPECT_NE(p->why.find("needs an f32 matmul"), std::string::npos) << p->why;
+  EXPECT_TRUE(p->tensor_cores) << p->why;
+  EXPECT_NE(p->why.find("f32 workspace"), std::string::npos) << p->why;
+  Result<EmittedKernel> simt = emit_matmul(spec_of(f32_epi), split, llvmb::Target::nvptx("sm_80"));
+  ASSERT_FALSE(simt.ok());
+  EXPECT_NE(simt.error().message.find("on the SIMT kernel needs the matmul's own result"), std::string::npos)
+      << simt.error().message;
 
   // block_k 16: A's k-contiguous shared rows would be 32 bytes, which the swizzle
   // does not cover.

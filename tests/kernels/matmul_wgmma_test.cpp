@@ -249,6 +249,28 @@ TEST(MatmulWgmmaSim, Tf32SplitKWithTma) {
   check(mm_graph(s, DType::F32, Epi::None), c, name(s, DType::F32, c) + " tf32 split_k 4 cp.async", true, 1, true);
 }
 
+// Split-K of a 16-bit group on the warpgroup kernel, through the f32 workspace: TMA
+// plain and warp-specialised (the producer warpgroup meets the arrival's barriers),
+// warp-specialised on a persistent grid (the consumers alone meet, on named barrier
+// 3, while the producer issues the next item's copies), and cp.async.
+TEST(MatmulWgmmaSim, SixteenBitSplitKSumsInTheWorkspace) {
+  Shape3 s{72, 100, 256, false, true, {}};
+  for (int ws : {0, 1}) {
+    KernelConfig c = tc_config(64, 64, 64, 4, 3, 8, ws);
+    c.split_k = 2;
+    check(mm_graph(s, DType::BF16, Epi::BiasGelu), c, name(s, DType::BF16, c) + " split_k 2 tma ws " + std::to_string(ws),
+          true, 1, true, true);
+  }
+  KernelConfig p = tc_config(64, 64, 64, 4, 3, 8, 1);
+  p.split_k = 2;
+  p.persistent = 3;
+  check(mm_graph(s, DType::F16, Epi::RawAndBiasRelu), p, name(s, DType::F16, p) + " split_k 2 persistent ws", true, 1,
+        true, true);
+  KernelConfig c = tc_config(64, 64, 64, 4, 2);
+  c.split_k = 4;
+  check(mm_graph(s, DType::BF16, Epi::Residual), c, name(s, DType::BF16, c) + " split_k 4 cp.async", true, 1, true);
+}
+
 // Not blind: hardware that reads every operand K-major (ignores imm-trans) gives wrong
 // results for x @ w, whose B is N-major.
 TEST(MatmulWgmmaSim, HardwareThatIgnoresTransGivesWrongResults) {

@@ -730,11 +730,17 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
   std::vector<SimTensorMap> maps;
   for (const TensorMapSpec& t : launch.tensor_maps) maps.push_back({t, inputs[static_cast<size_t>(t.input)].data()});
   for (SimTensorMap& m : maps) args.push_back(&m);
+  // Split-K in a workspace: zeroed, after the tensor maps; the launch must leave it zero.
+  std::vector<uint32_t> workspace(static_cast<size_t>((launch.workspace_bytes + 3) / 4), 0);
+  if (launch.workspace_bytes > 0) args.push_back(workspace.data());
   const int threads = launch.block[0];
   kernel_test::BlockThreads block(threads);
-  for (int64_t bz = 0; bz < launch.grid[2]; ++bz)
+  // Blocks run one at a time, those of one (x, y) in a rotated z order: the last of a
+  // split-K tile's blocks to arrive is a different z from tile to tile.
   for (int64_t by = 0; by < launch.grid[1]; ++by)
-    for (int64_t bx = 0; bx < launch.grid[0]; ++bx) {
+    for (int64_t bx = 0; bx < launch.grid[0]; ++bx)
+    for (int64_t zi = 0; zi < launch.grid[2]; ++zi) {
+      const int64_t bz = (zi + bx + by) % launch.grid[2];
       Block blk(threads, static_cast<size_t>(launch.shared_bytes));
       blk.ignore_trans = ignore_trans;
       blk.ignore_wgmma_trans = ignore_trans;
@@ -770,6 +776,9 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
   if (out_shift)
     for (size_t o = 0; o < out.size(); ++o)
       if (out[o].nbytes()) std::memcpy(out[o].data(), args[inputs.size() + o], out[o].nbytes());
+  for (size_t w = 0; w < workspace.size(); ++w)
+    if (workspace[w] != 0 && hw_error->empty())
+      *hw_error = "the launch left word " + std::to_string(w) + " of its workspace nonzero";
   return out;
 }
 

@@ -368,19 +368,23 @@ int ptx_entry_params(const std::string& ptx, const std::string& entry) {
 
 Result<void> verify_kernel_arity(const Plan& p, const std::string& kernel_id, int params,
                                  const std::string& ptx_file) {
-  size_t maps = 0;  // tensor maps follow the outputs
+  size_t maps = 0, workspace = 0;  // tensor maps follow the outputs, then the workspace
   for (const PlanKernel& k : p.kernels)
-    if (k.id == kernel_id) maps = k.tensor_maps.size();
+    if (k.id == kernel_id) {
+      maps = k.tensor_maps.size();
+      workspace = k.workspace_bytes > 0 ? 1 : 0;
+    }
   for (const PlanRank& r : p.ranks)
     for (size_t i = 0; i < r.steps.size(); ++i) {
       const PlanStep& s = r.steps[i];
       if (s.op != "kernel" || s.kernel != kernel_id) continue;
-      const size_t args = s.in.size() + s.out.size() + maps;
+      const size_t args = s.in.size() + s.out.size() + maps + workspace;
       if (static_cast<int>(args) != params)
         return Diag{ptx_file, {}, "kernel " + kernel_id + "'s entry takes " + std::to_string(params) +
                                       " pointer(s), but plan.json's ranks[" + std::to_string(r.rank) + "].steps[" +
                                       std::to_string(i) + "] passes " + std::to_string(s.in.size() + s.out.size()) +
-                                      " buffer(s)" + (maps ? " and " + std::to_string(maps) + " tensor map(s)" : std::string())};
+                                      " buffer(s)" + (maps ? " and " + std::to_string(maps) + " tensor map(s)" : std::string()) +
+                                      (workspace ? " and a workspace" : "")};
     }
   return {};
 }

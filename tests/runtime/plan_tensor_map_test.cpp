@@ -117,6 +117,7 @@ TEST(PlanKernelFields, KindAndHostCodeRoundTripAndBadOnesAreNamed) {
   p.kernels[0].host_symbol = "sf_k0_matmul";
   p.kernels[0].host_config = "host_tile_n=64";
   p.kernels[0].host_zero_outputs = true;
+  p.kernels[0].workspace_bytes = 16388;  // a split-K kernel's
   const std::string text = plan_to_json(p);
   const json j = json::parse(text);
   EXPECT_EQ(j["version"], 2);
@@ -130,6 +131,10 @@ TEST(PlanKernelFields, KindAndHostCodeRoundTripAndBadOnesAreNamed) {
   EXPECT_EQ(back->kernels[0].host_symbol, "sf_k0_matmul");
   EXPECT_EQ(back->kernels[0].host_config, "host_tile_n=64");
   EXPECT_TRUE(back->kernels[0].host_zero_outputs);
+  EXPECT_EQ(j["kernels"][0]["workspace_bytes"], 16388);
+  EXPECT_EQ(back->kernels[0].workspace_bytes, 16388);
+  Plan none = tma_plan();
+  EXPECT_FALSE(json::parse(plan_to_json(none))["kernels"][0].contains("workspace_bytes"));
 
   struct Case {
     std::string what;
@@ -141,6 +146,9 @@ TEST(PlanKernelFields, KindAndHostCodeRoundTripAndBadOnesAreNamed) {
       {"host not an object", [](json& k) { k["host"] = "sf_k0"; }, "kernels[0].host: \"sf_k0\" is not an object"},
       {"empty host symbol", [](json& k) { k["host"]["symbol"] = ""; }, "kernels[0].host.symbol: must not be empty"},
       {"host without symbol", [](json& k) { k["host"].erase("symbol"); }, "kernels[0].host: missing \"symbol\""},
+      {"negative workspace", [](json& k) { k["workspace_bytes"] = -4; }, "kernels[0].workspace_bytes"},
+      {"huge workspace", [](json& k) { k["workspace_bytes"] = int64_t{1} << 60; }, "kernels[0].workspace_bytes"},
+      {"workspace not a number", [](json& k) { k["workspace_bytes"] = "4k"; }, "kernels[0].workspace_bytes"},
   };
   for (const Case& c : cases) {
     json e = j;

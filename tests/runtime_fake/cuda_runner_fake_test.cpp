@@ -318,6 +318,52 @@ TEST(CudaRunnerFake, OutputsAreZeroedBeforeEveryRunWhenTheLaunchAddsIntoThem) {
   EXPECT_EQ(r->last_run().zeroings, 0);
 }
 
+// A split-K kernel's workspace: allocated and zeroed once per candidate (the kernel
+// leaves it zero, so nothing is cleared between runs, nor between the launches of a
+// CUDA graph), passed after the outputs; the fake driver faults an argument that is
+// not an allocation.
+TEST(CudaRunnerFake, AWorkspaceIsZeroedOnceAndPassedLast) {
+  REQUIRE_FAKE();
+  for (bool graphs : {false, true}) {
+    CudaRunnerOptions o = small();
+    if (graphs) o.graph_below_us = 1000;
+    auto r = runner(o);
+    PtxArtifact a = artifact("sf_split_ws");
+    a.ptx = ".version 8.0\n.target sm_90a\n.address_size 64\n\n.visible .entry sf_split_ws(\n\t.param .u64 in0,\n"
+            "\t.param .u64 out0,\n\t.param .u64 ws\n)\n{\n\tret;\n}\n";
+    a.workspace_bytes = 2052;
+    CallLog log;
+    Result<Measurement> m = r->run(a, quick());
+    ASSERT_TRUE(m) << m.error().message;
+    EXPECT_EQ(r->last_run().zeroings, 0);
+    EXPECT_EQ(r->last_run().graph_mode, graphs);
+    std::vector<std::string> zeroes = log.lines("memset8 ");
+    ASSERT_EQ(zeroes.size(), 1u) << graphs;
+    EXPECT_TRUE(has(zeroes[0], " 0 2052")) << zeroes[0];
+    std::vector<std::string> launches = log.lines("launch sf_split_ws ");
+    ASSERT_FALSE(launches.empty());
+    for (const std::string& l : launches) EXPECT_TRUE(has(l, " args=3 ")) << l;
+  }
+}
+
+// The split tuner's candidate files keep a kernel's workspace, and its size is part
+// of what a measurement is of.
+TEST(TuneSplitFake, AWorkspaceSurvivesTheCandidateFiles) {
+  TuneCandidateKernel k{"key0", "k0_matmul", "graph ...", {{DType::F32, {512}}}, {8}, {{DType::F32, {512}}}, {}};
+  PtxArtifact a = artifact("sf_split_ws");
+  a.workspace_bytes = 2052;
+  PtxArtifact plain = artifact("sf_split_ws");
+  EXPECT_NE(tune_code_hash(a), tune_code_hash(plain));
+  k.candidates.push_back(TuneCandidate{"split_k=4", tune_code_hash(a), a, nullptr});
+  const std::string dir = std::filesystem::temp_directory_path() / ("sf-ws-cands-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(write_tune_candidates({"sm_90a", {k}}, dir).ok());
+  Result<TuneCandidateSet> back = read_tune_candidates(dir);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(back) << back.error().str();
+  EXPECT_EQ(back->kernels.at(0).candidates.at(0).artifact.workspace_bytes, 2052);
+}
+
 TEST(CudaRunnerFake, ArgumentsThatAreNotTheRunnersAreRefused) {
   REQUIRE_FAKE();
   auto r = runner();

@@ -353,6 +353,51 @@ TEST(ExecFakeDriver, ZeroOutputsAreClearedBeforeTheirLaunch) {
   EXPECT_EQ(cleared, launches) << read_text(log);
 }
 
+// A split-K bf16 matmul + bias + GELU (the tensor-core kernel sums its partials in a
+// workspace): plan.json records the workspace's size, exec allocates it once, zeroes
+// it once before the first launch (the kernel leaves it zero), and passes it after
+// the kernel's inputs and outputs; the fake driver checks that every argument is an
+// allocation. Plain and as a CUDA graph.
+TEST(ExecFakeDriver, ASplitKKernelGetsItsWorkspaceZeroedOnce) {
+  TempDir t;
+  write_file(t / "g.sf",
+             "graph g(x: bf16[64, 512], w: bf16[512, 64], b: bf16[64]) {\n"
+             "  y = gelu(add(matmul(x, w), b))\n"
+             "  return y\n"
+             "}\n");
+  const std::string dir =
+      compile_to(t, t / "g.sf", "p",
+                 "--matmul-config 'block_m=64 block_n=64 block_k=32 warps=4 stages=3 group_m=8 split_k=4'", "sm_80");
+  Plan p = read_plan(dir);
+  auto k = std::find_if(p.kernels.begin(), p.kernels.end(), [](const PlanKernel& pk) { return pk.kind == KernelKind::Matmul; });
+  ASSERT_NE(k, p.kernels.end());
+  EXPECT_EQ(k->grid[2], 4);
+  EXPECT_FALSE(k->zero_outputs);
+  const int64_t ws = 4 * (64 * 64 + 1);  // the f32 sums, one counter
+  EXPECT_EQ(k->workspace_bytes, ws);
+  EXPECT_NE(read_text(dir + "/plan.json").find("\"workspace_bytes\": " + std::to_string(ws)), std::string::npos);
+  for (const char* mode : {"", " --cuda-graph"}) {
+    const std::string log = t / (std::string("log") + (*mode ? "g" : ""));
+    CliResult r = shardfuse_env(fake_env(log), "exec " + dir + " --device cuda" + mode);
+    ASSERT_EQ(r.code, 0) << mode << ": " << r.out;
+    std::istringstream in(read_text(log));
+    std::string line;
+    int launches = 0, zeroings = 0;
+    bool ordered = true;
+    while (std::getline(in, line)) {
+      if (line.rfind("memset8 ", 0) == 0 && line.find(" 0 " + std::to_string(ws)) != std::string::npos) ++zeroings;
+      if (line.rfind("launch " + k->entry + " ", 0) == 0) {
+        ordered = ordered && zeroings == 1;
+        ++launches;
+        EXPECT_NE(line.find(" args=5 "), std::string::npos) << line;  // x, w, b, y, then the workspace
+      }
+    }
+    EXPECT_GT(launches, 0) << mode;
+    EXPECT_TRUE(ordered) << mode << "\n" << read_text(log);
+    EXPECT_EQ(zeroings, 1) << mode << "\n" << read_text(log);
+  }
+}
+
 TEST(ExecFakeDriver, CudaGraphCapturesOnceAndReplaysEveryKernel) {
   TempDir t;
   const std::string dir = compile_to(t, example("transformer_block.sf"), "p");

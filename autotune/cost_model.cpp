@@ -175,7 +175,9 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
     // is charged 0.85 of the peak, and needs a warpgroup's m64 x block_n per
     // instruction to be wide (block_n 256 keeps the tensor pipe busiest). Estimates,
     // to rank configs, not measurements.
-    const double tile_flops = 2.0 * c.block_m * c.block_n * double(p.k);
+    // Split-K: grid z splits K, so a block multiplies K / split_k of it.
+    const int split = std::max(c.split_k, 1);
+    const double tile_flops = 2.0 * c.block_m * c.block_n * double(p.k) / split;
     const double warp_tile = double(c.block_m) * c.block_n / std::max(c.warps, 1);
     const double f_tile = b.wgmma ? std::min(1.0, std::sqrt(double(c.block_n) / 256))
                                   : std::min(1.0, std::sqrt(warp_tile) / 64);
@@ -198,9 +200,13 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
     // Every block reads its A and B panels through L2 (about 4x DRAM's bandwidth on
     // the archs these kernels run on, an estimate); with a GROUP_M swizzle a wave's
     // blocks share panels, so DRAM sees each operand about twice, four times without.
-    const double l2_traffic = double(grid) * double(p.k) * (c.block_m + c.block_n) * p.elem_bytes;
-    const double dram = double(p.batch) * (double(p.m) * p.k + double(p.k) * p.n) * p.elem_bytes * (c.group_m > 1 ? 2 : 4) +
-                        double(p.batch) * p.m * p.n * p.elem_bytes;
+    const double l2_traffic = double(grid) * double(p.k) / split * (c.block_m + c.block_n) * p.elem_bytes;
+    double dram = double(p.batch) * (double(p.m) * p.k + double(p.k) * p.n) * p.elem_bytes * (c.group_m > 1 ? 2 : 4) +
+                  double(p.batch) * p.m * p.n * p.elem_bytes;
+    // Split-K's f32 partial sums: every split adds its share (an atomic read and write
+    // at L2) and the last block reads the sums back and zeroes them; charged as DRAM
+    // traffic, an estimate (a bare TF32 matmul adds into its output the same way).
+    if (split > 1) dram += double(p.batch) * p.m * p.n * 4.0 * (2.0 * split + 2.0);
     // The copies a pipeline keeps in flight hide the L2 and DRAM latency of the loads
     // as they hide it from the products, so f_pipe scales this side too (where the
     // operands' traffic binds, as for a 64-row ping-pong tile, it alone ranks stages).

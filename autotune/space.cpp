@@ -75,8 +75,9 @@ KernelConfig tensor_core_config(int bm, int bn, int bk, int warps, int stages, i
 // Tensor-core tiles (sm_80+, 16-bit or TF32 operands): Triton's and CUTLASS's common
 // sm_80 configs, which on sm_90a include the wgmma ones (4 or 8 warps, 64-row
 // warpgroups, block_k 64, or 32 for TF32). Their contiguous shared sides are 32 or 64
-// wide, the swizzle's widths. A bare TF32 matmul also tries split-K (2 and 4), which
-// the rules keep only where the output tiles leave SMs idle.
+// wide, the swizzle's widths. Each also tries split-K (2 and 4: a bare TF32 matmul adds
+// into its output, any other group sums in a workspace), which the rules keep only
+// where the output tiles leave SMs idle.
 //
 // The warp-specialised sm_90a configs also come persistent (CUTLASS's and Triton's
 // persistent Hopper GEMMs are warp-specialised: the producer loads the next tile
@@ -103,7 +104,7 @@ void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool spl
 
 std::vector<KernelConfig> gpu_matmul(const TuneProblem& p, const TargetInfo& t) {
   std::vector<KernelConfig> out;
-  if ((p.operand_bytes == 2 || p.tf32) && t.tensor16_gflops > 0) add_tensor_core_matmul(out, t.name == "sm_90a", p.tf32 && p.bare, t, p.operand_bytes);
+  if ((p.operand_bytes == 2 || p.tf32) && t.tensor16_gflops > 0) add_tensor_core_matmul(out, t.name == "sm_90a", true, t, p.operand_bytes);
   for (int bm : {32, 64, 128})
     for (int bn : {32, 64, 128})
       for (int bk : {8, 16, 32})
@@ -254,9 +255,16 @@ std::optional<std::string> rule_reject(const TuneProblem& p, const KernelConfig&
       if (c.group_m > 1 && (p.m + c.block_m - 1) / c.block_m <= 1)
         return "group_m " + s(c.group_m) + " swizzles nothing with one row of tiles";
       if (c.split_k > 1) {
-        // Split-K adds partial sums atomically into a zeroed output: only a bare f32
-        // matmul, and only worth it when the output tiles leave SMs idle.
-        if (!p.bare || p.operand_bytes != 4) return "split_k " + s(c.split_k) + " needs the bare f32 matmul as the kernel's output";
+        // Split-K: the SIMT kernel adds partial sums atomically into a zeroed output,
+        // so only a bare f32 matmul; the tensor-core kernels (16-bit operands, or f32
+        // under --allow-tf32; block_k 32 or more and a pipeline) sum any group in a
+        // workspace. Only worth it when the output tiles leave SMs idle.
+        const bool bare_f32 = p.bare && p.operand_bytes == 4;
+        const bool tensor = (p.operand_bytes == 2 || p.tf32) && c.block_k >= 32 && c.stages >= 2;
+        if (!bare_f32 && !tensor)
+          return p.operand_bytes == 2 || p.tf32
+                     ? "split_k " + s(c.split_k) + " of this group needs the tensor-core kernel (block_k >= 32, stages >= 2)"
+                     : "split_k " + s(c.split_k) + " needs the bare f32 matmul as the kernel's output";
         int64_t tiles = p.batch * ((p.m + c.block_m - 1) / c.block_m) * ((p.n + c.block_n - 1) / c.block_n);
         if (tiles >= t.sms) return "split_k " + s(c.split_k) + ": " + s(tiles) + " output tiles already fill " + s(t.sms) + " SMs";
         int64_t kt = (p.k + c.block_k - 1) / c.block_k;

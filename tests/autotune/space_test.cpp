@@ -439,10 +439,12 @@ TEST(SpaceTest, PersistentWarpSpecialisedTensorCoreConfigs) {
   EXPECT_TRUE(found);
 }
 
-// Split-K on the tensor cores: a bare TF32 matmul whose output tiles leave most SMs
-// idle (a 256 x 256 output, K = 8192) gets tensor-core split-K configs that pass the
-// rules; the same shape in bf16 gets none (partial sums need f32 atomics).
-TEST(SpaceTest, Tf32SplitKTensorCoreConfigs) {
+// Split-K on the tensor cores: a matmul whose output tiles leave most SMs idle (a
+// 256 x 256 output, K = 8192) gets tensor-core split-K configs that pass the rules,
+// bare TF32 (adding into its output) and bf16 with an epilogue (summing in a
+// workspace) alike; at 4096 x 4096 the tiles fill the SMs and none passes; exact f32
+// with an epilogue gets none (the SIMT kernel adds into its output).
+TEST(SpaceTest, SplitKTensorCoreConfigs) {
   TargetInfo t = gpu("sm_90a");
   auto splits = [&](const TuneProblem& p) {
     int n = 0;
@@ -457,9 +459,17 @@ TEST(SpaceTest, Tf32SplitKTensorCoreConfigs) {
   EXPECT_GT(splits(tf32), 0);
   TuneProblem bf16 = tf32;
   bf16.tf32 = false;
+  bf16.bare = false;
   bf16.operand_bytes = 2;
   bf16.elem_bytes = 2;
-  EXPECT_EQ(splits(bf16), 0);
+  EXPECT_GT(splits(bf16), 0);
+  TuneProblem big = bf16;
+  big.m = big.n = 4096;
+  EXPECT_EQ(splits(big), 0);
+  TuneProblem f32_epi = tf32;
+  f32_epi.tf32 = false;
+  f32_epi.bare = false;
+  EXPECT_EQ(splits(f32_epi), 0);
 }
 
 // A bf16 GEMM on sm_90a: the same 128 x 256 x 64 config is priced at the tensor-core
@@ -490,6 +500,33 @@ TEST(CostModelTest, WgmmaIsPricedNearTheTensorPeak) {
   BuildResult tf = wg;
   tf.tf32 = true;
   EXPECT_GT(predict_us(p, c, t, tf), 1.8 * us_wg);
+}
+
+// Split-K on the wgmma kernel: a 256 x 256 bf16 output over K = 8192 is 2 tiles of
+// 128 x 256, 2 of 132 SMs busy; split 4 puts 8 to work on a quarter of K each and is
+// priced faster despite its workspace traffic. At 4096^3 the tiles already fill the
+// SMs, and split 2 is priced slower (the same waves of work, plus the workspace).
+TEST(CostModelTest, SplitKPaysWhereTheTilesLeaveSmsIdle) {
+  TargetInfo t = gpu("sm_90a");
+  auto price = [&](int64_t m, int64_t n, int64_t k, int split) {
+    TuneProblem p = matmul(m, n, k);
+    p.elem_bytes = 2;
+    p.operand_bytes = 2;
+    KernelConfig c = mm_cfg(128, 256, 64, 8, 8);
+    c.stages = 4;
+    c.split_k = split;
+    BuildResult b;
+    b.threads_per_block = 256;
+    b.dynamic_shared_bytes = 4 * (128 * 64 + 64 * 256) * 2;
+    b.grid_blocks = ((m + 127) / 128) * ((n + 255) / 256) * split;
+    b.resources = KernelResources{};
+    b.resources->registers = 168;
+    b.tensor_cores = b.wgmma = true;
+    return predict_us(p, c, t, b);
+  };
+  EXPECT_LT(price(256, 256, 8192, 4), 0.5 * price(256, 256, 8192, 1))
+      << price(256, 256, 8192, 4) << " vs " << price(256, 256, 8192, 1);
+  EXPECT_GT(price(4096, 4096, 4096, 2), price(4096, 4096, 4096, 1));
 }
 
 // The wgmma kernel with one group in flight: 4 stages (the copies two tiles ahead)
@@ -765,6 +802,17 @@ TEST(SpaceTest, SplitKRules) {
   EXPECT_NE(rule_reject(p, c, t)->find("does not split 6 K tiles"), std::string::npos);
   c.split_k = 2;  // 3 tiles each
   EXPECT_FALSE(rule_reject(p, c, t));
+  // A bf16 matmul with an epilogue: only on the tensor-core kernel, which sums in a
+  // workspace (block_k 32 or more, a pipeline).
+  p.bare = false;
+  p.operand_bytes = 2;
+  p.k = 4096;
+  c.split_k = 4;
+  ASSERT_TRUE(rule_reject(p, c, t));
+  EXPECT_NE(rule_reject(p, c, t)->find("needs the tensor-core kernel"), std::string::npos) << *rule_reject(p, c, t);
+  c.block_k = 32;
+  c.stages = 3;
+  EXPECT_FALSE(rule_reject(p, c, t)) << *rule_reject(p, c, t);
 }
 
 }  // namespace autotune_space_test

@@ -3,7 +3,8 @@
 # GPU session (tests/gpu/tc_*.sf) still take the paths they are there to check on
 # sm_90a, one per variant of tests/gpu/variants.txt: wgmma + TMA by default, wgmma +
 # cp.async with --no-tma, warp-specialised, persistent, ping-pong, TF32 for the f32 graph under
-# --allow-tf32 (also warp-specialised and split-K; exact FMA without); and the fused
+# --allow-tf32 (also warp-specialised and split-K; exact FMA without), split-K of
+# 16-bit groups through the workspace (also warp-specialised and persistent); and the fused
 # attention check graphs (tests/gpu/attn_*.sf) one attention kernel on mma.sync, its
 # scores and output in registers. Each
 # graph also matches the reference on the CPU (run --check).
@@ -31,7 +32,7 @@ grep -v '^#' "$src/tests/gpu/variants.txt" | while read -r variant which rest; d
   eval "set -- $rest"
   for g in "$src"/tests/gpu/tc_*.sf; do
     n=$(basename "$g" .sf)
-    case "$which:$n" in all:* | f32:*_f32 | 16bit:*_bf16 | 16bit:*_f16) ;; *) continue ;; esac
+    case "$which:$n" in all:* | f32:*_f32 | 16bit:*_bf16 | 16bit:*_f16 | splitk:tc_splitk_*) ;; *) continue ;; esac
     p="$d/$n.$variant"
     "$sf" compile "$g" --arch sm_90a --no-ptxas "$@" -o "$p" >/dev/null || { echo "FAIL: compile $g $rest"; echo x >> "$d/failed"; continue; }
     case "$variant:$n" in
@@ -44,6 +45,11 @@ grep -v '^#' "$src/tests/gpu/variants.txt" | while read -r variant which rest; d
       pingpong:*) has "$p" "bar.arrive"; has "$p" "wgmma.mma_async"; grep -q "pingpong=1" "$p/plan.json" || { echo "FAIL: $p: not ping-pong"; echo x >> "$d/failed"; } ;;
       tf32:*) has "$p" ".f32.tf32.tf32" ;;
       tf32-split-k:*) has "$p" ".f32.tf32.tf32"; has "$p" ".global.add.f32" ;;  # red. or atom.
+      # The workspace: partial sums added, membar.gl, the count, the sums read back.
+      split-k:* | ws-split-k:*)
+        has "$p" "membar.gl"; has "$p" "ld.volatile"; has "$p" "atom.global.add.u32"
+        grep -q '"workspace_bytes"' "$p/plan.json" || { echo "FAIL: $p: no workspace"; echo x >> "$d/failed"; }
+        [ "$variant" = split-k ] || has "$p" "mbarrier.arrive.shared::cta.b64" ;;
       *) echo "FAIL: variant $variant has no check here"; echo x >> "$d/failed" ;;
     esac
   done

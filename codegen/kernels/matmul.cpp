@@ -722,6 +722,27 @@ Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& confi
   return MatmulPath{true, false, why};
 }
 
+namespace {
+
+// Split-K for a default tensor-core tile whose output tiles leave more than half of a
+// typical part's SMs idle (a decode-sized M, or a small output over a long K): the
+// largest split of 2..16 that keeps the blocks within one wave of SMs and gives each
+// block 8 K tiles or more (its pipeline full most of the time). 1 where none does.
+// The SM counts are the arch's usual data-center part (A100 108, H100/H200 132; 84
+// for sm_86's A40/RTX parts, 128 for sm_89's): a default, which tuning replaces.
+int default_split_k(const MatmulGroup& p, const KernelConfig& c, int sm) {
+  const int64_t sms = sm >= 90 ? 132 : sm == 89 ? 128 : sm == 86 ? 84 : 108;
+  const int64_t tiles = std::max<int64_t>(p.nbatch, 1) * ceil_div(p.M, c.block_m) * ceil_div(p.N, c.block_n);
+  const int64_t kt = ceil_div(p.K, c.block_k);
+  int best = 1;
+  if (tiles * 2 > sms) return best;
+  for (int s = 2; s <= 16; s *= 2)
+    if (tiles * s <= sms && kt % s == 0 && kt / s >= 8) best = s;
+  return best;
+}
+
+}  // namespace
+
 KernelConfig suggest_matmul_config(const KernelSpec& spec, const KernelConfig& base, const std::string& arch) {
   Result<MatmulGroup> plan = analyse_matmul(spec);
   std::optional<int> sm = kernels::sm_version(arch);
@@ -749,7 +770,11 @@ KernelConfig suggest_matmul_config(const KernelSpec& spec, const KernelConfig& b
     while (w.block_n < 256 && w.block_n < plan->N) w.block_n *= 2;
     w.block_k = plan->dtype == DType::F32 ? 32 : 64;  // 128-byte rows: 64 16-bit or 32 TF32 elements
     w.stages = 4;  // two tiles ahead while one wgmma group is in flight (192 KiB for 16-bit)
-    if (mma_choice(*plan, w, *sm, true).wgmma) return w;
+    if (mma_choice(*plan, w, *sm, true).wgmma) {
+      KernelConfig s = w;
+      s.split_k = default_split_k(*plan, w, *sm);
+      return s.split_k > 1 && mma_choice(*plan, s, *sm, true).wgmma ? s : w;
+    }
   }
   c.block_m = side(plan->M);
   c.block_n = side(plan->N);
@@ -762,7 +787,9 @@ KernelConfig suggest_matmul_config(const KernelSpec& spec, const KernelConfig& b
     c.block_k = 64;  // a k-contiguous side may need 64 elements
     if (mma_unsupported(*plan, c, *sm, wg)) return base;
   }
-  return c;
+  KernelConfig s = c;
+  s.split_k = default_split_k(*plan, c, *sm);
+  return s.split_k > 1 && !mma_unsupported(*plan, s, *sm, wg) ? s : c;
 }
 
 const Emitter& matmul_emitter() {

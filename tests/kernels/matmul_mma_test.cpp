@@ -768,5 +768,32 @@ TEST(MatmulMmaPath, SuggestedConfigTakesTensorCoresWhereTheyApply) {
   EXPECT_EQ(suggest_matmul_config(spec_of(bf), KernelConfig{}, "sm_75"), KernelConfig{});
 }
 
+// Split-K by default where the default tile leaves more than half the SMs idle: the
+// largest split of 2..16 that keeps one wave (132 SMs on sm_90a, 108 on sm_80) and 8
+// K tiles a block. A 256 x 256 output over K = 8192: 2 wgmma tiles of 128 x 256 and 128
+// K tiles, split 16; on sm_80, 4 tiles of 128 x 128, 256 K tiles, split 16. A decode
+// step (M = 64, N = K = 4096): 16 tiles of 64 x 256, 64 K tiles, split 8. None where the
+// tiles fill the SMs (4096^3) or the K tiles are few (K = 512).
+TEST(MatmulMmaPath, SuggestedConfigSplitsKWhereTheTilesLeaveSmsIdle) {
+  auto split = [](Shape3 s, const char* arch) {
+    return suggest_matmul_config(spec_of(mm_graph(s, DType::BF16, Epi::BiasGelu)), KernelConfig{}, arch).split_k;
+  };
+  EXPECT_EQ(split({256, 256, 8192, false, true, {}}, "sm_90a"), 16);
+  EXPECT_EQ(split({256, 256, 8192, false, true, {}}, "sm_80"), 16);
+  EXPECT_EQ(split({64, 4096, 4096, false, true, {}}, "sm_90a"), 8);
+  EXPECT_EQ(split({4096, 4096, 4096, false, true, {}}, "sm_90a"), 1);
+  EXPECT_EQ(split({256, 256, 512, false, true, {}}, "sm_90a"), 1);
+  // The suggested split builds: the workspace path, no spills.
+  Graph g = mm_graph({64, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);
+  KernelConfig c = suggest_matmul_config(spec_of(g), KernelConfig{}, "sm_90a");
+  Ptx p = emit_ptx(g, c, "sm_90a", false, /*tma=*/true);
+  EXPECT_GT(p.launch.workspace_bytes, 0);
+  EXPECT_EQ(p.launch.grid[2], 8);
+  if (!have_ptxas()) return;
+  Result<std::vector<KernelResources>> r = assemble(p.text, "sm_90a");
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ((*r)[0].spill_store_bytes + (*r)[0].spill_load_bytes, 0);
+}
+
 }  // namespace kernels_matmul_mma_test
 }  // namespace sf

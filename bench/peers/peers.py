@@ -31,8 +31,8 @@ device-to-device copy of the same bytes timed just before it, as
 BM_Pointwise/bias_gelu_<dtype>_16384x4096/<peer>, BM_Reduction/softmax/<peer> and
 BM_Reduction/layer_norm/<peer> with a `ratio` counter (copy time over the kernel's)
 that bench/compare lists beside ours. --kernels matmul_bias_gelu times
-F.gelu(x @ w.T + b) at bench_kernels' BM_Matmul shapes (4096^3 and
-16384x4096x4096) eagerly and as Triton's tuned kernel (torch.compile max-autotune,
+F.gelu(x @ w.T + b) at bench_kernels' BM_Matmul shapes (4096^3,
+16384x4096x4096 and, 16-bit only, 128x4096x4096) eagerly and as Triton's tuned kernel (torch.compile max-autotune,
 Inductor's GEMM backends limited to Triton: one template kernel with the epilogue
 fused), as BM_MatmulPeer/<dtype>/<M>x<N>x<K>/<peer>; bench/compare puts Triton's
 TFLOP/s beside ours.
@@ -60,6 +60,8 @@ BLOCKS = ("mlp", "attention", "transformer_block", "sdpa", "llama_block")
 KERNELS = ("bias_gelu", "softmax", "layer_norm", "matmul_bias_gelu")
 # --kernels matmul_bias_gelu: the shapes of bench/graphs/kernels/matmul_<dtype>_<M>x<N>x<K>.sf.
 MATMUL_SHAPES = ((4096, 4096, 4096), (16384, 4096, 4096))
+# bf16 only: a decode step's Linear (matmul_bf16_128x4096x4096.sf, split-K's case).
+MATMUL_SHAPES_16BIT = ((128, 4096, 4096),)
 MATMUL_SMOKE_SHAPES = ((64, 48, 32),)
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -539,9 +541,9 @@ def run_matmul(args, device, dtype):
     its bias + GELU epilogue are one Triton template kernel, its config autotuned by
     Inductor on this GPU (Triton's tuned kernel for the issue's comparison)."""
     results = []
-    sizes = MATMUL_SMOKE_SHAPES if args.cpu_smoke else MATMUL_SHAPES
     timer = time_cpu if args.cpu_smoke else time_cuda
     dt = args.dtype
+    sizes = MATMUL_SMOKE_SHAPES if args.cpu_smoke else MATMUL_SHAPES + (MATMUL_SHAPES_16BIT if dt != "f32" else ())
 
     def fn(x, w, b):
         return F.gelu(x @ w.T + b)

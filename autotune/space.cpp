@@ -111,7 +111,7 @@ std::vector<KernelConfig> gpu_matmul(const TuneProblem& p, const TargetInfo& t) 
         for (int warps : {2, 4, 8})
           for (int stages : {1, 2, 3})
             for (int group_m : {1, 8})
-              for (int split : {1, 2, 4}) {
+              for (int split : {1, 2, 4}) {  // any group: docs/kernels.md, "Split-K"
                 KernelConfig c;
                 c.block_m = bm;
                 c.block_n = bn;
@@ -255,16 +255,9 @@ std::optional<std::string> rule_reject(const TuneProblem& p, const KernelConfig&
       if (c.group_m > 1 && (p.m + c.block_m - 1) / c.block_m <= 1)
         return "group_m " + s(c.group_m) + " swizzles nothing with one row of tiles";
       if (c.split_k > 1) {
-        // Split-K: the SIMT kernel adds partial sums atomically into a zeroed output,
-        // so only a bare f32 matmul; the tensor-core kernels (16-bit operands, or f32
-        // under --allow-tf32; block_k 32 or more and a pipeline) sum any group in a
-        // workspace. Only worth it when the output tiles leave SMs idle.
-        const bool bare_f32 = p.bare && p.operand_bytes == 4;
-        const bool tensor = (p.operand_bytes == 2 || p.tf32) && c.block_k >= 32 && c.stages >= 2;
-        if (!bare_f32 && !tensor)
-          return p.operand_bytes == 2 || p.tf32
-                     ? "split_k " + s(c.split_k) + " of this group needs the tensor-core kernel (block_k >= 32, stages >= 2)"
-                     : "split_k " + s(c.split_k) + " needs the bare f32 matmul as the kernel's output";
+        // Split-K (a bare f32 matmul adds its partial sums into its output, any other
+        // group sums them in a workspace): only worth it when the output tiles leave
+        // SMs idle.
         int64_t tiles = p.batch * ((p.m + c.block_m - 1) / c.block_m) * ((p.n + c.block_n - 1) / c.block_n);
         if (tiles >= t.sms) return "split_k " + s(c.split_k) + ": " + s(tiles) + " output tiles already fill " + s(t.sms) + " SMs";
         int64_t kt = (p.k + c.block_k - 1) / c.block_k;

@@ -18,6 +18,7 @@
 
 #include "codegen/kernels/element.h"
 #include "codegen/kernels/matmul_group.h"
+#include "codegen/kernels/matmul_split_k.h"
 
 namespace sf {
 
@@ -43,6 +44,11 @@ struct Tiling {
   int64_t shared_bytes = 0;
   int64_t kt = 0;  // K tiles one block walks (all of them unless split-K)
   int split = 1;   // split-K: blocks (grid z) that each sum kt of the K tiles
+  // Split-K of anything but a bare f32 matmul: the partial sums meet in the workspace
+  // (matmul_split_k.h); `flag_off` is the shared word that marks the last block.
+  bool split_ws = false;
+  int64_t flag_off = 0;
+  int64_t tiles = 0;  // output tiles of one matrix (the workspace counters' stride per batch)
   // Copies by cp.async (PTX ISA 7.0, sm_80+) straight into shared memory, no
   // registers on the way: f32 only, where shared memory holds the storage type.
   bool async = false;
@@ -51,7 +57,7 @@ struct Tiling {
 Result<Tiling> make_tiling(const KernelConfig& c, const MatmulGroup& p, int sm) {
   auto bad = [](const std::string& s) -> Result<Tiling> { return diag(s); };
   auto num = [](int64_t v) { return std::to_string(v); };
-  if (std::optional<std::string> why = split_k_unfit(p, c, /*workspace=*/false)) return bad(*why);
+  if (std::optional<std::string> why = split_k_unfit(p, c)) return bad(*why);
   if (!pow2(c.block_m) || c.block_m > 256) return bad("block_m = " + num(c.block_m) + " is not a power of two in 1..256");
   if (!pow2(c.block_n) || c.block_n > 256) return bad("block_n = " + num(c.block_n) + " is not a power of two in 1..256");
   if (!pow2(c.block_k) || c.block_k > 128) return bad("block_k = " + num(c.block_k) + " is not a power of two in 1..128");
@@ -94,6 +100,11 @@ Result<Tiling> make_tiling(const KernelConfig& c, const MatmulGroup& p, int sm) 
   t.ldb = t.bn + (t.b_kfast ? 4 : 0);
   t.stage_floats = int64_t{t.bk} * (t.lda + t.ldb);
   t.shared_bytes = t.stage_floats * t.stages * 4;
+  t.split_ws = c.split_k > 1 && split_k_uses_workspace(p);
+  if (t.split_ws) {
+    t.flag_off = t.shared_bytes;  // a multiple of 4
+    t.shared_bytes += 16;
+  }
   auto gcd4 = [](std::initializer_list<int64_t> v) {
     int64_t g = 4;
     for (int64_t x : v) g = std::gcd(g, x);
@@ -107,6 +118,7 @@ Result<Tiling> make_tiling(const KernelConfig& c, const MatmulGroup& p, int sm) 
                "'s " + num(max_shared_bytes(sm)) + " per block");
   t.split = c.split_k;
   t.kt = ceil_div(p.K, t.bk) / t.split;
+  t.tiles = ceil_div(p.M, t.bm) * ceil_div(p.N, t.bn);
   t.async = sm >= 80 && t.stages >= 2 && p.dtype == DType::F32;
   return t;
 }
@@ -150,10 +162,11 @@ class TiledKernel {
     f32_ = b_.getFloatTy();
     llvm::Value *bx = nullptr, *by = nullptr, *bz = nullptr;
     if (!sim_) {
-      NvptxEntry e = begin_nvptx_matmul(m_, b_, spec_, t_.threads, 16);
+      NvptxEntry e = begin_nvptx_matmul(m_, b_, spec_, t_.threads, 16, t_.split_ws ? 1 : 0);
       fn_ = e.fn;
       in_ = e.in;
       out_ = e.out;
+      if (t_.split_ws) ws_ = e.extra[0];
       smem_ = e.smem;
       tid_ = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, it_);
       bx = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, it_);
@@ -163,11 +176,14 @@ class TiledKernel {
       llvm::Type* i32 = b_.getInt32Ty();
       llvm::Type* ptr = b_.getPtrTy();
       // void entry(ptr args, i32 blockIdx.x, i32 blockIdx.y, i32 threadIdx.x, ptr smem,
-      //            ptr barrier, ptr barrier_ctx, i32 blockIdx.z)
-      kernels::KernelEntry e = kernels::begin_host_kernel(m_, b_, spec_.entry, np, no, {i32, i32, i32, ptr, ptr, ptr, i32});
+      //            ptr barrier, ptr barrier_ctx, i32 blockIdx.z); args: inputs, outputs,
+      // then (split-K in a workspace) the workspace.
+      kernels::KernelEntry e = kernels::begin_host_kernel(m_, b_, spec_.entry, np, no, {i32, i32, i32, ptr, ptr, ptr, i32},
+                                                          t_.split_ws ? 1 : 0);
       fn_ = e.fn;
       in_ = e.in;
       out_ = e.out;
+      if (t_.split_ws) ws_ = e.extra[0];
       bx = b_.CreateZExt(fn_->getArg(1), it_);
       by = b_.CreateZExt(fn_->getArg(2), it_);
       tid_ = b_.CreateZExt(fn_->getArg(3), it_);
@@ -186,6 +202,7 @@ class TiledKernel {
     n0_ = o.n0;
     bi_ = batch_index(b_, p_, by);
     zbase_ = b_.CreateMul(by, k(p_.M * p_.N), "zbase", true, true);
+    item_ = b_.CreateAdd(b_.CreateMul(by, k(t_.tiles), "", true, true), bx, "item", true, true);
     llvm::Value* tm = b_.CreateUDiv(tid_, k(t_.tn), "tm");
     llvm::Value* tn = b_.CreateURem(tid_, k(t_.tn), "tn");
     a_read_ = b_.CreateMul(tm, k(t_.rm), "", true, true);
@@ -453,41 +470,81 @@ class TiledKernel {
     return acc;
   }
 
-  // Each accumulator in bounds: the matmul's value rounded to its dtype, the epilogue,
-  // the stores.
-  Result<void> epilogue(const std::vector<llvm::Value*>& acc) {
-    llvm::LLVMContext& c = m_.getContext();
-    MatmulEpilogue epi(g_, p_, *cg_, in_);
-    std::vector<llvm::Value*> coords = bi_.coords;
-    coords.push_back(nullptr);
-    coords.push_back(nullptr);
+  // Each accumulator element's coordinates in O, flat index and bounds.
+  struct AccElem {
+    llvm::Value *row = nullptr, *col = nullptr, *ok = nullptr, *flat = nullptr;
+  };
+  void each_element(const std::function<void(size_t, const AccElem&)>& fn) {
     for (int r = 0; r < t_.rm; ++r) {
       llvm::Value* row = b_.CreateAdd(row0_, k(r), "row", true, true);
       llvm::Value* row_ok = b_.CreateICmpSLT(row, k(p_.M));
       llvm::Value* row_off = b_.CreateAdd(zbase_, b_.CreateMul(row, k(p_.N), "", true, true), "", true, true);
       for (int cc = 0; cc < t_.rn; ++cc) {
-        llvm::Value* col = b_.CreateAdd(col0_, k(cc), "col", true, true);
-        llvm::Value* ok = b_.CreateAnd(row_ok, b_.CreateICmpSLT(col, k(p_.N)));
-        coords[coords.size() - 2] = row;
-        coords.back() = col;
-        llvm::Value* flat = b_.CreateAdd(row_off, col, "", true, true);
-        llvm::Value* v = acc[static_cast<size_t>(r * t_.rn + cc)];
-        if (t_.split > 1) {
-          // A partial sum: added into the output, which the launch zeroed
-          // (LaunchShape::zero_outputs). Relaxed order: only the sum matters.
-          llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "epi", fn_);
-          llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "epi.next", fn_);
-          b_.CreateCondBr(ok, st, next);
-          b_.SetInsertPoint(st);
-          llvm::Value* at = b_.CreateInBoundsGEP(f32_, out_[0], flat);
-          b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, at, v, llvm::MaybeAlign(4), llvm::AtomicOrdering::Monotonic);
-          b_.CreateBr(next);
-          b_.SetInsertPoint(next);
-          continue;
-        }
-        if (Result<void> r1 = epi.store_element(fn_, ok, coords, flat, v, out_); !r1) return r1.error();
+        AccElem e;
+        e.row = row;
+        e.col = b_.CreateAdd(col0_, k(cc), "col", true, true);
+        e.ok = b_.CreateAnd(row_ok, b_.CreateICmpSLT(e.col, k(p_.N)));
+        e.flat = b_.CreateAdd(row_off, e.col, "", true, true);
+        fn(static_cast<size_t>(r * t_.rn + cc), e);
       }
     }
+  }
+
+  // Split-K in the workspace (matmul_split_k.h): the block's partial sums added, the
+  // block counted in; the last block goes on with the totals, the others return.
+  std::vector<llvm::Value*> arrive(const std::vector<llvm::Value*>& acc) {
+    SplitKWorkspace w;
+    w.b = &b_;
+    w.fn = fn_;
+    w.ws = ws_;
+    w.sums = std::max<int64_t>(p_.nbatch, 1) * p_.M * p_.N;
+    w.item = item_;
+    w.tid = tid_;
+    w.flag = b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, k(t_.flag_off));
+    w.split = t_.split;
+    w.barrier = [this] { barrier(); };
+    w.fence = [this] {
+      if (sim_) b_.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
+      else b_.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
+    };
+    w.leave = [this] { b_.CreateRetVoid(); };
+    each_element([&](size_t i, const AccElem& e) { w.add(e.ok, e.flat, acc[i]); });
+    w.arrive();
+    std::vector<llvm::Value*> total(acc.size());
+    each_element([&](size_t i, const AccElem& e) { total[i] = w.take(e.ok, e.flat); });
+    return total;
+  }
+
+  // Each accumulator in bounds: the matmul's value rounded to its dtype, the epilogue,
+  // the stores.
+  Result<void> epilogue(const std::vector<llvm::Value*>& acc_in) {
+    llvm::LLVMContext& c = m_.getContext();
+    MatmulEpilogue epi(g_, p_, *cg_, in_);
+    const std::vector<llvm::Value*> acc = t_.split_ws ? arrive(acc_in) : acc_in;
+    std::vector<llvm::Value*> coords = bi_.coords;
+    coords.push_back(nullptr);
+    coords.push_back(nullptr);
+    Result<void> status;
+    each_element([&](size_t i, const AccElem& e) {
+      if (!status) return;
+      if (t_.split > 1 && !t_.split_ws) {
+        // A bare f32 matmul's partial sum: added into the output, which the launch
+        // zeroed (LaunchShape::zero_outputs). Relaxed order: only the sum matters.
+        llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "epi", fn_);
+        llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "epi.next", fn_);
+        b_.CreateCondBr(e.ok, st, next);
+        b_.SetInsertPoint(st);
+        llvm::Value* at = b_.CreateInBoundsGEP(f32_, out_[0], e.flat);
+        b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, at, acc[i], llvm::MaybeAlign(4), llvm::AtomicOrdering::Monotonic);
+        b_.CreateBr(next);
+        b_.SetInsertPoint(next);
+        return;
+      }
+      coords[coords.size() - 2] = e.row;
+      coords.back() = e.col;
+      status = epi.store_element(fn_, e.ok, coords, e.flat, acc[i], out_);
+    });
+    if (!status) return status.error();
     b_.CreateRetVoid();
     return {};
   }
@@ -508,6 +565,8 @@ class TiledKernel {
   llvm::Type* f32_ = nullptr;
   llvm::Value* smem_ = nullptr;
   llvm::Value* kbase_ = nullptr;  // split-K: the first K element of this block's share
+  llvm::Value* ws_ = nullptr;     // split-K: the workspace (Tiling::split_ws)
+  llvm::Value* item_ = nullptr;   // the work item: batch * tiles + tile, its counter's index
   llvm::Value *tid_ = nullptr, *m0_ = nullptr, *n0_ = nullptr, *zbase_ = nullptr;
   llvm::Value *a_read_ = nullptr, *b_read_ = nullptr, *row0_ = nullptr, *col0_ = nullptr;
   BatchIndex bi_;

@@ -292,18 +292,10 @@ LaunchShape matmul_launch_shape(const MatmulGroup& p, int bm, int bn, int thread
 
 bool split_k_uses_workspace(const MatmulGroup& p) { return !(p.bare && p.dtype == DType::F32); }
 
-std::optional<std::string> split_k_unfit(const MatmulGroup& p, const KernelConfig& c, bool workspace) {
+std::optional<std::string> split_k_unfit(const MatmulGroup& p, const KernelConfig& c) {
   const std::string sk = "split_k = " + std::to_string(c.split_k);
   if (!pow2(c.split_k) || c.split_k > 64) return sk + " is not a power of two in 1..64";
   if (c.split_k == 1) return std::nullopt;
-  // Without a workspace nothing may be applied to partial sums, and PTX has f32
-  // atomic adds (f16/bf16 ones only on some archs and not for every layout).
-  if (!workspace && !p.bare)
-    return sk + " on the SIMT kernel needs the matmul's own result as the kernel's only output (an epilogue would see "
-                "partial sums; the tensor-core kernels split any group)";
-  if (!workspace && p.dtype != DType::F32)
-    return sk + " on the SIMT kernel needs an f32 matmul (partial sums are added with f32 atomics), not " +
-           std::string(dtype_name(p.dtype));
   if (c.block_k < 1) return std::nullopt;
   const int64_t tiles = ceil_div(p.K, int64_t{c.block_k});
   if (tiles % c.split_k != 0)

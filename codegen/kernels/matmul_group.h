@@ -240,16 +240,14 @@ TileOrigin group_m_tile(llvm::IRBuilderBase& b, const MatmulGroup& p, llvm::Valu
 LaunchShape matmul_launch_shape(const MatmulGroup& p, int bm, int bn, int threads, int64_t shared_bytes, int split);
 Result<void> check_matmul_grid(const MatmulGroup& p, int bm, int bn);
 
-// Why `c.split_k` does not fit `p`, nullopt when it does. The split must be a power of
-// two in 1..64 dividing the K tiles (a block_k below 1 is left to the caller's
-// block_k check). Without a `workspace` (the SIMT kernel) the blocks add their
-// partial sums into the output with f32 atomics, so only a bare f32 matmul splits;
-// with one (the tensor-core kernels) any group does: the partials meet in an f32
-// workspace and the last block of each tile applies the epilogue.
-std::optional<std::string> split_k_unfit(const MatmulGroup& p, const KernelConfig& c, bool workspace);
+// Why `c.split_k` does not fit `p` on either NVPTX kernel, nullopt when it does: a
+// power of two in 1..64 dividing the K tiles (a block_k below 1 is left to the
+// caller's block_k check). Any group splits: a bare f32 matmul adds its partial sums
+// into its zeroed output, any other sums them in a workspace (split_k_uses_workspace).
+std::optional<std::string> split_k_unfit(const MatmulGroup& p, const KernelConfig& c);
 
-// Whether split-K on `p` sums in a workspace (split_k_unfit's `workspace` kernels):
-// every group but a bare f32 matmul, which adds into its own zeroed output.
+// Whether split-K on `p` sums in a workspace (matmul_split_k.h): every group but a
+// bare f32 matmul, which adds into its own zeroed output.
 bool split_k_uses_workspace(const MatmulGroup& p);
 
 // A fresh context and module for `spec`'s kernel, prepared for `target`.

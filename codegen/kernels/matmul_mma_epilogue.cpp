@@ -9,6 +9,7 @@
 #include <llvm/IR/LLVMContext.h>
 
 #include "codegen/kernels/matmul_group.h"
+#include "codegen/kernels/matmul_split_k.h"
 
 namespace sf::matmul_detail {
 
@@ -108,8 +109,8 @@ class Epilogue {
     return static_cast<size_t>((i * t_.ni + j) * 4 + half * 2 + e);
   }
 
-  // Split-K: a partial sum added into the (zeroed) f32 array `dst` where `ok`;
-  // relaxed order, as only the sum matters.
+  // Split-K of a bare TF32 matmul: a partial sum added into the (zeroed) f32 output
+  // where `ok`; relaxed order, as only the sum matters.
   void add_partial(llvm::Value* dst, llvm::Value* ok, llvm::Value* flat, llvm::Value* v) {
     llvm::LLVMContext& c = b_.getContext();
     llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "epi.add", f_.fn);
@@ -122,66 +123,30 @@ class Epilogue {
     b_.SetInsertPoint(next);
   }
 
-  // Split-K in the workspace (the threadFenceReduction pattern): every block adds
-  // its partial sums, fences them, and thread 0 counts the block in on the item's
-  // counter; the block that finds split - 1 arrivals before its own is the last, so
-  // every other block's sums are in the workspace. It reads the totals back (volatile
-  // loads: from L2, not a stale L1 line) as its accumulators, zeroing each element
-  // and the counter behind it, and goes on to the epilogue; the others leave. Every
-  // thread of the block takes the same branch. So a launch finds the workspace zero
-  // (zeroed when allocated) and leaves it zero: repeated launches, as in a CUDA graph,
-  // need no memset between them.
+  // Split-K in the workspace (matmul_split_k.h, the threadFenceReduction pattern):
+  // every block adds its partial sums and counts itself in; the last block takes the
+  // totals back as its accumulators and goes on to the epilogue, the others leave.
   std::vector<llvm::Value*> arrive(const std::vector<llvm::Value*>& acc) {
-    llvm::LLVMContext& c = b_.getContext();
+    SplitKWorkspace w;
+    w.b = &b_;
+    w.fn = f_.fn;
+    w.ws = f_.ws;
+    w.sums = std::max<int64_t>(p_.nbatch, 1) * p_.M * p_.N;
+    w.item = f_.item;
+    w.tid = f_.tid;
+    w.flag = f_.flag;
+    w.split = t_.split;
+    w.barrier = f_.split_barrier;
+    w.fence = f_.fence;
+    w.leave = [this] { finish(); };
     each_piece(1, [&](const Piece& pc) {
-      add_partial(f_.ws, pc.ok, pc.flat, acc[pc.acc]);
+      w.add(pc.ok, pc.flat, acc[pc.acc]);
       return Result<void>();
     });
-    f_.fence();
-    f_.split_barrier();
-    llvm::BasicBlock* t0 = llvm::BasicBlock::Create(c, "split.count", f_.fn);
-    llvm::BasicBlock* counted = llvm::BasicBlock::Create(c, "split.counted", f_.fn);
-    b_.CreateCondBr(b_.CreateICmpEQ(f_.tid, k(0)), t0, counted);
-    b_.SetInsertPoint(t0);
-    // The counters follow the sums: batch * M * N floats.
-    llvm::Value* counters = b_.CreateInBoundsGEP(b_.getFloatTy(), f_.ws, k(std::max<int64_t>(p_.nbatch, 1) * p_.M * p_.N));
-    llvm::Value* before = b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, b_.CreateInBoundsGEP(b_.getInt32Ty(), counters, f_.item),
-                                             b_.getInt32(1), llvm::MaybeAlign(4), llvm::AtomicOrdering::Monotonic);
-    llvm::Value* is_last = b_.CreateICmpEQ(before, b_.getInt32(static_cast<uint32_t>(t_.split - 1)));
-    b_.CreateAlignedStore(b_.CreateZExt(is_last, b_.getInt32Ty()), f_.flag, llvm::Align(4));
-    // When every block of the item has counted itself in, the last one resets the
-    // counter for the next launch (nothing else touches it in this one).
-    llvm::BasicBlock* reset = llvm::BasicBlock::Create(c, "split.reset", f_.fn);
-    b_.CreateCondBr(is_last, reset, counted);
-    b_.SetInsertPoint(reset);
-    b_.CreateAlignedStore(b_.getInt32(0), b_.CreateInBoundsGEP(b_.getInt32Ty(), counters, f_.item), llvm::Align(4));
-    b_.CreateBr(counted);
-    b_.SetInsertPoint(counted);
-    f_.split_barrier();
-    llvm::Value* last = b_.CreateICmpNE(b_.CreateAlignedLoad(b_.getInt32Ty(), f_.flag, llvm::Align(4)), b_.getInt32(0));
-    llvm::BasicBlock* sum = llvm::BasicBlock::Create(c, "split.last", f_.fn);
-    llvm::BasicBlock* leave = llvm::BasicBlock::Create(c, "split.leave", f_.fn);
-    b_.CreateCondBr(last, sum, leave);
-    b_.SetInsertPoint(leave);
-    finish();
-    b_.SetInsertPoint(sum);
-    f_.fence();
+    w.arrive();
     std::vector<llvm::Value*> total(acc.size(), llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
     each_piece(1, [&](const Piece& pc) {
-      llvm::BasicBlock* from = b_.GetInsertBlock();
-      llvm::BasicBlock* rd = llvm::BasicBlock::Create(c, "split.read", f_.fn);
-      llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "split.read.next", f_.fn);
-      b_.CreateCondBr(pc.ok, rd, next);
-      b_.SetInsertPoint(rd);
-      llvm::Value* at = b_.CreateInBoundsGEP(b_.getFloatTy(), f_.ws, pc.flat);
-      llvm::LoadInst* v = b_.CreateAlignedLoad(b_.getFloatTy(), at, llvm::Align(4), /*isVolatile=*/true);
-      b_.CreateAlignedStore(llvm::ConstantFP::get(b_.getFloatTy(), 0.0), at, llvm::Align(4));  // zero for the next launch
-      b_.CreateBr(next);
-      b_.SetInsertPoint(next);
-      llvm::PHINode* phi = b_.CreatePHI(b_.getFloatTy(), 2);
-      phi->addIncoming(v, rd);
-      phi->addIncoming(llvm::ConstantFP::get(b_.getFloatTy(), 0.0), from);
-      total[pc.acc] = phi;
+      total[pc.acc] = w.take(pc.ok, pc.flat);
       return Result<void>();
     });
     return total;

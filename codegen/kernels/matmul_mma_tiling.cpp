@@ -127,7 +127,7 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
   const int eb = tf32 ? 4 : 2;
   // Split-K: a bare TF32 matmul adds into its output, any other group sums in a
   // workspace (MmaTiling::split_ws).
-  if (std::optional<std::string> why = split_k_unfit(p, c, /*workspace=*/true)) return no(*why);
+  if (std::optional<std::string> why = split_k_unfit(p, c)) return no(*why);
   OperandLayout la = operand_layout("A", p.sam, p.sak, p.M, p.K, p.a_bstride, 16 / eb);
   if (!la.why_not.empty()) return no(la.why_not);
   OperandLayout lb = operand_layout("B", p.sbn, p.sbk, p.N, p.K, p.b_bstride, 16 / eb);

@@ -116,9 +116,20 @@ TEST(PtxBuilder, ReportsResourcesLaunchAndCodeHash) {
   auto* ptx = dynamic_cast<PtxArtifact*>(r64.artifact.get());
   ASSERT_NE(ptx, nullptr);
   EXPECT_NE(ptx->ptx.find(".entry " + ptx->entry), std::string::npos);
+  // Split-K of the matmul and its epilogue: grid z, and a workspace the runner must
+  // pass (its size is in the artifact and in the code hash); a split that is not a
+  // power of two is invalid.
   KernelConfig split;
   split.split_k = 2;
-  EXPECT_FALSE(b->build(split).error.empty()) << "split-K has no emitter yet: the config is invalid";
+  BuildResult rs = b->build(split);
+  ASSERT_TRUE(rs.artifact) << rs.error;
+  EXPECT_EQ(rs.grid_blocks, 2 * 2 * 2);
+  auto* sptx = dynamic_cast<PtxArtifact*>(rs.artifact.get());
+  ASSERT_NE(sptx, nullptr);
+  EXPECT_EQ(sptx->workspace_bytes, 4 * (96 * 80 + 2 * 2));
+  EXPECT_FALSE(sptx->zero_outputs);
+  split.split_k = 3;
+  EXPECT_FALSE(b->build(split).error.empty()) << "split_k = 3 is not a power of two: the config is invalid";
   if (!find_ptxas().ok()) GTEST_SKIP() << "ptxas not found: resources not checked";
   ASSERT_TRUE(r64.resources);
   EXPECT_GT(r64.resources->registers, 0);

@@ -1,0 +1,74 @@
+// Split-K through a workspace: matmul_split_k.h.
+#include "codegen/kernels/matmul_split_k.h"
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/Instructions.h>
+#include <llvm/IR/LLVMContext.h>
+
+namespace sf::matmul_detail {
+
+void SplitKWorkspace::add(llvm::Value* ok, llvm::Value* flat, llvm::Value* v) const {
+  llvm::LLVMContext& c = b->getContext();
+  llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "split.add", fn);
+  llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "split.added", fn);
+  b->CreateCondBr(ok, st, next);
+  b->SetInsertPoint(st);
+  b->CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, b->CreateInBoundsGEP(b->getFloatTy(), ws, flat), v, llvm::MaybeAlign(4),
+                     llvm::AtomicOrdering::Monotonic);
+  b->CreateBr(next);
+  b->SetInsertPoint(next);
+}
+
+void SplitKWorkspace::arrive() const {
+  llvm::LLVMContext& c = b->getContext();
+  fence();
+  barrier();
+  llvm::BasicBlock* t0 = llvm::BasicBlock::Create(c, "split.count", fn);
+  llvm::BasicBlock* reset = llvm::BasicBlock::Create(c, "split.reset", fn);
+  llvm::BasicBlock* counted = llvm::BasicBlock::Create(c, "split.counted", fn);
+  b->CreateCondBr(b->CreateICmpEQ(tid, llvm::ConstantInt::get(tid->getType(), 0)), t0, counted);
+  b->SetInsertPoint(t0);
+  llvm::Value* counter = b->CreateInBoundsGEP(
+      b->getInt32Ty(), b->CreateInBoundsGEP(b->getFloatTy(), ws, b->getInt64(static_cast<uint64_t>(sums))), item);
+  llvm::Value* before = b->CreateAtomicRMW(llvm::AtomicRMWInst::Add, counter, b->getInt32(1), llvm::MaybeAlign(4),
+                                           llvm::AtomicOrdering::Monotonic);
+  llvm::Value* last = b->CreateICmpEQ(before, b->getInt32(static_cast<uint32_t>(split - 1)));
+  b->CreateAlignedStore(b->CreateZExt(last, b->getInt32Ty()), flag, llvm::Align(4));
+  b->CreateCondBr(last, reset, counted);
+  // Every block of the item has counted itself in: nothing else touches the counter
+  // in this launch, and the next one finds it zero.
+  b->SetInsertPoint(reset);
+  b->CreateAlignedStore(b->getInt32(0), counter, llvm::Align(4));
+  b->CreateBr(counted);
+  b->SetInsertPoint(counted);
+  barrier();
+  llvm::Value* is_last = b->CreateICmpNE(b->CreateAlignedLoad(b->getInt32Ty(), flag, llvm::Align(4)), b->getInt32(0));
+  llvm::BasicBlock* sum = llvm::BasicBlock::Create(c, "split.last", fn);
+  llvm::BasicBlock* out = llvm::BasicBlock::Create(c, "split.leave", fn);
+  b->CreateCondBr(is_last, sum, out);
+  b->SetInsertPoint(out);
+  leave();
+  b->SetInsertPoint(sum);
+  fence();
+}
+
+llvm::Value* SplitKWorkspace::take(llvm::Value* ok, llvm::Value* flat) const {
+  llvm::LLVMContext& c = b->getContext();
+  llvm::BasicBlock* from = b->GetInsertBlock();
+  llvm::BasicBlock* rd = llvm::BasicBlock::Create(c, "split.take", fn);
+  llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "split.taken", fn);
+  b->CreateCondBr(ok, rd, next);
+  b->SetInsertPoint(rd);
+  llvm::Value* at = b->CreateInBoundsGEP(b->getFloatTy(), ws, flat);
+  llvm::Value* v = b->CreateAlignedLoad(b->getFloatTy(), at, llvm::Align(4), /*isVolatile=*/true);
+  b->CreateAlignedStore(llvm::ConstantFP::get(b->getFloatTy(), 0.0), at, llvm::Align(4));
+  b->CreateBr(next);
+  b->SetInsertPoint(next);
+  llvm::PHINode* phi = b->CreatePHI(b->getFloatTy(), 2);
+  phi->addIncoming(v, rd);
+  phi->addIncoming(llvm::ConstantFP::get(b->getFloatTy(), 0.0), from);
+  return phi;
+}
+
+}  // namespace sf::matmul_detail

@@ -785,18 +785,23 @@ namespace {
 
 // Split-K for a default tensor-core tile whose output tiles leave more than half of a
 // typical part's SMs idle (a decode-sized M, or a small output over a long K): the
-// largest split of 2..16 that keeps the blocks within one wave of SMs and gives each
-// block 8 K tiles or more (its pipeline full most of the time). 1 where none does.
-// The SM counts are the arch's usual data-center part (A100 108, H100/H200 132; 84
-// for sm_86's A40/RTX parts, 128 for sm_89's): a default, which tuning replaces.
+// largest split of 2..16 that keeps the blocks within one wave of SMs, gives each
+// block 8 K tiles or more (its pipeline full most of the time), and keeps the
+// workspace's traffic (2 x split + 2 f32 accesses per output element, atomics among
+// them) within the operands' bytes. 1 where none does. The SM counts are the arch's
+// usual data-center part (A100 108, H100/H200 132; 84 for sm_86's A40/RTX parts, 128
+// for sm_89's): estimates for a default, which tuning replaces with measurements.
 int default_split_k(const MatmulGroup& p, const KernelConfig& c, int sm) {
   const int64_t sms = sm >= 90 ? 132 : sm == 89 ? 128 : sm == 86 ? 84 : 108;
-  const int64_t tiles = std::max<int64_t>(p.nbatch, 1) * ceil_div(p.M, c.block_m) * ceil_div(p.N, c.block_n);
+  const int64_t batch = std::max<int64_t>(p.nbatch, 1);
+  const int64_t tiles = batch * ceil_div(p.M, c.block_m) * ceil_div(p.N, c.block_n);
   const int64_t kt = ceil_div(p.K, c.block_k);
+  const double operand_bytes = double(batch) * double(p.M + p.N) * double(p.K) * double(dtype_size(p.dtype));
+  const double out_f32_bytes = double(batch) * double(p.M) * double(p.N) * 4.0;
   int best = 1;
   if (tiles * 2 > sms) return best;
   for (int s = 2; s <= 16; s *= 2)
-    if (tiles * s <= sms && kt % s == 0 && kt / s >= 8) best = s;
+    if (tiles * s <= sms && kt % s == 0 && kt / s >= 8 && (2.0 * s + 2.0) * out_f32_bytes <= operand_bytes) best = s;
   return best;
 }
 

@@ -3,6 +3,7 @@
 #include "codegen/kernels/matmul_mma_epilogue.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Function.h>
@@ -139,12 +140,26 @@ class Epilogue {
     w.barrier = f_.split_barrier;
     w.fence = f_.fence;
     w.leave = [this] { finish(); };
+    std::vector<llvm::Value*> total(acc.size(), llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
+    if (p_.N % 2 == 0) {
+      // A fragment row's two adjacent columns (the first even, so with N even the
+      // pair's flat index is even and its 8 bytes aligned) as one access each way.
+      each_piece(2, [&](const Piece& pc) {
+        w.add_pair(pc.ok, pc.flat, acc[pc.acc], acc[pc.acc + 1]);
+        return Result<void>();
+      });
+      w.arrive();
+      each_piece(2, [&](const Piece& pc) {
+        std::tie(total[pc.acc], total[pc.acc + 1]) = w.take_pair(pc.ok, pc.flat);
+        return Result<void>();
+      });
+      return total;
+    }
     each_piece(1, [&](const Piece& pc) {
       w.add(pc.ok, pc.flat, acc[pc.acc]);
       return Result<void>();
     });
     w.arrive();
-    std::vector<llvm::Value*> total(acc.size(), llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
     each_piece(1, [&](const Piece& pc) {
       total[pc.acc] = w.take(pc.ok, pc.flat);
       return Result<void>();

@@ -2,6 +2,7 @@
 #include "codegen/kernels/matmul_split_k.h"
 
 #include <llvm/IR/Constants.h>
+#include <llvm/IR/DerivedTypes.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/LLVMContext.h>
@@ -16,6 +17,22 @@ void SplitKWorkspace::add(llvm::Value* ok, llvm::Value* flat, llvm::Value* v) co
   b->SetInsertPoint(st);
   b->CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, b->CreateInBoundsGEP(b->getFloatTy(), ws, flat), v, llvm::MaybeAlign(4),
                      llvm::AtomicOrdering::Monotonic);
+  b->CreateBr(next);
+  b->SetInsertPoint(next);
+}
+
+void SplitKWorkspace::add_pair(llvm::Value* ok, llvm::Value* flat, llvm::Value* v0, llvm::Value* v1) const {
+  // Two scalar atomics under one branch. sm_90's red.global.add.v2.f32 would halve
+  // them, but it needs PTX ISA 8.1 and the emitted PTX stays 8.0 (llvm_compat.h).
+  llvm::LLVMContext& c = b->getContext();
+  llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "split.add2", fn);
+  llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "split.added2", fn);
+  b->CreateCondBr(ok, st, next);
+  b->SetInsertPoint(st);
+  llvm::Value* at = b->CreateInBoundsGEP(b->getFloatTy(), ws, flat);
+  b->CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, at, v0, llvm::MaybeAlign(8), llvm::AtomicOrdering::Monotonic);
+  b->CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, b->CreateConstInBoundsGEP1_64(b->getFloatTy(), at, 1), v1,
+                     llvm::MaybeAlign(4), llvm::AtomicOrdering::Monotonic);
   b->CreateBr(next);
   b->SetInsertPoint(next);
 }
@@ -69,6 +86,31 @@ llvm::Value* SplitKWorkspace::take(llvm::Value* ok, llvm::Value* flat) const {
   phi->addIncoming(v, rd);
   phi->addIncoming(llvm::ConstantFP::get(b->getFloatTy(), 0.0), from);
   return phi;
+}
+
+std::pair<llvm::Value*, llvm::Value*> SplitKWorkspace::take_pair(llvm::Value* ok, llvm::Value* flat) const {
+  llvm::LLVMContext& c = b->getContext();
+  llvm::BasicBlock* from = b->GetInsertBlock();
+  llvm::BasicBlock* rd = llvm::BasicBlock::Create(c, "split.take2", fn);
+  llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "split.taken2", fn);
+  b->CreateCondBr(ok, rd, next);
+  b->SetInsertPoint(rd);
+  llvm::Type* v2 = llvm::FixedVectorType::get(b->getFloatTy(), 2);
+  llvm::Value* at = b->CreateInBoundsGEP(b->getFloatTy(), ws, flat);
+  llvm::Value* v = b->CreateAlignedLoad(v2, at, llvm::Align(8), /*isVolatile=*/true);
+  b->CreateAlignedStore(llvm::ConstantAggregateZero::get(v2), at, llvm::Align(8));
+  llvm::Value* x0 = b->CreateExtractElement(v, uint64_t{0});
+  llvm::Value* x1 = b->CreateExtractElement(v, uint64_t{1});
+  b->CreateBr(next);
+  b->SetInsertPoint(next);
+  llvm::Value* zero = llvm::ConstantFP::get(b->getFloatTy(), 0.0);
+  llvm::PHINode* p0 = b->CreatePHI(b->getFloatTy(), 2);
+  p0->addIncoming(x0, rd);
+  p0->addIncoming(zero, from);
+  llvm::PHINode* p1 = b->CreatePHI(b->getFloatTy(), 2);
+  p1->addIncoming(x1, rd);
+  p1->addIncoming(zero, from);
+  return {p0, p1};
 }
 
 }  // namespace sf::matmul_detail

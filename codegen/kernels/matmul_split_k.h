@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 #include <llvm/IR/IRBuilder.h>
 
@@ -30,6 +31,9 @@ struct SplitKWorkspace {
 
   // Adds `v` into sum `flat` where `ok` (a relaxed f32 atomic: only the sum matters).
   void add(llvm::Value* ok, llvm::Value* flat, llvm::Value* v) const;
+  // Adds `v0` and `v1` into sums `flat` (even) and `flat` + 1 where `ok`, under one
+  // branch.
+  void add_pair(llvm::Value* ok, llvm::Value* flat, llvm::Value* v0, llvm::Value* v1) const;
   // After every add of the block: the fence, a barrier, thread 0's count (and, in the
   // last block, the counter's reset), a barrier. The builder goes on in the last
   // block only, past a second fence; every other block runs `leave`.
@@ -37,6 +41,8 @@ struct SplitKWorkspace {
   // Sum `flat` where `ok`, else 0 (a volatile load: from L2, never a stale L1 line),
   // and zero stored behind it for the next launch.
   llvm::Value* take(llvm::Value* ok, llvm::Value* flat) const;
+  // Sums `flat` (even) and `flat` + 1 where `ok`, as one 8-byte access each way.
+  std::pair<llvm::Value*, llvm::Value*> take_pair(llvm::Value* ok, llvm::Value* flat) const;
 };
 
 }  // namespace sf::matmul_detail

@@ -768,18 +768,22 @@ TEST(MatmulMmaPath, SuggestedConfigTakesTensorCoresWhereTheyApply) {
 }
 
 // Split-K by default where the default tile leaves more than half the SMs idle: the
-// largest split of 2..16 that keeps one wave (132 SMs on sm_90a, 108 on sm_80) and 8
-// K tiles a block. A 256 x 256 output over K = 8192: 2 wgmma tiles of 128 x 256 and 128
-// K tiles, split 16; on sm_80, 4 tiles of 128 x 128, 256 K tiles, split 16. A decode
-// step (M = 64, N = K = 4096): 16 tiles of 64 x 256, 64 K tiles, split 8. None where the
-// tiles fill the SMs (4096^3) or the K tiles are few (K = 512).
+// largest split of 2..16 that keeps one wave (132 SMs on sm_90a, 108 on sm_80), 8 K
+// tiles a block, and the workspace's (2 x split + 2) x 4 bytes per output element
+// within the operands' bytes. A 256 x 256 output over K = 8192 (operands 8 MiB, the
+// f32 output 256 KiB): split 8 on sm_90a's 2 wgmma tiles and on sm_80's 4 tiles (16
+// would move 34 x 256 KiB, more than the operands). A decode step (M = 64, N = K = 4096): 16 tiles of 64 x
+// 256, 64 K tiles, split 8; at M = 128, 4 (the workspace's 2 MiB per split against
+// 33 MiB of operands). None where the tiles fill the SMs (4096^3) or the K tiles are
+// few (K = 512).
 TEST(MatmulMmaPath, SuggestedConfigSplitsKWhereTheTilesLeaveSmsIdle) {
   auto split = [](Shape3 s, const char* arch) {
     return suggest_matmul_config(spec_of(mm_graph(s, DType::BF16, Epi::BiasGelu)), KernelConfig{}, arch).split_k;
   };
-  EXPECT_EQ(split({256, 256, 8192, false, true, {}}, "sm_90a"), 16);
-  EXPECT_EQ(split({256, 256, 8192, false, true, {}}, "sm_80"), 16);
+  EXPECT_EQ(split({256, 256, 8192, false, true, {}}, "sm_90a"), 8);
+  EXPECT_EQ(split({256, 256, 8192, false, true, {}}, "sm_80"), 8);
   EXPECT_EQ(split({64, 4096, 4096, false, true, {}}, "sm_90a"), 8);
+  EXPECT_EQ(split({128, 4096, 4096, false, true, {}}, "sm_90a"), 4);
   EXPECT_EQ(split({4096, 4096, 4096, false, true, {}}, "sm_90a"), 1);
   EXPECT_EQ(split({256, 256, 512, false, true, {}}, "sm_90a"), 1);
   // The suggested split builds: the workspace path, no spills.

@@ -149,11 +149,15 @@ Result<Graph> GraphBuilder::finish() {
   return g;
 }
 
-Result<Graph> remesh(const Graph& g, const Mesh& mesh) {
+Result<Graph> remesh(const Graph& g, const Mesh& mesh) { return rebuild(g, mesh, {}); }
+
+Result<Graph> rebuild(const Graph& g, const Mesh& mesh, const std::function<void(Node&)>& edit) {
   try {
     GraphBuilder b(g.name(), mesh);
     std::vector<Value> v;
-    for (const Node& n : g.nodes()) {
+    for (const Node& original : g.nodes()) {
+      Node n = original;
+      if (edit) edit(n);
       switch (op_info(n.op).category) {
         case OpCategory::Leaf:
           v.push_back(n.op == OpKind::Param ? b.param(n.name, n.type.dtype, n.type.shape, n.placement, n.loc)

@@ -9,6 +9,7 @@
 //   sf::Result<sf::Graph> g = b.finish();
 #pragma once
 
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -71,6 +72,11 @@ class GraphBuilder {
 // the graph is not valid on `mesh` (an unknown mesh dim, a placement that no
 // longer fits).
 Result<Graph> remesh(const Graph& g, const Mesh& mesh);
+
+// The same, each node first passed through `edit` (its copy: a param's type, a
+// constant's or op's attributes may change; inputs may not), so that types are
+// inferred again from what it changed.
+Result<Graph> rebuild(const Graph& g, const Mesh& mesh, const std::function<void(Node&)>& edit);
 
 // Ops as C++ functions. Each adds to the builder its first Value operand belongs to.
 Value unary(OpKind k, Value x);

@@ -1,6 +1,8 @@
 // The reference without 16-bit rounding: evaluate_unrounded.h.
 #include "codegen/reference/evaluate_unrounded.h"
 
+#include <variant>
+
 #include "codegen/ir/builder.h"
 #include "codegen/ir/ops.h"
 #include "codegen/reference/evaluate.h"
@@ -21,37 +23,14 @@ bool has_16bit_values(const Graph& g) {
 }
 
 Result<Graph> widen_16bit(const Graph& g) {
-  try {
-    GraphBuilder b(g.name(), g.mesh());
-    std::vector<Value> v;
-    for (const Node& n : g.nodes()) {
-      if (n.op == OpKind::Param) {
-        v.push_back(b.param(n.name, widen(n.type.dtype), n.type.shape, n.placement, n.loc));
-        continue;
-      }
-      if (n.op == OpKind::Constant) {
-        v.push_back(b.constant(n.attrs.get_float("value"), widen(n.attrs.get_dtype("dtype")), n.loc));
-        continue;
-      }
-      // Every dtype attribute (cast's target, full's and arange's dtype) widened; the
-      // shape rules then infer f32 wherever f16/bf16 would have been.
-      std::vector<std::pair<std::string, AttrValue>> attrs = n.attrs.items;
-      for (auto& [name, value] : attrs)
-        if (const DType* t = std::get_if<DType>(&value)) value = widen(*t);
-      std::vector<Value> in;
-      for (ValueId i : n.inputs) in.push_back(v[static_cast<size_t>(i)]);
-      Value out = b.op(n.op, in, {}, attrs, n.loc);
-      if (!n.name.empty()) b.name(out, n.name, n.loc);
-      if (n.placement) b.constrain(out, *n.placement, n.loc);
-      v.push_back(out);
-    }
-    for (const Output& o : g.outputs()) b.ret(v[static_cast<size_t>(o.value)], o.placement, o.loc);
-    return b.finish();
-  } catch (const DiagError& e) {
-    return e.diag;
-  } catch (const OpError& e) {
-    return Diag{"", {}, e.message};
-  }
+  // A param's dtype and every dtype attribute (a constant's, cast's target, full's and
+  // arange's dtype) widened; the shape rules then infer f32 wherever f16/bf16 would
+  // have been.
+  return rebuild(g, g.mesh(), [](Node& n) {
+    n.type.dtype = widen(n.type.dtype);
+    for (auto& [name, value] : n.attrs.items)
+      if (const DType* t = std::get_if<DType>(&value)) value = widen(*t);
+  });
 }
 
 Result<std::vector<Tensor>> evaluate_unrounded(const Graph& g, const std::vector<Tensor>& inputs) {

@@ -218,6 +218,7 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
   plan.mesh = g.mesh().str();
   plan.world = mesh.world();
   plan.arch = opts.arch;
+  plan.precision = opts.precision == Precision::Eager ? "eager" : "fused";
   for (ValueId p : g.params()) plan.params.push_back(g.node(p).name);
   for (const Output& o : g.outputs()) plan.outputs.push_back(o.name);
 

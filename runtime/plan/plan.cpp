@@ -38,6 +38,7 @@ std::string plan_to_json(const Plan& p) {
   j["mesh"] = p.mesh;
   j["world"] = p.world;
   j["arch"] = p.arch;
+  if (!p.precision.empty()) j["precision"] = p.precision;
   if (!p.graph_digest.empty()) j["graph_digest"] = p.graph_digest;
   if (!p.host_object.empty()) j["host_object"] = p.host_object;
   j["params"] = p.params;
@@ -254,6 +255,9 @@ Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
     p.mesh = rd.string(j, "", "mesh");
     p.world = static_cast<int>(rd.integer(j, "", "world", 1, kMaxPlanWorld));
     p.arch = rd.string(j, "", "arch");
+    p.precision = rd.string_or(j, "", "precision");
+    if (!p.precision.empty() && p.precision != "fused" && p.precision != "eager")
+      rd.fail("precision", "\"" + p.precision + "\" is not \"fused\" or \"eager\"");
     p.graph_digest = rd.string_or(j, "", "graph_digest");
     p.host_object = rd.string_or(j, "", "host_object");
     p.params = rd.strings(rd.at(j, "", "params"), "params", kMaxEntries);

@@ -119,6 +119,10 @@ struct Plan {
   std::string mesh;  // "tp=4", "" for one rank
   int world = 1;
   std::string arch;
+  // How the kernels round f16/bf16 values (compile --precision): "fused" (once, at
+  // their stores) or "eager" (at every op); "" in a Plan that does not say, which
+  // exec --check treats as eager (the eager reference alone).
+  std::string precision;
   std::vector<std::string> params, outputs;  // names, in graph order
   std::vector<PlanKernel> kernels;
   std::vector<PlanRank> ranks;

@@ -135,6 +135,17 @@ TEST(PlanKernelFields, KindAndHostCodeRoundTripAndBadOnesAreNamed) {
   EXPECT_EQ(back->kernels[0].workspace_bytes, 16388);
   Plan none = tma_plan();
   EXPECT_FALSE(json::parse(plan_to_json(none))["kernels"][0].contains("workspace_bytes"));
+  EXPECT_FALSE(json::parse(plan_to_json(none)).contains("precision"));
+  none.precision = "eager";
+  Result<Plan> eager = plan_from_json(plan_to_json(none), "plan.json");
+  ASSERT_TRUE(eager) << eager.error().str();
+  EXPECT_EQ(eager->precision, "eager");
+  json bad_precision = json::parse(plan_to_json(none));
+  bad_precision["precision"] = "approximate";
+  Result<Plan> refused = plan_from_json(bad_precision.dump(), "plan.json");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().str().find("precision: \"approximate\" is not \"fused\" or \"eager\""), std::string::npos)
+      << refused.error().str();
 
   struct Case {
     std::string what;

@@ -398,6 +398,36 @@ TEST(ExecFakeDriver, ASplitKKernelGetsItsWorkspaceZeroedOnce) {
   }
 }
 
+// exec --check of a Plan compiled under --precision fused (plan.json says so) checks an
+// output of f16/bf16 origin that misses the eager reference against the one without
+// 16-bit rounding, as run --check does: the bf16 softmax of a fused matmul + GELU
+// passes. A Plan that does not say its precision is checked against the eager
+// reference alone, and misses; one compiled under --precision eager meets it.
+TEST(ExecCli, AFusedPlanMeetsTheUnroundedReference) {
+  TempDir t;
+  write_file(t / "g.sf",
+             "graph mlp16(x: bf16[64, 256], w: bf16[512, 256], b: bf16[512]) {\n"
+             "  h = gelu(add(matmul(x, transpose(w, 0, 1)), b))\n"
+             "  y = softmax(h, dim=-1)\n"
+             "  return h, y\n}\n");
+  const std::string fused = compile_to(t, t / "g.sf", "fused");
+  EXPECT_EQ(read_plan(fused).precision, "fused");
+  CliResult r = shardfuse("exec " + fused + " --device cpu --check --seed 1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("ok against the reference without 16-bit rounding"), std::string::npos) << r.out;
+  Plan unsaid = read_plan(fused);
+  unsaid.precision.clear();
+  write_file(fused + "/plan.json", plan_to_json(unsaid));
+  CliResult strict = shardfuse("exec " + fused + " --device cpu --check --seed 1");
+  EXPECT_EQ(strict.code, 1) << strict.out;
+  EXPECT_NE(strict.out.find("MISMATCH"), std::string::npos) << strict.out;
+  const std::string eager = compile_to(t, t / "g.sf", "eager", "--precision eager");
+  EXPECT_EQ(read_plan(eager).precision, "eager");
+  CliResult e = shardfuse("exec " + eager + " --device cpu --check --seed 1");
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_EQ(e.out.find("without 16-bit rounding"), std::string::npos) << e.out;
+}
+
 TEST(ExecFakeDriver, CudaGraphCapturesOnceAndReplaysEveryKernel) {
   TempDir t;
   const std::string dir = compile_to(t, example("transformer_block.sf"), "p");

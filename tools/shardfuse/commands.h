@@ -150,7 +150,9 @@ std::optional<std::vector<Tensor>> gather_outputs(const Graph& g, const PlanPlac
 // on `inputs`), saves them to `outputs_dir` if given; the exit code.
 // `allow_tf32`: f32 matmuls may have multiplied in TF32 (check_tolerance).
 // `fused16`: the kernels ran under --precision fused; a float output computed from
-// f16/bf16 values that misses then gets a note on stderr naming --precision eager.
+// f16/bf16 values that misses the eager reference is checked against the one without
+// 16-bit rounding (evaluate_unrounded.h), and one that misses both gets a note on
+// stderr naming --precision eager.
 int report_outputs(const Graph& g, const std::vector<Tensor>& out, const std::vector<Tensor>& inputs, bool check,
                    const std::string& outputs_dir, bool allow_tf32 = false, bool fused16 = false);
 

@@ -50,6 +50,10 @@ void SplitKWorkspace::arrive() const {
       b->getInt32Ty(), b->CreateInBoundsGEP(b->getFloatTy(), ws, b->getInt64(static_cast<uint64_t>(sums))), item);
   llvm::Value* before = b->CreateAtomicRMW(llvm::AtomicRMWInst::Add, counter, b->getInt32(1), llvm::MaybeAlign(4),
                                            llvm::AtomicOrdering::Monotonic);
+  // The acquire side of the PTX memory model's fence-atomic pattern: every other
+  // block fenced its sums before its count (the release side), and this thread
+  // fences after reading the count; the barrier below carries that to the block.
+  fence();
   llvm::Value* last = b->CreateICmpEQ(before, b->getInt32(static_cast<uint32_t>(split - 1)));
   b->CreateAlignedStore(b->CreateZExt(last, b->getInt32Ty()), flag, llvm::Align(4));
   b->CreateCondBr(last, reset, counted);

@@ -34,9 +34,10 @@ struct SplitKWorkspace {
   // Adds `v0` and `v1` into sums `flat` (even) and `flat` + 1 where `ok`, under one
   // branch.
   void add_pair(llvm::Value* ok, llvm::Value* flat, llvm::Value* v0, llvm::Value* v1) const;
-  // After every add of the block: the fence, a barrier, thread 0's count (and, in the
-  // last block, the counter's reset), a barrier. The builder goes on in the last
-  // block only, past a second fence; every other block runs `leave`.
+  // After every add of the block: the fence, a barrier, thread 0's count and a fence
+  // after it (and, in the last block, the counter's reset), a barrier. The builder
+  // goes on in the last block only, past a fence in every thread; every other block
+  // runs `leave`.
   void arrive() const;
   // Sum `flat` where `ok`, else 0 (a volatile load: from L2, never a stale L1 line),
   // and zero stored behind it for the next launch.

@@ -758,7 +758,7 @@ Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& confi
   std::optional<int> sm = kernels::sm_version(arch);
   if (!sm) return diag("unknown NVPTX arch '" + arch + "' (expected sm_NN or sm_NNa)");
   MmaChoice choice = mma_choice(*plan, config, *sm, has_wgmma(arch));
-  if (choice.unsupported) return MatmulPath{false, false, *choice.unsupported};
+  if (choice.unsupported) return MatmulPath{false, false, *choice.unsupported + split_k(*plan, config)};
   const bool tf32 = plan->dtype == DType::F32;
   const std::string dt = tf32 ? "tf32" : std::string(dtype_name(plan->dtype)), stages = std::to_string(config.stages) + " stages";
   const std::string kk = tf32 ? "k8 " : "k16 ";

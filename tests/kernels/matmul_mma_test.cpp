@@ -732,6 +732,10 @@ TEST(MatmulMmaPath, SaysWhichKernelAndWhy) {
   Result<EmittedKernel> simt = emit_matmul(spec_of(f32_epi), split, llvmb::Target::nvptx("sm_80"));
   ASSERT_TRUE(simt.ok()) << simt.error().str();
   EXPECT_GT(simt->launch.workspace_bytes, 0);
+  p = matmul_path(spec_of(f32_epi), split, "sm_80");
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->tensor_cores);
+  EXPECT_NE(p->why.find("split-K 4: partial sums added into an f32 workspace"), std::string::npos) << p->why;
 
   // block_k 16: A's k-contiguous shared rows would be 32 bytes, which the swizzle
   // does not cover.

@@ -212,10 +212,11 @@ TEST(MatmulMmaSim, SixteenBitSplitKSumsInAWorkspaceAndTheLastBlockRunsTheEpilogu
   }
 }
 
-// A persistent grid with split-K in the workspace: each block walks its items, every
-// item's last block runs that item's epilogue.
+// A persistent grid with split-K in the workspace: each block walks its items (3
+// blocks for 6 tiles, 2 each, per split), every item's last block runs that item's
+// epilogue.
 TEST(MatmulMmaSim, SplitKOnAPersistentGrid) {
-  Shape3 s{72, 100, 128, false, true, {2}};
+  Shape3 s{72, 100, 128, false, true, {}};
   KernelConfig c = tc_config(32, 64, 32, 4, 3);
   c.persistent = 3;
   c.split_k = 2;

@@ -48,7 +48,6 @@ struct Tiling {
   // (matmul_split_k.h); `flag_off` is the shared word that marks the last block.
   bool split_ws = false;
   int64_t flag_off = 0;
-  int64_t tiles = 0;  // output tiles of one matrix (the workspace counters' stride per batch)
   // Copies by cp.async (PTX ISA 7.0, sm_80+) straight into shared memory, no
   // registers on the way: f32 only, where shared memory holds the storage type.
   bool async = false;
@@ -118,7 +117,6 @@ Result<Tiling> make_tiling(const KernelConfig& c, const MatmulGroup& p, int sm) 
                "'s " + num(max_shared_bytes(sm)) + " per block");
   t.split = c.split_k;
   t.kt = ceil_div(p.K, t.bk) / t.split;
-  t.tiles = ceil_div(p.M, t.bm) * ceil_div(p.N, t.bn);
   t.async = sm >= 80 && t.stages >= 2 && p.dtype == DType::F32;
   return t;
 }
@@ -202,7 +200,9 @@ class TiledKernel {
     n0_ = o.n0;
     bi_ = batch_index(b_, p_, by);
     zbase_ = b_.CreateMul(by, k(p_.M * p_.N), "zbase", true, true);
-    item_ = b_.CreateAdd(b_.CreateMul(by, k(t_.tiles), "", true, true), bx, "item", true, true);
+    // The workspace counter's index: the batch's tiles (grid x) before it, then this one.
+    item_ = b_.CreateAdd(b_.CreateMul(by, k(ceil_div(p_.M, t_.bm) * ceil_div(p_.N, t_.bn)), "", true, true), bx, "item",
+                         true, true);
     llvm::Value* tm = b_.CreateUDiv(tid_, k(t_.tn), "tm");
     llvm::Value* tn = b_.CreateURem(tid_, k(t_.tn), "tn");
     a_read_ = b_.CreateMul(tm, k(t_.rm), "", true, true);
@@ -502,11 +502,8 @@ class TiledKernel {
     w.tid = tid_;
     w.flag = b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, k(t_.flag_off));
     w.split = t_.split;
+    w.host = sim_;
     w.barrier = [this] { barrier(); };
-    w.fence = [this] {
-      if (sim_) b_.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
-      else b_.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
-    };
     w.leave = [this] { b_.CreateRetVoid(); };
     each_element([&](size_t i, const AccElem& e) { w.add(e.ok, e.flat, acc[i]); });
     w.arrive();
@@ -518,7 +515,6 @@ class TiledKernel {
   // Each accumulator in bounds: the matmul's value rounded to its dtype, the epilogue,
   // the stores.
   Result<void> epilogue(const std::vector<llvm::Value*>& acc_in) {
-    llvm::LLVMContext& c = m_.getContext();
     MatmulEpilogue epi(g_, p_, *cg_, in_);
     const std::vector<llvm::Value*> acc = t_.split_ws ? arrive(acc_in) : acc_in;
     std::vector<llvm::Value*> coords = bi_.coords;
@@ -529,15 +525,8 @@ class TiledKernel {
       if (!status) return;
       if (t_.split > 1 && !t_.split_ws) {
         // A bare f32 matmul's partial sum: added into the output, which the launch
-        // zeroed (LaunchShape::zero_outputs). Relaxed order: only the sum matters.
-        llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "epi", fn_);
-        llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "epi.next", fn_);
-        b_.CreateCondBr(e.ok, st, next);
-        b_.SetInsertPoint(st);
-        llvm::Value* at = b_.CreateInBoundsGEP(f32_, out_[0], e.flat);
-        b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, at, acc[i], llvm::MaybeAlign(4), llvm::AtomicOrdering::Monotonic);
-        b_.CreateBr(next);
-        b_.SetInsertPoint(next);
+        // zeroed (LaunchShape::zero_outputs).
+        add_f32_atomic(b_, fn_, e.ok, out_[0], e.flat, acc[i]);
         return;
       }
       coords[coords.size() - 2] = e.row;
@@ -743,7 +732,7 @@ namespace {
 std::string persistent(const KernelConfig& c) {
   return c.persistent ? ", persistent: " + std::to_string(c.persistent) + " blocks walk the output tiles" : std::string();
 }
-// Split-K on the tensor cores: into the output (a bare TF32 matmul) or the workspace.
+// Split-K, on either kernel: into the zeroed output (a bare f32 matmul) or the workspace.
 std::string split_k(const MatmulGroup& p, const KernelConfig& c) {
   if (c.split_k <= 1) return {};
   const std::string n = std::to_string(c.split_k);

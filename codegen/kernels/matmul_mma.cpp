@@ -768,7 +768,7 @@ class MmaKernel : MmaIsa {
       // takes 1 and 2, has no split-K).
       if (t_.ws && !producer_joins) f.split_barrier = [this] { named_barrier(k(3), t_.threads, /*sync=*/true); };
       else f.split_barrier = [this] { barrier(); };
-      f.fence = [this] { gpu_fence(); };
+      f.host = sim_;
     }
     return emit_mma_epilogue(f, acc);
   }

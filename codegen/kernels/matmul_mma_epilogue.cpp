@@ -27,7 +27,7 @@ class Epilogue {
     std::vector<llvm::Value*> acc = acc_in;
     if (t_.split > 1 && !t_.split_ws) {
       each_piece(1, [&](const Piece& pc) {
-        add_partial(f_.out[0], pc.ok, pc.flat, acc[pc.acc]);
+        add_f32_atomic(b_, f_.fn, pc.ok, f_.out[0], pc.flat, acc[pc.acc]);  // the zeroed output
         return Result<void>();
       });
       finish();
@@ -110,20 +110,6 @@ class Epilogue {
     return static_cast<size_t>((i * t_.ni + j) * 4 + half * 2 + e);
   }
 
-  // Split-K of a bare TF32 matmul: a partial sum added into the (zeroed) f32 output
-  // where `ok`; relaxed order, as only the sum matters.
-  void add_partial(llvm::Value* dst, llvm::Value* ok, llvm::Value* flat, llvm::Value* v) {
-    llvm::LLVMContext& c = b_.getContext();
-    llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "epi.add", f_.fn);
-    llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "epi.added", f_.fn);
-    b_.CreateCondBr(ok, st, next);
-    b_.SetInsertPoint(st);
-    b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, b_.CreateInBoundsGEP(b_.getFloatTy(), dst, flat), v,
-                       llvm::MaybeAlign(4), llvm::AtomicOrdering::Monotonic);
-    b_.CreateBr(next);
-    b_.SetInsertPoint(next);
-  }
-
   // Split-K in the workspace (matmul_split_k.h, the threadFenceReduction pattern):
   // every block adds its partial sums and counts itself in; the last block takes the
   // totals back as its accumulators and goes on to the epilogue, the others leave.
@@ -137,8 +123,8 @@ class Epilogue {
     w.tid = f_.tid;
     w.flag = f_.flag;
     w.split = t_.split;
+    w.host = f_.host;
     w.barrier = f_.split_barrier;
-    w.fence = f_.fence;
     w.leave = [this] { finish(); };
     std::vector<llvm::Value*> total(acc.size(), llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
     if (p_.N % 2 == 0) {

@@ -51,10 +51,11 @@ struct MmaEpilogueFrame {
   std::function<void()> barrier;            // bar.sync 0 (or the simulation's)
   llvm::BasicBlock* exit = nullptr;         // where the epilogue ends (nullptr: the kernel returns)
   // Split-K in a workspace (MmaTiling::split_ws): the workspace, the item's counter
-  // index, threadIdx.x, the shared flag word, a barrier of every thread that runs the
-  // epilogue, and membar.gl (or the simulation's fence).
+  // index, threadIdx.x, the shared flag word, and a barrier of every thread that runs
+  // the epilogue; `host`: the host build (the tests' simulation).
   llvm::Value *ws = nullptr, *item = nullptr, *tid = nullptr, *flag = nullptr;
-  std::function<void()> split_barrier, fence;
+  std::function<void()> split_barrier;
+  bool host = false;
 };
 
 // Why the staged path does not apply to the kernel (nullopt: it does, subject to the

@@ -133,14 +133,6 @@ void MmaIsa::barrier() {
   b_.CreateCall(fty, hook_[1], {hook_[0]});
 }
 
-void MmaIsa::gpu_fence() {
-  if (!sim_) {
-    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
-    return;
-  }
-  b_.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
-}
-
 std::vector<llvm::Value*> MmaIsa::ldmatrix_x4(llvm::Value* row_ptr, bool trans) {
   std::vector<llvm::Value*> r;
   if (!sim_) {

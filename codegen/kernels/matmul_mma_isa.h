@@ -56,9 +56,6 @@ class MmaIsa {
   // hook_[h](ctx, thread, extra i32s...).
   void sim_call(int h, std::vector<llvm::Value*> extra);
   void barrier();  // bar.sync 0
-  // membar.gl (__threadfence): this thread's earlier global writes are seen by the
-  // whole GPU before its later ones (the host build: a sequentially consistent fence).
-  void gpu_fence();
   // bar.sync (`sync`) or bar.arrive on named barrier `id` (1..15) of `threads` threads:
   // the ping-pong consumers' turn-taking (MmaTiling::pingpong).
   void named_barrier(llvm::Value* id, int threads, bool sync);

@@ -5,20 +5,29 @@
 #include <llvm/IR/DerivedTypes.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/Instructions.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/LLVMContext.h>
 
 namespace sf::matmul_detail {
 
-void SplitKWorkspace::add(llvm::Value* ok, llvm::Value* flat, llvm::Value* v) const {
-  llvm::LLVMContext& c = b->getContext();
+void add_f32_atomic(llvm::IRBuilderBase& b, llvm::Function* fn, llvm::Value* ok, llvm::Value* dst, llvm::Value* flat,
+                    llvm::Value* v) {
+  llvm::LLVMContext& c = b.getContext();
   llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "split.add", fn);
   llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "split.added", fn);
-  b->CreateCondBr(ok, st, next);
-  b->SetInsertPoint(st);
-  b->CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, b->CreateInBoundsGEP(b->getFloatTy(), ws, flat), v, llvm::MaybeAlign(4),
-                     llvm::AtomicOrdering::Monotonic);
-  b->CreateBr(next);
-  b->SetInsertPoint(next);
+  b.CreateCondBr(ok, st, next);
+  b.SetInsertPoint(st);
+  b.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, b.CreateInBoundsGEP(b.getFloatTy(), dst, flat), v, llvm::MaybeAlign(4),
+                    llvm::AtomicOrdering::Monotonic);
+  b.CreateBr(next);
+  b.SetInsertPoint(next);
+}
+
+void SplitKWorkspace::add(llvm::Value* ok, llvm::Value* flat, llvm::Value* v) const { add_f32_atomic(*b, fn, ok, ws, flat, v); }
+
+void SplitKWorkspace::fence() const {
+  if (host) b->CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
+  else b->CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
 }
 
 void SplitKWorkspace::add_pair(llvm::Value* ok, llvm::Value* flat, llvm::Value* v0, llvm::Value* v1) const {

@@ -16,6 +16,11 @@
 
 namespace sf::matmul_detail {
 
+// dst[flat] += v where `ok`, a relaxed f32 atomic (only the sum matters): a split-K
+// partial sum, into a workspace or a bare f32 matmul's zeroed output.
+void add_f32_atomic(llvm::IRBuilderBase& b, llvm::Function* fn, llvm::Value* ok, llvm::Value* dst, llvm::Value* flat,
+                    llvm::Value* v);
+
 struct SplitKWorkspace {
   llvm::IRBuilderBase* b = nullptr;
   llvm::Function* fn = nullptr;
@@ -25,8 +30,8 @@ struct SplitKWorkspace {
   llvm::Value* tid = nullptr;   // threadIdx.x (thread 0 counts)
   llvm::Value* flag = nullptr;  // a shared 32-bit word: "this block is the last"
   int split = 1;
+  bool host = false;              // the host build (tests' simulation): a C++ fence for membar.gl
   std::function<void()> barrier;  // every thread that runs the epilogue meets here
-  std::function<void()> fence;    // membar.gl (the host build: a fence)
   std::function<void()> leave;    // ends a block that is not the last (a return, a branch)
 
   // Adds `v` into sum `flat` where `ok` (a relaxed f32 atomic: only the sum matters).
@@ -39,6 +44,9 @@ struct SplitKWorkspace {
   // goes on in the last block only, past a fence in every thread; every other block
   // runs `leave`.
   void arrive() const;
+  // membar.gl (__threadfence): this thread's earlier global writes are seen by the
+  // whole GPU before its later ones.
+  void fence() const;
   // Sum `flat` where `ok`, else 0 (a volatile load: from L2, never a stale L1 line),
   // and zero stored behind it for the next launch.
   llvm::Value* take(llvm::Value* ok, llvm::Value* flat) const;

@@ -16,12 +16,6 @@ DType widen(DType t) { return is_16bit(t) ? DType::F32 : t; }
 
 }  // namespace
 
-bool has_16bit_values(const Graph& g) {
-  for (const Node& n : g.nodes())
-    if (is_16bit(n.type.dtype)) return true;
-  return false;
-}
-
 Result<Graph> widen_16bit(const Graph& g) {
   // A param's dtype and every dtype attribute (a constant's, cast's target, full's and
   // arange's dtype) widened; the shape rules then infer f32 wherever f16/bf16 would

@@ -23,8 +23,4 @@ Result<Graph> widen_16bit(const Graph& g);
 // outputs rounded once to g's output dtypes.
 Result<std::vector<Tensor>> evaluate_unrounded(const Graph& g, const std::vector<Tensor>& inputs);
 
-// Whether `g` has an f16 or bf16 value (only then does evaluate_unrounded differ from
-// evaluate).
-bool has_16bit_values(const Graph& g);
-
 }  // namespace sf

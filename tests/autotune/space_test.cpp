@@ -404,6 +404,18 @@ TEST(SpaceTest, TensorCoreTilesForSixteenBitAndTf32Matmuls) {
   EXPECT_TRUE(has(tf32, 128, 256, 32, 8, 4));
 }
 
+// The tensor-core tiles ahead of the SIMT space's 1458 (docs/autotuning.md): 3 x 3
+// tiles x 2 block_k x 2 warps x 4 stages, each with split-K 1, 2 and 4: 432 on sm_80;
+// on sm_90a the 3+ stage ones also warp-specialised, plain and persistent (x3 splits),
+// and the persistent 8-warp unsplit ones also ping-pong: 1134.
+TEST(SpaceTest, TensorCoreSpaceSizes) {
+  TuneProblem bf16 = matmul(4096, 4096, 4096);
+  bf16.operand_bytes = 2;
+  bf16.elem_bytes = 2;
+  EXPECT_EQ(config_space(bf16, gpu("sm_80")).size(), 1458u + 432u);
+  EXPECT_EQ(config_space(bf16, gpu("sm_90a")).size(), 1458u + 1134u);
+}
+
 // Persistent tensor-core configs: on sm_90a the warp-specialised ones also come with a
 // persistent grid of the SMs times the blocks one SM's shared memory holds (128 x 256
 // x 64, 4 bf16 stages: 192 KiB, one block on each of 132 SMs; 64 x 64 x 64, 3 stages:

@@ -5,7 +5,6 @@
 
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/kernels/pointwise_util.h"
-#include "tests/sanitized.h"
 
 #include <unistd.h>
 
@@ -432,8 +431,6 @@ TEST(PointwiseHost, EmptyOneAndOddSizes) {
 }
 
 TEST(PointwiseHost, SixteenMillionElements) {
-  // As large_test.cpp's 2^24-element tests: the optimized build's only (docs/testing.md).
-  if (test::kSanitized) GTEST_SKIP() << "2^24 elements: the optimized build runs this (tests/sanitized.h)";
   const int64_t n = (int64_t{1} << 24) + 7;
   GraphBuilder b("big");
   Value x = b.param("x", DType::F32, {n});

@@ -1,8 +1,9 @@
 // Whether this test binary is the sanitizer build's (cmake -DSHARDFUSE_SANITIZE=ON), and
-// the sample of a sweep that runs there. A sweep over many kernel configs or shapes runs
-// whole in the optimized build; under ASan + UBSan (about 3x slower, and the float64
-// reference with it) it runs every `every`-th case, chosen so that each config and
-// each shape kind still appears (docs/testing.md, "What the sanitizer build runs").
+// the sample of a sweep that runs there. The sanitizer build is the one CI tests in
+// (scripts/test); a sweep over many kernel configs or shapes runs whole in the optimized
+// build (`ctest --test-dir build`), and under ASan + UBSan (about 3x slower, and the
+// float64 reference with it) every `every`-th case, chosen so that each config and each
+// shape kind still appears (docs/testing.md, "CI time").
 // What ASan checks in such a sweep is our code around the JIT-compiled kernels (the
 // emitter, the reference, the simulations), which the sample exercises on every path;
 // the kernels' own index arithmetic is LLVM's output, which ASan does not instrument.

@@ -34,7 +34,7 @@ grep -v '^#' "$src/tests/gpu/variants.txt" | while read -r variant which rest; d
     n=$(basename "$g" .sf)
     case "$which:$n" in all:* | f32:*_f32 | 16bit:*_bf16 | 16bit:*_f16 | splitk:tc_splitk_*) ;; *) continue ;; esac
     p="$d/$n.$variant"
-    "$sf" compile "$g" --arch sm_90a --no-ptxas "$@" -o "$p" >/dev/null || { echo "FAIL: compile $g $rest"; echo x >> "$d/failed"; continue; }
+    "$sf" compile "$g" --arch sm_90a --no-ptxas --no-host "$@" -o "$p" >/dev/null || { echo "FAIL: compile $g $rest"; echo x >> "$d/failed"; continue; }
     case "$variant:$n" in
       default:*_f32) lacks "$p" "tf32" ;;
       default:*) has "$p" "wgmma.mma_async"; has "$p" "cp.async.bulk.tensor" ;;

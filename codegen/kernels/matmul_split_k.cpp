@@ -83,47 +83,32 @@ void SplitKWorkspace::arrive() const {
   fence();
 }
 
-llvm::Value* SplitKWorkspace::take(llvm::Value* ok, llvm::Value* flat) const {
+llvm::Value* SplitKWorkspace::take_as(llvm::Type* t, llvm::Value* ok, llvm::Value* flat) const {
   llvm::LLVMContext& c = b->getContext();
   llvm::BasicBlock* from = b->GetInsertBlock();
   llvm::BasicBlock* rd = llvm::BasicBlock::Create(c, "split.take", fn);
   llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "split.taken", fn);
   b->CreateCondBr(ok, rd, next);
   b->SetInsertPoint(rd);
+  const llvm::Align align(t->getPrimitiveSizeInBits().getFixedValue() / 8);
   llvm::Value* at = b->CreateInBoundsGEP(b->getFloatTy(), ws, flat);
-  llvm::Value* v = b->CreateAlignedLoad(b->getFloatTy(), at, llvm::Align(4), /*isVolatile=*/true);
-  b->CreateAlignedStore(llvm::ConstantFP::get(b->getFloatTy(), 0.0), at, llvm::Align(4));
+  llvm::Value* v = b->CreateAlignedLoad(t, at, align, /*isVolatile=*/true);
+  b->CreateAlignedStore(llvm::Constant::getNullValue(t), at, align);
   b->CreateBr(next);
   b->SetInsertPoint(next);
-  llvm::PHINode* phi = b->CreatePHI(b->getFloatTy(), 2);
+  llvm::PHINode* phi = b->CreatePHI(t, 2);
   phi->addIncoming(v, rd);
-  phi->addIncoming(llvm::ConstantFP::get(b->getFloatTy(), 0.0), from);
+  phi->addIncoming(llvm::Constant::getNullValue(t), from);
   return phi;
 }
 
+llvm::Value* SplitKWorkspace::take(llvm::Value* ok, llvm::Value* flat) const {
+  return take_as(b->getFloatTy(), ok, flat);
+}
+
 std::pair<llvm::Value*, llvm::Value*> SplitKWorkspace::take_pair(llvm::Value* ok, llvm::Value* flat) const {
-  llvm::LLVMContext& c = b->getContext();
-  llvm::BasicBlock* from = b->GetInsertBlock();
-  llvm::BasicBlock* rd = llvm::BasicBlock::Create(c, "split.take2", fn);
-  llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "split.taken2", fn);
-  b->CreateCondBr(ok, rd, next);
-  b->SetInsertPoint(rd);
-  llvm::Type* v2 = llvm::FixedVectorType::get(b->getFloatTy(), 2);
-  llvm::Value* at = b->CreateInBoundsGEP(b->getFloatTy(), ws, flat);
-  llvm::Value* v = b->CreateAlignedLoad(v2, at, llvm::Align(8), /*isVolatile=*/true);
-  b->CreateAlignedStore(llvm::ConstantAggregateZero::get(v2), at, llvm::Align(8));
-  llvm::Value* x0 = b->CreateExtractElement(v, uint64_t{0});
-  llvm::Value* x1 = b->CreateExtractElement(v, uint64_t{1});
-  b->CreateBr(next);
-  b->SetInsertPoint(next);
-  llvm::Value* zero = llvm::ConstantFP::get(b->getFloatTy(), 0.0);
-  llvm::PHINode* p0 = b->CreatePHI(b->getFloatTy(), 2);
-  p0->addIncoming(x0, rd);
-  p0->addIncoming(zero, from);
-  llvm::PHINode* p1 = b->CreatePHI(b->getFloatTy(), 2);
-  p1->addIncoming(x1, rd);
-  p1->addIncoming(zero, from);
-  return {p0, p1};
+  llvm::Value* v = take_as(llvm::FixedVectorType::get(b->getFloatTy(), 2), ok, flat);
+  return {b->CreateExtractElement(v, uint64_t{0}), b->CreateExtractElement(v, uint64_t{1})};
 }
 
 }  // namespace sf::matmul_detail

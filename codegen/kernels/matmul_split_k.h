@@ -52,6 +52,11 @@ struct SplitKWorkspace {
   llvm::Value* take(llvm::Value* ok, llvm::Value* flat) const;
   // Sums `flat` (even) and `flat` + 1 where `ok`, as one 8-byte access each way.
   std::pair<llvm::Value*, llvm::Value*> take_pair(llvm::Value* ok, llvm::Value* flat) const;
+
+ private:
+  // take and take_pair: a volatile load of `t` (f32 or <2 x f32>, aligned to its size)
+  // where `ok`, zero stored behind it; zero elsewhere.
+  llvm::Value* take_as(llvm::Type* t, llvm::Value* ok, llvm::Value* flat) const;
 };
 
 }  // namespace sf::matmul_detail

@@ -114,15 +114,24 @@ class MatmulEpilogue {
   }
 
   // Two horizontally adjacent accumulators (columns c and c + 1 of one row, c even, N
-  // even) through the epilogue, stored under `in_bounds` as one 2-element access per
-  // output where `aligned` (every output pointer aligned to two elements: the tensor
-  // cores' C fragment holds such pairs), else one element at a time. `coords` end with
-  // (row, c); `flat` is O's flat index of column c. Leaves the builder after the branch.
-  Result<void> store_pair(llvm::Function* fn, llvm::Value* in_bounds, std::vector<llvm::Value*> coords,
-                          llvm::Value* flat, llvm::Value* acc0, llvm::Value* acc1, const std::vector<llvm::Value*>& out,
-                          llvm::Value* aligned) {
+  // even) through the epilogue, in two steps, so that an epilogue can compute a batch
+  // of pairs before it stores any of them: the batch's loads (a bias, a residual) then
+  // issue ahead of the previous batch's stores, which they may alias and so could not
+  // pass, and a value two pairs load at one address is loaded once.
+  //
+  // pair_values: each output's two values at (row, c) and (row, c + 1), `coords`
+  // ending with (row, c) and `flat` O's flat index of column c, computed under
+  // `in_bounds` (a branch in `fn`), as values after it (poison where out of bounds,
+  // never stored).
+  struct PairValue {
+    Elem first, second;
+  };
+  Result<std::vector<PairValue>> pair_values(llvm::Function* fn, llvm::Value* in_bounds,
+                                             std::vector<llvm::Value*> coords, llvm::Value* flat, llvm::Value* acc0,
+                                             llvm::Value* acc1) {
     llvm::IRBuilderBase& b = cg_.builder();
     llvm::LLVMContext& c = b.getContext();
+    llvm::BasicBlock* from = b.GetInsertBlock();
     llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "epi", fn);
     llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "epi.next", fn);
     b.CreateCondBr(in_bounds, st, next);
@@ -135,28 +144,53 @@ class MatmulEpilogue {
     llvm::Value* flat1 = b.CreateAdd(flat, llvm::ConstantInt::get(it, 1), "", true, true);
     Result<std::vector<Elem>> o1 = outputs(coords, flat1, Elem{cg_.node_result(p_.dtype, acc1), p_.dtype});
     if (!o1) return o1.error();
+    llvm::BasicBlock* computed = b.GetInsertBlock();
+    b.CreateBr(next);
+    b.SetInsertPoint(next);
+    auto merged = [&](Elem e) {
+      llvm::PHINode* phi = b.CreatePHI(e.value->getType(), 2);
+      phi->addIncoming(e.value, computed);
+      phi->addIncoming(llvm::PoisonValue::get(e.value->getType()), from);
+      return Elem{phi, e.dtype};
+    };
+    std::vector<PairValue> v;
+    for (size_t o = 0; o < first.size(); ++o) v.push_back({merged(first[o]), merged((*o1)[o])});
+    return v;
+  }
+  // store_pair_values: `v` (pair_values' result for the same `in_bounds` and `flat`)
+  // stored under `in_bounds`, as one 2-element access per output where `aligned`
+  // (every output pointer aligned to two elements: the tensor cores' C fragment holds
+  // such pairs), else one element at a time. Leaves the builder after the branch.
+  void store_pair_values(llvm::Function* fn, llvm::Value* in_bounds, llvm::Value* flat,
+                         const std::vector<PairValue>& v, const std::vector<llvm::Value*>& out, llvm::Value* aligned) {
+    llvm::IRBuilderBase& b = cg_.builder();
+    llvm::LLVMContext& c = b.getContext();
+    llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "epi.store", fn);
+    llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "epi.stored", fn);
+    b.CreateCondBr(in_bounds, st, next);
+    b.SetInsertPoint(st);
     llvm::BasicBlock* wide = llvm::BasicBlock::Create(c, "epi.pair", fn);
     llvm::BasicBlock* narrow = llvm::BasicBlock::Create(c, "epi.single", fn);
     b.CreateCondBr(aligned, wide, narrow);
     b.SetInsertPoint(wide);
-    for (size_t o = 0; o < first.size(); ++o) {
-      DType dt = first[o].dtype;
+    for (size_t o = 0; o < v.size(); ++o) {
+      DType dt = v[o].first.dtype;
       llvm::Value* ptr = b.CreateInBoundsGEP(kernels::storage_type(c, dt), out[o], flat);
-      b.CreateAlignedStore(cg_.narrow_vector(dt, {first[o].value, (*o1)[o].value}), ptr,
+      b.CreateAlignedStore(cg_.narrow_vector(dt, {v[o].first.value, v[o].second.value}), ptr,
                            llvm::Align(static_cast<uint64_t>(2 * dtype_size(dt))));
     }
     b.CreateBr(next);
     b.SetInsertPoint(narrow);
-    for (size_t o = 0; o < first.size(); ++o) {
-      cg_.store(first[o], out[o], flat);
-      cg_.store((*o1)[o], out[o], flat1);
+    llvm::Value* flat1 = b.CreateAdd(flat, llvm::ConstantInt::get(flat->getType(), 1), "", true, true);
+    for (size_t o = 0; o < v.size(); ++o) {
+      cg_.store(v[o].first, out[o], flat);
+      cg_.store(v[o].second, out[o], flat1);
     }
     b.CreateBr(next);
     b.SetInsertPoint(next);
-    return {};
   }
 
-  // Whether every output pointer is aligned to two of its elements (store_pair).
+  // Whether every output pointer is aligned to two of its elements (store_pair_values).
   llvm::Value* pairs_aligned(const std::vector<llvm::Value*>& out) {
     llvm::IRBuilderBase& b = cg_.builder();
     llvm::Value* bits = b.getInt64(0);

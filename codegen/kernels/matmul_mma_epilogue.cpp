@@ -81,30 +81,33 @@ class Epilogue {
   };
   using PieceFn = std::function<Result<void>(const Piece&)>;
   Result<void> each_piece(int width, const PieceFn& fn) {
-    std::vector<llvm::Value*> coords = f_.batch_coords;
-    coords.push_back(nullptr);
-    coords.push_back(nullptr);
+    std::vector<llvm::Value*> coords;
     for (int i = 0; i < t_.mi; ++i)
-      for (int half = 0; half < 2; ++half) {
-        llvm::Value* row = frag_row(i, half);
-        llvm::Value* row_ok = b_.CreateICmpSLT(row, k(p_.M));
-        llvm::Value* row_off = add(f_.zbase, mul(row, p_.N));
+      for (int half = 0; half < 2; ++half)
         for (int j = 0; j < t_.ni; ++j)
-          for (int e = 0; e < 2; e += width) {
-            Piece pc;
-            pc.acc = acc_index(i, j, half, e);
-            pc.j = j;
-            pc.col = add(frag_col(j), k(e));
-            coords[coords.size() - 2] = row;
-            coords.back() = pc.col;
-            pc.coords = &coords;
-            pc.ok = guard(b_.CreateAnd(row_ok, b_.CreateICmpSLT(pc.col, k(p_.N))));
-            pc.flat = add(row_off, pc.col);
-            pc.local_row = add(g_, k(i * 16 + half * 8));
-            if (Result<void> r = fn(pc); !r) return r;
-          }
-      }
+          for (int e = 0; e < 2; e += width)
+            if (Result<void> r = fn(piece(i, half, j, e, coords)); !r) return r;
     return {};
+  }
+  // The piece at accumulator (i, j, half, e), its coordinates written to `coords`
+  // (which it points to). The row's values repeat for each of the row's pieces;
+  // LLVM folds the copies.
+  Piece piece(int i, int half, int j, int e, std::vector<llvm::Value*>& coords) {
+    llvm::Value* row = frag_row(i, half);
+    llvm::Value* row_ok = b_.CreateICmpSLT(row, k(p_.M));
+    llvm::Value* row_off = add(f_.zbase, mul(row, p_.N));
+    coords = f_.batch_coords;
+    Piece pc;
+    pc.acc = acc_index(i, j, half, e);
+    pc.j = j;
+    pc.col = add(frag_col(j), k(e));
+    coords.push_back(row);
+    coords.push_back(pc.col);
+    pc.coords = &coords;
+    pc.ok = guard(b_.CreateAnd(row_ok, b_.CreateICmpSLT(pc.col, k(p_.N))));
+    pc.flat = add(row_off, pc.col);
+    pc.local_row = add(g_, k(i * 16 + half * 8));
+    return pc;
   }
   size_t acc_index(int i, int j, int half, int e) const {
     return static_cast<size_t>((i * t_.ni + j) * 4 + half * 2 + e);
@@ -156,16 +159,49 @@ class Epilogue {
   // The direct path: with N even, each fragment row's two adjacent columns (the first
   // even) as one 2-element access per output where every output pointer is aligned
   // to two elements (one uniform test), else one element at a time.
+  //
+  // The pairs go in batches (batch_pairs): the loads of an epilogue input (a bias)
+  // cannot pass a store before them, which may write the same memory, so a pair's
+  // load placed after the previous pair's stores waits its whole latency before the
+  // pair's math can start, 64 times a thread in a 128 x 256 tile. Each batch's values
+  // are computed before the previous batch is stored, and a batch holds both fragment
+  // rows (half 0 and 1) of its columns, which read one bias element: loaded once.
   Result<void> direct_stores(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc) {
     llvm::Value* aligned = p_.N % 2 == 0 ? epi.pairs_aligned(f_.out) : nullptr;
     if (!aligned)
       return each_piece(1, [&](const Piece& pc) {
         return epi.store_element(f_.fn, pc.ok, *pc.coords, pc.flat, acc[pc.acc], f_.out);
       });
-    return each_piece(2, [&](const Piece& pc) {
-      return epi.store_pair(f_.fn, pc.ok, *pc.coords, pc.flat, acc[pc.acc], acc[pc.acc + 1], f_.out, aligned);
-    });
+    struct Computed {
+      llvm::Value *ok = nullptr, *flat = nullptr;
+      std::vector<MatmulEpilogue::PairValue> v;
+    };
+    std::vector<Computed> last;
+    auto store = [&](const std::vector<Computed>& batch) {
+      for (const Computed& d : batch) epi.store_pair_values(f_.fn, d.ok, d.flat, d.v, f_.out, aligned);
+    };
+    const int per = std::min(t_.ni, kBatchColumns);
+    for (int i = 0; i < t_.mi; ++i)
+      for (int j0 = 0; j0 < t_.ni; j0 += per) {
+        std::vector<Computed> batch;
+        for (int half = 0; half < 2; ++half)
+          for (int j = j0; j < std::min(t_.ni, j0 + per); ++j) {
+            std::vector<llvm::Value*> coords;
+            Piece pc = piece(i, half, j, 0, coords);
+            Result<std::vector<MatmulEpilogue::PairValue>> v =
+                epi.pair_values(f_.fn, pc.ok, coords, pc.flat, acc[pc.acc], acc[pc.acc + 1]);
+            if (!v) return v.error();
+            batch.push_back({pc.ok, pc.flat, std::move(*v)});
+          }
+        store(last);
+        last = std::move(batch);
+      }
+    store(last);
+    return {};
   }
+  // n8 column tiles a batch of direct_stores takes per fragment row: 4 (16 values a
+  // thread, two batches of them live at once besides the accumulators).
+  static constexpr int kBatchColumns = 2;
 
   // ---- the staged path ----
 

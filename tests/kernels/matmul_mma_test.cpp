@@ -525,6 +525,32 @@ TEST(MatmulMmaNvptx, Sm90aPersistentKernel) {
   EXPECT_NE(path->why.find("persistent = 70000"), std::string::npos) << path->why;
 }
 
+// The direct epilogue in batches (matmul_mma_epilogue.cpp, direct_stores), seen in the
+// persistent warp-specialised kernel's bias + GELU: a thread holds 64 columns of its
+// 128 x 256 tile (32 n8 tiles, two columns each, in two fragment rows) and loads each
+// column's bias once (the two rows' pairs share the load: 128 loads before batching),
+// and the second batch's loads (2 n8 tiles x 2 columns) come before the first batch's
+// stores, which they could not pass. No spills at the 384-thread block's 168 registers.
+TEST(MatmulMmaNvptx, DirectEpilogueLoadsEachBiasOnceAheadOfTheStores) {
+  Graph g = mm_graph({4096, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);
+  KernelConfig c = tc_config(128, 256, 64, 8, 4, 8, /*ws=*/1);
+  c.persistent = 132;
+  Ptx p = emit_ptx(g, c, "sm_90a", false, /*tma=*/true);
+  const size_t epi = p.text.find("wgmma.wait_group.sync.aligned 0;");
+  ASSERT_NE(epi, std::string::npos);
+  const std::string tail = p.text.substr(epi);
+  EXPECT_EQ(count(p.text, "ld.global"), 64) << "one bias load per column a thread holds";
+  EXPECT_EQ(count(tail, "ld.global"), 64);
+  const size_t first_store = tail.find("st.global");
+  ASSERT_NE(first_store, std::string::npos);
+  EXPECT_EQ(count(tail.substr(0, first_store), "ld.global"), 8) << "two batches' loads before the first store";
+  if (have_ptxas()) {
+    Result<std::vector<KernelResources>> r = assemble(p.text, "sm_90a");
+    ASSERT_TRUE(r.ok()) << r.error().str();
+    EXPECT_FALSE((*r)[0].spills());
+  }
+}
+
 // Ping-pong (pingpong = 1) on the persistent warp-specialised kernel: the same 384
 // threads, the two consumer warpgroups taking turns by named barriers (a bar.sync and
 // a bar.arrive of 256 threads besides the one bar.sync after the mbarriers'

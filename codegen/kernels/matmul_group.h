@@ -120,22 +120,15 @@ class MatmulEpilogue {
   // pass, and a value two pairs load at one address is loaded once.
   //
   // pair_values: each output's two values at (row, c) and (row, c + 1), `coords`
-  // ending with (row, c) and `flat` O's flat index of column c, computed under
-  // `in_bounds` (a branch in `fn`), as values after it (poison where out of bounds,
-  // never stored).
+  // ending with (row, c) and `flat` O's flat index of column c. No bounds test: the
+  // caller passes coordinates inside O (clamped where the pair is outside it, whose
+  // values it then does not store).
   struct PairValue {
     Elem first, second;
   };
-  Result<std::vector<PairValue>> pair_values(llvm::Function* fn, llvm::Value* in_bounds,
-                                             std::vector<llvm::Value*> coords, llvm::Value* flat, llvm::Value* acc0,
+  Result<std::vector<PairValue>> pair_values(std::vector<llvm::Value*> coords, llvm::Value* flat, llvm::Value* acc0,
                                              llvm::Value* acc1) {
     llvm::IRBuilderBase& b = cg_.builder();
-    llvm::LLVMContext& c = b.getContext();
-    llvm::BasicBlock* from = b.GetInsertBlock();
-    llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "epi", fn);
-    llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "epi.next", fn);
-    b.CreateCondBr(in_bounds, st, next);
-    b.SetInsertPoint(st);
     llvm::Type* it = flat->getType();
     Result<std::vector<Elem>> o0 = outputs(coords, flat, Elem{cg_.node_result(p_.dtype, acc0), p_.dtype});
     if (!o0) return o0.error();
@@ -144,21 +137,12 @@ class MatmulEpilogue {
     llvm::Value* flat1 = b.CreateAdd(flat, llvm::ConstantInt::get(it, 1), "", true, true);
     Result<std::vector<Elem>> o1 = outputs(coords, flat1, Elem{cg_.node_result(p_.dtype, acc1), p_.dtype});
     if (!o1) return o1.error();
-    llvm::BasicBlock* computed = b.GetInsertBlock();
-    b.CreateBr(next);
-    b.SetInsertPoint(next);
-    auto merged = [&](Elem e) {
-      llvm::PHINode* phi = b.CreatePHI(e.value->getType(), 2);
-      phi->addIncoming(e.value, computed);
-      phi->addIncoming(llvm::PoisonValue::get(e.value->getType()), from);
-      return Elem{phi, e.dtype};
-    };
     std::vector<PairValue> v;
-    for (size_t o = 0; o < first.size(); ++o) v.push_back({merged(first[o]), merged((*o1)[o])});
+    for (size_t o = 0; o < first.size(); ++o) v.push_back({first[o], (*o1)[o]});
     return v;
   }
-  // store_pair_values: `v` (pair_values' result for the same `in_bounds` and `flat`)
-  // stored under `in_bounds`, as one 2-element access per output where `aligned`
+  // store_pair_values: `v` (pair_values' result) stored at O's flat index `flat`
+  // under `in_bounds` (a branch in `fn`), as one 2-element access per output where `aligned`
   // (every output pointer aligned to two elements: the tensor cores' C fragment holds
   // such pairs), else one element at a time. Leaves the builder after the branch.
   void store_pair_values(llvm::Function* fn, llvm::Value* in_bounds, llvm::Value* flat,

@@ -72,41 +72,52 @@ class Epilogue {
   // One piece of the fragments: an accumulator element (width 1) or a fragment row's
   // two adjacent columns (width 2, the first even), with O's coordinates, flat index
   // and bounds (with N even, col < N covers col + 1 too), and the local row in the
-  // warp's tile (i * 16 + half * 8 + lane / 4) for the staging area.
+  // warp's tile (i * 16 + half * 8 + lane / 4) for the staging area. A pair also has
+  // `safe` coordinates: row and column clamped into O (the column to N - 2, the
+  // pair's first), the same as the real ones wherever `ok`. The epilogue's values at
+  // them can be computed without a branch, every load in bounds (a piece outside O
+  // computes values it never stores), so that the two fragment rows' loads of one
+  // bias column are one load, and a batch of pairs is straight-line code.
   struct Piece {
     size_t acc = 0;  // accumulator index of the (first) element
     llvm::Value *ok = nullptr, *flat = nullptr, *col = nullptr, *local_row = nullptr;
     int j = 0;
-    const std::vector<llvm::Value*>* coords = nullptr;
+    std::vector<llvm::Value*> coords;
+    std::vector<llvm::Value*> safe;  // width 2 only
+    llvm::Value* safe_flat = nullptr;
   };
   using PieceFn = std::function<Result<void>(const Piece&)>;
   Result<void> each_piece(int width, const PieceFn& fn) {
-    std::vector<llvm::Value*> coords;
     for (int i = 0; i < t_.mi; ++i)
       for (int half = 0; half < 2; ++half)
         for (int j = 0; j < t_.ni; ++j)
           for (int e = 0; e < 2; e += width)
-            if (Result<void> r = fn(piece(i, half, j, e, coords)); !r) return r;
+            if (Result<void> r = fn(piece(i, half, j, e, width)); !r) return r;
     return {};
   }
-  // The piece at accumulator (i, j, half, e), its coordinates written to `coords`
-  // (which it points to). The row's values repeat for each of the row's pieces;
-  // LLVM folds the copies.
-  Piece piece(int i, int half, int j, int e, std::vector<llvm::Value*>& coords) {
+  // The piece at accumulator (i, j, half, e). The row's values repeat for each of the
+  // row's pieces; LLVM folds the copies.
+  Piece piece(int i, int half, int j, int e, int width) {
     llvm::Value* row = frag_row(i, half);
     llvm::Value* row_ok = b_.CreateICmpSLT(row, k(p_.M));
-    llvm::Value* row_off = add(f_.zbase, mul(row, p_.N));
-    coords = f_.batch_coords;
     Piece pc;
     pc.acc = acc_index(i, j, half, e);
     pc.j = j;
     pc.col = add(frag_col(j), k(e));
-    coords.push_back(row);
-    coords.push_back(pc.col);
-    pc.coords = &coords;
+    pc.coords = f_.batch_coords;
+    pc.coords.push_back(row);
+    pc.coords.push_back(pc.col);
     pc.ok = guard(b_.CreateAnd(row_ok, b_.CreateICmpSLT(pc.col, k(p_.N))));
-    pc.flat = add(row_off, pc.col);
+    pc.flat = add(add(f_.zbase, mul(row, p_.N)), pc.col);
     pc.local_row = add(g_, k(i * 16 + half * 8));
+    if (width == 2) {
+      llvm::Value* srow = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, row, k(p_.M - 1));
+      llvm::Value* scol = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, pc.col, k(p_.N - 2));
+      pc.safe = f_.batch_coords;
+      pc.safe.push_back(srow);
+      pc.safe.push_back(scol);
+      pc.safe_flat = add(add(f_.zbase, mul(srow, p_.N)), scol);
+    }
     return pc;
   }
   size_t acc_index(int i, int j, int half, int e) const {
@@ -170,37 +181,44 @@ class Epilogue {
     llvm::Value* aligned = p_.N % 2 == 0 ? epi.pairs_aligned(f_.out) : nullptr;
     if (!aligned)
       return each_piece(1, [&](const Piece& pc) {
-        return epi.store_element(f_.fn, pc.ok, *pc.coords, pc.flat, acc[pc.acc], f_.out);
+        return epi.store_element(f_.fn, pc.ok, pc.coords, pc.flat, acc[pc.acc], f_.out);
       });
-    struct Computed {
-      llvm::Value *ok = nullptr, *flat = nullptr;
-      std::vector<MatmulEpilogue::PairValue> v;
-    };
-    std::vector<Computed> last;
-    auto store = [&](const std::vector<Computed>& batch) {
-      for (const Computed& d : batch) epi.store_pair_values(f_.fn, d.ok, d.flat, d.v, f_.out, aligned);
+    return batched_pairs(epi, acc, [&](const Piece& pc, const std::vector<MatmulEpilogue::PairValue>& v) {
+      epi.store_pair_values(f_.fn, pc.ok, pc.flat, v, f_.out, aligned);
+    });
+  }
+
+  // Every fragment pair through the epilogue in batches of kBatchColumns n8 tiles of
+  // both fragment rows, each batch's values computed (at the pieces' safe coordinates,
+  // straight-line code) before `store` takes the previous batch's.
+  using StorePair = std::function<void(const Piece&, const std::vector<MatmulEpilogue::PairValue>&)>;
+  Result<void> batched_pairs(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc, const StorePair& store) {
+    using Batch = std::vector<std::pair<Piece, std::vector<MatmulEpilogue::PairValue>>>;
+    Batch last;
+    auto flush = [&] {
+      for (const auto& [pc, v] : last) store(pc, v);
     };
     const int per = std::min(t_.ni, kBatchColumns);
     for (int i = 0; i < t_.mi; ++i)
       for (int j0 = 0; j0 < t_.ni; j0 += per) {
-        std::vector<Computed> batch;
+        Batch batch;
         for (int half = 0; half < 2; ++half)
           for (int j = j0; j < std::min(t_.ni, j0 + per); ++j) {
-            std::vector<llvm::Value*> coords;
-            Piece pc = piece(i, half, j, 0, coords);
+            Piece pc = piece(i, half, j, 0, 2);
             Result<std::vector<MatmulEpilogue::PairValue>> v =
-                epi.pair_values(f_.fn, pc.ok, coords, pc.flat, acc[pc.acc], acc[pc.acc + 1]);
+                epi.pair_values(pc.safe, pc.safe_flat, acc[pc.acc], acc[pc.acc + 1]);
             if (!v) return v.error();
-            batch.push_back({pc.ok, pc.flat, std::move(*v)});
+            batch.emplace_back(std::move(pc), std::move(*v));
           }
-        store(last);
+        flush();
         last = std::move(batch);
       }
-    store(last);
+    flush();
     return {};
   }
-  // n8 column tiles a batch of direct_stores takes per fragment row: 4 (16 values a
-  // thread, two batches of them live at once besides the accumulators).
+  // n8 column tiles a batch takes per fragment row: 2, so 8 values a thread a batch,
+  // two batches live at once besides the accumulators (4 spilled 80 bytes in the
+  // 384-thread 128 x 256 kernel, whose limit is 168 registers).
   static constexpr int kBatchColumns = 2;
 
   // ---- the staged path ----
@@ -241,31 +259,21 @@ class Epilogue {
   // its area (a packed conversion and one 4- or 8-byte shared store).
   Result<void> stage(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc) {
     llvm::LLVMContext& c = b_.getContext();
-    return each_piece(2, [&](const Piece& pc) -> Result<void> {
+    return batched_pairs(epi, acc, [&](const Piece& pc, const std::vector<MatmulEpilogue::PairValue>& v) {
       llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "stage", f_.fn);
       llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "stage.next", f_.fn);
       b_.CreateCondBr(pc.ok, st, next);
       b_.SetInsertPoint(st);
-      Result<std::vector<Elem>> o0 =
-          epi.outputs(*pc.coords, pc.flat, Elem{f_.cg->node_result(p_.dtype, acc[pc.acc]), p_.dtype});
-      if (!o0) return o0.error();
-      std::vector<Elem> first = *o0;  // the next call resets the memo
-      std::vector<llvm::Value*> c1 = *pc.coords;
-      c1.back() = add(pc.col, k(1));
-      Result<std::vector<Elem>> o1 =
-          epi.outputs(c1, add(pc.flat, k(1)), Elem{f_.cg->node_result(p_.dtype, acc[pc.acc + 1]), p_.dtype});
-      if (!o1) return o1.error();
       llvm::Value* lc = add(tig2_, k(pc.j * 8));
-      for (size_t o = 0; o < first.size(); ++o) {
+      for (size_t o = 0; o < v.size(); ++o) {
         const int64_t s = out_bytes(o);
         llvm::Value* byte = mul(lc, s);
         llvm::Value* off = add(chunk_at(o, pc.local_row, b_.CreateLShr(byte, k(4))), b_.CreateAnd(byte, k(15)));
-        b_.CreateAlignedStore(f_.cg->narrow_vector(first[o].dtype, {first[o].value, (*o1)[o].value}), smem_at(off),
-                              llvm::Align(static_cast<uint64_t>(2 * s)));
+        b_.CreateAlignedStore(f_.cg->narrow_vector(v[o].first.dtype, {v[o].first.value, v[o].second.value}),
+                              smem_at(off), llvm::Align(static_cast<uint64_t>(2 * s)));
       }
       b_.CreateBr(next);
       b_.SetInsertPoint(next);
-      return {};
     });
   }
 

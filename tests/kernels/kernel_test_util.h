@@ -6,8 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <barrier>
 #include <cstdlib>
+#include <cstring>
+#include <stdexcept>
 #include <functional>
 #include <string>
 #include <thread>
@@ -64,6 +69,32 @@ inline std::vector<Tensor> output_tensors(const Graph& g) {
   for (const Output& o : g.outputs()) out.emplace_back(g.node(o.value).type.dtype, g.node(o.value).type.shape);
   return out;
 }
+
+// A copy of a tensor that ends exactly where a PROT_NONE page begins: a kernel that
+// reads one element past it faults (the JIT-compiled kernels are not instrumented by
+// the sanitizers, so this is how a test sees a read out of bounds).
+class Guarded {
+ public:
+  explicit Guarded(const Tensor& t) {
+    const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    span_ = (t.nbytes() + page - 1) / page * page + page;
+    void* m = mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) throw std::runtime_error("mmap failed");
+    base_ = static_cast<std::byte*>(m);
+    if (mprotect(base_ + span_ - page, page, PROT_NONE) != 0) throw std::runtime_error("mprotect failed");
+    data_ = base_ + span_ - page - t.nbytes();
+    if (t.nbytes()) std::memcpy(data_, t.data(), t.nbytes());
+  }
+  Guarded(const Guarded&) = delete;
+  Guarded& operator=(const Guarded&) = delete;
+  ~Guarded() { munmap(base_, span_); }
+  void* data() const { return data_; }
+
+ private:
+  std::byte* base_ = nullptr;
+  std::byte* data_ = nullptr;
+  size_t span_ = 0;
+};
 
 // The host ABI's argument array (emitter.h): inputs, then outputs.
 inline std::vector<void*> arg_array(const std::vector<Tensor>& inputs, std::vector<Tensor>& out) {

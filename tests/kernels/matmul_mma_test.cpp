@@ -525,12 +525,14 @@ TEST(MatmulMmaNvptx, Sm90aPersistentKernel) {
   EXPECT_NE(path->why.find("persistent = 70000"), std::string::npos) << path->why;
 }
 
-// The direct epilogue in batches (matmul_mma_epilogue.cpp, direct_stores), seen in the
-// persistent warp-specialised kernel's bias + GELU: a thread holds 64 columns of its
-// 128 x 256 tile (32 n8 tiles, two columns each, in two fragment rows) and loads each
-// column's bias once (the two rows' pairs share the load: 128 loads before batching),
-// and the second batch's loads (2 n8 tiles x 2 columns) come before the first batch's
-// stores, which they could not pass. No spills at the 384-thread block's 168 registers.
+// The epilogue's pairs in batches at clamped coordinates (matmul_mma_epilogue.cpp,
+// batched_pairs), seen in the persistent warp-specialised kernel's bias + GELU: a
+// thread holds 64 columns of its 128 x 256 tile (32 n8 tiles, two columns each, in
+// two fragment rows) and loads each column's bias once (the two rows' pairs share the
+// load: 128 loads before), and the second batch's loads (2 n8 tiles x 2 columns) come
+// before the first batch's stores, which they could not pass. No spills at the
+// 384-thread block's 168 registers. The default kernel's staged path and its direct
+// fallback each load a column once too: 128 in all (256 before).
 TEST(MatmulMmaNvptx, DirectEpilogueLoadsEachBiasOnceAheadOfTheStores) {
   Graph g = mm_graph({4096, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);
   KernelConfig c = tc_config(128, 256, 64, 8, 4, 8, /*ws=*/1);
@@ -549,6 +551,9 @@ TEST(MatmulMmaNvptx, DirectEpilogueLoadsEachBiasOnceAheadOfTheStores) {
     ASSERT_TRUE(r.ok()) << r.error().str();
     EXPECT_FALSE((*r)[0].spills());
   }
+  Ptx staged = emit_ptx(g, tc_config(128, 256, 64, 8, 4), "sm_90a", false, /*tma=*/true);
+  EXPECT_GT(count(staged.text, "st.global.v4"), 0);
+  EXPECT_EQ(count(staged.text, "ld.global"), 128);
 }
 
 // Ping-pong (pingpong = 1) on the persistent warp-specialised kernel: the same 384

@@ -36,7 +36,6 @@
 
 namespace sf::mma_sim {
 
-using kernel_test::arg_array;
 using kernel_test::finish;
 using kernel_test::jit;
 using kernel_test::output_tensors;
@@ -715,7 +714,15 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
   // Outputs start as garbage, or zeroed where the launch says so (split-K).
   for (Tensor& t : out)
     if (t.nbytes()) std::memset(t.data(), launch.zero_outputs ? 0 : 0x7f, t.nbytes());
-  std::vector<void*> args = arg_array(inputs, out);
+  // Every input ends at a PROT_NONE page: a kernel that reads past one (an operand
+  // tile past K, an epilogue's bias past N) faults.
+  std::vector<std::unique_ptr<kernel_test::Guarded>> guarded;
+  std::vector<void*> args;
+  for (const Tensor& t : inputs) {
+    guarded.push_back(std::make_unique<kernel_test::Guarded>(t));
+    args.push_back(guarded.back()->data());
+  }
+  for (Tensor& t : out) args.push_back(t.data());
   // `out_shift`: each output `out_shift` bytes past a 64-byte boundary instead (a
   // view's misaligned start), copied back after the launch.
   std::vector<std::vector<std::byte>> shifted(out.size());
@@ -728,7 +735,7 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
       args[inputs.size() + o] = base;
     }
   std::vector<SimTensorMap> maps;
-  for (const TensorMapSpec& t : launch.tensor_maps) maps.push_back({t, inputs[static_cast<size_t>(t.input)].data()});
+  for (const TensorMapSpec& t : launch.tensor_maps) maps.push_back({t, args[static_cast<size_t>(t.input)]});
   for (SimTensorMap& m : maps) args.push_back(&m);
   // Split-K in a workspace: zeroed, after the tensor maps; the launch must leave it zero.
   std::vector<uint32_t> workspace(static_cast<size_t>((launch.workspace_bytes + 3) / 4), 0);

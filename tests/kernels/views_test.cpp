@@ -9,9 +9,6 @@
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/kernels/host_program_check.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <functional>
 #include <string>
@@ -32,30 +29,7 @@ namespace kernels_views_test {
 using kernel_test::finish;
 using kernel_test::jit;
 
-// A copy of a tensor that ends exactly where a PROT_NONE page begins: a kernel that
-// reads one element past it faults.
-class Guarded {
- public:
-  explicit Guarded(const Tensor& t) {
-    const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    span_ = (t.nbytes() + page - 1) / page * page + page;
-    void* m = mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) throw std::runtime_error("mmap failed");
-    base_ = static_cast<std::byte*>(m);
-    if (mprotect(base_ + span_ - page, page, PROT_NONE) != 0) throw std::runtime_error("mprotect failed");
-    data_ = base_ + span_ - page - t.nbytes();
-    if (t.nbytes()) std::memcpy(data_, t.data(), t.nbytes());
-  }
-  Guarded(const Guarded&) = delete;
-  Guarded& operator=(const Guarded&) = delete;
-  ~Guarded() { munmap(base_, span_); }
-  void* data() const { return data_; }
-
- private:
-  std::byte* base_ = nullptr;
-  std::byte* data_ = nullptr;
-  size_t span_ = 0;
-};
+using kernel_test::Guarded;
 
 // Runs an emitted kernel on guarded copies of `inputs`: `call(fn, args)` calls it
 // (once for a host kernel, per thread for a simulated GPU kernel).

@@ -231,7 +231,7 @@ Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::vector<
   std::vector<Tensor> out = kernel_test::output_tensors(group);
   for (Tensor& t : out)
     if (t.nbytes()) std::memset(t.data(), 0x7f, t.nbytes());
-  std::vector<void*> args = kernel_test::arg_array(in, out);
+  kernel_test::ArgArray args = kernel_test::arg_array(in, out);
   kernel_test::BlockThreads block(launch.block[0]);
   cp_async_calls = 0;
   for (int64_t bx = 0; bx < launch.grid[0]; ++bx) {

@@ -31,7 +31,6 @@ namespace kernels_host_config_test {
 
 using kernel_test::finish;
 using kernel_test::reduce;
-using kernel_test::arg_array;
 using kernel_test::jit;
 using kernel_test::module_text;
 using kernel_test::output_tensors;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -96,13 +97,28 @@ class Guarded {
   size_t span_ = 0;
 };
 
-// The host ABI's argument array (emitter.h): inputs, then outputs.
-inline std::vector<void*> arg_array(const std::vector<Tensor>& inputs, std::vector<Tensor>& out) {
-  std::vector<void*> args;
-  for (const Tensor& t : inputs) args.push_back(const_cast<std::byte*>(t.data()));
-  for (Tensor& t : out) args.push_back(t.data());
-  return args;
-}
+// The host ABI's argument array (emitter.h): inputs, then outputs, each input a
+// Guarded copy that lives as long as the array, so a kernel that reads past an input
+// faults. More slots may be appended (tensor maps, a workspace).
+class ArgArray {
+ public:
+  ArgArray(const std::vector<Tensor>& inputs, std::vector<Tensor>& out) {
+    for (const Tensor& t : inputs) {
+      guarded_.push_back(std::make_unique<Guarded>(t));
+      ptrs_.push_back(guarded_.back()->data());
+    }
+    for (Tensor& t : out) ptrs_.push_back(t.data());
+  }
+  void** data() { return ptrs_.data(); }
+  void push_back(void* p) { ptrs_.push_back(p); }
+  void*& operator[](size_t i) { return ptrs_[i]; }
+  size_t size() const { return ptrs_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<Guarded>> guarded_;
+  std::vector<void*> ptrs_;
+};
+inline ArgArray arg_array(const std::vector<Tensor>& inputs, std::vector<Tensor>& out) { return {inputs, out}; }
 
 // JIT-compiles an emitted host kernel and runs it once on `inputs`: its outputs.
 inline Result<std::vector<Tensor>> run_emitted(Result<EmittedKernel> k, const Graph& g,
@@ -111,7 +127,7 @@ inline Result<std::vector<Tensor>> run_emitted(Result<EmittedKernel> k, const Gr
   Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
   if (!fn) return fn.error();
   std::vector<Tensor> out = output_tensors(g);
-  std::vector<void*> args = arg_array(inputs, out);
+  ArgArray args = arg_array(inputs, out);
   reinterpret_cast<void (*)(void**)>(*fn)(args.data());
   return out;
 }

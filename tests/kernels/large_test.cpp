@@ -34,7 +34,7 @@ void run_and_compare(KernelKind kind, const Graph& g, const std::string& what) {
   ASSERT_TRUE(fn.ok()) << what << ": " << fn.error().message;
   std::vector<Tensor> in = random_inputs(g, 9);
   std::vector<Tensor> out = kernel_test::output_tensors(g);
-  std::vector<void*> args = kernel_test::arg_array(in, out);
+  kernel_test::ArgArray args = kernel_test::arg_array(in, out);
   reinterpret_cast<void (*)(void**)>(*fn)(args.data());
   auto want = evaluate(g, in);
   ASSERT_TRUE(want.ok()) << what;

@@ -165,7 +165,7 @@ Result<std::vector<Tensor>> run_tiled(const Graph& g, const std::vector<Tensor>&
   // split-K kernel adds into its output, which the launch zeroes.
   for (Tensor& t : out)
     if (t.nbytes()) std::memset(t.data(), launch.zero_outputs ? 0 : 0x7f, t.nbytes());
-  std::vector<void*> args = arg_array(inputs, out);
+  kernel_test::ArgArray args = arg_array(inputs, out);
   // Split-K in a workspace: zeroed, after the outputs; the launch must leave it zero.
   std::vector<uint32_t> workspace(static_cast<size_t>((launch.workspace_bytes + 3) / 4), 0);
   if (launch.workspace_bytes > 0) args.push_back(workspace.data());

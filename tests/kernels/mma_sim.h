@@ -714,15 +714,9 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
   // Outputs start as garbage, or zeroed where the launch says so (split-K).
   for (Tensor& t : out)
     if (t.nbytes()) std::memset(t.data(), launch.zero_outputs ? 0 : 0x7f, t.nbytes());
-  // Every input ends at a PROT_NONE page: a kernel that reads past one (an operand
-  // tile past K, an epilogue's bias past N) faults.
-  std::vector<std::unique_ptr<kernel_test::Guarded>> guarded;
-  std::vector<void*> args;
-  for (const Tensor& t : inputs) {
-    guarded.push_back(std::make_unique<kernel_test::Guarded>(t));
-    args.push_back(guarded.back()->data());
-  }
-  for (Tensor& t : out) args.push_back(t.data());
+  // Every input ends at a PROT_NONE page (ArgArray): a kernel that reads past one (an
+  // operand tile past K, an epilogue's bias past N) faults.
+  kernel_test::ArgArray args = kernel_test::arg_array(inputs, out);
   // `out_shift`: each output `out_shift` bytes past a 64-byte boundary instead (a
   // view's misaligned start), copied back after the launch.
   std::vector<std::vector<std::byte>> shifted(out.size());

@@ -141,7 +141,7 @@ Result<std::vector<Tensor>> run_simulated(const Graph& g, const std::vector<Tens
   using Entry = void (*)(void**, int32_t, int32_t, int32_t, ReductionSimHooks*, int32_t);
   auto entry = reinterpret_cast<Entry>(*fn);
   std::vector<Tensor> out = output_tensors(g);
-  std::vector<void*> args = arg_array(inputs, out);
+  kernel_test::ArgArray args = arg_array(inputs, out);
   std::vector<std::vector<char>> shifted;
   if (misaligned)
     for (size_t i = 0; i < inputs.size(); ++i) {

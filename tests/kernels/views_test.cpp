@@ -29,23 +29,15 @@ namespace kernels_views_test {
 using kernel_test::finish;
 using kernel_test::jit;
 
-using kernel_test::Guarded;
-
-// Runs an emitted kernel on guarded copies of `inputs`: `call(fn, args)` calls it
-// (once for a host kernel, per thread for a simulated GPU kernel).
+// Runs an emitted kernel on guarded copies of `inputs` (ArgArray): `call(fn, args)`
+// calls it (once for a host kernel, per thread for a simulated GPU kernel).
 Result<std::vector<Tensor>> run_guarded(Result<EmittedKernel> k, const Graph& g, const std::vector<Tensor>& inputs,
                                         const std::function<void(void*, void**)>& call) {
   if (!k) return k.error();
   Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
   if (!fn) return fn.error();
-  std::vector<std::unique_ptr<Guarded>> guarded;
-  std::vector<void*> args;
-  for (const Tensor& t : inputs) {
-    guarded.push_back(std::make_unique<Guarded>(t));
-    args.push_back(guarded.back()->data());
-  }
   std::vector<Tensor> out = kernel_test::output_tensors(g);
-  for (Tensor& t : out) args.push_back(t.data());
+  kernel_test::ArgArray args = kernel_test::arg_array(inputs, out);
   call(*fn, args.data());
   return out;
 }

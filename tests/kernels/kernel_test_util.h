@@ -9,7 +9,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <barrier>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -159,6 +161,41 @@ inline std::string ptxas_failure(const std::string& ptx, const std::string& arch
   return r.ok() ? "" : r.error().str();
 }
 
+// A barrier whose waiters sleep at once (a mutex and a condition variable), for the
+// simulations' hundreds of OS threads on a few cores: std::barrier spins and yields
+// before it sleeps, and with a block's threads many times the cores those spins and
+// yields took a fifth of the simulations' time, in the kernel's scheduler. `Completion`
+// runs once per phase, by the last thread to arrive, before any waiter leaves.
+struct NoCompletion {
+  void operator()() noexcept {}
+};
+template <class Completion = NoCompletion>
+class SleepBarrier {
+ public:
+  explicit SleepBarrier(std::ptrdiff_t n, Completion done = {}) : n_(n), done_(std::move(done)) {}
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> l(mu_);
+    const uint64_t phase = phase_;
+    if (++arrived_ == n_) {
+      done_();
+      arrived_ = 0;
+      ++phase_;
+      l.unlock();
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(l, [&] { return phase_ != phase; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const std::ptrdiff_t n_;
+  std::ptrdiff_t arrived_ = 0;
+  uint64_t phase_ = 0;
+  Completion done_;
+};
+
 // The threads of one simulated thread block, kept for every block of a launch: the
 // simulations run a GPU kernel's threads as OS threads (they meet at barriers), and
 // starting blocks x threads of them cost more than the kernels themselves, most of all
@@ -192,7 +229,7 @@ class BlockThreads {
   }
 
  private:
-  std::barrier<> start_, done_;
+  SleepBarrier<> start_, done_;
   const std::function<void(int)>* fn_ = nullptr;
   bool stop_ = false;  // written before `start_`, whose completion orders it for the readers
   std::vector<std::thread> threads_;

@@ -1,5 +1,5 @@
 // The matmul emitter: host kernels (ORC JIT) and the tiled NVPTX kernel built for the
-// host and run block by block (one OS thread per GPU thread, a std::barrier for
+// host and run block by block (one OS thread per GPU thread, a sleeping barrier for
 // bar.sync) against the reference evaluator on the same group graph; NVPTX kernels
 // through the verifier, compile_to_ptx, substring checks on the PTX and ptxas -v
 // (no spills). No GPU is needed.
@@ -10,7 +10,6 @@
 
 #include <unistd.h>
 
-#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -147,7 +146,7 @@ Result<std::vector<Tensor>> run_host(const Graph& g, const std::vector<Tensor>& 
   return kernel_test::run_emitted(emitter_for(KernelKind::Matmul).emit(spec_of(g), {}, llvmb::Target::host()), g, inputs);
 }
 
-void sim_barrier(void* ctx) { static_cast<std::barrier<>*>(ctx)->arrive_and_wait(); }
+void sim_barrier(void* ctx) { static_cast<kernel_test::SleepBarrier<>*>(ctx)->arrive_and_wait(); }
 
 // The tiled GPU kernel, run on the host: every block of the launch, each with its
 // threads as OS threads sharing a shared-memory buffer and a barrier.
@@ -180,7 +179,7 @@ Result<std::vector<Tensor>> run_tiled(const Graph& g, const std::vector<Tensor>&
       const int64_t bz = (zi + bx + by) % launch.grid[2];
       // Garbage in shared memory, as on a GPU: the kernel must not read before writing.
       std::fill(smem.begin(), smem.end(), std::nanf(""));
-      std::barrier<> bar(threads);
+      kernel_test::SleepBarrier<> bar(threads);
       block.run([&](int t) {
         entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, smem.data(), &sim_barrier, &bar,
               static_cast<int32_t>(bz));

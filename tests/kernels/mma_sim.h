@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <array>
-#include <barrier>
 #include <bit>
 #include <chrono>
 #include <condition_variable>
@@ -58,7 +57,7 @@ inline float from_16(uint32_t h, bool f16) {
 // One warp's rendezvous: every lane deposits its operands, all 32 meet, each computes
 // its own result from everybody's, all 32 meet again before the slots are reused.
 struct Warp {
-  std::barrier<> bar{kLanes};
+  kernel_test::SleepBarrier<> bar{kLanes};
   std::array<const uint8_t*, kLanes> row{};
   std::array<int, kLanes> trans{};
   std::array<std::array<uint32_t, 4>, kLanes> a{};
@@ -70,7 +69,7 @@ struct Warp {
 // One warpgroup's rendezvous for wgmma: every thread deposits its descriptors and
 // mode, all 128 meet (and must agree), each computes its own fragment of D.
 struct WarpGroup {
-  std::barrier<> bar{4 * kLanes};
+  kernel_test::SleepBarrier<> bar{4 * kLanes};
   std::array<uint64_t, 4 * kLanes> da{}, db{};
   std::array<int32_t, 4 * kLanes> mode{};
   int calls = 0;  // wgmma instructions thread 0 of the group issued
@@ -109,7 +108,7 @@ struct Block {
     auto p = reinterpret_cast<uintptr_t>(storage.data());
     smem = storage.data() + ((1024 - p % 1024) % 1024);
   }
-  std::barrier<Publish> bar;
+  kernel_test::SleepBarrier<Publish> bar;
   size_t bar_threads;
   // The memory model (under mu): per thread, its cp.async groups (the last one open)
   // and the ranges its waits completed but no barrier has published yet; per

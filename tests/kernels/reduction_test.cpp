@@ -13,7 +13,6 @@
 
 #include <unistd.h>
 
-#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -106,11 +105,11 @@ Result<std::vector<Tensor>> run_host(const Graph& g, const std::vector<Tensor>& 
   return kernel_test::run_emitted(reduction_emitter().emit(spec_of(g), cfg, llvmb::Target::host()), g, inputs);
 }
 
-// One simulated block: a std::barrier for __syncthreads and a slot per thread for
+// One simulated block: a barrier for __syncthreads and a slot per thread for
 // shuffles (write, barrier, read the partner's, barrier).
 struct SimBlock {
   explicit SimBlock(int threads) : bar(threads), slots(static_cast<size_t>(threads)) {}
-  std::barrier<> bar;
+  kernel_test::SleepBarrier<> bar;
   std::vector<int32_t> slots;
 };
 

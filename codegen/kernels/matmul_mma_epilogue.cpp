@@ -255,8 +255,9 @@ class Epilogue {
     return b_.CreateICmpEQ(bits, b_.getInt64(0), "out.aligned16");
   }
 
-  // Each in-bounds fragment pair through the epilogue, every output's pair written to
-  // its area (a packed conversion and one 4- or 8-byte shared store).
+  // Every fragment pair through the epilogue (batched_pairs), each in-bounds pair's
+  // outputs written to their areas (a packed conversion and one 4- or 8-byte shared
+  // store).
   Result<void> stage(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc) {
     llvm::LLVMContext& c = b_.getContext();
     return batched_pairs(epi, acc, [&](const Piece& pc, const std::vector<MatmulEpilogue::PairValue>& v) {

@@ -11,12 +11,12 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <cstdlib>
 #include <cstring>
-#include <stdexcept>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>

@@ -105,7 +105,7 @@ json full_config_json(const KernelConfig& c) {
 }
 
 json resources_to_json(const KernelResources& r) {
-  return json{{"name", r.name},
+  json j{{"name", r.name},
               {"arch", r.arch},
               {"registers", r.registers},
               {"barriers", r.barriers},
@@ -115,6 +115,8 @@ json resources_to_json(const KernelResources& r) {
               {"spill_store_bytes", r.spill_store_bytes},
               {"spill_load_bytes", r.spill_load_bytes},
               {"cumulative_stack_bytes", r.cumulative_stack_bytes}};
+  if (!r.notes.empty()) j["notes"] = r.notes;  // written only when there are any
+  return j;
 }
 
 Result<KernelResources> resources_from_json(const json& j) {
@@ -128,6 +130,13 @@ Result<KernelResources> resources_from_json(const json& j) {
                  read_int(j, "spill_load_bytes", &r.spill_load_bytes),
                  read_int(j, "cumulative_stack_bytes", &r.cumulative_stack_bytes)})
     if (!d.ok()) return error("resources: " + d.error().message);
+  if (auto it = j.find("notes"); it != j.end()) {
+    if (!it->is_array()) return error("resources: 'notes' must be an array of strings, not " + it->dump());
+    for (const json& n : *it) {
+      if (!n.is_string()) return error("resources: 'notes' must be an array of strings, not " + it->dump());
+      r.notes.push_back(n.get<std::string>());
+    }
+  }
   return r;
 }
 

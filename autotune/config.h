@@ -63,6 +63,12 @@ struct KernelConfig {
   // schedule), so one warpgroup's epilogue runs while the other multiplies; 0: both
   // share every tile (CUTLASS's cooperative schedule).
   int pingpong = 0;
+  // Warp-specialised persistent wgmma kernel with two consumer warpgroups (384
+  // threads, 168 registers each at launch): the consumer warpgroups' registers a
+  // thread after setmaxnreg.inc (176..240, a multiple of 8), the producer warpgroup
+  // giving up the difference with setmaxnreg.dec (232: the producer keeps 40, as
+  // CUTLASS's Hopper kernels do); 0: no reallocation.
+  int setmaxnreg = 0;
   // --- host (the kernel runs as loops in one CPU thread) ---
   int host_vector = 0;      // llvm.loop.vectorize.width of the innermost loop; 0 = LLVM's choice
   int host_interleave = 0;  // llvm.loop.interleave.count of the innermost loop; 0 = LLVM's choice

@@ -147,6 +147,11 @@ double host_predict(const TuneProblem& p, const KernelConfig& c, const TargetInf
 std::optional<std::string> resource_reject(const TuneProblem& p, const KernelConfig& c, const TargetInfo& t,
                                            const BuildResult& b) {
   if (t.kind == ConfigTarget::Host) return std::nullopt;
+  // A register reallocation ptxas dropped (C7508: the registers at entry unknown)
+  // leaves the kernel without it: the same code as the config without setmaxnreg.
+  if (c.setmaxnreg > 0 && b.resources)
+    for (const std::string& n : b.resources->notes)
+      if (n.find("'setmaxnreg' ignored") != std::string::npos) return "ptxas: " + n;
   if (occupancy(p, c, t, b) > 0) return std::nullopt;
   int regs = b.resources ? b.resources->registers : 0;
   return "no block fits on an SM: " + std::to_string(threads_of(p, c, b)) + " threads x " + std::to_string(regs) +

@@ -150,6 +150,7 @@ std::vector<KernelResources> parse_ptxas_info(std::string_view log) {
   std::map<std::string, Props> props;  // by function name, entry or not
   int current = -1;                    // the entry the next "Used" line belongs to
   std::string props_for;               // the function the next properties line describes
+  std::vector<std::string> module_notes;  // notes before the first entry: every entry's
 
   for (std::string_view raw : split(log, '\n')) {
     std::string_view line = trim(raw);
@@ -162,8 +163,12 @@ std::vector<KernelResources> parse_ptxas_info(std::string_view log) {
         k.name = quoted(text);
         size_t for_pos = text.find(" for ");
         if (for_pos != std::string_view::npos) k.arch = quoted(text, for_pos);
+        k.notes = module_notes;
         entries.push_back(std::move(k));
         current = static_cast<int>(entries.size()) - 1;
+      } else if (starts_with(text, "(C")) {
+        if (current >= 0) entries[static_cast<size_t>(current)].notes.emplace_back(text);
+        else if (entries.empty()) module_notes.emplace_back(text);
       } else if (starts_with(text, "Compiling function")) {
         current = -1;  // a non-entry function's lines (relocatable mode) are not ours
       } else if (starts_with(text, "Function properties for ")) {

@@ -27,6 +27,10 @@ struct KernelResources {
   int64_t spill_store_bytes = 0;
   int64_t spill_load_bytes = 0;
   int64_t cumulative_stack_bytes = 0;  // with callees ("cumulative stack size"), 0 when absent
+  // ptxas's numbered notes ("(C7508) Potential Performance Loss: 'setmaxnreg'
+  // ignored; ..."), the code and text of each (parse_ptxas_info says which entry gets
+  // which).
+  std::vector<std::string> notes;
 
   bool spills() const { return spill_store_bytes > 0 || spill_load_bytes > 0; }
   bool operator==(const KernelResources&) const = default;
@@ -61,7 +65,10 @@ inline Result<std::vector<KernelResources>> run_ptxas(std::string_view ptx, cons
 // and ptxas 13's
 //   "Used 14 registers, used 1 barriers, 1024 bytes smem"
 // parse. Properties of non-entry functions (".func", "Function properties for f" with
-// no "Compiling entry function 'f'") are not reported.
+// no "Compiling entry function 'f'") are not reported. A numbered note ("ptxas info :
+// (Cnnnn) ...") ptxas 13 prints before the first entry's line, naming no kernel: it
+// goes to every entry of the log (our modules hold one kernel); one after an entry's
+// line goes to that entry.
 std::vector<KernelResources> parse_ptxas_info(std::string_view log);
 
 // Turns ptxas's error output into a Diag: "<file>, line N; error   : msg" lines give

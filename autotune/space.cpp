@@ -52,7 +52,7 @@ std::vector<KernelConfig> gpu_reduction(const TargetInfo& t) {
 
 // One tensor-core config of the space below; a persistent grid of the SMs times the
 // blocks one SM's shared memory holds.
-KernelConfig tensor_core_config(int bm, int bn, int bk, int warps, int stages, int ws, int sk, int pers, int pp,
+KernelConfig tensor_core_config(int bm, int bn, int bk, int warps, int stages, int ws, int sk, int pers, int pp, int regs,
                                 const TargetInfo& t, int operand_bytes) {
   KernelConfig c;
   c.block_m = bm;
@@ -69,6 +69,7 @@ KernelConfig tensor_core_config(int bm, int bn, int bk, int warps, int stages, i
     c.persistent = t.sms * static_cast<int>(std::clamp<int64_t>(per_sm, 1, 4));
   }
   c.pingpong = pp;
+  c.setmaxnreg = regs;
   return c;
 }
 
@@ -83,7 +84,11 @@ KernelConfig tensor_core_config(int bm, int bn, int bk, int warps, int stages, i
 // persistent Hopper GEMMs are warp-specialised: the producer loads the next tile
 // while the consumers store this one): a grid of the SMs times the blocks one SM
 // holds by shared memory. Those with two consumer warpgroups also come ping-pong
-// (CUTLASS's other Hopper schedule: the warpgroups take whole tiles in turn).
+// (CUTLASS's other Hopper schedule: the warpgroups take whole tiles in turn), and
+// those of them whose consumer threads hold 128 accumulators (the most that fit,
+// where 168 registers a thread are tightest) also with setmaxnreg=232: the producer
+// warpgroup keeps 40 registers a thread, the consumers take the rest, as CUTLASS's
+// Hopper kernels do.
 void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool split, const TargetInfo& t,
                             int operand_bytes) {
   for (int bm : {64, 128, 256})
@@ -98,8 +103,14 @@ void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool spl
                 for (int pers = 0; pers <= ws; ++pers)
                   // Persistent with two consumer warpgroups: also ping-pong, which
                   // gives each warpgroup whole tiles (so 64-row tiles fit 8 warps).
-                  for (int pp = 0; pp <= (pers && warps == 8 && sk == 1 ? 1 : 0); ++pp)
-                    out.push_back(tensor_core_config(bm, bn, bk, warps, stages, ws, sk, pers, pp, t, operand_bytes));
+                  for (int pp = 0; pp <= (pers && warps == 8 && sk == 1 ? 1 : 0); ++pp) {
+                    // Accumulators a consumer thread holds: its warpgroup's rows (the
+                    // whole tile in ping-pong, half of it otherwise) x block_n / 128.
+                    const int64_t acc = int64_t{pp ? bm : bm / 2} * bn / 128;
+                    const bool realloc = pers && warps == 8 && acc == 128;
+                    for (int regs : realloc ? std::vector<int>{0, 232} : std::vector<int>{0})
+                      out.push_back(tensor_core_config(bm, bn, bk, warps, stages, ws, sk, pers, pp, regs, t, operand_bytes));
+                  }
 }
 
 std::vector<KernelConfig> gpu_matmul(const TuneProblem& p, const TargetInfo& t) {

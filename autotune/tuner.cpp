@@ -43,10 +43,13 @@ std::vector<bool> measured_set(const std::vector<std::string>& ranked, int top_k
   // tile for its products, a 128-row one (two m64 steps) a B tile half as wide,
   // which the model does not weigh either (on an H200 the 64 x 256 one measured
   // 1.45x the cooperative winner's time: bench/results/tune-h200-run7/).
+  // Register reallocation (setmaxnreg) is a schedule of its own too: what the
+  // consumers' extra registers buy (longer epilogue batches, freer scheduling) is
+  // not in the model either.
   auto schedule = [](const std::string& text) {
     Result<KernelConfig> c = parse_config_str(text);
     return c ? std::to_string(c->warp_specialize) + (c->persistent > 0 ? "p" : "") +
-                   (c->pingpong ? "pp" + std::to_string(c->block_m) : "")
+                   (c->pingpong ? "pp" + std::to_string(c->block_m) : "") + (c->setmaxnreg ? "r" : "")
              : "";
   };
   std::set<std::string> schedules;

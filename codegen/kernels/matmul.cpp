@@ -763,6 +763,9 @@ Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& confi
                           (config.pingpong ? ", ping-pong: each consumer warpgroup takes whole tiles in turn, its "
                                              "epilogue during the other's K loop"
                                            : std::string()) +
+                          (config.setmaxnreg ? ", registers reallocated: the consumer warpgroups take " +
+                                                   std::to_string(config.setmaxnreg) + " a thread (setmaxnreg)"
+                                             : std::string()) +
                           (spec.tma && !choice.tma ? "; not TMA: " + choice.not_tma : std::string())};
   std::string why = "mma.sync.m16n8" + kk + dt + " with f32 accumulators, ldmatrix, 16-byte cp.async (" + stages + ")";
   why += persistent(config) + split_k(*plan, config);

@@ -138,6 +138,10 @@ struct MmaSimHooks {
   // shfl.sync.bfly.b32 over the full warp: `v` of the lane `lane_mask` away (the
   // fused attention's register-resident row max and sum; every lane calls it).
   float (*shfl_bfly)(void* ctx, int32_t thread, float v, int32_t lane_mask) = nullptr;
+  // setmaxnreg.inc (`inc` 1) or .dec (0).sync.aligned.u32 `count`: the registers a
+  // thread of the caller's warpgroup owns from then on (MmaTiling::consumer_regs).
+  // Every warp of a warpgroup must execute the same one.
+  void (*setmaxnreg)(void* ctx, int32_t thread, int32_t count, int32_t inc) = nullptr;
 };
 
 // What the host build's kernel arguments hold in place of each encoded tensor map

@@ -26,6 +26,7 @@
 #include "codegen/kernels/matmul_mma_epilogue.h"
 #include "codegen/kernels/matmul_mma_isa.h"
 #include "codegen/kernels/matmul_mma_tiling.h"
+#include "codegen/llvm/backend.h"
 
 namespace sf::matmul_detail {
 
@@ -54,6 +55,9 @@ class MmaKernel : MmaIsa {
       out_ = e.out;
       take_extra(e.extra);
       smem_ = e.smem;
+      // Register reallocation: one block an SM, so ptxas gives every thread the
+      // launch's 168 registers, the pool setmaxnreg shares out (MmaTiling::consumer_regs).
+      if (t_.consumer_regs > 0) llvmb::set_min_blocks_per_sm(*fn_, 1);
       tid_ = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, it_);
       bx = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, it_);
       by = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y, it_);
@@ -73,9 +77,7 @@ class MmaKernel : MmaIsa {
       by = b_.CreateZExt(fn_->getArg(2), it_);
       tid_ = b_.CreateZExt(fn_->getArg(3), it_);
       smem_ = fn_->getArg(4);
-      // MmaSimHooks: {ctx, barrier, ldmatrix_x4, mma, wgmma, cp_async, cp_commit,
-      // cp_wait, wgmma_commit, wgmma_wait, tma_load, mbar_init, mbar_expect_tx,
-      // mbar_try_wait, mbar_arrive, named_barrier}, sixteen pointers.
+      // MmaSimHooks' pointers (MmaIsa::kHooks).
       llvm::Value* hooks = fn_->getArg(5);
       for (int i = 0; i < kHooks; ++i)
         hook_[i] = b_.CreateAlignedLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, hooks, static_cast<uint64_t>(i)),
@@ -193,7 +195,10 @@ class MmaKernel : MmaIsa {
     llvm::LLVMContext& c = m_.getContext();
     if (t_.ws) {
       // The producer warpgroup: its first thread walks the items issuing their copies
-      // (none when K = 0), the others return at once.
+      // (none when K = 0), the others return at once. With register reallocation the
+      // whole warpgroup first gives up registers, and the consumers' warpgroups take
+      // them (every warp of a warpgroup executes the same setmaxnreg, and the two
+      // counts add up to the launch's registers: MmaTiling::consumer_regs).
       llvm::BasicBlock* producer = llvm::BasicBlock::Create(c, "ws.producer", fn_);
       llvm::BasicBlock* consumer = llvm::BasicBlock::Create(c, "ws.consumer", fn_);
       llvm::BasicBlock* leave = llvm::BasicBlock::Create(c, "ws.leave", fn_);
@@ -201,6 +206,7 @@ class MmaKernel : MmaIsa {
       b_.SetInsertPoint(leave);
       b_.CreateRetVoid();
       b_.SetInsertPoint(producer);
+      if (t_.consumer_regs > 0) set_max_regs(t_.producer_regs, /*inc=*/false);
       if (t_.kt > 0) {
         llvm::BasicBlock* lead = llvm::BasicBlock::Create(c, "ws.lead", fn_);
         b_.CreateCondBr(b_.CreateICmpEQ(tid_, k(t_.threads)), lead, leave);
@@ -214,6 +220,7 @@ class MmaKernel : MmaIsa {
         b_.CreateBr(leave);
       }
       b_.SetInsertPoint(consumer);
+      if (t_.consumer_regs > 0) set_max_regs(t_.consumer_regs, /*inc=*/true);
     }
     if (t_.pingpong) return pingpong_consumer(bx);
     ItemLoop items = open_items(bx);

@@ -188,8 +188,8 @@ class Epilogue {
     });
   }
 
-  // Every fragment pair through the epilogue in batches of kBatchColumns n8 tiles of
-  // both fragment rows, each batch's values computed (at the pieces' safe coordinates,
+  // Every fragment pair through the epilogue in batches of
+  // MmaTiling::epilogue_batch_columns() n8 tiles of both fragment rows, each batch's values computed (at the pieces' safe coordinates,
   // straight-line code) before `store` takes the previous batch's.
   using StorePair = std::function<void(const Piece&, const std::vector<MatmulEpilogue::PairValue>&)>;
   Result<void> batched_pairs(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc, const StorePair& store) {
@@ -198,7 +198,7 @@ class Epilogue {
     auto flush = [&] {
       for (const auto& [pc, v] : last) store(pc, v);
     };
-    const int per = std::min(t_.ni, kBatchColumns);
+    const int per = std::min(t_.ni, t_.epilogue_batch_columns());
     for (int i = 0; i < t_.mi; ++i)
       for (int j0 = 0; j0 < t_.ni; j0 += per) {
         Batch batch;
@@ -216,10 +216,6 @@ class Epilogue {
     flush();
     return {};
   }
-  // n8 column tiles a batch takes per fragment row: 2, so 8 values a thread a batch,
-  // two batches live at once besides the accumulators (4 spilled 80 bytes in the
-  // 384-thread 128 x 256 kernel, whose limit is 168 registers).
-  static constexpr int kBatchColumns = 2;
 
   // ---- the staged path ----
 

@@ -124,6 +124,11 @@ void MmaIsa::sim_call(int h, std::vector<llvm::Value*> extra) {
   b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), types, false), hook_[h], args);
 }
 
+void MmaIsa::set_max_regs(int count, bool inc) {
+  if (sim_) sim_call(17, {b_.getInt32(static_cast<uint32_t>(count)), b_.getInt32(inc ? 1 : 0)});
+  else asm_stmt(std::string("setmaxnreg.") + (inc ? "inc" : "dec") + ".sync.aligned.u32 " + num(count) + ";");
+}
+
 void MmaIsa::barrier() {
   if (!sim_) {
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});

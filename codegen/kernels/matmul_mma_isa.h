@@ -59,6 +59,9 @@ class MmaIsa {
   // bar.sync (`sync`) or bar.arrive on named barrier `id` (1..15) of `threads` threads:
   // the ping-pong consumers' turn-taking (MmaTiling::pingpong).
   void named_barrier(llvm::Value* id, int threads, bool sync);
+  // setmaxnreg.inc (`inc`) or .dec .sync.aligned.u32 `count`, by every thread of a
+  // warpgroup (MmaTiling::consumer_regs).
+  void set_max_regs(int count, bool inc);
   // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 from the row this lane points at.
   std::vector<llvm::Value*> ldmatrix_x4(llvm::Value* row_ptr, bool trans);
   // D = A * B + C, mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32,
@@ -96,8 +99,9 @@ class MmaIsa {
   llvm::Value* tid32_ = nullptr;  // the host build: threadIdx.x as the hooks take it
   // The host build's MmaSimHooks: {ctx, barrier, ldmatrix_x4, mma, wgmma, cp_async,
   // cp_commit, cp_wait, wgmma_commit, wgmma_wait, tma_load, mbar_init,
-  // mbar_expect_tx, mbar_try_wait, mbar_arrive, named_barrier}.
-  static constexpr int kHooks = 16;
+  // mbar_expect_tx, mbar_try_wait, mbar_arrive, named_barrier, shfl_bfly (unused
+  // here), setmaxnreg}.
+  static constexpr int kHooks = 18;
   llvm::Value* hook_[kHooks] = {};
 };
 

@@ -247,6 +247,22 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
     if (!why.empty()) return no("pingpong = 1 needs " + why);
     t.pingpong = true;
   }
+  if (c.setmaxnreg != 0) {
+    // One producer and two consumer warpgroups share the launch's registers:
+    // producer + 2 x consumer = 3 x 168, each a multiple of 8 and at least 24.
+    const int v = c.setmaxnreg, launch = MmaTiling::kLaunchRegs;
+    std::string why;
+    if (!t.ws) why = "warp_specialize = 1 (a producer warpgroup that gives up registers)";
+    else if (c.persistent == 0) why = "a persistent grid (persistent > 0: the producer never joins the epilogue)";
+    else if (t.wgs != 2) why = "two consumer warpgroups (warps = 8), not " + num(t.wgs);
+    if (!why.empty()) return no("setmaxnreg = " + num(v) + " needs " + why);
+    if (v % 8 != 0 || v <= launch || 3 * launch - 2 * v < 24)
+      return no("setmaxnreg = " + num(v) + " is not a multiple of 8 in " + num(launch + 8) + ".." +
+                num((3 * launch - 24) / 2) + " (the consumers' registers a thread, above the launch's " + num(launch) +
+                ", leaving the producer at least 24)");
+    t.consumer_regs = v;
+    t.producer_regs = 3 * launch - 2 * v;
+  }
   t.split_ws = c.split_k > 1 && split_k_uses_workspace(p);
   if (t.split_ws) {
     // The last block's flag, past everything else (a persistent producer may be

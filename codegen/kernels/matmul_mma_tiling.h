@@ -83,6 +83,18 @@ struct MmaTiling {
   // other), so their K loops take the tensor cores in turn and each one's epilogue runs
   // during the other's K loop.
   bool pingpong = false;
+  // Register reallocation (KernelConfig::setmaxnreg; persistent, warp-specialised, two
+  // consumer warpgroups): the block's 384 threads start with kLaunchRegs each, then
+  // the producer warpgroup drops to `producer_regs` (setmaxnreg.dec) and the consumer
+  // warpgroups rise to `consumer_regs` (setmaxnreg.inc), the two adding up to the
+  // launch's registers exactly; 0: no reallocation.
+  static constexpr int kLaunchRegs = 168;  // 65536 / 384, rounded down to whole 8s
+  int consumer_regs = 0, producer_regs = 0;
+  // n8 column tiles per fragment row of one of the epilogue's batches (MmaEpilogue),
+  // two batches live at once besides the accumulators: 2 (8 values a thread a batch)
+  // at 168 registers a thread, where 4 spilled 80 bytes in the 128 x 256 kernel; 4
+  // once the consumers have 232 or more, where they do not spill.
+  int epilogue_batch_columns() const { return consumer_regs >= 232 ? 4 : 2; }
   int64_t grid_x() const { return persistent ? std::min<int64_t>(persistent, items) : tiles; }
 };
 

@@ -413,6 +413,8 @@ void mark_kernel(llvm::Function& f, int max_threads_per_block) {
   if (max_threads_per_block > 0) compat::add_nvvm_annotation(f, "maxntidx", max_threads_per_block);
 }
 
+void set_min_blocks_per_sm(llvm::Function& f, int n) { compat::add_nvvm_annotation(f, "minctasm", n); }
+
 bool is_kernel(const llvm::Function& f) { return compat::is_kernel(f); }
 
 // ---- PTX ---------------------------------------------------------------------------------

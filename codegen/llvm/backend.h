@@ -60,6 +60,12 @@ std::optional<std::string> verify(const llvm::Module& m);
 // Everything in the module that is not a kernel is internalised by compile_to_ptx
 // and disappears unless a kernel uses it.
 void mark_kernel(llvm::Function& f, int max_threads_per_block = 0);
+// Adds `!"minctasm"` (PTX `.minnctapersm n`) to a kernel marked with a block size:
+// with both, ptxas knows the registers a thread has at entry (65536 / (n x block),
+// in whole 8s) and gives the kernel exactly that many, which setmaxnreg needs
+// (without it ptxas ignores setmaxnreg: "unable to determine register count at
+// entry", C7508).
+void set_min_blocks_per_sm(llvm::Function& f, int n);
 // True for functions marked by mark_kernel (or by the ptx_kernel calling convention).
 bool is_kernel(const llvm::Function& f);
 

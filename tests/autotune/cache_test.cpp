@@ -108,6 +108,7 @@ CacheEntry matmul_entry(int block_m, CacheEntry::Status s) {
     r.spill_store_bytes = s == CacheEntry::Status::Pruned ? 168 : 0;
     r.spill_load_bytes = s == CacheEntry::Status::Pruned ? 164 : 0;
     r.cumulative_stack_bytes = 240;
+    if (s == CacheEntry::Status::Pruned) r.notes = {"(C7508) Potential Performance Loss: 'setmaxnreg' ignored"};
     e.resources = r;
   }
   return e;
@@ -171,6 +172,10 @@ TEST_F(CacheTest, EntryFromJsonReportsErrorsWithoutThrowing) {
        "'resources' must be an object"},
       {"registers a string", [](nlohmann::json& j) { j["resources"]["registers"] = "many"; },
        "'registers' must be an integer"},
+      {"notes a string", [](nlohmann::json& j) { j["resources"]["notes"] = "(C1) x"; },
+       "'notes' must be an array of strings"},
+      {"a note a number", [](nlohmann::json& j) { j["resources"]["notes"] = nlohmann::json::array({1}); },
+       "'notes' must be an array of strings"},
       {"reps too big", [](nlohmann::json& j) { j["measurement"]["reps"] = int64_t{1} << 40; }, "out of range"},
       {"median a bool", [](nlohmann::json& j) { j["measurement"]["median_us"] = true; },
        "'median_us' must be a number"},

@@ -1,8 +1,8 @@
 // measured_set(): which ranked configs tune_kernel measures. The first top_k and the
 // default always; for a matmul also the best-ranked config of each schedule (plain,
-// warp-specialised, persistent, ping-pong with 64-row and with 128-row tiles) the
-// top_k lack, because the cost model prices tiles and not how the schedules overlap
-// an epilogue with the next tile.
+// warp-specialised, persistent, ping-pong with 64-row and with 128-row tiles, each
+// with its registers reallocated or not) the top_k lack, because the cost model
+// prices tiles and not how the schedules overlap an epilogue with the next tile.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -33,14 +33,16 @@ TEST(MeasuredSet, TopKTheDefaultAndTheBestOfEachMatmulSchedule) {
       mm(2),                                                          // 8: the default
       "block_m=64 block_n=128 block_k=64 warps=8 group_m=8 split_k=1 stages=4 warp_specialize=1 persistent=132 "
       "pingpong=1",                                                   // 9: 64 rows again, ranked out
+      mm(4, "warp_specialize=1 persistent=132 setmaxnreg=232"),       // 10: first with registers reallocated
+      mm(3, "warp_specialize=1 persistent=132 setmaxnreg=232"),       // 11: ranked out
   };
   std::vector<bool> dflt(ranked.size(), false);
   dflt[8] = true;
   EXPECT_EQ(measured_set(ranked, 2, dflt),
-            (std::vector<bool>{true, true, false, true, false, true, true, true, true, false}));
+            (std::vector<bool>{true, true, false, true, false, true, true, true, true, false, true, false}));
   // A top_k that already holds a schedule adds no other config of it.
   EXPECT_EQ(measured_set(ranked, 4, dflt),
-            (std::vector<bool>{true, true, true, true, false, true, true, true, true, false}));
+            (std::vector<bool>{true, true, true, true, false, true, true, true, true, false, true, false}));
 }
 
 // Configs of other kinds (and texts no config parses, as a library's) have one

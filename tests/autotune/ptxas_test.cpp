@@ -161,6 +161,27 @@ TEST(ParsePtxasInfo, ToleratesOrderAndUnknownFields) {
   EXPECT_EQ(k[0], expect("_Z3fooPf", "sm_86", 40, 0, 384, 380, 8, 0, 4));
 }
 
+// A numbered note before the first entry's line (ptxas 13 prints them there, naming
+// no kernel) goes to every entry; one after an entry's line to that entry alone.
+TEST(ParsePtxasInfo, NotesGoWithTheirEntry) {
+  std::vector<KernelResources> k = parse_ptxas_info(
+      "ptxas info    : (C7508) Potential Performance Loss: 'setmaxnreg' ignored; unable to determine register count at "
+      "entry.\n"
+      "ptxas info    : 0 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'a' for 'sm_90a'\n"
+      "ptxas info    : Used 8 registers, used 0 barriers\n"
+      "ptxas info    : (C9999) another note\n"
+      "ptxas info    : Compiling entry function 'b' for 'sm_90a'\n"
+      "ptxas info    : Used 9 registers, used 0 barriers\n");
+  ASSERT_EQ(k.size(), 2u);
+  ASSERT_EQ(k[0].notes.size(), 2u);
+  EXPECT_EQ(k[0].notes[0].rfind("(C7508) Potential Performance Loss: 'setmaxnreg' ignored", 0), 0u) << k[0].notes[0];
+  EXPECT_EQ(k[0].notes[1], "(C9999) another note");
+  ASSERT_EQ(k[1].notes.size(), 1u);
+  EXPECT_EQ(k[1].notes[0], k[0].notes[0]);
+  EXPECT_EQ(k[1].registers, 9);
+}
+
 TEST(PtxasErrorDiag, SyntaxErrorNamesLineAndText) {
   Diag d = ptxas_error_diag(kSyntaxError, "fused_0.ptx");
   EXPECT_EQ(d.file, "fused_0.ptx");
@@ -337,6 +358,33 @@ TEST(RunPtxas, MaxRegistersForcesSpills) {
   EXPECT_GT((*free_run)[0].registers, 24);  // 55 with ptxas 13.0
   EXPECT_TRUE((*tight)[0].spills());        // 148 bytes each way with ptxas 13.0
   EXPECT_GT((*tight)[0].stack_frame_bytes, 0);
+}
+
+// setmaxnreg needs the registers a thread has at entry, which ptxas knows from
+// .maxntid with .minnctapersm: without the latter it drops the instructions and says
+// so in a numbered note (C7508, ptxas 13.0), which the parser keeps with the entry;
+// with both, the kernel gets exactly 65536 / 384 = 168 registers a thread, however
+// few its code needs, the pool the warpgroups then share out.
+TEST(RunPtxas, NotesSaySetmaxnregWasIgnored) {
+  SKIP_WITHOUT_PTXAS();
+  auto kernel = [](const char* bounds) {
+    return std::string(".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry k(.param .u64 p)\n") + bounds +
+           "{\n\t.reg .b32 %r<2>;\n\t.reg .pred %q;\n\t.reg .b64 %rd<2>;\n\tmov.u32 %r1, %tid.x;\n"
+           "\tsetp.gt.u32 %q, %r1, 255;\n\t@%q bra PROD;\n\tsetmaxnreg.inc.sync.aligned.u32 232;\n"
+           "\tld.param.u64 %rd1, [p];\n\tst.global.u32 [%rd1], %r1;\n\tret;\nPROD:\n"
+           "\tsetmaxnreg.dec.sync.aligned.u32 40;\n\tret;\n}\n";
+  };
+  auto ignored = run_ptxas(kernel(".maxntid 384, 1, 1\n"), "sm_90a");
+  ASSERT_TRUE(ignored.ok()) << ignored.error().str();
+  ASSERT_EQ(ignored->size(), 1u);
+  ASSERT_EQ((*ignored)[0].notes.size(), 1u);
+  EXPECT_NE((*ignored)[0].notes[0].find("'setmaxnreg' ignored"), std::string::npos) << (*ignored)[0].notes[0];
+  EXPECT_LT((*ignored)[0].registers, 168);
+  auto honoured = run_ptxas(kernel(".maxntid 384, 1, 1\n.minnctapersm 1\n"), "sm_90a");
+  ASSERT_TRUE(honoured.ok()) << honoured.error().str();
+  ASSERT_EQ(honoured->size(), 1u);
+  EXPECT_TRUE((*honoured)[0].notes.empty()) << (*honoured)[0].notes[0];
+  EXPECT_EQ((*honoured)[0].registers, 168);
 }
 
 TEST(RunPtxas, BadArchIsRejectedBeforeRunning) {

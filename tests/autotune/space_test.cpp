@@ -407,13 +407,16 @@ TEST(SpaceTest, TensorCoreTilesForSixteenBitAndTf32Matmuls) {
 // The tensor-core tiles ahead of the SIMT space's 1458 (docs/autotuning.md): 3 x 3
 // tiles x 2 block_k x 2 warps x 4 stages, each with split-K 1, 2 and 4: 432 on sm_80;
 // on sm_90a the 3+ stage ones also warp-specialised, plain and persistent (x3 splits),
-// and the persistent 8-warp unsplit ones also ping-pong: 1134.
+// and the persistent 8-warp unsplit ones also ping-pong: 1134; the persistent 8-warp
+// ones with 128 accumulators a consumer thread also setmaxnreg=232 (128 x 256 and
+// 256 x 128 cooperative with 3 splits, 64 x 256, 128 x 128 and 256 x 64 ping-pong,
+// each x 2 block_k x 3 stages): 54 more.
 TEST(SpaceTest, TensorCoreSpaceSizes) {
   TuneProblem bf16 = matmul(4096, 4096, 4096);
   bf16.operand_bytes = 2;
   bf16.elem_bytes = 2;
   EXPECT_EQ(config_space(bf16, gpu("sm_80")).size(), 1458u + 432u);
-  EXPECT_EQ(config_space(bf16, gpu("sm_90a")).size(), 1458u + 1134u);
+  EXPECT_EQ(config_space(bf16, gpu("sm_90a")).size(), 1458u + 1188u);
 }
 
 // Persistent tensor-core configs: on sm_90a the warp-specialised ones also come with a
@@ -449,6 +452,25 @@ TEST(SpaceTest, PersistentWarpSpecialisedTensorCoreConfigs) {
     }
   EXPECT_GT(pingpong, 0);
   EXPECT_TRUE(found);
+  // Register reallocation: setmaxnreg=232 beside the persistent 8-warp configs whose
+  // consumer threads hold 128 accumulators (128 x 256 cooperative: 64 x 256 a
+  // warpgroup; 128 x 128 ping-pong: the whole tile), nowhere else.
+  int realloc = 0;
+  bool coop = false, pp = false;
+  for (const std::string arch : {"sm_80", "sm_90a"})
+    for (const KernelConfig& c : config_space(bf16, gpu(arch))) {
+      if (!c.setmaxnreg) continue;
+      ++realloc;
+      EXPECT_EQ(arch, "sm_90a");
+      EXPECT_EQ(c.setmaxnreg, 232);
+      EXPECT_TRUE(c.persistent > 0 && c.warp_specialize == 1 && c.warps == 8);
+      EXPECT_EQ((c.pingpong ? c.block_m : c.block_m / 2) * c.block_n, 128 * 128) << c.block_m << "x" << c.block_n;
+      if (c.block_m == 128 && c.block_n == 256 && c.block_k == 64 && c.stages == 4 && !c.pingpong) coop = true;
+      if (c.block_m == 128 && c.block_n == 128 && c.stages == 4 && c.pingpong) pp = true;
+    }
+  EXPECT_GT(realloc, 0);
+  EXPECT_TRUE(coop);
+  EXPECT_TRUE(pp);
 }
 
 // Split-K on the tensor cores: a matmul whose output tiles leave most SMs idle (a
@@ -766,6 +788,19 @@ TEST(CostModelTest, ResourceReject) {
   EXPECT_NE(why->find("1024 threads"), std::string::npos) << *why;
 
   EXPECT_EQ(resource_reject(p, host_cfg(8, 2), host(), regs), std::nullopt) << "hosts have no occupancy";
+
+  // A register reallocation ptxas dropped (C7508) is refused with ptxas's words; the
+  // note does not matter to a config without setmaxnreg.
+  BuildResult dropped = ok;
+  dropped.resources->notes = {"(C7508) Potential Performance Loss: 'setmaxnreg' ignored; unable to determine register "
+                              "count at entry."};
+  KernelConfig realloc = c;
+  realloc.setmaxnreg = 232;
+  why = resource_reject(p, realloc, t, dropped);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->rfind("ptxas: (C7508)", 0), 0u) << *why;
+  EXPECT_EQ(resource_reject(p, c, t, dropped), std::nullopt);
+  EXPECT_EQ(resource_reject(p, realloc, t, ok), std::nullopt);
 }
 
 TEST(CostModelTest, PredictionsAreFinitePositiveOnEverySpace) {

@@ -5,6 +5,7 @@
 // model, results against the float64 reference evaluator.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -210,15 +211,16 @@ TEST(MatmulWgmmaSim, PingPongConsumersTakeTilesInTurn) {
   check(mm_graph(deep, DType::BF16, Epi::None), d, name(deep, DType::BF16, d) + " pingpong deep", true, 1, true, true);
 }
 
+// "built", or why the wgmma + TMA kernel of a 128 x 128 x 128 bf16 matmul refuses `c`.
+std::string refused(const KernelConfig& c) {
+  KernelSpec spec = tf32_spec(mm_graph({128, 128, 128, false, true, {}}, DType::BF16, Epi::None));
+  spec.tma = true;
+  Result<EmittedKernel> k = emit_matmul_mma_block_on_host(spec, c, /*wgmma=*/true);
+  return k.ok() ? std::string("built") : k.error().message;
+}
+
 // What ping-pong needs, refused with the reason.
 TEST(MatmulWgmmaSim, PingPongRefusesWhatItCannotRun) {
-  Shape3 s{128, 128, 128, false, true, {}};
-  KernelSpec spec = tf32_spec(mm_graph(s, DType::BF16, Epi::None));
-  spec.tma = true;
-  auto refused = [&](KernelConfig c) {
-    Result<EmittedKernel> k = emit_matmul_mma_block_on_host(spec, c, /*wgmma=*/true);
-    return k.ok() ? std::string("built") : k.error().message;
-  };
   KernelConfig c = tc_config(64, 128, 64, 8, 3, 8, 1);
   c.persistent = 4;
   c.pingpong = 1;
@@ -239,6 +241,91 @@ TEST(MatmulWgmmaSim, PingPongRefusesWhatItCannotRun) {
   KernelConfig two = c;
   two.pingpong = 2;
   EXPECT_NE(refused(two).find("pingpong = 2 is not 0 or 1"), std::string::npos) << refused(two);
+}
+
+// Register reallocation (setmaxnreg = the consumers' registers): the producer
+// warpgroup gives up registers (setmaxnreg.dec) and both consumer warpgroups take
+// them (.inc) before anything else, on the cooperative and the ping-pong schedule,
+// and with split-K through the workspace; the epilogue takes 4 n8 tiles
+// a batch (8 of them a fragment row here, N ragged). The simulation fails a warpgroup
+// whose warps do not all execute the same setmaxnreg and counts that do not add up
+// to the launch's 168 a thread (Block::check_registers).
+TEST(MatmulWgmmaSim, RegisterReallocationSharesTheLaunchRegisters) {
+  Shape3 s{136, 100, 320, false, true, {2}};
+  KernelConfig c = tc_config(128, 64, 64, 8, 3, 8, /*ws=*/1);
+  c.persistent = 3;
+  c.setmaxnreg = 232;
+  check(mm_graph(s, DType::BF16, Epi::BiasGelu), c, name(s, DType::BF16, c) + " setmaxnreg 232", true, 1, true, true);
+  KernelConfig pp = tc_config(64, 64, 64, 8, 3, 8, 1);
+  pp.persistent = 5;
+  pp.pingpong = 1;
+  pp.setmaxnreg = 240;
+  check(mm_graph(s, DType::F16, Epi::Residual), pp, name(s, DType::F16, pp) + " pingpong setmaxnreg 240", true, 1, true, true);
+  if (test::kSanitized) return;
+  Shape3 s4{136, 100, 256, false, true, {2}};  // 4 K tiles, 2 a share
+  KernelConfig sk = c;
+  sk.split_k = 2;
+  check(mm_graph(s4, DType::BF16, Epi::BiasGelu), sk, name(s4, DType::BF16, sk) + " setmaxnreg split-K", true, 1, true, true);
+}
+
+// What register reallocation needs, refused with the reason; and the simulation's
+// check of it, on hand-made records.
+TEST(MatmulWgmmaSim, RegisterReallocationRefusesWhatItCannotRun) {
+  KernelConfig c = tc_config(128, 128, 64, 8, 3, 8, 1);
+  c.persistent = 4;
+  c.setmaxnreg = 232;
+  EXPECT_EQ(refused(c), "built");
+  KernelConfig no_ws = c;
+  no_ws.warp_specialize = 0;
+  EXPECT_NE(refused(no_ws).find("setmaxnreg = 232 needs warp_specialize = 1"), std::string::npos) << refused(no_ws);
+  KernelConfig no_pers = c;
+  no_pers.persistent = 0;
+  EXPECT_NE(refused(no_pers).find("setmaxnreg = 232 needs a persistent grid"), std::string::npos) << refused(no_pers);
+  KernelConfig one_wg = c;
+  one_wg.warps = 4;
+  one_wg.block_m = 64;
+  EXPECT_NE(refused(one_wg).find("needs two consumer warpgroups"), std::string::npos) << refused(one_wg);
+  for (int bad : {168, 236, 248, -8}) {
+    KernelConfig b = c;
+    b.setmaxnreg = bad;
+    EXPECT_NE(refused(b).find("is not a multiple of 8 in 176..240"), std::string::npos) << bad << ": " << refused(b);
+  }
+
+  auto verdict = [](const std::function<void(Block&)>& record) {
+    Block blk(384, 1024);
+    record(blk);
+    blk.check_registers();
+    return blk.error;
+  };
+  auto wg = [](Block& b, int g, int count, int inc, int skip = -1) {
+    for (int t = 128 * g; t < 128 * (g + 1); ++t)
+      if (t != skip) b.setmaxnreg[t].emplace_back(count, inc);
+  };
+  EXPECT_EQ(verdict([&](Block& b) {
+              wg(b, 0, 232, 1);
+              wg(b, 1, 232, 1);
+              wg(b, 2, 40, 0);
+            }),
+            "");
+  EXPECT_NE(verdict([&](Block& b) {  // the producer's lead thread alone gives up registers
+              wg(b, 0, 232, 1);
+              wg(b, 1, 232, 1);
+              b.setmaxnreg[256].emplace_back(40, 0);
+            }).find("did not execute what thread"),
+            std::string::npos);
+  EXPECT_NE(verdict([&](Block& b) {  // one warp of the producer skips it
+              wg(b, 0, 232, 1);
+              wg(b, 1, 232, 1);
+              wg(b, 2, 40, 0, /*skip=*/300);
+            }).find("thread 300 of warpgroup 2"),
+            std::string::npos);
+  EXPECT_NE(verdict([&](Block& b) {  // 232 + 232 + 24 leaves 16 a thread unused
+              wg(b, 0, 232, 1);
+              wg(b, 1, 232, 1);
+              wg(b, 2, 24, 0);
+            }).find("488 registers a thread between them, not the 504"),
+            std::string::npos);
+  EXPECT_NE(verdict([&](Block& b) { wg(b, 0, 160, 1); }).find("setmaxnreg.inc 160 from the launch's 168"), std::string::npos);
 }
 
 // TF32 wgmma (m64nNk8): both operands K-major (x @ transpose(w)), 32-wide k panels.

@@ -159,6 +159,52 @@ struct Block {
   std::condition_variable named_cv;
   std::string error;  // the first thing the simulated hardware refused
   bool ignore_trans = false;  // a broken ldmatrix, to show the tests would notice
+  // setmaxnreg, under mu: each thread's (count, inc) in the order it executed them.
+  std::map<int32_t, std::vector<std::pair<int32_t, int32_t>>> setmaxnreg;
+  int setmaxnreg_calls = 0;
+
+  // After the block ran: the register reallocation as the PTX ISA requires it. Every
+  // warp of a warpgroup executes the same setmaxnreg (here: one at most, as a second
+  // one needs the warpgroup synchronised in between); a .dec lowers and an .inc raises
+  // the registers of the launch (65536 / threads in whole 8s, at most 255), each count
+  // a multiple of 8 in 24..256; and the warpgroups' counts add up to the launch's
+  // pool exactly (an .inc the pool cannot cover waits forever; CUTLASS's
+  // configurations match the pool exactly too).
+  void check_registers() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (setmaxnreg.empty()) return;
+    const int threads = static_cast<int>(bar_threads), wgs = threads / (4 * kLanes);
+    const int launch = std::min(65536 / threads / 8 * 8, 255);
+    if (threads % (4 * kLanes) != 0) return fail_locked("setmaxnreg in a block of " + std::to_string(threads) + " threads, not whole warpgroups");
+    int64_t total = 0;
+    for (int g = 0; g < wgs; ++g) {
+      const int first = g * 4 * kLanes;
+      auto seq = [&](int t) {
+        auto it = setmaxnreg.find(t);
+        return it == setmaxnreg.end() ? std::vector<std::pair<int32_t, int32_t>>{} : it->second;
+      };
+      const std::vector<std::pair<int32_t, int32_t>> want = seq(first);
+      for (int t = first + 1; t < first + 4 * kLanes; ++t)
+        if (seq(t) != want)
+          return fail_locked("setmaxnreg: thread " + std::to_string(t) + " of warpgroup " + std::to_string(g) +
+                             " did not execute what thread " + std::to_string(first) + " did (every warp of a warpgroup must)");
+      if (want.size() > 1) return fail_locked("setmaxnreg executed twice by warpgroup " + std::to_string(g));
+      int regs = launch;
+      if (!want.empty()) {
+        const auto [count, inc] = want[0];
+        if (count % 8 != 0 || count < 24 || count > 256)
+          return fail_locked("setmaxnreg count " + std::to_string(count) + " is not a multiple of 8 in 24..256");
+        if (inc ? count <= launch : count >= launch)
+          return fail_locked("setmaxnreg." + std::string(inc ? "inc " : "dec ") + std::to_string(count) + " from the launch's " +
+                             std::to_string(launch) + " registers");
+        regs = count;
+      }
+      total += regs;
+    }
+    if (total != int64_t{launch} * wgs)
+      fail_locked("setmaxnreg: the warpgroups end with " + std::to_string(total) + " registers a thread between them, not the " +
+                  std::to_string(int64_t{launch} * wgs) + " of the launch");
+  }
   int wavefronts = 0;         // the most any ldmatrix phase (8 row addresses) took
 
   void saw_wavefronts(int w) {
@@ -517,6 +563,13 @@ inline void sim_mbar_expect_tx(void* ctx, int32_t, void* mbar, int32_t bytes) {
   complete_if_done(it->second);
 }
 
+inline void sim_setmaxnreg(void* ctx, int32_t thread, int32_t count, int32_t inc) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  blk.setmaxnreg[thread].emplace_back(count, inc);
+  ++blk.setmaxnreg_calls;
+}
+
 inline void sim_mbar_arrive(void* ctx, int32_t, void* mbar) {
   Block& blk = *static_cast<Block*>(ctx);
   std::lock_guard<std::mutex> lock(blk.mu);
@@ -699,7 +752,8 @@ inline KernelConfig tc_config(int bm, int bn, int bk, int warps, int stages, int
 inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg,
                                    std::string* hw_error, bool ignore_trans = false, int* wavefronts = nullptr,
                                    bool wgmma = false, int* wgmma_calls = nullptr, bool tma = false,
-                                   int* tma_copies = nullptr, bool tma_no_swizzle = false, size_t out_shift = 0) {
+                                   int* tma_copies = nullptr, bool tma_no_swizzle = false, size_t out_shift = 0,
+                                   int* setmaxnreg_calls = nullptr) {
   KernelSpec spec = tf32_spec(g);
   spec.tma = tma;
   Result<EmittedKernel> k = emit_matmul_mma_block_on_host(spec, cfg, wgmma);
@@ -764,9 +818,12 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
       hooks.mbar_arrive = &sim_mbar_arrive;
       hooks.named_barrier = &sim_named_barrier;
       hooks.shfl_bfly = &sim_shfl_bfly;
+      hooks.setmaxnreg = &sim_setmaxnreg;
       block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks,
                                static_cast<int32_t>(bz));
       });
+      blk.check_registers();
+      if (setmaxnreg_calls) *setmaxnreg_calls += blk.setmaxnreg_calls;
       if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
       if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);
       if (wgmma_calls)
@@ -796,11 +853,12 @@ inline void check(const Graph& g, const KernelConfig& cfg, const std::string& wh
   Result<std::vector<Tensor>> want = evaluate(g, ref_in);
   ASSERT_TRUE(want.ok()) << what << ": " << want.error().str();
   std::string hw_error;
-  int wavefronts = 0, wgmma_calls = 0, tma_copies = 0;
+  int wavefronts = 0, wgmma_calls = 0, tma_copies = 0, setmaxnreg_calls = 0;
   Result<std::vector<Tensor>> got = run_tc(g, in, cfg, &hw_error, false, &wavefronts, wgmma, &wgmma_calls, tma, &tma_copies,
-                                            false, out_shift);
+                                            false, out_shift, &setmaxnreg_calls);
   ASSERT_TRUE(got.ok()) << what << ": " << got.error().str();
   EXPECT_EQ(hw_error, "") << what;
+  EXPECT_EQ(setmaxnreg_calls > 0, cfg.setmaxnreg > 0) << what << ": " << setmaxnreg_calls << " setmaxnreg";
   EXPECT_EQ(tma_copies > 0, tma && loads) << what << ": " << tma_copies << " TMA copies";
   if (wgmma) {
     EXPECT_EQ(wavefronts, 0) << what << ": the wgmma kernel used ldmatrix";

@@ -106,15 +106,15 @@ json full_config_json(const KernelConfig& c) {
 
 json resources_to_json(const KernelResources& r) {
   json j{{"name", r.name},
-              {"arch", r.arch},
-              {"registers", r.registers},
-              {"barriers", r.barriers},
-              {"shared_bytes", r.shared_bytes},
-              {"constant_bytes", r.constant_bytes},
-              {"stack_frame_bytes", r.stack_frame_bytes},
-              {"spill_store_bytes", r.spill_store_bytes},
-              {"spill_load_bytes", r.spill_load_bytes},
-              {"cumulative_stack_bytes", r.cumulative_stack_bytes}};
+         {"arch", r.arch},
+         {"registers", r.registers},
+         {"barriers", r.barriers},
+         {"shared_bytes", r.shared_bytes},
+         {"constant_bytes", r.constant_bytes},
+         {"stack_frame_bytes", r.stack_frame_bytes},
+         {"spill_store_bytes", r.spill_store_bytes},
+         {"spill_load_bytes", r.spill_load_bytes},
+         {"cumulative_stack_bytes", r.cumulative_stack_bytes}};
   if (!r.notes.empty()) j["notes"] = r.notes;  // written only when there are any
   return j;
 }

@@ -189,8 +189,9 @@ class Epilogue {
   }
 
   // Every fragment pair through the epilogue in batches of
-  // MmaTiling::epilogue_batch_columns() n8 tiles of both fragment rows, each batch's values computed (at the pieces' safe coordinates,
-  // straight-line code) before `store` takes the previous batch's.
+  // MmaTiling::epilogue_batch_columns() n8 tiles of both fragment rows, each batch's
+  // values computed (at the pieces' safe coordinates, straight-line code) before
+  // `store` takes the previous batch's.
   using StorePair = std::function<void(const Piece&, const std::vector<MatmulEpilogue::PairValue>&)>;
   Result<void> batched_pairs(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc, const StorePair& store) {
     using Batch = std::vector<std::pair<Piece, std::vector<MatmulEpilogue::PairValue>>>;

@@ -169,14 +169,22 @@ class NvptxPointwise {
       b_.CreateCondBr(full, vec, tail);
 
       // A full tile: elems_per_thread vectors per thread, a block apart, so that each
-      // warp-wide access covers one contiguous span (coalesced), no bounds checks.
+      // warp-wide access covers one contiguous span (coalesced), no bounds checks. The
+      // vectors go in batches (batch_vectors()), each batch's loads issued before any
+      // of its stores, so a thread has that many loads in flight.
       b_.SetInsertPoint(vec);
-      auto step = [&](llvm::Value* kk) -> Result<void> {
-        llvm::Value* slot = b_.CreateAdd(b_.CreateMul(kk, k(cfg_.block), "", true, true), tid_, "", true, true);
-        llvm::Value* base = b_.CreateAdd(tile_base, b_.CreateMul(slot, k(cfg_.vector), "", true, true), "base", true, true);
-        return vector_step(base);
+      const int batch = batch_vectors();
+      auto step = [&](llvm::Value* it) -> Result<void> {
+        std::vector<llvm::Value*> bases;
+        for (int j = 0; j < batch; ++j) {
+          llvm::Value* kk = b_.CreateAdd(b_.CreateMul(it, k(batch), "", true, true), k(j), "", true, true);
+          llvm::Value* slot = b_.CreateAdd(b_.CreateMul(kk, k(cfg_.block), "", true, true), tid_, "", true, true);
+          bases.push_back(b_.CreateAdd(tile_base, b_.CreateMul(slot, k(cfg_.vector), "", true, true), "base", true, true));
+        }
+        return vector_batch(bases);
       };
-      Result<void> r = cfg_.elems_per_thread == 1 ? step(k(0)) : emit_loop(b_, k(0), k(cfg_.elems_per_thread), k(1), "ept", step);
+      const int iters = cfg_.elems_per_thread / batch;
+      Result<void> r = iters == 1 ? step(k(0)) : emit_loop(b_, k(0), k(iters), k(1), "ept", step);
       if (!r) return r;
       b_.CreateBr(next);
 
@@ -218,20 +226,50 @@ class NvptxPointwise {
   // access (ld.global.v4.b32 / v2.b64): 4 x f32, 8 x f16/bf16, 2 x i64, 16 x bool.
   int64_t piece_bytes(DType t) const { return ElementCodegen::vector_piece_bytes(t, cfg_.vector); }
 
-  // One vector of `vector` elements at `base` (a multiple of vector, all in bounds).
-  Result<void> vector_step(llvm::Value* base) {
+  // Vectors per batch of a full tile's elems_per_thread: the largest divisor of it up
+  // to kBatch, so the batches divide it evenly.
+  static constexpr int kBatch = 4;
+  int batch_vectors() const {
+    int b = std::min(cfg_.elems_per_thread, kBatch);
+    while (cfg_.elems_per_thread % b != 0) --b;
+    return b;
+  }
+
+  // Vectors of `vector` elements at `bases` (multiples of vector, all in bounds,
+  // disjoint): every dense run of every vector loaded first, then each vector's
+  // values computed and stored. A load may come before another vector's stores: an
+  // output shares a buffer only with an input read at the same index ("The kernel
+  // ABI"), and the vectors' indices are disjoint.
+  Result<void> vector_batch(const std::vector<llvm::Value*>& bases) {
     const int V = cfg_.vector;
-    // (param, map) -> its V elements, loaded where lane 0 first reads them, which
-    // dominates every later lane (lanes are emitted in order, as straight-line code).
-    std::map<std::string, std::vector<Elem>> lanes;
-    auto load_lanes = [&](int p, const IndexMap& map) -> const std::vector<Elem>& {
-      std::string key = std::to_string(p) + "#" + map.str();
-      auto it = lanes.find(key);
-      if (it != lanes.end()) return it->second;
-      DType dt = g_.node(g_.params()[static_cast<size_t>(p)]).type.dtype;
-      std::vector<Elem> v = cg_->load_vector(dt, in_[static_cast<size_t>(p)], kernels::emit_index_map(b_, base, map), V);
-      return lanes.emplace(std::move(key), std::move(v)).first->second;
-    };
+    std::vector<Lanes> lanes(bases.size());
+    if (V > 1)
+      for (size_t j = 0; j < bases.size(); ++j)
+        for (const Output& o : g_.outputs())
+          for (auto& [p, map] : values_->reads(o.value, kernels::dense_index(g_.node(o.value).type.shape)))
+            if (kernels::dense_runs(map, V)) load_lanes(lanes[j], bases[j], p, map);
+    for (size_t j = 0; j < bases.size(); ++j)
+      if (Result<void> r = vector_step(bases[j], lanes[j]); !r) return r;
+    return {};
+  }
+
+  // (param, map) -> its V elements at a vector's base.
+  using Lanes = std::map<std::string, std::vector<Elem>>;
+  const std::vector<Elem>& load_lanes(Lanes& lanes, llvm::Value* base, int p, const IndexMap& map) {
+    std::string key = std::to_string(p) + "#" + map.str();
+    auto it = lanes.find(key);
+    if (it != lanes.end()) return it->second;
+    DType dt = g_.node(g_.params()[static_cast<size_t>(p)]).type.dtype;
+    std::vector<Elem> v = cg_->load_vector(dt, in_[static_cast<size_t>(p)], kernels::emit_index_map(b_, base, map), cfg_.vector);
+    return lanes.emplace(std::move(key), std::move(v)).first->second;
+  }
+
+  // One vector of `vector` elements at `base` (a multiple of vector, all in bounds),
+  // its dense runs from `lanes` (vector_batch loaded them), or loaded where lane 0
+  // first reads them, which dominates every later lane (lanes are emitted in order,
+  // as straight-line code).
+  Result<void> vector_step(llvm::Value* base, Lanes& lanes) {
+    const int V = cfg_.vector;
 
     std::vector<std::vector<Elem>> results(g_.outputs().size());  // [output][lane]
     for (int l = 0; l < V; ++l) {
@@ -241,7 +279,7 @@ class NvptxPointwise {
         if (V == 1 || n.op != OpKind::Param) return std::nullopt;
         IndexMap map = kernels::offset_map(at, n.type.shape);
         if (!kernels::dense_runs(map, V)) return std::nullopt;  // a scalar load per lane
-        return load_lanes(values_->param_slot(v), map)[static_cast<size_t>(l)];
+        return load_lanes(lanes, base, values_->param_slot(v), map)[static_cast<size_t>(l)];
       };
       Result<std::vector<Elem>> r = outputs_at(g_, *values_, flat, hook);
       if (!r) return r.error();

@@ -661,6 +661,34 @@ TEST(PointwiseNvptx, BroadcastRowsAreVectorLoadsTooTransposesAreNot) {
   EXPECT_EQ(count(p.ptx, "ld.global.v4.f32"), 1u) << p.ptx;
 }
 
+// elems_per_thread vectors go in batches of up to 4 (the largest divisor): every
+// load of the batch (x's 16 bytes a vector, and the bias row's) comes before its
+// first store, so a thread has them all in flight; bf16 bias + GELU, the bench
+// kernel's group. 6 vectors a thread: two batches of 3, in a loop. (Vectors a block
+// apart may share bias columns, which LLVM then loads once, in pieces.)
+TEST(PointwiseNvptx, VectorsGoInBatchesLoadsFirst) {
+  GraphBuilder b("bias_gelu");
+  Value x = b.param("x", DType::BF16, {64, 4096});
+  Value bias = b.param("bias", DType::BF16, {4096});
+  b.ret(gelu(x + bias));
+  Graph g = decompose(finish(b));
+  for (int ept : {1, 2, 4, 6}) {
+    SCOPED_TRACE(ept);
+    KernelConfig cfg;
+    cfg.vector = 8;
+    cfg.elems_per_thread = ept;
+    Ptx p = emit_ptx(g, "sm_90a", cfg);
+    const size_t first_store = p.ptx.find("st.global.v4");
+    ASSERT_NE(first_store, std::string::npos) << p.ptx;
+    const size_t batch = ept == 6 ? 3 : static_cast<size_t>(ept);
+    const size_t last_store = p.ptx.rfind("st.global.v4");
+    EXPECT_GE(count(p.ptx.substr(0, first_store), "ld.global.v4"), batch + 1) << "x for every vector, and the bias";
+    EXPECT_EQ(count(p.ptx.substr(first_store, last_store - first_store), "ld.global"), 0u)
+        << "a load between the batch's stores";
+    EXPECT_EQ(count(p.ptx, "st.global.v4"), batch) << "one store a vector, in straight-line code";
+  }
+}
+
 TEST(PointwiseNvptx, HalfVectorsAre128Bits) {
   GraphBuilder b("half");
   Value x = b.param("x", DType::F16, {4096});

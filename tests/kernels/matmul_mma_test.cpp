@@ -15,9 +15,9 @@
 #include <gtest/gtest.h>
 
 #include <string>
-#include <tuple>
 #include <vector>
 
+#include "tests/kernels/mma_ptx.h"
 #include "tests/kernels/mma_sim.h"
 #include "tests/sanitized.h"
 
@@ -225,32 +225,6 @@ TEST(MatmulMmaSim, SplitKOnAPersistentGrid) {
 }
 
 // ---- NVPTX ------------------------------------------------------------------------------------
-
-struct Ptx {
-  std::string text;
-  LaunchShape launch;
-};
-
-Ptx emit_ptx(const Graph& g, const KernelConfig& c, const std::string& arch, bool allow_tf32 = false, bool tma = false) {
-  Ptx out;
-  llvmb::Target t = llvmb::Target::nvptx(arch);
-  KernelSpec spec = allow_tf32 ? tf32_spec(g) : spec_of(g);
-  spec.tma = tma;
-  Result<EmittedKernel> k = emit_matmul(spec, c, t);
-  EXPECT_TRUE(k.ok()) << (k.ok() ? "" : k.error().str());
-  if (!k) return out;
-  out.launch = k->launch;
-  Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, arch);
-  EXPECT_TRUE(ptx.ok()) << (ptx.ok() ? "" : ptx.error().str());
-  if (ptx) out.text = *ptx;
-  return out;
-}
-
-int count(const std::string& s, const std::string& what) {
-  int n = 0;
-  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
-  return n;
-}
 
 TEST(MatmulMmaNvptx, HotLoopUsesMmaLdmatrixAndCpAsync) {
   Shape3 s{4096, 4096, 4096, false, false, {}};
@@ -606,70 +580,6 @@ TEST(MatmulMmaNvptx, Sm90aPingPongKernel) {
   ASSERT_TRUE(path.ok());
   EXPECT_FALSE(path->tensor_cores);
   EXPECT_NE(path->why.find("pingpong = 1 needs a persistent grid"), std::string::npos) << path->why;
-}
-
-// Register reallocation (setmaxnreg = 232) on the tuned 128 x 256 cooperative kernel
-// and the 128 x 128 ping-pong one: .minnctapersm 1 beside .maxntid 384, so ptxas
-// gives every thread the launch's 168 registers (without it ptxas drops setmaxnreg,
-// C7508: RunPtxas.NotesSaySetmaxnregWasIgnored); the producer warpgroup's one
-// setmaxnreg.dec to 40 before its copies, the consumers' one .inc to 232 before
-// their products; no spills and no ptxas note. The consumers' epilogue then takes 4 n8
-// tiles a batch: 16 bias loads ahead of the first store (8 at 168 registers), 64 in
-// all. The config text and explain say so.
-TEST(MatmulMmaNvptx, Sm90aRegisterReallocation) {
-  Graph g = mm_graph({4096, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);
-  for (auto [bm, bn, pp] : {std::tuple{128, 256, 0}, std::tuple{128, 128, 1}}) {
-    if (test::kSanitized && pp) continue;  // the sanitizer build's sample: one kernel (ptxas is most of it)
-    const std::string what = std::to_string(bm) + "x" + std::to_string(bn) + (pp ? " ping-pong" : "");
-    KernelConfig c = tc_config(bm, bn, 64, 8, 4, 8, /*ws=*/1);
-    c.persistent = 132;
-    c.pingpong = pp;
-    c.setmaxnreg = 232;
-    Ptx p = emit_ptx(g, c, "sm_90a", false, /*tma=*/true);
-    EXPECT_EQ(p.launch.block[0], 384) << what;
-    EXPECT_EQ(count(p.text, ".maxntid 384, 1, 1"), 1) << what;
-    EXPECT_EQ(count(p.text, ".minnctapersm 1"), 1) << what;
-    EXPECT_EQ(count(p.text, "setmaxnreg"), 2) << what;
-    const size_t dec = p.text.find("setmaxnreg.dec.sync.aligned.u32 40;");
-    const size_t inc = p.text.find("setmaxnreg.inc.sync.aligned.u32 232;");
-    ASSERT_NE(dec, std::string::npos) << what;
-    ASSERT_NE(inc, std::string::npos) << what;
-    EXPECT_LT(dec, p.text.find("cp.async.bulk.tensor")) << what << ": the producer gives up registers before its copies";
-    EXPECT_LT(inc, p.text.find("wgmma.mma_async")) << what << ": the consumers take them before their products";
-    if (!pp) {
-      const std::string tail = p.text.substr(p.text.find("wgmma.wait_group.sync.aligned 0;"));
-      EXPECT_EQ(count(tail, "ld.global"), 64) << "one bias load per column a thread holds";
-      EXPECT_EQ(count(tail.substr(0, tail.find("st.global")), "ld.global"), 16) << "two batches of 4 n8 tiles";
-    }
-    if (have_ptxas()) {
-      Result<std::vector<KernelResources>> r = assemble(p.text, "sm_90a");
-      ASSERT_TRUE(r.ok()) << r.error().str();
-      EXPECT_FALSE((*r)[0].spills()) << what;
-      EXPECT_EQ((*r)[0].registers, 168) << what;
-      EXPECT_TRUE((*r)[0].notes.empty()) << what << ": " << (*r)[0].notes[0];
-    }
-  }
-  KernelConfig c = tc_config(128, 256, 64, 8, 4, 8, 1);
-  c.persistent = 132;
-  Ptx plain = emit_ptx(g, c, "sm_90a", false, /*tma=*/true);
-  EXPECT_EQ(count(plain.text, "setmaxnreg"), 0);
-  EXPECT_EQ(count(plain.text, ".minnctapersm"), 0);
-  c.setmaxnreg = 232;
-  EXPECT_EQ(config_str(KernelKind::Matmul, ConfigTarget::Gpu, c),
-            "block_m=128 block_n=256 block_k=64 warps=8 stages=4 group_m=8 split_k=1 warp_specialize=1 persistent=132 "
-            "setmaxnreg=232");
-  KernelSpec with_tma = spec_of(g);
-  with_tma.tma = true;
-  Result<MatmulPath> path = matmul_path(with_tma, c, "sm_90a");
-  ASSERT_TRUE(path.ok());
-  EXPECT_TRUE(path->tensor_cores);
-  EXPECT_NE(path->why.find("registers reallocated: the consumer warpgroups take 232 a thread"), std::string::npos)
-      << path->why;
-  c.persistent = 0;
-  path = matmul_path(with_tma, c, "sm_90a");
-  ASSERT_TRUE(path.ok());
-  EXPECT_FALSE(path->tensor_cores);
-  EXPECT_NE(path->why.find("setmaxnreg = 232 needs a persistent grid"), std::string::npos) << path->why;
 }
 
 TEST(MatmulMmaNvptx, TransposedOperandsUseLdmatrixTrans) {

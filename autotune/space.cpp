@@ -52,8 +52,8 @@ std::vector<KernelConfig> gpu_reduction(const TargetInfo& t) {
 
 // One tensor-core config of the space below; a persistent grid of the SMs times the
 // blocks one SM's shared memory holds.
-KernelConfig tensor_core_config(int bm, int bn, int bk, int warps, int stages, int ws, int sk, int pers, int pp, int regs,
-                                const TargetInfo& t, int operand_bytes) {
+KernelConfig tensor_core_config(int bm, int bn, int bk, int warps, int stages, int ws, int sk, int pers, int pp,
+                                int regs, const TargetInfo& t, int operand_bytes) {
   KernelConfig c;
   c.block_m = bm;
   c.block_n = bn;
@@ -109,7 +109,8 @@ void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool spl
                     const int64_t acc = int64_t{pp ? bm : bm / 2} * bn / 128;
                     const bool realloc = pers && warps == 8 && acc == 128;
                     for (int regs : realloc ? std::vector<int>{0, 232} : std::vector<int>{0})
-                      out.push_back(tensor_core_config(bm, bn, bk, warps, stages, ws, sk, pers, pp, regs, t, operand_bytes));
+                      out.push_back(
+                          tensor_core_config(bm, bn, bk, warps, stages, ws, sk, pers, pp, regs, t, operand_bytes));
                   }
 }
 

@@ -179,7 +179,8 @@ class NvptxPointwise {
         for (int j = 0; j < batch; ++j) {
           llvm::Value* kk = b_.CreateAdd(b_.CreateMul(it, k(batch), "", true, true), k(j), "", true, true);
           llvm::Value* slot = b_.CreateAdd(b_.CreateMul(kk, k(cfg_.block), "", true, true), tid_, "", true, true);
-          bases.push_back(b_.CreateAdd(tile_base, b_.CreateMul(slot, k(cfg_.vector), "", true, true), "base", true, true));
+          llvm::Value* off = b_.CreateMul(slot, k(cfg_.vector), "", true, true);
+          bases.push_back(b_.CreateAdd(tile_base, off, "base", true, true));
         }
         return vector_batch(bases);
       };
@@ -260,7 +261,8 @@ class NvptxPointwise {
     auto it = lanes.find(key);
     if (it != lanes.end()) return it->second;
     DType dt = g_.node(g_.params()[static_cast<size_t>(p)]).type.dtype;
-    std::vector<Elem> v = cg_->load_vector(dt, in_[static_cast<size_t>(p)], kernels::emit_index_map(b_, base, map), cfg_.vector);
+    llvm::Value* at = kernels::emit_index_map(b_, base, map);
+    std::vector<Elem> v = cg_->load_vector(dt, in_[static_cast<size_t>(p)], at, cfg_.vector);
     return lanes.emplace(std::move(key), std::move(v)).first->second;
   }
 

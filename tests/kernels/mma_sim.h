@@ -175,7 +175,8 @@ struct Block {
     if (setmaxnreg.empty()) return;
     const int threads = static_cast<int>(bar_threads), wgs = threads / (4 * kLanes);
     const int launch = std::min(65536 / threads / 8 * 8, 255);
-    if (threads % (4 * kLanes) != 0) return fail_locked("setmaxnreg in a block of " + std::to_string(threads) + " threads, not whole warpgroups");
+    if (threads % (4 * kLanes) != 0)
+      return fail_locked("setmaxnreg in a block of " + std::to_string(threads) + " threads, not whole warpgroups");
     int64_t total = 0;
     for (int g = 0; g < wgs; ++g) {
       const int first = g * 4 * kLanes;

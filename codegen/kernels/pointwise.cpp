@@ -5,6 +5,8 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Function.h>
@@ -141,7 +143,10 @@ class NvptxPointwise {
     // Which params are read in dense runs (vector loads) and need the alignment check.
     for (const Output& o : g_.outputs())
       for (auto& [p, map] : values_->reads(o.value, kernels::dense_index(g_.node(o.value).type.shape)))
-        if (kernels::dense_runs(map, cfg_.vector)) vec_params_.insert(p);
+        if (kernels::dense_runs(map, cfg_.vector)) {
+          vec_params_.insert(p);
+          dense_reads_.emplace_back(p, map);
+        }
     llvm::Value* aligned = b_.getTrue();
     if (cfg_.vector > 1 && nfull > 0) {
       int64_t mask_bits = 0;
@@ -246,9 +251,7 @@ class NvptxPointwise {
     std::vector<Lanes> lanes(bases.size());
     if (V > 1)
       for (size_t j = 0; j < bases.size(); ++j)
-        for (const Output& o : g_.outputs())
-          for (auto& [p, map] : values_->reads(o.value, kernels::dense_index(g_.node(o.value).type.shape)))
-            if (kernels::dense_runs(map, V)) load_lanes(lanes[j], bases[j], p, map);
+        for (const auto& [p, map] : dense_reads_) load_lanes(lanes[j], bases[j], p, map);
     for (size_t j = 0; j < bases.size(); ++j)
       if (Result<void> r = vector_step(bases[j], lanes[j]); !r) return r;
     return {};
@@ -321,6 +324,8 @@ class NvptxPointwise {
   llvm::Type* it_ = nullptr;
   llvm::Value* tid_ = nullptr;
   std::set<int> vec_params_;
+  // The (param, map) pairs the outputs read in dense runs of `vector` (vector loads).
+  std::vector<std::pair<int, IndexMap>> dense_reads_;
 };
 
 // ---- host ---------------------------------------------------------------------------------

@@ -161,7 +161,6 @@ struct Block {
   bool ignore_trans = false;  // a broken ldmatrix, to show the tests would notice
   // setmaxnreg, under mu: each thread's (count, inc) in the order it executed them.
   std::map<int32_t, std::vector<std::pair<int32_t, int32_t>>> setmaxnreg;
-  int setmaxnreg_calls = 0;
 
   // After the block ran: the register reallocation as the PTX ISA requires it. Every
   // warp of a warpgroup executes the same setmaxnreg (here: one at most, as a second
@@ -568,7 +567,6 @@ inline void sim_setmaxnreg(void* ctx, int32_t thread, int32_t count, int32_t inc
   Block& blk = *static_cast<Block*>(ctx);
   std::lock_guard<std::mutex> lock(blk.mu);
   blk.setmaxnreg[thread].emplace_back(count, inc);
-  ++blk.setmaxnreg_calls;
 }
 
 inline void sim_mbar_arrive(void* ctx, int32_t, void* mbar) {
@@ -824,7 +822,8 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
                                static_cast<int32_t>(bz));
       });
       blk.check_registers();
-      if (setmaxnreg_calls) *setmaxnreg_calls += blk.setmaxnreg_calls;
+      if (setmaxnreg_calls)
+        for (const auto& [thread, calls] : blk.setmaxnreg) *setmaxnreg_calls += static_cast<int>(calls.size());
       if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
       if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);
       if (wgmma_calls)

@@ -98,14 +98,24 @@ class Fuser {
   // The groups step i could join on this rank, best first.
   std::vector<int> candidates(size_t i) const {
     std::vector<int> c;
+    for (int gi : operand_groups(i)) {
+      if (opts_.isolate.count(groups_[static_cast<size_t>(gi)].steps.front())) continue;
+      if (compatible(groups_[static_cast<size_t>(gi)], i) && !creates_cycle(static_cast<size_t>(gi), i)) c.push_back(gi);
+    }
+    return c;
+  }
+  // The groups of step i's operands, whether or not i could join them: a group that
+  // i's other operands depend on (RoPE's x * cos beside rotate_half(x) * sin, where x
+  // is computed) is no candidate, as i joining it alone would make a cycle, but it
+  // may merge with the group i joins (mergeable checks the two together).
+  std::vector<int> operand_groups(size_t i) const {
+    std::vector<int> c;
     if (!opts_.enabled || opts_.isolate.count(i)) return c;
     for (int v : p_.steps[i].in) {
       auto it = producer_.find(v);
       if (it == producer_.end()) continue;
       int gi = group_of_[it->second];
-      if (gi < 0 || std::find(c.begin(), c.end(), gi) != c.end()) continue;
-      if (opts_.isolate.count(groups_[static_cast<size_t>(gi)].steps.front())) continue;
-      if (compatible(groups_[static_cast<size_t>(gi)], i) && !creates_cycle(static_cast<size_t>(gi), i)) c.push_back(gi);
+      if (gi >= 0 && std::find(c.begin(), c.end(), gi) == c.end()) c.push_back(gi);
     }
     return c;
   }
@@ -625,7 +635,7 @@ std::vector<LocalProgram> fuse_all(std::vector<LocalProgram> programs, const Fus
         break;
       }
     }
-    std::vector<int> others = f[0].candidates(i);
+    std::vector<int> others = f[0].operand_groups(i);
     for (Fuser& x : f) x.join(into, i);
     // A slice's or concat's other operand groups (and a RoPE's diamond) merge in too,
     // where every rank allows it.

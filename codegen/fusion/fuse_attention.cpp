@@ -26,6 +26,10 @@ bool stored_through(const LocalProgram& prog, int out, const std::vector<size_t>
   return true;
 }
 
+// Whether op k may be evaluated again for every block of query rows that reads a key
+// tile: views (no arithmetic: index arithmetic on the load) and casts.
+bool recomputed_cheaply(OpKind k) { return op_info(k).category == OpCategory::Movement || k == OpKind::Cast; }
+
 }  // namespace
 
 std::vector<std::vector<size_t>> find_attention_groups(const AttentionSearch& a) {
@@ -85,7 +89,15 @@ std::vector<std::vector<size_t>> find_attention_groups(const AttentionSearch& a)
     while (!views.empty() && !stored_through(prog, m->out, views)) views.pop_back();
     members.insert(views.begin(), views.end());
     // The ops that compute only for it: pointwise producers all of whose readers are
-    // in the kernel, to a fixpoint.
+    // in the kernel, to a fixpoint. On k's and v's side only views and casts join: the
+    // kernel evaluates a key tile once per block of query rows (L / block_m times over,
+    // Hq / Hkv more under GQA), so arithmetic there (RoPE's cos, sin and products)
+    // is left to a kernel that computes each element once.
+    const size_t scores_step = producer.at(m->scores), out_step = producer.at(m->out);
+    std::set<size_t> kv_side;
+    auto reads_as_kv = [&](size_t reader, int v) {
+      return kv_side.count(reader) > 0 || (reader == scores_step && v == m->kt) || (reader == out_step && v == m->v);
+    };
     for (bool grew = true; grew && static_cast<int>(members.size()) < opts.max_ops;) {
       grew = false;
       for (size_t st : std::vector<size_t>(members.begin(), members.end()))
@@ -99,8 +111,11 @@ std::vector<std::vector<size_t>> find_attention_groups(const AttentionSearch& a)
             continue;
           const std::vector<size_t>& readers = users.at(v);
           if (!std::all_of(readers.begin(), readers.end(), [&](size_t x) { return members.count(x) > 0; })) continue;
+          const bool kv = std::any_of(readers.begin(), readers.end(), [&](size_t x) { return reads_as_kv(x, v); });
+          if (kv && !recomputed_cheaply(ps.node.op)) continue;
           if (static_cast<int>(members.size()) >= opts.max_ops) break;
           members.insert(q);
+          if (kv) kv_side.insert(q);
           grew = true;
         }
     }

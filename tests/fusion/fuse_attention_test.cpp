@@ -65,8 +65,10 @@ bool copies_only(const LocalKernel& k) {
          });
 }
 
-// The LLaMA block: one attention kernel on every rank count, with RoPE's rotate-half
-// (neg of a slice, concat), the head splits and GQA's repeat inside it. On 2 ranks
+// The LLaMA block: one attention kernel on every rank count, with q's RoPE (the
+// rotate-half: neg of a slice, concat), the head splits and GQA's repeat inside it.
+// k's RoPE is a pointwise kernel of its own: the attention would evaluate it again for
+// every block of query rows (FuseAttention.KeysAndValuesTakeOnlyViewsAndCasts). On 2 ranks
 // (heads split 2, 2) everything from the projections to the output projection is
 // that kernel, which stores the head merge; on 4 (2 kv heads: the batch is split
 // instead, q's RoPE before the all-to-all, the result redistributed back to the heads)
@@ -79,8 +81,16 @@ TEST(FuseAttention, LlamaBlockHasOneAttentionKernelAndNoCopies) {
     for (const LocalProgram& p : programs(example("llama_block.sf", world))) {
       std::vector<const LocalKernel*> a = of_kind(p, KernelKind::Attention);
       ASSERT_EQ(a.size(), 1u) << "world " << world << "\n" << explain_kernels(p);
-      for (const char* op : {"neg", "concat", "matmul", "exp", "expand", "tril"})
+      for (const char* op : {"matmul", "exp", "expand", "tril"})
         EXPECT_TRUE(has_op(*a[0], op)) << "world " << world << ": " << op << " not in " << a[0]->name;
+      // q's RoPE in it, except on 4 ranks, where it comes before the all-to-all; k's
+      // in a pointwise kernel (two such kernels on 4 ranks).
+      const auto negs = std::count(a[0]->ops.begin(), a[0]->ops.end(), "neg");
+      EXPECT_EQ(negs, world == 4 ? 0 : 1) << "world " << world << ": " << a[0]->name;
+      EXPECT_EQ(std::count_if(p.kernels.begin(), p.kernels.end(),
+                              [](const LocalKernel& k) { return k.kind == KernelKind::Pointwise && has_op(k, "neg"); }),
+                world == 4 ? 2 : 1)
+          << "world " << world << "\n" << explain_kernels(p);
       if (world == 3) continue;
       if (world == 2) {
         EXPECT_EQ(a[0]->ops.back(), "reshape") << "stores the head merge";
@@ -90,7 +100,7 @@ TEST(FuseAttention, LlamaBlockHasOneAttentionKernelAndNoCopies) {
   }
   for (const LocalProgram& p : programs(example("llama_block.sf", 2))) {
     std::vector<const LocalKernel*> a = of_kind(p, KernelKind::Attention);
-    for (const char* op : {"sin", "cos"}) EXPECT_TRUE(has_op(*a[0], op)) << op << " (both RoPEs) in " << a[0]->name;
+    for (const char* op : {"sin", "cos"}) EXPECT_TRUE(has_op(*a[0], op)) << op << " (q's RoPE) in " << a[0]->name;
   }
   // Without it (torch's math backend), the scores' matmul, the softmax and the product
   // with v are kernels of their own, and the views around them copy.
@@ -160,6 +170,41 @@ TEST(FuseAttention, APrologueValueReadElsewhereStaysOut) {
   ASSERT_EQ(a.size(), 1u) << explain_kernels(p);
   EXPECT_TRUE(has_op(*a[0], "neg")) << "read only by the attention: computed in its prologue";
   EXPECT_FALSE(has_op(*a[0], "tanh")) << "returned too: written once by its own kernel";
+}
+
+// k and v are evaluated once per block of query rows (L / block_m times over), so on
+// their side only views and casts join the kernel. Arithmetic there is its own kernel,
+// which computes each element once. q's prologue is evaluated once per element, so it
+// takes arithmetic too.
+TEST(FuseAttention, KeysAndValuesTakeOnlyViewsAndCasts) {
+  const std::string params = "graph g(x: f32[2, 4, 8], y: f32[2, 4, 8], z: bf16[2, 4, 8]) {\n";
+  struct Case {
+    const char* what;
+    std::string body;
+    std::vector<const char*> in, out;  // ops in the attention kernel, ops in another kernel
+  } cases[] = {
+      {"arithmetic on q, k and v", "  o = matmul(softmax(mul(matmul(tanh(x), transpose(sin(y), -2, -1)), 0.5), dim=-1), neg(x))",
+       {"tanh"}, {"sin", "neg"}},
+      {"views and casts on k and v",
+       "  o = matmul(softmax(mul(matmul(x, transpose(y, -2, -1)), 0.5), dim=-1), cast(permute(z, dims=[0, 1, 2]), dtype=f32))",
+       {"transpose", "cast", "permute"}, {}},
+      {"views after arithmetic",
+       "  o = matmul(softmax(mul(matmul(x, transpose(reshape(sin(y), shape=[2, 4, 8]), -2, -1)), 0.5), dim=-1), x)",
+       {"transpose", "reshape"}, {"sin"}},
+  };
+  for (const Case& c : cases) {
+    LocalProgram p = programs(parse(params + c.body + "\n  return o\n}\n"))[0];
+    std::vector<const LocalKernel*> a = of_kind(p, KernelKind::Attention);
+    ASSERT_EQ(a.size(), 1u) << c.what << "\n" << explain_kernels(p);
+    for (const char* op : c.in) EXPECT_TRUE(has_op(*a[0], op)) << c.what << ": " << op << "\n" << explain_kernels(p);
+    for (const char* op : c.out) {
+      EXPECT_FALSE(has_op(*a[0], op)) << c.what << ": " << op << "\n" << explain_kernels(p);
+      EXPECT_TRUE(std::any_of(p.kernels.begin(), p.kernels.end(), [&](const LocalKernel& k) {
+        return k.kind == KernelKind::Pointwise && has_op(k, op);
+      })) << c.what << ": " << op << " computed once, in a pointwise kernel\n" << explain_kernels(p);
+    }
+    EXPECT_EQ(p.kernels.size(), 1 + c.out.size()) << c.what << "\n" << explain_kernels(p);
+  }
 }
 
 // The share of (row, key) pairs a causal attention computes, counted by hand: rows

@@ -47,6 +47,20 @@ TEST(FuseViews, RopeIsOneKernelWhicheverWayItIsWritten) {
   }
 }
 
+// x computed by another group (its head split after a projection, as in a LLaMA
+// block): the product x * cos forms in x's group, and rotate_half(x) * sin in the
+// slices' group, which reads x. The add joins the second (joining the first alone
+// would be a cycle), and the first merges in: one kernel, reading the projection.
+TEST(FuseViews, RopeOfAComputedValueIsOneKernel) {
+  LocalProgram p = programs(
+      "graph g(a: f32[2, 3, 16], w: f32[16, 16], c: f32[3, 8], s: f32[3, 8]) {\n"
+      "  x = permute(reshape(matmul(a, w), shape=[2, 3, 2, 8]), dims=[0, 2, 1, 3])\n"
+      "  r = concat(neg(slice(x, dim=-1, start=4)), slice(x, dim=-1, end=4), dim=-1)\n"
+      "  return add(mul(x, c), mul(r, s))\n}\n")[0];
+  EXPECT_EQ(kernel_ops(p), (Ops{"matmul: matmul", "pointwise: reshape permute slice neg slice concat mul mul add"}))
+      << explain_kernels(p);
+}
+
 TEST(FuseViews, AValueUsedElsewhereIsNotComputedInAnotherSpace) {
   // y escapes, so the slice reads it from memory rather than computing exp on 4 of 8.
   LocalProgram p = programs("graph g(x: f32[4, 8]) {\n  y = exp(x)\n  return y, slice(y, dim=1, end=4)\n}\n")[0];

@@ -21,6 +21,9 @@
 //       BM_Matmul's `ratio` is ours / cuBLAS GEMM alone, `ratio_vs_epilogue` ours /
 //       (GEMM + epilogue), `ratio_vs_cublaslt` ours / the cuBLASLt epilogue (> 1: ours
 //       is faster);
+//   matmul_<dtype>_<M>x<N>x<K>_gemm       BM_MatmulGemm/<dtype>/<M>x<N>x<K>: our matmul alone,
+//       no epilogue, `ratio` against BM_CublasGemm of the same shape: what the main
+//       loop gives, apart from what the fused epilogue costs;
 //   block_<block> (or any other name)     BM_Block/<block>, BM_Block/<block>/cuda_graph: the
 //       whole single-rank plan, its kernels launched one by one or as CUDA graphs
 //       (RankExec::enqueue), TFLOPs over its matmul kernels' flops (2*M*N*K, as
@@ -54,7 +57,9 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "runtime/gpu/cublas.h"
@@ -445,7 +450,9 @@ void BM_CublasLtGemmBiasGelu(benchmark::State& state, MatmulShape sh) {
   if (s > 0) set_tflops(state, sh, s, &env().lt_tflops);
 }
 
-void BM_Matmul(benchmark::State& state, std::string plan, MatmulShape sh) {
+// gemm_only: the plan is the product alone (matmul_..._gemm), compared with cuBLAS's
+// GEMM alone.
+void BM_Matmul(benchmark::State& state, std::string plan, MatmulShape sh, bool gemm_only) {
   ReleaseCache release;
   Result<LoadedPlan> p = load_plan(plan);
   if (!p) {
@@ -459,6 +466,7 @@ void BM_Matmul(benchmark::State& state, std::string plan, MatmulShape sh) {
   const double ours = sh.flops() / s / 1e12;
   const Env& e = env();
   if (std::optional<double> t = median_of(e.cublas_tflops, sh.key())) state.counters["ratio"] = ours / *t;
+  if (gemm_only) return;
   if (std::optional<double> t = median_of(e.epilogue_tflops, sh.key())) state.counters["ratio_vs_epilogue"] = ours / *t;
   if (std::optional<double> t = median_of(e.lt_tflops, sh.key())) state.counters["ratio_vs_cublaslt"] = ours / *t;
 }
@@ -492,9 +500,9 @@ int register_all(const std::string& dir, const std::string& device_arch) {
     if (d.is_directory() && fs::exists(d.path() / "plan.json")) names.push_back(d.path().filename().string());
   std::sort(names.begin(), names.end());
   std::vector<std::string> memory, blocks;
-  std::vector<std::pair<std::string, MatmulShape>> matmuls;
+  std::vector<std::tuple<std::string, MatmulShape, bool>> matmuls;  // plan, shape, gemm only
   std::map<int64_t, bool> copies;
-  static const std::regex mm(R"(matmul_(f32|bf16|f16)_(\d+)x(\d+)x(\d+))");
+  static const std::regex mm(R"(matmul_(f32|bf16|f16)_(\d+)x(\d+)x(\d+)(_gemm)?)");
   for (const std::string& n : names) {
     Result<PlanSource> src = read_plan_dir((fs::path(dir) / n).string());
     if (!src) {
@@ -518,9 +526,9 @@ int register_all(const std::string& dir, const std::string& device_arch) {
       sh.m = std::stoll(m[2].str());
       sh.n = std::stoll(m[3].str());
       sh.k = std::stoll(m[4].str());
-      matmuls.emplace_back(n, sh);
+      matmuls.emplace_back(n, sh, m[5].matched);
     } else if (n.rfind("matmul_", 0) == 0) {
-      std::cerr << "bench_kernels: skipping " << n << ": a matmul plan is named matmul_<dtype>_<M>x<N>x<K>\n";
+      std::cerr << "bench_kernels: skipping " << n << ": a matmul plan is named matmul_<dtype>_<M>x<N>x<K>[_gemm]\n";
     } else {
       // block_<name>, or a plan named after its graph (scripts/gpu-pack: mlp, attention, ...).
       blocks.push_back(n);
@@ -538,18 +546,29 @@ int register_all(const std::string& dir, const std::string& device_arch) {
     timed(benchmark::RegisterBenchmark(label.c_str(), BM_Memory, n));
     ++count;
   }
-  for (const auto& [n, sh] : matmuls) {
-    timed(benchmark::RegisterBenchmark(("BM_CublasGemm/" + sh.key()).c_str(), BM_CublasGemm, sh));
-    if (std::find(names.begin(), names.end(), sh.bias_gelu_plan()) != names.end()) {
-      timed(benchmark::RegisterBenchmark(("BM_CublasGemmEpilogue/" + sh.key()).c_str(), BM_CublasGemmEpilogue, sh));
+  // A shape's baselines once, before its plans (names sort the fused plan before its
+  // _gemm twin); a product alone needs only cuBLAS's GEMM.
+  std::set<std::string> baselined;
+  for (const auto& [n, sh, gemm_only] : matmuls) {
+    if (baselined.insert(sh.key()).second) {
+      timed(benchmark::RegisterBenchmark(("BM_CublasGemm/" + sh.key()).c_str(), BM_CublasGemm, sh));
       ++count;
-    } else {
-      std::cerr << "bench_kernels: no " << sh.bias_gelu_plan() << " plan: BM_CublasGemmEpilogue/" << sh.key()
-                << " is left out\n";
+      if (!gemm_only) {
+        if (std::find(names.begin(), names.end(), sh.bias_gelu_plan()) != names.end()) {
+          timed(benchmark::RegisterBenchmark(("BM_CublasGemmEpilogue/" + sh.key()).c_str(), BM_CublasGemmEpilogue, sh));
+          ++count;
+        } else {
+          std::cerr << "bench_kernels: no " << sh.bias_gelu_plan() << " plan: BM_CublasGemmEpilogue/" << sh.key()
+                    << " is left out\n";
+        }
+        timed(
+            benchmark::RegisterBenchmark(("BM_CublasLtGemmBiasGelu/" + sh.key()).c_str(), BM_CublasLtGemmBiasGelu, sh));
+        ++count;
+      }
     }
-    timed(benchmark::RegisterBenchmark(("BM_CublasLtGemmBiasGelu/" + sh.key()).c_str(), BM_CublasLtGemmBiasGelu, sh));
-    timed(benchmark::RegisterBenchmark(("BM_Matmul/" + sh.key()).c_str(), BM_Matmul, n, sh));
-    count += 3;
+    timed(benchmark::RegisterBenchmark(("BM_Matmul" + std::string(gemm_only ? "Gemm/" : "/") + sh.key()).c_str(),
+                                       BM_Matmul, n, sh, gemm_only));
+    ++count;
   }
   for (const std::string& n : blocks) {
     const std::string block = n.rfind("block_", 0) == 0 ? n.substr(6) : n;

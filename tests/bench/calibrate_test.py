@@ -99,11 +99,15 @@ class CalibrateKernelsTest(unittest.TestCase):
 
     def test_errors_against_hand_worked_numbers(self):
         p, rows = self.calibrate(os.path.join(FIXTURES, "fake_simulate"))
-        # Benchmarks with a graph in bench/graphs only: the blocks and the f32
-        # 4096^3 matmul; the failed max reduction and graphs that do not exist
-        # (bf16 8192^3, gelu/16777216, sum/1024x4096) are left out, and named.
+        # Benchmarks with a graph in bench/graphs only: the blocks, the f32
+        # 4096^3 matmul and the bf16 4096^3 product alone (its _gemm graph); the failed
+        # max reduction and graphs that do not exist (bf16 8192^3, gelu/16777216,
+        # sum/1024x4096) are left out, and named.
         self.assertEqual(set(rows), {"BM_Block/mlp", "BM_Block/attention", "BM_Block/transformer_block",
-                                     "BM_Matmul/f32/4096x4096x4096"})
+                                     "BM_Matmul/f32/4096x4096x4096", "BM_MatmulGemm/bf16/4096x4096x4096"})
+        self.assertEqual(rows["BM_MatmulGemm/bf16/4096x4096x4096"]["graph"],
+                         "bench/graphs/kernels/matmul_bf16_4096x4096x4096_gemm.sf")
+        self.assertAlmostEqual(rows["BM_MatmulGemm/bf16/4096x4096x4096"]["error"], 8 / 4.0 - 1)
         self.assertIn("no graph in bench/graphs for: ", p.stdout)
         self.assertIn("BM_Matmul/bf16/8192x8192x8192", p.stdout)
         # The stand-in simulator's T_compute is 8 ms for every graph. Measured: mlp's

@@ -310,11 +310,42 @@ class Fuser {
       // the rank's own chunk's matmul would wait for that transfer instead of running
       // while it travels. The chunks that came earlier are added in that matmul's
       // epilogue; the last one, in a small kernel after it.
+      //
+      // Nor does it widen what a reduction reads (a norm's cast of the residual to f32
+      // after the output projection): the epilogue would write the wide values for the
+      // reduction to read back, where the reduction's prologue widens them in registers.
       case KernelKind::Matmul:
         if (std::any_of(s.in.begin(), s.in.end(), [&](int v) { return late_values_.count(v) > 0; })) return false;
+        if (widens(i) && reaches_reduction(i)) return false;
         return k == KernelKind::Pointwise && out == g.numel && op_info(n.op).category != OpCategory::Movement;
       case KernelKind::Gather:
       case KernelKind::Attention: return false;
+    }
+    return false;
+  }
+
+  // Whether step i is a cast to a wider dtype.
+  bool widens(size_t i) const {
+    const LocalStep& s = p_.steps[i];
+    return s.node.op == OpKind::Cast && s.in.size() == 1 &&
+           dtype_size(s.node.type.dtype) > dtype_size(type(s.in[0]).dtype);
+  }
+  // Whether a reduction reads step i's value, directly or through elementwise ops and
+  // views.
+  bool reaches_reduction(size_t i) const {
+    std::set<size_t> seen;
+    std::vector<size_t> work{i};
+    while (!work.empty()) {
+      const size_t x = work.back();
+      work.pop_back();
+      auto u = users_.find(p_.steps[x].out);
+      if (u == users_.end()) continue;
+      for (size_t r : u->second) {
+        const LocalStep& rs = p_.steps[r];
+        if (rs.kind != LocalStep::Kind::Compute || !seen.insert(r).second) continue;
+        if (op_info(rs.node.op).category == OpCategory::Reduce) return true;
+        if (index_computed(rs.node.op)) work.push_back(r);
+      }
     }
     return false;
   }

@@ -65,6 +65,35 @@ TEST(Fuse, MatmulTakesItsTransposedOperandAndEpilogue) {
   EXPECT_EQ(p.kernels[0].bytes_written, 8 * 32 * 4);
 }
 
+// A pre-norm block's residual after the output projection: the epilogue adds it and
+// writes it in bf16; rms_norm's cast to f32 (and its square) go to the reduction's
+// prologue, which widens in registers. Taken by the epilogue, the cast would be
+// written as f32 for the reduction to read back. A widening cast that no reduction
+// reads stays in the epilogue.
+TEST(Fuse, AMatmulEpilogueDoesNotWidenWhatAReductionReads) {
+  LocalProgram p = programs(parse(
+      "graph g(x: bf16[8, 16], w: bf16[16, 16], r: bf16[8, 16], nw: bf16[16]) {\n"
+      "  h = add(r, matmul(x, transpose(w, 0, 1)))\n"
+      "  return h, rms_norm(h, nw)\n}\n"))[0];
+  const LocalKernel* mm = nullptr;
+  const LocalKernel* red = nullptr;
+  for (const LocalKernel& k : p.kernels) {
+    if (k.kind == KernelKind::Matmul) mm = &k;
+    if (k.kind == KernelKind::Reduction) red = &k;
+  }
+  ASSERT_TRUE(mm && red) << explain_kernels(p);
+  EXPECT_EQ(mm->ops, (std::vector<std::string>{"transpose", "matmul", "add"})) << explain_kernels(p);
+  EXPECT_EQ(mm->bytes_written, 8 * 16 * 2) << "h alone, in bf16\n" << explain_kernels(p);
+  EXPECT_EQ(red->ops.front(), "cast") << explain_kernels(p);
+  EXPECT_EQ(red->bytes_read, 8 * 16 * 2 + 16 * 4) << "h in bf16, and the weight as its cast kernel wrote it\n"
+                                                   << explain_kernels(p);
+
+  p = programs(parse("graph g(x: bf16[8, 16], w: bf16[16, 16]) {\n"
+                     "  return exp(cast(matmul(x, w), dtype=f32))\n}\n"))[0];
+  ASSERT_EQ(p.kernels.size(), 1u) << explain_kernels(p);
+  EXPECT_EQ(p.kernels[0].ops, (std::vector<std::string>{"matmul", "cast", "exp"})) << explain_kernels(p);
+}
+
 TEST(Fuse, PointwiseChainWithTwoOutputs) {
   Graph g = parse("graph g(x: f16[6, 5]) {\n  a = exp(x)\n  b = mul(a, 2.0)\n  return a, sigmoid(b)\n}\n");
   LocalProgram p = programs(g)[0];

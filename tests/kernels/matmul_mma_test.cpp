@@ -429,9 +429,7 @@ TEST(MatmulMmaNvptx, Sm90aWarpSpecialisedKernel) {
   ASSERT_TRUE(path.ok());
   EXPECT_FALSE(path->wgmma) << path->why;
   EXPECT_NE(path->why.find("warp_specialize = 1 needs the sm_90a wgmma kernel fed by TMA"), std::string::npos) << path->why;
-  KernelSpec with_tma = spec_of(g);
-  with_tma.tma = true;
-  path = matmul_path(with_tma, tc_config(128, 256, 64, 8, 4, 8, 1), "sm_90a");
+  path = tma_path(g, tc_config(128, 256, 64, 8, 4, 8, 1));
   ASSERT_TRUE(path.ok());
   EXPECT_NE(path->why.find("warp-specialised"), std::string::npos) << path->why;
 }
@@ -480,9 +478,7 @@ TEST(MatmulMmaNvptx, Sm90aPersistentKernel) {
     ASSERT_TRUE(r.ok()) << r.error().str();
     EXPECT_FALSE((*r)[0].spills());
   }
-  KernelSpec with_tma = spec_of(g);
-  with_tma.tma = true;
-  Result<MatmulPath> path = matmul_path(with_tma, c, "sm_90a");
+  Result<MatmulPath> path = tma_path(g, c);
   ASSERT_TRUE(path.ok());
   EXPECT_NE(path->why.find("persistent: 132 blocks"), std::string::npos) << path->why;
   // Without warp specialisation every thread walks the items, staging each epilogue.
@@ -494,7 +490,7 @@ TEST(MatmulMmaNvptx, Sm90aPersistentKernel) {
   Graph small = mm_graph({128, 256, 256, false, true, {3}}, DType::BF16, Epi::None);
   EXPECT_EQ(emit_ptx(small, c, "sm_90a", false, true).launch.grid[0], 3);
   c.persistent = 70000;
-  path = matmul_path(with_tma, c, "sm_90a");
+  path = tma_path(g, c);
   ASSERT_TRUE(path.ok());
   EXPECT_FALSE(path->tensor_cores);
   EXPECT_NE(path->why.find("persistent = 70000"), std::string::npos) << path->why;
@@ -569,14 +565,12 @@ TEST(MatmulMmaNvptx, Sm90aPingPongKernel) {
   EXPECT_EQ(config_str(KernelKind::Matmul, ConfigTarget::Gpu, c),
             "block_m=64 block_n=256 block_k=64 warps=8 stages=4 group_m=8 split_k=1 warp_specialize=1 persistent=132 "
             "pingpong=1");
-  KernelSpec with_tma = spec_of(g);
-  with_tma.tma = true;
-  Result<MatmulPath> path = matmul_path(with_tma, c, "sm_90a");
+  Result<MatmulPath> path = tma_path(g, c);
   ASSERT_TRUE(path.ok());
   EXPECT_TRUE(path->tensor_cores);
   EXPECT_NE(path->why.find("ping-pong"), std::string::npos) << path->why;
   c.persistent = 0;
-  path = matmul_path(with_tma, c, "sm_90a");
+  path = tma_path(g, c);
   ASSERT_TRUE(path.ok());
   EXPECT_FALSE(path->tensor_cores);
   EXPECT_NE(path->why.find("pingpong = 1 needs a persistent grid"), std::string::npos) << path->why;

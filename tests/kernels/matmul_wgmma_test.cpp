@@ -383,15 +383,13 @@ TEST(MatmulWgmmaNvptx, RegisterReallocation) {
   EXPECT_EQ(config_str(KernelKind::Matmul, ConfigTarget::Gpu, c),
             "block_m=128 block_n=256 block_k=64 warps=8 stages=4 group_m=8 split_k=1 warp_specialize=1 persistent=132 "
             "setmaxnreg=232");
-  KernelSpec with_tma = spec_of(g);
-  with_tma.tma = true;
-  Result<MatmulPath> path = matmul_path(with_tma, c, "sm_90a");
+  Result<MatmulPath> path = tma_path(g, c);
   ASSERT_TRUE(path.ok());
   EXPECT_TRUE(path->tensor_cores);
   EXPECT_NE(path->why.find("registers reallocated: the consumer warpgroups take 232 a thread"), std::string::npos)
       << path->why;
   c.persistent = 0;
-  path = matmul_path(with_tma, c, "sm_90a");
+  path = tma_path(g, c);
   ASSERT_TRUE(path.ok());
   EXPECT_FALSE(path->tensor_cores);
   EXPECT_NE(path->why.find("setmaxnreg = 232 needs a persistent grid"), std::string::npos) << path->why;

@@ -33,6 +33,14 @@ inline Ptx emit_ptx(const Graph& g, const KernelConfig& c, const std::string& ar
   return out;
 }
 
+// The path the matmul of `g` takes under `c` on `arch` with its operands brought by
+// TMA (sm_90a's default: KernelSpec::tma), as `explain` reports it.
+inline Result<MatmulPath> tma_path(const Graph& g, const KernelConfig& c, const std::string& arch = "sm_90a") {
+  KernelSpec spec = spec_of(g);
+  spec.tma = true;
+  return matmul_path(spec, c, arch);
+}
+
 // How often `what` occurs in `s`.
 inline int count(const std::string& s, const std::string& what) {
   int n = 0;

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,52 @@ using kernel_test::have_ptxas;
 using kernel_test::jit;
 using kernel_test::module_text;
 using kernel_test::ptxas_failure;
+
+// ---- inputs (pointwise_test.cpp, precision_test.cpp) ---------------------------------
+// How a parameter is filled: special values first (NaN, infinities, signed zeros,
+// integer extremes, a value that double rounding gets wrong), then random ones.
+enum class Fill {
+  Mixed,     // floats: specials then uniform [-3, 3); ints: extremes then full range
+  Small,     // floats uniform [-1, 1); ints uniform [-8, 8); no specials
+  Exponent,  // ints in [0, 20) (integer pow), floats uniform [-3, 3)
+};
+
+inline Tensor make_tensor(DType t, const Shape& s, uint64_t seed, Fill f) {
+  Tensor x(t, s);
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](double lo, double hi) { return lo + (hi - lo) * static_cast<double>(rng() >> 11) * 0x1p-53; };
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> fspecial = {std::nan(""), inf, -inf, 0.0, -0.0, 1.0, -1.0, 0.5, 2.5, -2.5,
+                                        1e-3, 100.0, -100.0, 3e4, 1e5, 3e38, -7.0, 16842753.0};
+  const std::vector<int64_t> ispecial = {0, 1, -1, 2, -2, 2147483647, -2147483647 - 1, 7, -7, 16842753,
+                                         (int64_t{1} << 40) + (int64_t{1} << 32) + 1,
+                                         std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()};
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    auto u = static_cast<size_t>(i);
+    if (t == DType::Bool) {
+      x.set_int(i, static_cast<int64_t>(rng() >> 63));
+    } else if (is_float(t)) {
+      if (f == Fill::Mixed && u < fspecial.size()) x.set(i, fspecial[u]);
+      else x.set(i, f == Fill::Small ? uniform(-1, 1) : uniform(-3, 3));
+    } else if (f == Fill::Exponent) {
+      x.set_int(i, static_cast<int64_t>(rng() % 20));
+    } else if (f == Fill::Small) {
+      x.set_int(i, static_cast<int64_t>(rng() % 16) - 8);
+    } else {
+      x.set_int(i, u < ispecial.size() ? ispecial[u] : static_cast<int64_t>(rng()));  // i32 wraps
+    }
+  }
+  return x;
+}
+
+inline std::vector<Tensor> make_inputs(const Graph& g, uint64_t seed, const std::vector<Fill>& fills = {}) {
+  std::vector<Tensor> in;
+  for (size_t i = 0; i < g.params().size(); ++i) {
+    const TensorType& t = g.node(g.params()[i]).type;
+    in.push_back(make_tensor(t.dtype, t.shape, seed + 7919 * i, i < fills.size() ? fills[i] : Fill::Mixed));
+  }
+  return in;
+}
 
 inline KernelSpec spec_of(const Graph& g, std::string entry = "pw") {
   return KernelSpec{std::move(entry), KernelKind::Pointwise, g};

@@ -154,7 +154,8 @@ class MmaKernel : MmaIsa {
   // specialisation every thread walks the items, with a barrier after each epilogue
   // (the next item's copies overwrite the shared memory it staged through); with it,
   // the producer's thread walks them issuing copies, ahead into the next item's tiles
-  // while the consumers finish the last one's epilogue (stored directly).
+  // while the consumers finish the last one's epilogue (staged in chunks through
+  // shared memory of their own, matmul_mma_epilogue.h).
   struct ItemLoop {
     llvm::BasicBlock *loop = nullptr, *latch = nullptr, *done = nullptr;
     llvm::PHINode *w = nullptr, *iter = nullptr;
@@ -234,9 +235,9 @@ class MmaKernel : MmaIsa {
 
   // A ping-pong consumer warpgroup (wg_ 0 or 1): the block's items wg_, wg_ + 2, ...
   // Before item j's K loop (j > 0) it waits on named barrier 1 + wg_ until the other
-  // warpgroup has finished item j - 1's; after its own it lets the other start item
-  // j + 1, when there is one. So the warpgroups multiply in turn, one's epilogue
-  // during the other's K loop. The turns also keep each full-mbarrier wait within one
+  // warpgroup has issued item j - 1's last wgmma group; once it has issued its own
+  // last, it lets the other start item j + 1, when there is one. So the warpgroups
+  // multiply in turn, one's epilogue during the other's K loop. The turns also keep each full-mbarrier wait within one
   // phase of the stage's progress: a warpgroup reaching tile g has seen every earlier
   // tile's copies complete (the other's through the barrier), so the parity it waits
   // for cannot be that of a phase two back.
@@ -253,14 +254,18 @@ class MmaKernel : MmaIsa {
       named_barrier(add(wg_, k(1)), 256, /*sync=*/true);
       b_.CreateBr(go);
       b_.SetInsertPoint(go);
-      acc = consumer_loop(/*release_last=*/true);
-      llvm::BasicBlock* pass = llvm::BasicBlock::Create(c, "pp.pass", fn_);
-      llvm::BasicBlock* passed = llvm::BasicBlock::Create(c, "pp.passed", fn_);
-      b_.CreateCondBr(b_.CreateICmpULT(add(items.w, k(grid)), k(t_.items)), pass, passed);
-      b_.SetInsertPoint(pass);
-      named_barrier(b_.CreateSub(k(2), wg_), 256, /*sync=*/false);
-      b_.CreateBr(passed);
-      b_.SetInsertPoint(passed);
+      // The turn passes once the item's last group is issued, before it retires: the
+      // other warpgroup's groups queue behind it on the tensor cores, which do not
+      // drain between the two (CUTLASS's ping-pong hands over at the same point).
+      acc = consumer_loop(/*release_last=*/true, [&] {
+        llvm::BasicBlock* pass = llvm::BasicBlock::Create(c, "pp.pass", fn_);
+        llvm::BasicBlock* passed = llvm::BasicBlock::Create(c, "pp.passed", fn_);
+        b_.CreateCondBr(b_.CreateICmpULT(add(items.w, k(grid)), k(t_.items)), pass, passed);
+        b_.SetInsertPoint(pass);
+        named_barrier(b_.CreateSub(k(2), wg_), 256, /*sync=*/false);
+        b_.CreateBr(passed);
+        b_.SetInsertPoint(passed);
+      });
     }
     if (Result<void> r = epilogue(acc, items.latch, /*producer_joins=*/false); !r) return r;
     b_.SetInsertPoint(items.latch);
@@ -602,12 +607,14 @@ class MmaKernel : MmaIsa {
 
   // The loop's back edge from the current block (kt + 1 while below the K tiles, the
   // accumulators `acc`), then the builder after it, every wgmma group retired.
-  void close_k_loop(KLoop& l, const std::vector<llvm::Value*>& acc) {
+  // `issued`: code for the point where the last group is issued but not yet retired.
+  void close_k_loop(KLoop& l, const std::vector<llvm::Value*>& acc, const std::function<void()>& issued = {}) {
     llvm::Value* next = add(l.kt, k(1));
     for (size_t i = 0; i < acc.size(); ++i) l.phis[i]->addIncoming(acc[i], b_.GetInsertBlock());
     l.kt->addIncoming(next, b_.GetInsertBlock());
     b_.CreateCondBr(b_.CreateICmpSLT(next, k(t_.kt)), l.loop, l.done);
     b_.SetInsertPoint(l.done);
+    if (issued) issued();
     if (lag_ > 0) wgmma_wait(0);  // the last groups, before the epilogue reads the accumulators
   }
 
@@ -716,7 +723,8 @@ class MmaKernel : MmaIsa {
   // The consumers' K loop; the builder after it, every wgmma group retired.
   // `release_last`: also release the stage of the item's last tile, whose group only
   // the final wait retired (a persistent producer reuses it for a later item).
-  std::vector<llvm::Value*> consumer_loop(bool release_last) {
+  // `issued`: as close_k_loop's.
+  std::vector<llvm::Value*> consumer_loop(bool release_last, const std::function<void()>& issued = {}) {
     llvm::LLVMContext& c = m_.getContext();
     KLoop kl = open_k_loop();
     llvm::PHINode* kt = kl.kt;
@@ -734,7 +742,7 @@ class MmaKernel : MmaIsa {
       b_.SetInsertPoint(cont);
     };
     release(b_.CreateICmpSGE(retired, k(0)), retired);
-    close_k_loop(kl, acc);
+    close_k_loop(kl, acc, issued);
     if (release_last && lag_ > 0) release(b_.getTrue(), k(t_.kt - 1));
     return acc;
   }
@@ -764,6 +772,8 @@ class MmaKernel : MmaIsa {
     // The producer warpgroup holds no accumulators but meets the epilogue's barriers.
     if (t_.ws && producer_joins) f.active = b_.CreateICmpULT(tid_, k(t_.threads));
     f.barrier = [this] { barrier(); };
+    // Staged in chunks (MmaTiling::chunk_off): warp w's lanes meet on named barrier 4 + w.
+    if (t_.chunk_off >= 0) f.warp_barrier = [this] { named_barrier(add(warp_, k(4)), 32, /*sync=*/true); };
     f.exit = exit;
     if (t_.split_ws) {
       f.ws = ws_;
@@ -806,6 +816,7 @@ Result<LaunchShape> build_mma_kernel(const KernelSpec& spec, const MatmulGroup& 
                                      bool wgmma_arch, const llvmb::Target& target, llvm::Module& m, bool sim) {
   Result<MmaTiling> t = mma_tiling(p, c, sm, wgmma_arch);
   if (!t) return t.error();
+  mma_chunk_area(spec.group, p, *t, max_shared_bytes(sm));
   if (Result<void> g = check_matmul_grid(p, t->bm, t->bn); !g) return g.error();
   Result<void> built = MmaKernel(spec, p, *t, target, m, sim).build();
   if (!built) return built.error();

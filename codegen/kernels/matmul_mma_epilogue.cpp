@@ -16,9 +16,11 @@ namespace sf::matmul_detail {
 
 namespace {
 
+constexpr int64_t kChunkPad = 16;  // bytes after each row of a chunked staging area
+
 class Epilogue {
  public:
-  Epilogue(MmaEpilogueFrame& f) : f_(f), b_(*f.b), p_(*f.p), t_(*f.t) {}
+  Epilogue(MmaEpilogueFrame& f) : f_(f), b_(*f.b), p_(*f.p), t_(*f.t), area_cols_(t_.ni * 8) {}
 
   Result<void> emit(const std::vector<llvm::Value*>& acc_in) {
     MatmulEpilogue epi(*f_.g, p_, *f_.cg, f_.in);
@@ -34,6 +36,12 @@ class Epilogue {
       return {};
     }
     if (t_.split_ws) acc = arrive(acc);
+    if (t_.chunk_off >= 0 && f_.warp_barrier) {
+      // Misaligned outputs too: write_back tests each one's alignment.
+      if (Result<void> r = staged_chunks(epi, acc); !r) return r;
+      finish();
+      return {};
+    }
     if (!mma_staging_unfit(*f_.g, p_, t_)) {
       llvm::LLVMContext& c = b_.getContext();
       // Every warp is past its last read of the pipeline's shared memory (and, with
@@ -193,18 +201,21 @@ class Epilogue {
   // values computed (at the pieces' safe coordinates, straight-line code) before
   // `store` takes the previous batch's.
   using StorePair = std::function<void(const Piece&, const std::vector<MatmulEpilogue::PairValue>&)>;
-  Result<void> batched_pairs(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc, const StorePair& store) {
+  // `jlo`, `jhi`: the n8 tiles [jlo, jhi) only (-1: to the last).
+  Result<void> batched_pairs(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc, const StorePair& store,
+                             int jlo = 0, int jhi = -1) {
+    if (jhi < 0) jhi = t_.ni;
     using Batch = std::vector<std::pair<Piece, std::vector<MatmulEpilogue::PairValue>>>;
     Batch last;
     auto flush = [&] {
       for (const auto& [pc, v] : last) store(pc, v);
     };
-    const int per = std::min(t_.ni, t_.epilogue_batch_columns());
+    const int per = std::min(jhi - jlo, t_.epilogue_batch_columns());
     for (int i = 0; i < t_.mi; ++i)
-      for (int j0 = 0; j0 < t_.ni; j0 += per) {
+      for (int j0 = jlo; j0 < jhi; j0 += per) {
         Batch batch;
         for (int half = 0; half < 2; ++half)
-          for (int j = j0; j < std::min(t_.ni, j0 + per); ++j) {
+          for (int j = j0; j < std::min(jhi, j0 + per); ++j) {
             Piece pc = piece(i, half, j, 0, 2);
             Result<std::vector<MatmulEpilogue::PairValue>> v =
                 epi.pair_values(pc.safe, pc.safe_flat, acc[pc.acc], acc[pc.acc + 1]);
@@ -218,31 +229,39 @@ class Epilogue {
     return {};
   }
 
-  // ---- the staged path ----
+  // ---- the staged paths ----
 
-  // A warp's staging area: its rows_w x cols_w accumulator tile (local row lr = i * 16
-  // + half * 8 + lane / 4, local column lc = j * 8 + 2 * (lane % 4) + e), one area per
-  // output, each row `row_bytes(o)` long in 16-byte chunks, chunk ch of row lr at
-  // ch ^ (lr % 8) (fewer bits for rows under 8 chunks): a fragment store's eight rows
-  // hit eight chunks, and a read's eight lanes one row's eight.
+  // A warp's staging area: area_cols_ columns from the n8 tile j0_ of its rows_w
+  // accumulator rows (local row lr = i * 16 + half * 8 + lane / 4, local column lc =
+  // (j - j0_) * 8 + 2 * (lane % 4) + e), one area per output, each row `row_bytes(o)`
+  // long in 16-byte chunks, chunk ch of row lr at ch ^ (lr % 8) (fewer bits for rows
+  // under 8 chunks): a fragment store's eight rows hit eight chunks, and a read's
+  // eight lanes one row's eight. The whole staged path: the warp's whole tile
+  // (area_cols_ = ni * 8) at the start of the pipeline's memory. In chunks:
+  // chunk_cols at a time at chunk_off, and rows padded by 16 bytes instead of
+  // swizzled (kChunkPad): a fragment store's eight rows then start 4 banks apart
+  // (conflict-free for 16-bit outputs), and each address is one register plus a
+  // constant for every chunk, where the swizzle's XOR makes one register per n8 tile
+  // live across the chunks, more than the accumulators leave (168 registers a thread
+  // spilled 676 bytes in the 128 x 256 GEMM).
   int rows_w() const { return t_.mi * 16; }
-  int cols_w() const { return t_.ni * 8; }
   int64_t out_bytes(size_t o) const {
     return dtype_size(f_.g->node(f_.g->outputs()[o].value).type.dtype);
   }
-  int64_t row_bytes(size_t o) const { return cols_w() * out_bytes(o); }
+  int64_t row_bytes(size_t o) const { return area_cols_ * out_bytes(o); }
+  int64_t row_stride(size_t o) const { return row_bytes(o) + (padded_ ? kChunkPad : 0); }
   // The byte offset of output o's area within the warp's.
   int64_t area_offset(size_t o) const {
     int64_t off = 0;
-    for (size_t q = 0; q < o; ++q) off += int64_t{rows_w()} * row_bytes(q);
+    for (size_t q = 0; q < o; ++q) off += int64_t{rows_w()} * row_stride(q);
     return off;
   }
   int64_t warp_bytes() const { return area_offset(f_.out.size()); }
   llvm::Value* chunk_at(size_t o, llvm::Value* lr, llvm::Value* chunk) {
     const int64_t cpr = row_bytes(o) / 16;
-    llvm::Value* swz = b_.CreateXor(chunk, b_.CreateAnd(lr, k(std::min<int64_t>(cpr, 8) - 1)));
-    llvm::Value* area = add(mul(f_.warp, warp_bytes()), k(area_offset(o)));
-    return add(area, add(mul(lr, row_bytes(o)), b_.CreateShl(swz, k(4))));
+    llvm::Value* swz = padded_ ? chunk : b_.CreateXor(chunk, b_.CreateAnd(lr, k(std::min<int64_t>(cpr, 8) - 1)));
+    llvm::Value* area = add(mul(f_.warp, warp_bytes()), k(area_base_ + area_offset(o)));
+    return add(area, add(mul(lr, row_stride(o)), b_.CreateShl(swz, k(4))));
   }
   llvm::Value* smem_at(llvm::Value* off) { return b_.CreateInBoundsGEP(b_.getInt8Ty(), f_.smem, off); }
 
@@ -255,14 +274,18 @@ class Epilogue {
   // Every fragment pair through the epilogue (batched_pairs), each in-bounds pair's
   // outputs written to their areas (a packed conversion and one 4- or 8-byte shared
   // store).
-  Result<void> stage(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc) {
+  Result<void> stage(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc, int jhi = -1) {
     llvm::LLVMContext& c = b_.getContext();
     return batched_pairs(epi, acc, [&](const Piece& pc, const std::vector<MatmulEpilogue::PairValue>& v) {
-      llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "stage", f_.fn);
-      llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "stage.next", f_.fn);
-      b_.CreateCondBr(pc.ok, st, next);
-      b_.SetInsertPoint(st);
-      llvm::Value* lc = add(tig2_, k(pc.j * 8));
+      // A warp's own chunk area takes every piece, out of bounds too (write_back stores
+      // only what is inside O): straight-line code.
+      llvm::BasicBlock* st = padded_ ? nullptr : llvm::BasicBlock::Create(c, "stage", f_.fn);
+      llvm::BasicBlock* next = padded_ ? nullptr : llvm::BasicBlock::Create(c, "stage.next", f_.fn);
+      if (st) {
+        b_.CreateCondBr(pc.ok, st, next);
+        b_.SetInsertPoint(st);
+      }
+      llvm::Value* lc = add(tig2_, k((pc.j - j0_) * 8));
       for (size_t o = 0; o < v.size(); ++o) {
         const int64_t s = out_bytes(o);
         llvm::Value* byte = mul(lc, s);
@@ -270,15 +293,42 @@ class Epilogue {
         b_.CreateAlignedStore(f_.cg->narrow_vector(v[o].first.dtype, {v[o].first.value, v[o].second.value}),
                               smem_at(off), llvm::Align(static_cast<uint64_t>(2 * s)));
       }
-      b_.CreateBr(next);
-      b_.SetInsertPoint(next);
-    });
+      if (st) {
+        b_.CreateBr(next);
+        b_.SetInsertPoint(next);
+      }
+    }, j0_, jhi);
+  }
+
+  // Staged in chunks: chunk_cols columns at a time through the warp's own area, the
+  // lanes meeting before reading what the others wrote and before the next chunk
+  // overwrites what they read.
+  Result<void> staged_chunks(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc) {
+    const int per = t_.chunk_cols / 8;
+    area_base_ = t_.chunk_off;
+    area_cols_ = t_.chunk_cols;
+    padded_ = true;
+    std::vector<llvm::Value*> aligned;
+    for (llvm::Value* o : f_.out)
+      aligned.push_back(b_.CreateICmpEQ(b_.CreateAnd(b_.CreatePtrToInt(o, b_.getInt64Ty()), 15), b_.getInt64(0)));
+    for (j0_ = 0; j0_ < t_.ni; j0_ += per) {
+      if (Result<void> r = stage(epi, acc, j0_ + per); !r) return r;
+      f_.warp_barrier();
+      write_back(aligned);
+      f_.warp_barrier();
+    }
+    j0_ = 0;
+    return {};
   }
 
   // Each output's area back a 16-byte chunk per lane, consecutive lanes on consecutive
   // chunks of a row, each chunk stored with one 128-bit access where it is inside O
   // (N fills whole chunks, so a chunk is all in or all out).
-  void write_back() {
+  // `aligned` (staged in chunks): per output, whether its pointer is 16-byte aligned;
+  // a chunk of a misaligned one is stored as an element-aligned vector, which the
+  // backend splits into element stores. Empty: every output is (the whole staged
+  // path's run-time test).
+  void write_back(const std::vector<llvm::Value*>& aligned = {}) {
     llvm::LLVMContext& c = b_.getContext();
     llvm::Type* v4 = llvm::FixedVectorType::get(b_.getInt32Ty(), 4);
     for (size_t o = 0; o < f_.out.size(); ++o) {
@@ -289,7 +339,7 @@ class Epilogue {
         llvm::Value* lr = b_.CreateLShr(e, k(log2i(cpr)));
         llvm::Value* ch = b_.CreateAnd(e, k(cpr - 1));
         llvm::Value* row = add(add(f_.m0, f_.wm0), add(mul(b_.CreateLShr(lr, k(4)), t_.m_step), b_.CreateAnd(lr, k(15))));
-        llvm::Value* col = add(add(f_.n0, f_.wn0), mul(ch, per));
+        llvm::Value* col = add(add(f_.n0, f_.wn0), add(mul(ch, per), k(int64_t{j0_} * 8)));
         llvm::Value* ok = guard(b_.CreateAnd(b_.CreateICmpSLT(row, k(p_.M)), b_.CreateICmpSLT(col, k(p_.N))));
         llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "wb", f_.fn);
         llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "wb.next", f_.fn);
@@ -298,7 +348,18 @@ class Epilogue {
         llvm::Value* v = b_.CreateAlignedLoad(v4, smem_at(chunk_at(o, lr, ch)), llvm::Align(16));
         llvm::Value* flat = add(f_.zbase, add(mul(row, p_.N), col));
         llvm::Value* dst = b_.CreateInBoundsGEP(b_.getInt8Ty(), f_.out[o], mul(flat, s));
-        b_.CreateAlignedStore(v, dst, llvm::Align(16));
+        if (aligned.empty()) {
+          b_.CreateAlignedStore(v, dst, llvm::Align(16));
+        } else {
+          llvm::BasicBlock* vec = llvm::BasicBlock::Create(c, "wb.v4", f_.fn);
+          llvm::BasicBlock* elems = llvm::BasicBlock::Create(c, "wb.elems", f_.fn);
+          b_.CreateCondBr(aligned[o], vec, elems);
+          b_.SetInsertPoint(vec);
+          b_.CreateAlignedStore(v, dst, llvm::Align(16));
+          b_.CreateBr(next);
+          b_.SetInsertPoint(elems);
+          b_.CreateAlignedStore(v, dst, llvm::Align(static_cast<uint64_t>(s)));
+        }
         b_.CreateBr(next);
         b_.SetInsertPoint(next);
       }
@@ -310,6 +371,10 @@ class Epilogue {
   const MatmulGroup& p_;
   const MmaTiling& t_;
   llvm::Value *g_ = nullptr, *tig2_ = nullptr;
+  int64_t area_base_ = 0;  // the staging areas' first byte
+  int area_cols_ = 0;      // the columns a warp's area holds
+  int j0_ = 0;             // the n8 tile the area's first column belongs to
+  bool padded_ = false;    // rows padded by kChunkPad bytes, not swizzled
 };
 
 }  // namespace
@@ -329,6 +394,34 @@ std::optional<std::string> mma_staging_unfit(const Graph& g, const MatmulGroup& 
     return "the outputs' tiles need " + num(need) + " bytes of shared memory, more than the pipeline's " +
            num(t.stages * t.stage_bytes);
   return std::nullopt;
+}
+
+void mma_chunk_area(const Graph& g, const MatmulGroup& p, MmaTiling& t, int64_t max_shared) {
+  static_assert(kChunkPad == 16);
+  // Warp w's barrier is named barrier 4 + w (1 and 2 are ping-pong's turns, 3 split-K's).
+  if (!t.persistent || !t.ws || (t.split > 1 && !t.split_ws) || t.threads / 32 > 12) return;
+  int64_t bytes = 0;
+  for (const auto& o : g.outputs()) {
+    const int64_t s = dtype_size(g.node(o.value).type.dtype);
+    if ((s != 2 && s != 4) || (p.N * s) % 16 != 0) return;
+    bytes += s;
+  }
+  // 64 columns (128 bytes a bf16 row: one 16-byte chunk a lane over 4 rows), or the
+  // whole tile's columns when fewer; a whole number of chunks over the tile, rows of a
+  // power of two 16-byte chunks, and the area a whole number of 32-chunk rounds.
+  const int cols = std::min(t.ni * 8, 64);
+  const int64_t rows = int64_t{t.mi} * 16;
+  if (t.ni % (cols / 8) != 0) return;
+  for (const auto& o : g.outputs()) {
+    const int64_t cpr = cols * dtype_size(g.node(o.value).type.dtype) / 16;
+    if (cpr < 1 || (cpr & (cpr - 1)) != 0 || (rows * cpr) % 32 != 0) return;
+  }
+  const int64_t off = (t.shared_bytes + 127) / 128 * 128;
+  const int64_t area = int64_t{t.threads / 32} * rows * (cols * bytes + kChunkPad * static_cast<int64_t>(g.outputs().size()));
+  if (off + area > max_shared) return;
+  t.chunk_off = off;
+  t.chunk_cols = cols;
+  t.shared_bytes = off + area;
 }
 
 Result<void> emit_mma_epilogue(MmaEpilogueFrame& f, const std::vector<llvm::Value*>& acc) {

@@ -14,6 +14,11 @@
 //     fills whole 16-byte chunks, the tiles fit in the pipeline's shared memory, and
 //     (checked at run time, one uniform branch) every output pointer is 16-byte
 //     aligned;
+//   - staged in chunks (the persistent warp-specialised kernel, whose producer is
+//     refilling the pipeline's shared memory during the epilogue): the same, through
+//     an area of its own per consumer warp that holds `chunk_cols` columns of the
+//     warp's fragment rows (mma_chunk_area), one chunk of columns after another, the
+//     warp's lanes meeting at a warp barrier between writing and reading it;
 //   - direct: each fragment row's two adjacent columns stored as one 2-element access
 //     where the pointers allow, else one element at a time.
 #pragma once
@@ -49,6 +54,7 @@ struct MmaEpilogueFrame {
   // warpgroup, which still meets the staged path's barriers); nullptr: every thread.
   llvm::Value* active = nullptr;
   std::function<void()> barrier;            // bar.sync 0 (or the simulation's)
+  std::function<void()> warp_barrier;       // the warp's lanes alone (staged in chunks)
   llvm::BasicBlock* exit = nullptr;         // where the epilogue ends (nullptr: the kernel returns)
   // Split-K in a workspace (MmaTiling::split_ws): the workspace, the item's counter
   // index, threadIdx.x, the shared flag word, and a barrier of every thread that runs
@@ -61,6 +67,11 @@ struct MmaEpilogueFrame {
 // Why the staged path does not apply to the kernel (nullopt: it does, subject to the
 // run-time alignment check).
 std::optional<std::string> mma_staging_unfit(const Graph& g, const MatmulGroup& p, const MmaTiling& t);
+
+// The persistent warp-specialised kernel's staging areas: places them in `t` (chunk_off,
+// chunk_cols, shared_bytes) when its outputs can be staged and the areas fit in
+// `max_shared` bytes with the rest; otherwise leaves `t` alone (direct stores).
+void mma_chunk_area(const Graph& g, const MatmulGroup& p, MmaTiling& t, int64_t max_shared);
 
 // Emits the epilogue at the builder's insertion point, ending in the kernel's return
 // or a branch to `f.exit`.

@@ -95,6 +95,12 @@ struct MmaTiling {
   // at 168 registers a thread, where 4 spilled 80 bytes in the 128 x 256 kernel; 4
   // once the consumers have 232 or more, where they do not spill.
   int epilogue_batch_columns() const { return consumer_regs >= 232 ? 4 : 2; }
+  // The persistent warp-specialised kernel's staging areas (matmul_mma_epilogue.h,
+  // "staged in chunks"): each consumer warp's, `chunk_cols` columns of its fragment
+  // rows for every output, past everything else at `chunk_off`; -1: none (its
+  // epilogue stores directly).
+  int64_t chunk_off = -1;
+  int chunk_cols = 0;
   int64_t grid_x() const { return persistent ? std::min<int64_t>(persistent, items) : tiles; }
 };
 

@@ -2,7 +2,7 @@
 # ctest gpu_check_graphs: the tensor-core check graphs scripts/gpu-pack compiles for a
 # GPU session (tests/gpu/tc_*.sf) still take the paths they are there to check on
 # sm_90a, one per variant of tests/gpu/variants.txt: wgmma + TMA by default, wgmma +
-# cp.async with --no-tma, warp-specialised, persistent, ping-pong, both with their
+# cp.async with --no-tma, warp-specialised, persistent, ping-pong (also 128 x 128), both with their
 # registers reallocated (setmaxnreg), TF32 for the f32 graph under
 # --allow-tf32 (also warp-specialised and split-K; exact FMA without), split-K of
 # 16-bit groups through the workspace (also warp-specialised and persistent); and the fused
@@ -44,6 +44,9 @@ grep -v '^#' "$src/tests/gpu/variants.txt" | while read -r variant which rest; d
       persistent:*) has "$p" "wgmma.mma_async"; grep -q "persistent=3" "$p/plan.json" || { echo "FAIL: $p: not persistent"; echo x >> "$d/failed"; } ;;
       ws-persistent:*) has "$p" "mbarrier.arrive.shared::cta.b64"; grep -q "persistent=3" "$p/plan.json" || { echo "FAIL: $p: not persistent"; echo x >> "$d/failed"; } ;;
       pingpong:*) has "$p" "bar.arrive"; has "$p" "wgmma.mma_async"; grep -q "pingpong=1" "$p/plan.json" || { echo "FAIL: $p: not ping-pong"; echo x >> "$d/failed"; } ;;
+      # 128 x 128: each warpgroup's tile in two m64 steps of 128 columns (a graph of
+      # one such tile leaves the second warpgroup without an item, and no turn to pass).
+      pingpong-128:*) has "$p" "wgmma.mma_async.sync.aligned.m64n128k16"; grep -q "pingpong=1" "$p/plan.json" || { echo "FAIL: $p: not ping-pong"; echo x >> "$d/failed"; } ;;
       # Register reallocation: the producer's .dec, the consumers' .inc, and the
       # launch bound ptxas needs to honour them.
       ws-regs:* | pingpong-regs:*) has "$p" "setmaxnreg.dec.sync.aligned.u32"; has "$p" "setmaxnreg.inc.sync.aligned.u32"; has "$p" ".minnctapersm 1" ;;

@@ -14,6 +14,7 @@
 // The warpgroup kernel's simulations are in matmul_wgmma_test.cpp.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -456,9 +457,10 @@ TEST(MatmulMmaNvptx, EpilogueStoresThroughSharedMemory) {
 
 // The persistent warp-specialised sm_90a kernel (persistent = 132, an H100's SMs): a
 // grid of 132 blocks for 512 tiles, the batch folded into the items; the producer's
-// copies loop over items and K tiles; no bar.sync but the one after the mbarriers'
-// initialisation (the epilogue stores directly: the producer refills shared memory
-// meanwhile); no spills. The config text says persistent=132 (and leaves it out at 0),
+// copies loop over items and K tiles; no block-wide bar.sync but the one after the
+// mbarriers' initialisation, the epilogue staged in chunks of 64 columns through each
+// warp's own area (the producer refills the pipeline's shared memory meanwhile), its
+// lanes meeting on the warp's named barrier twice a chunk; no spills. The config text says persistent=132 (and leaves it out at 0),
 // explain says so, and more than 65535 blocks are refused.
 TEST(MatmulMmaNvptx, Sm90aPersistentKernel) {
   Graph g = mm_graph({4096, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);
@@ -468,8 +470,9 @@ TEST(MatmulMmaNvptx, Sm90aPersistentKernel) {
   EXPECT_EQ(p.launch.grid[0], 132);
   EXPECT_EQ(p.launch.grid[1], 1);
   EXPECT_EQ(p.launch.block[0], 384);
-  EXPECT_EQ(count(p.text, "bar.sync"), 1);
-  EXPECT_EQ(count(p.text, "st.global.v4"), 0);
+  EXPECT_EQ(count(p.text, "bar.sync \t0;"), 1);
+  EXPECT_EQ(count(p.text, "bar.sync %r"), 8);
+  EXPECT_EQ(count(p.text, "st.global.v4"), 16);
   EXPECT_GT(count(p.text, "cp.async.bulk.tensor.2d"), 0);
   EXPECT_EQ(config_str(KernelKind::Matmul, ConfigTarget::Gpu, c),
             "block_m=128 block_n=256 block_k=64 warps=8 stages=4 group_m=8 split_k=1 warp_specialize=1 persistent=132");
@@ -501,27 +504,33 @@ TEST(MatmulMmaNvptx, Sm90aPersistentKernel) {
 // thread holds 64 columns of its 128 x 256 tile (32 n8 tiles, two columns each, in
 // two fragment rows) and loads each column's bias once (the two rows' pairs share the
 // load: 128 loads before), and the second batch's loads (2 n8 tiles x 2 columns) come
-// before the first batch's stores, which they could not pass. No spills at the
-// 384-thread block's 168 registers. The default kernel's staged path and its direct
-// fallback each load a column once too: 128 in all (256 before).
+// before the first batch's stores, which they could not pass. N = 4100 does not fill
+// whole 16-byte chunks, so the kernel stores directly; at N = 4096 it stages in chunks,
+// the first batch's shared stores after the second batch's loads likewise. No spills
+// at the 384-thread block's 168 registers. The default kernel's staged path and its
+// direct fallback each load a column once too: 128 in all (256 before).
 TEST(MatmulMmaNvptx, DirectEpilogueLoadsEachBiasOnceAheadOfTheStores) {
-  Graph g = mm_graph({4096, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);
   KernelConfig c = tc_config(128, 256, 64, 8, 4, 8, /*ws=*/1);
   c.persistent = 132;
-  Ptx p = emit_ptx(g, c, "sm_90a", false, /*tma=*/true);
-  const size_t epi = p.text.find("wgmma.wait_group.sync.aligned 0;");
-  ASSERT_NE(epi, std::string::npos);
-  const std::string tail = p.text.substr(epi);
-  EXPECT_EQ(count(p.text, "ld.global"), 64) << "one bias load per column a thread holds";
-  EXPECT_EQ(count(tail, "ld.global"), 64);
-  const size_t first_store = tail.find("st.global");
-  ASSERT_NE(first_store, std::string::npos);
-  EXPECT_EQ(count(tail.substr(0, first_store), "ld.global"), 8) << "two batches' loads before the first store";
-  if (have_ptxas()) {
-    Result<std::vector<KernelResources>> r = assemble(p.text, "sm_90a");
-    ASSERT_TRUE(r.ok()) << r.error().str();
-    EXPECT_FALSE((*r)[0].spills());
+  for (int64_t n : {4100, 4096}) {
+    Graph g = mm_graph({4096, n, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);
+    Ptx p = emit_ptx(g, c, "sm_90a", false, /*tma=*/true);
+    const size_t epi = p.text.find("wgmma.wait_group.sync.aligned 0;");
+    ASSERT_NE(epi, std::string::npos);
+    const std::string tail = p.text.substr(epi);
+    EXPECT_EQ(count(p.text, "ld.global"), 64) << n << ": one bias load per column a thread holds";
+    EXPECT_EQ(count(tail, "ld.global"), 64) << n;
+    EXPECT_EQ(count(p.text, "st.shared"), n == 4096 ? 64 : 0) << n;
+    const size_t first_store = tail.find(n == 4096 ? "st.shared" : "st.global");
+    ASSERT_NE(first_store, std::string::npos);
+    EXPECT_EQ(count(tail.substr(0, first_store), "ld.global"), 8) << n << ": two batches' loads before the first store";
+    if (have_ptxas()) {
+      Result<std::vector<KernelResources>> r = assemble(p.text, "sm_90a");
+      ASSERT_TRUE(r.ok()) << r.error().str();
+      EXPECT_FALSE((*r)[0].spills()) << n;
+    }
   }
+  Graph g = mm_graph({4096, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);
   Ptx staged = emit_ptx(g, tc_config(128, 256, 64, 8, 4), "sm_90a", false, /*tma=*/true);
   EXPECT_GT(count(staged.text, "st.global.v4"), 0);
   EXPECT_EQ(count(staged.text, "ld.global"), 128);
@@ -530,8 +539,10 @@ TEST(MatmulMmaNvptx, DirectEpilogueLoadsEachBiasOnceAheadOfTheStores) {
 // Ping-pong (pingpong = 1) on the persistent warp-specialised kernel: the same 384
 // threads, the two consumer warpgroups taking turns by named barriers (a bar.sync and
 // a bar.arrive of 256 threads besides the one bar.sync after the mbarriers'
-// initialisation); each warpgroup's whole tile (64 x 256, or 128 x 128 in two m64
-// steps) is 128 accumulators a thread with no spills. The config text and explain say
+// initialisation; the epilogue's chunks meet on each warp's barrier of 32, twice for
+// each of a warpgroup's 256 or 128 columns' 64-column chunks); each warpgroup's whole
+// tile (64 x 256, or 128 x 128 in two m64 steps) is 128 accumulators a thread with no
+// spills. The config text and explain say
 // pingpong.
 TEST(MatmulMmaNvptx, Sm90aPingPongKernel) {
   Graph g = mm_graph({4096, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);
@@ -543,14 +554,16 @@ TEST(MatmulMmaNvptx, Sm90aPingPongKernel) {
     Ptx p = emit_ptx(g, c, "sm_90a", false, /*tma=*/true);
     EXPECT_EQ(p.launch.grid[0], 132);
     EXPECT_EQ(p.launch.block[0], 384);
-    EXPECT_EQ(count(p.text, "bar.sync"), 2) << bm << "x" << bn;
     EXPECT_EQ(count(p.text, "bar.sync \t0;"), 1) << bm << "x" << bn;
     EXPECT_EQ(count(p.text, "bar.arrive"), 1) << bm << "x" << bn;
-    for (const char* op : {"bar.sync %r", "bar.arrive %r"}) {  // the warpgroup's turn: barrier 1 or 2, 256 threads
-      const size_t at = p.text.find(op);
-      ASSERT_NE(at, std::string::npos) << op;
-      EXPECT_EQ(p.text.substr(p.text.find(',', at), 6), ", 256;") << op;
-    }
+    // Each named barrier's thread count: the turn's (barrier 1 or 2) 256, the chunks' 32.
+    std::map<std::string, int> counts;
+    for (const char* op : {"bar.sync %r", "bar.arrive %r"})
+      for (size_t at = p.text.find(op); at != std::string::npos; at = p.text.find(op, at + 1))
+        ++counts[std::string(op).substr(0, 8) + p.text.substr(p.text.find(',', at), 5)];
+    EXPECT_EQ(counts["bar.sync, 256"], 1) << bm << "x" << bn;
+    EXPECT_EQ(counts["bar.arri, 256"], 1) << bm << "x" << bn;
+    EXPECT_EQ(counts["bar.sync, 32;"], 2 * bn / 64) << bm << "x" << bn << ": two warp barriers a 64-column chunk";
     EXPECT_EQ(count(p.text, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(bn) + "k16"), 4 * (bm / 64))
         << bm << "x" << bn << ": one wgmma per k step and m64 step of the warpgroup's whole tile";
     if (have_ptxas()) {

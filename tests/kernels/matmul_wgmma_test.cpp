@@ -162,6 +162,22 @@ TEST(MatmulWgmmaSim, MisalignedOutputsTakeTheDirectStores) {
   }
 }
 
+// The persistent warp-specialised kernel stages its epilogue in chunks of 64 columns
+// through an area of each consumer warp's own (the producer is refilling the
+// pipeline's shared memory meanwhile): 128-wide tiles take two chunks, the last
+// column tile's second chunk is cut by N = 200, the last row tile by M = 136, and
+// outputs shifted off 16-byte alignment store each chunk element by element. A chunk
+// written at the wrong columns, rows or padding fails the comparison.
+TEST(MatmulWgmmaSim, PersistentConsumersStageTheEpilogueInChunks) {
+  Shape3 s{136, 200, 192, false, true, {}};
+  for (size_t shift : {size_t{0}, size_t{4}}) {
+    KernelConfig c = tc_config(64, 128, 64, 4, 3, 8, /*ws=*/1);
+    c.persistent = 3;
+    check(mm_graph(s, DType::BF16, Epi::BiasGelu), c,
+          name(s, DType::BF16, c) + " chunks, outputs shifted " + std::to_string(shift), true, 1, true, true, shift);
+  }
+}
+
 // The persistent grid on the warpgroup kernel: TMA plain (every thread walks the items,
 // mbarrier phases carried over: 5 K tiles a item over 3 stages) and warp-specialised
 // (the producer runs ahead into the next item; the consumers release the last tile's
@@ -214,6 +230,30 @@ TEST(MatmulWgmmaSim, PingPongConsumersTakeTilesInTurn) {
   d.persistent = 1;
   d.pingpong = 1;
   check(mm_graph(deep, DType::BF16, Epi::None), d, name(deep, DType::BF16, d) + " pingpong deep", true, 1, true, true);
+}
+
+// The 128 x 256 persistent warp-specialised kernel's epilogue in PTX: 4 chunks of 64
+// columns, each staged (the 16 pairs a thread holds in it, one 4-byte shared store
+// each), met at its warp's barrier, written back with 4 128-bit stores a thread and met
+// again; the areas (8 warps x 16 rows of 128 bytes, each padded by 16) past the
+// pipeline and its mbarriers; no spill at the launch's 168 registers.
+TEST(MatmulWgmmaNvptx, PersistentEpilogueStagesInChunks) {
+  Graph g = mm_graph({4096, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);
+  KernelConfig c = tc_config(128, 256, 64, 8, 4, 8, /*ws=*/1);
+  c.persistent = 132;
+  Ptx p = emit_ptx(g, c, "sm_90a", false, /*tma=*/true);
+  // (The whole text: LLVM lays the item loop's last block out before the K loop.)
+  EXPECT_EQ(count(p.text, "st.shared.b32"), 64);
+  EXPECT_EQ(count(p.text, "bar.sync %r"), 8) << "two warp barriers a chunk";
+  EXPECT_EQ(count(p.text, "st.global.v4"), 16);
+  EXPECT_EQ(count(p.text, "ld.shared.v4"), 16);
+  const int64_t pipeline = 4 * (128 + 256) * 64 * 2 + 4 * 16;  // stages, then full and empty mbarriers
+  EXPECT_EQ(p.launch.shared_bytes, (pipeline + 127) / 128 * 128 + 8 * 16 * (128 + 16));
+  if (have_ptxas()) {
+    Result<std::vector<KernelResources>> r = assemble(p.text, "sm_90a");
+    ASSERT_TRUE(r.ok()) << r.error().str();
+    EXPECT_FALSE((*r)[0].spills());
+  }
 }
 
 // "built", or why the wgmma + TMA kernel of a 128 x 128 x 128 bf16 matmul refuses `c`.

@@ -18,6 +18,7 @@
 
 #include "codegen/kernels/element.h"
 #include "codegen/kernels/matmul_group.h"
+#include "codegen/kernels/matmul_mma_epilogue.h"
 #include "codegen/kernels/matmul_split_k.h"
 
 namespace sf {
@@ -766,9 +767,10 @@ Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& confi
                           (config.setmaxnreg ? ", registers reallocated: the consumer warpgroups take " +
                                                    std::to_string(config.setmaxnreg) + " a thread (setmaxnreg)"
                                              : std::string()) +
+                          mma_epilogue_path(spec.group, *plan, config, *sm, true) +
                           (spec.tma && !choice.tma ? "; not TMA: " + choice.not_tma : std::string())};
   std::string why = "mma.sync.m16n8" + kk + dt + " with f32 accumulators, ldmatrix, 16-byte cp.async (" + stages + ")";
-  why += persistent(config) + split_k(*plan, config);
+  why += persistent(config) + split_k(*plan, config) + mma_epilogue_path(spec.group, *plan, config, *sm, has_wgmma(arch));
   if (has_wgmma(arch)) why += "; not wgmma: " + choice.not_wgmma;
   return MatmulPath{true, false, why};
 }

@@ -396,14 +396,17 @@ std::optional<std::string> mma_staging_unfit(const Graph& g, const MatmulGroup& 
   return std::nullopt;
 }
 
-void mma_chunk_area(const Graph& g, const MatmulGroup& p, MmaTiling& t, int64_t max_shared) {
+std::string mma_chunk_area(const Graph& g, const MatmulGroup& p, MmaTiling& t, int64_t max_shared) {
   static_assert(kChunkPad == 16);
+  if (!t.persistent || !t.ws) return "not a persistent warp-specialised kernel";
+  if (t.split > 1 && !t.split_ws) return "split-K adds partial sums";
   // Warp w's barrier is named barrier 4 + w (1 and 2 are ping-pong's turns, 3 split-K's).
-  if (!t.persistent || !t.ws || (t.split > 1 && !t.split_ws) || t.threads / 32 > 12) return;
+  if (t.threads / 32 > 12) return num(t.threads / 32) + " consumer warps, more than the 12 named barriers left";
   int64_t bytes = 0;
   for (const auto& o : g.outputs()) {
     const int64_t s = dtype_size(g.node(o.value).type.dtype);
-    if ((s != 2 && s != 4) || (p.N * s) % 16 != 0) return;
+    if (s != 2 && s != 4) return "an output of " + num(s) + "-byte elements";
+    if ((p.N * s) % 16 != 0) return "N = " + num(p.N) + " does not fill whole 16-byte chunks";
     bytes += s;
   }
   // 64 columns (128 bytes a bf16 row: one 16-byte chunk a lane over 4 rows), or the
@@ -411,17 +414,34 @@ void mma_chunk_area(const Graph& g, const MatmulGroup& p, MmaTiling& t, int64_t 
   // power of two 16-byte chunks, and the area a whole number of 32-chunk rounds.
   const int cols = std::min(t.ni * 8, 64);
   const int64_t rows = int64_t{t.mi} * 16;
-  if (t.ni % (cols / 8) != 0) return;
+  const std::string shape = "block_n = " + num(t.bn) + " makes no whole chunks of 16-byte rows a lane each";
+  if (t.ni % (cols / 8) != 0) return shape;
   for (const auto& o : g.outputs()) {
     const int64_t cpr = cols * dtype_size(g.node(o.value).type.dtype) / 16;
-    if (cpr < 1 || (cpr & (cpr - 1)) != 0 || (rows * cpr) % 32 != 0) return;
+    if (cpr < 1 || (cpr & (cpr - 1)) != 0 || (rows * cpr) % 32 != 0) return shape;
   }
   const int64_t off = (t.shared_bytes + 127) / 128 * 128;
   const int64_t area = int64_t{t.threads / 32} * rows * (cols * bytes + kChunkPad * static_cast<int64_t>(g.outputs().size()));
-  if (off + area > max_shared) return;
+  if (off + area > max_shared)
+    return "the staging areas (" + num(area) + " bytes) do not fit in shared memory beside the pipeline's " + num(off);
   t.chunk_off = off;
   t.chunk_cols = cols;
   t.shared_bytes = off + area;
+  return {};
+}
+
+std::string mma_epilogue_path(const Graph& g, const MatmulGroup& p, const KernelConfig& c, int sm, bool wgmma_arch) {
+  Result<MmaTiling> t = mma_tiling(p, c, sm, wgmma_arch);
+  if (!t) return {};
+  const std::string no_chunks = mma_chunk_area(g, p, *t, max_shared_bytes(sm));
+  if (t->split > 1 && !t->split_ws) return {};  // split_k's clause says where the sums go
+  if (t->chunk_off >= 0)
+    return ", epilogue staged through each consumer warp's own shared memory " + num(t->chunk_cols) +
+           " columns at a time, stored 128 bits at a time";
+  if (t->persistent && t->ws) return ", epilogue stored directly: " + no_chunks;
+  if (std::optional<std::string> why = mma_staging_unfit(g, p, *t)) return ", epilogue stored directly: " + *why;
+  return ", epilogue staged through the pipeline's shared memory, stored 128 bits at a time where the outputs are "
+         "16-byte aligned";
 }
 
 Result<void> emit_mma_epilogue(MmaEpilogueFrame& f, const std::vector<llvm::Value*>& acc) {

@@ -70,8 +70,14 @@ std::optional<std::string> mma_staging_unfit(const Graph& g, const MatmulGroup& 
 
 // The persistent warp-specialised kernel's staging areas: places them in `t` (chunk_off,
 // chunk_cols, shared_bytes) when its outputs can be staged and the areas fit in
-// `max_shared` bytes with the rest; otherwise leaves `t` alone (direct stores).
-void mma_chunk_area(const Graph& g, const MatmulGroup& p, MmaTiling& t, int64_t max_shared);
+// `max_shared` bytes with the rest, and returns ""; otherwise leaves `t` alone (direct
+// stores) and says why.
+std::string mma_chunk_area(const Graph& g, const MatmulGroup& p, MmaTiling& t, int64_t max_shared);
+
+// How the epilogue of `g`'s kernel under `c` stores its outputs, for explain (matmul_path):
+// ", epilogue ..." naming the path above and, for the direct one, why. Empty where
+// the config has no tensor-core kernel.
+std::string mma_epilogue_path(const Graph& g, const MatmulGroup& p, const KernelConfig& c, int sm, bool wgmma_arch);
 
 // Emits the epilogue at the builder's insertion point, ending in the kernel's return
 // or a branch to `f.exit`.

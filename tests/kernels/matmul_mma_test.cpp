@@ -484,6 +484,9 @@ TEST(MatmulMmaNvptx, Sm90aPersistentKernel) {
   Result<MatmulPath> path = tma_path(g, c);
   ASSERT_TRUE(path.ok());
   EXPECT_NE(path->why.find("persistent: 132 blocks"), std::string::npos) << path->why;
+  EXPECT_NE(path->why.find("epilogue staged through each consumer warp's own shared memory 64 columns at a time"),
+            std::string::npos)
+      << path->why;
   // Without warp specialisation every thread walks the items, staging each epilogue.
   c.warp_specialize = 0;
   Ptx q = emit_ptx(g, c, "sm_90a", false, true);
@@ -528,6 +531,12 @@ TEST(MatmulMmaNvptx, DirectEpilogueLoadsEachBiasOnceAheadOfTheStores) {
       Result<std::vector<KernelResources>> r = assemble(p.text, "sm_90a");
       ASSERT_TRUE(r.ok()) << r.error().str();
       EXPECT_FALSE((*r)[0].spills()) << n;
+    }
+    if (n == 4100) {
+      Result<MatmulPath> path = tma_path(g, c);
+      ASSERT_TRUE(path.ok());
+      EXPECT_NE(path->why.find("epilogue stored directly: N = 4100 does not fill whole 16-byte chunks"), std::string::npos)
+          << path->why;
     }
   }
   Graph g = mm_graph({4096, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);

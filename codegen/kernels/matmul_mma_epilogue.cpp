@@ -414,7 +414,7 @@ std::string mma_chunk_area(const Graph& g, const MatmulGroup& p, MmaTiling& t, i
   // power of two 16-byte chunks, and the area a whole number of 32-chunk rounds.
   const int cols = std::min(t.ni * 8, 64);
   const int64_t rows = int64_t{t.mi} * 16;
-  const std::string shape = "block_n = " + num(t.bn) + " makes no whole chunks of 16-byte rows a lane each";
+  const std::string shape = "block_n = " + num(t.bn) + " does not split into whole chunks of 16-byte pieces";
   if (t.ni % (cols / 8) != 0) return shape;
   for (const auto& o : g.outputs()) {
     const int64_t cpr = cols * dtype_size(g.node(o.value).type.dtype) / 16;

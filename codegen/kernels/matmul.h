@@ -152,8 +152,10 @@ struct SimTensorMap {
 };
 
 // The tensor-core kernel of emit_matmul built for the host:
-//   void entry(ptr args, i32 block_x, i32 block_y, i32 thread, ptr smem, ptr hooks)
-// runs one thread of one block; `hooks` is an MmaSimHooks*, `smem` the block's shared
+//   void entry(ptr args, i32 block_x, i32 block_y, i32 thread, ptr smem, ptr hooks,
+//              i32 block_z, i32 grid_x)
+// runs one thread of one block (grid_x: the launch's blocks in x, which a persistent
+// kernel strides its work items by); `hooks` is an MmaSimHooks*, `smem` the block's shared
 // memory (launch.shared_bytes; 128-byte aligned, 1024 for wgmma). The caller runs
 // launch.block[0] threads concurrently. cp.async and the commits and waits of both
 // cp.async and wgmma call the hooks. `wgmma`: the sm_90a warpgroup kernel (as for --arch sm_90a), else the

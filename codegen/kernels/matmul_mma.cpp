@@ -62,12 +62,14 @@ class MmaKernel : MmaIsa {
       bx = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, it_);
       by = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y, it_);
       if (t_.split > 1) bz = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z, it_);
+      if (t_.persistent) grid_ = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x, it_);
     } else {
       llvm::Type* ptr = b_.getPtrTy();
       // void entry(ptr args, i32 blockIdx.x, i32 blockIdx.y, i32 threadIdx.x, ptr smem, ptr hooks,
-      //            i32 blockIdx.z); args: inputs, outputs, then (TMA) the two tensor maps: SimTensorMap*,
-      // then (split-K in a workspace) the workspace.
-      kernels::KernelEntry e = kernels::begin_host_kernel(m_, b_, spec_.entry, np, no, {i32_, i32_, i32_, ptr, ptr, i32_},
+      //            i32 blockIdx.z, i32 gridDim.x); args: inputs, outputs, then (TMA) the two tensor
+      // maps: SimTensorMap*, then (split-K in a workspace) the workspace.
+      kernels::KernelEntry e = kernels::begin_host_kernel(m_, b_, spec_.entry, np, no,
+                                                          {i32_, i32_, i32_, ptr, ptr, i32_, i32_},
                                                           static_cast<size_t>(extra_args()));
       fn_ = e.fn;
       in_ = e.in;
@@ -84,6 +86,7 @@ class MmaKernel : MmaIsa {
                                         llvm::Align(8));
       tid32_ = fn_->getArg(3);
       if (t_.split > 1) bz = b_.CreateZExt(fn_->getArg(6), it_);
+      if (t_.persistent) grid_ = b_.CreateZExt(fn_->getArg(7), it_);
     }
     fn_->setDoesNotThrow();
     lag_ = t_.wgmma && t_.stages >= 3 ? 1 : 0;
@@ -149,6 +152,8 @@ class MmaKernel : MmaIsa {
 
   // ---- the persistent grid (KernelConfig::persistent) ----
   // Block b takes work items w = b, b + grid, ...: tile w % tiles of batch w / tiles.
+  // `grid` is the launch's (%nctaid.x), not the config's count: any grid covers every
+  // item, so a runtime may launch fewer blocks where the device holds fewer at once.
   // gk0_ (the item's first K tile counted over the block's whole life) keeps the
   // stages and mbarrier phases running on from item to item. Without warp
   // specialisation every thread walks the items, with a barrier after each epilogue
@@ -171,8 +176,9 @@ class MmaKernel : MmaIsa {
     l.loop = llvm::BasicBlock::Create(c, "item", fn_);
     l.latch = llvm::BasicBlock::Create(c, "item.next", fn_);
     l.done = llvm::BasicBlock::Create(c, "items.done", fn_);
-    if (iter0) b_.CreateCondBr(b_.CreateICmpULT(first, k(t_.items)), l.loop, l.done);
-    else b_.CreateBr(l.loop);
+    // A block may have no item: a ping-pong warpgroup's first, or a launch wider than
+    // the items.
+    b_.CreateCondBr(b_.CreateICmpULT(first, k(t_.items)), l.loop, l.done);
     b_.SetInsertPoint(l.loop);
     l.w = b_.CreatePHI(it_, 2, "item");
     l.w->addIncoming(first, pre);
@@ -184,7 +190,7 @@ class MmaKernel : MmaIsa {
   }
   // The latch (the builder must be in it): the next item `stride` grids apart, while any.
   void close_items(ItemLoop& l) {
-    llvm::Value* next = add(l.w, k(t_.grid_x() * l.stride));
+    llvm::Value* next = add(l.w, mul(grid_, l.stride));
     l.w->addIncoming(next, b_.GetInsertBlock());
     l.iter->addIncoming(add(l.iter, k(l.stride)), b_.GetInsertBlock());
     b_.CreateCondBr(b_.CreateICmpSLT(next, k(t_.items)), l.loop, l.done);
@@ -243,8 +249,7 @@ class MmaKernel : MmaIsa {
   // for cannot be that of a phase two back.
   Result<void> pingpong_consumer(llvm::Value* bx) {
     llvm::LLVMContext& c = m_.getContext();
-    const int64_t grid = t_.grid_x();
-    ItemLoop items = open_items(add(bx, mul(wg_, grid)), wg_, /*stride=*/2);
+    ItemLoop items = open_items(add(bx, b_.CreateMul(wg_, grid_, "", true, true)), wg_, /*stride=*/2);
     std::vector<llvm::Value*> acc = zeros();
     if (t_.kt > 0) {
       llvm::BasicBlock* turn = llvm::BasicBlock::Create(c, "pp.turn", fn_);
@@ -260,7 +265,7 @@ class MmaKernel : MmaIsa {
       acc = consumer_loop(/*release_last=*/true, [&] {
         llvm::BasicBlock* pass = llvm::BasicBlock::Create(c, "pp.pass", fn_);
         llvm::BasicBlock* passed = llvm::BasicBlock::Create(c, "pp.passed", fn_);
-        b_.CreateCondBr(b_.CreateICmpULT(add(items.w, k(grid)), k(t_.items)), pass, passed);
+        b_.CreateCondBr(b_.CreateICmpULT(add(items.w, grid_), k(t_.items)), pass, passed);
         b_.SetInsertPoint(pass);
         named_barrier(b_.CreateSub(k(2), wg_), 256, /*sync=*/false);
         b_.CreateBr(passed);
@@ -804,6 +809,7 @@ class MmaKernel : MmaIsa {
   llvm::Value* bz_ = nullptr;        // the batch index (grid y)
   llvm::Value* kbase_ = nullptr;     // split-K: the first K element of this block's share (grid z)
   llvm::Value* gk0_ = nullptr;       // the item's first K tile over the block's life (persistent grid)
+  llvm::Value* grid_ = nullptr;      // persistent: the launch's blocks (gridDim.x)
   llvm::Value* ws_ = nullptr;        // split-K: the workspace (MmaTiling::split_ws)
   llvm::Value* item_ = nullptr;      // the work item: batch * tiles + tile, its counter's index
   BatchIndex bi_;

@@ -178,6 +178,34 @@ TEST(MatmulWgmmaSim, PersistentConsumersStageTheEpilogueInChunks) {
   }
 }
 
+// A persistent kernel strides its work items by the launch's blocks (%nctaid.x), not
+// by the count its config was compiled with: launched 1, 2, 5 (as compiled) or 13
+// blocks wide (more than its 12 items), cooperative and ping-pong, it computes every
+// item once. A runtime may then launch fewer blocks on a device that holds fewer.
+TEST(MatmulWgmmaSim, PersistentKernelCoversItsItemsOnAnyGrid) {
+  Shape3 s{136, 100, 320, false, true, {2}};  // 3 x 2 tiles of 64 x 64, batch 2: 12 items
+  Graph g = mm_graph(s, DType::BF16, Epi::BiasGelu);
+  std::vector<Tensor> in = make_inputs(g, 1);
+  Result<std::vector<Tensor>> want = evaluate(g, in);
+  ASSERT_TRUE(want.ok()) << want.error().str();
+  for (int pp : {0, 1}) {
+    KernelConfig c = tc_config(64, 64, 64, pp ? 8 : 4, 3, 8, /*ws=*/1);
+    c.persistent = 5;
+    c.pingpong = pp;
+    for (int64_t grid : {1, 2, 5, 13}) {
+      if (test::kSanitized && grid != 2) continue;  // the sanitizer build's sample
+      const std::string what = (pp ? "ping-pong" : "cooperative") + std::string(" on ") + std::to_string(grid) + " blocks";
+      std::string hw_error;
+      Result<std::vector<Tensor>> got = run_tc(g, in, c, &hw_error, false, nullptr, true, nullptr, true, nullptr, false, 0,
+                                               nullptr, grid);
+      ASSERT_TRUE(got.ok()) << what << ": " << got.error().str();
+      EXPECT_EQ(hw_error, "") << what;
+      Comparison cmp = compare((*got)[0], (*want)[0], default_tolerance(DType::BF16));
+      EXPECT_TRUE(cmp.ok()) << what << ": " << cmp.mismatches << " mismatches";
+    }
+  }
+}
+
 // The persistent grid on the warpgroup kernel: TMA plain (every thread walks the items,
 // mbarrier phases carried over: 5 K tiles a item over 3 stages) and warp-specialised
 // (the producer runs ahead into the next item; the consumers release the last tile's

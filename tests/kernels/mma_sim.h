@@ -752,15 +752,16 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
                                    std::string* hw_error, bool ignore_trans = false, int* wavefronts = nullptr,
                                    bool wgmma = false, int* wgmma_calls = nullptr, bool tma = false,
                                    int* tma_copies = nullptr, bool tma_no_swizzle = false, size_t out_shift = 0,
-                                   int* setmaxnreg_calls = nullptr) {
+                                   int* setmaxnreg_calls = nullptr, int64_t grid_x = 0) {
   KernelSpec spec = tf32_spec(g);
   spec.tma = tma;
   Result<EmittedKernel> k = emit_matmul_mma_block_on_host(spec, cfg, wgmma);
   if (!k) return k.error();
   LaunchShape launch = k->launch;
+  if (grid_x > 0) launch.grid[0] = grid_x;  // `grid_x`: another launch width (a persistent kernel's)
   Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
   if (!fn) return fn.error();
-  using Entry = void (*)(void**, int32_t, int32_t, int32_t, void*, const MmaSimHooks*, int32_t);
+  using Entry = void (*)(void**, int32_t, int32_t, int32_t, void*, const MmaSimHooks*, int32_t, int32_t);
   auto entry = reinterpret_cast<Entry>(*fn);
   std::vector<Tensor> out = output_tensors(g);
   // Outputs start as garbage, or zeroed where the launch says so (split-K).
@@ -819,7 +820,7 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
       hooks.shfl_bfly = &sim_shfl_bfly;
       hooks.setmaxnreg = &sim_setmaxnreg;
       block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks,
-                               static_cast<int32_t>(bz));
+                               static_cast<int32_t>(bz), static_cast<int32_t>(launch.grid[0]));
       });
       blk.check_registers();
       if (setmaxnreg_calls)

@@ -450,6 +450,7 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
     pk.block = e->launch.block;
     pk.shared_bytes = e->launch.shared_bytes;
     pk.zero_outputs = e->launch.zero_outputs;
+    pk.persistent = e->launch.persistent;
     pk.workspace_bytes = e->launch.workspace_bytes;
     for (const TensorMapSpec& t : e->launch.tensor_maps)
       pk.tensor_maps.push_back(PlanTensorMap{t.input, t.dtype, t.rank, t.dims, t.strides, t.box});

@@ -75,6 +75,10 @@ struct LaunchShape {
   // A split-K matmul whose result is not its bare f32 output sums its partials there
   // (docs/kernels.md, "Split-K").
   int64_t workspace_bytes = 0;
+  // grid[0] is a persistent walk (a persistent matmul): the kernel strides its work
+  // items by the launch's width, so any width computes every item, and a runtime may
+  // launch fewer blocks where the device holds fewer at once.
+  bool persistent = false;
 };
 
 struct EmittedKernel {

@@ -827,7 +827,10 @@ Result<LaunchShape> build_mma_kernel(const KernelSpec& spec, const MatmulGroup& 
   Result<void> built = MmaKernel(spec, p, *t, target, m, sim).build();
   if (!built) return built.error();
   LaunchShape l = matmul_launch_shape(p, t->bm, t->bn, t->launch_threads(), t->shared_bytes, t->split);
-  if (t->persistent) l.grid = {t->grid_x(), 1, t->split};
+  if (t->persistent) {
+    l.grid = {t->grid_x(), 1, t->split};
+    l.persistent = true;
+  }
   l.tensor_maps = t->maps;
   return l;
 }

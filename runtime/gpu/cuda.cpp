@@ -411,6 +411,19 @@ Result<void> wait_event(const Context& ctx, const Stream& s, const Event& e) {
   return check(ctx.drv().StreamWaitEvent(s.get(), e.get(), 0), "cuStreamWaitEvent");
 }
 
+Result<int> max_active_blocks(const Context& ctx, CUfunction f, const LaunchDims& d) {
+  const Driver& dr = ctx.drv();
+  constexpr int kDefaultShared = 48 * 1024;
+  if (d.shared_bytes > kDefaultShared)
+    SF_TRY(check(dr.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, d.shared_bytes),
+                 "cuFuncSetAttribute(max dynamic shared " + std::to_string(d.shared_bytes) + " B)"));
+  int n = 0;
+  const int threads = static_cast<int>(d.block[0] * d.block[1] * d.block[2]);
+  SF_TRY(check(dr.OccupancyMaxActiveBlocksPerMultiprocessor(&n, f, threads, static_cast<size_t>(d.shared_bytes)),
+               "cuOccupancyMaxActiveBlocksPerMultiprocessor"));
+  return n;
+}
+
 Result<void> launch(const Context& ctx, CUfunction f, const LaunchDims& d, const std::vector<CUdeviceptr>& args,
                     const Stream& s) {
   SF_TRY(usable(s.ctx_, s.generation_, "cuLaunchKernel (stream)"));

@@ -203,6 +203,11 @@ class Module {
 Result<void> launch(const Context& ctx, CUfunction f, const LaunchDims& d, const std::vector<CUdeviceptr>& args,
                     const Stream& s);
 
+// How many blocks of f, launched as `d`, one SM holds at once
+// (cuOccupancyMaxActiveBlocksPerMultiprocessor, after the same opt-in to dynamic
+// shared memory above 48 KiB as launch): 0 when not even one fits.
+Result<int> max_active_blocks(const Context& ctx, CUfunction f, const LaunchDims& d);
+
 // A TMA tensor map (cuTensorMapEncodeTiled) over the tensor at `base`, in a 128-byte
 // device allocation whose address the kernel takes as an argument: `t.rank` (1..3)
 // dims of elements of `t.dtype`, innermost first, rank-1 byte strides, a box of

@@ -62,6 +62,7 @@ namespace sf::cuda {
   X(ModuleUnload, cuModuleUnload)                                      \
   X(ModuleGetFunction, cuModuleGetFunction)                            \
   X(FuncSetAttribute, cuFuncSetAttribute)                              \
+  X(OccupancyMaxActiveBlocksPerMultiprocessor, cuOccupancyMaxActiveBlocksPerMultiprocessor) \
   X(LaunchKernel, cuLaunchKernel)                                      \
   X(TensorMapEncodeTiled, cuTensorMapEncodeTiled)                      \
   X(StreamBeginCapture, cuStreamBeginCapture)                          \

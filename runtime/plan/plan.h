@@ -41,6 +41,9 @@ struct PlanKernel {
   std::array<int, 3> block{1, 1, 1};
   int shared_bytes = 0;
   bool zero_outputs = false;  // zero the outputs before the launch (split-K adds into them)
+  // grid[0] is a persistent walk (LaunchShape::persistent): the runtime launches at
+  // most the blocks the device holds at once.
+  bool persistent = false;
   int registers = -1;  // from ptxas -v; -1 when ptxas was not run
   int64_t spill_bytes = -1;
   int64_t bytes_read = 0, bytes_written = 0, flops = 0;

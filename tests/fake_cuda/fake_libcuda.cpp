@@ -41,6 +41,7 @@ constexpr size_t kAlign = 256;                      // cuMemAlloc's guaranteed a
 constexpr int64_t kLaunchNs = 10'000;               // each executed launch takes 10 us of fake time
 constexpr int kDefaultShared = 48 * 1024;           // dynamic shared memory without opt-in
 constexpr int kMaxSharedOptin = 232448;             // 227 KiB: sm_90's per-block opt-in limit
+constexpr size_t kSharedPerSm = 233472;             // 228 KiB an SM
 constexpr uintptr_t kCtxBase = 0xC7000;             // context handles: kCtxBase + 16 * ordinal
 
 // --- state ------------------------------------------------------------------------------
@@ -669,7 +670,7 @@ int attribute(CUdevice_attribute a, CUdevice d) {
     case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: return 1;
     case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED: return 1;
     case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: return 233472;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: return static_cast<int>(kSharedPerSm);
     case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: return 65536;
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: return 1;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: return 1;
@@ -1214,6 +1215,25 @@ CUresult FuncSetAttribute(CUfunction h, CUfunction_attribute a, int v) {
       return fail(CUDA_ERROR_INVALID_VALUE, "cuFuncSetAttribute", "max dynamic shared " + std::to_string(v) + " B");
     it->second.max_dyn_shared = v;
   }
+  return CUDA_SUCCESS;
+}
+
+// An SM's limits as the fake models them: 2048 threads, 32 blocks, and its shared
+// memory with 1 KiB reserved a block (it knows no registers).
+CUresult OccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction h, int block, size_t dyn_shared) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.funcs.find(id_of(h));
+  if (it == s.funcs.end()) return fail(CUDA_ERROR_INVALID_HANDLE, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  if (CUresult r = need_dev(s, it->second.dev); r != CUDA_SUCCESS) return r;
+  if (!n || block <= 0) return fail(CUDA_ERROR_INVALID_VALUE, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  const size_t allowed = std::max<size_t>(kDefaultShared, static_cast<size_t>(it->second.max_dyn_shared));
+  if (dyn_shared > allowed) {
+    *n = 0;
+    return CUDA_SUCCESS;
+  }
+  const size_t by_shared = kSharedPerSm / (dyn_shared + 1024);
+  *n = static_cast<int>(std::min<size_t>({32, static_cast<size_t>(2048 / block), by_shared}));
   return CUDA_SUCCESS;
 }
 

@@ -236,6 +236,33 @@ TEST(ExecFakeDriver, LaunchesEveryKernelStepWithThePlansGridBlockAndArguments) {
   }
 }
 
+// A persistent matmul (plan.json "persistent": true) walks its items by the launch's
+// width, so exec launches at most the blocks the device holds at once: compiled for
+// 400 blocks over 512 tiles, 215 KiB of shared memory a block (one an SM on the fake's
+// 228 KiB), it launches 132, one per SM of the fake. A plain kernel keeps its grid
+// (the test above).
+TEST(ExecFakeDriver, APersistentKernelLaunchesAtMostTheBlocksTheDeviceHolds) {
+  TempDir t;
+  write_file(t / "g.sf",
+             "graph mm(x: bf16[4096, 4096], w: bf16[4096, 4096]) {\n"
+             "  y = matmul(x, transpose(w, 0, 1))\n"
+             "  return y\n}\n");
+  const std::string dir = compile_to(t, t / "g.sf", "p",
+                                     "--matmul-config \"block_m=128 block_n=256 block_k=64 warps=8 stages=4 "
+                                     "warp_specialize=1 persistent=400\"");
+  Plan p = read_plan(dir);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_TRUE(p.kernels[0].persistent);
+  EXPECT_EQ(p.kernels[0].grid[0], 400);
+  EXPECT_NE(read_text(dir + "/plan.json").find("\"persistent\": true"), std::string::npos);
+  const std::string log = t / "log";
+  CliResult r = shardfuse_env(fake_env(log), "exec " + dir + " --device cuda");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<Launch> got = launches_in(read_text(log));
+  ASSERT_EQ(got.size(), 1u) << read_text(log);
+  EXPECT_EQ(got[0].grid, "132,1,1") << read_text(log);
+}
+
 // sm_90a matmuls read their operands by TMA: the Plan lists each kernel's tensor maps,
 // exec encodes them over the step's input buffers once per rank and launches the
 // kernel with their addresses after the outputs; --no-tma compiles the cp.async kernel

@@ -377,18 +377,26 @@ class Epilogue {
   bool padded_ = false;    // rows padded by kChunkPad bytes, not swizzled
 };
 
-}  // namespace
-
-std::optional<std::string> mma_staging_unfit(const Graph& g, const MatmulGroup& p, const MmaTiling& t) {
-  if (t.split > 1 && !t.split_ws) return "split-K adds partial sums";
-  if (t.persistent && t.ws) return "the persistent producer refills the pipeline's shared memory during the epilogue";
-  int64_t bytes = 0;
+// Why the outputs cannot be staged in 16-byte chunks (either staged path), or nullopt
+// with `bytes` their element sizes summed.
+std::optional<std::string> outputs_unstageable(const Graph& g, const MatmulGroup& p, int64_t& bytes) {
+  bytes = 0;
   for (const auto& o : g.outputs()) {
     const int64_t s = dtype_size(g.node(o.value).type.dtype);
     if (s != 2 && s != 4) return "an output of " + num(s) + "-byte elements";
     if ((p.N * s) % 16 != 0) return "N = " + num(p.N) + " does not fill whole 16-byte chunks";
     bytes += s;
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> mma_staging_unfit(const Graph& g, const MatmulGroup& p, const MmaTiling& t) {
+  if (t.split > 1 && !t.split_ws) return "split-K adds partial sums";
+  if (t.persistent && t.ws) return "the persistent producer refills the pipeline's shared memory during the epilogue";
+  int64_t bytes = 0;
+  if (std::optional<std::string> why = outputs_unstageable(g, p, bytes)) return why;
   const int64_t need = int64_t{t.bm} * t.bn * bytes;
   if (need > t.stages * t.stage_bytes)
     return "the outputs' tiles need " + num(need) + " bytes of shared memory, more than the pipeline's " +
@@ -403,12 +411,7 @@ std::string mma_chunk_area(const Graph& g, const MatmulGroup& p, MmaTiling& t, i
   // Warp w's barrier is named barrier 4 + w (1 and 2 are ping-pong's turns, 3 split-K's).
   if (t.threads / 32 > 12) return num(t.threads / 32) + " consumer warps, more than the 12 named barriers left";
   int64_t bytes = 0;
-  for (const auto& o : g.outputs()) {
-    const int64_t s = dtype_size(g.node(o.value).type.dtype);
-    if (s != 2 && s != 4) return "an output of " + num(s) + "-byte elements";
-    if ((p.N * s) % 16 != 0) return "N = " + num(p.N) + " does not fill whole 16-byte chunks";
-    bytes += s;
-  }
+  if (std::optional<std::string> why = outputs_unstageable(g, p, bytes)) return *why;
   // 64 columns (128 bytes a bf16 row: one 16-byte chunk a lane over 4 rows), or the
   // whole tile's columns when fewer; a whole number of chunks over the tile, rows of a
   // power of two 16-byte chunks, and the area a whole number of 32-chunk rounds.

@@ -411,12 +411,20 @@ Result<void> wait_event(const Context& ctx, const Stream& s, const Event& e) {
   return check(ctx.drv().StreamWaitEvent(s.get(), e.get(), 0), "cuStreamWaitEvent");
 }
 
-Result<int> max_active_blocks(const Context& ctx, CUfunction f, const LaunchDims& d) {
-  const Driver& dr = ctx.drv();
+namespace {
+// Dynamic shared memory above the default 48 KiB must be opted into per function.
+Result<void> opt_in_shared(const Driver& dr, CUfunction f, const LaunchDims& d) {
   constexpr int kDefaultShared = 48 * 1024;
   if (d.shared_bytes > kDefaultShared)
     SF_TRY(check(dr.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, d.shared_bytes),
                  "cuFuncSetAttribute(max dynamic shared " + std::to_string(d.shared_bytes) + " B)"));
+  return {};
+}
+}  // namespace
+
+Result<int> max_active_blocks(const Context& ctx, CUfunction f, const LaunchDims& d) {
+  const Driver& dr = ctx.drv();
+  SF_TRY(opt_in_shared(dr, f, d));
   int n = 0;
   const int threads = static_cast<int>(d.block[0] * d.block[1] * d.block[2]);
   SF_TRY(check(dr.OccupancyMaxActiveBlocksPerMultiprocessor(&n, f, threads, static_cast<size_t>(d.shared_bytes)),
@@ -433,10 +441,7 @@ Result<void> launch(const Context& ctx, CUfunction f, const LaunchDims& d, const
       return Diag{"", {}, "launch: grid " + std::to_string(d.grid[0]) + "x" + std::to_string(d.grid[1]) + "x" +
                               std::to_string(d.grid[2]) + " or block " + std::to_string(d.block[0]) + "x" +
                               std::to_string(d.block[1]) + "x" + std::to_string(d.block[2]) + " is out of range"};
-  constexpr int kDefaultShared = 48 * 1024;
-  if (d.shared_bytes > kDefaultShared)
-    SF_TRY(check(dr.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, d.shared_bytes),
-                 "cuFuncSetAttribute(max dynamic shared " + std::to_string(d.shared_bytes) + " B)"));
+  SF_TRY(opt_in_shared(dr, f, d));
   // kernelParams: a pointer to each argument's value.
   std::vector<CUdeviceptr> values = args;
   std::vector<void*> params;

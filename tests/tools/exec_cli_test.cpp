@@ -238,7 +238,7 @@ TEST(ExecFakeDriver, LaunchesEveryKernelStepWithThePlansGridBlockAndArguments) {
 
 // A persistent matmul (plan.json "persistent": true) walks its items by the launch's
 // width, so exec launches at most the blocks the device holds at once: compiled for
-// 400 blocks over 512 tiles, 215 KiB of shared memory a block (one an SM on the fake's
+// 400 blocks over 512 tiles, 210 KiB of shared memory a block (one an SM on the fake's
 // 228 KiB), it launches 132, one per SM of the fake. A plain kernel keeps its grid
 // (the test above).
 TEST(ExecFakeDriver, APersistentKernelLaunchesAtMostTheBlocksTheDeviceHolds) {

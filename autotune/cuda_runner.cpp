@@ -250,6 +250,7 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
   for (const cuda::Buffer& b : outputs_) args.push_back(b.ptr());
   std::optional<cuda::Module> module;
   CUfunction fn{};
+  cuda::LaunchDims dims;
   std::optional<cublas::GemmCall> call;
   const bool zero_outputs = p && p->zero_outputs;
   std::vector<cuda::Buffer> maps;
@@ -280,6 +281,12 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
     Result<CUfunction> f = module->function(p->entry);
     if (!f) return f.error();
     fn = *f;
+    dims = p->launch;
+    if (p->persistent) {
+      Result<cuda::LaunchDims> d = cuda::resident_grid(*ctx_, fn, dims);
+      if (!d) return d.error();
+      dims = *d;
+    }
   } else {
     Result<cublas::GemmCall> c = prepare_gemm(*gemm);
     if (!c) return c.error();
@@ -288,6 +295,7 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
   // A split candidate's epilogue kernel, launched after the call in every run.
   std::optional<cuda::Module> epilogue_module;
   CUfunction epilogue_fn{};
+  cuda::LaunchDims epilogue_dims;
   std::vector<CUdeviceptr> epi_args;
   if (gemm && gemm->epilogue) {
     Result<std::vector<CUdeviceptr>> ea = epilogue_args(*gemm);
@@ -299,6 +307,12 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
     Result<CUfunction> f = epilogue_module->function(gemm->epilogue->entry);
     if (!f) return f.error();
     epilogue_fn = *f;
+    epilogue_dims = gemm->epilogue->launch;
+    if (gemm->epilogue->persistent) {
+      Result<cuda::LaunchDims> d = cuda::resident_grid(*ctx_, epilogue_fn, epilogue_dims);
+      if (!d) return Diag{"", {}, "the epilogue kernel: " + d.error().message};
+      epilogue_dims = *d;
+    }
   }
   const cuda::Driver& d = ctx_->drv();
 
@@ -321,9 +335,9 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
       SF_TRY(call->enqueue(stream_, ptr(inputs_, gemm->a), ptr(inputs_, gemm->b), ptr(inputs_, gemm->bias), c,
                            gemm_workspace_.ptr()));
       if (!gemm->epilogue) return {};
-      return cuda::launch(*ctx_, epilogue_fn, gemm->epilogue->launch, epi_args, stream_);
+      return cuda::launch(*ctx_, epilogue_fn, epilogue_dims, epi_args, stream_);
     }
-    return cuda::launch(*ctx_, fn, p->launch, args, stream_);
+    return cuda::launch(*ctx_, fn, dims, args, stream_);
   };
   // Records start, enqueues `work`, records end and waits: the events' time in us.
   auto timed = [&](const std::function<Result<void>()>& work) -> Result<double> {

@@ -64,6 +64,9 @@ struct PtxArtifact final : Artifact {
   // kernel leaves it zero): a split-K kernel's workspace (LaunchShape::workspace_bytes);
   // 0: none.
   int64_t workspace_bytes = 0;
+  // A persistent walk (LaunchShape::persistent): launched with at most the blocks the
+  // device holds at once (cuda::resident_grid), as exec launches it.
+  bool persistent = false;
   // The kernel's arguments in ABI order; when set, the runner checks that its
   // buffers match them.
   std::vector<KernelArgSpec> inputs, outputs;

@@ -65,6 +65,7 @@ json ptx_artifact_json(const PtxArtifact& a, const std::string& file) {
              {"shared_bytes", a.launch.shared_bytes},
              {"zero_outputs", a.zero_outputs},
              {"workspace_bytes", a.workspace_bytes},
+             {"persistent", a.persistent},
              {"inputs", specs_json(a.inputs)},
              {"outputs", specs_json(a.outputs)},
              {"tensor_maps", json::array()}};
@@ -113,6 +114,7 @@ PtxArtifact read_ptx_artifact(const json_read::Reader& rd, const std::string& di
   a.launch.shared_bytes = static_cast<int>(rd.integer(cj, cp, "shared_bytes", 0, 256 * 1024));
   a.zero_outputs = rd.boolean_or(cj, cp, "zero_outputs", false);
   a.workspace_bytes = rd.integer_or(cj, cp, "workspace_bytes", 0, kMaxPlanElements * 8, 0);
+  a.persistent = rd.boolean_or(cj, cp, "persistent", false);
   a.inputs = read_specs(rd, rd.at(cj, cp, "inputs"), cp + ".inputs");
   a.outputs = read_specs(rd, rd.at(cj, cp, "outputs"), cp + ".outputs");
   const json& maps = rd.array(rd.at(cj, cp, "tensor_maps"), cp + ".tensor_maps", 8);
@@ -162,6 +164,7 @@ std::string tune_code_hash(const PtxArtifact& a) {
   for (int b : a.launch.block) launch += std::to_string(b) + ",";
   launch += std::to_string(a.launch.shared_bytes) + (a.zero_outputs ? ",z" : "");
   if (a.workspace_bytes > 0) launch += ",w" + std::to_string(a.workspace_bytes);
+  if (a.persistent) launch += ",p";
   return fnv1a_hex(a.ptx + "\n" + a.entry + "\n" + launch);
 }
 

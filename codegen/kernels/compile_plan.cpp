@@ -377,6 +377,47 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
   std::vector<std::string> kernel_errors(plan.kernels.size());
   std::vector<std::string> forms(plan.kernels.size());  // report.txt: how a kernel reads its data
   std::vector<std::string> kernel_ptx(plan.kernels.size());
+  // Emits kernel i's PTX under `cfg` into the Plan and kernel_ptx (or kernel_errors),
+  // running ptxas where asked: whether ptxas reported spills.
+  auto build_ptx = [&](size_t i, const KernelSpec& spec, const KernelConfig& cfg) -> bool {
+    PlanKernel& pk = plan.kernels[i];
+    Result<EmittedKernel> e = emitter_for(spec.kind).emit(spec, cfg, llvmb::Target::nvptx(opts.arch));
+    if (!e.ok()) {
+      kernel_errors[i] = pk.id + ": " + e.error().message;
+      return false;
+    }
+    pk.grid = e->launch.grid;
+    pk.block = e->launch.block;
+    pk.shared_bytes = e->launch.shared_bytes;
+    pk.zero_outputs = e->launch.zero_outputs;
+    pk.persistent = e->launch.persistent;
+    pk.workspace_bytes = e->launch.workspace_bytes;
+    pk.tensor_maps.clear();
+    for (const TensorMapSpec& t : e->launch.tensor_maps)
+      pk.tensor_maps.push_back(PlanTensorMap{t.input, t.dtype, t.rank, t.dims, t.strides, t.box});
+    Result<std::string> ptx = llvmb::compile_to_ptx(*e->module, opts.arch);
+    if (!ptx.ok()) {
+      kernel_errors[i] = pk.id + ": " + ptx.error().message;
+      return false;
+    }
+    if (opts.run_ptxas && find_ptxas().ok()) {
+      PtxasOptions po;
+      po.arch = opts.arch;
+      po.ptx_name = pk.ptx_file;
+      Result<std::vector<KernelResources>> res = run_ptxas(*ptx, po);
+      if (!res.ok()) {
+        kernel_errors[i] = pk.id + ": ptxas rejected it: " + res.error().str();
+        return false;
+      }
+      if (!res->empty()) {
+        pk.registers = (*res)[0].registers;
+        pk.spill_bytes = (*res)[0].spill_store_bytes + (*res)[0].spill_load_bytes;
+      }
+    }
+    kernel_ptx[i] = std::move(ptx).value();
+    return pk.spill_bytes > 0;
+  };
+  const std::string default_source(config_source_name(ConfigSource::Default));
   auto build = [&](size_t i) {
     PlanKernel& pk = plan.kernels[i];
     const LocalKernel& k = *sources[i];
@@ -441,39 +482,17 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
       }
     if (opts.host != CompileOptions::HostCode::None) build_host(i, kind);
     if (!opts.ptx) return;
-    Result<EmittedKernel> e = emitter_for(kind).emit(spec, cfg, llvmb::Target::nvptx(opts.arch));
-    if (!e.ok()) {
-      kernel_errors[i] = pk.id + ": " + e.error().message;
-      return;
-    }
-    pk.grid = e->launch.grid;
-    pk.block = e->launch.block;
-    pk.shared_bytes = e->launch.shared_bytes;
-    pk.zero_outputs = e->launch.zero_outputs;
-    pk.persistent = e->launch.persistent;
-    pk.workspace_bytes = e->launch.workspace_bytes;
-    for (const TensorMapSpec& t : e->launch.tensor_maps)
-      pk.tensor_maps.push_back(PlanTensorMap{t.input, t.dtype, t.rank, t.dims, t.strides, t.box});
-    Result<std::string> ptx = llvmb::compile_to_ptx(*e->module, opts.arch);
-    if (!ptx.ok()) {
-      kernel_errors[i] = pk.id + ": " + ptx.error().message;
-      return;
-    }
-    if (opts.run_ptxas && find_ptxas().ok()) {
-      PtxasOptions po;
-      po.arch = opts.arch;
-      po.ptx_name = pk.ptx_file;
-      Result<std::vector<KernelResources>> res = run_ptxas(*ptx, po);
-      if (!res.ok()) {
-        kernel_errors[i] = pk.id + ": ptxas rejected it: " + res.error().str();
-        return;
-      }
-      if (!res->empty()) {
-        pk.registers = (*res)[0].registers;
-        pk.spill_bytes = (*res)[0].spill_store_bytes + (*res)[0].spill_load_bytes;
+    // The large-kernel pointwise default (1024 threads, so at most 64 registers a
+    // thread; default_kernel_config) spills where a kernel's element needs more (a
+    // RoPE's sin and cos): such a kernel is built again with the narrow default, 256
+    // threads of one vector, which allows 255.
+    if (build_ptx(i, spec, cfg) && kind == KernelKind::Pointwise && pk.config_source == default_source) {
+      const KernelConfig narrow = narrow_pointwise_default(cfg);
+      if (narrow != cfg) {
+        pk.config = config_str(kind, ConfigTarget::Gpu, narrow);
+        build_ptx(i, spec, narrow);
       }
     }
-    kernel_ptx[i] = std::move(ptx).value();
   };
   {
     std::atomic<size_t> next{0};

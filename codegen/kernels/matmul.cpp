@@ -660,7 +660,8 @@ class MatmulEmitter final : public Emitter {
 
 }  // namespace
 
-Result<EmittedKernel> emit_matmul(const KernelSpec& spec, const KernelConfig& config, const llvmb::Target& target) {
+Result<EmittedKernel> emit_matmul(const KernelSpec& unfolded, const KernelConfig& config, const llvmb::Target& target) {
+  const KernelSpec spec = fold_batch_into_rows(unfolded);
   Result<MatmulGroup> plan = analyse_matmul(spec);
   if (!plan) return plan.error();
   const bool gpu = target.kind == llvmb::Target::Kind::NVPTX;
@@ -697,7 +698,8 @@ Result<EmittedKernel> emit_matmul(const KernelSpec& spec, const KernelConfig& co
   return k;
 }
 
-Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& spec, const KernelConfig& config, bool wide_index) {
+Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& unfolded, const KernelConfig& config, bool wide_index) {
+  const KernelSpec spec = fold_batch_into_rows(unfolded);
   Result<MatmulGroup> plan = analyse_matmul(spec);
   if (!plan) return plan.error();
   if (!is_float(plan->dtype)) return diag(std::string(dtype_name(plan->dtype)) + " matmul has no tiled kernel");
@@ -714,7 +716,8 @@ Result<EmittedKernel> emit_matmul_block_on_host(const KernelSpec& spec, const Ke
   return k;
 }
 
-Result<EmittedKernel> emit_matmul_mma_block_on_host(const KernelSpec& spec, const KernelConfig& config, bool wgmma) {
+Result<EmittedKernel> emit_matmul_mma_block_on_host(const KernelSpec& unfolded, const KernelConfig& config, bool wgmma) {
+  const KernelSpec spec = fold_batch_into_rows(unfolded);
   Result<MatmulGroup> plan = analyse_matmul(spec);
   if (!plan) return plan.error();
   MmaChoice choice = mma_choice(*plan, config, 90, wgmma);
@@ -742,19 +745,26 @@ std::string split_k(const MatmulGroup& p, const KernelConfig& c) {
 }
 }  // namespace
 
-Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& config, const std::string& arch) {
+Result<MatmulPath> matmul_path(const KernelSpec& unfolded, const KernelConfig& config, const std::string& arch) {
+  const KernelSpec spec = fold_batch_into_rows(unfolded);
   Result<MatmulGroup> plan = analyse_matmul(spec);
   if (!plan) return plan.error();
   std::optional<int> sm = kernels::sm_version(arch);
   if (!sm) return diag("unknown NVPTX arch '" + arch + "' (expected sm_NN or sm_NNa)");
   MmaChoice choice = mma_choice(*plan, config, *sm, has_wgmma(arch));
-  if (choice.unsupported) return MatmulPath{false, false, *choice.unsupported + split_k(*plan, config)};
+  // Where fold_batch_into_rows folded the batch: said first, it explains the rest.
+  std::string fold;
+  for (const Node& n : unfolded.group.nodes())
+    if (n.op == OpKind::Matmul && n.type.shape.size() > 2 && n.type.shape != plan->out)
+      fold = "batch " + shape_str(Shape(n.type.shape.begin(), n.type.shape.end() - 2)) + " folded into " +
+             std::to_string(plan->M) + " rows (B is shared), ";
+  if (choice.unsupported) return MatmulPath{false, false, fold + *choice.unsupported + split_k(*plan, config)};
   const bool tf32 = plan->dtype == DType::F32;
   const std::string dt = tf32 ? "tf32" : std::string(dtype_name(plan->dtype)), stages = std::to_string(config.stages) + " stages";
   const std::string kk = tf32 ? "k8 " : "k16 ";
   if (choice.wgmma)
     return MatmulPath{true, true,
-                      "wgmma.mma_async m64n" + std::to_string(config.block_n) + kk + dt + " with f32 accumulators, " +
+                      fold + "wgmma.mma_async m64n" + std::to_string(config.block_n) + kk + dt + " with f32 accumulators, " +
                           std::to_string(config.warps / 4) + " warpgroup(s), operands from 128-byte-swizzled shared tiles " +
                           (choice.tma ? std::string("filled by TMA (cp.async.bulk.tensor + mbarrier, ")
                                       : "filled by 16-byte cp.async (") + stages + ")" +
@@ -769,7 +779,7 @@ Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& confi
                                              : std::string()) +
                           mma_epilogue_path(spec.group, *plan, config, *sm, true) +
                           (spec.tma && !choice.tma ? "; not TMA: " + choice.not_tma : std::string())};
-  std::string why = "mma.sync.m16n8" + kk + dt + " with f32 accumulators, ldmatrix, 16-byte cp.async (" + stages + ")";
+  std::string why = fold + "mma.sync.m16n8" + kk + dt + " with f32 accumulators, ldmatrix, 16-byte cp.async (" + stages + ")";
   why += persistent(config) + split_k(*plan, config) + mma_epilogue_path(spec.group, *plan, config, *sm, has_wgmma(arch));
   if (has_wgmma(arch)) why += "; not wgmma: " + choice.not_wgmma;
   return MatmulPath{true, false, why};
@@ -782,11 +792,9 @@ namespace {
 // largest split of 2..16 that keeps the blocks within one wave of SMs, gives each
 // block 8 K tiles or more (its pipeline full most of the time), and keeps the
 // workspace's traffic (2 x split + 2 f32 accesses per output element, atomics among
-// them) within the operands' bytes. 1 where none does. The SM counts are the arch's
-// usual data-center part (A100 108, H100/H200 132; 84 for sm_86's A40/RTX parts, 128
-// for sm_89's): estimates for a default, which tuning replaces with measurements.
+// them) within the operands' bytes. 1 where none does (typical_sms: an estimate).
 int default_split_k(const MatmulGroup& p, const KernelConfig& c, int sm) {
-  const int64_t sms = sm >= 90 ? 132 : sm == 89 ? 128 : sm == 86 ? 84 : 108;
+  const int64_t sms = typical_sms(sm);
   const int64_t batch = std::max<int64_t>(p.nbatch, 1);
   const int64_t tiles = batch * ceil_div(p.M, c.block_m) * ceil_div(p.N, c.block_n);
   const int64_t kt = ceil_div(p.K, c.block_k);
@@ -799,9 +807,35 @@ int default_split_k(const MatmulGroup& p, const KernelConfig& c, int sm) {
   return best;
 }
 
+// The warp-specialised persistent kernel for a 16-bit 128 x 256 default tile with at
+// least a wave of output tiles (typical_sms: an estimate), where TMA reads the
+// operands: a producer warpgroup, one block per SM walking the tiles, the consumers
+// taking 232 registers a thread (setmaxnreg) and storing their epilogue in chunks
+// through shared memory of their own. On an H200 this measured 0.904 and 0.928 of
+// cuBLAS GEMM alone for a bf16 GEMM + bias + GELU at 4096^3 and 16384x4096x4096,
+// where the one-block-a-tile kernel measured 0.878 and 0.901 (bench_kernels, runs
+// 10a and 10c). Smaller grids, TF32 and f16/bf16 tiles of other shapes keep the
+// one-block-a-tile kernel, which no measurement has shown slower there.
+std::optional<KernelConfig> default_persistent(const MatmulGroup& p, const KernelConfig& w, int sm) {
+  const int64_t sms = typical_sms(sm);
+  const int64_t tiles = std::max<int64_t>(p.nbatch, 1) * ceil_div(p.M, w.block_m) * ceil_div(p.N, w.block_n);
+  if (p.dtype == DType::F32 || w.block_m != 128 || w.block_n != 256 || w.split_k != 1 || tiles < sms)
+    return std::nullopt;
+  KernelConfig c = w;
+  c.warp_specialize = 1;
+  c.persistent = static_cast<int>(sms);
+  c.setmaxnreg = 232;
+  MmaChoice ch = mma_choice(p, c, sm, true);
+  if (ch.unsupported || !ch.wgmma || !ch.tma) return std::nullopt;
+  return c;
+}
+
 }  // namespace
 
-KernelConfig suggest_matmul_config(const KernelSpec& spec, const KernelConfig& base, const std::string& arch) {
+int typical_sms(int sm) { return sm >= 90 ? 132 : sm == 89 ? 128 : sm == 86 ? 84 : 108; }
+
+KernelConfig suggest_matmul_config(const KernelSpec& unfolded, const KernelConfig& base, const std::string& arch) {
+  const KernelSpec spec = fold_batch_into_rows(unfolded);
   Result<MatmulGroup> plan = analyse_matmul(spec);
   std::optional<int> sm = kernels::sm_version(arch);
   if (!plan || !sm) return base;
@@ -831,7 +865,9 @@ KernelConfig suggest_matmul_config(const KernelSpec& spec, const KernelConfig& b
     if (mma_choice(*plan, w, *sm, true).wgmma) {
       KernelConfig s = w;
       s.split_k = default_split_k(*plan, w, *sm);
-      return s.split_k > 1 && mma_choice(*plan, s, *sm, true).wgmma ? s : w;
+      if (s.split_k > 1 && mma_choice(*plan, s, *sm, true).wgmma) return s;
+      if (std::optional<KernelConfig> p = default_persistent(*plan, w, *sm)) return *p;
+      return w;
     }
   }
   c.block_m = side(plan->M);

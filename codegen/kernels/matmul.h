@@ -83,9 +83,19 @@ struct MatmulPath {
 Result<MatmulPath> matmul_path(const KernelSpec& spec, const KernelConfig& config, const std::string& arch);
 
 // A config for the tensor-core kernel when `spec` can take it on `arch` (f16/bf16
-// operands, sm_80+, suitable layouts): 128x128x32 tiles (smaller for small
-// matrices), 4 warps, 3 stages, base's group_m. `base` unchanged otherwise.
+// operands, or f32 under allow_tf32; sm_80+, suitable layouts), base's group_m:
+// - sm_80..sm_89: 128x128x32 tiles (smaller for small matrices), 4 warps, 3 stages;
+// - sm_90a: 128x256x64 wgmma tiles (64 rows and fewer columns for small matrices),
+//   4 stages; a 16-bit 128x256 tile with a wave of output tiles or more, read by TMA
+//   (spec.tma), becomes the warp-specialised persistent kernel with setmaxnreg=232;
+// split-K where the output tiles leave most SMs idle. `base` unchanged otherwise.
 KernelConfig suggest_matmul_config(const KernelSpec& spec, const KernelConfig& base, const std::string& arch);
+
+// The SM count of an arch's usual data-center part (A100 108, H100/H200 132; 84 for
+// sm_86's A40/RTX parts, 128 for sm_89's): an estimate for default configs, which
+// tuning replaces with measurements; the runtime launches a persistent grid with no
+// more blocks than the device holds.
+int typical_sms(int sm);
 
 // What the host build of the tensor-core kernel calls for the warp-collective
 // instructions and the barrier (emit_matmul_mma_block_on_host). The simulation

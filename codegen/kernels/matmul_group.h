@@ -56,6 +56,22 @@ struct MatmulGroup {
 // matmul kernel (matmul.h lists what a group may hold).
 Result<MatmulGroup> analyse_matmul(const KernelSpec& spec);
 
+// The group with the matmul's batch dims folded into its rows, as torch.matmul folds
+// a batched [b..., M, K] times a shared [K, N] into one [b x M, K] x [K, N] product,
+// where that computes the same elements at the same flat indices: A is a param over
+// the whole [b..., M, K] (dense across the batch), B has no batch dims and nothing
+// else reads what B is computed from, and every other node is a param, a literal or
+// an elementwise op over either all of O's [b..., M] rows (it becomes [b x M, last])
+// or none of them (size 1 there: a bias). nullopt otherwise, or without a batch dim
+// above 1. The kernel's arguments keep their order and element counts, so the
+// folded kernel is launched as the batched one would be; it gets M tiles across the
+// batch, a 2-D TMA map of A (a batched A with a shared B has none: the map cannot
+// step B's stride 0) and so the warp-specialised kernels. matmul_fold.cpp.
+std::optional<Graph> fold_batch_into_rows(const Graph& g);
+// `spec` with its group folded where fold_batch_into_rows can; unchanged otherwise.
+// Every matmul entry point (emit, path, suggested config) works on this.
+KernelSpec fold_batch_into_rows(const KernelSpec& spec);
+
 // The group's outputs at one element of O, given the matmul's value there: element.h's
 // GroupValues with two hooks. The matmul node is the accumulator at hand, and a param
 // read over O itself (not through a reshape) is loaded at sum(coord * stride) of O's

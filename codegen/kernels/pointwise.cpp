@@ -364,6 +364,7 @@ LaunchShape pointwise_launch(int64_t n, const KernelConfig& c) {
   if (c.grid_stride) tiles = std::min<int64_t>(tiles, c.max_blocks);
   l.grid = {std::max<int64_t>(tiles, 1), 1, 1};
   l.block = {c.block, 1, 1};
+  l.persistent = c.grid_stride && int64_t{c.max_blocks} * c.block <= kPersistentGridThreads;
   return l;
 }
 

@@ -39,6 +39,15 @@ Result<EmittedKernel> emit_pointwise_thread_on_host(const KernelSpec& spec, cons
 // The launch emit_pointwise gives an NVPTX kernel over n elements: block threads,
 // grid = ceil(n / (block * vector * elems_per_thread)) tiles, capped at max_blocks
 // when grid_stride, and at least 1 (an empty kernel still launches).
+//
+// A grid-stride kernel strides by the launch's width (%nctaid.x), so any grid
+// computes every element. One whose capped grid holds no more threads than an
+// H100/H200 keeps resident (132 SMs x 2048, kPersistentGridThreads: the persistent
+// grids of the tuner's space and of the sm_90 default) is marked
+// LaunchShape::persistent: a runtime on a part with fewer SMs launches only the
+// blocks it holds at once, instead of a second, short wave that would do a whole
+// block's share of the elements each. Larger caps (4096 blocks of 256) stay as they are.
+inline constexpr int64_t kPersistentGridThreads = int64_t{132} * 2048;
 LaunchShape pointwise_launch(int64_t n, const KernelConfig& config);
 
 }  // namespace sf

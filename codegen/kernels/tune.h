@@ -24,9 +24,16 @@ Result<TuneProblem> tune_problem(const LocalKernel& k);
 // The config codegen uses when nothing was tuned: KernelConfig{} with, for GPU
 // reductions, the emitter's suggestion for the row shape, and for GPU matmuls that
 // can take tensor cores on `arch` (f16/bf16, or f32 under `allow_tf32`, sm_80+), a
-// tensor-core tile (suggest_matmul_config; none without an arch).
+// tensor-core tile (suggest_matmul_config; none without an arch), on sm_90a the
+// warp-specialised persistent kernel where `tma` lets TMA read the operands.
 KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t, const std::string& arch = "",
-                                   bool allow_tf32 = false);
+                                   bool allow_tf32 = false, bool tma = true);
+
+// The pointwise default of kernels too small for the persistent grid of wide blocks
+// default_kernel_config gives large ones on sm_90+: `c` with 256 threads of one
+// vector on up to 4096 blocks (its vector kept). compile falls back to it where the
+// wide blocks' 64 registers a thread spill.
+KernelConfig narrow_pointwise_default(const KernelConfig& c);
 
 // The GPU that GPU keys are measured on: device 0's name, arch and driver version
 // (cuda::device_info), looked up once per process; all empty without a driver or GPU.

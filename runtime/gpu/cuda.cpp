@@ -432,6 +432,15 @@ Result<int> max_active_blocks(const Context& ctx, CUfunction f, const LaunchDims
   return n;
 }
 
+Result<LaunchDims> resident_grid(const Context& ctx, CUfunction f, const LaunchDims& d) {
+  Result<int> per_sm = max_active_blocks(ctx, f, d);
+  if (!per_sm) return per_sm.error();
+  LaunchDims out = d;
+  const int64_t resident = int64_t{ctx.info().sms} * *per_sm;
+  if (resident > 0) out.grid[0] = std::min(out.grid[0], resident);
+  return out;
+}
+
 Result<void> launch(const Context& ctx, CUfunction f, const LaunchDims& d, const std::vector<CUdeviceptr>& args,
                     const Stream& s) {
   SF_TRY(usable(s.ctx_, s.generation_, "cuLaunchKernel (stream)"));

@@ -208,6 +208,12 @@ Result<void> launch(const Context& ctx, CUfunction f, const LaunchDims& d, const
 // shared memory above 48 KiB as launch): 0 when not even one fits.
 Result<int> max_active_blocks(const Context& ctx, CUfunction f, const LaunchDims& d);
 
+// The launch of a persistent kernel (LaunchShape::persistent: it strides its work by
+// the launch's width, so any width computes everything): `d` with grid.x at most the
+// blocks this device holds at once (its SMs x max_active_blocks), so that a part with
+// fewer SMs than the compiler assumed runs no second, short wave.
+Result<LaunchDims> resident_grid(const Context& ctx, CUfunction f, const LaunchDims& d);
+
 // A TMA tensor map (cuTensorMapEncodeTiled) over the tensor at `base`, in a 128-byte
 // device allocation whose address the kernel takes as an argument: `t.rank` (1..3)
 // dims of elements of `t.dtype`, innermost first, rank-1 byte strides, a box of

@@ -157,13 +157,9 @@ Result<std::shared_ptr<GpuPlan>> GpuPlan::load(std::shared_ptr<cuda::Context> ct
     l.dims.block = k.block;
     l.dims.shared_bytes = k.shared_bytes;
     if (k.persistent) {
-      // A persistent walk covers every item on any width: at most the blocks this
-      // device holds at once, or a part with fewer SMs than the compiler assumed
-      // would run the rest in a second wave.
-      Result<int> per_sm = cuda::max_active_blocks(*ctx, *fn, l.dims);
-      if (!per_sm) return with_context("kernel " + k.id + ": ", per_sm.error());
-      const int64_t resident = int64_t{ctx->info().sms} * *per_sm;
-      if (resident > 0) l.dims.grid[0] = std::min(l.dims.grid[0], resident);
+      Result<cuda::LaunchDims> d = cuda::resident_grid(*ctx, *fn, l.dims);
+      if (!d) return with_context("kernel " + k.id + ": ", d.error());
+      l.dims = *d;
     }
     l.zero_outputs = k.zero_outputs;
     l.workspace_bytes = k.workspace_bytes;

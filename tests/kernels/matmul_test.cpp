@@ -575,11 +575,18 @@ TEST(MatmulNvptx, EveryTestedConfigAssembles) {
 TEST(MatmulNvptx, BatchIsGridYAndIndexWidthFollowsTheSizes) {
   Mm s{64, 64, 64};
   s.a_batch = {6};
+  s.b_batch = {6};  // a B per batch: a batched A times a shared B folds into rows
   Ptx p = emit_ptx(with_epilogue(s, Epi::Bias), "sm_90a");
   EXPECT_EQ(p.launch.grid[0], 1);
   EXPECT_EQ(p.launch.grid[1], 6);
   EXPECT_NE(p.ptx.find("%ctaid.y"), std::string::npos);
   EXPECT_NE(p.ir.find("phi i32"), std::string::npos);
+  // With a shared B the 6 x 64 rows are one product (fold_batch_into_rows): 6 row
+  // tiles on grid x, no batch.
+  s.b_batch = {};
+  Ptx folded = emit_ptx(with_epilogue(s, Epi::Bias), "sm_90a");
+  EXPECT_EQ(folded.launch.grid[0], 6);
+  EXPECT_EQ(folded.launch.grid[1], 1);
   // A with 2^32 elements: i64 offsets.
   Ptx big = emit_ptx(plain({int64_t{1} << 16, 64, int64_t{1} << 16}), "sm_90a");
   EXPECT_NE(big.ir.find("phi i64"), std::string::npos);
@@ -784,6 +791,7 @@ TEST(MatmulErrors, UnsupportedGroupsAreDiags) {
   EXPECT_NE(emit_error(ok, {}, llvmb::Target::host(), "not an identifier").find("C identifier"), std::string::npos);
   Mm many{4, 4, 4};
   many.a_batch = {70000};
+  many.b_batch = {70000};  // (a shared B would fold the batch into rows)
   EXPECT_NE(emit_error(plain(many)).find("65535"), std::string::npos);
 }
 

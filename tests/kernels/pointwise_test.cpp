@@ -402,10 +402,12 @@ TEST(PointwiseHost, SixteenMillionElements) {
 // steps and tails for the host; running every thread of the launch checks that logic
 // against the reference without a GPU.
 
-// Runs every (block, thread) of the launch in order. With `misalign`, every buffer
-// starts one element past a 16-byte boundary, so the vector path must be skipped.
+// Runs every (block, thread) of the launch in order, or of `grid` blocks where it is
+// set (what a runtime launches when it shrinks a persistent grid). With `misalign`,
+// every buffer starts one element past a 16-byte boundary, so the vector path must
+// be skipped.
 Result<std::vector<Tensor>> run_grid(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg,
-                                     bool misalign = false) {
+                                     bool misalign = false, int32_t grid_override = 0) {
   Result<EmittedKernel> k = emit_pointwise_thread_on_host(spec_of(g, "grid"), cfg);
   if (!k) return k.error();
   LaunchShape launch = k->launch;
@@ -430,7 +432,7 @@ Result<std::vector<Tensor>> run_grid(const Graph& g, const std::vector<Tensor>& 
   for (const Tensor& t : inputs) place(t);
   for (const Tensor& t : out) place(t);
   auto run = reinterpret_cast<void (*)(void**, int32_t, int32_t, int32_t)>(*fn);
-  auto grid = static_cast<int32_t>(launch.grid[0]);
+  auto grid = grid_override > 0 ? grid_override : static_cast<int32_t>(launch.grid[0]);
   for (int32_t b = 0; b < grid; ++b)
     for (int32_t t = 0; t < launch.block[0]; ++t) run(args.data(), b, t, grid);
   for (size_t o = 0; o < out.size(); ++o) {
@@ -506,6 +508,32 @@ TEST(PointwiseGrid, KernelStructureMatchesTheReferenceForEveryConfig) {
       Graph g = bias_group(rows, cols);
       expect_grid_matches_reference(g, make_inputs(g, 21), cfg);
     }
+  }
+}
+
+// A persistent grid (LaunchShape::persistent) strides by the launch's width, so a
+// runtime that launches fewer blocks than the Plan says still computes every element
+// once: 8 tiles of 4096 on a grid of 6, launched as 1, 2 and 5 blocks.
+TEST(PointwiseGrid, APersistentGridComputesEveryElementOnFewerBlocks) {
+  KernelConfig cfg;
+  cfg.block = 128;
+  cfg.vector = 8;
+  cfg.elems_per_thread = 4;
+  cfg.max_blocks = 6;
+  const int64_t cols = 1000;
+  Graph g = bias_group(30, cols);
+  LaunchShape l = pointwise_launch(30 * cols, cfg);
+  ASSERT_EQ(l.grid[0], 6);
+  ASSERT_TRUE(l.persistent);
+  std::vector<Tensor> in = make_inputs(g, 24);
+  Result<std::vector<Tensor>> want = evaluate(g, in);
+  ASSERT_TRUE(want.ok()) << want.error().str();
+  for (int32_t grid : {1, 2, 5}) {
+    Result<std::vector<Tensor>> got = run_grid(g, in, cfg, false, grid);
+    ASSERT_TRUE(got.ok()) << got.error().str();
+    for (size_t o = 0; o < want->size(); ++o)
+      EXPECT_TRUE(compare((*got)[o], (*want)[o], default_tolerance((*want)[o].dtype())).ok())
+          << "output " << o << " on " << grid << " block(s)";
   }
 }
 

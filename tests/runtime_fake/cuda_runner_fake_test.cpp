@@ -346,14 +346,39 @@ TEST(CudaRunnerFake, AWorkspaceIsZeroedOnceAndPassedLast) {
   }
 }
 
-// The split tuner's candidate files keep a kernel's workspace, and its size is part
-// of what a measurement is of.
+// A persistent candidate (LaunchShape::persistent) is measured as exec launches it:
+// with at most the blocks the device holds at once. 400 blocks of 1024 threads on
+// the fake's 132 SMs (2 blocks an SM): 264; the same grid not persistent keeps 400.
+TEST(CudaRunnerFake, APersistentCandidateLaunchesAtMostTheBlocksTheDeviceHolds) {
+  REQUIRE_FAKE();
+  for (bool persistent : {true, false}) {
+    auto r = runner();
+    PtxArtifact a = artifact("sf_walk");
+    a.launch.grid = {400, 1, 1};
+    a.launch.block = {1024, 1, 1};
+    a.persistent = persistent;
+    CallLog log;
+    Result<Measurement> m = r->run(a, quick());
+    ASSERT_TRUE(m) << m.error().message;
+    std::vector<std::string> launches = log.lines("launch sf_walk ");
+    ASSERT_FALSE(launches.empty());
+    for (const std::string& l : launches)
+      EXPECT_TRUE(has(l, persistent ? " grid=264,1,1 " : " grid=400,1,1 ")) << persistent << ": " << l;
+  }
+}
+
+// The split tuner's candidate files keep a kernel's workspace and whether its grid is
+// persistent, and both are part of what a measurement is of.
 TEST(TuneSplitFake, AWorkspaceSurvivesTheCandidateFiles) {
   TuneCandidateKernel k{"key0", "k0_matmul", "graph ...", {{DType::F32, {512}}}, {8}, {{DType::F32, {512}}}, {}};
   PtxArtifact a = artifact("sf_split_ws");
   a.workspace_bytes = 2052;
+  a.persistent = true;
   PtxArtifact plain = artifact("sf_split_ws");
   EXPECT_NE(tune_code_hash(a), tune_code_hash(plain));
+  PtxArtifact walk = plain;
+  walk.persistent = true;
+  EXPECT_NE(tune_code_hash(walk), tune_code_hash(plain));
   k.candidates.push_back(TuneCandidate{"split_k=4", tune_code_hash(a), a, nullptr});
   const std::string dir = std::filesystem::temp_directory_path() / ("sf-ws-cands-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
@@ -362,6 +387,7 @@ TEST(TuneSplitFake, AWorkspaceSurvivesTheCandidateFiles) {
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(back) << back.error().str();
   EXPECT_EQ(back->kernels.at(0).candidates.at(0).artifact.workspace_bytes, 2052);
+  EXPECT_TRUE(back->kernels.at(0).candidates.at(0).artifact.persistent);
 }
 
 TEST(CudaRunnerFake, ArgumentsThatAreNotTheRunnersAreRefused) {

@@ -1,0 +1,208 @@
+// The configs codegen uses when nothing was tuned (default_kernel_config), where they
+// depend on the kernel's size: on sm_90a the warp-specialised persistent wgmma kernel
+// for large 16-bit matmuls, and on sm_90 and later the persistent grid of wide blocks
+// for large pointwise kernels. Each side of each threshold, what keeps the old
+// default, and that the chosen configs build without spills and launch as persistent
+// grids (which the runtime shrinks to what a smaller part holds).
+#include <gtest/gtest.h>
+
+#include "autotune/cuda_runner.h"
+#include "autotune/ptxas.h"
+#include "codegen/dist/propagate.h"
+#include "codegen/fusion/pipeline.h"
+#include "codegen/ir/parser.h"
+#include "codegen/kernels/compile_plan.h"
+#include "codegen/kernels/pointwise.h"
+#include "codegen/kernels/tune.h"
+#include "tests/result_util.h"
+
+namespace sf {
+namespace kernels_default_config_test {
+
+std::string s(int64_t v) { return std::to_string(v); }
+
+// The one fused kernel of a one-rank graph.
+LocalKernel kernel_of(const std::string& text) {
+  Result<Graph> g = parse_graph(text);
+  if (!g) throw std::runtime_error(g.error().str());
+  DeviceMesh mesh(g->mesh());
+  std::vector<LocalKernel> ks = ok_value(rank_programs(*g, propagate(*g, mesh), mesh))[0].kernels;
+  if (ks.size() != 1) throw std::runtime_error("expected one kernel, got " + s(static_cast<int64_t>(ks.size())));
+  return ks[0];
+}
+
+// nn.Linear + bias + GELU: x [m, k] times w [n, k] transposed.
+LocalKernel linear(int64_t m, int64_t n, int64_t k, const std::string& dt) {
+  return kernel_of("graph g(x: " + dt + "[" + s(m) + ", " + s(k) + "], w: " + dt + "[" + s(n) + ", " + s(k) + "], b: " +
+                   dt + "[" + s(n) + "]) {\n  y = gelu(add(matmul(x, transpose(w, 0, 1)), b))\n  return y\n}\n");
+}
+
+LocalKernel bias_gelu(int64_t rows, int64_t cols, const std::string& dt, const std::string& body = "gelu(add(h, b))") {
+  return kernel_of("graph g(h: " + dt + "[" + s(rows) + ", " + s(cols) + "], b: " + dt + "[" + s(cols) + "]) {\n  y = " +
+                   body + "\n  return y\n}\n");
+}
+
+bool persistent_ws(const KernelConfig& c) {
+  return c.warp_specialize == 1 && c.persistent == 132 && c.setmaxnreg == 232 && c.block_m == 128 &&
+         c.block_n == 256 && c.block_k == 64 && c.warps == 8 && c.stages == 4 && c.split_k == 1 && c.pingpong == 0;
+}
+
+TEST(DefaultConfig, LargeSixteenBitMatmulsOnSm90aTakeTheWarpSpecialisedPersistentKernel) {
+  for (const char* dt : {"bf16", "f16"}) {
+    KernelConfig c = default_kernel_config(linear(4096, 4096, 4096, dt), ConfigTarget::Gpu, "sm_90a");
+    EXPECT_TRUE(persistent_ws(c)) << dt << ": " << config_str(KernelKind::Matmul, ConfigTarget::Gpu, c);
+  }
+  // A wave of 128 x 256 tiles or more: 12 x 11 = 132 tiles takes it, 11 x 11 = 121 not.
+  EXPECT_TRUE(persistent_ws(default_kernel_config(linear(12 * 128, 11 * 256, 1024, "bf16"), ConfigTarget::Gpu, "sm_90a")));
+  KernelConfig few = default_kernel_config(linear(11 * 128, 11 * 256, 1024, "bf16"), ConfigTarget::Gpu, "sm_90a");
+  EXPECT_EQ(few.warp_specialize, 0);
+  EXPECT_EQ(few.persistent, 0);
+  EXPECT_EQ(few.block_n, 256) << "still Triton's Hopper tile";
+  // Without TMA (--no-tma) there is no producer warpgroup to feed: the one-block-a-tile
+  // kernel, as before.
+  KernelConfig no_tma = default_kernel_config(linear(4096, 4096, 4096, "bf16"), ConfigTarget::Gpu, "sm_90a", false, false);
+  EXPECT_EQ(no_tma.warp_specialize, 0);
+  EXPECT_EQ(no_tma.persistent, 0);
+  EXPECT_EQ(no_tma.setmaxnreg, 0);
+  EXPECT_EQ(no_tma.block_m, 128);
+  // TF32 (unmeasured in that kernel), sm_80 (no wgmma) and a narrow N (a 128-wide
+  // tile) keep their defaults.
+  KernelConfig tf32 = default_kernel_config(linear(4096, 4096, 4096, "f32"), ConfigTarget::Gpu, "sm_90a", true);
+  EXPECT_EQ(tf32.warp_specialize, 0);
+  EXPECT_EQ(tf32.block_k, 32);
+  KernelConfig a100 = default_kernel_config(linear(4096, 4096, 4096, "bf16"), ConfigTarget::Gpu, "sm_80");
+  EXPECT_EQ(a100.warp_specialize, 0);
+  EXPECT_EQ(a100.persistent, 0);
+  EXPECT_EQ(a100.block_n, 128);
+  KernelConfig narrow = default_kernel_config(linear(65536, 128, 1024, "bf16"), ConfigTarget::Gpu, "sm_90a");
+  EXPECT_EQ(narrow.block_n, 128);
+  EXPECT_EQ(narrow.persistent, 0);
+  // A transformer's projection, x [8, 2048, 4096] times a shared weight: folded into
+  // 16384 rows (fold_batch_into_rows), TMA reads it and it takes the kernel too.
+  LocalKernel proj = kernel_of(
+      "graph g(x: bf16[8, 2048, 4096], w: bf16[4096, 4096]) {\n  y = matmul(x, transpose(w, 0, 1))\n  return y\n}\n");
+  EXPECT_TRUE(persistent_ws(default_kernel_config(proj, ConfigTarget::Gpu, "sm_90a")));
+  // A decode-sized M still splits K rather than walking tiles.
+  KernelConfig decode = default_kernel_config(linear(64, 4096, 4096, "bf16"), ConfigTarget::Gpu, "sm_90a");
+  EXPECT_EQ(decode.split_k, 8);
+  EXPECT_EQ(decode.persistent, 0);
+}
+
+// The default builds as the kernel it names: a persistent launch of 132 blocks of 384
+// threads, no spills under ptxas.
+TEST(DefaultConfig, ThePersistentMatmulDefaultBuildsWithoutSpills) {
+  LocalKernel k = linear(4096, 4096, 4096, "bf16");
+  KernelConfig c = default_kernel_config(k, ConfigTarget::Gpu, "sm_90a");
+  ASSERT_TRUE(persistent_ws(c));
+  BuildResult r = make_ptx_builder(k, "sm_90a")->build(c);
+  ASSERT_TRUE(r.artifact) << r.error;
+  EXPECT_EQ(r.threads_per_block, 384);
+  EXPECT_EQ(r.grid_blocks, 132);
+  auto* ptx = dynamic_cast<PtxArtifact*>(r.artifact.get());
+  ASSERT_NE(ptx, nullptr);
+  EXPECT_NE(ptx->ptx.find("setmaxnreg.inc.sync.aligned.u32 232"), std::string::npos);
+  if (!find_ptxas().ok()) GTEST_SKIP() << "ptxas not found: resources not checked";
+  ASSERT_TRUE(r.resources);
+  EXPECT_FALSE(r.resources->spills());
+}
+
+KernelConfig old_pointwise(int vector) {
+  KernelConfig c;
+  c.vector = vector;
+  return c;
+}
+
+TEST(DefaultConfig, LargePointwiseKernelsOnSm90TakeAPersistentGridOfWideBlocks) {
+  // bf16: 1024 threads x 4 vectors of 8 = 32768 elements a block, 264 blocks: from
+  // 8448 x 1024 elements on, the grid is full.
+  KernelConfig big = default_kernel_config(bias_gelu(8448, 1024, "bf16"), ConfigTarget::Gpu, "sm_90a");
+  EXPECT_EQ(big.block, 1024);
+  EXPECT_EQ(big.vector, 8);
+  EXPECT_EQ(big.elems_per_thread, 4);
+  EXPECT_TRUE(big.grid_stride);
+  EXPECT_EQ(big.max_blocks, 264);
+  EXPECT_EQ(default_kernel_config(bias_gelu(8447, 1024, "bf16"), ConfigTarget::Gpu, "sm_90a"), old_pointwise(8));
+  EXPECT_EQ(default_kernel_config(bias_gelu(4096, 4096, "bf16"), ConfigTarget::Gpu, "sm_90"), big);
+  // f32: 2 vectors of 4 a thread, full from 2112 x 1024.
+  KernelConfig f32 = default_kernel_config(bias_gelu(2112, 1024, "f32"), ConfigTarget::Gpu, "sm_90a");
+  EXPECT_EQ(f32.block, 1024);
+  EXPECT_EQ(f32.vector, 4);
+  EXPECT_EQ(f32.elems_per_thread, 2);
+  EXPECT_EQ(f32.max_blocks, 264);
+  EXPECT_EQ(default_kernel_config(bias_gelu(2111, 1024, "f32"), ConfigTarget::Gpu, "sm_90a"), old_pointwise(4));
+  // Unmeasured: an A100, no arch, i64's 2-element vectors.
+  EXPECT_EQ(default_kernel_config(bias_gelu(4096, 4096, "bf16"), ConfigTarget::Gpu, "sm_80"), old_pointwise(8));
+  EXPECT_EQ(default_kernel_config(bias_gelu(4096, 4096, "bf16"), ConfigTarget::Gpu), old_pointwise(8));
+  EXPECT_EQ(default_kernel_config(bias_gelu(4096, 4096, "i64", "add(h, b)"), ConfigTarget::Gpu, "sm_90a"),
+            old_pointwise(2));
+}
+
+// A grid-stride launch no larger than an H100/H200 holds is persistent (the runtime
+// may shrink it); the old default's cap of 4096 blocks of 256 is not, and a one-shot
+// grid is not.
+TEST(DefaultConfig, PersistentPointwiseGridsAreMarkedForTheRuntime) {
+  KernelConfig c = default_kernel_config(bias_gelu(4096, 4096, "bf16"), ConfigTarget::Gpu, "sm_90a");
+  LaunchShape l = pointwise_launch(int64_t{4096} * 4096, c);
+  EXPECT_EQ(l.grid[0], 264);
+  EXPECT_TRUE(l.persistent);
+  // A small tensor under the same config launches fewer blocks, still a walk.
+  EXPECT_EQ(pointwise_launch(100000, c).grid[0], 4);
+  EXPECT_TRUE(pointwise_launch(100000, c).persistent);
+  EXPECT_FALSE(pointwise_launch(int64_t{4096} * 4096, old_pointwise(8)).persistent);
+  KernelConfig one_shot = c;
+  one_shot.grid_stride = false;
+  EXPECT_FALSE(pointwise_launch(int64_t{4096} * 4096, one_shot).persistent);
+  // The tuner's persistent candidates on 132 SMs: 2048 resident threads an SM.
+  KernelConfig tuned = old_pointwise(8);
+  tuned.block = 128;
+  tuned.max_blocks = 132 * 16;
+  EXPECT_TRUE(pointwise_launch(int64_t{4096} * 4096, tuned).persistent);
+  tuned.max_blocks += 1;
+  EXPECT_FALSE(pointwise_launch(int64_t{4096} * 4096, tuned).persistent);
+  // It builds without spills.
+  BuildResult r = make_ptx_builder(bias_gelu(4096, 4096, "bf16"), "sm_90a")->build(c);
+  ASSERT_TRUE(r.artifact) << r.error;
+  if (!find_ptxas().ok()) GTEST_SKIP() << "ptxas not found: resources not checked";
+  ASSERT_TRUE(r.resources);
+  EXPECT_FALSE(r.resources->spills());
+}
+
+// Where the wide blocks' registers spill (sin and cos of every element, as a RoPE
+// computes), compile builds the kernel with the narrow default instead; the bench's
+// bias + GELU of the same size keeps the wide one. The Plan says which it got.
+TEST(DefaultConfig, APointwiseKernelThatSpillsInWideBlocksTakesTheNarrowDefault) {
+  if (!find_ptxas().ok()) GTEST_SKIP() << "ptxas not found: the fallback needs its spill count";
+  auto plan_of = [](const std::string& body) {
+    Result<Graph> g = parse_graph("graph g(h: bf16[4096, 4096], b: bf16[4096]) {\n  y = " + body + "\n  return y\n}\n");
+    if (!g) throw std::runtime_error(g.error().str());
+    CompileOptions co;
+    co.host = CompileOptions::HostCode::None;
+    auto ch = std::make_shared<ConfigChooser>(TuneSetup{"cuda", "sm_90a", ShapeBuckets::Exact}, nullptr);
+    co.choose = [ch](const LocalKernel& lk) { return ch->choose(lk); };
+    Result<CompiledPlan> p = compile_plan(*g, co);
+    if (!p) throw std::runtime_error(p.error().str());
+    return p->plan.kernels;
+  };
+  const std::vector<PlanKernel> lights = plan_of("gelu(add(h, b))");
+  ASSERT_EQ(lights.size(), 1u);
+  const PlanKernel& light = lights[0];
+  EXPECT_EQ(light.config, "block=1024 vector=8 elems_per_thread=4 grid_stride=1 max_blocks=264");
+  EXPECT_EQ(light.spill_bytes, 0);
+  EXPECT_TRUE(light.persistent);
+  // Fusion gives sin and cos kernels of their own (k0_add_cos, k1_add_sin_mul); the
+  // second spills in wide blocks under ptxas 13.0.
+  const std::vector<PlanKernel> heavies = plan_of("mul(sin(add(h, b)), cos(add(h, b)))");
+  ASSERT_EQ(heavies.size(), 2u);
+  for (const PlanKernel& k : heavies) EXPECT_EQ(k.spill_bytes, 0) << k.id << ": " << k.config;
+  const PlanKernel& heavy = heavies[1];
+  ASSERT_EQ(heavy.id, "k1_add_sin_mul");
+  EXPECT_EQ(heavy.config, "block=256 vector=8 elems_per_thread=1 grid_stride=1 max_blocks=4096");
+  EXPECT_EQ(heavy.config_source, "default");
+  EXPECT_EQ(heavy.spill_bytes, 0);
+  EXPECT_EQ(heavy.block[0], 256);
+  EXPECT_EQ(heavy.grid[0], 4096);
+  EXPECT_FALSE(heavy.persistent);
+}
+
+}  // namespace kernels_default_config_test
+}  // namespace sf

@@ -185,7 +185,43 @@ class Fuser {
   // A value is inlined only while what it brings into each kernel that reads it stays
   // within max_ops (counted with repeats, an upper bound), so that a long generated
   // chain read by many kernels is written once instead of compiled into each.
+  // And a value whose chain calls a transcendental (exp, log, sin, cos, tanh, pow,
+  // erf, ...) is written once where a step that is not inlined reads it with more
+  // dims than it has: that step would run the calls at every element of its own,
+  // broadcast, output. A RoPE's cos and sin tables, [s, d] from arange, pow, cos and
+  // sin, read by q [b, h, s, d], cost libdevice's calls b x h times over otherwise.
+  // The test uses ranks, not sizes, so every rank decides alike.
   void find_inlined() {
+    std::set<size_t> written;  // steps the rule above takes out
+    for (;;) {
+      inline_pass(written);
+      bool more = false;
+      for (size_t i : inlined_) {
+        if (!inlined_costly_.count(i)) continue;
+        const size_t rank = type(p_.steps[i].out).shape.size();
+        for (size_t u : users_[p_.steps[i].out]) {
+          const LocalStep& r = p_.steps[u];
+          if (!inlined_.count(u) && r.out >= 0 && type(r.out).shape.size() > rank) {
+            more |= written.insert(i).second;
+            break;
+          }
+        }
+      }
+      if (!more) return;
+    }
+  }
+  static bool transcendental(OpKind op) {
+    switch (op) {
+      case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt: case OpKind::Tanh:
+      case OpKind::Sigmoid: case OpKind::Silu: case OpKind::Sin: case OpKind::Cos: case OpKind::Erf:
+      case OpKind::Pow: return true;
+      default: return false;
+    }
+  }
+  void inline_pass(const std::set<size_t>& written) {
+    inlined_.clear();
+    inlined_weight_.clear();
+    inlined_costly_.clear();
     std::set<int> materialised(p_.output_values.begin(), p_.output_values.end());
     for (const LocalStep& s : p_.steps) {
       const bool computes_in_place = s.kind == LocalStep::Kind::Compute &&
@@ -195,7 +231,7 @@ class Fuser {
     for (size_t i = 0; i < p_.steps.size(); ++i) {
       const LocalStep& s = p_.steps[i];
       if (s.kind != LocalStep::Kind::Compute || !index_computed(s.node.op) || opts_.isolate.count(i) ||
-          materialised.count(s.out))
+          materialised.count(s.out) || written.count(i))
         continue;
       const bool from_index =
           std::all_of(s.in.begin(), s.in.end(), [&](int v) { return is_constant_value(v) || is_inlined_value(v); });
@@ -206,6 +242,9 @@ class Fuser {
       if (weight > opts_.max_ops) continue;
       inlined_.insert(i);
       inlined_weight_[i] = weight;
+      bool costly = transcendental(s.node.op);
+      for (int v : s.in) costly |= is_inlined_value(v) && inlined_costly_.count(producer_.at(v)) > 0;
+      if (costly) inlined_costly_.insert(i);
     }
   }
   bool is_inlined_value(int v) const {
@@ -627,6 +666,7 @@ class Fuser {
   std::set<int> late_values_;  // values that must not join a matmul's epilogue (above)
   std::set<size_t> inlined_;   // steps recomputed in the kernels that read them (find_inlined)
   std::map<size_t, int> inlined_weight_;  // ops an inlined step brings into a kernel
+  std::set<size_t> inlined_costly_;       // inlined steps whose chain calls a transcendental
   std::vector<int> group_of_;
   std::vector<Group> groups_;
   std::vector<std::vector<size_t>> attention_;  // find_attention

@@ -264,6 +264,28 @@ TEST(FuseGenerators, ALongGeneratedChainIsWrittenOnceNotCompiledIntoEveryReader)
   EXPECT_GE(p.kernels.size(), 4u);                 // the chain is written, in kernels of its own
 }
 
+// A generated value whose chain calls a transcendental, read with more dims than it
+// has by a step that is not itself recomputed (a RoPE's cos table read by q), is
+// written once by a kernel of its own: recomputed, the 16 sines would run at every one
+// of the reader's 512 elements. Read at its own rank it is still recomputed, and a
+// cheap chain (a causal mask) broadcast the same way too.
+TEST(FuseGenerators, ACostlyTableBroadcastIntoALargerReaderIsWrittenOnce) {
+  LocalProgram p = programs(parse("graph g(x: f32[4, 8, 16]) {\n  t = sin(mul(cast(arange(16), f32), 0.5))\n"
+                                  "  y = mul(x, t)\n  return y\n}\n"))[0];
+  ASSERT_EQ(p.kernels.size(), 2u) << explain_kernels(p);
+  EXPECT_TRUE(has_op(p.kernels[0], OpKind::Sin));
+  EXPECT_TRUE(p.kernels[0].group.params().empty()) << "computed from its index";
+  EXPECT_FALSE(has_op(p.kernels[1], OpKind::Sin));
+  EXPECT_EQ(p.kernels[1].group.params().size(), 2u) << "x and the table";
+  LocalProgram same = programs(parse("graph g(x: f32[16]) {\n  t = sin(mul(cast(arange(16), f32), 0.5))\n"
+                                     "  y = mul(x, t)\n  return y\n}\n"))[0];
+  ASSERT_EQ(same.kernels.size(), 1u) << explain_kernels(same);
+  EXPECT_TRUE(has_op(same.kernels[0], OpKind::Sin));
+  LocalProgram cheap = programs(parse("graph g(x: f32[4, 8, 16]) {\n  t = mul(cast(arange(16), f32), 0.5)\n"
+                                      "  y = mul(x, t)\n  return y\n}\n"))[0];
+  ASSERT_EQ(cheap.kernels.size(), 1u) << explain_kernels(cheap);
+}
+
 TEST(FuseGenerators, WithoutFusionAGeneratorIsAKernelOfItsOwn) {
   Graph g = parse("graph g(x: f32[4, 6]) {\n  y = add(x, arange(6, dtype=f32))\n  return y\n}\n");
   LocalProgram p = programs(g, /*fused=*/false)[0];

@@ -485,13 +485,19 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
     // The large-kernel pointwise default (1024 threads, so at most 64 registers a
     // thread; default_kernel_config) spills where a kernel's element needs more (a
     // RoPE's sin and cos): such a kernel is built again with the narrow default, 256
-    // threads of one vector, which allows 255.
+    // threads, which allows 255. Where that spills too (libdevice's sin and cos over
+    // a vector of 8: their range reductions' cold paths), halving the vector, down
+    // to 2, keeps the first config that does not; if none, the narrow default.
     if (build_ptx(i, spec, cfg) && kind == KernelKind::Pointwise && pk.config_source == default_source) {
       const KernelConfig narrow = narrow_pointwise_default(cfg);
-      if (narrow != cfg) {
-        pk.config = config_str(kind, ConfigTarget::Gpu, narrow);
-        build_ptx(i, spec, narrow);
+      KernelConfig c = narrow;
+      bool spills = narrow == cfg || build_ptx(i, spec, narrow);
+      while (spills && c.vector > 2) {
+        c.vector /= 2;
+        spills = build_ptx(i, spec, c);
       }
+      if (spills && c != narrow) build_ptx(i, spec, c = narrow);
+      if (c != cfg) pk.config = config_str(kind, ConfigTarget::Gpu, c);
     }
   };
   {

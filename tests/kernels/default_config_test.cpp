@@ -168,12 +168,14 @@ TEST(DefaultConfig, PersistentPointwiseGridsAreMarkedForTheRuntime) {
 }
 
 // Where the wide blocks' registers spill (sin and cos of every element, as a RoPE
-// computes), compile builds the kernel with the narrow default instead; the bench's
-// bias + GELU of the same size keeps the wide one. The Plan says which it got.
+// computes), compile builds the kernel with the narrow default instead, and with a
+// narrower vector where that spills too; the bench's bias + GELU of the same size
+// keeps the wide one. The Plan says which it got.
 TEST(DefaultConfig, APointwiseKernelThatSpillsInWideBlocksTakesTheNarrowDefault) {
   if (!find_ptxas().ok()) GTEST_SKIP() << "ptxas not found: the fallback needs its spill count";
-  auto plan_of = [](const std::string& body) {
-    Result<Graph> g = parse_graph("graph g(h: bf16[4096, 4096], b: bf16[4096]) {\n  y = " + body + "\n  return y\n}\n");
+  auto plan_of = [](const std::string& body, const std::string& head = "graph g(h: bf16[4096, 4096], b: bf16[4096]) {\n  y = ",
+                    const std::string& ret = "y") {
+    Result<Graph> g = parse_graph(head + body + "\n  return " + ret + "\n}\n");
     if (!g) throw std::runtime_error(g.error().str());
     CompileOptions co;
     co.host = CompileOptions::HostCode::None;
@@ -202,6 +204,18 @@ TEST(DefaultConfig, APointwiseKernelThatSpillsInWideBlocksTakesTheNarrowDefault)
   EXPECT_EQ(heavy.block[0], 256);
   EXPECT_EQ(heavy.grid[0], 4096);
   EXPECT_FALSE(heavy.persistent);
+  // A RoPE's cos table (returned, so written) and its product with x, too small for
+  // the wide default: with 8 elements a thread libdevice's cos spills even in the
+  // narrow one (its range reduction's cold path), with 4 it does not.
+  const std::vector<PlanKernel> table = plan_of(
+      "mul(x, c)",
+      "graph g(x: bf16[2048, 128]) {\n  pos = reshape(arange(2048, dtype=f32), shape=[2048, 1])\n"
+      "  angle = mul(pos, pow(10000.0, div(arange(128, step=2, dtype=f32), -128.0)))\n"
+      "  c = cast(cos(concat(angle, angle, dim=-1)), dtype=bf16)\n  y = ",
+      "c, y");
+  ASSERT_EQ(table.size(), 1u);
+  EXPECT_EQ(table[0].config, "block=256 vector=4 elems_per_thread=1 grid_stride=1 max_blocks=4096");
+  EXPECT_EQ(table[0].spill_bytes, 0);
 }
 
 }  // namespace kernels_default_config_test

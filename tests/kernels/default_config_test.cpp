@@ -15,6 +15,7 @@
 #include "codegen/kernels/pointwise.h"
 #include "codegen/kernels/tune.h"
 #include "tests/result_util.h"
+#include "tests/sanitized.h"
 
 namespace sf {
 namespace kernels_default_config_test {
@@ -216,6 +217,29 @@ TEST(DefaultConfig, APointwiseKernelThatSpillsInWideBlocksTakesTheNarrowDefault)
   ASSERT_EQ(table.size(), 1u);
   EXPECT_EQ(table[0].config, "block=256 vector=4 elems_per_thread=1 grid_stride=1 max_blocks=4096");
   EXPECT_EQ(table[0].spill_bytes, 0);
+}
+
+// The bar for default configs: no spills. Every kernel of the bf16 bench
+// blocks (the LLaMA block alone under the sanitizers, where its RoPE and its tables
+// are the kernels that spilled) compiles for sm_90a with its default config, the
+// fallbacks above included, and ptxas spills nothing.
+TEST(DefaultConfig, TheBf16BenchBlocksCompileWithoutSpills) {
+  if (!find_ptxas().ok()) GTEST_SKIP() << "ptxas not found";
+  for (const char* name : {"llama_block", "transformer_block", "mlp", "attention"}) {
+    if (test::kSanitized && std::string(name) != "llama_block") continue;
+    Result<Graph> g = parse_file(std::string(SF_SOURCE_DIR) + "/bench/graphs/bf16/" + name + ".sf");
+    ASSERT_TRUE(g) << g.error().str();
+    CompileOptions co;
+    co.host = CompileOptions::HostCode::None;
+    auto ch = std::make_shared<ConfigChooser>(TuneSetup{"cuda", "sm_90a", ShapeBuckets::Exact}, nullptr);
+    co.choose = [ch](const LocalKernel& lk) { return ch->choose(lk); };
+    Result<CompiledPlan> p = compile_plan(*g, co);
+    ASSERT_TRUE(p) << name << ": " << p.error().str();
+    for (const PlanKernel& k : p->plan.kernels) {
+      EXPECT_EQ(k.spill_bytes, 0) << name << ": " << k.id << " (" << k.config << ")";
+      EXPECT_EQ(k.config_source, "default") << name << ": " << k.id;
+    }
+  }
 }
 
 }  // namespace kernels_default_config_test

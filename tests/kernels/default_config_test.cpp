@@ -107,6 +107,27 @@ TEST(DefaultConfig, ThePersistentMatmulDefaultBuildsWithoutSpills) {
   EXPECT_FALSE(r.resources->spills());
 }
 
+// The fused attention: 128-row blocks of 8 warps over 64 keys where the tensor cores
+// take it, the head dims are at most 128 and a head has 128 query rows or more; 64 x
+// 64 tiles of 4 warps otherwise.
+TEST(DefaultConfig, TensorCoreAttentionTakes128RowBlocksOf8Warps) {
+  auto sdpa = [](const std::string& dt, int64_t l, int64_t e) {
+    const std::string q = dt + "[2, 4, " + s(l) + ", " + s(e) + "]";
+    LocalKernel k = kernel_of("graph g(q: " + q + ", k: " + q + ", v: " + q +
+                              ") {\n  y = scaled_dot_product_attention(q, k, v, is_causal=true)\n  return y\n}\n");
+    if (k.kind != KernelKind::Attention) throw std::runtime_error("not an attention kernel");
+    return k;
+  };
+  auto shape = [](const KernelConfig& c) { return s(c.block_m) + "x" + s(c.block_n) + "/" + s(c.warps); };
+  EXPECT_EQ(shape(default_kernel_config(sdpa("bf16", 256, 128), ConfigTarget::Gpu, "sm_90a")), "128x64/8");
+  EXPECT_EQ(shape(default_kernel_config(sdpa("f16", 128, 64), ConfigTarget::Gpu, "sm_80")), "128x64/8");
+  EXPECT_EQ(shape(default_kernel_config(sdpa("bf16", 64, 128), ConfigTarget::Gpu, "sm_90a")), "64x64/4") << "64 rows";
+  EXPECT_EQ(shape(default_kernel_config(sdpa("bf16", 256, 256), ConfigTarget::Gpu, "sm_90a")), "64x64/4") << "head dim 256";
+  EXPECT_EQ(shape(default_kernel_config(sdpa("f32", 256, 128), ConfigTarget::Gpu, "sm_90a")), "64x64/4") << "no tensor cores";
+  EXPECT_EQ(shape(default_kernel_config(sdpa("bf16", 256, 128), ConfigTarget::Gpu, "sm_75")), "64x64/4");
+  EXPECT_EQ(shape(default_kernel_config(sdpa("bf16", 256, 128), ConfigTarget::Host)), "64x64/4");
+}
+
 KernelConfig old_pointwise(int vector) {
   KernelConfig c;
   c.vector = vector;

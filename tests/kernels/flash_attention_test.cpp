@@ -292,6 +292,14 @@ TEST(FlashAttention, TensorCoreKernelSimulatedMatchesTheReference) {
       {"bf16 with prologues, E 16", "q: bf16[2, 2, 32, 16], k: bf16[2, 2, 24, 16], v: bf16[2, 24, 2, 16]",
        "  out = scaled_dot_product_attention(mul(q, 1.5), neg(k), permute(v, dims=[0, 2, 1, 3]))\n  return out",
        {tc(32, 16, 2), tc(16, 16, 1), tc(32, 16, 1)}},
+      // The tensor-core default where a head has 128 rows or more: 128 rows on 8 warps
+      // (16 a warp) over 64 keys, here as 2 query heads x 64 rows of one GQA group,
+      // a whole tile and a cut one over 72 rows (the sanitizer build's sample runs
+      // the 128 x 64).
+      {"bf16 causal gqa, the default's 128 x 64 on 8 warps",
+       "q: bf16[1, 2, 72, 16], k: bf16[1, 1, 72, 16], v: bf16[1, 1, 72, 16]",
+       "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out",
+       {tc(128, 32, 8), tc(128, 64, 8)}},
   };
   int registers = 0, shared = 0, two_tiles = 0;
   size_t config_index = 0;
@@ -333,7 +341,7 @@ TEST(FlashAttention, TensorCoreKernelSimulatedMatchesTheReference) {
                             << ": max_abs_err " << cmp.max_abs_err << ", first mismatch at " << cmp.first_mismatch;
     }
   }
-  EXPECT_EQ(registers, 12) << "configs in the register-resident form";
+  EXPECT_EQ(registers, 14) << "configs in the register-resident form";
   EXPECT_EQ(two_tiles, 4) << "of them with two mma tiles a warp";
   EXPECT_EQ(shared, 5) << "configs in the shared-memory form";
   // What the tensor cores cannot take is named.

@@ -506,6 +506,15 @@ class AttentionEmitter final : public Emitter {
   }
 };
 
+// Why a block's tiles do not fit the memory `target` gives a block, or nullopt.
+std::optional<std::string> tiles_over_budget(const Tiles& t, const llvmb::Target& target) {
+  const int64_t bytes = t.bytes();
+  if (bytes <= attention_tile_budget(target)) return std::nullopt;
+  return "block_m " + std::to_string(t.bm) + " x block_n " + std::to_string(t.bn) + " tiles take " +
+         std::to_string(bytes) + " bytes, over the " + std::to_string(attention_tile_budget(target)) +
+         " a block may hold on " + target.str();
+}
+
 Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, const llvmb::Target& target, Mode mode) {
   Result<AttentionKernelInfo> info = attention_info(spec.group);
   if (!info) return info.error();
@@ -520,12 +529,8 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   const int64_t group = shape.group, rph = shape.rows_per_head;
   const bool regs = shape.registers;
   const Tiles t(shape.bm, shape.bn, m.e, m.ev, regs);
-  const int64_t bytes = t.bytes();
   const llvmb::Target budget_target = mode == Mode::MmaSim ? llvmb::Target::nvptx("sm_90a") : target;
-  if (bytes > attention_tile_budget(budget_target))
-    return fail("block_m " + std::to_string(t.bm) + " x block_n " + std::to_string(t.bn) + " tiles take " +
-                std::to_string(bytes) + " bytes, over the " + std::to_string(attention_tile_budget(budget_target)) +
-                " a block may hold on " + budget_target.str());
+  if (std::optional<std::string> why = tiles_over_budget(t, budget_target)) return fail(*why);
 
   EmittedKernel k;
   k.context = std::make_unique<llvm::LLVMContext>();
@@ -582,7 +587,7 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   if (mode != Mode::Host) {
     k.launch.grid = {std::max<int64_t>(blocks, 1), 1, 1};
     k.launch.block = {threads, 1, 1};
-    k.launch.shared_bytes = static_cast<int>(bytes);
+    k.launch.shared_bytes = static_cast<int>(t.bytes());
   }
   b.CreateRetVoid();
   if (auto err = llvmb::verify(*k.module)) return fail("internal: invalid module: " + *err);
@@ -617,6 +622,16 @@ AttentionBlockShape attention_block_shape(const AttentionKernelInfo& info, const
   if (tensor_cores && s.bm == 32 * int64_t{config.warps}) s.mtiles = 2;
   s.registers = s.mtiles > 0;
   return s;
+}
+
+bool attention_tiles_fit(const Graph& group, const KernelConfig& config, const std::string& arch) {
+  Result<AttentionKernelInfo> info = attention_info(group);
+  if (!info) return false;
+  KernelSpec spec{"sf_fit", KernelKind::Attention, group};
+  const bool tc = attention_uses_tensor_cores(spec, config, arch);
+  const AttentionBlockShape shape = attention_block_shape(*info, config, tc);
+  const Tiles t(shape.bm, shape.bn, info->match.e, info->match.ev, shape.registers);
+  return !tiles_over_budget(t, llvmb::Target::nvptx(arch));
 }
 
 bool attention_uses_tensor_cores(const KernelSpec& spec, const KernelConfig& config, const std::string& arch) {

@@ -69,6 +69,9 @@ Result<EmittedKernel> emit_attention(const KernelSpec& spec, const KernelConfig&
 std::optional<std::string> attention_mma_unfit(const Graph& group, const KernelConfig& config);
 // Whether emit_attention for NVPTX `arch` takes the tensor cores (sm_80+ and fit).
 bool attention_uses_tensor_cores(const KernelSpec& spec, const KernelConfig& config, const std::string& arch);
+// Whether the block's tiles under `config` fit the shared memory a block may hold on
+// NVPTX `arch` (the check emit_attention makes, without emitting).
+bool attention_tiles_fit(const Graph& group, const KernelConfig& config, const std::string& arch);
 
 // A block's tile as emitted: the query heads it takes (GQA group, or 1), rows of each,
 // its rows bm = group x rows_per_head and keys bn per step, both cut to the rows and

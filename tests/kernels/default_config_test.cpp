@@ -125,6 +125,9 @@ TEST(DefaultConfig, TensorCoreAttentionTakes128RowBlocksOf8Warps) {
   EXPECT_EQ(shape(default_kernel_config(sdpa("bf16", 256, 256), ConfigTarget::Gpu, "sm_90a")), "64x64/4") << "head dim 256";
   EXPECT_EQ(shape(default_kernel_config(sdpa("f32", 256, 128), ConfigTarget::Gpu, "sm_90a")), "64x64/4") << "no tensor cores";
   EXPECT_EQ(shape(default_kernel_config(sdpa("bf16", 256, 128), ConfigTarget::Gpu, "sm_75")), "64x64/4");
+  // The tile must fit: 102 KiB at E = 128 is over sm_86's 99 KiB, at E = 64 it is not.
+  EXPECT_EQ(shape(default_kernel_config(sdpa("bf16", 256, 128), ConfigTarget::Gpu, "sm_86")), "64x64/4");
+  EXPECT_EQ(shape(default_kernel_config(sdpa("bf16", 256, 64), ConfigTarget::Gpu, "sm_86")), "128x64/8");
   EXPECT_EQ(shape(default_kernel_config(sdpa("bf16", 256, 128), ConfigTarget::Host)), "64x64/4");
 }
 

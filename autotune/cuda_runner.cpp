@@ -251,6 +251,11 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
   std::optional<cuda::Module> module;
   CUfunction fn{};
   cuda::LaunchDims dims;
+  // A kernel's launch as exec makes it: a persistent walk on at most the blocks the
+  // device holds at once.
+  auto launch_of = [&](CUfunction f, const PtxArtifact& k) -> Result<cuda::LaunchDims> {
+    return k.persistent ? cuda::resident_grid(*ctx_, f, k.launch) : Result<cuda::LaunchDims>(k.launch);
+  };
   std::optional<cublas::GemmCall> call;
   const bool zero_outputs = p && p->zero_outputs;
   std::vector<cuda::Buffer> maps;
@@ -281,12 +286,9 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
     Result<CUfunction> f = module->function(p->entry);
     if (!f) return f.error();
     fn = *f;
-    dims = p->launch;
-    if (p->persistent) {
-      Result<cuda::LaunchDims> d = cuda::resident_grid(*ctx_, fn, dims);
-      if (!d) return d.error();
-      dims = *d;
-    }
+    Result<cuda::LaunchDims> d = launch_of(fn, *p);
+    if (!d) return d.error();
+    dims = *d;
   } else {
     Result<cublas::GemmCall> c = prepare_gemm(*gemm);
     if (!c) return c.error();
@@ -307,12 +309,9 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
     Result<CUfunction> f = epilogue_module->function(gemm->epilogue->entry);
     if (!f) return f.error();
     epilogue_fn = *f;
-    epilogue_dims = gemm->epilogue->launch;
-    if (gemm->epilogue->persistent) {
-      Result<cuda::LaunchDims> d = cuda::resident_grid(*ctx_, epilogue_fn, epilogue_dims);
-      if (!d) return Diag{"", {}, "the epilogue kernel: " + d.error().message};
-      epilogue_dims = *d;
-    }
+    Result<cuda::LaunchDims> d = launch_of(epilogue_fn, *gemm->epilogue);
+    if (!d) return Diag{"", {}, "the epilogue kernel: " + d.error().message};
+    epilogue_dims = *d;
   }
   const cuda::Driver& d = ctx_->drv();
 

@@ -330,19 +330,19 @@ KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t, const s
     c = suggest_matmul_config(spec, c, arch);
   }
   if (t == ConfigTarget::Gpu && kind == KernelKind::Attention) {
-    // The tensor-core attention with head dims up to 128 and at least 128 query rows
-    // a head: 128-row blocks of 8 warps (16 rows a warp, the register-resident form)
-    // over 64 keys a step, where the tile fits the arch's shared memory. On an H200 that took the bf16 causal GQA attention (8 x 32 heads x 2048
-    // x 128) from 1.37 ms with 64 x 64 tiles of 4 warps to 1.32 ms (tune --measure,
-    // runs 9 and 10: bench/results/tune-h200-run10/sdpa).
+    // The tensor-core attention (sm_80+) with head dims up to 128 and at least 128
+    // query rows a head: 128-row blocks of 8 warps (16 rows a warp, the
+    // register-resident form) over 64 keys a step, where the tile fits the arch's
+    // shared memory. On an H200 that took the bf16 causal GQA attention (8 x 32 heads
+    // x 2048 x 128) from 1.37 ms with 64 x 64 tiles of 4 warps to 1.32 ms (tune
+    // --measure, runs 9 and 10: bench/results/tune-h200-run10/sdpa).
     KernelConfig w = c;
     w.block_m = 128;
     w.block_n = 64;
     w.warps = 8;
-    const std::optional<int> sm = kernels::sm_version(arch);
     Result<AttentionKernelInfo> info = attention_info(k.group);
     KernelSpec spec{"sf_default", kind, k.group};
-    if (sm && *sm >= 80 && info && info->match.e <= 128 && info->match.ev <= 128 && info->match.l >= 128 &&
+    if (info && info->match.e <= 128 && info->match.ev <= 128 && info->match.l >= 128 &&
         attention_uses_tensor_cores(spec, w, arch) && attention_tiles_fit(k.group, w, arch))
       c = w;
   }

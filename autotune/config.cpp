@@ -36,6 +36,7 @@ const std::vector<Field>& all_fields() {
       {"persistent", &KernelConfig::persistent},
       {"pingpong", &KernelConfig::pingpong},
       {"setmaxnreg", &KernelConfig::setmaxnreg},
+      {"wgmma", &KernelConfig::wgmma},
       {"host_vector", &KernelConfig::host_vector},
       {"host_interleave", &KernelConfig::host_interleave},
       {"host_tile_n", &KernelConfig::host_tile_n},
@@ -71,7 +72,7 @@ std::vector<const char*> config_fields(KernelKind kind, ConfigTarget t) {
       return {"block_m", "block_n", "block_k", "warps",      "stages",
               "group_m", "split_k", "warp_specialize", "persistent", "pingpong", "setmaxnreg"};
     case KernelKind::Gather: return {"block", "max_blocks"};
-    case KernelKind::Attention: return {"block_m", "block_n", "warps"};
+    case KernelKind::Attention: return {"block_m", "block_n", "warps", "wgmma"};
   }
   return {};
 }
@@ -80,7 +81,8 @@ std::vector<const char*> config_fields(KernelKind kind, ConfigTarget t) {
 // and plans were written keep those texts valid and unchanged).
 static bool omitted_at_default(std::string_view name, const KernelConfig& c) {
   return (name == "warp_specialize" && c.warp_specialize == 0) || (name == "persistent" && c.persistent == 0) ||
-         (name == "pingpong" && c.pingpong == 0) || (name == "setmaxnreg" && c.setmaxnreg == 0);
+         (name == "pingpong" && c.pingpong == 0) || (name == "setmaxnreg" && c.setmaxnreg == 0) ||
+         (name == "wgmma" && c.wgmma == 0);
 }
 
 std::string config_str(KernelKind kind, ConfigTarget target, const KernelConfig& c) {

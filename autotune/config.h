@@ -69,6 +69,11 @@ struct KernelConfig {
   // giving up the difference with setmaxnreg.dec (232: the producer keeps 40, as
   // CUTLASS's Hopper kernels do); 0: no reallocation.
   int setmaxnreg = 0;
+  // Fused attention on sm_90a: 1 multiplies q k^T and p v with wgmma.mma_async, each
+  // warpgroup's 64 query rows at a time, k and v read from shared memory through
+  // matrix descriptors; 0: mma.sync, each warp's 16 rows (docs/kernels.md,
+  // "Attention"). The matmul picks wgmma by itself.
+  int wgmma = 0;
   // --- host (the kernel runs as loops in one CPU thread) ---
   int host_vector = 0;      // llvm.loop.vectorize.width of the innermost loop; 0 = LLVM's choice
   int host_interleave = 0;  // llvm.loop.interleave.count of the innermost loop; 0 = LLVM's choice

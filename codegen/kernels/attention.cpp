@@ -20,9 +20,10 @@ namespace sf {
 namespace attention_detail {
 
 void AttentionCode::sim_hooks(llvm::Value* hooks, llvm::Value* tid32) {
-  for (int i = 0; i < 8; ++i)
-    hook_[i] = b_.CreateAlignedLoad(b_.getPtrTy(),
-                                    b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), hooks, static_cast<uint64_t>(i == 4 ? 16 : i)),
+  // hook_[i] = MmaSimHooks' pointer number field[i] (attention_code.h).
+  static constexpr uint64_t field[11] = {0, 1, 2, 3, 16, 5, 6, 7, 18, 8, 9};
+  for (int i = 0; i < 11; ++i)
+    hook_[i] = b_.CreateAlignedLoad(b_.getPtrTy(), b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), hooks, field[i]),
                                     llvm::Align(8));
   tid32_ = tid32;
 }
@@ -515,6 +516,23 @@ std::optional<std::string> tiles_over_budget(const Tiles& t, const llvmb::Target
          " a block may hold on " + target.str();
 }
 
+// Why the register-resident form cannot multiply by wgmma under `config` on `arch`,
+// or nullopt: wgmma is sm_90a's (the `a` features); each warpgroup of 4 warps takes
+// 64 rows, 16 a warp; k's and v's tiles are read in 64-column panels of 128-byte
+// rows, so both head dims are multiples of 64 (as the matmul's wgmma tiles' sides).
+std::optional<std::string> wgmma_unfit(const Graph& group, const AttentionKernelInfo& info, const KernelConfig& config,
+                                       const AttentionBlockShape& shape, bool tc, const std::string& arch) {
+  auto s = [](int64_t v) { return std::to_string(v); };
+  if (arch != "sm_90a") return "wgmma is sm_90a's, not " + (arch.empty() ? std::string("this target") : arch) + "'s";
+  if (!tc) return "the tensor cores do not take this attention: " + attention_mma_unfit(group, config).value_or("internal");
+  if (shape.mtiles != 1)
+    return "the tile of " + s(shape.bm) + " rows on " + s(config.warps) + " warps is not 16 rows a warp";
+  if (config.warps % 4 != 0) return s(config.warps) + " warps are not whole warpgroups of 4";
+  if (info.match.e % 64 != 0 || info.match.ev % 64 != 0)
+    return "head dims " + s(info.match.e) + " and " + s(info.match.ev) + " are not multiples of 64";
+  return std::nullopt;
+}
+
 Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, const llvmb::Target& target, Mode mode) {
   Result<AttentionKernelInfo> info = attention_info(spec.group);
   if (!info) return info.error();
@@ -528,7 +546,15 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   const AttentionBlockShape shape = attention_block_shape(*info, config, tc);
   const int64_t group = shape.group, rph = shape.rows_per_head;
   const bool regs = shape.registers;
-  const Tiles t(shape.bm, shape.bn, m.e, m.ev, regs);
+  // wgmma (config.wgmma): the register-resident form's products on sm_90a; the host
+  // simulation builds as for sm_90a.
+  const bool wg = config.wgmma != 0 && mode != Mode::Host;
+  if (config.wgmma != 0 && config.wgmma != 1) return fail("wgmma must be 0 or 1, got " + std::to_string(config.wgmma));
+  if (wg) {
+    const std::string arch = mode == Mode::MmaSim ? "sm_90a" : target.arch;
+    if (std::optional<std::string> why = wgmma_unfit(spec.group, *info, config, shape, tc, arch)) return fail("wgmma = 1: " + *why);
+  }
+  const Tiles t(shape.bm, shape.bn, m.e, m.ev, regs, wg);
   const llvmb::Target budget_target = mode == Mode::MmaSim ? llvmb::Target::nvptx("sm_90a") : target;
   if (std::optional<std::string> why = tiles_over_budget(t, budget_target)) return fail(*why);
 
@@ -544,6 +570,7 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   AttentionCode code(spec, *info, t, mode, b, cg);
   code.set_groups(group, rph);
   code.set_registers(regs, shape.mtiles);
+  code.set_wgmma(wg);
   const int64_t blocks = code.blocks();
   Result<void> r;
   if (mode == Mode::Simt || mode == Mode::Mma) {
@@ -551,7 +578,8 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
     auto* arr = llvm::ArrayType::get(b.getInt8Ty(), 0);
     auto* smem = new llvm::GlobalVariable(*k.module, arr, false, llvm::GlobalValue::ExternalLinkage, nullptr, "sf_smem",
                                           nullptr, llvm::GlobalValue::NotThreadLocal, 3);
-    smem->setAlignment(llvm::Align(16));
+    // wgmma's 128-byte swizzle repeats every 1024 bytes from a 1024-byte boundary.
+    smem->setAlignment(llvm::Align(wg ? 1024 : 16));
     auto sreg = [&](llvm::Intrinsic::ID id) { return b.CreateZExt(b.CreateIntrinsic(id, {}, {}), b.getInt64Ty()); };
     llvm::Value* tid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
     llvm::Value* bid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
@@ -630,7 +658,7 @@ bool attention_tiles_fit(const Graph& group, const KernelConfig& config, const s
   KernelSpec spec{"sf_fit", KernelKind::Attention, group};
   const bool tc = attention_uses_tensor_cores(spec, config, arch);
   const AttentionBlockShape shape = attention_block_shape(*info, config, tc);
-  const Tiles t(shape.bm, shape.bn, info->match.e, info->match.ev, shape.registers);
+  const Tiles t(shape.bm, shape.bn, info->match.e, info->match.ev, shape.registers, config.wgmma != 0);
   return !tiles_over_budget(t, llvmb::Target::nvptx(arch));
 }
 

@@ -65,8 +65,14 @@ struct Tiles {
   // all start in one bank, an 8-way conflict).
   bool regs = false;
   int64_t q16 = 0, k16 = 0, v16 = 0, qs = 0, ks = 0, vs = 0;
-  Tiles(int64_t bm_, int64_t bn_, int64_t e_, int64_t ev_, bool regs_ = false)
-      : bm(bm_), bn(bn_), e(e_), ev(ev_), regs(regs_) {
+  // `wgmma` (the register-resident form on sm_90a): k and v are what wgmma reads
+  // through its matrix descriptors, the matmul's 128-byte-swizzled layout: panels of
+  // 64 head-dim columns, each bn rows of 128 bytes (chunk c of row j at chunk
+  // c ^ j % 8), k's E / 64 panels then v's Ev / 64, from a 1024-byte boundary (q
+  // stays padded for ldmatrix before it). kv_elem gives an element's place.
+  bool wgmma = false;
+  Tiles(int64_t bm_, int64_t bn_, int64_t e_, int64_t ev_, bool regs_ = false, bool wgmma_ = false)
+      : bm(bm_), bn(bn_), e(e_), ev(ev_), regs(regs_), wgmma(regs_ && wgmma_) {
     k = q + bm * e;
     v = k + bn * e;
     s = v + bn * ev;
@@ -80,13 +86,23 @@ struct Tiles {
     vs = padded(ev);
     k16 = q16 + 2 * bm * qs;
     v16 = k16 + 2 * bn * ks;
+    if (wgmma) {
+      k16 = (k16 + 1023) / 1024 * 1024;
+      v16 = k16 + panels(e) * bn * 128;
+    }
+  }
+  static int64_t panels(int64_t n) { return (n + 63) / 64; }
+  // The wgmma layout: element (row j, column col) of the k (or v) tile, counted from
+  // the tile's start.
+  int64_t kv_elem(int64_t j, int64_t col) const {
+    return col / 64 * bn * 64 + j * 64 + ((col % 64 / 8) ^ (j % 8)) * 8 + col % 8;
   }
   // n (a multiple of 8) plus 8 or 16 elements: an odd number of 16-byte chunks.
   static int64_t padded(int64_t n) { return n + ((n / 8) % 2 == 0 ? 8 : 16); }
   // The register-resident form double-buffers k and v: key tile t is read from
   // buffer t % 2 while tile t + 1 is copied into the other (cp.async), buffer 1 this
   // many bytes after buffer 0.
-  int64_t kv_bytes() const { return 2 * bn * ks + 2 * bn * vs; }
+  int64_t kv_bytes() const { return wgmma ? (panels(e) + panels(ev)) * bn * 128 : 2 * bn * ks + 2 * bn * vs; }
   int64_t bytes() const { return regs ? k16 + 2 * kv_bytes() : floats * 4; }
 };
 
@@ -99,7 +115,8 @@ class AttentionCode {
   // MmaSim: the hooks table (MmaSimHooks: ctx, barrier, ldmatrix_x4, mma, ...) and
   // the thread's index as the hooks take it.
   // Index 4 here is MmaSimHooks' shfl_bfly (its 17th pointer); 5, 6 and 7 its
-  // cp_async, cp_commit and cp_wait (its 6th to 8th).
+  // cp_async, cp_commit and cp_wait (its 6th to 8th); 8 its wgmma_ra (19th), 9 and
+  // 10 its wgmma_commit and wgmma_wait (9th and 10th).
   void sim_hooks(llvm::Value* hooks, llvm::Value* tid32);
   // The register-resident form (tensor cores, block_m = 16 or 32 x warps): each warp
   // keeps its rows' scores, probabilities, output accumulators and row statistics in
@@ -108,6 +125,11 @@ class AttentionCode {
     regs_ = on;
     mtiles_ = on ? mtiles : 0;
   }
+  // The register-resident form's products by wgmma.mma_async (sm_90a; Tiles::wgmma):
+  // each warpgroup's 64 rows (its warps' 16 each, mtiles 1) at once, q and p from the
+  // same registers mma.sync takes them in, k and v from shared memory through matrix
+  // descriptors; the scores and output accumulators land in the same fragments.
+  void set_wgmma(bool on) { wg_ = on; }
 
   // The whole kernel body for block `bid` (an i64 below blocks()).
   Result<void> block(llvm::Value* bid, llvm::Value* buf, llvm::Value* tid, llvm::Value* nthreads,
@@ -289,9 +311,22 @@ class AttentionCode {
   // cp.async of `rows` tile rows of `cols` elements (8 at a time) of `node`'s param
   // `src` into the tile at byte `base` plus `bufe` elements, rows `stride` apart;
   // `row_base` as load16's. Spread over the block's threads, no barrier.
+  // `stride` 0: the k or v tile in the wgmma layout (kv_index).
   Result<void> copy16(const std::pair<int, kernels::IndexMap>& src, int64_t rows, int64_t cols, const std::string& name,
                       int64_t base, int64_t stride, llvm::Value* bufe,
                       const std::function<std::pair<llvm::Value*, llvm::Value*>(llvm::Value*)>& row_base);
+  // Element (row j, column col) of the k or v tile, counted from its start: rows of
+  // `stride` elements, or Tiles::kv_elem's wgmma layout where Tiles::wgmma.
+  llvm::Value* kv_index(llvm::Value* j, llvm::Value* col, int64_t stride);
+  // The wgmma form's instructions: wgmma.fence, commit_group, wait_group 0, the
+  // product with A from registers (MmaSimHooks::wgmma_ra in MmaSim), and the proxy
+  // fence that makes the threads' shared-memory writes (cp.async, st.shared) visible
+  // to wgmma's reads.
+  void wgmma_fence();
+  void wgmma_commit_wait();
+  void proxy_fence();
+  std::vector<llvm::Value*> wgmma_ra(const std::vector<llvm::Value*>& a, llvm::Value* byte_off, int64_t lbo,
+                                     std::vector<llvm::Value*> d, bool trans_b);
   // copy() where `src` exists and aligned_ holds (a block-uniform branch), else load().
   Result<void> copy_or_load(const std::optional<std::pair<int, kernels::IndexMap>>& src,
                             const std::function<Result<void>()>& copy, const std::function<Result<void>()>& load);
@@ -358,8 +393,8 @@ class AttentionCode {
   const AttentionMatch& m_;
   const Tiles& t_;
   Mode mode_;
-  llvm::Value* hook_[8] = {};
-  bool regs_ = false;
+  llvm::Value* hook_[11] = {};
+  bool regs_ = false, wg_ = false;
   // The register-resident form: the warp's first row, its output accumulators (ev / 8
   // C fragments) and its rows' running max and partial sum (rows g and g + 8), as
   // entry-block slots mem2reg promotes.

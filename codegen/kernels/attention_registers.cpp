@@ -12,6 +12,7 @@
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include "codegen/kernels/attention_code.h"
+#include "codegen/kernels/matmul_mma_isa.h"
 
 namespace sf::attention_detail {
 
@@ -226,7 +227,7 @@ Result<void> AttentionCode::copy16(const std::pair<int, kernels::IndexMap>& src,
     llvm::Value* off = b_.CreateSelect(exists, kernels::emit_index_map(b_, b_.CreateAdd(row0, c0), src.second), c(0));
     llvm::Value* from = b_.CreateInBoundsGEP(st, param, off);
     llvm::Value* to = b_.CreateInBoundsGEP(
-        b_.getInt8Ty(), buf_, b_.CreateAdd(c(base), b_.CreateMul(b_.CreateAdd(bufe, b_.CreateAdd(b_.CreateMul(r, c(stride)), c0)), c(2))));
+        b_.getInt8Ty(), buf_, b_.CreateAdd(c(base), b_.CreateMul(b_.CreateAdd(bufe, kv_index(r, c0, stride)), c(2))));
     llvm::Value* bytes = b_.CreateSelect(exists, b_.getInt32(16), b_.getInt32(0));
     if (mode_ == Mode::MmaSim) {
       llvm::Type* ptr = b_.getPtrTy();
@@ -261,8 +262,18 @@ Result<void> AttentionCode::copy_or_load(const std::optional<std::pair<int, kern
   return ok();
 }
 
+llvm::Value* AttentionCode::kv_index(llvm::Value* j, llvm::Value* col, int64_t stride) {
+  if (stride > 0) return b_.CreateAdd(b_.CreateMul(j, c(stride)), col);
+  // Tiles::kv_elem: panel col / 64 of bn rows of 64, chunk (col % 64) / 8 of row j at
+  // chunk ((col % 64) / 8) ^ (j % 8).
+  llvm::Value* chunk = b_.CreateXor(b_.CreateUDiv(b_.CreateURem(col, c(64)), c(8)), b_.CreateURem(j, c(8)));
+  llvm::Value* r = b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(col, c(64)), c(t_.bn * 64)), b_.CreateMul(j, c(64)));
+  return b_.CreateAdd(b_.CreateAdd(r, b_.CreateMul(chunk, c(8))), b_.CreateURem(col, c(8)));
+}
+
 Result<void> AttentionCode::load_kv16(llvm::Value* b, llvm::Value* kv0, llvm::Value* bufe) {
   const int kr = k_rows_node();
+  const int64_t kstride = t_.wgmma ? 0 : t_.ks, vstride = t_.wgmma ? 0 : t_.vs;
   auto k_row = [&](llvm::Value* j) {
     llvm::Value* key = b_.CreateAdd(kv0, j);
     return std::pair{b_.CreateMul(b_.CreateAdd(b_.CreateMul(b, c(m_.s)), key), c(m_.e)), b_.CreateICmpSLT(key, c(m_.s))};
@@ -274,23 +285,23 @@ Result<void> AttentionCode::load_kv16(llvm::Value* b, llvm::Value* kv0, llvm::Va
   auto sync_k = [&]() -> Result<void> {
     if (kr >= 0)
       return load16(kr, t_.bn, t_.e, "load_k", k_row, [&](llvm::Value* j, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
-        store16x8(t_.k16, b_.CreateAdd(bufe, b_.CreateAdd(b_.CreateMul(j, c(t_.ks)), c0)), lanes);
+        store16x8(t_.k16, b_.CreateAdd(bufe, kv_index(j, c0, kstride)), lanes);
       });
     // kt is not a transpose: element by element from kt [.., E, S]
     return load_k_elements(b, kv0, [&](llvm::Value*, llvm::Value* j, llvm::Value* e, llvm::Value* x) {
-      put16(t_.k16, b_.CreateAdd(bufe, b_.CreateAdd(b_.CreateMul(j, c(t_.ks)), e)), x);
+      put16(t_.k16, b_.CreateAdd(bufe, kv_index(j, e, kstride)), x);
     });
   };
   auto sync_v = [&]() -> Result<void> {
     return load16(m_.v, t_.bn, t_.ev, "load_v", v_row, [&](llvm::Value* j, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
-      store16x8(t_.v16, b_.CreateAdd(bufe, b_.CreateAdd(b_.CreateMul(j, c(t_.vs)), c0)), lanes);
+      store16x8(t_.v16, b_.CreateAdd(bufe, kv_index(j, c0, vstride)), lanes);
     });
   };
   // Each operand copied where it can be (aligned, a plain view), else loaded.
   const std::optional<std::pair<int, kernels::IndexMap>> ksrc = kr >= 0 ? copy_source(kr) : std::nullopt,
                                                          vsrc = copy_source(m_.v);
-  SF_TRY(copy_or_load(ksrc, [&]() { return copy16(*ksrc, t_.bn, t_.e, "copy_k", t_.k16, t_.ks, bufe, k_row); }, sync_k));
-  return copy_or_load(vsrc, [&]() { return copy16(*vsrc, t_.bn, t_.ev, "copy_v", t_.v16, t_.vs, bufe, v_row); }, sync_v);
+  SF_TRY(copy_or_load(ksrc, [&]() { return copy16(*ksrc, t_.bn, t_.e, "copy_k", t_.k16, kstride, bufe, k_row); }, sync_k));
+  return copy_or_load(vsrc, [&]() { return copy16(*vsrc, t_.bn, t_.ev, "copy_v", t_.v16, vstride, bufe, v_row); }, sync_v);
 }
 
 llvm::Value* AttentionCode::shfl_xor(llvm::Value* v, int mask) {
@@ -391,6 +402,9 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
   SF_TRY(emit_loop(b_, c(0), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
     llvm::Value* odd = b_.CreateAnd(b_.CreateUDiv(kv0, c(t_.bn)), c(1));
     cp_wait(0);
+    // wgmma reads k and v through the async proxy: each thread's copies and stores
+    // into them (the generic proxy's) made visible to it before the barrier.
+    if (wg_) proxy_fence();
     barrier();
     llvm::Value* next = b_.CreateAdd(kv0, c(t_.bn));
     SF_TRY(when(b_.CreateICmpSLT(next, kv_end), [&]() -> Result<void> {
@@ -438,10 +452,30 @@ Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) 
   // all E / 16 of them across the loop took 32 registers a thread more, which the
   // E = 128 kernel spilled).
   std::vector<Frags> sc(T, Frags(static_cast<size_t>(nt), std::vector<llvm::Value*>(4, llvm::ConstantFP::get(f32, 0.0))));
+  if (wg_) {
+    // wgmma: per k step one m64n{bn}k16 over the whole key tile, q's A fragment from
+    // ldmatrix as below (all of them first: registers an ordinary instruction wrote
+    // need a wgmma.fence before wgmma reads them), B the k tile K-major: k step s
+    // starts in panel s / 4, 32 bytes per step into its 128-byte rows (the hardware
+    // swizzles the address it forms); 8 rows are 1024 bytes.
+    std::vector<std::vector<llvm::Value*>> qa;
+    for (int64_t k0 = 0; k0 < t_.e; k0 += 16) qa.push_back(ldsm_x4(qrow_, k0 * 2));
+    wgmma_fence();
+    std::vector<llvm::Value*> d(static_cast<size_t>(t_.bn / 2), llvm::ConstantFP::get(f32, 0.0));
+    for (int64_t s = 0; s < t_.e / 16; ++s) {
+      llvm::Value* at = b_.CreateAdd(kvoff, c(t_.k16 + s / 4 * t_.bn * 128 + s % 4 * 32));
+      d = wgmma_ra(qa[static_cast<size_t>(s)], at, t_.bn * 128, std::move(d), /*trans_b=*/false);
+    }
+    wgmma_commit_wait();
+    // D's element 4j + i is C element i of n8 tile j (the accumulator figure repeats
+    // mma's C figure per 8 columns, each warp on its 16 rows).
+    for (int64_t j = 0; j < nt; ++j)
+      for (int i = 0; i < 4; ++i) sc[0][static_cast<size_t>(j)][static_cast<size_t>(i)] = d[static_cast<size_t>(4 * j + i)];
+  }
   // Fragments by ldmatrix.x4: q's A fragment per k step and mma tile, k's B fragments
   // two n8 tiles at a time (bn / 8 is even: bn is a multiple of 16), each feeding
   // every mma tile.
-  for (int64_t k0 = 0; k0 < t_.e; k0 += 16) {
+  for (int64_t k0 = 0; k0 < (wg_ ? 0 : t_.e); k0 += 16) {
     std::vector<std::vector<llvm::Value*>> qa;
     for (size_t mt = 0; mt < T; ++mt) qa.push_back(ldsm_x4(qrow_, (static_cast<int64_t>(mt) * 16 * t_.qs + k0) * 2));
     for (int64_t j = 0; j < nt; j += 2) {
@@ -540,7 +574,33 @@ Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) 
       for (int i = 0; i < 4; ++i)
         o[mt][static_cast<size_t>(t)].push_back(
             b_.CreateFMul(b_.CreateLoad(f32, o_[mt][static_cast<size_t>(t * 4 + i)]), alpha[mt][static_cast<size_t>(i / 2)]));
-  for (int64_t kk = 0; kk < t_.bn / 16; ++kk) {
+  if (wg_) {
+    // wgmma: p's A fragments for every k step (16 keys) first, then one wgmma.fence
+    // (the accumulators were just rescaled, p packed, by ordinary instructions), and
+    // per k step one m64n{Ev}k16 into all Ev / 8 output tiles, B the v tile MN-major
+    // (rows keys, 64-column panels bn rows apart): k step kk starts 16 rows (2048
+    // bytes) on; the leading byte offset is the next panel's.
+    std::vector<std::vector<llvm::Value*>> a;
+    for (int64_t kk = 0; kk < t_.bn / 16; ++kk) {
+      llvm::Value* el[8];
+      for (int e = 0; e < 8; ++e) {
+        auto [tile, i] = a_from_c(e);
+        el[e] = sc[0][static_cast<size_t>(2 * kk + tile)][static_cast<size_t>(i)];
+      }
+      a.push_back({pack(el[0], el[1]), pack(el[2], el[3]), pack(el[4], el[5]), pack(el[6], el[7])});
+    }
+    std::vector<llvm::Value*> d;
+    for (int64_t t = 0; t < t_.ev / 8; ++t)
+      for (int i = 0; i < 4; ++i) d.push_back(o[0][static_cast<size_t>(t)][static_cast<size_t>(i)]);
+    wgmma_fence();
+    for (int64_t kk = 0; kk < t_.bn / 16; ++kk)
+      d = wgmma_ra(a[static_cast<size_t>(kk)], b_.CreateAdd(kvoff, c(t_.v16 + kk * 2048)), t_.bn * 128, std::move(d),
+                   /*trans_b=*/true);
+    wgmma_commit_wait();
+    for (int64_t t = 0; t < t_.ev / 8; ++t)
+      for (int i = 0; i < 4; ++i) o[0][static_cast<size_t>(t)][static_cast<size_t>(i)] = d[static_cast<size_t>(4 * t + i)];
+  }
+  for (int64_t kk = 0; kk < (wg_ ? 0 : t_.bn / 16); ++kk) {
     std::vector<std::vector<llvm::Value*>> a;
     for (size_t mt = 0; mt < T; ++mt) {
       llvm::Value* el[8];
@@ -567,6 +627,49 @@ Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) 
       for (int i = 0; i < 4; ++i)
         b_.CreateStore(o[mt][static_cast<size_t>(t)][static_cast<size_t>(i)], o_[mt][static_cast<size_t>(t * 4 + i)]);
   return ok();
+}
+
+void AttentionCode::wgmma_fence() {
+  if (mode_ == Mode::Mma) matmul_detail::ptx_stmt(b_, "wgmma.fence.sync.aligned;");
+}
+
+void AttentionCode::proxy_fence() {
+  if (mode_ == Mode::Mma) matmul_detail::ptx_stmt(b_, "fence.proxy.async.shared::cta;");
+}
+
+void AttentionCode::wgmma_commit_wait() {
+  if (mode_ == Mode::MmaSim) {
+    b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), b_.getInt32Ty()}, false), hook_[9],
+                  {hook_[0], tid32_});
+    b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), b_.getInt32Ty(), b_.getInt32Ty()}, false),
+                  hook_[10], {hook_[0], tid32_, b_.getInt32(0)});
+    return;
+  }
+  matmul_detail::ptx_stmt(b_, "wgmma.commit_group.sync.aligned;");
+  matmul_detail::ptx_stmt(b_, "wgmma.wait_group.sync.aligned 0;");
+}
+
+std::vector<llvm::Value*> AttentionCode::wgmma_ra(const std::vector<llvm::Value*>& a, llvm::Value* byte_off, int64_t lbo,
+                                                  std::vector<llvm::Value*> d, bool trans_b) {
+  llvm::Type* i32 = b_.getInt32Ty();
+  llvm::Type* f32 = b_.getFloatTy();
+  // The descriptor's start: the 32-bit shared address (the host build: the offset
+  // from its shared memory, which the simulation counts from).
+  llvm::Value* addr = b_.CreateTrunc(byte_off, i32);
+  if (mode_ == Mode::Mma) addr = b_.CreateAdd(b_.CreatePtrToInt(buf_, i32), addr);
+  llvm::Value* desc = matmul_detail::wgmma_descriptor(b_, addr, lbo, 1024);
+  if (mode_ == Mode::Mma) return matmul_detail::wgmma_regs_a(b_, a, desc, std::move(d), f16(), trans_b);
+  const size_t n = d.size();
+  llvm::Value* abuf = slot(llvm::ArrayType::get(i32, 4));
+  llvm::Value* dbuf = slot(llvm::ArrayType::get(f32, n));
+  for (size_t i = 0; i < 4; ++i) b_.CreateStore(a[i], b_.CreateConstInBoundsGEP1_64(i32, abuf, i));
+  for (size_t i = 0; i < n; ++i) b_.CreateStore(d[i], b_.CreateConstInBoundsGEP1_64(f32, dbuf, i));
+  const int32_t mode = (f16() ? 1 : 0) | (trans_b ? 4 : 0) | static_cast<int32_t>(2 * n) << 8;
+  llvm::Type* ptr = b_.getPtrTy();
+  auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, ptr, b_.getInt64Ty(), i32, ptr}, false);
+  b_.CreateCall(fty, hook_[8], {hook_[0], tid32_, abuf, desc, b_.getInt32(static_cast<uint32_t>(mode)), dbuf});
+  for (size_t i = 0; i < n; ++i) d[i] = b_.CreateLoad(f32, b_.CreateConstInBoundsGEP1_64(f32, dbuf, i));
+  return d;
 }
 
 }  // namespace sf::attention_detail

@@ -442,6 +442,15 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
       // (a 16-wide row wants few threads per row).
       if (Result<KernelConfig> s = suggest_reduction_config(spec, cfg); s.ok()) cfg = *s;
     }
+    if (kind == KernelKind::Attention && opts.attention_config) {
+      Result<KernelConfig> c = parse_config_str(*opts.attention_config, cfg);
+      if (!c) {
+        kernel_errors[i] = pk.id + ": --attention-config: " + c.error().message;
+        return;
+      }
+      cfg = *c;
+      pk.config_source = "flag";
+    }
     if (kind == KernelKind::Matmul && opts.matmul_config) {
       cfg = *opts.matmul_config;
       pk.config_source = "flag";
@@ -468,7 +477,8 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
         const std::optional<std::string> unfit = attention_mma_unfit(spec.group, cfg);
         const bool tc = attention_uses_tensor_cores(spec, cfg, opts.arch);
         const AttentionBlockShape shape = attention_block_shape(*ai, cfg, tc);
-        forms[i] = std::string(tc ? "tensor cores (mma.sync m16n8k16)" +
+        forms[i] = std::string(tc ? std::string(cfg.wgmma ? "tensor cores (wgmma.mma_async m64nNk16, a warpgroup's 64 rows)"
+                                                          : "tensor cores (mma.sync m16n8k16)") +
                                         std::string(shape.registers
                                                         ? ", scores and output in registers (" +
                                                               std::to_string(16 * shape.mtiles) + " rows a warp)"

@@ -30,6 +30,10 @@ struct CompileOptions {
   // and the default (its config_source says "flag"); one whose tensor-core knobs
   // (warp_specialize, persistent) its tensor-core kernel cannot take is an error.
   std::optional<KernelConfig> matmul_config;
+  // `compile --attention-config`: config text ("wgmma=1") whose fields every fused
+  // attention kernel takes over its config (the cache's or the default); its
+  // config_source says "flag". A config the emitter refuses is that kernel's error.
+  std::optional<std::string> attention_config;
   // PTX for `arch` (false: a Plan that runs only on the host, `run --device cpu`;
   // arch is then "host").
   bool ptx = true;

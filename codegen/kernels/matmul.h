@@ -152,6 +152,11 @@ struct MmaSimHooks {
   // thread of the caller's warpgroup owns from then on (MmaTiling::consumer_regs).
   // Every warp of a warpgroup must execute the same one.
   void (*setmaxnreg)(void* ctx, int32_t thread, int32_t count, int32_t inc) = nullptr;
+  // wgmma.mma_async.sync.aligned.m64nNk16.f32.T.T with A from registers: a[4] are
+  // thread `thread`'s four .b32 registers of A (two 16-bit elements each, the lower
+  // index in the low half), `desc_b` B's descriptor, `mode` as wgmma's (imm-trans-a
+  // unused); d[N / 2] in and out. The fused attention's sm_90a form (its q and p).
+  void (*wgmma_ra)(void* ctx, int32_t thread, const uint32_t* a, uint64_t desc_b, int32_t mode, float* d) = nullptr;
 };
 
 // What the host build's kernel arguments hold in place of each encoded tensor map

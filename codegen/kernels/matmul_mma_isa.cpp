@@ -11,6 +11,54 @@
 
 namespace sf::matmul_detail {
 
+void ptx_stmt(llvm::IRBuilderBase& b, const std::string& text) {
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), false);
+  b.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true));
+}
+
+llvm::Value* wgmma_descriptor(llvm::IRBuilderBase& b, llvm::Value* addr, int64_t lbo, int64_t sbo) {
+  llvm::Type* i64 = b.getInt64Ty();
+  llvm::Value* start = b.CreateAnd(b.CreateLShr(b.CreateZExt(addr, i64), 4), 0x3FFF);
+  const uint64_t fixed = ((static_cast<uint64_t>(lbo) >> 4) & 0x3FFF) << 16 |
+                         ((static_cast<uint64_t>(sbo) >> 4) & 0x3FFF) << 32 | uint64_t{1} << 62;
+  return b.CreateOr(start, llvm::ConstantInt::get(i64, fixed));
+}
+
+std::vector<llvm::Value*> wgmma_regs_a(llvm::IRBuilderBase& b, const std::vector<llvm::Value*>& a, llvm::Value* db,
+                                       std::vector<llvm::Value*> d, bool f16, bool trans_b) {
+  const size_t n = d.size();
+  const std::string ty = f16 ? "f16" : "bf16";
+  // $0 .. $n-1: D; $n .. $n+3: A; $n+4: B's descriptor; $n+5: scale-d (a predicate
+  // in the instruction, set from a register as the matmul's); the accumulators tied to D.
+  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + num(int64_t(n) + 5) +
+                     ", 0;\nwgmma.mma_async.sync.aligned.m64n" + num(int64_t(2 * n)) + "k16.f32." + ty + "." + ty + " {";
+  std::string cons;
+  for (size_t i = 0; i < n; ++i) {
+    text += (i ? ", $" : "$") + num(int64_t(i));
+    cons += "=f,";
+  }
+  text += "}, {";
+  for (size_t i = 0; i < 4; ++i) text += (i ? ", $" : "$") + num(int64_t(n + i));
+  text += "}, $" + num(int64_t(n) + 4) + ", p, 1, 1, " + (trans_b ? "1" : "0") + ";\n}";
+  cons += "r,r,r,r,l,r";
+  for (size_t i = 0; i < n; ++i) cons += "," + num(int64_t(i));
+  cons += ",~{memory}";
+  llvm::Type* f32 = b.getFloatTy();
+  std::vector<llvm::Type*> outs(n, f32);
+  std::vector<llvm::Type*> ins(4, b.getInt32Ty());
+  ins.push_back(b.getInt64Ty());
+  ins.push_back(b.getInt32Ty());
+  ins.insert(ins.end(), n, f32);
+  auto* fty = llvm::FunctionType::get(llvm::StructType::get(b.getContext(), outs), ins, false);
+  std::vector<llvm::Value*> args(a.begin(), a.end());
+  args.push_back(db);
+  args.push_back(b.getInt32(1));
+  args.insert(args.end(), d.begin(), d.end());
+  llvm::Value* r = b.CreateCall(llvm::InlineAsm::get(fty, text, cons, /*hasSideEffects=*/true), args);
+  for (size_t i = 0; i < n; ++i) d[i] = b.CreateExtractValue(r, {static_cast<unsigned>(i)});
+  return d;
+}
+
 void MmaIsa::if_thread0(const std::function<void()>& body) {
   llvm::LLVMContext& c = m_.getContext();
   llvm::BasicBlock* yes = llvm::BasicBlock::Create(c, "t0", fn_);
@@ -195,9 +243,7 @@ llvm::Value* MmaIsa::entry_alloca(llvm::Type* t) {
 }
 
 void MmaIsa::asm_stmt(const std::string& text) {
-  if (sim_) return;
-  auto* fty = llvm::FunctionType::get(b_.getVoidTy(), false);
-  b_.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true));
+  if (!sim_) ptx_stmt(b_, text);
 }
 
 llvm::Value* MmaIsa::shared_addr(llvm::Value* off) {
@@ -206,13 +252,7 @@ llvm::Value* MmaIsa::shared_addr(llvm::Value* off) {
   return b_.CreateAdd(b_.CreatePtrToInt(smem_, i32_), o);
 }
 
-llvm::Value* MmaIsa::descriptor(llvm::Value* addr, int64_t lbo, int64_t sbo) {
-  llvm::Type* i64 = b_.getInt64Ty();
-  llvm::Value* start = b_.CreateAnd(b_.CreateLShr(b_.CreateZExt(addr, i64), 4), 0x3FFF);
-  const uint64_t fixed = ((static_cast<uint64_t>(lbo) >> 4) & 0x3FFF) << 16 |
-                         ((static_cast<uint64_t>(sbo) >> 4) & 0x3FFF) << 32 | uint64_t{1} << 62;
-  return b_.CreateOr(start, llvm::ConstantInt::get(i64, fixed));
-}
+llvm::Value* MmaIsa::descriptor(llvm::Value* addr, int64_t lbo, int64_t sbo) { return wgmma_descriptor(b_, addr, lbo, sbo); }
 
 std::vector<llvm::Value*> MmaIsa::wgmma(llvm::Value* da, llvm::Value* db, std::vector<llvm::Value*> d) {
   const bool f16 = p_.dtype == DType::F16, tf32 = p_.dtype == DType::F32;

@@ -21,6 +21,20 @@
 
 namespace sf::matmul_detail {
 
+// The inline PTX the attention emitter shares with the matmul's (its
+// register-resident form on sm_90a, docs/kernels.md "Attention").
+// An inline-PTX statement with a memory clobber.
+void ptx_stmt(llvm::IRBuilderBase& b, const std::string& text);
+// A wgmma matrix descriptor for the 32-bit shared address `addr` (MmaIsa::descriptor).
+llvm::Value* wgmma_descriptor(llvm::IRBuilderBase& b, llvm::Value* addr, int64_t lbo, int64_t sbo);
+// D (d.size() = N / 2 f32 a thread) += A (m64 x k16) * B (k16 x N):
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}.{bf16,f16} with A from four
+// .b32 registers `a` (the warp's 16 rows of the warpgroup's 64, laid out as
+// mma.m16n8k16's A fragment) and B from shared memory through the descriptor `db`,
+// MN-major when `trans_b`; scale-d 1.
+std::vector<llvm::Value*> wgmma_regs_a(llvm::IRBuilderBase& b, const std::vector<llvm::Value*>& a, llvm::Value* db,
+                                       std::vector<llvm::Value*> d, bool f16, bool trans_b);
+
 class MmaIsa {
  protected:
   MmaIsa(const MatmulGroup& p, const MmaTiling& t, llvm::Module& m, bool sim)

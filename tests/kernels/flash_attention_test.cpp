@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/kernels/kernel_test_util.h"
-#include "tests/kernels/mma_sim.h"
+#include "tests/kernels/attention_sim.h"
 #include "tests/sanitized.h"
 
 #include <algorithm>
@@ -208,52 +208,6 @@ TEST(FlashAttention, RefusesWhatItCannotHold) {
   EXPECT_EQ(cut->launch.shared_bytes, attention_tile_bytes(4, 6, 8, 8));
 }
 
-// The tensor-core kernel built for the host, its threads run as OS threads and its
-// mma.sync and barriers simulated from the PTX ISA's fragment figures (mma_sim.h,
-// written independently of the emitter's mma_layout.h): every block of the grid, on
-// seeded inputs, against the reference.
-// `wavefronts`: the most any ldmatrix phase took (1: no bank conflict; 0: none ran);
-// `copies`: how many 16-byte cp.async copies the kernel issued.
-std::atomic<int64_t> cp_async_calls{0};
-void counted_cp_async(void* ctx, int32_t thread, void* dst, const void* src, int32_t bytes) {
-  ++cp_async_calls;
-  mma_sim::sim_cp_async(ctx, thread, dst, src, bytes);
-}
-Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::vector<Tensor>& in, const KernelConfig& c,
-                                          std::string* hw_error, int* wavefronts = nullptr, int64_t* copies = nullptr) {
-  Result<EmittedKernel> k = emit_attention_block_on_host(KernelSpec{"sf_flash_sim", KernelKind::Attention, group}, c);
-  if (!k) return k.error();
-  const LaunchShape launch = k->launch;
-  Result<void*> fn = kernel_test::jit().add(std::move(k->module), std::move(k->context), k->entry);
-  if (!fn) return fn.error();
-  using Entry = void (*)(void**, int32_t, int32_t, int32_t, void*, const MmaSimHooks*, int32_t);
-  auto entry = reinterpret_cast<Entry>(*fn);
-  std::vector<Tensor> out = kernel_test::output_tensors(group);
-  for (Tensor& t : out)
-    if (t.nbytes()) std::memset(t.data(), 0x7f, t.nbytes());
-  kernel_test::ArgArray args = kernel_test::arg_array(in, out);
-  kernel_test::BlockThreads block(launch.block[0]);
-  cp_async_calls = 0;
-  for (int64_t bx = 0; bx < launch.grid[0]; ++bx) {
-    mma_sim::Block blk(launch.block[0], static_cast<size_t>(launch.shared_bytes));
-    std::memset(blk.smem, 0xFF, blk.smem_bytes);  // NaN until written
-    MmaSimHooks hooks;
-    hooks.ctx = &blk;
-    hooks.barrier = &mma_sim::sim_barrier;
-    hooks.mma = &mma_sim::sim_mma;
-    hooks.shfl_bfly = &mma_sim::sim_shfl_bfly;
-    hooks.ldmatrix_x4 = &mma_sim::sim_ldmatrix;
-    hooks.cp_async = &counted_cp_async;
-    hooks.cp_commit = &mma_sim::sim_cp_commit;
-    hooks.cp_wait = &mma_sim::sim_cp_wait;
-    block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), 0, t, blk.smem, &hooks, 0); });
-    if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
-    if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);
-  }
-  if (copies) *copies = cp_async_calls;
-  return out;
-}
-
 KernelConfig tc(int bm, int bn, int warps) {
   KernelConfig c = tiles(bm, bn);
   c.warps = warps;
@@ -319,12 +273,15 @@ TEST(FlashAttention, TensorCoreKernelSimulatedMatchesTheReference) {
       // The sanitizer build's sample (tests/sanitized.h): every other config (every
       // case, and both forms, still run).
       if (!test::in_sample(config_index++)) continue;
-      std::string hw;
-      int wavefronts = 0;
-      int64_t copies = 0;
-      Result<std::vector<Tensor>> got = run_simulated(group, in, cfg, &hw, &wavefronts, &copies);
+      // The kernel on the simulated hardware (attention_sim.h), every block of the grid.
+      attention_sim::SimRun run;
+      Result<std::vector<Tensor>> got = attention_sim::run_simulated(group, in, cfg, &run);
       ASSERT_TRUE(got.ok()) << c.what << ": " << got.error().str();
-      EXPECT_EQ(hw, "") << c.what;
+      EXPECT_EQ(run.hw_error, "") << c.what;
+      const int wavefronts = run.wavefronts;
+      const int64_t copies = run.copies;
+      EXPECT_GT(run.mma, 0) << c.what;
+      EXPECT_EQ(run.wgmma, 0) << c.what;
       // The register-resident form reads its fragments with ldmatrix.x4 from rows
       // padded by 8 elements: every phase one wavefront.
       EXPECT_EQ(wavefronts, regs ? 1 : 0) << c.what << " " << cfg.block_m << "x" << cfg.block_n;

@@ -75,6 +75,7 @@ struct WarpGroup {
   int calls = 0;  // wgmma instructions thread 0 of the group issued
   std::array<float, 64 * 16> am{};   // the operands as thread 0 read them: A [m][k]
   std::array<float, 256 * 16> bm{};  // B [n][k]
+  std::array<std::array<uint32_t, 4>, 4 * kLanes> ra{};  // A from registers: each thread's four
 };
 
 // Shared-memory byte ranges [lo, hi) whose cp.async data may not be read yet, or which
@@ -392,18 +393,22 @@ inline void sim_mma(void* ctx, int32_t thread, int32_t kind, const uint32_t* a, 
   w.bar.arrive_and_wait();
 }
 
-// wgmma.mma_async m64nNk16 with A and B from shared memory: the descriptors decoded
-// and the operands read by the ISA's canonical layouts (ptx_isa_tables.h), D by its
-// fragment figure. The descriptors must agree across the warpgroup, use the 128-byte
-// swizzle with base offset 0 on a 1024-byte pattern boundary, and every address must
-// lie inside the block's shared memory.
-inline void sim_wgmma(void* ctx, int32_t thread, uint64_t desc_a, uint64_t desc_b, int32_t mode, float* d) {
-  Block& blk = *static_cast<Block*>(ctx);
+// What every wgmma checks and how it multiplies: the threads of the warpgroup agree on
+// the descriptors and the mode; a descriptor uses the 128-byte swizzle with base
+// offset 0 on a 1024-byte pattern boundary and every address lies inside the block's
+// shared memory. Thread 0 of the group reads the shared-memory operands through their
+// descriptors into the group's A (64 x k; unless `a_regs`: the threads' registers
+// placed by the ISA's A figure) and B (k x n), checks and records the byte ranges
+// they span; then every thread computes its own D elements, placed by the ISA's
+// fragment figure.
+inline void wgmma_on(Block& blk, int32_t thread, const uint32_t* a_regs, uint64_t desc_a, uint64_t desc_b, int32_t mode,
+                     float* d) {
   WarpGroup& wg = *blk.groups[static_cast<size_t>(thread / (4 * kLanes))];
   const int t = thread % (4 * kLanes);
   wg.da[static_cast<size_t>(t)] = desc_a;
   wg.db[static_cast<size_t>(t)] = desc_b;
   wg.mode[static_cast<size_t>(t)] = mode;
+  if (a_regs) std::copy(a_regs, a_regs + 4, wg.ra[static_cast<size_t>(t)].begin());
   if (t == 0) ++wg.calls;
   wg.bar.arrive_and_wait();
   for (int u = 0; u < 4 * kLanes; ++u)
@@ -415,13 +420,13 @@ inline void sim_wgmma(void* ctx, int32_t thread, uint64_t desc_a, uint64_t desc_
   const int n = mode >> 8;
   const int64_t eb = tf32 ? 4 : 2, kk_n = tf32 ? 8 : 16;
   if (tf32 && (ta || tb)) blk.fail("wgmma: TF32 has no transposed (MN-major) operands");
+  if (a_regs && (tf32 || (mode & 2) != 0)) blk.fail("wgmma: A from registers is 16-bit and has no imm-trans-a");
   kernels::isa::WgmmaDesc a = kernels::isa::decode_wgmma_desc(desc_a), b = kernels::isa::decode_wgmma_desc(desc_b);
-  for (const kernels::isa::WgmmaDesc* x : {&a, &b})
+  for (const kernels::isa::WgmmaDesc* x : {&a, &b}) {
+    if (a_regs && x == &a) continue;
     if (x->swizzle != 1 || x->base_offset != 0 || ((x->start >> 7) & 7) != 0)
       blk.fail("wgmma: a descriptor is not a 128-byte swizzle starting on a 1024-byte pattern boundary");
-  // Thread 0 of the group reads both operands through the descriptors into the group's
-  // A (64 x k) and B (k x n), checks and records the byte ranges they span; then every
-  // thread computes its own D elements.
+  }
   if (t == 0) {
     auto elem = [&](const kernels::isa::WgmmaDesc& x, bool mn_major, int64_t mn, int64_t k, int64_t& lo,
                     int64_t& hi) -> float {
@@ -438,18 +443,27 @@ inline void sim_wgmma(void* ctx, int32_t thread, uint64_t desc_a, uint64_t desc_
     };
     const int64_t big = std::numeric_limits<int64_t>::max();
     int64_t alo = big, ahi = -big, blo = big, bhi = -big;
-    for (int64_t r = 0; r < 64; ++r)
-      for (int64_t kk = 0; kk < kk_n; ++kk) wg.am[static_cast<size_t>(r * 16 + kk)] = elem(a, ta, r, kk, alo, ahi);
+    if (a_regs) {
+      for (int u = 0; u < 4 * kLanes; ++u)
+        for (int e = 0; e < 8; ++e) {
+          RowCol q = kernels::isa::isa_wgmma_a(u, e);
+          const uint32_t reg = wg.ra[static_cast<size_t>(u)][static_cast<size_t>(e / 2)];
+          wg.am[static_cast<size_t>(q.row * 16 + q.col)] = from_16(e % 2 ? reg >> 16 : reg & 0xFFFFu, f16);
+        }
+    } else {
+      for (int64_t r = 0; r < 64; ++r)
+        for (int64_t kk = 0; kk < kk_n; ++kk) wg.am[static_cast<size_t>(r * 16 + kk)] = elem(a, ta, r, kk, alo, ahi);
+    }
     for (int64_t c = 0; c < n; ++c)
       for (int64_t kk = 0; kk < kk_n; ++kk) wg.bm[static_cast<size_t>(c * 16 + kk)] = elem(b, tb, c, kk, blo, bhi);
     std::lock_guard<std::mutex> lock(blk.mu);
-    blk.check_read_locked(alo, ahi, "wgmma");
+    if (!a_regs) blk.check_read_locked(alo, ahi, "wgmma");
     blk.check_read_locked(blo, bhi, "wgmma");
     for (const Block::TmaWrite& w : blk.tma_writes)
-      if ((w.r.overlaps(alo, ahi) || w.r.overlaps(blo, bhi)) && blk.observed[{thread, w.mbar}] <= w.use)
+      if (((!a_regs && w.r.overlaps(alo, ahi)) || w.r.overlaps(blo, bhi)) && blk.observed[{thread, w.mbar}] <= w.use)
         blk.fail_locked("wgmma reads what a TMA copy writes before its mbarrier phase was waited for");
     auto& open = blk.wgmma_groups[static_cast<size_t>(thread / (4 * kLanes))].back();
-    open.push_back({alo, ahi});
+    if (!a_regs) open.push_back({alo, ahi});
     open.push_back({blo, bhi});
   }
   wg.bar.arrive_and_wait();
@@ -462,6 +476,16 @@ inline void sim_wgmma(void* ctx, int32_t thread, uint64_t desc_a, uint64_t desc_
     d[i] = static_cast<float>(s);
   }
   wg.bar.arrive_and_wait();
+}
+
+// wgmma.mma_async m64nNk16 with A and B from shared memory.
+inline void sim_wgmma(void* ctx, int32_t thread, uint64_t desc_a, uint64_t desc_b, int32_t mode, float* d) {
+  wgmma_on(*static_cast<Block*>(ctx), thread, nullptr, desc_a, desc_b, mode, d);
+}
+
+// wgmma.mma_async m64nNk16 with A from registers (the fused attention's q and p).
+inline void sim_wgmma_ra(void* ctx, int32_t thread, const uint32_t* a, uint64_t desc_b, int32_t mode, float* d) {
+  wgmma_on(*static_cast<Block*>(ctx), thread, a, 0, desc_b, mode, d);
 }
 
 // cp.async: copies at once (zero-filling past `bytes`), but its range may not be read

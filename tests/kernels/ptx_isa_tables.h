@@ -159,6 +159,16 @@ inline RowCol isa_wgmma_d(int t, int i) {
   return {16 * (t / kLanes) + c.row, 8 * (i / 4) + c.col};
 }
 
+// "WGMMA .m64nNk16 register fragment layout for matrix A" (A from registers, 16-bit
+// elements): warp w of the warpgroup holds rows 16w .. 16w + 15 of the 64 x 16 A,
+// each lane the cells the mma.m16n8k16 A figure above gives it, elements a0..a7
+// (two to a .b32 register, the even one in the low half). Element i of warpgroup
+// thread t:
+inline RowCol isa_wgmma_a(int t, int i) {
+  RowCol c = fig_a().at[t % kLanes][i];
+  return {16 * (t / kLanes) + c.row, c.col};
+}
+
 // The matrix descriptor's fields ("Matrix Descriptor Format"): bits 0-13 start
 // address >> 4, 16-29 leading dimension byte offset >> 4, 32-45 stride dimension
 // byte offset >> 4, 49-51 base offset, 62-63 swizzle mode (1 = 128-byte).

@@ -351,6 +351,44 @@ TEST(ExecFakeDriver, MatmulConfigFromTheCommandLine) {
   }
 }
 
+// compile --attention-config: the fields given go over each fused attention kernel's
+// own config (here the default 128 x 64 on 8 warps, for a head of 256 rows), so
+// "wgmma=1" alone gives the sm_90a kernel that multiplies by wgmma (config_source
+// "flag", its k and v panels after q's rows: 100352 bytes of shared memory), which
+// report.txt names and exec launches on the fake driver. A field that is not an
+// attention's, or wgmma where the kernel cannot take it (sm_80), is an error naming
+// it, and no Plan is written.
+TEST(ExecFakeDriver, AttentionConfigFromTheCommandLine) {
+  TempDir t;
+  write_file(t / "a.sf",
+             "graph attn(q: bf16[1, 4, 256, 128], k: bf16[1, 2, 256, 128], v: bf16[1, 2, 256, 128]) {\n"
+             "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n"
+             "  return out\n}\n");
+  const std::string dir = compile_to(t, t / "a.sf", "wg", "--attention-config 'wgmma=1'");
+  Plan p = read_plan(dir);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(p.kernels[0].config_source, "flag");
+  EXPECT_EQ(p.kernels[0].config, "block_m=128 block_n=64 warps=8 wgmma=1");
+  EXPECT_EQ(p.kernels[0].block[0], 256);
+  EXPECT_EQ(p.kernels[0].shared_bytes, 2 * 128 * 136 + 2 * 4 * 64 * 128);  // q padded (34 KiB), k and v twice
+  EXPECT_NE(read_text(dir + "/report.txt").find("wgmma.mma_async m64nNk16"), std::string::npos);
+  CliResult r = shardfuse_env(fake_env(t / "log"), "exec " + dir + " --device cuda");
+  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(launches_in(read_text(t / "log")).size(), 1u);
+  struct Bad {
+    std::string flags, says;
+  };
+  for (const Bad& b : {Bad{"--attention-config 'block=128'", "--attention-config: 'block' is not an attention field"},
+                       Bad{"--attention-config 'wgmma=1' --arch sm_80", "wgmma = 1: wgmma is sm_90a's, not sm_80's"},
+                       Bad{"--attention-config 'wgmma=1 block_m=64' --arch sm_90a", "is not 16 rows a warp"},
+                       Bad{"--attention-config ' '", "no field given"}}) {
+    CliResult q = shardfuse("compile " + (t / "a.sf") + " --no-ptxas -o " + (t / "bad") + " " + b.flags);
+    EXPECT_NE(q.code, 0) << b.flags;
+    EXPECT_NE(q.out.find(b.says), std::string::npos) << b.flags << ": " << q.out;
+    EXPECT_FALSE(std::filesystem::exists(t / "bad")) << b.flags;
+  }
+}
+
 TEST(ExecFakeDriver, ZeroOutputsAreClearedBeforeTheirLaunch) {
   TempDir t;
   const std::string dir = compile_to(t, example("tp_mlp.sf"), "p");

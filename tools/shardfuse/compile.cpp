@@ -32,12 +32,15 @@ struct CompileCliOptions {
   bool allow_tf32 = false;
   bool no_tma = false;
   std::string matmul_config;
+  std::string attention_config;
 };
 
-// --matmul-config: matmul fields only (a pointwise or host knob would be ignored, so it
-// is refused instead), each once, parsed as a cache's config text is.
-std::optional<KernelConfig> parse_matmul_config(const std::string& text) {
-  const std::vector<const char*> names = config_fields(KernelKind::Matmul, ConfigTarget::Gpu);
+// --matmul-config, --attention-config: that kind's GPU fields only (a pointwise or host
+// knob would be ignored, so it is refused instead), each once, parsed as a cache's
+// config text is, over `base`.
+std::optional<KernelConfig> parse_kind_config(KernelKind kind, const std::string& text, const KernelConfig& base = {}) {
+  const std::string what(kernel_kind_name(kind)), flag = "--" + what + "-config";
+  const std::vector<const char*> names = config_fields(kind, ConfigTarget::Gpu);
   const std::set<std::string> fields(names.begin(), names.end());
   std::istringstream in(text);
   std::set<std::string> seen;
@@ -46,21 +49,22 @@ std::optional<KernelConfig> parse_matmul_config(const std::string& text) {
     if (!fields.count(name)) {
       std::string list;
       for (const char* f : names) list += (list.empty() ? "" : ", ") + std::string(f);
-      std::cerr << "error: --matmul-config: '" << name << "' is not a matmul field (" << list << ")\n";
+      std::cerr << "error: " << flag << ": '" << name << "' is not " << (what[0] == 'a' ? "an " : "a ") << what
+                << " field (" << list << ")\n";
       return std::nullopt;
     }
     if (!seen.insert(name).second) {
-      std::cerr << "error: --matmul-config: " << name << " given twice\n";
+      std::cerr << "error: " << flag << ": " << name << " given twice\n";
       return std::nullopt;
     }
   }
   if (seen.empty()) {
-    std::cerr << "error: --matmul-config: no field given (name=value, separated by spaces)\n";
+    std::cerr << "error: " << flag << ": no field given (name=value, separated by spaces)\n";
     return std::nullopt;
   }
-  Result<KernelConfig> c = parse_config_str(text);
+  Result<KernelConfig> c = parse_config_str(text, base);
   if (!c) {
-    std::cerr << "error: --matmul-config: " << c.error().message << "\n";
+    std::cerr << "error: " << flag << ": " << c.error().message << "\n";
     return std::nullopt;
   }
   return *c;
@@ -86,9 +90,13 @@ int compile(CompileCliOptions o) {
   co.allow_tf32 = o.allow_tf32;
   co.tma = !o.no_tma;
   if (!o.matmul_config.empty()) {
-    std::optional<KernelConfig> c = parse_matmul_config(o.matmul_config);
+    std::optional<KernelConfig> c = parse_kind_config(KernelKind::Matmul, o.matmul_config);
     if (!c) return 1;
     co.matmul_config = *c;
+  }
+  if (!o.attention_config.empty()) {
+    if (!parse_kind_config(KernelKind::Attention, o.attention_config)) return 1;
+    co.attention_config = o.attention_config;
   }
   co.pipeline.fuse = !o.no_fuse;
   co.pipeline.flash_attention = !o.no_flash_attention;
@@ -190,6 +198,9 @@ void add_compile(CLI::App& app, int& exit_code) {
                   "every matmul kernel takes this config instead of the cache's or the default, e.g. \"block_m=128 "
                   "block_n=256 block_k=64 warps=8 stages=4 group_m=8 split_k=1 warp_specialize=1 persistent=132\" "
                   "(fields not given keep their defaults; benchmarking a config by hand, as triton.Config does)");
+  cmd->add_option("--attention-config", o->attention_config,
+                  "these fields over every fused attention kernel's config (the cache's or the default), e.g. "
+                  "\"wgmma=1\" (sm_90a: the products by wgmma) or \"block_m=128 block_n=64 warps=8\"");
   cmd->footer(
       "Every kernel's PTX is assembled by ptxas (when the CUDA toolkit has it) and its registers and spills are\n"
       "recorded in plan.json and report.txt. docs/plan.md describes the Plan.\n"

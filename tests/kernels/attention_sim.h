@@ -1,0 +1,85 @@
+// The fused attention's tensor-core kernel built for the host and run block by block
+// on the simulated hardware of mma_sim.h: each GPU thread an OS thread, its
+// mma.sync, wgmma, ldmatrix, cp.async, shuffles and barriers calls to the simulation
+// written from the PTX ISA (independently of the emitter's mma_layout.h). Shared by
+// flash_attention_test.cpp (mma.sync) and flash_attention_wgmma_test.cpp (wgmma).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "codegen/kernels/attention.h"
+#include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/mma_sim.h"
+
+namespace sf::attention_sim {
+
+// What a run did besides its outputs.
+struct SimRun {
+  std::string hw_error;  // the first thing the simulated hardware refused ("" if none)
+  int wavefronts = 0;    // the most any ldmatrix phase took (1: no bank conflict; 0: none ran)
+  int64_t copies = 0;    // 16-byte cp.async copies issued
+  int64_t mma = 0;       // mma.sync instructions (per warp)
+  int64_t wgmma = 0;     // wgmma instructions (per warpgroup)
+};
+
+inline std::atomic<int64_t> cp_async_calls{0}, mma_calls{0};
+inline void counted_cp_async(void* ctx, int32_t thread, void* dst, const void* src, int32_t bytes) {
+  ++cp_async_calls;
+  mma_sim::sim_cp_async(ctx, thread, dst, src, bytes);
+}
+inline void counted_mma(void* ctx, int32_t thread, int32_t kind, const uint32_t* a, const uint32_t* b, float* cd) {
+  if (thread % mma_sim::kLanes == 0) ++mma_calls;
+  mma_sim::sim_mma(ctx, thread, kind, a, b, cd);
+}
+
+// Every block of the grid of `group`'s kernel under `c`, on `in`. `ignore_trans`:
+// hardware whose ldmatrix and wgmma ignore .trans (the tests' proof that they would
+// notice).
+inline Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::vector<Tensor>& in, const KernelConfig& c,
+                                                 SimRun* run, bool ignore_trans = false) {
+  Result<EmittedKernel> k = emit_attention_block_on_host(KernelSpec{"sf_flash_sim", KernelKind::Attention, group}, c);
+  if (!k) return k.error();
+  const LaunchShape launch = k->launch;
+  Result<void*> fn = kernel_test::jit().add(std::move(k->module), std::move(k->context), k->entry);
+  if (!fn) return fn.error();
+  using Entry = void (*)(void**, int32_t, int32_t, int32_t, void*, const MmaSimHooks*, int32_t);
+  auto entry = reinterpret_cast<Entry>(*fn);
+  std::vector<Tensor> out = kernel_test::output_tensors(group);
+  for (Tensor& t : out)
+    if (t.nbytes()) std::memset(t.data(), 0x7f, t.nbytes());
+  kernel_test::ArgArray args = kernel_test::arg_array(in, out);
+  kernel_test::BlockThreads block(launch.block[0]);
+  cp_async_calls = 0;
+  mma_calls = 0;
+  for (int64_t bx = 0; bx < launch.grid[0]; ++bx) {
+    mma_sim::Block blk(launch.block[0], static_cast<size_t>(launch.shared_bytes));
+    blk.ignore_trans = ignore_trans;
+    blk.ignore_wgmma_trans = ignore_trans;
+    std::memset(blk.smem, 0xFF, blk.smem_bytes);  // NaN until written
+    MmaSimHooks hooks;
+    hooks.ctx = &blk;
+    hooks.barrier = &mma_sim::sim_barrier;
+    hooks.mma = &counted_mma;
+    hooks.shfl_bfly = &mma_sim::sim_shfl_bfly;
+    hooks.ldmatrix_x4 = &mma_sim::sim_ldmatrix;
+    hooks.cp_async = &counted_cp_async;
+    hooks.cp_commit = &mma_sim::sim_cp_commit;
+    hooks.cp_wait = &mma_sim::sim_cp_wait;
+    hooks.wgmma_ra = &mma_sim::sim_wgmma_ra;
+    hooks.wgmma_commit = &mma_sim::sim_wgmma_commit;
+    hooks.wgmma_wait = &mma_sim::sim_wgmma_wait;
+    block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), 0, t, blk.smem, &hooks, 0); });
+    if (!blk.error.empty() && run->hw_error.empty()) run->hw_error = blk.error;
+    run->wavefronts = std::max(run->wavefronts, blk.wavefronts);
+    for (const auto& wg : blk.groups) run->wgmma += wg->calls;
+  }
+  run->copies = cp_async_calls;
+  run->mma = mma_calls;
+  return out;
+}
+
+}  // namespace sf::attention_sim

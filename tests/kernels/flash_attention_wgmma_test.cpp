@@ -1,0 +1,180 @@
+// The fused attention's register-resident form multiplying by wgmma on sm_90a
+// (KernelConfig::wgmma; docs/kernels.md, "Attention"): the kernel built for the host
+// and run on the simulated hardware (attention_sim.h; wgmma's A from registers placed
+// by the PTX ISA's figure in ptx_isa_tables.h, B read through its matrix descriptor
+// by the ISA's canonical layouts) against the float64 reference; what it refuses; and
+// its PTX through ptxas.
+#include <gtest/gtest.h>
+
+#include "tests/kernels/attention_sim.h"
+#include "tests/sanitized.h"
+
+#include <string>
+#include <vector>
+
+#include "codegen/ir/decompose.h"
+#include "codegen/ir/parser.h"
+#include "codegen/kernels/attention.h"
+#include "codegen/reference/compare.h"
+#include "codegen/reference/evaluate.h"
+
+namespace sf {
+namespace kernels_flash_attention_wgmma_test {
+
+Graph parse(const std::string& params, const std::string& body) {
+  Result<Graph> g = parse_graph("graph attn(" + params + ") {\n" + body + "\n}\n", "attn.sf");
+  if (!g.ok()) throw std::runtime_error(g.error().str());
+  return std::move(g).value();
+}
+
+KernelConfig wg(int bm, int bn, int warps, int wgmma = 1) {
+  KernelConfig c;
+  c.block_m = bm;
+  c.block_n = bn;
+  c.warps = warps;
+  c.wgmma = wgmma;
+  return c;
+}
+
+struct Case {
+  const char* what;
+  std::string params, body;
+  std::vector<KernelConfig> configs;
+};
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c = {
+      // The default tile's shape (128 rows on 8 warps: two warpgroups over one GQA
+      // group's 2 heads x 64 rows) over 72 rows and keys: a whole tile and a cut one,
+      // causal tiles skipped and masked; and one warpgroup over 64 rows (2 x 32).
+      {"bf16 causal gqa, E = Ev = 64", "q: bf16[1, 2, 72, 64], k: bf16[1, 1, 72, 64], v: bf16[1, 1, 72, 64]",
+       "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out",
+       {wg(128, 64, 8), wg(64, 32, 4), wg(64, 16, 4)}},
+      // Two 64-column panels of k (k steps 4..7 start in the second) and of v (the
+      // descriptor's leading byte offset steps between them), 40 keys: the last key
+      // tile partly past them.
+      {"f16 with an additive mask, E = Ev = 128", "q: f16[1, 1, 64, 128], k: f16[1, 1, 40, 128], v: f16[1, 1, 40, 128], m: f16[64, 40]",
+       "  out = scaled_dot_product_attention(q, k, v, m)\n  return out",
+       {wg(64, 32, 4), wg(64, 16, 4)}},
+      // Arithmetic in q's and k's prologues (loaded and stored by the threads, not
+      // copied) and a view in v's, E 64 and Ev 128.
+      {"bf16 with prologues, E 64, Ev 128", "q: bf16[1, 2, 64, 64], k: bf16[1, 2, 48, 64], v: bf16[1, 48, 2, 128]",
+       "  out = scaled_dot_product_attention(mul(q, 1.5), neg(k), permute(v, dims=[0, 2, 1, 3]))\n  return out",
+       {wg(64, 32, 4), wg(64, 16, 4)}},
+  };
+  return c;
+}
+
+// The kernel of every case and config on the simulated sm_90a, against the
+// reference: every product a wgmma (none an mma.sync), the simulation's checks of
+// the descriptors, the swizzle, the warpgroup's agreement and the copies' memory
+// model all passed.
+TEST(FlashAttentionWgmma, SimulatedKernelMatchesTheReference) {
+  size_t index = 0;
+  int ran = 0;
+  for (const Case& c : cases()) {
+    Graph g = parse(c.params, c.body);
+    const Graph group = decompose(g);
+    std::vector<Tensor> in = random_inputs(g, 5);
+    Result<std::vector<Tensor>> want = evaluate(g, in);
+    ASSERT_TRUE(want.ok()) << want.error().str();
+    Result<AttentionKernelInfo> info = attention_info(group);
+    ASSERT_TRUE(info.ok()) << c.what << ": " << info.error().str();
+    for (const KernelConfig& cfg : c.configs) {
+      const std::string what = std::string(c.what) + " " + config_str(KernelKind::Attention, ConfigTarget::Gpu, cfg);
+      ASSERT_EQ(attention_block_shape(*info, cfg, true).mtiles, 1) << what << ": not 16 rows a warp";
+      if (!test::in_sample(index++)) continue;  // the sanitizer build's sample (tests/sanitized.h)
+      ++ran;
+      attention_sim::SimRun run;
+      Result<std::vector<Tensor>> got = attention_sim::run_simulated(group, in, cfg, &run);
+      ASSERT_TRUE(got.ok()) << what << ": " << got.error().str();
+      EXPECT_EQ(run.hw_error, "") << what;
+      EXPECT_EQ(run.mma, 0) << what;
+      // A key tile takes E / 16 products for the scores and bn / 16 for the output,
+      // per warpgroup.
+      const int64_t per_tile = int64_t{cfg.warps / 4} * (info->match.e / 16 + cfg.block_n / 16);
+      EXPECT_GT(run.wgmma, 0) << what;
+      EXPECT_EQ(run.wgmma % per_tile, 0) << what << ": " << run.wgmma << " wgmma";
+      EXPECT_EQ(run.wavefronts, 1) << what << ": q's ldmatrix phases, one wavefront each";
+      EXPECT_GT(run.copies, 0) << what << ": v (a plain view of an aligned param) by cp.async";
+      Comparison cmp = compare((*got)[0], (*want)[0], check_tolerance(g, g.outputs()[0].value));
+      EXPECT_TRUE(cmp.ok()) << what << ": max_abs_err " << cmp.max_abs_err << ", first mismatch at " << cmp.first_mismatch;
+    }
+  }
+  EXPECT_GE(ran, 3);
+}
+
+// Hardware whose wgmma read v's MN-major tile as K-major (imm-trans-b ignored) gives
+// wrong results: the simulation's reading of the trans bit is what the test relies on.
+TEST(FlashAttentionWgmma, HardwareThatIgnoresTransGivesWrongResults) {
+  const Case& c = cases()[1];
+  Graph g = parse(c.params, c.body);
+  std::vector<Tensor> in = random_inputs(g, 5);
+  Result<std::vector<Tensor>> want = evaluate(g, in);
+  ASSERT_TRUE(want.ok());
+  attention_sim::SimRun run;
+  Result<std::vector<Tensor>> got = attention_sim::run_simulated(decompose(g), in, wg(64, 32, 4), &run, /*ignore_trans=*/true);
+  ASSERT_TRUE(got.ok()) << got.error().str();
+  EXPECT_FALSE(compare((*got)[0], (*want)[0], check_tolerance(g, g.outputs()[0].value)).ok());
+}
+
+// What wgmma cannot take is refused by name, on the GPU target and in the simulation.
+TEST(FlashAttentionWgmma, RefusesWhatItCannotRun) {
+  Graph g = parse("q: bf16[1, 1, 128, 64], k: bf16[1, 1, 128, 64], v: bf16[1, 1, 128, 64]",
+                  "  out = scaled_dot_product_attention(q, k, v)\n  return out");
+  const KernelSpec spec{"sf_wg", KernelKind::Attention, decompose(g)};
+  auto error = [&](const KernelConfig& c, const char* arch) {
+    Result<EmittedKernel> k = emit_attention(spec, c, llvmb::Target::nvptx(arch));
+    return k.ok() ? std::string("(emitted)") : k.error().message;
+  };
+  EXPECT_NE(error(wg(64, 32, 4), "sm_80").find("wgmma = 1: wgmma is sm_90a's, not sm_80's"), std::string::npos);
+  EXPECT_NE(error(wg(64, 32, 4), "sm_90").find("not sm_90's"), std::string::npos);
+  EXPECT_NE(error(wg(128, 32, 4), "sm_90a").find("128 rows on 4 warps is not 16 rows a warp"), std::string::npos);
+  EXPECT_NE(error(wg(32, 32, 2), "sm_90a").find("2 warps are not whole warpgroups of 4"), std::string::npos);
+  EXPECT_NE(error(wg(64, 32, 4, 2), "sm_90a").find("wgmma must be 0 or 1, got 2"), std::string::npos);
+  EXPECT_EQ(error(wg(64, 32, 4), "sm_90a"), "(emitted)");
+  Graph narrow = parse("q: bf16[1, 1, 64, 32], k: bf16[1, 1, 64, 32], v: bf16[1, 1, 64, 64]",
+                       "  out = scaled_dot_product_attention(q, k, v)\n  return out");
+  Result<EmittedKernel> n =
+      emit_attention_block_on_host(KernelSpec{"sf_wg", KernelKind::Attention, decompose(narrow)}, wg(64, 32, 4));
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.error().message.find("head dims 32 and 64 are not multiples of 64"), std::string::npos) << n.error().message;
+  Graph f32 = parse("q: f32[1, 1, 64, 64], k: f32[1, 1, 64, 64], v: f32[1, 1, 64, 64]",
+                    "  out = scaled_dot_product_attention(q, k, v)\n  return out");
+  Result<EmittedKernel> s = emit_attention(KernelSpec{"sf_wg", KernelKind::Attention, decompose(f32)}, wg(64, 32, 4),
+                                           llvmb::Target::nvptx("sm_90a"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("the tensor cores do not take this attention"), std::string::npos) << s.error().message;
+}
+
+// The bench block's attention shape (causal GQA, E = Ev = 128) in the default tile,
+// 128 x 64 on 8 warps, with wgmma=1 for sm_90a: per key tile 8 m64n64k16 for the
+// scores and 4 m64n128k16 for the output, the copies fenced for the async proxy, no
+// mma.sync; k and v in the swizzled panels after q's padded rows (1024-aligned); it
+// assembles without spills.
+TEST(FlashAttentionWgmma, PtxMultipliesByWgmmaAndAssembles) {
+  Graph g = parse("q: bf16[1, 4, 256, 128], k: bf16[1, 2, 256, 128], v: bf16[1, 2, 256, 128]",
+                  "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out");
+  Result<EmittedKernel> k =
+      emit_attention(KernelSpec{"sf_flash_wg", KernelKind::Attention, decompose(g)}, wg(128, 64, 8), llvmb::Target::nvptx("sm_90a"));
+  ASSERT_TRUE(k.ok()) << k.error().str();
+  const int64_t q_bytes = 2 * 128 * 136;  // rows padded by 8 for ldmatrix
+  EXPECT_EQ(k->launch.shared_bytes, (q_bytes + 1023) / 1024 * 1024 + 2 * (2 + 2) * 64 * 128);
+  Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_90a");
+  ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+  EXPECT_EQ(kernel_test::count_of(*ptx, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"), 8u);
+  EXPECT_EQ(kernel_test::count_of(*ptx, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), 4u);
+  EXPECT_EQ(kernel_test::count_of(*ptx, "wgmma.fence.sync.aligned"), 2u);
+  EXPECT_EQ(kernel_test::count_of(*ptx, "wgmma.wait_group.sync.aligned 0"), 2u);
+  EXPECT_EQ(kernel_test::count_of(*ptx, "fence.proxy.async.shared::cta"), 1u);
+  EXPECT_EQ(ptx->find("mma.sync"), std::string::npos);
+  EXPECT_NE(ptx->find("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), std::string::npos) << "q's fragments";
+  EXPECT_NE(ptx->find(".align 1024"), std::string::npos);
+  if (!kernel_test::have_ptxas()) GTEST_SKIP() << "no ptxas";
+  Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, "sm_90a");
+  ASSERT_TRUE(res.ok()) << res.error().str();
+  EXPECT_EQ((*res)[0].spill_store_bytes, 0) << (*res)[0].registers << " registers";
+}
+
+}  // namespace kernels_flash_attention_wgmma_test
+}  // namespace sf

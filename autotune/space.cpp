@@ -192,7 +192,21 @@ std::vector<KernelConfig> config_space(const TuneProblem& p, const TargetInfo& t
     case KernelKind::Pointwise: return gpu_pointwise(t);
     case KernelKind::Reduction: return gpu_reduction(t);
     case KernelKind::Matmul: return gpu_matmul(p, t);
-    case KernelKind::Attention: return attention_tiles({2, 4, 8});
+    case KernelKind::Attention: {
+      std::vector<KernelConfig> out = attention_tiles({2, 4, 8});
+      // sm_90a: the register-resident tiles of whole warpgroups (16 rows a warp) also
+      // multiplying by wgmma, where the head dims are whole 64-column panels.
+      if (t.name == "sm_90a" && p.operand_bytes == 2 && p.k % 64 == 0 && p.cols % 64 == 0) {
+        const size_t n = out.size();
+        for (size_t i = 0; i < n; ++i)
+          if (out[i].warps % 4 == 0 && out[i].block_m == 16 * out[i].warps) {
+            KernelConfig c = out[i];
+            c.wgmma = 1;
+            out.push_back(c);
+          }
+      }
+      return out;
+    }
     case KernelKind::Gather: {
       std::vector<KernelConfig> out;
       for (int block : {128, 256, 512, 1024}) {

@@ -21,8 +21,8 @@ namespace attention_detail {
 
 void AttentionCode::sim_hooks(llvm::Value* hooks, llvm::Value* tid32) {
   // hook_[i] = MmaSimHooks' pointer number field[i] (attention_code.h).
-  static constexpr uint64_t field[11] = {0, 1, 2, 3, 16, 5, 6, 7, 18, 8, 9};
-  for (int i = 0; i < 11; ++i)
+  static constexpr uint64_t field[12] = {0, 1, 2, 3, 16, 5, 6, 7, 18, 8, 9, 4};
+  for (int i = 0; i < 12; ++i)
     hook_[i] = b_.CreateAlignedLoad(b_.getPtrTy(), b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), hooks, field[i]),
                                     llvm::Align(8));
   tid32_ = tid32;
@@ -74,9 +74,10 @@ Result<void> AttentionCode::block(llvm::Value* bid, llvm::Value* buf, llvm::Valu
                        b_.CreateICmpSLT(row, c(m_.l))};
     };
     std::optional<std::pair<int, kernels::IndexMap>> qsrc = copy_source(m_.q);
-    SF_TRY(copy_or_load(qsrc, [&]() { return copy16(*qsrc, t_.bm, t_.e, "copy_q", t_.q16, t_.qs, c(0), q_row); }, [&]() {
+    const int64_t qstride = t_.wgmma ? 0 : t_.qs;
+    SF_TRY(copy_or_load(qsrc, [&]() { return copy16(*qsrc, t_.bm, t_.e, "copy_q", t_.q16, qstride, c(0), q_row); }, [&]() {
       return load16(m_.q, t_.bm, t_.e, "load_q", q_row, [&](llvm::Value* r, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
-        store16x8(t_.q16, b_.CreateAdd(b_.CreateMul(r, c(t_.qs)), c0), lanes);
+        store16x8(t_.q16, kv_index(r, c0, qstride, t_.bm), lanes);
       });
     }));
   } else {

@@ -65,11 +65,11 @@ struct Tiles {
   // all start in one bank, an 8-way conflict).
   bool regs = false;
   int64_t q16 = 0, k16 = 0, v16 = 0, qs = 0, ks = 0, vs = 0;
-  // `wgmma` (the register-resident form on sm_90a): k and v are what wgmma reads
+  // `wgmma` (the register-resident form on sm_90a): q, k and v are what wgmma reads
   // through its matrix descriptors, the matmul's 128-byte-swizzled layout: panels of
-  // 64 head-dim columns, each bn rows of 128 bytes (chunk c of row j at chunk
-  // c ^ j % 8), k's E / 64 panels then v's Ev / 64, from a 1024-byte boundary (q
-  // stays padded for ldmatrix before it). kv_elem gives an element's place.
+  // 64 head-dim columns, each of the tile's rows (bm or bn) 128 bytes (chunk c of row
+  // j at chunk c ^ j % 8), q's E / 64 panels, then per buffer k's E / 64 and v's
+  // Ev / 64, each on a 1024-byte boundary. panel_elem gives an element's place.
   bool wgmma = false;
   Tiles(int64_t bm_, int64_t bn_, int64_t e_, int64_t ev_, bool regs_ = false, bool wgmma_ = false)
       : bm(bm_), bn(bn_), e(e_), ev(ev_), regs(regs_), wgmma(regs_ && wgmma_) {
@@ -87,15 +87,15 @@ struct Tiles {
     k16 = q16 + 2 * bm * qs;
     v16 = k16 + 2 * bn * ks;
     if (wgmma) {
-      k16 = (k16 + 1023) / 1024 * 1024;
+      k16 = panels(e) * bm * 128;  // bm is whole warpgroups of 64 rows: a multiple of 1024 bytes
       v16 = k16 + panels(e) * bn * 128;
     }
   }
   static int64_t panels(int64_t n) { return (n + 63) / 64; }
-  // The wgmma layout: element (row j, column col) of the k (or v) tile, counted from
-  // the tile's start.
-  int64_t kv_elem(int64_t j, int64_t col) const {
-    return col / 64 * bn * 64 + j * 64 + ((col % 64 / 8) ^ (j % 8)) * 8 + col % 8;
+  // The wgmma layout: element (row j, column col) of a tile of `rows` rows, counted
+  // from the tile's start.
+  static int64_t panel_elem(int64_t rows, int64_t j, int64_t col) {
+    return col / 64 * rows * 64 + j * 64 + ((col % 64 / 8) ^ (j % 8)) * 8 + col % 8;
   }
   // n (a multiple of 8) plus 8 or 16 elements: an odd number of 16-byte chunks.
   static int64_t padded(int64_t n) { return n + ((n / 8) % 2 == 0 ? 8 : 16); }
@@ -116,7 +116,7 @@ class AttentionCode {
   // the thread's index as the hooks take it.
   // Index 4 here is MmaSimHooks' shfl_bfly (its 17th pointer); 5, 6 and 7 its
   // cp_async, cp_commit and cp_wait (its 6th to 8th); 8 its wgmma_ra (19th), 9 and
-  // 10 its wgmma_commit and wgmma_wait (9th and 10th).
+  // 10 its wgmma_commit and wgmma_wait (9th and 10th), 11 its wgmma (5th).
   void sim_hooks(llvm::Value* hooks, llvm::Value* tid32);
   // The register-resident form (tensor cores, block_m = 16 or 32 x warps): each warp
   // keeps its rows' scores, probabilities, output accumulators and row statistics in
@@ -311,13 +311,13 @@ class AttentionCode {
   // cp.async of `rows` tile rows of `cols` elements (8 at a time) of `node`'s param
   // `src` into the tile at byte `base` plus `bufe` elements, rows `stride` apart;
   // `row_base` as load16's. Spread over the block's threads, no barrier.
-  // `stride` 0: the k or v tile in the wgmma layout (kv_index).
+  // `stride` 0: the tile in the wgmma layout (kv_index over `rows`).
   Result<void> copy16(const std::pair<int, kernels::IndexMap>& src, int64_t rows, int64_t cols, const std::string& name,
                       int64_t base, int64_t stride, llvm::Value* bufe,
                       const std::function<std::pair<llvm::Value*, llvm::Value*>(llvm::Value*)>& row_base);
-  // Element (row j, column col) of the k or v tile, counted from its start: rows of
-  // `stride` elements, or Tiles::kv_elem's wgmma layout where Tiles::wgmma.
-  llvm::Value* kv_index(llvm::Value* j, llvm::Value* col, int64_t stride);
+  // Element (row j, column col) of a q, k or v tile of `rows` rows, counted from its
+  // start: rows of `stride` elements, or (stride 0) Tiles::panel_elem's wgmma layout.
+  llvm::Value* kv_index(llvm::Value* j, llvm::Value* col, int64_t stride, int64_t rows);
   // The wgmma form's instructions: wgmma.fence, commit_group, wait_group 0, the
   // product with A from registers (MmaSimHooks::wgmma_ra in MmaSim), and the proxy
   // fence that makes the threads' shared-memory writes (cp.async, st.shared) visible
@@ -325,8 +325,10 @@ class AttentionCode {
   void wgmma_fence();
   void wgmma_commit_wait();
   void proxy_fence();
-  std::vector<llvm::Value*> wgmma_ra(const std::vector<llvm::Value*>& a, llvm::Value* byte_off, int64_t lbo,
-                                     std::vector<llvm::Value*> d, bool trans_b);
+  // D += A B, B at shared byte `b_off` (a leading byte offset `lbo`, MN-major where
+  // `trans_b`), A from four registers `a`, or (a empty) K-major at shared byte `a_off`.
+  std::vector<llvm::Value*> wgmma(const std::vector<llvm::Value*>& a, llvm::Value* a_off, llvm::Value* b_off, int64_t lbo,
+                                  std::vector<llvm::Value*> d, bool trans_b);
   // copy() where `src` exists and aligned_ holds (a block-uniform branch), else load().
   Result<void> copy_or_load(const std::optional<std::pair<int, kernels::IndexMap>>& src,
                             const std::function<Result<void>()>& copy, const std::function<Result<void>()>& load);
@@ -393,7 +395,7 @@ class AttentionCode {
   const AttentionMatch& m_;
   const Tiles& t_;
   Mode mode_;
-  llvm::Value* hook_[11] = {};
+  llvm::Value* hook_[12] = {};
   bool regs_ = false, wg_ = false;
   // The register-resident form: the warp's first row, its output accumulators (ev / 8
   // C fragments) and its rows' running max and partial sum (rows g and g + 8), as

@@ -227,7 +227,7 @@ Result<void> AttentionCode::copy16(const std::pair<int, kernels::IndexMap>& src,
     llvm::Value* off = b_.CreateSelect(exists, kernels::emit_index_map(b_, b_.CreateAdd(row0, c0), src.second), c(0));
     llvm::Value* from = b_.CreateInBoundsGEP(st, param, off);
     llvm::Value* to = b_.CreateInBoundsGEP(
-        b_.getInt8Ty(), buf_, b_.CreateAdd(c(base), b_.CreateMul(b_.CreateAdd(bufe, kv_index(r, c0, stride)), c(2))));
+        b_.getInt8Ty(), buf_, b_.CreateAdd(c(base), b_.CreateMul(b_.CreateAdd(bufe, kv_index(r, c0, stride, rows)), c(2))));
     llvm::Value* bytes = b_.CreateSelect(exists, b_.getInt32(16), b_.getInt32(0));
     if (mode_ == Mode::MmaSim) {
       llvm::Type* ptr = b_.getPtrTy();
@@ -262,12 +262,12 @@ Result<void> AttentionCode::copy_or_load(const std::optional<std::pair<int, kern
   return ok();
 }
 
-llvm::Value* AttentionCode::kv_index(llvm::Value* j, llvm::Value* col, int64_t stride) {
+llvm::Value* AttentionCode::kv_index(llvm::Value* j, llvm::Value* col, int64_t stride, int64_t rows) {
   if (stride > 0) return b_.CreateAdd(b_.CreateMul(j, c(stride)), col);
-  // Tiles::kv_elem: panel col / 64 of bn rows of 64, chunk (col % 64) / 8 of row j at
-  // chunk ((col % 64) / 8) ^ (j % 8).
+  // Tiles::panel_elem: panel col / 64 of `rows` rows of 64, chunk (col % 64) / 8 of
+  // row j at chunk ((col % 64) / 8) ^ (j % 8).
   llvm::Value* chunk = b_.CreateXor(b_.CreateUDiv(b_.CreateURem(col, c(64)), c(8)), b_.CreateURem(j, c(8)));
-  llvm::Value* r = b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(col, c(64)), c(t_.bn * 64)), b_.CreateMul(j, c(64)));
+  llvm::Value* r = b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(col, c(64)), c(rows * 64)), b_.CreateMul(j, c(64)));
   return b_.CreateAdd(b_.CreateAdd(r, b_.CreateMul(chunk, c(8))), b_.CreateURem(col, c(8)));
 }
 
@@ -285,16 +285,16 @@ Result<void> AttentionCode::load_kv16(llvm::Value* b, llvm::Value* kv0, llvm::Va
   auto sync_k = [&]() -> Result<void> {
     if (kr >= 0)
       return load16(kr, t_.bn, t_.e, "load_k", k_row, [&](llvm::Value* j, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
-        store16x8(t_.k16, b_.CreateAdd(bufe, kv_index(j, c0, kstride)), lanes);
+        store16x8(t_.k16, b_.CreateAdd(bufe, kv_index(j, c0, kstride, t_.bn)), lanes);
       });
     // kt is not a transpose: element by element from kt [.., E, S]
     return load_k_elements(b, kv0, [&](llvm::Value*, llvm::Value* j, llvm::Value* e, llvm::Value* x) {
-      put16(t_.k16, b_.CreateAdd(bufe, kv_index(j, e, kstride)), x);
+      put16(t_.k16, b_.CreateAdd(bufe, kv_index(j, e, kstride, t_.bn)), x);
     });
   };
   auto sync_v = [&]() -> Result<void> {
     return load16(m_.v, t_.bn, t_.ev, "load_v", v_row, [&](llvm::Value* j, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
-      store16x8(t_.v16, b_.CreateAdd(bufe, kv_index(j, c0, vstride)), lanes);
+      store16x8(t_.v16, b_.CreateAdd(bufe, kv_index(j, c0, vstride, t_.bn)), lanes);
     });
   };
   // Each operand copied where it can be (aligned, a plain view), else loaded.
@@ -453,18 +453,18 @@ Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) 
   // E = 128 kernel spilled).
   std::vector<Frags> sc(T, Frags(static_cast<size_t>(nt), std::vector<llvm::Value*>(4, llvm::ConstantFP::get(f32, 0.0))));
   if (wg_) {
-    // wgmma: per k step one m64n{bn}k16 over the whole key tile, q's A fragment from
-    // ldmatrix as below (all of them first: registers an ordinary instruction wrote
-    // need a wgmma.fence before wgmma reads them), B the k tile K-major: k step s
-    // starts in panel s / 4, 32 bytes per step into its 128-byte rows (the hardware
-    // swizzles the address it forms); 8 rows are 1024 bytes.
-    std::vector<std::vector<llvm::Value*>> qa;
-    for (int64_t k0 = 0; k0 < t_.e; k0 += 16) qa.push_back(ldsm_x4(qrow_, k0 * 2));
+    // wgmma: per k step one m64n{bn}k16 over the whole key tile (the accumulators'
+    // zeros, written by ordinary instructions, need a wgmma.fence first), both
+    // operands K-major from shared memory: the warpgroup's 64 rows of q and the k
+    // tile. K step s starts in panel s / 4, 32 bytes per step into its 128-byte rows
+    // (the hardware swizzles the address it forms); 8 rows are 1024 bytes.
+    llvm::Value* wg_rows = b_.CreateMul(b_.CreateUDiv(warp_, c(4)), c(64 * 128));  // the warpgroup's first q row
     wgmma_fence();
     std::vector<llvm::Value*> d(static_cast<size_t>(t_.bn / 2), llvm::ConstantFP::get(f32, 0.0));
     for (int64_t s = 0; s < t_.e / 16; ++s) {
-      llvm::Value* at = b_.CreateAdd(kvoff, c(t_.k16 + s / 4 * t_.bn * 128 + s % 4 * 32));
-      d = wgmma_ra(qa[static_cast<size_t>(s)], at, t_.bn * 128, std::move(d), /*trans_b=*/false);
+      llvm::Value* qat = b_.CreateAdd(wg_rows, c(t_.q16 + s / 4 * t_.bm * 128 + s % 4 * 32));
+      llvm::Value* kat = b_.CreateAdd(kvoff, c(t_.k16 + s / 4 * t_.bn * 128 + s % 4 * 32));
+      d = wgmma({}, qat, kat, t_.bn * 128, std::move(d), /*trans_b=*/false);
     }
     wgmma_commit_wait();
     // D's element 4j + i is C element i of n8 tile j (the accumulator figure repeats
@@ -594,8 +594,8 @@ Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) 
       for (int i = 0; i < 4; ++i) d.push_back(o[0][static_cast<size_t>(t)][static_cast<size_t>(i)]);
     wgmma_fence();
     for (int64_t kk = 0; kk < t_.bn / 16; ++kk)
-      d = wgmma_ra(a[static_cast<size_t>(kk)], b_.CreateAdd(kvoff, c(t_.v16 + kk * 2048)), t_.bn * 128, std::move(d),
-                   /*trans_b=*/true);
+      d = wgmma(a[static_cast<size_t>(kk)], nullptr, b_.CreateAdd(kvoff, c(t_.v16 + kk * 2048)), t_.bn * 128, std::move(d),
+                /*trans_b=*/true);
     wgmma_commit_wait();
     for (int64_t t = 0; t < t_.ev / 8; ++t)
       for (int i = 0; i < 4; ++i) o[0][static_cast<size_t>(t)][static_cast<size_t>(i)] = d[static_cast<size_t>(4 * t + i)];
@@ -649,25 +649,36 @@ void AttentionCode::wgmma_commit_wait() {
   matmul_detail::ptx_stmt(b_, "wgmma.wait_group.sync.aligned 0;");
 }
 
-std::vector<llvm::Value*> AttentionCode::wgmma_ra(const std::vector<llvm::Value*>& a, llvm::Value* byte_off, int64_t lbo,
-                                                  std::vector<llvm::Value*> d, bool trans_b) {
+std::vector<llvm::Value*> AttentionCode::wgmma(const std::vector<llvm::Value*>& a, llvm::Value* a_off, llvm::Value* b_off,
+                                               int64_t lbo, std::vector<llvm::Value*> d, bool trans_b) {
   llvm::Type* i32 = b_.getInt32Ty();
   llvm::Type* f32 = b_.getFloatTy();
-  // The descriptor's start: the 32-bit shared address (the host build: the offset
-  // from its shared memory, which the simulation counts from).
-  llvm::Value* addr = b_.CreateTrunc(byte_off, i32);
-  if (mode_ == Mode::Mma) addr = b_.CreateAdd(b_.CreatePtrToInt(buf_, i32), addr);
-  llvm::Value* desc = matmul_detail::wgmma_descriptor(b_, addr, lbo, 1024);
-  if (mode_ == Mode::Mma) return matmul_detail::wgmma_regs_a(b_, a, desc, std::move(d), f16(), trans_b);
+  // A descriptor's start: the 32-bit shared address (the host build: the offset from
+  // its shared memory, which the simulation counts from).
+  auto desc = [&](llvm::Value* off) {
+    llvm::Value* addr = b_.CreateTrunc(off, i32);
+    if (mode_ == Mode::Mma) addr = b_.CreateAdd(b_.CreatePtrToInt(buf_, i32), addr);
+    return matmul_detail::wgmma_descriptor(b_, addr, lbo, 1024);
+  };
+  llvm::Value* db = desc(b_off);
+  llvm::Value* da = a.empty() ? desc(a_off) : nullptr;
+  if (mode_ == Mode::Mma)
+    return matmul_detail::wgmma_inline(b_, a, da, db, std::move(d), f16() ? "f16" : "bf16", 0, trans_b ? 1 : 0);
   const size_t n = d.size();
-  llvm::Value* abuf = slot(llvm::ArrayType::get(i32, 4));
   llvm::Value* dbuf = slot(llvm::ArrayType::get(f32, n));
-  for (size_t i = 0; i < 4; ++i) b_.CreateStore(a[i], b_.CreateConstInBoundsGEP1_64(i32, abuf, i));
   for (size_t i = 0; i < n; ++i) b_.CreateStore(d[i], b_.CreateConstInBoundsGEP1_64(f32, dbuf, i));
   const int32_t mode = (f16() ? 1 : 0) | (trans_b ? 4 : 0) | static_cast<int32_t>(2 * n) << 8;
   llvm::Type* ptr = b_.getPtrTy();
-  auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, ptr, b_.getInt64Ty(), i32, ptr}, false);
-  b_.CreateCall(fty, hook_[8], {hook_[0], tid32_, abuf, desc, b_.getInt32(static_cast<uint32_t>(mode)), dbuf});
+  llvm::Type* i64 = b_.getInt64Ty();
+  if (a.empty()) {
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, i64, i64, i32, ptr}, false);
+    b_.CreateCall(fty, hook_[11], {hook_[0], tid32_, da, db, b_.getInt32(static_cast<uint32_t>(mode)), dbuf});
+  } else {
+    llvm::Value* abuf = slot(llvm::ArrayType::get(i32, 4));
+    for (size_t i = 0; i < 4; ++i) b_.CreateStore(a[i], b_.CreateConstInBoundsGEP1_64(i32, abuf, i));
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, ptr, i64, i32, ptr}, false);
+    b_.CreateCall(fty, hook_[8], {hook_[0], tid32_, abuf, db, b_.getInt32(static_cast<uint32_t>(mode)), dbuf});
+  }
   for (size_t i = 0; i < n; ++i) d[i] = b_.CreateLoad(f32, b_.CreateConstInBoundsGEP1_64(f32, dbuf, i));
   return d;
 }

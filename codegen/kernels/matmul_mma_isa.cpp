@@ -24,36 +24,55 @@ llvm::Value* wgmma_descriptor(llvm::IRBuilderBase& b, llvm::Value* addr, int64_t
   return b.CreateOr(start, llvm::ConstantInt::get(i64, fixed));
 }
 
-std::vector<llvm::Value*> wgmma_regs_a(llvm::IRBuilderBase& b, const std::vector<llvm::Value*>& a, llvm::Value* db,
-                                       std::vector<llvm::Value*> d, bool f16, bool trans_b) {
+std::vector<llvm::Value*> wgmma_inline(llvm::IRBuilderBase& b, const std::vector<llvm::Value*>& a_regs, llvm::Value* da,
+                                       llvm::Value* db, std::vector<llvm::Value*> d, const std::string& type, int trans_a,
+                                       int trans_b) {
   const size_t n = d.size();
-  const std::string ty = f16 ? "f16" : "bf16";
-  // $0 .. $n-1: D; $n .. $n+3: A; $n+4: B's descriptor; $n+5: scale-d (a predicate
-  // in the instruction, set from a register as the matmul's); the accumulators tied to D.
-  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + num(int64_t(n) + 5) +
-                     ", 0;\nwgmma.mma_async.sync.aligned.m64n" + num(int64_t(2 * n)) + "k16.f32." + ty + "." + ty + " {";
+  const bool tf32 = type == "tf32", ra = !a_regs.empty();
+  // $0 .. $n-1: D; then A (four registers, or its descriptor), B's descriptor, and
+  // scale-d (a predicate in the instruction, set from a register); the accumulators
+  // tied to D.
+  const int64_t a0 = static_cast<int64_t>(n), bi = a0 + (ra ? 4 : 1), sd = bi + 1;
+  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + num(sd) + ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
+                     num(int64_t(2 * n)) + (tf32 ? "k8" : "k16") + ".f32." + type + "." + type + " {";
   std::string cons;
   for (size_t i = 0; i < n; ++i) {
     text += (i ? ", $" : "$") + num(int64_t(i));
     cons += "=f,";
   }
-  text += "}, {";
-  for (size_t i = 0; i < 4; ++i) text += (i ? ", $" : "$") + num(int64_t(n + i));
-  text += "}, $" + num(int64_t(n) + 4) + ", p, 1, 1, " + (trans_b ? "1" : "0") + ";\n}";
-  cons += "r,r,r,r,l,r";
+  text += "}, ";
+  if (ra) {
+    text += "{$" + num(a0) + ", $" + num(a0 + 1) + ", $" + num(a0 + 2) + ", $" + num(a0 + 3) + "}";
+    cons += "r,r,r,r,";
+  } else {
+    text += "$" + num(a0);
+    cons += "l,";
+  }
+  // TF32 has no imm-trans operands (both operands are K-major); A from registers no
+  // imm-trans-a.
+  text += ", $" + num(bi) + ", p, 1, 1" + (tf32 ? std::string() : (ra ? "" : ", " + num(trans_a)) + ", " + num(trans_b)) +
+          ";\n}";
+  cons += "l,r";
   for (size_t i = 0; i < n; ++i) cons += "," + num(int64_t(i));
   cons += ",~{memory}";
   llvm::Type* f32 = b.getFloatTy();
   std::vector<llvm::Type*> outs(n, f32);
-  std::vector<llvm::Type*> ins(4, b.getInt32Ty());
+  std::vector<llvm::Type*> ins;
+  std::vector<llvm::Value*> args;
+  if (ra) {
+    ins.assign(4, b.getInt32Ty());
+    args.assign(a_regs.begin(), a_regs.end());
+  } else {
+    ins.push_back(b.getInt64Ty());
+    args.push_back(da);
+  }
   ins.push_back(b.getInt64Ty());
   ins.push_back(b.getInt32Ty());
   ins.insert(ins.end(), n, f32);
-  auto* fty = llvm::FunctionType::get(llvm::StructType::get(b.getContext(), outs), ins, false);
-  std::vector<llvm::Value*> args(a.begin(), a.end());
   args.push_back(db);
   args.push_back(b.getInt32(1));
   args.insert(args.end(), d.begin(), d.end());
+  auto* fty = llvm::FunctionType::get(llvm::StructType::get(b.getContext(), outs), ins, false);
   llvm::Value* r = b.CreateCall(llvm::InlineAsm::get(fty, text, cons, /*hasSideEffects=*/true), args);
   for (size_t i = 0; i < n; ++i) d[i] = b.CreateExtractValue(r, {static_cast<unsigned>(i)});
   return d;
@@ -270,29 +289,7 @@ std::vector<llvm::Value*> MmaIsa::wgmma(llvm::Value* da, llvm::Value* db, std::v
       d[i] = b_.CreateAlignedLoad(f32_, b_.CreateConstInBoundsGEP1_64(f32_, buf, i), llvm::Align(4));
     return d;
   }
-  const std::string ty = tf32 ? "tf32" : f16 ? "f16" : "bf16";
-  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + num(int64_t(n) + 2) + ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
-                     num(t_.bn) + (tf32 ? "k8" : "k16") + ".f32." + ty + "." + ty + " {";
-  std::string cons;
-  for (size_t i = 0; i < n; ++i) {
-    text += (i ? ", $" : "$") + num(int64_t(i));
-    cons += "=f,";
-  }
-  // TF32 has no imm-trans operands (both operands are K-major).
-  text += "}, $" + num(int64_t(n)) + ", $" + num(int64_t(n) + 1) + ", p, 1, 1" +
-          (tf32 ? std::string() : ", " + num(trans_a) + ", " + num(trans_b)) + ";\n}";
-  cons += "l,l,r";
-  for (size_t i = 0; i < n; ++i) cons += "," + num(int64_t(i));
-  cons += ",~{memory}";
-  std::vector<llvm::Type*> outs(n, f32_);
-  std::vector<llvm::Type*> ins = {b_.getInt64Ty(), b_.getInt64Ty(), i32_};
-  ins.insert(ins.end(), n, f32_);
-  auto* fty = llvm::FunctionType::get(llvm::StructType::get(m_.getContext(), outs), ins, false);
-  std::vector<llvm::Value*> args = {da, db, b_.getInt32(1)};
-  args.insert(args.end(), d.begin(), d.end());
-  llvm::Value* r = b_.CreateCall(llvm::InlineAsm::get(fty, text, cons, /*hasSideEffects=*/true), args);
-  for (size_t i = 0; i < n; ++i) d[i] = b_.CreateExtractValue(r, {static_cast<unsigned>(i)});
-  return d;
+  return wgmma_inline(b_, {}, da, db, std::move(d), tf32 ? "tf32" : f16 ? "f16" : "bf16", trans_a, trans_b);
 }
 
 }  // namespace sf::matmul_detail

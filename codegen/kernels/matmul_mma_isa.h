@@ -27,13 +27,15 @@ namespace sf::matmul_detail {
 void ptx_stmt(llvm::IRBuilderBase& b, const std::string& text);
 // A wgmma matrix descriptor for the 32-bit shared address `addr` (MmaIsa::descriptor).
 llvm::Value* wgmma_descriptor(llvm::IRBuilderBase& b, llvm::Value* addr, int64_t lbo, int64_t sbo);
-// D (d.size() = N / 2 f32 a thread) += A (m64 x k16) * B (k16 x N):
-// wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}.{bf16,f16} with A from four
-// .b32 registers `a` (the warp's 16 rows of the warpgroup's 64, laid out as
-// mma.m16n8k16's A fragment) and B from shared memory through the descriptor `db`,
-// MN-major when `trans_b`; scale-d 1.
-std::vector<llvm::Value*> wgmma_regs_a(llvm::IRBuilderBase& b, const std::vector<llvm::Value*>& a, llvm::Value* db,
-                                       std::vector<llvm::Value*> d, bool f16, bool trans_b);
+// D (d.size() = N / 2 f32 a thread) += A (m64 x k) * B (k x N), scale-d 1:
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.T.T (T = `type`: "bf16", "f16"; "tf32":
+// m64nNk8, both operands K-major, no imm-trans operands). A from shared memory through
+// the descriptor `da` (MN-major when `trans_a`), or, where `a_regs` holds four .b32
+// registers (16-bit types only), from them: the warp's 16 rows of the warpgroup's 64,
+// laid out as mma.m16n8k16's A fragment. B through `db`, MN-major when `trans_b`.
+std::vector<llvm::Value*> wgmma_inline(llvm::IRBuilderBase& b, const std::vector<llvm::Value*>& a_regs, llvm::Value* da,
+                                       llvm::Value* db, std::vector<llvm::Value*> d, const std::string& type, int trans_a,
+                                       int trans_b);
 
 class MmaIsa {
  protected:

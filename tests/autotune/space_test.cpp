@@ -599,44 +599,6 @@ TEST(CostModelTest, WgmmaRanksFourStagesAboveThree) {
   EXPECT_LT(predict(4, true, 64), predict(3, true, 64)) << predict(4, true, 64) << " vs " << predict(3, true, 64);
 }
 
-// The tensor-core attention (bench sdpa's shape: 8 x 32 heads, 2048 x 2048, head dim
-// 128, bf16): tiles of 16 or 32 rows a warp (the register-resident form) rank above
-// the same tile on other warp counts, 32 rows a warp (two mma tiles sharing each k
-// and v fragment) above 16, 32-key tiles above 16 (each key tile's fixed cost), and
-// big query tiles above small ones (k and v are read once per query tile), so a
-// tuner's top-k holds the forms worth measuring.
-TEST(CostModelTest, TensorCoreAttentionPrefersTheRegisterFormAndBigTiles) {
-  TargetInfo t = gpu("sm_90a");
-  TuneProblem p;
-  p.kind = KernelKind::Attention;
-  p.batch = 8 * 32;
-  p.m = 2048;
-  p.n = 2048;
-  p.k = 128;
-  p.cols = 128;
-  p.elem_bytes = 2;
-  p.bytes = int64_t{3} * p.batch * 2048 * 128 * 2;
-  p.flops = int64_t{4} * p.batch * 2048 * 2048 * 128 / 2;  // causal
-  BuildResult tc;
-  tc.tensor_cores = true;
-  auto cfg = [](int bm, int bn, int warps) {
-    KernelConfig c;
-    c.block_m = bm;
-    c.block_n = bn;
-    c.warps = warps;
-    return c;
-  };
-  const double regs64 = predict_us(p, cfg(64, 64, 4), t, tc), shared64 = predict_us(p, cfg(64, 64, 8), t, tc);
-  EXPECT_LT(predict_us(p, cfg(128, 32, 4), t, tc), predict_us(p, cfg(128, 32, 8), t, tc)) << "two mma tiles a warp";
-  EXPECT_LT(predict_us(p, cfg(64, 64, 2), t, tc), predict_us(p, cfg(64, 64, 1), t, tc)) << "the shared form";
-  EXPECT_LT(predict_us(p, cfg(128, 32, 4), t, tc), predict_us(p, cfg(128, 16, 4), t, tc)) << "a key tile's fixed cost";
-  const double tiny = predict_us(p, cfg(16, 16, 1), t, tc), regs128 = predict_us(p, cfg(128, 64, 8), t, tc);
-  EXPECT_LT(regs64, shared64);
-  EXPECT_LT(regs64, tiny);
-  EXPECT_LE(regs128, regs64 * 1.01);
-  EXPECT_LT(regs64, predict_us(p, cfg(64, 64, 4), t, BuildResult{})) << "tensor cores priced above FMA";
-}
-
 TEST(CostModelTest, OccupancyMattersForMemoryBoundPointwise) {
   TuneProblem p = pointwise(int64_t{64} << 20);
   TargetInfo t = gpu("sm_90");

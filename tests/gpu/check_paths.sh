@@ -7,7 +7,7 @@
 # --allow-tf32 (also warp-specialised and split-K; exact FMA without), split-K of
 # 16-bit groups through the workspace (also warp-specialised and persistent); and the fused
 # attention check graphs (tests/gpu/attn_*.sf) one attention kernel on mma.sync, its
-# scores and output in registers. Each
+# scores and output in registers (and with --attention-config wgmma=1 on wgmma). Each
 # graph also matches the reference on the CPU (run --check).
 #   check_paths.sh SHARDFUSE SOURCE_DIR [all|sample]
 # `sample` (the sanitizer build, as tests/sanitized.h samples sweeps there) compiles
@@ -86,6 +86,16 @@ for g in "$src"/tests/gpu/attn_*.sf; do
     || { echo "FAIL: $p: not one attention kernel"; fail=1; }
   has "$p" "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
   has "$p" "shfl.sync.bfly"  # the register-resident form (16 rows a warp)
+  # gpu-pack's wgmma variants: the products by wgmma (A from registers), no mma.sync.
+  for w in "block_m=64 block_n=64 warps=4" "block_m=128 block_n=64 warps=8"; do
+    q="$d/$n.wgmma"
+    rm -rf "$q"
+    "$sf" compile "$g" --arch sm_90a --no-ptxas --no-host --attention-config "$w wgmma=1" -o "$q" >/dev/null \
+      || { echo "FAIL: compile $g --attention-config '$w wgmma=1'"; fail=1; continue; }
+    has "$q" "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"
+    has "$q" "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
+    lacks "$q" "mma.sync"
+  done
 done
 [ -e "$d/failed" ] && fail=1
 [ "$fail" = 0 ] && echo "ok: every tensor-core check graph takes its paths"

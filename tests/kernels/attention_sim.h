@@ -69,6 +69,7 @@ inline Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::
     hooks.cp_async = &counted_cp_async;
     hooks.cp_commit = &mma_sim::sim_cp_commit;
     hooks.cp_wait = &mma_sim::sim_cp_wait;
+    hooks.wgmma = &mma_sim::sim_wgmma;
     hooks.wgmma_ra = &mma_sim::sim_wgmma_ra;
     hooks.wgmma_commit = &mma_sim::sim_wgmma_commit;
     hooks.wgmma_wait = &mma_sim::sim_wgmma_wait;

@@ -195,15 +195,17 @@ std::vector<KernelConfig> config_space(const TuneProblem& p, const TargetInfo& t
     case KernelKind::Attention: {
       std::vector<KernelConfig> out = attention_tiles({2, 4, 8});
       // sm_90a: the register-resident tiles of whole warpgroups (16 rows a warp) also
-      // multiplying by wgmma, where the head dims are whole 64-column panels.
+      // multiplying by wgmma, plain and pipelined, where the head dims are whole
+      // 64-column panels.
       if (t.name == "sm_90a" && p.operand_bytes == 2 && p.k % 64 == 0 && p.cols % 64 == 0) {
         const size_t n = out.size();
         for (size_t i = 0; i < n; ++i)
-          if (out[i].warps % 4 == 0 && out[i].block_m == 16 * out[i].warps) {
-            KernelConfig c = out[i];
-            c.wgmma = 1;
-            out.push_back(c);
-          }
+          if (out[i].warps % 4 == 0 && out[i].block_m == 16 * out[i].warps)
+            for (int w : {1, 2}) {  // synchronous, pipelined
+              KernelConfig c = out[i];
+              c.wgmma = w;
+              out.push_back(c);
+            }
       }
       return out;
     }

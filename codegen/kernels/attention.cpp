@@ -550,12 +550,14 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   // wgmma (config.wgmma): the register-resident form's products on sm_90a; the host
   // simulation builds as for sm_90a.
   const bool wg = config.wgmma != 0 && mode != Mode::Host;
-  if (config.wgmma != 0 && config.wgmma != 1) return fail("wgmma must be 0 or 1, got " + std::to_string(config.wgmma));
+  if (config.wgmma < 0 || config.wgmma > 2) return fail("wgmma must be 0, 1 or 2, got " + std::to_string(config.wgmma));
   if (wg) {
     const std::string arch = mode == Mode::MmaSim ? "sm_90a" : target.arch;
-    if (std::optional<std::string> why = wgmma_unfit(spec.group, *info, config, shape, tc, arch)) return fail("wgmma = 1: " + *why);
+    if (std::optional<std::string> why = wgmma_unfit(spec.group, *info, config, shape, tc, arch))
+      return fail("wgmma = " + std::to_string(config.wgmma) + ": " + *why);
   }
-  const Tiles t(shape.bm, shape.bn, m.e, m.ev, regs, wg);
+  const bool pipelined = wg && config.wgmma == 2;
+  const Tiles t(shape.bm, shape.bn, m.e, m.ev, regs, wg, pipelined ? 3 : 2);
   const llvmb::Target budget_target = mode == Mode::MmaSim ? llvmb::Target::nvptx("sm_90a") : target;
   if (std::optional<std::string> why = tiles_over_budget(t, budget_target)) return fail(*why);
 
@@ -571,7 +573,7 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   AttentionCode code(spec, *info, t, mode, b, cg);
   code.set_groups(group, rph);
   code.set_registers(regs, shape.mtiles);
-  code.set_wgmma(wg);
+  code.set_wgmma(wg, pipelined);
   const int64_t blocks = code.blocks();
   Result<void> r;
   if (mode == Mode::Simt || mode == Mode::Mma) {
@@ -659,7 +661,8 @@ bool attention_tiles_fit(const Graph& group, const KernelConfig& config, const s
   KernelSpec spec{"sf_fit", KernelKind::Attention, group};
   const bool tc = attention_uses_tensor_cores(spec, config, arch);
   const AttentionBlockShape shape = attention_block_shape(*info, config, tc);
-  const Tiles t(shape.bm, shape.bn, info->match.e, info->match.ev, shape.registers, config.wgmma != 0);
+  const Tiles t(shape.bm, shape.bn, info->match.e, info->match.ev, shape.registers, config.wgmma != 0,
+                config.wgmma == 2 ? 3 : 2);
   return !tiles_over_budget(t, llvmb::Target::nvptx(arch));
 }
 

@@ -71,8 +71,11 @@ struct Tiles {
   // j at chunk c ^ j % 8), q's E / 64 panels, then per buffer k's E / 64 and v's
   // Ev / 64, each on a 1024-byte boundary. panel_elem gives an element's place.
   bool wgmma = false;
-  Tiles(int64_t bm_, int64_t bn_, int64_t e_, int64_t ev_, bool regs_ = false, bool wgmma_ = false)
-      : bm(bm_), bn(bn_), e(e_), ev(ev_), regs(regs_), wgmma(regs_ && wgmma_) {
+  // k/v buffers: 2 (key tile t in buffer t % 2), 3 for the pipelined wgmma form (tile
+  // t - 1's v is still read while tile t + 1 is copied).
+  int64_t kv_buffers = 2;
+  Tiles(int64_t bm_, int64_t bn_, int64_t e_, int64_t ev_, bool regs_ = false, bool wgmma_ = false, int64_t kv_buffers_ = 2)
+      : bm(bm_), bn(bn_), e(e_), ev(ev_), regs(regs_), wgmma(regs_ && wgmma_), kv_buffers(kv_buffers_) {
     k = q + bm * e;
     v = k + bn * e;
     s = v + bn * ev;
@@ -103,7 +106,7 @@ struct Tiles {
   // buffer t % 2 while tile t + 1 is copied into the other (cp.async), buffer 1 this
   // many bytes after buffer 0.
   int64_t kv_bytes() const { return wgmma ? (panels(e) + panels(ev)) * bn * 128 : 2 * bn * ks + 2 * bn * vs; }
-  int64_t bytes() const { return regs ? k16 + 2 * kv_bytes() : floats * 4; }
+  int64_t bytes() const { return regs ? k16 + kv_buffers * kv_bytes() : floats * 4; }
 };
 
 class AttentionCode {
@@ -129,7 +132,10 @@ class AttentionCode {
   // each warpgroup's 64 rows (its warps' 16 each, mtiles 1) at once, q and p from the
   // same registers mma.sync takes them in, k and v from shared memory through matrix
   // descriptors; the scores and output accumulators land in the same fragments.
-  void set_wgmma(bool on) { wg_ = on; }
+  void set_wgmma(bool on, bool pipelined = false) {
+    wg_ = on;
+    wg_pipe_ = on && pipelined;
+  }
 
   // The whole kernel body for block `bid` (an i64 below blocks()).
   Result<void> block(llvm::Value* bid, llvm::Value* buf, llvm::Value* tid, llvm::Value* nthreads,
@@ -323,8 +329,14 @@ class AttentionCode {
   // fence that makes the threads' shared-memory writes (cp.async, st.shared) visible
   // to wgmma's reads.
   void wgmma_fence();
-  void wgmma_commit_wait();
+  void wgmma_commit();
+  void wgmma_wait(int pending);
   void proxy_fence();
+  // The values (f32 or i32) passed through an empty volatile asm, which LLVM keeps in
+  // order with the other inline PTX: a wgmma's results so that no instruction reads
+  // them ahead of the wgmma.wait_group emitted before, and a wgmma's inputs so that
+  // they are defined ahead of the wgmma.fence after (NVPTX only).
+  void fence_operands(std::vector<llvm::Value*>& v);
   // D += A B, B at shared byte `b_off` (a leading byte offset `lbo`, MN-major where
   // `trans_b`), A from four registers `a`, or (a empty) K-major at shared byte `a_off`.
   std::vector<llvm::Value*> wgmma(const std::vector<llvm::Value*>& a, llvm::Value* a_off, llvm::Value* b_off, int64_t lbo,
@@ -378,6 +390,29 @@ class AttentionCode {
 
   // Key tile kv0's products and softmax, its k and v read `kvoff` bytes after buffer 0.
   Result<void> key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff);
+  // Per mma tile, its n8 tiles' C fragments (4 f32 each).
+  using Frags = std::vector<std::vector<llvm::Value*>>;
+  // The wgmma form's pieces (no fence, commit or wait of their own): the scores of
+  // the key tile whose k is `kvoff` bytes after buffer 0 added to `d` (bn / 2 f32 a
+  // thread); the
+  // output `d` (Ev / 2 f32) plus p's A fragments `a` times that tile's v; p's A
+  // fragments per k step of 16 keys, packed from its C fragments; and a wgmma's D
+  // as C fragments and back.
+  std::vector<llvm::Value*> scores_wgmma(llvm::Value* kvoff, std::vector<llvm::Value*> d);
+  std::vector<llvm::Value*> zeros(int64_t n);  // n f32 zeros
+  std::vector<llvm::Value*> output_wgmma(const std::vector<std::vector<llvm::Value*>>& a, llvm::Value* kvoff,
+                                         std::vector<llvm::Value*> d);
+  std::vector<std::vector<llvm::Value*>> p_fragments(const Frags& p);
+  static Frags fragments(const std::vector<llvm::Value*>& d);
+  static std::vector<llvm::Value*> flat(const Frags& f);
+  // wgmma = 2: FlashAttention-3's pipelining within a warpgroup over three k/v
+  // buffers: tile t's scores and tile t - 1's output products in flight while tile
+  // t's softmax runs (docs/kernels.md, "Attention").
+  Result<void> key_loop_pipelined(llvm::Value* b, llvm::Value* kv_end);
+  // Key tile kv0's scores `sc` (per mma tile) through the chain (masks, scale) and the
+  // online softmax: `sc` becomes p, each row's running max and partial sum move on,
+  // and the result is each row half's rescaling factor alpha = exp(m_old - m_new).
+  Result<std::vector<std::array<llvm::Value*, 2>>> softmax_tile(llvm::Value* kv0, std::vector<Frags>& sc);
 
   DType score_dtype() const { return spec_.group.node(m_.scores).type.dtype; }
   // The host's dot products: 8 lanes, 2 partial sums (a reordered f32 sum, as the
@@ -396,7 +431,7 @@ class AttentionCode {
   const Tiles& t_;
   Mode mode_;
   llvm::Value* hook_[12] = {};
-  bool regs_ = false, wg_ = false;
+  bool regs_ = false, wg_ = false, wg_pipe_ = false;
   // The register-resident form: the warp's first row, its output accumulators (ev / 8
   // C fragments) and its rows' running max and partial sum (rows g and g + 8), as
   // entry-block slots mem2reg promotes.

@@ -9,6 +9,7 @@
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include "codegen/kernels/attention_code.h"
@@ -397,6 +398,9 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
   // other: at the top of iteration t this thread waits for its copies of tile t, the
   // barrier publishes everyone's and tells that every warp is done with tile t - 1,
   // whose buffer then takes tile t + 1's copies, which run during tile t's products.
+  if (wg_pipe_) {
+    SF_TRY(key_loop_pipelined(b, kv_end));
+  } else {
   SF_TRY(load_kv16(b, c(0), c(0)));
   cp_commit();
   SF_TRY(emit_loop(b_, c(0), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
@@ -413,6 +417,7 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
     cp_commit();
     return key_tile_regs(kv0, b_.CreateMul(odd, c(t_.kv_bytes())));
   }));
+  }
   cp_wait(0);  // no copy outlives the loop (tile 0's, where there was no key tile)
   // Each row's sum over its quad; out = acc / sum, rows g and g + 8 of each mma tile.
   // One division a row (the output is rounded to 16 bits: 1 / l then a product is
@@ -440,52 +445,124 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
   return ok();
 }
 
-Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) {
+Result<void> AttentionCode::key_loop_pipelined(llvm::Value* b, llvm::Value* kv_end) {
+  // FlashAttention-3's intra-warpgroup pipelining: the scores of tile t and the
+  // output products of tile t - 1 are issued together, and tile t's chain and softmax
+  // run while the tensor cores still work on tile t - 1's output.
+  //   tile 0: scores, softmax -> p_0
+  //   tile t = 1, 2, ...: issue S_t = q k_t^T and O += p_{t-1} v_{t-1}; wait for S_t
+  //     (wait_group 1); softmax -> p_t, alpha_t; wait for O (wait_group 0); O *= alpha_t
+  //   after the last tile: O += p_last v_last
+  // Key tile t lives in buffer t % 3: at the top of iteration t (its copies waited
+  // for, fenced and published by the barrier) the buffer of tile t + 1 is that of tile
+  // t - 2, whose products every warpgroup retired in iteration t - 1.
   llvm::Type* f32 = b_.getFloatTy();
-  llvm::Value* krow = b_.CreateInBoundsGEP(b_.getInt8Ty(), krow_, kvoff);
-  llvm::Value* vrow = b_.CreateInBoundsGEP(b_.getInt8Ty(), vrow_, kvoff);
+  llvm::Type* i32 = b_.getInt32Ty();
+  const int64_t nkk = t_.bn / 16;
+  auto buf = [&](llvm::Value* kv0) {  // tile kv0's buffer, as a byte offset
+    return b_.CreateMul(b_.CreateURem(b_.CreateUDiv(kv0, c(t_.bn)), c(3)), c(t_.kv_bytes()));
+  };
+  auto publish = [&]() {
+    cp_wait(0);
+    proxy_fence();
+    barrier();
+  };
+  auto copy_next = [&](llvm::Value* kv0) -> Result<void> {
+    llvm::Value* next = b_.CreateAdd(kv0, c(t_.bn));
+    SF_TRY(when(b_.CreateICmpSLT(next, kv_end), [&]() -> Result<void> {
+      return load_kv16(b, next, b_.CreateUDiv(buf(next), c(2)));
+    }));
+    cp_commit();
+    return ok();
+  };
+  // p's A fragments, carried from one tile to the next.
+  std::vector<llvm::Value*> pslot;
+  for (int64_t i = 0; i < 4 * nkk; ++i) pslot.push_back(slot(i32));
+  auto keep_p = [&](const std::vector<std::vector<llvm::Value*>>& a) {
+    for (size_t kk = 0; kk < a.size(); ++kk)
+      for (size_t r = 0; r < 4; ++r) b_.CreateStore(a[kk][r], pslot[4 * kk + r]);
+  };
+  auto saved_p = [&]() {
+    std::vector<std::vector<llvm::Value*>> a(static_cast<size_t>(nkk));
+    for (size_t kk = 0; kk < a.size(); ++kk)
+      for (size_t r = 0; r < 4; ++r) a[kk].push_back(b_.CreateLoad(i32, pslot[4 * kk + r]));
+    return a;
+  };
+  auto saved_o = [&]() {
+    std::vector<llvm::Value*> d;
+    for (llvm::Value* o : o_[0]) d.push_back(b_.CreateLoad(f32, o));
+    return d;
+  };
+  auto keep_o = [&](const std::vector<llvm::Value*>& d) {
+    for (size_t i = 0; i < d.size(); ++i) b_.CreateStore(d[i], o_[0][i]);
+  };
+  SF_TRY(load_kv16(b, c(0), c(0)));
+  cp_commit();
+  return when(b_.CreateICmpSGT(kv_end, c(0)), [&]() -> Result<void> {
+    publish();
+    SF_TRY(copy_next(c(0)));
+    std::vector<llvm::Value*> s0 = zeros(t_.bn / 2);
+    fence_operands(s0);
+    wgmma_fence();
+    s0 = scores_wgmma(c(0), std::move(s0));
+    wgmma_commit();
+    wgmma_wait(0);
+    fence_operands(s0);
+    std::vector<Frags> sc = {fragments(s0)};
+    // The output is still zero: tile 0's alpha has nothing to rescale.
+    SF_TRY(softmax_tile(c(0), sc));
+    keep_p(p_fragments(sc[0]));
+    SF_TRY(emit_loop(b_, c(t_.bn), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
+      publish();
+      SF_TRY(copy_next(kv0));
+      // Every input register of the two groups defined before the wgmma.fence: a copy
+      // or constant ptxas finds between a pipeline stage's wgmma instructions makes it
+      // serialize them (note C7513).
+      std::vector<llvm::Value*> s = zeros(t_.bn / 2), o = saved_o();
+      std::vector<std::vector<llvm::Value*>> p = saved_p();
+      fence_operands(s);
+      fence_operands(o);
+      for (std::vector<llvm::Value*>& a : p) fence_operands(a);
+      wgmma_fence();
+      s = scores_wgmma(buf(kv0), std::move(s));
+      wgmma_commit();
+      o = output_wgmma(p, buf(b_.CreateSub(kv0, c(t_.bn))), std::move(o));
+      wgmma_commit();
+      wgmma_wait(1);  // the scores' group (committed first)
+      fence_operands(s);
+      std::vector<Frags> st = {fragments(s)};
+      Result<std::vector<std::array<llvm::Value*, 2>>> alpha = softmax_tile(kv0, st);
+      if (!alpha) return alpha.error();
+      wgmma_wait(0);  // the output's
+      fence_operands(o);
+      for (size_t i = 0; i < o.size(); ++i) o[i] = b_.CreateFMul(o[i], (*alpha)[0][i % 4 / 2]);
+      keep_o(o);
+      // p_t packed only now: the output products just retired still read p_{t-1}'s
+      // registers, which LLVM gives p_t too (one value carried around the loop), and
+      // writing them under an unretired wgmma would make ptxas serialize (C7513).
+      keep_p(p_fragments(st[0]));
+      return ok();
+    }));
+    // The last tile's output products.
+    llvm::Value* last = b_.CreateMul(b_.CreateUDiv(b_.CreateSub(kv_end, c(1)), c(t_.bn)), c(t_.bn));
+    std::vector<llvm::Value*> o = saved_o();
+    std::vector<std::vector<llvm::Value*>> p = saved_p();
+    fence_operands(o);
+    for (std::vector<llvm::Value*>& a : p) fence_operands(a);
+    wgmma_fence();
+    o = output_wgmma(p, buf(last), std::move(o));
+    wgmma_commit();
+    wgmma_wait(0);
+    fence_operands(o);
+    keep_o(o);
+    return ok();
+  });
+}
+
+Result<std::vector<std::array<llvm::Value*, 2>>> AttentionCode::softmax_tile(llvm::Value* kv0, std::vector<Frags>& sc) {
+  llvm::Type* f32 = b_.getFloatTy();
   const int64_t nt = t_.bn / 8;
   const auto T = static_cast<size_t>(mtiles_);
-  using Frags = std::vector<std::vector<llvm::Value*>>;  // [n8 tile][C element]
-  // S = q k^T: B(k, n) = the k tile (n, k), per mma tile mt.
-  // Each k step's q fragment is read from shared memory once per key tile (holding
-  // all E / 16 of them across the loop took 32 registers a thread more, which the
-  // E = 128 kernel spilled).
-  std::vector<Frags> sc(T, Frags(static_cast<size_t>(nt), std::vector<llvm::Value*>(4, llvm::ConstantFP::get(f32, 0.0))));
-  if (wg_) {
-    // wgmma: per k step one m64n{bn}k16 over the whole key tile (the accumulators'
-    // zeros, written by ordinary instructions, need a wgmma.fence first), both
-    // operands K-major from shared memory: the warpgroup's 64 rows of q and the k
-    // tile. K step s starts in panel s / 4, 32 bytes per step into its 128-byte rows
-    // (the hardware swizzles the address it forms); 8 rows are 1024 bytes.
-    llvm::Value* wg_rows = b_.CreateMul(b_.CreateUDiv(warp_, c(4)), c(64 * 128));  // the warpgroup's first q row
-    wgmma_fence();
-    std::vector<llvm::Value*> d(static_cast<size_t>(t_.bn / 2), llvm::ConstantFP::get(f32, 0.0));
-    for (int64_t s = 0; s < t_.e / 16; ++s) {
-      llvm::Value* qat = b_.CreateAdd(wg_rows, c(t_.q16 + s / 4 * t_.bm * 128 + s % 4 * 32));
-      llvm::Value* kat = b_.CreateAdd(kvoff, c(t_.k16 + s / 4 * t_.bn * 128 + s % 4 * 32));
-      d = wgmma({}, qat, kat, t_.bn * 128, std::move(d), /*trans_b=*/false);
-    }
-    wgmma_commit_wait();
-    // D's element 4j + i is C element i of n8 tile j (the accumulator figure repeats
-    // mma's C figure per 8 columns, each warp on its 16 rows).
-    for (int64_t j = 0; j < nt; ++j)
-      for (int i = 0; i < 4; ++i) sc[0][static_cast<size_t>(j)][static_cast<size_t>(i)] = d[static_cast<size_t>(4 * j + i)];
-  }
-  // Fragments by ldmatrix.x4: q's A fragment per k step and mma tile, k's B fragments
-  // two n8 tiles at a time (bn / 8 is even: bn is a multiple of 16), each feeding
-  // every mma tile.
-  for (int64_t k0 = 0; k0 < (wg_ ? 0 : t_.e); k0 += 16) {
-    std::vector<std::vector<llvm::Value*>> qa;
-    for (size_t mt = 0; mt < T; ++mt) qa.push_back(ldsm_x4(qrow_, (static_cast<int64_t>(mt) * 16 * t_.qs + k0) * 2));
-    for (int64_t j = 0; j < nt; j += 2) {
-      std::vector<llvm::Value*> kb = ldsm_x4(krow, (8 * j * t_.ks + k0) * 2);
-      for (size_t mt = 0; mt < T; ++mt) {
-        sc[mt][static_cast<size_t>(j)] = mma(qa[mt], {kb[0], kb[1]}, sc[mt][static_cast<size_t>(j)]);
-        sc[mt][static_cast<size_t>(j + 1)] = mma(qa[mt], {kb[2], kb[3]}, sc[mt][static_cast<size_t>(j + 1)]);
-      }
-    }
-  }
   // The chain on every element (row, key): -inf outside the rows and keys. A tile
   // whose rows and keys all exist and, causal, lie wholly on or below every row's
   // diagonal (key kv0 + bn - 1 <= the block's first row q0 + d) takes a second copy of
@@ -567,6 +644,44 @@ Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) 
       b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, lslot), alpha[mt][static_cast<size_t>(h)]), sum), lslot);
       b_.CreateStore(mx, mrow_[mt][static_cast<size_t>(h)]);
     }
+  return alpha;
+}
+
+Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) {
+  llvm::Type* f32 = b_.getFloatTy();
+  llvm::Value* krow = b_.CreateInBoundsGEP(b_.getInt8Ty(), krow_, kvoff);
+  llvm::Value* vrow = b_.CreateInBoundsGEP(b_.getInt8Ty(), vrow_, kvoff);
+  const int64_t nt = t_.bn / 8;
+  const auto T = static_cast<size_t>(mtiles_);
+  // S = q k^T: B(k, n) = the k tile (n, k), per mma tile mt.
+  // Each k step's q fragment is read from shared memory once per key tile (holding
+  // all E / 16 of them across the loop took 32 registers a thread more, which the
+  // E = 128 kernel spilled).
+  std::vector<Frags> sc(T, Frags(static_cast<size_t>(nt), std::vector<llvm::Value*>(4, llvm::ConstantFP::get(f32, 0.0))));
+  if (wg_) {
+    wgmma_fence();
+    std::vector<llvm::Value*> d = scores_wgmma(kvoff, zeros(t_.bn / 2));
+    wgmma_commit();
+    wgmma_wait(0);
+    sc[0] = fragments(d);
+  }
+  // Fragments by ldmatrix.x4: q's A fragment per k step and mma tile, k's B fragments
+  // two n8 tiles at a time (bn / 8 is even: bn is a multiple of 16), each feeding
+  // every mma tile.
+  for (int64_t k0 = 0; k0 < (wg_ ? 0 : t_.e); k0 += 16) {
+    std::vector<std::vector<llvm::Value*>> qa;
+    for (size_t mt = 0; mt < T; ++mt) qa.push_back(ldsm_x4(qrow_, (static_cast<int64_t>(mt) * 16 * t_.qs + k0) * 2));
+    for (int64_t j = 0; j < nt; j += 2) {
+      std::vector<llvm::Value*> kb = ldsm_x4(krow, (8 * j * t_.ks + k0) * 2);
+      for (size_t mt = 0; mt < T; ++mt) {
+        sc[mt][static_cast<size_t>(j)] = mma(qa[mt], {kb[0], kb[1]}, sc[mt][static_cast<size_t>(j)]);
+        sc[mt][static_cast<size_t>(j + 1)] = mma(qa[mt], {kb[2], kb[3]}, sc[mt][static_cast<size_t>(j + 1)]);
+      }
+    }
+  }
+  std::vector<std::array<llvm::Value*, 2>> alpha;
+  if (Result<std::vector<std::array<llvm::Value*, 2>>> a = softmax_tile(kv0, sc); a) alpha = std::move(*a);
+  else return a.error();
   // acc = acc * alpha + p v, p's A fragments straight from the C fragments.
   std::vector<Frags> o(T, Frags(static_cast<size_t>(t_.ev / 8)));
   for (size_t mt = 0; mt < T; ++mt)
@@ -575,30 +690,15 @@ Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) 
         o[mt][static_cast<size_t>(t)].push_back(
             b_.CreateFMul(b_.CreateLoad(f32, o_[mt][static_cast<size_t>(t * 4 + i)]), alpha[mt][static_cast<size_t>(i / 2)]));
   if (wg_) {
-    // wgmma: p's A fragments for every k step (16 keys) first, then one wgmma.fence
-    // (the accumulators were just rescaled, p packed, by ordinary instructions), and
-    // per k step one m64n{Ev}k16 into all Ev / 8 output tiles, B the v tile MN-major
-    // (rows keys, 64-column panels bn rows apart): k step kk starts 16 rows (2048
-    // bytes) on; the leading byte offset is the next panel's.
-    std::vector<std::vector<llvm::Value*>> a;
-    for (int64_t kk = 0; kk < t_.bn / 16; ++kk) {
-      llvm::Value* el[8];
-      for (int e = 0; e < 8; ++e) {
-        auto [tile, i] = a_from_c(e);
-        el[e] = sc[0][static_cast<size_t>(2 * kk + tile)][static_cast<size_t>(i)];
-      }
-      a.push_back({pack(el[0], el[1]), pack(el[2], el[3]), pack(el[4], el[5]), pack(el[6], el[7])});
-    }
-    std::vector<llvm::Value*> d;
-    for (int64_t t = 0; t < t_.ev / 8; ++t)
-      for (int i = 0; i < 4; ++i) d.push_back(o[0][static_cast<size_t>(t)][static_cast<size_t>(i)]);
+    // p's A fragments first, then one wgmma.fence (the accumulators were just
+    // rescaled, p packed, by ordinary instructions).
+    const std::vector<std::vector<llvm::Value*>> a = p_fragments(sc[0]);
+    std::vector<llvm::Value*> d = flat(o[0]);
     wgmma_fence();
-    for (int64_t kk = 0; kk < t_.bn / 16; ++kk)
-      d = wgmma(a[static_cast<size_t>(kk)], nullptr, b_.CreateAdd(kvoff, c(t_.v16 + kk * 2048)), t_.bn * 128, std::move(d),
-                /*trans_b=*/true);
-    wgmma_commit_wait();
-    for (int64_t t = 0; t < t_.ev / 8; ++t)
-      for (int i = 0; i < 4; ++i) o[0][static_cast<size_t>(t)][static_cast<size_t>(i)] = d[static_cast<size_t>(4 * t + i)];
+    d = output_wgmma(a, kvoff, std::move(d));
+    wgmma_commit();
+    wgmma_wait(0);
+    o[0] = fragments(d);
   }
   for (int64_t kk = 0; kk < (wg_ ? 0 : t_.bn / 16); ++kk) {
     std::vector<std::vector<llvm::Value*>> a;
@@ -637,16 +737,91 @@ void AttentionCode::proxy_fence() {
   if (mode_ == Mode::Mma) matmul_detail::ptx_stmt(b_, "fence.proxy.async.shared::cta;");
 }
 
-void AttentionCode::wgmma_commit_wait() {
+void AttentionCode::wgmma_commit() {
   if (mode_ == Mode::MmaSim) {
     b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), b_.getInt32Ty()}, false), hook_[9],
                   {hook_[0], tid32_});
-    b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), b_.getInt32Ty(), b_.getInt32Ty()}, false),
-                  hook_[10], {hook_[0], tid32_, b_.getInt32(0)});
     return;
   }
   matmul_detail::ptx_stmt(b_, "wgmma.commit_group.sync.aligned;");
-  matmul_detail::ptx_stmt(b_, "wgmma.wait_group.sync.aligned 0;");
+}
+
+void AttentionCode::wgmma_wait(int pending) {
+  if (mode_ == Mode::MmaSim) {
+    b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), b_.getInt32Ty(), b_.getInt32Ty()}, false),
+                  hook_[10], {hook_[0], tid32_, b_.getInt32(static_cast<uint32_t>(pending))});
+    return;
+  }
+  matmul_detail::ptx_stmt(b_, "wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";");
+}
+
+void AttentionCode::fence_operands(std::vector<llvm::Value*>& v) {
+  if (mode_ != Mode::Mma) return;
+  // Each value through an empty volatile asm after the wait: LLVM keeps volatile asm
+  // in order, so nothing reads the register before the wgmma that writes it retired
+  // (CUTLASS's warpgroup_fence_operand).
+  for (llvm::Value*& x : v) {
+    llvm::Type* t = x->getType();
+    auto* fty = llvm::FunctionType::get(t, {t}, false);
+    x = b_.CreateCall(llvm::InlineAsm::get(fty, "", t->isFloatTy() ? "=f,0" : "=r,0", /*hasSideEffects=*/true), {x});
+  }
+}
+
+std::vector<llvm::Value*> AttentionCode::zeros(int64_t n) {
+  return std::vector<llvm::Value*>(static_cast<size_t>(n), llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
+}
+
+std::vector<llvm::Value*> AttentionCode::scores_wgmma(llvm::Value* kvoff, std::vector<llvm::Value*> d) {
+  // Per k step one m64n{bn}k16 over the whole key tile, both operands K-major from
+  // shared memory: the warpgroup's 64 rows of q and the k tile. K step s starts in
+  // panel s / 4, 32 bytes per step into its 128-byte rows (the hardware swizzles the
+  // address it forms); 8 rows are 1024 bytes. `d` holds the accumulators' start.
+  llvm::Value* wg_rows = b_.CreateMul(b_.CreateUDiv(warp_, c(4)), c(64 * 128));  // the warpgroup's first q row
+  for (int64_t s = 0; s < t_.e / 16; ++s) {
+    llvm::Value* qat = b_.CreateAdd(wg_rows, c(t_.q16 + s / 4 * t_.bm * 128 + s % 4 * 32));
+    llvm::Value* kat = b_.CreateAdd(kvoff, c(t_.k16 + s / 4 * t_.bn * 128 + s % 4 * 32));
+    d = wgmma({}, qat, kat, t_.bn * 128, std::move(d), /*trans_b=*/false);
+  }
+  return d;
+}
+
+std::vector<llvm::Value*> AttentionCode::output_wgmma(const std::vector<std::vector<llvm::Value*>>& a, llvm::Value* kvoff,
+                                                      std::vector<llvm::Value*> d) {
+  // Per k step (16 keys) one m64n{Ev}k16 into all Ev / 8 output tiles, A p's
+  // fragments, B the v tile MN-major (rows keys, 64-column panels bn rows apart): k
+  // step kk starts 16 rows (2048 bytes) on; the leading byte offset is the next
+  // panel's.
+  for (int64_t kk = 0; kk < t_.bn / 16; ++kk)
+    d = wgmma(a[static_cast<size_t>(kk)], nullptr, b_.CreateAdd(kvoff, c(t_.v16 + kk * 2048)), t_.bn * 128, std::move(d),
+              /*trans_b=*/true);
+  return d;
+}
+
+std::vector<std::vector<llvm::Value*>> AttentionCode::p_fragments(const Frags& p) {
+  std::vector<std::vector<llvm::Value*>> a;
+  for (int64_t kk = 0; kk < t_.bn / 16; ++kk) {
+    llvm::Value* el[8];
+    for (int e = 0; e < 8; ++e) {
+      auto [tile, i] = a_from_c(e);
+      el[e] = p[static_cast<size_t>(2 * kk + tile)][static_cast<size_t>(i)];
+    }
+    a.push_back({pack(el[0], el[1]), pack(el[2], el[3]), pack(el[4], el[5]), pack(el[6], el[7])});
+  }
+  return a;
+}
+
+AttentionCode::Frags AttentionCode::fragments(const std::vector<llvm::Value*>& d) {
+  // D's element 4j + i is C element i of n8 tile j (the accumulator figure repeats
+  // mma's C figure per 8 columns, each warp on its 16 rows).
+  Frags f(d.size() / 4);
+  for (size_t j = 0; j < f.size(); ++j) f[j].assign(d.begin() + static_cast<std::ptrdiff_t>(4 * j), d.begin() + static_cast<std::ptrdiff_t>(4 * j + 4));
+  return f;
+}
+
+std::vector<llvm::Value*> AttentionCode::flat(const Frags& f) {
+  std::vector<llvm::Value*> d;
+  for (const std::vector<llvm::Value*>& t : f) d.insert(d.end(), t.begin(), t.end());
+  return d;
 }
 
 std::vector<llvm::Value*> AttentionCode::wgmma(const std::vector<llvm::Value*>& a, llvm::Value* a_off, llvm::Value* b_off,

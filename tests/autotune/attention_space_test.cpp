@@ -35,13 +35,13 @@ TuneProblem sdpa(int64_t e = 128, int64_t ev = 128, int operand_bytes = 2) {
   return p;
 }
 
-// sm_90a adds wgmma=1 to each register-resident tile of whole warpgroups (16 rows a
+// sm_90a adds wgmma=1 and 2 to each register-resident tile of whole warpgroups (16 rows a
 // warp: 64 x {16..128} on 4 warps, 128 x {16..128} on 8) where both head dims are
 // multiples of 64 and the operands 16-bit; other archs, head dims and dtypes keep the
 // 48 mma.sync and FMA tiles.
 TEST(AttentionSpace, Sm90aAddsTheWgmmaFormOfWholeWarpgroupTiles) {
   std::vector<KernelConfig> space = config_space(sdpa(), gpu("sm_90a"));
-  ASSERT_EQ(space.size(), 48u + 8u);
+  ASSERT_EQ(space.size(), 48u + 16u);
   int wg = 0;
   for (const KernelConfig& c : space) {
     if (!c.wgmma) continue;
@@ -49,7 +49,7 @@ TEST(AttentionSpace, Sm90aAddsTheWgmmaFormOfWholeWarpgroupTiles) {
     EXPECT_TRUE((c.block_m == 64 && c.warps == 4) || (c.block_m == 128 && c.warps == 8))
         << config_str(KernelKind::Attention, ConfigTarget::Gpu, c);
   }
-  EXPECT_EQ(wg, 8);
+  EXPECT_EQ(wg, 16) << "8 tiles, each plain and pipelined";
   EXPECT_EQ(config_space(sdpa(), gpu("sm_90")).size(), 48u) << "wgmma is sm_90a's";
   EXPECT_EQ(config_space(sdpa(96, 128), gpu("sm_90a")).size(), 48u) << "E = 96 is not whole 64-column panels";
   EXPECT_EQ(config_space(sdpa(128, 128, 4), gpu("sm_90a")).size(), 48u) << "f32 takes no tensor cores";
@@ -66,6 +66,10 @@ TEST(AttentionSpace, WgmmaIsAScheduleTheTunerMeasures) {
   const std::vector<std::string> wg_first = {"block_m=128 block_n=64 warps=8 wgmma=1", "block_m=64 block_n=64 warps=4 wgmma=1",
                                              "block_m=128 block_n=32 warps=8", "block_m=64 block_n=32 warps=4"};
   EXPECT_EQ(measured_set(wg_first, 1, {}), (std::vector<bool>{true, false, true, false}));
+  // Plain and pipelined wgmma are schedules apart.
+  const std::vector<std::string> both = {"block_m=128 block_n=64 warps=8 wgmma=1", "block_m=64 block_n=64 warps=4 wgmma=1",
+                                         "block_m=128 block_n=64 warps=8 wgmma=2", "block_m=64 block_n=64 warps=4 wgmma=2"};
+  EXPECT_EQ(measured_set(both, 1, {}), (std::vector<bool>{true, false, true, false}));
 }
 
 // The tensor-core attention (bench sdpa's shape: 8 x 32 heads, 2048 x 2048, head dim
@@ -100,6 +104,9 @@ TEST(CostModelTest, TensorCoreAttentionPrefersTheRegisterFormAndBigTiles) {
   KernelConfig wg = cfg(128, 64, 8);
   wg.wgmma = 1;
   EXPECT_LT(predict_us(p, wg, t, tc), regs128) << "wgmma above mma.sync";
+  KernelConfig piped = wg;
+  piped.wgmma = 2;
+  EXPECT_LT(predict_us(p, piped, t, tc), predict_us(p, wg, t, tc)) << "pipelined above plain";
 }
 
 }  // namespace autotune_attention_space_test

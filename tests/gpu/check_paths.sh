@@ -87,14 +87,16 @@ for g in "$src"/tests/gpu/attn_*.sf; do
   has "$p" "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
   has "$p" "shfl.sync.bfly"  # the register-resident form (16 rows a warp)
   # gpu-pack's wgmma variants: the products by wgmma (A from registers), no mma.sync.
-  for w in "block_m=64 block_n=64 warps=4" "block_m=128 block_n=64 warps=8"; do
+  for w in "block_m=64 block_n=64 warps=4 wgmma=1" "block_m=128 block_n=64 warps=8 wgmma=1" \
+    "block_m=128 block_n=64 warps=8 wgmma=2"; do
     q="$d/$n.wgmma"
     rm -rf "$q"
-    "$sf" compile "$g" --arch sm_90a --no-ptxas --no-host --attention-config "$w wgmma=1" -o "$q" >/dev/null \
-      || { echo "FAIL: compile $g --attention-config '$w wgmma=1'"; fail=1; continue; }
+    "$sf" compile "$g" --arch sm_90a --no-ptxas --no-host --attention-config "$w" -o "$q" >/dev/null \
+      || { echo "FAIL: compile $g --attention-config '$w'"; fail=1; continue; }
     has "$q" "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"
     has "$q" "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
     lacks "$q" "mma.sync"
+    case "$w" in *wgmma=2) has "$q" "wgmma.wait_group.sync.aligned 1" ;; esac  # the softmax under the products
   done
 done
 [ -e "$d/failed" ] && fail=1

@@ -49,18 +49,18 @@ const std::vector<Case>& cases() {
       // causal tiles skipped and masked; and one warpgroup over 64 rows (2 x 32).
       {"bf16 causal gqa, E = Ev = 64", "q: bf16[1, 2, 72, 64], k: bf16[1, 1, 72, 64], v: bf16[1, 1, 72, 64]",
        "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out",
-       {wg(128, 64, 8), wg(64, 32, 4), wg(64, 16, 4)}},
+       {wg(128, 64, 8), wg(64, 32, 4), wg(64, 16, 4), wg(128, 64, 8, 2), wg(64, 16, 4, 2), wg(64, 32, 4, 2)}},
       // Two 64-column panels of k (k steps 4..7 start in the second) and of v (the
       // descriptor's leading byte offset steps between them), 40 keys: the last key
       // tile partly past them.
       {"f16 with an additive mask, E = Ev = 128", "q: f16[1, 1, 64, 128], k: f16[1, 1, 40, 128], v: f16[1, 1, 40, 128], m: f16[64, 40]",
        "  out = scaled_dot_product_attention(q, k, v, m)\n  return out",
-       {wg(64, 32, 4), wg(64, 16, 4)}},
+       {wg(64, 32, 4), wg(64, 16, 4), wg(64, 16, 4, 2), wg(64, 32, 4, 2)}},
       // Arithmetic in q's and k's prologues (loaded and stored by the threads, not
       // copied) and a view in v's, E 64 and Ev 128.
       {"bf16 with prologues, E 64, Ev 128", "q: bf16[1, 2, 64, 64], k: bf16[1, 2, 48, 64], v: bf16[1, 48, 2, 128]",
        "  out = scaled_dot_product_attention(mul(q, 1.5), neg(k), permute(v, dims=[0, 2, 1, 3]))\n  return out",
-       {wg(64, 32, 4), wg(64, 16, 4)}},
+       {wg(64, 32, 4), wg(64, 16, 4), wg(64, 16, 4, 2)}},
   };
   return c;
 }
@@ -131,7 +131,8 @@ TEST(FlashAttentionWgmma, RefusesWhatItCannotRun) {
   EXPECT_NE(error(wg(64, 32, 4), "sm_90").find("not sm_90's"), std::string::npos);
   EXPECT_NE(error(wg(128, 32, 4), "sm_90a").find("128 rows on 4 warps is not 16 rows a warp"), std::string::npos);
   EXPECT_NE(error(wg(32, 32, 2), "sm_90a").find("2 warps are not whole warpgroups of 4"), std::string::npos);
-  EXPECT_NE(error(wg(64, 32, 4, 2), "sm_90a").find("wgmma must be 0 or 1, got 2"), std::string::npos);
+  EXPECT_NE(error(wg(64, 32, 4, 3), "sm_90a").find("wgmma must be 0, 1 or 2, got 3"), std::string::npos);
+  EXPECT_NE(error(wg(128, 32, 4, 2), "sm_90a").find("wgmma = 2: the tile of 128 rows"), std::string::npos);
   EXPECT_EQ(error(wg(64, 32, 4), "sm_90a"), "(emitted)");
   Graph narrow = parse("q: bf16[1, 1, 64, 32], k: bf16[1, 1, 64, 32], v: bf16[1, 1, 64, 64]",
                        "  out = scaled_dot_product_attention(q, k, v)\n  return out");
@@ -174,6 +175,32 @@ TEST(FlashAttentionWgmma, PtxMultipliesByWgmmaAndAssembles) {
   Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, "sm_90a");
   ASSERT_TRUE(res.ok()) << res.error().str();
   EXPECT_EQ((*res)[0].spill_store_bytes, 0) << (*res)[0].registers << " registers";
+}
+
+// wgmma = 2, the same shape: FlashAttention-3's pipelining within a warpgroup. Tile 0's
+// scores before the loop, each iteration's scores and the previous tile's output
+// products in flight together (the scores waited for with one group still pending),
+// the last tile's output after the loop; three k/v buffers. ptxas keeps the products
+// asynchronous: no spills, and no note that it serialized the wgmma.
+TEST(FlashAttentionWgmma, PipelinedPtxOverlapsTheSoftmaxWithTheProducts) {
+  Graph g = parse("q: bf16[1, 4, 256, 128], k: bf16[1, 2, 256, 128], v: bf16[1, 2, 256, 128]",
+                  "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out");
+  Result<EmittedKernel> k = emit_attention(KernelSpec{"sf_flash_wg2", KernelKind::Attention, decompose(g)}, wg(128, 64, 8, 2),
+                                           llvmb::Target::nvptx("sm_90a"));
+  ASSERT_TRUE(k.ok()) << k.error().str();
+  EXPECT_EQ(k->launch.shared_bytes, 2 * 128 * 128 + 3 * (2 + 2) * 64 * 128);
+  Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_90a");
+  ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+  EXPECT_EQ(kernel_test::count_of(*ptx, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"), 16u);
+  EXPECT_EQ(kernel_test::count_of(*ptx, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), 8u);
+  EXPECT_EQ(kernel_test::count_of(*ptx, "wgmma.wait_group.sync.aligned 1"), 1u);
+  EXPECT_EQ(kernel_test::count_of(*ptx, "wgmma.commit_group.sync.aligned"), 4u);
+  EXPECT_EQ(ptx->find("mma.sync"), std::string::npos);
+  if (!kernel_test::have_ptxas()) GTEST_SKIP() << "no ptxas";
+  Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, "sm_90a");
+  ASSERT_TRUE(res.ok()) << res.error().str();
+  EXPECT_EQ((*res)[0].spill_store_bytes, 0) << (*res)[0].registers << " registers";
+  for (const std::string& n : (*res)[0].notes) EXPECT_EQ(n.find("wgmma"), std::string::npos) << n;
 }
 
 }  // namespace kernels_flash_attention_wgmma_test

@@ -21,8 +21,8 @@ namespace attention_detail {
 
 void AttentionCode::sim_hooks(llvm::Value* hooks, llvm::Value* tid32) {
   // hook_[i] = MmaSimHooks' pointer number field[i] (attention_code.h).
-  static constexpr uint64_t field[12] = {0, 1, 2, 3, 16, 5, 6, 7, 18, 8, 9, 4};
-  for (int i = 0; i < 12; ++i)
+  static constexpr uint64_t field[16] = {0, 1, 2, 3, 16, 5, 6, 7, 18, 8, 9, 4, 10, 11, 12, 13};
+  for (int i = 0; i < 16; ++i)
     hook_[i] = b_.CreateAlignedLoad(b_.getPtrTy(), b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), hooks, field[i]),
                                     llvm::Align(8));
   tid32_ = tid32;
@@ -557,9 +557,9 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
       return fail("wgmma = " + std::to_string(config.wgmma) + ": " + *why);
   }
   const bool pipelined = wg && config.wgmma == 2;
-  const Tiles t(shape.bm, shape.bn, m.e, m.ev, regs, wg, pipelined ? 3 : 2);
+  const Tiles t0(shape.bm, shape.bn, m.e, m.ev, regs, wg, pipelined ? 3 : 2);
   const llvmb::Target budget_target = mode == Mode::MmaSim ? llvmb::Target::nvptx("sm_90a") : target;
-  if (std::optional<std::string> why = tiles_over_budget(t, budget_target)) return fail(*why);
+  if (std::optional<std::string> why = tiles_over_budget(t0, budget_target)) return fail(*why);
 
   EmittedKernel k;
   k.context = std::make_unique<llvm::LLVMContext>();
@@ -570,6 +570,12 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   ElementCodegen cg(b, *k.module, target, spec.precision);
   const int threads = config.warps * 32;
   const size_t np = spec.group.params().size();
+  // TMA brings k and v where the spec allows it (sm_90a's default: KernelSpec::tma)
+  // and both come from params whose heads are whole [S, E] slices (tma_source).
+  std::optional<std::pair<AttentionCode::TmaSource, AttentionCode::TmaSource>> tma_src;
+  if (wg && spec.tma) tma_src = AttentionCode(spec, *info, t0, mode, b, cg).tma_sources(np);
+  const Tiles t(shape.bm, shape.bn, m.e, m.ev, regs, wg, pipelined ? 3 : 2, tma_src.has_value());
+  if (std::optional<std::string> why = tiles_over_budget(t, budget_target)) return fail(*why);
   AttentionCode code(spec, *info, t, mode, b, cg);
   code.set_groups(group, rph);
   code.set_registers(regs, shape.mtiles);
@@ -577,7 +583,8 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   const int64_t blocks = code.blocks();
   Result<void> r;
   if (mode == Mode::Simt || mode == Mode::Mma) {
-    kernels::KernelEntry ke = kernels::begin_nvptx_kernel(*k.module, b, spec.entry, np, 1, threads);
+    kernels::KernelEntry ke = kernels::begin_nvptx_kernel(*k.module, b, spec.entry, np, 1, threads, tma_src ? 2 : 0);
+    if (tma_src) code.set_tma(*tma_src, ke.extra[0], ke.extra[1]);
     auto* arr = llvm::ArrayType::get(b.getInt8Ty(), 0);
     auto* smem = new llvm::GlobalVariable(*k.module, arr, false, llvm::GlobalValue::ExternalLinkage, nullptr, "sf_smem",
                                           nullptr, llvm::GlobalValue::NotThreadLocal, 3);
@@ -599,7 +606,9 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
     // void entry(ptr args, i32 blockIdx.x, i32 blockIdx.y, i32 threadIdx.x, ptr smem, ptr hooks,
     // i32 blockIdx.z): the tensor-core matmul's simulation ABI (matmul.h).
     llvm::Type* i32 = b.getInt32Ty();
-    kernels::KernelEntry ke = kernels::begin_host_kernel(*k.module, b, spec.entry, np, 1, {i32, i32, i32, b.getPtrTy(), b.getPtrTy(), i32});
+    kernels::KernelEntry ke = kernels::begin_host_kernel(*k.module, b, spec.entry, np, 1,
+                                                         {i32, i32, i32, b.getPtrTy(), b.getPtrTy(), i32}, tma_src ? 2 : 0);
+    if (tma_src) code.set_tma(*tma_src, ke.extra[0], ke.extra[1]);
     llvm::Function* fn = ke.fn;
     code.sim_hooks(fn->getArg(5), fn->getArg(3));
     llvm::Value* bid = b.CreateZExt(fn->getArg(1), b.getInt64Ty());
@@ -619,6 +628,20 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
     k.launch.grid = {std::max<int64_t>(blocks, 1), 1, 1};
     k.launch.block = {threads, 1, 1};
     k.launch.shared_bytes = static_cast<int>(t.bytes());
+    // k's and v's maps: each param as [heads, S, cols], a box of 64 columns x bn keys
+    // of one head (128-byte swizzle, as the panels lie).
+    if (tma_src)
+      for (const auto& [src, cols] : {std::pair{tma_src->first, m.e}, std::pair{tma_src->second, m.ev}}) {
+        TensorMapSpec map;
+        map.input = src.param;
+        map.dtype = spec.group.node(spec.group.params()[static_cast<size_t>(src.param)]).type.dtype;
+        map.rank = 3;
+        const int64_t heads = numel(spec.group.node(spec.group.params()[static_cast<size_t>(src.param)]).type.shape) / (m.s * cols);
+        map.dims = {cols, m.s, heads};
+        map.strides = {cols * 2, m.s * cols * 2};
+        map.box = {64, static_cast<int>(t.bn), 1};
+        k.launch.tensor_maps.push_back(map);
+      }
   }
   b.CreateRetVoid();
   if (auto err = llvmb::verify(*k.module)) return fail("internal: invalid module: " + *err);

@@ -74,8 +74,13 @@ struct Tiles {
   // k/v buffers: 2 (key tile t in buffer t % 2), 3 for the pipelined wgmma form (tile
   // t - 1's v is still read while tile t + 1 is copied).
   int64_t kv_buffers = 2;
-  Tiles(int64_t bm_, int64_t bn_, int64_t e_, int64_t ev_, bool regs_ = false, bool wgmma_ = false, int64_t kv_buffers_ = 2)
-      : bm(bm_), bn(bn_), e(e_), ev(ev_), regs(regs_), wgmma(regs_ && wgmma_), kv_buffers(kv_buffers_) {
+  // TMA brings k and v (the wgmma form, KernelSpec::tma): one mbarrier per buffer
+  // after the buffers, at byte mbar_off.
+  bool tma = false;
+  int64_t mbar_off = 0;
+  Tiles(int64_t bm_, int64_t bn_, int64_t e_, int64_t ev_, bool regs_ = false, bool wgmma_ = false, int64_t kv_buffers_ = 2,
+        bool tma_ = false)
+      : bm(bm_), bn(bn_), e(e_), ev(ev_), regs(regs_), wgmma(regs_ && wgmma_), kv_buffers(kv_buffers_), tma(wgmma && tma_) {
     k = q + bm * e;
     v = k + bn * e;
     s = v + bn * ev;
@@ -93,6 +98,7 @@ struct Tiles {
       k16 = panels(e) * bm * 128;  // bm is whole warpgroups of 64 rows: a multiple of 1024 bytes
       v16 = k16 + panels(e) * bn * 128;
     }
+    mbar_off = k16 + kv_buffers * kv_bytes();
   }
   static int64_t panels(int64_t n) { return (n + 63) / 64; }
   // The wgmma layout: element (row j, column col) of a tile of `rows` rows, counted
@@ -106,7 +112,7 @@ struct Tiles {
   // buffer t % 2 while tile t + 1 is copied into the other (cp.async), buffer 1 this
   // many bytes after buffer 0.
   int64_t kv_bytes() const { return wgmma ? (panels(e) + panels(ev)) * bn * 128 : 2 * bn * ks + 2 * bn * vs; }
-  int64_t bytes() const { return regs ? k16 + kv_buffers * kv_bytes() : floats * 4; }
+  int64_t bytes() const { return regs ? mbar_off + (tma ? 8 * kv_buffers : 0) : floats * 4; }
 };
 
 class AttentionCode {
@@ -119,7 +125,8 @@ class AttentionCode {
   // the thread's index as the hooks take it.
   // Index 4 here is MmaSimHooks' shfl_bfly (its 17th pointer); 5, 6 and 7 its
   // cp_async, cp_commit and cp_wait (its 6th to 8th); 8 its wgmma_ra (19th), 9 and
-  // 10 its wgmma_commit and wgmma_wait (9th and 10th), 11 its wgmma (5th).
+  // 10 its wgmma_commit and wgmma_wait (9th and 10th), 11 its wgmma (5th), 12 to 15
+  // its tma_load, mbar_init, mbar_expect_tx and mbar_try_wait (11th to 14th).
   void sim_hooks(llvm::Value* hooks, llvm::Value* tid32);
   // The register-resident form (tensor cores, block_m = 16 or 32 x warps): each warp
   // keeps its rows' scores, probabilities, output accumulators and row statistics in
@@ -136,6 +143,35 @@ class AttentionCode {
     wg_ = on;
     wg_pipe_ = on && pipelined;
   }
+
+  // ---- TMA for k and v (the wgmma form with KernelSpec::tma) ----
+  // Where a k or v tile comes from by TMA: the param, and the map from the operand's
+  // flat index to the param's (copy_source), when that map keeps each head's rows x
+  // cols elements contiguous and whole (the param is then [heads, rows, cols], and a
+  // block's head is map(b rows cols) / (rows cols)).
+  struct TmaSource {
+    int param = -1;
+    kernels::IndexMap map;
+  };
+  std::optional<TmaSource> tma_source(int node, int64_t rows, int64_t cols);
+  // Both k's (its rows node's) and v's, or nullopt; the kernel's group values built
+  // for the question alone (no code emitted).
+  std::optional<std::pair<TmaSource, TmaSource>> tma_sources(size_t num_params);
+  // The kernel takes them by these tensor maps (k's, v's: generic pointers).
+  void set_tma(std::pair<TmaSource, TmaSource> src, llvm::Value* kmap, llvm::Value* vmap) {
+    tma_src_ = std::move(src);
+    kmap_ = kmap;
+    vmap_ = vmap;
+  }
+  // Thread 0 initialises one mbarrier per k/v buffer, then a barrier.
+  void tma_init();
+  // Thread 0: key tile kv0's k and v panels into the buffer at byte `buf_off` (buffer
+  // `buf`), completing on its mbarrier.
+  void tma_kv(llvm::Value* b, llvm::Value* kv0, llvm::Value* buf, llvm::Value* buf_off);
+  // Every thread: until buffer `buf`'s mbarrier completed the phase of `parity`.
+  void tma_wait(llvm::Value* buf, llvm::Value* parity);
+  llvm::Value* mbar_at(llvm::Value* buf);  // buffer buf's mbarrier, as the instructions take it
+
 
   // The whole kernel body for block `bid` (an i64 below blocks()).
   Result<void> block(llvm::Value* bid, llvm::Value* buf, llvm::Value* tid, llvm::Value* nthreads,
@@ -430,7 +466,10 @@ class AttentionCode {
   const AttentionMatch& m_;
   const Tiles& t_;
   Mode mode_;
-  llvm::Value* hook_[12] = {};
+  llvm::Value* hook_[16] = {};
+  std::optional<std::pair<TmaSource, TmaSource>> tma_src_;
+  llvm::Value *kmap_ = nullptr, *vmap_ = nullptr;
+  llvm::Value *hk_ = nullptr, *hv_ = nullptr;  // the block's head in k's and v's maps
   bool regs_ = false, wg_ = false, wg_pipe_ = false;
   // The register-resident form: the warp's first row, its output accumulators (ev / 8
   // C fragments) and its rows' running max and partial sum (rows g and g + 8), as

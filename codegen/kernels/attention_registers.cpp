@@ -398,22 +398,42 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
   // other: at the top of iteration t this thread waits for its copies of tile t, the
   // barrier publishes everyone's and tells that every warp is done with tile t - 1,
   // whose buffer then takes tile t + 1's copies, which run during tile t's products.
+  if (tma_src_) tma_init();
   if (wg_pipe_) {
     SF_TRY(key_loop_pipelined(b, kv_end));
   } else {
-  SF_TRY(load_kv16(b, c(0), c(0)));
+  // TMA: thread 0 issues each tile's boxes, every thread waits for its buffer's
+  // mbarrier (use n of buffer t % 2 completes phase n, parity n % 2).
+  if (tma_src_) {
+    SF_TRY(when(b_.CreateAnd(b_.CreateICmpEQ(tid_, c(0)), b_.CreateICmpSGT(kv_end, c(0))), [&]() -> Result<void> {
+      tma_kv(b, c(0), c(0), c(0));
+      return ok();
+    }));
+  } else {
+    SF_TRY(load_kv16(b, c(0), c(0)));
+  }
   cp_commit();
   SF_TRY(emit_loop(b_, c(0), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
-    llvm::Value* odd = b_.CreateAnd(b_.CreateUDiv(kv0, c(t_.bn)), c(1));
+    llvm::Value* tile = b_.CreateUDiv(kv0, c(t_.bn));
+    llvm::Value* odd = b_.CreateAnd(tile, c(1));
+    if (tma_src_) tma_wait(odd, b_.CreateAnd(b_.CreateUDiv(tile, c(2)), c(1)));
     cp_wait(0);
     // wgmma reads k and v through the async proxy: each thread's copies and stores
     // into them (the generic proxy's) made visible to it before the barrier.
     if (wg_) proxy_fence();
     barrier();
     llvm::Value* next = b_.CreateAdd(kv0, c(t_.bn));
-    SF_TRY(when(b_.CreateICmpSLT(next, kv_end), [&]() -> Result<void> {
-      return load_kv16(b, next, b_.CreateMul(b_.CreateSub(c(1), odd), c(t_.kv_bytes() / 2)));
-    }));
+    llvm::Value* more = b_.CreateICmpSLT(next, kv_end);
+    if (tma_src_)
+      SF_TRY(when(b_.CreateAnd(more, b_.CreateICmpEQ(tid_, c(0))), [&]() -> Result<void> {
+        llvm::Value* other = b_.CreateSub(c(1), odd);
+        tma_kv(b, next, other, b_.CreateMul(other, c(t_.kv_bytes())));
+        return ok();
+      }));
+    else
+      SF_TRY(when(more, [&]() -> Result<void> {
+        return load_kv16(b, next, b_.CreateMul(b_.CreateSub(c(1), odd), c(t_.kv_bytes() / 2)));
+      }));
     cp_commit();
     return key_tile_regs(kv0, b_.CreateMul(odd, c(t_.kv_bytes())));
   }));
@@ -462,16 +482,26 @@ Result<void> AttentionCode::key_loop_pipelined(llvm::Value* b, llvm::Value* kv_e
   auto buf = [&](llvm::Value* kv0) {  // tile kv0's buffer, as a byte offset
     return b_.CreateMul(b_.CreateURem(b_.CreateUDiv(kv0, c(t_.bn)), c(3)), c(t_.kv_bytes()));
   };
-  auto publish = [&]() {
+  // TMA: use n of buffer t % 3 completes its mbarrier's phase n (parity n % 2).
+  auto publish = [&](llvm::Value* kv0) {
+    if (tma_src_) {
+      llvm::Value* tile = b_.CreateUDiv(kv0, c(t_.bn));
+      tma_wait(b_.CreateURem(tile, c(3)), b_.CreateAnd(b_.CreateUDiv(tile, c(3)), c(1)));
+    }
     cp_wait(0);
     proxy_fence();
     barrier();
   };
+  auto fetch = [&](llvm::Value* kv0) -> Result<void> {  // tile kv0 into its buffer
+    if (!tma_src_) return load_kv16(b, kv0, b_.CreateUDiv(buf(kv0), c(2)));
+    return when(b_.CreateICmpEQ(tid_, c(0)), [&]() -> Result<void> {
+      tma_kv(b, kv0, b_.CreateURem(b_.CreateUDiv(kv0, c(t_.bn)), c(3)), buf(kv0));
+      return ok();
+    });
+  };
   auto copy_next = [&](llvm::Value* kv0) -> Result<void> {
     llvm::Value* next = b_.CreateAdd(kv0, c(t_.bn));
-    SF_TRY(when(b_.CreateICmpSLT(next, kv_end), [&]() -> Result<void> {
-      return load_kv16(b, next, b_.CreateUDiv(buf(next), c(2)));
-    }));
+    SF_TRY(when(b_.CreateICmpSLT(next, kv_end), [&]() { return fetch(next); }));
     cp_commit();
     return ok();
   };
@@ -496,10 +526,10 @@ Result<void> AttentionCode::key_loop_pipelined(llvm::Value* b, llvm::Value* kv_e
   auto keep_o = [&](const std::vector<llvm::Value*>& d) {
     for (size_t i = 0; i < d.size(); ++i) b_.CreateStore(d[i], o_[0][i]);
   };
-  SF_TRY(load_kv16(b, c(0), c(0)));
+  SF_TRY(when(b_.CreateICmpSGT(kv_end, c(0)), [&]() { return fetch(c(0)); }));
   cp_commit();
   return when(b_.CreateICmpSGT(kv_end, c(0)), [&]() -> Result<void> {
-    publish();
+    publish(c(0));
     SF_TRY(copy_next(c(0)));
     std::vector<llvm::Value*> s0 = zeros(t_.bn / 2);
     fence_operands(s0);
@@ -513,7 +543,7 @@ Result<void> AttentionCode::key_loop_pipelined(llvm::Value* b, llvm::Value* kv_e
     SF_TRY(softmax_tile(c(0), sc));
     keep_p(p_fragments(sc[0]));
     SF_TRY(emit_loop(b_, c(t_.bn), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
-      publish();
+      publish(kv0);
       SF_TRY(copy_next(kv0));
       // Every input register of the two groups defined before the wgmma.fence: a copy
       // or constant ptxas finds between a pipeline stage's wgmma instructions makes it
@@ -727,6 +757,116 @@ Result<void> AttentionCode::key_tile_regs(llvm::Value* kv0, llvm::Value* kvoff) 
       for (int i = 0; i < 4; ++i)
         b_.CreateStore(o[mt][static_cast<size_t>(t)][static_cast<size_t>(i)], o_[mt][static_cast<size_t>(t * 4 + i)]);
   return ok();
+}
+
+std::optional<AttentionCode::TmaSource> AttentionCode::tma_source(int node, int64_t rows, int64_t cols) {
+  std::optional<std::pair<int, kernels::IndexMap>> src = copy_source(node);
+  if (!src) return std::nullopt;
+  const int64_t head = rows * cols;
+  const Node& p = spec_.group.node(spec_.group.params()[static_cast<size_t>(src->first)]);
+  if (head <= 0 || numel(p.type.shape) % head != 0) return std::nullopt;
+  const kernels::IndexMap& m = src->second;
+  if (!m.contiguous()) {
+    // One strided step of the operand's own flat index whose innermost dim holds
+    // whole heads densely, every other stride and the start whole heads: element (b,
+    // j, e) lands at (a multiple of rows x cols) + j cols + e.
+    if (m.base != kernels::kIterationIndex || m.steps.size() != 1) return std::nullopt;
+    const kernels::StridedStep& s = m.steps[0];
+    if (s.shape.empty() || s.shape.back() % head != 0 || s.strides.back() != 1 || s.offset % head != 0) return std::nullopt;
+    for (size_t d = 0; d + 1 < s.strides.size(); ++d)
+      if (s.strides[d] % head != 0) return std::nullopt;
+  }
+  return TmaSource{src->first, m};
+}
+
+std::optional<std::pair<AttentionCode::TmaSource, AttentionCode::TmaSource>> AttentionCode::tma_sources(size_t num_params) {
+  const int kr = k_rows_node();
+  if (kr < 0) return std::nullopt;
+  GroupValues gv(spec_.group, cg_, std::vector<llvm::Value*>(num_params, nullptr));
+  gv_ = &gv;
+  std::optional<TmaSource> k = tma_source(kr, m_.s, m_.e), v = tma_source(m_.v, m_.s, m_.ev);
+  gv_ = nullptr;
+  if (!k || !v) return std::nullopt;
+  return std::pair{*k, *v};
+}
+
+llvm::Value* AttentionCode::mbar_at(llvm::Value* buf) {
+  llvm::Value* off = b_.CreateAdd(c(t_.mbar_off), b_.CreateMul(buf, c(8)));
+  if (mode_ == Mode::MmaSim) return b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_, off);
+  return b_.CreateAdd(b_.CreatePtrToInt(buf_, b_.getInt32Ty()), b_.CreateTrunc(off, b_.getInt32Ty()));
+}
+
+void AttentionCode::tma_init() {
+  llvm::Type* i32 = b_.getInt32Ty();
+  Result<void> r = when(b_.CreateICmpEQ(tid_, c(0)), [&]() -> Result<void> {
+    for (int64_t i = 0; i < t_.kv_buffers; ++i) {
+      if (mode_ == Mode::MmaSim)
+        b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), i32, b_.getPtrTy(), i32}, false), hook_[13],
+                      {hook_[0], tid32_, mbar_at(c(i)), b_.getInt32(1)});
+      else
+        matmul_detail::mbar_init_ptx(b_, mbar_at(c(i)), 1);
+    }
+    // The initialisation visible to the async proxy (the copies complete on them).
+    if (mode_ == Mode::Mma) matmul_detail::ptx_stmt(b_, "fence.mbarrier_init.release.cluster;");
+    return ok();
+  });
+  (void)r;  // the body cannot fail
+  barrier();
+}
+
+void AttentionCode::tma_kv(llvm::Value* b, llvm::Value* kv0, llvm::Value* buf, llvm::Value* buf_off) {
+  llvm::Type* i32 = b_.getInt32Ty();
+  const TmaSource& ks = tma_src_->first;
+  const TmaSource& vs = tma_src_->second;
+  // The block's head in each map: its batch's first element over a head's elements.
+  auto head = [&](const TmaSource& s, int64_t cols) {
+    llvm::Value* first = b_.CreateMul(b, c(m_.s * cols));
+    llvm::Value* off = s.map.contiguous() ? first : kernels::emit_index_map(b_, first, s.map);
+    return b_.CreateTrunc(b_.CreateUDiv(off, c(m_.s * cols)), i32);
+  };
+  llvm::Value* bar = mbar_at(buf);
+  const int64_t bytes = t_.kv_bytes();
+  if (mode_ == Mode::MmaSim)
+    b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), i32, b_.getPtrTy(), i32}, false), hook_[14],
+                  {hook_[0], tid32_, bar, b_.getInt32(static_cast<uint32_t>(bytes))});
+  else
+    matmul_detail::mbar_expect_tx_ptx(b_, bar, b_.getInt32(static_cast<uint32_t>(bytes)));
+  // One box of 64 columns x bn keys of the head per panel; keys past S arrive as zeros.
+  auto copy = [&](llvm::Value* map, llvm::Value* h, int64_t cols, int64_t base) {
+    for (int64_t p = 0; p < Tiles::panels(cols); ++p) {
+      llvm::Value* off = b_.CreateAdd(buf_off, c(base + p * t_.bn * 128));
+      llvm::Value* c0 = b_.getInt32(static_cast<uint32_t>(64 * p));
+      llvm::Value* c1 = b_.CreateTrunc(kv0, i32);
+      if (mode_ == Mode::MmaSim) {
+        llvm::Type* ptr = b_.getPtrTy();
+        auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, ptr, ptr, i32, i32, i32, ptr}, false);
+        b_.CreateCall(fty, hook_[12], {hook_[0], tid32_, map, b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_, off), c0, c1, h, bar});
+      } else {
+        llvm::Value* dst = b_.CreateAdd(b_.CreatePtrToInt(buf_, i32), b_.CreateTrunc(off, i32));
+        matmul_detail::tma_load_ptx(b_, map, dst, {c0, c1, h}, bar);
+      }
+    }
+  };
+  copy(kmap_, head(ks, m_.e), m_.e, t_.k16);
+  copy(vmap_, head(vs, m_.ev), m_.ev, t_.v16);
+}
+
+void AttentionCode::tma_wait(llvm::Value* buf, llvm::Value* parity) {
+  llvm::Type* i32 = b_.getInt32Ty();
+  llvm::Function* fn = b_.GetInsertBlock()->getParent();
+  llvm::BasicBlock* spin = llvm::BasicBlock::Create(b_.getContext(), "mbar.wait", fn);
+  llvm::BasicBlock* done = llvm::BasicBlock::Create(b_.getContext(), "mbar.done", fn);
+  llvm::Value* bar = mbar_at(buf);
+  llvm::Value* par = b_.CreateTrunc(parity, i32);
+  b_.CreateBr(spin);
+  b_.SetInsertPoint(spin);
+  llvm::Value* ready =
+      mode_ == Mode::MmaSim
+          ? b_.CreateCall(llvm::FunctionType::get(i32, {b_.getPtrTy(), i32, b_.getPtrTy(), i32}, false), hook_[15],
+                          {hook_[0], tid32_, bar, par})
+          : matmul_detail::mbar_try_wait_ptx(b_, bar, par);
+  b_.CreateCondBr(b_.CreateICmpNE(ready, b_.getInt32(0)), done, spin);
+  b_.SetInsertPoint(done);
 }
 
 void AttentionCode::wgmma_fence() {

@@ -415,9 +415,7 @@ class MmaKernel : MmaIsa {
           sim_call(11, {smem_operand(off), b_.getInt32(static_cast<uint32_t>(count))});
           return;
         }
-        auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {i32_, i32_}, false);
-        b_.CreateCall(llvm::InlineAsm::get(fty, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}", true),
-                      {smem_operand(off), b_.getInt32(static_cast<uint32_t>(count))});
+        mbar_init_ptx(b_, smem_operand(off), count);
       };
       for (int st = 0; st < t_.stages; ++st) {
         init(mbar(k(st)), 1);
@@ -449,10 +447,7 @@ class MmaKernel : MmaIsa {
       if (sim_) {
         sim_call(12, {bar, bytes});
       } else {
-        auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {i32_, i32_}, false);
-        b_.CreateCall(
-            llvm::InlineAsm::get(fty, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r,~{memory}", true),
-            {bar, bytes});
+        mbar_expect_tx_ptx(b_, bar, bytes);
       }
       llvm::Value* sbase = mul(stage, t_.stage_bytes);
       llvm::Value* z = b_.CreateZExtOrTrunc(bz_, i32_);

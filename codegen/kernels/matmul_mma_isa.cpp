@@ -78,6 +78,51 @@ std::vector<llvm::Value*> wgmma_inline(llvm::IRBuilderBase& b, const std::vector
   return d;
 }
 
+void mbar_init_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, int count) {
+  llvm::Type* i32 = b.getInt32Ty();
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {i32, i32}, false);
+  b.CreateCall(llvm::InlineAsm::get(fty, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}", true),
+               {bar, b.getInt32(static_cast<uint32_t>(count))});
+}
+
+void mbar_expect_tx_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, llvm::Value* bytes) {
+  llvm::Type* i32 = b.getInt32Ty();
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {i32, i32}, false);
+  b.CreateCall(llvm::InlineAsm::get(fty, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r,~{memory}", true),
+               {bar, bytes});
+}
+
+llvm::Value* mbar_try_wait_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, llvm::Value* parity) {
+  llvm::Type* i32 = b.getInt32Ty();
+  auto* fty = llvm::FunctionType::get(i32, {i32, i32}, false);
+  return b.CreateCall(
+      llvm::InlineAsm::get(fty, "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\nselp.b32 $0, 1, 0, p;\n}",
+                           "=r,r,r,~{memory}", true),
+      {bar, parity});
+}
+
+void tma_load_ptx(llvm::IRBuilderBase& b, llvm::Value* map, llvm::Value* dst, const std::vector<llvm::Value*>& coords,
+                  llvm::Value* bar) {
+  llvm::Type* i32 = b.getInt32Ty();
+  llvm::Value* addr = b.CreatePtrToInt(b.CreateAddrSpaceCast(map, b.getPtrTy()), b.getInt64Ty());
+  const size_t r = coords.size();
+  std::string text = "cp.async.bulk.tensor." + num(int64_t(r)) + "d.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {";
+  std::vector<llvm::Type*> ty = {i32, b.getInt64Ty()};
+  std::vector<llvm::Value*> args = {dst, addr};
+  std::string cons = "r,l";
+  for (size_t i = 0; i < r; ++i) {
+    text += (i ? ", $" : "$") + num(int64_t(2 + i));
+    ty.push_back(i32);
+    args.push_back(coords[i]);
+    cons += ",r";
+  }
+  text += "}], [$" + num(int64_t(2 + r)) + "];";
+  ty.push_back(i32);
+  args.push_back(bar);
+  cons += ",r,~{memory}";
+  b.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(b.getVoidTy(), ty, false), text, cons, true), args);
+}
+
 void MmaIsa::if_thread0(const std::function<void()>& body) {
   llvm::LLVMContext& c = m_.getContext();
   llvm::BasicBlock* yes = llvm::BasicBlock::Create(c, "t0", fn_);
@@ -117,23 +162,9 @@ void MmaIsa::tma_load(llvm::Value* map, llvm::Value* dst, llvm::Value* c0, llvm:
     sim_call(10, {map, dst, c0, c1, c2, bar});
     return;
   }
-  llvm::Value* addr = b_.CreatePtrToInt(b_.CreateAddrSpaceCast(map, b_.getPtrTy()), b_.getInt64Ty());
-  const bool r3 = t_.maps[0].rank == 3;
-  std::string text = std::string("cp.async.bulk.tensor.") + (r3 ? "3d" : "2d") +
-                     ".shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3" + (r3 ? ", $4" : "") +
-                     "}], [$" + (r3 ? "5" : "4") + "];";
-  std::vector<llvm::Type*> ty = {i32_, b_.getInt64Ty(), i32_, i32_};
-  std::vector<llvm::Value*> args = {dst, addr, c0, c1};
-  std::string cons = "r,l,r,r";
-  if (r3) {
-    ty.push_back(i32_);
-    args.push_back(c2);
-    cons += ",r";
-  }
-  ty.push_back(i32_);
-  args.push_back(bar);
-  cons += ",r,~{memory}";
-  b_.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(b_.getVoidTy(), ty, false), text, cons, true), args);
+  std::vector<llvm::Value*> coords = {c0, c1};
+  if (t_.maps[0].rank == 3) coords.push_back(c2);
+  tma_load_ptx(b_, map, dst, coords, bar);
 }
 
 void MmaIsa::mbar_wait_at(llvm::Value* off, llvm::Value* parity) {
@@ -149,12 +180,7 @@ void MmaIsa::mbar_wait_at(llvm::Value* off, llvm::Value* parity) {
     auto* fty = llvm::FunctionType::get(i32_, {b_.getPtrTy(), i32_, b_.getPtrTy(), i32_}, false);
     ok = b_.CreateCall(fty, hook_[13], {hook_[0], tid32_, bar, par});
   } else {
-    auto* fty = llvm::FunctionType::get(i32_, {i32_, i32_}, false);
-    ok = b_.CreateCall(
-        llvm::InlineAsm::get(
-            fty, "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\nselp.b32 $0, 1, 0, p;\n}",
-            "=r,r,r,~{memory}", true),
-        {bar, par});
+    ok = mbar_try_wait_ptx(b_, bar, par);
   }
   b_.CreateCondBr(b_.CreateICmpNE(ok, b_.getInt32(0)), done, spin);
   b_.SetInsertPoint(done);

@@ -37,6 +37,18 @@ std::vector<llvm::Value*> wgmma_inline(llvm::IRBuilderBase& b, const std::vector
                                        llvm::Value* db, std::vector<llvm::Value*> d, const std::string& type, int trans_a,
                                        int trans_b);
 
+// mbarrier.init of the mbarrier at 32-bit shared address `bar` with `count` arrivals;
+// mbarrier.arrive.expect_tx of `bytes` on it; mbarrier.try_wait.parity (an i32, 1 when
+// the phase of that parity completed).
+void mbar_init_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, int count);
+void mbar_expect_tx_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, llvm::Value* bytes);
+llvm::Value* mbar_try_wait_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, llvm::Value* parity);
+// cp.async.bulk.tensor.{2,3}d of one box of the tensor map at generic address `map`
+// at coordinates `coords` (i32, innermost first) into shared address `dst`,
+// completing its bytes on the mbarrier at shared address `bar`.
+void tma_load_ptx(llvm::IRBuilderBase& b, llvm::Value* map, llvm::Value* dst, const std::vector<llvm::Value*>& coords,
+                  llvm::Value* bar);
+
 class MmaIsa {
  protected:
   MmaIsa(const MatmulGroup& p, const MmaTiling& t, llvm::Module& m, bool sim)

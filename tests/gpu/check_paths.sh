@@ -96,6 +96,7 @@ for g in "$src"/tests/gpu/attn_*.sf; do
     has "$q" "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"
     has "$q" "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
     lacks "$q" "mma.sync"
+    has "$q" "cp.async.bulk.tensor.3d"  # k and v by TMA (sm_90a's default)
     case "$w" in *wgmma=2) has "$q" "wgmma.wait_group.sync.aligned 1" ;; esac  # the softmax under the products
   done
 done

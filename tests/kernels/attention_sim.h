@@ -24,6 +24,8 @@ struct SimRun {
   int64_t copies = 0;    // 16-byte cp.async copies issued
   int64_t mma = 0;       // mma.sync instructions (per warp)
   int64_t wgmma = 0;     // wgmma instructions (per warpgroup)
+  int64_t tma = 0;       // TMA boxes copied
+  size_t tensor_maps = 0;  // the launch's
 };
 
 inline std::atomic<int64_t> cp_async_calls{0}, mma_calls{0};
@@ -38,10 +40,12 @@ inline void counted_mma(void* ctx, int32_t thread, int32_t kind, const uint32_t*
 
 // Every block of the grid of `group`'s kernel under `c`, on `in`. `ignore_trans`:
 // hardware whose ldmatrix and wgmma ignore .trans (the tests' proof that they would
-// notice).
+// notice); `tma`: the kernel may bring k and v by TMA (KernelSpec::tma).
 inline Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::vector<Tensor>& in, const KernelConfig& c,
-                                                 SimRun* run, bool ignore_trans = false) {
-  Result<EmittedKernel> k = emit_attention_block_on_host(KernelSpec{"sf_flash_sim", KernelKind::Attention, group}, c);
+                                                 SimRun* run, bool ignore_trans = false, bool tma = false) {
+  KernelSpec spec{"sf_flash_sim", KernelKind::Attention, group};
+  spec.tma = tma;
+  Result<EmittedKernel> k = emit_attention_block_on_host(spec, c);
   if (!k) return k.error();
   const LaunchShape launch = k->launch;
   Result<void*> fn = kernel_test::jit().add(std::move(k->module), std::move(k->context), k->entry);
@@ -52,6 +56,11 @@ inline Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::
   for (Tensor& t : out)
     if (t.nbytes()) std::memset(t.data(), 0x7f, t.nbytes());
   kernel_test::ArgArray args = kernel_test::arg_array(in, out);
+  // The tensor maps after the outputs, as the matmul's simulation passes them.
+  std::vector<SimTensorMap> maps;
+  for (const TensorMapSpec& t : launch.tensor_maps) maps.push_back({t, args[static_cast<size_t>(t.input)]});
+  for (SimTensorMap& m : maps) args.push_back(&m);
+  run->tensor_maps = maps.size();
   kernel_test::BlockThreads block(launch.block[0]);
   cp_async_calls = 0;
   mma_calls = 0;
@@ -73,10 +82,15 @@ inline Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::
     hooks.wgmma_ra = &mma_sim::sim_wgmma_ra;
     hooks.wgmma_commit = &mma_sim::sim_wgmma_commit;
     hooks.wgmma_wait = &mma_sim::sim_wgmma_wait;
+    hooks.tma_load = &mma_sim::sim_tma_load;
+    hooks.mbar_init = &mma_sim::sim_mbar_init;
+    hooks.mbar_expect_tx = &mma_sim::sim_mbar_expect_tx;
+    hooks.mbar_try_wait = &mma_sim::sim_mbar_try_wait;
     block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), 0, t, blk.smem, &hooks, 0); });
     if (!blk.error.empty() && run->hw_error.empty()) run->hw_error = blk.error;
     run->wavefronts = std::max(run->wavefronts, blk.wavefronts);
     for (const auto& wg : blk.groups) run->wgmma += wg->calls;
+    run->tma += blk.tma_copies;
   }
   run->copies = cp_async_calls;
   run->mma = mma_calls;

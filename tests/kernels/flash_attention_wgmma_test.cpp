@@ -177,6 +177,44 @@ TEST(FlashAttentionWgmma, PtxMultipliesByWgmmaAndAssembles) {
   EXPECT_EQ((*res)[0].spill_store_bytes, 0) << (*res)[0].registers << " registers";
 }
 
+// TMA (KernelSpec::tma, sm_90a's default): where k and v come from params whose heads
+// are whole [S, E] slices (plain, or through GQA's repeat), thread 0 brings each key
+// tile as boxes of 64 columns x bn keys of one head (3-D maps over [heads, S, E],
+// keys past S as zeros) completing on the tile buffer's mbarrier, and every thread
+// waits for its phase; the simulation fails a wgmma that reads a box before its phase
+// was waited for, and a box into a buffer an unretired wgmma still reads. Plain and
+// pipelined. A k that computes (neg) keeps the copies and loads, and the launch lists
+// no maps.
+TEST(FlashAttentionWgmma, TmaBringsKAndV) {
+  struct Run {
+    size_t which;
+    KernelConfig cfg;
+    bool tma;
+  };
+  size_t index = 0;
+  for (const Run& r : {Run{0, wg(128, 64, 8, 1), true}, Run{0, wg(64, 16, 4, 2), true}, Run{1, wg(64, 32, 4, 2), true},
+                       Run{1, wg(64, 16, 4, 1), true}, Run{2, wg(64, 16, 4, 2), false}}) {
+    const Case& c = cases()[r.which];
+    const std::string what = std::string(c.what) + " " + config_str(KernelKind::Attention, ConfigTarget::Gpu, r.cfg);
+    if (!test::in_sample(index++)) continue;
+    Graph g = parse(c.params, c.body);
+    std::vector<Tensor> in = random_inputs(g, 7);
+    Result<std::vector<Tensor>> want = evaluate(g, in);
+    ASSERT_TRUE(want.ok());
+    attention_sim::SimRun run;
+    Result<std::vector<Tensor>> got = attention_sim::run_simulated(decompose(g), in, r.cfg, &run, false, /*tma=*/true);
+    ASSERT_TRUE(got.ok()) << what << ": " << got.error().str();
+    EXPECT_EQ(run.hw_error, "") << what;
+    EXPECT_EQ(run.tensor_maps, r.tma ? 2u : 0u) << what;
+    if (r.tma)
+      EXPECT_GT(run.tma, 0) << what;
+    else
+      EXPECT_EQ(run.tma, 0) << what;
+    Comparison cmp = compare((*got)[0], (*want)[0], check_tolerance(g, g.outputs()[0].value));
+    EXPECT_TRUE(cmp.ok()) << what << ": max_abs_err " << cmp.max_abs_err << ", first mismatch at " << cmp.first_mismatch;
+  }
+}
+
 // wgmma = 2, the same shape: FlashAttention-3's pipelining within a warpgroup. Tile 0's
 // scores before the loop, each iteration's scores and the previous tile's output
 // products in flight together (the scores waited for with one group still pending),
@@ -185,10 +223,15 @@ TEST(FlashAttentionWgmma, PtxMultipliesByWgmmaAndAssembles) {
 TEST(FlashAttentionWgmma, PipelinedPtxOverlapsTheSoftmaxWithTheProducts) {
   Graph g = parse("q: bf16[1, 4, 256, 128], k: bf16[1, 2, 256, 128], v: bf16[1, 2, 256, 128]",
                   "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out");
-  Result<EmittedKernel> k = emit_attention(KernelSpec{"sf_flash_wg2", KernelKind::Attention, decompose(g)}, wg(128, 64, 8, 2),
-                                           llvmb::Target::nvptx("sm_90a"));
+  KernelSpec spec{"sf_flash_wg2", KernelKind::Attention, decompose(g)};
+  spec.tma = true;
+  Result<EmittedKernel> k = emit_attention(spec, wg(128, 64, 8, 2), llvmb::Target::nvptx("sm_90a"));
   ASSERT_TRUE(k.ok()) << k.error().str();
-  EXPECT_EQ(k->launch.shared_bytes, 2 * 128 * 128 + 3 * (2 + 2) * 64 * 128);
+  // q's panels, three buffers of k's and v's, and their three mbarriers.
+  EXPECT_EQ(k->launch.shared_bytes, 2 * 128 * 128 + 3 * (2 + 2) * 64 * 128 + 3 * 8);
+  ASSERT_EQ(k->launch.tensor_maps.size(), 2u);
+  EXPECT_EQ(k->launch.tensor_maps[0].dims, (std::array<int64_t, 3>{128, 256, 2})) << "k as [heads, S, E]";
+  EXPECT_EQ(k->launch.tensor_maps[0].box, (std::array<int, 3>{64, 64, 1}));
   Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_90a");
   ASSERT_TRUE(ptx.ok()) << ptx.error().str();
   EXPECT_EQ(kernel_test::count_of(*ptx, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"), 16u);
@@ -196,6 +239,11 @@ TEST(FlashAttentionWgmma, PipelinedPtxOverlapsTheSoftmaxWithTheProducts) {
   EXPECT_EQ(kernel_test::count_of(*ptx, "wgmma.wait_group.sync.aligned 1"), 1u);
   EXPECT_EQ(kernel_test::count_of(*ptx, "wgmma.commit_group.sync.aligned"), 4u);
   EXPECT_EQ(ptx->find("mma.sync"), std::string::npos);
+  // k and v by TMA, 2 panels each, at three sites (tiles 0 and 1 before the loop, the
+  // next tile in it); q still by cp.async.
+  EXPECT_EQ(kernel_test::count_of(*ptx, "cp.async.bulk.tensor.3d.shared::cluster.global"), 12u);
+  EXPECT_NE(ptx->find("mbarrier.try_wait.parity.shared::cta.b64"), std::string::npos);
+  EXPECT_NE(ptx->find("cp.async.cg.shared.global"), std::string::npos);
   if (!kernel_test::have_ptxas()) GTEST_SKIP() << "no ptxas";
   Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, "sm_90a");
   ASSERT_TRUE(res.ok()) << res.error().str();

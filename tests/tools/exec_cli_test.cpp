@@ -354,7 +354,7 @@ TEST(ExecFakeDriver, MatmulConfigFromTheCommandLine) {
 // compile --attention-config: the fields given go over each fused attention kernel's
 // own config (here the default 128 x 64 on 8 warps, for a head of 256 rows), so
 // "wgmma=1" alone gives the sm_90a kernel that multiplies by wgmma (config_source
-// "flag", q's, k's and v's panels: 98304 bytes of shared memory), which
+// "flag", q's, k's and v's panels: 98 KiB of shared memory, k and v by TMA), which
 // report.txt names and exec launches on the fake driver. A field that is not an
 // attention's, or wgmma where the kernel cannot take it (sm_80), is an error naming
 // it, and no Plan is written.
@@ -370,7 +370,10 @@ TEST(ExecFakeDriver, AttentionConfigFromTheCommandLine) {
   EXPECT_EQ(p.kernels[0].config_source, "flag");
   EXPECT_EQ(p.kernels[0].config, "block_m=128 block_n=64 warps=8 wgmma=1");
   EXPECT_EQ(p.kernels[0].block[0], 256);
-  EXPECT_EQ(p.kernels[0].shared_bytes, 2 * 128 * 128 + 2 * 4 * 64 * 128);  // q's panels, k's and v's twice
+  // q's panels, k's and v's twice, and an mbarrier for each of those two buffers: k
+  // and v come by TMA, sm_90a's default, through two tensor maps that exec encodes.
+  EXPECT_EQ(p.kernels[0].shared_bytes, 2 * 128 * 128 + 2 * 4 * 64 * 128 + 2 * 8);
+  EXPECT_EQ(p.kernels[0].tensor_maps.size(), 2u);
   EXPECT_NE(read_text(dir + "/report.txt").find("wgmma.mma_async m64nNk16"), std::string::npos);
   CliResult r = shardfuse_env(fake_env(t / "log"), "exec " + dir + " --device cuda");
   ASSERT_EQ(r.code, 0) << r.out;

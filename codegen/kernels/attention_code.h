@@ -2,7 +2,7 @@
 // tiles, how the kernel is built (Mode), and AttentionCode, which emits one block's
 // work. attention.cpp holds the host, SIMT and shared-memory tensor-core forms and
 // the emitter; attention_registers.cpp the register-resident tensor-core form
-// (docs/fusion.md, "Attention").
+// (docs/fusion.md, "Attention"), attention_wgmma.cpp its sm_90a wgmma form.
 #pragma once
 
 #include <algorithm>

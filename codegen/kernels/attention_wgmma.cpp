@@ -1,0 +1,383 @@
+// The fused attention's wgmma form on sm_90a (KernelConfig::wgmma; docs/kernels.md,
+// "Attention"): the register-resident form's two products by wgmma.mma_async, the
+// pipelined key loop (wgmma = 2), and k and v by TMA. The instructions themselves are
+// matmul_mma_isa.h's (inline PTX in one place), or MmaSimHooks calls in MmaSim.
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/InlineAsm.h>
+
+#include "codegen/kernels/attention_code.h"
+#include "codegen/kernels/matmul_mma_isa.h"
+
+namespace sf::attention_detail {
+
+Result<void> AttentionCode::key_loop_pipelined(llvm::Value* b, llvm::Value* kv_end) {
+  // FlashAttention-3's intra-warpgroup pipelining: the scores of tile t and the
+  // output products of tile t - 1 are issued together, and tile t's chain and softmax
+  // run while the tensor cores still work on tile t - 1's output.
+  //   tile 0: scores, softmax -> p_0
+  //   tile t = 1, 2, ...: issue S_t = q k_t^T and O += p_{t-1} v_{t-1}; wait for S_t
+  //     (wait_group 1); softmax -> p_t, alpha_t; wait for O (wait_group 0); O *= alpha_t
+  //   after the last tile: O += p_last v_last
+  // Key tile t lives in buffer t % 3: at the top of iteration t (its copies waited
+  // for, fenced and published by the barrier) the buffer of tile t + 1 is that of tile
+  // t - 2, whose products every warpgroup retired in iteration t - 1.
+  llvm::Type* f32 = b_.getFloatTy();
+  llvm::Type* i32 = b_.getInt32Ty();
+  const int64_t nkk = t_.bn / 16;
+  auto buf = [&](llvm::Value* kv0) {  // tile kv0's buffer, as a byte offset
+    return b_.CreateMul(b_.CreateURem(b_.CreateUDiv(kv0, c(t_.bn)), c(3)), c(t_.kv_bytes()));
+  };
+  // TMA: use n of buffer t % 3 completes its mbarrier's phase n (parity n % 2).
+  auto publish = [&](llvm::Value* kv0) {
+    if (tma_src_) {
+      llvm::Value* tile = b_.CreateUDiv(kv0, c(t_.bn));
+      tma_wait(b_.CreateURem(tile, c(3)), b_.CreateAnd(b_.CreateUDiv(tile, c(3)), c(1)));
+    }
+    cp_wait(0);
+    proxy_fence();
+    barrier();
+  };
+  auto fetch = [&](llvm::Value* kv0) -> Result<void> {  // tile kv0 into its buffer
+    if (!tma_src_) return load_kv16(b, kv0, b_.CreateUDiv(buf(kv0), c(2)));
+    return when(b_.CreateICmpEQ(tid_, c(0)), [&]() -> Result<void> {
+      tma_kv(b, kv0, b_.CreateURem(b_.CreateUDiv(kv0, c(t_.bn)), c(3)), buf(kv0));
+      return ok();
+    });
+  };
+  auto copy_next = [&](llvm::Value* kv0) -> Result<void> {
+    llvm::Value* next = b_.CreateAdd(kv0, c(t_.bn));
+    SF_TRY(when(b_.CreateICmpSLT(next, kv_end), [&]() { return fetch(next); }));
+    cp_commit();
+    return ok();
+  };
+  // p's A fragments, carried from one tile to the next.
+  std::vector<llvm::Value*> pslot;
+  for (int64_t i = 0; i < 4 * nkk; ++i) pslot.push_back(slot(i32));
+  auto keep_p = [&](const std::vector<std::vector<llvm::Value*>>& a) {
+    for (size_t kk = 0; kk < a.size(); ++kk)
+      for (size_t r = 0; r < 4; ++r) b_.CreateStore(a[kk][r], pslot[4 * kk + r]);
+  };
+  auto saved_p = [&]() {
+    std::vector<std::vector<llvm::Value*>> a(static_cast<size_t>(nkk));
+    for (size_t kk = 0; kk < a.size(); ++kk)
+      for (size_t r = 0; r < 4; ++r) a[kk].push_back(b_.CreateLoad(i32, pslot[4 * kk + r]));
+    return a;
+  };
+  auto saved_o = [&]() {
+    std::vector<llvm::Value*> d;
+    for (llvm::Value* o : o_[0]) d.push_back(b_.CreateLoad(f32, o));
+    return d;
+  };
+  auto keep_o = [&](const std::vector<llvm::Value*>& d) {
+    for (size_t i = 0; i < d.size(); ++i) b_.CreateStore(d[i], o_[0][i]);
+  };
+  SF_TRY(when(b_.CreateICmpSGT(kv_end, c(0)), [&]() { return fetch(c(0)); }));
+  cp_commit();
+  return when(b_.CreateICmpSGT(kv_end, c(0)), [&]() -> Result<void> {
+    publish(c(0));
+    SF_TRY(copy_next(c(0)));
+    std::vector<llvm::Value*> s0 = zeros(t_.bn / 2);
+    fence_operands(s0);
+    wgmma_fence();
+    s0 = scores_wgmma(c(0), std::move(s0));
+    wgmma_commit();
+    wgmma_wait(0);
+    fence_operands(s0);
+    std::vector<Frags> sc = {fragments(s0)};
+    // The output is still zero: tile 0's alpha has nothing to rescale.
+    SF_TRY(softmax_tile(c(0), sc));
+    keep_p(p_fragments(sc[0]));
+    SF_TRY(emit_loop(b_, c(t_.bn), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
+      publish(kv0);
+      SF_TRY(copy_next(kv0));
+      // Every input register of the two groups defined before the wgmma.fence: a copy
+      // or constant ptxas finds between a pipeline stage's wgmma instructions makes it
+      // serialize them (note C7513).
+      std::vector<llvm::Value*> s = zeros(t_.bn / 2), o = saved_o();
+      std::vector<std::vector<llvm::Value*>> p = saved_p();
+      fence_operands(s);
+      fence_operands(o);
+      for (std::vector<llvm::Value*>& a : p) fence_operands(a);
+      wgmma_fence();
+      s = scores_wgmma(buf(kv0), std::move(s));
+      wgmma_commit();
+      o = output_wgmma(p, buf(b_.CreateSub(kv0, c(t_.bn))), std::move(o));
+      wgmma_commit();
+      wgmma_wait(1);  // the scores' group (committed first)
+      fence_operands(s);
+      std::vector<Frags> st = {fragments(s)};
+      Result<std::vector<std::array<llvm::Value*, 2>>> alpha = softmax_tile(kv0, st);
+      if (!alpha) return alpha.error();
+      wgmma_wait(0);  // the output's
+      fence_operands(o);
+      for (size_t i = 0; i < o.size(); ++i) o[i] = b_.CreateFMul(o[i], (*alpha)[0][i % 4 / 2]);
+      keep_o(o);
+      // p_t packed only now: the output products just retired still read p_{t-1}'s
+      // registers, which LLVM gives p_t too (one value carried around the loop), and
+      // writing them under an unretired wgmma would make ptxas serialize (C7513).
+      keep_p(p_fragments(st[0]));
+      return ok();
+    }));
+    // The last tile's output products.
+    llvm::Value* last = b_.CreateMul(b_.CreateUDiv(b_.CreateSub(kv_end, c(1)), c(t_.bn)), c(t_.bn));
+    std::vector<llvm::Value*> o = saved_o();
+    std::vector<std::vector<llvm::Value*>> p = saved_p();
+    fence_operands(o);
+    for (std::vector<llvm::Value*>& a : p) fence_operands(a);
+    wgmma_fence();
+    o = output_wgmma(p, buf(last), std::move(o));
+    wgmma_commit();
+    wgmma_wait(0);
+    fence_operands(o);
+    keep_o(o);
+    return ok();
+  });
+}
+
+std::optional<AttentionCode::TmaSource> AttentionCode::tma_source(int node, int64_t rows, int64_t cols) {
+  std::optional<std::pair<int, kernels::IndexMap>> src = copy_source(node);
+  if (!src) return std::nullopt;
+  const int64_t head = rows * cols;
+  const Node& p = spec_.group.node(spec_.group.params()[static_cast<size_t>(src->first)]);
+  if (head <= 0 || numel(p.type.shape) % head != 0) return std::nullopt;
+  const kernels::IndexMap& m = src->second;
+  if (!m.contiguous()) {
+    // One strided step of the operand's own flat index whose innermost dim holds
+    // whole heads densely, every other stride and the start whole heads: element (b,
+    // j, e) lands at (a multiple of rows x cols) + j cols + e.
+    if (m.base != kernels::kIterationIndex || m.steps.size() != 1) return std::nullopt;
+    const kernels::StridedStep& s = m.steps[0];
+    if (s.shape.empty() || s.shape.back() % head != 0 || s.strides.back() != 1 || s.offset % head != 0) return std::nullopt;
+    for (size_t d = 0; d + 1 < s.strides.size(); ++d)
+      if (s.strides[d] % head != 0) return std::nullopt;
+  }
+  return TmaSource{src->first, m};
+}
+
+std::optional<std::pair<AttentionCode::TmaSource, AttentionCode::TmaSource>> AttentionCode::tma_sources(size_t num_params) {
+  const int kr = k_rows_node();
+  if (kr < 0) return std::nullopt;
+  GroupValues gv(spec_.group, cg_, std::vector<llvm::Value*>(num_params, nullptr));
+  gv_ = &gv;
+  std::optional<TmaSource> k = tma_source(kr, m_.s, m_.e), v = tma_source(m_.v, m_.s, m_.ev);
+  gv_ = nullptr;
+  if (!k || !v) return std::nullopt;
+  return std::pair{*k, *v};
+}
+
+llvm::Value* AttentionCode::mbar_at(llvm::Value* buf) {
+  llvm::Value* off = b_.CreateAdd(c(t_.mbar_off), b_.CreateMul(buf, c(8)));
+  if (mode_ == Mode::MmaSim) return b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_, off);
+  return b_.CreateAdd(b_.CreatePtrToInt(buf_, b_.getInt32Ty()), b_.CreateTrunc(off, b_.getInt32Ty()));
+}
+
+void AttentionCode::tma_init() {
+  llvm::Type* i32 = b_.getInt32Ty();
+  Result<void> r = when(b_.CreateICmpEQ(tid_, c(0)), [&]() -> Result<void> {
+    for (int64_t i = 0; i < t_.kv_buffers; ++i) {
+      if (mode_ == Mode::MmaSim)
+        b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), i32, b_.getPtrTy(), i32}, false), hook_[13],
+                      {hook_[0], tid32_, mbar_at(c(i)), b_.getInt32(1)});
+      else
+        matmul_detail::mbar_init_ptx(b_, mbar_at(c(i)), 1);
+    }
+    // The initialisation visible to the async proxy (the copies complete on them).
+    if (mode_ == Mode::Mma) matmul_detail::ptx_stmt(b_, "fence.mbarrier_init.release.cluster;");
+    return ok();
+  });
+  (void)r;  // the body cannot fail
+  barrier();
+}
+
+void AttentionCode::tma_kv(llvm::Value* b, llvm::Value* kv0, llvm::Value* buf, llvm::Value* buf_off) {
+  llvm::Type* i32 = b_.getInt32Ty();
+  const TmaSource& ks = tma_src_->first;
+  const TmaSource& vs = tma_src_->second;
+  // The block's head in each map: its batch's first element over a head's elements.
+  auto head = [&](const TmaSource& s, int64_t cols) {
+    llvm::Value* first = b_.CreateMul(b, c(m_.s * cols));
+    llvm::Value* off = s.map.contiguous() ? first : kernels::emit_index_map(b_, first, s.map);
+    return b_.CreateTrunc(b_.CreateUDiv(off, c(m_.s * cols)), i32);
+  };
+  llvm::Value* bar = mbar_at(buf);
+  const int64_t bytes = t_.kv_bytes();
+  if (mode_ == Mode::MmaSim)
+    b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), i32, b_.getPtrTy(), i32}, false), hook_[14],
+                  {hook_[0], tid32_, bar, b_.getInt32(static_cast<uint32_t>(bytes))});
+  else
+    matmul_detail::mbar_expect_tx_ptx(b_, bar, b_.getInt32(static_cast<uint32_t>(bytes)));
+  // One box of 64 columns x bn keys of the head per panel; keys past S arrive as zeros.
+  auto copy = [&](llvm::Value* map, llvm::Value* h, int64_t cols, int64_t base) {
+    for (int64_t p = 0; p < Tiles::panels(cols); ++p) {
+      llvm::Value* off = b_.CreateAdd(buf_off, c(base + p * t_.bn * 128));
+      llvm::Value* c0 = b_.getInt32(static_cast<uint32_t>(64 * p));
+      llvm::Value* c1 = b_.CreateTrunc(kv0, i32);
+      if (mode_ == Mode::MmaSim) {
+        llvm::Type* ptr = b_.getPtrTy();
+        auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, ptr, ptr, i32, i32, i32, ptr}, false);
+        b_.CreateCall(fty, hook_[12], {hook_[0], tid32_, map, b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_, off), c0, c1, h, bar});
+      } else {
+        llvm::Value* dst = b_.CreateAdd(b_.CreatePtrToInt(buf_, i32), b_.CreateTrunc(off, i32));
+        matmul_detail::tma_load_ptx(b_, map, dst, {c0, c1, h}, bar);
+      }
+    }
+  };
+  copy(kmap_, head(ks, m_.e), m_.e, t_.k16);
+  copy(vmap_, head(vs, m_.ev), m_.ev, t_.v16);
+}
+
+void AttentionCode::tma_wait(llvm::Value* buf, llvm::Value* parity) {
+  llvm::Type* i32 = b_.getInt32Ty();
+  llvm::Function* fn = b_.GetInsertBlock()->getParent();
+  llvm::BasicBlock* spin = llvm::BasicBlock::Create(b_.getContext(), "mbar.wait", fn);
+  llvm::BasicBlock* done = llvm::BasicBlock::Create(b_.getContext(), "mbar.done", fn);
+  llvm::Value* bar = mbar_at(buf);
+  llvm::Value* par = b_.CreateTrunc(parity, i32);
+  b_.CreateBr(spin);
+  b_.SetInsertPoint(spin);
+  llvm::Value* ready =
+      mode_ == Mode::MmaSim
+          ? b_.CreateCall(llvm::FunctionType::get(i32, {b_.getPtrTy(), i32, b_.getPtrTy(), i32}, false), hook_[15],
+                          {hook_[0], tid32_, bar, par})
+          : matmul_detail::mbar_try_wait_ptx(b_, bar, par);
+  b_.CreateCondBr(b_.CreateICmpNE(ready, b_.getInt32(0)), done, spin);
+  b_.SetInsertPoint(done);
+}
+
+void AttentionCode::wgmma_fence() {
+  if (mode_ == Mode::Mma) matmul_detail::ptx_stmt(b_, "wgmma.fence.sync.aligned;");
+}
+
+void AttentionCode::proxy_fence() {
+  if (mode_ == Mode::Mma) matmul_detail::ptx_stmt(b_, "fence.proxy.async.shared::cta;");
+}
+
+void AttentionCode::wgmma_commit() {
+  if (mode_ == Mode::MmaSim) {
+    b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), b_.getInt32Ty()}, false), hook_[9],
+                  {hook_[0], tid32_});
+    return;
+  }
+  matmul_detail::ptx_stmt(b_, "wgmma.commit_group.sync.aligned;");
+}
+
+void AttentionCode::wgmma_wait(int pending) {
+  if (mode_ == Mode::MmaSim) {
+    b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), b_.getInt32Ty(), b_.getInt32Ty()}, false),
+                  hook_[10], {hook_[0], tid32_, b_.getInt32(static_cast<uint32_t>(pending))});
+    return;
+  }
+  matmul_detail::ptx_stmt(b_, "wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";");
+}
+
+void AttentionCode::fence_operands(std::vector<llvm::Value*>& v) {
+  if (mode_ != Mode::Mma) return;
+  // Each value through an empty volatile asm after the wait: LLVM keeps volatile asm
+  // in order, so nothing reads the register before the wgmma that writes it retired
+  // (CUTLASS's warpgroup_fence_operand).
+  for (llvm::Value*& x : v) {
+    llvm::Type* t = x->getType();
+    auto* fty = llvm::FunctionType::get(t, {t}, false);
+    x = b_.CreateCall(llvm::InlineAsm::get(fty, "", t->isFloatTy() ? "=f,0" : "=r,0", /*hasSideEffects=*/true), {x});
+  }
+}
+
+std::vector<llvm::Value*> AttentionCode::zeros(int64_t n) {
+  return std::vector<llvm::Value*>(static_cast<size_t>(n), llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
+}
+
+std::vector<llvm::Value*> AttentionCode::scores_wgmma(llvm::Value* kvoff, std::vector<llvm::Value*> d) {
+  // Per k step one m64n{bn}k16 over the whole key tile, both operands K-major from
+  // shared memory: the warpgroup's 64 rows of q and the k tile. K step s starts in
+  // panel s / 4, 32 bytes per step into its 128-byte rows (the hardware swizzles the
+  // address it forms); 8 rows are 1024 bytes. `d` holds the accumulators' start.
+  llvm::Value* wg_rows = b_.CreateMul(b_.CreateUDiv(warp_, c(4)), c(64 * 128));  // the warpgroup's first q row
+  for (int64_t s = 0; s < t_.e / 16; ++s) {
+    llvm::Value* qat = b_.CreateAdd(wg_rows, c(t_.q16 + s / 4 * t_.bm * 128 + s % 4 * 32));
+    llvm::Value* kat = b_.CreateAdd(kvoff, c(t_.k16 + s / 4 * t_.bn * 128 + s % 4 * 32));
+    d = wgmma({}, qat, kat, t_.bn * 128, std::move(d), /*trans_b=*/false);
+  }
+  return d;
+}
+
+std::vector<llvm::Value*> AttentionCode::output_wgmma(const std::vector<std::vector<llvm::Value*>>& a, llvm::Value* kvoff,
+                                                      std::vector<llvm::Value*> d) {
+  // Per k step (16 keys) one m64n{Ev}k16 into all Ev / 8 output tiles, A p's
+  // fragments, B the v tile MN-major (rows keys, 64-column panels bn rows apart): k
+  // step kk starts 16 rows (2048 bytes) on; the leading byte offset is the next
+  // panel's.
+  for (int64_t kk = 0; kk < t_.bn / 16; ++kk)
+    d = wgmma(a[static_cast<size_t>(kk)], nullptr, b_.CreateAdd(kvoff, c(t_.v16 + kk * 2048)), t_.bn * 128, std::move(d),
+              /*trans_b=*/true);
+  return d;
+}
+
+std::vector<std::vector<llvm::Value*>> AttentionCode::p_fragments(const Frags& p) {
+  std::vector<std::vector<llvm::Value*>> a;
+  for (int64_t kk = 0; kk < t_.bn / 16; ++kk) {
+    llvm::Value* el[8];
+    for (int e = 0; e < 8; ++e) {
+      auto [tile, i] = a_from_c(e);
+      el[e] = p[static_cast<size_t>(2 * kk + tile)][static_cast<size_t>(i)];
+    }
+    a.push_back({pack(el[0], el[1]), pack(el[2], el[3]), pack(el[4], el[5]), pack(el[6], el[7])});
+  }
+  return a;
+}
+
+AttentionCode::Frags AttentionCode::fragments(const std::vector<llvm::Value*>& d) {
+  // D's element 4j + i is C element i of n8 tile j (the accumulator figure repeats
+  // mma's C figure per 8 columns, each warp on its 16 rows).
+  Frags f(d.size() / 4);
+  for (size_t j = 0; j < f.size(); ++j) f[j].assign(d.begin() + static_cast<std::ptrdiff_t>(4 * j), d.begin() + static_cast<std::ptrdiff_t>(4 * j + 4));
+  return f;
+}
+
+std::vector<llvm::Value*> AttentionCode::flat(const Frags& f) {
+  std::vector<llvm::Value*> d;
+  for (const std::vector<llvm::Value*>& t : f) d.insert(d.end(), t.begin(), t.end());
+  return d;
+}
+
+std::vector<llvm::Value*> AttentionCode::wgmma(const std::vector<llvm::Value*>& a, llvm::Value* a_off, llvm::Value* b_off,
+                                               int64_t lbo, std::vector<llvm::Value*> d, bool trans_b) {
+  llvm::Type* i32 = b_.getInt32Ty();
+  llvm::Type* f32 = b_.getFloatTy();
+  // A descriptor's start: the 32-bit shared address (the host build: the offset from
+  // its shared memory, which the simulation counts from).
+  auto desc = [&](llvm::Value* off) {
+    llvm::Value* addr = b_.CreateTrunc(off, i32);
+    if (mode_ == Mode::Mma) addr = b_.CreateAdd(b_.CreatePtrToInt(buf_, i32), addr);
+    return matmul_detail::wgmma_descriptor(b_, addr, lbo, 1024);
+  };
+  llvm::Value* db = desc(b_off);
+  llvm::Value* da = a.empty() ? desc(a_off) : nullptr;
+  if (mode_ == Mode::Mma)
+    return matmul_detail::wgmma_inline(b_, a, da, db, std::move(d), f16() ? "f16" : "bf16", 0, trans_b ? 1 : 0);
+  const size_t n = d.size();
+  llvm::Value* dbuf = slot(llvm::ArrayType::get(f32, n));
+  for (size_t i = 0; i < n; ++i) b_.CreateStore(d[i], b_.CreateConstInBoundsGEP1_64(f32, dbuf, i));
+  const int32_t mode = (f16() ? 1 : 0) | (trans_b ? 4 : 0) | static_cast<int32_t>(2 * n) << 8;
+  llvm::Type* ptr = b_.getPtrTy();
+  llvm::Type* i64 = b_.getInt64Ty();
+  if (a.empty()) {
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, i64, i64, i32, ptr}, false);
+    b_.CreateCall(fty, hook_[11], {hook_[0], tid32_, da, db, b_.getInt32(static_cast<uint32_t>(mode)), dbuf});
+  } else {
+    llvm::Value* abuf = slot(llvm::ArrayType::get(i32, 4));
+    for (size_t i = 0; i < 4; ++i) b_.CreateStore(a[i], b_.CreateConstInBoundsGEP1_64(i32, abuf, i));
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, ptr, i64, i32, ptr}, false);
+    b_.CreateCall(fty, hook_[8], {hook_[0], tid32_, abuf, db, b_.getInt32(static_cast<uint32_t>(mode)), dbuf});
+  }
+  for (size_t i = 0; i < n; ++i) d[i] = b_.CreateLoad(f32, b_.CreateConstInBoundsGEP1_64(f32, dbuf, i));
+  return d;
+}
+
+}  // namespace sf::attention_detail

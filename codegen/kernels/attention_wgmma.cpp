@@ -97,9 +97,9 @@ Result<void> AttentionCode::key_loop_pipelined(llvm::Value* b, llvm::Value* kv_e
     SF_TRY(emit_loop(b_, c(t_.bn), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
       publish(kv0);
       SF_TRY(copy_next(kv0));
-      // Every input register of the two groups defined before the wgmma.fence: a copy
-      // or constant ptxas finds between a pipeline stage's wgmma instructions makes it
-      // serialize them (note C7513).
+      // Every input register of the two groups defined before the wgmma.fence: ptxas
+      // serializes a kernel's wgmma where "non wgmma instructions" define their input
+      // registers "between start and end of the pipeline stage" (note C7513).
       std::vector<llvm::Value*> s = zeros(t_.bn / 2), o = saved_o();
       std::vector<std::vector<llvm::Value*>> p = saved_p();
       fence_operands(s);

@@ -38,6 +38,36 @@ TEST(CliAttention, LlamaBlockCompilesToPtx) {
       << e.out;
 }
 
+// explain --device cuda names the attention kernel's form: mma.sync by default, with
+// the wgmma configs sm_90a offers (not the default until timed on a GPU); sm_80 has no
+// wgmma to offer; f32 stays on FMA. A wide pointwise default says what compile takes
+// where ptxas finds it spilling.
+TEST(CliAttention, ExplainNamesTheFormOnTheGpu) {
+  TempDir d;
+  write_file(d / "a.sf", "graph a(q: bf16[1, 4, 256, 128], k: bf16[1, 2, 256, 128], v: bf16[1, 2, 256, 128]) {\n"
+                         "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out\n}\n");
+  CliResult h = shardfuse("explain " + (d / "a.sf") + " --device cuda --arch sm_90a");
+  ASSERT_EQ(h.code, 0) << h.out;
+  EXPECT_NE(h.out.find("tensor cores, mma.sync (wgmma, not the default until a GPU has timed it: compile "
+                       "--attention-config \"wgmma=1\" or \"wgmma=2\")"),
+            std::string::npos)
+      << h.out;
+  CliResult a = shardfuse("explain " + (d / "a.sf") + " --device cuda --arch sm_80");
+  ASSERT_EQ(a.code, 0) << a.out;
+  EXPECT_NE(a.out.find("    tensor cores, mma.sync\n"), std::string::npos) << a.out;
+  write_file(d / "f.sf", "graph f(q: f32[1, 2, 64, 64], k: f32[1, 2, 64, 64], v: f32[1, 2, 64, 64]) {\n"
+                         "  out = scaled_dot_product_attention(q, k, v)\n  return out\n}\n");
+  CliResult f = shardfuse("explain " + (d / "f.sf") + " --device cuda --arch sm_90a");
+  EXPECT_NE(f.out.find("SIMT FMA, no tensor cores"), std::string::npos) << f.out;
+  CliResult p = shardfuse("explain " + std::string(SF_SOURCE_DIR) + "/bench/graphs/kernels/pointwise_bias_gelu_bf16_16384x4096.sf" +
+                          " --device cuda --arch sm_90a");
+  ASSERT_EQ(p.code, 0) << p.out;
+  EXPECT_NE(p.out.find("compile takes block=256 vector=8 elems_per_thread=1 grid_stride=1 max_blocks=4096 instead where "
+                       "ptxas reports spills"),
+            std::string::npos)
+      << p.out;
+}
+
 TEST(CliAttention, CheckRefusesBadCallsAtTheOp) {
   TempDir d;
   const std::pair<const char*, const char*> cases[] = {

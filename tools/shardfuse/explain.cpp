@@ -7,6 +7,7 @@
 #include "codegen/dist/explain.h"
 #include "codegen/dist/lower.h"
 #include "codegen/fusion/pipeline.h"
+#include "codegen/kernels/attention.h"
 #include "codegen/kernels/extern_gemm.h"
 #include "codegen/kernels/host_runner.h"
 #include "codegen/kernels/matmul.h"
@@ -104,6 +105,20 @@ int explain(const ExplainOptions& o) {
                                               c.config, arch);
           mp.ok())
         std::cout << "    " << (mp->tensor_cores ? "tensor cores: " : "SIMT FMA, no tensor cores: ") << mp->why << "\n";
+    // The wide pointwise default (sm_90+) holds 64 registers a thread: compile checks
+    // it with ptxas and narrows it where it spills, which explain does not run.
+    if (o.device == "cuda" && k.kind == KernelKind::Pointwise && c.source == ConfigSource::Default && c.config.block == 1024)
+      std::cout << "    compile takes " << config_str(KernelKind::Pointwise, ConfigTarget::Gpu, narrow_pointwise_default(c.config))
+                << " instead where ptxas reports spills for this one (report.txt says which)\n";
+    // The attention's form on the GPU, and the wgmma form sm_90a offers.
+    if (o.device == "cuda" && k.kind == KernelKind::Attention) {
+      const KernelSpec spec{k.name, KernelKind::Attention, k.group};
+      const bool tc = attention_uses_tensor_cores(spec, c.config, arch);
+      std::cout << "    " << (tc ? (c.config.wgmma ? "tensor cores, wgmma" : "tensor cores, mma.sync") : "SIMT FMA, no tensor cores");
+      if (tc && !c.config.wgmma && arch == "sm_90a")
+        std::cout << " (wgmma, not the default until a GPU has timed it: compile --attention-config \"wgmma=1\" or \"wgmma=2\")";
+      std::cout << "\n";
+    }
     // Whether `tune --device cuda` measures a library GEMM for it, and which call.
     if (o.device == "cuda" && k.kind == KernelKind::Matmul) {
       Result<ExternGemm> x = extern_gemm(k);

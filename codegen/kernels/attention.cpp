@@ -21,8 +21,8 @@ namespace attention_detail {
 
 void AttentionCode::sim_hooks(llvm::Value* hooks, llvm::Value* tid32) {
   // hook_[i] = MmaSimHooks' pointer number field[i] (attention_code.h).
-  static constexpr uint64_t field[16] = {0, 1, 2, 3, 16, 5, 6, 7, 18, 8, 9, 4, 10, 11, 12, 13};
-  for (int i = 0; i < 16; ++i)
+  static constexpr uint64_t field[17] = {0, 1, 2, 3, 16, 5, 6, 7, 18, 8, 9, 4, 10, 11, 12, 13, 14};
+  for (int i = 0; i < 17; ++i)
     hook_[i] = b_.CreateAlignedLoad(b_.getPtrTy(), b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), hooks, field[i]),
                                     llvm::Align(8));
   tid32_ = tid32;
@@ -584,7 +584,7 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   Result<void> r;
   if (mode == Mode::Simt || mode == Mode::Mma) {
     kernels::KernelEntry ke = kernels::begin_nvptx_kernel(*k.module, b, spec.entry, np, 1, threads, tma_src ? 2 : 0);
-    if (tma_src) code.set_tma(*tma_src, ke.extra[0], ke.extra[1]);
+    if (tma_src) code.set_tma(*tma_src, ke.extra[0], ke.extra[1], config.warps);
     auto* arr = llvm::ArrayType::get(b.getInt8Ty(), 0);
     auto* smem = new llvm::GlobalVariable(*k.module, arr, false, llvm::GlobalValue::ExternalLinkage, nullptr, "sf_smem",
                                           nullptr, llvm::GlobalValue::NotThreadLocal, 3);
@@ -608,7 +608,7 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
     llvm::Type* i32 = b.getInt32Ty();
     kernels::KernelEntry ke = kernels::begin_host_kernel(*k.module, b, spec.entry, np, 1,
                                                          {i32, i32, i32, b.getPtrTy(), b.getPtrTy(), i32}, tma_src ? 2 : 0);
-    if (tma_src) code.set_tma(*tma_src, ke.extra[0], ke.extra[1]);
+    if (tma_src) code.set_tma(*tma_src, ke.extra[0], ke.extra[1], config.warps);
     llvm::Function* fn = ke.fn;
     code.sim_hooks(fn->getArg(5), fn->getArg(3));
     llvm::Value* bid = b.CreateZExt(fn->getArg(1), b.getInt64Ty());

@@ -74,8 +74,9 @@ struct Tiles {
   // k/v buffers: 2 (key tile t in buffer t % 2), 3 for the pipelined wgmma form (tile
   // t - 1's v is still read while tile t + 1 is copied).
   int64_t kv_buffers = 2;
-  // TMA brings k and v (the wgmma form, KernelSpec::tma): one mbarrier per buffer
-  // after the buffers, at byte mbar_off.
+  // TMA brings k and v (the wgmma form, KernelSpec::tma): per buffer a "full"
+  // mbarrier (the copies complete on it) and an "empty" one (every warp arrives once
+  // its products no longer read the buffer), after the buffers from byte mbar_off.
   bool tma = false;
   int64_t mbar_off = 0;
   Tiles(int64_t bm_, int64_t bn_, int64_t e_, int64_t ev_, bool regs_ = false, bool wgmma_ = false, int64_t kv_buffers_ = 2,
@@ -112,7 +113,7 @@ struct Tiles {
   // buffer t % 2 while tile t + 1 is copied into the other (cp.async), buffer 1 this
   // many bytes after buffer 0.
   int64_t kv_bytes() const { return wgmma ? (panels(e) + panels(ev)) * bn * 128 : 2 * bn * ks + 2 * bn * vs; }
-  int64_t bytes() const { return regs ? mbar_off + (tma ? 8 * kv_buffers : 0) : floats * 4; }
+  int64_t bytes() const { return regs ? mbar_off + (tma ? 16 * kv_buffers : 0) : floats * 4; }
 };
 
 class AttentionCode {
@@ -126,7 +127,8 @@ class AttentionCode {
   // Index 4 here is MmaSimHooks' shfl_bfly (its 17th pointer); 5, 6 and 7 its
   // cp_async, cp_commit and cp_wait (its 6th to 8th); 8 its wgmma_ra (19th), 9 and
   // 10 its wgmma_commit and wgmma_wait (9th and 10th), 11 its wgmma (5th), 12 to 15
-  // its tma_load, mbar_init, mbar_expect_tx and mbar_try_wait (11th to 14th).
+  // its tma_load, mbar_init, mbar_expect_tx and mbar_try_wait (11th to 14th), 16
+  // its mbar_arrive (15th).
   void sim_hooks(llvm::Value* hooks, llvm::Value* tid32);
   // The register-resident form (tensor cores, block_m = 16 or 32 x warps): each warp
   // keeps its rows' scores, probabilities, output accumulators and row statistics in
@@ -158,19 +160,30 @@ class AttentionCode {
   // for the question alone (no code emitted).
   std::optional<std::pair<TmaSource, TmaSource>> tma_sources(size_t num_params);
   // The kernel takes them by these tensor maps (k's, v's: generic pointers).
-  void set_tma(std::pair<TmaSource, TmaSource> src, llvm::Value* kmap, llvm::Value* vmap) {
+  void set_tma(std::pair<TmaSource, TmaSource> src, llvm::Value* kmap, llvm::Value* vmap, int warps) {
     tma_src_ = std::move(src);
     kmap_ = kmap;
     vmap_ = vmap;
+    warps_n_ = warps;
   }
-  // Thread 0 initialises one mbarrier per k/v buffer, then a barrier.
+  // Thread 0 initialises each k/v buffer's full and empty mbarriers, then a barrier.
   void tma_init();
   // Thread 0: key tile kv0's k and v panels into the buffer at byte `buf_off` (buffer
   // `buf`), completing on its mbarrier.
   void tma_kv(llvm::Value* b, llvm::Value* kv0, llvm::Value* buf, llvm::Value* buf_off);
-  // Every thread: until buffer `buf`'s mbarrier completed the phase of `parity`.
+  // Every thread: until buffer `buf`'s full mbarrier completed the phase of `parity`.
   void tma_wait(llvm::Value* buf, llvm::Value* parity);
-  llvm::Value* mbar_at(llvm::Value* buf);  // buffer buf's mbarrier, as the instructions take it
+  // Thread 0, before bringing use n >= 1 of buffer `buf`: until every warp released
+  // use n - 1 (the empty mbarrier's phase n - 1).
+  void tma_wait_empty(llvm::Value* buf, llvm::Value* use);
+  // Lane 0 of every warp: the warp's products no longer read buffer `buf`.
+  void tma_release(llvm::Value* buf);
+  // Buffer buf's full or empty mbarrier, as the instructions take it.
+  llvm::Value* mbar_at(llvm::Value* buf, bool empty = false);
+  void mbar_wait(llvm::Value* bar, llvm::Value* parity);
+  // Thread 0 brings key tile kv0 (use kv0 / bn / n of buffer tile % n) when kv0 <
+  // kv_end, after that buffer's previous use was released.
+  void tma_fetch(llvm::Value* b, llvm::Value* kv0, llvm::Value* kv_end, int64_t n);
 
 
   // The whole kernel body for block `bid` (an i64 below blocks()).
@@ -466,10 +479,10 @@ class AttentionCode {
   const AttentionMatch& m_;
   const Tiles& t_;
   Mode mode_;
-  llvm::Value* hook_[16] = {};
+  llvm::Value* hook_[17] = {};
   std::optional<std::pair<TmaSource, TmaSource>> tma_src_;
   llvm::Value *kmap_ = nullptr, *vmap_ = nullptr;
-  llvm::Value *hk_ = nullptr, *hv_ = nullptr;  // the block's head in k's and v's maps
+  int warps_n_ = 0;
   bool regs_ = false, wg_ = false, wg_pipe_ = false;
   // The register-resident form: the warp's first row, its output accumulators (ev / 8
   // C fragments) and its rows' running max and partial sum (rows g and g + 8), as

@@ -400,39 +400,40 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
   if (tma_src_) tma_init();
   if (wg_pipe_) {
     SF_TRY(key_loop_pipelined(b, kv_end));
-  } else {
-  // TMA: thread 0 issues each tile's boxes, every thread waits for its buffer's
-  // mbarrier (use n of buffer t % 2 completes phase n, parity n % 2).
-  if (tma_src_) {
-    SF_TRY(when(b_.CreateAnd(b_.CreateICmpEQ(tid_, c(0)), b_.CreateICmpSGT(kv_end, c(0))), [&]() -> Result<void> {
-      tma_kv(b, c(0), c(0), c(0));
+  } else if (tma_src_) {
+    // TMA: thread 0 brings each tile (use n of buffer t % 2 completes its full
+    // mbarrier's phase n) once every warp released the buffer's previous use (its
+    // empty mbarrier), and every thread waits for the full phase: no barrier in the
+    // key loop, so the warpgroups need not keep in step. q's copies are published
+    // once, before it.
+    tma_fetch(b, c(0), kv_end, 2);
+    cp_commit();
+    cp_wait(0);
+    proxy_fence();
+    barrier();
+    SF_TRY(emit_loop(b_, c(0), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
+      llvm::Value* tile = b_.CreateUDiv(kv0, c(t_.bn));
+      llvm::Value* odd = b_.CreateAnd(tile, c(1));
+      tma_wait(odd, b_.CreateAnd(b_.CreateUDiv(tile, c(2)), c(1)));
+      tma_fetch(b, b_.CreateAdd(kv0, c(t_.bn)), kv_end, 2);
+      SF_TRY(key_tile_regs(kv0, b_.CreateMul(odd, c(t_.kv_bytes()))));
+      tma_release(odd);  // its products retired (wait_group 0) in key_tile_regs
       return ok();
     }));
   } else {
-    SF_TRY(load_kv16(b, c(0), c(0)));
-  }
+  SF_TRY(load_kv16(b, c(0), c(0)));
   cp_commit();
   SF_TRY(emit_loop(b_, c(0), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
-    llvm::Value* tile = b_.CreateUDiv(kv0, c(t_.bn));
-    llvm::Value* odd = b_.CreateAnd(tile, c(1));
-    if (tma_src_) tma_wait(odd, b_.CreateAnd(b_.CreateUDiv(tile, c(2)), c(1)));
+    llvm::Value* odd = b_.CreateAnd(b_.CreateUDiv(kv0, c(t_.bn)), c(1));
     cp_wait(0);
     // wgmma reads k and v through the async proxy: each thread's copies and stores
     // into them (the generic proxy's) made visible to it before the barrier.
     if (wg_) proxy_fence();
     barrier();
     llvm::Value* next = b_.CreateAdd(kv0, c(t_.bn));
-    llvm::Value* more = b_.CreateICmpSLT(next, kv_end);
-    if (tma_src_)
-      SF_TRY(when(b_.CreateAnd(more, b_.CreateICmpEQ(tid_, c(0))), [&]() -> Result<void> {
-        llvm::Value* other = b_.CreateSub(c(1), odd);
-        tma_kv(b, next, other, b_.CreateMul(other, c(t_.kv_bytes())));
-        return ok();
-      }));
-    else
-      SF_TRY(when(more, [&]() -> Result<void> {
-        return load_kv16(b, next, b_.CreateMul(b_.CreateSub(c(1), odd), c(t_.kv_bytes() / 2)));
-      }));
+    SF_TRY(when(b_.CreateICmpSLT(next, kv_end), [&]() -> Result<void> {
+      return load_kv16(b, next, b_.CreateMul(b_.CreateSub(c(1), odd), c(t_.kv_bytes() / 2)));
+    }));
     cp_commit();
     return key_tile_regs(kv0, b_.CreateMul(odd, c(t_.kv_bytes())));
   }));

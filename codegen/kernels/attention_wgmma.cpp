@@ -34,26 +34,29 @@ Result<void> AttentionCode::key_loop_pipelined(llvm::Value* b, llvm::Value* kv_e
   auto buf = [&](llvm::Value* kv0) {  // tile kv0's buffer, as a byte offset
     return b_.CreateMul(b_.CreateURem(b_.CreateUDiv(kv0, c(t_.bn)), c(3)), c(t_.kv_bytes()));
   };
-  // TMA: use n of buffer t % 3 completes its mbarrier's phase n (parity n % 2).
+  // Without TMA the threads' copies are published by a barrier per tile. With TMA,
+  // thread 0 brings tile t once every warp released its buffer's previous use (tile
+  // t - 3's, whose output products retired in iteration t - 2), use n of a buffer
+  // completes its full mbarrier's phase n, and every thread waits for that phase: no
+  // barrier in the key loop (q's copies are published once, before it).
+  auto tile_of = [&](llvm::Value* kv0) { return b_.CreateUDiv(kv0, c(t_.bn)); };
   auto publish = [&](llvm::Value* kv0) {
     if (tma_src_) {
-      llvm::Value* tile = b_.CreateUDiv(kv0, c(t_.bn));
+      llvm::Value* tile = tile_of(kv0);
       tma_wait(b_.CreateURem(tile, c(3)), b_.CreateAnd(b_.CreateUDiv(tile, c(3)), c(1)));
+      return;
     }
     cp_wait(0);
     proxy_fence();
     barrier();
   };
-  auto fetch = [&](llvm::Value* kv0) -> Result<void> {  // tile kv0 into its buffer
-    if (!tma_src_) return load_kv16(b, kv0, b_.CreateUDiv(buf(kv0), c(2)));
-    return when(b_.CreateICmpEQ(tid_, c(0)), [&]() -> Result<void> {
-      tma_kv(b, kv0, b_.CreateURem(b_.CreateUDiv(kv0, c(t_.bn)), c(3)), buf(kv0));
-      return ok();
-    });
-  };
   auto copy_next = [&](llvm::Value* kv0) -> Result<void> {
     llvm::Value* next = b_.CreateAdd(kv0, c(t_.bn));
-    SF_TRY(when(b_.CreateICmpSLT(next, kv_end), [&]() { return fetch(next); }));
+    if (tma_src_) {
+      tma_fetch(b, next, kv_end, 3);
+      return ok();
+    }
+    SF_TRY(when(b_.CreateICmpSLT(next, kv_end), [&]() { return load_kv16(b, next, b_.CreateUDiv(buf(next), c(2))); }));
     cp_commit();
     return ok();
   };
@@ -78,8 +81,16 @@ Result<void> AttentionCode::key_loop_pipelined(llvm::Value* b, llvm::Value* kv_e
   auto keep_o = [&](const std::vector<llvm::Value*>& d) {
     for (size_t i = 0; i < d.size(); ++i) b_.CreateStore(d[i], o_[0][i]);
   };
-  SF_TRY(when(b_.CreateICmpSGT(kv_end, c(0)), [&]() { return fetch(c(0)); }));
-  cp_commit();
+  if (tma_src_) {
+    tma_fetch(b, c(0), kv_end, 3);
+    cp_commit();  // q's copies
+    cp_wait(0);
+    proxy_fence();
+    barrier();
+  } else {
+    SF_TRY(when(b_.CreateICmpSGT(kv_end, c(0)), [&]() { return load_kv16(b, c(0), c(0)); }));
+    cp_commit();
+  }
   return when(b_.CreateICmpSGT(kv_end, c(0)), [&]() -> Result<void> {
     publish(c(0));
     SF_TRY(copy_next(c(0)));
@@ -117,6 +128,8 @@ Result<void> AttentionCode::key_loop_pipelined(llvm::Value* b, llvm::Value* kv_e
       if (!alpha) return alpha.error();
       wgmma_wait(0);  // the output's
       fence_operands(o);
+      // Tile t - 1's buffer is read no more (its scores retired in iteration t - 1).
+      if (tma_src_) tma_release(b_.CreateURem(tile_of(b_.CreateSub(kv0, c(t_.bn))), c(3)));
       for (size_t i = 0; i < o.size(); ++i) o[i] = b_.CreateFMul(o[i], (*alpha)[0][i % 4 / 2]);
       keep_o(o);
       // p_t packed only now: the output products just retired still read p_{t-1}'s
@@ -172,8 +185,8 @@ std::optional<std::pair<AttentionCode::TmaSource, AttentionCode::TmaSource>> Att
   return std::pair{*k, *v};
 }
 
-llvm::Value* AttentionCode::mbar_at(llvm::Value* buf) {
-  llvm::Value* off = b_.CreateAdd(c(t_.mbar_off), b_.CreateMul(buf, c(8)));
+llvm::Value* AttentionCode::mbar_at(llvm::Value* buf, bool empty) {
+  llvm::Value* off = b_.CreateAdd(c(t_.mbar_off + (empty ? 8 * t_.kv_buffers : 0)), b_.CreateMul(buf, c(8)));
   if (mode_ == Mode::MmaSim) return b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_, off);
   return b_.CreateAdd(b_.CreatePtrToInt(buf_, b_.getInt32Ty()), b_.CreateTrunc(off, b_.getInt32Ty()));
 }
@@ -181,13 +194,16 @@ llvm::Value* AttentionCode::mbar_at(llvm::Value* buf) {
 void AttentionCode::tma_init() {
   llvm::Type* i32 = b_.getInt32Ty();
   Result<void> r = when(b_.CreateICmpEQ(tid_, c(0)), [&]() -> Result<void> {
-    for (int64_t i = 0; i < t_.kv_buffers; ++i) {
-      if (mode_ == Mode::MmaSim)
-        b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), i32, b_.getPtrTy(), i32}, false), hook_[13],
-                      {hook_[0], tid32_, mbar_at(c(i)), b_.getInt32(1)});
-      else
-        matmul_detail::mbar_init_ptx(b_, mbar_at(c(i)), 1);
-    }
+    for (int64_t i = 0; i < t_.kv_buffers; ++i)
+      for (bool empty : {false, true}) {
+        // full: thread 0's arrive.expect_tx; empty: one arrival per warp.
+        const int count = empty ? warps_n_ : 1;
+        if (mode_ == Mode::MmaSim)
+          b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), i32, b_.getPtrTy(), i32}, false), hook_[13],
+                        {hook_[0], tid32_, mbar_at(c(i), empty), b_.getInt32(static_cast<uint32_t>(count))});
+        else
+          matmul_detail::mbar_init_ptx(b_, mbar_at(c(i), empty), count);
+      }
     // The initialisation visible to the async proxy (the copies complete on them).
     if (mode_ == Mode::Mma) matmul_detail::ptx_stmt(b_, "fence.mbarrier_init.release.cluster;");
     return ok();
@@ -233,12 +249,44 @@ void AttentionCode::tma_kv(llvm::Value* b, llvm::Value* kv0, llvm::Value* buf, l
   copy(vmap_, head(vs, m_.ev), m_.ev, t_.v16);
 }
 
-void AttentionCode::tma_wait(llvm::Value* buf, llvm::Value* parity) {
+void AttentionCode::tma_wait(llvm::Value* buf, llvm::Value* parity) { mbar_wait(mbar_at(buf), parity); }
+
+void AttentionCode::tma_wait_empty(llvm::Value* buf, llvm::Value* use) {
+  (void)(when(b_.CreateICmpSGE(use, c(1)), [&]() -> Result<void> {
+    mbar_wait(mbar_at(buf, true), b_.CreateAnd(b_.CreateSub(use, c(1)), c(1)));
+    return ok();
+  }));
+}
+
+void AttentionCode::tma_release(llvm::Value* buf) {
+  llvm::Value* lane0 = b_.CreateICmpEQ(b_.CreateURem(tid_, c(32)), c(0));
+  (void)(when(lane0, [&]() -> Result<void> {
+    llvm::Value* bar = mbar_at(buf, true);
+    if (mode_ == Mode::MmaSim)
+      b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), b_.getInt32Ty(), b_.getPtrTy()}, false), hook_[16],
+                    {hook_[0], tid32_, bar});
+    else
+      matmul_detail::mbar_arrive_ptx(b_, bar);
+    return ok();
+  }));
+}
+
+void AttentionCode::tma_fetch(llvm::Value* b, llvm::Value* kv0, llvm::Value* kv_end, int64_t n) {
+  llvm::Value* go = b_.CreateAnd(b_.CreateICmpEQ(tid_, c(0)), b_.CreateICmpSLT(kv0, kv_end));
+  (void)(when(go, [&]() -> Result<void> {
+    llvm::Value* tile = b_.CreateUDiv(kv0, c(t_.bn));
+    llvm::Value* buf = b_.CreateURem(tile, c(n));
+    tma_wait_empty(buf, b_.CreateUDiv(tile, c(n)));
+    tma_kv(b, kv0, buf, b_.CreateMul(buf, c(t_.kv_bytes())));
+    return ok();
+  }));
+}
+
+void AttentionCode::mbar_wait(llvm::Value* bar, llvm::Value* parity) {
   llvm::Type* i32 = b_.getInt32Ty();
   llvm::Function* fn = b_.GetInsertBlock()->getParent();
   llvm::BasicBlock* spin = llvm::BasicBlock::Create(b_.getContext(), "mbar.wait", fn);
   llvm::BasicBlock* done = llvm::BasicBlock::Create(b_.getContext(), "mbar.done", fn);
-  llvm::Value* bar = mbar_at(buf);
   llvm::Value* par = b_.CreateTrunc(parity, i32);
   b_.CreateBr(spin);
   b_.SetInsertPoint(spin);

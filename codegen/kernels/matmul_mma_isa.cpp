@@ -85,6 +85,11 @@ void mbar_init_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, int count) {
                {bar, b.getInt32(static_cast<uint32_t>(count))});
 }
 
+void mbar_arrive_ptx(llvm::IRBuilderBase& b, llvm::Value* bar) {
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {b.getInt32Ty()}, false);
+  b.CreateCall(llvm::InlineAsm::get(fty, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", true), {bar});
+}
+
 void mbar_expect_tx_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, llvm::Value* bytes) {
   llvm::Type* i32 = b.getInt32Ty();
   auto* fty = llvm::FunctionType::get(b.getVoidTy(), {i32, i32}, false);
@@ -139,9 +144,7 @@ void MmaIsa::mbar_arrive(llvm::Value* off) {
     sim_call(14, {smem_operand(off)});
     return;
   }
-  auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {i32_}, false);
-  b_.CreateCall(llvm::InlineAsm::get(fty, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", true),
-                {smem_operand(off)});
+  mbar_arrive_ptx(b_, smem_operand(off));
 }
 
 void MmaIsa::named_barrier(llvm::Value* id, int threads, bool sync) {

@@ -41,6 +41,7 @@ std::vector<llvm::Value*> wgmma_inline(llvm::IRBuilderBase& b, const std::vector
 // mbarrier.arrive.expect_tx of `bytes` on it; mbarrier.try_wait.parity (an i32, 1 when
 // the phase of that parity completed).
 void mbar_init_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, int count);
+void mbar_arrive_ptx(llvm::IRBuilderBase& b, llvm::Value* bar);  // mbarrier.arrive, no transaction bytes
 void mbar_expect_tx_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, llvm::Value* bytes);
 llvm::Value* mbar_try_wait_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, llvm::Value* parity);
 // cp.async.bulk.tensor.{2,3}d of one box of the tensor map at generic address `map`

@@ -40,9 +40,11 @@ inline void counted_mma(void* ctx, int32_t thread, int32_t kind, const uint32_t*
 
 // Every block of the grid of `group`'s kernel under `c`, on `in`. `ignore_trans`:
 // hardware whose ldmatrix and wgmma ignore .trans (the tests' proof that they would
-// notice); `tma`: the kernel may bring k and v by TMA (KernelSpec::tma).
+// notice); `tma`: the kernel may bring k and v by TMA (KernelSpec::tma); `lag_last`:
+// the block's last warpgroup held back at each wgmma (mma_sim::Block::lag_group).
 inline Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::vector<Tensor>& in, const KernelConfig& c,
-                                                 SimRun* run, bool ignore_trans = false, bool tma = false) {
+                                                 SimRun* run, bool ignore_trans = false, bool tma = false,
+                                                 bool lag_last = false) {
   KernelSpec spec{"sf_flash_sim", KernelKind::Attention, group};
   spec.tma = tma;
   Result<EmittedKernel> k = emit_attention_block_on_host(spec, c);
@@ -68,6 +70,10 @@ inline Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::
     mma_sim::Block blk(launch.block[0], static_cast<size_t>(launch.shared_bytes));
     blk.ignore_trans = ignore_trans;
     blk.ignore_wgmma_trans = ignore_trans;
+    if (lag_last && launch.block[0] >= 2 * 4 * mma_sim::kLanes) {
+      blk.lag_group = launch.block[0] / (4 * mma_sim::kLanes) - 1;
+      blk.lag = std::chrono::microseconds(2000);
+    }
     std::memset(blk.smem, 0xFF, blk.smem_bytes);  // NaN until written
     MmaSimHooks hooks;
     hooks.ctx = &blk;
@@ -86,6 +92,7 @@ inline Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::
     hooks.mbar_init = &mma_sim::sim_mbar_init;
     hooks.mbar_expect_tx = &mma_sim::sim_mbar_expect_tx;
     hooks.mbar_try_wait = &mma_sim::sim_mbar_try_wait;
+    hooks.mbar_arrive = &mma_sim::sim_mbar_arrive;
     block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), 0, t, blk.smem, &hooks, 0); });
     if (!blk.error.empty() && run->hw_error.empty()) run->hw_error = blk.error;
     run->wavefronts = std::max(run->wavefronts, blk.wavefronts);

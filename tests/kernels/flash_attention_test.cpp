@@ -388,7 +388,9 @@ TEST(FlashAttention, PtxPassesPtxasForSm80AndSm90a) {
       ldsm[two] = kernel_test::count_of(*ptx, "ldmatrix.sync.aligned");
       Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, arch);
       ASSERT_TRUE(res.ok()) << arch << ": " << res.error().str();
-      if (two && std::string(arch) == "sm_80") EXPECT_EQ((*res)[0].spill_store_bytes, 0) << (*res)[0].registers << " registers";
+      if (two && std::string(arch) == "sm_80") {
+        EXPECT_EQ((*res)[0].spill_store_bytes, 0) << (*res)[0].registers << " registers";
+      }
     }
     EXPECT_EQ(mma[0], 64u) << arch;
     EXPECT_EQ(ldsm[0], 40u) << arch;

@@ -149,6 +149,11 @@ struct Block {
   std::vector<std::unique_ptr<Warp>> warps;
   std::vector<std::unique_ptr<WarpGroup>> groups;
   bool ignore_wgmma_trans = false;  // a broken wgmma that reads every operand K-major
+  // A warpgroup held back at each of its wgmma (`lag_group`, -1: none), so that the
+  // others run ahead of it as far as the kernel's synchronisation lets them: a kernel
+  // that counts on the warpgroups keeping in step shows it.
+  int lag_group = -1;
+  std::chrono::microseconds lag{0};
   std::mutex mu;
   // Named barriers 1..15 (bar.sync / bar.arrive id, count), under mu: the threads
   // arrived at the current instance, its count, and instances completed.
@@ -410,6 +415,7 @@ inline void wgmma_on(Block& blk, int32_t thread, const uint32_t* a_regs, uint64_
   wg.mode[static_cast<size_t>(t)] = mode;
   if (a_regs) std::copy(a_regs, a_regs + 4, wg.ra[static_cast<size_t>(t)].begin());
   if (t == 0) ++wg.calls;
+  if (t == 0 && thread / (4 * kLanes) == blk.lag_group) std::this_thread::sleep_for(blk.lag);
   wg.bar.arrive_and_wait();
   for (int u = 0; u < 4 * kLanes; ++u)
     if (wg.da[static_cast<size_t>(u)] != desc_a || wg.db[static_cast<size_t>(u)] != desc_b ||

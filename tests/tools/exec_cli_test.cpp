@@ -370,9 +370,10 @@ TEST(ExecFakeDriver, AttentionConfigFromTheCommandLine) {
   EXPECT_EQ(p.kernels[0].config_source, "flag");
   EXPECT_EQ(p.kernels[0].config, "block_m=128 block_n=64 warps=8 wgmma=1");
   EXPECT_EQ(p.kernels[0].block[0], 256);
-  // q's panels, k's and v's twice, and an mbarrier for each of those two buffers: k
-  // and v come by TMA, sm_90a's default, through two tensor maps that exec encodes.
-  EXPECT_EQ(p.kernels[0].shared_bytes, 2 * 128 * 128 + 2 * 4 * 64 * 128 + 2 * 8);
+  // q's panels, k's and v's twice, and a full and an empty mbarrier for each of those
+  // two buffers: k and v come by TMA, sm_90a's default, through two tensor maps that
+  // exec encodes.
+  EXPECT_EQ(p.kernels[0].shared_bytes, 2 * 128 * 128 + 2 * 4 * 64 * 128 + 2 * 16);
   EXPECT_EQ(p.kernels[0].tensor_maps.size(), 2u);
   EXPECT_NE(read_text(dir + "/report.txt").find("wgmma.mma_async m64nNk16"), std::string::npos);
   CliResult r = shardfuse_env(fake_env(t / "log"), "exec " + dir + " --device cuda");

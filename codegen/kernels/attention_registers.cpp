@@ -421,22 +421,22 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
       return ok();
     }));
   } else {
-  SF_TRY(load_kv16(b, c(0), c(0)));
-  cp_commit();
-  SF_TRY(emit_loop(b_, c(0), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
-    llvm::Value* odd = b_.CreateAnd(b_.CreateUDiv(kv0, c(t_.bn)), c(1));
-    cp_wait(0);
-    // wgmma reads k and v through the async proxy: each thread's copies and stores
-    // into them (the generic proxy's) made visible to it before the barrier.
-    if (wg_) proxy_fence();
-    barrier();
-    llvm::Value* next = b_.CreateAdd(kv0, c(t_.bn));
-    SF_TRY(when(b_.CreateICmpSLT(next, kv_end), [&]() -> Result<void> {
-      return load_kv16(b, next, b_.CreateMul(b_.CreateSub(c(1), odd), c(t_.kv_bytes() / 2)));
-    }));
+    SF_TRY(load_kv16(b, c(0), c(0)));
     cp_commit();
-    return key_tile_regs(kv0, b_.CreateMul(odd, c(t_.kv_bytes())));
-  }));
+    SF_TRY(emit_loop(b_, c(0), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
+      llvm::Value* odd = b_.CreateAnd(b_.CreateUDiv(kv0, c(t_.bn)), c(1));
+      cp_wait(0);
+      // wgmma reads k and v through the async proxy: each thread's copies and stores
+      // into them (the generic proxy's) made visible to it before the barrier.
+      if (wg_) proxy_fence();
+      barrier();
+      llvm::Value* next = b_.CreateAdd(kv0, c(t_.bn));
+      SF_TRY(when(b_.CreateICmpSLT(next, kv_end), [&]() -> Result<void> {
+        return load_kv16(b, next, b_.CreateMul(b_.CreateSub(c(1), odd), c(t_.kv_bytes() / 2)));
+      }));
+      cp_commit();
+      return key_tile_regs(kv0, b_.CreateMul(odd, c(t_.kv_bytes())));
+    }));
   }
   cp_wait(0);  // no copy outlives the loop (tile 0's, where there was no key tile)
   // Each row's sum over its quad; out = acc / sum, rows g and g + 8 of each mma tile.

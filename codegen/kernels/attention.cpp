@@ -77,7 +77,7 @@ Result<void> AttentionCode::block(llvm::Value* bid, llvm::Value* buf, llvm::Valu
     const int64_t qstride = t_.wgmma ? 0 : t_.qs;
     SF_TRY(copy_or_load(qsrc, [&]() { return copy16(*qsrc, t_.bm, t_.e, "copy_q", t_.q16, qstride, c(0), q_row); }, [&]() {
       return load16(m_.q, t_.bm, t_.e, "load_q", q_row, [&](llvm::Value* r, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
-        store16x8(t_.q16, kv_index(r, c0, qstride, t_.bm), lanes);
+        store16x8(t_.q16, tile_index(r, c0, qstride, t_.bm), lanes);
       });
     }));
   } else {
@@ -632,12 +632,12 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
     // of one head (128-byte swizzle, as the panels lie).
     if (tma_src)
       for (const auto& [src, cols] : {std::pair{tma_src->first, m.e}, std::pair{tma_src->second, m.ev}}) {
+        const TensorType& param = spec.group.node(spec.group.params()[static_cast<size_t>(src.param)]).type;
         TensorMapSpec map;
         map.input = src.param;
-        map.dtype = spec.group.node(spec.group.params()[static_cast<size_t>(src.param)]).type.dtype;
+        map.dtype = param.dtype;
         map.rank = 3;
-        const int64_t heads = numel(spec.group.node(spec.group.params()[static_cast<size_t>(src.param)]).type.shape) / (m.s * cols);
-        map.dims = {cols, m.s, heads};
+        map.dims = {cols, m.s, numel(param.shape) / (m.s * cols)};
         map.strides = {cols * 2, m.s * cols * 2};
         map.box = {64, static_cast<int>(t.bn), 1};
         k.launch.tensor_maps.push_back(map);
@@ -684,8 +684,10 @@ bool attention_tiles_fit(const Graph& group, const KernelConfig& config, const s
   KernelSpec spec{"sf_fit", KernelKind::Attention, group};
   const bool tc = attention_uses_tensor_cores(spec, config, arch);
   const AttentionBlockShape shape = attention_block_shape(*info, config, tc);
+  // With TMA's mbarriers, as a wgmma kernel on sm_90a takes them by default: a tile
+  // that fits with them fits without.
   const Tiles t(shape.bm, shape.bn, info->match.e, info->match.ev, shape.registers, config.wgmma != 0,
-                config.wgmma == 2 ? 3 : 2);
+                config.wgmma == 2 ? 3 : 2, /*tma=*/true);
   return !tiles_over_budget(t, llvmb::Target::nvptx(arch));
 }
 

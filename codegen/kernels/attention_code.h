@@ -69,7 +69,7 @@ struct Tiles {
   // through its matrix descriptors, the matmul's 128-byte-swizzled layout: panels of
   // 64 head-dim columns, each of the tile's rows (bm or bn) 128 bytes (chunk c of row
   // j at chunk c ^ j % 8), q's E / 64 panels, then per buffer k's E / 64 and v's
-  // Ev / 64, each on a 1024-byte boundary. panel_elem gives an element's place.
+  // Ev / 64, each on a 1024-byte boundary (AttentionCode::tile_index).
   bool wgmma = false;
   // k/v buffers: 2 (key tile t in buffer t % 2), 3 for the pipelined wgmma form (tile
   // t - 1's v is still read while tile t + 1 is copied).
@@ -102,11 +102,6 @@ struct Tiles {
     mbar_off = k16 + kv_buffers * kv_bytes();
   }
   static int64_t panels(int64_t n) { return (n + 63) / 64; }
-  // The wgmma layout: element (row j, column col) of a tile of `rows` rows, counted
-  // from the tile's start.
-  static int64_t panel_elem(int64_t rows, int64_t j, int64_t col) {
-    return col / 64 * rows * 64 + j * 64 + ((col % 64 / 8) ^ (j % 8)) * 8 + col % 8;
-  }
   // n (a multiple of 8) plus 8 or 16 elements: an odd number of 16-byte chunks.
   static int64_t padded(int64_t n) { return n + ((n / 8) % 2 == 0 ? 8 : 16); }
   // The register-resident form double-buffers k and v: key tile t is read from
@@ -366,13 +361,13 @@ class AttentionCode {
   // cp.async of `rows` tile rows of `cols` elements (8 at a time) of `node`'s param
   // `src` into the tile at byte `base` plus `bufe` elements, rows `stride` apart;
   // `row_base` as load16's. Spread over the block's threads, no barrier.
-  // `stride` 0: the tile in the wgmma layout (kv_index over `rows`).
+  // `stride` 0: the tile in the wgmma layout (tile_index over `rows`).
   Result<void> copy16(const std::pair<int, kernels::IndexMap>& src, int64_t rows, int64_t cols, const std::string& name,
                       int64_t base, int64_t stride, llvm::Value* bufe,
                       const std::function<std::pair<llvm::Value*, llvm::Value*>(llvm::Value*)>& row_base);
   // Element (row j, column col) of a q, k or v tile of `rows` rows, counted from its
-  // start: rows of `stride` elements, or (stride 0) Tiles::panel_elem's wgmma layout.
-  llvm::Value* kv_index(llvm::Value* j, llvm::Value* col, int64_t stride, int64_t rows);
+  // start: rows of `stride` elements, or (stride 0) the wgmma layout (Tiles::wgmma).
+  llvm::Value* tile_index(llvm::Value* j, llvm::Value* col, int64_t stride, int64_t rows);
   // The wgmma form's instructions: wgmma.fence, commit_group, wait_group 0, the
   // product with A from registers (MmaSimHooks::wgmma_ra in MmaSim), and the proxy
   // fence that makes the threads' shared-memory writes (cp.async, st.shared) visible

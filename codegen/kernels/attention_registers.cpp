@@ -227,7 +227,7 @@ Result<void> AttentionCode::copy16(const std::pair<int, kernels::IndexMap>& src,
     llvm::Value* off = b_.CreateSelect(exists, kernels::emit_index_map(b_, b_.CreateAdd(row0, c0), src.second), c(0));
     llvm::Value* from = b_.CreateInBoundsGEP(st, param, off);
     llvm::Value* to = b_.CreateInBoundsGEP(
-        b_.getInt8Ty(), buf_, b_.CreateAdd(c(base), b_.CreateMul(b_.CreateAdd(bufe, kv_index(r, c0, stride, rows)), c(2))));
+        b_.getInt8Ty(), buf_, b_.CreateAdd(c(base), b_.CreateMul(b_.CreateAdd(bufe, tile_index(r, c0, stride, rows)), c(2))));
     llvm::Value* bytes = b_.CreateSelect(exists, b_.getInt32(16), b_.getInt32(0));
     if (mode_ == Mode::MmaSim) {
       llvm::Type* ptr = b_.getPtrTy();
@@ -262,10 +262,10 @@ Result<void> AttentionCode::copy_or_load(const std::optional<std::pair<int, kern
   return ok();
 }
 
-llvm::Value* AttentionCode::kv_index(llvm::Value* j, llvm::Value* col, int64_t stride, int64_t rows) {
+llvm::Value* AttentionCode::tile_index(llvm::Value* j, llvm::Value* col, int64_t stride, int64_t rows) {
   if (stride > 0) return b_.CreateAdd(b_.CreateMul(j, c(stride)), col);
-  // Tiles::panel_elem: panel col / 64 of `rows` rows of 64, chunk (col % 64) / 8 of
-  // row j at chunk ((col % 64) / 8) ^ (j % 8).
+  // Panel col / 64 of `rows` rows of 64 elements, chunk (col % 64) / 8 of row j at
+  // chunk ((col % 64) / 8) ^ (j % 8): the 128-byte swizzle.
   llvm::Value* chunk = b_.CreateXor(b_.CreateUDiv(b_.CreateURem(col, c(64)), c(8)), b_.CreateURem(j, c(8)));
   llvm::Value* r = b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(col, c(64)), c(rows * 64)), b_.CreateMul(j, c(64)));
   return b_.CreateAdd(b_.CreateAdd(r, b_.CreateMul(chunk, c(8))), b_.CreateURem(col, c(8)));
@@ -285,16 +285,16 @@ Result<void> AttentionCode::load_kv16(llvm::Value* b, llvm::Value* kv0, llvm::Va
   auto sync_k = [&]() -> Result<void> {
     if (kr >= 0)
       return load16(kr, t_.bn, t_.e, "load_k", k_row, [&](llvm::Value* j, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
-        store16x8(t_.k16, b_.CreateAdd(bufe, kv_index(j, c0, kstride, t_.bn)), lanes);
+        store16x8(t_.k16, b_.CreateAdd(bufe, tile_index(j, c0, kstride, t_.bn)), lanes);
       });
     // kt is not a transpose: element by element from kt [.., E, S]
     return load_k_elements(b, kv0, [&](llvm::Value*, llvm::Value* j, llvm::Value* e, llvm::Value* x) {
-      put16(t_.k16, b_.CreateAdd(bufe, kv_index(j, e, kstride, t_.bn)), x);
+      put16(t_.k16, b_.CreateAdd(bufe, tile_index(j, e, kstride, t_.bn)), x);
     });
   };
   auto sync_v = [&]() -> Result<void> {
     return load16(m_.v, t_.bn, t_.ev, "load_v", v_row, [&](llvm::Value* j, llvm::Value* c0, const std::vector<llvm::Value*>& lanes) {
-      store16x8(t_.v16, b_.CreateAdd(bufe, kv_index(j, c0, vstride, t_.bn)), lanes);
+      store16x8(t_.v16, b_.CreateAdd(bufe, tile_index(j, c0, vstride, t_.bn)), lanes);
     });
   };
   // Each operand copied where it can be (aligned, a plain view), else loaded.

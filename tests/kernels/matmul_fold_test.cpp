@@ -7,7 +7,7 @@
 #include "codegen/ir/builder.h"
 #include "codegen/kernels/matmul.h"
 #include "codegen/kernels/matmul_group.h"
-#include "tests/kernels/mma_sim.h"
+#include "tests/kernels/matmul_sim.h"
 
 namespace sf {
 namespace kernels_matmul_fold_test {

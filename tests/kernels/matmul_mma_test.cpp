@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "tests/kernels/mma_ptx.h"
-#include "tests/kernels/mma_sim.h"
+#include "tests/kernels/matmul_sim.h"
 #include "tests/sanitized.h"
 
 namespace sf {

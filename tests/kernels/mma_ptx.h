@@ -7,7 +7,7 @@
 #include <string>
 
 #include "codegen/llvm/backend.h"
-#include "tests/kernels/mma_sim.h"
+#include "tests/kernels/matmul_sim.h"
 
 namespace sf::mma_sim {
 

@@ -1,0 +1,248 @@
+// The tensor-core matmul kernels built for the host and run on the simulated thread
+// block of mma_sim.h: the graphs and configs the matmul tests share, every block of a
+// launch run against the float64 reference (matmul_mma_test.cpp: mma.sync, NVPTX,
+// paths; matmul_wgmma_test.cpp: wgmma; matmul_fold_test.cpp: the batch folded).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codegen/ir/builder.h"
+#include "codegen/ir/decompose.h"
+#include "codegen/kernels/matmul.h"
+#include "codegen/reference/compare.h"
+#include "codegen/reference/evaluate.h"
+#include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/mma_sim.h"
+
+namespace sf::mma_sim {
+
+using kernel_test::finish;
+using kernel_test::jit;
+using kernel_test::output_tensors;
+
+// ---- graphs and running ------------------------------------------------------------------
+
+// Uniform [-1, 1), deterministic per seed.
+inline std::vector<Tensor> make_inputs(const Graph& g, uint64_t seed) {
+  std::vector<Tensor> in;
+  for (size_t p = 0; p < g.params().size(); ++p) {
+    const TensorType& t = g.node(g.params()[p]).type;
+    Tensor x(t.dtype, t.shape);
+    std::mt19937_64 rng(seed + 7919 * p);
+    for (int64_t i = 0; i < x.numel(); ++i) x.set(i, -1.0 + 2.0 * static_cast<double>(rng() >> 11) * 0x1p-53);
+    in.push_back(std::move(x));
+  }
+  return in;
+}
+
+struct Shape3 {
+  int64_t m, n, k;
+  bool a_t = false;  // A is transpose(a) with a [K, M]: m contiguous
+  bool b_t = false;  // B is transpose(w) with w [N, K]: k contiguous
+  Shape batch;       // batch dims of both operands
+};
+
+enum class Epi { None, BiasGelu, Residual, RawAndBiasRelu };
+
+inline Graph mm_graph(const Shape3& s, DType dt, Epi e) {
+  GraphBuilder b("mm");
+  Shape sa = s.batch, sb = s.batch;
+  const int64_t r = static_cast<int64_t>(s.batch.size()) + 2;
+  Value a, w;
+  if (s.a_t) {
+    sa.insert(sa.end(), {s.k, s.m});
+    a = transpose(b.param("in0", dt, sa), r - 2, r - 1);
+  } else {
+    sa.insert(sa.end(), {s.m, s.k});
+    a = b.param("in0", dt, sa);
+  }
+  if (s.b_t) {
+    sb.insert(sb.end(), {s.n, s.k});
+    w = transpose(b.param("in1", dt, sb), r - 2, r - 1);
+  } else {
+    sb.insert(sb.end(), {s.k, s.n});
+    w = b.param("in1", dt, sb);
+  }
+  Value h = matmul(a, w);
+  switch (e) {
+    case Epi::None: b.ret(h); break;
+    case Epi::BiasGelu: b.ret(gelu(h + b.param("in2", dt, {s.n}))); break;
+    case Epi::Residual: b.ret(h + b.param("in2", dt, h.type().shape)); break;
+    case Epi::RawAndBiasRelu:
+      b.ret(h);
+      b.ret(relu(h + b.param("in2", dt, {s.n})));
+      break;
+  }
+  return decompose(finish(b));
+}
+
+inline KernelSpec spec_of(const Graph& g, std::string entry = "mm_tc") { return KernelSpec{std::move(entry), KernelKind::Matmul, g}; }
+
+// --allow-tf32's spec: an f32 matmul may take the tensor cores in TF32.
+inline KernelSpec tf32_spec(const Graph& g) {
+  KernelSpec s = spec_of(g);
+  s.allow_tf32 = true;
+  return s;
+}
+
+inline KernelConfig tc_config(int bm, int bn, int bk, int warps, int stages, int group_m = 8, int ws = 0) {
+  KernelConfig c;
+  c.block_m = bm;
+  c.block_n = bn;
+  c.block_k = bk;
+  c.warps = warps;
+  c.stages = stages;
+  c.group_m = group_m;
+  c.warp_specialize = ws;
+  return c;
+}
+
+// Every block of the launch, its threads as OS threads sharing NaN-filled shared
+// memory, a barrier and the simulated warps.
+inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg,
+                                   std::string* hw_error, bool ignore_trans = false, int* wavefronts = nullptr,
+                                   bool wgmma = false, int* wgmma_calls = nullptr, bool tma = false,
+                                   int* tma_copies = nullptr, bool tma_no_swizzle = false, size_t out_shift = 0,
+                                   int* setmaxnreg_calls = nullptr, int64_t grid_x = 0) {
+  KernelSpec spec = tf32_spec(g);
+  spec.tma = tma;
+  Result<EmittedKernel> k = emit_matmul_mma_block_on_host(spec, cfg, wgmma);
+  if (!k) return k.error();
+  LaunchShape launch = k->launch;
+  if (grid_x > 0) launch.grid[0] = grid_x;  // `grid_x`: another launch width (a persistent kernel's)
+  Result<void*> fn = jit().add(std::move(k->module), std::move(k->context), k->entry);
+  if (!fn) return fn.error();
+  using Entry = void (*)(void**, int32_t, int32_t, int32_t, void*, const MmaSimHooks*, int32_t, int32_t);
+  auto entry = reinterpret_cast<Entry>(*fn);
+  std::vector<Tensor> out = output_tensors(g);
+  // Outputs start as garbage, or zeroed where the launch says so (split-K).
+  for (Tensor& t : out)
+    if (t.nbytes()) std::memset(t.data(), launch.zero_outputs ? 0 : 0x7f, t.nbytes());
+  // Every input ends at a PROT_NONE page (ArgArray): a kernel that reads past one (an
+  // operand tile past K, an epilogue's bias past N) faults.
+  kernel_test::ArgArray args = kernel_test::arg_array(inputs, out);
+  // `out_shift`: each output `out_shift` bytes past a 64-byte boundary instead (a
+  // view's misaligned start), copied back after the launch.
+  std::vector<std::vector<std::byte>> shifted(out.size());
+  if (out_shift)
+    for (size_t o = 0; o < out.size(); ++o) {
+      shifted[o].resize(out[o].nbytes() + 64 + out_shift);
+      std::byte* base = shifted[o].data();
+      base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64 + out_shift;
+      if (out[o].nbytes()) std::memcpy(base, out[o].data(), out[o].nbytes());
+      args[inputs.size() + o] = base;
+    }
+  std::vector<SimTensorMap> maps;
+  for (const TensorMapSpec& t : launch.tensor_maps) maps.push_back({t, args[static_cast<size_t>(t.input)]});
+  for (SimTensorMap& m : maps) args.push_back(&m);
+  // Split-K in a workspace: zeroed, after the tensor maps; the launch must leave it zero.
+  std::vector<uint32_t> workspace(static_cast<size_t>((launch.workspace_bytes + 3) / 4), 0);
+  if (launch.workspace_bytes > 0) args.push_back(workspace.data());
+  const int threads = launch.block[0];
+  kernel_test::BlockThreads block(threads);
+  // Blocks run one at a time, those of one (x, y) in a rotated z order: the last of a
+  // split-K tile's blocks to arrive is a different z from tile to tile.
+  for (int64_t by = 0; by < launch.grid[1]; ++by)
+    for (int64_t bx = 0; bx < launch.grid[0]; ++bx)
+    for (int64_t zi = 0; zi < launch.grid[2]; ++zi) {
+      const int64_t bz = (zi + bx + by) % launch.grid[2];
+      Block blk(threads, static_cast<size_t>(launch.shared_bytes));
+      blk.ignore_trans = ignore_trans;
+      blk.ignore_wgmma_trans = ignore_trans;
+      blk.tma_ignores_swizzle = tma_no_swizzle;
+      std::memset(blk.smem, 0xFF, blk.smem_bytes);  // NaN in both bf16 and f16
+      MmaSimHooks hooks;
+      hooks.ctx = &blk;
+      hooks.barrier = &sim_barrier;
+      hooks.ldmatrix_x4 = &sim_ldmatrix;
+      hooks.mma = &sim_mma;
+      hooks.wgmma = &sim_wgmma;
+      hooks.cp_async = &sim_cp_async;
+      hooks.cp_commit = &sim_cp_commit;
+      hooks.cp_wait = &sim_cp_wait;
+      hooks.wgmma_commit = &sim_wgmma_commit;
+      hooks.wgmma_wait = &sim_wgmma_wait;
+      hooks.tma_load = &sim_tma_load;
+      hooks.mbar_init = &sim_mbar_init;
+      hooks.mbar_expect_tx = &sim_mbar_expect_tx;
+      hooks.mbar_try_wait = &sim_mbar_try_wait;
+      hooks.mbar_arrive = &sim_mbar_arrive;
+      hooks.named_barrier = &sim_named_barrier;
+      hooks.shfl_bfly = &sim_shfl_bfly;
+      hooks.setmaxnreg = &sim_setmaxnreg;
+      block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks,
+                               static_cast<int32_t>(bz), static_cast<int32_t>(launch.grid[0]));
+      });
+      blk.check_registers();
+      if (setmaxnreg_calls)
+        for (const auto& [thread, calls] : blk.setmaxnreg) *setmaxnreg_calls += static_cast<int>(calls.size());
+      if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
+      if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);
+      if (wgmma_calls)
+        for (const auto& wg : blk.groups) *wgmma_calls += wg->calls;
+      if (tma_copies) *tma_copies += blk.tma_copies;
+    }
+  if (out_shift)
+    for (size_t o = 0; o < out.size(); ++o)
+      if (out[o].nbytes()) std::memcpy(out[o].data(), args[inputs.size() + o], out[o].nbytes());
+  for (size_t w = 0; w < workspace.size(); ++w)
+    if (workspace[w] != 0 && hw_error->empty())
+      *hw_error = "the launch left word " + std::to_string(w) + " of its workspace nonzero";
+  return out;
+}
+
+// `loads`: the kernel reads shared memory at all (K > 0).
+// For an f32 graph (TF32 kernels) the reference gets the inputs as the tensor cores
+// read them, cut to TF32, so the kernel must match it to f32's tolerance: a kernel
+// that skipped TF32 or cut wrongly fails.
+inline void check(const Graph& g, const KernelConfig& cfg, const std::string& what, bool loads = true, uint64_t seed = 1,
+           bool wgmma = false, bool tma = false, size_t out_shift = 0) {
+  std::vector<Tensor> in = make_inputs(g, seed);
+  std::vector<Tensor> ref_in = in;
+  for (Tensor& t : ref_in)
+    if (t.dtype() == DType::F32)
+      for (int64_t i = 0; i < t.numel(); ++i) t.set(i, from_tf32(std::bit_cast<uint32_t>(static_cast<float>(t.get(i)))));
+  Result<std::vector<Tensor>> want = evaluate(g, ref_in);
+  ASSERT_TRUE(want.ok()) << what << ": " << want.error().str();
+  std::string hw_error;
+  int wavefronts = 0, wgmma_calls = 0, tma_copies = 0, setmaxnreg_calls = 0;
+  Result<std::vector<Tensor>> got = run_tc(g, in, cfg, &hw_error, false, &wavefronts, wgmma, &wgmma_calls, tma, &tma_copies,
+                                            false, out_shift, &setmaxnreg_calls);
+  ASSERT_TRUE(got.ok()) << what << ": " << got.error().str();
+  EXPECT_EQ(hw_error, "") << what;
+  EXPECT_EQ(setmaxnreg_calls > 0, cfg.setmaxnreg > 0) << what << ": " << setmaxnreg_calls << " setmaxnreg";
+  EXPECT_EQ(tma_copies > 0, tma && loads) << what << ": " << tma_copies << " TMA copies";
+  if (wgmma) {
+    EXPECT_EQ(wavefronts, 0) << what << ": the wgmma kernel used ldmatrix";
+    EXPECT_EQ(wgmma_calls > 0, loads) << what << ": " << wgmma_calls << " wgmma instructions";
+  } else if (g.node(g.params()[0]).type.dtype == DType::F32) {
+    // TF32 with both operands m-/n-contiguous loads no fragment by ldmatrix.
+    EXPECT_LE(wavefronts, 1) << what << ": an ldmatrix phase hit a bank more than once";
+    EXPECT_EQ(wgmma_calls, 0) << what;
+  } else {
+    // The swizzle as emitted: every ldmatrix phase of the kernel is one wavefront.
+    EXPECT_EQ(wavefronts, loads ? 1 : 0) << what << ": an ldmatrix phase hit a bank more than once";
+    EXPECT_EQ(wgmma_calls, 0) << what;
+  }
+  ASSERT_EQ(got->size(), want->size()) << what;
+  for (size_t o = 0; o < want->size(); ++o) {
+    Comparison c = compare((*got)[o], (*want)[o], default_tolerance((*want)[o].dtype()));
+    EXPECT_TRUE(c.ok()) << what << ": output " << o << ": " << c.mismatches << " mismatches, first at flat index "
+                        << c.first_mismatch << " (got " << (*got)[o].get(std::max<int64_t>(c.first_mismatch, 0)) << ", want "
+                        << (*want)[o].get(std::max<int64_t>(c.first_mismatch, 0)) << "), max abs err " << c.max_abs_err;
+  }
+}
+
+inline std::string name(const Shape3& s, DType dt, const KernelConfig& c) {
+  return std::string(dtype_name(dt)) + " M" + std::to_string(s.m) + " N" + std::to_string(s.n) + " K" + std::to_string(s.k) +
+         (s.a_t ? " A^T" : "") + (s.b_t ? " B^T" : "") + " tile " + std::to_string(c.block_m) + "x" +
+         std::to_string(c.block_n) + "x" + std::to_string(c.block_k) + " warps " + std::to_string(c.warps) + " stages " +
+         std::to_string(c.stages);
+}
+
+}  // namespace sf::mma_sim

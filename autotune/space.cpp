@@ -194,19 +194,21 @@ std::vector<KernelConfig> config_space(const TuneProblem& p, const TargetInfo& t
     case KernelKind::Matmul: return gpu_matmul(p, t);
     case KernelKind::Attention: {
       std::vector<KernelConfig> out = attention_tiles({2, 4, 8});
-      // sm_90a: the register-resident tiles of whole warpgroups (16 rows a warp) also
-      // multiplying by wgmma, plain and pipelined, where the head dims are whole
-      // 64-column panels.
-      if (t.name == "sm_90a" && p.operand_bytes == 2 && p.k % 64 == 0 && p.cols % 64 == 0) {
-        const size_t n = out.size();
-        for (size_t i = 0; i < n; ++i)
-          if (out[i].warps % 4 == 0 && out[i].block_m == 16 * out[i].warps)
+      // sm_90a: register-resident tiles of whole warpgroups (16 rows a warp: 1 to 4
+      // warpgroups, 64 to 256 rows) over 16 to 128 keys multiplying by wgmma, plain
+      // and pipelined, where the head dims are whole 64-column panels. On an H200 the
+      // fastest were 256 x 64 (16 warps), 192 x 96 and 128 x 128 (run 11).
+      if (t.name == "sm_90a" && p.operand_bytes == 2 && p.k % 64 == 0 && p.cols % 64 == 0)
+        for (int warps : {4, 8, 12, 16})
+          for (int bn : {16, 32, 64, 96, 128})
             for (int w : {1, 2}) {  // synchronous, pipelined
-              KernelConfig c = out[i];
+              KernelConfig c;
+              c.block_m = 16 * warps;
+              c.block_n = bn;
+              c.warps = warps;
               c.wgmma = w;
               out.push_back(c);
             }
-      }
       return out;
     }
     case KernelKind::Gather: {

@@ -691,6 +691,14 @@ bool attention_tiles_fit(const Graph& group, const KernelConfig& config, const s
   return !tiles_over_budget(t, llvmb::Target::nvptx(arch));
 }
 
+std::optional<std::string> attention_wgmma_unfit(const Graph& group, const KernelConfig& config, const std::string& arch) {
+  Result<AttentionKernelInfo> info = attention_info(group);
+  if (!info) return info.error().message;
+  KernelSpec spec{"sf_fit", KernelKind::Attention, group};
+  const bool tc = attention_uses_tensor_cores(spec, config, arch);
+  return wgmma_unfit(group, *info, config, attention_block_shape(*info, config, tc), tc, arch);
+}
+
 bool attention_uses_tensor_cores(const KernelSpec& spec, const KernelConfig& config, const std::string& arch) {
   std::optional<int> sm = kernels::sm_version(arch);
   return sm && *sm >= 80 && !attention_mma_unfit(spec.group, config);

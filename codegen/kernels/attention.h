@@ -69,6 +69,10 @@ Result<EmittedKernel> emit_attention(const KernelSpec& spec, const KernelConfig&
 std::optional<std::string> attention_mma_unfit(const Graph& group, const KernelConfig& config);
 // Whether emit_attention for NVPTX `arch` takes the tensor cores (sm_80+ and fit).
 bool attention_uses_tensor_cores(const KernelSpec& spec, const KernelConfig& config, const std::string& arch);
+// Why the wgmma form (config.wgmma) cannot compute `group` with `config` on NVPTX
+// `arch` (not sm_90a, no tensor cores, not 16 rows a warp, warps not whole
+// warpgroups, head dims not multiples of 64), or nullopt.
+std::optional<std::string> attention_wgmma_unfit(const Graph& group, const KernelConfig& config, const std::string& arch);
 // Whether the block's tiles under `config` fit the shared memory a block may hold on
 // NVPTX `arch` (the check emit_attention makes, without emitting).
 bool attention_tiles_fit(const Graph& group, const KernelConfig& config, const std::string& arch);

@@ -498,16 +498,36 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
     // threads, which allows 255. Where that spills too (libdevice's sin and cos over
     // a vector of 8: their range reductions' cold paths), halving the vector, down
     // to 2, keeps the first config that does not; if none, the narrow default.
-    if (build_ptx(i, spec, cfg) && kind == KernelKind::Pointwise && pk.config_source == default_source) {
+    const bool spills = build_ptx(i, spec, cfg);
+    if (spills && kind == KernelKind::Pointwise && pk.config_source == default_source) {
       const KernelConfig narrow = narrow_pointwise_default(cfg);
       KernelConfig c = narrow;
-      bool spills = narrow == cfg || build_ptx(i, spec, narrow);
-      while (spills && c.vector > 2) {
+      bool still = narrow == cfg || build_ptx(i, spec, narrow);
+      while (still && c.vector > 2) {
         c.vector /= 2;
-        spills = build_ptx(i, spec, c);
+        still = build_ptx(i, spec, c);
       }
-      if (spills && c != narrow) build_ptx(i, spec, c = narrow);
+      if (still && c != narrow) build_ptx(i, spec, c = narrow);
       if (c != cfg) pk.config = config_str(kind, ConfigTarget::Gpu, c);
+    }
+    // sm_90a's wgmma attention default, 256 rows on 16 warps, leaves 128 registers a
+    // thread; where that spills (76 bytes in the bench attention and transformer
+    // blocks' kernels), 192 x 96 on 12 warps (168 registers; on an H200 within 2% of
+    // it on the sdpa block, run 11), then the 128 x 64 mma.sync default.
+    if (spills && kind == KernelKind::Attention && pk.config_source == default_source && cfg.wgmma == 1 &&
+        cfg.block_m == 256) {
+      KernelConfig c = cfg;
+      c.block_m = 192;
+      c.block_n = 96;
+      c.warps = 12;
+      if (!attention_tiles_fit(spec.group, c, opts.arch) || build_ptx(i, spec, c)) {
+        c.block_m = 128;
+        c.block_n = 64;
+        c.warps = 8;
+        c.wgmma = 0;
+        build_ptx(i, spec, c);
+      }
+      pk.config = config_str(kind, ConfigTarget::Gpu, c);
     }
   };
   {

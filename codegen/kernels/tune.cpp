@@ -345,6 +345,19 @@ KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t, const s
     if (info && info->match.e <= 128 && info->match.ev <= 128 && info->match.l >= 128 &&
         attention_uses_tensor_cores(spec, w, arch) && attention_tiles_fit(k.group, w, arch))
       c = w;
+    // sm_90a, where wgmma takes it (16-bit operands, head dims of whole 64-column
+    // panels) and a head has 256 query rows or more: 256-row blocks of 16 warps (four
+    // warpgroups) over 64 keys, each product one wgmma a warpgroup and k step. On an
+    // H200 that took the same attention from 1.315 ms (the 128 x 64 mma.sync tile) to
+    // 0.806 ms, the fastest of the 18 wgmma tiles run 11 timed (bench_kernels:
+    // bench/results/bench_kernels-h200-attn-tiles-run11{b,c}.json).
+    KernelConfig g = w;
+    g.block_m = 256;
+    g.warps = 16;
+    g.wgmma = 1;
+    if (info && c == w && info->match.l >= 256 && !attention_wgmma_unfit(k.group, g, arch) &&
+        attention_tiles_fit(k.group, g, arch))
+      c = g;
   }
   if (t == ConfigTarget::Gpu && kind == KernelKind::Pointwise) {
     // 16-byte accesses of the narrowest dtype the kernel reads or writes: 4 f32, 8

@@ -35,21 +35,23 @@ TuneProblem sdpa(int64_t e = 128, int64_t ev = 128, int operand_bytes = 2) {
   return p;
 }
 
-// sm_90a adds wgmma=1 and 2 to each register-resident tile of whole warpgroups (16 rows a
-// warp: 64 x {16..128} on 4 warps, 128 x {16..128} on 8) where both head dims are
-// multiples of 64 and the operands 16-bit; other archs, head dims and dtypes keep the
-// 48 mma.sync and FMA tiles.
+// sm_90a adds wgmma=1 and 2 on register-resident tiles of whole warpgroups (16 rows a
+// warp: 64, 128, 192 and 256 rows on 4, 8, 12 and 16 warps) over 16, 32, 64, 96 and
+// 128 keys, where both head dims are multiples of 64 and the operands 16-bit; other
+// archs, head dims and dtypes keep the 48 mma.sync and FMA tiles.
 TEST(AttentionSpace, Sm90aAddsTheWgmmaFormOfWholeWarpgroupTiles) {
   std::vector<KernelConfig> space = config_space(sdpa(), gpu("sm_90a"));
-  ASSERT_EQ(space.size(), 48u + 16u);
-  int wg = 0;
+  ASSERT_EQ(space.size(), 48u + 40u);
+  int wg = 0, big = 0;
   for (const KernelConfig& c : space) {
     if (!c.wgmma) continue;
     ++wg;
-    EXPECT_TRUE((c.block_m == 64 && c.warps == 4) || (c.block_m == 128 && c.warps == 8))
-        << config_str(KernelKind::Attention, ConfigTarget::Gpu, c);
+    big += c.block_m == 256 && c.block_n == 64 && c.wgmma == 1;
+    EXPECT_EQ(c.block_m, 16 * c.warps) << config_str(KernelKind::Attention, ConfigTarget::Gpu, c);
+    EXPECT_EQ(c.warps % 4, 0) << config_str(KernelKind::Attention, ConfigTarget::Gpu, c);
   }
-  EXPECT_EQ(wg, 16) << "8 tiles, each plain and pipelined";
+  EXPECT_EQ(wg, 40) << "20 tiles, each plain and pipelined";
+  EXPECT_EQ(big, 1) << "the sm_90a default, 256 x 64 on 16 warps, is in the space";
   EXPECT_EQ(config_space(sdpa(), gpu("sm_90")).size(), 48u) << "wgmma is sm_90a's";
   EXPECT_EQ(config_space(sdpa(96, 128), gpu("sm_90a")).size(), 48u) << "E = 96 is not whole 64-column panels";
   EXPECT_EQ(config_space(sdpa(128, 128, 4), gpu("sm_90a")).size(), 48u) << "f32 takes no tensor cores";
@@ -78,8 +80,8 @@ TEST(AttentionSpace, WgmmaIsAScheduleTheTunerMeasures) {
 // and v fragment) above 16, 32-key tiles above 16 (each key tile's fixed cost), and
 // big query tiles above small ones (k and v are read once per query tile), so a
 // tuner's top-k holds the forms worth measuring.
-// The wgmma form ranks above the same tile on mma.sync (an estimate, so that the
-// tuner measures it first).
+// The wgmma form ranks above the same tile on mma.sync, and plain above pipelined (as
+// an H200 measured them in run 11).
 TEST(CostModelTest, TensorCoreAttentionPrefersTheRegisterFormAndBigTiles) {
   TargetInfo t = gpu("sm_90a");
   TuneProblem p = sdpa();
@@ -106,7 +108,7 @@ TEST(CostModelTest, TensorCoreAttentionPrefersTheRegisterFormAndBigTiles) {
   EXPECT_LT(predict_us(p, wg, t, tc), regs128) << "wgmma above mma.sync";
   KernelConfig piped = wg;
   piped.wgmma = 2;
-  EXPECT_LT(predict_us(p, piped, t, tc), predict_us(p, wg, t, tc)) << "pipelined above plain";
+  EXPECT_LT(predict_us(p, wg, t, tc), predict_us(p, piped, t, tc)) << "plain above pipelined";
 }
 
 }  // namespace autotune_attention_space_test

@@ -84,16 +84,26 @@ for g in "$src"/tests/gpu/attn_*.sf; do
   "$sf" compile "$g" --arch sm_90a --no-ptxas --no-host -o "$p" >/dev/null || { echo "FAIL: compile $g"; fail=1; continue; }
   [ "$(grep -c '"kind": "attention"' "$p/plan.json")" = 1 ] && [ "$(grep -c '"kind"' "$p/plan.json")" = 1 ] \
     || { echo "FAIL: $p: not one attention kernel"; fail=1; }
-  has "$p" "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+  if grep -q "wgmma=1" "$p/plan.json"; then  # sm_90a's default from 256 rows a head
+    has "$p" "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"; lacks "$p" "mma.sync"
+  else
+    has "$p" "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+  fi
   has "$p" "shfl.sync.bfly"  # the register-resident form (16 rows a warp)
-  # gpu-pack's wgmma variants: the products by wgmma (A from registers), no mma.sync.
+  # gpu-pack's wgmma variants (sm_90a's default tile and its fallback among them): the
+  # products by wgmma (A from registers: the scores m64 x block_n, the output m64 x
+  # 128), no mma.sync.
   for w in "block_m=64 block_n=64 warps=4 wgmma=1" "block_m=128 block_n=64 warps=8 wgmma=1" \
-    "block_m=128 block_n=64 warps=8 wgmma=2"; do
+    "block_m=128 block_n=64 warps=8 wgmma=2" "block_m=256 block_n=64 warps=16 wgmma=1" \
+    "block_m=192 block_n=96 warps=12 wgmma=1"; do
     q="$d/$n.wgmma"
     rm -rf "$q"
     "$sf" compile "$g" --arch sm_90a --no-ptxas --no-host --attention-config "$w" -o "$q" >/dev/null \
       || { echo "FAIL: compile $g --attention-config '$w'"; fail=1; continue; }
-    has "$q" "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"
+    # (attn_sdpa_bf16's 80 keys cut a 96-key tile to 80; attn_long_bf16 has 320)
+    bn=${w#*block_n=}; bn=${bn%% *}
+    [ "$n" = attn_sdpa_bf16 ] && [ "$bn" -gt 80 ] && bn=80
+    has "$q" "wgmma.mma_async.sync.aligned.m64n${bn}k16.f32.bf16.bf16"
     has "$q" "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
     lacks "$q" "mma.sync"
     has "$q" "cp.async.bulk.tensor.3d"  # k and v by TMA (sm_90a's default)

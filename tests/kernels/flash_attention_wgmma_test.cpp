@@ -61,6 +61,13 @@ const std::vector<Case>& cases() {
       {"bf16 with prologues, E 64, Ev 128", "q: bf16[1, 2, 64, 64], k: bf16[1, 2, 48, 64], v: bf16[1, 48, 2, 128]",
        "  out = scaled_dot_product_attention(mul(q, 1.5), neg(k), permute(v, dims=[0, 2, 1, 3]))\n  return out",
        {wg(64, 32, 4), wg(64, 16, 4), wg(64, 16, 4, 2)}},
+      // sm_90a's default tile (256 rows on 16 warps: four warpgroups over the GQA
+      // group's 2 heads x 128 rows) and its fallback, 192 x 96 on 12 warps (96-key
+      // tiles: m64n96k16 scores, six k steps of 16 in the output), over 200 rows and
+      // keys: whole 96-key tiles and a cut one of 8.
+      {"bf16 causal gqa, 200 rows, E = Ev = 64", "q: bf16[1, 2, 200, 64], k: bf16[1, 1, 200, 64], v: bf16[1, 1, 200, 64]",
+       "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out",
+       {wg(192, 96, 12), wg(256, 64, 16), wg(192, 96, 12, 2)}},
   };
   return c;
 }
@@ -197,7 +204,8 @@ TEST(FlashAttentionWgmma, TmaBringsKAndV) {
   // 16-key tiles: 4 and 5 of them a block, so that buffers are refilled (the
   // sanitizer build's sample: the two-warpgroup runs and the fallback).
   for (const Run& r : {Run{0, wg(128, 16, 8, 1), true}, Run{1, wg(64, 16, 4, 1), true}, Run{0, wg(128, 16, 8, 2), true},
-                       Run{1, wg(64, 32, 4, 2), true}, Run{2, wg(64, 16, 4, 2), false}}) {
+                       Run{1, wg(64, 32, 4, 2), true}, Run{2, wg(64, 16, 4, 2), false},
+                       Run{3, wg(192, 96, 12, 1), true}}) {
     const Case& c = cases()[r.which];
     const std::string what = std::string(c.what) + " " + config_str(KernelKind::Attention, ConfigTarget::Gpu, r.cfg);
     if (!test::in_sample(index++)) continue;

@@ -38,27 +38,37 @@ TEST(CliAttention, LlamaBlockCompilesToPtx) {
       << e.out;
 }
 
-// explain --device cuda names the attention kernel's form: mma.sync by default, with
-// the wgmma configs sm_90a offers (not the default until timed on a GPU); sm_80 has no
-// wgmma to offer; f32 stays on FMA. A wide pointwise default says what compile takes
-// where ptxas finds it spilling.
+// explain --device cuda names the attention kernel's form: on sm_90a wgmma by default
+// from 256 query rows a head; below that mma.sync, saying how to force wgmma, or why
+// wgmma cannot take it (head dim 96); sm_80 has no wgmma to offer; f32 stays on FMA.
+// A wide pointwise default says what compile takes where ptxas finds it spilling.
 TEST(CliAttention, ExplainNamesTheFormOnTheGpu) {
   TempDir d;
-  write_file(d / "a.sf", "graph a(q: bf16[1, 4, 256, 128], k: bf16[1, 2, 256, 128], v: bf16[1, 2, 256, 128]) {\n"
-                         "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out\n}\n");
-  CliResult h = shardfuse("explain " + (d / "a.sf") + " --device cuda --arch sm_90a");
-  ASSERT_EQ(h.code, 0) << h.out;
-  EXPECT_NE(h.out.find("tensor cores, mma.sync (wgmma, not the default until a GPU has timed it: compile "
-                       "--attention-config \"wgmma=1\" or \"wgmma=2\")"),
+  // explain --device cuda of an attention over q [1, hq, rows, e] and k, v [1, hk, rows, e].
+  auto explain = [&](const std::string& dtype, int hq, int hk, int rows, int e, const std::string& arch) {
+    auto t = [&](int heads) {
+      return dtype + "[1, " + std::to_string(heads) + ", " + std::to_string(rows) + ", " + std::to_string(e) + "]";
+    };
+    write_file(d / "g.sf", "graph g(q: " + t(hq) + ", k: " + t(hk) + ", v: " + t(hk) + ") {\n" +
+                               "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n"
+                               "  return out\n}\n");
+    CliResult r = shardfuse("explain " + (d / "g.sf") + " --device cuda --arch " + arch);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return r.out;
+  };
+  const std::string h = explain("bf16", 4, 2, 256, 128, "sm_90a");
+  EXPECT_NE(h.find("block_m=256 block_n=64 warps=16 wgmma=1  [default]\n    tensor cores, wgmma\n"), std::string::npos) << h;
+  const std::string sh = explain("bf16", 4, 2, 128, 128, "sm_90a");
+  EXPECT_NE(sh.find("tensor cores, mma.sync (the default takes wgmma from 256 query rows a head; compile "
+                    "--attention-config \"wgmma=1\" forces it on this tile)"),
             std::string::npos)
-      << h.out;
-  CliResult a = shardfuse("explain " + (d / "a.sf") + " --device cuda --arch sm_80");
-  ASSERT_EQ(a.code, 0) << a.out;
-  EXPECT_NE(a.out.find("    tensor cores, mma.sync\n"), std::string::npos) << a.out;
-  write_file(d / "f.sf", "graph f(q: f32[1, 2, 64, 64], k: f32[1, 2, 64, 64], v: f32[1, 2, 64, 64]) {\n"
-                         "  out = scaled_dot_product_attention(q, k, v)\n  return out\n}\n");
-  CliResult f = shardfuse("explain " + (d / "f.sf") + " --device cuda --arch sm_90a");
-  EXPECT_NE(f.out.find("SIMT FMA, no tensor cores"), std::string::npos) << f.out;
+      << sh;
+  const std::string n = explain("bf16", 2, 2, 256, 96, "sm_90a");
+  EXPECT_NE(n.find("tensor cores, mma.sync (not wgmma: head dims 96 and 96 are not multiples of 64)"), std::string::npos) << n;
+  const std::string a = explain("bf16", 4, 2, 256, 128, "sm_80");
+  EXPECT_NE(a.find("    tensor cores, mma.sync\n"), std::string::npos) << a;
+  const std::string f = explain("f32", 2, 2, 64, 64, "sm_90a");
+  EXPECT_NE(f.find("SIMT FMA, no tensor cores"), std::string::npos) << f;
   CliResult p = shardfuse("explain " + std::string(SF_SOURCE_DIR) + "/bench/graphs/kernels/pointwise_bias_gelu_bf16_16384x4096.sf" +
                           " --device cuda --arch sm_90a");
   ASSERT_EQ(p.code, 0) << p.out;

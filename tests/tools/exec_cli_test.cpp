@@ -352,8 +352,8 @@ TEST(ExecFakeDriver, MatmulConfigFromTheCommandLine) {
 }
 
 // compile --attention-config: the fields given go over each fused attention kernel's
-// own config (here the default 128 x 64 on 8 warps, for a head of 256 rows), so
-// "wgmma=1" alone gives the sm_90a kernel that multiplies by wgmma (config_source
+// own config (here sm_90a's default for a head of 256 rows, 256 x 64 on 16 warps by
+// wgmma), so "block_m=128 warps=8" gives the wgmma kernel on 128 x 64 (config_source
 // "flag", q's, k's and v's panels: 98 KiB of shared memory, k and v by TMA), which
 // report.txt names and exec launches on the fake driver. A field that is not an
 // attention's, or wgmma where the kernel cannot take it (sm_80), is an error naming
@@ -364,7 +364,7 @@ TEST(ExecFakeDriver, AttentionConfigFromTheCommandLine) {
              "graph attn(q: bf16[1, 4, 256, 128], k: bf16[1, 2, 256, 128], v: bf16[1, 2, 256, 128]) {\n"
              "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n"
              "  return out\n}\n");
-  const std::string dir = compile_to(t, t / "a.sf", "wg", "--attention-config 'wgmma=1'");
+  const std::string dir = compile_to(t, t / "a.sf", "wg", "--attention-config 'block_m=128 warps=8'");
   Plan p = read_plan(dir);
   ASSERT_EQ(p.kernels.size(), 1u);
   EXPECT_EQ(p.kernels[0].config_source, "flag");

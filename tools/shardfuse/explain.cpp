@@ -115,8 +115,14 @@ int explain(const ExplainOptions& o) {
       const KernelSpec spec{k.name, KernelKind::Attention, k.group};
       const bool tc = attention_uses_tensor_cores(spec, c.config, arch);
       std::cout << "    " << (tc ? (c.config.wgmma ? "tensor cores, wgmma" : "tensor cores, mma.sync") : "SIMT FMA, no tensor cores");
-      if (tc && !c.config.wgmma && arch == "sm_90a")
-        std::cout << " (wgmma, not the default until a GPU has timed it: compile --attention-config \"wgmma=1\" or \"wgmma=2\")";
+      if (tc && !c.config.wgmma && arch == "sm_90a") {
+        KernelConfig g = c.config;
+        g.wgmma = 1;
+        const std::optional<std::string> why = attention_wgmma_unfit(k.group, g, arch);
+        std::cout << (why ? " (not wgmma: " + *why + ")"
+                          : std::string(" (the default takes wgmma from 256 query rows a head; compile "
+                                        "--attention-config \"wgmma=1\" forces it on this tile)"));
+      }
       std::cout << "\n";
     }
     // Whether `tune --device cuda` measures a library GEMM for it, and which call.

@@ -174,12 +174,21 @@ int64_t ceil_pow2(int64_t v) {
 }
 
 // An attention tile over twice the (power-of-two rounded) rows or keys is mostly
-// padding; the tiles must fit the block's memory (`budget` bytes).
-std::optional<std::string> attention_reject(const TuneProblem& p, const KernelConfig& c, int64_t budget) {
+// padding; the tiles must fit the block's memory (`budget` bytes): the f32 tiles, or
+// on a GPU with 16-bit tensor cores (`tensor_cores`) the 16-bit ones of the
+// register-resident form where the config takes it (16-bit operands, 16 or 32 rows a
+// warp, tiles and head dims multiples of 16). Without that, a 192-row or 128 x 128
+// tile would be priced at f32 and never measured.
+std::optional<std::string> attention_reject(const TuneProblem& p, const KernelConfig& c, int64_t budget,
+                                            bool tensor_cores = false) {
   auto s = [](int64_t v) { return std::to_string(v); };
   if (c.block_m > 2 * ceil_pow2(p.m) && c.block_m > 16) return "block_m " + s(c.block_m) + " is over twice L = " + s(p.m);
   if (c.block_n > 2 * ceil_pow2(p.n) && c.block_n > 16) return "block_n " + s(c.block_n) + " is over twice S = " + s(p.n);
-  const int64_t bytes = attention_tile_bytes(c.block_m, c.block_n, p.k, p.cols);
+  const bool regs16 = tensor_cores && p.operand_bytes == 2 && c.warps > 0 &&
+                      (c.block_m == 16 * c.warps || c.block_m == 32 * c.warps) && c.block_n % 16 == 0 &&
+                      p.k % 16 == 0 && p.cols % 8 == 0;
+  const int64_t bytes = regs16 ? attention_tile_bytes16(c.block_m, c.block_n, p.k, p.cols, c.wgmma)
+                               : attention_tile_bytes(c.block_m, c.block_n, p.k, p.cols);
   if (bytes > budget) return "its tiles take " + s(bytes) + " bytes, over the " + s(budget) + " a block may hold";
   return std::nullopt;
 }
@@ -297,7 +306,7 @@ std::optional<std::string> rule_reject(const TuneProblem& p, const KernelConfig&
       return std::nullopt;
     }
     case KernelKind::Gather: return std::nullopt;
-    case KernelKind::Attention: return attention_reject(p, c, t.max_shared_per_block);
+    case KernelKind::Attention: return attention_reject(p, c, t.max_shared_per_block, t.tensor16_gflops > 0);
   }
   return std::nullopt;
 }

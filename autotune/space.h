@@ -34,6 +34,22 @@ inline int64_t attention_tile_bytes(int64_t bm, int64_t bn, int64_t e, int64_t e
   return 4 * (bm * e + bn * e + bn * ev + bm * bn + bm * ev + 3 * bm);
 }
 
+// The shared memory of the tensor-core attention's register-resident form (16-bit
+// operands; block_m 16 or 32 rows a warp), as its emitter lays it out: q [bm, e] and
+// kv_buffers of k [bn, e] and v [bn, ev] as 16-bit values. On mma.sync each row is
+// padded to an odd number of 16-byte chunks and there are two buffers; with `wgmma`
+// (1 or 2) each head dim is whole 64-column panels of 128-byte rows, two buffers (three
+// pipelined), and TMA's full and empty mbarriers (16 bytes a buffer).
+inline int64_t attention_tile_bytes16(int64_t bm, int64_t bn, int64_t e, int64_t ev, int wgmma) {
+  if (wgmma) {
+    const int64_t buffers = wgmma == 2 ? 3 : 2;
+    auto panels = [](int64_t n) { return (n + 63) / 64; };
+    return panels(e) * bm * 128 + buffers * (panels(e) + panels(ev)) * bn * 128 + 16 * buffers;
+  }
+  auto padded = [](int64_t n) { return n + ((n / 8) % 2 == 0 ? 8 : 16); };
+  return 2 * (bm * padded(e) + 2 * bn * (padded(e) + padded(ev)));
+}
+
 // Why `c` is not worth compiling for `p` on `t`, or nullopt when it is.
 std::optional<std::string> rule_reject(const TuneProblem& p, const KernelConfig& c, const TargetInfo& t);
 

@@ -35,6 +35,8 @@ TuneProblem sdpa(int64_t e = 128, int64_t ev = 128, int operand_bytes = 2) {
   return p;
 }
 
+KernelConfig cfg(int bm, int bn, int warps, int wgmma = 0) { return attention_tile(bm, bn, warps, wgmma); }
+
 // sm_90a adds wgmma=1 and 2 on register-resident tiles of whole warpgroups (16 rows a
 // warp: 64, 128, 192 and 256 rows on 4, 8, 12 and 16 warps) over 16, 32, 64, 96 and
 // 128 keys, where both head dims are multiples of 64 and the operands 16-bit; other
@@ -55,6 +57,24 @@ TEST(AttentionSpace, Sm90aAddsTheWgmmaFormOfWholeWarpgroupTiles) {
   EXPECT_EQ(config_space(sdpa(), gpu("sm_90")).size(), 48u) << "wgmma is sm_90a's";
   EXPECT_EQ(config_space(sdpa(96, 128), gpu("sm_90a")).size(), 48u) << "E = 96 is not whole 64-column panels";
   EXPECT_EQ(config_space(sdpa(128, 128, 4), gpu("sm_90a")).size(), 48u) << "f32 takes no tensor cores";
+}
+
+// The space rule counts a register-resident tile's shared memory as the tensor-core
+// kernel holds it (16-bit q, k and v), not as the f32 tiles of the other forms: on
+// sm_90a at E = Ev = 128, 192 x 96 on 12 warps (120 KiB) and 128 x 128 on 8 (160 KiB)
+// are kept, which at f32 (304 and 320 KiB) would not fit 227 KiB; 256 x 128
+// pipelined (256 KiB) is over even so, and a tile outside the register-resident form
+// is still counted at f32.
+TEST(AttentionSpace, RegisterResidentTilesAreCountedAtSixteenBits) {
+  const TargetInfo t = gpu("sm_90a");
+  EXPECT_GT(attention_tile_bytes(192, 96, 128, 128), t.max_shared_per_block);
+  EXPECT_EQ(rule_reject(sdpa(), cfg(192, 96, 12, 1), t), std::nullopt);
+  EXPECT_EQ(rule_reject(sdpa(), cfg(128, 128, 8, 1), t), std::nullopt);
+  EXPECT_EQ(rule_reject(sdpa(), cfg(128, 128, 8, 0), t), std::nullopt) << "mma.sync's padded rows: 170 KiB";
+  EXPECT_EQ(rule_reject(sdpa(), cfg(128, 128, 4, 0), t), std::nullopt) << "32 rows a warp";
+  EXPECT_NE(rule_reject(sdpa(), cfg(256, 128, 16, 2), t), std::nullopt);
+  EXPECT_NE(rule_reject(sdpa(), cfg(128, 128, 2, 0), t), std::nullopt) << "64 rows a warp, the shared form: f32, 322 KiB";
+  EXPECT_NE(rule_reject(sdpa(128, 128, 4), cfg(128, 128, 8, 0), t), std::nullopt) << "f32: no tensor cores";
 }
 
 // An attention's wgmma configs are a schedule of their own: the best-ranked of them is
@@ -87,13 +107,6 @@ TEST(CostModelTest, TensorCoreAttentionPrefersTheRegisterFormAndBigTiles) {
   TuneProblem p = sdpa();
   BuildResult tc;
   tc.tensor_cores = true;
-  auto cfg = [](int bm, int bn, int warps) {
-    KernelConfig c;
-    c.block_m = bm;
-    c.block_n = bn;
-    c.warps = warps;
-    return c;
-  };
   const double regs64 = predict_us(p, cfg(64, 64, 4), t, tc), shared64 = predict_us(p, cfg(64, 64, 8), t, tc);
   EXPECT_LT(predict_us(p, cfg(128, 32, 4), t, tc), predict_us(p, cfg(128, 32, 8), t, tc)) << "two mma tiles a warp";
   EXPECT_LT(predict_us(p, cfg(64, 64, 2), t, tc), predict_us(p, cfg(64, 64, 1), t, tc)) << "the shared form";

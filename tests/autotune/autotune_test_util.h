@@ -1,11 +1,12 @@
 // Targets and tuning problems with figures fixed by hand, for the autotune tests
-// (space_test.cpp, config_test.cpp).
+// (space_test.cpp, config_test.cpp), and attention tiles (also for tests/kernels).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "autotune/config.h"
 #include "autotune/problem.h"
 #include "autotune/target.h"
 
@@ -18,6 +19,17 @@ inline TargetInfo gpu(const std::string& arch) {
   Result<TargetInfo> t = gpu_target_info(arch);
   EXPECT_TRUE(t.ok()) << arch << ": " << (t.ok() ? "" : t.error().message);
   return t.ok() ? *t : TargetInfo{};
+}
+
+// A fused attention tile: block_m rows x block_n keys on `warps` warps, multiplying by
+// wgmma (1, 2 pipelined; sm_90a) or not (0).
+inline KernelConfig attention_tile(int bm, int bn, int warps, int wgmma = 0) {
+  KernelConfig c;
+  c.block_m = bm;
+  c.block_n = bn;
+  c.warps = warps;
+  c.wgmma = wgmma;
+  return c;
 }
 
 // A host target with fixed figures (host_target_info() depends on the machine).

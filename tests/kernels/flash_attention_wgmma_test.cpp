@@ -6,12 +6,14 @@
 // its PTX through ptxas.
 #include <gtest/gtest.h>
 
+#include "tests/autotune/autotune_test_util.h"
 #include "tests/kernels/attention_sim.h"
 #include "tests/sanitized.h"
 
 #include <string>
 #include <vector>
 
+#include "autotune/space.h"
 #include "codegen/ir/decompose.h"
 #include "codegen/ir/parser.h"
 #include "codegen/kernels/attention.h"
@@ -27,14 +29,7 @@ Graph parse(const std::string& params, const std::string& body) {
   return std::move(g).value();
 }
 
-KernelConfig wg(int bm, int bn, int warps, int wgmma = 1) {
-  KernelConfig c;
-  c.block_m = bm;
-  c.block_n = bn;
-  c.warps = warps;
-  c.wgmma = wgmma;
-  return c;
-}
+KernelConfig wg(int bm, int bn, int warps, int wgmma = 1) { return autotune_test::attention_tile(bm, bn, warps, wgmma); }
 
 struct Case {
   const char* what;
@@ -182,6 +177,35 @@ TEST(FlashAttentionWgmma, PtxMultipliesByWgmmaAndAssembles) {
   Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, "sm_90a");
   ASSERT_TRUE(res.ok()) << res.error().str();
   EXPECT_EQ((*res)[0].spill_store_bytes, 0) << (*res)[0].registers << " registers";
+}
+
+// The tuner's count of a register-resident tile's shared memory (attention_tile_bytes16,
+// which its space rule checks against the arch's budget, so that tiles such as 192 x 96
+// and 128 x 128 are measured rather than priced at f32 and dropped) is the emitter's:
+// mma.sync's padded rows on sm_80 and sm_90a, wgmma's panels with TMA's mbarriers,
+// two buffers or three pipelined. A tile over the budget the emitter refuses is over
+// it in the count too.
+TEST(FlashAttentionWgmma, TheTunersTileBytesAreTheEmittersSharedMemory) {
+  Graph g = parse("q: bf16[1, 4, 512, 128], k: bf16[1, 2, 512, 128], v: bf16[1, 2, 512, 128]",
+                  "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out");
+  KernelSpec spec{"sf_bytes", KernelKind::Attention, decompose(g)};
+  spec.tma = true;
+  struct Tile {
+    KernelConfig cfg;
+    std::string arch;
+  };
+  for (const Tile& t : {Tile{wg(128, 64, 8, 0), "sm_80"}, Tile{wg(128, 32, 4, 0), "sm_90a"}, Tile{wg(64, 128, 4, 0), "sm_90a"},
+                        Tile{wg(256, 64, 16), "sm_90a"}, Tile{wg(192, 96, 12), "sm_90a"}, Tile{wg(128, 128, 8), "sm_90a"},
+                        Tile{wg(128, 64, 8, 2), "sm_90a"}, Tile{wg(64, 16, 4, 2), "sm_90a"}}) {
+    const std::string what = t.arch + " " + config_str(KernelKind::Attention, ConfigTarget::Gpu, t.cfg);
+    Result<EmittedKernel> k = emit_attention(spec, t.cfg, llvmb::Target::nvptx(t.arch));
+    ASSERT_TRUE(k.ok()) << what << ": " << k.error().str();
+    EXPECT_EQ(k->launch.shared_bytes, attention_tile_bytes16(t.cfg.block_m, t.cfg.block_n, 128, 128, t.cfg.wgmma)) << what;
+  }
+  Result<EmittedKernel> over = emit_attention(spec, wg(256, 128, 16, 2), llvmb::Target::nvptx("sm_90a"));
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.error().message.find("over the 232448 a block may hold"), std::string::npos) << over.error().message;
+  EXPECT_GT(attention_tile_bytes16(256, 128, 128, 128, 2), 232448);
 }
 
 // TMA (KernelSpec::tma, sm_90a's default): where k and v come from params whose heads

@@ -235,8 +235,8 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
     // warpgroup and k step, its operand k and v read by the tensor cores from shared
     // memory without ldmatrix. On an H200 (run 11, the bench sdpa block) its tiles of
     // 32 keys or more took 0.61 to 0.93 of the 128 x 64 mma.sync tile's time, most
-    // under 0.8: taken as 1.5x. Pipelined (wgmma = 2) measured 0.9 to 1.1 of plain at the same tile:
-    // taken as 1.45x, so that plain ranks first. Estimates, to rank.
+    // under 0.8: taken as 1.5x. Pipelined (wgmma = 2) measured 0.9 to 1.1 of plain at
+    // the same tile: taken as 1.45x, so that plain ranks first. Estimates, to rank.
     const bool one_tile = c.block_m == 16 * c.warps, two_tiles = c.block_m == 32 * c.warps;
     const double form = c.wgmma && one_tile ? (c.wgmma == 2 ? 1.45 : 1.5) : two_tiles ? 1.1 : one_tile ? 1.0 : 0.5;
     const double bn = double(std::max<int64_t>(1, std::min<int64_t>(c.block_n, std::max<int64_t>(p.n, 1))));

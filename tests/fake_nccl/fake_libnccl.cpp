@@ -4,7 +4,7 @@
 // runtime/comm/nccl.cpp dlopen()s $SHARDFUSE_LIBNCCL and dlsym()s every name in
 // SF_NCCL_ENTRY_POINTS; this library defines them with <nccl.h> included, so a
 // definition whose type differs from the header's declaration does not compile
-// (C linkage allows no overloads), and kEntries below names every entry point, so
+// (C linkage allows no overloads), and kEntries (fake_nccl_api.cpp) names every entry point, so
 // one the runtime adds without a definition here leaves an undefined symbol that
 // the link (-Wl,--no-undefined) or the runtime's dlopen(RTLD_NOW) rejects.
 //
@@ -39,35 +39,16 @@
 #include "tests/fake_cuda/fake_log.h"
 #include "runtime/comm/nccl.h"
 
-#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+#include "tests/fake_nccl/fake_nccl_state.h"
 
 namespace fake {
-namespace {
 
-using Clock = std::chrono::steady_clock;
 
-constexpr int kVersion = 22809;                // 2.28.9: the toolkit header's NCCL_VERSION_CODE
-constexpr char kIdMagic[16] = "sf-fake-nccl";  // the first bytes of every unique id we make
-constexpr int kDefaultTimeoutMs = 60000;       // $FAKE_NCCL_TIMEOUT_MS: blocking calls give up then
-constexpr unsigned kConfigMagic = 0xcafebeef;  // NCCL_CONFIG_INITIALIZER's magic
-constexpr uint64_t kHandleBase = 0xCC10000;    // ncclComm_t handles: ids, never reused
-constexpr uint64_t kGroupStep = 16;
-
-static_assert(NCCL_VERSION_CODE == kVersion, "the fake reports the toolkit's NCCL version; update kVersion");
 
 // --- state ------------------------------------------------------------------------------
 
-// One operation as its members see it: a collective (shared by every member) or one
-// member's group of sends and receives.
-struct Op {
-  bool done = false;                  // executed
-  ncclResult_t result = ncclSuccess;  // anything else: failed (and never executed)
-  std::string why;
-  int remaining = 0;                  // p2p: transfers not yet matched with the peer's
-  bool settled() const { return done || result != ncclSuccess; }
-};
 
-enum class Kind { AllReduce, AllGather, ReduceScatter, Split };
 
 const char* kind_name(Kind k) {
   switch (k) {
@@ -79,74 +60,11 @@ const char* kind_name(Kind k) {
   return "?";
 }
 
-// One member's posting of a collective.
-struct Part {
-  bool posted = false;
-  Kind kind = Kind::AllReduce;
-  const void* send = nullptr;
-  void* recv = nullptr;
-  size_t count = 0;
-  ncclDataType_t type = ncclFloat32;
-  ncclRedOp_t op = ncclSum;
-  int color = 0, key = 0;  // split
-  uint64_t child = 0;      // split: the new handle, 0 for NCCL_SPLIT_NOCOLOR
-};
 
-// The k-th collective of a communicator, until every member posted it.
-struct Coll {
-  std::vector<Part> parts;
-  int posted = 0;
-  std::shared_ptr<Op> op = std::make_shared<Op>();
-};
 
-// One send or receive waiting for its peer's counterpart.
-struct Xfer {
-  std::shared_ptr<Op> op;
-  void* buf = nullptr;
-  size_t count = 0;
-  ncclDataType_t type = ncclFloat32;
-  int src = 0, dst = 0;
-};
 
-// The members that met by one unique id (or one color of a split): NCCL's
-// communicator, of which each member holds a handle.
-struct Group {
-  uint64_t id = 0;  // for logs and messages
-  int n = 0;
-  std::vector<uint64_t> handles;  // by member; 0 until it joined
-  int joined = 0;
-  bool complete = false;
-  bool aborted = false;
-  std::string abort_why;
-  std::map<int64_t, Coll> colls;  // by sequence number, until every member posted
-  // Unmatched sends and receives by (src, dst), in call order: the i-th send from
-  // s to d pairs with d's i-th receive from s, as in NCCL.
-  std::vector<std::deque<Xfer>> sends, recvs;
-};
 
-struct Member {
-  std::shared_ptr<Group> group;  // null for a split's child until the split executes
-  int index = -1;
-  bool nonblocking = false;
-  bool finalized = false;
-  int64_t next_seq = 0;                           // the sequence number of its next collective
-  std::vector<std::shared_ptr<Op>> outstanding;   // nonblocking operations not yet seen settled
-  std::shared_ptr<Op> forming;                    // a split's child: the parent's split
-  ncclResult_t sticky = ncclSuccess;              // a failed operation leaves the member in error
-  std::string sticky_why;
-};
 
-struct State {
-  std::mutex mu;
-  std::condition_variable cv;  // notified on every change a waiter may wait for
-  std::map<std::string, std::shared_ptr<Group>> by_id;
-  std::map<uint64_t, std::shared_ptr<Member>> comms;  // live handles
-  uint64_t next_handle = kHandleBase;
-  uint64_t next_group = 0xC0;
-  uint64_t unique_ids = 0;
-  long long ops = 0;
-  long long max_ctas = -1, min_ctas = -1;
-};
 
 // Never destroyed: at exit the runtime's static destructors may still call in, and
 // LeakSanitizer sees everything as reachable from here.
@@ -157,16 +75,6 @@ State& state() {
 
 thread_local std::string tls_error;  // ncclGetLastError's answer on this thread
 
-// An open ncclGroupStart on this thread: the p2p calls made inside it.
-struct Pending {
-  bool send = true;
-  uint64_t comm = 0;
-  void* buf = nullptr;
-  size_t count = 0;
-  ncclDataType_t type = ncclFloat32;
-  int peer = 0;
-  uint64_t stream = 0;
-};
 thread_local int tls_depth = 0;
 thread_local std::vector<Pending> tls_group;
 thread_local ncclResult_t tls_group_error = ncclSuccess;
@@ -203,11 +111,6 @@ int timeout_ms() {
 
 // --- data types and reductions ----------------------------------------------------------
 
-struct TypeInfo {
-  const char* name = nullptr;  // nullptr: not a type we know
-  size_t bytes = 0;
-  bool reducible = false;
-};
 
 TypeInfo type_info(ncclDataType_t t) {
   switch (t) {
@@ -532,14 +435,9 @@ void execute(State& s, Coll& c) {
   s.cv.notify_all();
 }
 
-// ncclCommSplit's outputs and the child's config.
-struct SplitArgs {
-  ncclComm_t* newcomm = nullptr;
-  const ncclConfig_t* config = nullptr;
-};
 
 // Posts this member's part of its next collective; the last member to post runs it.
-ncclResult_t collective(const char* call, ncclComm_t comm, Part part, uint64_t stream, const SplitArgs* split = nullptr) {
+ncclResult_t collective(const char* call, ncclComm_t comm, Part part, uint64_t stream, const SplitArgs* split) {
   State& s = state();
   std::unique_lock<std::mutex> lock(s.mu);
   ncclResult_t r = ncclSuccess;
@@ -854,232 +752,4 @@ bool busy(const Member& m) {
   return std::any_of(m.outstanding.begin(), m.outstanding.end(), [](const auto& op) { return !op->settled(); });
 }
 
-}  // namespace
 }  // namespace fake
-
-// --- the NCCL API ---------------------------------------------------------------------------
-
-FAKE_EXPORT ncclResult_t ncclGetVersion(int* version) {
-  if (!version) return fake::fail(ncclInvalidArgument, "ncclGetVersion", "ncclGetVersion: version is NULL");
-  *version = fake::kVersion;
-  return ncclSuccess;
-}
-
-FAKE_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
-  if (!uniqueId) return fake::fail(ncclInvalidArgument, "ncclGetUniqueId", "ncclGetUniqueId: uniqueId is NULL");
-  fake::State& s = fake::state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  // magic (16 B), a counter (8 B), the pid (4 B): unique in the process, and an id
-  // from another process is recognised as such.
-  std::memset(uniqueId->internal, 0, NCCL_UNIQUE_ID_BYTES);
-  std::memcpy(uniqueId->internal, fake::kIdMagic, sizeof fake::kIdMagic);
-  const uint64_t n = ++s.unique_ids;
-  std::memcpy(uniqueId->internal + 16, &n, sizeof n);
-  const int pid = ::getpid();
-  std::memcpy(uniqueId->internal + 24, &pid, sizeof pid);
-  return ncclSuccess;
-}
-
-FAKE_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
-                                                ncclConfig_t* config) {
-  return fake::init("ncclCommInitRankConfig", comm, nranks, commId, rank, config);
-}
-
-FAKE_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
-  return fake::init("ncclCommInitRank", comm, nranks, commId, rank, nullptr);
-}
-
-FAKE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
-  const char* call = "ncclCommSplit";
-  if (!newcomm) return fake::fail(ncclInvalidArgument, call, "ncclCommSplit: newcomm is NULL");
-  if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
-    return fake::fail(ncclInvalidArgument, call, "ncclCommSplit: color " + std::to_string(color) + " (must be >= 0 or NCCL_SPLIT_NOCOLOR)");
-  if (config && config->magic != fake::kConfigMagic)
-    return fake::fail(ncclInvalidArgument, call, "ncclCommSplit: the config was not set from NCCL_CONFIG_INITIALIZER");
-  *newcomm = nullptr;
-  fake::Part p;
-  p.kind = fake::Kind::Split;
-  p.color = color;
-  p.key = key;
-  const fake::SplitArgs args{newcomm, config};
-  return fake::collective(call, comm, p, 0, &args);
-}
-
-FAKE_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
-  fake::State& s = fake::state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  ncclResult_t r = ncclSuccess;
-  std::shared_ptr<fake::Member> m = fake::find(s, comm, "ncclCommFinalize", &r);
-  if (!m) return r;
-  m->finalized = true;
-  // Nothing is in flight once every operation executed; a nonblocking member's
-  // finalize waits (ncclInProgress) for its outstanding ones, as NCCL's flushes them.
-  return m->nonblocking && fake::busy(*m) ? ncclInProgress : ncclSuccess;
-}
-
-FAKE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  if (!comm) return ncclSuccess;  // as NCCL
-  fake::State& s = fake::state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  ncclResult_t r = ncclSuccess;
-  std::shared_ptr<fake::Member> m = fake::find(s, comm, "ncclCommDestroy", &r);
-  if (!m) return r;
-  if (m->group && fake::busy(*m))
-    fake::abort_group(s, *m->group,
-                      "member " + std::to_string(m->index) + " destroyed its communicator with operations pending");
-  s.comms.erase(fake::id_of(comm));
-  return ncclSuccess;
-}
-
-FAKE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  if (!comm) return ncclSuccess;  // as NCCL
-  fake::State& s = fake::state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  ncclResult_t r = ncclSuccess;
-  std::shared_ptr<fake::Member> m = fake::find(s, comm, "ncclCommAbort", &r);
-  if (!m) return r;
-  fake::log_line("nccl abort " + fake::who(*m));
-  if (m->group) fake::abort_group(s, *m->group, "member " + std::to_string(m->index) + " called ncclCommAbort");
-  s.comms.erase(fake::id_of(comm));
-  return ncclSuccess;
-}
-
-FAKE_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
-  const char* call = "ncclCommGetAsyncError";
-  fake::State& s = fake::state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  ncclResult_t r = ncclSuccess;
-  std::shared_ptr<fake::Member> m = fake::find(s, comm, call, &r);
-  if (!m) return r;
-  if (!asyncError) return fake::fail(ncclInvalidArgument, call, "ncclCommGetAsyncError: asyncError is NULL");
-  fake::Member& me = *m;
-  for (const auto& op : me.outstanding)
-    if (op->result != ncclSuccess && me.sticky == ncclSuccess) me.sticky = op->result, me.sticky_why = op->why;
-  std::erase_if(me.outstanding, [](const auto& op) { return op->settled(); });
-  // The member's own failure first: an abort that followed it (a runtime aborts on
-  // an error) must not hide why.
-  if (me.sticky != ncclSuccess) {
-    fake::tls_error = me.sticky_why;
-    *asyncError = me.sticky;
-  } else if (me.group && me.group->aborted) {
-    fake::tls_error = "the communicator was aborted: " + me.group->abort_why;
-    *asyncError = ncclRemoteError;
-  } else if (!me.group) {
-    const bool failed = me.forming && me.forming->result != ncclSuccess;
-    if (failed) fake::tls_error = me.forming->why;
-    *asyncError = failed ? me.forming->result : ncclInProgress;
-  } else {
-    *asyncError = !me.group->complete || !me.outstanding.empty() ? ncclInProgress : ncclSuccess;
-  }
-  return ncclSuccess;
-}
-
-FAKE_EXPORT const char* ncclGetErrorString(ncclResult_t result) {
-  // NCCL 2.28's texts.
-  switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    case ncclNumResults: break;
-  }
-  return "unknown result code";
-}
-
-FAKE_EXPORT const char* ncclGetLastError(ncclComm_t) { return fake::tls_error.c_str(); }
-
-FAKE_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                       ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  fake::Part p;
-  p.kind = fake::Kind::AllReduce;
-  p.send = sendbuff, p.recv = recvbuff, p.count = count, p.type = datatype, p.op = op;
-  return fake::collective("ncclAllReduce", comm, p, fake::id_of(stream));
-}
-
-FAKE_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-                                       ncclComm_t comm, cudaStream_t stream) {
-  fake::Part p;
-  p.kind = fake::Kind::AllGather;
-  p.send = sendbuff, p.recv = recvbuff, p.count = sendcount, p.type = datatype;
-  return fake::collective("ncclAllGather", comm, p, fake::id_of(stream));
-}
-
-FAKE_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-                                           cudaStream_t stream) {
-  fake::Part p;
-  p.kind = fake::Kind::ReduceScatter;
-  p.send = sendbuff, p.recv = recvbuff, p.count = recvcount, p.type = datatype, p.op = op;
-  return fake::collective("ncclReduceScatter", comm, p, fake::id_of(stream));
-}
-
-FAKE_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
-                                  ncclComm_t comm, cudaStream_t stream) {
-  // The buffer is only read; Xfer keeps one pointer type for both directions.
-  return fake::p2p(true, "ncclSend", const_cast<void*>(sendbuff), count, datatype, peer, comm, stream);
-}
-
-FAKE_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                                  cudaStream_t stream) {
-  return fake::p2p(false, "ncclRecv", recvbuff, count, datatype, peer, comm, stream);
-}
-
-FAKE_EXPORT ncclResult_t ncclGroupStart() {
-  if (fake::tls_depth++ == 0) {
-    fake::tls_group.clear();
-    fake::tls_group_error = ncclSuccess;
-    fake::tls_group_why.clear();
-  }
-  return ncclSuccess;
-}
-
-FAKE_EXPORT ncclResult_t ncclGroupEnd() {
-  if (fake::tls_depth == 0)
-    return fake::fail(ncclInvalidUsage, "ncclGroupEnd", "ncclGroupEnd without ncclGroupStart");
-  if (--fake::tls_depth > 0) return ncclSuccess;
-  std::vector<fake::Pending> calls = std::move(fake::tls_group);
-  fake::tls_group.clear();
-  if (fake::tls_group_error != ncclSuccess) {
-    // A call inside the group failed: NCCL drops the whole group and says so again.
-    const ncclResult_t r = fake::tls_group_error;
-    fake::tls_group_error = ncclSuccess;
-    return fake::fail(r, "ncclGroupEnd", "ncclGroupEnd: a call inside the group failed: " + fake::tls_group_why);
-  }
-  if (calls.empty()) return ncclSuccess;
-  return fake::end_group(std::move(calls));
-}
-
-namespace fake {
-namespace {
-// Every entry point the runtime resolves, so a missing definition is an undefined
-// symbol (see the top of the file); fake_nccl_stat("entry_points") counts them.
-#define FAKE_NCCL_ROW(member, name) reinterpret_cast<void*>(static_cast<decltype(&::name)>(&::name)),
-void* const kEntries[] = {SF_NCCL_ENTRY_POINTS(FAKE_NCCL_ROW)};
-#undef FAKE_NCCL_ROW
-}  // namespace
-}  // namespace fake
-
-// --- hooks for tests (not part of the NCCL API) -----------------------------------------------
-// A test reaches this with dlopen($SHARDFUSE_LIBNCCL, RTLD_NOW | RTLD_NOLOAD) and dlsym.
-
-// A counter of the fake's state, or -1 for an unknown name: "comms" (live handles),
-// "ops" (executed collectives and splits, one per communicator-wide operation, plus
-// completed p2p groups, one per member's group), "max_ctas" and "min_ctas" (of the
-// last communicator created with a config; -1 when the config left them unset),
-// "entry_points" (how many of SF_NCCL_ENTRY_POINTS the library defines).
-FAKE_EXPORT long long fake_nccl_stat(const char* name) {
-  fake::State& s = fake::state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  const std::string n = name ? name : "";
-  if (n == "comms") return static_cast<long long>(s.comms.size());
-  if (n == "ops") return s.ops;
-  if (n == "max_ctas") return s.max_ctas;
-  if (n == "min_ctas") return s.min_ctas;
-  if (n == "entry_points")
-    return static_cast<long long>(std::count_if(std::begin(fake::kEntries), std::end(fake::kEntries), [](void* p) { return p != nullptr; }));
-  return -1;
-}

@@ -1,0 +1,346 @@
+// The reduction emitter's NVPTX kernels: the verifier, compile_to_ptx, PTX text
+// checks and ptxas; launch shapes, split rows, what it refuses, and emit and compile
+// times. No GPU is needed. The helpers are reduction_test_util.h's.
+#include "tests/kernels/reduction_test_util.h"
+
+namespace sf {
+namespace kernels_reduction_test {
+
+// ---- NVPTX -------------------------------------------------------------------------------------
+
+
+
+struct Ptx {
+  std::string ptx;
+  LaunchShape launch;
+};
+
+// Emits for `arch`; checks the verifier, compile_to_ptx and (where it exists) ptxas.
+Ptx emit_ptx(const Graph& g, const std::string& arch, const KernelConfig& cfg = {}) {
+  Result<EmittedKernel> k = reduction_emitter().emit(spec_of(g, "red_kernel"), cfg, llvmb::Target::nvptx(arch));
+  if (!k) {
+    ADD_FAILURE() << k.error().str();
+    return {};
+  }
+  Ptx out;
+  out.launch = k->launch;
+  std::optional<std::string> bad = llvmb::verify(*k->module);
+  EXPECT_FALSE(bad) << *bad;
+  Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, arch);
+  if (!ptx) {
+    ADD_FAILURE() << ptx.error().str();
+    return out;
+  }
+  out.ptx = *ptx;
+  if (have_ptxas()) {
+    EXPECT_EQ(ptxas_failure(out.ptx, arch), "") << out.ptx;
+  }
+  return out;
+}
+
+TEST(ReductionNvptx, VerifiesCompilesAndAssemblesForSm80AndSm90a) {
+  if (!have_ptxas()) std::printf("note: %s not found; ptxas checks skipped\n", SF_PTXAS_PATH);
+  std::vector<std::pair<std::string, Graph>> groups;
+  groups.emplace_back("softmax", composite_group(Composite::Softmax, DType::F32, {1000, 5000}, -1));
+  groups.emplace_back("softmax_bf16", composite_group(Composite::Softmax, DType::BF16, {7, 3}, -1));
+  groups.emplace_back("layer_norm_f16", composite_group(Composite::LayerNorm, DType::F16, {1000, 5000}, 1));
+  groups.emplace_back("rms_norm", composite_group(Composite::RmsNorm, DType::F32, {7, 5000}, 1));
+  groups.emplace_back("four_dim0", four_reductions(DType::F32, {5000, 7}, {0}, false));
+  GraphBuilder b("ints");
+  Value i = b.param("i", DType::I64, {7, 5000});
+  b.ret(reduce(OpKind::Sum, i, {1}, false));
+  b.ret(reduce(OpKind::Max, cast(i, DType::I32), {1}, false));
+  groups.emplace_back("ints", finish(b));
+  for (const char* arch : {"sm_80", "sm_90a"})
+    for (const auto& [name, g] : groups)
+      for (const KernelConfig& cfg : sim_configs()) {
+        SCOPED_TRACE(std::string(arch) + " " + name + " " + config_str(cfg));
+        Ptx p = emit_ptx(g, arch, cfg);
+        EXPECT_NE(p.ptx.find(".entry red_kernel("), std::string::npos);
+        EXPECT_EQ(p.ptx.find("__nv_"), std::string::npos) << "libdevice calls left in the PTX";
+        EXPECT_EQ(p.ptx.find("call"), std::string::npos) << "the PTX still calls a function";
+        if (cfg.threads_per_row > 1) {
+          EXPECT_NE(p.ptx.find("shfl.sync.bfly"), std::string::npos);
+        }
+        if (cfg.threads_per_row > 32) {
+          EXPECT_NE(p.ptx.find("bar.sync"), std::string::npos);
+          EXPECT_NE(p.ptx.find(".shared"), std::string::npos);
+        } else {
+          EXPECT_EQ(p.ptx.find("bar.sync"), std::string::npos) << "no barrier is needed within a warp";
+        }
+        std::string maxntid = ".maxntid " + std::to_string(cfg.threads_per_row * cfg.rows_per_block) + ", 1, 1";
+        EXPECT_NE(p.ptx.find(maxntid), std::string::npos);
+      }
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The persistent form in PTX: 16-byte loads and stores, and softmax's exp once per
+// element (once per register element in each of the vector and the scalar bodies),
+// where the multi-pass form reads the row again (16 bytes at a time) in every pass
+// and for the output.
+TEST(ReductionNvptx, PersistentRowsLoadOnceWith128BitAccesses) {
+  Graph sm = composite_group(Composite::Softmax, DType::F32, {256, 1024}, -1);
+  Result<KernelConfig> cfg = suggest_reduction_config(spec_of(sm));
+  ASSERT_TRUE(cfg.ok()) << cfg.error().str();
+  Result<ReductionInfo> info = reduction_info(spec_of(sm), *cfg);
+  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(info->persistent);
+  ASSERT_EQ(info->vector, 4);
+  Ptx p = emit_ptx(sm, "sm_90a", *cfg);
+  EXPECT_GE(count(p.ptx, ".v4.f32"), 2u) << "no 128-bit access";
+  EXPECT_NE(p.ptx.find("st.global.v4.f32"), std::string::npos);
+  EXPECT_EQ(count(p.ptx, "ex2.approx"), 2 * static_cast<size_t>(info->elems_per_thread)) << p.ptx;
+
+  // Rows too long for registers (one thread per row of 1024): read per pass.
+  KernelConfig looped = *cfg;
+  looped.threads_per_row = 1;
+  looped.rows_per_block = 64;
+  Result<ReductionInfo> li = reduction_info(spec_of(sm), looped);
+  ASSERT_TRUE(li.ok());
+  EXPECT_FALSE(li->persistent);
+  Ptx lp = emit_ptx(sm, "sm_90a", looped);
+  EXPECT_EQ(li->vector, 4);
+  EXPECT_GE(count(lp.ptx, "ld.global.v4.f32") + count(lp.ptx, "ld.global.nc.v4.f32"), 3u)
+      << "one 128-bit read of x per pass and one for the output";
+  EXPECT_GE(count(lp.ptx, "ex2.approx"), 2u) << "exp in the sum's pass and again for the output";
+
+  // bf16 layer_norm: 8 elements (16 bytes) per access.
+  Graph ln = composite_group(Composite::LayerNorm, DType::BF16, {64, 4096}, 1);
+  Result<KernelConfig> lc = suggest_reduction_config(spec_of(ln));
+  ASSERT_TRUE(lc.ok());
+  Result<ReductionInfo> lni = reduction_info(spec_of(ln), *lc);
+  ASSERT_TRUE(lni.ok());
+  EXPECT_TRUE(lni->persistent);
+  EXPECT_EQ(lni->vector, 8);
+  Ptx lnp = emit_ptx(ln, "sm_90a", *lc);
+  // (bf16 pairs come as 32-bit words, unpacked by a shift or a mask: .u32.)
+  EXPECT_GE(count(lnp.ptx, "ld.global.v4.u32") + count(lnp.ptx, "ld.global.nc.v4.u32"), 1u) << "no 16-byte bf16 load";
+  EXPECT_GE(count(lnp.ptx, "st.global.v4.b32"), 1u) << "no 16-byte bf16 store";
+}
+
+TEST(ReductionNvptx, PtxasAssemblesSoftmaxAndLayerNormForSm90a) {
+  if (!have_ptxas()) GTEST_SKIP() << SF_PTXAS_PATH << " not found (no CUDA toolkit): PTX is not assembled";
+  for (const Graph& g : {composite_group(Composite::Softmax, DType::F16, {64, 4096}, -1),
+                         composite_group(Composite::LayerNorm, DType::F32, {64, 4096}, 1)}) {
+    Result<EmittedKernel> k = reduction_emitter().emit(spec_of(g, "red_kernel"), {}, llvmb::Target::nvptx("sm_90a"));
+    ASSERT_TRUE(k.ok()) << k.error().str();
+    Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_90a");
+    ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+    EXPECT_EQ(ptxas_failure(*ptx, "sm_90a"), "");
+  }
+}
+
+TEST(ReductionNvptx, MaxPropagatesNaNWithTheNaNVariantsOnSm80) {
+  GraphBuilder b("mx");
+  b.ret(reduce(OpKind::Max, b.param("x", DType::F32, {64, 1024}), {1}, false));
+  Ptx p = emit_ptx(finish(b), "sm_80");
+  EXPECT_NE(p.ptx.find("max.NaN.f32"), std::string::npos) << p.ptx;
+  EXPECT_NE(p.ptx.find("shfl.sync.bfly.b32"), std::string::npos);
+}
+
+TEST(ReductionNvptx, LaunchShapes) {
+  Graph g = composite_group(Composite::Softmax, DType::F32, {1000, 3}, -1);
+  KernelConfig cfg;
+  EXPECT_EQ(emit_ptx(g, "sm_90a", cfg).launch.grid[0], 1000);  // one row per block
+  EXPECT_EQ(emit_ptx(g, "sm_90a", cfg).launch.block[0], 256);
+  cfg.threads_per_row = 32;
+  cfg.rows_per_block = 8;
+  Ptx p = emit_ptx(g, "sm_90a", cfg);
+  EXPECT_EQ(p.launch.grid[0], 125);
+  EXPECT_EQ(p.launch.block[0], 256);
+  cfg.max_blocks = 16;
+  EXPECT_EQ(emit_ptx(g, "sm_90a", cfg).launch.grid[0], 16);  // capped: the blocks loop
+  cfg.grid_stride = false;
+  EXPECT_EQ(emit_ptx(g, "sm_90a", cfg).launch.grid[0], 125);
+  Result<ReductionInfo> info = reduction_info(spec_of(g), KernelConfig{});
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->static_shared_bytes, 2 * 8 * 4);  // two reductions, 8 warps, f32
+  EXPECT_EQ(info->launch.shared_bytes, 0);
+}
+
+// ---- errors --------------------------------------------------------------------------------
+
+std::string emit_error(const Graph& g, const KernelConfig& cfg = {}, const llvmb::Target& t = llvmb::Target::host(),
+                       const std::string& entry = "red", KernelKind kind = KernelKind::Reduction) {
+  Result<EmittedKernel> k = reduction_emitter().emit(KernelSpec{entry, kind, g}, cfg, t);
+  if (k.ok()) {
+    ADD_FAILURE() << "expected a Diag";
+    return "";
+  }
+  return k.error().message;
+}
+
+TEST(ReductionErrors, UnsupportedGroupsAndConfigsAreDiags) {
+  {
+    GraphBuilder b("pw");
+    b.ret(b.param("x", DType::F32, {4}) + 1.0);
+    EXPECT_NE(emit_error(finish(b)).find("no reduction"), std::string::npos);
+  }
+  {
+    GraphBuilder b("mm");
+    Value a = b.param("a", DType::F32, {4, 8});
+    b.ret(sum(matmul(a, b.param("w", DType::F32, {8, 4})), {1}));
+    EXPECT_NE(emit_error(finish(b)).find("matmul"), std::string::npos);
+  }
+  {
+    GraphBuilder b("composite");
+    b.ret(softmax(b.param("x", DType::F32, {4, 4})));
+    EXPECT_NE(emit_error(finish(b)).find("decomposed"), std::string::npos);
+  }
+  {
+    GraphBuilder b("shapes");
+    Value x = b.param("x", DType::F32, {4, 6});
+    b.ret(sum(x, {1}));
+    b.ret(sum(reshape(x, {6, 4}), {1}));
+    EXPECT_NE(emit_error(finish(b)).find("one shape"), std::string::npos);
+  }
+  {
+    // The reduced value moved to another row by a transpose: not this kernel's.
+    GraphBuilder b("other_row");
+    Value x = b.param("x", DType::F32, {4, 4, 8});
+    Value m = max(x, {2}, true);  // [4, 4, 1]
+    b.ret(exp(x - transpose(m, 0, 1)));
+    EXPECT_NE(emit_error(finish(b)).find("another row"), std::string::npos);
+  }
+  {
+    GraphBuilder b("outputs");
+    Value x = b.param("x", DType::F32, {4, 6});
+    b.ret(sum(x, {1}));
+    b.ret(b.param("y", DType::F32, {5}) * 2.0);
+    EXPECT_NE(emit_error(finish(b)).find("neither one value per row"), std::string::npos);
+  }
+  GraphBuilder ok("ok");
+  ok.ret(sum(ok.param("x", DType::F32, {16, 16}), {1}));
+  Graph g = finish(ok);
+  KernelConfig cfg;
+  cfg.threads_per_row = 48;
+  EXPECT_NE(emit_error(g, cfg).find("threads_per_row"), std::string::npos);
+  cfg.threads_per_row = 12;
+  EXPECT_NE(emit_error(g, cfg).find("threads_per_row"), std::string::npos);
+  cfg.threads_per_row = 2048;
+  EXPECT_NE(emit_error(g, cfg).find("threads_per_row"), std::string::npos);
+  cfg = {};
+  cfg.rows_per_block = 8;  // 8 * 256 threads
+  EXPECT_NE(emit_error(g, cfg).find("rows_per_block"), std::string::npos);
+  cfg = {};
+  cfg.threads_per_row = 16;
+  cfg.rows_per_block = 3;  // 48 threads: a part-warp after a whole one
+  EXPECT_NE(emit_error(g, cfg).find("multiple of 32"), std::string::npos);
+  EXPECT_NE(emit_error(g, {}, llvmb::Target::nvptx("compute_90")).find("arch"), std::string::npos);
+  EXPECT_NE(emit_error(g, {}, llvmb::Target::host(), "not an identifier").find("C identifier"), std::string::npos);
+  EXPECT_NE(emit_error(g, {}, llvmb::Target::host(), "red", KernelKind::Pointwise).find("not a reduction"),
+            std::string::npos);
+}
+
+// Split reduction: grid y splits each row's elements; every block adds its share
+// into the zeroed output atomically. Simulated block by block against the reference.
+TEST(ReductionSplit, SumAndMeanOfSplitRowsMatchTheReference) {
+  for (OpKind op : {OpKind::Sum, OpKind::Mean}) {
+    GraphBuilder b("split");
+    b.ret(reduce(op, b.param("in0", DType::F32, {6, 1000}), {1}, false));
+    Graph rows = finish(b);
+    GraphBuilder b2("split_cols");
+    b2.ret(reduce(op, b2.param("in0", DType::F32, {333, 5}), {0}, true));
+    Graph cols = finish(b2);
+    for (int split : {2, 3, 7}) {  // 7 does not divide 1000: the last share is shorter
+      for (int tpr : {64, 8}) {
+        KernelConfig c;
+        c.split_reduction = split;
+        c.threads_per_row = tpr;
+        c.rows_per_block = tpr == 8 ? 4 : 1;
+        SCOPED_TRACE(std::string(op_name(op)) + " split " + std::to_string(split) + " tpr " + std::to_string(tpr));
+        expect_matches_reference(rows, random_inputs_for(rows, 31), c, Runner::Simulated);
+        expect_matches_reference(cols, random_inputs_for(cols, 32), c, Runner::Simulated);
+      }
+    }
+  }
+}
+
+TEST(ReductionSplit, LaunchPtxAndWhatItRefuses) {
+  GraphBuilder b("split");
+  b.ret(reduce(OpKind::Sum, b.param("in0", DType::F32, {4, 100000}), {1}, false));
+  Graph g = finish(b);
+  KernelConfig c;
+  c.split_reduction = 8;
+  Result<EmittedKernel> k = reduction_emitter().emit(spec_of(g), c, llvmb::Target::nvptx("sm_90a"));
+  ASSERT_TRUE(k.ok()) << k.error().str();
+  EXPECT_EQ(k->launch.grid[1], 8);
+  EXPECT_TRUE(k->launch.zero_outputs);
+  Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_90a");
+  ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+  EXPECT_TRUE(ptx->find("red.global.add.f32") != std::string::npos || ptx->find("atom.global.add.f32") != std::string::npos)
+      << *ptx;
+  EXPECT_NE(ptx->find("%ctaid.y"), std::string::npos);
+  if (have_ptxas()) {
+    EXPECT_EQ(ptxas_failure(*ptx, "sm_90a"), "");
+  }
+  Result<EmittedKernel> plain = reduction_emitter().emit(spec_of(g), {}, llvmb::Target::nvptx("sm_90a"));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->launch.zero_outputs);
+
+  auto refused = [&](const Graph& h) {
+    Result<EmittedKernel> r = reduction_emitter().emit(spec_of(h), c, llvmb::Target::nvptx("sm_90a"));
+    return r.ok() ? std::string() : r.error().message;
+  };
+  Graph sm = composite_group(Composite::Softmax, DType::F32, {9, 1000}, -1);
+  EXPECT_NE(refused(sm).find("only output is one reduction's result"), std::string::npos) << refused(sm);
+  GraphBuilder bm("max");
+  bm.ret(reduce(OpKind::Max, bm.param("in0", DType::F32, {4, 100}), {1}, false));
+  EXPECT_NE(refused(finish(bm)).find("needs an f32 sum or mean"), std::string::npos);
+  GraphBuilder bh("half");
+  bh.ret(reduce(OpKind::Sum, bh.param("in0", DType::BF16, {4, 100}), {1}, false));
+  EXPECT_NE(refused(finish(bh)).find("needs an f32 sum or mean"), std::string::npos);
+  c.split_reduction = 0;
+  EXPECT_NE(refused(g).find("split_reduction = 0"), std::string::npos);
+}
+
+TEST(ReductionRegistry, EmitterForReductionIsThisEmitter) {
+  GraphBuilder b("r");
+  b.ret(sum(b.param("x", DType::F32, {4, 4}), {1}));
+  Graph g = finish(b);
+  Result<EmittedKernel> k = emitter_for(KernelKind::Reduction).emit(spec_of(g), {}, llvmb::Target::host());
+  ASSERT_TRUE(k.ok()) << k.error().str();
+}
+
+// ---- timings -------------------------------------------------------------------------------
+
+void time_group(const char* what, const Graph& g) {
+  using clock = std::chrono::steady_clock;
+  auto ms = [](clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  auto t0 = clock::now();
+  Result<EmittedKernel> host = reduction_emitter().emit(spec_of(g, "timed_host"), {}, llvmb::Target::host());
+  auto t1 = clock::now();
+  ASSERT_TRUE(host.ok()) << host.error().str();
+  Result<void*> fn = jit().add(std::move(host->module), std::move(host->context), host->entry);
+  auto t2 = clock::now();
+  ASSERT_TRUE(fn.ok()) << fn.error().str();
+  auto t3 = clock::now();
+  Result<EmittedKernel> gpu = reduction_emitter().emit(spec_of(g, "timed_gpu"), {}, llvmb::Target::nvptx("sm_90a"));
+  auto t4 = clock::now();
+  ASSERT_TRUE(gpu.ok()) << gpu.error().str();
+  Result<std::string> ptx = llvmb::compile_to_ptx(*gpu->module, "sm_90a");
+  auto t5 = clock::now();
+  ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+  std::printf("%s: host emit %.2f ms, JIT compile %.2f ms; NVPTX emit %.2f ms, compile_to_ptx %.2f ms\n", what,
+              ms(t1 - t0), ms(t2 - t1), ms(t4 - t3), ms(t5 - t4));
+  testing::Test::RecordProperty("host_emit_ms", std::to_string(ms(t1 - t0)));
+  testing::Test::RecordProperty("host_compile_ms", std::to_string(ms(t2 - t1)));
+  testing::Test::RecordProperty("ptx_emit_ms", std::to_string(ms(t4 - t3)));
+  testing::Test::RecordProperty("ptx_compile_ms", std::to_string(ms(t5 - t4)));
+}
+
+TEST(ReductionTiming, SoftmaxEmitAndCompile) {
+  time_group("softmax f32[1000, 5000]", composite_group(Composite::Softmax, DType::F32, {1000, 5000}, -1));
+}
+
+TEST(ReductionTiming, LayerNormEmitAndCompile) {
+  time_group("layer_norm bf16[1000, 5000]", composite_group(Composite::LayerNorm, DType::BF16, {1000, 5000}, 1));
+}
+
+}  // namespace kernels_reduction_test
+}  // namespace sf

@@ -37,6 +37,7 @@ const std::vector<Field>& all_fields() {
       {"pingpong", &KernelConfig::pingpong},
       {"setmaxnreg", &KernelConfig::setmaxnreg},
       {"wgmma", &KernelConfig::wgmma},
+      {"group_heads", &KernelConfig::group_heads},
       {"host_vector", &KernelConfig::host_vector},
       {"host_interleave", &KernelConfig::host_interleave},
       {"host_tile_n", &KernelConfig::host_tile_n},
@@ -72,7 +73,7 @@ std::vector<const char*> config_fields(KernelKind kind, ConfigTarget t) {
       return {"block_m", "block_n", "block_k", "warps",      "stages",
               "group_m", "split_k", "warp_specialize", "persistent", "pingpong", "setmaxnreg"};
     case KernelKind::Gather: return {"block", "max_blocks"};
-    case KernelKind::Attention: return {"block_m", "block_n", "warps", "wgmma"};
+    case KernelKind::Attention: return {"block_m", "block_n", "warps", "wgmma", "group_heads"};
   }
   return {};
 }
@@ -82,7 +83,7 @@ std::vector<const char*> config_fields(KernelKind kind, ConfigTarget t) {
 static bool omitted_at_default(std::string_view name, const KernelConfig& c) {
   return (name == "warp_specialize" && c.warp_specialize == 0) || (name == "persistent" && c.persistent == 0) ||
          (name == "pingpong" && c.pingpong == 0) || (name == "setmaxnreg" && c.setmaxnreg == 0) ||
-         (name == "wgmma" && c.wgmma == 0);
+         (name == "wgmma" && c.wgmma == 0) || (name == "group_heads" && c.group_heads == 0);
 }
 
 std::string config_str(KernelKind kind, ConfigTarget target, const KernelConfig& c) {

@@ -74,6 +74,13 @@ struct KernelConfig {
   // matrix descriptors; 0: mma.sync, each warp's 16 rows (docs/kernels.md,
   // "Attention"). The matmul picks wgmma by itself.
   int wgmma = 0;
+  // Fused causal attention on NVPTX: the blocks take the query tiles longest first
+  // (the tiles whose rows see the most keys), this many kv-head groups (GQA groups, or
+  // heads) at a time, so that a section's k and v stay in L2 while its tiles run
+  // (FlashAttention-3's longest-processing-time-first order). 0: as many as keep a
+  // section's k and v within 16 MiB. Attention without a causal mask keeps the grid's
+  // plain order (every tile costs the same). docs/kernels.md, "Attention".
+  int group_heads = 0;
   // --- host (the kernel runs as loops in one CPU thread) ---
   int host_vector = 0;      // llvm.loop.vectorize.width of the innermost loop; 0 = LLVM's choice
   int host_interleave = 0;  // llvm.loop.interleave.count of the innermost loop; 0 = LLVM's choice

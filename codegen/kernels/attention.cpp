@@ -5,6 +5,7 @@
 #include "codegen/kernels/attention.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 
@@ -48,8 +49,22 @@ Result<void> AttentionCode::block(llvm::Value* bid, llvm::Value* buf, llvm::Valu
   // Block bid takes the group of query heads (batch index) b .. b + G - 1 and rows
   // q0 .. q0 + rph - 1 of each; block row r is head b + r / rph, row q0 + r % rph.
   const int64_t qtiles = query_tiles();
-  llvm::Value* b = b_.CreateMul(b_.CreateUDiv(bid, c(qtiles)), c(group_), "batch");
-  llvm::Value* q0 = b_.CreateMul(b_.CreateURem(bid, c(qtiles)), c(rph_), "q0");
+  llvm::Value* kvg = b_.CreateUDiv(bid, c(qtiles));  // the block's kv-head group
+  llvm::Value* tile = b_.CreateURem(bid, c(qtiles));  // its query tile
+  if (lpt_width_ > 0) {
+    // Longest first (set_order): section s holds groups s w .. s w + n - 1 (n = w but
+    // in the last section, which takes what is left) and walks its query tiles from
+    // the last (the rows that see the most keys) down, the section's groups side by
+    // side at each tile.
+    const int64_t groups = info_.batches / group_, w = std::min(lpt_width_, groups);
+    llvm::Value* first = b_.CreateMul(b_.CreateUDiv(bid, c(w * qtiles)), c(w));
+    llvm::Value* in = b_.CreateURem(bid, c(w * qtiles));
+    llvm::Value* n = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateSub(c(groups), first), c(w));
+    kvg = b_.CreateAdd(first, b_.CreateURem(in, n));
+    tile = b_.CreateSub(c(qtiles - 1), b_.CreateUDiv(in, n));
+  }
+  llvm::Value* b = b_.CreateMul(kvg, c(group_), "batch");
+  llvm::Value* q0 = b_.CreateMul(tile, c(rph_), "q0");
   b0_ = b;
   q0_ = q0;
   llvm::Value* ninf = llvm::ConstantFP::getInfinity(b_.getFloatTy(), true);
@@ -556,6 +571,9 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
     if (std::optional<std::string> why = wgmma_unfit(spec.group, *info, config, shape, tc, arch))
       return fail("wgmma = " + std::to_string(config.wgmma) + ": " + *why);
   }
+  if (config.group_heads < 0)
+    return fail("group_heads must be 0 (as many as keep their k and v within 16 MiB) or positive, got " +
+                std::to_string(config.group_heads));
   const bool pipelined = wg && config.wgmma == 2;
   const Tiles t0(shape.bm, shape.bn, m.e, m.ev, regs, wg, pipelined ? 3 : 2);
   const llvmb::Target budget_target = mode == Mode::MmaSim ? llvmb::Target::nvptx("sm_90a") : target;
@@ -580,6 +598,8 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   code.set_groups(group, rph);
   code.set_registers(regs, shape.mtiles);
   code.set_wgmma(wg, pipelined);
+  // The GPU's blocks longest first (the host runs them one after another).
+  if (mode != Mode::Host) code.set_order(attention_block_order(spec.group, *info, config, shape).width);
   const int64_t blocks = code.blocks();
   Result<void> r;
   if (mode == Mode::Simt || mode == Mode::Mma) {
@@ -676,6 +696,32 @@ AttentionBlockShape attention_block_shape(const AttentionKernelInfo& info, const
   if (tensor_cores && s.bm == 32 * int64_t{config.warps}) s.mtiles = 2;
   s.registers = s.mtiles > 0;
   return s;
+}
+
+AttentionBlockOrder attention_block_order(const Graph& group, const AttentionKernelInfo& info, const KernelConfig& config,
+                                          const AttentionBlockShape& shape) {
+  const AttentionMatch& m = info.match;
+  AttentionBlockOrder o;
+  o.groups = info.batches / shape.group;
+  o.query_tiles = std::max<int64_t>((m.l + shape.rows_per_head - 1) / shape.rows_per_head, 1);
+  // A section's k and v: every key of each of its kv heads.
+  const int bytes = dtype_size(group.node(m.v).type.dtype);
+  o.kv_bytes_per_group = m.s * (m.e + m.ev) * bytes;
+  // Only where the tiles' costs differ: a causal mask over more than one query tile
+  // (the tiles of later rows see more keys); every tile costs the same otherwise.
+  if (!m.causal_diagonal || o.query_tiles < 2 || o.groups < 1 || config.group_heads < 0) return o;
+  int64_t w = config.group_heads;
+  if (w == 0) w = std::max<int64_t>(kAttentionL2Bytes / std::max<int64_t>(o.kv_bytes_per_group, 1), 1);
+  o.width = std::min(w, o.groups);
+  return o;
+}
+
+std::string attention_order_str(const AttentionBlockOrder& o) {
+  if (o.width <= 0) return "";
+  char mib[32];
+  std::snprintf(mib, sizeof mib, "%.1f", static_cast<double>(o.width * o.kv_bytes_per_group) / (1 << 20));
+  return "blocks: query tiles longest first, " + std::to_string(o.width) + " kv-head group(s) of " +
+         std::to_string(o.groups) + " at a time (their k and v " + mib + " MiB)";
 }
 
 bool attention_tiles_fit(const Graph& group, const KernelConfig& config, const std::string& arch) {

@@ -94,6 +94,28 @@ struct AttentionBlockShape {
 };
 AttentionBlockShape attention_block_shape(const AttentionKernelInfo& info, const KernelConfig& config, bool tensor_cores);
 
+// The order an NVPTX attention kernel's blocks take (KernelConfig::group_heads). With
+// a causal mask and more than one query tile, the tiles of later rows see more keys
+// and cost more: the blocks then take the tiles longest first (FlashAttention-3's
+// longest-processing-time-first order, so that no long tile starts last and leaves
+// the other SMs idle), `width` kv-head groups side by side at each tile; a section of
+// that many groups runs through all its tiles before the next starts, so its k and v
+// stay in L2. width = config.group_heads, or at 0 as many groups as keep their k and
+// v within kAttentionL2Bytes. width 0: the grid's plain order (group by group, tiles
+// ascending), without a causal mask or with one query tile.
+inline constexpr int64_t kAttentionL2Bytes = int64_t{16} << 20;
+struct AttentionBlockOrder {
+  int64_t width = 0;
+  int64_t groups = 0;       // kv-head groups (batch x kv heads): the blocks of one query tile
+  int64_t query_tiles = 0;  // query tiles of each group
+  int64_t kv_bytes_per_group = 0;
+};
+AttentionBlockOrder attention_block_order(const Graph& group, const AttentionKernelInfo& info, const KernelConfig& config,
+                                          const AttentionBlockShape& shape);
+// How report.txt and explain say it: "blocks: query tiles longest first, 16 kv-head
+// groups of 64 at a time (k and v 16.0 MiB)"; "" for the plain order.
+std::string attention_order_str(const AttentionBlockOrder& order);
+
 // The tensor-core kernel built for the host with each GPU thread one call and its
 // mma.sync and barriers calls to MmaSimHooks (matmul.h; the tests simulate them from
 // the PTX ISA): entry(args, blockIdx.x, 0, threadIdx.x, shared memory, hooks, 0), one

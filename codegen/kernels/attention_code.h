@@ -192,6 +192,10 @@ class AttentionCode {
     group_ = group;
     rph_ = rows_per_head;
   }
+  // The blocks take the query tiles longest first, `width` kv-head groups (of
+  // group_ query heads) at a time (attention_block_order); 0: the grid's plain order,
+  // block bid on group bid / query_tiles(), tile bid % query_tiles().
+  void set_order(int64_t width) { lpt_width_ = width; }
 
  private:
   static Result<void> ok() { return {}; }
@@ -496,6 +500,7 @@ class AttentionCode {
   llvm::Value* tid32_ = nullptr;
   llvm::Value *warp_ = nullptr, *warps_ = nullptr, *g_ = nullptr, *tig_ = nullptr;
   int64_t group_ = 1, rph_ = 1;
+  int64_t lpt_width_ = 0;
   llvm::Value *b0_ = nullptr, *q0_ = nullptr;
   llvm::IRBuilderBase& b_;
   ElementCodegen& cg_;

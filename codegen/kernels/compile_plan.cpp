@@ -489,6 +489,8 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
                    ", online softmax over key tiles of up to " + std::to_string(cfg.block_n) +
                    (ai->match.causal_diagonal ? ", causal: tiles past the diagonal skipped" : "") +
                    "; no score matrix in memory";
+        if (std::string order = attention_order_str(attention_block_order(spec.group, *ai, cfg, shape)); !order.empty())
+          forms[i] += "; " + order;
       }
     if (opts.host != CompileOptions::HostCode::None) build_host(i, kind);
     if (!opts.ptx) return;

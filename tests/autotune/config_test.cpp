@@ -55,6 +55,17 @@ TEST(ConfigTest, TextNamesTheFieldsOfItsKind) {
   EXPECT_EQ(config_str(KernelKind::Matmul, ConfigTarget::Host, c), "host_tile_n=0 host_vector=0 host_interleave=0");
   EXPECT_EQ(config_str(KernelKind::Pointwise, ConfigTarget::Host, c), "host_vector=0 host_interleave=0");
   EXPECT_EQ(config_to_json(KernelKind::Pointwise, ConfigTarget::Gpu, c)["grid_stride"], true);
+  // Knobs added after caches and Plans were written appear only away from their
+  // default, so those texts stay what they were: an attention's wgmma and group_heads.
+  EXPECT_EQ(config_str(KernelKind::Attention, ConfigTarget::Gpu, c), "block_m=64 block_n=64 warps=4");
+  c.wgmma = 1;
+  c.group_heads = 3;
+  EXPECT_EQ(config_str(KernelKind::Attention, ConfigTarget::Gpu, c), "block_m=64 block_n=64 warps=4 wgmma=1 group_heads=3");
+  Result<KernelConfig> back = parse_config_str("block_m=256 block_n=64 warps=16 wgmma=1 group_heads=3");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->group_heads, 3);
+  EXPECT_EQ(config_to_json(KernelKind::Attention, ConfigTarget::Gpu, c)["group_heads"], 3);
+  EXPECT_EQ(config_str(KernelKind::Attention, ConfigTarget::Host, c), "block_m=64 block_n=64") << "the host runs blocks in turn";
 }
 
 TEST(ConfigTest, ParseReadsOverBase) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,10 +42,13 @@ inline void counted_mma(void* ctx, int32_t thread, int32_t kind, const uint32_t*
 // Every block of the grid of `group`'s kernel under `c`, on `in`. `ignore_trans`:
 // hardware whose ldmatrix and wgmma ignore .trans (the tests' proof that they would
 // notice); `tma`: the kernel may bring k and v by TMA (KernelSpec::tma); `lag_last`:
-// the block's last warpgroup held back at each wgmma (mma_sim::Block::lag_group).
-inline Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::vector<Tensor>& in, const KernelConfig& c,
-                                                 SimRun* run, bool ignore_trans = false, bool tma = false,
-                                                 bool lag_last = false) {
+// the block's last warpgroup held back at each wgmma (mma_sim::Block::lag_group);
+// `after_block`: called with each block's index and the outputs once it ran (the
+// blocks run in the order of their index, as a GPU starts them).
+inline Result<std::vector<Tensor>> run_simulated(
+    const Graph& group, const std::vector<Tensor>& in, const KernelConfig& c, SimRun* run, bool ignore_trans = false,
+    bool tma = false, bool lag_last = false,
+    const std::function<void(int64_t, const std::vector<Tensor>&)>& after_block = nullptr) {
   KernelSpec spec{"sf_flash_sim", KernelKind::Attention, group};
   spec.tma = tma;
   Result<EmittedKernel> k = emit_attention_block_on_host(spec, c);
@@ -98,6 +102,7 @@ inline Result<std::vector<Tensor>> run_simulated(const Graph& group, const std::
     run->wavefronts = std::max(run->wavefronts, blk.wavefronts);
     for (const auto& wg : blk.groups) run->wgmma += wg->calls;
     run->tma += blk.tma_copies;
+    if (after_block) after_block(bx, out);
   }
   run->copies = cp_async_calls;
   run->mma = mma_calls;

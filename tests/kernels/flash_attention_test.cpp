@@ -311,6 +311,106 @@ TEST(FlashAttention, TensorCoreKernelSimulatedMatchesTheReference) {
   EXPECT_NE(attention_mma_unfit(decompose(f32), tc(8, 16, 4)).value_or("").find("not one 16-bit"), std::string::npos);
 }
 
+// A causal attention's blocks take the query tiles longest first (the tiles of the
+// last rows see the most keys), group_heads kv-head groups side by side at a time
+// (KernelConfig::group_heads; FlashAttention-3's longest-first order): the simulated
+// GPU runs the blocks in the order of their index, and each block's output rows say
+// which (kv-head group, query tile) it took. The expected order is written out here
+// from the rule; the results still match the reference.
+TEST(FlashAttention, CausalBlocksTakeTheLongestQueryTilesFirst) {
+  // 2 batches x 4 query heads in GQA groups of 2: 4 kv-head groups; a block takes a
+  // group's 2 heads x 16 rows (32 rows on 2 warps, the register-resident form), 3
+  // query tiles over 48 rows.
+  const std::string params = "q: bf16[2, 4, 48, 16], k: bf16[2, 2, 48, 16], v: bf16[2, 2, 48, 16]";
+  struct Case {
+    const char* what;
+    bool causal;
+    int group_heads;
+    std::vector<std::pair<int, int>> order;  // block bx's (kv-head group, query tile)
+  } cases[] = {
+      // Sections of 3 groups, then the 1 left: each walks its tiles from the last.
+      {"causal, group_heads=3", true, 3, {{0, 2}, {1, 2}, {2, 2}, {0, 1}, {1, 1}, {2, 1}, {0, 0}, {1, 0}, {2, 0}, {3, 2}, {3, 1}, {3, 0}}},
+      // 0: as many groups as keep their k and v within 16 MiB: all 4 here.
+      {"causal, group_heads=0", true, 0, {{0, 2}, {1, 2}, {2, 2}, {3, 2}, {0, 1}, {1, 1}, {2, 1}, {3, 1}, {0, 0}, {1, 0}, {2, 0}, {3, 0}}},
+      // Without a causal mask every tile costs the same: the grid's plain order.
+      {"not causal", false, 0, {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}, {2, 0}, {2, 1}, {2, 2}, {3, 0}, {3, 1}, {3, 2}}},
+  };
+  for (const Case& c : cases) {
+    Graph g = parse(params, std::string("  out = scaled_dot_product_attention(q, k, v") +
+                                (c.causal ? ", is_causal=true" : "") + ", enable_gqa=true)\n  return out");
+    const Graph group = decompose(g);
+    std::vector<Tensor> in = random_inputs(g, 4);
+    Result<std::vector<Tensor>> want = evaluate(g, in);
+    ASSERT_TRUE(want.ok()) << want.error().str();
+    KernelConfig cfg = tc(32, 16, 2);
+    cfg.group_heads = c.group_heads;
+    Result<AttentionKernelInfo> info = attention_info(group);
+    ASSERT_TRUE(info.ok()) << info.error().str();
+    const AttentionBlockOrder order = attention_block_order(group, *info, cfg, attention_block_shape(*info, cfg, true));
+    EXPECT_EQ(order.groups, 4) << c.what;
+    EXPECT_EQ(order.query_tiles, 3) << c.what;
+    EXPECT_EQ(order.width, c.causal ? (c.group_heads ? c.group_heads : 4) : 0) << c.what;
+    // Which block wrote each output row (batch x head, row): -1 until one did. The
+    // output starts as 0x7f bytes (attention_sim.h).
+    std::vector<int64_t> writer(8 * 48, -1);
+    std::string bad;
+    attention_sim::SimRun run;
+    Result<std::vector<Tensor>> got = attention_sim::run_simulated(
+        group, in, cfg, &run, false, false, false, [&](int64_t bx, const std::vector<Tensor>& out) {
+          const auto* bits = reinterpret_cast<const uint16_t*>(out[0].data());
+          for (int64_t row = 0; row < 8 * 48; ++row) {
+            if (writer[static_cast<size_t>(row)] >= 0 || bits[row * 16] == 0x7f7f) continue;
+            writer[static_cast<size_t>(row)] = bx;
+          }
+        });
+    ASSERT_TRUE(got.ok()) << c.what << ": " << got.error().str();
+    EXPECT_EQ(run.hw_error, "") << c.what;
+    ASSERT_EQ(c.order.size(), 12u);
+    for (int64_t row = 0; row < 8 * 48; ++row) {
+      const int64_t head = row / 48, r = row % 48;  // head = batch x 4 + query head
+      const std::pair<int, int> took{static_cast<int>(head / 2), static_cast<int>(r / 16)};
+      const auto at = std::find(c.order.begin(), c.order.end(), took);
+      const int64_t want_bx = at - c.order.begin();
+      if (writer[static_cast<size_t>(row)] != want_bx && bad.empty())
+        bad = "row " + std::to_string(r) + " of head " + std::to_string(head) + " written by block " +
+              std::to_string(writer[static_cast<size_t>(row)]) + ", expected block " + std::to_string(want_bx);
+    }
+    EXPECT_EQ(bad, "") << c.what;
+    Comparison cmp = compare((*got)[0], (*want)[0], check_tolerance(g, g.outputs()[0].value));
+    EXPECT_TRUE(cmp.ok()) << c.what << ": max_abs_err " << cmp.max_abs_err << ", first mismatch at " << cmp.first_mismatch;
+  }
+  // A negative group_heads is refused by name.
+  Graph g = parse(params, "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out");
+  KernelConfig neg = tc(32, 16, 2);
+  neg.group_heads = -2;
+  Result<EmittedKernel> k = emit_attention(KernelSpec{"sf_neg", KernelKind::Attention, decompose(g)}, neg, llvmb::Target::nvptx("sm_90a"));
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.error().message.find("group_heads must be 0"), std::string::npos) << k.error().message;
+  EXPECT_NE(k.error().message.find("got -2"), std::string::npos) << k.error().message;
+}
+
+// The bench's sdpa block (8 x 32 query heads over 8 kv heads, 2048 rows and keys, E =
+// Ev = 128, bf16, causal): a kv head's k and v are 2048 x 256 x 2 bytes = 1 MiB, so the
+// default takes 16 of the 64 groups at a time; at sm_90a's default tile (4 heads x 64
+// rows) each has 32 query tiles.
+TEST(FlashAttention, TheDefaultOrderKeepsSixteenMibOfKeysAndValuesInL2) {
+  Graph g = parse("q: bf16[8, 32, 2048, 128], k: bf16[8, 8, 2048, 128], v: bf16[8, 8, 2048, 128]",
+                  "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out");
+  const Graph group = decompose(g);
+  Result<AttentionKernelInfo> info = attention_info(group);
+  ASSERT_TRUE(info.ok()) << info.error().str();
+  KernelConfig cfg = tc(256, 64, 16);
+  cfg.wgmma = 1;
+  const AttentionBlockOrder o = attention_block_order(group, *info, cfg, attention_block_shape(*info, cfg, true));
+  EXPECT_EQ(o.kv_bytes_per_group, int64_t{1} << 20);
+  EXPECT_EQ(o.width, 16);
+  EXPECT_EQ(o.groups, 64);
+  EXPECT_EQ(o.query_tiles, 32);
+  EXPECT_EQ(attention_order_str(o), "blocks: query tiles longest first, 16 kv-head group(s) of 64 at a time (their k and v 16.0 MiB)");
+  cfg.group_heads = 100;  // more than there are: all of them
+  EXPECT_EQ(attention_block_order(group, *info, cfg, attention_block_shape(*info, cfg, true)).width, 64);
+}
+
 // The NVPTX kernel (causal GQA with RoPE-free views) assembles for sm_80 and sm_90a,
 // with its tiles in dynamic shared memory and no spills at the default config; bf16
 // multiplies on the tensor cores, f32 in FMA.

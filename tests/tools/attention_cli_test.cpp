@@ -58,6 +58,25 @@ TEST(CliAttention, ExplainNamesTheFormOnTheGpu) {
   };
   const std::string h = explain("bf16", 4, 2, 256, 128, "sm_90a");
   EXPECT_NE(h.find("block_m=256 block_n=64 warps=16 wgmma=1  [default]\n    tensor cores, wgmma\n"), std::string::npos) << h;
+  // Causal: the blocks take the query tiles longest first, both kv heads' k and v
+  // (256 keys x 256 x 2 bytes each) within 16 MiB. compile's report.txt says the
+  // same of the order --attention-config gives it.
+  EXPECT_NE(h.find("\n    blocks: query tiles longest first, 2 kv-head group(s) of 2 at a time (their k and v 0.2 MiB)\n"),
+            std::string::npos)
+      << h;
+  CliResult c = shardfuse("compile " + (d / "g.sf") + " --arch sm_90a --no-ptxas --no-host --attention-config group_heads=1 -o " +
+                          (d / "p"));
+  ASSERT_EQ(c.code, 0) << c.out;
+  const std::string report = read_file(d / "p/report.txt");
+  EXPECT_NE(report.find("block_m=256 block_n=64 warps=16 wgmma=1 group_heads=1"), std::string::npos) << report;
+  EXPECT_NE(report.find("; blocks: query tiles longest first, 1 kv-head group(s) of 2 at a time (their k and v 0.1 MiB)\n"),
+            std::string::npos)
+      << report;
+  CliResult bad = shardfuse("compile " + (d / "g.sf") + " --arch sm_90a --no-ptxas --no-host --attention-config group_heads=-1 -o " +
+                            (d / "q"));
+  EXPECT_NE(bad.code, 0) << bad.out;
+  EXPECT_NE(bad.out.find("group_heads must be 0"), std::string::npos) << bad.out;
+  EXPECT_FALSE(fs::exists(d / "q")) << "no half-written output";
   const std::string sh = explain("bf16", 4, 2, 128, 128, "sm_90a");
   EXPECT_NE(sh.find("tensor cores, mma.sync (the default takes wgmma from 256 query rows a head; compile "
                     "--attention-config \"wgmma=1\" forces it on this tile)"),

@@ -56,6 +56,10 @@ class TempDir {
 };
 
 inline void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
 
 
 }  // namespace sf

@@ -124,6 +124,10 @@ int explain(const ExplainOptions& o) {
                                         "--attention-config \"wgmma=1\" forces it on this tile)"));
       }
       std::cout << "\n";
+      if (Result<AttentionKernelInfo> ai = attention_info(k.group); ai.ok())
+        if (std::string order = attention_order_str(attention_block_order(k.group, *ai, c.config, attention_block_shape(*ai, c.config, tc)));
+            !order.empty())
+          std::cout << "    " << order << "\n";
     }
     // Whether `tune --device cuda` measures a library GEMM for it, and which call.
     if (o.device == "cuda" && k.kind == KernelKind::Matmul) {

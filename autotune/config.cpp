@@ -73,15 +73,15 @@ std::vector<const char*> config_fields(KernelKind kind, ConfigTarget t) {
       return {"block_m", "block_n", "block_k", "warps",      "stages",
               "group_m", "split_k", "warp_specialize", "persistent", "pingpong", "setmaxnreg"};
     case KernelKind::Gather: return {"block", "max_blocks"};
-    case KernelKind::Attention: return {"block_m", "block_n", "warps", "wgmma", "group_heads"};
+    case KernelKind::Attention: return {"block_m", "block_n", "warps", "stages", "wgmma", "group_heads"};
   }
   return {};
 }
 
 // Fields written only where they differ from the default (knobs added after caches
 // and plans were written keep those texts valid and unchanged).
-static bool omitted_at_default(std::string_view name, const KernelConfig& c) {
-  return (name == "warp_specialize" && c.warp_specialize == 0) || (name == "persistent" && c.persistent == 0) ||
+static bool omitted_at_default(KernelKind kind, std::string_view name, const KernelConfig& c) {
+  return (kind == KernelKind::Attention && name == "stages" && c.stages == 2) || (name == "warp_specialize" && c.warp_specialize == 0) || (name == "persistent" && c.persistent == 0) ||
          (name == "pingpong" && c.pingpong == 0) || (name == "setmaxnreg" && c.setmaxnreg == 0) ||
          (name == "wgmma" && c.wgmma == 0) || (name == "group_heads" && c.group_heads == 0);
 }
@@ -89,7 +89,7 @@ static bool omitted_at_default(std::string_view name, const KernelConfig& c) {
 std::string config_str(KernelKind kind, ConfigTarget target, const KernelConfig& c) {
   std::string s;
   for (const char* name : config_fields(kind, target)) {
-    if (omitted_at_default(name, c)) continue;
+    if (omitted_at_default(kind, name, c)) continue;
     if (!s.empty()) s += ' ';
     s += name;
     s += '=';
@@ -101,7 +101,7 @@ std::string config_str(KernelKind kind, ConfigTarget target, const KernelConfig&
 nlohmann::json config_to_json(KernelKind kind, ConfigTarget target, const KernelConfig& c) {
   nlohmann::json j = nlohmann::json::object();
   for (const char* name : config_fields(kind, target)) {
-    if (omitted_at_default(name, c)) continue;
+    if (omitted_at_default(kind, name, c)) continue;
     const Field& f = *find_field(name);
     if (f.bp)
       j[name] = c.*(f.bp);

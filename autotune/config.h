@@ -48,7 +48,7 @@ struct KernelConfig {
   // matmul
   int block_m = 64, block_n = 64, block_k = 16;
   int warps = 4;
-  int stages = 2;
+  int stages = 2;    // matmul: the K loop's shared-memory stages; attention (wgmma=1): k/v buffers
   int group_m = 8;   // GROUP_M swizzle of block indices for L2 reuse
   int split_k = 1;
   // sm_90a wgmma + TMA: one extra warpgroup of producers issues the copies while the

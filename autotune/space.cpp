@@ -187,7 +187,7 @@ std::optional<std::string> attention_reject(const TuneProblem& p, const KernelCo
   const bool regs16 = tensor_cores && p.operand_bytes == 2 && c.warps > 0 &&
                       (c.block_m == 16 * c.warps || c.block_m == 32 * c.warps) && c.block_n % 16 == 0 &&
                       p.k % 16 == 0 && p.cols % 8 == 0;
-  const int64_t bytes = regs16 ? attention_tile_bytes16(c.block_m, c.block_n, p.k, p.cols, c.wgmma)
+  const int64_t bytes = regs16 ? attention_tile_bytes16(c.block_m, c.block_n, p.k, p.cols, c.wgmma, c.stages)
                                : attention_tile_bytes(c.block_m, c.block_n, p.k, p.cols);
   if (bytes > budget) return "its tiles take " + s(bytes) + " bytes, over the " + s(budget) + " a block may hold";
   return std::nullopt;

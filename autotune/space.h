@@ -38,11 +38,11 @@ inline int64_t attention_tile_bytes(int64_t bm, int64_t bn, int64_t e, int64_t e
 // operands; block_m 16 or 32 rows a warp), as its emitter lays it out: q [bm, e] and
 // kv_buffers of k [bn, e] and v [bn, ev] as 16-bit values. On mma.sync each row is
 // padded to an odd number of 16-byte chunks and there are two buffers; with `wgmma`
-// (1 or 2) each head dim is whole 64-column panels of 128-byte rows, two buffers (three
-// pipelined), and TMA's full and empty mbarriers (16 bytes a buffer).
-inline int64_t attention_tile_bytes16(int64_t bm, int64_t bn, int64_t e, int64_t ev, int wgmma) {
+// (1 or 2) each head dim is whole 64-column panels of 128-byte rows, `stages` buffers
+// (wgmma = 1; three pipelined), and TMA's full and empty mbarriers (16 bytes a buffer).
+inline int64_t attention_tile_bytes16(int64_t bm, int64_t bn, int64_t e, int64_t ev, int wgmma, int stages = 2) {
   if (wgmma) {
-    const int64_t buffers = wgmma == 2 ? 3 : 2;
+    const int64_t buffers = wgmma == 2 ? 3 : stages;
     auto panels = [](int64_t n) { return (n + 63) / 64; };
     return panels(e) * bm * 128 + buffers * (panels(e) + panels(ev)) * bn * 128 + 16 * buffers;
   }

@@ -575,7 +575,15 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
     return fail("group_heads must be 0 (as many as keep their k and v within 16 MiB) or positive, got " +
                 std::to_string(config.group_heads));
   const bool pipelined = wg && config.wgmma == 2;
-  const Tiles t0(shape.bm, shape.bn, m.e, m.ev, regs, wg, pipelined ? 3 : 2);
+  // k/v buffers: stages for wgmma = 1 (its TMA pipeline), 3 pipelined, else 2.
+  // (The host runs no copies: its config text has no stages.)
+  if (mode != Mode::Host && (config.stages < 2 || config.stages > 4))
+    return fail("stages must be 2..4 (k/v buffers), got " + std::to_string(config.stages));
+  if (mode != Mode::Host && config.stages != 2 && (!wg || !regs || pipelined))
+    return fail("stages = " + std::to_string(config.stages) +
+                ": only the wgmma = 1 form (sm_90a, k and v by TMA) takes more than 2 k/v buffers");
+  const int64_t kv_buffers = pipelined ? 3 : wg ? config.stages : 2;
+  const Tiles t0(shape.bm, shape.bn, m.e, m.ev, regs, wg, kv_buffers);
   const llvmb::Target budget_target = mode == Mode::MmaSim ? llvmb::Target::nvptx("sm_90a") : target;
   if (std::optional<std::string> why = tiles_over_budget(t0, budget_target)) return fail(*why);
 
@@ -592,7 +600,11 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   // and both come from params whose heads are whole [S, E] slices (tma_source).
   std::optional<std::pair<AttentionCode::TmaSource, AttentionCode::TmaSource>> tma_src;
   if (wg && spec.tma) tma_src = AttentionCode(spec, *info, t0, mode, b, cg).tma_sources(np);
-  const Tiles t(shape.bm, shape.bn, m.e, m.ev, regs, wg, pipelined ? 3 : 2, tma_src.has_value());
+  if (wg && config.stages != 2 && !tma_src)
+    return fail("stages = " + std::to_string(config.stages) +
+                ": more than 2 k/v buffers need k and v brought by TMA (plain or GQA-repeated heads of params, "
+                "and TMA not turned off)");
+  const Tiles t(shape.bm, shape.bn, m.e, m.ev, regs, wg, kv_buffers, tma_src.has_value());
   if (std::optional<std::string> why = tiles_over_budget(t, budget_target)) return fail(*why);
   AttentionCode code(spec, *info, t, mode, b, cg);
   code.set_groups(group, rph);
@@ -733,7 +745,7 @@ bool attention_tiles_fit(const Graph& group, const KernelConfig& config, const s
   // With TMA's mbarriers, as a wgmma kernel on sm_90a takes them by default: a tile
   // that fits with them fits without.
   const Tiles t(shape.bm, shape.bn, info->match.e, info->match.ev, shape.registers, config.wgmma != 0,
-                config.wgmma == 2 ? 3 : 2, /*tma=*/true);
+                config.wgmma == 2 ? 3 : config.wgmma ? config.stages : 2, /*tma=*/true);
   return !tiles_over_budget(t, llvmb::Target::nvptx(arch));
 }
 

@@ -401,23 +401,26 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
   if (wg_pipe_) {
     SF_TRY(key_loop_pipelined(b, kv_end));
   } else if (tma_src_) {
-    // TMA: thread 0 brings each tile (use n of buffer t % 2 completes its full
-    // mbarrier's phase n) once every warp released the buffer's previous use (its
-    // empty mbarrier), and every thread waits for the full phase: no barrier in the
-    // key loop, so the warpgroups need not keep in step. q's copies are published
-    // once, before it.
-    tma_fetch(b, c(0), kv_end, 2);
+    // TMA over n = kv_buffers buffers (the config's stages): thread 0 brings each
+    // tile (use u of buffer t % n completes its full mbarrier's phase u) once every
+    // warp released the buffer's previous use (its empty mbarrier), and every thread
+    // waits for the full phase: no barrier in the key loop, so the warpgroups need not
+    // keep in step. Tiles 0 .. n - 2 before the loop, and at the top of iteration t
+    // tile t + n - 1 into the buffer of tile t - 1, so the copies run n - 1 tiles
+    // ahead. q's copies are published once, before it.
+    const int64_t n = t_.kv_buffers;
+    for (int64_t i = 0; i + 1 < n; ++i) tma_fetch(b, c(i * t_.bn), kv_end, n);
     cp_commit();
     cp_wait(0);
     proxy_fence();
     barrier();
     SF_TRY(emit_loop(b_, c(0), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
       llvm::Value* tile = b_.CreateUDiv(kv0, c(t_.bn));
-      llvm::Value* odd = b_.CreateAnd(tile, c(1));
-      tma_wait(odd, b_.CreateAnd(b_.CreateUDiv(tile, c(2)), c(1)));
-      tma_fetch(b, b_.CreateAdd(kv0, c(t_.bn)), kv_end, 2);
-      SF_TRY(key_tile_regs(kv0, b_.CreateMul(odd, c(t_.kv_bytes()))));
-      tma_release(odd);  // its products retired (wait_group 0) in key_tile_regs
+      llvm::Value* buf = b_.CreateURem(tile, c(n));
+      tma_wait(buf, b_.CreateAnd(b_.CreateUDiv(tile, c(n)), c(1)));
+      tma_fetch(b, b_.CreateAdd(kv0, c((n - 1) * t_.bn)), kv_end, n);
+      SF_TRY(key_tile_regs(kv0, b_.CreateMul(buf, c(t_.kv_bytes()))));
+      tma_release(buf);  // its products retired (wait_group 0) in key_tile_regs
       return ok();
     }));
   } else {

@@ -30,6 +30,12 @@ Graph parse(const std::string& params, const std::string& body) {
 }
 
 KernelConfig wg(int bm, int bn, int warps, int wgmma = 1) { return autotune_test::attention_tile(bm, bn, warps, wgmma); }
+// wgmma = 1 with `stages` k/v buffers (TMA's pipeline depth).
+KernelConfig wgs(int bm, int bn, int warps, int stages) {
+  KernelConfig c = wg(bm, bn, warps, 1);
+  c.stages = stages;
+  return c;
+}
 
 struct Case {
   const char* what;
@@ -136,6 +142,17 @@ TEST(FlashAttentionWgmma, RefusesWhatItCannotRun) {
   EXPECT_NE(error(wg(64, 32, 4, 3), "sm_90a").find("wgmma must be 0, 1 or 2, got 3"), std::string::npos);
   EXPECT_NE(error(wg(128, 32, 4, 2), "sm_90a").find("wgmma = 2: the tile of 128 rows"), std::string::npos);
   EXPECT_EQ(error(wg(64, 32, 4), "sm_90a"), "(emitted)");
+  // More than 2 k/v buffers: wgmma = 1's TMA pipeline only, 2 to 4 of them.
+  EXPECT_NE(error(wgs(64, 32, 4, 5), "sm_90a").find("stages must be 2..4 (k/v buffers), got 5"), std::string::npos);
+  KernelConfig pipelined3 = wg(64, 32, 4, 2);
+  pipelined3.stages = 3;
+  EXPECT_NE(error(pipelined3, "sm_90a").find("stages = 3: only the wgmma = 1 form"), std::string::npos);
+  KernelConfig mma3 = wg(64, 32, 4, 0);
+  mma3.stages = 3;
+  EXPECT_NE(error(mma3, "sm_90a").find("stages = 3: only the wgmma = 1 form"), std::string::npos);
+  EXPECT_NE(error(wgs(64, 32, 4, 3), "sm_90a").find("stages = 3: more than 2 k/v buffers need k and v brought by TMA"),
+            std::string::npos)
+      << "spec.tma is off here";
   Graph narrow = parse("q: bf16[1, 1, 64, 32], k: bf16[1, 1, 64, 32], v: bf16[1, 1, 64, 64]",
                        "  out = scaled_dot_product_attention(q, k, v)\n  return out");
   Result<EmittedKernel> n =
@@ -196,12 +213,17 @@ TEST(FlashAttentionWgmma, TheTunersTileBytesAreTheEmittersSharedMemory) {
   };
   for (const Tile& t : {Tile{wg(128, 64, 8, 0), "sm_80"}, Tile{wg(128, 32, 4, 0), "sm_90a"}, Tile{wg(64, 128, 4, 0), "sm_90a"},
                         Tile{wg(256, 64, 16), "sm_90a"}, Tile{wg(192, 96, 12), "sm_90a"}, Tile{wg(128, 128, 8), "sm_90a"},
-                        Tile{wg(128, 64, 8, 2), "sm_90a"}, Tile{wg(64, 16, 4, 2), "sm_90a"}}) {
+                        Tile{wg(128, 64, 8, 2), "sm_90a"}, Tile{wg(64, 16, 4, 2), "sm_90a"}, Tile{wgs(256, 64, 16, 3), "sm_90a"},
+                        Tile{wgs(128, 64, 8, 4), "sm_90a"}}) {
     const std::string what = t.arch + " " + config_str(KernelKind::Attention, ConfigTarget::Gpu, t.cfg);
     Result<EmittedKernel> k = emit_attention(spec, t.cfg, llvmb::Target::nvptx(t.arch));
     ASSERT_TRUE(k.ok()) << what << ": " << k.error().str();
-    EXPECT_EQ(k->launch.shared_bytes, attention_tile_bytes16(t.cfg.block_m, t.cfg.block_n, 128, 128, t.cfg.wgmma)) << what;
+    EXPECT_EQ(k->launch.shared_bytes, attention_tile_bytes16(t.cfg.block_m, t.cfg.block_n, 128, 128, t.cfg.wgmma, t.cfg.stages))
+        << what;
   }
+  // 256 x 64 with 3 buffers: q's 2 panels of 256 rows, 3 x k's and v's 2 panels of 64
+  // rows, 3 x 16 bytes of mbarriers.
+  EXPECT_EQ(attention_tile_bytes16(256, 64, 128, 128, 1, 3), 2 * 256 * 128 + 3 * 4 * 64 * 128 + 3 * 16);
   Result<EmittedKernel> over = emit_attention(spec, wg(256, 128, 16, 2), llvmb::Target::nvptx("sm_90a"));
   ASSERT_FALSE(over.ok());
   EXPECT_NE(over.error().message.find("over the 232448 a block may hold"), std::string::npos) << over.error().message;
@@ -216,7 +238,8 @@ TEST(FlashAttentionWgmma, TheTunersTileBytesAreTheEmittersSharedMemory) {
 // every warp released it (its empty mbarrier). The simulation fails a wgmma that reads
 // a box before its phase was waited for, and a box into a buffer an unretired wgmma
 // still reads; the two-warpgroup runs hold the second warpgroup back at each wgmma,
-// so that the first runs ahead as far as the mbarriers let it. Plain and pipelined. A
+// so that the first runs ahead as far as the mbarriers let it. Plain (with 2, 3 and 4
+// k/v buffers) and pipelined. A
 // k that computes (neg) keeps the copies and loads, and the launch lists no maps.
 TEST(FlashAttentionWgmma, TmaBringsKAndV) {
   struct Run {
@@ -229,7 +252,8 @@ TEST(FlashAttentionWgmma, TmaBringsKAndV) {
   // sanitizer build's sample: the two-warpgroup runs and the fallback).
   for (const Run& r : {Run{0, wg(128, 16, 8, 1), true}, Run{1, wg(64, 16, 4, 1), true}, Run{0, wg(128, 16, 8, 2), true},
                        Run{1, wg(64, 32, 4, 2), true}, Run{2, wg(64, 16, 4, 2), false},
-                       Run{3, wg(192, 96, 12, 1), true}}) {
+                       Run{3, wg(192, 96, 12, 1), true}, Run{0, wgs(128, 16, 8, 3), true}, Run{1, wgs(64, 16, 4, 4), true},
+                       Run{0, wgs(64, 16, 4, 4), true}}) {
     const Case& c = cases()[r.which];
     const std::string what = std::string(c.what) + " " + config_str(KernelKind::Attention, ConfigTarget::Gpu, r.cfg);
     if (!test::in_sample(index++)) continue;
@@ -289,6 +313,32 @@ TEST(FlashAttentionWgmma, PipelinedPtxOverlapsTheSoftmaxWithTheProducts) {
   ASSERT_TRUE(res.ok()) << res.error().str();
   EXPECT_EQ((*res)[0].spill_store_bytes, 0) << (*res)[0].registers << " registers";
   for (const std::string& n : (*res)[0].notes) EXPECT_EQ(n.find("wgmma"), std::string::npos) << n;
+}
+
+// wgmma = 1 with 3 and 4 k/v buffers (stages), sm_90a's default tile at the bench's
+// sdpa shape: the copies run stages - 1 tiles ahead, so tiles 0 .. stages - 2 are
+// brought before the key loop and one in it (k's and v's 2 panels each a site); the
+// shared memory holds that many buffers; no spills at 16 warps (128 registers).
+TEST(FlashAttentionWgmma, MoreStagesBringKeyTilesFurtherAhead) {
+  Graph g = parse("q: bf16[1, 4, 512, 128], k: bf16[1, 1, 512, 128], v: bf16[1, 1, 512, 128]",
+                  "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out");
+  KernelSpec spec{"sf_flash_stages", KernelKind::Attention, decompose(g)};
+  spec.tma = true;
+  for (int stages : {2, 3, 4}) {
+    SCOPED_TRACE("stages " + std::to_string(stages));
+    Result<EmittedKernel> k = emit_attention(spec, wgs(256, 64, 16, stages), llvmb::Target::nvptx("sm_90a"));
+    ASSERT_TRUE(k.ok()) << k.error().str();
+    EXPECT_EQ(k->launch.shared_bytes, 2 * 256 * 128 + stages * (2 + 2) * 64 * 128 + stages * 16);
+    Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_90a");
+    ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+    EXPECT_EQ(kernel_test::count_of(*ptx, "cp.async.bulk.tensor.3d.shared::cluster.global"), static_cast<size_t>(4 * stages));
+    EXPECT_EQ(kernel_test::count_of(*ptx, "mbarrier.arrive.shared::cta.b64"), 1u);
+    EXPECT_EQ(kernel_test::count_of(*ptx, "wgmma.wait_group.sync.aligned 0"), 2u);
+    if (stages == 2 || !kernel_test::have_ptxas()) continue;
+    Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, "sm_90a");
+    ASSERT_TRUE(res.ok()) << res.error().str();
+    EXPECT_EQ((*res)[0].spill_store_bytes, 0) << (*res)[0].registers << " registers";
+  }
 }
 
 }  // namespace kernels_flash_attention_wgmma_test

@@ -61,7 +61,9 @@ struct KernelConfig {
   // Warp-specialised persistent wgmma kernel with two consumer warpgroups: 1 gives each
   // warpgroup whole output tiles of its own, taken in turn (CUTLASS's ping-pong
   // schedule), so one warpgroup's epilogue runs while the other multiplies; 0: both
-  // share every tile (CUTLASS's cooperative schedule).
+  // share every tile (CUTLASS's cooperative schedule). Fused attention with wgmma=2
+  // on 8 or 16 warps: 1 has the warpgroups of each pair issue their products in
+  // turns, one's softmax under the other's products (FlashAttention-3's ping-pong).
   int pingpong = 0;
   // Warp-specialised persistent wgmma kernel with two consumer warpgroups (384
   // threads, 168 registers each at launch): the consumer warpgroups' registers a

@@ -22,8 +22,8 @@ namespace attention_detail {
 
 void AttentionCode::sim_hooks(llvm::Value* hooks, llvm::Value* tid32) {
   // hook_[i] = MmaSimHooks' pointer number field[i] (attention_code.h).
-  static constexpr uint64_t field[17] = {0, 1, 2, 3, 16, 5, 6, 7, 18, 8, 9, 4, 10, 11, 12, 13, 14};
-  for (int i = 0; i < 17; ++i)
+  static constexpr uint64_t field[18] = {0, 1, 2, 3, 16, 5, 6, 7, 18, 8, 9, 4, 10, 11, 12, 13, 14, 15};
+  for (int i = 0; i < 18; ++i)
     hook_[i] = b_.CreateAlignedLoad(b_.getPtrTy(), b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), hooks, field[i]),
                                     llvm::Align(8));
   tid32_ = tid32;
@@ -575,6 +575,13 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
     return fail("group_heads must be 0 (as many as keep their k and v within 16 MiB) or positive, got " +
                 std::to_string(config.group_heads));
   const bool pipelined = wg && config.wgmma == 2;
+  // Ping-pong: the pipelined form's warpgroups in pairs (8 or 16 warps).
+  if (config.pingpong < 0 || config.pingpong > 1)
+    return fail("pingpong must be 0 or 1, got " + std::to_string(config.pingpong));
+  if (mode != Mode::Host && config.pingpong == 1 && (!pipelined || config.warps % 8 != 0))
+    return fail("pingpong = 1: the warpgroups take turns in pairs in the pipelined wgmma form: it needs wgmma = 2 and "
+                "8 or 16 warps, not wgmma = " + std::to_string(config.wgmma) + " on " + std::to_string(config.warps) +
+                " warps");
   // k/v buffers: stages for wgmma = 1 (its TMA pipeline), 3 pipelined, else 2.
   // (The host runs no copies: its config text has no stages.)
   if (mode != Mode::Host && (config.stages < 2 || config.stages > 4))
@@ -610,6 +617,7 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   code.set_groups(group, rph);
   code.set_registers(regs, shape.mtiles);
   code.set_wgmma(wg, pipelined);
+  code.set_pingpong(mode != Mode::Host && config.pingpong == 1);
   // The GPU's blocks longest first (the host runs them one after another).
   if (mode != Mode::Host) code.set_order(attention_block_order(spec.group, *info, config, shape).width);
   const int64_t blocks = code.blocks();

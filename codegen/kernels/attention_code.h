@@ -123,7 +123,7 @@ class AttentionCode {
   // cp_async, cp_commit and cp_wait (its 6th to 8th); 8 its wgmma_ra (19th), 9 and
   // 10 its wgmma_commit and wgmma_wait (9th and 10th), 11 its wgmma (5th), 12 to 15
   // its tma_load, mbar_init, mbar_expect_tx and mbar_try_wait (11th to 14th), 16
-  // its mbar_arrive (15th).
+  // its mbar_arrive (15th), 17 its named_barrier (16th).
   void sim_hooks(llvm::Value* hooks, llvm::Value* tid32);
   // The register-resident form (tensor cores, block_m = 16 or 32 x warps): each warp
   // keeps its rows' scores, probabilities, output accumulators and row statistics in
@@ -140,6 +140,11 @@ class AttentionCode {
     wg_ = on;
     wg_pipe_ = on && pipelined;
   }
+  // FlashAttention-3's ping-pong between warpgroups (KernelConfig::pingpong; the
+  // pipelined wgmma form, warpgroups in pairs): the two warpgroups of a pair issue
+  // their products in turns, so that one's softmax runs while the other's products
+  // have the tensor cores. Turn-taking by named barriers 1 + 2 p + r (pair p, role r).
+  void set_pingpong(bool on) { pp_ = on && wg_pipe_; }
 
   // ---- TMA for k and v (the wgmma form with KernelSpec::tma) ----
   // Where a k or v tile comes from by TMA: the param, and the map from the operand's
@@ -377,6 +382,17 @@ class AttentionCode {
   // fence that makes the threads' shared-memory writes (cp.async, st.shared) visible
   // to wgmma's reads.
   void wgmma_fence();
+  // Ping-pong (set_pingpong): the turns of a warpgroup's product groups. turn_first
+  // before its first turn (the pair's second warpgroup gives the first its first
+  // turn); turn_begin waits for the warpgroup's turn (bar.sync on its barrier, 256
+  // threads: its 128 and the other's arrivals), turn_end gives the turn to the other
+  // warpgroup (bar.arrive on the other's barrier), but at the `last` turn the second
+  // warpgroup does not (nothing would wait for it). Each barrier then completes as
+  // often as it is waited on, and no arrival is left at the block's exit.
+  void turn_first();
+  void turn_begin();
+  void turn_end(bool last);
+  void named_barrier(llvm::Value* id, int threads, bool sync);
   void wgmma_commit();
   void wgmma_wait(int pending);
   void proxy_fence();
@@ -478,7 +494,7 @@ class AttentionCode {
   const AttentionMatch& m_;
   const Tiles& t_;
   Mode mode_;
-  llvm::Value* hook_[17] = {};
+  llvm::Value* hook_[18] = {};
   std::optional<std::pair<TmaSource, TmaSource>> tma_src_;
   llvm::Value *kmap_ = nullptr, *vmap_ = nullptr;
   int warps_n_ = 0;
@@ -501,6 +517,7 @@ class AttentionCode {
   llvm::Value *warp_ = nullptr, *warps_ = nullptr, *g_ = nullptr, *tig_ = nullptr;
   int64_t group_ = 1, rph_ = 1;
   int64_t lpt_width_ = 0;
+  bool pp_ = false;
   llvm::Value *b0_ = nullptr, *q0_ = nullptr;
   llvm::IRBuilderBase& b_;
   ElementCodegen& cg_;

@@ -1,7 +1,8 @@
 // The fused attention's wgmma form on sm_90a (KernelConfig::wgmma; docs/kernels.md,
 // "Attention"): the register-resident form's two products by wgmma.mma_async, the
-// pipelined key loop (wgmma = 2), and k and v by TMA. The instructions themselves are
-// matmul_mma_isa.h's (inline PTX in one place), or MmaSimHooks calls in MmaSim.
+// pipelined key loop (wgmma = 2) and its ping-pong between warpgroups, and k and v by
+// TMA. The instructions themselves are matmul_mma_isa.h's (inline PTX in one place),
+// or MmaSimHooks calls in MmaSim.
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -96,9 +97,12 @@ Result<void> AttentionCode::key_loop_pipelined(llvm::Value* b, llvm::Value* kv_e
     SF_TRY(copy_next(c(0)));
     std::vector<llvm::Value*> s0 = zeros(t_.bn / 2);
     fence_operands(s0);
+    turn_first();
+    turn_begin();
     wgmma_fence();
     s0 = scores_wgmma(c(0), std::move(s0));
     wgmma_commit();
+    turn_end(/*last=*/false);
     wgmma_wait(0);
     fence_operands(s0);
     std::vector<Frags> sc = {fragments(s0)};
@@ -116,11 +120,13 @@ Result<void> AttentionCode::key_loop_pipelined(llvm::Value* b, llvm::Value* kv_e
       fence_operands(s);
       fence_operands(o);
       for (std::vector<llvm::Value*>& a : p) fence_operands(a);
+      turn_begin();
       wgmma_fence();
       s = scores_wgmma(buf(kv0), std::move(s));
       wgmma_commit();
       o = output_wgmma(p, buf(b_.CreateSub(kv0, c(t_.bn))), std::move(o));
       wgmma_commit();
+      turn_end(/*last=*/false);
       wgmma_wait(1);  // the scores' group (committed first)
       fence_operands(s);
       std::vector<Frags> st = {fragments(s)};
@@ -144,9 +150,11 @@ Result<void> AttentionCode::key_loop_pipelined(llvm::Value* b, llvm::Value* kv_e
     std::vector<std::vector<llvm::Value*>> p = saved_p();
     fence_operands(o);
     for (std::vector<llvm::Value*>& a : p) fence_operands(a);
+    turn_begin();
     wgmma_fence();
     o = output_wgmma(p, buf(last), std::move(o));
     wgmma_commit();
+    turn_end(/*last=*/true);
     wgmma_wait(0);
     fence_operands(o);
     keep_o(o);
@@ -301,6 +309,48 @@ void AttentionCode::mbar_wait(llvm::Value* bar, llvm::Value* parity) {
 
 void AttentionCode::wgmma_fence() {
   if (mode_ == Mode::Mma) matmul_detail::ptx_stmt(b_, "wgmma.fence.sync.aligned;");
+}
+
+void AttentionCode::named_barrier(llvm::Value* id, int threads, bool sync) {
+  if (mode_ == Mode::MmaSim) {
+    llvm::Type* i32 = b_.getInt32Ty();
+    b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), i32, i32, i32, i32}, false), hook_[17],
+                  {hook_[0], tid32_, b_.CreateTrunc(id, i32), b_.getInt32(static_cast<uint32_t>(threads)),
+                   b_.getInt32(sync ? 1 : 0)});
+    return;
+  }
+  matmul_detail::named_barrier_ptx(b_, id, threads, sync);
+}
+
+// The warpgroup's pair p = wg / 2 and role r = wg % 2 name its barrier 1 + 2 p + r and
+// the other's 1 + 2 p + (1 - r) (ids 1 to 4 for up to 4 warpgroups; 0 is bar.sync's).
+void AttentionCode::turn_first() {
+  if (!pp_) return;
+  llvm::Value* wg = b_.CreateUDiv(warp_, c(4));
+  (void)(when(b_.CreateICmpEQ(b_.CreateURem(wg, c(2)), c(1)), [&]() -> Result<void> {
+    named_barrier(wg, 256, /*sync=*/false);  // the first's, 1 + 2 p: wg = 2 p + 1 here
+    return ok();
+  }));
+}
+
+void AttentionCode::turn_begin() {
+  if (!pp_) return;
+  named_barrier(b_.CreateAdd(b_.CreateUDiv(warp_, c(4)), c(1)), 256, /*sync=*/true);
+}
+
+void AttentionCode::turn_end(bool last) {
+  if (!pp_) return;
+  llvm::Value* wg = b_.CreateUDiv(warp_, c(4));
+  llvm::Value* role = b_.CreateURem(wg, c(2));
+  llvm::Value* other = b_.CreateAdd(b_.CreateXor(wg, c(1)), c(1));
+  if (!last) {
+    named_barrier(other, 256, /*sync=*/false);
+    return;
+  }
+  (void)(when(b_.CreateICmpEQ(role, c(0)), [&]() -> Result<void> {
+    named_barrier(other, 256, /*sync=*/false);
+    return ok();
+  }));
 }
 
 void AttentionCode::proxy_fence() {

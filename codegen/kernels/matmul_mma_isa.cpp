@@ -90,6 +90,14 @@ void mbar_arrive_ptx(llvm::IRBuilderBase& b, llvm::Value* bar) {
   b.CreateCall(llvm::InlineAsm::get(fty, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", true), {bar});
 }
 
+void named_barrier_ptx(llvm::IRBuilderBase& b, llvm::Value* id, int threads, bool sync) {
+  llvm::Type* i32 = b.getInt32Ty();
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {i32}, false);
+  const std::string text = std::string(sync ? "bar.sync" : "bar.arrive") + " $0, " + std::to_string(threads) + ";";
+  llvm::CallInst* call = b.CreateCall(llvm::InlineAsm::get(fty, text, "r,~{memory}", true), {b.CreateZExtOrTrunc(id, i32)});
+  call->setConvergent();
+}
+
 void mbar_expect_tx_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, llvm::Value* bytes) {
   llvm::Type* i32 = b.getInt32Ty();
   auto* fty = llvm::FunctionType::get(b.getVoidTy(), {i32, i32}, false);
@@ -152,12 +160,7 @@ void MmaIsa::named_barrier(llvm::Value* id, int threads, bool sync) {
     sim_call(15, {b_.CreateZExtOrTrunc(id, i32_), b_.getInt32(static_cast<uint32_t>(threads)), b_.getInt32(sync ? 1 : 0)});
     return;
   }
-  // Convergent: the call may not be duplicated into, or sunk out of, the code every
-  // thread of the warpgroup runs.
-  auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {i32_}, false);
-  const std::string text = std::string(sync ? "bar.sync" : "bar.arrive") + " $0, " + std::to_string(threads) + ";";
-  llvm::CallInst* call = b_.CreateCall(llvm::InlineAsm::get(fty, text, "r,~{memory}", true), {b_.CreateZExtOrTrunc(id, i32_)});
-  call->setConvergent();
+  named_barrier_ptx(b_, id, threads, sync);
 }
 
 void MmaIsa::tma_load(llvm::Value* map, llvm::Value* dst, llvm::Value* c0, llvm::Value* c1, llvm::Value* c2, llvm::Value* bar) {

@@ -44,6 +44,10 @@ void mbar_init_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, int count);
 void mbar_arrive_ptx(llvm::IRBuilderBase& b, llvm::Value* bar);  // mbarrier.arrive, no transaction bytes
 void mbar_expect_tx_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, llvm::Value* bytes);
 llvm::Value* mbar_try_wait_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, llvm::Value* parity);
+// bar.sync (`sync`) or bar.arrive on named barrier `id` (an integer value) of
+// `threads` threads, convergent: never duplicated into, or sunk out of, the code every
+// thread of the warpgroup runs.
+void named_barrier_ptx(llvm::IRBuilderBase& b, llvm::Value* id, int threads, bool sync);
 // cp.async.bulk.tensor.{2,3}d of one box of the tensor map at generic address `map`
 // at coordinates `coords` (i32, innermost first) into shared address `dst`,
 // completing its bytes on the mbarrier at shared address `bar`.

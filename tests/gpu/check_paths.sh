@@ -95,7 +95,9 @@ for g in "$src"/tests/gpu/attn_*.sf; do
   # 128), no mma.sync.
   for w in "block_m=64 block_n=64 warps=4 wgmma=1" "block_m=128 block_n=64 warps=8 wgmma=1" \
     "block_m=128 block_n=64 warps=8 wgmma=2" "block_m=256 block_n=64 warps=16 wgmma=1" \
-    "block_m=192 block_n=96 warps=12 wgmma=1"; do
+    "block_m=192 block_n=96 warps=12 wgmma=1" "block_m=256 block_n=64 warps=16 wgmma=1 stages=3" \
+    "block_m=128 block_n=64 warps=8 wgmma=1 stages=4" "block_m=128 block_n=64 warps=8 wgmma=2 pingpong=1" \
+    "block_m=128 block_n=128 warps=8 wgmma=2 pingpong=1" "block_m=256 block_n=64 warps=16 wgmma=1 group_heads=1"; do
     q="$d/$n.wgmma"
     rm -rf "$q"
     "$sf" compile "$g" --arch sm_90a --no-ptxas --no-host --attention-config "$w" -o "$q" >/dev/null \
@@ -107,7 +109,19 @@ for g in "$src"/tests/gpu/attn_*.sf; do
     has "$q" "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
     lacks "$q" "mma.sync"
     has "$q" "cp.async.bulk.tensor.3d"  # k and v by TMA (sm_90a's default)
-    case "$w" in *wgmma=2) has "$q" "wgmma.wait_group.sync.aligned 1" ;; esac  # the softmax under the products
+    # The softmax under the products (where there is a second key tile: attn_sdpa_bf16's
+    # 80 keys are one 128-key tile)
+    case "$n:$w" in attn_sdpa_bf16:*block_n=128*) ;; *wgmma=2*) has "$q" "wgmma.wait_group.sync.aligned 1" ;; esac
+    # The warpgroups' turns (named barriers of the pair's 256 threads).
+    case "$w" in *pingpong=1) has "$q" "bar.arrive" ;; *) lacks "$q" "bar.arrive" ;; esac
+    # k's and v's 2 panels each at stages copy sites (tiles 0 .. stages - 2 before the
+    # key loop, one in it; pipelined: 3), over attn_long_bf16's 320 keys (LLVM drops
+    # the sites of tiles past 80 keys from attn_sdpa_bf16's kernel).
+    st=2; case "$w" in *stages=*) st=${w#*stages=}; st=${st%% *} ;; *wgmma=2*) st=3 ;; esac
+    sites=$(cat "$q"/*.ptx | grep -c "cp.async.bulk.tensor.3d")
+    [ "$n" != attn_long_bf16 ] || [ "$sites" = $((4 * st)) ] ||
+      { echo "FAIL: $q: $sites TMA copies in the PTX, not $((4 * st))"; fail=1; }
+    case "$w" in *group_heads=1) grep -q "group_heads=1" "$q/plan.json" || { echo "FAIL: $q: not group_heads=1"; fail=1; } ;; esac
   done
 done
 [ -e "$d/failed" ] && fail=1

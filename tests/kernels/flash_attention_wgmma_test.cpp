@@ -10,6 +10,7 @@
 #include "tests/kernels/attention_sim.h"
 #include "tests/sanitized.h"
 
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,12 @@ Graph parse(const std::string& params, const std::string& body) {
 }
 
 KernelConfig wg(int bm, int bn, int warps, int wgmma = 1) { return autotune_test::attention_tile(bm, bn, warps, wgmma); }
+// wgmma = 2 with the warpgroups' ping-pong.
+KernelConfig wgpp(int bm, int bn, int warps) {
+  KernelConfig c = wg(bm, bn, warps, 2);
+  c.pingpong = 1;
+  return c;
+}
 // wgmma = 1 with `stages` k/v buffers (TMA's pipeline depth).
 KernelConfig wgs(int bm, int bn, int warps, int stages) {
   KernelConfig c = wg(bm, bn, warps, 1);
@@ -142,6 +149,17 @@ TEST(FlashAttentionWgmma, RefusesWhatItCannotRun) {
   EXPECT_NE(error(wg(64, 32, 4, 3), "sm_90a").find("wgmma must be 0, 1 or 2, got 3"), std::string::npos);
   EXPECT_NE(error(wg(128, 32, 4, 2), "sm_90a").find("wgmma = 2: the tile of 128 rows"), std::string::npos);
   EXPECT_EQ(error(wg(64, 32, 4), "sm_90a"), "(emitted)");
+  // Ping-pong: the pipelined form's warpgroups in pairs.
+  EXPECT_NE(error(wgpp(64, 32, 4), "sm_90a").find("pingpong = 1: the warpgroups take turns in pairs in the pipelined wgmma "
+                                                  "form: it needs wgmma = 2 and 8 or 16 warps, not wgmma = 2 on 4 warps"),
+            std::string::npos);
+  KernelConfig plain_pp = wg(128, 32, 8, 1);
+  plain_pp.pingpong = 1;
+  EXPECT_NE(error(plain_pp, "sm_90a").find("not wgmma = 1 on 8 warps"), std::string::npos);
+  KernelConfig pp2 = wgpp(128, 32, 8);
+  pp2.pingpong = 2;
+  EXPECT_NE(error(pp2, "sm_90a").find("pingpong must be 0 or 1, got 2"), std::string::npos);
+  EXPECT_EQ(error(wgpp(128, 32, 8), "sm_90a"), "(emitted)");
   // More than 2 k/v buffers: wgmma = 1's TMA pipeline only, 2 to 4 of them.
   EXPECT_NE(error(wgs(64, 32, 4, 5), "sm_90a").find("stages must be 2..4 (k/v buffers), got 5"), std::string::npos);
   KernelConfig pipelined3 = wg(64, 32, 4, 2);
@@ -230,6 +248,24 @@ TEST(FlashAttentionWgmma, TheTunersTileBytesAreTheEmittersSharedMemory) {
   EXPECT_GT(attention_tile_bytes16(256, 128, 128, 128, 2), 232448);
 }
 
+// Case `c`'s kernel under `cfg` on the simulated sm_90a with TMA allowed and the last
+// warpgroup held back at each wgmma, against the reference: nothing the simulated
+// hardware refuses, k and v by TMA exactly where `tma`; `run` says what ran.
+void expect_simulated_with_lag(const Case& c, const KernelConfig& cfg, bool tma, attention_sim::SimRun& run) {
+  const std::string what = std::string(c.what) + " " + config_str(KernelKind::Attention, ConfigTarget::Gpu, cfg);
+  Graph g = parse(c.params, c.body);
+  std::vector<Tensor> in = random_inputs(g, 7);
+  Result<std::vector<Tensor>> want = evaluate(g, in);
+  ASSERT_TRUE(want.ok());
+  Result<std::vector<Tensor>> got = attention_sim::run_simulated(decompose(g), in, cfg, &run, false, /*tma=*/true, /*lag_last=*/true);
+  ASSERT_TRUE(got.ok()) << what << ": " << got.error().str();
+  EXPECT_EQ(run.hw_error, "") << what;
+  EXPECT_EQ(run.tensor_maps, tma ? 2u : 0u) << what;
+  EXPECT_EQ(run.tma > 0, tma) << what;
+  Comparison cmp = compare((*got)[0], (*want)[0], check_tolerance(g, g.outputs()[0].value));
+  EXPECT_TRUE(cmp.ok()) << what << ": max_abs_err " << cmp.max_abs_err << ", first mismatch at " << cmp.first_mismatch;
+}
+
 // TMA (KernelSpec::tma, sm_90a's default): where k and v come from params whose heads
 // are whole [S, E] slices (plain, or through GQA's repeat), thread 0 brings each key
 // tile as boxes of 64 columns x bn keys of one head (3-D maps over [heads, S, E],
@@ -254,26 +290,9 @@ TEST(FlashAttentionWgmma, TmaBringsKAndV) {
                        Run{1, wg(64, 32, 4, 2), true}, Run{2, wg(64, 16, 4, 2), false},
                        Run{3, wg(192, 96, 12, 1), true}, Run{0, wgs(128, 16, 8, 3), true}, Run{1, wgs(64, 16, 4, 4), true},
                        Run{0, wgs(64, 16, 4, 4), true}}) {
-    const Case& c = cases()[r.which];
-    const std::string what = std::string(c.what) + " " + config_str(KernelKind::Attention, ConfigTarget::Gpu, r.cfg);
     if (!test::in_sample(index++)) continue;
-    Graph g = parse(c.params, c.body);
-    std::vector<Tensor> in = random_inputs(g, 7);
-    Result<std::vector<Tensor>> want = evaluate(g, in);
-    ASSERT_TRUE(want.ok());
     attention_sim::SimRun run;
-    Result<std::vector<Tensor>> got =
-        attention_sim::run_simulated(decompose(g), in, r.cfg, &run, false, /*tma=*/true, /*lag_last=*/true);
-    ASSERT_TRUE(got.ok()) << what << ": " << got.error().str();
-    EXPECT_EQ(run.hw_error, "") << what;
-    EXPECT_EQ(run.tensor_maps, r.tma ? 2u : 0u) << what;
-    if (r.tma) {
-      EXPECT_GT(run.tma, 0) << what;
-    } else {
-      EXPECT_EQ(run.tma, 0) << what;
-    }
-    Comparison cmp = compare((*got)[0], (*want)[0], check_tolerance(g, g.outputs()[0].value));
-    EXPECT_TRUE(cmp.ok()) << what << ": max_abs_err " << cmp.max_abs_err << ", first mismatch at " << cmp.first_mismatch;
+    expect_simulated_with_lag(cases()[r.which], r.cfg, r.tma, run);
   }
 }
 
@@ -339,6 +358,64 @@ TEST(FlashAttentionWgmma, MoreStagesBringKeyTilesFurtherAhead) {
     ASSERT_TRUE(res.ok()) << res.error().str();
     EXPECT_EQ((*res)[0].spill_store_bytes, 0) << (*res)[0].registers << " registers";
   }
+}
+
+// Ping-pong (pingpong = 1 with wgmma = 2; FlashAttention-3's): the two warpgroups of a
+// pair issue their product groups in turns, by named barriers. On the simulated
+// hardware, with the last warpgroup held back at each wgmma so that its partner
+// reaches every turn first: the results match the reference, the turns complete (a
+// turn that never comes is a deadlock the simulation reports), and no barrier is left
+// with arrivals at a block's exit. One pair (8 warps) and two (16), k and v by TMA
+// and by the copies (a k that computes: a barrier per key tile as well).
+TEST(FlashAttentionWgmma, PingPongWarpgroupsTakeTurns) {
+  struct Run {
+    size_t which;
+    KernelConfig cfg;
+    bool tma;
+  };
+  size_t index = 0;
+  // A k that computes (neg): copied by the threads, a barrier per key tile.
+  const Case computed_k = {"bf16 with a computed k, 144 rows, E = Ev = 64",
+                           "q: bf16[1, 1, 144, 64], k: bf16[1, 1, 144, 64], v: bf16[1, 1, 144, 64]",
+                           "  out = scaled_dot_product_attention(q, neg(k), v, is_causal=true)\n  return out",
+                           {}};
+  for (const Run& r : {Run{0, wgpp(128, 16, 8), true}, Run{3, wgpp(256, 64, 16), true}, Run{0, wg(128, 16, 8, 2), true},
+                       Run{99, wgpp(128, 32, 8), false}}) {
+    const Case& c = r.which == 99 ? computed_k : cases()[r.which];
+    if (!test::in_sample(index++)) continue;
+    attention_sim::SimRun run;
+    expect_simulated_with_lag(c, r.cfg, r.tma, run);
+    EXPECT_EQ(run.named_barriers > 0, r.cfg.pingpong == 1) << c.what << " pingpong=" << r.cfg.pingpong;
+  }
+}
+
+// The ping-pong's PTX at the bench's attention shape, 128 x 64 on 8 warps: the first
+// turn given by the pair's second warpgroup (one bar.arrive), then at each of the
+// three places the pipelined loop issues products (tile 0's scores, the loop's two
+// groups, the last tile's output) a bar.sync on the warpgroup's own barrier before
+// and a bar.arrive on the other's after, of 256 threads; ptxas keeps the products
+// asynchronous and spills nothing.
+TEST(FlashAttentionWgmma, PingPongPtxTakesTurnsAroundTheProducts) {
+  Graph g = parse("q: bf16[1, 4, 256, 128], k: bf16[1, 2, 256, 128], v: bf16[1, 2, 256, 128]",
+                  "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out");
+  KernelSpec spec{"sf_flash_pp", KernelKind::Attention, decompose(g)};
+  spec.tma = true;
+  Result<EmittedKernel> k = emit_attention(spec, wgpp(128, 64, 8), llvmb::Target::nvptx("sm_90a"));
+  ASSERT_TRUE(k.ok()) << k.error().str();
+  Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_90a");
+  ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+  EXPECT_EQ(kernel_test::count_of(*ptx, "bar.arrive"), 4u);
+  EXPECT_EQ(kernel_test::count_of(*ptx, "bar.arrive %r"), 4u);
+  EXPECT_EQ(kernel_test::count_of(*ptx, "bar.sync %r"), 3u);
+  const std::regex named(R"(bar\.(sync|arrive) %r\d+, 256;)");
+  EXPECT_EQ(std::distance(std::sregex_iterator(ptx->begin(), ptx->end(), named), std::sregex_iterator()), 7)
+      << "of 256 threads, the pair's";
+  EXPECT_EQ(kernel_test::count_of(*ptx, "wgmma.commit_group.sync.aligned"), 4u);
+  if (!kernel_test::have_ptxas()) GTEST_SKIP() << "no ptxas";
+  Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, "sm_90a");
+  ASSERT_TRUE(res.ok()) << res.error().str();
+  EXPECT_EQ((*res)[0].spill_store_bytes, 0) << (*res)[0].registers << " registers";
+  for (const std::string& n : (*res)[0].notes) EXPECT_EQ(n.find("wgmma"), std::string::npos) << n;
 }
 
 }  // namespace kernels_flash_attention_wgmma_test

@@ -73,7 +73,8 @@ std::vector<const char*> config_fields(KernelKind kind, ConfigTarget t) {
       return {"block_m", "block_n", "block_k", "warps",      "stages",
               "group_m", "split_k", "warp_specialize", "persistent", "pingpong", "setmaxnreg"};
     case KernelKind::Gather: return {"block", "max_blocks"};
-    case KernelKind::Attention: return {"block_m", "block_n", "warps", "stages", "wgmma", "pingpong", "group_heads"};
+    case KernelKind::Attention:
+      return {"block_m", "block_n", "warps", "stages", "wgmma", "warp_specialize", "pingpong", "group_heads"};
   }
   return {};
 }

@@ -22,8 +22,8 @@ namespace attention_detail {
 
 void AttentionCode::sim_hooks(llvm::Value* hooks, llvm::Value* tid32) {
   // hook_[i] = MmaSimHooks' pointer number field[i] (attention_code.h).
-  static constexpr uint64_t field[18] = {0, 1, 2, 3, 16, 5, 6, 7, 18, 8, 9, 4, 10, 11, 12, 13, 14, 15};
-  for (int i = 0; i < 18; ++i)
+  static constexpr uint64_t field[19] = {0, 1, 2, 3, 16, 5, 6, 7, 18, 8, 9, 4, 10, 11, 12, 13, 14, 15, 17};
+  for (int i = 0; i < 19; ++i)
     hook_[i] = b_.CreateAlignedLoad(b_.getPtrTy(), b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), hooks, field[i]),
                                     llvm::Align(8));
   tid32_ = tid32;
@@ -67,6 +67,7 @@ Result<void> AttentionCode::block(llvm::Value* bid, llvm::Value* buf, llvm::Valu
   llvm::Value* q0 = b_.CreateMul(tile, c(rph_), "q0");
   b0_ = b;
   q0_ = q0;
+  if (ws_) producer_branch(b, key_end(q0));
   llvm::Value* ninf = llvm::ConstantFP::getInfinity(b_.getFloatTy(), true);
   llvm::Value* zero = llvm::ConstantFP::get(b_.getFloatTy(), 0.0);
 
@@ -109,14 +110,7 @@ Result<void> AttentionCode::block(llvm::Value* bid, llvm::Value* buf, llvm::Valu
     }));
   }
 
-  // The keys any row of the block can see: all, or (causal) up to the last row's
-  // diagonal, q0 + bm - 1 + d, clamped to [0, S].
-  llvm::Value* kv_end = c(m_.s);
-  if (m_.causal_diagonal) {
-    llvm::Value* last = b_.CreateAdd(q0, c(rph_ + *m_.causal_diagonal));
-    last = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, last, c(0));
-    kv_end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, last, c(m_.s), nullptr, "kv_end");
-  }
+  llvm::Value* kv_end = key_end(q0);
   if (regs_) return warp_rows(b, kv_end);
   SF_TRY(emit_loop(b_, c(0), kv_end, c(t_.bn), "kv", [&](llvm::Value* kv0) -> Result<void> {
     return key_tile(b, kv0);
@@ -133,6 +127,13 @@ Result<void> AttentionCode::block(llvm::Value* bid, llvm::Value* buf, llvm::Valu
       return ok();
     });
   });
+}
+
+llvm::Value* AttentionCode::key_end(llvm::Value* q0) {
+  if (!m_.causal_diagonal) return c(m_.s);
+  llvm::Value* last = b_.CreateAdd(q0, c(rph_ + *m_.causal_diagonal));
+  last = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, last, c(0));
+  return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, last, c(m_.s), nullptr, "kv_end");
 }
 
 llvm::Value* AttentionCode::pack(llvm::Value* x, llvm::Value* y) {
@@ -582,6 +583,14 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
     return fail("pingpong = 1: the warpgroups take turns in pairs in the pipelined wgmma form: it needs wgmma = 2 and "
                 "8 or 16 warps, not wgmma = " + std::to_string(config.wgmma) + " on " + std::to_string(config.warps) +
                 " warps");
+  // A producer warpgroup: the wgmma form's two consumer warpgroups, fed by TMA.
+  if (config.warp_specialize < 0 || config.warp_specialize > 1)
+    return fail("warp_specialize must be 0 or 1, got " + std::to_string(config.warp_specialize));
+  const bool ws = mode != Mode::Host && config.warp_specialize == 1;
+  if (ws && (!wg || config.warps != 8))
+    return fail("warp_specialize = 1: a producer warpgroup brings k and v by TMA to two consumer warpgroups: it needs "
+                "wgmma = 1 or 2 on 8 warps, not wgmma = " + std::to_string(config.wgmma) + " on " +
+                std::to_string(config.warps) + " warps");
   // k/v buffers: stages for wgmma = 1 (its TMA pipeline), 3 pipelined, else 2.
   // (The host runs no copies: its config text has no stages.)
   if (mode != Mode::Host && (config.stages < 2 || config.stages > 4))
@@ -601,12 +610,16 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   k.entry = spec.entry;
   llvm::IRBuilder<> b(*k.context);
   ElementCodegen cg(b, *k.module, target, spec.precision);
-  const int threads = config.warps * 32;
+  const int threads = config.warps * 32;  // the threads that compute
+  const int launch_threads = threads + (ws ? 128 : 0);
   const size_t np = spec.group.params().size();
   // TMA brings k and v where the spec allows it (sm_90a's default: KernelSpec::tma)
   // and both come from params whose heads are whole [S, E] slices (tma_source).
   std::optional<std::pair<AttentionCode::TmaSource, AttentionCode::TmaSource>> tma_src;
   if (wg && spec.tma) tma_src = AttentionCode(spec, *info, t0, mode, b, cg).tma_sources(np);
+  if (ws && !tma_src)
+    return fail("warp_specialize = 1: its producer brings k and v by TMA, and here they do not come by TMA (plain or "
+                "GQA-repeated heads of params, and TMA not turned off)");
   if (wg && config.stages != 2 && !tma_src)
     return fail("stages = " + std::to_string(config.stages) +
                 ": more than 2 k/v buffers need k and v brought by TMA (plain or GQA-repeated heads of params, "
@@ -618,13 +631,17 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   code.set_registers(regs, shape.mtiles);
   code.set_wgmma(wg, pipelined);
   code.set_pingpong(mode != Mode::Host && config.pingpong == 1);
+  if (ws) code.set_producer(threads);
   // The GPU's blocks longest first (the host runs them one after another).
   if (mode != Mode::Host) code.set_order(attention_block_order(spec.group, *info, config, shape).width);
   const int64_t blocks = code.blocks();
   Result<void> r;
   if (mode == Mode::Simt || mode == Mode::Mma) {
-    kernels::KernelEntry ke = kernels::begin_nvptx_kernel(*k.module, b, spec.entry, np, 1, threads, tma_src ? 2 : 0);
+    kernels::KernelEntry ke = kernels::begin_nvptx_kernel(*k.module, b, spec.entry, np, 1, launch_threads, tma_src ? 2 : 0);
     if (tma_src) code.set_tma(*tma_src, ke.extra[0], ke.extra[1], config.warps);
+    // Register reallocation: one block an SM, so ptxas gives every thread of the
+    // launch 65536 / 384 = 168 registers, the pool setmaxnreg shares out.
+    if (ws) llvmb::set_min_blocks_per_sm(*ke.fn, 1);
     auto* arr = llvm::ArrayType::get(b.getInt8Ty(), 0);
     auto* smem = new llvm::GlobalVariable(*k.module, arr, false, llvm::GlobalValue::ExternalLinkage, nullptr, "sf_smem",
                                           nullptr, llvm::GlobalValue::NotThreadLocal, 3);
@@ -666,7 +683,7 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   }
   if (mode != Mode::Host) {
     k.launch.grid = {std::max<int64_t>(blocks, 1), 1, 1};
-    k.launch.block = {threads, 1, 1};
+    k.launch.block = {launch_threads, 1, 1};
     k.launch.shared_bytes = static_cast<int>(t.bytes());
     // k's and v's maps: each param as [heads, S, cols], a box of 64 columns x bn keys
     // of one head (128-byte swizzle, as the panels lie).

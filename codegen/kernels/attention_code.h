@@ -123,7 +123,7 @@ class AttentionCode {
   // cp_async, cp_commit and cp_wait (its 6th to 8th); 8 its wgmma_ra (19th), 9 and
   // 10 its wgmma_commit and wgmma_wait (9th and 10th), 11 its wgmma (5th), 12 to 15
   // its tma_load, mbar_init, mbar_expect_tx and mbar_try_wait (11th to 14th), 16
-  // its mbar_arrive (15th), 17 its named_barrier (16th).
+  // its mbar_arrive (15th), 17 its named_barrier (16th), 18 its setmaxnreg (18th).
   void sim_hooks(llvm::Value* hooks, llvm::Value* tid32);
   // The register-resident form (tensor cores, block_m = 16 or 32 x warps): each warp
   // keeps its rows' scores, probabilities, output accumulators and row statistics in
@@ -145,6 +145,17 @@ class AttentionCode {
   // their products in turns, so that one's softmax runs while the other's products
   // have the tensor cores. Turn-taking by named barriers 1 + 2 p + r (pair p, role r).
   void set_pingpong(bool on) { pp_ = on && wg_pipe_; }
+  // FlashAttention-3's producer warpgroup (KernelConfig::warp_specialize; the wgmma
+  // form with TMA, two consumer warpgroups): a third warpgroup after the
+  // `consumer_threads` consumers, whose first thread brings every key tile by TMA
+  // while the consumers only wait for them and multiply; the producer gives up
+  // registers (setmaxnreg.dec to kProducerRegs) and the consumers take them
+  // (setmaxnreg.inc to kConsumerRegs). The launch has consumer_threads + 128 threads.
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  void set_producer(int64_t consumer_threads) {
+    ws_ = true;
+    consumer_threads_ = consumer_threads;
+  }
 
   // ---- TMA for k and v (the wgmma form with KernelSpec::tma) ----
   // Where a k or v tile comes from by TMA: the param, and the map from the operand's
@@ -248,6 +259,9 @@ class AttentionCode {
     return r;
   }
   void barrier() {
+    // With a producer warpgroup, past its branch: the consumers' named barrier 5 (1
+    // to 4 are ping-pong's turns).
+    if (consumers_only_) return named_barrier(c(5), static_cast<int>(consumer_threads_), /*sync=*/true);
     if (mode_ == Mode::MmaSim) {
       b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy()}, false), hook_[1], {hook_[0]});
       return;
@@ -389,6 +403,17 @@ class AttentionCode {
   // warpgroup (bar.arrive on the other's barrier), but at the `last` turn the second
   // warpgroup does not (nothing would wait for it). Each barrier then completes as
   // often as it is waited on, and no arrival is left at the block's exit.
+  // The producer warpgroup's branch (set_producer), at the top of the block: thread 0
+  // initialises the k/v buffers' mbarriers and every thread of the launch meets at a
+  // barrier; the producer warpgroup then gives up its registers and its first thread
+  // brings key tiles 0 .. kv_end in turn, each once every consumer warp released its
+  // buffer's previous use, and leaves; the consumers take the registers and go on,
+  // their barriers from here on named barrier 5 of theirs alone.
+  void producer_branch(llvm::Value* b, llvm::Value* kv_end);
+  void set_max_regs(int count, bool inc);
+  // The keys any row of the block (its first row q0) can see: all, or (causal) up to
+  // the last row's diagonal, q0 + rph - 1 + d, clamped to [0, S].
+  llvm::Value* key_end(llvm::Value* q0);
   void turn_first();
   void turn_begin();
   void turn_end(bool last);
@@ -494,7 +519,7 @@ class AttentionCode {
   const AttentionMatch& m_;
   const Tiles& t_;
   Mode mode_;
-  llvm::Value* hook_[18] = {};
+  llvm::Value* hook_[19] = {};
   std::optional<std::pair<TmaSource, TmaSource>> tma_src_;
   llvm::Value *kmap_ = nullptr, *vmap_ = nullptr;
   int warps_n_ = 0;
@@ -518,6 +543,8 @@ class AttentionCode {
   int64_t group_ = 1, rph_ = 1;
   int64_t lpt_width_ = 0;
   bool pp_ = false;
+  bool ws_ = false, consumers_only_ = false;
+  int64_t consumer_threads_ = 0;
   llvm::Value *b0_ = nullptr, *q0_ = nullptr;
   llvm::IRBuilderBase& b_;
   ElementCodegen& cg_;

@@ -397,7 +397,7 @@ Result<void> AttentionCode::warp_rows(llvm::Value* b, llvm::Value* kv_end) {
   // other: at the top of iteration t this thread waits for its copies of tile t, the
   // barrier publishes everyone's and tells that every warp is done with tile t - 1,
   // whose buffer then takes tile t + 1's copies, which run during tile t's products.
-  if (tma_src_) tma_init();
+  if (tma_src_ && !ws_) tma_init();  // (with a producer warpgroup: before its branch)
   if (wg_pipe_) {
     SF_TRY(key_loop_pipelined(b, kv_end));
   } else if (tma_src_) {

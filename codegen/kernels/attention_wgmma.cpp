@@ -280,6 +280,7 @@ void AttentionCode::tma_release(llvm::Value* buf) {
 }
 
 void AttentionCode::tma_fetch(llvm::Value* b, llvm::Value* kv0, llvm::Value* kv_end, int64_t n) {
+  if (ws_) return;  // the producer warpgroup brings every tile (producer_branch)
   llvm::Value* go = b_.CreateAnd(b_.CreateICmpEQ(tid_, c(0)), b_.CreateICmpSLT(kv0, kv_end));
   (void)(when(go, [&]() -> Result<void> {
     llvm::Value* tile = b_.CreateUDiv(kv0, c(t_.bn));
@@ -309,6 +310,43 @@ void AttentionCode::mbar_wait(llvm::Value* bar, llvm::Value* parity) {
 
 void AttentionCode::wgmma_fence() {
   if (mode_ == Mode::Mma) matmul_detail::ptx_stmt(b_, "wgmma.fence.sync.aligned;");
+}
+
+void AttentionCode::set_max_regs(int count, bool inc) {
+  if (mode_ == Mode::MmaSim) {
+    llvm::Type* i32 = b_.getInt32Ty();
+    b_.CreateCall(llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), i32, i32, i32}, false), hook_[18],
+                  {hook_[0], tid32_, b_.getInt32(static_cast<uint32_t>(count)), b_.getInt32(inc ? 1 : 0)});
+    return;
+  }
+  matmul_detail::ptx_stmt(b_, std::string("setmaxnreg.") + (inc ? "inc" : "dec") + ".sync.aligned.u32 " +
+                                  std::to_string(count) + ";");
+}
+
+void AttentionCode::producer_branch(llvm::Value* b, llvm::Value* kv_end) {
+  llvm::LLVMContext& ctx = b_.getContext();
+  llvm::Function* fn = b_.GetInsertBlock()->getParent();
+  tma_init();  // thread 0's mbarrier.init, then every thread's barrier
+  llvm::BasicBlock* producer = llvm::BasicBlock::Create(ctx, "ws.producer", fn);
+  llvm::BasicBlock* consumer = llvm::BasicBlock::Create(ctx, "ws.consumer", fn);
+  b_.CreateCondBr(b_.CreateICmpUGE(tid_, c(consumer_threads_)), producer, consumer);
+  b_.SetInsertPoint(producer);
+  // Every warp of the warpgroup executes the same setmaxnreg.
+  set_max_regs(kProducerRegs, /*inc=*/false);
+  const int64_t n = t_.kv_buffers;
+  (void)(when(b_.CreateICmpEQ(tid_, c(consumer_threads_)), [&]() -> Result<void> {
+    return emit_loop(b_, c(0), kv_end, c(t_.bn), "ws.kv", [&](llvm::Value* kv0) -> Result<void> {
+      llvm::Value* tile = b_.CreateUDiv(kv0, c(t_.bn));
+      llvm::Value* buf = b_.CreateURem(tile, c(n));
+      tma_wait_empty(buf, b_.CreateUDiv(tile, c(n)));
+      tma_kv(b, kv0, buf, b_.CreateMul(buf, c(t_.kv_bytes())));
+      return ok();
+    });
+  }));
+  b_.CreateRetVoid();
+  b_.SetInsertPoint(consumer);
+  set_max_regs(kConsumerRegs, /*inc=*/true);
+  consumers_only_ = true;
 }
 
 void AttentionCode::named_barrier(llvm::Value* id, int threads, bool sync) {

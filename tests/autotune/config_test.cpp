@@ -64,6 +64,10 @@ TEST(ConfigTest, TextNamesTheFieldsOfItsKind) {
   c.stages = 3;  // an attention's stages appear away from 2; a matmul's always do
   EXPECT_EQ(config_str(KernelKind::Attention, ConfigTarget::Gpu, c),
             "block_m=64 block_n=64 warps=4 stages=3 wgmma=1 group_heads=3");
+  c.warp_specialize = 1;
+  c.pingpong = 1;
+  EXPECT_EQ(config_str(KernelKind::Attention, ConfigTarget::Gpu, c),
+            "block_m=64 block_n=64 warps=4 stages=3 wgmma=1 warp_specialize=1 pingpong=1 group_heads=3");
   EXPECT_NE(config_str(KernelKind::Matmul, ConfigTarget::Gpu, KernelConfig{}).find(" stages=2 "), std::string::npos);
   Result<KernelConfig> back = parse_config_str("block_m=256 block_n=64 warps=16 wgmma=1 group_heads=3");
   ASSERT_TRUE(back.ok()) << back.error().message;

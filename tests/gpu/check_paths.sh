@@ -97,7 +97,9 @@ for g in "$src"/tests/gpu/attn_*.sf; do
     "block_m=128 block_n=64 warps=8 wgmma=2" "block_m=256 block_n=64 warps=16 wgmma=1" \
     "block_m=192 block_n=96 warps=12 wgmma=1" "block_m=256 block_n=64 warps=16 wgmma=1 stages=3" \
     "block_m=128 block_n=64 warps=8 wgmma=1 stages=4" "block_m=128 block_n=64 warps=8 wgmma=2 pingpong=1" \
-    "block_m=128 block_n=128 warps=8 wgmma=2 pingpong=1" "block_m=256 block_n=64 warps=16 wgmma=1 group_heads=1"; do
+    "block_m=128 block_n=128 warps=8 wgmma=2 pingpong=1" "block_m=256 block_n=64 warps=16 wgmma=1 group_heads=1" \
+    "block_m=128 block_n=128 warps=8 wgmma=2 pingpong=1 warp_specialize=1" \
+    "block_m=128 block_n=64 warps=8 wgmma=1 stages=3 warp_specialize=1"; do
     q="$d/$n.wgmma"
     rm -rf "$q"
     "$sf" compile "$g" --arch sm_90a --no-ptxas --no-host --attention-config "$w" -o "$q" >/dev/null \
@@ -113,11 +115,18 @@ for g in "$src"/tests/gpu/attn_*.sf; do
     # 80 keys are one 128-key tile)
     case "$n:$w" in attn_sdpa_bf16:*block_n=128*) ;; *wgmma=2*) has "$q" "wgmma.wait_group.sync.aligned 1" ;; esac
     # The warpgroups' turns (named barriers of the pair's 256 threads).
-    case "$w" in *pingpong=1) has "$q" "bar.arrive" ;; *) lacks "$q" "bar.arrive" ;; esac
+    case "$w" in *pingpong=1*) has "$q" "bar.arrive" ;; *) lacks "$q" "bar.arrive" ;; esac
+    # The producer warpgroup: its registers to the consumers, the copies at its one site.
+    case "$w" in
+      *warp_specialize=1) has "$q" "setmaxnreg.dec.sync.aligned.u32 24"; has "$q" "setmaxnreg.inc.sync.aligned.u32 240" ;;
+      *) lacks "$q" "setmaxnreg" ;;
+    esac
     # k's and v's 2 panels each at stages copy sites (tiles 0 .. stages - 2 before the
-    # key loop, one in it; pipelined: 3), over attn_long_bf16's 320 keys (LLVM drops
+    # key loop, one in it; pipelined: 3; a producer warpgroup's loop: 1), over
+    # attn_long_bf16's 320 keys (LLVM drops
     # the sites of tiles past 80 keys from attn_sdpa_bf16's kernel).
     st=2; case "$w" in *stages=*) st=${w#*stages=}; st=${st%% *} ;; *wgmma=2*) st=3 ;; esac
+    case "$w" in *warp_specialize=1) st=1 ;; esac
     sites=$(cat "$q"/*.ptx | grep -c "cp.async.bulk.tensor.3d")
     [ "$n" != attn_long_bf16 ] || [ "$sites" = $((4 * st)) ] ||
       { echo "FAIL: $q: $sites TMA copies in the PTX, not $((4 * st))"; fail=1; }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@ struct SimRun {
   int64_t tma = 0;       // TMA boxes copied
   size_t tensor_maps = 0;  // the launch's
   int64_t named_barriers = 0;  // named-barrier instances completed (ping-pong's turns)
+  std::map<int, int64_t> regs_inc, regs_dec;  // setmaxnreg.inc / .dec executions by count
 };
 
 inline std::atomic<int64_t> cp_async_calls{0}, mma_calls{0};
@@ -99,12 +101,15 @@ inline Result<std::vector<Tensor>> run_simulated(
     hooks.mbar_try_wait = &mma_sim::sim_mbar_try_wait;
     hooks.mbar_arrive = &mma_sim::sim_mbar_arrive;
     hooks.named_barrier = &mma_sim::sim_named_barrier;
+    hooks.setmaxnreg = &mma_sim::sim_setmaxnreg;
     block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), 0, t, blk.smem, &hooks, 0); });
     // A named barrier left with arrivals at the block's exit: turns that do not pair.
     for (const auto& [id, n] : blk.named)
       if (n.arrived != 0 && blk.error.empty())
         blk.error = "named barrier " + std::to_string(id) + " left with " + std::to_string(n.arrived) + " arrival(s) at exit";
     for (const auto& [id, n] : blk.named) run->named_barriers += n.done;
+    for (const auto& [thread, calls] : blk.setmaxnreg)
+      for (const auto& [count, inc] : calls) (inc ? run->regs_inc : run->regs_dec)[count] += 1;
     if (!blk.error.empty() && run->hw_error.empty()) run->hw_error = blk.error;
     run->wavefronts = std::max(run->wavefronts, blk.wavefronts);
     for (const auto& wg : blk.groups) run->wgmma += wg->calls;

@@ -37,6 +37,11 @@ KernelConfig wgpp(int bm, int bn, int warps) {
   c.pingpong = 1;
   return c;
 }
+// With a producer warpgroup (warp_specialize = 1).
+KernelConfig producer(KernelConfig c) {
+  c.warp_specialize = 1;
+  return c;
+}
 // wgmma = 1 with `stages` k/v buffers (TMA's pipeline depth).
 KernelConfig wgs(int bm, int bn, int warps, int stages) {
   KernelConfig c = wg(bm, bn, warps, 1);
@@ -160,6 +165,18 @@ TEST(FlashAttentionWgmma, RefusesWhatItCannotRun) {
   pp2.pingpong = 2;
   EXPECT_NE(error(pp2, "sm_90a").find("pingpong must be 0 or 1, got 2"), std::string::npos);
   EXPECT_EQ(error(wgpp(128, 32, 8), "sm_90a"), "(emitted)");
+  // A producer warpgroup: two consumer warpgroups on wgmma, fed by TMA.
+  EXPECT_NE(error(producer(wg(64, 32, 4)), "sm_90a").find("warp_specialize = 1: a producer warpgroup brings k and v by TMA "
+                                                           "to two consumer warpgroups: it needs wgmma = 1 or 2 on 8 "
+                                                           "warps, not wgmma = 1 on 4 warps"),
+            std::string::npos);
+  EXPECT_NE(error(producer(wg(128, 32, 8, 0)), "sm_90a").find("not wgmma = 0 on 8 warps"), std::string::npos);
+  KernelConfig ws2 = producer(wg(128, 32, 8));
+  ws2.warp_specialize = 2;
+  EXPECT_NE(error(ws2, "sm_90a").find("warp_specialize must be 0 or 1, got 2"), std::string::npos);
+  EXPECT_NE(error(producer(wg(128, 32, 8)), "sm_90a").find("its producer brings k and v by TMA, and here they do not"),
+            std::string::npos)
+      << "spec.tma is off here";
   // More than 2 k/v buffers: wgmma = 1's TMA pipeline only, 2 to 4 of them.
   EXPECT_NE(error(wgs(64, 32, 4, 5), "sm_90a").find("stages must be 2..4 (k/v buffers), got 5"), std::string::npos);
   KernelConfig pipelined3 = wg(64, 32, 4, 2);
@@ -416,6 +433,66 @@ TEST(FlashAttentionWgmma, PingPongPtxTakesTurnsAroundTheProducts) {
   ASSERT_TRUE(res.ok()) << res.error().str();
   EXPECT_EQ((*res)[0].spill_store_bytes, 0) << (*res)[0].registers << " registers";
   for (const std::string& n : (*res)[0].notes) EXPECT_EQ(n.find("wgmma"), std::string::npos) << n;
+}
+
+// A producer warpgroup (warp_specialize = 1, FlashAttention-3's): a third warpgroup
+// whose first thread brings every key tile by TMA while the two consumer warpgroups
+// only wait for the tiles, multiply and release them; the producer gives up its
+// registers (setmaxnreg.dec 24, each of its 128 threads) and the consumers take them
+// (setmaxnreg.inc 240, each of their 256). Simulated with the last consumer
+// warpgroup held back at each wgmma: plain with 2 and 3 k/v buffers, and pipelined
+// with the consumers' ping-pong, against the reference.
+TEST(FlashAttentionWgmma, ProducerWarpgroupBringsTheKeyTiles) {
+  KernelConfig s3 = producer(wgs(128, 64, 8, 3));
+  size_t index = 0;
+  for (const auto& [which, cfg] : {std::pair{size_t{0}, producer(wg(128, 16, 8))}, std::pair{size_t{3}, s3},
+                                   std::pair{size_t{0}, producer(wgpp(128, 16, 8))}, std::pair{size_t{3}, producer(wg(128, 32, 8, 2))}}) {
+    if (!test::in_sample(index++)) continue;
+    attention_sim::SimRun run;
+    expect_simulated_with_lag(cases()[which], cfg, /*tma=*/true, run);
+    const std::string what = std::string(cases()[which].what) + " " + config_str(KernelKind::Attention, ConfigTarget::Gpu, cfg);
+    ASSERT_EQ(run.regs_dec.size(), 1u) << what;
+    ASSERT_EQ(run.regs_inc.size(), 1u) << what;
+    EXPECT_GT(run.regs_dec[24], 0) << what;
+    EXPECT_EQ(run.regs_dec[24] % 128, 0) << what;
+    EXPECT_EQ(run.regs_inc[240], 2 * run.regs_dec[24]) << what << ": every consumer thread of every block";
+  }
+}
+
+// The producer's PTX at the bench's attention shape, 128 x 128 pipelined with the
+// consumers' ping-pong (FlashAttention-3's schedule): 384 threads, one block an SM so
+// that ptxas gives each thread the 168 registers setmaxnreg shares out, the copies at
+// one site (the producer's loop), the consumers' releases; it assembles without
+// spills and without ptxas ignoring the reallocation.
+TEST(FlashAttentionWgmma, ProducerPtxReallocatesRegisters) {
+  Graph g = parse("q: bf16[1, 4, 256, 128], k: bf16[1, 2, 256, 128], v: bf16[1, 2, 256, 128]",
+                  "  out = scaled_dot_product_attention(q, k, v, is_causal=true, enable_gqa=true)\n  return out");
+  KernelSpec spec{"sf_flash_ws", KernelKind::Attention, decompose(g)};
+  spec.tma = true;
+  Result<EmittedKernel> k = emit_attention(spec, producer(wgpp(128, 128, 8)), llvmb::Target::nvptx("sm_90a"));
+  ASSERT_TRUE(k.ok()) << k.error().str();
+  EXPECT_EQ(k->launch.block[0], 384);
+  Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_90a");
+  ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+  EXPECT_EQ(kernel_test::count_of(*ptx, "setmaxnreg.dec.sync.aligned.u32 24;"), 1u);
+  EXPECT_EQ(kernel_test::count_of(*ptx, "setmaxnreg.inc.sync.aligned.u32 240;"), 1u);
+  EXPECT_NE(ptx->find(".maxntid 384, 1, 1"), std::string::npos);
+  EXPECT_NE(ptx->find(".minnctapersm 1"), std::string::npos);
+  EXPECT_EQ(kernel_test::count_of(*ptx, "cp.async.bulk.tensor.3d.shared::cluster.global"), 4u) << "k's and v's 2 panels";
+  EXPECT_EQ(kernel_test::count_of(*ptx, "mbarrier.arrive.shared::cta.b64"), 1u);
+  // Every thread of the launch meets once, after the mbarriers' initialisation; from
+  // then on the consumers' barriers are named barriers of their 256 threads (q's
+  // copies published on barrier 5, the ping-pong's turns on 1 and 2).
+  EXPECT_EQ(kernel_test::count_of(*ptx, "bar.sync \t0;"), 1u);
+  EXPECT_NE(ptx->find("mov.b32 \t%r"), std::string::npos);
+  const std::regex consumers(R"(bar\.sync %r\d+, 256;)");
+  EXPECT_GE(std::distance(std::sregex_iterator(ptx->begin(), ptx->end(), consumers), std::sregex_iterator()), 4);
+  if (!kernel_test::have_ptxas()) GTEST_SKIP() << "no ptxas";
+  Result<std::vector<KernelResources>> res = kernel_test::assemble(*ptx, "sm_90a");
+  ASSERT_TRUE(res.ok()) << res.error().str();
+  EXPECT_EQ((*res)[0].registers, 168);
+  EXPECT_EQ((*res)[0].spill_store_bytes, 0);
+  for (const std::string& n : (*res)[0].notes) EXPECT_EQ(n.find("setmaxnreg"), std::string::npos) << n;
 }
 
 }  // namespace kernels_flash_attention_wgmma_test

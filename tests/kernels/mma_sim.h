@@ -148,10 +148,12 @@ struct Block {
   std::chrono::microseconds lag{0};
   std::mutex mu;
   // Named barriers 1..15 (bar.sync / bar.arrive id, count), under mu: the threads
-  // arrived at the current instance, its count, and instances completed.
+  // arrived at the current instance (how many, which), its count, and instances
+  // completed.
   struct Named {
     int arrived = 0, count = 0;
     int64_t done = 0;
+    std::vector<int32_t> who;
   };
   std::map<int32_t, Named> named;
   std::condition_variable named_cv;
@@ -249,7 +251,10 @@ inline void sim_barrier(void* ctx) { static_cast<Block*>(ctx)->bar.arrive_and_wa
 // bar.sync / bar.arrive id, count: an instance completes when `count` threads have
 // arrived or synced on it; a syncing thread waits for its instance. A wait that never
 // completes fails the run after 20 s (deadlock) instead of hanging the test.
-inline void sim_named_barrier(void* ctx, int32_t, int32_t id, int32_t count, int32_t sync) {
+// An instance's completion publishes its threads' waited-for cp.async data among
+// them (bar.sync and bar.arrive order the memory accesses of every thread that takes
+// part), as bar.sync 0 does the block's.
+inline void sim_named_barrier(void* ctx, int32_t thread, int32_t id, int32_t count, int32_t sync) {
   Block& blk = *static_cast<Block*>(ctx);
   std::unique_lock<std::mutex> lock(blk.mu);
   if (id < 1 || id > 15) return blk.fail_locked("named barrier " + std::to_string(id) + " outside 1..15");
@@ -259,9 +264,13 @@ inline void sim_named_barrier(void* ctx, int32_t, int32_t id, int32_t count, int
   if (n.arrived == 0) n.count = count;
   else if (n.count != count) return blk.fail_locked("threads disagree on named barrier " + std::to_string(id) + "'s count");
   const int64_t mine = n.done;
+  n.who.push_back(thread);
   if (++n.arrived == n.count) {
     n.arrived = 0;
     ++n.done;
+    for (int32_t t : n.who)
+      if (t >= 0 && static_cast<size_t>(t) < blk.landed.size()) blk.landed[static_cast<size_t>(t)].clear();
+    n.who.clear();
     blk.named_cv.notify_all();
     return;
   }

@@ -5,6 +5,7 @@
 #include "codegen/kernels/attention.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <numeric>
@@ -274,13 +275,43 @@ Result<llvm::Value*> AttentionCode::chain_value(int node, llvm::Value* r, llvm::
   std::vector<llvm::Value*> coords = batch_coords(head);
   coords.push_back(row);
   coords.push_back(col);
+  const int folded = fold_node_;  // scale_fold's product, read as the raw scores
   return operand(
       node, flat,
-      [scores, sd, dot](ValueId v, const kernels::ValueIndex&) -> std::optional<Elem> {
-        if (v == scores) return Elem{dot, sd};
+      [scores, folded, sd, dot](ValueId v, const kernels::ValueIndex&) -> std::optional<Elem> {
+        if (v == scores || v == folded) return Elem{dot, sd};
         return std::nullopt;
       },
       std::move(coords));
+}
+
+std::optional<std::pair<double, int>> AttentionCode::scale_fold() const {
+  if (spec_.precision != Precision::Fused) return std::nullopt;
+  const Graph& g = spec_.group;
+  auto chained = [&](int v) { return std::find(m_.chain.begin(), m_.chain.end(), v) != m_.chain.end() || v == m_.scores; };
+  auto scalar = [&](int v) -> std::optional<double> {
+    const Node& n = g.node(v);
+    if (n.op != OpKind::Constant || !n.type.shape.empty()) return std::nullopt;
+    return n.attrs.get_float("value");
+  };
+  // Down from the logits through masks: where(cond, x, -inf), cond not read from the scores.
+  int v = m_.logits;
+  while (g.node(v).op == OpKind::Where) {
+    const Node& w = g.node(v);
+    if (w.inputs.size() != 3 || chained(w.inputs[0])) return std::nullopt;
+    const std::optional<double> other = scalar(w.inputs[2]);
+    if (!other || !(std::isinf(*other) && *other < 0)) return std::nullopt;
+    if (g.node(w.inputs[1]).type.shape != w.type.shape) return std::nullopt;
+    v = w.inputs[1];
+  }
+  // ... to the scores times a positive constant.
+  const Node& mul = g.node(v);
+  if (mul.op != OpKind::Mul || mul.inputs.size() != 2) return std::nullopt;
+  const int other = mul.inputs[0] == m_.scores ? mul.inputs[1] : mul.inputs[1] == m_.scores ? mul.inputs[0] : -1;
+  if (other < 0) return std::nullopt;
+  const std::optional<double> c = scalar(other);
+  if (!c || !(*c > 0) || !std::isfinite(*c) || mul.type.shape != g.node(m_.scores).type.shape) return std::nullopt;
+  return std::pair{*c, v};
 }
 
 Result<llvm::Value*> AttentionCode::logit(llvm::Value* r, llvm::Value* col, const std::function<Result<llvm::Value*>()>& raw) {
@@ -629,6 +660,7 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   AttentionCode code(spec, *info, t, mode, b, cg);
   code.set_groups(group, rph);
   code.set_registers(regs, shape.mtiles);
+  if (regs) code.set_scale_fold(code.scale_fold());  // its softmax only (softmax_tile)
   code.set_wgmma(wg, pipelined);
   code.set_pingpong(mode != Mode::Host && config.pingpong == 1);
   if (ws) code.set_producer(threads);

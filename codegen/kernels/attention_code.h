@@ -145,6 +145,19 @@ class AttentionCode {
   // their products in turns, so that one's softmax runs while the other's products
   // have the tensor cores. Turn-taking by named barriers 1 + 2 p + r (pair p, role r).
   void set_pingpong(bool on) { pp_ = on && wg_pipe_; }
+  // The register-resident form folds the attention's scale into the softmax's exp2
+  // (FlashAttention's softmax_scale_log2): where the logits are the scores times a
+  // positive constant c under masks alone (where(mask, x, -inf) whose masks do not
+  // read the scores), and the kernel keeps f32 between its ops (Precision::Fused),
+  // the chain is evaluated with that product read as the raw scores, the row maxima
+  // are kept over them (c > 0 keeps the order), and exp(c (s - m)) is one
+  // 2^fma(s, c log2 e, -m c log2 e): one multiplication an element fewer. Returns c
+  // and the product's node, or nullopt.
+  std::optional<std::pair<double, int>> scale_fold() const;
+  void set_scale_fold(std::optional<std::pair<double, int>> f) {
+    fold_ = f ? f->first : 0.0;
+    fold_node_ = f ? f->second : -1;
+  }
   // FlashAttention-3's producer warpgroup (KernelConfig::warp_specialize; the wgmma
   // form with TMA, two consumer warpgroups): a third warpgroup after the
   // `consumer_threads` consumers, whose first thread brings every key tile by TMA
@@ -464,7 +477,7 @@ class AttentionCode {
   // scaled exp2). The exponent's error is f32's rounding of m log2 e, under 1e-5
   // absolute for |m| below 100: p then moves by 1e-5 relative, far inside the 16-bit
   // rounding it goes through.
-  llvm::Value* exp_minus(llvm::Value* x, llvm::Value* neg_m_log2e);
+  llvm::Value* exp_minus(llvm::Value* x, llvm::Value* neg_m_log2e, double log2e = 1.4426950408889634);
   // max(a, x) of a row's running max and a score: llvm.maxnum (max.f32, one
   // instruction where a compare and a select took two). A NaN score is ignored, as
   // the select ignored it; a is never NaN (it starts at -inf and takes only
@@ -543,6 +556,8 @@ class AttentionCode {
   int64_t group_ = 1, rph_ = 1;
   int64_t lpt_width_ = 0;
   bool pp_ = false;
+  double fold_ = 0.0;  // scale_fold's c (0: none)
+  int fold_node_ = -1;
   bool ws_ = false, consumers_only_ = false;
   int64_t consumer_threads_ = 0;
   llvm::Value *b0_ = nullptr, *q0_ = nullptr;

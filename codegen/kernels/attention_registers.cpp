@@ -318,9 +318,9 @@ llvm::Value* AttentionCode::exp_rounded(llvm::Value* x) {
   return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, y);
 }
 
-llvm::Value* AttentionCode::exp_minus(llvm::Value* x, llvm::Value* neg_m_log2e) {
+llvm::Value* AttentionCode::exp_minus(llvm::Value* x, llvm::Value* neg_m_log2e, double log2e) {
   llvm::Value* y = b_.CreateIntrinsic(llvm::Intrinsic::fma, {b_.getFloatTy()},
-                                      {x, llvm::ConstantFP::get(b_.getFloatTy(), 1.4426950408889634), neg_m_log2e});
+                                      {x, llvm::ConstantFP::get(b_.getFloatTy(), log2e), neg_m_log2e});
   if (mode_ == Mode::Mma) return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_ftz_f, {}, {y});
   return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, y);
 }
@@ -540,13 +540,18 @@ Result<std::vector<std::array<llvm::Value*, 2>>> AttentionCode::softmax_tile(llv
       // A row that has seen only -inf keeps subtracting 0: exp(-inf - 0) = 0, no NaN.
       llvm::Value* m_safe = b_.CreateSelect(b_.CreateFCmpOEQ(mx, llvm::ConstantFP::getInfinity(f32, true)),
                                             llvm::ConstantFP::get(f32, 0.0), mx);
-      alpha[mt][static_cast<size_t>(h)] = exp_rounded(b_.CreateFSub(m_old, m_safe));
-      llvm::Value* neg_ml = b_.CreateFMul(m_safe, llvm::ConstantFP::get(f32, -1.4426950408889634));
+      // With the scale folded (scale_fold), the maxima and the scores are c times
+      // smaller than the logits: alpha = exp(c (m_old - m)), p = 2^(s c log2 e - m c log2 e).
+      llvm::Value* dm = b_.CreateFSub(m_old, m_safe);
+      if (fold_ > 0) dm = b_.CreateFMul(dm, llvm::ConstantFP::get(f32, fold_));
+      alpha[mt][static_cast<size_t>(h)] = exp_rounded(dm);
+      const double log2e = 1.4426950408889634 * (fold_ > 0 ? fold_ : 1.0);
+      llvm::Value* neg_ml = b_.CreateFMul(m_safe, llvm::ConstantFP::get(f32, -log2e));
       llvm::Value* sum = llvm::ConstantFP::get(f32, 0.0);
       for (int64_t j = 0; j < nt; ++j)
         for (int e = 0; e < 2; ++e) {
           llvm::Value*& x = sc[mt][static_cast<size_t>(j)][static_cast<size_t>(2 * h + e)];
-          x = exp_minus(x, neg_ml);
+          x = exp_minus(x, neg_ml, log2e);
           sum = b_.CreateFAdd(sum, x);
         }
       llvm::Value* lslot = lrow_[mt][static_cast<size_t>(h)];

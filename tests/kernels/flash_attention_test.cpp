@@ -12,12 +12,14 @@
 #include "tests/sanitized.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "autotune/space.h"
+#include "codegen/ir/builder.h"
 #include "codegen/ir/decompose.h"
 #include "codegen/ir/parser.h"
 #include "codegen/kernels/attention.h"
@@ -387,6 +389,66 @@ TEST(FlashAttention, CausalBlocksTakeTheLongestQueryTilesFirst) {
   ASSERT_FALSE(k.ok());
   EXPECT_NE(k.error().message.find("group_heads must be 0"), std::string::npos) << k.error().message;
   EXPECT_NE(k.error().message.find("got -2"), std::string::npos) << k.error().message;
+}
+
+// The register-resident form folds the attention's scale into the softmax's exp2
+// where the logits are the scaled scores under masks alone, in fused precision: the
+// PTX of a causal sdpa at head dim 64 multiplies no score by 1/8 (0f3E000000), its
+// exps taking 1/8 log2 e (0f3E38AA3B); in eager precision every node rounds, and the
+// product stays. On the simulated GPU the folded kernel and one whose mask reads the
+// scaled scores (where(s > 0.5, s, -inf): folding there would test the raw scores)
+// match the reference.
+TEST(FlashAttention, TheScaleFoldsIntoTheExpWhereOnlyMasksFollowIt) {
+  Graph g = parse("q: bf16[1, 2, 64, 64], k: bf16[1, 2, 64, 64], v: bf16[1, 2, 64, 64]",
+                  "  out = scaled_dot_product_attention(q, k, v, is_causal=true)\n  return out");
+  for (Precision p : {Precision::Fused, Precision::Eager}) {
+    KernelSpec spec{"sf_fold", KernelKind::Attention, decompose(g), p};
+    Result<EmittedKernel> k = emit_attention(spec, tc(64, 64, 4), llvmb::Target::nvptx("sm_80"));
+    ASSERT_TRUE(k.ok()) << k.error().str();
+    Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_80");
+    ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+    // A thread's 32 scores a key tile (16 rows a warp, 64 keys), on the masked and the
+    // unmasked tiles' paths; folded, only the two rows' rescaling exponents are
+    // multiplied by 1/8.
+    const size_t by_scale = kernel_test::count_of(*ptx, "0f3E000000;");
+    if (p == Precision::Fused) {
+      EXPECT_LE(by_scale, 4u) << "fused";
+      EXPECT_GE(kernel_test::count_of(*ptx, "0f3E38AA3B"), 24u) << "fused";
+    } else {
+      EXPECT_GE(by_scale, 24u) << "eager";
+      EXPECT_EQ(kernel_test::count_of(*ptx, "0f3E38AA3B"), 0u) << "eager";
+    }
+  }
+  // where(s > 0.5, s, -inf) (built here: the format has no inf literal).
+  GraphBuilder b("reads");
+  auto bf = [&](const char* n) { return b.param(n, DType::BF16, {1, 2, 32, 16}); };
+  Value q = bf("q"), kk = bf("k"), v = bf("v");
+  Value sc = b.op(OpKind::Mul, {b.op(OpKind::Matmul, {q, b.op(OpKind::Transpose, {kk}, {int64_t{2}, int64_t{3}})}), b.constant(0.25)});
+  Value masked = b.op(OpKind::Where, {b.op(OpKind::Gt, {sc, b.constant(0.5)}), sc, b.constant(-INFINITY)});
+  b.ret(b.op(OpKind::Matmul, {b.op(OpKind::Softmax, {masked}, {int64_t{-1}}), v}));
+  Result<Graph> built = b.finish();
+  ASSERT_TRUE(built.ok()) << built.error().str();
+  const Graph reads = std::move(built).value();
+  for (const Graph* gr : std::vector<const Graph*>{&g, &reads}) {
+    const Graph group = decompose(*gr);
+    ASSERT_TRUE(attention_info(group).ok()) << attention_info(group).error().str();
+    std::vector<Tensor> in = random_inputs(*gr, 3);
+    // q and k of -0.5, 0 and 0.5: every score a multiple of 1/16, exact in bf16, so
+    // that rounding moves none across the mask's 0.5 (a scale applied twice would).
+    for (size_t t = 0; t < 2; ++t) {
+      auto* bits = reinterpret_cast<uint16_t*>(in[t].data());
+      for (int64_t i = 0; i < in[t].numel(); ++i)
+        bits[i] = std::array<uint16_t, 3>{0xBF00, 0, 0x3F00}[(static_cast<uint64_t>(i + 1000 * t) * 2654435761u >> 13) % 3];
+    }
+    Result<std::vector<Tensor>> want = evaluate(*gr, in);
+    ASSERT_TRUE(want.ok()) << want.error().str();
+    attention_sim::SimRun run;
+    Result<std::vector<Tensor>> got = attention_sim::run_simulated(group, in, tc(32, 16, 2), &run);
+    ASSERT_TRUE(got.ok()) << got.error().str();
+    EXPECT_EQ(run.hw_error, "");
+    Comparison cmp = compare((*got)[0], (*want)[0], check_tolerance(*gr, gr->outputs()[0].value));
+    EXPECT_TRUE(cmp.ok()) << gr->name() << ": max_abs_err " << cmp.max_abs_err << ", first mismatch at " << cmp.first_mismatch;
+  }
 }
 
 // The bench's sdpa block (8 x 32 query heads over 8 kv heads, 2048 rows and keys, E =

@@ -100,6 +100,9 @@ for g in "$src"/tests/gpu/attn_*.sf; do
     "block_m=128 block_n=128 warps=8 wgmma=2 pingpong=1" "block_m=256 block_n=64 warps=16 wgmma=1 group_heads=1" \
     "block_m=128 block_n=128 warps=8 wgmma=2 pingpong=1 warp_specialize=1" \
     "block_m=128 block_n=64 warps=8 wgmma=1 stages=3 warp_specialize=1"; do
+    # The sample: the knobs added since run 11 (stages, ping-pong, group_heads, the
+    # producer) on attn_long_bf16 only, whose 320 keys the copy-site count needs.
+    case "$mode:$n:$w" in sample:attn_sdpa_bf16:*stages=* | sample:attn_sdpa_bf16:*pingpong=* | sample:attn_sdpa_bf16:*group_heads=*) continue ;; esac
     q="$d/$n.wgmma"
     rm -rf "$q"
     "$sf" compile "$g" --arch sm_90a --no-ptxas --no-host --attention-config "$w" -o "$q" >/dev/null \

@@ -830,6 +830,33 @@ std::optional<KernelConfig> default_persistent(const MatmulGroup& p, const Kerne
   return c;
 }
 
+// A decode step's product on sm_90a (16-bit, few rows: the 128 x 256 default tile
+// leaves more than half the SMs idle) whose 64 x 64 tiles fill more than half of them:
+// 64 x 64 x 64 tiles on 4 warps, 4 stages, a producer warpgroup bringing the operands
+// by TMA, instead of splitting K over the large tile. On an H200 the bf16 GEMM + bias
+// + GELU at 128 x 4096 x 4096 took 27.9, 28.8 and 28.5 us in that config against
+// 49.7, 49.9 and 49.0 us with 128 x 256 split 4 ways (tune --measure, runs 9, 10 and
+// 11: bench/results/tune-h200-run{9,10,11}/matmul_bf16_128x4096x4096). Other small
+// shapes (fewer 64 x 64 tiles than that, TF32) keep split-K, which no measurement has
+// compared there.
+std::optional<KernelConfig> default_small_tiles(const MatmulGroup& p, const KernelConfig& w, int sm) {
+  const int64_t sms = typical_sms(sm), batch = std::max<int64_t>(p.nbatch, 1);
+  const int64_t large = batch * ceil_div(p.M, w.block_m) * ceil_div(p.N, w.block_n);
+  const int64_t small = batch * ceil_div(p.M, 64) * ceil_div(p.N, 64);
+  if (p.dtype == DType::F32 || large * 2 > sms || small * 2 <= sms) return std::nullopt;
+  KernelConfig c = w;
+  c.block_m = 64;
+  c.block_n = 64;
+  c.block_k = 64;
+  c.warps = 4;
+  c.stages = 4;
+  c.split_k = 1;
+  c.warp_specialize = 1;
+  MmaChoice ch = mma_choice(p, c, sm, true);
+  if (ch.unsupported || !ch.wgmma || !ch.tma) return std::nullopt;
+  return c;
+}
+
 }  // namespace
 
 int typical_sms(int sm) { return sm >= 90 ? 132 : sm == 89 ? 128 : sm == 86 ? 84 : 108; }
@@ -863,6 +890,7 @@ KernelConfig suggest_matmul_config(const KernelSpec& unfolded, const KernelConfi
     w.block_k = plan->dtype == DType::F32 ? 32 : 64;  // 128-byte rows: 64 16-bit or 32 TF32 elements
     w.stages = 4;  // two tiles ahead while one wgmma group is in flight (192 KiB for 16-bit)
     if (mma_choice(*plan, w, *sm, true).wgmma) {
+      if (std::optional<KernelConfig> d = default_small_tiles(*plan, w, *sm)) return *d;
       KernelConfig s = w;
       s.split_k = default_split_k(*plan, w, *sm);
       if (s.split_k > 1 && mma_choice(*plan, s, *sm, true).wgmma) return s;

@@ -801,8 +801,10 @@ TEST(MatmulMmaPath, SuggestedConfigTakesTensorCoresWhereTheyApply) {
 // f32 output 256 KiB): split 8 on sm_90a's 2 wgmma tiles and on sm_80's 4 tiles (16
 // would move 34 x 256 KiB, more than the operands). A decode step (M = 64, N = K = 4096): 16 tiles of 64 x
 // 256, 64 K tiles, split 8; at M = 128, 4 (the workspace's 2 MiB per split against
-// 33 MiB of operands). None where the tiles fill the SMs (4096^3) or the K tiles are
-// few (K = 512).
+// 33 MiB of operands), except on sm_90a with TMA, where its 128 tiles of 64 x 64 fill
+// the SMs: those, unsplit, a producer warpgroup bringing the operands
+// (default_small_tiles; 64 rows' 64 such tiles do not). None where the tiles fill the
+// SMs (4096^3) or the K tiles are few (K = 512).
 TEST(MatmulMmaPath, SuggestedConfigSplitsKWhereTheTilesLeaveSmsIdle) {
   auto split = [](Shape3 s, const char* arch) {
     return suggest_matmul_config(spec_of(mm_graph(s, DType::BF16, Epi::BiasGelu)), KernelConfig{}, arch).split_k;
@@ -810,7 +812,13 @@ TEST(MatmulMmaPath, SuggestedConfigSplitsKWhereTheTilesLeaveSmsIdle) {
   EXPECT_EQ(split({256, 256, 8192, false, true, {}}, "sm_90a"), 8);
   EXPECT_EQ(split({256, 256, 8192, false, true, {}}, "sm_80"), 8);
   EXPECT_EQ(split({64, 4096, 4096, false, true, {}}, "sm_90a"), 8);
-  EXPECT_EQ(split({128, 4096, 4096, false, true, {}}, "sm_90a"), 4);
+  EXPECT_EQ(split({128, 4096, 4096, false, true, {}}, "sm_90a"), 4) << "cp.async: no producer warpgroup";
+  KernelSpec with_tma = spec_of(mm_graph({128, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu));
+  with_tma.tma = true;
+  EXPECT_EQ(config_str(KernelKind::Matmul, ConfigTarget::Gpu, suggest_matmul_config(with_tma, KernelConfig{}, "sm_90a")),
+            "block_m=64 block_n=64 block_k=64 warps=4 stages=4 group_m=8 split_k=1 warp_specialize=1");
+  with_tma.group = mm_graph({64, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu);
+  EXPECT_EQ(suggest_matmul_config(with_tma, KernelConfig{}, "sm_90a").split_k, 8);
   EXPECT_EQ(split({4096, 4096, 4096, false, true, {}}, "sm_90a"), 1);
   EXPECT_EQ(split({256, 256, 512, false, true, {}}, "sm_90a"), 1);
   // The suggested split builds: the workspace path, no spills.

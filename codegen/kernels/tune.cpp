@@ -322,7 +322,21 @@ KernelConfig default_kernel_config(const LocalKernel& k, ConfigTarget t, const s
   KernelConfig c;
   const KernelKind kind = k.kind;
   if (t == ConfigTarget::Gpu && kind == KernelKind::Reduction)
-    if (Result<KernelConfig> s = suggest_reduction_config(KernelSpec{"sf_default", kind, k.group}, c); s.ok()) c = *s;
+    if (Result<KernelConfig> s = suggest_reduction_config(KernelSpec{"sf_default", kind, k.group}, c); s.ok()) {
+      c = *s;
+      // A block for each group of rows rather than a grid of max_blocks looping over
+      // them, where that is at most 2^20 blocks: on an H200 the f32 softmax and
+      // layer_norm over 16384 x 4096 took 134.4 and 135.1 us so (256 threads a row)
+      // against 140.2 and 139.1 with the grid-stride loop over 4096 blocks (tune
+      // --measure, run 9; runs 10 and 11: 133.6 and 134.2 against 139.0 and 138.4,
+      // bench/results/tune-h200-run{9,10,11}/reduction_*). Rows up to max_blocks
+      // groups launch the same grid either way.
+      KernelConfig one = c;
+      one.grid_stride = false;
+      if (Result<ReductionInfo> r1 = reduction_info(KernelSpec{"sf_default", kind, k.group}, one);
+          r1.ok() && r1->launch.grid[0] <= (int64_t{1} << 20))
+        c = one;
+    }
   if (t == ConfigTarget::Gpu && kind == KernelKind::Matmul && !arch.empty()) {
     KernelSpec spec{"sf_default", kind, k.group};
     spec.allow_tf32 = allow_tf32;

@@ -156,6 +156,27 @@ KernelConfig old_pointwise(int vector) {
   return c;
 }
 
+// A reduction's default launches a block for each group of rows (grid_stride 0), as
+// the tuner measured fastest for the bench's softmax and layer_norm over 16384 rows
+// (its loop over a capped grid of 4096 blocks 3 to 4% slower), up to 2^20 blocks;
+// beyond, the grid-stride loop keeps the grid at max_blocks.
+TEST(DefaultConfig, ReductionsLaunchABlockForEachGroupOfRows) {
+  KernelConfig softmax = default_kernel_config(
+      kernel_of("graph g(x: f32[16384, 4096]) {\n  y = softmax(x, dim=-1)\n  return y\n}\n"), ConfigTarget::Gpu, "sm_90a");
+  EXPECT_EQ(config_str(KernelKind::Reduction, ConfigTarget::Gpu, softmax),
+            "rows_per_block=1 threads_per_row=256 split_reduction=1 grid_stride=0 max_blocks=4096");
+  // 2^22 rows of 8, 32 rows a block: 2^17 blocks.
+  KernelConfig narrow = default_kernel_config(
+      kernel_of("graph g(x: f32[4194304, 8]) {\n  y = sum(x, dims=[1])\n  return y\n}\n"), ConfigTarget::Gpu, "sm_90a");
+  EXPECT_FALSE(narrow.grid_stride);
+  // 2^26 rows of 2, 128 rows a block: 2^19 blocks, still one shot; 2^28 rows: 2^21
+  // blocks, over the bound: the loop.
+  KernelConfig many = default_kernel_config(
+      kernel_of("graph g(x: f32[268435456, 2]) {\n  y = sum(x, dims=[1])\n  return y\n}\n"), ConfigTarget::Gpu, "sm_90a");
+  EXPECT_TRUE(many.grid_stride) << config_str(KernelKind::Reduction, ConfigTarget::Gpu, many);
+  EXPECT_EQ(many.max_blocks, 4096);
+}
+
 TEST(DefaultConfig, LargePointwiseKernelsOnSm90TakeAPersistentGridOfWideBlocks) {
   // bf16: 1024 threads x 4 vectors of 8 = 32768 elements a block, 264 blocks: from
   // 8448 x 1024 elements on, the grid is full.

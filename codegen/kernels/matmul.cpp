@@ -907,7 +907,17 @@ KernelConfig suggest_matmul_config(const KernelSpec& unfolded, const KernelConfi
   if (plan->dtype == DType::F32 && (plan->sak != 1 || plan->sbk != 1)) c.warps = 8;
   if (mma_unsupported(*plan, c, *sm, wg)) {
     c.block_k = 64;  // a k-contiguous side may need 64 elements
-    if (mma_unsupported(*plan, c, *sm, wg)) return base;
+    if (mma_unsupported(*plan, c, *sm, wg)) {
+      // The SIMT kernel (exact f32, or what the tensor cores cannot take): its 64 x 64
+      // tile on 2 warps, an 8 x 8 register tile a thread (4 warps give 4 x 8). On an
+      // H200 the exact f32 GEMM + bias + GELU took 4048 us at 4096^3 with 2 warps
+      // (block_k 8) and 14540 at 16384 x 4096 x 4096 (block_k 16, group_m 1) against
+      // 5754 and 22448 with the 4-warp default (tune --measure, runs 9 and 10 alike:
+      // bench/results/tune-h200-run{9,10}/matmul_f32_*), 1.4x and 1.5x.
+      KernelConfig simt = base;
+      if (simt.block_m == 64 && simt.block_n == 64 && simt.warps == 4) simt.warps = 2;
+      return simt;
+    }
   }
   KernelConfig s = c;
   s.split_k = default_split_k(*plan, c, *sm);

@@ -788,10 +788,16 @@ TEST(MatmulMmaPath, SuggestedConfigTakesTensorCoresWhereTheyApply) {
   KernelConfig cs = suggest_matmul_config(spec_of(small), KernelConfig{}, "sm_80");
   EXPECT_EQ(cs.block_m, 32);
   EXPECT_EQ(cs.block_n, 64);
-  // f32 and sm_75 keep the base config.
+  // f32 and sm_75 keep the base's SIMT tile, 64 x 64 on 2 warps (8 x 8 a thread),
+  // not its 4.
   Graph f32 = mm_graph({256, 256, 256, false, false, {}}, DType::F32, Epi::None);
-  EXPECT_EQ(suggest_matmul_config(spec_of(f32), KernelConfig{}, "sm_80"), KernelConfig{});
-  EXPECT_EQ(suggest_matmul_config(spec_of(bf), KernelConfig{}, "sm_75"), KernelConfig{});
+  KernelConfig simt;
+  simt.warps = 2;
+  EXPECT_EQ(suggest_matmul_config(spec_of(f32), KernelConfig{}, "sm_80"), simt);
+  EXPECT_EQ(suggest_matmul_config(spec_of(bf), KernelConfig{}, "sm_75"), simt);
+  KernelConfig other;
+  other.block_m = 32;
+  EXPECT_EQ(suggest_matmul_config(spec_of(f32), other, "sm_80"), other) << "another base tile is kept whole";
 }
 
 // Split-K by default where the default tile leaves more than half the SMs idle: the

@@ -208,6 +208,9 @@ class AttentionCode {
   // Thread 0 brings key tile kv0 (use kv0 / bn / n of buffer tile % n) when kv0 <
   // kv_end, after that buffer's previous use was released.
   void tma_fetch(llvm::Value* b, llvm::Value* kv0, llvm::Value* kv_end, int64_t n);
+  // The calling thread brings key tile kv0 into buffer tile % n once its previous use
+  // was released (tma_fetch's work; the producer warpgroup's loop).
+  void tma_bring(llvm::Value* b, llvm::Value* kv0, int64_t n);
 
 
   // The whole kernel body for block `bid` (an i64 below blocks()).

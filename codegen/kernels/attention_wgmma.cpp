@@ -283,12 +283,16 @@ void AttentionCode::tma_fetch(llvm::Value* b, llvm::Value* kv0, llvm::Value* kv_
   if (ws_) return;  // the producer warpgroup brings every tile (producer_branch)
   llvm::Value* go = b_.CreateAnd(b_.CreateICmpEQ(tid_, c(0)), b_.CreateICmpSLT(kv0, kv_end));
   (void)(when(go, [&]() -> Result<void> {
-    llvm::Value* tile = b_.CreateUDiv(kv0, c(t_.bn));
-    llvm::Value* buf = b_.CreateURem(tile, c(n));
-    tma_wait_empty(buf, b_.CreateUDiv(tile, c(n)));
-    tma_kv(b, kv0, buf, b_.CreateMul(buf, c(t_.kv_bytes())));
+    tma_bring(b, kv0, n);
     return ok();
   }));
+}
+
+void AttentionCode::tma_bring(llvm::Value* b, llvm::Value* kv0, int64_t n) {
+  llvm::Value* tile = b_.CreateUDiv(kv0, c(t_.bn));
+  llvm::Value* buf = b_.CreateURem(tile, c(n));
+  tma_wait_empty(buf, b_.CreateUDiv(tile, c(n)));
+  tma_kv(b, kv0, buf, b_.CreateMul(buf, c(t_.kv_bytes())));
 }
 
 void AttentionCode::mbar_wait(llvm::Value* bar, llvm::Value* parity) {
@@ -319,8 +323,7 @@ void AttentionCode::set_max_regs(int count, bool inc) {
                   {hook_[0], tid32_, b_.getInt32(static_cast<uint32_t>(count)), b_.getInt32(inc ? 1 : 0)});
     return;
   }
-  matmul_detail::ptx_stmt(b_, std::string("setmaxnreg.") + (inc ? "inc" : "dec") + ".sync.aligned.u32 " +
-                                  std::to_string(count) + ";");
+  matmul_detail::setmaxnreg_ptx(b_, count, inc);
 }
 
 void AttentionCode::producer_branch(llvm::Value* b, llvm::Value* kv_end) {
@@ -336,10 +339,7 @@ void AttentionCode::producer_branch(llvm::Value* b, llvm::Value* kv_end) {
   const int64_t n = t_.kv_buffers;
   (void)(when(b_.CreateICmpEQ(tid_, c(consumer_threads_)), [&]() -> Result<void> {
     return emit_loop(b_, c(0), kv_end, c(t_.bn), "ws.kv", [&](llvm::Value* kv0) -> Result<void> {
-      llvm::Value* tile = b_.CreateUDiv(kv0, c(t_.bn));
-      llvm::Value* buf = b_.CreateURem(tile, c(n));
-      tma_wait_empty(buf, b_.CreateUDiv(tile, c(n)));
-      tma_kv(b, kv0, buf, b_.CreateMul(buf, c(t_.kv_bytes())));
+      tma_bring(b, kv0, n);
       return ok();
     });
   }));

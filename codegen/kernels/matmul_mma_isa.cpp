@@ -90,6 +90,10 @@ void mbar_arrive_ptx(llvm::IRBuilderBase& b, llvm::Value* bar) {
   b.CreateCall(llvm::InlineAsm::get(fty, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", true), {bar});
 }
 
+void setmaxnreg_ptx(llvm::IRBuilderBase& b, int count, bool inc) {
+  ptx_stmt(b, std::string("setmaxnreg.") + (inc ? "inc" : "dec") + ".sync.aligned.u32 " + std::to_string(count) + ";");
+}
+
 void named_barrier_ptx(llvm::IRBuilderBase& b, llvm::Value* id, int threads, bool sync) {
   llvm::Type* i32 = b.getInt32Ty();
   auto* fty = llvm::FunctionType::get(b.getVoidTy(), {i32}, false);
@@ -225,7 +229,7 @@ void MmaIsa::sim_call(int h, std::vector<llvm::Value*> extra) {
 
 void MmaIsa::set_max_regs(int count, bool inc) {
   if (sim_) sim_call(17, {b_.getInt32(static_cast<uint32_t>(count)), b_.getInt32(inc ? 1 : 0)});
-  else asm_stmt(std::string("setmaxnreg.") + (inc ? "inc" : "dec") + ".sync.aligned.u32 " + num(count) + ";");
+  else setmaxnreg_ptx(b_, count, inc);
 }
 
 void MmaIsa::barrier() {

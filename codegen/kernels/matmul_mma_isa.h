@@ -48,6 +48,8 @@ llvm::Value* mbar_try_wait_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, llvm::V
 // `threads` threads, convergent: never duplicated into, or sunk out of, the code every
 // thread of the warpgroup runs.
 void named_barrier_ptx(llvm::IRBuilderBase& b, llvm::Value* id, int threads, bool sync);
+// setmaxnreg.inc (`inc`) or .dec to `count` registers a thread, the warpgroup's.
+void setmaxnreg_ptx(llvm::IRBuilderBase& b, int count, bool inc);
 // cp.async.bulk.tensor.{2,3}d of one box of the tensor map at generic address `map`
 // at coordinates `coords` (i32, innermost first) into shared address `dst`,
 // completing its bytes on the mbarrier at shared address `bar`.

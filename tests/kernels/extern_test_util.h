@@ -100,13 +100,6 @@ class TempCache {
   std::unique_ptr<TuneCache> cache_;
 };
 
-inline std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
 #if defined(SF_FAKE_CUDA) && defined(SF_FAKE_CUBLAS)
 inline std::string fakes(const std::string& log, bool cublas = true) {
   std::string env = std::string("SHARDFUSE_LIBCUDA=") + SF_FAKE_CUDA + " FAKE_CUDA_LOG=" + log;

@@ -67,7 +67,7 @@ TEST(CliAttention, ExplainNamesTheFormOnTheGpu) {
   CliResult c = shardfuse("compile " + (d / "g.sf") + " --arch sm_90a --no-ptxas --no-host --attention-config group_heads=1 -o " +
                           (d / "p"));
   ASSERT_EQ(c.code, 0) << c.out;
-  const std::string report = read_file(d / "p/report.txt");
+  const std::string report = read_text(d / "p/report.txt");
   EXPECT_NE(report.find("block_m=256 block_n=64 warps=16 wgmma=1 group_heads=1"), std::string::npos) << report;
   EXPECT_NE(report.find("; blocks: query tiles longest first, 1 kv-head group(s) of 2 at a time (their k and v 0.1 MiB)\n"),
             std::string::npos)

@@ -190,11 +190,6 @@ TEST(CliRun, SeedsAreDeterministic) {
   EXPECT_NE(a.out, c.out);
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  return std::string((std::istreambuf_iterator<char>(f)), {});
-}
-
 TEST(CliRun, GeneratedHostKernelsRunEveryExample) {
   for (const char* e : kExamples) {
     CliResult r = shardfuse("run " + example(e) + " --check --seed 3");

@@ -56,8 +56,9 @@ class TempDir {
 };
 
 inline void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
-inline std::string read_file(const std::string& path) {
-  std::ifstream f(path);
+// A whole file's text ("" when it cannot be read).
+inline std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(f)), {});
 }
 

@@ -21,13 +21,6 @@
 namespace sf {
 namespace tools_exec_cli_test {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
 // Compiles `graph` into t/<name> for `arch`; the Plan directory.
 std::string compile_to(const TempDir& t, const std::string& graph, const std::string& name,
                        const std::string& extra = "", const std::string& arch = "sm_90a") {

@@ -16,13 +16,6 @@
 namespace sf {
 namespace tools_exec_cpu_cli_test {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;

@@ -17,13 +17,6 @@ namespace tools_hardening_plan_test {
 
 using nlohmann::json;
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
 // One compiled Plan per graph and world, copied and edited per case.
 class HardeningPlan : public ::testing::Test {
  protected:

@@ -13,11 +13,6 @@
 namespace sf {
 namespace tools_hardening_ranks_test {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // ---- class 3: uncaught exceptions ---------------------------------------------------------

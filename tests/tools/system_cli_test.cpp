@@ -20,13 +20,6 @@ const std::string kSystem = kDir + "two_gpu_nodes.json";
 
 bool has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
 TEST(SystemCli, TheLinksChooseWhichMeshDimCarriesTheCollective) {
   // Default links (one 8-GPU node): both dims are NVLink; a's rows are gathered over dp.
   CliResult d = shardfuse("explain " + kGraph);

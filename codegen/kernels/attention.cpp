@@ -647,14 +647,13 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   // TMA brings k and v where the spec allows it (sm_90a's default: KernelSpec::tma)
   // and both come from params whose heads are whole [S, E] slices (tma_source).
   std::optional<std::pair<AttentionCode::TmaSource, AttentionCode::TmaSource>> tma_src;
-  if (wg && spec.tma) tma_src = AttentionCode(spec, *info, t0, mode, b, cg).tma_sources(np);
+  std::string no_tma = "TMA is off";
+  if (wg && spec.tma) tma_src = AttentionCode(spec, *info, t0, mode, b, cg).tma_sources(np, &no_tma);
   if (ws && !tma_src)
-    return fail("warp_specialize = 1: its producer brings k and v by TMA, and here they do not come by TMA (plain or "
-                "GQA-repeated heads of params, and TMA not turned off)");
+    return fail("warp_specialize = 1: its producer brings k and v by TMA, and here they do not come by TMA (" + no_tma + ")");
   if (wg && config.stages != 2 && !tma_src)
-    return fail("stages = " + std::to_string(config.stages) +
-                ": more than 2 k/v buffers need k and v brought by TMA (plain or GQA-repeated heads of params, "
-                "and TMA not turned off)");
+    return fail("stages = " + std::to_string(config.stages) + ": more than 2 k/v buffers need k and v brought by TMA (" +
+                no_tma + ")");
   const Tiles t(shape.bm, shape.bn, m.e, m.ev, regs, wg, kv_buffers, tma_src.has_value());
   if (std::optional<std::string> why = tiles_over_budget(t, budget_target)) return fail(*why);
   AttentionCode code(spec, *info, t, mode, b, cg);
@@ -713,22 +712,26 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
                   [&](llvm::Value* bid) { return code.block(bid, buf, nullptr, nullptr, ke.in, ke.out[0]); });
     if (!r) return r.error();
   }
+  if (mode == Mode::Mma && wg)
+    k.form = tma_src ? "k and v by TMA (rank " + std::to_string(tma_src->first.layout.rank) + " and " +
+                           std::to_string(tma_src->second.layout.rank) + " tensor maps)"
+                     : "k and v by cp.async: " + no_tma;
   if (mode != Mode::Host) {
     k.launch.grid = {std::max<int64_t>(blocks, 1), 1, 1};
     k.launch.block = {launch_threads, 1, 1};
     k.launch.shared_bytes = static_cast<int>(t.bytes());
-    // k's and v's maps: each param as [heads, S, cols], a box of 64 columns x bn keys
-    // of one head (128-byte swizzle, as the panels lie).
+    // k's and v's maps: dims (cols, S, the head dims: kv_tma_layout), a box of 64
+    // columns x bn keys of one head (128-byte swizzle, as the panels lie).
     if (tma_src)
-      for (const auto& [src, cols] : {std::pair{tma_src->first, m.e}, std::pair{tma_src->second, m.ev}}) {
+      for (const AttentionCode::TmaSource& src : {tma_src->first, tma_src->second}) {
         const TensorType& param = spec.group.node(spec.group.params()[static_cast<size_t>(src.param)]).type;
         TensorMapSpec map;
         map.input = src.param;
         map.dtype = param.dtype;
-        map.rank = 3;
-        map.dims = {cols, m.s, numel(param.shape) / (m.s * cols)};
-        map.strides = {cols * 2, m.s * cols * 2};
-        map.box = {64, static_cast<int>(t.bn), 1};
+        map.rank = src.layout.rank;
+        map.dims = src.layout.dims;
+        map.strides = src.layout.strides;
+        map.box = {64, static_cast<int>(t.bn), 1, 1, 1};
         k.launch.tensor_maps.push_back(map);
       }
   }

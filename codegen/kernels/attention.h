@@ -32,8 +32,10 @@
 // Other attention (f32, odd tiles or head dims) multiplies in FMA (SIMT).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,10 @@
 #include "codegen/kernels/emitter.h"
 
 namespace sf {
+
+namespace kernels {
+struct IndexMap;
+}
 
 struct AttentionKernelInfo {
   AttentionMatch match;  // ValueIds of the group graph
@@ -58,6 +64,26 @@ struct AttentionKernelInfo {
 
 // The group's attention and output layout, or a Diag saying why the group is not one.
 Result<AttentionKernelInfo> attention_info(const Graph& group);
+
+// How TMA reads the heads of k or v (the wgmma form's KernelSpec::tma): a tensor map
+// over the param with dims (cols, rows, then up to three dims of heads), innermost
+// first, and the map coordinates of each head. The operand is [heads..., rows, cols]
+// in C order, read from a param of `param_numel` elements through `map` (its views'
+// index map, element.h): plain heads, GQA's repeated heads, or heads of a permuted
+// projection ([batch, seq, heads, cols] seen as [batch, heads, seq, cols], as
+// FlashAttention-3 reads q, k and v by TMA). Every row's columns must be adjacent,
+// rows and heads evenly spaced by multiples of 16 bytes, and the first head at the
+// param's first element; a Diag says which does not hold.
+struct KvTmaLayout {
+  int rank = 3;
+  std::array<int64_t, kMaxTensorMapRank> dims{1, 1, 1, 1, 1};  // elements: cols, rows, then the head dims
+  std::array<int64_t, kMaxTensorMapRank - 1> strides{};         // bytes between indices of dims 1, 2, ...
+  // Map dim 2 + i's coordinate of head h (the operand's flat index over its leading
+  // dims) is (h / div) % radix: (div, radix) per head dim.
+  std::vector<std::pair<int64_t, int64_t>> head_dims;
+};
+Result<KvTmaLayout> kv_tma_layout(const kernels::IndexMap& map, int64_t heads, int64_t rows, int64_t cols,
+                                  int64_t param_numel, int64_t elem_bytes);
 
 // The bytes of shared memory (NVPTX) or stack (host) a block may hold.
 int64_t attention_tile_budget(const llvmb::Target& target);

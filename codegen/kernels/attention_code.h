@@ -171,18 +171,19 @@ class AttentionCode {
   }
 
   // ---- TMA for k and v (the wgmma form with KernelSpec::tma) ----
-  // Where a k or v tile comes from by TMA: the param, and the map from the operand's
-  // flat index to the param's (copy_source), when that map keeps each head's rows x
-  // cols elements contiguous and whole (the param is then [heads, rows, cols], and a
-  // block's head is map(b rows cols) / (rows cols)).
+  // Where a k or v tile comes from by TMA: the param, and the tensor map's layout over
+  // it (kv_tma_layout of the operand's views, copy_source): dims (cols, rows, head
+  // dims), and each head dim's coordinate of the block's head b.
   struct TmaSource {
     int param = -1;
-    kernels::IndexMap map;
+    KvTmaLayout layout;
   };
-  std::optional<TmaSource> tma_source(int node, int64_t rows, int64_t cols);
-  // Both k's (its rows node's) and v's, or nullopt; the kernel's group values built
-  // for the question alone (no code emitted).
-  std::optional<std::pair<TmaSource, TmaSource>> tma_sources(size_t num_params);
+  // nullopt with `why` set where the operand does not come by TMA.
+  std::optional<TmaSource> tma_source(int node, int64_t rows, int64_t cols, std::string* why = nullptr);
+  // Both k's (its rows node's) and v's, or nullopt with `why` naming the one that
+  // does not come by TMA; the kernel's group values built for the question alone (no
+  // code emitted).
+  std::optional<std::pair<TmaSource, TmaSource>> tma_sources(size_t num_params, std::string* why);
   // The kernel takes them by these tensor maps (k's, v's: generic pointers).
   void set_tma(std::pair<TmaSource, TmaSource> src, llvm::Value* kmap, llvm::Value* vmap, int warps) {
     tma_src_ = std::move(src);
@@ -395,8 +396,9 @@ class AttentionCode {
 
   // The param slot and offset map that `node` (k's rows or v) copies unchanged: a
   // chain of transposes, permutes, reshapes, expands and slices from a param of the
-  // tiles' 16-bit dtype, read in dense runs of 8. nullopt where anything computes.
-  std::optional<std::pair<int, kernels::IndexMap>> copy_source(int node) const;
+  // tiles' 16-bit dtype, read in dense runs of 8 (`runs`: TMA's kv_tma_layout checks
+  // the layout itself, through any number of view steps). nullopt where anything computes.
+  std::optional<std::pair<int, kernels::IndexMap>> copy_source(int node, bool runs = true) const;
   // cp.async of `rows` tile rows of `cols` elements (8 at a time) of `node`'s param
   // `src` into the tile at byte `base` plus `bufe` elements, rows `stride` apart;
   // `row_base` as load16's. Spread over the block's threads, no barrier.

@@ -177,7 +177,7 @@ Result<void> AttentionCode::load16(int node, int64_t rows, int64_t cols, const s
   });
 }
 
-std::optional<std::pair<int, kernels::IndexMap>> AttentionCode::copy_source(int node) const {
+std::optional<std::pair<int, kernels::IndexMap>> AttentionCode::copy_source(int node, bool runs) const {
   if (node < 0 || mode_ == Mode::Host || mode_ == Mode::Simt) return std::nullopt;
   const DType t = score_in_dtype();
   for (int at = node;;) {
@@ -190,7 +190,7 @@ std::optional<std::pair<int, kernels::IndexMap>> AttentionCode::copy_source(int 
     at = n.inputs[0];
   }
   std::vector<std::pair<int, kernels::IndexMap>> r = gv_->reads(node, kernels::dense_index(spec_.group.node(node).type.shape));
-  if (r.size() != 1 || r[0].first < 0 || !kernels::dense_runs(r[0].second, 8)) return std::nullopt;
+  if (r.size() != 1 || r[0].first < 0 || (runs && !kernels::dense_runs(r[0].second, 8))) return std::nullopt;
   return r[0];
 }
 

@@ -162,34 +162,41 @@ Result<void> AttentionCode::key_loop_pipelined(llvm::Value* b, llvm::Value* kv_e
   });
 }
 
-std::optional<AttentionCode::TmaSource> AttentionCode::tma_source(int node, int64_t rows, int64_t cols) {
-  std::optional<std::pair<int, kernels::IndexMap>> src = copy_source(node);
-  if (!src) return std::nullopt;
-  const int64_t head = rows * cols;
-  const Node& p = spec_.group.node(spec_.group.params()[static_cast<size_t>(src->first)]);
-  if (head <= 0 || numel(p.type.shape) % head != 0) return std::nullopt;
-  const kernels::IndexMap& m = src->second;
-  if (!m.contiguous()) {
-    // One strided step of the operand's own flat index whose innermost dim holds
-    // whole heads densely, every other stride and the start whole heads: element (b,
-    // j, e) lands at (a multiple of rows x cols) + j cols + e.
-    if (m.base != kernels::kIterationIndex || m.steps.size() != 1) return std::nullopt;
-    const kernels::StridedStep& s = m.steps[0];
-    if (s.shape.empty() || s.shape.back() % head != 0 || s.strides.back() != 1 || s.offset % head != 0) return std::nullopt;
-    for (size_t d = 0; d + 1 < s.strides.size(); ++d)
-      if (s.strides[d] % head != 0) return std::nullopt;
+std::optional<AttentionCode::TmaSource> AttentionCode::tma_source(int node, int64_t rows, int64_t cols, std::string* why) {
+  std::optional<std::pair<int, kernels::IndexMap>> src = copy_source(node, /*runs=*/false);
+  if (!src) {
+    if (why) *why = "it is computed, not a view of one input";
+    return std::nullopt;
   }
-  return TmaSource{src->first, m};
+  const int64_t head = rows * cols;
+  const TensorType& op = spec_.group.node(node).type;
+  const Node& p = spec_.group.node(spec_.group.params()[static_cast<size_t>(src->first)]);
+  if (head <= 0 || numel(op.shape) % head != 0) return std::nullopt;
+  Result<KvTmaLayout> l =
+      kv_tma_layout(src->second, numel(op.shape) / head, rows, cols, numel(p.type.shape), dtype_size(p.type.dtype));
+  if (!l) {
+    if (why) *why = l.error().message;
+    return std::nullopt;
+  }
+  return TmaSource{src->first, std::move(*l)};
 }
 
-std::optional<std::pair<AttentionCode::TmaSource, AttentionCode::TmaSource>> AttentionCode::tma_sources(size_t num_params) {
+std::optional<std::pair<AttentionCode::TmaSource, AttentionCode::TmaSource>> AttentionCode::tma_sources(size_t num_params,
+                                                                                                        std::string* why) {
   const int kr = k_rows_node();
-  if (kr < 0) return std::nullopt;
+  if (kr < 0) {
+    *why = "k is not transposed from a [..., S, E] operand";
+    return std::nullopt;
+  }
   GroupValues gv(spec_.group, cg_, std::vector<llvm::Value*>(num_params, nullptr));
   gv_ = &gv;
-  std::optional<TmaSource> k = tma_source(kr, m_.s, m_.e), v = tma_source(m_.v, m_.s, m_.ev);
+  std::string kwhy, vwhy;
+  std::optional<TmaSource> k = tma_source(kr, m_.s, m_.e, &kwhy), v = tma_source(m_.v, m_.s, m_.ev, &vwhy);
   gv_ = nullptr;
-  if (!k || !v) return std::nullopt;
+  if (!k || !v) {
+    *why = !k ? "k: " + kwhy : "v: " + vwhy;
+    return std::nullopt;
+  }
   return std::pair{*k, *v};
 }
 
@@ -224,11 +231,14 @@ void AttentionCode::tma_kv(llvm::Value* b, llvm::Value* kv0, llvm::Value* buf, l
   llvm::Type* i32 = b_.getInt32Ty();
   const TmaSource& ks = tma_src_->first;
   const TmaSource& vs = tma_src_->second;
-  // The block's head in each map: its batch's first element over a head's elements.
-  auto head = [&](const TmaSource& s, int64_t cols) {
-    llvm::Value* first = b_.CreateMul(b, c(m_.s * cols));
-    llvm::Value* off = s.map.contiguous() ? first : kernels::emit_index_map(b_, first, s.map);
-    return b_.CreateTrunc(b_.CreateUDiv(off, c(m_.s * cols)), i32);
+  // The block's head b in each map: its coordinate in each of the map's head dims.
+  auto head = [&](const TmaSource& s) {
+    std::vector<llvm::Value*> at;
+    for (const auto& [div, radix] : s.layout.head_dims) {
+      llvm::Value* x = div > 1 ? b_.CreateUDiv(b, c(div)) : b;
+      at.push_back(b_.CreateTrunc(radix > 1 ? b_.CreateURem(x, c(radix)) : c(0), i32));
+    }
+    return at;
   };
   llvm::Value* bar = mbar_at(buf);
   const int64_t bytes = t_.kv_bytes();
@@ -238,23 +248,27 @@ void AttentionCode::tma_kv(llvm::Value* b, llvm::Value* kv0, llvm::Value* buf, l
   else
     matmul_detail::mbar_expect_tx_ptx(b_, bar, b_.getInt32(static_cast<uint32_t>(bytes)));
   // One box of 64 columns x bn keys of the head per panel; keys past S arrive as zeros.
-  auto copy = [&](llvm::Value* map, llvm::Value* h, int64_t cols, int64_t base) {
+  auto copy = [&](llvm::Value* map, const std::vector<llvm::Value*>& h, int64_t cols, int64_t base) {
     for (int64_t p = 0; p < Tiles::panels(cols); ++p) {
       llvm::Value* off = b_.CreateAdd(buf_off, c(base + p * t_.bn * 128));
-      llvm::Value* c0 = b_.getInt32(static_cast<uint32_t>(64 * p));
-      llvm::Value* c1 = b_.CreateTrunc(kv0, i32);
+      std::vector<llvm::Value*> at = {b_.getInt32(static_cast<uint32_t>(64 * p)), b_.CreateTrunc(kv0, i32)};
+      at.insert(at.end(), h.begin(), h.end());
       if (mode_ == Mode::MmaSim) {
+        // The simulation's hook takes five coordinates, those past the map's rank 0.
         llvm::Type* ptr = b_.getPtrTy();
-        auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, ptr, ptr, i32, i32, i32, ptr}, false);
-        b_.CreateCall(fty, hook_[12], {hook_[0], tid32_, map, b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_, off), c0, c1, h, bar});
+        auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, ptr, ptr, i32, i32, i32, i32, i32, ptr}, false);
+        std::vector<llvm::Value*> args = {hook_[0], tid32_, map, b_.CreateInBoundsGEP(b_.getInt8Ty(), buf_, off)};
+        for (size_t i = 0; i < 5; ++i) args.push_back(i < at.size() ? at[i] : b_.getInt32(0));
+        args.push_back(bar);
+        b_.CreateCall(fty, hook_[12], args);
       } else {
         llvm::Value* dst = b_.CreateAdd(b_.CreatePtrToInt(buf_, i32), b_.CreateTrunc(off, i32));
-        matmul_detail::tma_load_ptx(b_, map, dst, {c0, c1, h}, bar);
+        matmul_detail::tma_load_ptx(b_, map, dst, at, bar);
       }
     }
   };
-  copy(kmap_, head(ks, m_.e), m_.e, t_.k16);
-  copy(vmap_, head(vs, m_.ev), m_.ev, t_.v16);
+  copy(kmap_, head(ks), m_.e, t_.k16);
+  copy(vmap_, head(vs), m_.ev, t_.v16);
 }
 
 void AttentionCode::tma_wait(llvm::Value* buf, llvm::Value* parity) { mbar_wait(mbar_at(buf), parity); }

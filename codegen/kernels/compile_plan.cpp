@@ -376,6 +376,7 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
   };
   std::vector<std::string> kernel_errors(plan.kernels.size());
   std::vector<std::string> forms(plan.kernels.size());  // report.txt: how a kernel reads its data
+  std::vector<std::string> emitted_forms(plan.kernels.size());  // EmittedKernel::form, appended to it
   std::vector<std::string> kernel_ptx(plan.kernels.size());
   // Emits kernel i's PTX under `cfg` into the Plan and kernel_ptx (or kernel_errors),
   // running ptxas where asked: whether ptxas reported spills.
@@ -392,9 +393,11 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
     pk.zero_outputs = e->launch.zero_outputs;
     pk.persistent = e->launch.persistent;
     pk.workspace_bytes = e->launch.workspace_bytes;
+    emitted_forms[i] = e->form;
     pk.tensor_maps.clear();
     for (const TensorMapSpec& t : e->launch.tensor_maps)
       pk.tensor_maps.push_back(PlanTensorMap{t.input, t.dtype, t.rank, t.dims, t.strides, t.box});
+    static_assert(kMaxTensorMapRank == kPlanTensorMapRank);
     Result<std::string> ptx = llvmb::compile_to_ptx(*e->module, opts.arch);
     if (!ptx.ok()) {
       kernel_errors[i] = pk.id + ": " + ptx.error().message;
@@ -620,7 +623,9 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
     rep += "    ops: ";
     for (size_t i = 0; i < k.ops.size(); ++i) rep += (i ? " " : "") + k.ops[i];
     rep += "\n    config (" + k.config_source + "): " + k.config + "\n";
-    if (!forms[ki].empty()) rep += "    form: " + forms[ki] + "\n";
+    std::string form = forms[ki];
+    if (!emitted_forms[ki].empty()) form += (form.empty() ? "" : "; ") + emitted_forms[ki];
+    if (!form.empty()) rep += "    form: " + form + "\n";
     if (opts.host != CompileOptions::HostCode::None)
       rep += k.host_symbol.empty() ? "    host code: none (" + host_why[ki] + ")\n"
                                    : "    host config: " + k.host_config + "\n";

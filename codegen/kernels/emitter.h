@@ -52,14 +52,22 @@ struct KernelSpec {
 // memory and passes its address as an extra kernel argument, after the outputs, in
 // LaunchShape::tensor_maps' order. Always 128-byte swizzle, element strides 1, no
 // interleave, out-of-bounds elements read as zero.
+inline constexpr int kMaxTensorMapRank = 5;  // TMA's limit
 struct TensorMapSpec {
   int input = -1;                      // which kernel input (param) the map reads
   DType dtype = DType::BF16;
-  int rank = 2;                        // 2, or 3 with a batch dim
-  std::array<int64_t, 3> dims{};      // global extents, innermost (unit-stride) first
-  std::array<int64_t, 2> strides{};   // bytes between consecutive indices of dims 1 and 2
-  std::array<int, 3> box{};           // elements one copy moves, innermost first
-  bool operator==(const TensorMapSpec&) const = default;
+  int rank = 2;                        // 2 to 5: a matrix, then batch or head dims
+  std::array<int64_t, kMaxTensorMapRank> dims{1, 1, 1, 1, 1};      // global extents, innermost (unit-stride) first
+  std::array<int64_t, kMaxTensorMapRank - 1> strides{};             // bytes between consecutive indices of dims 1, 2, ...
+  std::array<int, kMaxTensorMapRank> box{1, 1, 1, 1, 1};           // elements one copy moves, innermost first
+  // The entries past the rank do not count (unset, they may be 0 or 1).
+  bool operator==(const TensorMapSpec& o) const {
+    if (input != o.input || dtype != o.dtype || rank != o.rank) return false;
+    for (size_t i = 0; i < static_cast<size_t>(rank) && i < dims.size(); ++i)
+      if (dims[i] != o.dims[i] || box[i] != o.box[i] || (i + 1 < static_cast<size_t>(rank) && strides[i] != o.strides[i]))
+        return false;
+    return true;
+  }
 };
 
 struct LaunchShape {
@@ -86,6 +94,9 @@ struct EmittedKernel {
   std::unique_ptr<llvm::Module> module;
   std::string entry;
   LaunchShape launch;  // NVPTX only; the host entry runs the whole grid
+  // A clause for report.txt's "form:" line that only the emitter knows (the
+  // attention: whether TMA brings k and v, and if not, why); empty: none.
+  std::string form;
 };
 
 class Emitter {

@@ -130,12 +130,12 @@ struct MmaSimHooks {
   void (*wgmma_commit)(void* ctx, int32_t thread) = nullptr;
   void (*wgmma_wait)(void* ctx, int32_t thread, int32_t pending) = nullptr;
   // TMA (KernelSpec::tma): cp.async.bulk.tensor of one box of `map` (a SimTensorMap*)
-  // at coordinates (c0, c1, c2) into `dst` with the 128-byte swizzle, completing its
+  // at coordinates (c0, ..., c4; those past the map's rank 0) into `dst` with the 128-byte swizzle, completing its
   // bytes on the mbarrier at `mbar`; mbarrier.init with an arrival count,
   // mbarrier.arrive.expect_tx, and mbarrier.try_wait.parity (nonzero: the phase of
   // that parity has completed).
   void (*tma_load)(void* ctx, int32_t thread, const void* map, void* dst, int32_t c0, int32_t c1, int32_t c2,
-                   void* mbar) = nullptr;
+                   int32_t c3, int32_t c4, void* mbar) = nullptr;
   void (*mbar_init)(void* ctx, int32_t thread, void* mbar, int32_t count) = nullptr;
   void (*mbar_expect_tx)(void* ctx, int32_t thread, void* mbar, int32_t bytes) = nullptr;
   int32_t (*mbar_try_wait)(void* ctx, int32_t thread, void* mbar, int32_t parity) = nullptr;

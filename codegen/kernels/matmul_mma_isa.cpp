@@ -169,7 +169,7 @@ void MmaIsa::named_barrier(llvm::Value* id, int threads, bool sync) {
 
 void MmaIsa::tma_load(llvm::Value* map, llvm::Value* dst, llvm::Value* c0, llvm::Value* c1, llvm::Value* c2, llvm::Value* bar) {
   if (sim_) {
-    sim_call(10, {map, dst, c0, c1, c2, bar});
+    sim_call(10, {map, dst, c0, c1, c2, b_.getInt32(0), b_.getInt32(0), bar});
     return;
   }
   std::vector<llvm::Value*> coords = {c0, c1};

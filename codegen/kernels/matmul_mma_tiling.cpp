@@ -90,11 +90,11 @@ std::optional<std::vector<TensorMapSpec>> tma_maps(const MatmulGroup& p, const M
     m.input = which == 0 ? p.a.param : p.b.param;
     m.dtype = p.dtype;
     m.rank = p.nbatch > 1 ? 3 : 2;
-    m.dims = {kc ? p.K : outer, kc ? outer : p.K, p.nbatch};
+    m.dims = {kc ? p.K : outer, kc ? outer : p.K, p.nbatch, 1, 1};
     const int64_t s1 = (kc ? s_outer : s_k) * eb;
     const int64_t s2 = p.nbatch > 1 ? (which == 0 ? p.a_bstride[0] : p.b_bstride[0]) * eb : 0;
     m.strides = {m.dims[1] == 1 ? 16 : s1, m.rank == 3 ? s2 : 0};
-    m.box = {static_cast<int>(panel), kc ? (which == 0 ? t.bm : t.bn) : t.bk, 1};
+    m.box = {static_cast<int>(panel), kc ? (which == 0 ? t.bm : t.bn) : t.bk, 1, 1, 1};
     for (int d = 0; d + 1 < m.rank; ++d)
       if (m.strides[static_cast<size_t>(d)] % 16 != 0 || m.strides[static_cast<size_t>(d)] <= 0) {
         *why = std::string("operand ") + (which == 0 ? "A" : "B") + "'s stride of " + num(m.strides[static_cast<size_t>(d)]) +

@@ -385,15 +385,17 @@ Result<Buffer> encode_tensor_map(Context& ctx, const PlanTensorMap& t, CUdevicep
     case DType::F32: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
     default: return Diag{"", {}, "tensor map: no TMA data type for " + std::string(dtype_name(t.dtype))};
   }
-  if (t.rank < 1 || t.rank > 3) return Diag{"", {}, "tensor map: rank " + std::to_string(t.rank) + " is outside 1..3"};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  cuuint64_t dims[3], strides[2];
-  cuuint32_t box[3];
-  for (int i = 0; i < 3; ++i) {
+  constexpr int kRank = kPlanTensorMapRank;
+  if (t.rank < 1 || t.rank > kRank)
+    return Diag{"", {}, "tensor map: rank " + std::to_string(t.rank) + " is outside 1.." + std::to_string(kRank)};
+  const cuuint32_t elem_strides[kRank] = {1, 1, 1, 1, 1};
+  cuuint64_t dims[kRank], strides[kRank - 1];
+  cuuint32_t box[kRank];
+  for (int i = 0; i < kRank; ++i) {
     dims[i] = static_cast<cuuint64_t>(t.dims[static_cast<size_t>(i)]);
     box[i] = static_cast<cuuint32_t>(t.box[static_cast<size_t>(i)]);
   }
-  for (int i = 0; i < 2; ++i) strides[i] = static_cast<cuuint64_t>(t.strides[static_cast<size_t>(i)]);
+  for (int i = 0; i + 1 < kRank; ++i) strides[i] = static_cast<cuuint64_t>(t.strides[static_cast<size_t>(i)]);
   CUtensorMap map{};
   SF_TRY(check(d.TensorMapEncodeTiled(&map, type, static_cast<cuuint32_t>(t.rank), reinterpret_cast<void*>(base), dims,
                                       strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,

@@ -128,7 +128,7 @@ struct Reader : json_read::Reader {
   }
 };
 
-// A kernel's tensor map: rank 2 or 3; extents in 1..2^32; strides positive multiples
+// A kernel's tensor map: rank 2 to 5; extents in 1..2^32; strides positive multiples
 // of 16 bytes below 2^40; a box of 1..256 elements a dim whose innermost side is at most
 // 128 bytes (the 128-byte swizzle). Whether it lies inside its buffer is verify_plan's.
 PlanTensorMap read_tensor_map(const json_read::Reader& rd, const json& mj, const std::string& path) {
@@ -139,18 +139,20 @@ PlanTensorMap read_tensor_map(const json_read::Reader& rd, const json& mj, const
   if (!t || (*t != DType::BF16 && *t != DType::F16 && *t != DType::F32))
     rd.fail(path + ".dtype", "\"" + dt + "\" is not a tensor map dtype (bf16, f16 or f32)");
   m.dtype = *t;
-  std::vector<int64_t> dims = rd.integers(rd.at(mj, path, "dims"), path + ".dims", 1, int64_t{1} << 32, 3);
-  if (dims.size() < 2) rd.fail(path + ".dims", "needs 2 or 3 extents");
+  constexpr size_t kRank = kPlanTensorMapRank;
+  std::vector<int64_t> dims = rd.integers(rd.at(mj, path, "dims"), path + ".dims", 1, int64_t{1} << 32, kRank);
+  if (dims.size() < 2) rd.fail(path + ".dims", "needs 2 to " + std::to_string(kRank) + " extents");
   m.rank = static_cast<int>(dims.size());
-  std::vector<int64_t> strides = rd.integers(rd.at(mj, path, "strides"), path + ".strides", 16, (int64_t{1} << 40) - 1, 2);
+  std::vector<int64_t> strides =
+      rd.integers(rd.at(mj, path, "strides"), path + ".strides", 16, (int64_t{1} << 40) - 1, kRank - 1);
   if (strides.size() + 1 != dims.size()) rd.fail(path + ".strides", "needs one stride per dim after the first");
-  std::vector<int64_t> box = rd.integers(rd.at(mj, path, "box"), path + ".box", 1, 256, 3);
+  std::vector<int64_t> box = rd.integers(rd.at(mj, path, "box"), path + ".box", 1, 256, kRank);
   if (box.size() != dims.size()) rd.fail(path + ".box", "needs one extent per dim");
-  for (size_t i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < kRank; ++i) {
     m.dims[i] = i < dims.size() ? dims[i] : 1;
     m.box[i] = i < box.size() ? static_cast<int>(box[i]) : 1;
   }
-  for (size_t i = 0; i < 2; ++i) {
+  for (size_t i = 0; i + 1 < kRank; ++i) {
     m.strides[i] = i < strides.size() ? strides[i] : 0;
     if (i < strides.size() && strides[i] % 16 != 0)
       rd.fail(Reader::item(path + ".strides", i), std::to_string(strides[i]) + " is not a multiple of 16 bytes");

@@ -430,9 +430,9 @@ TEST_F(CudaFake, TensorMapsAreEncodedIntoDeviceMemory) {
   PlanTensorMap t;
   t.dtype = DType::BF16;
   t.rank = 2;
-  t.dims = {512, 256, 1};
+  t.dims = {512, 256, 1, 1, 1};
   t.strides = {1024, 0};
-  t.box = {64, 128, 1};
+  t.box = {64, 128, 1, 1, 1};
   Result<Buffer> m = encode_tensor_map(*ctx, t, x.ptr());
   ASSERT_TRUE(m) << m.error().message;
   EXPECT_EQ(m->bytes(), 128u);
@@ -446,7 +446,7 @@ TEST_F(CudaFake, TensorMapsAreEncodedIntoDeviceMemory) {
   EXPECT_EQ(words[2], static_cast<uint32_t>(CU_TENSOR_MAP_SWIZZLE_128B));
   EXPECT_EQ(raw[4], 512u);
   EXPECT_EQ(raw[5], 256u);
-  EXPECT_EQ(raw[7], 1024u);  // strides[0]
+  EXPECT_EQ(raw[9], 1024u);  // strides[0]
   // A stride off 16 bytes, and an inner box wider than the swizzle's 128 bytes.
   PlanTensorMap bad = t;
   bad.strides[0] = 1000;
@@ -457,6 +457,25 @@ TEST_F(CudaFake, TensorMapsAreEncodedIntoDeviceMemory) {
   bad = t;
   bad.box[0] = 128;
   EXPECT_FALSE(encode_tensor_map(*ctx, bad, x.ptr()));
+  // The attention's maps over permuted heads: rank 5, every dim and stride reaching
+  // the driver (FakeTensorMap: dims from word 4, strides from 9).
+  PlanTensorMap five = t;
+  five.rank = 5;
+  five.dims = {64, 64, 2, 2, 2};
+  five.strides = {256, 128, 32768, 16384};
+  five.box = {64, 16, 1, 1, 1};
+  Result<Buffer> m5 = encode_tensor_map(*ctx, five, x.ptr());
+  ASSERT_TRUE(m5) << m5.error().message;
+  ASSERT_TRUE(succeeded(check(ctx->drv().MemcpyDtoH(raw, m5->ptr(), 128), "dtoh")));
+  EXPECT_EQ(reinterpret_cast<const uint32_t*>(raw + 2)[1], 5u);
+  EXPECT_EQ(raw[8], 2u) << "dims[4]";
+  EXPECT_EQ(raw[11], 32768u) << "strides[2]";
+  EXPECT_EQ(raw[12], 16384u) << "strides[3]";
+  bad = five;
+  bad.rank = 6;
+  Result<Buffer> e6 = encode_tensor_map(*ctx, bad, x.ptr());
+  ASSERT_FALSE(e6);
+  EXPECT_TRUE(has(e6.error().message, "rank 6 is outside 1..5")) << e6.error().message;
 }
 
 TEST_F(CudaFake, ElapsedTimeCountsTheLaunchesBetweenEvents) {

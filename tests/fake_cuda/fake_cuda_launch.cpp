@@ -184,9 +184,9 @@ struct FakeTensorMap {
   uint64_t magic = 0x66616b65746d6170;  // "faketmap"
   uint64_t address = 0;
   uint32_t type = 0, rank = 0, swizzle = 0, pad = 0;
-  uint64_t dims[3] = {};
-  uint64_t strides[2] = {};
-  uint32_t box[3] = {};
+  uint64_t dims[5] = {};
+  uint64_t strides[4] = {};
+  uint32_t box[5] = {};
 };
 static_assert(sizeof(FakeTensorMap) <= sizeof(CUtensorMap));
 
@@ -220,10 +220,10 @@ CUresult TensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataType type, cuuint
   f.type = static_cast<uint32_t>(type);
   f.rank = rank;
   f.swizzle = static_cast<uint32_t>(swizzle);
-  for (cuuint32_t i = 0; i < rank && i < 3; ++i) {
+  for (cuuint32_t i = 0; i < rank; ++i) {
     f.dims[i] = dims[i];
     f.box[i] = box[i];
-    if (i + 1 < rank && i < 2) f.strides[i] = strides[i];
+    if (i + 1 < rank) f.strides[i] = strides[i];
   }
   std::memset(map, 0, sizeof *map);
   std::memcpy(map, &f, sizeof f);

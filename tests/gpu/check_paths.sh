@@ -90,6 +90,7 @@ for g in "$src"/tests/gpu/attn_*.sf; do
     has "$p" "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
   fi
   has "$p" "shfl.sync.bfly"  # the register-resident form (16 rows a warp)
+  [ "$n" != attn_proj_bf16 ] || has "$p" "cp.async.bulk.tensor.4d"  # TMA over the permuted heads
   # gpu-pack's wgmma variants (sm_90a's default tile and its fallback among them): the
   # products by wgmma (A from registers: the scores m64 x block_n, the output m64 x
   # 128), no mma.sync.
@@ -103,6 +104,10 @@ for g in "$src"/tests/gpu/attn_*.sf; do
     # The sample: the knobs added since run 11 (stages, ping-pong, group_heads, the
     # producer) on attn_long_bf16 only, whose 320 keys the copy-site count needs.
     case "$mode:$n:$w" in sample:attn_sdpa_bf16:*stages=* | sample:attn_sdpa_bf16:*pingpong=* | sample:attn_sdpa_bf16:*group_heads=*) continue ;; esac
+    # attn_proj_bf16 is there for its 4-D maps: the default tile and the producer's.
+    case "$n:$w" in attn_proj_bf16:*block_m=256*stages=* | attn_proj_bf16:*block_m=256*group_heads=*) continue ;; esac
+    case "$mode:$n:$w" in *:attn_proj_bf16:*block_m=256* | all:attn_proj_bf16:*stages=3\ warp_specialize=1) ;; *:attn_proj_bf16:*) continue ;; esac
+    dims=3d; [ "$n" = attn_proj_bf16 ] && dims=4d
     q="$d/$n.wgmma"
     rm -rf "$q"
     "$sf" compile "$g" --arch sm_90a --no-ptxas --no-host --attention-config "$w" -o "$q" >/dev/null \
@@ -113,7 +118,7 @@ for g in "$src"/tests/gpu/attn_*.sf; do
     has "$q" "wgmma.mma_async.sync.aligned.m64n${bn}k16.f32.bf16.bf16"
     has "$q" "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
     lacks "$q" "mma.sync"
-    has "$q" "cp.async.bulk.tensor.3d"  # k and v by TMA (sm_90a's default)
+    has "$q" "cp.async.bulk.tensor.$dims"  # k and v by TMA (sm_90a's default; 4-D over permuted heads)
     # The softmax under the products (where there is a second key tile: attn_sdpa_bf16's
     # 80 keys are one 128-key tile)
     case "$n:$w" in attn_sdpa_bf16:*block_n=128*) ;; *wgmma=2*) has "$q" "wgmma.wait_group.sync.aligned 1" ;; esac

@@ -301,10 +301,13 @@ TEST(DefaultConfig, APointwiseKernelThatSpillsInWideBlocksTakesTheNarrowDefault)
 
 // The bar for default configs: no spills. Every kernel of the bf16 bench
 // blocks (under the sanitizers the LLaMA block, where its RoPE and its tables are the
-// kernels that spilled, and the attention block, whose attention spills 76 bytes at
-// sm_90a's wgmma default of 256 rows on 16 warps) compiles for sm_90a with its default
-// config, the fallbacks above and compile's wgmma attention fallback included, and
-// ptxas spills nothing.
+// kernels that spilled, and the attention block) compiles for sm_90a with its default
+// config, the fallbacks above included, and ptxas spills nothing. The blocks'
+// attention takes k and v by TMA through 4-D maps over the permuted projections
+// (kv_tma_layout; the LLaMA block's k is RoPE's dense output, a 3-D map) and with it
+// sm_90a's wgmma default of 256 rows on 16 warps; when the copies' addresses held
+// registers (before 2026-11-28) it spilled there (76 bytes in the attention block) and
+// compile fell back to 192 x 96.
 TEST(DefaultConfig, TheBf16BenchBlocksCompileWithoutSpills) {
   if (!find_ptxas().ok()) GTEST_SKIP() << "ptxas not found";
   for (const char* name : {"llama_block", "transformer_block", "mlp", "attention"}) {
@@ -317,10 +320,18 @@ TEST(DefaultConfig, TheBf16BenchBlocksCompileWithoutSpills) {
     co.choose = [ch](const LocalKernel& lk) { return ch->choose(lk); };
     Result<CompiledPlan> p = compile_plan(*g, co);
     ASSERT_TRUE(p) << name << ": " << p.error().str();
+    int attention = 0;
     for (const PlanKernel& k : p->plan.kernels) {
       EXPECT_EQ(k.spill_bytes, 0) << name << ": " << k.id << " (" << k.config << ")";
       EXPECT_EQ(k.config_source, "default") << name << ": " << k.id;
+      if (k.kind != KernelKind::Attention) continue;
+      ++attention;
+      EXPECT_EQ(k.config, "block_m=256 block_n=64 warps=16 wgmma=1") << name << ": " << k.id;
+      ASSERT_EQ(k.tensor_maps.size(), 2u) << name << ": " << k.id << ": k and v not by TMA";
+      EXPECT_EQ(k.tensor_maps[1].rank, 4) << name << ": v as [batch, seq, heads, 128] is a 4-D map";
+      EXPECT_EQ(k.tensor_maps[0].rank, std::string(name) == "llama_block" ? 3 : 4) << name << ": k";
     }
+    EXPECT_EQ(attention, std::string(name) == "mlp" ? 0 : 1) << name;
   }
 }
 

@@ -313,6 +313,68 @@ TEST(FlashAttentionWgmma, TmaBringsKAndV) {
   }
 }
 
+// TMA through views (kv_tma_layout): k and v as heads of permuted projections
+// ([batch, seq, heads, E] seen as [batch, heads, seq, E], the transformer blocks'
+// layout), with GQA's repeat on top, and over two batch dims whose strides do not
+// merge (a rank-5 map); the maps' dims and byte strides are the layouts written out
+// here. Each runs on the simulated sm_90a against the reference, the GQA one also
+// with a producer warpgroup bringing the tiles. A v that starts inside its
+// input (a slice) keeps the copies.
+TEST(FlashAttentionWgmma, TmaReadsHeadsOfPermutedProjections) {
+  struct View {
+    const char* what;
+    std::string params, body;
+    bool tma;
+    std::array<int64_t, 5> kdims;
+    std::array<int64_t, 4> kstrides;  // bytes
+    int krank;
+    std::vector<KernelConfig> configs;
+  };
+  const std::vector<View> views = {
+      {"permuted projections, GQA 2 of 4 heads, 2 batches",
+       "q: bf16[2, 72, 4, 64], k: bf16[2, 72, 2, 64], v: bf16[2, 72, 2, 64]",
+       "  out = scaled_dot_product_attention(permute(q, dims=[0, 2, 1, 3]), permute(k, dims=[0, 2, 1, 3]), "
+       "permute(v, dims=[0, 2, 1, 3]), is_causal=true, enable_gqa=true)\n  return out",
+       true, {64, 72, 2, 2, 1}, {256, 128, 72 * 2 * 64 * 2, 0}, 4,
+       {wg(64, 16, 4), wg(128, 16, 8), producer(wg(128, 16, 8))}},
+      {"two batch dims in swapped order, permuted heads",
+       "q: bf16[2, 2, 64, 2, 64], k: bf16[2, 2, 64, 2, 64], v: bf16[2, 2, 64, 2, 64]",
+       "  out = scaled_dot_product_attention(permute(q, dims=[1, 0, 3, 2, 4]), permute(k, dims=[1, 0, 3, 2, 4]), "
+       "permute(v, dims=[1, 0, 3, 2, 4]))\n  return out",
+       true, {64, 64, 2, 2, 2}, {256, 128, 32768, 16384}, 5, {wg(64, 16, 4)}},
+      {"v a slice of its input", "q: bf16[1, 2, 64, 64], k: bf16[1, 2, 64, 64], v: bf16[1, 2, 80, 64]",
+       "  out = scaled_dot_product_attention(q, k, slice(v, dim=2, start=16))\n  return out",
+       false, {}, {}, 0, {wg(64, 16, 4)}},
+  };
+  for (const View& v : views) {
+    Graph g = parse(v.params, v.body);
+    KernelSpec spec{"sf_flash_views", KernelKind::Attention, decompose(g)};
+    spec.tma = true;
+    Result<EmittedKernel> k = emit_attention(spec, wg(64, 16, 4), llvmb::Target::nvptx("sm_90a"));
+    ASSERT_TRUE(k.ok()) << v.what << ": " << k.error().str();
+    ASSERT_EQ(k->launch.tensor_maps.size(), v.tma ? 2u : 0u) << v.what;
+    if (v.tma) {
+      const TensorMapSpec& km = k->launch.tensor_maps[0];
+      EXPECT_EQ(km.rank, v.krank) << v.what;
+      EXPECT_EQ(km.dims, v.kdims) << v.what;
+      EXPECT_EQ(km.strides, v.kstrides) << v.what;
+      EXPECT_EQ(km.box, (std::array<int, 5>{64, 16, 1, 1, 1})) << v.what;
+      EXPECT_EQ(k->launch.tensor_maps[1].dims, v.kdims) << v.what << ": v's map";
+      Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_90a");
+      ASSERT_TRUE(ptx.ok()) << ptx.error().str();
+      EXPECT_GT(kernel_test::count_of(*ptx, "cp.async.bulk.tensor." + std::to_string(v.krank) + "d.shared::cluster.global"), 0u)
+          << v.what;
+    }
+    const Case c{v.what, v.params, v.body, {}};
+    for (size_t i = 0; i < v.configs.size(); ++i) {
+      const KernelConfig& cfg = v.configs[i];
+      if (i > 0 && !test::in_sample(i)) continue;  // the sanitizer build: each view's first and every other
+      attention_sim::SimRun run;
+      expect_simulated_with_lag(c, cfg, v.tma, run);
+    }
+  }
+}
+
 // wgmma = 2, the same shape: FlashAttention-3's pipelining within a warpgroup. Tile 0's
 // scores before the loop, each iteration's scores and the previous tile's output
 // products in flight together (the scores waited for with one group still pending),
@@ -328,8 +390,9 @@ TEST(FlashAttentionWgmma, PipelinedPtxOverlapsTheSoftmaxWithTheProducts) {
   // q's panels, three buffers of k's and v's, and their full and empty mbarriers.
   EXPECT_EQ(k->launch.shared_bytes, 2 * 128 * 128 + 3 * (2 + 2) * 64 * 128 + 3 * 16);
   ASSERT_EQ(k->launch.tensor_maps.size(), 2u);
-  EXPECT_EQ(k->launch.tensor_maps[0].dims, (std::array<int64_t, 3>{128, 256, 2})) << "k as [heads, S, E]";
-  EXPECT_EQ(k->launch.tensor_maps[0].box, (std::array<int, 3>{64, 64, 1}));
+  EXPECT_EQ(k->launch.tensor_maps[0].rank, 3);
+  EXPECT_EQ(k->launch.tensor_maps[0].dims, (std::array<int64_t, 5>{128, 256, 2, 1, 1})) << "k as [heads, S, E]";
+  EXPECT_EQ(k->launch.tensor_maps[0].box, (std::array<int, 5>{64, 64, 1, 1, 1}));
   Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_90a");
   ASSERT_TRUE(ptx.ok()) << ptx.error().str();
   EXPECT_EQ(kernel_test::count_of(*ptx, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"), 16u);

@@ -653,7 +653,8 @@ inline int32_t sim_mbar_try_wait_locked(Block& blk, int32_t thread, void* mbar, 
 // cp.async.bulk.tensor with a 128-byte swizzle: box row r of 128 bytes lands at
 // dst + 128 r with its 16-byte units permuted by address bits 7-9, elements outside
 // the tensor read as zero; the box's bytes complete on the mbarrier.
-inline void sim_tma_load(void* ctx, int32_t, const void* map, void* dst, int32_t c0, int32_t c1, int32_t c2, void* mbar) {
+inline void sim_tma_load(void* ctx, int32_t, const void* map, void* dst, int32_t c0, int32_t c1, int32_t c2, int32_t c3,
+                         int32_t c4, void* mbar) {
   Block& blk = *static_cast<Block*>(ctx);
   const auto& m = *static_cast<const SimTensorMap*>(map);
   const int64_t eb = dtype_size(m.spec.dtype);
@@ -668,16 +669,28 @@ inline void sim_tma_load(void* ctx, int32_t, const void* map, void* dst, int32_t
     for (const auto& grp : gs)
       for (const Range& x : grp)
         if (x.overlaps(r.lo, r.hi)) blk.fail_locked("TMA overwrites shared memory that an in-flight wgmma may still read");
+  // The dims past the first two: one coordinate each (their boxes are 1 wide), in
+  // bounds or the whole box reads zeros; their bytes from the map's strides.
+  const int32_t outer[3] = {c2, c3, c4};
+  bool outer_in = true;
+  int64_t outer_off = 0;
+  for (int d = 2; d < m.spec.rank; ++d) {
+    const int64_t g = outer[d - 2];
+    if (m.spec.box[static_cast<size_t>(d)] != 1) return blk.fail_locked("TMA: a box wider than 1 in a dim past the second");
+    outer_in = outer_in && g >= 0 && g < m.spec.dims[static_cast<size_t>(d)];
+    outer_off += g * m.spec.strides[static_cast<size_t>(d - 1)];
+  }
+  for (int d = m.spec.rank; d < 5; ++d)
+    if (outer[d - 2] != 0) return blk.fail_locked("TMA: a coordinate past the map's rank is not 0");
   for (int64_t row = 0; row < rows; ++row)
     for (int64_t i = 0; i < m.spec.box[0]; ++i) {
-      const int64_t g0 = c0 + i, g1 = c1 + row, g2 = m.spec.rank == 3 ? c2 : 0;
-      const bool in = g0 >= 0 && g0 < m.spec.dims[0] && g1 >= 0 && g1 < m.spec.dims[1] && g2 >= 0 &&
-                      (m.spec.rank < 3 || g2 < m.spec.dims[2]);
+      const int64_t g0 = c0 + i, g1 = c1 + row;
+      const bool in = outer_in && g0 >= 0 && g0 < m.spec.dims[0] && g1 >= 0 && g1 < m.spec.dims[1];
       int64_t off = at + row * 128 + i * eb;
       if (!blk.tma_ignores_swizzle) off ^= ((off >> 7) & 7) << 4;
       if (in)
         std::memcpy(blk.smem + off,
-                    static_cast<const uint8_t*>(m.base) + g0 * eb + g1 * m.spec.strides[0] + g2 * m.spec.strides[1],
+                    static_cast<const uint8_t*>(m.base) + g0 * eb + g1 * m.spec.strides[0] + outer_off,
                     static_cast<size_t>(eb));
       else
         std::memset(blk.smem + off, 0, static_cast<size_t>(eb));

@@ -65,6 +65,16 @@ TEST(PlanTensorMap, RoundTripsThroughPlanJson) {
   Result<Plan> back = plan_from_json(text, "plan.json");
   ASSERT_TRUE(back) << back.error().str();
   EXPECT_EQ(back->kernels[0].tensor_maps, p.kernels[0].tensor_maps);
+  // The attention's maps over heads of permuted projections: rank 4 and 5, strides
+  // in any order (x as [256 rows, 2 heads of 128, 2 more of 64] would not be one).
+  p.kernels[0].tensor_maps[0] = PlanTensorMap{0, DType::BF16, 4, {128, 256, 2, 2, 1}, {1024, 256, 512}, {64, 64, 1, 1, 1}};
+  p.kernels[0].tensor_maps[1] = PlanTensorMap{1, DType::BF16, 5, {64, 96, 2, 2, 2}, {1024, 128, 512, 256}, {64, 32, 1, 1, 1}};
+  const std::string text5 = plan_to_json(p);
+  EXPECT_EQ(json::parse(text5)["kernels"][0]["tensor_maps"][1]["strides"], json::array({1024, 128, 512, 256}));
+  Result<Plan> back5 = plan_from_json(text5, "plan.json");
+  ASSERT_TRUE(back5) << back5.error().str();
+  EXPECT_EQ(back5->kernels[0].tensor_maps, p.kernels[0].tensor_maps);
+  EXPECT_EQ(back5->kernels[0].tensor_maps[1].dims, (std::array<int64_t, 5>{64, 96, 2, 2, 2}));
   // A kernel without maps writes none.
   Plan q = tma_plan();
   q.kernels[0].tensor_maps.clear();
@@ -93,8 +103,15 @@ TEST(PlanTensorMap, AnEditedMapIsRefusedNamingItsField) {
       {"a stride of 0", [](json& m) { m["strides"][0] = 0; }, at + ".strides[0]: 0 is out of range"},
       {"a box wider than the swizzle", [](json& m) { m["box"][0] = 128; }, at + ".box: the innermost box side is 256 bytes"},
       {"a box of 257", [](json& m) { m["box"][1] = 257; }, at + ".box[1]: 257 is out of range"},
-      {"four dims", [](json& m) { m["dims"] = {512, 256, 1, 1}; }, at + ".dims: 4 entries, more than"},
-      {"one dim", [](json& m) { m["dims"] = {512}; }, at + ".dims: needs 2 or 3 extents"},
+      {"six dims", [](json& m) { m["dims"] = {512, 256, 1, 1, 1, 1}; }, at + ".dims: 6 entries, more than"},
+      {"one dim", [](json& m) { m["dims"] = {512}; }, at + ".dims: needs 2 to 5 extents"},
+      {"a fourth dim past the buffer",
+       [](json& m) {
+         m["dims"] = {512, 128, 2, 2};
+         m["strides"] = {1024, 131072, 16};
+         m["box"] = {64, 128, 1, 1};
+       },
+       at + ": reaches 262160 bytes into"},
       {"strides that do not match the dims", [](json& m) { m["strides"] = {1024, 16}; }, at + ".strides: needs one stride"},
       {"a dim of 0", [](json& m) { m["dims"][0] = 0; }, at + ".dims[0]: 0 is out of range"},
       {"no box", [](json& m) { m.erase("box"); }, at + ": missing \"box\""},

@@ -69,9 +69,16 @@ TEST(CliAttention, ExplainNamesTheFormOnTheGpu) {
   ASSERT_EQ(c.code, 0) << c.out;
   const std::string report = read_text(d / "p/report.txt");
   EXPECT_NE(report.find("block_m=256 block_n=64 warps=16 wgmma=1 group_heads=1"), std::string::npos) << report;
-  EXPECT_NE(report.find("; blocks: query tiles longest first, 1 kv-head group(s) of 2 at a time (their k and v 0.1 MiB)\n"),
+  // ... and, last, where k and v come from: dense [heads, S, E] params, 3-D tensor maps.
+  EXPECT_NE(report.find("; blocks: query tiles longest first, 1 kv-head group(s) of 2 at a time (their k and v 0.1 MiB)"
+                        "; k and v by TMA (rank 3 and 3 tensor maps)\n"),
             std::string::npos)
       << report;
+  // Without TMA, the form line says so.
+  CliResult off = shardfuse("compile " + (d / "g.sf") + " --arch sm_90a --no-ptxas --no-host --no-tma -o " + (d / "p2"));
+  ASSERT_EQ(off.code, 0) << off.out;
+  EXPECT_NE(read_text(d / "p2/report.txt").find("; k and v by cp.async: TMA is off\n"), std::string::npos)
+      << read_text(d / "p2/report.txt");
   CliResult bad = shardfuse("compile " + (d / "g.sf") + " --arch sm_90a --no-ptxas --no-host --attention-config group_heads=-1 -o " +
                             (d / "q"));
   EXPECT_NE(bad.code, 0) << bad.out;

@@ -240,8 +240,8 @@ Precision precision_of(const std::string& value) { return value == "eager" ? Pre
 
 void add_no_tma_option(CLI::App* cmd, bool& value) {
   cmd->add_flag("--no-tma", value,
-                "sm_90a matmuls copy their operands with cp.async instead of TMA (cp.async.bulk.tensor through tensor "
-                "maps the runtime encodes)");
+                "sm_90a matmuls copy their operands, and wgmma attention its k and v, with cp.async instead of TMA "
+                "(cp.async.bulk.tensor through tensor maps the runtime encodes)");
 }
 
 void add_allow_tf32_option(CLI::App* cmd, bool& value) {

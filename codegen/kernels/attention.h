@@ -71,16 +71,22 @@ Result<AttentionKernelInfo> attention_info(const Graph& group);
 // in C order, read from a param of `param_numel` elements through `map` (its views'
 // index map, element.h): plain heads, GQA's repeated heads, or heads of a permuted
 // projection ([batch, seq, heads, cols] seen as [batch, heads, seq, cols], as
-// FlashAttention-3 reads q, k and v by TMA). Every row's columns must be adjacent,
-// rows and heads evenly spaced by multiples of 16 bytes, and the first head at the
-// param's first element; a Diag says which does not hold.
+// FlashAttention-3 reads q, k and v by TMA), or a slice of heads (k of a fused qkv
+// projection). Every row's columns must be adjacent, rows and heads evenly spaced by
+// multiples of 16 bytes, and the first head a whole number of head strides into the
+// param; a Diag says which does not hold.
 struct KvTmaLayout {
   int rank = 3;
   std::array<int64_t, kMaxTensorMapRank> dims{1, 1, 1, 1, 1};  // elements: cols, rows, then the head dims
   std::array<int64_t, kMaxTensorMapRank - 1> strides{};         // bytes between indices of dims 1, 2, ...
   // Map dim 2 + i's coordinate of head h (the operand's flat index over its leading
-  // dims) is (h / div) % radix: (div, radix) per head dim.
-  std::vector<std::pair<int64_t, int64_t>> head_dims;
+  // dims) is start + (h / div) % radix; the dim's extent is start + radix (a slice's
+  // heads sit `start` heads into the param's).
+  struct HeadDim {
+    int64_t div = 1, radix = 1, start = 0;
+    bool operator==(const HeadDim&) const = default;
+  };
+  std::vector<HeadDim> head_dims;
 };
 Result<KvTmaLayout> kv_tma_layout(const kernels::IndexMap& map, int64_t heads, int64_t rows, int64_t cols,
                                   int64_t param_numel, int64_t elem_bytes);

@@ -2,7 +2,7 @@
 // operand's views, composed step by step into one linear form of (head, row, col),
 // every claim about it checked exactly, then the heads' offsets split into at most
 // three strided dims of a tensor map (TMA's rank 5, less the row and the column).
-#include <numeric>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -53,8 +53,9 @@ Result<KvTmaLayout> kv_tma_layout(const kernels::IndexMap& map, int64_t heads, i
     if (p <= reach) return fail("a head's rows reach past its view");
     for (int64_t& h : head) {
       if (h % p != 0)
-        return fail("a head starts at " + num(h) + " of a view whose rows and columns span " + num(p) +
-                    " elements, not on a multiple of them");
+        return fail("a head starts " + num(h) + " elements into a view whose rows and columns span " + num(p) +
+                    ": the heads lie inside the rows (a projection sliced along its last dim before the reshape "
+                    "into heads)");
       h = apply_digits(s, 0, r, h / p) + s.offset;
     }
     // The row and column digits: linear in each of j and e, and additive. Additive
@@ -79,7 +80,11 @@ Result<KvTmaLayout> kv_tma_layout(const kernels::IndexMap& map, int64_t heads, i
     sj = sj2;
   }
   if (se != 1) return fail("a row's columns are " + num(se) + " elements apart in the input, not adjacent");
-  if (head[0] != 0) return fail("the first head starts " + num(head[0]) + " elements into the input (a slice)");
+  // A slice of heads (q, k and v of one fused projection): the offsets from the first
+  // head's, which becomes a starting coordinate in the head dims below.
+  const int64_t first = head[0];
+  if (first < 0) return fail("a head starts before the input");
+  for (int64_t& h : head) h -= first;
   if (rows > 1 && (sj <= 0 || (sj * elem_bytes) % 16 != 0))
     return fail("the rows are " + num(sj * elem_bytes) + " bytes apart, not a positive multiple of 16");
 
@@ -110,25 +115,40 @@ Result<KvTmaLayout> kv_tma_layout(const kernels::IndexMap& map, int64_t heads, i
     if (at != head[static_cast<size_t>(h)]) return fail("the heads are not evenly spaced in the input");
   }
   int rank = 2;
-  int64_t last = (cols - 1) + (rows - 1) * sj;  // the map's furthest element
+  int64_t last = first + (cols - 1) + (rows - 1) * sj;  // the map's furthest element
   for (const Digit& d : digits) {
     if (d.stride == 0) continue;
     if (rank == kMaxTensorMapRank)
       return fail("the heads need more than " + num(kMaxTensorMapRank - 2) + " dims of a tensor map");
     if (d.stride < 0 || (d.stride * elem_bytes) % 16 != 0)
       return fail("heads " + num(d.stride * elem_bytes) + " bytes apart, not a positive multiple of 16");
-    out.dims[static_cast<size_t>(rank)] = d.radix;
     out.strides[static_cast<size_t>(rank - 1)] = d.stride * elem_bytes;
-    out.head_dims.emplace_back(d.div, d.radix);
+    out.head_dims.push_back({d.div, d.radix, 0});
     last += (d.radix - 1) * d.stride;
     ++rank;
   }
   if (rank == 2) {  // one head (or only repeats of one): a dim of 1 keeps the head coordinate
-    out.dims[2] = 1;
     out.strides[1] = out.strides[0] * rows;
-    out.head_dims.emplace_back(1, 1);
+    out.head_dims.push_back({1, 1, 0});
     rank = 3;
   }
+  // The first head's offset as starting coordinates, the widest head dims first: the
+  // map starts at the param's first element, and the keys' dim keeps its extent (keys
+  // past S must read as zeros).
+  int64_t left = first;
+  std::vector<size_t> order(out.head_dims.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return out.strides[a + 1] > out.strides[b + 1]; });
+  for (size_t i : order) {
+    const int64_t stride = out.strides[i + 1] / elem_bytes;
+    out.head_dims[i].start = left / stride;
+    left %= stride;
+  }
+  if (left != 0)
+    return fail("the first head starts " + num(first) + " elements into the input, not a whole number of heads (a "
+                "slice of rows or columns)");
+  for (size_t i = 0; i < out.head_dims.size(); ++i)
+    out.dims[i + 2] = out.head_dims[i].start + out.head_dims[i].radix;
   if (last >= param_numel) return fail("the map would reach element " + num(last) + " of an input of " + num(param_numel));
   out.rank = rank;
   return out;

@@ -234,9 +234,10 @@ void AttentionCode::tma_kv(llvm::Value* b, llvm::Value* kv0, llvm::Value* buf, l
   // The block's head b in each map: its coordinate in each of the map's head dims.
   auto head = [&](const TmaSource& s) {
     std::vector<llvm::Value*> at;
-    for (const auto& [div, radix] : s.layout.head_dims) {
-      llvm::Value* x = div > 1 ? b_.CreateUDiv(b, c(div)) : b;
-      at.push_back(b_.CreateTrunc(radix > 1 ? b_.CreateURem(x, c(radix)) : c(0), i32));
+    for (const KvTmaLayout::HeadDim& d : s.layout.head_dims) {
+      llvm::Value* x = d.div > 1 ? b_.CreateUDiv(b, c(d.div)) : b;
+      x = d.radix > 1 ? b_.CreateURem(x, c(d.radix)) : c(0);
+      at.push_back(b_.CreateTrunc(d.start ? b_.CreateAdd(x, c(d.start)) : x, i32));
     }
     return at;
   };

@@ -27,7 +27,7 @@ TEST(KvTmaLayout, DenseHeadsAreOneHeadDim) {
   EXPECT_EQ(l->dims, (std::array<int64_t, 5>{64, 8, 4, 1, 1}));
   EXPECT_EQ(l->strides[0], 128);
   EXPECT_EQ(l->strides[1], 1024);
-  EXPECT_EQ(l->head_dims, (std::vector<std::pair<int64_t, int64_t>>{{1, 4}}));
+  EXPECT_EQ(l->head_dims, (std::vector<KvTmaLayout::HeadDim>{{1, 4, 0}}));
 }
 
 // A projection [2 batches, 8 rows, 4 heads, 64] seen as [2, 4, 8, 64]: one step,
@@ -40,7 +40,26 @@ TEST(KvTmaLayout, PermutedProjectionTakesAHeadAndABatchDim) {
   EXPECT_EQ(l->rank, 4);
   EXPECT_EQ(l->dims, (std::array<int64_t, 5>{64, 8, 4, 2, 1}));
   EXPECT_EQ(l->strides, (std::array<int64_t, 4>{512, 128, 4096, 0}));
-  EXPECT_EQ(l->head_dims, (std::vector<std::pair<int64_t, int64_t>>{{1, 4}, {4, 2}}));
+  EXPECT_EQ(l->head_dims, (std::vector<KvTmaLayout::HeadDim>{{1, 4, 0}, {4, 2, 0}}));
+}
+
+// k of a fused qkv projection: [2 batches, 8 rows, 3 x 4 heads of 64] (rows 768
+// elements apart), k its heads 4 to 7, seen as [2, 4, 8, 64]: one step, strides 6144,
+// 64, 768, 1, starting at 256. The first head sits 4 heads in: the head dim's
+// coordinates start at 4 and its extent is 8; the batch dim starts at 0.
+TEST(KvTmaLayout, ASliceOfHeadsStartsItsHeadCoordinates) {
+  Result<KvTmaLayout> l = kv_tma_layout(steps({{{2, 4, 8, 64}, {6144, 64, 768, 1}, 256}}), 8, 8, 64, 12288, 2);
+  ASSERT_TRUE(l) << l.error().message;
+  EXPECT_EQ(l->rank, 4);
+  EXPECT_EQ(l->dims, (std::array<int64_t, 5>{64, 8, 8, 2, 1}));
+  EXPECT_EQ(l->strides, (std::array<int64_t, 4>{1536, 128, 12288, 0}));
+  EXPECT_EQ(l->head_dims, (std::vector<KvTmaLayout::HeadDim>{{1, 4, 4}, {4, 2, 0}}));
+  // v, heads 8 to 11: the last element is the input's last.
+  Result<KvTmaLayout> v = kv_tma_layout(steps({{{2, 4, 8, 64}, {6144, 64, 768, 1}, 512}}), 8, 8, 64, 12288, 2);
+  ASSERT_TRUE(v) << v.error().message;
+  EXPECT_EQ(v->dims, (std::array<int64_t, 5>{64, 8, 12, 2, 1}));
+  EXPECT_FALSE(kv_tma_layout(steps({{{2, 4, 8, 64}, {6144, 64, 768, 1}, 512}}), 8, 8, 64, 12287, 2))
+      << "one element short of the input";
 }
 
 // GQA on top, as the LLaMA block's v: the operand [2, 8, 8, 64] repeats each of 4 kv
@@ -54,7 +73,7 @@ TEST(KvTmaLayout, RepeatedHeadsTakeNoDim) {
   EXPECT_EQ(l->rank, 4);
   EXPECT_EQ(l->dims, (std::array<int64_t, 5>{64, 8, 4, 2, 1}));
   EXPECT_EQ(l->strides, (std::array<int64_t, 4>{512, 128, 4096, 0}));
-  EXPECT_EQ(l->head_dims, (std::vector<std::pair<int64_t, int64_t>>{{2, 4}, {8, 2}}));
+  EXPECT_EQ(l->head_dims, (std::vector<KvTmaLayout::HeadDim>{{2, 4, 0}, {8, 2, 0}}));
   // One kv head repeated for all: a dim of 1, coordinate 0.
   Result<KvTmaLayout> one = kv_tma_layout(steps({{{4, 512}, {0, 1}, 0}}), 4, 8, 64, 512, 2);
   ASSERT_TRUE(one) << one.error().message;
@@ -74,8 +93,9 @@ TEST(KvTmaLayout, WhatTmaCannotReadIsRefusedSayingWhy) {
   const std::vector<Case> cases = {
       // [4, 64, 8] transposed: a row's columns 8 apart.
       {"columns apart", steps({{{4, 8, 64}, {512, 1, 8}, 0}}), 4, 8, 64, 2048, "columns are 8 elements apart"},
-      // A slice starting one head in.
-      {"a slice", steps({{{4, 512}, {512, 1}, 512}}), 4, 8, 64, 2560, "the first head starts 512 elements into"},
+      // A slice starting one row into the heads (keys past S would not read as zeros).
+      {"a slice of rows", steps({{{4, 512}, {512, 1}, 64}}), 4, 8, 64, 2560,
+       "the first head starts 64 elements into the input, not a whole number of heads"},
       // Rows 4 elements (8 bytes) apart: a [8, 4] slab with 4-wide rows.
       {"rows off 16 bytes", steps({{{2, 8, 64}, {64, 4, 1}, 0}}), 2, 8, 64, 4096, "not a positive multiple of 16"},
       // Three head dims that do not merge, and GQA's repeat: fine; a fourth: not.

@@ -318,8 +318,9 @@ TEST(FlashAttentionWgmma, TmaBringsKAndV) {
 // layout), with GQA's repeat on top, and over two batch dims whose strides do not
 // merge (a rank-5 map); the maps' dims and byte strides are the layouts written out
 // here. Each runs on the simulated sm_90a against the reference, the GQA one also
-// with a producer warpgroup bringing the tiles. A v that starts inside its
-// input (a slice) keeps the copies.
+// with a producer warpgroup bringing the tiles; q, k and v as slices of one fused
+// projection (the head dims' coordinates start past q's heads). A v sliced along its
+// keys keeps the copies.
 TEST(FlashAttentionWgmma, TmaReadsHeadsOfPermutedProjections) {
   struct View {
     const char* what;
@@ -342,6 +343,18 @@ TEST(FlashAttentionWgmma, TmaReadsHeadsOfPermutedProjections) {
        "  out = scaled_dot_product_attention(permute(q, dims=[1, 0, 3, 2, 4]), permute(k, dims=[1, 0, 3, 2, 4]), "
        "permute(v, dims=[1, 0, 3, 2, 4]))\n  return out",
        true, {64, 64, 2, 2, 2}, {256, 128, 32768, 16384}, 5, {wg(64, 16, 4)}},
+      // q, k and v of one fused projection [1, 64 rows, 3 x 2 heads of 64], as PyTorch
+      // splits it (reshape to [B, S, 3, H, E], permute to [3, B, H, S, E], one slice
+      // each): k's heads start 2 heads into each row (its head dim's coordinates from 2,
+      // extent 4).
+      {"q, k and v of a fused qkv projection", "qkv: bf16[1, 64, 384]",
+       "  t = permute(reshape(qkv, shape=[1, 64, 3, 2, 64]), dims=[2, 0, 3, 1, 4])\n"
+       "  q = reshape(slice(t, dim=0, start=0, end=1), shape=[1, 2, 64, 64])\n"
+       "  k = reshape(slice(t, dim=0, start=1, end=2), shape=[1, 2, 64, 64])\n"
+       "  v = reshape(slice(t, dim=0, start=2, end=3), shape=[1, 2, 64, 64])\n"
+       "  out = scaled_dot_product_attention(q, k, v, is_causal=true)\n  return out",
+       true, {64, 64, 4, 1, 1}, {768, 128, 0, 0}, 3, {wg(64, 16, 4)}},
+      // A v that starts 16 rows into its heads: keys past S would not read as zeros.
       {"v a slice of its input", "q: bf16[1, 2, 64, 64], k: bf16[1, 2, 64, 64], v: bf16[1, 2, 80, 64]",
        "  out = scaled_dot_product_attention(q, k, slice(v, dim=2, start=16))\n  return out",
        false, {}, {}, 0, {wg(64, 16, 4)}},
@@ -359,7 +372,7 @@ TEST(FlashAttentionWgmma, TmaReadsHeadsOfPermutedProjections) {
       EXPECT_EQ(km.dims, v.kdims) << v.what;
       EXPECT_EQ(km.strides, v.kstrides) << v.what;
       EXPECT_EQ(km.box, (std::array<int, 5>{64, 16, 1, 1, 1})) << v.what;
-      EXPECT_EQ(k->launch.tensor_maps[1].dims, v.kdims) << v.what << ": v's map";
+      EXPECT_EQ(k->launch.tensor_maps[1].rank, v.krank) << v.what << ": v's map";
       Result<std::string> ptx = llvmb::compile_to_ptx(*k->module, "sm_90a");
       ASSERT_TRUE(ptx.ok()) << ptx.error().str();
       EXPECT_GT(kernel_test::count_of(*ptx, "cp.async.bulk.tensor." + std::to_string(v.krank) + "d.shared::cluster.global"), 0u)

@@ -1,8 +1,24 @@
 // Where TMA finds k's and v's heads (attention.h: kv_tma_layout): the index map of the
-// operand's views, composed step by step into one linear form of (head, row, col),
-// every claim about it checked exactly, then the heads' offsets split into at most
-// three strided dims of a tensor map (TMA's rank 5, less the row and the column).
+// operand's views, composed step by step into one linear form of the head, row and
+// column digits, every claim about it checked exactly, then the heads' digits made
+// dims of a tensor map (at most three: TMA's rank 5, less the row and the column).
+//
+// The form: the flat index a step reads is base + sum of c_v * w_v over variables v,
+// each a digit of the head index, the row or the column (c_v in [0, n_v): the index's
+// (x / div_v) % n_v). A strided step reads its input as C-order digits D_p (weights
+// W_p, the product of the digits after p) and returns sum digit_p * stride_p +
+// offset. The step keeps the form linear when no carry passes between digits:
+//   - a variable whose values stay inside one digit p (w_v a multiple of W_p, and
+//     (n_v - 1) * w_v / W_p below D_p) may share it with others and with the base,
+//     their largest values summed staying below D_p; its new weight is
+//     (w_v / W_p) * stride_p;
+//   - a variable spanning several digits is first split at a digit boundary where
+//     its radix allows (n_v = n_lo * n_hi with n_lo * w_v the boundary's weight), and
+//     where it cannot be split it must have those digits to itself (and zero base
+//     digits there); its new weight is checked over all its n_v values.
+// A variable of weight 0 (GQA's repeat) stays 0.
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,16 +31,101 @@ namespace {
 
 std::string num(int64_t v) { return std::to_string(v); }
 
-// One strided step's digits [lo, hi) (C order over step.shape) applied to x, a flat
-// index below the product of those digits' sizes: sum of digit * stride.
-int64_t apply_digits(const kernels::StridedStep& s, size_t lo, size_t hi, int64_t x) {
-  int64_t off = 0;
-  for (size_t d = hi; d-- > lo;) {
-    const int64_t size = s.shape[d];
-    off += (x % size) * s.strides[d];
-    x /= size;
+enum class Role { Col, Row, Head };
+
+struct Var {
+  Role role;
+  int64_t n;    // radix: the digit's values are 0 .. n - 1
+  int64_t div;  // the digit of the role's index: (index / div) % n
+  int64_t w;    // weight in the flat index the next step reads (the param's offset at the end)
+};
+
+// Step `s` on the form (vars, base); the reason where it cannot stay linear.
+std::optional<std::string> apply_step(const kernels::StridedStep& s, std::vector<Var>& vars, int64_t& base) {
+  const size_t k = s.shape.size();
+  if (k == 0) return "an empty view step";
+  // Little-endian digits: size[p], weight[p] (weight[k] the whole extent).
+  std::vector<int64_t> size(k), stride(k), weight(k + 1, 1);
+  for (size_t p = 0; p < k; ++p) {
+    size[p] = s.shape[k - 1 - p];
+    stride[p] = s.strides[k - 1 - p];
+    weight[p + 1] = weight[p] * size[p];
   }
-  return off;
+  auto digit_of = [&](int64_t x, size_t p) { return x / weight[p] % size[p]; };
+  // The lowest digit a weight starts in, and the digits past its largest value.
+  auto first_digit = [&](int64_t w) {
+    size_t a = 0;
+    while (a + 1 < k && w % weight[a + 1] == 0) ++a;
+    return a;
+  };
+  auto end_digit = [&](int64_t top) {
+    size_t b = 0;
+    while (b < k && top >= weight[b]) ++b;
+    return b;
+  };
+  if (base < 0 || base >= weight[k]) return "a view starts past its input";
+  // Split the variables at digit boundaries where their radix allows.
+  std::vector<Var> split;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    Var v = vars[i];
+    if (v.w == 0 || v.n == 1) {
+      split.push_back(v);
+      continue;
+    }
+    for (;;) {
+      const size_t a = first_digit(v.w);
+      const int64_t m = v.w / weight[a];
+      if ((v.n - 1) * m < size[a] || size[a] % m != 0 || v.n % (size[a] / m) != 0 || size[a] / m == 1) {
+        split.push_back(v);
+        break;
+      }
+      const int64_t lo = size[a] / m;
+      split.push_back({v.role, lo, v.div, v.w});
+      v = {v.role, v.n / lo, v.div * lo, v.w * lo};
+    }
+  }
+  vars = std::move(split);
+  // Who holds each digit: confined variables' largest values summed, with the base's.
+  std::vector<int64_t> load(k, 0);
+  std::vector<int> spanned(k, 0), confined(k, 0);
+  for (size_t p = 0; p < k; ++p) load[p] = digit_of(base, p);
+  for (const Var& v : vars) {
+    if (v.w == 0 || v.n == 1) continue;
+    const int64_t top = (v.n - 1) * v.w;
+    if (top >= weight[k]) return "a view's digits reach past its extent";
+    const size_t a = first_digit(v.w), b = end_digit(top);
+    if (b <= a + 1) {
+      load[a] += (v.n - 1) * (v.w / weight[a]);
+      ++confined[a];
+    } else {
+      for (size_t p = a; p < b; ++p) ++spanned[p];
+    }
+  }
+  for (size_t p = 0; p < k; ++p) {
+    if (load[p] >= size[p]) return "a view adds heads, rows or columns into one of its dims past its size";
+    if (spanned[p] > 1 || (spanned[p] == 1 && (confined[p] > 0 || digit_of(base, p) != 0)))
+      return "a view mixes the digits of heads, rows or columns (a reshape across them)";
+  }
+  // The new weights; a spanning variable's checked over every value.
+  auto out = [&](int64_t x) {
+    int64_t o = 0;
+    for (size_t p = 0; p < k; ++p) o += digit_of(x, p) * stride[p];
+    return o;
+  };
+  for (Var& v : vars) {
+    if (v.w == 0 || v.n == 1) continue;
+    const size_t a = first_digit(v.w), b = end_digit((v.n - 1) * v.w);
+    if (b <= a + 1) {
+      v.w = v.w / weight[a] * stride[a];
+      continue;
+    }
+    const int64_t w = out(v.w);
+    for (int64_t c = 2; c < v.n; ++c)
+      if (out(c * v.w) != c * w) return "a view's dims do not step evenly through a head, row or column";
+    v.w = w;
+  }
+  base = out(base) + s.offset;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -34,108 +135,63 @@ Result<KvTmaLayout> kv_tma_layout(const kernels::IndexMap& map, int64_t heads, i
   auto fail = [](const std::string& why) -> Result<KvTmaLayout> { return Diag{"", {}, why}; };
   if (heads < 1 || rows < 1 || cols < 1 || elem_bytes < 1) return fail("an empty operand");
   if (map.base != kernels::kIterationIndex) return fail("it is read through a computed index (a concat or gather)");
-  // The operand's element (h, j, e) lies at head[h] + j * sj + e * se of the flat index
-  // the next step reads: first its own dense index, then each step's output.
-  std::vector<int64_t> head(static_cast<size_t>(heads));
-  for (int64_t h = 0; h < heads; ++h) head[static_cast<size_t>(h)] = h * rows * cols;
-  int64_t sj = cols, se = 1;
-  for (const kernels::StridedStep& s : map.steps) {
-    const size_t k = s.shape.size();
-    if (k == 0) return fail("an empty view step");
-    // The row and column part stays below P, the product of the step's last digits
-    // from r on, the smallest such product; every head starts on a multiple of P. Then
-    // the digits from r on come from (row, col) alone and the ones before r from the
-    // head alone, with no carry between them.
-    const int64_t reach = (rows - 1) * sj + (cols - 1) * se;
-    size_t r = k;
-    int64_t p = 1;
-    while (r > 0 && p <= reach) p *= s.shape[--r];
-    if (p <= reach) return fail("a head's rows reach past its view");
-    for (int64_t& h : head) {
-      if (h % p != 0)
-        return fail("a head starts " + num(h) + " elements into a view whose rows and columns span " + num(p) +
-                    ": the heads lie inside the rows (a projection sliced along its last dim before the reshape "
-                    "into heads)");
-      h = apply_digits(s, 0, r, h / p) + s.offset;
-    }
-    // The row and column digits: linear in each of j and e, and additive. Additive
-    // where they are one linear run (every digit's stride the next one's times its
-    // size), or where the columns stay below Q, a product of the last digits, and a
-    // row step is a multiple of Q (the two then use different digits).
-    bool run = true;
-    for (size_t d = r; d + 1 < k; ++d) run = run && s.strides[d] == s.strides[d + 1] * s.shape[d + 1];
-    if (!run && rows > 1) {
-      size_t q = k;
-      int64_t qp = 1;
-      while (q > r && qp <= (cols - 1) * se) qp *= s.shape[--q];
-      if (qp <= (cols - 1) * se || sj % qp != 0)
-        return fail("a row's columns and its next row share the digits of a view (a reshape across them)");
-    }
-    const int64_t se2 = apply_digits(s, r, k, se), sj2 = apply_digits(s, r, k, sj);
-    for (int64_t e = 0; e < cols; ++e)
-      if (apply_digits(s, r, k, e * se) != e * se2) return fail("a row's columns are not evenly spaced in the input");
-    for (int64_t j = 0; rows > 1 && j < rows; ++j)
-      if (apply_digits(s, r, k, j * sj) != j * sj2) return fail("the rows are not evenly spaced in the input");
-    se = se2;
-    sj = sj2;
+  // The operand's own dense index, then each step's output.
+  std::vector<Var> vars = {{Role::Head, heads, 1, rows * cols}, {Role::Row, rows, 1, cols}, {Role::Col, cols, 1, 1}};
+  int64_t base = 0;
+  for (const kernels::StridedStep& s : map.steps)
+    if (std::optional<std::string> why = apply_step(s, vars, base)) return fail(*why);
+
+  // The columns adjacent (each digit's weight its place in the column index), the rows
+  // one stride apart.
+  int64_t sj = 0;
+  for (const Var& v : vars)
+    if (v.role == Role::Row && v.div == 1) sj = v.w;
+  for (const Var& v : vars) {
+    if (v.n == 1) continue;
+    if (v.role == Role::Col && v.w != v.div)
+      return fail("a row's columns are " + num(v.w / std::max<int64_t>(v.div, 1)) + " elements apart in the input, not adjacent");
+    if (v.role == Role::Row && v.w != sj * v.div) return fail("the rows are not evenly spaced in the input");
   }
-  if (se != 1) return fail("a row's columns are " + num(se) + " elements apart in the input, not adjacent");
-  // A slice of heads (q, k and v of one fused projection): the offsets from the first
-  // head's, which becomes a starting coordinate in the head dims below.
-  const int64_t first = head[0];
-  if (first < 0) return fail("a head starts before the input");
-  for (int64_t& h : head) h -= first;
   if (rows > 1 && (sj <= 0 || (sj * elem_bytes) % 16 != 0))
     return fail("the rows are " + num(sj * elem_bytes) + " bytes apart, not a positive multiple of 16");
 
-  // The heads' offsets as digits of the head index, innermost first: digit i has
-  // radix n_i over the heads' count below it, and a stride; a stride-0 digit (GQA's
-  // repeated heads) takes no dim of the map.
+  // The heads' digits, innermost first, neighbours that step evenly merged; a digit of
+  // weight 0 (GQA's repeat) takes no dim.
+  std::vector<Var> hd;
+  for (const Var& v : vars)
+    if (v.role == Role::Head && v.n > 1 && v.w != 0) hd.push_back(v);
+  std::sort(hd.begin(), hd.end(), [](const Var& a, const Var& b) { return a.div < b.div; });
+  std::vector<Var> merged;
+  for (const Var& v : hd) {
+    if (!merged.empty() && merged.back().div * merged.back().n == v.div && merged.back().w * merged.back().n == v.w)
+      merged.back().n *= v.n;
+    else
+      merged.push_back(v);
+  }
+  if (merged.size() > static_cast<size_t>(kMaxTensorMapRank - 2))
+    return fail("the heads need more than " + num(kMaxTensorMapRank - 2) + " dims of a tensor map");
   KvTmaLayout out;
   out.dims[0] = cols;
   out.dims[1] = rows;
   out.strides[0] = rows > 1 ? sj * elem_bytes : 16;
-  struct Digit {
-    int64_t div, radix, stride;
-  };
-  std::vector<Digit> digits;
-  for (int64_t below = 1; below < heads;) {
-    const int64_t t = head[static_cast<size_t>(below)];
-    int64_t run = 1;
-    while (below * (run + 1) <= heads && head[static_cast<size_t>(below * run)] == run * t) ++run;
-    int64_t radix = run;
-    while (radix > 1 && (heads / below) % radix != 0) --radix;
-    if (radix < 2 || heads % (below * radix) != 0) return fail("the heads are not evenly spaced in the input");
-    digits.push_back({below, radix, t});
-    below *= radix;
+  int64_t last = base + (cols - 1) + (rows - 1) * sj;  // the map's furthest element
+  for (const Var& v : merged) {
+    if (v.w < 0 || (v.w * elem_bytes) % 16 != 0)
+      return fail("heads " + num(v.w * elem_bytes) + " bytes apart, not a positive multiple of 16");
+    out.strides[out.head_dims.size() + 1] = v.w * elem_bytes;
+    out.head_dims.push_back({v.div, v.n, 0});
+    last += (v.n - 1) * v.w;
   }
-  for (int64_t h = 0; h < heads; ++h) {
-    int64_t at = 0;
-    for (const Digit& d : digits) at += (h / d.div) % d.radix * d.stride;
-    if (at != head[static_cast<size_t>(h)]) return fail("the heads are not evenly spaced in the input");
-  }
-  int rank = 2;
-  int64_t last = first + (cols - 1) + (rows - 1) * sj;  // the map's furthest element
-  for (const Digit& d : digits) {
-    if (d.stride == 0) continue;
-    if (rank == kMaxTensorMapRank)
-      return fail("the heads need more than " + num(kMaxTensorMapRank - 2) + " dims of a tensor map");
-    if (d.stride < 0 || (d.stride * elem_bytes) % 16 != 0)
-      return fail("heads " + num(d.stride * elem_bytes) + " bytes apart, not a positive multiple of 16");
-    out.strides[static_cast<size_t>(rank - 1)] = d.stride * elem_bytes;
-    out.head_dims.push_back({d.div, d.radix, 0});
-    last += (d.radix - 1) * d.stride;
-    ++rank;
-  }
-  if (rank == 2) {  // one head (or only repeats of one): a dim of 1 keeps the head coordinate
+  if (out.head_dims.empty()) {  // one head (or only repeats of one): a dim of 1 keeps the head coordinate
     out.strides[1] = out.strides[0] * rows;
     out.head_dims.push_back({1, 1, 0});
-    rank = 3;
   }
-  // The first head's offset as starting coordinates, the widest head dims first: the
-  // map starts at the param's first element, and the keys' dim keeps its extent (keys
-  // past S must read as zeros).
-  int64_t left = first;
+  out.rank = 2 + static_cast<int>(out.head_dims.size());
+  // The first head's offset (a slice of heads: q, k and v of one fused projection) as
+  // starting coordinates, the widest head dims first: the map starts at the param's
+  // first element, and the keys' dim keeps its extent (keys past S must read as zeros).
+  if (base < 0) return fail("a head starts before the input");
+  int64_t left = base;
   std::vector<size_t> order(out.head_dims.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return out.strides[a + 1] > out.strides[b + 1]; });
@@ -145,12 +201,10 @@ Result<KvTmaLayout> kv_tma_layout(const kernels::IndexMap& map, int64_t heads, i
     left %= stride;
   }
   if (left != 0)
-    return fail("the first head starts " + num(first) + " elements into the input, not a whole number of heads (a "
+    return fail("the first head starts " + num(base) + " elements into the input, not a whole number of heads (a "
                 "slice of rows or columns)");
-  for (size_t i = 0; i < out.head_dims.size(); ++i)
-    out.dims[i + 2] = out.head_dims[i].start + out.head_dims[i].radix;
+  for (size_t i = 0; i < out.head_dims.size(); ++i) out.dims[i + 2] = out.head_dims[i].start + out.head_dims[i].radix;
   if (last >= param_numel) return fail("the map would reach element " + num(last) + " of an input of " + num(param_numel));
-  out.rank = rank;
   return out;
 }
 

@@ -102,6 +102,10 @@ TEST(KvTmaLayout, WhatTmaCannotReadIsRefusedSayingWhy) {
       {"four head dims", steps({{{2, 2, 2, 2, 512}, {4096, 16384, 1024, 2048, 1}, 0}}), 16, 8, 64, 32768,
        "more than 3 dims of a tensor map"},
       {"a computed index", computed, 4, 8, 64, 2048, "computed index"},
+      // A reshape across rows and columns: [2 heads, 8 rows, 64] read as [2, 11, 48], so
+      // that both a row's 64 columns and the rows run across the dims of 48 and 11.
+      {"a reshape across rows and columns", steps({{{2, 11, 48}, {528, 48, 1}, 0}}), 2, 8, 64, 1056,
+       "mixes the digits of heads, rows or columns"},
       // A view that reaches past its input (the map is checked against the param).
       {"past the input", kernels::IndexMap{}, 4, 8, 64, 2047, "reach element 2047 of an input of 2047"},
   };

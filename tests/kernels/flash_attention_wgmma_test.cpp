@@ -319,8 +319,8 @@ TEST(FlashAttentionWgmma, TmaBringsKAndV) {
 // merge (a rank-5 map); the maps' dims and byte strides are the layouts written out
 // here. Each runs on the simulated sm_90a against the reference, the GQA one also
 // with a producer warpgroup bringing the tiles; q, k and v as slices of one fused
-// projection (the head dims' coordinates start past q's heads). A v sliced along its
-// keys keeps the copies.
+// projection, split as PyTorch's permute does and as nanoGPT's split does (the head
+// dims' coordinates start past q's heads). A v sliced along its keys keeps the copies.
 TEST(FlashAttentionWgmma, TmaReadsHeadsOfPermutedProjections) {
   struct View {
     const char* what;
@@ -354,6 +354,16 @@ TEST(FlashAttentionWgmma, TmaReadsHeadsOfPermutedProjections) {
        "  v = reshape(slice(t, dim=0, start=2, end=3), shape=[1, 2, 64, 64])\n"
        "  out = scaled_dot_product_attention(q, k, v, is_causal=true)\n  return out",
        true, {64, 64, 4, 1, 1}, {768, 128, 0, 0}, 3, {wg(64, 16, 4)}},
+      // nanoGPT's split of the same projection: along its last dim first (q, k, v =
+      // qkv.split(C, dim=2)), then each viewed as heads and transposed, 2 batches: a
+      // row's heads and columns share the slice's column digit; k's head dim starts
+      // at 2 (extent 4), its batches 64 x 384 elements apart.
+      {"nanoGPT's split of a fused qkv projection", "qkv: bf16[2, 64, 384]",
+       "  q = transpose(reshape(slice(qkv, dim=2, start=0, end=128), shape=[2, 64, 2, 64]), 1, 2)\n"
+       "  k = transpose(reshape(slice(qkv, dim=2, start=128, end=256), shape=[2, 64, 2, 64]), 1, 2)\n"
+       "  v = transpose(reshape(slice(qkv, dim=2, start=256, end=384), shape=[2, 64, 2, 64]), 1, 2)\n"
+       "  out = scaled_dot_product_attention(q, k, v, is_causal=true)\n  return out",
+       true, {64, 64, 4, 2, 1}, {768, 128, 64 * 384 * 2, 0}, 4, {wg(64, 16, 4)}},
       // A v that starts 16 rows into its heads: keys past S would not read as zeros.
       {"v a slice of its input", "q: bf16[1, 2, 64, 64], k: bf16[1, 2, 64, 64], v: bf16[1, 2, 80, 64]",
        "  out = scaled_dot_product_attention(q, k, slice(v, dim=2, start=16))\n  return out",

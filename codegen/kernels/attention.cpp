@@ -645,7 +645,8 @@ Result<EmittedKernel> emit(const KernelSpec& spec, const KernelConfig& config, c
   const int launch_threads = threads + (ws ? 128 : 0);
   const size_t np = spec.group.params().size();
   // TMA brings k and v where the spec allows it (sm_90a's default: KernelSpec::tma)
-  // and both come from params whose heads are whole [S, E] slices (tma_source).
+  // and both are views of params that a tensor map can describe (tma_source,
+  // kv_tma_layout); `no_tma` says why not.
   std::optional<std::pair<AttentionCode::TmaSource, AttentionCode::TmaSource>> tma_src;
   std::string no_tma = "TMA is off";
   if (wg && spec.tma) tma_src = AttentionCode(spec, *info, t0, mode, b, cg).tma_sources(np, &no_tma);

@@ -171,7 +171,10 @@ std::optional<AttentionCode::TmaSource> AttentionCode::tma_source(int node, int6
   const int64_t head = rows * cols;
   const TensorType& op = spec_.group.node(node).type;
   const Node& p = spec_.group.node(spec_.group.params()[static_cast<size_t>(src->first)]);
-  if (head <= 0 || numel(op.shape) % head != 0) return std::nullopt;
+  if (head <= 0 || numel(op.shape) % head != 0) {
+    if (why) *why = "it is not whole heads of " + std::to_string(rows) + " x " + std::to_string(cols);
+    return std::nullopt;
+  }
   Result<KvTmaLayout> l =
       kv_tma_layout(src->second, numel(op.shape) / head, rows, cols, numel(p.type.shape), dtype_size(p.type.dtype));
   if (!l) {

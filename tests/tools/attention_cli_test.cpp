@@ -57,7 +57,12 @@ TEST(CliAttention, ExplainNamesTheFormOnTheGpu) {
     return r.out;
   };
   const std::string h = explain("bf16", 4, 2, 256, 128, "sm_90a");
-  EXPECT_NE(h.find("block_m=256 block_n=64 warps=16 wgmma=1  [default]\n    tensor cores, wgmma\n"), std::string::npos) << h;
+  EXPECT_NE(h.find("block_m=256 block_n=64 warps=16 wgmma=1  [default]\n    tensor cores, wgmma\n"
+                   "    k and v by TMA (rank 3 and 3 tensor maps)\n"),
+            std::string::npos)
+      << h;
+  CliResult nt = shardfuse("explain " + (d / "g.sf") + " --device cuda --arch sm_90a --no-tma");
+  EXPECT_NE(nt.out.find("    tensor cores, wgmma\n    k and v by cp.async: TMA is off\n"), std::string::npos) << nt.out;
   // Causal: the blocks take the query tiles longest first, both kv heads' k and v
   // (256 keys x 256 x 2 bytes each) within 16 MiB. compile's report.txt says the
   // same of the order --attention-config gives it.

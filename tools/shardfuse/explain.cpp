@@ -124,6 +124,14 @@ int explain(const ExplainOptions& o) {
                                         "--attention-config \"wgmma=1\" forces it on this tile)"));
       }
       std::cout << "\n";
+      // Where the wgmma form's k and v come from (TMA through which maps, or the
+      // copies and why): the emitter decides it, so it is built here (no PTX).
+      if (tc && c.config.wgmma) {
+        KernelSpec wspec = spec;
+        wspec.tma = !o.no_tma;
+        if (Result<EmittedKernel> e = emit_attention(wspec, c.config, llvmb::Target::nvptx(arch)); e.ok() && !e->form.empty())
+          std::cout << "    " << e->form << "\n";
+      }
       if (Result<AttentionKernelInfo> ai = attention_info(k.group); ai.ok())
         if (std::string order = attention_order_str(attention_block_order(k.group, *ai, c.config, attention_block_shape(*ai, c.config, tc)));
             !order.empty())

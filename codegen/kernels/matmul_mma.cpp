@@ -450,7 +450,6 @@ class MmaKernel : MmaIsa {
         mbar_expect_tx_ptx(b_, bar, bytes);
       }
       llvm::Value* sbase = mul(stage, t_.stage_bytes);
-      llvm::Value* z = b_.CreateZExtOrTrunc(bz_, i32_);
       const int64_t panel = 128 / t_.a.eb;
       for (int which = 0; which < 2; ++which) {
         const SmemTile& tile = which == 0 ? t_.a : t_.b;
@@ -463,7 +462,11 @@ class MmaKernel : MmaIsa {
           llvm::Value* c0 = b_.CreateZExtOrTrunc(inner, i32_);
           llvm::Value* c1 = b_.CreateZExtOrTrunc(kc ? outer0 : k0, i32_);
           llvm::Value* dst = smem_operand(add(tbase, k(int64_t{pi} * tile.rows * 128)));
-          tma_load(tmap_[static_cast<size_t>(which)], dst, c0, c1, z, bar);
+          // Then the batch coordinates the operand's map steps through.
+          std::vector<llvm::Value*> coords = {c0, c1};
+          for (int e : t_.map_batch[static_cast<size_t>(which)])
+            coords.push_back(b_.CreateZExtOrTrunc(bi_.coords[static_cast<size_t>(e)], i32_));
+          tma_load(tmap_[static_cast<size_t>(which)], dst, coords, bar);
         }
       }
     }

@@ -167,13 +167,14 @@ void MmaIsa::named_barrier(llvm::Value* id, int threads, bool sync) {
   named_barrier_ptx(b_, id, threads, sync);
 }
 
-void MmaIsa::tma_load(llvm::Value* map, llvm::Value* dst, llvm::Value* c0, llvm::Value* c1, llvm::Value* c2, llvm::Value* bar) {
-  if (sim_) {
-    sim_call(10, {map, dst, c0, c1, c2, b_.getInt32(0), b_.getInt32(0), bar});
+void MmaIsa::tma_load(llvm::Value* map, llvm::Value* dst, const std::vector<llvm::Value*>& coords, llvm::Value* bar) {
+  if (sim_) {  // the hook takes five coordinates, those past the map's rank 0
+    std::vector<llvm::Value*> args = {map, dst};
+    for (size_t i = 0; i < 5; ++i) args.push_back(i < coords.size() ? coords[i] : b_.getInt32(0));
+    args.push_back(bar);
+    sim_call(10, args);
     return;
   }
-  std::vector<llvm::Value*> coords = {c0, c1};
-  if (t_.maps[0].rank == 3) coords.push_back(c2);
   tma_load_ptx(b_, map, dst, coords, bar);
 }
 

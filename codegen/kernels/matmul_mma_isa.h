@@ -79,7 +79,8 @@ class MmaIsa {
   void mbar_arrive(llvm::Value* off);
   // cp.async.bulk.tensor of one box (at coordinates c0, c1 and, rank 3, c2) through
   // tensor map `map` into shared `dst`, completing on mbarrier `bar`.
-  void tma_load(llvm::Value* map, llvm::Value* dst, llvm::Value* c0, llvm::Value* c1, llvm::Value* c2, llvm::Value* bar);
+  // `coords`: one per dim of the map (2 to 5).
+  void tma_load(llvm::Value* map, llvm::Value* dst, const std::vector<llvm::Value*>& coords, llvm::Value* bar);
   // Every thread: until the stage's mbarrier has completed the phase of parity `parity`.
   void mbar_wait(llvm::Value* stage, llvm::Value* parity) { mbar_wait_at(mbar(stage), parity); }
   void mbar_wait_at(llvm::Value* off, llvm::Value* parity);

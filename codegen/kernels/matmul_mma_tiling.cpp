@@ -64,36 +64,55 @@ std::optional<std::string> wgmma_unfit(const MmaTiling& t, bool pingpong) {
   return std::nullopt;
 }
 
-// Why TMA cannot read `p`'s operands (a tensor map of rank 2, or 3 with one batch dim
-// both operands step through), or nullopt.
+// The batch dims an operand's tensor map steps through (those above 1 it is not
+// broadcast over), innermost first.
+std::vector<int> map_batch_dims(const MatmulGroup& p, const std::vector<int64_t>& bstride) {
+  std::vector<int> dims;
+  for (size_t e = p.batch.size(); e-- > 0;)
+    if (p.batch[e] > 1 && bstride[e] != 0) dims.push_back(static_cast<int>(e));
+  return dims;
+}
+
+// Why TMA cannot read `p`'s operands (a tensor map of rank 2, plus one dim for each
+// batch dim the operand steps through, at most 5), or nullopt.
 std::optional<std::string> tma_unfit(const MatmulGroup& p) {
-  if (p.batch.size() > 1) return "tensor maps here cover one batch dim, the matmul has " + num(int64_t(p.batch.size()));
-  if (p.nbatch > 1 && (p.a_bstride[0] == 0 || p.b_bstride[0] == 0))
-    return "an operand is broadcast over the batch (stride 0), which a tensor map cannot step";
+  for (const auto* s : {&p.a_bstride, &p.b_bstride})
+    if (map_batch_dims(p, *s).size() > static_cast<size_t>(kMaxTensorMapRank - 2))
+      return "an operand steps through " + num(int64_t(map_batch_dims(p, *s).size())) +
+             " batch dims, more than a tensor map's " + num(kMaxTensorMapRank - 2);
   const int64_t lim = int64_t{1} << 31;  // TMA coordinates are 32-bit
   if (std::max({p.M, p.N, p.K, p.nbatch}) >= lim) return "an extent is 2^31 or more";
   return std::nullopt;
 }
 
 // The two tensor maps of tiling `t` (A's, B's): the unit-stride dim first (k for a
-// K-major operand, m or n otherwise), then the other, then the batch; each box one
-// 128-byte-wide panel of the stage's tile. Extents of 1 get a 16-byte stride, which
-// no index ever steps. nullopt (with `why`) when a stride is not a multiple of 16
-// bytes or the dims overlap (each stride must cover the dims inside it).
-std::optional<std::vector<TensorMapSpec>> tma_maps(const MatmulGroup& p, const MmaTiling& t, std::string* why) {
+// K-major operand, m or n otherwise), then the other, then the batch dims the operand
+// steps through (map_batch_dims; their strides in any order, as the attention's maps
+// over permuted heads); each box one 128-byte-wide panel of the stage's tile. Extents
+// of 1 get a 16-byte stride, which no index ever steps. nullopt (with `why`) when a
+// stride is not a multiple of 16 bytes or a matrix's rows overlap. `batch` gets each
+// map's batch dims (MmaTiling::map_batch).
+std::optional<std::vector<TensorMapSpec>> tma_maps(const MatmulGroup& p, const MmaTiling& t, std::string* why,
+                                                   std::vector<std::vector<int>>& batch) {
   const int64_t eb = t.a.eb, panel = 128 / eb;
   std::vector<TensorMapSpec> maps;
+  batch.clear();
   for (int which = 0; which < 2; ++which) {
     const bool kc = which == 0 ? t.a_kc : t.b_kc;
     const int64_t outer = which == 0 ? p.M : p.N, s_outer = which == 0 ? p.sam : p.sbn, s_k = which == 0 ? p.sak : p.sbk;
+    const std::vector<int64_t>& bstride = which == 0 ? p.a_bstride : p.b_bstride;
+    const std::vector<int> bdims = map_batch_dims(p, bstride);
     TensorMapSpec m;
     m.input = which == 0 ? p.a.param : p.b.param;
     m.dtype = p.dtype;
-    m.rank = p.nbatch > 1 ? 3 : 2;
-    m.dims = {kc ? p.K : outer, kc ? outer : p.K, p.nbatch, 1, 1};
+    m.rank = 2 + static_cast<int>(bdims.size());
+    m.dims = {kc ? p.K : outer, kc ? outer : p.K, 1, 1, 1};
     const int64_t s1 = (kc ? s_outer : s_k) * eb;
-    const int64_t s2 = p.nbatch > 1 ? (which == 0 ? p.a_bstride[0] : p.b_bstride[0]) * eb : 0;
-    m.strides = {m.dims[1] == 1 ? 16 : s1, m.rank == 3 ? s2 : 0};
+    m.strides = {m.dims[1] == 1 ? 16 : s1, 0, 0, 0};
+    for (size_t i = 0; i < bdims.size(); ++i) {
+      m.dims[i + 2] = p.batch[static_cast<size_t>(bdims[i])];
+      m.strides[i + 1] = bstride[static_cast<size_t>(bdims[i])] * eb;
+    }
     m.box = {static_cast<int>(panel), kc ? (which == 0 ? t.bm : t.bn) : t.bk, 1, 1, 1};
     for (int d = 0; d + 1 < m.rank; ++d)
       if (m.strides[static_cast<size_t>(d)] % 16 != 0 || m.strides[static_cast<size_t>(d)] <= 0) {
@@ -105,11 +124,8 @@ std::optional<std::vector<TensorMapSpec>> tma_maps(const MatmulGroup& p, const M
       *why = std::string("operand ") + (which == 0 ? "A" : "B") + "'s rows overlap";
       return std::nullopt;
     }
-    if (m.rank == 3 && m.strides[1] < m.dims[1] * m.strides[0]) {
-      *why = std::string("operand ") + (which == 0 ? "A" : "B") + "'s batch stride is inside its matrix";
-      return std::nullopt;
-    }
     maps.push_back(m);
+    batch.push_back(bdims);
   }
   return maps;
 }
@@ -222,7 +238,7 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
     std::string why;
     std::optional<std::vector<TensorMapSpec>> maps;
     if (std::optional<std::string> unfit = tma_unfit(p)) why = *unfit;
-    else maps = tma_maps(p, t, &why);
+    else maps = tma_maps(p, t, &why, t.map_batch);
     if (!maps) {
       t.not_tma = why;
     } else {

@@ -56,6 +56,9 @@ struct MmaTiling {
   bool ws = false;
   int launch_threads() const { return threads + (ws ? 128 : 0); }
   std::vector<TensorMapSpec> maps;  // A's, then B's
+  // Per map: the output's batch dims (MatmulGroup::batch) its dims 2, 3, ... step
+  // through, innermost first; a batch dim the operand is broadcast over has none.
+  std::vector<std::vector<int>> map_batch;
   bool a_kc = false, b_kc = false;  // operand_layout's k_contiguous of A and B
   SmemTile a, b;
   int64_t stage_bytes = 0, shared_bytes = 0;

@@ -75,14 +75,21 @@ TEST(MatmulFold, TheFoldedKernelComputesTheBatchedProductThroughTma) {
   check(linear({3}, 40, 72, 64), c, "folded ws", true, 1, /*wgmma=*/true, /*tma=*/true);
   c.persistent = 3;
   check(linear({3}, 40, 72, 64), c, "folded ws persistent", true, 2, true, true);
-  // Unfolded (a residual whose rows repeat over the batch) the same config is
-  // refused: TMA cannot step B's batch stride of 0.
+  // Unfolded (a residual whose rows repeat over the batch) the same config takes TMA
+  // too since 2026-11-28 (before, it was refused: B's batch stride is 0): A through a
+  // 3-D map, B, shared, through a 2-D one.
   KernelSpec batched = spec_of(linear({3}, 40, 72, 64, /*row_bias=*/true)), s = spec_of(linear({3}, 40, 72, 64));
   batched.tma = s.tma = true;
   Result<MatmulPath> row_bias = matmul_path(batched, c, "sm_90a");
   ASSERT_TRUE(row_bias) << row_bias.error().str();
-  EXPECT_FALSE(row_bias->tensor_cores);
-  EXPECT_NE(row_bias->why.find("broadcast over the batch"), std::string::npos) << row_bias->why;
+  EXPECT_TRUE(row_bias->tensor_cores) << row_bias->why;
+  EXPECT_NE(row_bias->why.find("filled by TMA"), std::string::npos) << row_bias->why;
+  Result<EmittedKernel> k = emitter_for(KernelKind::Matmul).emit(batched, c, llvmb::Target::nvptx("sm_90a"));
+  ASSERT_TRUE(k) << k.error().str();
+  ASSERT_EQ(k->launch.tensor_maps.size(), 2u);
+  EXPECT_EQ(k->launch.tensor_maps[0].rank, 3);
+  EXPECT_EQ(k->launch.tensor_maps[1].rank, 2);
+  check(linear({3}, 40, 72, 64, /*row_bias=*/true), c, "unfolded ws, B shared", true, 1, true, true);
   Result<MatmulPath> folded = matmul_path(s, c, "sm_90a");
   ASSERT_TRUE(folded) << folded.error().str();
   EXPECT_NE(folded->why.find("filled by TMA"), std::string::npos) << folded->why;

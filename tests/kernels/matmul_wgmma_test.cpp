@@ -87,6 +87,55 @@ TEST(MatmulWgmmaSim, TmaEveryOperandLayoutMatchesTheReference) {
   }
 }
 
+// TMA over batch dims in any order (MmaTiling::map_batch): each operand's map has a
+// dim for each batch dim it steps through, with that dim's stride, whatever its order
+// against the matrix's (as the attention's maps over permuted heads), and none for a
+// batch dim it is broadcast over. q k^T over permuted projections ([batch, seq, heads,
+// 64] seen as [batch, heads, seq, 64]: 4-D maps, heads 128 bytes apart inside rows 384
+// apart), also warp-specialised; a permuted A over 3 batches times a shared B that the
+// batch cannot fold into rows (A is not dense across it: a 3-D map for A, a 2-D one for
+// B). The maps' dims and strides are written out here; each kernel runs on the
+// simulated sm_90a against the reference.
+TEST(MatmulWgmmaSim, TmaStepsThroughBatchDimsInAnyOrder) {
+  auto graph = [](const std::string& params, const std::string& body) {
+    Result<Graph> g = parse_graph("graph g(" + params + ") {\n" + body + "\n}\n", "g.sf");
+    if (!g.ok()) throw std::runtime_error(g.error().str());
+    return std::move(g).value();
+  };
+  struct Case {
+    const char* what;
+    Graph g;
+    std::array<int64_t, 5> adims, bdims;
+    std::array<int64_t, 4> astrides, bstrides;  // bytes
+    int arank, brank;
+  };
+  const std::vector<Case> cases = {
+      {"q k^T over permuted heads",
+       graph("q: bf16[2, 72, 3, 64], k: bf16[2, 80, 3, 64]",
+             "  s = matmul(permute(q, dims=[0, 2, 1, 3]), transpose(permute(k, dims=[0, 2, 1, 3]), -2, -1))\n  return s"),
+       {64, 72, 3, 2, 1}, {64, 80, 3, 2, 1}, {384, 128, 72 * 384, 0}, {384, 128, 80 * 384, 0}, 4, 4},
+      {"a permuted batch times a shared weight",
+       graph("x: bf16[72, 3, 64], w: bf16[64, 80]", "  y = matmul(permute(x, dims=[1, 0, 2]), w)\n  return y"),
+       {64, 72, 3, 1, 1}, {80, 64, 1, 1, 1}, {384, 128, 0, 0}, {160, 0, 0, 0}, 3, 2},
+  };
+  for (const Case& c : cases) {
+    KernelSpec spec = spec_of(c.g);
+    spec.tma = true;
+    Result<EmittedKernel> k = emitter_for(KernelKind::Matmul).emit(spec, tc_config(64, 64, 64, 4, 2), llvmb::Target::nvptx("sm_90a"));
+    ASSERT_TRUE(k.ok()) << c.what << ": " << k.error().str();
+    ASSERT_EQ(k->launch.tensor_maps.size(), 2u) << c.what;
+    const TensorMapSpec &a = k->launch.tensor_maps[0], &b = k->launch.tensor_maps[1];
+    EXPECT_EQ(a.rank, c.arank) << c.what;
+    EXPECT_EQ(b.rank, c.brank) << c.what;
+    EXPECT_EQ(a.dims, c.adims) << c.what;
+    EXPECT_EQ(b.dims, c.bdims) << c.what;
+    EXPECT_EQ(a.strides, c.astrides) << c.what;
+    EXPECT_EQ(b.strides, c.bstrides) << c.what;
+    check(c.g, tc_config(64, 64, 64, 4, 2), std::string(c.what) + " tma", true, 1, true, true);
+  }
+  check(cases[0].g, tc_config(64, 64, 64, 4, 3, 8, /*ws=*/1), "q k^T over permuted heads, ws", true, 1, true, true);
+}
+
 // Warp specialisation (warp_specialize = 1): a producer warpgroup after the consumers
 // issues every copy, the stages handed over by full and empty mbarriers with no
 // barrier in the loop. Every operand layout, two consumer warpgroups, a batch, and the

@@ -65,8 +65,8 @@ Result<MatmulGroup> analyse_matmul(const KernelSpec& spec);
 // or none of them (size 1 there: a bias). nullopt otherwise, or without a batch dim
 // above 1. The kernel's arguments keep their order and element counts, so the
 // folded kernel is launched as the batched one would be; it gets M tiles across the
-// batch, a 2-D TMA map of A (a batched A with a shared B has none: the map cannot
-// step B's stride 0) and so the warp-specialised kernels. matmul_fold.cpp.
+// batch and a 2-D TMA map of A (batched, A's map would step the batch and B's not:
+// MmaTiling::map_batch). matmul_fold.cpp.
 std::optional<Graph> fold_batch_into_rows(const Graph& g);
 // `spec` with its group folded where fold_batch_into_rows can; unchanged otherwise.
 // Every matmul entry point (emit, path, suggested config) works on this.

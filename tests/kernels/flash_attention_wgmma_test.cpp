@@ -320,7 +320,8 @@ TEST(FlashAttentionWgmma, TmaBringsKAndV) {
 // here. Each runs on the simulated sm_90a against the reference, the GQA one also
 // with a producer warpgroup bringing the tiles; q, k and v as slices of one fused
 // projection, split as PyTorch's permute does and as nanoGPT's split does (the head
-// dims' coordinates start past q's heads). A v sliced along its keys keeps the copies.
+// dims' coordinates start past q's heads); k and v the first keys of a KV cache. A v
+// sliced further into its keys keeps the copies.
 TEST(FlashAttentionWgmma, TmaReadsHeadsOfPermutedProjections) {
   struct View {
     const char* what;
@@ -364,6 +365,12 @@ TEST(FlashAttentionWgmma, TmaReadsHeadsOfPermutedProjections) {
        "  v = transpose(reshape(slice(qkv, dim=2, start=256, end=384), shape=[2, 64, 2, 64]), 1, 2)\n"
        "  out = scaled_dot_product_attention(q, k, v, is_causal=true)\n  return out",
        true, {64, 64, 4, 2, 1}, {768, 128, 64 * 384 * 2, 0}, 4, {wg(64, 16, 4)}},
+      // k and v the first 80 keys of a KV cache of 128: the keys' dim of 80 (keys
+      // past it read as zeros), heads 128 keys apart.
+      {"k and v a KV cache's first 80 of 128 keys", "q: bf16[1, 4, 80, 64], kc: bf16[1, 2, 128, 64], vc: bf16[1, 2, 128, 64]",
+       "  out = scaled_dot_product_attention(q, slice(kc, dim=2, start=0, end=80), slice(vc, dim=2, start=0, end=80), "
+       "is_causal=true, enable_gqa=true)\n  return out",
+       true, {64, 80, 2, 1, 1}, {128, 128 * 64 * 2, 0, 0}, 3, {wg(64, 16, 4)}},
       // A v that starts 16 rows into its heads: keys past S would not read as zeros.
       {"v a slice of its input", "q: bf16[1, 2, 64, 64], k: bf16[1, 2, 64, 64], v: bf16[1, 2, 80, 64]",
        "  out = scaled_dot_product_attention(q, k, slice(v, dim=2, start=16))\n  return out",

@@ -292,6 +292,42 @@ TEST(ExecFakeDriver, TmaKernelsTakeTheirTensorMapsAfterTheOutputs) {
   EXPECT_EQ(launches_in(read_text(t / "log2"))[0].args, 3 + 1);
 }
 
+// The attention over permuted projections (tests/gpu/attn_proj_bf16.sf's layout, a
+// smaller shape): compile writes its k and v maps as 4-D (columns, keys, heads,
+// batches; rows 512 bytes apart, heads 256), and exec encodes them through the
+// driver with every dim, then launches the kernel with them after its output.
+TEST(ExecFakeDriver, AttentionMapsOverPermutedHeadsReachTheDriver) {
+  TempDir t;
+  write_file(t / "g.sf",
+             "graph attn(q: bf16[2, 64, 4, 128], k: bf16[2, 64, 2, 128], v: bf16[2, 64, 2, 128]) {\n"
+             "  out = scaled_dot_product_attention(permute(q, dims=[0, 2, 1, 3]), permute(k, dims=[0, 2, 1, 3]),\n"
+             "                                     permute(v, dims=[0, 2, 1, 3]), is_causal=true, enable_gqa=true)\n"
+             "  return out\n}\n");
+  const std::string dir = compile_to(t, t / "g.sf", "attn", "--attention-config 'block_m=64 block_n=64 warps=4 wgmma=1'");
+  Plan p = read_plan(dir);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  ASSERT_EQ(p.kernels[0].tensor_maps.size(), 2u);
+  for (const PlanTensorMap& m : p.kernels[0].tensor_maps) {
+    EXPECT_EQ(m.rank, 4);
+    EXPECT_EQ(m.dims, (std::array<int64_t, 5>{128, 64, 2, 2, 1}));
+    EXPECT_EQ(m.strides[0], 2 * 128 * 2);
+    EXPECT_EQ(m.strides[1], 128 * 2);
+    EXPECT_EQ(m.strides[2], 64 * 2 * 128 * 2);
+  }
+  const std::string log = t / "log";
+  CliResult r = shardfuse_env(fake_env(log), "exec " + dir + " --device cuda");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string calls = read_text(log);
+  size_t maps = 0;
+  for (size_t at = calls.find("tensormap rank=4 dims=128,64,2,2 box=64,64,1,1"); at != std::string::npos;
+       at = calls.find("tensormap rank=4 dims=128,64,2,2 box=64,64,1,1", at + 1))
+    ++maps;
+  EXPECT_EQ(maps, 2u) << calls;
+  std::vector<Launch> got = launches_in(calls);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].args, 3 + 1 + 2);
+}
+
 // compile --matmul-config: every matmul kernel takes the given config (config_source
 // "flag"): a persistent warp-specialised one launches its 384 threads on a grid of
 // min(persistent, tiles) blocks, and exec launches it so on the fake driver; so does a

@@ -394,10 +394,7 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
     pk.persistent = e->launch.persistent;
     pk.workspace_bytes = e->launch.workspace_bytes;
     emitted_forms[i] = e->form;
-    pk.tensor_maps.clear();
-    for (const TensorMapSpec& t : e->launch.tensor_maps)
-      pk.tensor_maps.push_back(PlanTensorMap{t.input, t.dtype, t.rank, t.dims, t.strides, t.box});
-    static_assert(kMaxTensorMapRank == kPlanTensorMapRank);
+    pk.tensor_maps = e->launch.tensor_maps;
     Result<std::string> ptx = llvmb::compile_to_ptx(*e->module, opts.arch);
     if (!ptx.ok()) {
       kernel_errors[i] = pk.id + ": " + ptx.error().message;

@@ -29,6 +29,7 @@
 #include "autotune/config.h"
 #include "codegen/ir/graph.h"
 #include "codegen/llvm/backend.h"
+#include "runtime/plan/tensor_map.h"
 
 namespace sf {
 
@@ -47,28 +48,12 @@ struct KernelSpec {
   bool tma = false;
 };
 
-// A TMA tensor map a kernel reads one of its inputs through (cuTensorMapEncodeTiled's
-// arguments): the runtime encodes it over the input's buffer, stores it in global
-// memory and passes its address as an extra kernel argument, after the outputs, in
-// LaunchShape::tensor_maps' order. Always 128-byte swizzle, element strides 1, no
-// interleave, out-of-bounds elements read as zero.
-inline constexpr int kMaxTensorMapRank = 5;  // TMA's limit
-struct TensorMapSpec {
-  int input = -1;                      // which kernel input (param) the map reads
-  DType dtype = DType::BF16;
-  int rank = 2;                        // 2 to 5: a matrix, then batch or head dims
-  std::array<int64_t, kMaxTensorMapRank> dims{1, 1, 1, 1, 1};      // global extents, innermost (unit-stride) first
-  std::array<int64_t, kMaxTensorMapRank - 1> strides{};             // bytes between consecutive indices of dims 1, 2, ...
-  std::array<int, kMaxTensorMapRank> box{1, 1, 1, 1, 1};           // elements one copy moves, innermost first
-  // The entries past the rank do not count (unset, they may be 0 or 1).
-  bool operator==(const TensorMapSpec& o) const {
-    if (input != o.input || dtype != o.dtype || rank != o.rank) return false;
-    for (size_t i = 0; i < static_cast<size_t>(rank) && i < dims.size(); ++i)
-      if (dims[i] != o.dims[i] || box[i] != o.box[i] || (i + 1 < static_cast<size_t>(rank) && strides[i] != o.strides[i]))
-        return false;
-    return true;
-  }
-};
+// A TMA tensor map a kernel reads one of its inputs through: the runtime encodes it
+// over the input's buffer, stores it in global memory and passes its address as an
+// extra kernel argument, after the outputs, in LaunchShape::tensor_maps' order. The
+// Plan's own type (runtime/plan/tensor_map.h), so compile_plan copies it as it is.
+using TensorMapSpec = PlanTensorMap;
+inline constexpr int kMaxTensorMapRank = kPlanTensorMapRank;  // TMA's limit
 
 struct LaunchShape {
   std::array<int64_t, 3> grid{1, 1, 1};

@@ -77,9 +77,9 @@ std::vector<int> map_batch_dims(const MatmulGroup& p, const std::vector<int64_t>
 // batch dim the operand steps through, at most 5), or nullopt.
 std::optional<std::string> tma_unfit(const MatmulGroup& p) {
   for (const auto* s : {&p.a_bstride, &p.b_bstride})
-    if (map_batch_dims(p, *s).size() > static_cast<size_t>(kMaxTensorMapRank - 2))
-      return "an operand steps through " + num(int64_t(map_batch_dims(p, *s).size())) +
-             " batch dims, more than a tensor map's " + num(kMaxTensorMapRank - 2);
+    if (const size_t n = map_batch_dims(p, *s).size(); n > static_cast<size_t>(kMaxTensorMapRank - 2))
+      return "an operand steps through " + num(int64_t(n)) + " batch dims, more than a tensor map's " +
+             num(kMaxTensorMapRank - 2);
   const int64_t lim = int64_t{1} << 31;  // TMA coordinates are 32-bit
   if (std::max({p.M, p.N, p.K, p.nbatch}) >= lim) return "an extent is 2^31 or more";
   return std::nullopt;

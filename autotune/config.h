@@ -71,6 +71,13 @@ struct KernelConfig {
   // giving up the difference with setmaxnreg.dec (232: the producer keeps 40, as
   // CUTLASS's Hopper kernels do); 0: no reallocation.
   int setmaxnreg = 0;
+  // Warp-specialised persistent wgmma kernel fed by TMA, its epilogue staged in chunks:
+  // 1 stores each consumer warp's staged chunk of every output with TMA
+  // (cp.async.bulk.tensor shared to global, one instruction a 16-row box, issued by the
+  // warp's first lane through a tensor map of the output), the warp going on to the
+  // next chunk while the copy reads the last (CUTLASS's TMA epilogue); 0: the warp's
+  // lanes store the chunk 128 bits at a time.
+  int tma_store = 0;
   // Fused attention on sm_90a: 1 multiplies q k^T and p v with wgmma.mma_async, each
   // warpgroup's 64 query rows at a time, k and v read from shared memory through
   // matrix descriptors; 0: mma.sync, each warp's 16 rows (docs/kernels.md,

@@ -261,10 +261,14 @@ Result<Measurement> CudaRunner::run(const Artifact& a, const BenchOptions& bench
   std::vector<cuda::Buffer> maps;
   if (p)
     for (const PlanTensorMap& m : p->tensor_maps) {
-      if (m.input < 0 || m.input >= static_cast<int>(inputs_.size()))
-        return Diag{"", {}, "tensor map of input " + std::to_string(m.input) + ": the kernel has " +
-                                std::to_string(inputs_.size()) + " inputs"};
-      Result<cuda::Buffer> b = cuda::encode_tensor_map(*ctx_, m, inputs_[static_cast<size_t>(m.input)].ptr());
+      // An input's map, or a TMA store's over an output.
+      const bool store = m.output >= 0;
+      const std::vector<cuda::Buffer>& side = store ? outputs_ : inputs_;
+      const int which = store ? m.output : m.input;
+      if (which < 0 || which >= static_cast<int>(side.size()))
+        return Diag{"", {}, std::string("tensor map of ") + (store ? "output " : "input ") + std::to_string(which) +
+                                ": the kernel has " + std::to_string(side.size()) + (store ? " outputs" : " inputs")};
+      Result<cuda::Buffer> b = cuda::encode_tensor_map(*ctx_, m, side[static_cast<size_t>(which)].ptr());
       if (!b) return b.error();
       args.push_back(b->ptr());
       maps.push_back(std::move(b).value());

@@ -53,7 +53,7 @@ std::vector<KernelConfig> gpu_reduction(const TargetInfo& t) {
 // One tensor-core config of the space below; a persistent grid of the SMs times the
 // blocks one SM's shared memory holds.
 KernelConfig tensor_core_config(int bm, int bn, int bk, int warps, int stages, int ws, int sk, int pers, int pp,
-                                int regs, const TargetInfo& t, int operand_bytes) {
+                                int regs, int tma_store, const TargetInfo& t, int operand_bytes) {
   KernelConfig c;
   c.block_m = bm;
   c.block_n = bn;
@@ -70,6 +70,7 @@ KernelConfig tensor_core_config(int bm, int bn, int bk, int warps, int stages, i
   }
   c.pingpong = pp;
   c.setmaxnreg = regs;
+  c.tma_store = tma_store;
   return c;
 }
 
@@ -88,7 +89,9 @@ KernelConfig tensor_core_config(int bm, int bn, int bk, int warps, int stages, i
 // those of them whose consumer threads hold 128 accumulators (the most that fit,
 // where 168 registers a thread are tightest) also with setmaxnreg=232: the producer
 // warpgroup keeps 40 registers a thread, the consumers take the rest, as CUTLASS's
-// Hopper kernels do.
+// Hopper kernels do; those again also with TMA stores (tma_store=1: the staged chunks
+// leave by cp.async.bulk.tensor, as CUTLASS's Hopper epilogues do; configs whose
+// outputs TMA cannot store fail to build and are dropped).
 void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool split, const TargetInfo& t,
                             int operand_bytes) {
   for (int bm : {64, 128, 256})
@@ -109,8 +112,9 @@ void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool spl
                     const int64_t acc = int64_t{pp ? bm : bm / 2} * bn / 128;
                     const bool realloc = pers && warps == 8 && acc == 128;
                     for (int regs : realloc ? std::vector<int>{0, 232} : std::vector<int>{0})
-                      out.push_back(
-                          tensor_core_config(bm, bn, bk, warps, stages, ws, sk, pers, pp, regs, t, operand_bytes));
+                      for (int store = 0; store <= (regs ? 1 : 0); ++store)
+                        out.push_back(tensor_core_config(bm, bn, bk, warps, stages, ws, sk, pers, pp, regs, store, t,
+                                                         operand_bytes));
                   }
 }
 

@@ -120,8 +120,9 @@ PtxArtifact read_ptx_artifact(const json_read::Reader& rd, const std::string& di
   const json& maps = rd.array(rd.at(cj, cp, "tensor_maps"), cp + ".tensor_maps", 8);
   for (size_t mi = 0; mi < maps.size(); ++mi) {
     PlanTensorMap m = read_plan_tensor_map(rd, maps[mi], json_read::Reader::item(cp + ".tensor_maps", mi));
-    if (m.input >= static_cast<int>(a.inputs.size()))
-      rd.fail(json_read::Reader::item(cp + ".tensor_maps", mi) + ".input", "no such input");
+    if (m.output >= 0 ? m.output >= static_cast<int>(a.outputs.size()) : m.input >= static_cast<int>(a.inputs.size()))
+      rd.fail(json_read::Reader::item(cp + ".tensor_maps", mi) + (m.output >= 0 ? ".output" : ".input"),
+              m.output >= 0 ? "no such output" : "no such input");
     a.tensor_maps.push_back(m);
   }
   return a;

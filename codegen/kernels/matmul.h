@@ -157,6 +157,19 @@ struct MmaSimHooks {
   // index in the low half), `desc_b` B's descriptor, `mode` as wgmma's (imm-trans-a
   // unused); d[N / 2] in and out. The fused attention's sm_90a form (its q and p).
   void (*wgmma_ra)(void* ctx, int32_t thread, const uint32_t* a, uint64_t desc_b, int32_t mode, float* d) = nullptr;
+  // TMA stores (the epilogue's, MmaTiling::tma_store): cp.async.bulk.tensor of one box
+  // from shared `src` (128-byte swizzled) to `map` (a SimTensorMap*) at (c0, ..., c4;
+  // those past the map's rank 0), out-of-bounds elements not written, into the thread's
+  // open bulk group; cp.async.bulk.commit_group; cp.async.bulk.wait_group `pending`
+  // (`read` 1: .read, only until the groups have read their sources): until at most
+  // that many of the thread's committed groups are incomplete; and
+  // fence.proxy.async.shared::cta, which makes the thread's writes to shared memory
+  // visible to TMA (the async proxy).
+  void (*tma_store)(void* ctx, int32_t thread, const void* map, const void* src, int32_t c0, int32_t c1, int32_t c2,
+                    int32_t c3, int32_t c4) = nullptr;
+  void (*bulk_commit)(void* ctx, int32_t thread) = nullptr;
+  void (*bulk_wait)(void* ctx, int32_t thread, int32_t pending, int32_t read) = nullptr;
+  void (*proxy_fence)(void* ctx, int32_t thread) = nullptr;
 };
 
 // What the host build's kernel arguments hold in place of each encoded tensor map
@@ -164,6 +177,7 @@ struct MmaSimHooks {
 struct SimTensorMap {
   TensorMapSpec spec;
   const void* base = nullptr;
+  size_t bytes = 0;  // the buffer's size (a TMA store writing past it fails); 0: not checked
 };
 
 // The tensor-core kernel of emit_matmul built for the host:

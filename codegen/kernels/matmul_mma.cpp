@@ -122,9 +122,9 @@ class MmaKernel : MmaIsa {
   }
 
  private:
-  // The arguments after the outputs: A's and B's tensor maps (TMA), then the split-K
-  // workspace (MmaTiling::split_ws).
-  int extra_args() const { return (t_.tma ? 2 : 0) + (t_.split_ws ? 1 : 0); }
+  // The arguments after the outputs: A's and B's tensor maps (TMA) and the outputs'
+  // (TMA stores), then the split-K workspace (MmaTiling::split_ws).
+  int extra_args() const { return static_cast<int>(t_.maps.size()) + (t_.split_ws ? 1 : 0); }
   void take_extra(std::vector<llvm::Value*> extra) {
     if (t_.split_ws) {
       ws_ = extra.back();
@@ -189,12 +189,26 @@ class MmaKernel : MmaIsa {
     return l;
   }
   // The latch (the builder must be in it): the next item `stride` grids apart, while any.
-  void close_items(ItemLoop& l) {
+  // `consumer`: the loop of threads that store outputs, which with TMA stores wait at
+  // the end for their warp's last bulk groups to complete.
+  void close_items(ItemLoop& l, bool consumer = false) {
     llvm::Value* next = add(l.w, mul(grid_, l.stride));
     l.w->addIncoming(next, b_.GetInsertBlock());
     l.iter->addIncoming(add(l.iter, k(l.stride)), b_.GetInsertBlock());
     b_.CreateCondBr(b_.CreateICmpSLT(next, k(t_.items)), l.loop, l.done);
     b_.SetInsertPoint(l.done);
+    if (consumer && t_.tma_store) {
+      // Every lane 0 (the one that issued its warp's stores); a warp with no item
+      // has none, and the wait passes at once.
+      llvm::LLVMContext& c = m_.getContext();
+      llvm::BasicBlock* lead = llvm::BasicBlock::Create(c, "tma.drain", fn_);
+      llvm::BasicBlock* out = llvm::BasicBlock::Create(c, "tma.drained", fn_);
+      b_.CreateCondBr(b_.CreateICmpEQ(lane_, k(0)), lead, out);
+      b_.SetInsertPoint(lead);
+      bulk_wait(0, /*read=*/false);
+      b_.CreateBr(out);
+      b_.SetInsertPoint(out);
+    }
     b_.CreateRetVoid();
   }
 
@@ -235,7 +249,7 @@ class MmaKernel : MmaIsa {
     if (Result<void> r = epilogue(acc, items.latch, /*producer_joins=*/false); !r) return r;
     b_.SetInsertPoint(items.latch);
     if (!t_.ws) barrier();
-    close_items(items);
+    close_items(items, /*consumer=*/true);
     return {};
   }
 
@@ -274,7 +288,7 @@ class MmaKernel : MmaIsa {
     }
     if (Result<void> r = epilogue(acc, items.latch, /*producer_joins=*/false); !r) return r;
     b_.SetInsertPoint(items.latch);
-    close_items(items);
+    close_items(items, /*consumer=*/true);
     return {};
   }
 
@@ -777,6 +791,16 @@ class MmaKernel : MmaIsa {
     f.barrier = [this] { barrier(); };
     // Staged in chunks (MmaTiling::chunk_off): warp w's lanes meet on named barrier 4 + w.
     if (t_.chunk_off >= 0) f.warp_barrier = [this] { named_barrier(add(warp_, k(4)), 32, /*sync=*/true); };
+    if (t_.tma_store) {
+      f.out_maps.assign(tmap_.begin() + 2, tmap_.end());
+      f.batch = bz_;
+      f.tma_store = [this](llvm::Value* map, llvm::Value* src, const std::vector<llvm::Value*>& coords) {
+        tma_store(map, src, coords);
+      };
+      f.bulk_commit = [this] { bulk_commit(); };
+      f.bulk_wait = [this](int pending, bool read) { bulk_wait(pending, read); };
+      f.store_fence = [this] { store_fence(); };
+    }
     f.exit = exit;
     if (t_.split_ws) {
       f.ws = ws_;
@@ -803,7 +827,7 @@ class MmaKernel : MmaIsa {
   llvm::Value *lane_ = nullptr, *m0_ = nullptr, *n0_ = nullptr, *zbase_ = nullptr;
   llvm::Value *wm0_ = nullptr, *wn0_ = nullptr, *wg_ = nullptr;
   llvm::Value* wg_row_ = nullptr;  // wgmma: the warpgroup's first row in the block tile
-  std::vector<llvm::Value*> tmap_;  // TMA: A's and B's tensor maps
+  std::vector<llvm::Value*> tmap_;  // TMA: A's and B's tensor maps, then the outputs' (TMA stores)
   llvm::Value* bz_ = nullptr;        // the batch index (grid y)
   llvm::Value* kbase_ = nullptr;     // split-K: the first K element of this block's share (grid z)
   llvm::Value* gk0_ = nullptr;       // the item's first K tile over the block's life (persistent grid)
@@ -820,7 +844,9 @@ Result<LaunchShape> build_mma_kernel(const KernelSpec& spec, const MatmulGroup& 
                                      bool wgmma_arch, const llvmb::Target& target, llvm::Module& m, bool sim) {
   Result<MmaTiling> t = mma_tiling(p, c, sm, wgmma_arch);
   if (!t) return t.error();
-  mma_chunk_area(spec.group, p, *t, max_shared_bytes(sm));
+  const std::string no_chunks = mma_chunk_area(spec.group, p, *t, max_shared_bytes(sm));
+  if (t->want_tma_store && !t->tma_store)
+    return diag(no_chunks.rfind("tma_store", 0) == 0 ? no_chunks : "tma_store = 1 needs the epilogue staged in chunks (" + no_chunks + ")");
   if (Result<void> g = check_matmul_grid(p, t->bm, t->bn); !g) return g.error();
   Result<void> built = MmaKernel(spec, p, *t, target, m, sim).build();
   if (!built) return built.error();

@@ -89,7 +89,7 @@ class Epilogue {
   struct Piece {
     size_t acc = 0;  // accumulator index of the (first) element
     llvm::Value *ok = nullptr, *flat = nullptr, *col = nullptr, *local_row = nullptr;
-    int j = 0;
+    int i = 0, half = 0, j = 0;
     std::vector<llvm::Value*> coords;
     std::vector<llvm::Value*> safe;  // width 2 only
     llvm::Value* safe_flat = nullptr;
@@ -110,6 +110,8 @@ class Epilogue {
     llvm::Value* row_ok = b_.CreateICmpSLT(row, k(p_.M));
     Piece pc;
     pc.acc = acc_index(i, j, half, e);
+    pc.i = i;
+    pc.half = half;
     pc.j = j;
     pc.col = add(frag_col(j), k(e));
     pc.coords = f_.batch_coords;
@@ -279,8 +281,8 @@ class Epilogue {
     return batched_pairs(epi, acc, [&](const Piece& pc, const std::vector<MatmulEpilogue::PairValue>& v) {
       // A warp's own chunk area takes every piece, out of bounds too (write_back stores
       // only what is inside O): straight-line code.
-      llvm::BasicBlock* st = padded_ ? nullptr : llvm::BasicBlock::Create(c, "stage", f_.fn);
-      llvm::BasicBlock* next = padded_ ? nullptr : llvm::BasicBlock::Create(c, "stage.next", f_.fn);
+      llvm::BasicBlock* st = padded_ || boxes_ ? nullptr : llvm::BasicBlock::Create(c, "stage", f_.fn);
+      llvm::BasicBlock* next = padded_ || boxes_ ? nullptr : llvm::BasicBlock::Create(c, "stage.next", f_.fn);
       if (st) {
         b_.CreateCondBr(pc.ok, st, next);
         b_.SetInsertPoint(st);
@@ -289,7 +291,8 @@ class Epilogue {
       for (size_t o = 0; o < v.size(); ++o) {
         const int64_t s = out_bytes(o);
         llvm::Value* byte = mul(lc, s);
-        llvm::Value* off = add(chunk_at(o, pc.local_row, b_.CreateLShr(byte, k(4))), b_.CreateAnd(byte, k(15)));
+        llvm::Value* off = boxes_ ? box_at(o, pc)
+                                  : add(chunk_at(o, pc.local_row, b_.CreateLShr(byte, k(4))), b_.CreateAnd(byte, k(15)));
         b_.CreateAlignedStore(f_.cg->narrow_vector(v[o].first.dtype, {v[o].first.value, v[o].second.value}),
                               smem_at(off), llvm::Align(static_cast<uint64_t>(2 * s)));
       }
@@ -307,6 +310,7 @@ class Epilogue {
     const int per = t_.chunk_cols / 8;
     area_base_ = t_.chunk_off;
     area_cols_ = t_.chunk_cols;
+    if (t_.tma_store) return tma_chunks(epi, acc);
     padded_ = true;
     std::vector<llvm::Value*> aligned;
     for (llvm::Value* o : f_.out)
@@ -319,6 +323,96 @@ class Epilogue {
     }
     j0_ = 0;
     return {};
+  }
+
+  // ---- TMA stores (MmaTiling::tma_store) ----
+  // Chunk c of the warp's columns goes through area c % store_bufs: staged by every
+  // lane, made visible to the async proxy (each lane's fence.proxy.async, then the
+  // warp's barrier), and stored by the first lane, one cp.async.bulk.tensor a box of 16
+  // rows x 128 bytes, committed as one bulk group. Before an area is written again,
+  // the first lane waits until the group that read it last has read it (.read; at an
+  // item's first chunk every group, the last item's included), and the warp meets.
+  // The kernel's end waits for every group to complete (MmaKernel).
+  Result<void> tma_chunks(MatmulEpilogue& epi, const std::vector<llvm::Value*>& acc) {
+    boxes_ = true;
+    const int per = t_.chunk_cols / 8;
+    // The lane's part of every box address (box_at): its fragment row within 8 rows
+    // (lane / 4, bits 7-9) and, swizzled by it, its 16-byte unit's low part and its
+    // place in the unit, the same for every piece of the epilogue.
+    for (size_t o = 0; o < f_.out.size(); ++o) {
+      const int64_t s = out_bytes(o);
+      llvm::Value* v = mul(tig2_, s);  // the pair's byte within the n8 tile's 8 x s bytes
+      llvm::Value* x = g_;             // the fragment row % 8 (lane / 4)
+      llvm::Value* unit = b_.CreateXor(b_.CreateLShr(v, k(4)), x);
+      lane_part_.push_back(add(mul(x, 128), add(b_.CreateShl(unit, k(4)), b_.CreateAnd(v, k(15)))));
+    }
+    warp_area_ = mul(f_.warp, t_.store_bufs * warp_bytes());
+    int c = 0;
+    for (j0_ = 0; j0_ < t_.ni; j0_ += per, ++c) {
+      buf_ = c % t_.store_bufs;
+      if (c == 0 || c >= t_.store_bufs) {
+        if_lane0([&] { f_.bulk_wait(c == 0 ? 0 : t_.store_bufs - 1, /*read=*/true); });
+        f_.warp_barrier();
+      }
+      if (Result<void> r = stage(epi, acc, j0_ + per); !r) return r;
+      f_.store_fence();
+      f_.warp_barrier();
+      if_lane0([&] { store_boxes(); });
+    }
+    j0_ = 0;
+    return {};
+  }
+
+  void if_lane0(const std::function<void()>& body) {
+    llvm::LLVMContext& c = b_.getContext();
+    llvm::BasicBlock* yes = llvm::BasicBlock::Create(c, "tma.lane0", f_.fn);
+    llvm::BasicBlock* after = llvm::BasicBlock::Create(c, "tma.lane0.done", f_.fn);
+    b_.CreateCondBr(b_.CreateICmpEQ(f_.lane, k(0)), yes, after);
+    b_.SetInsertPoint(yes);
+    body();
+    b_.CreateBr(after);
+    b_.SetInsertPoint(after);
+  }
+
+  // The shared byte offset of piece `pc`'s pair of output o in the current area: box
+  // (i, unit / 8) of the output's, row (half * 8 + lane / 4) of the box's 16, 16-byte
+  // unit (unit % 8) ^ (row % 8) (TMA's 128-byte swizzle), then the pair's byte. The
+  // lane's part (lane_part_) keeps bits 4-6 its own unit's low bit XOR its row; the n8
+  // tile's units flip them by a constant, and the rest adds whole 1024-byte blocks.
+  llvm::Value* box_at(size_t o, const Piece& pc) {
+    const int64_t s = out_bytes(o), boxes_per_row = row_bytes(o) / 128;
+    const int64_t unit0 = int64_t{pc.j - j0_} * 8 * s / 16;  // the n8 tile's first 16-byte unit
+    const int64_t box = int64_t{pc.i} * boxes_per_row + unit0 / 8;
+    const int64_t fixed = area_base_ + buf_ * warp_bytes() + area_offset(o) + box * 2048 + pc.half * 1024;
+    llvm::Value* swizzled = b_.CreateXor(lane_part_[o], k((unit0 % 8) << 4));
+    return add(warp_area_, add(swizzled, k(fixed)));
+  }
+
+  // The first lane: every box of the current area to its output's tensor map, at the
+  // warp's rows of each m step and the chunk's columns (boxes wholly past M or N
+  // skipped; TMA writes none of a box's elements outside O), as one bulk group.
+  void store_boxes() {
+    llvm::LLVMContext& c = b_.getContext();
+    for (size_t o = 0; o < f_.out.size(); ++o) {
+      const int64_t s = out_bytes(o), boxes_per_row = row_bytes(o) / 128, box_cols = 128 / s;
+      for (int i = 0; i < t_.mi; ++i)
+        for (int64_t bc = 0; bc < boxes_per_row; ++bc) {
+          llvm::Value* row = add(add(f_.m0, f_.wm0), k(int64_t{i} * t_.m_step));
+          llvm::Value* col = add(add(f_.n0, f_.wn0), k(int64_t{j0_} * 8 + bc * box_cols));
+          llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "tma.box", f_.fn);
+          llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "tma.box.next", f_.fn);
+          b_.CreateCondBr(b_.CreateAnd(b_.CreateICmpSLT(row, k(p_.M)), b_.CreateICmpSLT(col, k(p_.N))), st, next);
+          b_.SetInsertPoint(st);
+          const int64_t fixed = area_base_ + buf_ * warp_bytes() + area_offset(o) + (int64_t{i} * boxes_per_row + bc) * 2048;
+          std::vector<llvm::Value*> coords = {b_.CreateZExtOrTrunc(col, b_.getInt32Ty()),
+                                              b_.CreateZExtOrTrunc(row, b_.getInt32Ty())};
+          if (p_.nbatch > 1) coords.push_back(b_.CreateZExtOrTrunc(f_.batch, b_.getInt32Ty()));
+          f_.tma_store(f_.out_maps[o], add(warp_area_, k(fixed)), coords);
+          b_.CreateBr(next);
+          b_.SetInsertPoint(next);
+        }
+    }
+    f_.bulk_commit();
   }
 
   // Each output's area back a 16-byte chunk per lane, consecutive lanes on consecutive
@@ -375,6 +469,12 @@ class Epilogue {
   int area_cols_ = 0;      // the columns a warp's area holds
   int j0_ = 0;             // the n8 tile the area's first column belongs to
   bool padded_ = false;    // rows padded by kChunkPad bytes, not swizzled
+  // TMA stores: the areas are TMA's boxes (box_at), `buf_` the one being written, the
+  // warp's first area and each output's lane part of the addresses.
+  bool boxes_ = false;
+  int buf_ = 0;
+  llvm::Value* warp_area_ = nullptr;
+  std::vector<llvm::Value*> lane_part_;
 };
 
 // Why the outputs cannot be staged in 16-byte chunks (either staged path), or nullopt
@@ -388,6 +488,47 @@ std::optional<std::string> outputs_unstageable(const Graph& g, const MatmulGroup
     bytes += s;
   }
   return std::nullopt;
+}
+
+// TMA stores (MmaTiling::tma_store): each warp's areas as TMA's boxes, 16 rows of 128
+// bytes with the 128-byte swizzle, every box 1024-byte aligned (where the swizzle's
+// pattern starts); two areas a warp where they fit beside the pipeline, else one; and
+// a tensor map an output, [N, M(, batch)] innermost first, each box 128 bytes of a
+// row by 16 rows. "" with `t` placed, or why not (t unchanged).
+std::string tma_store_area(const Graph& g, const MatmulGroup& p, MmaTiling& t, int cols, int64_t rows, int64_t bytes,
+                           int64_t max_shared) {
+  const std::string no = "tma_store = 1: ";
+  if (g.outputs().size() > 6)
+    return no + num(int64_t(g.outputs().size())) + " outputs, more than the 6 tensor maps a kernel has left for them";
+  std::vector<TensorMapSpec> maps;
+  for (size_t o = 0; o < g.outputs().size(); ++o) {
+    const DType dt = g.node(g.outputs()[o].value).type.dtype;
+    const int64_t s = dtype_size(dt);
+    if (dt != DType::BF16 && dt != DType::F16 && dt != DType::F32)
+      return no + "an output of " + std::string(dtype_name(dt)) + " (TMA stores take bf16, f16 and f32)";
+    if ((cols * s) % 128 != 0)
+      return no + "a warp's chunk of " + num(cols) + " columns is not whole 128-byte rows of " + num(s) + "-byte elements";
+    TensorMapSpec m;
+    m.output = static_cast<int>(o);
+    m.dtype = dt;
+    m.rank = p.nbatch > 1 ? 3 : 2;
+    m.dims = {p.N, p.M, std::max<int64_t>(p.nbatch, 1), 1, 1};
+    m.strides = {p.N * s, p.M * p.N * s, 0, 0};
+    m.box = {static_cast<int>(128 / s), 16, 1, 1, 1};
+    maps.push_back(m);
+  }
+  const int64_t off = (t.shared_bytes + 1023) / 1024 * 1024;
+  const int64_t area = int64_t{t.threads / 32} * rows * cols * bytes;  // one area a warp
+  const int bufs = off + 2 * area <= max_shared ? 2 : 1;
+  if (off + bufs * area > max_shared)
+    return no + "the staging areas (" + num(area) + " bytes) do not fit in shared memory beside the pipeline's " + num(off);
+  t.chunk_off = off;
+  t.chunk_cols = cols;
+  t.shared_bytes = off + bufs * area;
+  t.tma_store = true;
+  t.store_bufs = bufs;
+  t.maps.insert(t.maps.end(), maps.begin(), maps.end());
+  return {};
 }
 
 }  // namespace
@@ -423,6 +564,7 @@ std::string mma_chunk_area(const Graph& g, const MatmulGroup& p, MmaTiling& t, i
     const int64_t cpr = cols * dtype_size(g.node(o.value).type.dtype) / 16;
     if (cpr < 1 || (cpr & (cpr - 1)) != 0 || (rows * cpr) % 32 != 0) return shape;
   }
+  if (t.want_tma_store) return tma_store_area(g, p, t, cols, rows, bytes, max_shared);
   const int64_t off = (t.shared_bytes + 127) / 128 * 128;
   const int64_t area = int64_t{t.threads / 32} * rows * (cols * bytes + kChunkPad * static_cast<int64_t>(g.outputs().size()));
   if (off + area > max_shared)
@@ -438,6 +580,11 @@ std::string mma_epilogue_path(const Graph& g, const MatmulGroup& p, const Kernel
   if (!t) return {};
   const std::string no_chunks = mma_chunk_area(g, p, *t, max_shared_bytes(sm));
   if (t->split > 1 && !t->split_ws) return {};  // split_k's clause says where the sums go
+  if (t->tma_store)
+    return ", epilogue staged through each consumer warp's own shared memory " + num(t->chunk_cols) + " columns at a time (" +
+           num(t->store_bufs) + (t->store_bufs == 1 ? " area" : " areas") +
+           "), stored by TMA (cp.async.bulk.tensor, a tensor map an output)";
+  if (t->want_tma_store) return ", epilogue stored directly: " + no_chunks;
   if (t->chunk_off >= 0)
     return ", epilogue staged through each consumer warp's own shared memory " + num(t->chunk_cols) +
            " columns at a time, stored 128 bits at a time";

@@ -18,7 +18,10 @@
 //     refilling the pipeline's shared memory during the epilogue): the same, through
 //     an area of its own per consumer warp that holds `chunk_cols` columns of the
 //     warp's fragment rows (mma_chunk_area), one chunk of columns after another, the
-//     warp's lanes meeting at a warp barrier between writing and reading it;
+//     warp's lanes meeting at a warp barrier between writing and reading it; with
+//     TMA stores (MmaTiling::tma_store) the area is TMA's swizzled boxes, and the
+//     warp's first lane stores each chunk with one cp.async.bulk.tensor a box, the
+//     warp writing the next chunk into its other area meanwhile;
 //   - direct: each fragment row's two adjacent columns stored as one 2-element access
 //     where the pointers allow, else one element at a time.
 #pragma once
@@ -62,6 +65,14 @@ struct MmaEpilogueFrame {
   llvm::Value *ws = nullptr, *item = nullptr, *tid = nullptr, *flag = nullptr;
   std::function<void()> split_barrier;
   bool host = false;
+  // TMA stores (MmaTiling::tma_store): each output's tensor map, O's batch index (the
+  // maps' third coordinate), and the instructions (MmaIsa's tma_store, bulk_commit,
+  // bulk_wait and the proxy fence).
+  std::vector<llvm::Value*> out_maps;
+  llvm::Value* batch = nullptr;
+  std::function<void(llvm::Value* map, llvm::Value* src_off, const std::vector<llvm::Value*>& coords)> tma_store;
+  std::function<void()> bulk_commit, store_fence;
+  std::function<void(int pending, bool read)> bulk_wait;
 };
 
 // Why the staged path does not apply to the kernel (nullopt: it does, subject to the

@@ -140,6 +140,52 @@ void tma_load_ptx(llvm::IRBuilderBase& b, llvm::Value* map, llvm::Value* dst, co
   b.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(b.getVoidTy(), ty, false), text, cons, true), args);
 }
 
+void tma_store_ptx(llvm::IRBuilderBase& b, llvm::Value* map, llvm::Value* src, const std::vector<llvm::Value*>& coords) {
+  llvm::Type* i32 = b.getInt32Ty();
+  llvm::Value* addr = b.CreatePtrToInt(b.CreateAddrSpaceCast(map, b.getPtrTy()), b.getInt64Ty());
+  const size_t r = coords.size();
+  std::string text = "cp.async.bulk.tensor." + num(int64_t(r)) + "d.global.shared::cta.bulk_group [$0, {";
+  std::vector<llvm::Type*> ty = {b.getInt64Ty()};
+  std::vector<llvm::Value*> args = {addr};
+  std::string cons = "l";
+  for (size_t i = 0; i < r; ++i) {
+    text += (i ? ", $" : "$") + num(int64_t(1 + i));
+    ty.push_back(i32);
+    args.push_back(coords[i]);
+    cons += ",r";
+  }
+  text += "}], [$" + num(int64_t(1 + r)) + "];";
+  ty.push_back(i32);
+  args.push_back(src);
+  cons += ",r,~{memory}";
+  b.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(b.getVoidTy(), ty, false), text, cons, true), args);
+}
+
+void MmaIsa::tma_store(llvm::Value* map, llvm::Value* src_off, const std::vector<llvm::Value*>& coords) {
+  if (sim_) {  // the hook takes five coordinates, those past the map's rank 0
+    std::vector<llvm::Value*> args = {map, smem_at(src_off)};
+    for (size_t i = 0; i < 5; ++i) args.push_back(i < coords.size() ? coords[i] : b_.getInt32(0));
+    sim_call(19, args);
+    return;
+  }
+  tma_store_ptx(b_, map, shared_addr(src_off), coords);
+}
+
+void MmaIsa::bulk_commit() {
+  if (sim_) sim_call(20, {});
+  else ptx_stmt(b_, "cp.async.bulk.commit_group;");
+}
+
+void MmaIsa::bulk_wait(int pending, bool read) {
+  if (sim_) sim_call(21, {b_.getInt32(static_cast<uint32_t>(pending)), b_.getInt32(read ? 1 : 0)});
+  else ptx_stmt(b_, std::string("cp.async.bulk.wait_group") + (read ? ".read " : " ") + num(pending) + ";");
+}
+
+void MmaIsa::store_fence() {
+  if (sim_) sim_call(22, {});
+  else ptx_stmt(b_, "fence.proxy.async.shared::cta;");
+}
+
 void MmaIsa::if_thread0(const std::function<void()>& body) {
   llvm::LLVMContext& c = m_.getContext();
   llvm::BasicBlock* yes = llvm::BasicBlock::Create(c, "t0", fn_);

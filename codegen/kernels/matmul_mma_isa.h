@@ -55,6 +55,10 @@ void setmaxnreg_ptx(llvm::IRBuilderBase& b, int count, bool inc);
 // completing its bytes on the mbarrier at shared address `bar`.
 void tma_load_ptx(llvm::IRBuilderBase& b, llvm::Value* map, llvm::Value* dst, const std::vector<llvm::Value*>& coords,
                   llvm::Value* bar);
+// cp.async.bulk.tensor.{2..5}d.global.shared::cta.bulk_group: one box of shared memory
+// at 32-bit shared address `src` to the tensor map at generic address `map` at
+// `coords` (i32, innermost first), in the thread's bulk async-group.
+void tma_store_ptx(llvm::IRBuilderBase& b, llvm::Value* map, llvm::Value* src, const std::vector<llvm::Value*>& coords);
 
 class MmaIsa {
  protected:
@@ -81,6 +85,14 @@ class MmaIsa {
   // tensor map `map` into shared `dst`, completing on mbarrier `bar`.
   // `coords`: one per dim of the map (2 to 5).
   void tma_load(llvm::Value* map, llvm::Value* dst, const std::vector<llvm::Value*>& coords, llvm::Value* bar);
+  // TMA stores (MmaTiling::tma_store): one box from shared byte offset `src_off` to
+  // tensor map `map` at `coords`; cp.async.bulk.commit_group; cp.async.bulk.wait_group
+  // `pending` (`read`: .read, until the groups have read shared memory); and
+  // fence.proxy.async.shared::cta (this thread's shared-memory writes visible to TMA).
+  void tma_store(llvm::Value* map, llvm::Value* src_off, const std::vector<llvm::Value*>& coords);
+  void bulk_commit();
+  void bulk_wait(int pending, bool read);
+  void store_fence();
   // Every thread: until the stage's mbarrier has completed the phase of parity `parity`.
   void mbar_wait(llvm::Value* stage, llvm::Value* parity) { mbar_wait_at(mbar(stage), parity); }
   void mbar_wait_at(llvm::Value* off, llvm::Value* parity);
@@ -136,8 +148,9 @@ class MmaIsa {
   // The host build's MmaSimHooks: {ctx, barrier, ldmatrix_x4, mma, wgmma, cp_async,
   // cp_commit, cp_wait, wgmma_commit, wgmma_wait, tma_load, mbar_init,
   // mbar_expect_tx, mbar_try_wait, mbar_arrive, named_barrier, shfl_bfly (unused
-  // here), setmaxnreg}.
-  static constexpr int kHooks = 18;
+  // here), setmaxnreg, wgmma_ra (unused here), tma_store, bulk_commit, bulk_wait,
+  // proxy_fence}.
+  static constexpr int kHooks = 23;
   llvm::Value* hook_[kHooks] = {};
 };
 

@@ -279,6 +279,17 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
     t.consumer_regs = v;
     t.producer_regs = 3 * launch - 2 * v;
   }
+  if (c.tma_store < 0 || c.tma_store > 1) return no("tma_store = " + num(c.tma_store) + " is not 0 or 1");
+  if (c.tma_store == 1) {
+    // The outputs' chunks leave through TMA from the consumers' own staging areas,
+    // which only the persistent warp-specialised kernel has (mma_chunk_area decides
+    // the rest from the outputs).
+    std::string why;
+    if (!t.ws) why = "warp_specialize = 1 (the sm_90a wgmma kernel fed by TMA, with a producer warpgroup)";
+    else if (c.persistent == 0) why = "a persistent grid (persistent > 0: its epilogue is staged in chunks)";
+    if (!why.empty()) return no("tma_store = 1 needs " + why);
+    t.want_tma_store = true;
+  }
   t.split_ws = c.split_k > 1 && split_k_uses_workspace(p);
   if (t.split_ws) {
     // The last block's flag, past everything else (a persistent producer may be

@@ -55,7 +55,7 @@ struct MmaTiling {
   // warpgroup, after the `threads` consumers, whose first thread issues every copy.
   bool ws = false;
   int launch_threads() const { return threads + (ws ? 128 : 0); }
-  std::vector<TensorMapSpec> maps;  // A's, then B's
+  std::vector<TensorMapSpec> maps;  // A's, then B's (then, TMA stores, the outputs')
   // Per map: the output's batch dims (MatmulGroup::batch) its dims 2, 3, ... step
   // through, innermost first; a batch dim the operand is broadcast over has none.
   std::vector<std::vector<int>> map_batch;
@@ -104,6 +104,14 @@ struct MmaTiling {
   // epilogue stores directly).
   int64_t chunk_off = -1;
   int chunk_cols = 0;
+  // TMA stores (KernelConfig::tma_store; the areas above): each warp's chunk of each
+  // output is laid out as TMA's boxes of 16 rows of 128 bytes with the 128-byte
+  // swizzle (1024-byte aligned), and its first lane stores them with
+  // cp.async.bulk.tensor through one tensor map an output (`maps`, after A's and B's),
+  // alternating between `store_bufs` such areas (2 where they fit, else 1).
+  // `want_tma_store`: the config asks for it (mma_chunk_area decides).
+  bool want_tma_store = false, tma_store = false;
+  int store_bufs = 0;
   int64_t grid_x() const { return persistent ? std::min<int64_t>(persistent, items) : tiles; }
 };
 

@@ -179,8 +179,7 @@ class PtxCandidateBuilder final : public Builder {
     a->zero_outputs = l.zero_outputs;
     a->workspace_bytes = l.workspace_bytes;
     a->persistent = l.persistent;
-    for (const TensorMapSpec& t : l.tensor_maps)
-      a->tensor_maps.push_back(PlanTensorMap{t.input, t.dtype, t.rank, t.dims, t.strides, t.box});
+    a->tensor_maps = l.tensor_maps;  // TensorMapSpec is PlanTensorMap
     a->inputs = input_specs_;
     a->outputs = output_specs_;
     r.artifact = a;

@@ -18,11 +18,14 @@ using nlohmann::json;
 
 nlohmann::json tensor_map_to_json(const PlanTensorMap& m) {
   const size_t r = static_cast<size_t>(m.rank);
-  return {{"input", m.input},
-          {"dtype", std::string(dtype_name(m.dtype))},
-          {"dims", std::vector<int64_t>(m.dims.begin(), m.dims.begin() + r)},
-          {"strides", std::vector<int64_t>(m.strides.begin(), m.strides.begin() + (r - 1))},
-          {"box", std::vector<int>(m.box.begin(), m.box.begin() + r)}};
+  json j = {{"dtype", std::string(dtype_name(m.dtype))},
+            {"dims", std::vector<int64_t>(m.dims.begin(), m.dims.begin() + r)},
+            {"strides", std::vector<int64_t>(m.strides.begin(), m.strides.begin() + (r - 1))},
+            {"box", std::vector<int>(m.box.begin(), m.box.begin() + r)}};
+  // An input's map keeps the one key it always had; a TMA store's names its output.
+  if (m.output >= 0) j["output"] = m.output;
+  else j["input"] = m.input;
+  return j;
 }
 
 namespace {
@@ -133,7 +136,13 @@ struct Reader : json_read::Reader {
 // 128 bytes (the 128-byte swizzle). Whether it lies inside its buffer is verify_plan's.
 PlanTensorMap read_tensor_map(const json_read::Reader& rd, const json& mj, const std::string& path) {
   PlanTensorMap m;
-  m.input = static_cast<int>(rd.integer(mj, path, "input", 0, kMaxEntries));
+  // Over an input ("input") or, a TMA store's, an output ("output"): exactly one.
+  if (mj.contains("output")) {
+    if (mj.contains("input")) rd.fail(path, "names both an input and an output (a map is over one buffer)");
+    m.output = static_cast<int>(rd.integer(mj, path, "output", 0, kMaxEntries));
+  } else {
+    m.input = static_cast<int>(rd.integer(mj, path, "input", 0, kMaxEntries));
+  }
   const std::string dt = rd.string(mj, path, "dtype");
   std::optional<DType> t = parse_dtype(dt);
   if (!t || (*t != DType::BF16 && *t != DType::F16 && *t != DType::F32))

@@ -39,8 +39,8 @@ Result<PlanDevice::Addr> CudaPlanDevice::allocate(size_t bytes) {
 }
 
 Result<void> CudaPlanDevice::prepare(const PlanRank& rank, const std::vector<Addr>& buffers) {
-  // Kernel steps whose kernel reads inputs by TMA: each of its tensor maps encoded
-  // over the step's input buffer now (a map the driver refuses is an error naming
+  // Kernel steps whose kernel reads inputs (or writes outputs) by TMA: each of its
+  // tensor maps encoded over the step's input (output) buffer now (a map the driver refuses is an error naming
   // the step), passed after the outputs at every launch.
   const Plan& p = plan_->plan();
   int64_t workspace = 0;
@@ -52,7 +52,8 @@ Result<void> CudaPlanDevice::prepare(const PlanRank& rank, const std::vector<Add
     if (k == p.kernels.end() || k->tensor_maps.empty()) continue;
     std::vector<cuda::Buffer> maps;
     for (const PlanTensorMap& m : k->tensor_maps) {
-      const int b = s.in[static_cast<size_t>(m.input)];  // verify_plan checked the index
+      // verify_plan checked the index; a TMA store's map is over an output buffer.
+      const int b = m.output >= 0 ? s.out[static_cast<size_t>(m.output)] : s.in[static_cast<size_t>(m.input)];
       Result<cuda::Buffer> map = cuda::encode_tensor_map(context(), m, buffers[static_cast<size_t>(b)]);
       if (!map) return with_context(plan_step_name(rank, i) + ": ", map.error());
       maps.push_back(std::move(map).value());

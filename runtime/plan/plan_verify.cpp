@@ -187,13 +187,18 @@ Result<void> verify_plan(const Plan& p, const std::string& file) {
           const PlanTensorMap& m = pk.tensor_maps[mi];
           const std::string mpath = "kernels[" + std::to_string(kernel_index.at(s.kernel)) + "].tensor_maps[" +
                                     std::to_string(mi) + "]";
-          if (m.input < 0 || m.input >= static_cast<int>(s.in.size()))
-            return fail(mpath + ".input", std::to_string(m.input) + " is not an input of " + spath + " (it has " +
-                                              std::to_string(s.in.size()) + ")");
-          const PlanBuffer& b = buf(s.in[static_cast<size_t>(m.input)]);
+          // A TMA store's map (over an output) writes anywhere it reaches, an input's reads.
+          const bool store = m.output >= 0;
+          const std::vector<int>& side = store ? s.out : s.in;
+          const int which = store ? m.output : m.input;
+          const std::string role = store ? "output" : "input";
+          if (which < 0 || which >= static_cast<int>(side.size()))
+            return fail(mpath + "." + role, std::to_string(which) + " is not an " + role + " of " + spath + " (it has " +
+                                                std::to_string(side.size()) + ")");
+          const PlanBuffer& b = buf(side[static_cast<size_t>(which)]);
           if (b.dtype != m.dtype)
-            return fail(mpath + ".dtype", std::string(dtype_name(m.dtype)) + ", but " + spath + "'s input " +
-                                              std::to_string(m.input) + " is " + type_of(b));
+            return fail(mpath + ".dtype", std::string(dtype_name(m.dtype)) + ", but " + spath + "'s " + role + " " +
+                                              std::to_string(which) + " is " + type_of(b));
           // The last byte the map can address, in 128-bit arithmetic (each term < 2^72).
           __int128 reach = static_cast<__int128>(m.dims[0]) * dtype_size(m.dtype);
           for (int d = 1; d < m.rank; ++d)
@@ -204,7 +209,7 @@ Result<void> verify_plan(const Plan& p, const std::string& file) {
                                         : std::to_string(static_cast<unsigned long long>(reach));
           if (reach > have)
             return fail(mpath, "reaches " + shown + " bytes into " + spath +
-                                   "'s input " + std::to_string(m.input) + ", which holds " +
+                                   "'s " + role + " " + std::to_string(which) + ", which holds " +
                                    std::to_string(static_cast<long long>(have)) + " (" + type_of(b) + ")");
         }
       } else if (s.op == "gemm") {

@@ -410,13 +410,20 @@ TEST(SpaceTest, TensorCoreTilesForSixteenBitAndTf32Matmuls) {
 // and the persistent 8-warp unsplit ones also ping-pong: 1134; the persistent 8-warp
 // ones with 128 accumulators a consumer thread also setmaxnreg=232 (128 x 256 and
 // 256 x 128 cooperative with 3 splits, 64 x 256, 128 x 128 and 256 x 64 ping-pong,
-// each x 2 block_k x 3 stages): 54 more.
+// each x 2 block_k x 3 stages): 54 more; and those 54 again with tma_store=1.
 TEST(SpaceTest, TensorCoreSpaceSizes) {
   TuneProblem bf16 = matmul(4096, 4096, 4096);
   bf16.operand_bytes = 2;
   bf16.elem_bytes = 2;
   EXPECT_EQ(config_space(bf16, gpu("sm_80")).size(), 1458u + 432u);
-  EXPECT_EQ(config_space(bf16, gpu("sm_90a")).size(), 1458u + 1188u);
+  EXPECT_EQ(config_space(bf16, gpu("sm_90a")).size(), 1458u + 1188u + 54u);
+  int stores = 0;
+  for (const KernelConfig& c : config_space(bf16, gpu("sm_90a")))
+    if (c.tma_store) {
+      ++stores;
+      EXPECT_EQ(c.setmaxnreg, 232);
+    }
+  EXPECT_EQ(stores, 54);
 }
 
 // Persistent tensor-core configs: on sm_90a the warp-specialised ones also come with a

@@ -108,7 +108,7 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
                                    std::string* hw_error, bool ignore_trans = false, int* wavefronts = nullptr,
                                    bool wgmma = false, int* wgmma_calls = nullptr, bool tma = false,
                                    int* tma_copies = nullptr, bool tma_no_swizzle = false, size_t out_shift = 0,
-                                   int* setmaxnreg_calls = nullptr, int64_t grid_x = 0) {
+                                   int* setmaxnreg_calls = nullptr, int64_t grid_x = 0, int* tma_stores = nullptr) {
   KernelSpec spec = tf32_spec(g);
   spec.tma = tma;
   Result<EmittedKernel> k = emit_matmul_mma_block_on_host(spec, cfg, wgmma);
@@ -138,7 +138,12 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
       args[inputs.size() + o] = base;
     }
   std::vector<SimTensorMap> maps;
-  for (const TensorMapSpec& t : launch.tensor_maps) maps.push_back({t, args[static_cast<size_t>(t.input)]});
+  // An input's map over the input; a TMA store's over its output, which it must not
+  // write past.
+  for (const TensorMapSpec& t : launch.tensor_maps)
+    maps.push_back(t.output >= 0 ? SimTensorMap{t, args[inputs.size() + static_cast<size_t>(t.output)],
+                                                out[static_cast<size_t>(t.output)].nbytes()}
+                                 : SimTensorMap{t, args[static_cast<size_t>(t.input)]});
   for (SimTensorMap& m : maps) args.push_back(&m);
   // Split-K in a workspace: zeroed, after the tensor maps; the launch must leave it zero.
   std::vector<uint32_t> workspace(static_cast<size_t>((launch.workspace_bytes + 3) / 4), 0);
@@ -175,10 +180,16 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
       hooks.named_barrier = &sim_named_barrier;
       hooks.shfl_bfly = &sim_shfl_bfly;
       hooks.setmaxnreg = &sim_setmaxnreg;
+      hooks.tma_store = &sim_tma_store;
+      hooks.bulk_commit = &sim_bulk_commit;
+      hooks.bulk_wait = &sim_bulk_wait;
+      hooks.proxy_fence = &sim_proxy_fence;
       block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks,
                                static_cast<int32_t>(bz), static_cast<int32_t>(launch.grid[0]));
       });
       blk.check_registers();
+      blk.check_bulk();
+      if (tma_stores) *tma_stores += blk.tma_stores;
       if (setmaxnreg_calls)
         for (const auto& [thread, calls] : blk.setmaxnreg) *setmaxnreg_calls += static_cast<int>(calls.size());
       if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
@@ -210,12 +221,13 @@ inline void check(const Graph& g, const KernelConfig& cfg, const std::string& wh
   Result<std::vector<Tensor>> want = evaluate(g, ref_in);
   ASSERT_TRUE(want.ok()) << what << ": " << want.error().str();
   std::string hw_error;
-  int wavefronts = 0, wgmma_calls = 0, tma_copies = 0, setmaxnreg_calls = 0;
+  int wavefronts = 0, wgmma_calls = 0, tma_copies = 0, setmaxnreg_calls = 0, tma_stores = 0;
   Result<std::vector<Tensor>> got = run_tc(g, in, cfg, &hw_error, false, &wavefronts, wgmma, &wgmma_calls, tma, &tma_copies,
-                                            false, out_shift, &setmaxnreg_calls);
+                                            false, out_shift, &setmaxnreg_calls, 0, &tma_stores);
   ASSERT_TRUE(got.ok()) << what << ": " << got.error().str();
   EXPECT_EQ(hw_error, "") << what;
   EXPECT_EQ(setmaxnreg_calls > 0, cfg.setmaxnreg > 0) << what << ": " << setmaxnreg_calls << " setmaxnreg";
+  EXPECT_EQ(tma_stores > 0, cfg.tma_store == 1) << what << ": " << tma_stores << " TMA stores";
   EXPECT_EQ(tma_copies > 0, tma && loads) << what << ": " << tma_copies << " TMA copies";
   if (wgmma) {
     EXPECT_EQ(wavefronts, 0) << what << ": the wgmma kernel used ldmatrix";

@@ -92,7 +92,10 @@ struct Block {
         cp_groups(static_cast<size_t>(threads), std::vector<std::vector<Range>>(1)),
         landed(static_cast<size_t>(threads)),
         smem_bytes(smem_bytes),
-        storage(smem_bytes + 1024) {
+        storage(smem_bytes + 1024),
+        bulk(static_cast<size_t>(threads), std::vector<std::vector<BulkStore>>(1)),
+        fences(static_cast<size_t>(threads), 0),
+        store_rounds(static_cast<size_t>(threads / kLanes), 0) {
     for (int w = 0; w < threads / kLanes; ++w) warps.push_back(std::make_unique<Warp>());
     for (int w = 0; w < threads / (4 * kLanes); ++w) {
       groups.push_back(std::make_unique<WarpGroup>());
@@ -138,6 +141,30 @@ struct Block {
   size_t smem_bytes;
   std::vector<uint8_t> storage;
   uint8_t* smem = nullptr;
+  // TMA stores (under mu): per thread, its bulk async-groups, the committed ones not
+  // yet complete and the open one last, each a list of stores. A store is carried out
+  // only when a wait completes its group, reading shared memory then: a kernel that
+  // writes an area again before its store has read it stores the new values, and one
+  // that never waits stores nothing (and fails check_bulk). Per thread, the proxy
+  // fences it made; per warp, its bulk groups committed with stores in them.
+  struct BulkStore {
+    const SimTensorMap* map = nullptr;
+    int64_t src = 0;  // shared-memory offset of the box
+    std::array<int32_t, 5> c{};
+  };
+  std::vector<std::vector<std::vector<BulkStore>>> bulk;
+  std::vector<int64_t> fences;
+  std::vector<int64_t> store_rounds;
+  int tma_stores = 0;      // boxes stored
+  int tma_store_bytes = 0;  // bytes written to global memory by them
+  // After the block ran: every thread's bulk groups completed (the stores of one that
+  // was never waited for would land after the block's shared memory is gone).
+  void check_bulk() {
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t t = 0; t < bulk.size(); ++t)
+      if (bulk[t].size() > 1 || !bulk[t].back().empty())
+        return fail_locked("thread " + std::to_string(t) + " exited with TMA stores it never waited for (cp.async.bulk.wait_group)");
+  }
   std::vector<std::unique_ptr<Warp>> warps;
   std::vector<std::unique_ptr<WarpGroup>> groups;
   bool ignore_wgmma_trans = false;  // a broken wgmma that reads every operand K-major
@@ -711,6 +738,91 @@ inline void sim_tma_load(void* ctx, int32_t, const void* map, void* dst, int32_t
   blk.tma_writes.push_back({r, bar, it->second.completions});
   it->second.tx -= rows * 128;
   complete_if_done(it->second);
+}
+
+// ---- TMA stores ----
+
+// One box of a TMA store, carried out (under mu): box row r, element i of the 128-byte
+// swizzled box at shared offset `src` (16-byte unit u of a row at u ^ address bits 7-9)
+// to the map's element (c0 + i, c1 + r, c2, ...) where that is inside the tensor; the
+// elements outside are not written.
+inline void carry_out_locked(Block& blk, const Block::BulkStore& st) {
+  const SimTensorMap& m = *st.map;
+  const int64_t eb = dtype_size(m.spec.dtype);
+  int64_t outer_off = 0;
+  bool outer_in = true;
+  for (int d = 2; d < m.spec.rank; ++d) {
+    const int64_t g = st.c[static_cast<size_t>(d)];
+    outer_in = outer_in && g >= 0 && g < m.spec.dims[static_cast<size_t>(d)];
+    outer_off += g * m.spec.strides[static_cast<size_t>(d - 1)];
+  }
+  if (!outer_in) return;
+  for (int64_t row = 0; row < m.spec.box[1]; ++row)
+    for (int64_t i = 0; i < m.spec.box[0]; ++i) {
+      const int64_t g0 = st.c[0] + i, g1 = st.c[1] + row;
+      if (g0 < 0 || g0 >= m.spec.dims[0] || g1 < 0 || g1 >= m.spec.dims[1]) continue;
+      int64_t off = st.src + row * 128 + i * eb;
+      off ^= ((off >> 7) & 7) << 4;
+      const int64_t at = g0 * eb + g1 * m.spec.strides[0] + outer_off;
+      if (m.bytes && (at < 0 || at + eb > static_cast<int64_t>(m.bytes)))
+        return blk.fail_locked("a TMA store writes byte " + std::to_string(at) + " of an output of " + std::to_string(m.bytes));
+      std::memcpy(static_cast<uint8_t*>(const_cast<void*>(m.base)) + at, blk.smem + off, static_cast<size_t>(eb));
+      blk.tma_store_bytes += static_cast<int>(eb);
+    }
+}
+
+// cp.async.bulk.tensor shared -> global: checked now (the box's shape, its place in
+// shared memory, every lane of the warp fenced since its last store), carried out when
+// a wait completes its group.
+inline void sim_tma_store(void* ctx, int32_t thread, const void* map, const void* src, int32_t c0, int32_t c1, int32_t c2,
+                          int32_t c3, int32_t c4) {
+  Block& blk = *static_cast<Block*>(ctx);
+  const auto& m = *static_cast<const SimTensorMap*>(map);
+  const int64_t eb = dtype_size(m.spec.dtype);
+  const int64_t at = static_cast<const uint8_t*>(src) - blk.smem;
+  std::lock_guard<std::mutex> lock(blk.mu);
+  ++blk.tma_stores;
+  if (m.spec.output < 0) return blk.fail_locked("a TMA store through an input's tensor map");
+  if (m.spec.box[0] * eb != 128 || at % 1024 != 0 || at < 0 || at + m.spec.box[1] * 128 > static_cast<int64_t>(blk.smem_bytes))
+    return blk.fail_locked("TMA store: a 128-byte-swizzled box must be 128 bytes wide and start 1024-byte aligned in shared memory");
+  for (int d = 2; d < 5; ++d)
+    if (d < m.spec.rank ? m.spec.box[static_cast<size_t>(d)] != 1 : (d == 2 ? c2 : d == 3 ? c3 : c4) != 0)
+      return blk.fail_locked("TMA store: a box wider than 1, or a coordinate past the map's rank not 0, in a dim past the second");
+  // fence.proxy.async by every lane of the warp before its store reads what they wrote
+  // (the fence, then the warp's barrier, then the store).
+  const size_t w = static_cast<size_t>(thread / kLanes);
+  for (size_t l = w * kLanes; l < (w + 1) * kLanes; ++l)
+    if (blk.fences[l] <= blk.store_rounds[w])
+      return blk.fail_locked("a TMA store reads shared memory lane " + std::to_string(l % kLanes) + " of warp " +
+                             std::to_string(w) + " wrote without fence.proxy.async since the warp's last store");
+  blk.bulk[static_cast<size_t>(thread)].back().push_back({&m, at, {c0, c1, c2, c3, c4}});
+}
+
+inline void sim_bulk_commit(void* ctx, int32_t thread) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  auto& groups = blk.bulk[static_cast<size_t>(thread)];
+  if (!groups.back().empty()) ++blk.store_rounds[static_cast<size_t>(thread / kLanes)];
+  groups.emplace_back();
+}
+
+// cp.async.bulk.wait_group[.read] `pending`: the thread's oldest committed groups carried
+// out until at most `pending` remain. (.read only promises the sources were read; the
+// simulation completes the writes too, which nothing in the kernel can tell apart.)
+inline void sim_bulk_wait(void* ctx, int32_t thread, int32_t pending, int32_t) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  auto& groups = blk.bulk[static_cast<size_t>(thread)];
+  while (static_cast<int64_t>(groups.size()) - 1 > pending) {
+    for (const Block::BulkStore& st : groups.front()) carry_out_locked(blk, st);
+    groups.erase(groups.begin());
+  }
+}
+
+inline void sim_proxy_fence(void* ctx, int32_t thread) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  ++blk.fences[static_cast<size_t>(thread)];
 }
 
 }  // namespace sf::mma_sim

@@ -231,6 +231,7 @@ CUresult TensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataType type, cuuint
   for (cuuint32_t i = 0; i < rank; ++i) line += (i ? "," : "") + std::to_string(dims[i]);
   line += " box=";
   for (cuuint32_t i = 0; i < rank; ++i) line += (i ? "," : "") + std::to_string(box[i]);
+  line += " at=" + hex(f.address);  // the buffer it is over, as "alloc" logged it
   log_line(line);
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);

@@ -3,7 +3,7 @@
 # GPU session (tests/gpu/tc_*.sf) still take the paths they are there to check on
 # sm_90a, one per variant of tests/gpu/variants.txt: wgmma + TMA by default, wgmma +
 # cp.async with --no-tma, warp-specialised, persistent, ping-pong (also 128 x 128), both with their
-# registers reallocated (setmaxnreg), TF32 for the f32 graph under
+# registers reallocated (setmaxnreg) and with TMA stores (tma_store), TF32 for the f32 graph under
 # --allow-tf32 (also warp-specialised and split-K; exact FMA without), split-K of
 # 16-bit groups through the workspace (also warp-specialised and persistent); and the fused
 # attention check graphs (tests/gpu/attn_*.sf) one attention kernel on mma.sync, its
@@ -65,6 +65,11 @@ grep -v '^#' "$src/tests/gpu/variants.txt" | while read -r variant which rest; d
       # The sm_90a default's tile: m64n256k16 per warpgroup, the registers reallocated.
       ws-256:*) has "$p" "wgmma.mma_async.sync.aligned.m64n256k16"; has "$p" "setmaxnreg.inc.sync.aligned.u32 232"
         grep -q "persistent=3" "$p/plan.json" || { echo "FAIL: $p: not persistent"; echo x >> "$d/failed"; } ;;
+      # TMA stores: the bulk tensor stores from shared memory, the drain before the
+      # kernel returns, and the output's map in plan.json.
+      ws-256-store:* | pingpong-store:* | tf32-ws-store:*)
+        has "$p" ".global.shared::cta.bulk_group"; has "$p" "cp.async.bulk.wait_group 0;"; lacks "$p" "st.global"
+        grep -q '"output": 0' "$p/plan.json" || { echo "FAIL: $p: no tensor map over the output"; echo x >> "$d/failed"; } ;;
       tf32:*) has "$p" ".f32.tf32.tf32" ;;
       tf32-split-k:*) has "$p" ".f32.tf32.tf32"; has "$p" ".global.add.f32" ;;  # red. or atom.
       # The workspace: partial sums added, membar.gl, the count, the sums read back.

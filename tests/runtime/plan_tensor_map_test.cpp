@@ -128,6 +128,51 @@ TEST(PlanTensorMap, AnEditedMapIsRefusedNamingItsField) {
   }
 }
 
+// A TMA store's map (PlanTensorMap::output): written with "output" in place of
+// "input", read back the same, and held to its output buffer as an input's map is
+// to its input: index, dtype and reach, and never both keys.
+TEST(PlanTensorMap, AStoresMapIsOverAnOutputBuffer) {
+  Plan p = tma_plan();
+  PlanTensorMap o{0, DType::BF16, 2, {384, 256, 1}, {768, 0}, {64, 16, 1}};
+  o.output = 0;
+  p.kernels[0].tensor_maps.push_back(o);
+  const std::string text = plan_to_json(p);
+  const json m = json::parse(text)["kernels"][0]["tensor_maps"][2];
+  EXPECT_EQ(m["output"], 0);
+  EXPECT_FALSE(m.contains("input"));
+  EXPECT_FALSE(json::parse(text)["kernels"][0]["tensor_maps"][0].contains("output"));
+  Result<Plan> back = plan_from_json(text, "plan.json");
+  ASSERT_TRUE(back) << back.error().str();
+  EXPECT_EQ(back->kernels[0].tensor_maps, p.kernels[0].tensor_maps);
+  EXPECT_EQ(back->kernels[0].tensor_maps[2].output, 0);
+  EXPECT_EQ(back->kernels[0].tensor_maps[0].output, -1);
+  const std::string at = "plan.json: error: kernels[0].tensor_maps[2]";
+  struct Case {
+    std::string what;
+    std::function<void(json&)> edit;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"an output the step lacks", [](json& j) { j["output"] = 1; }, at + ".output: 1 is not an output of ranks[0].steps[0] (it has 1)"},
+      {"both keys", [](json& j) { j["input"] = 0; }, at + ": names both an input and an output"},
+      {"rows past y", [](json& j) { j["dims"][1] = 257; }, at + ": reaches 197376 bytes into ranks[0].steps[0]'s output 0"},
+      {"another dtype",
+       [](json& j) {
+         j["dtype"] = "f32";
+         j["box"][0] = 32;
+       },
+       at + ".dtype: f32, but ranks[0].steps[0]'s output 0 is bf16"},
+  };
+  for (const Case& c : cases) {
+    json j = json::parse(text);
+    c.edit(j["kernels"][0]["tensor_maps"][2]);
+    Result<Plan> bad = plan_from_json(j.dump(), "plan.json");
+    ASSERT_FALSE(bad) << c.what;
+    EXPECT_NE(bad.error().str().find(c.want), std::string::npos) << c.what << ": want '" << c.want << "' in\n"
+                                                                 << bad.error().str();
+  }
+}
+
 TEST(PlanKernelFields, KindAndHostCodeRoundTripAndBadOnesAreNamed) {
   Plan p = tma_plan();
   p.host_object = "host_kernels.so";

@@ -292,6 +292,39 @@ TEST(ExecFakeDriver, TmaKernelsTakeTheirTensorMapsAfterTheOutputs) {
   EXPECT_EQ(launches_in(read_text(t / "log2"))[0].args, 3 + 1);
 }
 
+// TMA stores (tma_store=1): compile lists a third map, over the output, [N, M] with a
+// box of 64 columns (128 bytes) by 16 rows; exec encodes it over the output's buffer
+// (the allocation of y's 256 x 384 x 2 bytes) and launches with the three maps after
+// the output.
+TEST(ExecFakeDriver, TmaStoreMapsAreEncodedOverTheOutputBuffer) {
+  TempDir t;
+  write_file(t / "g.sf",
+             "graph lin(x: bf16[256, 512], w: bf16[384, 512], b: bf16[384]) {\n"
+             "  y = relu(add(matmul(x, transpose(w, 0, 1)), b))\n"
+             "  return y\n}\n");
+  const std::string dir =
+      compile_to(t, t / "g.sf", "store",
+                 "--matmul-config 'block_m=64 block_n=128 block_k=64 warps=4 stages=3 warp_specialize=1 persistent=4 "
+                 "tma_store=1'");
+  Plan p = read_plan(dir);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  ASSERT_EQ(p.kernels[0].tensor_maps.size(), 3u);
+  const PlanTensorMap& o = p.kernels[0].tensor_maps[2];
+  EXPECT_EQ(o.output, 0);
+  EXPECT_EQ(p.ranks[0].buffers[static_cast<size_t>(p.ranks[0].steps[0].out[0])].name, "y");
+  const std::string log = t / "log";
+  CliResult r = shardfuse_env(fake_env(log), "exec " + dir + " --device cuda");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string calls = read_text(log);
+  const size_t alloc = calls.find("alloc 196608 ");
+  ASSERT_NE(alloc, std::string::npos) << calls;
+  const std::string y = calls.substr(alloc + 13, calls.find('\n', alloc) - alloc - 13);
+  EXPECT_NE(calls.find("tensormap rank=2 dims=384,256 box=64,16 at=" + y + "\n"), std::string::npos) << calls;
+  std::vector<Launch> got = launches_in(calls);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].args, 3 + 1 + 3);
+}
+
 // The attention over permuted projections (tests/gpu/attn_proj_bf16.sf's layout, a
 // smaller shape): compile writes its k and v maps as 4-D (columns, keys, heads,
 // batches; rows 512 bytes apart, heads 256), and exec encodes them through the

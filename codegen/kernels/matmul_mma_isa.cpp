@@ -118,47 +118,45 @@ llvm::Value* mbar_try_wait_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, llvm::V
       {bar, parity});
 }
 
-void tma_load_ptx(llvm::IRBuilderBase& b, llvm::Value* map, llvm::Value* dst, const std::vector<llvm::Value*>& coords,
-                  llvm::Value* bar) {
-  llvm::Type* i32 = b.getInt32Ty();
-  llvm::Value* addr = b.CreatePtrToInt(b.CreateAddrSpaceCast(map, b.getPtrTy()), b.getInt64Ty());
-  const size_t r = coords.size();
-  std::string text = "cp.async.bulk.tensor." + num(int64_t(r)) + "d.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {";
-  std::vector<llvm::Type*> ty = {i32, b.getInt64Ty()};
-  std::vector<llvm::Value*> args = {dst, addr};
-  std::string cons = "r,l";
-  for (size_t i = 0; i < r; ++i) {
-    text += (i ? ", $" : "$") + num(int64_t(2 + i));
-    ty.push_back(i32);
+namespace {
+
+// An inline-PTX bulk tensor copy: `text` (the instruction and its first operands `args`,
+// of types `ty` and constraints `cons`, up to the coordinates' "{"), the coordinates
+// (i32), "}], [" the 32-bit shared address `last` "]", then `tail`.
+void bulk_tensor_ptx(llvm::IRBuilderBase& b, std::string text, std::vector<llvm::Type*> ty, std::vector<llvm::Value*> args,
+                     std::string cons, const std::vector<llvm::Value*>& coords, const std::string& tail,
+                     llvm::Value* last) {
+  const size_t first = args.size();
+  for (size_t i = 0; i < coords.size(); ++i) {
+    text += (i ? ", $" : "$") + num(int64_t(first + i));
+    ty.push_back(b.getInt32Ty());
     args.push_back(coords[i]);
     cons += ",r";
   }
-  text += "}], [$" + num(int64_t(2 + r)) + "];";
-  ty.push_back(i32);
-  args.push_back(bar);
+  text += "}], [$" + num(int64_t(first + coords.size())) + "]" + tail;
+  ty.push_back(b.getInt32Ty());
+  args.push_back(last);
   cons += ",r,~{memory}";
   b.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(b.getVoidTy(), ty, false), text, cons, true), args);
 }
 
+llvm::Value* map_address(llvm::IRBuilderBase& b, llvm::Value* map) {
+  return b.CreatePtrToInt(b.CreateAddrSpaceCast(map, b.getPtrTy()), b.getInt64Ty());
+}
+
+}  // namespace
+
+void tma_load_ptx(llvm::IRBuilderBase& b, llvm::Value* map, llvm::Value* dst, const std::vector<llvm::Value*>& coords,
+                  llvm::Value* bar) {
+  const std::string r = num(int64_t(coords.size()));
+  bulk_tensor_ptx(b, "cp.async.bulk.tensor." + r + "d.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {",
+                  {b.getInt32Ty(), b.getInt64Ty()}, {dst, map_address(b, map)}, "r,l", coords, ";", bar);
+}
+
 void tma_store_ptx(llvm::IRBuilderBase& b, llvm::Value* map, llvm::Value* src, const std::vector<llvm::Value*>& coords) {
-  llvm::Type* i32 = b.getInt32Ty();
-  llvm::Value* addr = b.CreatePtrToInt(b.CreateAddrSpaceCast(map, b.getPtrTy()), b.getInt64Ty());
-  const size_t r = coords.size();
-  std::string text = "cp.async.bulk.tensor." + num(int64_t(r)) + "d.global.shared::cta.bulk_group [$0, {";
-  std::vector<llvm::Type*> ty = {b.getInt64Ty()};
-  std::vector<llvm::Value*> args = {addr};
-  std::string cons = "l";
-  for (size_t i = 0; i < r; ++i) {
-    text += (i ? ", $" : "$") + num(int64_t(1 + i));
-    ty.push_back(i32);
-    args.push_back(coords[i]);
-    cons += ",r";
-  }
-  text += "}], [$" + num(int64_t(1 + r)) + "];";
-  ty.push_back(i32);
-  args.push_back(src);
-  cons += ",r,~{memory}";
-  b.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(b.getVoidTy(), ty, false), text, cons, true), args);
+  const std::string r = num(int64_t(coords.size()));
+  bulk_tensor_ptx(b, "cp.async.bulk.tensor." + r + "d.global.shared::cta.bulk_group [$0, {", {b.getInt64Ty()},
+                  {map_address(b, map)}, "l", coords, ";", src);
 }
 
 void MmaIsa::tma_store(llvm::Value* map, llvm::Value* src_off, const std::vector<llvm::Value*>& coords) {

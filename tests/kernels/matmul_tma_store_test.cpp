@@ -73,7 +73,7 @@ TEST(MatmulTmaStore, EachOutputHasATensorMapAfterTheOperands) {
 // The stored outputs against the reference: ragged M and N (the last tiles' boxes
 // clipped by TMA, the boxes wholly outside skipped), a batch (the maps' third
 // coordinate), two outputs, an f32 output beside a bf16 one, TF32 (f32 boxes, two a
-// chunk row), two m64 steps a warp, ping-pong, 5 chunks' worth of areas reused in turn
+// chunk row), two m64 steps a warp, split-K in the workspace, ping-pong, 5 chunks' worth of areas reused in turn
 // and items walked one after another (each item's first chunk waits for the last
 // item's stores), K = 0. A box at the wrong coordinates, a wrong swizzle, an area
 // written again before its store read it, or a store never waited for fails.
@@ -116,6 +116,9 @@ TEST(MatmulTmaStore, StoredOutputsMatchTheReference) {
   KernelConfig tall = store_config(128, 64, 4, 3, 2);  // one warpgroup, two m64 steps a warp
   check(mm_graph({200, 128, 128, false, true, {}}, DType::BF16, Epi::Residual), tall, "tma store two m steps", true, 1, true,
         true);
+  KernelConfig sk = store_config(64, 64, 4, 3, 3);  // split-K 2: the last block of a tile stores it
+  sk.split_k = 2;
+  check(mm_graph({72, 128, 256, false, true, {}}, DType::BF16, Epi::BiasGelu), sk, "tma store split-K", true, 1, true, true);
   KernelConfig pp = store_config(64, 64, 8, 3, 5);
   pp.pingpong = 1;
   check(mm_graph({136, 136, 320, false, true, {2}}, DType::BF16, Epi::BiasGelu), pp, "tma store ping-pong", true, 1, true, true);
@@ -255,6 +258,31 @@ TEST(MatmulTmaStore, PtxStoresEachChunkWithOneBulkCopyABox) {
     EXPECT_FALSE((*r)[0].spills()) << (*r)[0].spill_store_bytes << " bytes spilled";
     EXPECT_EQ((*r)[0].registers, 168);
   }
+}
+
+// explain's account of the kernel (matmul_path): the chunks stored by TMA, through how
+// many areas; the 128 x 256 tile with f32 outputs (TF32) has room for one.
+TEST(MatmulTmaStore, ExplainSaysTheChunksLeaveByTma) {
+  KernelSpec spec = spec_of(mm_graph({4096, 4096, 4096, false, true, {}}, DType::BF16, Epi::BiasGelu));
+  spec.tma = true;
+  KernelConfig c = store_config(128, 256, 8, 4, 132);
+  c.setmaxnreg = 232;
+  Result<MatmulPath> p = matmul_path(spec, c, "sm_90a");
+  ASSERT_TRUE(p.ok()) << p.error().str();
+  EXPECT_NE(p->why.find("64 columns at a time (2 areas), stored by TMA (cp.async.bulk.tensor, a tensor map an output)"),
+            std::string::npos)
+      << p->why;
+  KernelSpec t32 = tf32_spec(mm_graph({4096, 4096, 4096, false, true, {}}, DType::F32, Epi::None));
+  t32.tma = true;
+  KernelConfig ct = c;
+  ct.block_k = 32;
+  Result<MatmulPath> q = matmul_path(t32, ct, "sm_90a");
+  ASSERT_TRUE(q.ok()) << q.error().str();
+  EXPECT_NE(q->why.find("(1 area), stored by TMA"), std::string::npos) << q->why;
+  c.tma_store = 0;
+  Result<MatmulPath> plain = matmul_path(spec, c, "sm_90a");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->why.find("stored by TMA"), std::string::npos) << plain->why;
 }
 
 // What tma_store = 1 needs, refused with the reason.

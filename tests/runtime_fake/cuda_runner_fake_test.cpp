@@ -139,8 +139,9 @@ TEST(CudaRunnerFake, MeasuresWithEventsOnTheFakeClock) {
 }
 
 // A TMA candidate (sm_90a wgmma fed by TMA): its tensor maps are encoded over the
-// runner's input buffers and passed after the outputs at every launch; a map over an
-// input the kernel lacks is refused before anything runs.
+// runner's input buffers (a TMA store's over its output buffers) and passed after the
+// outputs at every launch; a map over an input or output the kernel lacks is refused
+// before anything runs.
 TEST(CudaRunnerFake, TensorMapsAreEncodedOverTheRunnersInputs) {
   REQUIRE_FAKE();
   auto r = runner();
@@ -162,6 +163,23 @@ TEST(CudaRunnerFake, TensorMapsAreEncodedOverTheRunnersInputs) {
   Result<Measurement> bad = r->run(a, quick());
   ASSERT_FALSE(bad);
   EXPECT_TRUE(has(bad.error().message, "tensor map of input 1: the kernel has 1 inputs")) << bad.error().message;
+  // A TMA store's map (tma_store=1), over the output: encoded too, and one over an
+  // output the kernel lacks refused.
+  a.tensor_maps[0].input = 0;
+  PlanTensorMap store{0, DType::F32, 2, {32, 16, 1}, {128, 0}, {32, 16, 1}};
+  store.output = 0;
+  a.tensor_maps.push_back(store);
+  a.ptx = ".version 8.0\n.target sm_90a\n.address_size 64\n\n.visible .entry sf_tma(\n\t.param .u64 in0,\n\t.param "
+          ".u64 out0,\n\t.param .u64 tmap0,\n\t.param .u64 tmap1\n)\n{\n\tret;\n}\n";
+  const long long maps2 = stat("tensor_maps");
+  Result<Measurement> st = r->run(a, quick());
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ(stat("tensor_maps") - maps2, 2);
+  EXPECT_EQ(stat("last_args"), 4) << "input, output, the input's map, the output's";
+  a.tensor_maps[1].output = 1;
+  Result<Measurement> bad_out = r->run(a, quick());
+  ASSERT_FALSE(bad_out);
+  EXPECT_TRUE(has(bad_out.error().message, "tensor map of output 1: the kernel has 1 outputs")) << bad_out.error().message;
 }
 
 TEST(CudaRunnerFake, AFaultMarksTheCandidateInvalidAndTheNextOneStillMeasures) {
@@ -388,6 +406,41 @@ TEST(TuneSplitFake, AWorkspaceSurvivesTheCandidateFiles) {
   ASSERT_TRUE(back) << back.error().str();
   EXPECT_EQ(back->kernels.at(0).candidates.at(0).artifact.workspace_bytes, 2052);
   EXPECT_TRUE(back->kernels.at(0).candidates.at(0).artifact.persistent);
+}
+
+// A TMA candidate's maps survive the candidate files, a TMA store's (over an output)
+// as such; one over an output the kernel lacks is refused when the files are read.
+TEST(TuneSplitFake, TensorMapsSurviveTheCandidateFiles) {
+  TuneCandidateKernel k{"key0", "k0_matmul", "graph ...", {{DType::F32, {512}}}, {8}, {{DType::F32, {512}}}, {}};
+  PtxArtifact a = artifact("sf_tma_store");
+  a.tensor_maps.push_back(PlanTensorMap{0, DType::F32, 2, {32, 16, 1}, {128, 0}, {32, 16, 1}});
+  PlanTensorMap store{0, DType::F32, 2, {32, 16, 1}, {128, 0}, {32, 16, 1}};
+  store.output = 0;
+  a.tensor_maps.push_back(store);
+  k.candidates.push_back(TuneCandidate{"tma_store=1", tune_code_hash(a), a, nullptr});
+  const std::string dir = std::filesystem::temp_directory_path() / ("sf-tma-cands-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(write_tune_candidates({"sm_90a", {k}}, dir).ok());
+  Result<TuneCandidateSet> back = read_tune_candidates(dir);
+  ASSERT_TRUE(back) << back.error().str();
+  EXPECT_EQ(back->kernels.at(0).candidates.at(0).artifact.tensor_maps, a.tensor_maps);
+  // The same files with the store's map over output 1.
+  bool edited = false;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.path().extension() != ".json") continue;
+    std::ifstream in(e.path());
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = text.find("\"output\": 0");
+    if (at == std::string::npos) continue;
+    text.replace(at, 11, "\"output\": 1");
+    std::ofstream(e.path()) << text;
+    edited = true;
+  }
+  ASSERT_TRUE(edited);
+  Result<TuneCandidateSet> bad = read_tune_candidates(dir);
+  std::filesystem::remove_all(dir);
+  ASSERT_FALSE(bad);
+  EXPECT_TRUE(has(bad.error().str(), "tensor_maps[1].output: no such output")) << bad.error().str();
 }
 
 TEST(CudaRunnerFake, ArgumentsThatAreNotTheRunnersAreRefused) {

@@ -584,7 +584,7 @@ std::string mma_epilogue_path(const Graph& g, const MatmulGroup& p, const Kernel
     return ", epilogue staged through each consumer warp's own shared memory " + num(t->chunk_cols) + " columns at a time (" +
            num(t->store_bufs) + (t->store_bufs == 1 ? " area" : " areas") +
            "), stored by TMA (cp.async.bulk.tensor, a tensor map an output)";
-  if (t->want_tma_store) return ", epilogue stored directly: " + no_chunks;
+  if (t->want_tma_store) return ", no TMA stores, which the config asks for: " + no_chunks;
   if (t->chunk_off >= 0)
     return ", epilogue staged through each consumer warp's own shared memory " + num(t->chunk_cols) +
            " columns at a time, stored 128 bits at a time";

@@ -283,6 +283,14 @@ TEST(MatmulTmaStore, ExplainSaysTheChunksLeaveByTma) {
   Result<MatmulPath> q = matmul_path(t32, ct, "sm_90a");
   ASSERT_TRUE(q.ok()) << q.error().str();
   EXPECT_NE(q->why.find("(1 area), stored by TMA"), std::string::npos) << q->why;
+  // Asked for where the outputs do not allow it (compile refuses the config): said why.
+  KernelSpec odd = spec_of(mm_graph({4096, 100, 4096, false, true, {}}, DType::BF16, Epi::None));
+  odd.tma = true;
+  Result<MatmulPath> r = matmul_path(odd, c, "sm_90a");
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_NE(r->why.find("no TMA stores, which the config asks for: N = 100 does not fill whole 16-byte chunks"),
+            std::string::npos)
+      << r->why;
   c.tma_store = 0;
   Result<MatmulPath> plain = matmul_path(spec, c, "sm_90a");
   ASSERT_TRUE(plain.ok());

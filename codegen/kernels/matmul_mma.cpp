@@ -846,7 +846,7 @@ Result<LaunchShape> build_mma_kernel(const KernelSpec& spec, const MatmulGroup& 
   if (!t) return t.error();
   const std::string no_chunks = mma_chunk_area(spec.group, p, *t, max_shared_bytes(sm));
   if (t->want_tma_store && !t->tma_store)
-    return diag(no_chunks.rfind("tma_store", 0) == 0 ? no_chunks : "tma_store = 1 needs the epilogue staged in chunks (" + no_chunks + ")");
+    return diag("tma_store = 1 cannot store this kernel's outputs: " + no_chunks);
   if (Result<void> g = check_matmul_grid(p, t->bm, t->bn); !g) return g.error();
   Result<void> built = MmaKernel(spec, p, *t, target, m, sim).build();
   if (!built) return built.error();

@@ -383,9 +383,12 @@ class Epilogue {
     const int64_t s = out_bytes(o), boxes_per_row = row_bytes(o) / 128;
     const int64_t unit0 = int64_t{pc.j - j0_} * 8 * s / 16;  // the n8 tile's first 16-byte unit
     const int64_t box = int64_t{pc.i} * boxes_per_row + unit0 / 8;
-    const int64_t fixed = area_base_ + buf_ * warp_bytes() + area_offset(o) + box * 2048 + pc.half * 1024;
     llvm::Value* swizzled = b_.CreateXor(lane_part_[o], k((unit0 % 8) << 4));
-    return add(warp_area_, add(swizzled, k(fixed)));
+    return add(warp_area_, add(swizzled, k(box_offset(o, box) + pc.half * 1024)));
+  }
+  // Box `box` of output o in the current area, less the warp's area (warp_area_).
+  int64_t box_offset(size_t o, int64_t box) const {
+    return area_base_ + buf_ * warp_bytes() + area_offset(o) + box * 2048;
   }
 
   // The first lane: every box of the current area to its output's tensor map, at the
@@ -403,7 +406,7 @@ class Epilogue {
           llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "tma.box.next", f_.fn);
           b_.CreateCondBr(b_.CreateAnd(b_.CreateICmpSLT(row, k(p_.M)), b_.CreateICmpSLT(col, k(p_.N))), st, next);
           b_.SetInsertPoint(st);
-          const int64_t fixed = area_base_ + buf_ * warp_bytes() + area_offset(o) + (int64_t{i} * boxes_per_row + bc) * 2048;
+          const int64_t fixed = box_offset(o, int64_t{i} * boxes_per_row + bc);
           std::vector<llvm::Value*> coords = {b_.CreateZExtOrTrunc(col, b_.getInt32Ty()),
                                               b_.CreateZExtOrTrunc(row, b_.getInt32Ty())};
           if (p_.nbatch > 1) coords.push_back(b_.CreateZExtOrTrunc(f_.batch, b_.getInt32Ty()));
@@ -494,20 +497,19 @@ std::optional<std::string> outputs_unstageable(const Graph& g, const MatmulGroup
 // bytes with the 128-byte swizzle, every box 1024-byte aligned (where the swizzle's
 // pattern starts); two areas a warp where they fit beside the pipeline, else one; and
 // a tensor map an output, [N, M(, batch)] innermost first, each box 128 bytes of a
-// row by 16 rows. "" with `t` placed, or why not (t unchanged).
+// row by 16 rows. "" with `t` placed, or why the outputs cannot be stored so (t unchanged).
 std::string tma_store_area(const Graph& g, const MatmulGroup& p, MmaTiling& t, int cols, int64_t rows, int64_t bytes,
                            int64_t max_shared) {
-  const std::string no = "tma_store = 1: ";
   if (g.outputs().size() > 6)
-    return no + num(int64_t(g.outputs().size())) + " outputs, more than the 6 tensor maps a kernel has left for them";
+    return num(int64_t(g.outputs().size())) + " outputs, more than the 6 tensor maps a kernel has left for them";
   std::vector<TensorMapSpec> maps;
   for (size_t o = 0; o < g.outputs().size(); ++o) {
     const DType dt = g.node(g.outputs()[o].value).type.dtype;
     const int64_t s = dtype_size(dt);
     if (dt != DType::BF16 && dt != DType::F16 && dt != DType::F32)
-      return no + "an output of " + std::string(dtype_name(dt)) + " (TMA stores take bf16, f16 and f32)";
+      return "an output of " + std::string(dtype_name(dt)) + " (TMA stores take bf16, f16 and f32)";
     if ((cols * s) % 128 != 0)
-      return no + "a warp's chunk of " + num(cols) + " columns is not whole 128-byte rows of " + num(s) + "-byte elements";
+      return "a warp's chunk of " + num(cols) + " columns is not whole 128-byte rows of " + num(s) + "-byte elements";
     TensorMapSpec m;
     m.output = static_cast<int>(o);
     m.dtype = dt;
@@ -521,7 +523,7 @@ std::string tma_store_area(const Graph& g, const MatmulGroup& p, MmaTiling& t, i
   const int64_t area = int64_t{t.threads / 32} * rows * cols * bytes;  // one area a warp
   const int bufs = off + 2 * area <= max_shared ? 2 : 1;
   if (off + bufs * area > max_shared)
-    return no + "the staging areas (" + num(area) + " bytes) do not fit in shared memory beside the pipeline's " + num(off);
+    return "the staging areas (" + num(area) + " bytes) do not fit in shared memory beside the pipeline's " + num(off);
   t.chunk_off = off;
   t.chunk_cols = cols;
   t.shared_bytes = off + bufs * area;

@@ -677,6 +677,24 @@ inline int32_t sim_mbar_try_wait_locked(Block& blk, int32_t thread, void* mbar, 
   return 1;
 }
 
+// TMA's 128-byte swizzle of a shared-memory offset: its 16-byte unit (bits 4-6) XOR
+// address bits 7-9 (the box's row within the 1024-byte pattern); `off` relative to the
+// 1024-byte-aligned shared memory.
+inline int64_t swizzle_128b(int64_t off) { return off ^ (((off >> 7) & 7) << 4); }
+
+// The byte offset of a box's dims past the first two (one coordinate each, `c[d - 2]`
+// for dim d) through the map's strides; `in` false when one is outside the tensor.
+inline int64_t outer_offset(const TensorMapSpec& m, const int32_t* c, bool& in) {
+  int64_t off = 0;
+  in = true;
+  for (int d = 2; d < m.rank; ++d) {
+    const int64_t g = c[d - 2];
+    in = in && g >= 0 && g < m.dims[static_cast<size_t>(d)];
+    off += g * m.strides[static_cast<size_t>(d - 1)];
+  }
+  return off;
+}
+
 // cp.async.bulk.tensor with a 128-byte swizzle: box row r of 128 bytes lands at
 // dst + 128 r with its 16-byte units permuted by address bits 7-9, elements outside
 // the tensor read as zero; the box's bytes complete on the mbarrier.
@@ -699,14 +717,10 @@ inline void sim_tma_load(void* ctx, int32_t, const void* map, void* dst, int32_t
   // The dims past the first two: one coordinate each (their boxes are 1 wide), in
   // bounds or the whole box reads zeros; their bytes from the map's strides.
   const int32_t outer[3] = {c2, c3, c4};
-  bool outer_in = true;
-  int64_t outer_off = 0;
-  for (int d = 2; d < m.spec.rank; ++d) {
-    const int64_t g = outer[d - 2];
+  for (int d = 2; d < m.spec.rank; ++d)
     if (m.spec.box[static_cast<size_t>(d)] != 1) return blk.fail_locked("TMA: a box wider than 1 in a dim past the second");
-    outer_in = outer_in && g >= 0 && g < m.spec.dims[static_cast<size_t>(d)];
-    outer_off += g * m.spec.strides[static_cast<size_t>(d - 1)];
-  }
+  bool outer_in = true;
+  const int64_t outer_off = outer_offset(m.spec, outer, outer_in);
   for (int d = m.spec.rank; d < 5; ++d)
     if (outer[d - 2] != 0) return blk.fail_locked("TMA: a coordinate past the map's rank is not 0");
   for (int64_t row = 0; row < rows; ++row)
@@ -714,7 +728,7 @@ inline void sim_tma_load(void* ctx, int32_t, const void* map, void* dst, int32_t
       const int64_t g0 = c0 + i, g1 = c1 + row;
       const bool in = outer_in && g0 >= 0 && g0 < m.spec.dims[0] && g1 >= 0 && g1 < m.spec.dims[1];
       int64_t off = at + row * 128 + i * eb;
-      if (!blk.tma_ignores_swizzle) off ^= ((off >> 7) & 7) << 4;
+      if (!blk.tma_ignores_swizzle) off = swizzle_128b(off);
       if (in)
         std::memcpy(blk.smem + off,
                     static_cast<const uint8_t*>(m.base) + g0 * eb + g1 * m.spec.strides[0] + outer_off,
@@ -749,20 +763,14 @@ inline void sim_tma_load(void* ctx, int32_t, const void* map, void* dst, int32_t
 inline void carry_out_locked(Block& blk, const Block::BulkStore& st) {
   const SimTensorMap& m = *st.map;
   const int64_t eb = dtype_size(m.spec.dtype);
-  int64_t outer_off = 0;
   bool outer_in = true;
-  for (int d = 2; d < m.spec.rank; ++d) {
-    const int64_t g = st.c[static_cast<size_t>(d)];
-    outer_in = outer_in && g >= 0 && g < m.spec.dims[static_cast<size_t>(d)];
-    outer_off += g * m.spec.strides[static_cast<size_t>(d - 1)];
-  }
+  const int64_t outer_off = outer_offset(m.spec, st.c.data() + 2, outer_in);
   if (!outer_in) return;
   for (int64_t row = 0; row < m.spec.box[1]; ++row)
     for (int64_t i = 0; i < m.spec.box[0]; ++i) {
       const int64_t g0 = st.c[0] + i, g1 = st.c[1] + row;
       if (g0 < 0 || g0 >= m.spec.dims[0] || g1 < 0 || g1 >= m.spec.dims[1]) continue;
-      int64_t off = st.src + row * 128 + i * eb;
-      off ^= ((off >> 7) & 7) << 4;
+      const int64_t off = swizzle_128b(st.src + row * 128 + i * eb);
       const int64_t at = g0 * eb + g1 * m.spec.strides[0] + outer_off;
       if (m.bytes && (at < 0 || at + eb > static_cast<int64_t>(m.bytes)))
         return blk.fail_locked("a TMA store writes byte " + std::to_string(at) + " of an output of " + std::to_string(m.bytes));

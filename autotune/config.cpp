@@ -37,6 +37,8 @@ const std::vector<Field>& all_fields() {
       {"pingpong", &KernelConfig::pingpong},
       {"setmaxnreg", &KernelConfig::setmaxnreg},
       {"tma_store", &KernelConfig::tma_store},
+      {"cluster_m", &KernelConfig::cluster_m},
+      {"cluster_n", &KernelConfig::cluster_n},
       {"wgmma", &KernelConfig::wgmma},
       {"group_heads", &KernelConfig::group_heads},
       {"host_vector", &KernelConfig::host_vector},
@@ -72,7 +74,8 @@ std::vector<const char*> config_fields(KernelKind kind, ConfigTarget t) {
       return {"rows_per_block", "threads_per_row", "split_reduction", "grid_stride", "max_blocks"};
     case KernelKind::Matmul:
       return {"block_m", "block_n", "block_k", "warps",      "stages",
-              "group_m", "split_k", "warp_specialize", "persistent", "pingpong", "setmaxnreg", "tma_store"};
+              "group_m", "split_k", "warp_specialize", "persistent", "pingpong", "setmaxnreg", "tma_store",
+              "cluster_m", "cluster_n"};
     case KernelKind::Gather: return {"block", "max_blocks"};
     case KernelKind::Attention:
       return {"block_m", "block_n", "warps", "stages", "wgmma", "warp_specialize", "pingpong", "group_heads"};
@@ -85,7 +88,8 @@ std::vector<const char*> config_fields(KernelKind kind, ConfigTarget t) {
 static bool omitted_at_default(KernelKind kind, std::string_view name, const KernelConfig& c) {
   return (kind == KernelKind::Attention && name == "stages" && c.stages == 2) || (name == "warp_specialize" && c.warp_specialize == 0) || (name == "persistent" && c.persistent == 0) ||
          (name == "pingpong" && c.pingpong == 0) || (name == "setmaxnreg" && c.setmaxnreg == 0) ||
-         (name == "tma_store" && c.tma_store == 0) ||
+         (name == "tma_store" && c.tma_store == 0) || (name == "cluster_m" && c.cluster_m == 1) ||
+         (name == "cluster_n" && c.cluster_n == 1) ||
          (name == "wgmma" && c.wgmma == 0) || (name == "group_heads" && c.group_heads == 0);
 }
 

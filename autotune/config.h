@@ -78,6 +78,13 @@ struct KernelConfig {
   // next chunk while the copy reads the last (CUTLASS's TMA epilogue); 0: the warp's
   // lanes store the chunk 128 bits at a time.
   int tma_store = 0;
+  // Warp-specialised persistent wgmma kernel fed by TMA: thread-block clusters of two
+  // (CUTLASS's ClusterShape, Triton's num_ctas = 2). cluster_m = 2 pairs the blocks of
+  // two output tiles stacked in M, which share B's tile: each block brings half of it
+  // by TMA multicast into both blocks' shared memory, so L2 delivers each B panel
+  // once for the pair; cluster_n = 2 pairs tiles side by side in N, sharing A's tile.
+  // 1 and 1: no cluster. At most one of them is 2.
+  int cluster_m = 1, cluster_n = 1;
   // Fused attention on sm_90a: 1 multiplies q k^T and p v with wgmma.mma_async, each
   // warpgroup's 64 query rows at a time, k and v read from shared memory through
   // matrix descriptors; 0: mma.sync, each warp's 16 rows (docs/kernels.md,

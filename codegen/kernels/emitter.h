@@ -72,6 +72,10 @@ struct LaunchShape {
   // items by the launch's width, so any width computes every item, and a runtime may
   // launch fewer blocks where the device holds fewer at once.
   bool persistent = false;
+  // Blocks per thread-block cluster along x (the PTX's `.reqnctapercluster`; 1: none):
+  // grid[0] is then a multiple of it, and a runtime shortening a persistent walk keeps
+  // it one (a cluster's blocks take the same work items).
+  int cluster = 1;
 };
 
 struct EmittedKernel {

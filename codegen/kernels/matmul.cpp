@@ -736,6 +736,13 @@ namespace {
 std::string persistent(const KernelConfig& c) {
   return c.persistent ? ", persistent: " + std::to_string(c.persistent) + " blocks walk the output tiles" : std::string();
 }
+// Thread-block clusters (the wgmma kernel's only: mma_choice refuses them elsewhere).
+std::string cluster(const KernelConfig& c) {
+  if (c.cluster_m * c.cluster_n <= 1) return {};
+  const bool m = c.cluster_m > 1;
+  return std::string(", clusters of 2 blocks on tiles adjacent in ") + (m ? "M" : "N") + ", sharing " + (m ? "B" : "A") +
+         "'s tile: each block brings half of it by TMA multicast into both";
+}
 // Split-K, on either kernel: into the zeroed output (a bare f32 matmul) or the workspace.
 std::string split_k(const MatmulGroup& p, const KernelConfig& c) {
   if (c.split_k <= 1) return {};
@@ -777,7 +784,7 @@ Result<MatmulPath> matmul_path(const KernelSpec& unfolded, const KernelConfig& c
                           (config.setmaxnreg ? ", registers reallocated: the consumer warpgroups take " +
                                                    std::to_string(config.setmaxnreg) + " a thread (setmaxnreg)"
                                              : std::string()) +
-                          mma_epilogue_path(spec.group, *plan, config, *sm, true) +
+                          cluster(config) + mma_epilogue_path(spec.group, *plan, config, *sm, true) +
                           (spec.tma && !choice.tma ? "; not TMA: " + choice.not_tma : std::string())};
   std::string why = fold + "mma.sync.m16n8" + kk + dt + " with f32 accumulators, ldmatrix, 16-byte cp.async (" + stages + ")";
   why += persistent(config) + split_k(*plan, config) + mma_epilogue_path(spec.group, *plan, config, *sm, has_wgmma(arch));

@@ -170,6 +170,16 @@ struct MmaSimHooks {
   void (*bulk_commit)(void* ctx, int32_t thread) = nullptr;
   void (*bulk_wait)(void* ctx, int32_t thread, int32_t pending, int32_t read) = nullptr;
   void (*proxy_fence)(void* ctx, int32_t thread) = nullptr;
+  // Thread-block clusters (MmaTiling::cluster; `ctx` is the calling block's): the TMA
+  // copy multicast to the cluster's blocks in `mask` (bit r: rank r), landing at `dst`'s
+  // offset in each one's shared memory and completing on the mbarrier at `mbar`'s offset
+  // in each; mbarrier.arrive on the mbarrier at `mbar`'s offset in the shared memory of
+  // the block of rank `rank` (mapa, then arrive.release.cluster); and
+  // barrier.cluster.arrive + wait, by every thread of every block of the cluster.
+  void (*tma_load_multicast)(void* ctx, int32_t thread, const void* map, void* dst, int32_t c0, int32_t c1, int32_t c2,
+                             int32_t c3, int32_t c4, void* mbar, int32_t mask) = nullptr;
+  void (*mbar_arrive_cluster)(void* ctx, int32_t thread, void* mbar, int32_t rank) = nullptr;
+  void (*cluster_barrier)(void* ctx, int32_t thread) = nullptr;
 };
 
 // What the host build's kernel arguments hold in place of each encoded tensor map

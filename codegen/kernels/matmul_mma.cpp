@@ -58,6 +58,7 @@ class MmaKernel : MmaIsa {
       // Register reallocation: one block an SM, so ptxas gives every thread the
       // launch's 168 registers, the pool setmaxnreg shares out (MmaTiling::consumer_regs).
       if (t_.consumer_regs > 0) llvmb::set_min_blocks_per_sm(*fn_, 1);
+      if (t_.cluster > 1) llvmb::set_cluster_dims(*fn_, t_.cluster);
       tid_ = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, it_);
       bx = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, it_);
       by = nvptx_sreg(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y, it_);
@@ -113,8 +114,19 @@ class MmaKernel : MmaIsa {
       wm0_ = b_.CreateMul(b_.CreateUDiv(warp, k(t_.wn)), k(t_.warp_m), "wm0", true, true);
       wn0_ = b_.CreateMul(b_.CreateURem(warp, k(t_.wn)), k(t_.warp_n), "wn0", true, true);
     }
+    // The persistent walk's first item and stride: the block's, or (clusters) the
+    // cluster's, whose blocks are consecutive in x (cluster dims (cluster, 1, 1)), so
+    // %cluster_ctarank is blockIdx.x % cluster.
+    rank_ = k(0);
+    walk_first_ = bx;
+    walk_grid_ = grid_;
+    if (t_.cluster > 1) {
+      rank_ = b_.CreateURem(bx, k(t_.cluster), "cta.rank");
+      walk_first_ = b_.CreateUDiv(bx, k(t_.cluster), "cluster");
+      walk_grid_ = b_.CreateUDiv(grid_, k(t_.cluster), "clusters");
+    }
     if (t_.tma && t_.kt > 0) init_mbarriers();
-    if (t_.persistent) return persistent(bx);
+    if (t_.persistent) return persistent();
     start_item(bx, by);
     std::vector<llvm::Value*> acc = zeros();
     if (t_.kt > 0) acc = t_.ws ? k_loop_ws() : k_loop();
@@ -141,9 +153,12 @@ class MmaKernel : MmaIsa {
   // batch offsets and copy addresses.
   void start_item(llvm::Value* bx, llvm::Value* by) {
     bz_ = by;
-    TileOrigin o = group_m_tile(b_, p_, bx, t_.bm, t_.bn, t_.group_m);
-    m0_ = o.m0;
-    n0_ = o.n0;
+    // A cluster's item is a pair of tiles: the GROUP_M swizzle over the pairs, then
+    // this block's tile of the pair (the rank-th along M or N).
+    const bool by_m = t_.cluster > 1 && t_.cluster_shares_b, by_n = t_.cluster > 1 && !t_.cluster_shares_b;
+    TileOrigin o = group_m_tile(b_, p_, bx, t_.bm * (by_m ? t_.cluster : 1), t_.bn * (by_n ? t_.cluster : 1), t_.group_m);
+    m0_ = by_m ? add(o.m0, mul(rank_, t_.bm)) : o.m0;
+    n0_ = by_n ? add(o.n0, mul(rank_, t_.bn)) : o.n0;
     bi_ = batch_index(b_, p_, by);
     zbase_ = b_.CreateMul(by, k(p_.M * p_.N), "zbase", true, true);
     item_ = add(mul(by, t_.tiles), bx);
@@ -191,8 +206,9 @@ class MmaKernel : MmaIsa {
   // The latch (the builder must be in it): the next item `stride` grids apart, while any.
   // `consumer`: the loop of threads that store outputs, which with TMA stores wait at
   // the end for their warp's last bulk groups to complete.
-  void close_items(ItemLoop& l, bool consumer = false) {
-    llvm::Value* next = add(l.w, mul(grid_, l.stride));
+  // `tail`: code for the loop's thread after its last item, before it returns.
+  void close_items(ItemLoop& l, bool consumer = false, const std::function<void()>& tail = {}) {
+    llvm::Value* next = add(l.w, mul(walk_grid_, l.stride));
     l.w->addIncoming(next, b_.GetInsertBlock());
     l.iter->addIncoming(add(l.iter, k(l.stride)), b_.GetInsertBlock());
     b_.CreateCondBr(b_.CreateICmpSLT(next, k(t_.items)), l.loop, l.done);
@@ -209,10 +225,11 @@ class MmaKernel : MmaIsa {
       b_.CreateBr(out);
       b_.SetInsertPoint(out);
     }
+    if (tail) tail();
     b_.CreateRetVoid();
   }
 
-  Result<void> persistent(llvm::Value* bx) {
+  Result<void> persistent() {
     llvm::LLVMContext& c = m_.getContext();
     if (t_.ws) {
       // The producer warpgroup: its first thread walks the items issuing their copies
@@ -232,19 +249,19 @@ class MmaKernel : MmaIsa {
         llvm::BasicBlock* lead = llvm::BasicBlock::Create(c, "ws.lead", fn_);
         b_.CreateCondBr(b_.CreateICmpEQ(tid_, k(t_.threads)), lead, leave);
         b_.SetInsertPoint(lead);
-        ItemLoop pitems = open_items(bx);
+        ItemLoop pitems = open_items(walk_first_);
         producer_loop();
         b_.CreateBr(pitems.latch);
         b_.SetInsertPoint(pitems.latch);
-        close_items(pitems);
+        close_items(pitems, false, [this] { if (t_.cluster > 1) producer_tail(); });
       } else {
         b_.CreateBr(leave);
       }
       b_.SetInsertPoint(consumer);
       if (t_.consumer_regs > 0) set_max_regs(t_.consumer_regs, /*inc=*/true);
     }
-    if (t_.pingpong) return pingpong_consumer(bx);
-    ItemLoop items = open_items(bx);
+    if (t_.pingpong) return pingpong_consumer();
+    ItemLoop items = open_items(walk_first_);
     std::vector<llvm::Value*> acc = t_.kt == 0 ? zeros() : t_.ws ? consumer_loop(/*release_last=*/true) : k_loop();
     if (Result<void> r = epilogue(acc, items.latch, /*producer_joins=*/false); !r) return r;
     b_.SetInsertPoint(items.latch);
@@ -261,9 +278,9 @@ class MmaKernel : MmaIsa {
   // phase of the stage's progress: a warpgroup reaching tile g has seen every earlier
   // tile's copies complete (the other's through the barrier), so the parity it waits
   // for cannot be that of a phase two back.
-  Result<void> pingpong_consumer(llvm::Value* bx) {
+  Result<void> pingpong_consumer() {
     llvm::LLVMContext& c = m_.getContext();
-    ItemLoop items = open_items(add(bx, b_.CreateMul(wg_, grid_, "", true, true)), wg_, /*stride=*/2);
+    ItemLoop items = open_items(add(walk_first_, b_.CreateMul(wg_, walk_grid_, "", true, true)), wg_, /*stride=*/2);
     std::vector<llvm::Value*> acc = zeros();
     if (t_.kt > 0) {
       llvm::BasicBlock* turn = llvm::BasicBlock::Create(c, "pp.turn", fn_);
@@ -279,7 +296,7 @@ class MmaKernel : MmaIsa {
       acc = consumer_loop(/*release_last=*/true, [&] {
         llvm::BasicBlock* pass = llvm::BasicBlock::Create(c, "pp.pass", fn_);
         llvm::BasicBlock* passed = llvm::BasicBlock::Create(c, "pp.passed", fn_);
-        b_.CreateCondBr(b_.CreateICmpULT(add(items.w, grid_), k(t_.items)), pass, passed);
+        b_.CreateCondBr(b_.CreateICmpULT(add(items.w, walk_grid_), k(t_.items)), pass, passed);
         b_.SetInsertPoint(pass);
         named_barrier(b_.CreateSub(k(2), wg_), 256, /*sync=*/false);
         b_.CreateBr(passed);
@@ -435,12 +452,36 @@ class MmaKernel : MmaIsa {
         init(mbar(k(st)), 1);
         // One arrival per consumer warp; ping-pong: per warp of the one warpgroup
         // that multiplies the tile.
-        if (t_.ws) init(empty_mbar(k(st)), t_.pingpong ? 4 : t_.threads / 32);
+        // Clusters: the consumer warps of every block of the cluster (the stage is
+        // written by every block's producer).
+        if (t_.ws) init(empty_mbar(k(st)), (t_.pingpong ? 4 : t_.threads / 32) * t_.cluster);
       }
-      // The initialisation visible to the async proxy (the copies complete on them).
+      // The initialisation visible to the async proxy (the copies complete on them)
+      // and, with clusters, to the other blocks.
       asm_stmt("fence.mbarrier_init.release.cluster;");
     });
-    barrier();
+    // Clusters: no block copies into another's shared memory or arrives on its
+    // mbarriers before that block has initialised them.
+    if (t_.cluster > 1) cluster_sync();
+    else barrier();
+  }
+
+  // Clusters: the producer thread, past its last item, waits until every stage's last
+  // use has been released by the consumers of every block of the cluster, as it would
+  // before refilling it. Those releases include the other blocks' arrivals on this
+  // block's mbarriers, so the block (its shared memory) stays until the last of them
+  // is in; and every copy into this block's shared memory is one its own consumers
+  // wait for. The block has walked n = ceil((items - first) / clusters) items.
+  void producer_tail() {
+    llvm::Value* taken = b_.CreateSelect(
+        b_.CreateICmpULT(walk_first_, k(t_.items)),
+        add(b_.CreateUDiv(b_.CreateSub(k(t_.items - 1), walk_first_), walk_grid_), k(1)), k(0));
+    llvm::Value* total = mul(taken, t_.kt);
+    gk0_ = k(0);
+    for (int j = 0; j < t_.stages; ++j) {
+      llvm::Value* g = add(total, k(j));
+      mbar_wait_at(empty_mbar(stage_of(g)), b_.CreateXor(parity_of(g), k(1)));
+    }
   }
 
   // Thread 0: the stage's mbarrier expects stage_bytes, then one bulk tensor copy per
@@ -471,16 +512,27 @@ class MmaKernel : MmaIsa {
         llvm::Value* outer0 = which == 0 ? m0_ : n0_;
         llvm::Value* tbase = which == 0 ? sbase : add(sbase, k(t_.a.bytes()));
         const int panels = tile.cols / static_cast<int>(panel);
+        // Clusters: the operand the blocks share, of which this block brings rows
+        // rank * half .. of every box, into every block of the cluster.
+        const bool shared = t_.cluster > 1 && (which == 1) == t_.cluster_shares_b;
+        llvm::Value* half = shared ? mul(rank_, t_.half_rows()) : nullptr;
         for (int pi = 0; pi < panels; ++pi) {
           llvm::Value* inner = add(kc ? k0 : outer0, k(pi * panel));
+          llvm::Value* row = kc ? outer0 : k0;
+          llvm::Value* at = add(tbase, k(int64_t{pi} * tile.rows * 128));
+          if (shared) {
+            row = add(row, half);
+            at = add(at, mul(half, 128));
+          }
           llvm::Value* c0 = b_.CreateZExtOrTrunc(inner, i32_);
-          llvm::Value* c1 = b_.CreateZExtOrTrunc(kc ? outer0 : k0, i32_);
-          llvm::Value* dst = smem_operand(add(tbase, k(int64_t{pi} * tile.rows * 128)));
+          llvm::Value* c1 = b_.CreateZExtOrTrunc(row, i32_);
+          llvm::Value* dst = smem_operand(at);
           // Then the batch coordinates the operand's map steps through.
           std::vector<llvm::Value*> coords = {c0, c1};
           for (int e : t_.map_batch[static_cast<size_t>(which)])
             coords.push_back(b_.CreateZExtOrTrunc(bi_.coords[static_cast<size_t>(e)], i32_));
-          tma_load(tmap_[static_cast<size_t>(which)], dst, coords, bar);
+          if (shared) tma_load_multicast(tmap_[static_cast<size_t>(which)], dst, coords, bar, (1 << t_.cluster) - 1);
+          else tma_load(tmap_[static_cast<size_t>(which)], dst, coords, bar);
         }
       }
     }
@@ -752,9 +804,12 @@ class MmaKernel : MmaIsa {
     auto release = [&](llvm::Value* when, llvm::Value* tile) {
       llvm::BasicBlock* rel = llvm::BasicBlock::Create(c, "ws.release", fn_);
       llvm::BasicBlock* cont = llvm::BasicBlock::Create(c, "ws.released", fn_);
-      b_.CreateCondBr(b_.CreateAnd(when, b_.CreateICmpEQ(lane_, k(0))), rel, cont);
+      // Clusters: lane r arrives on block r's mbarrier (both blocks' producers write
+      // the stage), else lane 0 on the block's own.
+      b_.CreateCondBr(b_.CreateAnd(when, b_.CreateICmpULT(lane_, k(t_.cluster))), rel, cont);
       b_.SetInsertPoint(rel);
-      mbar_arrive(empty_mbar(stage_of(tile)));
+      if (t_.cluster > 1) mbar_arrive_cluster(empty_mbar(stage_of(tile)), lane_);
+      else mbar_arrive(empty_mbar(stage_of(tile)));
       b_.CreateBr(cont);
       b_.SetInsertPoint(cont);
     };
@@ -832,6 +887,9 @@ class MmaKernel : MmaIsa {
   llvm::Value* kbase_ = nullptr;     // split-K: the first K element of this block's share (grid z)
   llvm::Value* gk0_ = nullptr;       // the item's first K tile over the block's life (persistent grid)
   llvm::Value* grid_ = nullptr;      // persistent: the launch's blocks (gridDim.x)
+  llvm::Value* rank_ = nullptr;      // clusters: the block's rank in its cluster (0 without)
+  llvm::Value* walk_first_ = nullptr;  // persistent: the first item (the block's or cluster's index)
+  llvm::Value* walk_grid_ = nullptr;   // persistent: items between two taken (blocks, or clusters)
   llvm::Value* ws_ = nullptr;        // split-K: the workspace (MmaTiling::split_ws)
   llvm::Value* item_ = nullptr;      // the work item: batch * tiles + tile, its counter's index
   BatchIndex bi_;
@@ -854,6 +912,7 @@ Result<LaunchShape> build_mma_kernel(const KernelSpec& spec, const MatmulGroup& 
   if (t->persistent) {
     l.grid = {t->grid_x(), 1, t->split};
     l.persistent = true;
+    l.cluster = t->cluster;
   }
   l.tensor_maps = t->maps;
   return l;

@@ -123,9 +123,10 @@ namespace {
 // An inline-PTX bulk tensor copy: `text` (the instruction and its first operands `args`,
 // of types `ty` and constraints `cons`, up to the coordinates' "{"), the coordinates
 // (i32), "}], [" the 32-bit shared address `last` "]", then `tail`.
+// `mask`: then ", " a 16-bit operand (a multicast's CTA mask).
 void bulk_tensor_ptx(llvm::IRBuilderBase& b, std::string text, std::vector<llvm::Type*> ty, std::vector<llvm::Value*> args,
                      std::string cons, const std::vector<llvm::Value*>& coords, const std::string& tail,
-                     llvm::Value* last) {
+                     llvm::Value* last, llvm::Value* mask = nullptr) {
   const size_t first = args.size();
   for (size_t i = 0; i < coords.size(); ++i) {
     text += (i ? ", $" : "$") + num(int64_t(first + i));
@@ -133,10 +134,18 @@ void bulk_tensor_ptx(llvm::IRBuilderBase& b, std::string text, std::vector<llvm:
     args.push_back(coords[i]);
     cons += ",r";
   }
-  text += "}], [$" + num(int64_t(first + coords.size())) + "]" + tail;
+  text += "}], [$" + num(int64_t(first + coords.size())) + "]";
   ty.push_back(b.getInt32Ty());
   args.push_back(last);
-  cons += ",r,~{memory}";
+  cons += ",r";
+  if (mask) {
+    text += ", $" + num(int64_t(first + coords.size() + 1));
+    ty.push_back(b.getInt16Ty());
+    args.push_back(mask);
+    cons += ",h";
+  }
+  text += tail;
+  cons += ",~{memory}";
   b.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(b.getVoidTy(), ty, false), text, cons, true), args);
 }
 
@@ -151,6 +160,33 @@ void tma_load_ptx(llvm::IRBuilderBase& b, llvm::Value* map, llvm::Value* dst, co
   const std::string r = num(int64_t(coords.size()));
   bulk_tensor_ptx(b, "cp.async.bulk.tensor." + r + "d.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {",
                   {b.getInt32Ty(), b.getInt64Ty()}, {dst, map_address(b, map)}, "r,l", coords, ";", bar);
+}
+
+void tma_load_multicast_ptx(llvm::IRBuilderBase& b, llvm::Value* map, llvm::Value* dst,
+                            const std::vector<llvm::Value*>& coords, llvm::Value* bar, int mask) {
+  const std::string r = num(int64_t(coords.size()));
+  bulk_tensor_ptx(b,
+                  "cp.async.bulk.tensor." + r +
+                      "d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [$0], [$1, {",
+                  {b.getInt32Ty(), b.getInt64Ty()}, {dst, map_address(b, map)}, "r,l", coords, ";", bar,
+                  b.getInt16(static_cast<uint16_t>(mask)));
+}
+
+void mbar_arrive_cluster_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, llvm::Value* rank) {
+  llvm::Type* i32 = b.getInt32Ty();
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {i32, i32}, false);
+  b.CreateCall(llvm::InlineAsm::get(fty,
+                                    "{\n.reg .b32 r;\nmapa.shared::cluster.u32 r, $0, $1;\n"
+                                    "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r];\n}",
+                                    "r,r,~{memory}", true),
+               {bar, b.CreateZExtOrTrunc(rank, i32)});
+}
+
+void cluster_sync_ptx(llvm::IRBuilderBase& b) {
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), false);
+  llvm::CallInst* call = b.CreateCall(llvm::InlineAsm::get(
+      fty, "barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;", "~{memory}", true));
+  call->setConvergent();
 }
 
 void tma_store_ptx(llvm::IRBuilderBase& b, llvm::Value* map, llvm::Value* src, const std::vector<llvm::Value*>& coords) {
@@ -220,6 +256,32 @@ void MmaIsa::tma_load(llvm::Value* map, llvm::Value* dst, const std::vector<llvm
     return;
   }
   tma_load_ptx(b_, map, dst, coords, bar);
+}
+
+void MmaIsa::tma_load_multicast(llvm::Value* map, llvm::Value* dst, const std::vector<llvm::Value*>& coords,
+                                llvm::Value* bar, int mask) {
+  if (sim_) {
+    std::vector<llvm::Value*> args = {map, dst};
+    for (size_t i = 0; i < 5; ++i) args.push_back(i < coords.size() ? coords[i] : b_.getInt32(0));
+    args.push_back(bar);
+    args.push_back(b_.getInt32(static_cast<uint32_t>(mask)));
+    sim_call(23, args);
+    return;
+  }
+  tma_load_multicast_ptx(b_, map, dst, coords, bar, mask);
+}
+
+void MmaIsa::mbar_arrive_cluster(llvm::Value* off, llvm::Value* rank) {
+  if (sim_) {
+    sim_call(24, {smem_operand(off), b_.CreateZExtOrTrunc(rank, i32_)});
+    return;
+  }
+  mbar_arrive_cluster_ptx(b_, smem_operand(off), rank);
+}
+
+void MmaIsa::cluster_sync() {
+  if (sim_) sim_call(25, {});
+  else cluster_sync_ptx(b_);
 }
 
 void MmaIsa::mbar_wait_at(llvm::Value* off, llvm::Value* parity) {

@@ -55,6 +55,17 @@ void setmaxnreg_ptx(llvm::IRBuilderBase& b, int count, bool inc);
 // completing its bytes on the mbarrier at shared address `bar`.
 void tma_load_ptx(llvm::IRBuilderBase& b, llvm::Value* map, llvm::Value* dst, const std::vector<llvm::Value*>& coords,
                   llvm::Value* bar);
+// The same copy multicast to the blocks of the cluster in the 16-bit `mask` (bit r:
+// the block of rank r): the box lands at `dst`'s offset in each one's shared memory
+// and completes its bytes on the mbarrier at `bar`'s offset in each.
+void tma_load_multicast_ptx(llvm::IRBuilderBase& b, llvm::Value* map, llvm::Value* dst,
+                            const std::vector<llvm::Value*>& coords, llvm::Value* bar, int mask);
+// mbarrier.arrive (release, cluster scope) on the mbarrier at 32-bit shared address
+// `bar` of the cluster's block of rank `rank` (i32), mapped there by mapa.
+void mbar_arrive_cluster_ptx(llvm::IRBuilderBase& b, llvm::Value* bar, llvm::Value* rank);
+// barrier.cluster.arrive.release + barrier.cluster.wait.acquire, convergent: every
+// thread of every block of the cluster.
+void cluster_sync_ptx(llvm::IRBuilderBase& b);
 // cp.async.bulk.tensor.{2..5}d.global.shared::cta.bulk_group: one box of shared memory
 // at 32-bit shared address `src` to the tensor map at generic address `map` at
 // `coords` (i32, innermost first), in the thread's bulk async-group.
@@ -85,6 +96,13 @@ class MmaIsa {
   // tensor map `map` into shared `dst`, completing on mbarrier `bar`.
   // `coords`: one per dim of the map (2 to 5).
   void tma_load(llvm::Value* map, llvm::Value* dst, const std::vector<llvm::Value*>& coords, llvm::Value* bar);
+  // Clusters (MmaTiling::cluster): the copy multicast to the blocks in `mask`; an
+  // arrive on the mbarrier at shared offset `off` of the block of rank `rank`; the
+  // cluster-wide barrier of every thread.
+  void tma_load_multicast(llvm::Value* map, llvm::Value* dst, const std::vector<llvm::Value*>& coords, llvm::Value* bar,
+                          int mask);
+  void mbar_arrive_cluster(llvm::Value* off, llvm::Value* rank);
+  void cluster_sync();
   // TMA stores (MmaTiling::tma_store): one box from shared byte offset `src_off` to
   // tensor map `map` at `coords`; cp.async.bulk.commit_group; cp.async.bulk.wait_group
   // `pending` (`read`: .read, until the groups have read shared memory); and
@@ -149,8 +167,8 @@ class MmaIsa {
   // cp_commit, cp_wait, wgmma_commit, wgmma_wait, tma_load, mbar_init,
   // mbar_expect_tx, mbar_try_wait, mbar_arrive, named_barrier, shfl_bfly (unused
   // here), setmaxnreg, wgmma_ra (unused here), tma_store, bulk_commit, bulk_wait,
-  // proxy_fence}.
-  static constexpr int kHooks = 23;
+  // proxy_fence, tma_load_multicast, mbar_arrive_cluster, cluster_barrier}.
+  static constexpr int kHooks = 26;
   llvm::Value* hook_[kHooks] = {};
 };
 

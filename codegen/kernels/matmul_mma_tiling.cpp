@@ -307,6 +307,31 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
   if (c.persistent < 0 || c.persistent > 65535)
     return no("persistent = " + num(c.persistent) + " is outside 0..65535 blocks");
   t.persistent = c.persistent;
+  if ((c.cluster_m != 1 && c.cluster_m != 2) || (c.cluster_n != 1 && c.cluster_n != 2) || c.cluster_m * c.cluster_n > 2)
+    return no("cluster_m = " + num(c.cluster_m) + ", cluster_n = " + num(c.cluster_n) +
+              ": each is 1 or 2, and at most one of them 2 (clusters of two blocks)");
+  if (c.cluster_m * c.cluster_n == 2) {
+    // Two blocks sharing one operand's tile by TMA multicast, their pipelines tied by
+    // each other's mbarriers: the producer warpgroup's copies and the persistent walk
+    // that keeps both blocks on the same items.
+    std::string why;
+    if (!t.ws) why = "warp_specialize = 1 (the sm_90a wgmma kernel fed by TMA, with a producer warpgroup)";
+    else if (c.persistent == 0) why = "a persistent grid (persistent > 0: the two blocks walk the same items)";
+    else if (t.split > 1) why = "split_k = 1";
+    if (!why.empty()) return no("cluster_" + std::string(c.cluster_m == 2 ? "m" : "n") + " = 2 needs " + why);
+    t.cluster = 2;
+    t.cluster_shares_b = c.cluster_m == 2;
+    // The shared operand's map brings half the rows of each box (at least 8: the
+    // halves start on a 1024-byte swizzle pattern, a whole one each).
+    TensorMapSpec& shared = t.maps[t.cluster_shares_b ? 1 : 0];
+    if (shared.box[1] % (8 * t.cluster) != 0)
+      return no("the shared operand's boxes have " + num(shared.box[1]) + " rows, not two halves of whole 8-row swizzle patterns");
+    shared.box[1] /= t.cluster;
+    const int64_t wm = t.cluster_shares_b ? int64_t{t.bm} * t.cluster : t.bm;
+    const int64_t wn = t.cluster_shares_b ? t.bn : int64_t{t.bn} * t.cluster;
+    t.tiles = std::max<int64_t>(ceil_div(p.M, wm) * ceil_div(p.N, wn), 1);
+    t.items = t.tiles * std::max<int64_t>(p.nbatch, 1);
+  }
   return t;
 }
 

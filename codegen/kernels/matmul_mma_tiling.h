@@ -112,7 +112,26 @@ struct MmaTiling {
   // `want_tma_store`: the config asks for it (mma_chunk_area decides).
   bool want_tma_store = false, tma_store = false;
   int store_bufs = 0;
-  int64_t grid_x() const { return persistent ? std::min<int64_t>(persistent, items) : tiles; }
+  // Thread-block clusters (KernelConfig::cluster_m / cluster_n; the persistent
+  // warp-specialised kernel): `cluster` (2) blocks, consecutive in the grid, take the
+  // work items together, each item a pair of output tiles adjacent in M
+  // (`cluster_shares_b`: they share B's tile) or in N (sharing A's). Each block brings
+  // its own operand's tile as before and half the rows of every box of the shared one
+  // (that map's box is half as tall), multicast into both blocks' shared memory and
+  // completing on both blocks' full mbarriers; every consumer warp releases a stage on
+  // both blocks' empty mbarriers (the stage is written by both producers). `tiles` and
+  // `items` then count the pairs. 1: no cluster.
+  int cluster = 1;
+  bool cluster_shares_b = false;
+  // The rows of the shared operand's boxes each block brings (cluster > 1).
+  int half_rows() const {
+    const bool kc = cluster_shares_b ? b_kc : a_kc;
+    return (kc ? (cluster_shares_b ? bn : bm) : bk) / cluster;
+  }
+  int64_t grid_x() const {
+    if (!persistent) return tiles;
+    return cluster * std::min<int64_t>(std::max(persistent / cluster, 1), items);
+  }
 };
 
 // The tiling of `p` under `c` on sm_`sm` (`wgmma_arch`: sm_90a), or a Diag saying why

@@ -415,6 +415,12 @@ void mark_kernel(llvm::Function& f, int max_threads_per_block) {
 
 void set_min_blocks_per_sm(llvm::Function& f, int n) { compat::add_nvvm_annotation(f, "minctasm", n); }
 
+void set_cluster_dims(llvm::Function& f, int x, int y, int z) {
+  compat::add_nvvm_annotation(f, "cluster_dim_x", x);
+  compat::add_nvvm_annotation(f, "cluster_dim_y", y);
+  compat::add_nvvm_annotation(f, "cluster_dim_z", z);
+}
+
 bool is_kernel(const llvm::Function& f) { return compat::is_kernel(f); }
 
 // ---- PTX ---------------------------------------------------------------------------------
@@ -437,6 +443,7 @@ Result<std::string> compile_to_ptx(llvm::Module& m, const std::string& arch) {
   }
   if (!capture.errors().empty()) return error("NVPTX code generation failed: " + capture.errors());
   std::string text(ptx.str());
+  compat::add_cluster_directives(c, text);
   dump.text("ptx", text);
   return text;
 }

@@ -66,6 +66,11 @@ void mark_kernel(llvm::Function& f, int max_threads_per_block = 0);
 // (without it ptxas ignores setmaxnreg: "unable to determine register count at
 // entry", C7508).
 void set_min_blocks_per_sm(llvm::Function& f, int n);
+// Adds `!"cluster_dim_x"` .. `z` (PTX `.reqnctapercluster x, y, z`): the kernel runs
+// in thread-block clusters of that shape (sm_90 and later), which a plain launch then
+// forms. compile_to_ptx writes the directive itself where LLVM's printer does not
+// (LLVM 19 has no cluster annotations).
+void set_cluster_dims(llvm::Function& f, int x, int y = 1, int z = 1);
 // True for functions marked by mark_kernel (or by the ptx_kernel calling convention).
 bool is_kernel(const llvm::Function& f);
 

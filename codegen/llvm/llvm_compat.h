@@ -153,6 +153,27 @@ inline std::optional<int> find_nvvm_annotation(const llvm::Function& f, llvm::St
   return std::nullopt;
 }
 
+// `.reqnctapercluster x, y, z` in the header of every kernel of `m` carrying the
+// cluster_dim_{x,y,z} annotations (backend.h, set_cluster_dims), where the printer
+// left it out: LLVM 19's NVPTX printer knows no cluster annotations (later ones print
+// the directive themselves, and then nothing is added). The directive goes after the
+// entry's parameter list and performance directives, before its body's "{".
+inline void add_cluster_directives(const llvm::Module& m, std::string& ptx) {
+  for (const llvm::Function& f : m) {
+    if (f.isDeclaration()) continue;
+    const std::optional<int> x = find_nvvm_annotation(f, "cluster_dim_x");
+    if (!x) continue;
+    const int y = find_nvvm_annotation(f, "cluster_dim_y").value_or(1), z = find_nvvm_annotation(f, "cluster_dim_z").value_or(1);
+    const std::string entry = ".entry " + f.getName().str() + "(";
+    const size_t at = ptx.find(entry);
+    if (at == std::string::npos) continue;
+    const size_t body = ptx.find("\n{", at);
+    if (body == std::string::npos) continue;
+    if (ptx.substr(at, body - at).find(".reqnctapercluster") != std::string::npos) continue;
+    ptx.insert(body + 1, ".reqnctapercluster " + std::to_string(*x) + ", " + std::to_string(y) + ", " + std::to_string(z) + "\n");
+  }
+}
+
 inline void mark_kernel(llvm::Function& f) {
 #if LLVM_VERSION_MAJOR >= 20
   f.setCallingConv(llvm::CallingConv::PTX_Kernel);

@@ -108,7 +108,8 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
                                    std::string* hw_error, bool ignore_trans = false, int* wavefronts = nullptr,
                                    bool wgmma = false, int* wgmma_calls = nullptr, bool tma = false,
                                    int* tma_copies = nullptr, bool tma_no_swizzle = false, size_t out_shift = 0,
-                                   int* setmaxnreg_calls = nullptr, int64_t grid_x = 0, int* tma_stores = nullptr) {
+                                   int* setmaxnreg_calls = nullptr, int64_t grid_x = 0, int* tma_stores = nullptr,
+                                   int* multicasts = nullptr, int lag_rank = -1) {
   KernelSpec spec = tf32_spec(g);
   spec.tma = tma;
   Result<EmittedKernel> k = emit_matmul_mma_block_on_host(spec, cfg, wgmma);
@@ -149,54 +150,90 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
   std::vector<uint32_t> workspace(static_cast<size_t>((launch.workspace_bytes + 3) / 4), 0);
   if (launch.workspace_bytes > 0) args.push_back(workspace.data());
   const int threads = launch.block[0];
-  kernel_test::BlockThreads block(threads);
-  // Blocks run one at a time, those of one (x, y) in a rotated z order: the last of a
-  // split-K tile's blocks to arrive is a different z from tile to tile.
+  // Thread-block clusters (launch.cluster blocks, consecutive in x): run together, each
+  // block's threads beside the others'.
+  const int per = std::max(launch.cluster, 1);
+  if (launch.grid[0] % per != 0) {
+    *hw_error = "a grid of " + std::to_string(launch.grid[0]) + " blocks is not whole clusters of " + std::to_string(per);
+    return out;
+  }
+  kernel_test::BlockThreads block(threads * per);
+  // Blocks (clusters) run one at a time, those of one (x, y) in a rotated z order: the
+  // last of a split-K tile's blocks to arrive is a different z from tile to tile.
   for (int64_t by = 0; by < launch.grid[1]; ++by)
-    for (int64_t bx = 0; bx < launch.grid[0]; ++bx)
+    for (int64_t bx0 = 0; bx0 < launch.grid[0]; bx0 += per)
     for (int64_t zi = 0; zi < launch.grid[2]; ++zi) {
-      const int64_t bz = (zi + bx + by) % launch.grid[2];
-      Block blk(threads, static_cast<size_t>(launch.shared_bytes));
-      blk.ignore_trans = ignore_trans;
-      blk.ignore_wgmma_trans = ignore_trans;
-      blk.tma_ignores_swizzle = tma_no_swizzle;
-      std::memset(blk.smem, 0xFF, blk.smem_bytes);  // NaN in both bf16 and f16
-      MmaSimHooks hooks;
-      hooks.ctx = &blk;
-      hooks.barrier = &sim_barrier;
-      hooks.ldmatrix_x4 = &sim_ldmatrix;
-      hooks.mma = &sim_mma;
-      hooks.wgmma = &sim_wgmma;
-      hooks.cp_async = &sim_cp_async;
-      hooks.cp_commit = &sim_cp_commit;
-      hooks.cp_wait = &sim_cp_wait;
-      hooks.wgmma_commit = &sim_wgmma_commit;
-      hooks.wgmma_wait = &sim_wgmma_wait;
-      hooks.tma_load = &sim_tma_load;
-      hooks.mbar_init = &sim_mbar_init;
-      hooks.mbar_expect_tx = &sim_mbar_expect_tx;
-      hooks.mbar_try_wait = &sim_mbar_try_wait;
-      hooks.mbar_arrive = &sim_mbar_arrive;
-      hooks.named_barrier = &sim_named_barrier;
-      hooks.shfl_bfly = &sim_shfl_bfly;
-      hooks.setmaxnreg = &sim_setmaxnreg;
-      hooks.tma_store = &sim_tma_store;
-      hooks.bulk_commit = &sim_bulk_commit;
-      hooks.bulk_wait = &sim_bulk_wait;
-      hooks.proxy_fence = &sim_proxy_fence;
-      block.run([&](int t) { entry(args.data(), static_cast<int32_t>(bx), static_cast<int32_t>(by), t, blk.smem, &hooks,
-                               static_cast<int32_t>(bz), static_cast<int32_t>(launch.grid[0]));
+      const int64_t bz = (zi + bx0 + by) % launch.grid[2];
+      std::vector<std::unique_ptr<Block>> blks;
+      std::vector<MmaSimHooks> hooks(static_cast<size_t>(per));
+      for (int r = 0; r < per; ++r) {
+        blks.push_back(std::make_unique<Block>(threads, static_cast<size_t>(launch.shared_bytes)));
+        Block& blk = *blks.back();
+        blk.ignore_trans = ignore_trans;
+        blk.ignore_wgmma_trans = ignore_trans;
+        blk.tma_ignores_swizzle = tma_no_swizzle;
+        blk.rank = r;
+        // `lag_rank`: that block's first warpgroup held back at each wgmma, so that
+        // the cluster's other blocks run ahead of it as far as the kernel lets them.
+        if (r == lag_rank) {
+          blk.lag_group = 0;
+          blk.lag = std::chrono::microseconds(300);
+        }
+        std::memset(blk.smem, 0xFF, blk.smem_bytes);  // NaN in both bf16 and f16
+        MmaSimHooks& h = hooks[static_cast<size_t>(r)];
+        h.ctx = &blk;
+        h.barrier = &sim_barrier;
+        h.ldmatrix_x4 = &sim_ldmatrix;
+        h.mma = &sim_mma;
+        h.wgmma = &sim_wgmma;
+        h.cp_async = &sim_cp_async;
+        h.cp_commit = &sim_cp_commit;
+        h.cp_wait = &sim_cp_wait;
+        h.wgmma_commit = &sim_wgmma_commit;
+        h.wgmma_wait = &sim_wgmma_wait;
+        h.tma_load = &sim_tma_load;
+        h.mbar_init = &sim_mbar_init;
+        h.mbar_expect_tx = &sim_mbar_expect_tx;
+        h.mbar_try_wait = &sim_mbar_try_wait;
+        h.mbar_arrive = &sim_mbar_arrive;
+        h.named_barrier = &sim_named_barrier;
+        h.shfl_bfly = &sim_shfl_bfly;
+        h.setmaxnreg = &sim_setmaxnreg;
+        h.tma_store = &sim_tma_store;
+        h.bulk_commit = &sim_bulk_commit;
+        h.bulk_wait = &sim_bulk_wait;
+        h.proxy_fence = &sim_proxy_fence;
+        h.tma_load_multicast = &sim_tma_load_multicast;
+        h.mbar_arrive_cluster = &sim_mbar_arrive_cluster;
+        h.cluster_barrier = &sim_cluster_barrier;
+      }
+      std::unique_ptr<Cluster> cl;
+      if (per > 1) {
+        std::vector<Block*> members;
+        for (auto& b : blks) members.push_back(b.get());
+        cl = std::make_unique<Cluster>(members, threads);
+        for (auto& b : blks) b->cluster = cl.get();
+      }
+      block.run([&](int u) {
+        const int r = u / threads, t = u % threads;
+        entry(args.data(), static_cast<int32_t>(bx0 + r), static_cast<int32_t>(by), t, blks[static_cast<size_t>(r)]->smem,
+              &hooks[static_cast<size_t>(r)], static_cast<int32_t>(bz), static_cast<int32_t>(launch.grid[0]));
+        if (cl) cl->thread_returned(r);
       });
-      blk.check_registers();
-      blk.check_bulk();
-      if (tma_stores) *tma_stores += blk.tma_stores;
-      if (setmaxnreg_calls)
-        for (const auto& [thread, calls] : blk.setmaxnreg) *setmaxnreg_calls += static_cast<int>(calls.size());
-      if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
-      if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);
-      if (wgmma_calls)
-        for (const auto& wg : blk.groups) *wgmma_calls += wg->calls;
-      if (tma_copies) *tma_copies += blk.tma_copies;
+      if (cl && multicasts) *multicasts += cl->multicasts;
+      for (auto& bp : blks) {
+        Block& blk = *bp;
+        blk.check_registers();
+        blk.check_bulk();
+        if (tma_stores) *tma_stores += blk.tma_stores;
+        if (setmaxnreg_calls)
+          for (const auto& [thread, calls] : blk.setmaxnreg) *setmaxnreg_calls += static_cast<int>(calls.size());
+        if (!blk.error.empty() && hw_error->empty()) *hw_error = blk.error;
+        if (wavefronts) *wavefronts = std::max(*wavefronts, blk.wavefronts);
+        if (wgmma_calls)
+          for (const auto& wg : blk.groups) *wgmma_calls += wg->calls;
+        if (tma_copies) *tma_copies += blk.tma_copies;
+      }
     }
   if (out_shift)
     for (size_t o = 0; o < out.size(); ++o)
@@ -212,7 +249,7 @@ inline Result<std::vector<Tensor>> run_tc(const Graph& g, const std::vector<Tens
 // read them, cut to TF32, so the kernel must match it to f32's tolerance: a kernel
 // that skipped TF32 or cut wrongly fails.
 inline void check(const Graph& g, const KernelConfig& cfg, const std::string& what, bool loads = true, uint64_t seed = 1,
-           bool wgmma = false, bool tma = false, size_t out_shift = 0) {
+           bool wgmma = false, bool tma = false, size_t out_shift = 0, int lag_rank = -1) {
   std::vector<Tensor> in = make_inputs(g, seed);
   std::vector<Tensor> ref_in = in;
   for (Tensor& t : ref_in)
@@ -221,14 +258,15 @@ inline void check(const Graph& g, const KernelConfig& cfg, const std::string& wh
   Result<std::vector<Tensor>> want = evaluate(g, ref_in);
   ASSERT_TRUE(want.ok()) << what << ": " << want.error().str();
   std::string hw_error;
-  int wavefronts = 0, wgmma_calls = 0, tma_copies = 0, setmaxnreg_calls = 0, tma_stores = 0;
+  int wavefronts = 0, wgmma_calls = 0, tma_copies = 0, setmaxnreg_calls = 0, tma_stores = 0, multicasts = 0;
   Result<std::vector<Tensor>> got = run_tc(g, in, cfg, &hw_error, false, &wavefronts, wgmma, &wgmma_calls, tma, &tma_copies,
-                                            false, out_shift, &setmaxnreg_calls, 0, &tma_stores);
+                                            false, out_shift, &setmaxnreg_calls, 0, &tma_stores, &multicasts, lag_rank);
   ASSERT_TRUE(got.ok()) << what << ": " << got.error().str();
   EXPECT_EQ(hw_error, "") << what;
   EXPECT_EQ(setmaxnreg_calls > 0, cfg.setmaxnreg > 0) << what << ": " << setmaxnreg_calls << " setmaxnreg";
   EXPECT_EQ(tma_stores > 0, cfg.tma_store == 1) << what << ": " << tma_stores << " TMA stores";
   EXPECT_EQ(tma_copies > 0, tma && loads) << what << ": " << tma_copies << " TMA copies";
+  EXPECT_EQ(multicasts > 0, loads && cfg.cluster_m * cfg.cluster_n > 1) << what << ": " << multicasts << " multicast copies";
   if (wgmma) {
     EXPECT_EQ(wavefronts, 0) << what << ": the wgmma kernel used ldmatrix";
     EXPECT_EQ(wgmma_calls > 0, loads) << what << ": " << wgmma_calls << " wgmma instructions";

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <condition_variable>
@@ -78,6 +79,7 @@ struct Range {
 };
 
 struct Block;
+struct Cluster;
 // bar.sync's completion: the data every thread waited for (cp.async.wait_group) before
 // the barrier becomes readable by all.
 struct Publish {
@@ -127,6 +129,7 @@ struct Block {
     int count = 0, pending = 0;
     int64_t tx = 0;
     int completions = 0;
+    int64_t init_barriers = 0;  // clusters: the cluster barriers completed when it was initialised
   };
   std::map<int64_t, MBar> mbars;
   struct TmaWrite {
@@ -185,6 +188,9 @@ struct Block {
   std::map<int32_t, Named> named;
   std::condition_variable named_cv;
   std::string error;  // the first thing the simulated hardware refused
+  // Thread-block clusters: the block's cluster (nullptr: none) and its rank there.
+  Cluster* cluster = nullptr;
+  int rank = 0;
   bool ignore_trans = false;  // a broken ldmatrix, to show the tests would notice
   // setmaxnreg, under mu: each thread's (count, inc) in the order it executed them.
   std::map<int32_t, std::vector<std::pair<int32_t, int32_t>>> setmaxnreg;
@@ -272,6 +278,32 @@ struct Block {
 inline void Publish::operator()() noexcept {
   for (auto& l : blk->landed) l.clear();
 }
+
+// A thread-block cluster: its blocks by rank, run at once (their threads side by
+// side), a barrier of all their threads (barrier.cluster), and per block the threads
+// still running. A block whose threads have all returned is gone, its shared memory
+// with it: a copy multicast into it, or an arrive on one of its mbarriers, fails the
+// run (the kernel let a block leave while the others still needed it).
+// The barrier's completions are counted: a block may reach another's mbarrier only
+// after a cluster barrier completed since that block initialised it.
+struct Cluster {
+  struct Count {
+    std::atomic<int64_t>* n;
+    void operator()() noexcept { ++*n; }
+  };
+  Cluster(std::vector<Block*> b, int threads)
+      : blocks(std::move(b)), bar(threads * static_cast<int>(blocks.size()), Count{&barriers}), live(blocks.size(), threads) {}
+  std::vector<Block*> blocks;
+  std::atomic<int64_t> barriers{0};  // cluster barriers completed
+  kernel_test::SleepBarrier<Count> bar;
+  std::mutex mu;  // taken before any block's
+  std::vector<int> live;
+  int multicasts = 0;  // multicast copies issued (under mu)
+  void thread_returned(int rank) {
+    std::lock_guard<std::mutex> lock(mu);
+    --live[static_cast<size_t>(rank)];
+  }
+};
 
 inline void sim_barrier(void* ctx) { static_cast<Block*>(ctx)->bar.arrive_and_wait(); }
 
@@ -608,7 +640,7 @@ inline void sim_mbar_init(void* ctx, int32_t, void* mbar, int32_t count) {
   std::lock_guard<std::mutex> lock(blk.mu);
   const int64_t at = static_cast<uint8_t*>(mbar) - blk.smem;
   if (at < 0 || at + 8 > static_cast<int64_t>(blk.smem_bytes) || at % 8 != 0) return blk.fail_locked("mbarrier outside shared memory");
-  blk.mbars[at] = Block::MBar{count, count, 0, 0};
+  blk.mbars[at] = Block::MBar{count, count, 0, 0, blk.cluster ? blk.cluster->barriers.load() : 0};
 }
 
 inline void sim_mbar_expect_tx(void* ctx, int32_t, void* mbar, int32_t bytes) {
@@ -698,14 +730,12 @@ inline int64_t outer_offset(const TensorMapSpec& m, const int32_t* c, bool& in) 
 // cp.async.bulk.tensor with a 128-byte swizzle: box row r of 128 bytes lands at
 // dst + 128 r with its 16-byte units permuted by address bits 7-9, elements outside
 // the tensor read as zero; the box's bytes complete on the mbarrier.
-inline void sim_tma_load(void* ctx, int32_t, const void* map, void* dst, int32_t c0, int32_t c1, int32_t c2, int32_t c3,
-                         int32_t c4, void* mbar) {
-  Block& blk = *static_cast<Block*>(ctx);
-  const auto& m = *static_cast<const SimTensorMap*>(map);
+// One box into block `blk`'s shared memory at offset `at`, completing on its mbarrier
+// at offset `bar` (under blk.mu).
+inline void tma_box_locked(Block& blk, const SimTensorMap& m, int64_t at, int32_t c0, int32_t c1, int32_t c2, int32_t c3,
+                           int32_t c4, int64_t bar) {
   const int64_t eb = dtype_size(m.spec.dtype);
-  const int64_t at = static_cast<uint8_t*>(dst) - blk.smem;
   const int64_t rows = m.spec.box[1];
-  std::lock_guard<std::mutex> lock(blk.mu);
   ++blk.tma_copies;
   if (m.spec.box[0] * eb != 128 || at % 1024 != 0 || at < 0 || at + rows * 128 > static_cast<int64_t>(blk.smem_bytes))
     return blk.fail_locked("TMA: a 128-byte-swizzled box must be 128 bytes wide and land 1024-byte aligned in shared memory");
@@ -736,7 +766,6 @@ inline void sim_tma_load(void* ctx, int32_t, const void* map, void* dst, int32_t
       else
         std::memset(blk.smem + off, 0, static_cast<size_t>(eb));
     }
-  const int64_t bar = static_cast<uint8_t*>(mbar) - blk.smem;
   auto it = blk.mbars.find(bar);
   if (it == blk.mbars.end()) return blk.fail_locked("TMA completes on an mbarrier never initialised");
   // Overwriting an earlier copy's bytes before anyone waited for that copy's phase:
@@ -752,6 +781,88 @@ inline void sim_tma_load(void* ctx, int32_t, const void* map, void* dst, int32_t
   blk.tma_writes.push_back({r, bar, it->second.completions});
   it->second.tx -= rows * 128;
   complete_if_done(it->second);
+}
+
+inline void sim_tma_load(void* ctx, int32_t, const void* map, void* dst, int32_t c0, int32_t c1, int32_t c2, int32_t c3,
+                         int32_t c4, void* mbar) {
+  Block& blk = *static_cast<Block*>(ctx);
+  std::lock_guard<std::mutex> lock(blk.mu);
+  tma_box_locked(blk, *static_cast<const SimTensorMap*>(map), static_cast<uint8_t*>(dst) - blk.smem, c0, c1, c2, c3, c4,
+                 static_cast<uint8_t*>(mbar) - blk.smem);
+}
+
+// ---- thread-block clusters ----
+
+// The block of rank `rank` in `blk`'s cluster, still running (under the cluster's
+// mu), or nullptr after failing the run with `what`.
+inline Block* cluster_peer_locked(Block& blk, int32_t rank, const char* what) {
+  if (!blk.cluster || rank < 0 || static_cast<size_t>(rank) >= blk.cluster->blocks.size()) {
+    blk.fail(std::string(what) + " names CTA rank " + std::to_string(rank) + ", outside the block's cluster");
+    return nullptr;
+  }
+  if (blk.cluster->live[static_cast<size_t>(rank)] == 0) {
+    blk.fail(std::string(what) + " reaches the block of rank " + std::to_string(rank) +
+             " of the cluster, which has exited (its shared memory is gone)");
+    return nullptr;
+  }
+  return blk.cluster->blocks[static_cast<size_t>(rank)];
+}
+
+// Another block reaching `d`'s mbarrier at `at` (under d.mu): it must have been
+// initialised before a cluster barrier that has completed since (else the access may
+// come before the initialisation, which the kernel's fence.mbarrier_init only
+// publishes through that barrier).
+inline void unpublished_init_locked(Block& d, int64_t at, const char* what) {
+  auto it = d.mbars.find(at);
+  if (it != d.mbars.end() && it->second.init_barriers >= d.cluster->barriers.load())
+    d.fail_locked(std::string(what) + " from another block of the cluster reaches an mbarrier of block " +
+                  std::to_string(d.rank) + " that no cluster barrier has published since its initialisation");
+}
+
+// cp.async.bulk.tensor ... .multicast::cluster: the box into every block of `mask`, at
+// the same offset of each one's shared memory, completing on the mbarrier at the same
+// offset of each.
+inline void sim_tma_load_multicast(void* ctx, int32_t, const void* map, void* dst, int32_t c0, int32_t c1, int32_t c2,
+                                   int32_t c3, int32_t c4, void* mbar, int32_t mask) {
+  Block& blk = *static_cast<Block*>(ctx);
+  if (!blk.cluster) return blk.fail("a multicast TMA copy in a block outside any cluster");
+  const int n = static_cast<int>(blk.cluster->blocks.size());
+  if (mask <= 0 || mask >= (1 << n)) return blk.fail("a multicast TMA copy's CTA mask " + std::to_string(mask) + " is not within the cluster");
+  const int64_t at = static_cast<uint8_t*>(dst) - blk.smem, bar = static_cast<uint8_t*>(mbar) - blk.smem;
+  std::lock_guard<std::mutex> lock(blk.cluster->mu);
+  ++blk.cluster->multicasts;
+  for (int r = 0; r < n; ++r) {
+    if (!(mask & (1 << r))) continue;
+    Block* d = cluster_peer_locked(blk, r, "a multicast TMA copy");
+    if (!d) return;
+    std::lock_guard<std::mutex> dlock(d->mu);
+    if (d != &blk) unpublished_init_locked(*d, bar, "a multicast TMA copy");
+    tma_box_locked(*d, *static_cast<const SimTensorMap*>(map), at, c0, c1, c2, c3, c4, bar);  // a refusal is d's error
+  }
+}
+
+// mapa + mbarrier.arrive.release.cluster.shared::cluster: an arrival on the mbarrier
+// at `mbar`'s offset in the block of rank `rank`.
+inline void sim_mbar_arrive_cluster(void* ctx, int32_t, void* mbar, int32_t rank) {
+  Block& blk = *static_cast<Block*>(ctx);
+  const int64_t at = static_cast<uint8_t*>(mbar) - blk.smem;
+  if (!blk.cluster) return blk.fail("an mbarrier arrive on a cluster rank in a block outside any cluster");
+  std::lock_guard<std::mutex> lock(blk.cluster->mu);
+  Block* d = cluster_peer_locked(blk, rank, "an mbarrier arrive");
+  if (!d) return;
+  std::lock_guard<std::mutex> dlock(d->mu);
+  if (d != &blk) unpublished_init_locked(*d, at, "an mbarrier arrive");
+  auto it = d->mbars.find(at);
+  if (it == d->mbars.end()) return d->fail_locked("arrive from another block of the cluster on an mbarrier never initialised");
+  if (--it->second.pending < 0) return d->fail_locked("more arrivals on an mbarrier phase than its count");
+  complete_if_done(it->second);
+}
+
+// barrier.cluster.arrive + wait: every thread of every block of the cluster.
+inline void sim_cluster_barrier(void* ctx, int32_t) {
+  Block& blk = *static_cast<Block*>(ctx);
+  if (!blk.cluster) return blk.fail("barrier.cluster in a block outside any cluster");
+  blk.cluster->bar.arrive_and_wait();
 }
 
 // ---- TMA stores ----

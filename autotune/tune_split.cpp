@@ -66,6 +66,7 @@ json ptx_artifact_json(const PtxArtifact& a, const std::string& file) {
              {"zero_outputs", a.zero_outputs},
              {"workspace_bytes", a.workspace_bytes},
              {"persistent", a.persistent},
+             {"cluster", a.launch.cluster},
              {"inputs", specs_json(a.inputs)},
              {"outputs", specs_json(a.outputs)},
              {"tensor_maps", json::array()}};
@@ -115,6 +116,8 @@ PtxArtifact read_ptx_artifact(const json_read::Reader& rd, const std::string& di
   a.zero_outputs = rd.boolean_or(cj, cp, "zero_outputs", false);
   a.workspace_bytes = rd.integer_or(cj, cp, "workspace_bytes", 0, kMaxPlanElements * 8, 0);
   a.persistent = rd.boolean_or(cj, cp, "persistent", false);
+  a.launch.cluster = static_cast<int>(rd.integer_or(cj, cp, "cluster", 1, 8, 1));
+  if (a.launch.grid[0] % a.launch.cluster != 0) rd.fail(cp + ".grid", "is not whole clusters of " + std::to_string(a.launch.cluster));
   a.inputs = read_specs(rd, rd.at(cj, cp, "inputs"), cp + ".inputs");
   a.outputs = read_specs(rd, rd.at(cj, cp, "outputs"), cp + ".outputs");
   const json& maps = rd.array(rd.at(cj, cp, "tensor_maps"), cp + ".tensor_maps", 8);

@@ -392,6 +392,7 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
     pk.shared_bytes = e->launch.shared_bytes;
     pk.zero_outputs = e->launch.zero_outputs;
     pk.persistent = e->launch.persistent;
+    pk.cluster = e->launch.cluster;
     pk.workspace_bytes = e->launch.workspace_bytes;
     emitted_forms[i] = e->form;
     pk.tensor_maps = e->launch.tensor_maps;

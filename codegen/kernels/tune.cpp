@@ -176,6 +176,7 @@ class PtxCandidateBuilder final : public Builder {
     a->launch.grid = l.grid;
     a->launch.block = l.block;
     a->launch.shared_bytes = l.shared_bytes;
+    a->launch.cluster = l.cluster;
     a->zero_outputs = l.zero_outputs;
     a->workspace_bytes = l.workspace_bytes;
     a->persistent = l.persistent;

@@ -438,7 +438,22 @@ Result<LaunchDims> resident_grid(const Context& ctx, CUfunction f, const LaunchD
   Result<int> per_sm = max_active_blocks(ctx, f, d);
   if (!per_sm) return per_sm.error();
   LaunchDims out = d;
-  const int64_t resident = int64_t{ctx.info().sms} * *per_sm;
+  int64_t resident = int64_t{ctx.info().sms} * *per_sm;
+  if (d.cluster > 1) {
+    // The clusters the device holds at once (after max_active_blocks' opt-in to the
+    // kernel's shared memory); the cluster shape is the kernel's own.
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = static_cast<unsigned>(d.grid[0]);
+    cfg.gridDimY = static_cast<unsigned>(d.grid[1]);
+    cfg.gridDimZ = static_cast<unsigned>(d.grid[2]);
+    cfg.blockDimX = static_cast<unsigned>(d.block[0]);
+    cfg.blockDimY = static_cast<unsigned>(d.block[1]);
+    cfg.blockDimZ = static_cast<unsigned>(d.block[2]);
+    cfg.sharedMemBytes = static_cast<unsigned>(d.shared_bytes);
+    int clusters = 0;
+    SF_TRY(check(ctx.drv().OccupancyMaxActiveClusters(&clusters, f, &cfg), "cuOccupancyMaxActiveClusters"));
+    resident = std::min(resident / d.cluster, int64_t{clusters}) * d.cluster;
+  }
   if (resident > 0) out.grid[0] = std::min(out.grid[0], resident);
   return out;
 }
@@ -452,6 +467,9 @@ Result<void> launch(const Context& ctx, CUfunction f, const LaunchDims& d, const
       return Diag{"", {}, "launch: grid " + std::to_string(d.grid[0]) + "x" + std::to_string(d.grid[1]) + "x" +
                               std::to_string(d.grid[2]) + " or block " + std::to_string(d.block[0]) + "x" +
                               std::to_string(d.block[1]) + "x" + std::to_string(d.block[2]) + " is out of range"};
+  if (d.cluster > 1 && d.grid[0] % d.cluster != 0)
+    return Diag{"", {}, "launch: grid " + std::to_string(d.grid[0]) + " is not whole clusters of " + std::to_string(d.cluster) +
+                            " blocks"};
   SF_TRY(opt_in_shared(dr, f, d));
   // kernelParams: a pointer to each argument's value.
   std::vector<CUdeviceptr> values = args;

@@ -129,6 +129,10 @@ struct LaunchDims {
   std::array<int64_t, 3> grid{1, 1, 1};
   std::array<int, 3> block{1, 1, 1};
   int shared_bytes = 0;
+  // Blocks per thread-block cluster along x, set in the kernel's PTX
+  // (`.reqnctapercluster`), so that a plain launch forms the clusters; grid[0] must be
+  // a multiple of it. 1: no clusters.
+  int cluster = 1;
 };
 
 class Event;
@@ -211,7 +215,10 @@ Result<int> max_active_blocks(const Context& ctx, CUfunction f, const LaunchDims
 // The launch of a persistent kernel (LaunchShape::persistent: it strides its work by
 // the launch's width, so any width computes everything): `d` with grid.x at most the
 // blocks this device holds at once (its SMs x max_active_blocks), so that a part with
-// fewer SMs than the compiler assumed runs no second, short wave.
+// fewer SMs than the compiler assumed runs no second, short wave. A kernel in clusters
+// (d.cluster > 1) keeps whole clusters, at most the clusters the device holds at once
+// (cuOccupancyMaxActiveClusters: a cluster's blocks share a GPC, so fewer may fit than
+// the SMs alone would say).
 Result<LaunchDims> resident_grid(const Context& ctx, CUfunction f, const LaunchDims& d);
 
 // A TMA tensor map (cuTensorMapEncodeTiled) over the tensor at `base`, in a 128-byte

@@ -63,6 +63,7 @@ namespace sf::cuda {
   X(ModuleGetFunction, cuModuleGetFunction)                            \
   X(FuncSetAttribute, cuFuncSetAttribute)                              \
   X(OccupancyMaxActiveBlocksPerMultiprocessor, cuOccupancyMaxActiveBlocksPerMultiprocessor) \
+  X(OccupancyMaxActiveClusters, cuOccupancyMaxActiveClusters)          \
   X(LaunchKernel, cuLaunchKernel)                                      \
   X(TensorMapEncodeTiled, cuTensorMapEncodeTiled)                      \
   X(StreamBeginCapture, cuStreamBeginCapture)                          \

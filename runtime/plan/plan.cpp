@@ -55,6 +55,7 @@ std::string plan_to_json(const Plan& p) {
             {"ops", k.ops}};
     if (k.zero_outputs) kj["zero_outputs"] = true;
     if (k.persistent) kj["persistent"] = true;
+    if (k.cluster > 1) kj["cluster"] = k.cluster;
     if (k.workspace_bytes > 0) kj["workspace_bytes"] = k.workspace_bytes;
     if (!k.config.empty()) kj["config"] = k.config;
     if (!k.config_source.empty()) kj["config_source"] = k.config_source;
@@ -303,6 +304,7 @@ Result<Plan> plan_from_json(const std::string& text, const std::string& file) {
       if (kj.contains("ops")) k.ops = rd.strings(kj.at("ops"), path + ".ops", kMaxEntries);
       k.zero_outputs = rd.boolean_or(kj, path, "zero_outputs", false);
       k.persistent = rd.boolean_or(kj, path, "persistent", false);
+      k.cluster = static_cast<int>(rd.integer_or(kj, path, "cluster", 1, 8, 1));  // CUDA's portable cluster size
       // As much as the largest buffer a Plan may hold (kMaxPlanElements 8-byte
       // elements), so a hostile value cannot ask for more.
       k.workspace_bytes = rd.integer_or(kj, path, "workspace_bytes", 0, kMaxPlanElements * 8, 0);

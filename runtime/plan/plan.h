@@ -32,6 +32,9 @@ struct PlanKernel {
   // grid[0] is a persistent walk (LaunchShape::persistent): the runtime launches at
   // most the blocks the device holds at once.
   bool persistent = false;
+  // Blocks per thread-block cluster along x (LaunchShape::cluster; the PTX sets it):
+  // grid[0] is whole clusters, and a persistent walk shortened keeps it so. 1: none.
+  int cluster = 1;
   int registers = -1;  // from ptxas -v; -1 when ptxas was not run
   int64_t spill_bytes = -1;
   int64_t bytes_read = 0, bytes_written = 0, flops = 0;

@@ -157,6 +157,7 @@ Result<std::shared_ptr<GpuPlan>> GpuPlan::load(std::shared_ptr<cuda::Context> ct
     l.dims.grid = k.grid;
     l.dims.block = k.block;
     l.dims.shared_bytes = k.shared_bytes;
+    l.dims.cluster = k.cluster;
     if (k.persistent) {
       Result<cuda::LaunchDims> d = cuda::resident_grid(*ctx, *fn, l.dims);
       if (!d) return with_context("kernel " + k.id + ": ", d.error());

@@ -95,6 +95,9 @@ Result<void> verify_plan(const Plan& p, const std::string& file) {
     if (pk.grid[0] > kMaxGridX || pk.grid[1] > kMaxGridYZ || pk.grid[2] > kMaxGridYZ || pk.grid[0] < 0 ||
         pk.grid[1] < 0 || pk.grid[2] < 0)
       return fail(path + ".grid", "beyond CUDA's grid limits (2^31-1, 65535, 65535)");
+    if (pk.cluster < 1 || pk.grid[0] % pk.cluster != 0)
+      return fail(path + ".cluster", std::to_string(pk.cluster) + " does not divide grid[0] = " + std::to_string(pk.grid[0]) +
+                                         " (a launch is whole clusters)");
     const int64_t threads = int64_t{pk.block[0]} * pk.block[1] * pk.block[2];
     if (pk.block[0] < 1 || pk.block[1] < 1 || pk.block[2] < 1 || pk.block[2] > kMaxBlockZ ||
         pk.block[0] > kMaxBlockThreads || pk.block[1] > kMaxBlockThreads || threads > kMaxBlockThreads)

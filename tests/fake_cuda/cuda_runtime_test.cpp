@@ -608,6 +608,53 @@ TEST_F(CudaFake, LaunchDimsOutOfRangeAreRefused) {
   EXPECT_EQ(stat("sticky"), 0) << "a refused launch is no fault";
 }
 
+// A kernel in thread-block clusters (`.reqnctapercluster` in its header): a launch
+// is whole clusters, or refused before the driver sees it; a persistent walk shortened
+// to the blocks the device holds keeps whole clusters, and no more than the clusters
+// it holds (the fake: its 132 SMs' blocks, whole clusters of them).
+TEST_F(CudaFake, ClusteredKernelsLaunchWholeClusters) {
+  constexpr const char* kClusterPtx = R"(.version 8.0
+.target sm_90a
+.address_size 64
+
+.visible .entry sf_c(
+  .param .u64 sf_c_param_0
+)
+.maxntid 384, 1, 1
+.reqnctapercluster 8, 1, 1
+{
+  ret;
+}
+)";
+  Result<Module> m = Module::load_ptx(*ctx, kClusterPtx, "c.ptx");
+  ASSERT_TRUE(m) << m.error().message;
+  Result<CUfunction> f = m->function("sf_c");
+  ASSERT_TRUE(f);
+  Stream s = stream();
+  Buffer a = buffer(256);
+  LaunchDims d = dims(200, 384, 200 * 1024);  // one block an SM
+  d.cluster = 8;
+  Result<LaunchDims> r = resident_grid(*ctx, *f, d);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->grid[0], 128) << "16 clusters of 8 on 132 SMs";
+  ASSERT_TRUE(succeeded(launch(*ctx, *f, *r, {a.ptr()}, s)));
+  EXPECT_EQ(count("launch sf_c grid=128,1,1 block=384,1,1 shared=204800 args=1 cluster=8"), 1) << log_text();
+  Result<void> e = launch(*ctx, *f, dims(12, 384), {a.ptr()}, s);  // the runtime not told of the clusters
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().message, "cuLaunchKernel: CUDA_ERROR_INVALID_VALUE (invalid argument)");
+  LaunchDims odd = dims(12, 384);
+  odd.cluster = 8;
+  e = launch(*ctx, *f, odd, {a.ptr()}, s);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().message, "launch: grid 12 is not whole clusters of 8 blocks");
+  // Fewer items than the device holds: the grid stays.
+  LaunchDims few = dims(16, 384, 200 * 1024);
+  few.cluster = 8;
+  r = resident_grid(*ctx, *f, few);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->grid[0], 16);
+}
+
 TEST_F(CudaFake, SharedMemoryAbove48KiBIsOptedInto) {
   Module m = load();
   Result<CUfunction> f = m.function("sf_k");

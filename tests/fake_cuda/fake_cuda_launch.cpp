@@ -136,7 +136,7 @@ CUresult ModuleGetFunction(CUfunction* out, CUmodule h, const char* name) {
   auto e = std::find_if(m.entries.begin(), m.entries.end(), [&](const EntryInfo& x) { return x.name == name; });
   if (e == m.entries.end()) return fail(CUDA_ERROR_NOT_FOUND, "cuModuleGetFunction", name);
   const uint64_t id = s.next_id += 16;
-  s.funcs[id] = FuncRec{m.dev, it->first, e->name, e->params, 0};
+  s.funcs[id] = FuncRec{m.dev, it->first, e->name, e->params, 0, e->cluster};
   m.funcs[e->name] = id;
   *out = handle<CUfunction>(id);
   return CUDA_SUCCESS;
@@ -172,6 +172,25 @@ CUresult OccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction h, int blo
   }
   const size_t by_shared = kSharedPerSm / (dyn_shared + 1024);
   *n = static_cast<int>(std::min<size_t>({32, static_cast<size_t>(2048 / block), by_shared}));
+  return CUDA_SUCCESS;
+}
+
+// The clusters of the function's shape (its .reqnctapercluster; a config without
+// launch attributes, as ours) all SMs hold at once, blocks counted as above; a grid
+// that is not whole clusters is refused, as the driver refuses to launch it.
+CUresult OccupancyMaxActiveClusters(int* n, CUfunction h, const CUlaunchConfig* config) {
+  int per_sm = 0;
+  if (!n || !config) return fail(CUDA_ERROR_INVALID_VALUE, "cuOccupancyMaxActiveClusters");
+  if (config->numAttrs != 0) return fail(CUDA_ERROR_INVALID_VALUE, "cuOccupancyMaxActiveClusters", "the fake takes no attributes");
+  const int threads = static_cast<int>(config->blockDimX * config->blockDimY * config->blockDimZ);
+  if (CUresult r = OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, h, threads, config->sharedMemBytes); r != CUDA_SUCCESS)
+    return r;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  const int cluster = s.funcs.at(id_of(h)).cluster;
+  if (config->gridDimX % static_cast<unsigned>(cluster) != 0)
+    return fail(CUDA_ERROR_INVALID_CLUSTER_SIZE, "cuOccupancyMaxActiveClusters", "grid not whole clusters");
+  *n = kSms * per_sm / cluster;
   return CUDA_SUCCESS;
 }
 
@@ -260,12 +279,15 @@ CUresult LaunchKernel(CUfunction h, unsigned gx, unsigned gy, unsigned gz, unsig
   n.kind = Node::kLaunch;
   n.func = it->first;
   n.entry = f.entry;
+  n.cluster = f.cluster;
   n.grid[0] = gx, n.grid[1] = gy, n.grid[2] = gz;
   n.block[0] = bx, n.block[1] = by, n.block[2] = bz;
   n.shared = shared;
   n.stream = id_of(sh);
   if (!gx || !gy || !gz || !bx || !by || !bz) return invalid("a zero grid or block dimension");
   if (gx > 2147483647u || gy > 65535 || gz > 65535) return invalid("grid " + dims(n.grid) + " beyond the device's limits");
+  if (gx % static_cast<unsigned>(f.cluster) != 0)
+    return invalid("grid " + dims(n.grid) + " is not whole clusters of " + std::to_string(f.cluster) + " (.reqnctapercluster)");
   if (bx > 1024 || by > 1024 || bz > 64 || uint64_t{bx} * by * bz > 1024)
     return invalid("block " + dims(n.block) + " beyond 1024 threads");
   const unsigned limit = std::max<unsigned>(kDefaultShared, static_cast<unsigned>(f.max_dyn_shared));

@@ -33,6 +33,7 @@ constexpr size_t kTotalMem = size_t{80} << 30;  // 80 GiB, as an H100 SXM report
 constexpr size_t kDefaultBudget = size_t{1} << 30;
 constexpr size_t kAlign = 256;                      // cuMemAlloc's guaranteed alignment
 constexpr int64_t kLaunchNs = 10'000;               // each executed launch takes 10 us of fake time
+constexpr int kSms = 132;                           // the fake device's SMs (CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
 constexpr int kDefaultShared = 48 * 1024;           // dynamic shared memory without opt-in
 constexpr int kMaxSharedOptin = 232448;             // 227 KiB: sm_90's per-block opt-in limit
 constexpr size_t kSharedPerSm = 233472;             // 228 KiB an SM
@@ -76,6 +77,7 @@ struct EventRec {
 struct EntryInfo {
   std::string name;
   int params = 0;
+  int cluster = 1;  // `.reqnctapercluster x, ..` in its header: blocks per cluster along x
 };
 
 struct ModuleRec {
@@ -90,6 +92,7 @@ struct FuncRec {
   std::string entry;
   int params = 0;
   int max_dyn_shared = 0;
+  int cluster = 1;
 };
 
 // One JIT log option pair: the caller's buffer, its capacity and the slot the
@@ -115,6 +118,7 @@ struct Node {
   // kLaunch
   uint64_t func = 0;
   std::string entry;
+  int cluster = 1;  // the function's blocks per cluster
   unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
   unsigned shared = 0;
   std::vector<CUdeviceptr> args;
@@ -255,6 +259,7 @@ CUresult ModuleUnload(CUmodule h);
 CUresult ModuleGetFunction(CUfunction* out, CUmodule h, const char* name);
 CUresult FuncSetAttribute(CUfunction h, CUfunction_attribute a, int v);
 CUresult OccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction h, int block, size_t dyn_shared);
+CUresult OccupancyMaxActiveClusters(int* n, CUfunction h, const CUlaunchConfig* config);
 CUresult TensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
                               const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
                               const cuuint32_t* elem_strides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,

@@ -225,6 +225,13 @@ std::vector<EntryInfo> parse_entries(const std::string& ptx) {
       size_t close = ptx.find(')', i);
       std::string list = ptx.substr(i + 1, close == std::string::npos ? std::string::npos : close - i - 1);
       for (size_t p = list.find(".param"); p != std::string::npos; p = list.find(".param", p + 6)) ++e.params;
+      // The performance directives between the list and the body.
+      if (close != std::string::npos) {
+        const size_t body = ptx.find('{', close);
+        const std::string head = ptx.substr(close, body == std::string::npos ? std::string::npos : body - close);
+        if (size_t c = head.find(".reqnctapercluster"); c != std::string::npos)
+          e.cluster = std::max(1, std::atoi(head.c_str() + c + 18));
+      }
     }
     out.push_back(e);
   }
@@ -330,7 +337,8 @@ CUresult execute(State& s, int dev, const Node& n, bool from_graph, const char* 
       s.last_args = n.args;
       log_line("launch " + n.entry + " grid=" + dims(n.grid) + " block=" + dims(n.block) +
                " shared=" + std::to_string(n.shared) + " args=" + std::to_string(n.args.size()) +
-               " stream=" + hex(n.stream) + suffix);
+               (n.cluster > 1 ? " cluster=" + std::to_string(n.cluster) : std::string()) + " stream=" + hex(n.stream) +
+               suffix);
       return CUDA_SUCCESS;
     }
     case Node::kMemset8:

@@ -173,7 +173,7 @@ std::vector<Launch> launches_in(const std::string& log) {
   std::vector<Launch> out;
   std::istringstream in(log);
   std::string line;
-  std::regex re("^launch (\\S+) grid=(\\S+) block=(\\S+) shared=(\\d+) args=(\\d+)(?: stream=\\S+)?( graph)?");
+  std::regex re("^launch (\\S+) grid=(\\S+) block=(\\S+) shared=(\\d+) args=(\\d+)(?: cluster=\\d+)?(?: stream=\\S+)?( graph)?");
   std::smatch m;
   while (std::getline(in, line))
     if (std::regex_search(line, m, re))
@@ -254,6 +254,42 @@ TEST(ExecFakeDriver, APersistentKernelLaunchesAtMostTheBlocksTheDeviceHolds) {
   std::vector<Launch> got = launches_in(read_text(log));
   ASSERT_EQ(got.size(), 1u) << read_text(log);
   EXPECT_EQ(got[0].grid, "132,1,1") << read_text(log);
+}
+
+// A persistent matmul in clusters of two (cluster_m=2): plan.json says so, and exec
+// launches whole clusters, at most the clusters the device holds at once: compiled
+// for 401 blocks (200 clusters) over 256 pairs of tiles, it launches 132 (66 clusters
+// of the fake's 132 SMs), each launch logged with its cluster.
+TEST(ExecFakeDriver, AClusteredKernelLaunchesWholeClusters) {
+  TempDir t;
+  write_file(t / "g.sf",
+             "graph mm(x: bf16[4096, 4096], w: bf16[4096, 4096]) {\n"
+             "  y = matmul(x, transpose(w, 0, 1))\n"
+             "  return y\n}\n");
+  const std::string dir = compile_to(t, t / "g.sf", "p",
+                                     "--matmul-config \"block_m=128 block_n=256 block_k=64 warps=8 stages=4 "
+                                     "warp_specialize=1 persistent=401 cluster_m=2\"");
+  Plan p = read_plan(dir);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(p.kernels[0].cluster, 2);
+  EXPECT_EQ(p.kernels[0].grid[0], 400);
+  EXPECT_NE(read_text(dir + "/plan.json").find("\"cluster\": 2"), std::string::npos);
+  EXPECT_NE(read_text(dir + "/" + p.kernels[0].ptx_file).find(".reqnctapercluster 2, 1, 1"), std::string::npos);
+  const std::string log = t / "log";
+  CliResult r = shardfuse_env(fake_env(log), "exec " + dir + " --device cuda");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<Launch> got = launches_in(read_text(log));
+  ASSERT_EQ(got.size(), 1u) << read_text(log);
+  EXPECT_EQ(got[0].grid, "132,1,1") << read_text(log);
+  EXPECT_NE(read_text(log).find(" cluster=2 "), std::string::npos) << read_text(log);
+  // A plan.json whose grid is not whole clusters is refused, naming the field.
+  std::string text = read_text(dir + "/plan.json");
+  const size_t at = text.find("\"cluster\": 2");
+  text.replace(at, 12, "\"cluster\": 3");
+  write_file(dir + "/plan.json", text);
+  CliResult bad = shardfuse_env(fake_env(log), "exec " + dir + " --device cuda");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("kernels[0].cluster: 3 does not divide grid[0] = 400"), std::string::npos) << bad.out;
 }
 
 // sm_90a matmuls read their operands by TMA: the Plan lists each kernel's tensor maps,

@@ -53,7 +53,7 @@ std::vector<KernelConfig> gpu_reduction(const TargetInfo& t) {
 // One tensor-core config of the space below; a persistent grid of the SMs times the
 // blocks one SM's shared memory holds.
 KernelConfig tensor_core_config(int bm, int bn, int bk, int warps, int stages, int ws, int sk, int pers, int pp,
-                                int regs, int tma_store, const TargetInfo& t, int operand_bytes) {
+                                int regs, int tma_store, int cluster, const TargetInfo& t, int operand_bytes) {
   KernelConfig c;
   c.block_m = bm;
   c.block_n = bn;
@@ -71,6 +71,8 @@ KernelConfig tensor_core_config(int bm, int bn, int bk, int warps, int stages, i
   c.pingpong = pp;
   c.setmaxnreg = regs;
   c.tma_store = tma_store;
+  c.cluster_m = cluster == 1 ? 2 : 1;
+  c.cluster_n = cluster == 2 ? 2 : 1;
   return c;
 }
 
@@ -91,7 +93,9 @@ KernelConfig tensor_core_config(int bm, int bn, int bk, int warps, int stages, i
 // warpgroup keeps 40 registers a thread, the consumers take the rest, as CUTLASS's
 // Hopper kernels do; those again also with TMA stores (tma_store=1: the staged chunks
 // leave by cp.async.bulk.tensor, as CUTLASS's Hopper epilogues do; configs whose
-// outputs TMA cannot store fail to build and are dropped).
+// outputs TMA cannot store fail to build and are dropped), and (without TMA stores) in
+// clusters of two along M and along N, the pair's shared tile multicast (CUTLASS's
+// Hopper GEMMs default to clusters of two).
 void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool split, const TargetInfo& t,
                             int operand_bytes) {
   for (int bm : {64, 128, 256})
@@ -113,8 +117,9 @@ void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool spl
                     const bool realloc = pers && warps == 8 && acc == 128;
                     for (int regs : realloc ? std::vector<int>{0, 232} : std::vector<int>{0})
                       for (int store = 0; store <= (regs ? 1 : 0); ++store)
-                        out.push_back(tensor_core_config(bm, bn, bk, warps, stages, ws, sk, pers, pp, regs, store, t,
-                                                         operand_bytes));
+                        for (int cl = 0; cl <= (regs && !store ? 2 : 0); ++cl)
+                          out.push_back(tensor_core_config(bm, bn, bk, warps, stages, ws, sk, pers, pp, regs, store, cl, t,
+                                                           operand_bytes));
                   }
 }
 

@@ -45,14 +45,15 @@ std::vector<bool> measured_set(const std::vector<std::string>& ranked, int top_k
   // 1.45x the cooperative winner's time: bench/results/tune-h200-run7/).
   // Register reallocation (setmaxnreg) is a schedule of its own too: what the
   // consumers' extra registers buy (longer epilogue batches, freer scheduling) is
-  // not in the model either, nor what TMA stores (tma_store) save the consumers. So is
+  // not in the model either, nor what TMA stores (tma_store) save the consumers, nor
+  // what a cluster's multicast (cluster_m, cluster_n) saves L2. So is
   // each of an attention's wgmma forms (sm_90a, plain and pipelined): how they compare
   // with mma.sync is an estimate.
   auto schedule = [](const std::string& text) {
     Result<KernelConfig> c = parse_config_str(text);
     return c ? std::to_string(c->warp_specialize) + (c->persistent > 0 ? "p" : "") +
                    (c->pingpong ? "pp" + std::to_string(c->block_m) : "") + (c->setmaxnreg ? "r" : "") + (c->tma_store ? "t" : "") +
-                   (c->wgmma ? "w" + std::to_string(c->wgmma) : "")
+                   (c->cluster_m > 1 ? "cm" : "") + (c->cluster_n > 1 ? "cn" : "") + (c->wgmma ? "w" + std::to_string(c->wgmma) : "")
              : "";
   };
   std::set<std::string> schedules;

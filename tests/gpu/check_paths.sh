@@ -3,7 +3,8 @@
 # GPU session (tests/gpu/tc_*.sf) still take the paths they are there to check on
 # sm_90a, one per variant of tests/gpu/variants.txt: wgmma + TMA by default, wgmma +
 # cp.async with --no-tma, warp-specialised, persistent, ping-pong (also 128 x 128), both with their
-# registers reallocated (setmaxnreg) and with TMA stores (tma_store), TF32 for the f32 graph under
+# registers reallocated (setmaxnreg) and with TMA stores (tma_store), in clusters of two with TMA
+# multicast (cluster_m, cluster_n), TF32 for the f32 graph under
 # --allow-tf32 (also warp-specialised and split-K; exact FMA without), split-K of
 # 16-bit groups through the workspace (also warp-specialised and persistent); and the fused
 # attention check graphs (tests/gpu/attn_*.sf) one attention kernel on mma.sync, its
@@ -70,6 +71,11 @@ grep -v '^#' "$src/tests/gpu/variants.txt" | while read -r variant which rest; d
       ws-256-store:* | pingpong-store:* | tf32-ws-store:*)
         has "$p" ".global.shared::cta.bulk_group"; has "$p" "cp.async.bulk.wait_group 0;"; lacks "$p" "st.global"
         grep -q '"output": 0' "$p/plan.json" || { echo "FAIL: $p: no tensor map over the output"; echo x >> "$d/failed"; } ;;
+      # Clusters: the cluster shape in the PTX and plan.json, the multicast copies, the
+      # releases on both blocks' mbarriers.
+      cluster-m:* | cluster-n:* | ws-256-cluster:* | pingpong-cluster:* | tf32-cluster:*)
+        has "$p" ".reqnctapercluster 2, 1, 1"; has "$p" ".multicast::cluster"; has "$p" "mapa.shared::cluster.u32"
+        grep -q '"cluster": 2' "$p/plan.json" || { echo "FAIL: $p: no cluster in plan.json"; echo x >> "$d/failed"; } ;;
       tf32:*) has "$p" ".f32.tf32.tf32" ;;
       tf32-split-k:*) has "$p" ".f32.tf32.tf32"; has "$p" ".global.add.f32" ;;  # red. or atom.
       # The workspace: partial sums added, membar.gl, the count, the sums read back.

@@ -205,7 +205,10 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
     // Every block reads its A and B panels through L2 (about 4x DRAM's bandwidth on
     // the archs these kernels run on, an estimate); with a GROUP_M swizzle a wave's
     // blocks share panels, so DRAM sees each operand about twice, four times without.
-    const double l2_traffic = double(grid) * double(p.k) / split * (c.block_m + c.block_n) * p.elem_bytes;
+    // A cluster of two (cluster_m / cluster_n) brings the pair's shared tile once: each
+    // block reads half of it (B's with cluster_m, A's with cluster_n).
+    const double a_rows = c.cluster_n > 1 ? c.block_m / 2.0 : c.block_m, b_rows = c.cluster_m > 1 ? c.block_n / 2.0 : c.block_n;
+    const double l2_traffic = double(grid) * double(p.k) / split * (a_rows + b_rows) * p.elem_bytes;
     double dram = double(p.batch) * (double(p.m) * p.k + double(p.k) * p.n) * p.elem_bytes * (c.group_m > 1 ? 2 : 4) +
                   double(p.batch) * p.m * p.n * p.elem_bytes;
     // Split-K's f32 partial sums: every split adds its share (an atomic read and write

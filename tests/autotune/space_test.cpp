@@ -617,6 +617,37 @@ TEST(CostModelTest, WgmmaRanksFourStagesAboveThree) {
   EXPECT_LT(predict(4, true, 64), predict(3, true, 64)) << predict(4, true, 64) << " vs " << predict(3, true, 64);
 }
 
+// A cluster of two reads the pair's shared tile from L2 once: where the operands'
+// L2 traffic binds (the 64-row ping-pong tile, each item reading a whole 256-wide B
+// panel), sharing B (cluster_m=2, half of 256 rows a block) saves more than sharing A
+// (cluster_n=2, half of 64); where the products bind (128 x 256), nothing changes.
+TEST(CostModelTest, ClustersPayLessL2ForTheSharedTile) {
+  TuneProblem p = matmul(4096, 4096, 4096);
+  p.elem_bytes = 2;
+  TargetInfo t = gpu("sm_90a");
+  auto predict = [&](int block_m, int cm, int cn) {
+    KernelConfig c = mm_cfg(block_m, 256, 64, 8, 8);
+    c.stages = 4;
+    c.warp_specialize = 1;
+    c.persistent = 132;
+    c.pingpong = block_m == 64 ? 1 : 0;
+    c.cluster_m = cm;
+    c.cluster_n = cn;
+    BuildResult b;
+    b.threads_per_block = 384;
+    b.dynamic_shared_bytes = 4 * (block_m * 64 + 64 * 256) * 2;
+    b.grid_blocks = 132;
+    b.resources = KernelResources{};
+    b.resources->registers = 168;
+    b.tensor_cores = true;
+    b.wgmma = true;
+    return predict_us(p, c, t, b);
+  };
+  EXPECT_LT(predict(64, 2, 1), predict(64, 1, 2)) << predict(64, 2, 1) << " vs " << predict(64, 1, 2);
+  EXPECT_LT(predict(64, 1, 2), predict(64, 1, 1)) << predict(64, 1, 2) << " vs " << predict(64, 1, 1);
+  EXPECT_DOUBLE_EQ(predict(128, 2, 1), predict(128, 1, 1));
+}
+
 TEST(CostModelTest, OccupancyMattersForMemoryBoundPointwise) {
   TuneProblem p = pointwise(int64_t{64} << 20);
   TargetInfo t = gpu("sm_90");

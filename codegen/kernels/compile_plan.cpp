@@ -455,7 +455,8 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
     if (kind == KernelKind::Matmul && opts.matmul_config) {
       cfg = *opts.matmul_config;
       pk.config_source = "flag";
-      if (cfg.warp_specialize || cfg.persistent || cfg.pingpong || cfg.setmaxnreg || cfg.tma_store) {
+      if (cfg.warp_specialize || cfg.persistent || cfg.pingpong || cfg.setmaxnreg || cfg.tma_store || cfg.cluster_m > 1 ||
+          cfg.cluster_n > 1) {
         Result<MatmulPath> path = matmul_path(spec, cfg, opts.arch);
         if (path.ok() && !path->tensor_cores) {
           kernel_errors[i] = pk.id + ": --matmul-config '" + config_str(kind, ConfigTarget::Gpu, cfg) +

@@ -292,6 +292,35 @@ TEST(ExecFakeDriver, AClusteredKernelLaunchesWholeClusters) {
   EXPECT_NE(bad.out.find("kernels[0].cluster: 3 does not divide grid[0] = 400"), std::string::npos) << bad.out;
 }
 
+// A cluster config where the kernel cannot take it is an error naming why, not a
+// silent SIMT kernel, and no Plan is written: f32 without --allow-tf32 (exact FMA),
+// clusters without the producer warpgroup, on sm_80 (no wgmma).
+TEST(ExecFakeDriver, ClusterConfigsTheKernelCannotTakeAreRefused) {
+  TempDir t;
+  write_file(t / "f.sf",
+             "graph mm(x: f32[512, 512], w: f32[512, 512]) {\n"
+             "  y = matmul(x, transpose(w, 0, 1))\n"
+             "  return y\n}\n");
+  write_file(t / "b.sf",
+             "graph mm(x: bf16[512, 512], w: bf16[512, 512]) {\n"
+             "  y = matmul(x, transpose(w, 0, 1))\n"
+             "  return y\n}\n");
+  const std::string ws = "block_m=64 block_n=64 block_k=64 warps=4 stages=3 warp_specialize=1 persistent=4 cluster_m=2";
+  CliResult f32 = shardfuse("compile " + (t / "f.sf") + " --no-ptxas --arch sm_90a -o " + (t / "p1") + " --matmul-config '" + ws + "'");
+  EXPECT_NE(f32.code, 0);
+  EXPECT_NE(f32.out.find("asks for the tensor-core kernel, which cannot compute it: f32 operands stay on exact FMA"),
+            std::string::npos)
+      << f32.out;
+  CliResult plain = shardfuse("compile " + (t / "b.sf") + " --no-ptxas --arch sm_90a -o " + (t / "p2") +
+                              " --matmul-config 'block_m=64 block_n=64 block_k=64 warps=4 stages=3 cluster_n=2'");
+  EXPECT_NE(plain.code, 0);
+  EXPECT_NE(plain.out.find("cluster_n = 2 needs warp_specialize = 1"), std::string::npos) << plain.out;
+  CliResult sm80 = shardfuse("compile " + (t / "b.sf") + " --no-ptxas --arch sm_80 -o " + (t / "p3") + " --matmul-config '" + ws + "'");
+  EXPECT_NE(sm80.code, 0);
+  EXPECT_NE(sm80.out.find("warp_specialize = 1 needs the sm_90a wgmma kernel"), std::string::npos) << sm80.out;
+  for (const char* d : {"p1", "p2", "p3"}) EXPECT_FALSE(fs::exists(t / d + "/plan.json")) << d;
+}
+
 // sm_90a matmuls read their operands by TMA: the Plan lists each kernel's tensor maps,
 // exec encodes them over the step's input buffers once per rank and launches the
 // kernel with their addresses after the outputs; --no-tma compiles the cp.async kernel

@@ -408,6 +408,39 @@ TEST(TuneSplitFake, AWorkspaceSurvivesTheCandidateFiles) {
   EXPECT_TRUE(back->kernels.at(0).candidates.at(0).artifact.persistent);
 }
 
+// A clustered candidate keeps its cluster through the candidate files; one whose grid
+// is not whole clusters is refused when they are read.
+TEST(TuneSplitFake, ClustersSurviveTheCandidateFiles) {
+  TuneCandidateKernel k{"key0", "k0_matmul", "graph ...", {{DType::F32, {512}}}, {8}, {{DType::F32, {512}}}, {}};
+  PtxArtifact a = artifact("sf_cluster");
+  a.persistent = true;
+  a.launch.grid = {4, 1, 1};
+  a.launch.cluster = 2;
+  k.candidates.push_back(TuneCandidate{"cluster_m=2", tune_code_hash(a), a, nullptr});
+  const std::string dir = std::filesystem::temp_directory_path() / ("sf-cl-cands-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(write_tune_candidates({"sm_90a", {k}}, dir).ok());
+  Result<TuneCandidateSet> back = read_tune_candidates(dir);
+  ASSERT_TRUE(back) << back.error().str();
+  EXPECT_EQ(back->kernels.at(0).candidates.at(0).artifact.launch.cluster, 2);
+  bool edited = false;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.path().extension() != ".json") continue;
+    std::ifstream in(e.path());
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = text.find("\"cluster\": 2");
+    if (at == std::string::npos) continue;
+    text.replace(at, 12, "\"cluster\": 3");
+    std::ofstream(e.path()) << text;
+    edited = true;
+  }
+  ASSERT_TRUE(edited);
+  Result<TuneCandidateSet> bad = read_tune_candidates(dir);
+  std::filesystem::remove_all(dir);
+  ASSERT_FALSE(bad);
+  EXPECT_TRUE(has(bad.error().str(), "grid: is not whole clusters of 3")) << bad.error().str();
+}
+
 // A TMA candidate's maps survive the candidate files, a TMA store's (over an output)
 // as such; one over an output the kernel lacks is refused when the files are read.
 TEST(TuneSplitFake, TensorMapsSurviveTheCandidateFiles) {

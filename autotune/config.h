@@ -78,7 +78,7 @@ struct KernelConfig {
   // next chunk while the copy reads the last (CUTLASS's TMA epilogue); 0: the warp's
   // lanes store the chunk 128 bits at a time.
   int tma_store = 0;
-  // Warp-specialised persistent wgmma kernel fed by TMA: thread-block clusters of two
+  // Warp-specialised wgmma kernel fed by TMA (persistent or not): thread-block clusters of two
   // (CUTLASS's ClusterShape, Triton's num_ctas = 2). cluster_m = 2 pairs the blocks of
   // two output tiles stacked in M, which share B's tile: each block brings half of it
   // by TMA multicast into both blocks' shared memory, so L2 delivers each B panel

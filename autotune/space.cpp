@@ -95,7 +95,8 @@ KernelConfig tensor_core_config(int bm, int bn, int bk, int warps, int stages, i
 // leave by cp.async.bulk.tensor, as CUTLASS's Hopper epilogues do; configs whose
 // outputs TMA cannot store fail to build and are dropped), and (without TMA stores) in
 // clusters of two along M and along N, the pair's shared tile multicast (CUTLASS's
-// Hopper GEMMs default to clusters of two).
+// Hopper GEMMs default to clusters of two); the warp-specialised configs without a
+// persistent grid also in clusters along M.
 void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool split, const TargetInfo& t,
                             int operand_bytes) {
   for (int bm : {64, 128, 256})
@@ -117,7 +118,10 @@ void add_tensor_core_matmul(std::vector<KernelConfig>& out, bool wgmma, bool spl
                     const bool realloc = pers && warps == 8 && acc == 128;
                     for (int regs : realloc ? std::vector<int>{0, 232} : std::vector<int>{0})
                       for (int store = 0; store <= (regs ? 1 : 0); ++store)
-                        for (int cl = 0; cl <= (regs && !store ? 2 : 0); ++cl)
+                        // Clusters (no split-K): beside each setmaxnreg=232 config along M and N;
+                        // beside each warp-specialised one-block-a-tile one (the decode
+                        // shape's class) along M, its blocks sharing B (the weight).
+                        for (int cl = 0; cl <= (sk > 1 ? 0 : regs && !store ? 2 : ws && !pers ? 1 : 0); ++cl)
                           out.push_back(tensor_core_config(bm, bn, bk, warps, stages, ws, sk, pers, pp, regs, store, cl, t,
                                                            operand_bytes));
                   }

@@ -123,11 +123,11 @@ class MmaKernel : MmaIsa {
     if (t_.cluster > 1) {
       rank_ = b_.CreateURem(bx, k(t_.cluster), "cta.rank");
       walk_first_ = b_.CreateUDiv(bx, k(t_.cluster), "cluster");
-      walk_grid_ = b_.CreateUDiv(grid_, k(t_.cluster), "clusters");
+      if (grid_) walk_grid_ = b_.CreateUDiv(grid_, k(t_.cluster), "clusters");
     }
     if (t_.tma && t_.kt > 0) init_mbarriers();
     if (t_.persistent) return persistent();
-    start_item(bx, by);
+    start_item(walk_first_, by);
     std::vector<llvm::Value*> acc = zeros();
     if (t_.kt > 0) acc = t_.ws ? k_loop_ws() : k_loop();
     return epilogue(acc, nullptr);
@@ -253,7 +253,11 @@ class MmaKernel : MmaIsa {
         producer_loop();
         b_.CreateBr(pitems.latch);
         b_.SetInsertPoint(pitems.latch);
-        close_items(pitems, false, [this] { if (t_.cluster > 1) producer_tail(); });
+        close_items(pitems, false, [this] {
+          if (t_.cluster > 1) producer_tail(b_.CreateSelect(
+              b_.CreateICmpULT(walk_first_, k(t_.items)),
+              add(b_.CreateUDiv(b_.CreateSub(k(t_.items - 1), walk_first_), walk_grid_), k(1)), k(0)));
+        });
       } else {
         b_.CreateBr(leave);
       }
@@ -471,11 +475,9 @@ class MmaKernel : MmaIsa {
   // before refilling it. Those releases include the other blocks' arrivals on this
   // block's mbarriers, so the block (its shared memory) stays until the last of them
   // is in; and every copy into this block's shared memory is one its own consumers
-  // wait for. The block has walked n = ceil((items - first) / clusters) items.
-  void producer_tail() {
-    llvm::Value* taken = b_.CreateSelect(
-        b_.CreateICmpULT(walk_first_, k(t_.items)),
-        add(b_.CreateUDiv(b_.CreateSub(k(t_.items - 1), walk_first_), walk_grid_), k(1)), k(0));
+  // wait for. `taken`: the items the block walked (a persistent walk: n =
+  // ceil((items - first) / clusters); else 1).
+  void producer_tail(llvm::Value* taken) {
     llvm::Value* total = mul(taken, t_.kt);
     gk0_ = k(0);
     for (int j = 0; j < t_.stages; ++j) {
@@ -753,12 +755,14 @@ class MmaKernel : MmaIsa {
     b_.CreateCondBr(b_.CreateICmpEQ(tid_, k(t_.threads)), lead, leave);
     b_.SetInsertPoint(lead);
     producer_loop();
+    if (t_.cluster > 1) producer_tail(k(1));
     b_.CreateBr(leave);
     b_.SetInsertPoint(leave);
     b_.CreateBr(join);
 
     b_.SetInsertPoint(consumer);
-    std::vector<llvm::Value*> acc = consumer_loop(/*release_last=*/false);
+    // Clusters: every stage released, the last too, for the producers' tails.
+    std::vector<llvm::Value*> acc = consumer_loop(/*release_last=*/t_.cluster > 1);
     llvm::BasicBlock* done = b_.GetInsertBlock();
     b_.CreateBr(join);
     b_.SetInsertPoint(join);
@@ -909,6 +913,10 @@ Result<LaunchShape> build_mma_kernel(const KernelSpec& spec, const MatmulGroup& 
   Result<void> built = MmaKernel(spec, p, *t, target, m, sim).build();
   if (!built) return built.error();
   LaunchShape l = matmul_launch_shape(p, t->bm, t->bn, t->launch_threads(), t->shared_bytes, t->split);
+  if (t->cluster > 1) {  // blocks 2i and 2i + 1 take pair i
+    l.grid[0] = t->grid_x();
+    l.cluster = t->cluster;
+  }
   if (t->persistent) {
     l.grid = {t->grid_x(), 1, t->split};
     l.persistent = true;

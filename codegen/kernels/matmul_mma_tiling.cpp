@@ -312,11 +312,10 @@ Result<MmaTiling> mma_tiling(const MatmulGroup& p, const KernelConfig& c, int sm
               ": each is 1 or 2, and at most one of them 2 (clusters of two blocks)");
   if (c.cluster_m * c.cluster_n == 2) {
     // Two blocks sharing one operand's tile by TMA multicast, their pipelines tied by
-    // each other's mbarriers: the producer warpgroup's copies and the persistent walk
-    // that keeps both blocks on the same items.
+    // each other's mbarriers: the producer warpgroup's copies (a block a pair of
+    // tiles, or a persistent walk over the pairs).
     std::string why;
     if (!t.ws) why = "warp_specialize = 1 (the sm_90a wgmma kernel fed by TMA, with a producer warpgroup)";
-    else if (c.persistent == 0) why = "a persistent grid (persistent > 0: the two blocks walk the same items)";
     else if (t.split > 1) why = "split_k = 1";
     if (!why.empty()) return no("cluster_" + std::string(c.cluster_m == 2 ? "m" : "n") + " = 2 needs " + why);
     t.cluster = 2;

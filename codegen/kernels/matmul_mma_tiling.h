@@ -112,10 +112,11 @@ struct MmaTiling {
   // `want_tma_store`: the config asks for it (mma_chunk_area decides).
   bool want_tma_store = false, tma_store = false;
   int store_bufs = 0;
-  // Thread-block clusters (KernelConfig::cluster_m / cluster_n; the persistent
-  // warp-specialised kernel): `cluster` (2) blocks, consecutive in the grid, take the
+  // Thread-block clusters (KernelConfig::cluster_m / cluster_n; the warp-specialised
+  // kernel): `cluster` (2) blocks, consecutive in the grid, take the
   // work items together, each item a pair of output tiles adjacent in M
-  // (`cluster_shares_b`: they share B's tile) or in N (sharing A's). Each block brings
+  // (`cluster_shares_b`: they share B's tile) or in N (sharing A's); without a
+  // persistent walk, blocks 2i and 2i + 1 take pair i. Each block brings
   // its own operand's tile as before and half the rows of every box of the shared one
   // (that map's box is half as tall), multicast into both blocks' shared memory and
   // completing on both blocks' full mbarriers; every consumer warp releases a stage on
@@ -129,7 +130,7 @@ struct MmaTiling {
     return (kc ? (cluster_shares_b ? bn : bm) : bk) / cluster;
   }
   int64_t grid_x() const {
-    if (!persistent) return tiles;
+    if (!persistent) return tiles * cluster;
     return cluster * std::min<int64_t>(std::max(persistent / cluster, 1), items);
   }
 };

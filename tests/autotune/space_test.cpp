@@ -416,24 +416,26 @@ TEST(SpaceTest, TensorCoreSpaceSizes) {
   bf16.operand_bytes = 2;
   bf16.elem_bytes = 2;
   EXPECT_EQ(config_space(bf16, gpu("sm_80")).size(), 1458u + 432u);
-  EXPECT_EQ(config_space(bf16, gpu("sm_90a")).size(), 1458u + 1188u + 54u + 108u);
-  int stores = 0, along_m = 0, along_n = 0;
+  EXPECT_EQ(config_space(bf16, gpu("sm_90a")).size(), 1458u + 1188u + 54u + 60u + 108u);
+  int stores = 0, along_m = 0, along_n = 0, tile_m = 0;
   for (const KernelConfig& c : config_space(bf16, gpu("sm_90a"))) {
     if (c.tma_store) {
       ++stores;
       EXPECT_EQ(c.setmaxnreg, 232);
     }
     if (c.cluster_m * c.cluster_n > 1) {
-      EXPECT_EQ(c.setmaxnreg, 232);
       EXPECT_EQ(c.tma_store, 0);
       EXPECT_EQ(c.cluster_m * c.cluster_n, 2);
-      EXPECT_GT(c.persistent, 0);
-      (c.cluster_m > 1 ? along_m : along_n)++;
+      EXPECT_EQ(c.warp_specialize, 1);
+      EXPECT_EQ(c.split_k, 1);
+      if (c.persistent > 0) EXPECT_EQ(c.setmaxnreg, 232);
+      (c.cluster_m > 1 ? c.persistent > 0 ? along_m : tile_m : along_n)++;
     }
   }
   EXPECT_EQ(stores, 54);
-  EXPECT_EQ(along_m, 54);  // beside each setmaxnreg=232 config, one cluster along M, one along N
-  EXPECT_EQ(along_n, 54);
+  EXPECT_EQ(along_m, 30);  // beside each setmaxnreg=232 config without split-K, one along M, one along N
+  EXPECT_EQ(along_n, 30);
+  EXPECT_EQ(tile_m, 108);  // beside each warp-specialised one-block-a-tile config, along M
   for (const KernelConfig& c : config_space(bf16, gpu("sm_80"))) EXPECT_EQ(c.cluster_m * c.cluster_n, 1);
 }
 

@@ -73,7 +73,7 @@ grep -v '^#' "$src/tests/gpu/variants.txt" | while read -r variant which rest; d
         grep -q '"output": 0' "$p/plan.json" || { echo "FAIL: $p: no tensor map over the output"; echo x >> "$d/failed"; } ;;
       # Clusters: the cluster shape in the PTX and plan.json, the multicast copies, the
       # releases on both blocks' mbarriers.
-      cluster-m:* | cluster-n:* | ws-256-cluster:* | pingpong-cluster:* | tf32-cluster:*)
+      cluster-m:* | cluster-tile:* | cluster-n:* | ws-256-cluster:* | pingpong-cluster:* | tf32-cluster:*)
         has "$p" ".reqnctapercluster 2, 1, 1"; has "$p" ".multicast::cluster"; has "$p" "mapa.shared::cluster.u32"
         grep -q '"cluster": 2' "$p/plan.json" || { echo "FAIL: $p: no cluster in plan.json"; echo x >> "$d/failed"; } ;;
       tf32:*) has "$p" ".f32.tf32.tf32" ;;

@@ -57,6 +57,16 @@ TEST(MatmulCluster, TheSharedOperandsBoxIsHalfAsTall) {
   // ceil(136 / 64) tiles along M x ceil(200 / 128) pairs along N = 6 items, so 6 of
   // the 32 clusters asked for.
   EXPECT_EQ(kn->launch.grid[0], 12);
+  // Without a persistent walk: a block a tile, two a pair, the batch in grid y.
+  Graph gb = mm_graph({136, 200, 192, false, true, {3}}, DType::BF16, Epi::None);
+  KernelSpec sb = tf32_spec(gb);
+  sb.tma = true;
+  Result<EmittedKernel> kb = emit_matmul_mma_block_on_host(sb, cluster_config(64, 64, 4, 3, 0, 2, 1), true);
+  ASSERT_TRUE(kb.ok()) << kb.error().str();
+  EXPECT_EQ(kb->launch.grid[0], 16);  // 8 pairs
+  EXPECT_EQ(kb->launch.grid[1], 3);
+  EXPECT_EQ(kb->launch.cluster, 2);
+  EXPECT_FALSE(kb->launch.persistent);
 }
 
 // The products against the reference, both directions: a pair whose second tile lies
@@ -78,7 +88,16 @@ TEST(MatmulCluster, ProductsMatchTheReference) {
   KernelConfig t32 = cluster_config(64, 64, 4, 3, 2, 1, 2);
   t32.block_k = 32;
   check(mm_graph({80, 200, 96, false, true, {}}, DType::F32, Epi::None), t32, "cluster_n tf32", true, 4, true, true);
-  if (test::kSanitized) return;  // the sanitizer build's sample; the rest in the optimized build
+  // Without a persistent walk: blocks 2i and 2i + 1 take pair i (sm_90a's decode-shape
+  // default class, 64 x 64 x 64 with a producer warpgroup and 4 stages).
+  check(mm_graph({136, 200, 320, false, true, {}}, DType::BF16, Epi::BiasGelu), cluster_config(64, 64, 4, 4, 0, 2, 1),
+        "cluster_m, a block a pair", true, 9, true, true);
+  if (test::kSanitized) return;
+  check(mm_graph({72, 200, 128, true, false, {2}}, DType::F16, Epi::RawAndBiasRelu), cluster_config(64, 64, 4, 2, 0, 1, 2),
+        "cluster_n, a block a pair, batch, two outputs", true, 10, true, true);
+  for (int lag = 0; lag < 2; ++lag)
+    check(mm_graph({128, 128, 256, false, true, {}}, DType::BF16, Epi::None), cluster_config(64, 64, 4, 3, 0, 2, 1),
+          "cluster_m, a block a pair, block " + std::to_string(lag) + " lagging", true, 11, true, true, 0, lag);  // the sanitizer build's sample; the rest in the optimized build
   KernelConfig pp = cluster_config(64, 64, 8, 3, 4, 2, 1);
   pp.pingpong = 1;
   check(mm_graph({200, 136, 192, false, true, {2}}, DType::BF16, Epi::BiasGelu), pp, "cluster_m ping-pong", true, 5, true,
@@ -225,6 +244,20 @@ TEST(MatmulCluster, PtxMulticastsTheSharedTile) {
     EXPECT_FALSE((*r)[0].spills()) << (*r)[0].spill_store_bytes << " bytes spilled";
     EXPECT_EQ((*r)[0].registers, 168);
   }
+  // A block a pair of tiles (the decode shape's default class, no persistent walk):
+  // the same instructions, a grid of whole clusters, ptxas without spills.
+  Graph d = mm_graph({128, 4096, 4096, false, true, {}}, DType::BF16, Epi::None);
+  Ptx pd = emit_ptx(d, cluster_config(64, 64, 4, 4, 0, 2, 1), "sm_90a", false, true);
+  EXPECT_EQ(count(pd.text, ".reqnctapercluster 2, 1, 1"), 1);
+  EXPECT_GE(count(pd.text, ".multicast::cluster ["), 1);
+  EXPECT_EQ(count(pd.text, "barrier.cluster.wait.acquire.aligned"), 1);
+  EXPECT_EQ(pd.launch.grid[0], 2 * 64);  // 64 pairs of tiles, two blocks each
+  EXPECT_EQ(pd.launch.cluster, 2);
+  if (have_ptxas()) {
+    Result<std::vector<KernelResources>> r = assemble(pd.text, "sm_90a");
+    ASSERT_TRUE(r.ok()) << r.error().str();
+    EXPECT_FALSE((*r)[0].spills()) << (*r)[0].spill_store_bytes << " bytes spilled";
+  }
   // Without clusters, none of it.
   c.cluster_m = 1;
   Ptx q = emit_ptx(g, c, "sm_90a", false, true);
@@ -266,8 +299,7 @@ TEST(MatmulCluster, RefusesWhatItCannotRun) {
   EXPECT_NE(refused(both).find("at most one of them 2"), std::string::npos) << refused(both);
   KernelConfig four = cluster_config(64, 64, 4, 3, 2, 4, 1);
   EXPECT_NE(refused(four).find("cluster_m = 4, cluster_n = 1: each is 1 or 2"), std::string::npos) << refused(four);
-  KernelConfig no_pers = cluster_config(64, 64, 4, 3, 0, 2, 1);
-  EXPECT_NE(refused(no_pers).find("cluster_m = 2 needs a persistent grid"), std::string::npos) << refused(no_pers);
+  EXPECT_EQ(refused(cluster_config(64, 64, 4, 3, 0, 2, 1)), "built");  // a block a pair of tiles
   KernelConfig split = cluster_config(64, 64, 4, 3, 2, 1, 2);
   split.split_k = 2;
   EXPECT_NE(refused(split).find("cluster_n = 2 needs split_k = 1"), std::string::npos) << refused(split);

@@ -151,6 +151,15 @@ class MmaIsa {
   // memory; A K-major unless trans_a, B K-major unless trans_b.
   std::vector<llvm::Value*> wgmma(llvm::Value* da, llvm::Value* db, std::vector<llvm::Value*> d);
 
+  // matmul_mma_compute.cpp: the byte offset of element (row, col) of `tile` (col a
+  // multiple of a 16-byte chunk's elements), one stage's products on the mma.sync
+  // path (the warp's tile at wm0_, wn0_) and on the wgmma path (the warpgroup's rows
+  // from wg_row_, `lag_` groups left in flight), and one raw 32-bit element.
+  llvm::Value* tile_offset(const SmemTile& tile, llvm::Value* row, llvm::Value* col);
+  std::vector<llvm::Value*> compute(llvm::Value* stage, std::vector<llvm::Value*> acc);
+  std::vector<llvm::Value*> compute_wgmma(llvm::Value* stage, std::vector<llvm::Value*> acc);
+  llvm::Value* lds32(llvm::Value* base, const SmemTile& tile, llvm::Value* row, llvm::Value* col);
+
   const MatmulGroup& p_;
   const MmaTiling& t_;
   llvm::Module& m_;
@@ -163,6 +172,11 @@ class MmaIsa {
   llvm::Value* smem_ = nullptr;  // the dynamic shared memory
   llvm::Value* tid_ = nullptr;   // threadIdx.x, index-typed
   llvm::Value* tid32_ = nullptr;  // the host build: threadIdx.x as the hooks take it
+  // The thread's place, set by the kernel before its K loops: the lane, the warp's
+  // first row and column in the block tile (mma.sync), the warpgroup's first row
+  // (wgmma), and the wgmma groups left in flight across K tiles.
+  llvm::Value *lane_ = nullptr, *wm0_ = nullptr, *wn0_ = nullptr, *wg_row_ = nullptr;
+  int lag_ = 0;
   // The host build's MmaSimHooks: {ctx, barrier, ldmatrix_x4, mma, wgmma, cp_async,
   // cp_commit, cp_wait, wgmma_commit, wgmma_wait, tma_load, mbar_init,
   // mbar_expect_tx, mbar_try_wait, mbar_arrive, named_barrier, shfl_bfly (unused

@@ -33,6 +33,17 @@ inline KernelConfig attention_tile(int bm, int bn, int warps, int wgmma = 0) {
 }
 
 // A host target with fixed figures (host_target_info() depends on the machine).
+// A matmul tile config (the rest at KernelConfig's defaults).
+inline KernelConfig mm_cfg(int bm, int bn, int bk, int warps, int group_m) {
+  KernelConfig c;
+  c.block_m = bm;
+  c.block_n = bn;
+  c.block_k = bk;
+  c.warps = warps;
+  c.group_m = group_m;
+  return c;
+}
+
 inline TargetInfo host(int simd_bytes = 32) {
   TargetInfo t;
   t.name = "host";

@@ -18,6 +18,7 @@
 #include "codegen/reference/evaluate.h"
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/kernels/mma_sim.h"
+#include "tests/kernels/mma_sim_cluster.h"
 
 namespace sf::mma_sim {
 

@@ -408,6 +408,23 @@ TEST(TuneSplitFake, AWorkspaceSurvivesTheCandidateFiles) {
   EXPECT_TRUE(back->kernels.at(0).candidates.at(0).artifact.persistent);
 }
 
+// Replaces the first `from` with `to` in each of the candidate files under `dir`
+// that holds it (a hand edit of what tune --emit-candidates wrote); whether any did.
+bool edit_candidate_files(const std::string& dir, const std::string& from, const std::string& to) {
+  bool edited = false;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.path().extension() != ".json") continue;
+    std::ifstream in(e.path());
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = text.find(from);
+    if (at == std::string::npos) continue;
+    text.replace(at, from.size(), to);
+    std::ofstream(e.path()) << text;
+    edited = true;
+  }
+  return edited;
+}
+
 // A clustered candidate keeps its cluster through the candidate files; one whose grid
 // is not whole clusters is refused when they are read.
 TEST(TuneSplitFake, ClustersSurviveTheCandidateFiles) {
@@ -423,18 +440,7 @@ TEST(TuneSplitFake, ClustersSurviveTheCandidateFiles) {
   Result<TuneCandidateSet> back = read_tune_candidates(dir);
   ASSERT_TRUE(back) << back.error().str();
   EXPECT_EQ(back->kernels.at(0).candidates.at(0).artifact.launch.cluster, 2);
-  bool edited = false;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
-    if (e.path().extension() != ".json") continue;
-    std::ifstream in(e.path());
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const size_t at = text.find("\"cluster\": 2");
-    if (at == std::string::npos) continue;
-    text.replace(at, 12, "\"cluster\": 3");
-    std::ofstream(e.path()) << text;
-    edited = true;
-  }
-  ASSERT_TRUE(edited);
+  ASSERT_TRUE(edit_candidate_files(dir, "\"cluster\": 2", "\"cluster\": 3"));
   Result<TuneCandidateSet> bad = read_tune_candidates(dir);
   std::filesystem::remove_all(dir);
   ASSERT_FALSE(bad);
@@ -458,18 +464,7 @@ TEST(TuneSplitFake, TensorMapsSurviveTheCandidateFiles) {
   ASSERT_TRUE(back) << back.error().str();
   EXPECT_EQ(back->kernels.at(0).candidates.at(0).artifact.tensor_maps, a.tensor_maps);
   // The same files with the store's map over output 1.
-  bool edited = false;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
-    if (e.path().extension() != ".json") continue;
-    std::ifstream in(e.path());
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const size_t at = text.find("\"output\": 0");
-    if (at == std::string::npos) continue;
-    text.replace(at, 11, "\"output\": 1");
-    std::ofstream(e.path()) << text;
-    edited = true;
-  }
-  ASSERT_TRUE(edited);
+  ASSERT_TRUE(edit_candidate_files(dir, "\"output\": 0", "\"output\": 1"));
   Result<TuneCandidateSet> bad = read_tune_candidates(dir);
   std::filesystem::remove_all(dir);
   ASSERT_FALSE(bad);

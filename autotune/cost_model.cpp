@@ -286,6 +286,13 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
   // Memory-bound kinds: bandwidth as far as requests in flight cover the latency.
   int64_t per_thread_bytes = int64_t{p.elem_bytes};
   if (p.kind == KernelKind::Pointwise) per_thread_bytes *= int64_t{std::max(c.vector, 1)} * std::max(c.elems_per_thread, 1);
+  // A reduction's fold loop: LLVM unrolls it by 4 to 8 (seen in the PTX) and a row
+  // held in registers loads all its slots at once, so a thread has about 4 loads in
+  // flight where its share of the row has that many elements.
+  if (p.kind == KernelKind::Reduction) {
+    const int64_t share = (p.cols / std::max(c.split_reduction, 1) + c.threads_per_row - 1) / std::max(c.threads_per_row, 1);
+    per_thread_bytes *= std::clamp<int64_t>(share, 1, 4);
+  }
   int64_t inputs = std::max<int64_t>(static_cast<int64_t>(p.num_inputs), 1);
   double inflight = warps_per_sm * 32 * per_thread_bytes * inputs;
   double f_bw = std::min(1.0, inflight / (sm_bw * kDramLatencyUs));
@@ -302,7 +309,21 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
       mem *= (double(p.bytes) + (b.row_reads - 1) * double(p.rows) * double(p.cols) * p.elem_bytes) / double(p.bytes);
     double active = std::min(1.0, double(p.cols) / split / c.threads_per_row);
     mem /= std::max(active, 0.05);
-    double steps = std::log2(std::max(c.threads_per_row, 1)) + (c.threads_per_row > 32 ? 4 : 0);
+    // An outer reduction: a warp's lanes take neighbouring rows (adjacent in memory)
+    // when a block holds several rows (or a thread a row), else one row's elements a
+    // row apart, each lane its own 32-byte sector. L2 moves whole sectors: the bytes
+    // used of each are what counts.
+    const bool lanes_on_rows = c.threads_per_row == 1 || c.rows_per_block > 1;
+    if (p.outer) {
+      const double run = lanes_on_rows ? double(std::min(c.rows_per_block, 32)) * p.elem_bytes : p.elem_bytes;
+      mem /= std::min(1.0, run / 32.0);
+    }
+    // A row's partials meet in shared memory when its threads span warps (or, in an
+    // outer reduction, whenever several threads hold a row's elements).
+    const bool outer_form = p.outer && c.threads_per_row > 1 && c.rows_per_block > 1;
+    const bool through_shared =
+        outer_form ? c.threads_per_row * c.rows_per_block > 32 : c.threads_per_row > 32;
+    double steps = std::log2(std::max(c.threads_per_row, 1)) + (through_shared ? 4 : 0);
     double rows_per_sm = double(p.rows) * split / busy_sms;
     extra = rows_per_sm / (resident * c.rows_per_block) * steps * 0.02;  // ~20 ns a step
   }

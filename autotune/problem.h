@@ -28,6 +28,10 @@ struct TuneProblem {
   // The one output is the f32 matmul itself (split-K possible), or an f32 sum or mean
   // (split reduction possible): partial results can be added atomically.
   bool bare = false;
+  // reduction: X's innermost dim is kept (an outer reduction): neighbouring rows are
+  // neighbours in memory and a row's elements lie a row or more apart, so a warp's
+  // lanes read whole sectors only when they take neighbouring rows.
+  bool outer = false;
   // matmul: its operands' dtype size (2: tensor cores from sm_80 on), and whether an
   // f32 matmul may take TF32 tensor cores (--allow-tf32).
   int operand_bytes = 4;

@@ -30,23 +30,30 @@ std::vector<KernelConfig> gpu_pointwise(const TargetInfo& t) {
   return out;
 }
 
-std::vector<KernelConfig> gpu_reduction(const TargetInfo& t) {
+std::vector<KernelConfig> gpu_reduction(const TuneProblem& p, const TargetInfo& t) {
   std::vector<KernelConfig> out;
+  std::vector<std::pair<int, int>> shapes;  // (threads_per_row, rows_per_block)
   for (int tpr : {8, 16, 32, 64, 128, 256, 512, 1024})
-    for (int rows : {1, 2, 4, 8, 16}) {
-      int threads = tpr * rows;
-      if (threads > 1024 || threads < 32) continue;  // whole warps, CUDA's block limit
-      for (int split : {1, 8, 64})
-        for (bool persistent : {false, true}) {
-          KernelConfig c;
-          c.threads_per_row = tpr;
-          c.rows_per_block = rows;
-          c.split_reduction = split;
-          c.grid_stride = persistent;
-          c.max_blocks = persistent ? persistent_grid(t, threads) : KernelConfig{}.max_blocks;
-          out.push_back(c);
-        }
-    }
+    for (int rows : {1, 2, 4, 8, 16}) shapes.emplace_back(tpr, rows);
+  // Outer reductions: blocks of 32 to 128 neighbouring rows (a warp's lanes on whole
+  // 128-byte lines of f32 at each element index) with 1 to 32 threads a row.
+  if (p.outer)
+    for (int tpr : {1, 2, 4, 8, 16, 32})
+      for (int rows : {32, 64, 128}) shapes.emplace_back(tpr, rows);
+  for (auto [tpr, rows] : shapes) {
+    int threads = tpr * rows;
+    if (threads > 1024 || threads < 32) continue;  // whole warps, CUDA's block limit
+    for (int split : {1, 8, 64})
+      for (bool persistent : {false, true}) {
+        KernelConfig c;
+        c.threads_per_row = tpr;
+        c.rows_per_block = rows;
+        c.split_reduction = split;
+        c.grid_stride = persistent;
+        c.max_blocks = persistent ? persistent_grid(t, threads) : KernelConfig{}.max_blocks;
+        out.push_back(c);
+      }
+  }
   return out;
 }
 
@@ -212,7 +219,7 @@ std::vector<KernelConfig> config_space(const TuneProblem& p, const TargetInfo& t
   if (t.kind == ConfigTarget::Host) return host_space(p.kind);
   switch (p.kind) {
     case KernelKind::Pointwise: return gpu_pointwise(t);
-    case KernelKind::Reduction: return gpu_reduction(t);
+    case KernelKind::Reduction: return gpu_reduction(p, t);
     case KernelKind::Matmul: return gpu_matmul(p, t);
     case KernelKind::Attention: {
       std::vector<KernelConfig> out = attention_tiles({2, 4, 8});
@@ -277,7 +284,9 @@ std::optional<std::string> rule_reject(const TuneProblem& p, const KernelConfig&
       if (c.threads_per_row > 2 * ceil_pow2(std::max<int64_t>(p.cols, 1)) && c.threads_per_row > 32)
         return "threads_per_row " + s(c.threads_per_row) + " is over twice the row length " + s(p.cols);
       int64_t blocks = (p.rows + c.rows_per_block - 1) / c.rows_per_block;
-      if (c.rows_per_block > 1 && blocks < t.sms && p.rows >= t.sms)
+      // An outer reduction needs up to 32 rows a block for its warps to read whole
+      // lines, whatever that leaves of the SMs.
+      if (c.rows_per_block > (p.outer ? 32 : 1) && blocks < t.sms && p.rows >= t.sms)
         return "rows_per_block " + s(c.rows_per_block) + " leaves " + s(blocks) + " blocks for " + s(t.sms) + " SMs";
       if (c.grid_stride && blocks <= c.max_blocks)
         return "the persistent grid of " + s(c.max_blocks) + " blocks already covers the rows in one pass";

@@ -443,10 +443,13 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
       // (a 16-wide row wants few threads per row).
       if (Result<KernelConfig> s = suggest_reduction_config(spec, cfg); s.ok()) cfg = *s;
     }
-    if (kind == KernelKind::Attention && opts.attention_config) {
-      Result<KernelConfig> c = parse_config_str(*opts.attention_config, cfg);
+    const std::optional<std::string>& flag_text =
+        kind == KernelKind::Attention ? opts.attention_config
+                                      : kind == KernelKind::Reduction ? opts.reduction_config : std::optional<std::string>{};
+    if (flag_text) {
+      Result<KernelConfig> c = parse_config_str(*flag_text, cfg);
       if (!c) {
-        kernel_errors[i] = pk.id + ": --attention-config: " + c.error().message;
+        kernel_errors[i] = pk.id + ": --" + std::string(kernel_kind_name(kind)) + "-config: " + c.error().message;
         return;
       }
       cfg = *c;
@@ -474,6 +477,14 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
                        : "multi-pass: each row read " + std::to_string(ri->row_reads()) +
                              " time(s) (" + std::to_string((ri->row_elems + cfg.threads_per_row - 1) / cfg.threads_per_row) +
                              " elements per thread do not fit 32 registers, or the row is split)";
+    if (kind == KernelKind::Reduction)
+      if (Result<ReductionInfo> ri = reduction_info(spec, cfg); ri.ok() && ri->inner_kept && ri->rows > 1)
+        forms[i] += ri->adjacent_lanes > 1
+                        ? "; outer reduction: a warp's lanes read " + std::to_string(ri->adjacent_lanes) +
+                              " neighbouring rows at each element"
+                        : std::string("; outer reduction with one row a block: a warp's lanes read one row's "
+                                      "elements, which lie a row or more apart (uncoalesced; rows_per_block >= 2 "
+                                      "puts the lanes on neighbouring rows)");
     if (kind == KernelKind::Attention)
       if (Result<AttentionKernelInfo> ai = attention_info(spec.group); ai.ok()) {
         const std::optional<std::string> unfit = attention_mma_unfit(spec.group, cfg);

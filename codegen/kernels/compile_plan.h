@@ -34,6 +34,9 @@ struct CompileOptions {
   // attention kernel takes over its config (the cache's or the default); its
   // config_source says "flag". A config the emitter refuses is that kernel's error.
   std::optional<std::string> attention_config;
+  // `compile --reduction-config`: the same for every reduction kernel ("rows_per_block=32
+  // threads_per_row=32"), over the cache's config or the emitter's suggestion.
+  std::optional<std::string> reduction_config;
   // PTX for `arch` (false: a Plan that runs only on the host, `run --device cpu`;
   // arch is then "host").
   bool ptx = true;

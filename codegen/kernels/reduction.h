@@ -68,6 +68,14 @@ struct ReductionInfo {
   bool persistent = false;
   int vector = 1;
   int64_t elems_per_thread = 0;   // persistent: register slots x vector
+  // X's innermost dim is kept (rows neighbours in memory, a row's elements a row
+  // length or more apart): an outer reduction. `outer`: the block's threads take
+  // rows fastest, so a warp's lanes read neighbouring rows (Plan::outer).
+  bool inner_kept = false;
+  bool outer = false;
+  // NVPTX: the lanes of a warp that read neighbouring X elements at one step (a run
+  // of adjacent_lanes elements; 1: every lane its own 32-byte sector, uncoalesced).
+  int adjacent_lanes = 1;
   // How often the kernel reads each row from memory: once when held in registers,
   // else once per pass and once more for the X-space epilogue.
   int row_reads() const { return persistent ? 1 : passes + (x_outputs > 0 ? 1 : 0); }
@@ -81,8 +89,10 @@ Result<ReductionInfo> reduction_info(const KernelSpec& spec, const KernelConfig&
 // to 32 elements one thread per element, so a warp reads whole neighbouring rows);
 // rows whose reduced dims are outer (a column reduction) get about 64 elements per
 // thread, so that neighbouring rows, adjacent in memory, are read by neighbouring
-// threads. Blocks are filled to 256 threads with rows. A Diag when the group is not
-// a reduction group.
+// threads. Blocks are filled to 256 threads with rows; an outer reduction whose rows
+// are longer than 512 elements gets 32 rows a block instead (a warp's lanes on 32
+// neighbouring rows) and up to 32 threads a row. A Diag when the group is not a
+// reduction group.
 Result<KernelConfig> suggest_reduction_config(const KernelSpec& spec, KernelConfig base = {});
 
 // The NVPTX kernel of emit_reduction built for the host, so that tests can run its
@@ -99,6 +109,10 @@ struct ReductionSimHooks {
   // shfl.sync.bfly.b32: the value of thread (tid ^ lane_mask) of the same warp.
   int32_t (*shfl_bfly)(void* ctx, int32_t tid, int32_t value, int32_t lane_mask) = nullptr;
   void* shared = nullptr;  // the block's shared memory, static_shared_bytes, 8-aligned
+  // When set: called with the X index of each element (the first of each vector) a
+  // thread loads to fold, in the thread's order, so a test can see which addresses a
+  // warp's lanes read together.
+  void (*trace)(void* ctx, int32_t tid, int64_t x_index) = nullptr;
 };
 Result<EmittedKernel> emit_reduction_block_on_host(const KernelSpec& spec, const KernelConfig& config);
 

@@ -55,6 +55,19 @@ struct Plan {
   std::vector<std::vector<ValueId>> passes;  // reductions by dependence level
   std::vector<size_t> row_outputs, x_outputs;
   int warps_per_row = 1;
+  // Outer reductions (X's innermost dim is kept, so neighbouring rows are neighbours
+  // in memory and a row's elements lie a row length or more apart; Inductor's
+  // ReductionHint.OUTER): with several rows and several threads per row a block, the
+  // block's threads take rows fastest, tid = thread_in_row * rows_per_block +
+  // row_in_block, so a warp's lanes read neighbouring rows at one element index
+  // (coalesced) rather than one row's elements far apart. A row's partials then meet
+  // through shuffles between the lanes of a warp that hold it (`outer_lanes` of them,
+  // rows_per_block apart: rows_per_block a power of two below 32) and through shared
+  // memory across the rest (`row_slots` partials per row, slot-major: slot s of row r
+  // at s * rows_per_block + r).
+  bool outer = false;
+  int outer_lanes = 1;
+  int row_slots = 1;
   int smem_bytes = 0;
   std::vector<int> smem_offset;  // per reduction, in pass order, flattened (bytes)
   // NVPTX persistent rows (decide_persistent): each thread loads its share of a row

@@ -80,14 +80,22 @@ class NvptxBuilder final : public Builder {
       hook_barrier_ = field(1);
       hook_shfl_ = field(2);
       smem_ = field(3);
+      hook_trace_ = field(4);
     }
     fn_->setDoesNotThrow();
     start(std::move(in), std::move(out));
 
     const int tpr = cfg_.threads_per_row, rpb = cfg_.rows_per_block;
     tid32_ = b_.CreateTrunc(tid, b_.getInt32Ty());
-    sub_ = b_.CreateUDiv(tid, k(tpr), "row.in.block");
-    lr_ = b_.CreateURem(tid, k(tpr), "thread.in.row");
+    if (p_.outer) {
+      // Rows fastest: a warp's lanes read neighbouring rows, which are neighbours in
+      // memory (Plan::outer).
+      sub_ = b_.CreateURem(tid, k(rpb), "row.in.block");
+      lr_ = b_.CreateUDiv(tid, k(rpb), "thread.in.row");
+    } else {
+      sub_ = b_.CreateUDiv(tid, k(tpr), "row.in.block");
+      lr_ = b_.CreateURem(tid, k(tpr), "thread.in.row");
+    }
     warp_ = b_.CreateUDiv(lr_, k(32), "warp.in.row");
     lane_ = b_.CreateURem(tid, k(32), "lane");
     const int64_t ngroups = (p_.rows + rpb - 1) / rpb;
@@ -166,13 +174,20 @@ class NvptxBuilder final : public Builder {
         // Consecutive threads read consecutive elements: coalesced when the reduced
         // dims are X's innermost.
         Result<void> r = vector == 1
-            ? emit_loop(b_, jfirst, nloop, k(tpr), "j", [&](llvm::Value* j) { return fold_element(pass, part, x_index(j)); })
+            ? emit_loop(b_, jfirst, nloop, k(tpr), "j",
+                        [&](llvm::Value* j) {
+                          llvm::Value* i = x_index(j);
+                          trace(i);
+                          return fold_element(pass, part, i);
+                        })
             // `vector` adjacent elements per thread and step (contiguous rows, vector
             // dividing n), each param read in dense runs loaded once per step.
             : emit_loop(b_, b_.CreateMul(lr_, k(vector), "", true, true), nloop, k(int64_t{tpr} * vector), "j",
                         [&](llvm::Value* j) -> Result<void> {
                           std::map<std::string, std::vector<Elem>> lanes;
-                          set_vector_slots(x_index(j), vector, lanes);
+                          llvm::Value* i = x_index(j);
+                          trace(i);
+                          set_vector_slots(i, vector, lanes);
                           for (int l = 0; l < vector; ++l) {
                             prog_->use_slot(static_cast<size_t>(l));
                             for (size_t q = 0; q < pass.size(); ++q) {
@@ -288,6 +303,7 @@ class NvptxBuilder final : public Builder {
       ok.push_back(b_.CreateICmpSLT(j, nrow, "slot.ok"));
       llvm::Value* jc = b_.CreateSelect(ok.back(), j, k(0));
       first.push_back(b_.CreateAdd(base, kernels::emit_index_map(b_, jc, p_.red_map), "i", true, true));
+      trace(first.back());
       set_vector_slots(first.back(), vector, lanes[static_cast<size_t>(sl)], static_cast<size_t>(sl * vector));
     }
 
@@ -401,6 +417,7 @@ class NvptxBuilder final : public Builder {
   // value, since each step is commutative), then, for rows wider than a warp, each
   // warp's value through shared memory, combined by every thread in warp order.
   void block_reduce(const std::vector<ValueId>& pass, std::vector<llvm::Value*>& vals, size_t slot0) {
+    if (p_.outer) return outer_reduce(pass, vals, slot0);
     const int width = std::min(cfg_.threads_per_row, 32);
     for (int off = width / 2; off >= 1; off /= 2)
       for (size_t q = 0; q < pass.size(); ++q) vals[q] = folds_.at(pass[q]).combine(vals[q], shuffle(vals[q], off));
@@ -426,9 +443,54 @@ class NvptxBuilder final : public Builder {
     }
   }
 
+  // An outer reduction's block_reduce: the row's lanes within a warp (outer_lanes of
+  // them, rows_per_block apart) by a butterfly, then the row_slots partials left
+  // through shared memory (slot s of row r at s * rows_per_block + r), combined by
+  // every thread of the row in slot order, so every thread ends with the same value.
+  void outer_reduce(const std::vector<ValueId>& pass, std::vector<llvm::Value*>& vals, size_t slot0) {
+    const int rpb = cfg_.rows_per_block;
+    for (int off = p_.outer_lanes / 2; off >= 1; off /= 2)
+      for (size_t q = 0; q < pass.size(); ++q)
+        vals[q] = folds_.at(pass[q]).combine(vals[q], shuffle(vals[q], off * rpb));
+    if (p_.row_slots == 1) return;
+    llvm::LLVMContext& c = m_.getContext();
+    llvm::Value* mine = b_.CreateUDiv(lr_, k(p_.outer_lanes), "row.slot");
+    llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "slot.store", fn_);
+    llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "slot.stored", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(b_.CreateURem(lr_, k(p_.outer_lanes)), k(0)), st, done);
+    b_.SetInsertPoint(st);
+    llvm::Value* at = b_.CreateAdd(b_.CreateMul(mine, k(rpb), "", true, true), sub_, "", true, true);
+    for (size_t q = 0; q < pass.size(); ++q) b_.CreateStore(vals[q], slot_ptr(slot0 + q, vals[q]->getType(), at));
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    barrier();
+    for (size_t q = 0; q < pass.size(); ++q) {
+      llvm::Type* t = vals[q]->getType();
+      llvm::Value* r = b_.CreateLoad(t, slot_ptr(slot0 + q, t, sub_));
+      for (int s = 1; s < p_.row_slots; ++s)
+        r = folds_.at(pass[q]).combine(
+            r, b_.CreateLoad(t, slot_ptr(slot0 + q, t, b_.CreateAdd(sub_, k(int64_t{s} * rpb), "", true, true))));
+      vals[q] = r;
+    }
+  }
+
   llvm::Value* slot_ptr(size_t red, llvm::Type* t, llvm::Value* index) {
     llvm::Value* base = b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), smem_, static_cast<uint64_t>(p_.smem_offset[red]));
     return b_.CreateInBoundsGEP(t, base, index);
+  }
+
+  // Simulation only: reports X index `i` to the trace hook, where one is set.
+  void trace(llvm::Value* i) {
+    if (!simulate_) return;
+    llvm::LLVMContext& c = m_.getContext();
+    llvm::BasicBlock* call = llvm::BasicBlock::Create(c, "trace", fn_);
+    llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "traced", fn_);
+    b_.CreateCondBr(b_.CreateIsNotNull(hook_trace_), call, done);
+    b_.SetInsertPoint(call);
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy(), b_.getInt32Ty(), b_.getInt64Ty()}, false);
+    b_.CreateCall(fty, hook_trace_, {hook_ctx_, tid32_, b_.CreateSExt(i, b_.getInt64Ty())});
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
   }
 
   void barrier() {
@@ -470,7 +532,8 @@ class NvptxBuilder final : public Builder {
   bool simulate_ = false;
   llvm::Value* split_ = nullptr;  // blockIdx.y when the rows are split over blocks (split_reduction > 1)
   llvm::Value* smem_ = nullptr;
-  llvm::Value *hooks_ = nullptr, *hook_ctx_ = nullptr, *hook_barrier_ = nullptr, *hook_shfl_ = nullptr;
+  llvm::Value *hooks_ = nullptr, *hook_ctx_ = nullptr, *hook_barrier_ = nullptr, *hook_shfl_ = nullptr,
+              *hook_trace_ = nullptr;
   llvm::Value *tid32_ = nullptr, *sub_ = nullptr, *lr_ = nullptr, *warp_ = nullptr, *lane_ = nullptr;
 };
 

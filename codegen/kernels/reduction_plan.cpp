@@ -185,18 +185,36 @@ Result<Plan> make_plan(const KernelSpec& spec, const KernelConfig& c, const llvm
           return diag(who(n) + " over empty dims of " + shape_str(p.x) + " has no identity (as torch also says)", n.loc);
       }
 
-  // Cross-warp scratch: one slot per (reduction, row of the block, warp of the row).
+  // Cross-warp scratch: one slot per (reduction, row of the block, warp of the row),
+  // or for an outer reduction one per (reduction, row of the block, partial of the
+  // row left after its shuffles).
   p.warps_per_row = c.threads_per_row > 32 ? c.threads_per_row / 32 : 1;
-  if (p.warps_per_row > 1) {
+  p.outer = rank > 0 && !red[static_cast<size_t>(rank - 1)] && c.rows_per_block > 1 && c.threads_per_row > 1;
+  int per_row = p.warps_per_row;
+  if (p.outer) {
+    const int64_t warp = std::min<int64_t>(block_threads(c), 32);
+    p.outer_lanes = c.rows_per_block < 32 && is_pow2(c.rows_per_block) ? static_cast<int>(warp / c.rows_per_block) : 1;
+    p.outer_lanes = std::min(p.outer_lanes, c.threads_per_row);
+    p.row_slots = c.threads_per_row / p.outer_lanes;
+    per_row = p.row_slots;
+  }
+  if (per_row > 1) {
     for (const auto& pass : p.passes)
       for (ValueId v : pass) {
         const Node& n = g.node(v);
         int bytes = (n.op == OpKind::Sum && !is_float(n.type.dtype)) || n.type.dtype == DType::I64 ? 8 : 4;
         p.smem_bytes = (p.smem_bytes + bytes - 1) / bytes * bytes;
         p.smem_offset.push_back(p.smem_bytes);
-        p.smem_bytes += bytes * c.rows_per_block * p.warps_per_row;
+        p.smem_bytes += bytes * c.rows_per_block * per_row;
       }
     p.smem_bytes = (p.smem_bytes + 7) / 8 * 8;
+    // Static shared memory: 48 KiB is all a kernel may declare without the dynamic
+    // opt-in (an outer reduction of 1024 threads takes 4 or 8 bytes a thread per
+    // reduction).
+    if (p.smem_bytes > 48 * 1024)
+      return diag("the block's partials need " + std::to_string(p.smem_bytes) +
+                  " bytes of shared memory, over the 48 KiB of static shared memory: fewer threads per block, or fewer "
+                  "reductions in the kernel");
   }
   decide_persistent(p, g, c);
   if (c.split_reduction > 1) {

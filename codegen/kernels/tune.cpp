@@ -298,6 +298,7 @@ Result<TuneProblem> tune_problem(const LocalKernel& k) {
       for (int d : rd) p.cols *= x[static_cast<size_t>(d)];
       p.rows = p.cols ? numel(x) / p.cols : 0;
       p.n = numel(x);
+      p.outer = !x.empty() && std::find(rd.begin(), rd.end(), static_cast<int>(x.size()) - 1) == rd.end();
       p.bare = g.outputs().size() == 1 && &g.node(g.outputs()[0].value) == &n && n.type.dtype == DType::F32 &&
                (n.op == OpKind::Sum || n.op == OpKind::Mean);
       break;

@@ -59,10 +59,16 @@ TEST(ReductionNvptx, VerifiesCompilesAndAssemblesForSm80AndSm90a) {
         EXPECT_NE(p.ptx.find(".entry red_kernel("), std::string::npos);
         EXPECT_EQ(p.ptx.find("__nv_"), std::string::npos) << "libdevice calls left in the PTX";
         EXPECT_EQ(p.ptx.find("call"), std::string::npos) << "the PTX still calls a function";
+        // four_dim0 keeps X's innermost dim: with several rows and threads a block
+        // its threads take rows fastest, so a row's lanes lie rows_per_block apart,
+        // every warp holds part of each row, and partials cross warps whenever the
+        // block is wider than one.
+        const bool outer = name == "four_dim0" && cfg.rows_per_block > 1 && cfg.threads_per_row > 1;
+        const bool shared = outer ? cfg.threads_per_row * cfg.rows_per_block > 32 : cfg.threads_per_row > 32;
         if (cfg.threads_per_row > 1) {
           EXPECT_NE(p.ptx.find("shfl.sync.bfly"), std::string::npos);
         }
-        if (cfg.threads_per_row > 32) {
+        if (shared) {
           EXPECT_NE(p.ptx.find("bar.sync"), std::string::npos);
           EXPECT_NE(p.ptx.find(".shared"), std::string::npos);
         } else {
@@ -161,6 +167,40 @@ TEST(ReductionNvptx, LaunchShapes) {
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->static_shared_bytes, 2 * 8 * 4);  // two reductions, 8 warps, f32
   EXPECT_EQ(info->launch.shared_bytes, 0);
+}
+
+// An outer reduction in PTX with its suggested config (a column sum of [16384, 4096]:
+// 32 threads a row, 32 rows a block): the partials cross warps in 4 KiB of static
+// shared memory behind a barrier, with no shuffle (a warp holds one thread of each of
+// 32 rows); 1024-thread blocks, one per 32 rows, through ptxas for both arches.
+TEST(ReductionNvptx, OuterReductionsCombineThroughSharedMemory) {
+  GraphBuilder b("colsum");
+  b.ret(reduce(OpKind::Sum, b.param("x", DType::F32, {16384, 4096}), {0}, false));
+  Graph g = finish(b);
+  Result<KernelConfig> cfg = suggest_reduction_config(spec_of(g));
+  ASSERT_TRUE(cfg.ok()) << cfg.error().str();
+  ASSERT_EQ(cfg->threads_per_row, 32);
+  ASSERT_EQ(cfg->rows_per_block, 32);
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    SCOPED_TRACE(arch);
+    Ptx p = emit_ptx(g, arch, *cfg);
+    EXPECT_NE(p.ptx.find(".shared .align 8 .b8 red_kernel_smem[4096]"), std::string::npos) << p.ptx;
+    EXPECT_NE(p.ptx.find("bar.sync"), std::string::npos);
+    EXPECT_EQ(p.ptx.find("shfl.sync"), std::string::npos);
+    EXPECT_EQ(p.launch.grid[0], 128);
+    EXPECT_EQ(p.launch.block[0], 1024);
+  }
+  // 8 rows a block of 16 threads each: a warp's 4 lanes of a row (8 apart) meet by
+  // shuffles of lane offsets 8 and 16, then 4 partials a row in shared memory.
+  KernelConfig c8 = *cfg;
+  c8.threads_per_row = 16;
+  c8.rows_per_block = 8;
+  Ptx p = emit_ptx(g, "sm_90a", c8);
+  EXPECT_NE(p.ptx.find("shfl.sync.bfly.b32"), std::string::npos);
+  EXPECT_NE(p.ptx.find(", 8, 31, -1;"), std::string::npos) << p.ptx;
+  EXPECT_NE(p.ptx.find(", 16, 31, -1;"), std::string::npos);
+  EXPECT_EQ(p.ptx.find(", 4, 31, -1;"), std::string::npos) << "lanes 4 apart hold other rows";
+  EXPECT_NE(p.ptx.find("red_kernel_smem[128]"), std::string::npos);
 }
 
 // ---- errors --------------------------------------------------------------------------------

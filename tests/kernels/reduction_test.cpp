@@ -435,7 +435,13 @@ TEST(ReductionSimulated, SuggestedConfigsFitTheRowShape) {
       {{1000, 16}, {1}, 16, 16},    // short rows: a thread per element, 2 rows per warp
       {{1000, 3}, {1}, 4, 64},
       {{7, 3}, {1}, 4, 8},          // no more rows per block than rows
-      {{5000, 7}, {0}, 128, 2},     // a column reduction: ~64 elements per thread
+      // Outer reductions of long rows: ~64 elements per thread, up to 32 neighbouring
+      // rows a block (a warp's lanes on neighbouring rows), blocks up to 1024 threads.
+      {{5000, 7}, {0}, 128, 8},
+      {{16384, 4096}, {0}, 32, 32},
+      {{8, 2048, 4096}, {0, 1}, 32, 32},
+      {{1024, 4096}, {0}, 16, 32},
+      {{600, 40}, {0}, 16, 32},     // rows of 600: over 512, so 32 rows; 40 rows in 2 blocks
       {{16, 64}, {0}, 1, 64},       // neighbouring threads read neighbouring columns
   };
   for (const Case& c : cases) {

@@ -107,9 +107,22 @@ struct SimBlock {
   explicit SimBlock(int threads) : bar(threads), slots(static_cast<size_t>(threads)) {}
   kernel_test::SleepBarrier<> bar;
   std::vector<int32_t> slots;
+  std::vector<std::vector<int64_t>>* trace = nullptr;  // per thread: the X indices it folded, in order
 };
 
 inline void sim_barrier(void* ctx) { static_cast<SimBlock*>(ctx)->bar.arrive_and_wait(); }
+
+// Each thread appends to its own list only, so the threads need no lock.
+inline void sim_trace(void* ctx, int32_t tid, int64_t x_index) {
+  (*static_cast<SimBlock*>(ctx)->trace)[static_cast<size_t>(tid)].push_back(x_index);
+}
+
+// What a simulated launch read: for each block (grid y major, then x), for each of
+// its threads, the X index of every element it folded (the first of each vector), in
+// the thread's order.
+struct SimTrace {
+  std::vector<std::vector<std::vector<int64_t>>> blocks;
+};
 
 inline int32_t sim_shfl(void* ctx, int32_t tid, int32_t value, int32_t lane_mask) {
   auto* s = static_cast<SimBlock*>(ctx);
@@ -125,7 +138,7 @@ inline int32_t sim_shfl(void* ctx, int32_t tid, int32_t value, int32_t lane_mask
 // `misaligned`: every input is passed one element past a 16-byte boundary, as a view
 // at an odd offset would be (the kernel must take its scalar path).
 inline Result<std::vector<Tensor>> run_simulated(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg,
-                                          bool misaligned = false) {
+                                          bool misaligned = false, SimTrace* trace = nullptr) {
   Result<ReductionInfo> info = reduction_info(spec_of(g), cfg);
   if (!info) return info.error();
   Result<EmittedKernel> k = emit_reduction_block_on_host(spec_of(g, "red_sim"), cfg);
@@ -158,6 +171,11 @@ inline Result<std::vector<Tensor>> run_simulated(const Graph& g, const std::vect
   for (int64_t blk = 0; blk < launch.grid[0]; ++blk) {
     SimBlock sb(threads);
     ReductionSimHooks hooks{&sb, sim_barrier, sim_shfl, shared.data()};
+    if (trace) {
+      trace->blocks.emplace_back(static_cast<size_t>(threads));
+      sb.trace = &trace->blocks.back();
+      hooks.trace = sim_trace;
+    }
     block.run([&](int t) {
       entry(args.data(), static_cast<int32_t>(blk), t, static_cast<int32_t>(launch.grid[0]), &hooks,
             static_cast<int32_t>(by));

@@ -80,6 +80,11 @@ TEST(TuneProblem, DescribesEachKind) {
   EXPECT_EQ(red.cols, 100);
   EXPECT_FALSE(red.bare) << "softmax's outputs are not a reduction's result: no split reduction";
   EXPECT_TRUE(prob(only(kernels_of("graph g(x: f32[4, 1000]) {\n  y = sum(x, dims=[1])\n  return y\n}\n"))).bare);
+  EXPECT_FALSE(red.outer) << "softmax over the last dim reduces X's innermost dim";
+  TuneProblem col = prob(only(kernels_of("graph g(x: bf16[4, 30, 64]) {\n  y = sum(x, dims=[0, 1])\n  return y\n}\n")));
+  EXPECT_TRUE(col.outer) << "the innermost dim is kept: an outer reduction";
+  EXPECT_EQ(col.rows, 64);
+  EXPECT_EQ(col.cols, 120);
   TuneProblem pw = prob(only(kernels_of("graph g(x: f32[8, 9]) {\n  y = relu(mul(x, 2.0))\n  return y\n}\n")));
   EXPECT_EQ(pw.kind, KernelKind::Pointwise);
   EXPECT_EQ(pw.n, 72);

@@ -359,6 +359,39 @@ TEST(CliCompile, ReportSaysHowEachReductionReadsItsRows) {
   EXPECT_NE(report.find("form: multi-pass: each row read 3 time(s)"), std::string::npos) << report;
 }
 
+// An outer reduction (a column sum, the innermost dim kept): report.txt says that a
+// warp's lanes take neighbouring rows with the default config, and that they read one
+// row's scattered elements with a config of one row a block.
+TEST(CliCompile, ReportSaysWhereAnOuterReductionsLanesRead) {
+  TempDir d;
+  write_file(d / "g.sf", "graph c(x: f32[8192, 1024]) {\n  y = sum(x, dims=[0])\n  return y\n}\n");
+  CliResult r = shardfuse("compile " + (d / "g.sf") + " --world 1 --no-ptxas -o " + (d / "plan"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::string report = read_text(d / "plan/report.txt");
+  EXPECT_NE(report.find("rows_per_block=32 threads_per_row=32"), std::string::npos) << report;
+  EXPECT_NE(report.find("outer reduction: a warp's lanes read 32 neighbouring rows at each element"), std::string::npos)
+      << report;
+  CliResult one = shardfuse("compile " + (d / "g.sf") +
+                            " --world 1 --no-ptxas --reduction-config \"rows_per_block=1 threads_per_row=256\" -o " +
+                            (d / "plan1"));
+  ASSERT_EQ(one.code, 0) << one.out;
+  std::string rep1 = read_text(d / "plan1/report.txt");
+  EXPECT_NE(rep1.find("config (flag): rows_per_block=1 threads_per_row=256"), std::string::npos) << rep1;
+  EXPECT_NE(rep1.find("outer reduction with one row a block: a warp's lanes read one row's elements"), std::string::npos)
+      << rep1;
+  // A field that is not a reduction's, and a config the emitter refuses, are errors.
+  CliResult bad = shardfuse("compile " + (d / "g.sf") + " --world 1 --no-ptxas --reduction-config \"block_m=64\" -o " +
+                            (d / "plan2"));
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("--reduction-config: 'block_m' is not a reduction field"), std::string::npos) << bad.out;
+  CliResult big = shardfuse("compile " + (d / "g.sf") +
+                            " --world 1 --no-ptxas --reduction-config \"rows_per_block=64 threads_per_row=32\" -o " +
+                            (d / "plan3"));
+  EXPECT_NE(big.code, 0);
+  EXPECT_NE(big.out.find("2048 threads per block"), std::string::npos) << big.out;
+  EXPECT_FALSE(std::filesystem::exists(d / "plan3")) << "no half-written plan";
+}
+
 // The bench's bf16 GEMM + bias + GELU is priced at the tensor-core rate on both of its
 // paths (sm_80's mma.sync, sm_90a's wgmma): 2 x 4096^3 flops at 989 TFLOP/s is 139 us
 // on an H100, where FP32 SIMT would take 2050.

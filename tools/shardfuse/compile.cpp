@@ -33,9 +33,10 @@ struct CompileCliOptions {
   bool no_tma = false;
   std::string matmul_config;
   std::string attention_config;
+  std::string reduction_config;
 };
 
-// --matmul-config, --attention-config: that kind's GPU fields only (a pointwise or host
+// --matmul-config, --attention-config, --reduction-config: that kind's GPU fields only (a pointwise or host
 // knob would be ignored, so it is refused instead), each once, parsed as a cache's
 // config text is, over `base`.
 std::optional<KernelConfig> parse_kind_config(KernelKind kind, const std::string& text, const KernelConfig& base = {}) {
@@ -97,6 +98,10 @@ int compile(CompileCliOptions o) {
   if (!o.attention_config.empty()) {
     if (!parse_kind_config(KernelKind::Attention, o.attention_config)) return 1;
     co.attention_config = o.attention_config;
+  }
+  if (!o.reduction_config.empty()) {
+    if (!parse_kind_config(KernelKind::Reduction, o.reduction_config)) return 1;
+    co.reduction_config = o.reduction_config;
   }
   co.pipeline.fuse = !o.no_fuse;
   co.pipeline.flash_attention = !o.no_flash_attention;
@@ -201,6 +206,9 @@ void add_compile(CLI::App& app, int& exit_code) {
   cmd->add_option("--attention-config", o->attention_config,
                   "these fields over every fused attention kernel's config (the cache's or the default), e.g. "
                   "\"wgmma=1\" (sm_90a: the products by wgmma) or \"block_m=128 block_n=64 warps=8\"");
+  cmd->add_option("--reduction-config", o->reduction_config,
+                  "these fields over every reduction kernel's config (the cache's or the emitter's suggestion), e.g. "
+                  "\"rows_per_block=32 threads_per_row=32\"");
   cmd->footer(
       "Every kernel's PTX is assembled by ptxas (when the CUDA toolkit has it) and its registers and spills are\n"
       "recorded in plan.json and report.txt. docs/plan.md describes the Plan.\n"

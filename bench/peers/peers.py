@@ -24,12 +24,12 @@ JSON reports the median and the 20th/80th percentiles of the per-call times.
 The output is Google Benchmark JSON ({"context": ..., "benchmarks": [...]}), one
 iteration entry per (block, peer) named BM_Block/<block>/<peer>.
 
---kernels bias_gelu,softmax,layer_norm times single kernels too, as bench_kernels'
-BM_Pointwise and BM_Reduction do: F.gelu(h + b), a row softmax and a layer norm on
-[16384, 4096], eager and compiled (Inductor's Triton kernels), each against a
+--kernels bias_gelu,softmax,layer_norm,column_sum times single kernels too, as
+bench_kernels' BM_Pointwise and BM_Reduction do: F.gelu(h + b), a row softmax, a layer
+norm and a column sum (x.sum(dim=0)) on [16384, 4096], eager and compiled (Inductor's Triton kernels), each against a
 device-to-device copy of the same bytes timed just before it, as
-BM_Pointwise/bias_gelu_<dtype>_16384x4096/<peer>, BM_Reduction/softmax/<peer> and
-BM_Reduction/layer_norm/<peer> with a `ratio` counter (copy time over the kernel's)
+BM_Pointwise/bias_gelu_<dtype>_16384x4096/<peer>, BM_Reduction/softmax/<peer>,
+BM_Reduction/layer_norm/<peer> and BM_Reduction/column_sum/<peer> with a `ratio` counter (copy time over the kernel's)
 that bench/compare lists beside ours. --kernels matmul_bias_gelu times
 F.gelu(x @ w.T + b) at bench_kernels' BM_Matmul shapes (4096^3,
 16384x4096x4096 and, 16-bit only, 128x4096x4096) eagerly and as Triton's tuned kernel (torch.compile max-autotune,
@@ -57,7 +57,7 @@ from dataclasses import dataclass
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BLOCKS = ("mlp", "attention", "transformer_block", "sdpa", "llama_block")
 # Single kernels, as bench_kernels' BM_Pointwise/<name>: --kernels.
-KERNELS = ("bias_gelu", "softmax", "layer_norm", "matmul_bias_gelu")
+KERNELS = ("bias_gelu", "softmax", "layer_norm", "column_sum", "matmul_bias_gelu")
 # --kernels matmul_bias_gelu: the shapes of bench/graphs/kernels/matmul_<dtype>_<M>x<N>x<K>.sf.
 MATMUL_SHAPES = ((4096, 4096, 4096), (16384, 4096, 4096))
 # bf16 only: a decode step's Linear (matmul_bf16_128x4096x4096.sf, split-K's case).
@@ -483,10 +483,15 @@ def run_block(block, shapes, args, device, dtype):
 def make_kernel(kernel, T, H, dtype, device, seed):
     """(fn, inputs, name) of a single kernel of bench/graphs/kernels/ at [T, H]: the
     bias + GELU epilogue (pointwise_bias_gelu_<dtype>_<T>x<H>.sf), a row softmax
-    (reduction_softmax.sf) and a layer norm (reduction_layer_norm.sf)."""
+    (reduction_softmax.sf), a layer norm (reduction_layer_norm.sf) and a column sum
+    (reduction_column_sum.sf)."""
     if kernel == "bias_gelu":
         inputs = make_inputs([("h", (T, H), "act"), ("b", (H,), "b")], dtype, device, seed)
         return (lambda h, b: F.gelu(h + b)), inputs, f"bias_gelu_{'bf16' if dtype == torch.bfloat16 else 'f32'}_{T}x{H}"
+    if kernel == "column_sum":
+        # x.sum(dim=0): an outer reduction (reduction_column_sum.sf), as a bias's gradient is.
+        inputs = make_inputs([("x", (T, H), "act")], dtype, device, seed)
+        return (lambda x: x.sum(dim=0)), inputs, "column_sum" + ("_bf16" if dtype == torch.bfloat16 else "")
     if kernel == "softmax":
         inputs = make_inputs([("x", (T, H), "act")], dtype, device, seed)
         return (lambda x: torch.softmax(x, dim=-1)), inputs, "softmax" + ("_bf16" if dtype == torch.bfloat16 else "")
@@ -504,12 +509,15 @@ def run_kernel(kernel, shapes, args, device, dtype):
     T, H = shapes.tokens, shapes.hidden
     fn, inputs, name = make_kernel(kernel, T, H, dtype, device, args.seed)
     x = inputs[0]
-    # Bytes moved: the [T, H] input read and the output written (vectors are noise).
-    moved = 2 * x.numel() * x.element_size()
-    dst = torch.empty_like(x)
+    # Bytes moved: the [T, H] input read and the output written (vectors are noise);
+    # a column sum writes only [H]. The copy moves the same bytes: half read, half written.
+    out_elems = H if kernel == "column_sum" else x.numel()
+    moved = (x.numel() + out_elems) * x.element_size()
+    half = x.reshape(-1)[: (x.numel() + out_elems) // 2]
+    dst = torch.empty_like(half)
 
-    def copy(src):
-        dst.copy_(src)
+    def copy(_src):
+        dst.copy_(half)
 
     timer = time_cpu if args.cpu_smoke else time_cuda
     family = "BM_Pointwise" if kernel == "bias_gelu" else "BM_Reduction"

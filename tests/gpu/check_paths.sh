@@ -153,5 +153,30 @@ for g in "$src"/tests/gpu/attn_*.sf; do
     case "$w" in *group_heads=1) grep -q "group_heads=1" "$q/plan.json" || { echo "FAIL: $q: not group_heads=1"; fail=1; } ;; esac
   done
 done
+# The outer-reduction check graphs (tests/gpu/red_*.sf, gpu-pack's plans/ARCH/red/):
+# right on the CPU; on sm_90a, in each of gpu-pack's variants, the form report.txt
+# names: the default and "shuffles" with a warp's lanes on neighbouring rows (32 and 8
+# of them; the partials through shared memory behind a barrier; shuffles only in
+# "shuffles"), "one-row" with one row a block.
+for g in "$src"/tests/gpu/red_*.sf; do
+  n=$(basename "$g" .sf)
+  "$sf" run "$g" --check >/dev/null || { echo "FAIL: run $g --check"; fail=1; }
+  for v in default one-row shuffles; do
+    p="$d/$n.$v"
+    case "$v" in
+      default) set -- ;;
+      one-row) set -- --reduction-config "rows_per_block=1 threads_per_row=256" ;;
+      shuffles) set -- --reduction-config "rows_per_block=8 threads_per_row=16" ;;
+    esac
+    "$sf" compile "$g" --arch sm_90a --no-ptxas --no-host "$@" -o "$p" >/dev/null || { echo "FAIL: compile $g $v"; fail=1; continue; }
+    case "$v" in
+      default) grep -q "a warp's lanes read 32 neighbouring rows" "$p/report.txt" || { echo "FAIL: $p: not 32 rows a warp"; fail=1; }
+        has "$p" "bar.sync"; lacks "$p" "shfl.sync" ;;
+      one-row) grep -q "outer reduction with one row a block" "$p/report.txt" || { echo "FAIL: $p: not one row a block"; fail=1; } ;;
+      shuffles) grep -q "a warp's lanes read 8 neighbouring rows" "$p/report.txt" || { echo "FAIL: $p: not 8 rows a warp"; fail=1; }
+        has "$p" "shfl.sync.bfly"; has "$p" "bar.sync" ;;
+    esac
+  done
+done
 [ -e "$d/failed" ] && fail=1
-[ "$fail" = 0 ] && echo "ok: every tensor-core check graph takes its paths"
+[ "$fail" = 0 ] && echo "ok: every tensor-core and outer-reduction check graph takes its paths"

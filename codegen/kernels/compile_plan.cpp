@@ -470,21 +470,21 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
     }
     pk.config = config_str(kind, ConfigTarget::Gpu, cfg);
     if (kind == KernelKind::Reduction)
-      if (Result<ReductionInfo> ri = reduction_info(spec, cfg); ri.ok())
+      if (Result<ReductionInfo> ri = reduction_info(spec, cfg); ri.ok()) {
         forms[i] = ri->persistent
                        ? "rows in registers (" + std::to_string(ri->elems_per_thread) + " elements per thread, " +
                              std::to_string(ri->vector) + " per access), read once"
                        : "multi-pass: each row read " + std::to_string(ri->row_reads()) +
                              " time(s) (" + std::to_string((ri->row_elems + cfg.threads_per_row - 1) / cfg.threads_per_row) +
                              " elements per thread do not fit 32 registers, or the row is split)";
-    if (kind == KernelKind::Reduction)
-      if (Result<ReductionInfo> ri = reduction_info(spec, cfg); ri.ok() && ri->inner_kept && ri->rows > 1)
-        forms[i] += ri->adjacent_lanes > 1
-                        ? "; outer reduction: a warp's lanes read " + std::to_string(ri->adjacent_lanes) +
-                              " neighbouring rows at each element"
-                        : std::string("; outer reduction with one row a block: a warp's lanes read one row's "
-                                      "elements, which lie a row or more apart (uncoalesced; rows_per_block >= 2 "
-                                      "puts the lanes on neighbouring rows)");
+        if (ri->inner_kept && ri->rows > 1)
+          forms[i] += ri->adjacent_lanes > 1
+                          ? "; outer reduction: a warp's lanes read " + std::to_string(ri->adjacent_lanes) +
+                                " neighbouring rows at each element"
+                          : std::string("; outer reduction with one row a block: a warp's lanes read one row's "
+                                        "elements, which lie a row or more apart (uncoalesced; rows_per_block >= 2 "
+                                        "puts the lanes on neighbouring rows)");
+      }
     if (kind == KernelKind::Attention)
       if (Result<AttentionKernelInfo> ai = attention_info(spec.group); ai.ok()) {
         const std::optional<std::string> unfit = attention_mma_unfit(spec.group, cfg);

@@ -83,9 +83,7 @@ Result<KernelConfig> suggest_reduction_config(const KernelSpec& spec, KernelConf
   // Fill the block with rows, but not with more rows than there are. Both factors
   // are powers of two, so a block above 32 threads is whole warps.
   int64_t rpb = std::min<int64_t>(256 / tpr, pow2_at_least(std::max<int64_t>(p->rows, 1)));
-  const bool outer = !p->x.empty() &&
-                     std::find(p->rdims.begin(), p->rdims.end(), static_cast<int>(p->x.size()) - 1) == p->rdims.end();
-  if (outer && rpb < 32 && tpr > 1) {
+  if (p->inner_kept && rpb < 32 && tpr > 1) {
     // An outer reduction whose rows are long: a warp's lanes on 32 neighbouring rows
     // (128 bytes of f32 at each element index; Plan::outer), up to 32 threads a row in
     // blocks of up to 1024 threads, about 64 elements a thread. Rows of 512 or fewer
@@ -114,18 +112,13 @@ Result<ReductionInfo> reduction_info(const KernelSpec& spec, const KernelConfig&
   r.persistent = p->persistent;
   r.vector = p->vector;
   r.elems_per_thread = p->persistent ? p->slots * p->vector : 0;
+  r.inner_kept = p->inner_kept;
   r.outer = p->outer;
-  {
-    // The lanes of a warp that read neighbouring elements at one step.
-    const bool inner_kept = !p->x.empty() && std::find(p->rdims.begin(), p->rdims.end(),
-                                                       static_cast<int>(p->x.size()) - 1) == p->rdims.end();
-    const int64_t warp = std::min<int64_t>(block_threads(config), 32);
-    if (!inner_kept) r.adjacent_lanes = static_cast<int>(std::min<int64_t>(config.threads_per_row, warp));
-    else if (p->outer || config.threads_per_row == 1)
-      r.adjacent_lanes = static_cast<int>(std::min<int64_t>(config.rows_per_block, warp));
-    else r.adjacent_lanes = 1;
-    r.inner_kept = inner_kept;
-  }
+  // The lanes of a warp that read neighbouring elements at one step.
+  const int64_t warp = std::min<int64_t>(block_threads(config), 32);
+  if (!p->inner_kept) r.adjacent_lanes = static_cast<int>(std::min<int64_t>(config.threads_per_row, warp));
+  else if (p->outer || config.threads_per_row == 1)
+    r.adjacent_lanes = static_cast<int>(std::min<int64_t>(config.rows_per_block, warp));
   return r;
 }
 

@@ -65,7 +65,8 @@ struct Plan {
   // rows_per_block apart: rows_per_block a power of two below 32) and through shared
   // memory across the rest (`row_slots` partials per row, slot-major: slot s of row r
   // at s * rows_per_block + r).
-  bool outer = false;
+  bool inner_kept = false;  // X's innermost dim is not reduced (rows are neighbours in memory)
+  bool outer = false;       // inner_kept, with several rows and several threads a row a block
   int outer_lanes = 1;
   int row_slots = 1;
   int smem_bytes = 0;

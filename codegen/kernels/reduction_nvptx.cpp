@@ -422,54 +422,48 @@ class NvptxBuilder final : public Builder {
     for (int off = width / 2; off >= 1; off /= 2)
       for (size_t q = 0; q < pass.size(); ++q) vals[q] = folds_.at(pass[q]).combine(vals[q], shuffle(vals[q], off));
     if (p_.warps_per_row == 1) return;
-    llvm::LLVMContext& c = m_.getContext();
+    // Lane 0 of each warp writes slot warp of the row's warps_per_row.
     const int wpr = p_.warps_per_row;
     llvm::Value* row_slots = b_.CreateMul(sub_, k(wpr), "row.slots", true, true);
-    llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "warp.store", fn_);
-    llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "warp.stored", fn_);
-    b_.CreateCondBr(b_.CreateICmpEQ(lane_, k(0)), st, done);
-    b_.SetInsertPoint(st);
-    for (size_t q = 0; q < pass.size(); ++q)
-      b_.CreateStore(vals[q], slot_ptr(slot0 + q, vals[q]->getType(), b_.CreateAdd(row_slots, warp_, "", true, true)));
-    b_.CreateBr(done);
-    b_.SetInsertPoint(done);
-    barrier();
-    for (size_t q = 0; q < pass.size(); ++q) {
-      llvm::Type* t = vals[q]->getType();
-      llvm::Value* r = b_.CreateLoad(t, slot_ptr(slot0 + q, t, row_slots));
-      for (int w = 1; w < wpr; ++w)
-        r = folds_.at(pass[q]).combine(r, b_.CreateLoad(t, slot_ptr(slot0 + q, t, b_.CreateAdd(row_slots, k(w), "", true, true))));
-      vals[q] = r;
-    }
+    combine_in_shared(pass, vals, slot0, b_.CreateICmpEQ(lane_, k(0)), b_.CreateAdd(row_slots, warp_, "", true, true),
+                      row_slots, 1, wpr);
   }
 
   // An outer reduction's block_reduce: the row's lanes within a warp (outer_lanes of
   // them, rows_per_block apart) by a butterfly, then the row_slots partials left
-  // through shared memory (slot s of row r at s * rows_per_block + r), combined by
-  // every thread of the row in slot order, so every thread ends with the same value.
+  // through shared memory (slot s of row r at s * rows_per_block + r: a warp's 32
+  // rows in 32 consecutive words).
   void outer_reduce(const std::vector<ValueId>& pass, std::vector<llvm::Value*>& vals, size_t slot0) {
     const int rpb = cfg_.rows_per_block;
     for (int off = p_.outer_lanes / 2; off >= 1; off /= 2)
       for (size_t q = 0; q < pass.size(); ++q)
         vals[q] = folds_.at(pass[q]).combine(vals[q], shuffle(vals[q], off * rpb));
     if (p_.row_slots == 1) return;
-    llvm::LLVMContext& c = m_.getContext();
     llvm::Value* mine = b_.CreateUDiv(lr_, k(p_.outer_lanes), "row.slot");
+    combine_in_shared(pass, vals, slot0, b_.CreateICmpEQ(b_.CreateURem(lr_, k(p_.outer_lanes)), k(0)),
+                      b_.CreateAdd(b_.CreateMul(mine, k(rpb), "", true, true), sub_, "", true, true), sub_, rpb,
+                      p_.row_slots);
+  }
+
+  // The row's partials through shared memory: the threads where `writer` holds store
+  // theirs at slot `at`, one barrier, then every thread combines the row's `count`
+  // slots base, base + stride, ... in that order, so all end with the same value.
+  void combine_in_shared(const std::vector<ValueId>& pass, std::vector<llvm::Value*>& vals, size_t slot0,
+                         llvm::Value* writer, llvm::Value* at, llvm::Value* base, int64_t stride, int count) {
+    llvm::LLVMContext& c = m_.getContext();
     llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "slot.store", fn_);
     llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "slot.stored", fn_);
-    b_.CreateCondBr(b_.CreateICmpEQ(b_.CreateURem(lr_, k(p_.outer_lanes)), k(0)), st, done);
+    b_.CreateCondBr(writer, st, done);
     b_.SetInsertPoint(st);
-    llvm::Value* at = b_.CreateAdd(b_.CreateMul(mine, k(rpb), "", true, true), sub_, "", true, true);
     for (size_t q = 0; q < pass.size(); ++q) b_.CreateStore(vals[q], slot_ptr(slot0 + q, vals[q]->getType(), at));
     b_.CreateBr(done);
     b_.SetInsertPoint(done);
     barrier();
     for (size_t q = 0; q < pass.size(); ++q) {
       llvm::Type* t = vals[q]->getType();
-      llvm::Value* r = b_.CreateLoad(t, slot_ptr(slot0 + q, t, sub_));
-      for (int s = 1; s < p_.row_slots; ++s)
-        r = folds_.at(pass[q]).combine(
-            r, b_.CreateLoad(t, slot_ptr(slot0 + q, t, b_.CreateAdd(sub_, k(int64_t{s} * rpb), "", true, true))));
+      llvm::Value* r = b_.CreateLoad(t, slot_ptr(slot0 + q, t, base));
+      for (int s = 1; s < count; ++s)
+        r = folds_.at(pass[q]).combine(r, b_.CreateLoad(t, slot_ptr(slot0 + q, t, b_.CreateAdd(base, k(s * stride), "", true, true))));
       vals[q] = r;
     }
   }

@@ -189,7 +189,8 @@ Result<Plan> make_plan(const KernelSpec& spec, const KernelConfig& c, const llvm
   // or for an outer reduction one per (reduction, row of the block, partial of the
   // row left after its shuffles).
   p.warps_per_row = c.threads_per_row > 32 ? c.threads_per_row / 32 : 1;
-  p.outer = rank > 0 && !red[static_cast<size_t>(rank - 1)] && c.rows_per_block > 1 && c.threads_per_row > 1;
+  p.inner_kept = rank > 0 && !red[static_cast<size_t>(rank - 1)];
+  p.outer = p.inner_kept && c.rows_per_block > 1 && c.threads_per_row > 1;
   int per_row = p.warps_per_row;
   if (p.outer) {
     const int64_t warp = std::min<int64_t>(block_threads(c), 32);

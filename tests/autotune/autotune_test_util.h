@@ -44,6 +44,15 @@ inline KernelConfig mm_cfg(int bm, int bn, int bk, int warps, int group_m) {
   return c;
 }
 
+// A one-shot GPU reduction config (the rest at KernelConfig's defaults).
+inline KernelConfig red_cfg(int threads_per_row, int rows_per_block) {
+  KernelConfig c;
+  c.threads_per_row = threads_per_row;
+  c.rows_per_block = rows_per_block;
+  c.grid_stride = false;
+  return c;
+}
+
 inline TargetInfo host(int simd_bytes = 32) {
   TargetInfo t;
   t.name = "host";

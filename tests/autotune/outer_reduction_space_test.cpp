@@ -26,14 +26,6 @@ TuneProblem column_sum() {
   return p;
 }
 
-KernelConfig rows_config(int tpr, int rpb) {
-  KernelConfig c;
-  c.threads_per_row = tpr;
-  c.rows_per_block = rpb;
-  c.grid_stride = false;
-  return c;
-}
-
 TEST(OuterReductionSpace, BlocksOfNeighbouringRowsJoinTheSpace) {
   TargetInfo t = gpu("sm_90a");
   // 15 more thread shapes (threads_per_row 1..32 x rows 32, 64, 128 within 32..1024
@@ -50,13 +42,13 @@ TEST(OuterReductionSpace, ThirtyTwoRowsABlockMayLeaveSmsIdle) {
   TargetInfo t = gpu("sm_90a");
   TuneProblem p = column_sum();
   // 128 blocks of 32 rows for 132 SMs: kept, the warps need the rows to read lines.
-  EXPECT_FALSE(rule_reject(p, rows_config(32, 32), t)) << *rule_reject(p, rows_config(32, 32), t);
+  EXPECT_FALSE(rule_reject(p, red_cfg(32, 32), t)) << *rule_reject(p, red_cfg(32, 32), t);
   // 64 rows a block leave 64 blocks: pruned as before.
-  ASSERT_TRUE(rule_reject(p, rows_config(16, 64), t));
-  EXPECT_NE(rule_reject(p, rows_config(16, 64), t)->find("leaves 64 blocks"), std::string::npos);
+  ASSERT_TRUE(rule_reject(p, red_cfg(16, 64), t));
+  EXPECT_NE(rule_reject(p, red_cfg(16, 64), t)->find("leaves 64 blocks"), std::string::npos);
   // A row reduction keeps the old rule at 32 rows a block.
   TuneProblem r = reduction(4096, 16384);
-  ASSERT_TRUE(rule_reject(r, rows_config(32, 32), t));
+  ASSERT_TRUE(rule_reject(r, red_cfg(32, 32), t));
 }
 
 TEST(OuterReductionSpace, TheCostModelChargesSectorsReadInPart) {
@@ -66,12 +58,12 @@ TEST(OuterReductionSpace, TheCostModelChargesSectorsReadInPart) {
   b1024.threads_per_block = 1024;
   b256.threads_per_block = 256;
   // One row a block: each lane of a warp reads 4 bytes of its own 32-byte sector.
-  const double strided = predict_us(p, rows_config(256, 1), t, b256);
-  const double lines = predict_us(p, rows_config(32, 32), t, b1024);
+  const double strided = predict_us(p, red_cfg(256, 1), t, b256);
+  const double lines = predict_us(p, red_cfg(32, 32), t, b1024);
   EXPECT_GT(strided, 4 * lines) << strided << " vs " << lines;
   // The same config on a row reduction is not charged for it.
   TuneProblem r = reduction(4096, 16384);
-  EXPECT_LT(predict_us(r, rows_config(256, 1), t, b256), strided / 4);
+  EXPECT_LT(predict_us(r, red_cfg(256, 1), t, b256), strided / 4);
   // Over the whole space (rules applied), the model's best puts a warp's lanes on
   // neighbouring rows.
   double best = std::numeric_limits<double>::infinity();

@@ -12,16 +12,6 @@ namespace sf {
 namespace kernels_reduction_test {
 namespace {
 
-KernelConfig rows_config(int tpr, int rpb, bool grid_stride = false, int max_blocks = 4096, int split = 1) {
-  KernelConfig c;
-  c.threads_per_row = tpr;
-  c.rows_per_block = rpb;
-  c.grid_stride = grid_stride;
-  c.max_blocks = max_blocks;
-  c.split_reduction = split;
-  return c;
-}
-
 // The forms of the outer plan (reduction_internal.h, Plan::outer):
 //   (32, 32): no shuffles, 32 partials a row through shared memory;
 //   (8, 64): rows_per_block above 32, 8 partials a row through shared memory;

@@ -252,17 +252,21 @@ inline const std::vector<DimsCase>& dims_cases() {
   return cases;
 }
 
+// A reduction config of these knobs (the rest at KernelConfig's defaults).
+inline KernelConfig rows_config(int tpr, int rpb, bool grid_stride = false, int max_blocks = 4096, int split = 1) {
+  KernelConfig c;
+  c.threads_per_row = tpr;
+  c.rows_per_block = rpb;
+  c.grid_stride = grid_stride;
+  c.max_blocks = max_blocks;
+  c.split_reduction = split;
+  return c;
+}
+
 // The configs the simulated kernels run in (the default and the corner cases).
 inline std::vector<KernelConfig> sim_configs() {
   std::vector<KernelConfig> v;
-  auto add = [&](int tpr, int rpb, bool grid_stride, int max_blocks) {
-    KernelConfig c;
-    c.threads_per_row = tpr;
-    c.rows_per_block = rpb;
-    c.grid_stride = grid_stride;
-    c.max_blocks = max_blocks;
-    v.push_back(c);
-  };
+  auto add = [&](int tpr, int rpb, bool grid_stride, int max_blocks) { v.push_back(rows_config(tpr, rpb, grid_stride, max_blocks)); };
   add(256, 1, true, 4096);  // the default: 8 warps per row, shared memory across warps
   add(128, 2, true, 2);     // two rows per block, grid-stride over row groups
   add(32, 4, false, 1);     // a warp per row: shuffles only

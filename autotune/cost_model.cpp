@@ -326,6 +326,10 @@ double predict_us(const TuneProblem& p, const KernelConfig& c, const TargetInfo&
     double steps = std::log2(std::max(c.threads_per_row, 1)) + (through_shared ? 4 : 0);
     double rows_per_sm = double(p.rows) * split / busy_sms;
     extra = rows_per_sm / (resident * c.rows_per_block) * steps * 0.02;  // ~20 ns a step
+    // Split rows meet in a workspace: each block stores its partials and counts itself
+    // in (two fences and two barriers, ~8 steps), and a group's last block reads back
+    // the `split` partials of each row, pipelined (~2 ns each): an estimate.
+    if (split > 1) extra += 8 * 0.02 + split * 0.002;
   }
   if (p.kind == KernelKind::Pointwise) {
     // Issue slots the configs differ in: a load or store per operand and vector

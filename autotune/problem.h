@@ -25,9 +25,12 @@ struct TuneProblem {
   int64_t batch = 1, m = 0, k = 0;  // matmul uses n as its N
   int64_t bytes = 0;         // bytes read and written at least once
   int64_t flops = 0;         // arithmetic, FMA = 2
-  // The one output is the f32 matmul itself (split-K possible), or an f32 sum or mean
-  // (split reduction possible): partial results can be added atomically.
+  // matmul: the one output is the f32 matmul itself: split-K adds partial results
+  // into it atomically (any other group sums them in a workspace).
   bool bare = false;
+  // reduction: one pass over each row and outputs per row only, so that rows can be
+  // split over blocks (split_reduction; their shares meet in a workspace).
+  bool splittable = false;
   // reduction: X's innermost dim is kept (an outer reduction): neighbouring rows are
   // neighbours in memory and a row's elements lie a row or more apart, so a warp's
   // lanes read whole sectors only when they take neighbouring rows.

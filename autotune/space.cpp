@@ -291,9 +291,10 @@ std::optional<std::string> rule_reject(const TuneProblem& p, const KernelConfig&
       if (c.grid_stride && blocks <= c.max_blocks)
         return "the persistent grid of " + s(c.max_blocks) + " blocks already covers the rows in one pass";
       if (c.split_reduction > 1) {
-        // Shares of a row are added atomically into a zeroed output: one f32 sum or
-        // mean only, and only worth it when the rows leave SMs idle.
-        if (!p.bare) return "split_reduction " + s(c.split_reduction) + " needs one f32 sum or mean as the kernel's output";
+        // Shares of a row meet in a workspace: one pass and outputs per row only, and
+        // only worth it when the rows leave SMs idle.
+        if (!p.splittable)
+          return "split_reduction " + s(c.split_reduction) + " needs one pass over each row and outputs per row only";
         if (blocks >= t.sms) return "split_reduction " + s(c.split_reduction) + ": " + s(blocks) + " row blocks already fill " + s(t.sms) + " SMs";
         if (p.cols / c.split_reduction < c.threads_per_row)
           return "split_reduction " + s(c.split_reduction) + " leaves shares of " + s(p.cols / c.split_reduction) +

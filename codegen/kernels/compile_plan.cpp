@@ -475,8 +475,14 @@ Result<CompiledPlan> compile_plan(const Graph& g0, const CompileOptions& opts) {
                        ? "rows in registers (" + std::to_string(ri->elems_per_thread) + " elements per thread, " +
                              std::to_string(ri->vector) + " per access), read once"
                        : "multi-pass: each row read " + std::to_string(ri->row_reads()) +
-                             " time(s) (" + std::to_string((ri->row_elems + cfg.threads_per_row - 1) / cfg.threads_per_row) +
+                             " time(s) (" +
+                             std::to_string((ri->row_elems + int64_t{cfg.threads_per_row} * ri->split - 1) /
+                                            (int64_t{cfg.threads_per_row} * ri->split)) +
                              " elements per thread do not fit 32 registers, or the row is split)";
+        if (ri->split > 1)
+          forms[i] += "; each row split over " + std::to_string(ri->split) +
+                      " blocks (grid y), its shares' partials combined in order by the last block to finish (a " +
+                      std::to_string(ri->launch.workspace_bytes) + "-byte workspace)";
         if (ri->inner_kept && ri->rows > 1)
           forms[i] += ri->adjacent_lanes > 1
                           ? "; outer reduction: a warp's lanes read " + std::to_string(ri->adjacent_lanes) +

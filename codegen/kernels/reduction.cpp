@@ -66,9 +66,19 @@ const Emitter& reduction_emitter() {
   return e;
 }
 
+namespace {
+// The SMs the suggestion fills with split rows: an H100's or H200's 132 (an A100's 108
+// are filled too).
+constexpr int64_t kSuggestSms = 132;
+// Elements a thread folds in a share, at least: the share's loads in flight, against
+// the fixed cost of storing, counting and taking the partials.
+constexpr int64_t kMinShare = 64;
+}  // namespace
+
 Result<KernelConfig> suggest_reduction_config(const KernelSpec& spec, KernelConfig base) {
   base.threads_per_row = 256;
   base.rows_per_block = 1;
+  base.split_reduction = 1;
   Result<Plan> p = make_plan(spec, base, llvmb::Target::host());
   if (!p) return p.error();
   auto pow2_at_least = [](int64_t v) {
@@ -93,6 +103,16 @@ Result<KernelConfig> suggest_reduction_config(const KernelSpec& spec, KernelConf
   }
   base.threads_per_row = static_cast<int>(tpr);
   base.rows_per_block = static_cast<int>(std::max<int64_t>(rpb, 1));
+  // Few row blocks over long rows (a whole-tensor sum, a bias gradient of a narrow
+  // layer): each row split over blocks until the launch has a block for every SM,
+  // keeping at least kMinShare elements a thread, where the group allows it (one
+  // pass, outputs per row; Plan::split).
+  const int64_t blocks = (p->rows + rpb - 1) / std::max<int64_t>(rpb, 1);
+  if (p->passes.size() == 1 && p->x_outputs.empty() && blocks > 0 && blocks < kSuggestSms) {
+    int64_t split = 1;
+    while (split * 2 <= 65535 && blocks * split < kSuggestSms && n / (2 * split * tpr) >= kMinShare) split *= 2;
+    base.split_reduction = static_cast<int>(split);
+  }
   return base;
 }
 
@@ -112,6 +132,7 @@ Result<ReductionInfo> reduction_info(const KernelSpec& spec, const KernelConfig&
   r.persistent = p->persistent;
   r.vector = p->vector;
   r.elems_per_thread = p->persistent ? p->slots * p->vector : 0;
+  r.split = p->split;
   r.inner_kept = p->inner_kept;
   r.outer = p->outer;
   // The lanes of a warp that read neighbouring elements at one step.

@@ -68,6 +68,10 @@ struct ReductionInfo {
   bool persistent = false;
   int vector = 1;
   int64_t elems_per_thread = 0;   // persistent: register slots x vector
+  // NVPTX: blocks (grid y) that share each row (KernelConfig::split_reduction): each
+  // stores its share's partials in the workspace (launch.workspace_bytes), and a row
+  // group's last block combines them in share order and stores the outputs.
+  int split = 1;
   // X's innermost dim is kept (rows neighbours in memory, a row's elements a row
   // length or more apart): an outer reduction. `outer`: the block's threads take
   // rows fastest, so a warp's lanes read neighbouring rows (Plan::outer).
@@ -91,15 +95,19 @@ Result<ReductionInfo> reduction_info(const KernelSpec& spec, const KernelConfig&
 // thread, so that neighbouring rows, adjacent in memory, are read by neighbouring
 // threads. Blocks are filled to 256 threads with rows; an outer reduction whose rows
 // are longer than 512 elements gets 32 rows a block instead (a warp's lanes on 32
-// neighbouring rows) and up to 32 threads a row. A Diag when the group is not a
-// reduction group.
+// neighbouring rows) and up to 32 threads a row. When that leaves fewer blocks than
+// an H100's 132 SMs, rows are split over blocks (split_reduction, a power of two) until
+// the blocks cover the SMs, while every thread keeps 64 elements or more of its share,
+// where the group allows a split (one pass, outputs per row). A Diag when the group is
+// not a reduction group.
 Result<KernelConfig> suggest_reduction_config(const KernelSpec& spec, KernelConfig base = {});
 
 // The NVPTX kernel of emit_reduction built for the host, so that tests can run its
 // block reduction (strided partials, butterfly shuffles, shared memory, barriers,
 // grid-stride row loop, masked rows) without a GPU:
 //   void entry(ptr args, i32 block_idx, i32 thread_idx, i32 grid_dim, ptr hooks)
-// runs one thread; args as the host ABI (inputs then outputs), `hooks` a
+// runs one thread; args as the host ABI (inputs then outputs, then a split's
+// workspace: launch.workspace_bytes, zeroed before the first launch), `hooks` a
 // ReductionSimHooks. Running every thread of a block concurrently (each its own OS
 // thread, blocks one after another) computes what the GPU kernel computes, with the
 // host's math functions in place of libdevice's.

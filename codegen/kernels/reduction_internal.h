@@ -76,6 +76,20 @@ struct Plan {
   bool persistent = false;
   int vector = 1;      // elements per register slot: one 16-byte-or-smaller access per operand
   int64_t slots = 0;   // register slots per thread (slots * vector elements)
+  // Split rows (KernelConfig::split_reduction > 1; Inductor's split reductions, in one
+  // kernel): block y of a row group folds the y-th share of each of its rows and
+  // stores the share's partials in the workspace (LaunchShape::workspace_bytes), then
+  // counts itself in on the group's counter; the group's last block to count takes
+  // every share's partials back in share order (zeroing them behind it: the next
+  // launch finds the workspace zero) and runs the epilogue. The combine's order is
+  // fixed, so the result does not depend on which block finishes last. One pass and
+  // row-space outputs only: a value computed from the row's result at every element
+  // would need the whole row in one block.
+  int split = 1;
+  int64_t share = 0;        // elements of a row a share folds (the last share may be shorter), a multiple of `vector`
+  int64_t ws_partials = 0;  // bytes of partials before the counters: 8 a (reduction, share, row)
+  int64_t ws_bytes = 0;     // the partials, then a u32 counter per row group
+  int flag_offset = -1;     // shared memory: the word that says "this block is the group's last"
 };
 
 // Defined in reduction_plan.cpp.

@@ -4,6 +4,8 @@
 #include <llvm/IR/GlobalVariable.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
+#include "codegen/kernels/matmul_split_k.h"
+
 namespace sf::reduction_detail {
 
 namespace {
@@ -27,13 +29,15 @@ class NvptxBuilder final : public Builder {
     // or any value of the group, as a sliced operand, plus one block or grid of slack):
     // half the registers, cheaper division.
     int64_t largest = std::max({numel(p_.x), p_.rows, kernels::largest_value(g_)});
+    if (p_.split > 1) largest += p_.share;  // a share's end, past the row's
     it_ = largest + 2048 + int64_t{cfg_.max_blocks} * cfg_.rows_per_block < (int64_t{1} << 31) ? b_.getInt32Ty() : b_.getInt64Ty();
     llvm::Value *tid = nullptr, *bid = nullptr, *nblocks = nullptr;
     split_ = nullptr;
     std::vector<llvm::Value*> in, out;
     if (!simulate_) {
       llvm::Type* gptr = llvm::PointerType::get(c, 1);  // addrspace(1): global memory
-      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), std::vector<llvm::Type*>(np + no, gptr), false);
+      const size_t nargs = np + no + (p_.split > 1 ? 1 : 0);  // a split's workspace last
+      auto* fty = llvm::FunctionType::get(b_.getVoidTy(), std::vector<llvm::Type*>(nargs, gptr), false);
       fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, spec_.entry, m_);
       llvmb::mark_kernel(*fn_, static_cast<int>(block_threads(cfg_)));
       for (size_t i = 0; i < np + no; ++i) {
@@ -41,6 +45,10 @@ class NvptxBuilder final : public Builder {
         a->setName(i < np ? "in" + std::to_string(i) : "out" + std::to_string(i - np));
         if (i < np) a->addAttr(llvm::Attribute::ReadOnly);
         (i < np ? in : out).push_back(a);
+      }
+      if (p_.split > 1) {
+        ws_ = fn_->getArg(static_cast<unsigned>(np + no));
+        ws_->setName("workspace");
       }
       b_.SetInsertPoint(llvm::BasicBlock::Create(c, "entry", fn_));
       auto sreg = [&](llvm::Intrinsic::ID id) { return b_.CreateZExt(b_.CreateIntrinsic(id, {}, {}), it_); };
@@ -68,6 +76,8 @@ class NvptxBuilder final : public Builder {
         llvm::Value* slot = b_.CreateConstInBoundsGEP1_64(ptr, fn_->getArg(0), i);
         (i < np ? in : out).push_back(b_.CreateAlignedLoad(ptr, slot, llvm::Align(8)));
       }
+      if (p_.split > 1)
+        ws_ = b_.CreateAlignedLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, fn_->getArg(0), np + no), llvm::Align(8));
       bid = b_.CreateZExt(fn_->getArg(1), it_);
       tid = b_.CreateZExt(fn_->getArg(2), it_);
       nblocks = b_.CreateZExt(fn_->getArg(3), it_);
@@ -147,15 +157,14 @@ class NvptxBuilder final : public Builder {
     // bounds) over no elements, and stores nothing.
     llvm::Value* rowc = b_.CreateSelect(valid, row, k(p_.rows - 1));
     llvm::Value* nloop = b_.CreateSelect(valid, k(p_.n), k(0), "row.elems");
-    // Split reduction: block y of the split folds elements [y * chunk, (y + 1) * chunk).
-    llvm::Value* jfirst = lr_;
+    // Split rows: block y folds the row's elements [y * share, (y + 1) * share).
+    llvm::Value* lo = k(0);
     if (split_) {
-      const int64_t chunk = (p_.n + cfg_.split_reduction - 1) / cfg_.split_reduction;
-      llvm::Value* lo = b_.CreateMul(split_, k(chunk), "split.lo", true, true);
-      llvm::Value* hi = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(lo, k(chunk), "", true, true), k(p_.n));
-      jfirst = b_.CreateAdd(lo, lr_, "", true, true);
+      lo = b_.CreateMul(split_, k(p_.share), "share.lo", true, true);
+      llvm::Value* hi = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(lo, k(p_.share), "", true, true), k(p_.n));
       nloop = b_.CreateSelect(valid, hi, k(0), "row.elems");
     }
+    llvm::Value* jfirst = b_.CreateAdd(lo, lr_, "", true, true);
     prog_->set_row(rowc);
     llvm::Value* base = kernels::emit_index_map(b_, rowc, p_.row_map);
     auto x_index = [&](llvm::Value* j) {
@@ -182,7 +191,8 @@ class NvptxBuilder final : public Builder {
                         })
             // `vector` adjacent elements per thread and step (contiguous rows, vector
             // dividing n), each param read in dense runs loaded once per step.
-            : emit_loop(b_, b_.CreateMul(lr_, k(vector), "", true, true), nloop, k(int64_t{tpr} * vector), "j",
+            : emit_loop(b_, b_.CreateAdd(lo, b_.CreateMul(lr_, k(vector), "", true, true), "", true, true), nloop,
+                        k(int64_t{tpr} * vector), "j",
                         [&](llvm::Value* j) -> Result<void> {
                           std::map<std::string, std::vector<Elem>> lanes;
                           llvm::Value* i = x_index(j);
@@ -206,10 +216,17 @@ class NvptxBuilder final : public Builder {
       for (size_t q = 0; q < pass.size(); ++q) vals.push_back(b_.CreateLoad(folds_.at(pass[q]).type(), part[q]));
       block_reduce(pass, vals, slot);
       slot += pass.size();
+      if (split_) meet_shares(pass, vals, grp, valid, rowc);
       for (size_t q = 0; q < pass.size(); ++q) prog_->set_reduced(pass[q], folds_.at(pass[q]).finish(vals[q], p_.n));
     }
 
     if (Result<void> r = store_row_outputs(valid, rowc); !r) return r;
+    if (shares_met_) {
+      // The blocks that were not the group's last come here straight from the count.
+      b_.CreateBr(shares_met_);
+      b_.SetInsertPoint(shares_met_);
+      shares_met_ = nullptr;
+    }
     if (p_.n > 0 && !p_.x_outputs.empty()) {
       if (Result<void> r = prog_->prepare(x_output_roots()); !r) return r;
       Result<void> r = vector == 1
@@ -239,20 +256,98 @@ class NvptxBuilder final : public Builder {
     llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "row.stored", fn_);
     b_.CreateCondBr(b_.CreateAnd(valid, b_.CreateICmpEQ(lr_, k(0))), st, done);
     b_.SetInsertPoint(st);
-    for (size_t q = 0; q < ro->size(); ++q) {
-      if (split_) {
-        // This split's share of the sum (a mean's share already divided by n), added
-        // into the output the launch zeroed.
-        llvm::Value* at = b_.CreateInBoundsGEP(b_.getFloatTy(), out_[p_.row_outputs[q]], rowc);
-        b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, at, (*ro)[q].value, llvm::MaybeAlign(4),
-                           llvm::AtomicOrdering::Monotonic);
-      } else {
-        cg_->store((*ro)[q], out_[p_.row_outputs[q]], rowc);
-      }
-    }
+    for (size_t q = 0; q < ro->size(); ++q) cg_->store((*ro)[q], out_[p_.row_outputs[q]], rowc);
     b_.CreateBr(done);
     b_.SetInsertPoint(done);
     return {};
+  }
+
+  // Split rows (Plan::split): the row's first thread stores this share's partials in
+  // the workspace, and the block counts itself in on group `grp`'s counter (the
+  // fence-count protocol of split-K, matmul_split_k.h). Blocks that are not the
+  // group's last go on at shares_met_, after the row's stores; in the last, the row's
+  // first thread takes every share's partials back in share order (0, 1, ...), so
+  // the row's value is the same whichever block came last.
+  void meet_shares(const std::vector<ValueId>& pass, std::vector<llvm::Value*>& vals, llvm::Value* grp,
+                   llvm::Value* valid, llvm::Value* rowc) {
+    llvm::LLVMContext& c = m_.getContext();
+    llvm::Value* first = b_.CreateAnd(valid, b_.CreateICmpEQ(lr_, k(0)), "row.first");
+    llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "share.store", fn_);
+    llvm::BasicBlock* stored = llvm::BasicBlock::Create(c, "share.stored", fn_);
+    b_.CreateCondBr(first, st, stored);
+    b_.SetInsertPoint(st);
+    for (size_t q = 0; q < pass.size(); ++q)
+      b_.CreateAlignedStore(vals[q], partial(q, split_, rowc), slot_align(vals[q]->getType()));
+    b_.CreateBr(stored);
+    b_.SetInsertPoint(stored);
+
+    shares_met_ = llvm::BasicBlock::Create(c, "shares.met", fn_);
+    matmul_detail::SplitKWorkspace ws;
+    ws.b = &b_;
+    ws.fn = fn_;
+    ws.ws = ws_;
+    ws.sums = p_.ws_partials / 4;  // the counters start after the partials (in f32 words)
+    ws.item = grp;
+    ws.tid = tid32_;
+    ws.flag = b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), smem_, static_cast<uint64_t>(p_.flag_offset));
+    ws.split = p_.split;
+    ws.host = simulate_;
+    ws.barrier = [this] { barrier(); };
+    llvm::BasicBlock* met = shares_met_;
+    ws.leave = [this, met] { b_.CreateBr(met); };
+    ws.arrive();
+
+    // The group's last block: the row's first thread folds the shares in order and
+    // zeroes them behind it; the row's other threads keep their own (unused) values.
+    llvm::BasicBlock* from = b_.GetInsertBlock();
+    llvm::BasicBlock* take = llvm::BasicBlock::Create(c, "shares.take", fn_);
+    llvm::BasicBlock* taken = llvm::BasicBlock::Create(c, "shares.taken", fn_);
+    b_.CreateCondBr(first, take, taken);
+    b_.SetInsertPoint(take);
+    std::vector<llvm::AllocaInst*> acc;
+    for (size_t q = 0; q < pass.size(); ++q) {
+      acc.push_back(entry_alloca(vals[q]->getType(), "shares"));
+      b_.CreateStore(folds_.at(pass[q]).identity(), acc.back());
+    }
+    // A loop, not unrolled code: a split may have up to 65535 shares.
+    Result<void> looped = emit_loop(b_, k(0), k(p_.split), k(1), "share", [&](llvm::Value* s) -> Result<void> {
+      for (size_t q = 0; q < pass.size(); ++q) {
+        llvm::Type* t = vals[q]->getType();
+        const llvm::Align align = slot_align(t);
+        llvm::Value* at = partial(q, s, rowc);
+        llvm::Value* v = b_.CreateAlignedLoad(t, at, align, /*isVolatile=*/true);
+        b_.CreateAlignedStore(llvm::Constant::getNullValue(t), at, align);
+        b_.CreateStore(folds_.at(pass[q]).combine(b_.CreateLoad(t, acc[q]), v), acc[q]);
+      }
+      return {};
+    });
+    (void)looped;  // the body cannot fail
+    std::vector<llvm::Value*> total;
+    for (size_t q = 0; q < pass.size(); ++q) total.push_back(b_.CreateLoad(vals[q]->getType(), acc[q]));
+    llvm::BasicBlock* took = b_.GetInsertBlock();
+    b_.CreateBr(taken);
+    b_.SetInsertPoint(taken);
+    for (size_t q = 0; q < pass.size(); ++q) {
+      llvm::PHINode* phi = b_.CreatePHI(vals[q]->getType(), 2);
+      phi->addIncoming(total[q], took);
+      phi->addIncoming(vals[q], from);
+      vals[q] = phi;
+    }
+  }
+
+  // A partial's alignment in its 8-byte slot: its store size (a bool max's i1 is a byte).
+  llvm::Align slot_align(llvm::Type* t) const { return llvm::Align(m_.getDataLayout().getTypeStoreSize(t).getFixedValue()); }
+
+  // The workspace slot of reduction `q`'s partial of share `s` for row `row` (8 bytes
+  // each, reduction-major, then share, then row).
+  llvm::Value* partial(size_t q, llvm::Value* s, llvm::Value* row) {
+    llvm::Type* i64 = b_.getInt64Ty();
+    llvm::Value* at = b_.CreateAdd(
+        b_.CreateMul(b_.CreateAdd(b_.getInt64(static_cast<uint64_t>(q) * static_cast<uint64_t>(p_.split)),
+                                  b_.CreateZExt(s, i64), "", true, true),
+                     b_.getInt64(static_cast<uint64_t>(std::max<int64_t>(p_.rows, 1))), "", true, true),
+        b_.CreateZExt(row, i64), "", true, true);
+    return b_.CreateInBoundsGEP(i64, ws_, at);
   }
 
   // True when every pointer a vector slot reads or writes in whole runs is aligned to
@@ -524,7 +619,9 @@ class NvptxBuilder final : public Builder {
   }
 
   bool simulate_ = false;
-  llvm::Value* split_ = nullptr;  // blockIdx.y when the rows are split over blocks (split_reduction > 1)
+  llvm::Value* split_ = nullptr;  // blockIdx.y when the rows are split over blocks (Plan::split)
+  llvm::Value* ws_ = nullptr;     // the split's workspace (the kernel's last argument)
+  llvm::BasicBlock* shares_met_ = nullptr;  // where a split's blocks meet after the row's stores
   llvm::Value* smem_ = nullptr;
   llvm::Value *hooks_ = nullptr, *hook_ctx_ = nullptr, *hook_barrier_ = nullptr, *hook_shfl_ = nullptr,
               *hook_trace_ = nullptr;

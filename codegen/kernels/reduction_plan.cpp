@@ -29,9 +29,9 @@ constexpr int64_t kPersistentElems = 32;
 // over blocks. Vector slots (the thread's elements of one slot adjacent in memory)
 // when the reduced dims are X's innermost, so that a row is contiguous: as wide as
 // 16 bytes of the narrowest dtype read or written in X space allows, dividing n. Rows
-// too long for registers keep the vector width for their loops (not split rows).
+// too long for registers, and split rows, keep the vector width for their loops.
 void decide_persistent(Plan& p, const Graph& g, const KernelConfig& c) {
-  if (c.split_reduction > 1 || p.n <= 0) return;
+  if (p.n <= 0) return;
   const int64_t tpr = c.threads_per_row;
   int v = 1;
   if (p.red_map.contiguous()) {
@@ -40,7 +40,7 @@ void decide_persistent(Plan& p, const Graph& g, const KernelConfig& c) {
     for (size_t o : p.x_outputs) narrow = std::min<int64_t>(narrow, dtype_size(g.node(g.outputs()[o].value).type.dtype));
     v = static_cast<int>(std::min<int64_t>(8, 16 / std::max<int64_t>(narrow, 1)));
   }
-  for (int w = v; w >= 1; w /= 2) {
+  for (int w = v; w >= 1 && c.split_reduction == 1; w /= 2) {
     if (p.n % w != 0) continue;
     const int64_t slots = (p.n + tpr * w - 1) / (tpr * w);
     if (slots * w > kPersistentElems) continue;
@@ -219,19 +219,35 @@ Result<Plan> make_plan(const KernelSpec& spec, const KernelConfig& c, const llvm
   }
   decide_persistent(p, g, c);
   if (c.split_reduction > 1) {
-    // Each block adds its share of a row into the output atomically, so the kernel
-    // must be one f32 sum or mean whose result is its only output: a max has no
-    // f32 atomic in PTX, and anything computed from the row's value would see a
-    // partial one.
+    // The shares of a row meet in the workspace (Plan::split): one pass, so that the
+    // partials are the row's only state, and outputs per row, so that nothing needs
+    // the whole row's value back at its elements.
     const std::string what = "split_reduction = " + std::to_string(c.split_reduction);
-    if (p.passes.size() != 1 || p.passes[0].size() != 1 || !p.x_outputs.empty() || p.row_outputs.size() != 1 ||
-        g.outputs().size() != 1 || g.outputs()[0].value != p.passes[0][0])
-      return diag(what + " needs a kernel whose only output is one reduction's result (it adds partial results)");
-    const Node& r = g.node(p.passes[0][0]);
-    if ((r.op != OpKind::Sum && r.op != OpKind::Mean) || r.type.dtype != DType::F32)
-      return diag(what + " needs an f32 sum or mean (partial results are added with f32 atomics), not " + who(r) +
-                      " of " + std::string(dtype_name(r.type.dtype)),
-                  r.loc);
+    if (p.passes.size() != 1)
+      return diag(what + " needs one pass over each row (a reduction whose operand needs another reduction's result, "
+                         "as softmax's sum needs its max, sees only a share of the row); this group takes " +
+                  std::to_string(p.passes.size()));
+    if (!p.x_outputs.empty()) {
+      const Output& o = g.outputs()[p.x_outputs[0]];
+      return diag(what + " needs every output to be one value per row, but '" + o.name + "' has one per element of " +
+                      shape_str(p.x),
+                  o.loc);
+    }
+    p.split = c.split_reduction;
+    // Shares of whole vectors, so that every share's vectors stay aligned.
+    const int64_t v = p.vector;
+    p.share = ((p.n + p.split - 1) / p.split + v - 1) / v * v;
+    p.ws_partials = int64_t{8} * static_cast<int64_t>(p.passes[0].size()) * p.split * std::max<int64_t>(p.rows, 1);
+    const int64_t groups = (p.rows + c.rows_per_block - 1) / c.rows_per_block;
+    p.ws_bytes = p.ws_partials + (4 * std::max<int64_t>(groups, 1) + 7) / 8 * 8;
+    constexpr int64_t kMaxWorkspace = int64_t{1} << 32;
+    if (p.ws_bytes > kMaxWorkspace)
+      return diag(what + " over " + std::to_string(p.rows) + " rows needs " + std::to_string(p.ws_bytes) +
+                  " bytes of workspace, over 4 GiB: fewer shares");
+    // The last-block flag, after the partials' slots.
+    p.smem_bytes = (p.smem_bytes + 7) / 8 * 8;
+    p.flag_offset = p.smem_bytes;
+    p.smem_bytes += 8;
   }
   return p;
 }
@@ -242,7 +258,7 @@ LaunchShape launch_of(const Plan& p, const KernelConfig& c) {
   if (c.grid_stride) groups = std::min<int64_t>(groups, c.max_blocks);
   l.grid = {std::max<int64_t>(groups, 1), c.split_reduction, 1};
   l.block = {static_cast<int>(block_threads(c)), 1, 1};
-  l.zero_outputs = c.split_reduction > 1;
+  l.workspace_bytes = p.ws_bytes;
   return l;
 }
 

@@ -299,8 +299,8 @@ Result<TuneProblem> tune_problem(const LocalKernel& k) {
       p.rows = p.cols ? numel(x) / p.cols : 0;
       p.n = numel(x);
       p.outer = !x.empty() && std::find(rd.begin(), rd.end(), static_cast<int>(x.size()) - 1) == rd.end();
-      p.bare = g.outputs().size() == 1 && &g.node(g.outputs()[0].value) == &n && n.type.dtype == DType::F32 &&
-               (n.op == OpKind::Sum || n.op == OpKind::Mean);
+      if (Result<ReductionInfo> r = reduction_info(KernelSpec{"sf_tune", k.kind, g}, KernelConfig{}); r.ok())
+        p.splittable = r->passes == 1 && r->x_outputs == 0;
       break;
     }
     if (k.kind == KernelKind::Matmul && n.op == OpKind::Matmul) {

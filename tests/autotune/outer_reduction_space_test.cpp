@@ -22,7 +22,7 @@ using namespace autotune_test;
 TuneProblem column_sum() {
   TuneProblem p = reduction(4096, 16384);
   p.outer = true;
-  p.bare = true;
+  p.splittable = true;
   return p;
 }
 

@@ -738,15 +738,16 @@ TEST(SpaceTest, SplitKRules) {
 namespace sf {
 namespace autotune_space_test {
 
-// Split reduction only for one f32 sum or mean whose rows leave SMs idle, with
-// shares no shorter than a row's threads.
+// Split reduction only for a group of one pass with outputs per row (its shares meet
+// in a workspace) whose rows leave SMs idle, with shares no shorter than a row's
+// threads.
 TEST(SpaceTest, SplitReductionRules) {
   TargetInfo t = gpu_target_info("sm_90a").value();
   TuneProblem p;
   p.kind = KernelKind::Reduction;
   p.rows = 4;
   p.cols = 1 << 20;
-  p.bare = true;
+  p.splittable = true;
   p.elem_bytes = 4;
   p.num_inputs = 1;
   p.bytes = 4 * p.rows * p.cols;
@@ -755,10 +756,10 @@ TEST(SpaceTest, SplitReductionRules) {
   c.grid_stride = false;
   c.split_reduction = 64;
   EXPECT_FALSE(rule_reject(p, c, t)) << *rule_reject(p, c, t);
-  p.bare = false;
+  p.splittable = false;  // softmax: two passes, an output per element
   ASSERT_TRUE(rule_reject(p, c, t));
-  EXPECT_NE(rule_reject(p, c, t)->find("one f32 sum or mean"), std::string::npos);
-  p.bare = true;
+  EXPECT_NE(rule_reject(p, c, t)->find("needs one pass over each row and outputs per row only"), std::string::npos);
+  p.splittable = true;
   p.rows = 1000;  // 1000 row blocks fill 132 SMs
   ASSERT_TRUE(rule_reject(p, c, t));
   EXPECT_NE(rule_reject(p, c, t)->find("already fill 132 SMs"), std::string::npos);

@@ -178,5 +178,21 @@ for g in "$src"/tests/gpu/red_*.sf; do
     esac
   done
 done
+# The split-row check graphs (tests/gpu/split_*.sf, gpu-pack's plans/ARCH/split/):
+# right on the CPU; on sm_90a the default splits its rows (report.txt's form line,
+# the count on the workspace's counter in the PTX) and no-split does not.
+for g in "$src"/tests/gpu/split_*.sf; do
+  n=$(basename "$g" .sf)
+  "$sf" run "$g" --check >/dev/null || { echo "FAIL: run $g --check"; fail=1; }
+  p="$d/$n.default"
+  "$sf" compile "$g" --arch sm_90a --no-ptxas --no-host -o "$p" >/dev/null || { echo "FAIL: compile $g"; fail=1; continue; }
+  grep -q "each row split over" "$p/report.txt" || { echo "FAIL: $p: rows not split"; fail=1; }
+  has "$p" "atom.global.add.u32"
+  p="$d/$n.no-split"
+  "$sf" compile "$g" --arch sm_90a --no-ptxas --no-host --reduction-config "split_reduction=1" -o "$p" >/dev/null ||
+    { echo "FAIL: compile $g no-split"; fail=1; continue; }
+  ! grep -q "each row split over" "$p/report.txt" || { echo "FAIL: $p: rows split"; fail=1; }
+  lacks "$p" "atom.global.add.u32"
+done
 [ -e "$d/failed" ] && fail=1
-[ "$fail" = 0 ] && echo "ok: every tensor-core and outer-reduction check graph takes its paths"
+[ "$fail" = 0 ] && echo "ok: every tensor-core, outer-reduction and split-row check graph takes its paths"

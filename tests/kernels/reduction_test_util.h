@@ -137,8 +137,13 @@ inline int32_t sim_shfl(void* ctx, int32_t tid, int32_t value, int32_t lane_mask
 // another, each with all its threads running concurrently.
 // `misaligned`: every input is passed one element past a 16-byte boundary, as a view
 // at an odd offset would be (the kernel must take its scalar path).
+// A split reduction's workspace is zeroed before the launch, and a launch that leaves
+// any byte of it nonzero is an error (the next launch would find stale partials or
+// counts). `shares_reversed`: grid y runs from its last block to its first, so that a
+// row's last share to arrive is share 0.
 inline Result<std::vector<Tensor>> run_simulated(const Graph& g, const std::vector<Tensor>& inputs, const KernelConfig& cfg,
-                                          bool misaligned = false, SimTrace* trace = nullptr) {
+                                          bool misaligned = false, SimTrace* trace = nullptr,
+                                          bool shares_reversed = false) {
   Result<ReductionInfo> info = reduction_info(spec_of(g), cfg);
   if (!info) return info.error();
   Result<EmittedKernel> k = emit_reduction_block_on_host(spec_of(g, "red_sim"), cfg);
@@ -150,6 +155,8 @@ inline Result<std::vector<Tensor>> run_simulated(const Graph& g, const std::vect
   auto entry = reinterpret_cast<Entry>(*fn);
   std::vector<Tensor> out = output_tensors(g);
   kernel_test::ArgArray args = arg_array(inputs, out);
+  std::vector<uint64_t> workspace(static_cast<size_t>((launch.workspace_bytes + 7) / 8), 0);
+  if (launch.workspace_bytes > 0) args.push_back(workspace.data());
   std::vector<std::vector<char>> shifted;
   if (misaligned)
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -163,12 +170,13 @@ inline Result<std::vector<Tensor>> run_simulated(const Graph& g, const std::vect
     }
   const int threads = launch.block[0];
   std::vector<uint64_t> shared(static_cast<size_t>(info->static_shared_bytes / 8 + 1), 0xDEADBEEFDEADBEEFull);
-  // A split reduction adds into its outputs, which the launch zeroes.
-  if (launch.zero_outputs)
-    for (Tensor& t : out) std::memset(t.data(), 0, t.nbytes());
+  // Every output starts as all ones (NaN for floats, -1 for integers): an element the
+  // kernel does not store fails the comparison.
+  for (Tensor& t : out) std::memset(t.data(), 0xFF, static_cast<size_t>(t.nbytes()));
   kernel_test::BlockThreads block(threads);
-  for (int64_t by = 0; by < launch.grid[1]; ++by)
+  for (int64_t y = 0; y < launch.grid[1]; ++y)
   for (int64_t blk = 0; blk < launch.grid[0]; ++blk) {
+    const int64_t by = shares_reversed ? launch.grid[1] - 1 - y : y;
     SimBlock sb(threads);
     ReductionSimHooks hooks{&sb, sim_barrier, sim_shfl, shared.data()};
     if (trace) {
@@ -181,6 +189,10 @@ inline Result<std::vector<Tensor>> run_simulated(const Graph& g, const std::vect
             static_cast<int32_t>(by));
     });
   }
+  for (size_t w = 0; w < workspace.size(); ++w)
+    if (workspace[w] != 0)
+      return Diag{"", {}, "the launch left workspace word " + std::to_string(w) + " (of " +
+                              std::to_string(workspace.size()) + " 8-byte words) nonzero"};
   return out;
 }
 

@@ -78,8 +78,12 @@ TEST(TuneProblem, DescribesEachKind) {
   EXPECT_EQ(red.kind, KernelKind::Reduction);
   EXPECT_EQ(red.rows, 16);
   EXPECT_EQ(red.cols, 100);
-  EXPECT_FALSE(red.bare) << "softmax's outputs are not a reduction's result: no split reduction";
-  EXPECT_TRUE(prob(only(kernels_of("graph g(x: f32[4, 1000]) {\n  y = sum(x, dims=[1])\n  return y\n}\n"))).bare);
+  EXPECT_FALSE(red.splittable) << "softmax takes two passes and writes every element: no split reduction";
+  EXPECT_TRUE(prob(only(kernels_of("graph g(x: f32[4, 1000]) {\n  y = sum(x, dims=[1])\n  return y\n}\n"))).splittable);
+  // Any fold and dtype, an epilogue on the row values.
+  EXPECT_TRUE(prob(only(kernels_of("graph g(x: bf16[4, 1000]) {\n  a = max(x, dims=[1])\n  r = sqrt(a)\n"
+                                   "  return r\n}\n")))
+                  .splittable);
   EXPECT_FALSE(red.outer) << "softmax over the last dim reduces X's innermost dim";
   TuneProblem col = prob(only(kernels_of("graph g(x: bf16[4, 30, 64]) {\n  y = sum(x, dims=[0, 1])\n  return y\n}\n")));
   EXPECT_TRUE(col.outer) << "the innermost dim is kept: an outer reduction";

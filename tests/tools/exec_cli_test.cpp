@@ -361,6 +361,47 @@ TEST(ExecFakeDriver, ASplitKKernelGetsItsWorkspaceZeroedOnce) {
   }
 }
 
+// A whole-tensor sum, which the default config splits over blocks (docs/kernels.md,
+// "Split rows"): report.txt says so, plan.json records the workspace (8 bytes a share's
+// partial, one counter), and exec passes it after the input and the output, zeroed
+// once, to a launch of the split's grid y; the outputs are not cleared (the last block
+// stores them). Plain and as a CUDA graph.
+TEST(ExecFakeDriver, ASplitReductionGetsItsWorkspaceZeroedOnce) {
+  TempDir t;
+  write_file(t / "g.sf", "graph g(x: f32[2048, 4096]) {\n  s = sum(x)\n  return s\n}\n");
+  const std::string dir = compile_to(t, t / "g.sf", "p");
+  EXPECT_NE(read_text(dir + "/report.txt").find("each row split over 256 blocks (grid y)"), std::string::npos)
+      << read_text(dir + "/report.txt");
+  Plan p = read_plan(dir);
+  auto k = std::find_if(p.kernels.begin(), p.kernels.end(), [](const PlanKernel& pk) { return pk.kind == KernelKind::Reduction; });
+  ASSERT_NE(k, p.kernels.end());
+  EXPECT_EQ(k->grid[1], 256);
+  EXPECT_FALSE(k->zero_outputs);
+  const int64_t ws = 8 * 256 + 8;  // a partial a share, then the one group's counter (rounded to 8)
+  EXPECT_EQ(k->workspace_bytes, ws);
+  for (const char* mode : {"", " --cuda-graph"}) {
+    const std::string log = t / (std::string("log") + (*mode ? "g" : ""));
+    CliResult r = shardfuse_env(fake_env(log), "exec " + dir + " --device cuda" + mode);
+    ASSERT_EQ(r.code, 0) << mode << ": " << r.out;
+    std::istringstream in(read_text(log));
+    std::string line;
+    int launches = 0, zeroings = 0, cleared = 0;
+    while (std::getline(in, line)) {
+      if (line.rfind("memset8 ", 0) == 0 && line.find(" 0 " + std::to_string(ws)) != std::string::npos) ++zeroings;
+      else if (line.rfind("memset8 ", 0) == 0) ++cleared;
+      if (line.rfind("launch " + k->entry + " ", 0) == 0) {
+        EXPECT_EQ(zeroings, 1) << line;
+        EXPECT_NE(line.find(" grid=1,256,1 "), std::string::npos) << line;
+        EXPECT_NE(line.find(" args=3 "), std::string::npos) << line;  // x, s, then the workspace
+        ++launches;
+      }
+    }
+    EXPECT_GT(launches, 0) << mode;
+    EXPECT_EQ(zeroings, 1) << mode << "\n" << read_text(log);
+    EXPECT_EQ(cleared, 0) << mode << "\n" << read_text(log);
+  }
+}
+
 // exec --check of a Plan compiled under --precision fused (plan.json says so) checks an
 // output of f16/bf16 origin that misses the eager reference against the one without
 // 16-bit rounding, as run --check does: the bf16 softmax of a fused matmul + GELU

@@ -156,6 +156,35 @@ class Fuser {
     if (b.numel != a.numel && !(reindexes(p_.steps[i].node.op) && closed(b, both))) return false;
     return !cycle_through_others(both);
   }
+  size_t num_groups() const { return groups_.size(); }
+
+  // Whether reduction groups `a` and `b` may become one kernel as siblings (Inductor's
+  // horizontal fusion of reductions over one iteration domain): they reduce one shape
+  // over the same dims, read a value in common (a layer norm backward's dy, in the
+  // sums of dy * xhat and of dy), and neither reads the other's values, directly or
+  // through other steps; the kernel then reads the common value once, in one pass.
+  bool siblings(size_t a, size_t b) const {
+    const Group& x = groups_[a];
+    const Group& y = groups_[b];
+    if (a == b || x.kind != KernelKind::Reduction || y.kind != KernelKind::Reduction || x.steps.empty() ||
+        y.steps.empty())
+      return false;
+    if (x.full != y.full || x.rdims != y.rdims) return false;
+    if (static_cast<int>(x.steps.size() + y.steps.size()) > opts_.max_ops) return false;
+    for (const Group* g : {&x, &y})
+      for (size_t st : g->steps)
+        if (opts_.isolate.count(st)) return false;
+    const std::set<int> xin = reads_from_outside(x), yin = reads_from_outside(y);
+    for (size_t st : x.steps)
+      if (yin.count(p_.steps[st].out)) return false;
+    for (size_t st : y.steps)
+      if (xin.count(p_.steps[st].out)) return false;
+    if (std::none_of(xin.begin(), xin.end(), [&](int v) { return yin.count(v) > 0; })) return false;
+    std::set<size_t> both(x.steps.begin(), x.steps.end());
+    both.insert(y.steps.begin(), y.steps.end());
+    return !cycle_through_others(both);
+  }
+
   void merge(int into, int from) {
     Group& a = groups_[static_cast<size_t>(into)];
     Group& b = groups_[static_cast<size_t>(from)];
@@ -163,7 +192,7 @@ class Fuser {
     a.steps.insert(a.steps.end(), b.steps.begin(), b.steps.end());
     std::sort(a.steps.begin(), a.steps.end());
     a.views_only = a.views_only && b.views_only;
-    a.reindexing = a.kind == KernelKind::Pointwise || a.reindexing;  // a matmul takes views only
+    a.reindexing = a.kind == KernelKind::Pointwise || a.reindexing || (a.kind == KernelKind::Reduction && b.reindexing);
     b.steps.clear();  // gets no kernel
   }
 
@@ -174,6 +203,17 @@ class Fuser {
            p_.steps[it->second].node.op == OpKind::Constant;
   }
   const TensorType& type(int v) const { return p_.types[static_cast<size_t>(v)]; }
+
+  // The values group g's steps read that it does not compute (literals and inlined
+  // values aside: the kernel makes those itself).
+  std::set<int> reads_from_outside(const Group& g) const {
+    std::set<int> produced, in;
+    for (size_t i : g.steps) produced.insert(p_.steps[i].out);
+    for (size_t i : g.steps)
+      for (int v : p_.steps[i].in)
+        if (!produced.count(v) && !is_constant_value(v) && !is_inlined_value(v)) in.insert(v);
+    return in;
+  }
 
   // Values made from their index alone (arange, full, and elementwise ops, views and
   // tril/triu of such values and literals: a causal mask) are recomputed in every
@@ -717,6 +757,15 @@ std::vector<LocalProgram> fuse_all(std::vector<LocalProgram> programs, const Fus
         for (Fuser& x : f) x.merge(into, gi);
     }
   }
+  // Sibling reductions (Fuser::siblings), where every rank allows it: each group takes
+  // in every later one it is a sibling of, in order.
+  for (size_t a = 0; a < f[0].num_groups(); ++a)
+    for (size_t b = a + 1; b < f[0].num_groups(); ++b) {
+      bool everywhere = true;
+      for (size_t r = 0; r < f.size() && everywhere; ++r) everywhere = f[r].siblings(a, b);
+      if (everywhere)
+        for (Fuser& x : f) x.merge(static_cast<int>(a), static_cast<int>(b));
+    }
   std::vector<LocalProgram> out;
   for (Fuser& x : f) out.push_back(x.finish());
   return out;

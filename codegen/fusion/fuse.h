@@ -5,7 +5,9 @@
 //     index arithmetic), with several outputs where values escape the chain;
 //   - reductions with a pointwise prologue and epilogue, and several reductions
 //     over the same rows in one kernel (softmax, layer_norm, rms_norm each become
-//     one kernel);
+//     one kernel), siblings too: independent reductions of one shape over the same
+//     dims that read a value in common join after the greedy pass (horizontal
+//     fusion: a layer norm backward's sums of dy * xhat and of dy read dy once);
 //   - matmul with transposed operands read in place and a pointwise epilogue
 //     (bias, scale, activation, residual add, cast);
 //   - attention (codegen/ir/attention_match.h: matmul -> scale/mask -> softmax ->

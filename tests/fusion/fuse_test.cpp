@@ -342,3 +342,40 @@ TEST(FuseGenerators, UsersThatWantDifferentPlacementsKeepItReplicated) {
 
 }  // namespace fusion_fuse_test
 }  // namespace sf
+
+namespace sf {
+namespace fusion_fuse_test {
+
+// Sibling reductions (horizontal fusion): independent reductions of one shape over
+// the same dims that read a value in common become one kernel, which reads it once;
+// other dims, no common value, or one reading the other's result keep them apart.
+TEST(Fuse, SiblingReductionsOverOneShapeShareAKernel) {
+  // A layer norm backward's weight and bias gradients: dy read once, not twice.
+  Graph ln = parse(
+      "graph g(dy: bf16[64, 32], xhat: bf16[64, 32]) {\n  gw = sum(mul(dy, xhat), dims=[0])\n"
+      "  gb = sum(dy, dims=[0])\n  return gw, gb\n}\n");
+  LocalProgram p = programs(ln)[0];
+  ASSERT_EQ(p.kernels.size(), 1u) << explain_kernels(p);
+  EXPECT_EQ(p.kernels[0].kind, KernelKind::Reduction);
+  EXPECT_EQ(p.kernels[0].bytes_read, 2 * 64 * 32 * 2) << "dy and xhat, each once";
+  EXPECT_EQ(p.kernels[0].group.outputs().size(), 2u);
+  // Three whole-tensor statistics of one param.
+  Graph stats = parse(
+      "graph g(x: f32[8, 100]) {\n  s = sum(x)\n  m = max(x)\n  r = sqrt(mean(mul(x, x)))\n  return s, m, r\n}\n");
+  EXPECT_EQ(programs(stats)[0].kernels.size(), 1u) << explain_kernels(programs(stats)[0]);
+  // Other dims, or nothing read in common: a kernel each.
+  Graph dims = parse("graph g(x: f32[8, 100]) {\n  a = sum(x, dims=[0])\n  b = sum(x, dims=[1])\n  return a, b\n}\n");
+  EXPECT_EQ(programs(dims)[0].kernels.size(), 2u);
+  Graph apart = parse(
+      "graph g(x: f32[8, 100], y: f32[8, 100]) {\n  a = sum(x, dims=[1])\n  b = sum(y, dims=[1])\n  return a, b\n}\n");
+  EXPECT_EQ(programs(apart)[0].kernels.size(), 2u);
+  // The second reads the first's result through a matmul: one kernel would be a cycle.
+  Graph chain = parse(
+      "graph g(x: f32[8, 100], w: f32[1, 100]) {\n  a = sum(x, dims=[1], keepdim=true)\n"
+      "  h = matmul(a, w)\n  b = sum(mul(x, h), dims=[1])\n  return b\n}\n");
+  LocalProgram c = programs(chain)[0];
+  EXPECT_EQ(c.kernels.size(), 3u) << explain_kernels(c);
+}
+
+}  // namespace fusion_fuse_test
+}  // namespace sf

@@ -237,13 +237,17 @@ Result<Plan> make_plan(const KernelSpec& spec, const KernelConfig& c, const llvm
     // Shares of whole vectors, so that every share's vectors stay aligned.
     const int64_t v = p.vector;
     p.share = ((p.n + p.split - 1) / p.split + v - 1) / v * v;
-    p.ws_partials = int64_t{8} * static_cast<int64_t>(p.passes[0].size()) * p.split * std::max<int64_t>(p.rows, 1);
+    // 8 bytes a (reduction, share, row), checked before it is multiplied out (a
+    // product of rows and shares could pass int64).
+    constexpr int64_t kMaxWorkspace = int64_t{1} << 32;
+    const int64_t per_row = int64_t{8} * static_cast<int64_t>(p.passes[0].size()) * p.split;
+    const int64_t rows = std::max<int64_t>(p.rows, 1);
+    if (rows > kMaxWorkspace / per_row)
+      return diag(what + " over " + std::to_string(p.rows) + " rows needs " + std::to_string(per_row) +
+                  " bytes of workspace a row, over 4 GiB in all: fewer shares");
+    p.ws_partials = per_row * rows;
     const int64_t groups = (p.rows + c.rows_per_block - 1) / c.rows_per_block;
     p.ws_bytes = p.ws_partials + (4 * std::max<int64_t>(groups, 1) + 7) / 8 * 8;
-    constexpr int64_t kMaxWorkspace = int64_t{1} << 32;
-    if (p.ws_bytes > kMaxWorkspace)
-      return diag(what + " over " + std::to_string(p.rows) + " rows needs " + std::to_string(p.ws_bytes) +
-                  " bytes of workspace, over 4 GiB: fewer shares");
     // The last-block flag, after the partials' slots.
     p.smem_bytes = (p.smem_bytes + 7) / 8 * 8;
     p.flag_offset = p.smem_bytes;

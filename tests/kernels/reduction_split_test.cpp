@@ -152,6 +152,11 @@ TEST(ReductionSplit, LaunchPtxAndWhatItRefuses) {
   EXPECT_NE(refused(g).find("split_reduction = 0"), std::string::npos);
   c.split_reduction = 65536;
   EXPECT_NE(refused(g).find("outside 1..65535"), std::string::npos);
+  // 2^24 rows x 65535 shares x 8 bytes: a Diag, not a workspace of 8 TiB.
+  GraphBuilder bw("wide");
+  bw.ret(reduce(OpKind::Sum, bw.param("in0", DType::F32, {1 << 24, 64}), {1}, false));
+  c.split_reduction = 65535;
+  EXPECT_NE(refused(finish(bw)).find("over 4 GiB in all: fewer shares"), std::string::npos) << refused(finish(bw));
 }
 
 // The suggestion splits rows where its blocks would leave an H100's 132 SMs idle and

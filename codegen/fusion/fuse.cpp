@@ -174,7 +174,8 @@ class Fuser {
     for (const Group* g : {&x, &y})
       for (size_t st : g->steps)
         if (opts_.isolate.count(st)) return false;
-    const std::set<int> xin = reads_from_outside(x), yin = reads_from_outside(y);
+    const std::vector<int> xr = reads_from_outside(x), yr = reads_from_outside(y);
+    const std::set<int> xin(xr.begin(), xr.end()), yin(yr.begin(), yr.end());
     for (size_t st : x.steps)
       if (yin.count(p_.steps[st].out)) return false;
     for (size_t st : y.steps)
@@ -192,7 +193,7 @@ class Fuser {
     a.steps.insert(a.steps.end(), b.steps.begin(), b.steps.end());
     std::sort(a.steps.begin(), a.steps.end());
     a.views_only = a.views_only && b.views_only;
-    a.reindexing = a.kind == KernelKind::Pointwise || a.reindexing || (a.kind == KernelKind::Reduction && b.reindexing);
+    a.reindexing = a.kind == KernelKind::Pointwise || a.reindexing;  // a matmul takes views only
     b.steps.clear();  // gets no kernel
   }
 
@@ -204,14 +205,18 @@ class Fuser {
   }
   const TensorType& type(int v) const { return p_.types[static_cast<size_t>(v)]; }
 
-  // The values group g's steps read that it does not compute (literals and inlined
-  // values aside: the kernel makes those itself).
-  std::set<int> reads_from_outside(const Group& g) const {
-    std::set<int> produced, in;
+  // The values group g's steps read that it does not compute, in the order they are
+  // first read (literals and inlined values aside: the kernel makes those itself): the
+  // kernel's inputs.
+  std::vector<int> reads_from_outside(const Group& g) const {
+    std::set<int> produced;
+    std::vector<int> in;
     for (size_t i : g.steps) produced.insert(p_.steps[i].out);
     for (size_t i : g.steps)
       for (int v : p_.steps[i].in)
-        if (!produced.count(v) && !is_constant_value(v) && !is_inlined_value(v)) in.insert(v);
+        if (!produced.count(v) && !is_constant_value(v) && !is_inlined_value(v) &&
+            std::find(in.begin(), in.end(), v) == in.end())
+          in.push_back(v);
     return in;
   }
 
@@ -596,14 +601,8 @@ class Fuser {
   std::optional<LocalStep> kernel_step(size_t gi, std::map<int, std::set<int>>& users, const std::set<int>& outputs) {
     const Group& g = groups_[gi];
     std::set<size_t> members(g.steps.begin(), g.steps.end());
-    std::vector<int> inputs, outs;
-    std::set<int> produced;
-    for (size_t i : g.steps) produced.insert(p_.steps[i].out);
-    for (size_t i : g.steps)
-      for (int v : p_.steps[i].in)
-        if (!produced.count(v) && !is_constant_value(v) && !is_inlined_value(v) &&
-            std::find(inputs.begin(), inputs.end(), v) == inputs.end())
-          inputs.push_back(v);
+    const std::vector<int> inputs = reads_from_outside(g);
+    std::vector<int> outs;
     LocalKernel k;
     k.kind = g.kind;
     int64_t flops = 0;

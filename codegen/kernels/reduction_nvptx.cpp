@@ -216,7 +216,8 @@ class NvptxBuilder final : public Builder {
       for (size_t q = 0; q < pass.size(); ++q) vals.push_back(b_.CreateLoad(folds_.at(pass[q]).type(), part[q]));
       block_reduce(pass, vals, slot);
       slot += pass.size();
-      if (split_) meet_shares(pass, vals, grp, valid, rowc);
+      if (split_)
+        if (Result<void> r = meet_shares(pass, vals, grp, valid, rowc); !r) return r;
       for (size_t q = 0; q < pass.size(); ++q) prog_->set_reduced(pass[q], folds_.at(pass[q]).finish(vals[q], p_.n));
     }
 
@@ -268,8 +269,8 @@ class NvptxBuilder final : public Builder {
   // group's last go on at shares_met_, after the row's stores; in the last, the row's
   // first thread takes every share's partials back in share order (0, 1, ...), so
   // the row's value is the same whichever block came last.
-  void meet_shares(const std::vector<ValueId>& pass, std::vector<llvm::Value*>& vals, llvm::Value* grp,
-                   llvm::Value* valid, llvm::Value* rowc) {
+  Result<void> meet_shares(const std::vector<ValueId>& pass, std::vector<llvm::Value*>& vals, llvm::Value* grp,
+                           llvm::Value* valid, llvm::Value* rowc) {
     llvm::LLVMContext& c = m_.getContext();
     llvm::Value* first = b_.CreateAnd(valid, b_.CreateICmpEQ(lr_, k(0)), "row.first");
     llvm::BasicBlock* st = llvm::BasicBlock::Create(c, "share.store", fn_);
@@ -321,7 +322,7 @@ class NvptxBuilder final : public Builder {
       }
       return {};
     });
-    (void)looped;  // the body cannot fail
+    if (!looped) return looped;
     std::vector<llvm::Value*> total;
     for (size_t q = 0; q < pass.size(); ++q) total.push_back(b_.CreateLoad(vals[q]->getType(), acc[q]));
     llvm::BasicBlock* took = b_.GetInsertBlock();
@@ -333,9 +334,11 @@ class NvptxBuilder final : public Builder {
       phi->addIncoming(vals[q], from);
       vals[q] = phi;
     }
+    return {};
   }
 
-  // A partial's alignment in its 8-byte slot: its store size (a bool max's i1 is a byte).
+  // A partial's alignment in its 8-byte slot: its store size (f32, or an integer fold's
+  // i32 or i64).
   llvm::Align slot_align(llvm::Type* t) const { return llvm::Align(m_.getDataLayout().getTypeStoreSize(t).getFixedValue()); }
 
   // The workspace slot of reduction `q`'s partial of share `s` for row `row` (8 bytes
